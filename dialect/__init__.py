@@ -1,0 +1,39 @@
+"""The `slicer` dialect: mesh, ranges, `loop`, `slice`, annotations (DESIGN.md section 1).
+
+Defined in IRDL (`slicer.irdl.mlir`) and registered dynamically in a context by
+`load_dialect`. This package adds typed views, builders and the semantic
+verifier for what IRDL cannot express.
+"""
+
+from .attributes import Action, RangeType, Sharding, Sum, Tile, action_of
+from .loader import IRDL_PATH, load_dialect, make_context
+from .ops import (
+    ANNOTATE,
+    LOOP,
+    MESH,
+    SHARDING_ATTR,
+    SLICE,
+    YIELD,
+    AnnotateOp,
+    LoopOp,
+    MeshInfo,
+    MeshOp,
+    SliceOp,
+    annotate,
+    block_type,
+    find_meshes,
+    loop,
+    mesh,
+    slice_,
+    walk_ops,
+    with_dim,
+    yield_,
+)
+
+__all__ = [
+    "Action", "RangeType", "Sharding", "Sum", "Tile", "action_of",
+    "IRDL_PATH", "load_dialect", "make_context",
+    "ANNOTATE", "LOOP", "MESH", "SHARDING_ATTR", "SLICE", "YIELD",
+    "AnnotateOp", "LoopOp", "MeshInfo", "MeshOp", "SliceOp",
+    "annotate", "block_type", "find_meshes", "loop", "mesh", "slice_", "walk_ops", "with_dim", "yield_",
+]

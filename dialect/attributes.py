@@ -1,0 +1,197 @@
+"""Typed views of the `slicer` dialect's type and attributes.
+
+IRDL-defined (dynamic) types and attributes expose no parameter accessors in
+the MLIR 22 Python bindings, so each view reads its parameters back from the
+printed form, parsing the parameter text with MLIR's own attribute parser (no
+hand-written parsing of MLIR syntax beyond splitting off the outer `<...>`).
+Passes use these views and never look at printed text themselves.
+
+Axis order convention everywhere in Slicer: axes are listed **major to minor**
+(JAX / upstream `shard`): for a dim tiled by `("x", "y")` the block index is
+`idx(x) * |y| + idx(y)`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mlir import ir
+
+AxisNames = tuple[str, ...]
+
+
+def _split_params(text: str, prefix: str) -> list[str] | None:
+    """`prefix<a, [b, c], 2 : i64>` -> ["a", "[b, c]", "2 : i64"]; None if not that form."""
+    if not (text.startswith(prefix + "<") and text.endswith(">")):
+        return None
+    body = text[len(prefix) + 1 : -1]
+    params, depth, start, in_string = [], 0, 0, False
+    for i, ch in enumerate(body):
+        if in_string:
+            if ch == "\\":
+                continue
+            if ch == '"' and body[i - 1] != "\\":
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[<({":
+            depth += 1
+        elif ch in "]>)}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            params.append(body[start:i].strip())
+            start = i + 1
+    params.append(body[start:].strip())
+    return params
+
+
+def _axis_names(attr: ir.Attribute) -> AxisNames:
+    """A string attribute or an array of string attributes -> tuple of names."""
+    if isinstance(attr, ir.StringAttr):
+        return (attr.value,)
+    if isinstance(attr, ir.ArrayAttr) and all(isinstance(a, ir.StringAttr) for a in attr):
+        return tuple(a.value for a in attr)
+    raise ValueError(f"expected an axis name or a list of axis names, got {attr}")
+
+
+def _axes_attr(axes: AxisNames) -> ir.Attribute:
+    if len(axes) == 1:
+        return ir.StringAttr.get(axes[0])
+    return ir.ArrayAttr.get([ir.StringAttr.get(a) for a in axes])
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# ----------------------------------------------------------------------------- range
+
+
+@dataclass(frozen=True)
+class RangeType:
+    """`!slicer.range<axes, size>`: an index running over the devices of `axes`.
+
+    `axes` has one name for a plain range and several (major to minor) for a
+    product range; `size` is the number of indices (product of the axis sizes).
+    """
+
+    axes: AxisNames
+    size: int
+
+    def to_type(self, context: ir.Context | None = None) -> ir.Type:
+        axes = _quote(self.axes[0]) if len(self.axes) == 1 else "[" + ", ".join(map(_quote, self.axes)) + "]"
+        return ir.Type.parse(f"!slicer.range<{axes}, {self.size}>", context)
+
+    @staticmethod
+    def of(type_: ir.Type) -> "RangeType | None":
+        """The view of `type_`, or None if it is not a range type."""
+        return _parse_range(str(type_), type_.context)
+
+    @staticmethod
+    def is_range(type_: ir.Type) -> bool:
+        return str(type_).startswith("!slicer.range<")
+
+    def __str__(self) -> str:
+        return f"range<{','.join(self.axes)}, {self.size}>"
+
+
+def _parse_range(text: str, context: ir.Context) -> RangeType | None:
+    params = _split_params(text, "!slicer.range")
+    if params is None or len(params) != 2:
+        return None
+    axes = _axis_names(ir.Attribute.parse(params[0], context))
+    size = ir.IntegerAttr(ir.Attribute.parse(params[1], context)).value
+    return RangeType(axes, size)
+
+
+# ----------------------------------------------------------------------------- loop action
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Loop action `#slicer.tile<dim>`: concatenate the body's blocks along `dim`."""
+
+    dim: int
+
+    def to_attr(self, context: ir.Context | None = None) -> ir.Attribute:
+        return ir.Attribute.parse(f"#slicer.tile<{self.dim}>", context)
+
+    def __str__(self) -> str:
+        return f"tile<{self.dim}>"
+
+
+@dataclass(frozen=True)
+class Sum:
+    """Loop action `#slicer.sum`: add the body's blocks up (elementwise)."""
+
+    def to_attr(self, context: ir.Context | None = None) -> ir.Attribute:
+        return ir.Attribute.parse("#slicer.sum", context)
+
+    def __str__(self) -> str:
+        return "sum"
+
+
+Action = Tile | Sum
+
+
+def action_of(attr: ir.Attribute) -> Action | None:
+    """The loop action `attr` denotes, or None if it is not one."""
+    text = str(attr)
+    if text == "#slicer.sum":
+        return Sum()
+    params = _split_params(text, "#slicer.tile")
+    if params is None or len(params) != 1:
+        return None
+    value = ir.Attribute.parse(params[0], attr.context)
+    if not isinstance(value, ir.IntegerAttr):
+        return None
+    return Tile(ir.IntegerAttr(value).value)
+
+
+# ----------------------------------------------------------------------------- sharding
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """`#slicer.sharding<@mesh, [["x"], []]>`: a requested distribution.
+
+    One tuple of mesh axes per tensor dim, major to minor; `()` = not tiled.
+    """
+
+    mesh: str
+    dims: tuple[AxisNames, ...]
+
+    def to_attr(self, context: ir.Context | None = None) -> ir.Attribute:
+        dims = ", ".join("[" + ", ".join(map(_quote, axes)) + "]" for axes in self.dims)
+        return ir.Attribute.parse(f"#slicer.sharding<@{_symbol(self.mesh)}, [{dims}]>", context)
+
+    @staticmethod
+    def of(attr: ir.Attribute) -> "Sharding | None":
+        params = _split_params(str(attr), "#slicer.sharding")
+        if params is None or len(params) != 2:
+            return None
+        mesh = ir.Attribute.parse(params[0], attr.context)
+        dims = ir.Attribute.parse(params[1], attr.context)
+        if not isinstance(mesh, ir.FlatSymbolRefAttr) or not isinstance(dims, ir.ArrayAttr):
+            return None
+        return Sharding(ir.FlatSymbolRefAttr(mesh).value, tuple(_axis_list(d) for d in dims))
+
+    def used_axes(self) -> AxisNames:
+        return tuple(a for axes in self.dims for a in axes)
+
+    def __str__(self) -> str:
+        return "[" + ",".join("[" + ",".join(axes) + "]" for axes in self.dims) + "]"
+
+
+def _axis_list(attr: ir.Attribute) -> AxisNames:
+    if isinstance(attr, ir.ArrayAttr):
+        return _axis_names(attr) if len(attr) else ()
+    raise ValueError(f"expected a list of axis names per dim, got {attr}")
+
+
+_BARE_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
+
+
+def _symbol(name: str) -> str:
+    return name if _BARE_SYMBOL.match(name) else _quote(name)

@@ -1,0 +1,37 @@
+"""Load the IRDL definition of the `slicer` dialect into an MLIR context.
+
+The dialect has a single source of truth, `slicer.irdl.mlir` next to this file;
+plain `mlir-opt --irdl-file=<that file>` loads exactly the same definition.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+from mlir import ir
+from mlir.dialects import irdl
+
+IRDL_PATH = Path(__file__).with_name("slicer.irdl.mlir")
+
+# Contexts that already hold the dialect. IRDL registration is per context and
+# loading twice would register the dialect twice, so we remember it here.
+_loaded: "weakref.WeakSet[ir.Context]" = weakref.WeakSet()
+
+
+def load_dialect(context: ir.Context | None = None) -> ir.Context:
+    """Register the `slicer` dialect in `context` (default: the current one); idempotent."""
+    context = context or ir.Context.current
+    if context in _loaded:
+        return context
+    definition = ir.Module.parse(IRDL_PATH.read_text(), context)
+    irdl.load_dialects(definition)
+    _loaded.add(context)
+    return context
+
+
+def make_context() -> ir.Context:
+    """A fresh context with every upstream dialect and the `slicer` dialect loaded."""
+    context = ir.Context()
+    load_dialect(context)
+    return context

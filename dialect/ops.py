@@ -1,0 +1,296 @@
+"""Builders and typed views of the `slicer` operations.
+
+Builders follow the upstream Python style: keyword-only `loc`/`ip`, and
+lowercase helpers return values (`slice_`, `annotate`) while `loop` returns the
+op view (its body must still be filled). Views (`MeshOp`, `LoopOp`, `SliceOp`,
+`AnnotateOp`) give typed access so passes never read raw attribute dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from mlir import ir
+
+from .attributes import Action, RangeType, Sharding, action_of
+
+MESH = "slicer.mesh"
+LOOP = "slicer.loop"
+SLICE = "slicer.slice"
+ANNOTATE = "slicer.annotate"
+# IRDL 22 cannot declare terminators; loop bodies end in the upstream
+# `tosa.yield` (see slicer.irdl.mlir). This is the loop's yield.
+YIELD = "tosa.yield"
+# Discardable attribute carrying a requested sharding on function arguments/results.
+SHARDING_ATTR = "slicer.sharding"
+
+
+def _op(value: ir.Operation | ir.OpView | ir.Module) -> ir.Operation:
+    """The `ir.Operation` behind an op view, operation or module."""
+    return value if isinstance(value, ir.Operation) else value.operation
+
+
+# ----------------------------------------------------------------------------- mesh
+
+
+@dataclass(frozen=True)
+class MeshInfo:
+    """A device mesh: named axes (major to minor) with their sizes."""
+
+    name: str
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+
+    def size(self, axis: str) -> int:
+        return self.shape[self.axes.index(axis)]
+
+    def has_axis(self, axis: str) -> bool:
+        return axis in self.axes
+
+    def range_size(self, axes: Iterable[str]) -> int:
+        size = 1
+        for axis in axes:
+            size *= self.size(axis)
+        return size
+
+    @property
+    def device_count(self) -> int:
+        return self.range_size(self.axes)
+
+
+class MeshOp:
+    """View of `slicer.mesh`."""
+
+    def __init__(self, op: ir.Operation | ir.OpView):
+        self.operation = _op(op)
+        assert self.operation.name == MESH, self.operation.name
+
+    @property
+    def sym_name(self) -> str:
+        return ir.StringAttr(self.operation.attributes["sym_name"]).value
+
+    def info(self) -> MeshInfo:
+        """The mesh as a value; raises ValueError if its attributes are malformed."""
+        attrs = self.operation.attributes
+        axes = attrs["axes"]
+        if not all(isinstance(a, ir.StringAttr) for a in axes):
+            raise ValueError("mesh 'axes' must be a list of strings")
+        shape = attrs["shape"]
+        if not isinstance(shape, ir.DenseI64ArrayAttr):
+            raise ValueError("mesh 'shape' must be an array<i64: ...>")
+        return MeshInfo(self.sym_name, tuple(ir.StringAttr(a).value for a in axes), tuple(shape))
+
+
+def mesh(name: str, axes: Mapping[str, int] | Sequence[tuple[str, int]], *, loc=None, ip=None) -> MeshOp:
+    """Create `slicer.mesh @name` with the given axes (in order) and sizes."""
+    pairs = list(axes.items()) if isinstance(axes, Mapping) else list(axes)
+    op = ir.Operation.create(
+        MESH,
+        attributes={
+            "sym_name": ir.StringAttr.get(name),
+            "axes": ir.ArrayAttr.get([ir.StringAttr.get(a) for a, _ in pairs]),
+            "shape": ir.DenseI64ArrayAttr.get([int(n) for _, n in pairs]),
+        },
+        loc=loc,
+        ip=ip,
+    )
+    return MeshOp(op)
+
+
+def find_meshes(module: ir.Operation | ir.OpView) -> dict[str, MeshOp]:
+    """All `slicer.mesh` ops directly in `module`'s body, by symbol name."""
+    found: dict[str, MeshOp] = {}
+    for op in _op(module).regions[0].blocks[0].operations:
+        if op.operation.name == MESH:
+            view = MeshOp(op)
+            found.setdefault(view.sym_name, view)
+    return found
+
+
+# ----------------------------------------------------------------------------- loop
+
+
+class LoopOp:
+    """View of `slicer.loop`: a builder over one range."""
+
+    def __init__(self, op: ir.Operation | ir.OpView):
+        self.operation = _op(op)
+        assert self.operation.name == LOOP, self.operation.name
+
+    @property
+    def mesh(self) -> str:
+        return ir.FlatSymbolRefAttr(self.operation.attributes["mesh"]).value
+
+    @property
+    def action(self) -> Action | None:
+        return action_of(self.operation.attributes["action"])
+
+    @property
+    def body(self) -> ir.Block:
+        return self.operation.regions[0].blocks[0]
+
+    @property
+    def range_arg(self) -> ir.BlockArgument:
+        return self.body.arguments[0]
+
+    @property
+    def range(self) -> RangeType | None:
+        return RangeType.of(self.range_arg.type)
+
+    @property
+    def terminator(self) -> ir.Operation | None:
+        ops = self.body.operations
+        return ops[len(ops) - 1].operation if len(ops) else None
+
+    @property
+    def yielded(self) -> list[ir.Value]:
+        term = self.terminator
+        return list(term.operands) if term is not None and term.name == YIELD else []
+
+    @property
+    def results(self) -> list[ir.Value]:
+        return list(self.operation.results)
+
+
+def loop(
+    result_types: Sequence[ir.Type],
+    *,
+    mesh: str,
+    action: Action,
+    range: RangeType,
+    loc=None,
+    ip=None,
+) -> LoopOp:
+    """Create an empty `slicer.loop`; fill `.body` (its range is `.range_arg`) and end it with `yield_`."""
+    op = ir.Operation.create(
+        LOOP,
+        results=list(result_types),
+        attributes={"mesh": ir.FlatSymbolRefAttr.get(mesh), "action": action.to_attr()},
+        regions=1,
+        loc=loc,
+        ip=ip,
+    )
+    block_loc = loc if loc is not None else ir.Location.current
+    op.regions[0].blocks.append(range.to_type(), arg_locs=[block_loc])
+    return LoopOp(op)
+
+
+def yield_(values: Sequence[ir.Value], *, loc=None, ip=None) -> ir.Operation:
+    """End a loop body, yielding one block per loop result."""
+    return ir.Operation.create(YIELD, operands=list(values), loc=loc, ip=ip)
+
+
+def block_type(result_type: ir.RankedTensorType, action: Action, size: int) -> ir.RankedTensorType:
+    """The block type a loop body yields for a loop result of `result_type`."""
+    from .attributes import Tile
+
+    if isinstance(action, Tile):
+        return with_dim(result_type, action.dim, result_type.shape[action.dim] // size)
+    return result_type
+
+
+def with_dim(type_: ir.RankedTensorType, dim: int, size: int) -> ir.RankedTensorType:
+    """`type_` with dim `dim` set to `size`."""
+    shape = list(type_.shape)
+    shape[dim] = size
+    return ir.RankedTensorType.get(shape, type_.element_type, type_.encoding)
+
+
+# ----------------------------------------------------------------------------- slice
+
+
+class SliceOp:
+    """View of `slicer.slice`: block `range` of `source` along `dim`."""
+
+    def __init__(self, op: ir.Operation | ir.OpView):
+        self.operation = _op(op)
+        assert self.operation.name == SLICE, self.operation.name
+
+    @property
+    def source(self) -> ir.Value:
+        return self.operation.operands[0]
+
+    @property
+    def range_value(self) -> ir.Value:
+        return self.operation.operands[1]
+
+    @property
+    def range(self) -> RangeType | None:
+        return RangeType.of(self.range_value.type)
+
+    @property
+    def dim(self) -> int:
+        return ir.IntegerAttr(self.operation.attributes["dim"]).value
+
+    @property
+    def result(self) -> ir.Value:
+        return self.operation.results[0]
+
+
+def slice_(source: ir.Value, range_value: ir.Value, dim: int, *, loc=None, ip=None) -> ir.Value:
+    """The block of `source` along `dim` selected by `range_value` (result type inferred)."""
+    rng = RangeType.of(range_value.type)
+    if rng is None:
+        raise TypeError(f"slice_ needs a !slicer.range value, got {range_value.type}")
+    src_type = ir.RankedTensorType(source.type)
+    result_type = with_dim(src_type, dim, src_type.shape[dim] // rng.size)
+    op = ir.Operation.create(
+        SLICE,
+        results=[result_type],
+        operands=[source, range_value],
+        attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)},
+        loc=loc,
+        ip=ip,
+    )
+    return op.results[0]
+
+
+# ----------------------------------------------------------------------------- annotate
+
+
+class AnnotateOp:
+    """View of `slicer.annotate`: `source`, requested with `sharding`."""
+
+    def __init__(self, op: ir.Operation | ir.OpView):
+        self.operation = _op(op)
+        assert self.operation.name == ANNOTATE, self.operation.name
+
+    @property
+    def source(self) -> ir.Value:
+        return self.operation.operands[0]
+
+    @property
+    def result(self) -> ir.Value:
+        return self.operation.results[0]
+
+    @property
+    def sharding(self) -> Sharding | None:
+        return Sharding.of(self.operation.attributes["sharding"])
+
+
+def annotate(value: ir.Value, sharding: Sharding, *, loc=None, ip=None) -> ir.Value:
+    """Request that `value` be distributed as `sharding`; returns the annotated value."""
+    op = ir.Operation.create(
+        ANNOTATE, results=[value.type], operands=[value], attributes={"sharding": sharding.to_attr()}, loc=loc, ip=ip
+    )
+    return op.results[0]
+
+
+# ----------------------------------------------------------------------------- walking
+
+
+def walk_ops(root: ir.Operation | ir.OpView, name: str | None = None) -> Iterator[ir.Operation]:
+    """Pre-order list of the ops nested in `root` (optionally only those named `name`).
+
+    Collected eagerly so callers may mutate the IR while iterating.
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if name is None or op.name == name:
+            found.append(op.operation if isinstance(op, ir.OpView) else op)
+        return ir.WalkResult.ADVANCE
+
+    _op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
+    return iter(found)

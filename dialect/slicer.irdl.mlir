@@ -1,0 +1,93 @@
+// The `slicer` dialect: partitioning expressed inside the IR (DESIGN.md section 1).
+//
+// This file is the single definition of the dialect. Python loads it with
+// `mlir.dialects.irdl.load_dialects` (slicer.dialect.load), and plain
+// `mlir-opt --irdl-file=dialect/slicer.irdl.mlir` loads the very same file.
+//
+// IRDL checks the structure (operand/result/attribute kinds); what it cannot
+// express (axes exist in the mesh, block shapes agree with range sizes, dims in
+// bounds, loop bodies yield the right block types) is checked by the semantic
+// verifier pass `slicer-verify` (dialect/verifier.py), which slicer-opt runs on
+// every input.
+//
+// Terminator: IRDL 22.x cannot mark an operation as a terminator, so a region
+// ending in a dynamic `slicer.yield` would fail verification ("block with no
+// terminator"). `slicer.loop` bodies therefore end in the upstream `tosa.yield`,
+// a registered terminator of tensors with no parent restriction. It is the
+// loop's yield in every respect; Python builds it with `slicer.dialect.yield_`.
+irdl.dialect @slicer {
+  // A range over the devices of one mesh axis, or of several axes at once (a
+  // product range, axes major to minor): `!slicer.range<"x", 2>`,
+  // `!slicer.range<["x", "y"], 8>`. `size` is the number of indices.
+  irdl.type @range {
+    // A string or an array of strings; IRDL 22's any_of of two builtin bases
+    // crashes its loader, so the verifier checks the form instead.
+    %axes = irdl.any
+    %size = irdl.base "#builtin.integer"
+    irdl.parameters(axes: %axes, size: %size)
+  }
+
+  // Loop action: concatenate the body's blocks along dim `dim`.
+  irdl.attribute @tile {
+    %dim = irdl.base "#builtin.integer"
+    irdl.parameters(dim: %dim)
+  }
+
+  // Loop action: add the body's blocks up.
+  irdl.attribute @sum {
+  }
+
+  // A requested distribution (JAX / `shard` convention): for the mesh `mesh`,
+  // one list of mesh axes per tensor dim, major to minor; `[]` = not tiled.
+  // `#slicer.sharding<@mesh, [["x"], []]>`.
+  irdl.attribute @sharding {
+    %mesh = irdl.base "#builtin.symbol_ref"
+    %dims = irdl.base "#builtin.array"
+    irdl.parameters(mesh: %mesh, dims: %dims)
+  }
+
+  // `"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>}`
+  // A device mesh: named axes (major to minor) and their sizes.
+  irdl.operation @mesh {
+    %name = irdl.base "#builtin.string"
+    %axes = irdl.base "#builtin.array"
+    %shape = irdl.base "#builtin.dense_array"
+    irdl.attributes {"sym_name" = %name, "axes" = %axes, "shape" = %shape}
+  }
+
+  // A builder: runs its body once per index of the range block argument and
+  // combines the yielded blocks with `action` (#slicer.tile<d> or #slicer.sum).
+  // The body captures outer values implicitly and ends in `tosa.yield`.
+  irdl.operation @loop {
+    %t = irdl.any
+    irdl.results(results: variadic %t)
+    %mesh = irdl.base "#builtin.symbol_ref"
+    // #slicer.tile<d> or #slicer.sum (checked by slicer-verify: IRDL 22's
+    // loader aborts on an any_of over base constraints).
+    %action = irdl.any
+    irdl.attributes {"mesh" = %mesh, "action" = %action}
+    %body = irdl.region with size 1
+    irdl.regions(body: %body)
+  }
+
+  // A slicer: the `r`-th of `size(r)` equal blocks of `source` along `dim`.
+  irdl.operation @slice {
+    %src = irdl.base "!builtin.tensor"
+    %range = irdl.base @slicer::@range
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands(source: %src, range: %range)
+    irdl.results(result: %res)
+    %dim = irdl.base "#builtin.integer"
+    irdl.attributes {"dim" = %dim}
+  }
+
+  // A user annotation: `result` is `source`, requested with the given sharding.
+  irdl.operation @annotate {
+    %src = irdl.base "!builtin.tensor"
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands(source: %src)
+    irdl.results(result: %res)
+    %sharding = irdl.base @slicer::@sharding
+    irdl.attributes {"sharding" = %sharding}
+  }
+}

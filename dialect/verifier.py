@@ -1,0 +1,267 @@
+"""Semantic verifier of the `slicer` dialect: what IRDL cannot express.
+
+Checks, each reported at the offending op's location:
+- meshes: axis names unique, sizes positive, one size per axis, unique symbol;
+- loops: known mesh, a `#slicer.tile<d>`/`#slicer.sum` action, one range block
+  argument over existing axes with the right size, no axis already used by an
+  enclosing loop, a `tosa.yield` of one block per result with the block type the
+  action implies;
+- slices: range over existing axes, dim in bounds, dim divisible by the range
+  size, result type = source type with that dim divided;
+- shardings (on `slicer.annotate` and function arguments/results): known mesh,
+  one axis list per dim, known axes, no axis twice, dims divisible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from .attributes import RangeType, Sharding, Sum, Tile
+from .ops import (
+    ANNOTATE,
+    LOOP,
+    MESH,
+    SHARDING_ATTR,
+    SLICE,
+    YIELD,
+    AnnotateOp,
+    LoopOp,
+    MeshInfo,
+    MeshOp,
+    SliceOp,
+    walk_ops,
+)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One verifier error: where and what."""
+
+    location: ir.Location
+    message: str
+
+
+def verify(module: ir.Operation | ir.OpView | ir.Module) -> list[Diagnostic]:
+    """All semantic errors in `module` (empty when it is valid)."""
+    return _Verifier(module).run()
+
+
+class _Verifier:
+    def __init__(self, module):
+        self.module = module if isinstance(module, ir.Operation) else module.operation
+        self.errors: list[Diagnostic] = []
+        self.meshes: dict[str, MeshInfo] = {}
+
+    def error(self, op: ir.Operation, message: str) -> None:
+        self.errors.append(Diagnostic(op.location, message))
+
+    def run(self) -> list[Diagnostic]:
+        for op in walk_ops(self.module, MESH):
+            self.check_mesh(op)
+        for op in walk_ops(self.module):
+            if op.name == LOOP:
+                self.check_loop(op)
+            elif op.name == SLICE:
+                self.check_slice(op)
+            elif op.name == ANNOTATE:
+                self.check_annotate(op)
+            elif op.name == "func.func":
+                self.check_function_shardings(op)
+        return self.errors
+
+    # -- meshes ------------------------------------------------------------------------
+
+    def check_mesh(self, op: ir.Operation) -> None:
+        view = MeshOp(op)
+        try:
+            info = view.info()
+        except ValueError as exc:
+            return self.error(op, f"'slicer.mesh' {exc}")
+        name = info.name
+        if len(info.axes) != len(info.shape):
+            return self.error(op, f"mesh @{name} has {len(info.axes)} axes but {len(info.shape)} sizes")
+        if not info.axes:
+            return self.error(op, f"mesh @{name} has no axes")
+        for axis, size in zip(info.axes, info.shape):
+            if not axis:
+                return self.error(op, f"mesh @{name} has an empty axis name")
+            if info.axes.count(axis) > 1:
+                return self.error(op, f"mesh @{name} declares axis '{axis}' twice")
+            if size < 1:
+                return self.error(op, f"mesh @{name} axis '{axis}' has size {size}; sizes must be >= 1")
+        if name in self.meshes:
+            return self.error(op, f"mesh @{name} is declared twice")
+        self.meshes[name] = info
+
+    def mesh_named(self, op: ir.Operation, name: str) -> MeshInfo | None:
+        if name not in self.meshes:
+            known = ", ".join("@" + m for m in self.meshes) or "none"
+            self.error(op, f"unknown mesh @{name} (declared meshes: {known})")
+            return None
+        return self.meshes[name]
+
+    def check_axes(self, op: ir.Operation, mesh: MeshInfo, axes, what: str) -> bool:
+        for axis in axes:
+            if not mesh.has_axis(axis):
+                self.error(op, f"unknown mesh axis '{axis}' in {what} (mesh @{mesh.name} has axes {', '.join(mesh.axes)})")
+                return False
+        for axis in axes:
+            if list(axes).count(axis) > 1:
+                self.error(op, f"mesh axis '{axis}' is used twice in {what}")
+                return False
+        return True
+
+    # -- loops -------------------------------------------------------------------------
+
+    def check_loop(self, op: ir.Operation) -> None:
+        loop = LoopOp(op)
+        attrs = op.attributes
+        if "mesh" not in attrs or not isinstance(attrs["mesh"], ir.FlatSymbolRefAttr):
+            return self.error(op, "'slicer.loop' needs a 'mesh' attribute naming a slicer.mesh (e.g. mesh = @mesh)")
+        mesh = self.mesh_named(op, loop.mesh)
+        if mesh is None:
+            return
+        action = loop.action
+        if action is None:
+            return self.error(op, f"'slicer.loop' action must be #slicer.tile<dim> or #slicer.sum, got {attrs['action']}")
+        region = op.regions[0]
+        blocks = list(region.blocks)
+        if len(blocks) != 1 or len(blocks[0].arguments) != 1:
+            return self.error(op, "'slicer.loop' body must be one block with one !slicer.range argument")
+        rng = loop.range
+        if rng is None:
+            return self.error(op, f"'slicer.loop' block argument must be a !slicer.range, got {loop.range_arg.type}")
+        if not self.check_range(op, mesh, rng):
+            return
+        for axis in rng.axes:
+            outer = _enclosing_loop_using(op, axis)
+            if outer is not None:
+                return self.error(op, f"mesh axis '{axis}' is already used by an enclosing loop; a value cannot be partitioned twice over one axis")
+        term = loop.terminator
+        if term is None or term.name != YIELD:
+            return self.error(op, f"'slicer.loop' body must end in '{YIELD}' (the loop's yield)")
+        yielded = loop.yielded
+        results = loop.results
+        if len(yielded) != len(results):
+            return self.error(op, f"'slicer.loop' has {len(results)} results but its body yields {len(yielded)} values")
+        for index, (res, blk) in enumerate(zip(results, yielded)):
+            if not (isinstance(res.type, ir.RankedTensorType) and isinstance(blk.type, ir.RankedTensorType)):
+                return self.error(op, f"'slicer.loop' result #{index} and its yielded block must be ranked tensors")
+            self.check_loop_result(op, index, ir.RankedTensorType(res.type), ir.RankedTensorType(blk.type), action, rng)
+
+    def check_loop_result(self, op, index, result: ir.RankedTensorType, block: ir.RankedTensorType, action, rng) -> None:
+        want = list(result.shape)
+        if isinstance(action, Tile):
+            if not 0 <= action.dim < result.rank:
+                return self.error(op, f"'slicer.loop' tiles dim {action.dim} but result #{index} has rank {result.rank}")
+            if want[action.dim] % rng.size:
+                return self.error(op, f"'slicer.loop' result #{index} dim {action.dim} of size {want[action.dim]} is not divisible by the range size {rng.size}")
+            want[action.dim] //= rng.size
+        if list(block.shape) != want or block.element_type != result.element_type:
+            self.error(
+                op,
+                f"'slicer.loop' ({action} over {rng}) result #{index} has type {result}, so the body must yield "
+                f"blocks of shape {'x'.join(map(str, want))}x{result.element_type}, but it yields {block}",
+            )
+
+    def check_range(self, op: ir.Operation, mesh: MeshInfo, rng: RangeType) -> bool:
+        if not self.check_axes(op, mesh, rng.axes, f"!slicer.range<{', '.join(rng.axes)}>"):
+            return False
+        size = mesh.range_size(rng.axes)
+        if rng.size != size:
+            self.error(op, f"range over {', '.join(rng.axes)} has size {rng.size}, but mesh @{mesh.name} gives {size}")
+            return False
+        return True
+
+    # -- slices ------------------------------------------------------------------------
+
+    def check_slice(self, op: ir.Operation) -> None:
+        view = SliceOp(op)
+        rng = view.range
+        if rng is None:
+            return self.error(op, f"'slicer.slice' range operand must be a !slicer.range, got {view.range_value.type}")
+        mesh = self.mesh_of_range(op, view.range_value)
+        if mesh is None or not self.check_range(op, mesh, rng):
+            return
+        src, res = view.source.type, view.result.type
+        if not (isinstance(src, ir.RankedTensorType) and isinstance(res, ir.RankedTensorType)):
+            return self.error(op, "'slicer.slice' source and result must be ranked tensors")
+        src, res = ir.RankedTensorType(src), ir.RankedTensorType(res)
+        dim = view.dim
+        if not 0 <= dim < src.rank:
+            return self.error(op, f"'slicer.slice' dim {dim} does not exist in {src} (rank {src.rank})")
+        if src.shape[dim] % rng.size:
+            return self.error(op, f"'slicer.slice' dim {dim} of size {src.shape[dim]} is not divisible by the range size {rng.size} ({', '.join(rng.axes)})")
+        expected = list(src.shape)
+        expected[dim] //= rng.size
+        if list(res.shape) != expected or res.element_type != src.element_type:
+            self.error(
+                op,
+                f"'slicer.slice' of {src} along dim {dim} over {rng} gives blocks of shape "
+                f"{'x'.join(map(str, expected))}, but the result type is {res}",
+            )
+
+    def mesh_of_range(self, op: ir.Operation, value: ir.Value) -> MeshInfo | None:
+        owner = value.owner
+        if isinstance(value, ir.BlockArgument) and isinstance(owner, ir.Block):
+            parent = owner.owner
+            if parent is not None and parent.name == LOOP:
+                return self.mesh_named(op, LoopOp(parent).mesh)
+        if len(self.meshes) == 1:
+            return next(iter(self.meshes.values()))
+        self.error(op, "cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the module declares " f"{len(self.meshes)} meshes")
+        return None
+
+    # -- shardings ---------------------------------------------------------------------
+
+    def check_annotate(self, op: ir.Operation) -> None:
+        view = AnnotateOp(op)
+        if view.source.type != view.result.type:
+            return self.error(op, f"'slicer.annotate' result type {view.result.type} differs from its source type {view.source.type}")
+        self.check_sharding(op, op.attributes["sharding"], view.source.type, "'slicer.annotate'")
+
+    def check_function_shardings(self, op: ir.Operation) -> None:
+        fn_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        for key, types, what in (("arg_attrs", fn_type.inputs, "argument"), ("res_attrs", fn_type.results, "result")):
+            if key not in op.attributes:
+                continue
+            for index, dict_attr in enumerate(ir.ArrayAttr(op.attributes[key])):
+                dict_attr = ir.DictAttr(dict_attr)
+                if SHARDING_ATTR in dict_attr:
+                    self.check_sharding(op, dict_attr[SHARDING_ATTR], types[index], f"{what} #{index}")
+
+    def check_sharding(self, op: ir.Operation, attr: ir.Attribute, type_: ir.Type, what: str) -> None:
+        sharding = Sharding.of(attr)
+        if sharding is None:
+            return self.error(op, f"{what}: expected #slicer.sharding<@mesh, [[axes], ...]>, got {attr}")
+        mesh = self.mesh_named(op, sharding.mesh)
+        if mesh is None:
+            return
+        if not isinstance(type_, ir.RankedTensorType):
+            return self.error(op, f"{what}: a sharding needs a ranked tensor, got {type_}")
+        tensor = ir.RankedTensorType(type_)
+        if len(sharding.dims) != tensor.rank:
+            return self.error(
+                op,
+                f"{what}: sharding {sharding} has {len(sharding.dims)} dims but {tensor} has rank {tensor.rank}; "
+                "give one axis list per dim ([] for an untiled dim)",
+            )
+        if not self.check_axes(op, mesh, sharding.used_axes(), f"sharding {sharding}"):
+            return
+        for dim, axes in enumerate(sharding.dims):
+            size = mesh.range_size(axes)
+            if tensor.shape[dim] % size:
+                return self.error(op, f"{what}: dim {dim} of size {tensor.shape[dim]} is not divisible by {size} (axes {', '.join(axes)})")
+
+
+def _enclosing_loop_using(op: ir.Operation, axis: str) -> ir.Operation | None:
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        if parent.name == LOOP:
+            rng = LoopOp(parent).range
+            if rng is not None and axis in rng.axes:
+                return parent
+        parent = parent.parent
+    return None

@@ -1,0 +1,1 @@
+"""Slicer: partition linalg-on-tensors programs over a device mesh."""

@@ -1,0 +1,1 @@
+"""Slicer passes: one file per pass, a lazy registry, and pipeline parsing."""

@@ -1,0 +1,30 @@
+"""Slicer passes by name, imported lazily so start-up stays fast (as in xDSL).
+
+Adding a pass: one file in this folder, one line here, one lit test named
+after the pass (`test/Transforms/<pass-name>.mlir`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import ModulePass
+
+_PASSES: dict[str, str] = {
+    "slicer-verify": "slicer.passes.verify:SlicerVerify",
+    "slicer-lower-to-loops": "slicer.passes.lower_to_loops:SlicerLowerToLoops",
+}
+
+
+def pass_names() -> list[str]:
+    return sorted(_PASSES)
+
+
+def is_slicer_pass(name: str) -> bool:
+    return name in _PASSES
+
+
+def get_pass(name: str) -> type[ModulePass]:
+    """The pass class registered under `name`; KeyError if there is none."""
+    module_name, class_name = _PASSES[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)

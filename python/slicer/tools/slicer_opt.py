@@ -1,0 +1,233 @@
+"""`slicer-opt`: mlir-opt for Slicer.
+
+Reads MLIR (a file or stdin), checks it with the slicer semantic verifier, runs
+a pass pipeline where Slicer passes and any upstream pass mix freely, and
+prints the result. Errors print as `file:line:col: error: ...` and exit 1; a
+failing pipeline also prints a one-line command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mlir import ir
+
+from slicer.dialect import make_context
+from slicer.dialect.verifier import verify
+from slicer.passes.pipeline import PipelineError, build_pass_manager
+from slicer.passes.registry import get_pass, pass_names
+from slicer.toolchain import find_tool
+
+from .diagnostics import Diag, check_expectations, expectations, file_line_col, from_mlir
+
+SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="slicer-opt", description=__doc__.splitlines()[0])
+    parser.add_argument("input", nargs="?", default="-", help="input file (default: stdin)")
+    parser.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    parser.add_argument("--pass-pipeline", default="", help="textual pipeline, e.g. 'builtin.module(slicer-lower-to-loops,canonicalize)'")
+    parser.add_argument("-p", dest="passes", default="", help="short form: comma-separated passes run on the module, e.g. 'slicer-verify,cse'")
+    parser.add_argument("--split-input-file", action="store_true", help="split the input at '// -----' and process each chunk alone")
+    parser.add_argument("--verify-diagnostics", action="store_true", help="check expected-error/warning/note annotations")
+    parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
+    parser.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
+    parser.add_argument("--mlir-print-op-generic", action="store_true", help="print every op in generic form")
+    parser.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
+    parser.add_argument("--no-implicit-verify", action="store_true", help="skip the slicer semantic verifier on the input")
+    parser.add_argument("--list-passes", action="store_true", help="list Slicer and upstream passes and exit")
+    args = parser.parse_args(argv)
+    if args.pass_pipeline and args.passes:
+        parser.error("give either --pass-pipeline or -p, not both")
+    return args
+
+
+# ----------------------------------------------------------------------------- --list-passes
+
+
+def upstream_passes() -> list[tuple[str, str]]:
+    """(name, description) of every upstream pass and pipeline, read from `mlir-opt --help`.
+
+    The Python bindings cannot enumerate the pass registry, and mlir-opt is
+    built from the same registry, so its help is the authoritative list.
+    """
+    tool = find_tool("mlir-opt")
+    if tool is None:
+        return []
+    text = subprocess.run([tool, "--help"], capture_output=True, text=True, check=False).stdout
+    found, inside = [], False
+    for line in text.splitlines():
+        if line.strip() in ("Passes:", "Pass Pipelines:"):
+            inside = True
+        elif re.match(r"^  \S", line):
+            inside = False
+        elif inside and (match := re.match(r"^      --([A-Za-z0-9_.-]+)\S*\s+-\s+(.*)$", line)):
+            found.append((match.group(1), match.group(2).strip()))
+    return found
+
+
+def list_passes() -> str:
+    lines = ["Slicer passes:"]
+    for name in pass_names():
+        cls = get_pass(name)
+        lines.append(f"  {name:<36} {cls.description}")
+        for option in cls.options_help():
+            lines.append(f"    {option}")
+    upstream = upstream_passes()
+    lines.append("")
+    if upstream:
+        lines.append("Upstream MLIR passes and pipelines (usable in the same pipeline):")
+        lines.extend(f"  {name:<36} {description}" for name, description in upstream)
+    else:
+        lines.append("Upstream MLIR passes: mlir-opt not found, cannot list them (they still work by name).")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- processing
+
+
+def parse_source(text: str, filename: str) -> ir.Operation:
+    """Parse `text` as a module, keeping `filename` in locations (implicit module like mlir-opt)."""
+    try:
+        op = ir.Operation.parse(text, source_name=filename)
+    except ir.MLIRError as exc:
+        if "single top-level operation" not in str(exc):
+            raise
+        op = None
+    if op is None or op.name != "builtin.module":
+        # Several top-level ops: wrap them on the first line so line numbers stay exact.
+        op = ir.Operation.parse("module {" + text + "\n}", source_name=filename)
+    return op
+
+
+class ChunkResult:
+    def __init__(self):
+        self.output: str | None = None
+        self.diags: list[Diag] = []
+        self.messages: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return self.output is not None
+
+
+def _unique(diags: list[Diag]) -> list[Diag]:
+    seen, result = set(), []
+    for d in diags:
+        key = (d.severity, d.file, d.line, d.col, d.message)
+        if key not in seen:
+            seen.add(key)
+            result.append(d)
+    return result
+
+
+def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namespace) -> ChunkResult:
+    result = ChunkResult()
+    context = make_context()
+    context.allow_unregistered_dialects = args.allow_unregistered_dialect
+    handler = context.attach_diagnostic_handler(lambda d: result.diags.append(from_mlir(d)) or True)
+    try:
+        with context, ir.Location.unknown():
+            try:
+                module = parse_source(text, filename)
+            except ir.MLIRError as exc:
+                result.diags.extend(from_mlir(d) for d in exc.error_diagnostics)
+                return result
+            if not args.no_implicit_verify:
+                errors = verify(module)
+                if errors:
+                    for error in errors:
+                        file, line, col = file_line_col(error.location)
+                        result.diags.append(Diag("error", file, line, col, error.message))
+                    return result
+            try:
+                pm = build_pass_manager(pipeline)
+            except PipelineError as exc:
+                result.messages.append(f"slicer-opt: error: {exc}")
+                return result
+            if args.mlir_print_ir_after_all:
+                pm.enable_ir_printing(print_after_all=True, print_module_scope=True)
+            before = module.get_asm(enable_debug_info=True)
+            try:
+                pm.run(module)
+            except ir.MLIRError as exc:
+                result.diags.extend(from_mlir(d) for d in exc.error_diagnostics)
+                result.messages.append(reproducer(before, pipeline))
+                return result
+            result.output = module.get_asm(
+                enable_debug_info=args.mlir_print_debuginfo, print_generic_op_form=args.mlir_print_op_generic
+            )
+    finally:
+        handler.detach()
+        result.diags = _unique(result.diags)
+    return result
+
+
+def reproducer(module_text: str, pipeline: str) -> str:
+    """Save the pipeline's input and return a ready-to-paste command that reproduces the failure."""
+    digest = hashlib.sha256((module_text + pipeline).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"slicer-repro-{digest}.mlir"
+    path.write_text(module_text)
+    return f"slicer-opt: reproduce with: slicer-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
+
+
+def split_chunks(text: str, split: bool) -> list[str]:
+    """Chunks padded with newlines so every chunk keeps the line numbers of the whole file."""
+    if not split:
+        return [text]
+    chunks, offset_lines = [], 0
+    for piece in SPLIT_MARKER.split(text):
+        chunks.append("\n" * offset_lines + piece)
+        offset_lines += piece.count("\n")
+    return chunks
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return 0
+    pipeline = args.pass_pipeline or (f"builtin.module({args.passes})" if args.passes else "")
+    if args.input == "-":
+        text, filename = sys.stdin.read(), "<stdin>"
+    else:
+        try:
+            text, filename = Path(args.input).read_text(), args.input
+        except OSError as exc:
+            print(f"slicer-opt: error: cannot read '{args.input}': {exc.strerror}", file=sys.stderr)
+            return 1
+    outputs, ok = [], True
+    for chunk in split_chunks(text, args.split_input_file):
+        result = process_chunk(chunk, filename, pipeline, args)
+        if args.verify_diagnostics:
+            problems = check_expectations(expectations(chunk), result.diags)
+            problems += result.messages if not result.diags else []
+            for problem in problems:
+                print(f"{filename}: error: {problem}", file=sys.stderr)
+            ok &= not problems
+        else:
+            for diag in result.diags:
+                print(diag.render(filename), file=sys.stderr)
+            for message in result.messages:
+                print(message, file=sys.stderr)
+            ok &= result.ok
+        if result.ok:
+            outputs.append(result.output)
+    rendered = "// -----\n".join(outputs)
+    if args.output == "-":
+        sys.stdout.write(rendered)
+    else:
+        Path(args.output).write_text(rendered)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
