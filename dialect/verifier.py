@@ -1,7 +1,8 @@
 """Semantic verifier of the `slicer` dialect: what IRDL cannot express.
 
 Checks, each reported at the offending op's location:
-- meshes: axis names unique, sizes positive, one size per axis, unique symbol;
+- meshes: axis names unique, sizes positive, one size per axis (a repeated
+  mesh name is a symbol redefinition, reported by MLIR itself);
 - loops: known mesh, a `#slicer.tile<d>`/`#slicer.sum` action, one range block
   argument over existing axes with the right size, no axis already used by an
   enclosing loop, a `tosa.yield` of one block per result with the block type the
@@ -91,9 +92,8 @@ class _Verifier:
                 return self.error(op, f"mesh @{name} declares axis '{axis}' twice")
             if size < 1:
                 return self.error(op, f"mesh @{name} axis '{axis}' has size {size}; sizes must be >= 1")
-        if name in self.meshes:
-            return self.error(op, f"mesh @{name} is declared twice")
-        self.meshes[name] = info
+        # A second mesh of the same name is a symbol redefinition, which MLIR reports.
+        self.meshes.setdefault(name, info)
 
     def mesh_named(self, op: ir.Operation, name: str) -> MeshInfo | None:
         if name not in self.meshes:
@@ -102,14 +102,15 @@ class _Verifier:
             return None
         return self.meshes[name]
 
-    def check_axes(self, op: ir.Operation, mesh: MeshInfo, axes, what: str) -> bool:
+    def check_axes(self, op: ir.Operation, mesh: MeshInfo, axes, what: str, where: str = "") -> bool:
+        """Every axis exists in `mesh` and appears once; `where` prefixes the message."""
         for axis in axes:
             if not mesh.has_axis(axis):
-                self.error(op, f"unknown mesh axis '{axis}' in {what} (mesh @{mesh.name} has axes {', '.join(mesh.axes)})")
+                self.error(op, f"{where}unknown mesh axis '{axis}' in {what} (mesh @{mesh.name} has axes {', '.join(mesh.axes)})")
                 return False
         for axis in axes:
             if list(axes).count(axis) > 1:
-                self.error(op, f"mesh axis '{axis}' is used twice in {what}")
+                self.error(op, f"{where}mesh axis '{axis}' is used twice in {what}")
                 return False
         return True
 
@@ -208,7 +209,8 @@ class _Verifier:
         if isinstance(value, ir.BlockArgument) and isinstance(owner, ir.Block):
             parent = owner.owner
             if parent is not None and parent.name == LOOP:
-                return self.mesh_named(op, LoopOp(parent).mesh)
+                # An unknown mesh is reported once, on the loop itself.
+                return self.meshes.get(LoopOp(parent).mesh)
         if len(self.meshes) == 1:
             return next(iter(self.meshes.values()))
         self.error(op, "cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the module declares " f"{len(self.meshes)} meshes")
@@ -248,7 +250,7 @@ class _Verifier:
                 f"{what}: sharding {sharding} has {len(sharding.dims)} dims but {tensor} has rank {tensor.rank}; "
                 "give one axis list per dim ([] for an untiled dim)",
             )
-        if not self.check_axes(op, mesh, sharding.used_axes(), f"sharding {sharding}"):
+        if not self.check_axes(op, mesh, sharding.used_axes(), f"sharding {sharding}", f"{what}: "):
             return
         for dim, axes in enumerate(sharding.dims):
             size = mesh.range_size(axes)

@@ -28,6 +28,8 @@ from slicer.toolchain import runner_utils_libraries
 # Bufferize with numpy-owned outputs, then lower everything to the LLVM dialect.
 LOWERING_PIPELINE = ",".join(
     [
+        # arith/math on tensors are elementwise: make them linalg.generic so they bufferize.
+        "func.func(convert-elementwise-to-linalg)",
         "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
         "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
         "buffer-deallocation-pipeline",

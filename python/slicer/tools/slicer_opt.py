@@ -31,19 +31,19 @@ SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="slicer-opt", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="slicer-opt", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("input", nargs="?", default="-", help="input file (default: stdin)")
     parser.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
-    parser.add_argument("--pass-pipeline", default="", help="textual pipeline, e.g. 'builtin.module(slicer-lower-to-loops,canonicalize)'")
+    parser.add_argument("--pass-pipeline", "-pass-pipeline", default="", help="textual pipeline, e.g. 'builtin.module(slicer-lower-to-loops,canonicalize)'")
     parser.add_argument("-p", dest="passes", default="", help="short form: comma-separated passes run on the module, e.g. 'slicer-verify,cse'")
-    parser.add_argument("--split-input-file", action="store_true", help="split the input at '// -----' and process each chunk alone")
-    parser.add_argument("--verify-diagnostics", action="store_true", help="check expected-error/warning/note annotations")
-    parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
-    parser.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
-    parser.add_argument("--mlir-print-op-generic", action="store_true", help="print every op in generic form")
-    parser.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
+    parser.add_argument("--split-input-file", "-split-input-file", action="store_true", help="split the input at '// -----' and process each chunk alone")
+    parser.add_argument("--verify-diagnostics", "-verify-diagnostics", action="store_true", help="check expected-error/warning/note annotations")
+    parser.add_argument("--mlir-print-ir-after-all", "-mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
+    parser.add_argument("--mlir-print-debuginfo", "-mlir-print-debuginfo", action="store_true", help="print locations")
+    parser.add_argument("--mlir-print-op-generic", "-mlir-print-op-generic", action="store_true", help="print every op in generic form")
+    parser.add_argument("--allow-unregistered-dialect", "-allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
     parser.add_argument("--no-implicit-verify", action="store_true", help="skip the slicer semantic verifier on the input")
-    parser.add_argument("--list-passes", action="store_true", help="list Slicer and upstream passes and exit")
+    parser.add_argument("--list-passes", "-list-passes", action="store_true", help="list Slicer and upstream passes and exit")
     args = parser.parse_args(argv)
     if args.pass_pipeline and args.passes:
         parser.error("give either --pass-pipeline or -p, not both")
@@ -154,6 +154,7 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
                 result.messages.append(f"slicer-opt: error: {exc}")
                 return result
             if args.mlir_print_ir_after_all:
+                context.enable_multithreading(False)  # MLIR requires it for IR printing
                 pm.enable_ir_printing(print_after_all=True, print_module_scope=True)
             before = module.get_asm(enable_debug_info=True)
             try:
@@ -196,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(list_passes())
         return 0
     pipeline = args.pass_pipeline or (f"builtin.module({args.passes})" if args.passes else "")
+    try:  # like mlir-opt, reject a bad pipeline before reading any input
+        with make_context():
+            build_pass_manager(pipeline)
+    except PipelineError as exc:
+        print(f"slicer-opt: error: {exc}", file=sys.stderr)
+        return 1
     if args.input == "-":
         text, filename = sys.stdin.read(), "<stdin>"
     else:

@@ -1,0 +1,32 @@
+# `make demo` and `make test` set themselves up on first use (a .venv with
+# `pip install -e '.[test]'`), then run the main job / the whole suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lit pytest clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python examples/demo.py
+
+lit: $(STAMP)
+	$(VENV)/bin/lit -sv test
+
+pytest: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+# Both suites always run; the target fails if either does.
+test: $(STAMP)
+	@status=0; \
+	$(VENV)/bin/lit -sv test || status=1; \
+	$(VENV)/bin/python -m pytest || status=1; \
+	exit $$status
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis

