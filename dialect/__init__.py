@@ -5,7 +5,7 @@ Defined in IRDL (`slicer.irdl.mlir`) and registered dynamically in a context by
 verifier for what IRDL cannot express.
 """
 
-from .attributes import Action, RangeType, Sharding, Sum, Tile, action_of
+from .attributes import Action, RangeType, Sharding, SumAction, TileAction, action_of
 from .loader import IRDL_PATH, load_dialect, make_context
 from .ops import (
     ANNOTATE,
@@ -31,7 +31,7 @@ from .ops import (
 )
 
 __all__ = [
-    "Action", "RangeType", "Sharding", "Sum", "Tile", "action_of",
+    "Action", "RangeType", "Sharding", "SumAction", "TileAction", "action_of",
     "IRDL_PATH", "load_dialect", "make_context",
     "ANNOTATE", "LOOP", "MESH", "SHARDING_ATTR", "SLICE", "YIELD",
     "AnnotateOp", "LoopOp", "MeshInfo", "MeshOp", "SliceOp",

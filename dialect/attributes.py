@@ -109,7 +109,7 @@ def _parse_range(text: str, context: ir.Context) -> RangeType | None:
 
 
 @dataclass(frozen=True)
-class Tile:
+class TileAction:
     """Loop action `#slicer.tile<dim>`: concatenate the body's blocks along `dim`."""
 
     dim: int
@@ -122,7 +122,7 @@ class Tile:
 
 
 @dataclass(frozen=True)
-class Sum:
+class SumAction:
     """Loop action `#slicer.sum`: add the body's blocks up (elementwise)."""
 
     def to_attr(self, context: ir.Context | None = None) -> ir.Attribute:
@@ -132,21 +132,21 @@ class Sum:
         return "sum"
 
 
-Action = Tile | Sum
+Action = TileAction | SumAction
 
 
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
     text = str(attr)
     if text == "#slicer.sum":
-        return Sum()
+        return SumAction()
     params = _split_params(text, "#slicer.tile")
     if params is None or len(params) != 1:
         return None
     value = ir.Attribute.parse(params[0], attr.context)
     if not isinstance(value, ir.IntegerAttr):
         return None
-    return Tile(ir.IntegerAttr(value).value)
+    return TileAction(ir.IntegerAttr(value).value)
 
 
 # ----------------------------------------------------------------------------- sharding

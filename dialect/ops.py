@@ -183,9 +183,9 @@ def yield_(values: Sequence[ir.Value], *, loc=None, ip=None) -> ir.Operation:
 
 def block_type(result_type: ir.RankedTensorType, action: Action, size: int) -> ir.RankedTensorType:
     """The block type a loop body yields for a loop result of `result_type`."""
-    from .attributes import Tile
+    from .attributes import TileAction
 
-    if isinstance(action, Tile):
+    if isinstance(action, TileAction):
         return with_dim(result_type, action.dim, result_type.shape[action.dim] // size)
     return result_type
 

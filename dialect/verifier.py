@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from .attributes import RangeType, Sharding, Sum, Tile
+from .attributes import RangeType, Sharding, SumAction, TileAction
 from .ops import (
     ANNOTATE,
     LOOP,
@@ -154,7 +154,7 @@ class _Verifier:
 
     def check_loop_result(self, op, index, result: ir.RankedTensorType, block: ir.RankedTensorType, action, rng) -> None:
         want = list(result.shape)
-        if isinstance(action, Tile):
+        if isinstance(action, TileAction):
             if not 0 <= action.dim < result.rank:
                 return self.error(op, f"'slicer.loop' tiles dim {action.dim} but result #{index} has rank {result.rank}")
             if want[action.dim] % rng.size:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor
 
-from slicer.dialect import ANNOTATE, LOOP, SLICE, LoopOp, SliceOp, Sum, Tile, walk_ops
+from slicer.dialect import ANNOTATE, LOOP, SLICE, LoopOp, SliceOp, SumAction, TileAction, walk_ops
 
 from .base import Located, ModulePass, PassFailure
 
@@ -62,7 +62,7 @@ def lower_loop(loop: LoopOp) -> None:
         for result in loop.results:
             rtype = ir.RankedTensorType(result.type)
             empty = tensor.empty(rtype.shape, rtype.element_type)
-            inits.append(linalg.fill(_zero(rtype.element_type), outs=[empty]) if isinstance(action, Sum) else empty)
+            inits.append(linalg.fill(_zero(rtype.element_type), outs=[empty]) if isinstance(action, SumAction) else empty)
         for_op = scf.ForOp(_index(0), _index(rng.size), _index(1), inits)
     iv = for_op.induction_variable
     with ir.InsertionPoint(for_op.body), op.location:
@@ -75,7 +75,7 @@ def lower_loop(loop: LoopOp) -> None:
     with ir.InsertionPoint(placeholder), terminator.location:
         updated = []
         for acc, block in zip(for_op.inner_iter_args, terminator.operands):
-            if isinstance(action, Tile):
+            if isinstance(action, TileAction):
                 updated.append(_insert_block(block, acc, action.dim, iv))
             else:
                 updated.append(linalg.add(acc, block, outs=[acc]))

@@ -19,7 +19,7 @@ def build_tiled_negate():
 
             @func.FuncOp.from_py_func(t)
             def negate(a):
-                loop = sd.loop([t], mesh="mesh", action=sd.Tile(0), range=sd.RangeType(("y",), 3))
+                loop = sd.loop([t], mesh="mesh", action=sd.TileAction(0), range=sd.RangeType(("y",), 3))
                 with ir.InsertionPoint(loop.body):
                     block = sd.slice_(a, loop.range_arg, 0)
                     from mlir.dialects import arith
@@ -38,7 +38,7 @@ def test_builders_produce_verified_ir_with_typed_views():
         (loop_op,) = list(sd.walk_ops(module, sd.LOOP))
         loop = sd.LoopOp(loop_op)
         assert loop.mesh == "mesh"
-        assert loop.action == sd.Tile(0)
+        assert loop.action == sd.TileAction(0)
         assert loop.range == sd.RangeType(("y",), 3)
         assert len(loop.yielded) == 1
         (slice_op,) = list(sd.walk_ops(module, sd.SLICE))
@@ -59,7 +59,7 @@ def test_attribute_views_round_trip():
     with sd.make_context():
         for rng in (sd.RangeType(("x",), 2), sd.RangeType(("x", "y"), 6)):
             assert sd.RangeType.of(rng.to_type()) == rng
-        for action in (sd.Tile(3), sd.Sum()):
+        for action in (sd.TileAction(3), sd.SumAction()):
             assert sd.action_of(action.to_attr()) == action
         sharding = sd.Sharding("my mesh", (("x", "y"), (), ("z",)))
         assert sd.Sharding.of(sharding.to_attr()) == sharding
