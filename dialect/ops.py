@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from mlir import ir
 
-from .attributes import Action, RangeType, Sharding, action_of
+from .attributes import Action, RangeType, Sharding, TileAction, action_of
 
 MESH = "slicer.mesh"
 LOOP = "slicer.loop"
@@ -183,8 +183,6 @@ def yield_(values: Sequence[ir.Value], *, loc=None, ip=None) -> ir.Operation:
 
 def block_type(result_type: ir.RankedTensorType, action: Action, size: int) -> ir.RankedTensorType:
     """The block type a loop body yields for a loop result of `result_type`."""
-    from .attributes import TileAction
-
     if isinstance(action, TileAction):
         return with_dim(result_type, action.dim, result_type.shape[action.dim] // size)
     return result_type

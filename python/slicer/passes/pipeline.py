@@ -133,10 +133,6 @@ def _check_no_nested_slicer_pass(element: Element) -> None:
         _check_no_nested_slicer_pass(nested)
 
 
-class InternalError(RuntimeError):
-    """A Slicer pass crashed (a bug in Slicer, not in the input)."""
-
-
 def build_pass_manager(pipeline: str, context: ir.Context | None = None) -> PassManager:
     """One PassManager on `builtin.module` running `pipeline` in order."""
     context = context or ir.Context.current
