@@ -1,0 +1,269 @@
+"""Collectives as typing rules, with their per-device costs.
+
+Each step is an immutable value carrying exactly what the matching upstream ``shard`` collective needs
+(``mesh_axes`` major to minor, the tensor dims, or for ``permute`` an explicit source->target device map)
+plus ``type_after``. ``rule(before, mesh)`` derives the type after the step from the type before it (or
+raises :class:`RedistributionError` when the step does not apply); ``received(before, layout)`` gives the
+elements each device receives; live memory during a step is its input block plus its output block.
+
+Rules (``K`` = product of the sizes of ``mesh_axes``, ``L`` = local element count before the step):
+
+=================  =========================================================  =====================  =======
+step               effect on the type                                          received per device    after
+=================  =========================================================  =====================  =======
+all_slice          append unused ``mesh_axes`` as the finest tiles of a dim     0                      L/K
+all_gather         drop ``mesh_axes``, a minor suffix of a dim                  (K-1)L                 KL
+all_to_all         move the minor suffix ``mesh_axes`` of ``concat_axis`` to    (K-1)L/K               L
+                   the finest tiles of ``split_axis``
+permute            any type with the same local shape (explicit device map)     L if moved, else 0     L
+all_reduce         drop ``mesh_axes`` from the partial axes                     2(K-1)L/K (ring)       L
+reduce_scatter     partial ``mesh_axes`` become the finest tiles of a dim       (K-1)L/K               L/K
+=================  =========================================================  =====================  =======
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+import numpy as np
+
+from .errors import RedistributionError
+from .layout import Layout, nontrivial_partial
+from .mesh import Mesh
+from .types import DistType
+
+
+def _check_dim(t: DistType, dim: int, what: str) -> None:
+    if not isinstance(dim, int) or not 0 <= dim < t.rank:
+        raise RedistributionError(f"{what} {dim} is out of range for {t} of rank {t.rank}")
+
+
+def _check_axes(mesh: Mesh, axes: tuple[str, ...], op: str) -> None:
+    if not axes:
+        raise RedistributionError(f"{op}: mesh_axes is empty; name at least one mesh axis")
+    if len(set(axes)) != len(axes):
+        raise RedistributionError(f"{op}: mesh_axes {list(axes)} repeats an axis")
+    for a in axes:
+        mesh.axis_index(a)
+
+
+def _check_suffix(t: DistType, dim: int, axes: tuple[str, ...], op: str) -> None:
+    if t.dims[dim][len(t.dims[dim]) - len(axes):] != axes or len(axes) > len(t.dims[dim]):
+        raise RedistributionError(
+            f"{op}: mesh axes [{','.join(axes)}] are not the finest (last) tiles of dim {dim} in {t}; "
+            f"only a minor suffix of [{','.join(t.dims[dim])}] can be gathered")
+
+
+def _check_unused(t: DistType, axes: tuple[str, ...], op: str) -> None:
+    used = t.used_axes()
+    for a in axes:
+        if a in used:
+            raise RedistributionError(f"{op}: mesh axis '{a}' is already used in {t}; slice only by unused axes")
+
+
+def _check_divisible(mesh: Mesh, t: DistType, dim: int, axes: tuple[str, ...], op: str) -> None:
+    local = t.local_shape(mesh)[dim]
+    k = mesh.group_size(axes)
+    if local % k:
+        raise RedistributionError(
+            f"{op}: local size {local} of dim {dim} in {t} is not divisible by {k} = |{','.join(axes)}|")
+
+
+def _replace_dim(dims, dim, axes):
+    return tuple(axes if i == dim else d for i, d in enumerate(dims))
+
+
+@dataclass(frozen=True)
+class AllSlice:
+    """Local dynamic slice: each device keeps the chunk of ``slice_axis`` at its index in ``mesh_axes``."""
+    slice_axis: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_slice"
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        _check_dim(before, self.slice_axis, "all_slice: slice_axis")
+        _check_axes(mesh, self.mesh_axes, self.op)
+        _check_unused(before, self.mesh_axes, self.op)
+        _check_divisible(mesh, before, self.slice_axis, self.mesh_axes, self.op)
+        dims = _replace_dim(before.dims, self.slice_axis, before.dims[self.slice_axis] + self.mesh_axes)
+        return DistType(before.shape, dims, before.partial)
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        return np.zeros(layout.device_count, dtype=np.int64)
+
+    def fields(self) -> dict:
+        return {"slice_axis": self.slice_axis, "mesh_axes": list(self.mesh_axes)}
+
+
+@dataclass(frozen=True)
+class AllGather:
+    """Concatenate the blocks of the group over ``mesh_axes`` along ``gather_axis`` (group order)."""
+    gather_axis: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_gather"
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        _check_dim(before, self.gather_axis, "all_gather: gather_axis")
+        _check_axes(mesh, self.mesh_axes, self.op)
+        _check_suffix(before, self.gather_axis, self.mesh_axes, self.op)
+        kept = before.dims[self.gather_axis][:len(before.dims[self.gather_axis]) - len(self.mesh_axes)]
+        return DistType(before.shape, _replace_dim(before.dims, self.gather_axis, kept), before.partial)
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        k = layout.mesh.group_size(self.mesh_axes)
+        return np.full(layout.device_count, (k - 1) * before.local_size(layout.mesh), dtype=np.int64)
+
+    def fields(self) -> dict:
+        return {"gather_axis": self.gather_axis, "mesh_axes": list(self.mesh_axes)}
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """Split ``split_axis`` into K chunks, send chunk j to group member j, concatenate along ``concat_axis``."""
+    split_axis: int
+    concat_axis: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_to_all"
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        _check_dim(before, self.split_axis, "all_to_all: split_axis")
+        _check_dim(before, self.concat_axis, "all_to_all: concat_axis")
+        if self.split_axis == self.concat_axis:
+            raise RedistributionError("all_to_all: split_axis and concat_axis must differ")
+        _check_axes(mesh, self.mesh_axes, self.op)
+        _check_suffix(before, self.concat_axis, self.mesh_axes, self.op)
+        _check_divisible(mesh, before, self.split_axis, self.mesh_axes, self.op)
+        c = before.dims[self.concat_axis]
+        dims = _replace_dim(before.dims, self.concat_axis, c[:len(c) - len(self.mesh_axes)])
+        dims = _replace_dim(dims, self.split_axis, dims[self.split_axis] + self.mesh_axes)
+        return DistType(before.shape, dims, before.partial)
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        k = layout.mesh.group_size(self.mesh_axes)
+        return np.full(layout.device_count, (k - 1) * (before.local_size(layout.mesh) // k), dtype=np.int64)
+
+    def fields(self) -> dict:
+        return {"split_axis": self.split_axis, "concat_axis": self.concat_axis, "mesh_axes": list(self.mesh_axes)}
+
+
+@dataclass(frozen=True)
+class Permute:
+    """Device ``dst`` receives the whole block of device ``src`` for every ``(src, dst)`` in ``pairs``
+    (linear ranks); other devices keep their block. Retypes to any type with the same local shape."""
+    pairs: tuple[tuple[int, int], ...]
+    type_after: DistType
+    op: ClassVar[str] = "permute"
+
+    def source_of(self, n: int) -> np.ndarray:
+        src = np.arange(n, dtype=np.int64)
+        for s, d in self.pairs:
+            src[d] = s
+        return src
+
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
+        after = self.type_after
+        if after.shape != before.shape or len(after.dims) != len(before.dims):
+            raise RedistributionError(f"permute: {after} does not have the global shape of {before}")
+        if after.local_shape(mesh) != before.local_shape(mesh):
+            raise RedistributionError(
+                f"permute: local shape {after.local_shape(mesh)} of {after} differs from {before.local_shape(mesh)} "
+                f"of {before}; permute only relabels blocks of equal shape")
+        if nontrivial_partial(mesh, before) != nontrivial_partial(mesh, after):
+            raise RedistributionError(f"permute: {before} and {after} have different partial-sum axes")
+        DistType.of(mesh, after.shape, after.dims, after.partial)
+        n = mesh.device_count
+        srcs = [s for s, _ in self.pairs]
+        dsts = [d for _, d in self.pairs]
+        if any(not 0 <= r < n for r in srcs + dsts):
+            raise RedistributionError(f"permute: a rank in {list(self.pairs)} is outside the mesh of {n} devices")
+        if len(set(dsts)) != len(dsts) or sorted(srcs) != sorted(dsts) or any(s == d for s, d in self.pairs):
+            raise RedistributionError("permute: pairs must form a permutation of the moved devices (each moved "
+                                      "device sends once and receives once, no self pairs)")
+        layout = layout or Layout(mesh, before.shape)
+        source = self.source_of(n)
+        wrong = np.nonzero(layout.block_ids(before)[source] != layout.block_ids(after))[0]
+        if wrong.size:
+            r = int(wrong[0])
+            raise RedistributionError(
+                f"permute: device {r} {mesh.coords(r)} would receive the block of device {int(source[r])}, "
+                f"which is not its block under {after}")
+        return after
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        out = np.zeros(layout.device_count, dtype=np.int64)
+        if self.pairs:
+            out[[d for _, d in self.pairs]] = before.local_size(layout.mesh)
+        return out
+
+    def fields(self) -> dict:
+        return {"pairs": [list(p) for p in self.pairs]}
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """Sum over the group over the partial axes ``mesh_axes``; they stop being partial."""
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_reduce"
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        _check_axes(mesh, self.mesh_axes, self.op)
+        for a in self.mesh_axes:
+            if a not in before.partial:
+                raise RedistributionError(f"all_reduce: mesh axis '{a}' is not a partial-sum axis of {before}")
+        return DistType(before.shape, before.dims, tuple(a for a in before.partial if a not in self.mesh_axes))
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        k = layout.mesh.group_size(self.mesh_axes)
+        local = before.local_size(layout.mesh)
+        return np.full(layout.device_count, -(-2 * (k - 1) * local // k), dtype=np.int64)
+
+    def fields(self) -> dict:
+        return {"mesh_axes": list(self.mesh_axes)}
+
+
+@dataclass(frozen=True)
+class ReduceScatter:
+    """Sum over the partial axes ``mesh_axes`` and keep the chunk of ``scatter_axis`` at the group index."""
+    scatter_axis: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "reduce_scatter"
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        _check_dim(before, self.scatter_axis, "reduce_scatter: scatter_axis")
+        _check_axes(mesh, self.mesh_axes, self.op)
+        for a in self.mesh_axes:
+            if a not in before.partial:
+                raise RedistributionError(f"reduce_scatter: mesh axis '{a}' is not a partial-sum axis of {before}")
+        _check_divisible(mesh, before, self.scatter_axis, self.mesh_axes, self.op)
+        dims = _replace_dim(before.dims, self.scatter_axis, before.dims[self.scatter_axis] + self.mesh_axes)
+        return DistType(before.shape, dims, tuple(a for a in before.partial if a not in self.mesh_axes))
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        k = layout.mesh.group_size(self.mesh_axes)
+        return np.full(layout.device_count, (k - 1) * (before.local_size(layout.mesh) // k), dtype=np.int64)
+
+    def fields(self) -> dict:
+        return {"scatter_axis": self.scatter_axis, "mesh_axes": list(self.mesh_axes)}
+
+
+Step = Union[AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter]
+STEP_TYPES = {cls.op: cls for cls in (AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter)}
+
+
+def apply_rule(step: Step, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
+    """The type after ``step`` from the type before it (raises if the step does not type-check)."""
+    if isinstance(step, Permute):
+        return step.rule(before, mesh, layout)
+    return step.rule(before, mesh)
+
+
+def step_with_type(step: Step, type_after: DistType) -> Step:
+    """The same step with another ``type_after`` (used when re-deriving types)."""
+    from dataclasses import replace
+    return replace(step, type_after=type_after)

@@ -1,0 +1,116 @@
+"""Where every device's block lies: vectorised per-device geometry of distributed types on a mesh.
+
+Used by the typing rules (permute validity), the cost model (bytes received, lower bound) and the
+simulator. All arrays are indexed by device linear rank (row-major mesh coordinates).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from .mesh import Mesh
+from .types import DistType
+
+
+class Layout:
+    """Per-device geometry of types of one global ``shape`` on one ``mesh`` (caches per axis group)."""
+
+    def __init__(self, mesh: Mesh, shape: tuple[int, ...]):
+        self.mesh = mesh
+        self.shape = tuple(shape)
+        n = mesh.device_count
+        ranks = np.arange(n, dtype=np.int64)
+        coords = []
+        for size in reversed(mesh.shape):
+            coords.append(ranks % size)
+            ranks = ranks // size
+        self.coords = {name: c for name, c in zip(mesh.axis_names, reversed(coords))}
+        self.device_count = n
+        self._group_cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._id_cache: dict[DistType, np.ndarray] = {}
+        self._overlap_cache: dict = {}
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def get(mesh: Mesh, shape: tuple[int, ...]) -> "Layout":
+        """A shared (cached) layout for ``mesh`` and ``shape``."""
+        return Layout(mesh, tuple(shape))
+
+    def group_index(self, axes: tuple[str, ...]) -> np.ndarray:
+        """Each device's linear index within its group over ``axes`` (major to minor)."""
+        cached = self._group_cache.get(axes)
+        if cached is None:
+            cached = np.zeros(self.device_count, dtype=np.int64)
+            for axis in axes:
+                cached = cached * self.mesh.size(axis) + self.coords[axis]
+            self._group_cache[axes] = cached
+        return cached
+
+    def group_key(self, axes: tuple[str, ...]) -> np.ndarray:
+        """Identifies each device's group over ``axes``: the linear index over all *other* mesh axes."""
+        rest = tuple(a for a in self.mesh.axis_names if a not in axes)
+        return self.group_index(rest)
+
+    def block_ranges(self, t: DistType) -> list[tuple[np.ndarray, int]]:
+        """Per dim: (start offsets per device, local length)."""
+        out = []
+        for size, axes in zip(self.shape, t.dims):
+            length = size // self.mesh.group_size(axes)
+            out.append((self.group_index(axes) * length, length))
+        return out
+
+    def block_ids(self, t: DistType) -> np.ndarray:
+        return self.ids_of(t.dims, t.partial)
+
+    def ids_of(self, dims: tuple, partial: tuple) -> np.ndarray:
+        """An id per device equal for two devices iff they hold the same block *and* the same partial-sum
+        contribution index (coordinates along the non-trivial partial axes). Comparable between types with
+        equal local shapes and equal non-trivial partial axes."""
+        key = (dims, partial)
+        cached = self._id_cache.get(key)
+        if cached is None:
+            cached = np.zeros(self.device_count, dtype=np.int64)
+            for axes in dims:
+                cached = cached * self.mesh.group_size(axes) + self.group_index(axes)
+            for axis in partial:
+                cached = cached * self.mesh.size(axis) + self.coords[axis]
+            self._id_cache[key] = cached
+        return cached
+
+    def overlap(self, a: DistType, b: DistType) -> np.ndarray:
+        """Per device: number of elements shared by its block under ``a`` and under ``b``."""
+        return self.overlap_dims(a.dims, b.dims)
+
+    def overlap_dims(self, dims_a: tuple, dims_b: tuple) -> np.ndarray:
+        total = None
+        for d, (size, da, db) in enumerate(zip(self.shape, dims_a, dims_b)):
+            key = (d, da, db)
+            ov = self._overlap_cache.get(key)
+            if ov is None:
+                la, lb = size // self.mesh.group_size(da), size // self.mesh.group_size(db)
+                sa, sb = self.group_index(da) * la, self.group_index(db) * lb
+                ov = np.maximum(np.minimum(sa + la, sb + lb) - np.maximum(sa, sb), 0)
+                self._overlap_cache[key] = ov
+            total = ov if total is None else total * ov
+        if total is None:
+            return np.ones(self.device_count, dtype=np.int64)
+        return total
+
+
+def nontrivial_partial(mesh: Mesh, t: DistType) -> tuple[str, ...]:
+    return tuple(a for a in t.partial if mesh.size(a) > 1)
+
+
+def lower_bound_elements(layout: Layout, src: DistType, dst: DistType) -> np.ndarray:
+    """Per device: elements of its target block it does not already hold.
+
+    A device holding only a partial-sum contribution (a non-trivial partial axis of ``src`` that ``dst``
+    does not keep) holds none of its target values: it must receive something for every element.
+    """
+    mesh = layout.mesh
+    target = dst.local_size(mesh)
+    if set(nontrivial_partial(mesh, src)) - set(dst.partial):
+        return np.full(layout.device_count, target, dtype=np.int64)
+    return target - layout.overlap(src, dst)

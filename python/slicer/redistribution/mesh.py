@@ -1,0 +1,158 @@
+"""Device meshes: ordered, named axes with sizes (JAX-like, immutable, hashable).
+
+Device linear rank <-> mesh coordinate is row-major over the axes in declaration order (first axis most
+significant). This matches ``MPI.COMM_WORLD.Create_cart(mesh.shape)`` and the upstream MLIR ``shard`` dialect.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from .errors import RedistributionError
+
+_AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Mesh:
+    """An immutable device mesh, e.g. ``Mesh(x=2, y=4)`` (keyword order = axis order).
+
+    Also accepts a sequence of ``(name, size)`` pairs or a mapping: ``Mesh([("x", 2), ("y", 4)])``.
+    """
+
+    __slots__ = ("_axes", "_index")
+
+    def __init__(self, axes: Iterable[tuple[str, int]] | Mapping[str, int] | None = None, /, **sizes: int):
+        if axes is not None and sizes:
+            raise RedistributionError("Mesh(): give the axes either as pairs/mapping or as keywords, not both")
+        if axes is None:
+            items = list(sizes.items())
+        elif isinstance(axes, Mapping):
+            items = list(axes.items())
+        else:
+            try:
+                items = [tuple(pair) for pair in axes]
+            except TypeError as exc:
+                raise RedistributionError(f"Mesh(): expected (name, size) pairs, got {axes!r}") from exc
+        seen: set[str] = set()
+        checked = []
+        for pair in items:
+            if len(pair) != 2:
+                raise RedistributionError(f"Mesh(): expected (name, size) pairs, got {pair!r}")
+            name, size = pair
+            if not isinstance(name, str) or not _AXIS_NAME.match(name):
+                raise RedistributionError(
+                    f"invalid mesh axis name {name!r}: use an identifier such as 'x' or 'data' "
+                    "(letters, digits, underscores; not starting with a digit)")
+            if name in seen:
+                raise RedistributionError(f"duplicate mesh axis name '{name}': give every axis a distinct name")
+            if isinstance(size, bool) or not isinstance(size, int):
+                try:
+                    if isinstance(size, bool) or int(size) != size:
+                        raise ValueError
+                    size = int(size)
+                except (TypeError, ValueError):
+                    raise RedistributionError(
+                        f"mesh axis '{name}' has size {size!r}: sizes must be positive integers") from None
+            if size <= 0:
+                raise RedistributionError(
+                    f"mesh axis '{name}' has size {size}: sizes must be positive integers (use 1 for a trivial axis)")
+            seen.add(name)
+            checked.append((name, size))
+        object.__setattr__(self, "_axes", tuple(checked))
+        object.__setattr__(self, "_index", {name: i for i, (name, _) in enumerate(checked)})
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Mesh is immutable")
+
+    @classmethod
+    def parse(cls, text: str) -> "Mesh":
+        """Parse ``"x=2,y=4"`` (spaces allowed)."""
+        text = text.strip()
+        if not text:
+            raise RedistributionError("empty mesh spec: write axes as name=size, e.g. 'x=2,y=4'")
+        pairs = []
+        for part in text.split(","):
+            if "=" not in part:
+                raise RedistributionError(f"invalid mesh axis '{part.strip()}' in '{text}': write name=size, e.g. 'x=2'")
+            name, size = (s.strip() for s in part.split("=", 1))
+            try:
+                value = int(size)
+            except ValueError:
+                raise RedistributionError(
+                    f"mesh axis '{name}' has size '{size}' in '{text}': sizes must be positive integers") from None
+            pairs.append((name, value))
+        return cls(pairs)
+
+    @property
+    def axes(self) -> tuple[tuple[str, int], ...]:
+        return self._axes
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self._axes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(size for _, size in self._axes)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._axes)
+
+    @property
+    def device_count(self) -> int:
+        count = 1
+        for _, size in self._axes:
+            count *= size
+        return count
+
+    def has_axis(self, axis: str) -> bool:
+        return axis in self._index
+
+    def axis_index(self, axis: str) -> int:
+        try:
+            return self._index[axis]
+        except KeyError:
+            raise RedistributionError(
+                f"unknown mesh axis '{axis}': the mesh has axes {', '.join(self.axis_names) or '(none)'}") from None
+
+    def size(self, axis: str) -> int:
+        return self._axes[self.axis_index(axis)][1]
+
+    def group_size(self, axes: Iterable[str]) -> int:
+        count = 1
+        for axis in axes:
+            count *= self.size(axis)
+        return count
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Mesh coordinate of a linear rank (row-major, first axis most significant)."""
+        if not 0 <= rank < self.device_count:
+            raise RedistributionError(f"rank {rank} is outside the mesh {self} of {self.device_count} devices")
+        out = []
+        for size in reversed(self.shape):
+            out.append(rank % size)
+            rank //= size
+        return tuple(reversed(out))
+
+    def rank(self, coords: Iterable[int]) -> int:
+        coords = tuple(coords)
+        if len(coords) != self.ndim or any(not 0 <= c < s for c, s in zip(coords, self.shape)):
+            raise RedistributionError(f"coordinate {coords} is outside the mesh {self}")
+        rank = 0
+        for c, size in zip(coords, self.shape):
+            rank = rank * size + c
+        return rank
+
+    def __eq__(self, other):
+        return isinstance(other, Mesh) and self._axes == other._axes
+
+    def __hash__(self):
+        return hash(("Mesh", self._axes))
+
+    def __str__(self):
+        return ",".join(f"{name}={size}" for name, size in self._axes)
+
+    def __repr__(self):
+        return "Mesh(" + ", ".join(f"{name}={size}" for name, size in self._axes) + ")"

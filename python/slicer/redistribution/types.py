@@ -1,0 +1,216 @@
+"""Distributed array types and their single textual form.
+
+A :class:`DistType` is a global ``shape``, for each tensor dim the ordered tuple of mesh axes that tile it
+(**major to minor**, the JAX / MLIR ``shard`` convention) and a tuple of partial-sum axes (kept in mesh
+order). Offset convention: for a dim tiled by ``[a0, a1, ..., an]`` a device's block index along the dim is
+``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. (DESIGN.md writes the same
+types finest-first as ``L{an,...,a0}G``.) Partial over ``z`` means the true value is the sum over the
+z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the block.
+
+Text form, used by the CLI, JSON, IR attributes and error messages: ``[[x,y],[]]`` and, with partial axes,
+``[[x],[]] partial=[z]``. The parser accepts spaces and quotes (``[["x", "y"], []]``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import RedistributionError
+from .mesh import Mesh
+
+#: Element types by name. bf16 is rejected: numpy has no native bfloat16 (it would need ml_dtypes).
+DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype for a dtype name (``f32``, ``f64``, ``f16``, ``i32``, ``i64``)."""
+    if name in DTYPES:
+        return np.dtype(DTYPES[name])
+    if name == "bf16":
+        raise RedistributionError("dtype 'bf16' is not supported (numpy has no bfloat16): use f16 or f32 "
+                                  "for planning, the byte counts of f16 equal those of bf16")
+    raise RedistributionError(f"unknown dtype '{name}': use one of {', '.join(DTYPES)}")
+
+
+def itemsize(name: str) -> int:
+    return numpy_dtype(name).itemsize
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse ``1024x1024`` (also ``1024`` for rank 1) into a tuple of positive ints."""
+    text = text.strip()
+    if not text:
+        raise RedistributionError("empty shape: write it as sizes separated by 'x', e.g. 1024x1024")
+    out = []
+    for part in text.lower().split("x"):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise RedistributionError(f"invalid shape '{text}': write sizes separated by 'x', e.g. 1024x1024") from None
+        if value <= 0:
+            raise RedistributionError(f"invalid shape '{text}': every size must be a positive integer")
+        out.append(value)
+    return tuple(out)
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def format_dims(dims: Sequence[Sequence[str]], partial: Sequence[str] = ()) -> str:
+    text = "[" + ",".join("[" + ",".join(d) + "]" for d in dims) + "]"
+    if partial:
+        text += " partial=[" + ",".join(partial) + "]"
+    return text
+
+
+@dataclass(frozen=True)
+class DistType:
+    """A distributed array type (see module docstring). Build validated values with :meth:`of` / :meth:`parse`."""
+
+    shape: tuple[int, ...]
+    dims: tuple[tuple[str, ...], ...]
+    partial: tuple[str, ...] = ()
+
+    # -- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def of(cls, mesh: Mesh, shape: Iterable[int], dims: Iterable[Iterable[str]],
+           partial: Iterable[str] = ()) -> "DistType":
+        """Validate against ``mesh`` and canonicalise (partial axes in mesh order)."""
+        shape = tuple(int(s) for s in shape)
+        dims = tuple(tuple(d) for d in dims)
+        partial = tuple(partial)
+        spec = format_dims(dims, partial)
+        if any(s <= 0 for s in shape):
+            raise RedistributionError(f"shape {format_shape(shape)} has a non-positive size")
+        if len(dims) != len(shape):
+            raise RedistributionError(
+                f"spec {spec} has {len(dims)} dims but the shape {format_shape(shape) or '()'} has rank "
+                f"{len(shape)}: give one axis list per dim, e.g. {format_dims([[] for _ in shape])}")
+        seen: dict[str, str] = {}
+        for d, axes in enumerate(dims):
+            for axis in axes:
+                if not mesh.has_axis(axis):
+                    raise RedistributionError(
+                        f"unknown mesh axis '{axis}' in dim {d} of {spec}: the mesh {mesh} has axes "
+                        f"{', '.join(mesh.axis_names)}")
+                if axis in seen:
+                    raise RedistributionError(
+                        f"mesh axis '{axis}' is used twice in {spec} ({seen[axis]} and dim {d}): "
+                        "an axis may tile at most one dim, once")
+                seen[axis] = f"dim {d}"
+        for axis in partial:
+            if not mesh.has_axis(axis):
+                raise RedistributionError(
+                    f"unknown mesh axis '{axis}' in partial=[...] of {spec}: the mesh {mesh} has axes "
+                    f"{', '.join(mesh.axis_names)}")
+            if axis in seen:
+                raise RedistributionError(
+                    f"mesh axis '{axis}' is used twice in {spec} ({seen[axis]} and partial): "
+                    "a partial-sum axis cannot also tile a dim")
+            seen[axis] = "partial"
+        for d, (size, axes) in enumerate(zip(shape, dims)):
+            count = mesh.group_size(axes)
+            if size % count:
+                factors = "*".join(f"{a}({mesh.size(a)})" for a in axes)
+                raise RedistributionError(
+                    f"dim {d} of size {size} is not divisible by {count} = {factors} in {spec}: "
+                    f"use a size that is a multiple of {count} or tile dim {d} by fewer axes")
+        partial = tuple(sorted(partial, key=mesh.axis_index))
+        return cls(shape, dims, partial)
+
+    @classmethod
+    def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> "DistType":
+        """Parse the text form (``[[x,y],[]] partial=[z]``) and validate it against ``shape`` and ``mesh``."""
+        dims, partial = parse_spec(text)
+        return cls.of(mesh, shape, dims, partial)
+
+    # -- queries ------------------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def used_axes(self) -> set[str]:
+        return {a for d in self.dims for a in d} | set(self.partial)
+
+    def local_shape(self, mesh: Mesh) -> tuple[int, ...]:
+        return tuple(s // mesh.group_size(d) for s, d in zip(self.shape, self.dims))
+
+    def local_size(self, mesh: Mesh) -> int:
+        return int(np.prod(self.local_shape(mesh), dtype=np.int64))
+
+    def spec(self) -> str:
+        return format_dims(self.dims, self.partial)
+
+    def __str__(self):
+        return self.spec()
+
+
+_TOKEN = re.compile(r"\s*(?:(\[)|(\])|(,)|\"([^\"]*)\"|'([^']*)'|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _parse_list(text: str, pos: int, whole: str) -> tuple[list, int]:
+    """Parse a bracketed list of names or lists starting at ``text[pos] == '['``."""
+    items: list = []
+    m = _TOKEN.match(text, pos)
+    if not m or not m.group(1):
+        raise RedistributionError(f"invalid spec '{whole}': expected '[' at position {pos}")
+    pos = m.end()
+    expect_item = True
+    while True:
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise RedistributionError(
+                f"invalid spec '{whole}': unexpected text at position {pos}; write e.g. [[x,y],[]]")
+        if m.group(2):
+            return items, m.end()
+        if m.group(3):
+            if expect_item:
+                raise RedistributionError(f"invalid spec '{whole}': unexpected ',' at position {pos}")
+            expect_item = True
+            pos = m.end()
+            continue
+        if not expect_item:
+            raise RedistributionError(f"invalid spec '{whole}': missing ',' at position {pos}")
+        if m.group(1):
+            sub, pos = _parse_list(text, pos, whole)
+            items.append(sub)
+        else:
+            name = next(g for g in m.groups()[3:] if g is not None)
+            items.append(name)
+            pos = m.end()
+        expect_item = False
+
+
+def parse_spec(text: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """Parse ``[[x,y],[]] partial=[z]`` into ``(dims, partial)`` without validation."""
+    whole = text
+    text = text.strip()
+    partial: list = []
+    m = re.search(r"\bpartial\s*=", text)
+    if m:
+        tail = text[m.end():]
+        head = text[:m.start()].rstrip().rstrip(",").rstrip()
+        plist, end = _parse_list(tail, 0, whole)
+        if tail[end:].strip():
+            raise RedistributionError(f"invalid spec '{whole}': unexpected text after partial=[...]")
+        if any(isinstance(p, list) for p in plist):
+            raise RedistributionError(f"invalid spec '{whole}': partial=[...] lists axis names, e.g. partial=[z]")
+        partial = plist
+        text = head
+    if not text.startswith("["):
+        raise RedistributionError(f"invalid spec '{whole}': write one axis list per dim, e.g. [[x,y],[]]")
+    dims, end = _parse_list(text, 0, whole)
+    if text[end:].strip():
+        raise RedistributionError(f"invalid spec '{whole}': unexpected text after the dims list")
+    for d in dims:
+        if not isinstance(d, list):
+            raise RedistributionError(
+                f"invalid spec '{whole}': each dim needs its own list of axes, e.g. [[{d}],[]] instead of [{d}]")
+        if any(isinstance(a, list) for a in d):
+            raise RedistributionError(f"invalid spec '{whole}': axis lists cannot be nested deeper than [[x],[y]]")
+    return tuple(tuple(d) for d in dims), tuple(partial)
