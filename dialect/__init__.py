@@ -11,7 +11,10 @@ from .ops import (
     ANNOTATE,
     LOOP,
     MESH,
+    PRIORITY_ATTR,
+    RULE_ATTR,
     SHARDING_ATTR,
+    TACTIC_ATTR,
     SLICE,
     YIELD,
     AnnotateOp,
@@ -33,7 +36,7 @@ from .ops import (
 __all__ = [
     "Action", "RangeType", "Sharding", "SumAction", "TileAction", "action_of",
     "IRDL_PATH", "load_dialect", "make_context",
-    "ANNOTATE", "LOOP", "MESH", "SHARDING_ATTR", "SLICE", "YIELD",
+    "ANNOTATE", "LOOP", "MESH", "PRIORITY_ATTR", "RULE_ATTR", "SHARDING_ATTR", "SLICE", "TACTIC_ATTR", "YIELD",
     "AnnotateOp", "LoopOp", "MeshInfo", "MeshOp", "SliceOp",
     "annotate", "block_type", "find_meshes", "loop", "mesh", "slice_", "walk_ops", "with_dim", "yield_",
 ]

@@ -24,6 +24,11 @@ ANNOTATE = "slicer.annotate"
 YIELD = "tosa.yield"
 # Discardable attribute carrying a requested sharding on function arguments/results.
 SHARDING_ATTR = "slicer.sharding"
+# Provenance on loops: the tactic that started them, its position in the schedule
+# (earlier tactics win conflicts), and the propagation rule that made the loop.
+TACTIC_ATTR = "slicer.tactic"
+PRIORITY_ATTR = "slicer.priority"
+RULE_ATTR = "slicer.rule"
 
 
 def _op(value: ir.Operation | ir.OpView | ir.Module) -> ir.Operation:

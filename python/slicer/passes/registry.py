@@ -13,6 +13,7 @@ from .base import ModulePass
 _PASSES: dict[str, str] = {
     "slicer-verify": "slicer.passes.verify:SlicerVerify",
     "slicer-lower-to-loops": "slicer.passes.lower_to_loops:SlicerLowerToLoops",
+    "slicer-apply-tactics": "slicer.passes.apply_tactics:SlicerApplyTactics",
 }
 
 

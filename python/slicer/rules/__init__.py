@@ -1,1 +1,38 @@
-"""Propagation rules as data, derived from linalg indexing maps (DESIGN.md section 3)."""
+"""Propagation rules as data, derived from linalg indexing maps (DESIGN.md section 3).
+
+`rule_for(op)` gives the `OpRule` of an op: for linalg ops it is derived from the
+indexing maps, iterator types and body (`from_linalg.py`), so a new linalg op
+needs no new code; a few non-linalg ops have small explicit entries
+(`explicit.py`). `OpRule.tile(operand=k | result=r, dim=j)` answers "this dim is
+tiled: which loop, which action, which operands are sliced, or why not"
+(`table.py`). Pure analysis: nothing here rewrites IR.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from .table import PARALLEL, REDUCTION, DimUse, OpRule, RuleOutcome
+
+
+class NoRule(LookupError):
+    """The op has no rule (neither linalg nor an explicit entry)."""
+
+
+def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
+    """The rule of `op`; raises NoRule naming the op and where to add an entry."""
+    from .explicit import explicit_rule
+    from .from_linalg import is_linalg_op, linalg_rule
+
+    op = op.operation
+    with op.context:
+        if is_linalg_op(op):
+            return linalg_rule(op)
+        rule = explicit_rule(op)
+    if rule is None:
+        raise NoRule(f"no propagation rule for '{op.name}': it is not a linalg op and has no entry in "
+                     "slicer.rules.explicit (add one there)")
+    return rule
+
+
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "rule_for"]

@@ -1,0 +1,168 @@
+"""Small explicit rule entries for the non-linalg ops propagation meets (DESIGN.md section 3).
+
+Each entry describes the op in the same terms as a linalg op (`OpRule`: loops,
+which loop each operand/result dim walks, what blocks), so `OpRule.tile` answers
+for them exactly as for linalg ops:
+- `arith.*` / `math.*` on tensors: elementwise, one parallel loop per dim (a
+  tensor `arith.constant` only when it is a splat);
+- `tensor.empty`: one parallel loop per result dim (no operand to slice);
+- `tensor.expand_shape`: one loop per result dim; a source dim walks the major
+  result dim of its group; the minor dims of a group cannot be tiled (their
+  blocks are strided in the source);
+- `tensor.collapse_shape`: one loop per source dim; a result dim walks the major
+  source dim of its group; the minor source dims cannot be tiled;
+- `tensor.concat`: every dim but the concatenated one (whose blocks would mix
+  the inputs);
+- `tensor.extract_slice` / `tensor.insert_slice`: the dims the slice takes whole
+  (offset 0, full size, stride 1): there a block of one side is the block of the
+  other; a dim that is cut cannot be tiled (its blocks would cross the slice
+  bounds), nor can a rank-reducing slice.
+`linalg.transpose` needs no entry: it is a linalg op (its rule comes from its maps).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mlir import ir
+
+from .table import PARALLEL, DimUse, OpRule
+
+
+def explicit_rule(op: ir.Operation) -> OpRule | None:
+    """The explicit rule of `op`, or None if it has no entry."""
+    if op.name in _ENTRIES:
+        return _ENTRIES[op.name](op)
+    if op.name.split(".")[0] in ("arith", "math"):
+        return _elementwise(op)
+    return None
+
+
+def _ranked(value: ir.Value) -> ir.RankedTensorType | None:
+    return value.type if isinstance(value.type, ir.RankedTensorType) else None
+
+
+def _loops(rank: int) -> tuple[str, ...]:
+    return (PARALLEL,) * rank
+
+
+def _identity(rank: int) -> tuple[DimUse, ...]:
+    return tuple(DimUse.walks(d) for d in range(rank))
+
+
+def _elementwise(op: ir.Operation) -> OpRule | None:
+    shapes = {tuple(t.shape) for v in list(op.operands) + list(op.results) if (t := _ranked(v)) is not None}
+    tensors = [v for v in list(op.operands) + list(op.results) if _ranked(v) is not None]
+    if not op.results or len(tensors) != len(op.operands) + len(op.results) or len(shapes) != 1:
+        return None  # scalars, or not elementwise on tensors of one shape
+    rank = len(next(iter(shapes)))
+    return OpRule(op.name, _loops(rank), tuple(_identity(rank) for _ in op.operands),
+                  tuple(_identity(rank) for _ in op.results))
+
+
+def _constant(op: ir.Operation) -> OpRule | None:
+    """A splat tensor constant: each block is the same splat of the block shape (like tensor.empty)."""
+    if _ranked(op.results[0]) is None:
+        return None  # a scalar constant is not partitioned
+    value = op.attributes["value"]
+    rank = op.results[0].type.rank
+    if isinstance(value, ir.DenseElementsAttr) and value.is_splat:
+        return OpRule(op.name, _loops(rank), (), (_identity(rank),))
+    reason = "belongs to a non-splat constant, whose blocks are different constants (no rule yet)"
+    return OpRule(op.name, _loops(rank), (), (tuple(DimUse.blocked(reason) for _ in range(rank)),))
+
+
+def _empty(op: ir.Operation) -> OpRule:
+    rank = op.results[0].type.rank
+    return OpRule(op.name, _loops(rank), tuple(() for _ in op.operands), (_identity(rank),))
+
+
+def _groups(op: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _minor_blocks(groups: list[list[int]], side: str, verb: str) -> tuple[tuple[int, str], ...]:
+    return tuple(
+        (d, f"{side} dim {d} is a minor dim of the {verb} group {group}; only the major dim of a group "
+            "can be tiled (the blocks of a minor dim are strided)")
+        for group in groups for d in group[1:]
+    )
+
+
+def _expand_shape(op: ir.Operation) -> OpRule:
+    groups = _groups(op)
+    rank = op.results[0].type.rank
+    source = tuple(DimUse.walks(group[0]) for group in groups)
+    operands = (source,) + tuple(() for _ in list(op.operands)[1:])  # output_shape sizes are scalars
+    return OpRule(op.name, _loops(rank), operands, (_identity(rank),),
+                  loop_blocks=_minor_blocks(groups, "result", "expanded"))
+
+
+def _collapse_shape(op: ir.Operation) -> OpRule:
+    groups = _groups(op)
+    rank = op.operands[0].type.rank
+    result = tuple(DimUse.walks(group[0]) for group in groups)
+    return OpRule(op.name, _loops(rank), (_identity(rank),), (result,),
+                  loop_blocks=_minor_blocks(groups, "source", "collapsed"))
+
+
+def _concat(op: ir.Operation) -> OpRule:
+    dim = ir.IntegerAttr(op.attributes["dim"]).value
+    rank = op.results[0].type.rank
+    reason = f"is the concatenated dim of tensor.concat (dim = {dim}); its blocks would mix the inputs"
+    uses = tuple(DimUse.blocked(reason) if d == dim else DimUse.walks(d) for d in range(rank))
+    return OpRule(op.name, _loops(rank), tuple(uses for _ in op.operands), (uses,))
+
+
+def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]:
+    """Per dim of `full` (the sliced tensor): None if the slice takes it whole, else why not."""
+    offsets, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[k]))
+                               for k in ("static_offsets", "static_sizes", "static_strides"))
+    reasons = []
+    for d in range(full.rank):
+        if offsets[d] == 0 and sizes[d] == full.shape[d] and strides[d] == 1 and not full.is_dynamic_dim(d):
+            reasons.append(None)
+        else:
+            shown = ["?" if v == ir.ShapedType.get_dynamic_size() else str(v) for v in (offsets[d], sizes[d], strides[d])]
+            reasons.append(f"is cut by {op.name} (offset {shown[0]}, size {shown[1]}, stride {shown[2]}) instead of "
+                           "taken whole, so blocks would cross the slice bounds")
+    return reasons
+
+
+def _slice_rule(op: ir.Operation, full: ir.RankedTensorType, part: ir.RankedTensorType, full_is_operand: int | None,
+                part_operand: int | None) -> OpRule:
+    """Common shape of extract_slice (full = source, part = result) and insert_slice (full = dest/result)."""
+    rank = full.rank
+    if part.rank != rank:
+        reason = f"belongs to a rank-reducing {op.name}, which has no rule yet"
+        blocked_full = tuple(DimUse.blocked(reason) for _ in range(rank))
+        blocked_part = tuple(DimUse.blocked(reason) for _ in range(part.rank))
+        uses_full, uses_part = blocked_full, blocked_part
+    else:
+        reasons = _slice_dims(op, full)
+        uses_full = tuple(DimUse.walks(d) if r is None else DimUse.blocked(r) for d, r in enumerate(reasons))
+        uses_part = uses_full
+    operands = []
+    for k in range(len(op.operands)):
+        operands.append(uses_full if k == full_is_operand else uses_part if k == part_operand else ())
+    result = uses_part if op.name == "tensor.extract_slice" else uses_full
+    return OpRule(op.name, _loops(rank), tuple(operands), (result,))
+
+
+def _extract_slice(op: ir.Operation) -> OpRule:
+    return _slice_rule(op, op.operands[0].type, op.results[0].type, full_is_operand=0, part_operand=None)
+
+
+def _insert_slice(op: ir.Operation) -> OpRule:
+    return _slice_rule(op, op.operands[1].type, op.operands[0].type, full_is_operand=1, part_operand=0)
+
+
+_ENTRIES: dict[str, Callable[[ir.Operation], OpRule | None]] = {
+    "arith.constant": _constant,
+    "tensor.empty": _empty,
+    "tensor.expand_shape": _expand_shape,
+    "tensor.collapse_shape": _collapse_shape,
+    "tensor.concat": _concat,
+    "tensor.extract_slice": _extract_slice,
+    "tensor.insert_slice": _insert_slice,
+}

@@ -1,0 +1,119 @@
+"""Derive an op's rule from its linalg structure: indexing maps, iterator types, body.
+
+Works for `linalg.generic` and every named linalg op (matmul, batch_matmul,
+transpose, fill, elementwise ...) without per-op code:
+- indexing maps come from the LinalgOp interface (`linalg.get_indexing_maps`);
+- iterator types and the body of a named op come from a generalized copy
+  (upstream `linalg-generalize-named-ops` on a throwaway function holding a clone
+  of the op), so the table stays exactly what MLIR itself says the op means.
+For each operand (inputs then outputs) and result dim: a plain `d_i` walks loop
+`i`; any other affine expression (`d0 + d1`, a constant, a symbol, `d0 * 2`)
+blocks tiling that dim and the loops it mentions. Each result's reduction
+combiner is checked (`combiner.py`), and loops the body reads with `linalg.index`
+are blocked (a block would see indices shifted by its offset).
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import func, linalg
+
+from .combiner import reduction_combiner
+from .table import PARALLEL, REDUCTION, DimUse, OpRule
+
+_ITERATORS = {PARALLEL: "#linalg.iterator_type<parallel>", REDUCTION: "#linalg.iterator_type<reduction>"}
+
+
+def is_linalg_op(op: ir.Operation) -> bool:
+    """Whether `op` implements the LinalgOp interface (has indexing maps)."""
+    return op.name.startswith("linalg.") and linalg.get_indexing_maps(op.opview) is not None
+
+
+def linalg_rule(op: ir.Operation) -> OpRule:
+    """The rule of a linalg op (see the module docstring); the op itself is not modified."""
+    maps = [ir.AffineMapAttr(m).value for m in linalg.get_indexing_maps(op.opview)]
+    if op.name == "linalg.generic":
+        return _rule_of_generic(op.name, op, maps)
+    with op.context, op.location:
+        probe = _generalized_clone(op)
+        generic = next(o.operation for o in _walk(probe.operation) if o.name == "linalg.generic")
+        return _rule_of_generic(op.name, generic, maps)
+
+
+def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
+    iterators = tuple(_iterator_name(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"]))
+    num_results = len(generic.results)
+    num_inputs = len(generic.operands) - num_results
+    operands = tuple(tuple(_dim_use(expr) for expr in m.results) for m in maps)
+    results = operands[num_inputs:]
+    body = generic.regions[0].blocks[0]
+    reduces = REDUCTION in iterators
+    combiners = tuple(reduction_combiner(body, r, num_inputs) if reduces else None for r in range(num_results))
+    names = tuple(
+        f"operand #{k} ({'input' if k < num_inputs else 'init'} {k if k < num_inputs else k - num_inputs})"
+        for k in range(len(operands))
+    )
+    return OpRule(name, iterators, operands, results, combiners, _index_blocks(body), names)
+
+
+def _iterator_name(attr: ir.Attribute) -> str:
+    for name, text in _ITERATORS.items():
+        if attr == ir.Attribute.parse(text):
+            return name
+    raise ValueError(f"unknown linalg iterator type {attr}")
+
+
+def _dim_use(expr: ir.AffineExpr) -> DimUse:
+    if isinstance(expr, ir.AffineDimExpr):
+        return DimUse.walks(expr.position)
+    if isinstance(expr, ir.AffineConstantExpr):
+        return DimUse.blocked(f"is indexed by the constant {expr.value}, not a loop dim")
+    return DimUse.blocked(f"is indexed by {expr}, not a plain loop dim", tuple(sorted(_dims_in(expr))))
+
+
+def _dims_in(expr: ir.AffineExpr) -> set[int]:
+    if isinstance(expr, ir.AffineDimExpr):
+        return {expr.position}
+    if isinstance(expr, ir.AffineBinaryExpr):
+        return _dims_in(expr.lhs) | _dims_in(expr.rhs)
+    return set()
+
+
+def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
+    found = {}
+    for op in _walk_block(body):
+        if op.name == "linalg.index":
+            dim = ir.IntegerAttr(op.attributes["dim"]).value
+            found.setdefault(dim, f"the body reads linalg.index {dim} (the iteration index), which inside a "
+                                  "block would count from the block's start")
+    return tuple(sorted(found.items()))
+
+
+def _generalized_clone(op: ir.Operation) -> ir.Module:
+    """A module with one function applying a clone of `op` to its arguments, generalized."""
+    from slicer.passes.pipeline import run_pipeline
+
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp("rule_probe", ([v.type for v in op.operands], [r.type for r in op.results]))
+        block = fn.add_entry_block()
+        with ir.InsertionPoint(block):
+            clone = op.clone()
+            for index, arg in enumerate(block.arguments):
+                clone.operands[index] = arg
+            func.ReturnOp(list(clone.results))
+    run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+    return module
+
+
+def _walk(root: ir.Operation) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+    root.walk(lambda o: found.append(o.operation) or ir.WalkResult.ADVANCE)
+    return found
+
+
+def _walk_block(block: ir.Block) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+    for op in block.operations:
+        found.extend(_walk(op.operation))
+    return found

@@ -1,0 +1,170 @@
+"""The rule table's data: how each dim of an op's operands and results relates to its loops.
+
+An `OpRule` describes one op as a loop nest (DESIGN.md section 3): every operand
+and result dim either walks one loop dim `d_i` (`DimUse.loop == i`) or cannot be
+tiled (`DimUse.reason` says why, e.g. it is indexed by `d0 + d1`). Loops are
+"parallel" or "reduction"; a reduction can be split into partial results only if
+the op combines into each result by addition (`OpRule.combiners`).
+
+`OpRule.tile(operand=k | result=r, dim=j)` answers the question propagation asks:
+"this dim is tiled; what happens to the op?" -> a `RuleOutcome`:
+- `loop`: the loop dim `d_i` the dim walks;
+- `actions`: per result, `TileAction(e)` (the result is rebuilt by concatenating
+  along its dim `e` that walks `d_i`) for a parallel loop, or `SumAction()` for a
+  reduction loop (the partial results are added up);
+- `slices`: operand index -> dim to slice (every operand dim that walks `d_i`;
+  operands that do not walk it are used whole);
+- `zero_inits`: for a sum, the init (`outs`) operands each block must start from
+  zero instead of from the init, which is added once after the sum (otherwise it
+  would be added once per block);
+- or `blocked`: why the op cannot be tiled along that dim.
+
+Operands are numbered as the op's operands (for linalg: inputs then outputs);
+results as the op's results. Rules are data: building one needs no rewriting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slicer.dialect import SumAction, TileAction
+from slicer.dialect.attributes import Action
+
+PARALLEL = "parallel"
+REDUCTION = "reduction"
+
+
+@dataclass(frozen=True)
+class DimUse:
+    """One operand/result dim: the loop dim it walks, or why it walks none (blocks tiling it).
+
+    `involves` lists the loop dims a non-plain index mentions (`d0 + d1` -> (0, 1)):
+    tiling one of them would need this dim sliced in a way a block cannot express.
+    """
+
+    loop: int | None
+    reason: str | None = None
+    involves: tuple[int, ...] = ()
+
+    @staticmethod
+    def walks(loop: int) -> "DimUse":
+        return DimUse(loop)
+
+    @staticmethod
+    def blocked(reason: str, involves: tuple[int, ...] = ()) -> "DimUse":
+        return DimUse(None, reason, tuple(involves))
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What tiling one operand/result dim does to an op (see the module docstring)."""
+
+    loop: int | None = None
+    actions: tuple[Action, ...] = ()
+    slices: tuple[tuple[int, int], ...] = ()
+    zero_inits: tuple[int, ...] = ()
+    blocked: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.blocked is None
+
+    @property
+    def action(self) -> Action:
+        """The action of the op's single result (or the one action all results share)."""
+        if not self.ok:
+            raise ValueError(f"the rule is blocked: {self.blocked}")
+        if len(set(self.actions)) != 1:
+            raise ValueError(f"the results are rebuilt with different actions {self.actions}; use .actions")
+        return self.actions[0]
+
+    @property
+    def slice_map(self) -> dict[int, int]:
+        """Operand index -> dim to slice."""
+        return dict(self.slices)
+
+    @staticmethod
+    def block(reason: str, loop: int | None = None) -> "RuleOutcome":
+        return RuleOutcome(loop=loop, blocked=reason)
+
+
+@dataclass(frozen=True)
+class OpRule:
+    """An op seen as a loop nest: iterator types, dim uses of operands and results, combiners.
+
+    `combiners[r]` is None when result `r` is combined by an addition across a
+    reduction loop, else the reason it is not. `loop_blocks[i]` blocks tiling
+    loop `i` whatever the dim (e.g. the body reads `linalg.index i`).
+    """
+
+    op_name: str
+    iterator_types: tuple[str, ...]
+    operands: tuple[tuple[DimUse, ...], ...]
+    results: tuple[tuple[DimUse, ...], ...]
+    combiners: tuple[str | None, ...] = ()
+    loop_blocks: tuple[tuple[int, str], ...] = ()
+    operand_names: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.combiners:
+            object.__setattr__(self, "combiners", (None,) * len(self.results))
+        if not self.operand_names:
+            object.__setattr__(self, "operand_names", tuple(f"operand #{k}" for k in range(len(self.operands))))
+
+    def tile(self, *, operand: int | None = None, result: int | None = None, dim: int) -> RuleOutcome:
+        """The outcome of tiling dim `dim` of operand `operand` (or of result `result`)."""
+        if (operand is None) == (result is None):
+            raise ValueError("OpRule.tile: give exactly one of operand= or result=")
+        if operand is not None:
+            uses, what = self._dims(self.operands, operand, "operand"), self.operand_names[operand]
+        else:
+            uses, what = self._dims(self.results, result, "result"), f"result #{result}"
+        if not 0 <= dim < len(uses):
+            raise ValueError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
+        use = uses[dim]
+        if use.loop is None:
+            return RuleOutcome.block(f"{self.op_name}: {what} dim {dim} {use.reason}")
+        return self.tile_loop(use.loop)
+
+    def tile_loop(self, loop: int) -> RuleOutcome:
+        """The outcome of tiling loop dim `d_loop` (what any dim walking it leads to)."""
+        name = self.op_name
+        for blocked_loop, reason in self.loop_blocks:
+            if blocked_loop == loop:
+                return RuleOutcome.block(f"{name}: loop d{loop} cannot be tiled: {reason}", loop)
+        slices = []
+        for k, uses in enumerate(self.operands):
+            dims = [j for j, use in enumerate(uses) if use.loop == loop]
+            if len(dims) > 1:
+                return RuleOutcome.block(f"{name}: {self.operand_names[k]} walks loop d{loop} in several dims "
+                                         f"({', '.join(map(str, dims))}), so no single dim can be sliced", loop)
+            mixed = [j for j, use in enumerate(uses) if loop in use.involves]
+            if mixed:
+                j = mixed[0]
+                return RuleOutcome.block(f"{name}: {self.operand_names[k]} dim {j} {uses[j].reason} (it mixes "
+                                         f"loop d{loop} with other loops), so it cannot be sliced along d{loop}", loop)
+            if dims:
+                slices.append((k, dims[0]))
+        if self.iterator_types[loop] == PARALLEL:
+            actions = []
+            for r, uses in enumerate(self.results):
+                dims = [e for e, use in enumerate(uses) if use.loop == loop]
+                if len(dims) != 1:
+                    return RuleOutcome.block(f"{name}: result #{r} does not walk parallel loop d{loop} in exactly "
+                                             "one dim, so its blocks cannot be concatenated", loop)
+                actions.append(TileAction(dims[0]))
+            return RuleOutcome(loop=loop, actions=tuple(actions), slices=tuple(slices))
+        for r, reason in enumerate(self.combiners):
+            if reason is not None:
+                return RuleOutcome.block(f"{name}: loop d{loop} is a reduction and result #{r}'s {reason}, "
+                                         "so partial results cannot be added up", loop)
+        inits = tuple(len(self.operands) - len(self.results) + r for r in range(len(self.results)))
+        return RuleOutcome(loop=loop, actions=(SumAction(),) * len(self.results), slices=tuple(slices),
+                           zero_inits=inits)
+
+    @staticmethod
+    def _dims(table, index: int, kind: str) -> tuple[DimUse, ...]:
+        if not 0 <= index < len(table):
+            raise ValueError(f"there is no {kind} #{index} ({len(table)} {kind}s)")
+        return table[index]
+

@@ -1,0 +1,236 @@
+"""Tactics: the user's partitioning requests, as immutable values (DESIGN.md sections 1-2).
+
+A tactic says, for one function argument or result (referred to by position),
+either "tile dim `d` over mesh axes `a...`" (`Tile`) or "keep it replicated"
+(`Replicate`). A schedule is an ordered sequence of tactics applied one by one
+by `apply_tactics`, which rewrites the program into an *equal* program with
+`slicer.loop`/`slicer.slice` (see `slicer.passes.apply_tactics` for the exact
+rewrite). The same requests can be written in the IR (`slicer.sharding` on
+function arguments/results, `slicer.annotate` on any value) or on the command
+line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`);
+all three front doors produce the same tactic values.
+
+Axis order: several axes on one dim are listed **major to minor** (as in
+`#slicer.sharding` and JAX): `axes=("x", "y")` gives block index
+`idx(x) * |y| + idx(y)`.
+
+Checks that need no program (one of `arg`/`result`, non-negative indices, axis
+names, no axis twice) run when the value is built and raise `InvalidTactic`;
+checks against the program and mesh (index and dim in range, axis exists, dim
+divisible, no conflict with an earlier tactic) run in `apply_tactics`, which
+raises `TacticError` with located diagnostics and leaves the module untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence, Union
+
+from mlir import ir
+
+from slicer.passes.base import PassFailure
+
+AxisNames = tuple[str, ...]
+
+
+class InvalidTactic(ValueError):
+    """A tactic value that is wrong on its own (before looking at any program)."""
+
+
+class TacticError(PassFailure, ValueError):
+    """Tactics that do not fit the program or mesh; `.diagnostics` are located (func or annotate op)."""
+
+    def __str__(self) -> str:
+        return "\n".join(d.message for d in self.diagnostics)
+
+
+def _check_index(tactic: str, name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidTactic(f"{tactic}: {name}={value!r} must be a position (an int >= 0); "
+                            f"function {name}s are counted from 0")
+
+
+def _check_target(tactic: "Tile | Replicate") -> None:
+    if (tactic.arg is None) == (tactic.result is None):
+        raise InvalidTactic(f"{tactic}: give exactly one of arg= or result= "
+                            "(the position of the function argument or result it applies to)")
+    _check_index(str(tactic), "arg", tactic.arg)
+    _check_index(str(tactic), "result", tactic.result)
+
+
+def _target_text(tactic: "Tile | Replicate") -> list[str]:
+    parts = []
+    if tactic.arg is not None:
+        parts.append(f"arg={tactic.arg!r}")
+    if tactic.result is not None:
+        parts.append(f"result={tactic.result!r}")
+    return parts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tile:
+    """Tile dim `dim` of function argument `arg` (or result `result`) over mesh `axes`.
+
+    `axes` is one axis name or several, major to minor: `Tile(arg=0, dim=0, axes=("x", "y"))`
+    cuts dim 0 into |x|*|y| blocks, block `idx(x) * |y| + idx(y)` on device (x, y).
+    """
+
+    arg: int | None = None
+    result: int | None = None
+    dim: int
+    axes: Union[str, AxisNames]
+
+    def __post_init__(self) -> None:
+        axes = (self.axes,) if isinstance(self.axes, str) else self.axes
+        try:
+            axes = tuple(axes)
+        except TypeError:
+            raise InvalidTactic(f"{self}: axes must be an axis name or a sequence of names, major to minor") from None
+        object.__setattr__(self, "axes", axes)
+        _check_target(self)
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 0:
+            raise InvalidTactic(f"{self}: dim={self.dim!r} must be an int >= 0 (dims are counted from 0)")
+        if not axes:
+            raise InvalidTactic(f"{self}: give at least one mesh axis (use Replicate to keep a value whole)")
+        for axis in axes:
+            if not isinstance(axis, str) or not axis:
+                raise InvalidTactic(f"{self}: axis {axis!r} must be a non-empty mesh axis name")
+        for axis in axes:
+            if axes.count(axis) > 1:
+                raise InvalidTactic(f"{self}: axis '{axis}' is listed twice; a dim is tiled by each axis at most once")
+
+    def __repr__(self) -> str:
+        axes = self.axes[0] if isinstance(self.axes, tuple) and len(self.axes) == 1 else self.axes
+        return f"Tile({', '.join(_target_text(self) + [f'dim={self.dim!r}', f'axes={axes!r}'])})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replicate:
+    """Keep function argument `arg` (or result `result`) whole on every device.
+
+    Recorded in the IR as a `slicer.annotate` with an all-empty sharding so later
+    passes see the requirement; it creates no loop.
+    """
+
+    arg: int | None = None
+    result: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_target(self)
+
+    def __repr__(self) -> str:
+        return f"Replicate({', '.join(_target_text(self))})"
+
+    __str__ = __repr__
+
+
+Tactic = Union[Tile, Replicate]
+
+# ----------------------------------------------------------------------------- text form
+
+_ITEM = re.compile(r"^(arg|result)(\d+)(?:\.(\d+))?=(.*)$")
+TEXT_SYNTAX = ("argI.D=AXES (tile dim D of argument I over AXES, comma-separated, major to minor), "
+               "resultI.D=AXES, argI=replicated or resultI=replicated, separated by ';' "
+               "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated)")
+
+
+def parse_tactics(text: str) -> tuple[Tactic, ...]:
+    """`"arg0.1=y;result0.0=x,y;arg2=replicated"` -> the tactic values, in order.
+
+    Raises InvalidTactic naming the item that does not parse and the syntax.
+    """
+    tactics: list[Tactic] = []
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        match = _ITEM.match(item)
+        if match is None:
+            raise InvalidTactic(f"cannot parse tactic '{item}': expected {TEXT_SYNTAX}")
+        kind, index, dim, value = match.groups()
+        target = {kind: int(index)}
+        if value.strip() in ("replicated", "replicate"):
+            if dim is not None:
+                raise InvalidTactic(f"tactic '{item}': a replicated value has no dim; write {kind}{index}=replicated")
+            tactics.append(Replicate(**target))
+            continue
+        if dim is None:
+            raise InvalidTactic(f"tactic '{item}': say which dim to tile ({kind}{index}.D={value}) "
+                                f"or write {kind}{index}=replicated")
+        axes = tuple(a.strip() for a in value.split(","))
+        if any(not a for a in axes):
+            raise InvalidTactic(f"tactic '{item}': empty axis name; list mesh axes separated by ','")
+        try:
+            tactics.append(Tile(**target, dim=int(dim), axes=axes))
+        except InvalidTactic as exc:
+            raise InvalidTactic(f"tactic '{item}': {exc}") from None
+    return tuple(tactics)
+
+
+def format_tactics(tactics: Iterable[Tactic]) -> str:
+    """The text form of `tactics` (inverse of `parse_tactics`)."""
+    items = []
+    for tactic in tactics:
+        kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
+        if isinstance(tactic, Replicate):
+            items.append(f"{kind}{index}=replicated")
+        else:
+            items.append(f"{kind}{index}.{tactic.dim}={','.join(tactic.axes)}")
+    return ";".join(items)
+
+
+# ----------------------------------------------------------------------------- front door
+
+
+MeshSpec = Union[None, str, Mapping[str, int], object]
+
+
+def apply_tactics(
+    module: ir.Module | ir.Operation | str,
+    tactics: Sequence[Tactic] = (),
+    *,
+    mesh: MeshSpec = None,
+    entry: str | None = None,
+) -> ir.Module | ir.Operation:
+    """Apply the module's IR annotations, then `tactics` in order; returns the (rewritten) module.
+
+    - `tactics` refer to arguments/results of `entry` (default: the module's only
+      function, or its only public one).
+    - `mesh`: the mesh the tactics' axes belong to. Omit it when the module declares
+      exactly one `slicer.mesh`; give a mesh name to choose among several; give a
+      `{axis: size}` mapping or a mesh value (`.axis_names`, `.shape`, e.g.
+      `slicer.redistribution.Mesh`) to use a matching declared mesh, or to insert
+      `slicer.mesh @mesh` when the module declares none.
+    - A module given as text is parsed into a fresh context and the new module returned;
+      an `ir.Module`/`ir.Operation` is rewritten in place and returned.
+
+    Raises `TacticError` (all problems, each located at the function or annotate op
+    and naming the tactic) without changing the module.
+    """
+    from slicer.dialect import make_context
+    from slicer.passes.apply_tactics import TacticRewriter
+
+    tactics = tuple(tactics)
+    for tactic in tactics:
+        if not isinstance(tactic, (Tile, Replicate)):
+            raise InvalidTactic(f"{tactic!r} is not a tactic; use slicer.Tile(...) or slicer.Replicate(...)")
+    if isinstance(module, str):
+        context = make_context()
+        with context, ir.Location.unknown():
+            parsed = ir.Module.parse(module)
+        TacticRewriter(parsed.operation, tactics, mesh=mesh, entry=entry).run()
+        return parsed
+    op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
+    TacticRewriter(op, tactics, mesh=mesh, entry=entry).run()
+    return module
+
+
+__all__ = [
+    "InvalidTactic", "Replicate", "Tactic", "TacticError", "Tile", "TEXT_SYNTAX",
+    "apply_tactics", "format_tactics", "parse_tactics",
+]

@@ -1,0 +1,159 @@
+"""apply_tactics against a program: mesh and entry resolution, located errors, module left untouched."""
+
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+import slicer
+import slicer.dialect as sd
+from slicer.dialect.verifier import verify
+
+MLP = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
+MESH = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()\n'
+TWO = MESH + """
+func.func @f(%a: tensor<8xf32>) -> tensor<8xf32> { return %a : tensor<8xf32> }
+func.func @g(%a: tensor<8x4xf32>, %b: tensor<16xf32>) -> tensor<8x4xf32> { return %a : tensor<8x4xf32> }
+"""
+
+
+def parse(text):
+    context = sd.make_context()
+    with context, ir.Location.unknown():
+        return ir.Module.parse(text)
+
+
+def loops(module):
+    return [sd.LoopOp(op) for op in sd.walk_ops(module.operation, sd.LOOP)]
+
+
+def errors_of(module, tactics, **kwargs):
+    with pytest.raises(slicer.TacticError) as info:
+        slicer.apply_tactics(module, tactics, **kwargs)
+    return [d.message for d in info.value.diagnostics]
+
+
+def test_errors_are_all_reported_and_nothing_is_rewritten():
+    module = parse(MLP)
+    before = str(module)
+    messages = errors_of(
+        module,
+        [
+            slicer.Tile(arg=4, dim=0, axes="x"),
+            slicer.Tile(arg=0, dim=0, axes="z"),
+            slicer.Tile(arg=0, dim=2, axes="x"),
+            slicer.Tile(arg=2, dim=0, axes=("x", "y", "w")),
+            slicer.Tile(result=1, dim=0, axes="x"),
+            slicer.Tile(arg=1, dim=1, axes="y"),
+            slicer.Tile(arg=1, dim=0, axes="y"),
+        ],
+        mesh={"x": 2, "y": 4, "w": 3},
+    )
+    assert messages == [
+        "Tile(arg=4, dim=0, axes='x'): @mlp has 4 arguments (valid: arg=0..3)",
+        "Tile(arg=0, dim=0, axes='z'): unknown mesh axis 'z' (mesh @mesh has axes x, y, w)",
+        "Tile(arg=0, dim=2, axes='x'): dim 2 is out of range: argument #0 of @mlp has type tensor<8x16xf32> "
+        "(rank 2, dims 0..1)",
+        "Tile(arg=2, dim=0, axes=('x', 'y', 'w')): dim 0 of argument #2 of @mlp has size 32, which is not "
+        "divisible by 24 (|x|=2 * |y|=4 * |w|=3); choose axes whose sizes divide 32",
+        "Tile(result=1, dim=0, axes='x'): @mlp has 1 result (valid: result=0..0)",
+        "Tile(arg=1, dim=0, axes='y'): mesh axis 'y' already tiles dim 1 of argument #1 of @mlp; "
+        "a value can be tiled over each mesh axis once",
+    ]
+    assert str(module) == before  # no mesh inserted, no loop built
+
+
+def test_mesh_given_as_mapping_is_inserted_once_and_reused():
+    module = parse(MLP)
+    slicer.apply_tactics(module, [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2, "y": 4})
+    assert [m.info() for m in sd.find_meshes(module.operation).values()] == [sd.MeshInfo("mesh", ("x", "y"), (2, 4))]
+
+    class Grid:  # any value with .axis_names / .shape (e.g. slicer.redistribution.Mesh)
+        axis_names, shape = ("x", "y"), (2, 4)
+
+    slicer.apply_tactics(module, [slicer.Tile(arg=3, dim=0, axes="y")], mesh=Grid())
+    assert len(sd.find_meshes(module.operation)) == 1
+    # each call starts again at the top of the function, so the second call's loop comes first
+    assert [(lp.range, lp.action) for lp in loops(module)] == [
+        (sd.RangeType(("y",), 4), sd.TileAction(0)),
+        (sd.RangeType(("x",), 2), sd.TileAction(0)),
+    ]
+    assert verify(module) == []
+    assert errors_of(module, [slicer.Replicate(arg=0)], mesh={"x": 4}) == [
+        "no declared mesh has axes x=4 (declared meshes: @mesh); pass the name of a declared mesh as mesh="
+    ]
+
+
+def test_mesh_is_required_and_must_be_named_among_several():
+    assert errors_of(parse(MLP), [slicer.Replicate(arg=0)])[0].startswith(
+        "tactics need a mesh and the module declares no slicer.mesh"
+    )
+    two_meshes = MESH + MESH.replace('"mesh"', '"other"') + MLP
+    assert errors_of(parse(two_meshes), [slicer.Replicate(arg=0)]) == [
+        "tactics need a mesh and the module declares 2 (@mesh, @other): name one with mesh="
+    ]
+    module = parse(two_meshes)
+    slicer.apply_tactics(module, [slicer.Tile(arg=0, dim=0, axes="y")], mesh="other")
+    assert [lp.mesh for lp in loops(module)] == ["other"]
+
+
+def test_entry_selects_the_function_positions_refer_to():
+    assert errors_of(parse(TWO), [slicer.Replicate(arg=0)]) == [
+        "the module has 2 functions (@f, @g); say which one the tactics' arg=/result= positions refer to with entry="
+    ]
+    assert errors_of(parse(TWO), [slicer.Replicate(arg=0)], entry="h") == [
+        "tactics name function @h, but the module has no such function (functions: @f, @g); fix entry="
+    ]
+    module = parse(TWO)
+    slicer.apply_tactics(module, [slicer.Tile(arg=1, dim=0, axes=("x", "y"))], entry="@g")
+    (lp,) = loops(module)
+    assert ir.StringAttr(lp.operation.parent.attributes["sym_name"]).value == "g"
+    assert lp.range == sd.RangeType(("x", "y"), 8)
+
+
+def test_conflicts_between_tactics_on_one_value():
+    assert errors_of(parse(MLP), [slicer.Tile(arg=0, dim=0, axes="x"), slicer.Tile(arg=0, dim=0, axes="y")],
+                     mesh={"x": 2, "y": 4}) == [
+        "Tile(arg=0, dim=0, axes='y'): dim 0 of argument #0 of @mlp is already tiled over x by an earlier tactic; "
+        "to tile one dim over several axes give them in one tactic, major to minor (axes=('x', 'y'))"
+    ]
+    assert errors_of(parse(MLP), [slicer.Tile(result=0, dim=1, axes="x"), slicer.Replicate(result=0)],
+                     mesh={"x": 2}) == [
+        "Replicate(result=0): result #0 of @mlp is already tiled (dim 1 over x) by an earlier tactic; "
+        "a value is either tiled or replicated, drop one of the two"
+    ]
+
+
+def test_annotation_errors_name_their_origin():
+    text = MESH + """
+func.func @f(%a: tensor<6x4xf32>) -> tensor<6x4xf32> {
+  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["y"], []]>} : (tensor<6x4xf32>) -> tensor<6x4xf32>
+  return %b : tensor<6x4xf32>
+}"""
+    assert errors_of(parse(text), []) == [
+        "Tile(dim=0, axes='y') from 'slicer.annotate': dim 0 of the 'slicer.annotate' value has size 6, which is "
+        "not divisible by 4 (|y|=4); choose axes whose sizes divide 6"
+    ]
+    twice = MESH + """
+func.func @f(%a: tensor<8xf32> {slicer.sharding = #slicer.sharding<@mesh, [["x", "x"]]>}) -> tensor<8xf32> {
+  return %a : tensor<8xf32>
+}"""
+    assert errors_of(parse(twice), []) == [
+        "the slicer.sharding of argument #0 of @f: sharding [[x,x]] lists an axis twice for dim 0; "
+        "a dim is tiled by each axis at most once"
+    ]
+
+
+def test_applying_tactics_twice_and_replicating_twice():
+    module = parse(MLP)
+    slicer.apply_tactics(module, [slicer.Replicate(arg=2), slicer.Replicate(arg=2)], mesh={"x": 2})
+    annotations = [sd.AnnotateOp(op) for op in sd.walk_ops(module.operation, sd.ANNOTATE)]
+    assert [a.sharding for a in annotations] == [sd.Sharding("mesh", ((),))]
+    once = str(module)
+    slicer.apply_tactics(module)  # the all-empty annotation is already the record: nothing changes
+    assert str(module) == once
+
+
+def test_non_tactics_are_rejected():
+    with pytest.raises(slicer.InvalidTactic, match="is not a tactic; use slicer.Tile"):
+        slicer.apply_tactics(parse(MLP), ["arg0.0=x"], mesh={"x": 2})
