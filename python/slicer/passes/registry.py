@@ -14,6 +14,7 @@ _PASSES: dict[str, str] = {
     "slicer-verify": "slicer.passes.verify:SlicerVerify",
     "slicer-lower-to-loops": "slicer.passes.lower_to_loops:SlicerLowerToLoops",
     "slicer-apply-tactics": "slicer.passes.apply_tactics:SlicerApplyTactics",
+    "slicer-propagate": "slicer.passes.propagate:SlicerPropagate",
 }
 
 

@@ -94,18 +94,30 @@ def list_passes() -> str:
 # ----------------------------------------------------------------------------- processing
 
 
+PARSER_BUFFER_NAME = "-"  # what ir.Module.parse calls its input in locations
+
+
 def parse_source(text: str, filename: str) -> ir.Operation:
-    """Parse `text` as a module, keeping `filename` in locations (implicit module like mlir-opt)."""
-    try:
-        op = ir.Operation.parse(text, source_name=filename)
-    except ir.MLIRError as exc:
-        if "single top-level operation" not in str(exc):
-            raise
-        op = None
-    if op is None or op.name != "builtin.module":
-        # Several top-level ops: wrap them on the first line so line numbers stay exact.
-        op = ir.Operation.parse("module {" + text + "\n}", source_name=filename)
-    return op
+    """Parse `text` as a module like mlir-opt does (attribute aliases, an implicit module),
+    with `filename` in every location."""
+    module = ir.Module.parse(text).operation
+
+    def rename(loc: ir.Location) -> ir.Location:
+        if loc.is_a_file() and loc.filename == PARSER_BUFFER_NAME:
+            return ir.Location.file(filename, loc.start_line, loc.start_col)
+        return loc
+
+    def visit(op):
+        op = op.operation if isinstance(op, ir.OpView) else op
+        op.location = rename(op.location)
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    arg.set_location(rename(arg.location))
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return module
 
 
 class ChunkResult:
@@ -117,6 +129,14 @@ class ChunkResult:
     @property
     def ok(self) -> bool:
         return self.output is not None
+
+
+def _in_file(diag: Diag, filename: str) -> Diag:
+    """Parse errors name the parser's buffer; give them the input's file name."""
+    if diag.file != PARSER_BUFFER_NAME:
+        return diag
+    notes = tuple(_in_file(n, filename) for n in diag.notes)
+    return Diag(diag.severity, filename, diag.line, diag.col, diag.message, notes)
 
 
 def _unique(diags: list[Diag]) -> list[Diag]:
@@ -139,7 +159,7 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
             try:
                 module = parse_source(text, filename)
             except ir.MLIRError as exc:
-                result.diags.extend(from_mlir(d) for d in exc.error_diagnostics)
+                result.diags.extend(_in_file(from_mlir(d), filename) for d in exc.error_diagnostics)
                 return result
             if not args.no_implicit_verify:
                 errors = verify(module)

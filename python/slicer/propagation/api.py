@@ -1,0 +1,52 @@
+"""Python front door of propagation: `propagate(module)` and `explain(module)`."""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from slicer.dialect import LOOP, RULE_ATTR, TACTIC_ATTR, LoopOp, make_context, walk_ops
+from slicer.passes.pipeline import run_pipeline
+
+from .ir_utils import enclosing_loops
+
+CONFLICT_ATTR = "slicer.conflict"
+
+
+def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool = False):
+    """Run `slicer-propagate` on `module` (an ir.Module/Operation, rewritten in place, or text,
+    parsed into a fresh context); returns the module. Raises ir.MLIRError with located
+    diagnostics on conflicts (strict) or unsupported ops."""
+    if isinstance(module, str):
+        context = make_context()
+        with context:
+            module = ir.Module.parse(module)
+    options = f"strict-conflicts={int(strict_conflicts)} check-each-step={int(check_each_step)}"
+    with module.context:
+        run_pipeline(module, f"slicer-propagate{{{options}}}")
+    return module
+
+
+def _describe_loop(loop: LoopOp) -> str:
+    attrs = loop.operation.attributes
+    tactic = ir.StringAttr(attrs[TACTIC_ATTR]).value if TACTIC_ATTR in attrs else "no tactic"
+    rule = ir.StringAttr(attrs[RULE_ATTR]).value if RULE_ATTR in attrs else "tactic"
+    return f"{loop.action} over {','.join(loop.range.axes)} [{tactic}; {rule}]"
+
+
+def explain(module) -> str:
+    """For each op, which loops partition it and which rule put each loop there."""
+    op = module.operation if isinstance(module, ir.Module) else module
+    lines = []
+    for inner in walk_ops(op):
+        if inner.name in ("builtin.module", "tosa.yield", "func.return") or inner.name.startswith("slicer.") and inner.name != LOOP:
+            continue
+        if inner.name == "func.func":
+            lines.append(f"@{ir.StringAttr(inner.attributes['sym_name']).value}:")
+            continue
+        if inner.name == LOOP or inner.parent is None or inner.parent.name not in ("func.func", LOOP):
+            continue  # loops are shown on the ops they partition; scalar bodies are not ops of the program
+        loops = list(reversed(enclosing_loops(inner)))
+        where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"
+        conflict = f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        lines.append(f"  {inner.name:<24} {where}{conflict}")
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""Small IR queries the propagation laws share (ancestry, purity, zero values)."""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from slicer.dialect import LOOP, LoopOp
+
+# Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
+PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", "slicer.slice", "slicer.loop")
+
+
+def as_op(op) -> ir.Operation:
+    return op.operation if isinstance(op, ir.OpView) else op
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op producing `value`, or None for block arguments."""
+    if isinstance(value, ir.BlockArgument):
+        return None
+    return as_op(value.owner)
+
+
+def result_index(value: ir.Value) -> int:
+    return ir.OpResult(value).result_number
+
+
+def ancestors(op: ir.Operation) -> list[ir.Operation]:
+    """Enclosing ops, innermost first (up to, excluding, the module)."""
+    found, parent = [], op.parent
+    while parent is not None and parent.name != "builtin.module":
+        found.append(as_op(parent))
+        parent = parent.parent
+    return found
+
+
+def enclosing_loops(op: ir.Operation) -> list[LoopOp]:
+    return [LoopOp(p) for p in ancestors(op) if p.name == LOOP]
+
+
+def enclosing_axes(op: ir.Operation) -> set[str]:
+    axes: set[str] = set()
+    for loop in enclosing_loops(op):
+        if loop.range is not None:
+            axes.update(loop.range.axes)
+    return axes
+
+
+def value_scope(value: ir.Value) -> ir.Operation | None:
+    """The op whose region defines `value` (the op owning the block), or None at module level."""
+    if isinstance(value, ir.BlockArgument):
+        return as_op(value.owner.owner) if value.owner.owner is not None else None
+    owner = defining_op(value)
+    return as_op(owner.parent) if owner is not None and owner.parent is not None else None
+
+
+def defined_inside(value: ir.Value, region_op: ir.Operation) -> bool:
+    """Is `value` defined somewhere inside the regions of `region_op`?"""
+    scope = value_scope(value)
+    while scope is not None and scope.name != "builtin.module":
+        if scope == region_op:
+            return True
+        scope = as_op(scope.parent) if scope.parent is not None else None
+    return False
+
+
+def captured_values(op: ir.Operation) -> list[ir.Value]:
+    """Operands of `op` and values its regions use from outside `op`."""
+    values = list(op.operands)
+
+    def visit(inner):
+        inner = as_op(inner)
+        if inner != op:
+            for operand in inner.operands:
+                if not defined_inside(operand, op):
+                    values.append(operand)
+        return ir.WalkResult.ADVANCE
+
+    if len(op.regions):
+        op.walk(visit)
+    return values
+
+
+def is_pure(op: ir.Operation) -> bool:
+    return op.name.startswith(PURE_PREFIXES) and len(op.results) > 0
+
+
+def is_unused(op: ir.Operation) -> bool:
+    return all(not list(r.uses) for r in op.results)
+
+
+def is_zero_tensor(value: ir.Value) -> bool:
+    """Is `value` known to be all zeros (a zero fill or a zero splat constant)?"""
+    op = defining_op(value)
+    if op is None:
+        return False
+    if op.name == "linalg.fill":
+        scalar = defining_op(op.operands[0])
+        return scalar is not None and scalar.name == "arith.constant" and _is_zero_attr(scalar.attributes["value"])
+    if op.name == "arith.constant":
+        return _is_zero_attr(op.attributes["value"])
+    return False
+
+
+def _is_zero_attr(attr: ir.Attribute) -> bool:
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value == 0.0
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value == 0
+    if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+        return _is_zero_attr(attr.get_splat_value())
+    return False

@@ -1,0 +1,361 @@
+"""The rewrites of the loop/slice calculus, each a function `op -> bool` (True if it rewrote).
+
+- `eliminate_dead`: unused value-semantics ops (slicer loops and slices included,
+  which upstream DCE cannot remove: dynamic ops carry no side-effect information).
+- `deforest`: slice(loop_tile<d>(r' -> body(r')), d, r) == body(r).
+- `push_slice_into_producer` (backward): a block of an op's result is the op on
+  blocks of its operands, when the rule table says so.
+- `pull_op_into_loop` (forward): an op consuming a tile loop's result becomes a
+  loop (tile or sum, by the rule table) over the same range computing it block-wise.
+- `hoist_invariant`: a pure op in a loop body that uses nothing from the body
+  moves before the loop.
+Provenance: loops made here carry `slicer.rule` (which rule) and inherit
+`slicer.tactic` / `slicer.priority` (which tactic started the chain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+from mlir.dialects import arith, linalg, tensor
+
+from slicer.dialect import LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, LoopOp, SliceOp, SumAction, TileAction, loop, slice_, with_dim, yield_
+
+from .ir_utils import (
+    as_op,
+    captured_values,
+    defined_inside,
+    defining_op,
+    enclosing_axes,
+    is_pure,
+    is_unused,
+    is_zero_tensor,
+    result_index,
+)
+from slicer.rules import NoRule, RuleOutcome, rule_for
+
+NO_PRIORITY = 1 << 30
+
+
+class UnsupportedOp(Exception):
+    """A tiled value reached an op the rule table knows nothing about."""
+
+    def __init__(self, op: ir.Operation, message: str):
+        super().__init__(message)
+        self.op = op
+
+
+@dataclass
+class Journal:
+    """What propagation did and could not do (for explain() and conflict reports)."""
+
+    blocked: list[tuple[ir.Operation, str]] = field(default_factory=list)
+    rewrites: int = 0
+
+
+def _tile_outcome(op: ir.Operation, **where) -> RuleOutcome:
+    """The rule table's answer for tiling one dim of `op` (operand=k or result=r, dim=j).
+
+    Raises NoRule when the op has no entry at all."""
+    return rule_for(op).tile(**where)
+
+
+def _kind(outcome: RuleOutcome) -> str:
+    return "sum" if all(isinstance(a, SumAction) for a in outcome.actions) else "tile"
+
+
+def _describe(op: ir.Operation, outcome: RuleOutcome) -> str:
+    what = "a reduction with an additive combiner -> sum" if _kind(outcome) == "sum" else "parallel -> tile"
+    return f"{op.name}: d{outcome.loop} is {what}"
+
+
+def priority(loop_op: LoopOp) -> int:
+    attrs = loop_op.operation.attributes
+    return ir.IntegerAttr(attrs[PRIORITY_ATTR]).value if PRIORITY_ATTR in attrs else NO_PRIORITY
+
+
+def tactic_name(loop_op: LoopOp) -> str:
+    attrs = loop_op.operation.attributes
+    return ir.StringAttr(attrs[TACTIC_ATTR]).value if TACTIC_ATTR in attrs else "an unnamed loop"
+
+
+def _inherit_provenance(new: ir.Operation, origin: LoopOp, rule: str) -> None:
+    for name in (TACTIC_ATTR, PRIORITY_ATTR):
+        if name in origin.operation.attributes:
+            new.attributes[name] = origin.operation.attributes[name]
+    new.attributes[RULE_ATTR] = ir.StringAttr.get(rule)
+
+
+def tile_loop_of(value: ir.Value) -> tuple[LoopOp, int] | None:
+    """(loop, result index) when `value` is a result of a `slicer.loop` with a tile action."""
+    owner = defining_op(value)
+    if owner is None or owner.name != LOOP:
+        return None
+    view = LoopOp(owner)
+    return (view, result_index(value)) if isinstance(view.action, TileAction) else None
+
+
+# ----------------------------------------------------------------------------- dead code
+
+
+def eliminate_dead(op: ir.Operation, journal: Journal) -> bool:
+    if is_pure(op) and is_unused(op):
+        op.erase()
+        return True
+    return False
+
+
+def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
+    """Two identical slices (same source, range and dim) in one block are one value.
+
+    Upstream CSE cannot do this: dynamic ops carry no side-effect information. Merging
+    them lets CSE merge the computations that deforestation copied for each consumer."""
+    if op.name != SLICE:
+        return False
+    view = SliceOp(op)
+    for earlier in (as_op(o) for o in op.block.operations):
+        if earlier == op:
+            return False
+        if earlier.name == SLICE:
+            other = SliceOp(earlier)
+            if other.source == view.source and other.range_value == view.range_value and other.dim == view.dim:
+                view.result.replace_all_uses_with(other.result)
+                op.erase()
+                return True
+    return False
+
+
+# ----------------------------------------------------------------------------- deforestation
+
+
+def deforest(op: ir.Operation, journal: Journal) -> bool:
+    if op.name != SLICE:
+        return False
+    view = SliceOp(op)
+    found = tile_loop_of(view.source)
+    if found is None:
+        return False
+    producer, index = found
+    if producer.action != TileAction(view.dim) or producer.range_arg.type != view.range_value.type:
+        return False
+    clone = LoopOp(producer.operation.clone(ip=ir.InsertionPoint(op)))
+    clone.range_arg.replace_all_uses_with(view.range_value)
+    body = [as_op(o) for o in clone.body.operations]
+    value = body[-1].operands[index]
+    for inner in body[:-1]:
+        inner.move_before(op)
+    view.result.replace_all_uses_with(value)
+    op.erase()
+    clone.operation.erase()
+    return True
+
+
+# ----------------------------------------------------------------------------- commuting
+
+
+def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
+    """slice(loop_R(body), e, r) == loop_R(slice(body, e, r)) when R and r share no axis and,
+    for a tile<d> loop, e != d (a slice of a sum is the sum of the slices)."""
+    if op.name != SLICE:
+        return False
+    view = SliceOp(op)
+    owner = defining_op(view.source)
+    if owner is None or owner.name != LOOP:
+        return False
+    producer = LoopOp(owner)
+    if producer.range is None or view.range is None or set(producer.range.axes) & set(view.range.axes):
+        return False
+    if isinstance(producer.action, TileAction) and producer.action.dim == view.dim:
+        return False
+    if set(producer.range.axes) & enclosing_axes(op):
+        return False  # the new loop would sit inside a loop over the same axes
+    index = result_index(view.source)
+    rule = f"slice over {', '.join(view.range.axes)} commuted into the loop over {', '.join(producer.range.axes)}"
+    with ir.InsertionPoint(op), op.location:
+        new_loop = loop([view.result.type], mesh=producer.mesh, action=producer.action, range=producer.range)
+        _inherit_provenance(new_loop.operation, producer, rule)
+    with ir.InsertionPoint(new_loop.body), op.location:
+        anchor = yield_([])  # placeholder terminator to move the body before
+    clone = LoopOp(producer.operation.clone(ip=ir.InsertionPoint(op)))
+    clone.range_arg.replace_all_uses_with(new_loop.range_arg)
+    body = [as_op(o) for o in clone.body.operations]
+    for inner in body[:-1]:
+        inner.move_before(anchor)
+    with ir.InsertionPoint(anchor), op.location:
+        yield_([slice_(body[-1].operands[index], view.range_value, view.dim)])
+    anchor.erase()
+    view.result.replace_all_uses_with(new_loop.results[0])
+    op.erase()
+    clone.operation.erase()
+    return True
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
+    if op.name != SLICE:
+        return False
+    view = SliceOp(op)
+    producer = defining_op(view.source)
+    if producer is None or producer.name.startswith("slicer.") or producer.name == "func.call":
+        return False
+    rng = view.range
+    try:
+        outcome = _tile_outcome(producer, result=result_index(view.source), dim=view.dim)
+    except NoRule:
+        return False
+    if not outcome.ok or _kind(outcome) != "tile":
+        return False
+    if not _divisible(producer, outcome, rng.size):
+        return False
+    with ir.InsertionPoint(op), op.location:
+        clone = _blockwise_clone(producer, outcome, view.range_value, rng.size, ir.InsertionPoint(op))
+    view.result.replace_all_uses_with(clone.results[result_index(view.source)])
+    op.erase()
+    return True
+
+
+def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
+    """Result index -> dim the result is tiled on (tile outcomes only)."""
+    return {r: a.dim for r, a in enumerate(outcome.actions) if isinstance(a, TileAction)}
+
+
+def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
+    for index, dim in outcome.slices:
+        if ir.RankedTensorType(op.operands[index].type).shape[dim] % size:
+            return False
+    for index, dim in _result_dims(outcome).items():
+        if ir.RankedTensorType(op.results[index].type).shape[dim] % size:
+            return False
+    return True
+
+
+def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Value, size: int, ip) -> ir.Operation:
+    """A copy of `op` computing one block: sliced operands, block-typed results."""
+    slices = outcome.slice_map
+    operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(op.operands)]
+    if _kind(outcome) == "sum":
+        for index in outcome.zero_inits:
+            operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
+    clone = as_op(op.clone(ip=ip))
+    for index, value in enumerate(operands):
+        clone.operands[index] = value
+    for index, dim in _result_dims(outcome).items():
+        old = ir.RankedTensorType(op.results[index].type)
+        clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
+    _update_static_shapes(clone)
+    return clone
+
+
+def _update_static_shapes(op: ir.Operation) -> None:
+    """Ops that repeat their shapes in attributes get them updated to the block's shapes."""
+    if op.name == "tensor.expand_shape":
+        op.attributes["static_output_shape"] = ir.DenseI64ArrayAttr.get(list(op.results[0].type.shape))
+    elif op.name == "tensor.extract_slice":
+        op.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(list(op.results[0].type.shape))
+    elif op.name == "tensor.insert_slice":
+        op.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(list(op.operands[0].type.shape))
+    elif op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
+        splat = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
+        op.attributes["value"] = ir.DenseElementsAttr.get_splat(op.results[0].type, splat)
+
+
+def _zeros(type_: ir.RankedTensorType) -> ir.Value:
+    element = type_.element_type
+    zero = arith.constant(element, 0.0 if isinstance(element, ir.FloatType) else 0)
+    return linalg.fill(zero, outs=[tensor.empty(type_.shape, element)])
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@dataclass(frozen=True)
+class Candidate:
+    operand: int
+    producer: LoopOp
+    dim: int
+
+
+def forward_candidates(op: ir.Operation) -> list[Candidate]:
+    """Operands of `op` produced by tile loops, earliest tactic first."""
+    found = []
+    for index, value in enumerate(op.operands):
+        loop_and_result = tile_loop_of(value)
+        if loop_and_result is not None:
+            producer, _ = loop_and_result
+            found.append(Candidate(index, producer, producer.action.dim))
+    return sorted(found, key=lambda c: (priority(c.producer), c.operand))
+
+
+def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
+    if op.name.startswith("slicer.") or op.name in ("func.return", "tosa.yield") or not op.results:
+        return False
+    busy_axes = enclosing_axes(op)
+    for candidate in forward_candidates(op):
+        rng = candidate.producer.range
+        if busy_axes & set(rng.axes):
+            continue  # already partitioned over these axes here: a conflict, reported at the end
+        try:
+            outcome = _tile_outcome(op, operand=candidate.operand, dim=candidate.dim)
+        except NoRule as exc:
+            raise UnsupportedOp(op, (
+                f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over "
+                f"{', '.join(rng.axes)}, from {tactic_name(candidate.producer)}) through '{op.name}': {exc}. "
+                "Or replicate the operand before this op (slicer.Replicate / an all-empty slicer.annotate)"))
+        if not outcome.ok:
+            journal.blocked.append((op, outcome.blocked))
+            continue
+        if len(set(outcome.actions)) > 1:
+            journal.blocked.append((op, f"{op.name} results would be rebuilt with different actions {outcome.actions}"))
+            continue
+        if not _divisible(op, outcome, rng.size):
+            journal.blocked.append((op, f"{op.name}: a sliced dim is not divisible by {rng.size} ({', '.join(rng.axes)})"))
+            continue
+        _make_loop(op, candidate, outcome)
+        return True
+    return False
+
+
+def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome) -> None:
+    producer, rng = candidate.producer, candidate.producer.range
+    result_types = [r.type for r in op.results]
+    action = outcome.action
+    rule = f"forward: {_describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over {', '.join(rng.axes)})"
+    with ir.InsertionPoint(op), op.location:
+        new_loop = loop(result_types, mesh=producer.mesh, action=action, range=rng)
+        _inherit_provenance(new_loop.operation, producer, rule)
+        with ir.InsertionPoint(new_loop.body):
+            clone = _blockwise_clone(op, outcome, new_loop.range_arg, rng.size, ir.InsertionPoint(new_loop.body))
+            yield_(list(clone.results))
+        results = list(new_loop.results)
+        if _kind(outcome) == "sum":
+            # The loop summed blocks computed from zeros; add the real initial value once.
+            for position, index in enumerate(outcome.zero_inits):
+                init = op.operands[index]
+                if not is_zero_tensor(init):
+                    r = index - (len(op.operands) - len(op.results))
+                    results[r] = linalg.add(results[r], init, outs=[tensor.empty(ir.RankedTensorType(init.type).shape, ir.RankedTensorType(init.type).element_type)])
+    for old, new in zip(op.results, results):
+        old.replace_all_uses_with(new)
+    op.erase()
+
+
+# ----------------------------------------------------------------------------- hoisting
+
+
+def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
+    if not is_pure(op) or op.name.startswith("slicer."):
+        return False
+    parent = op.parent
+    if parent is None or as_op(parent).name != LOOP:
+        return False
+    loop_op = as_op(parent)
+    if any(defined_inside(v, loop_op) for v in captured_values(op)):
+        return False
+    op.move_before(loop_op)
+    return True
+
+
+LAWS = (eliminate_dead, merge_duplicate_slice, deforest, commute_slice_into_loop, push_slice_into_producer, pull_op_into_loop, hoist_invariant)

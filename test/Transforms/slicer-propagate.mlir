@@ -1,0 +1,185 @@
+// Strategies on the examples (tactics from the command line, then propagation):
+// RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg1.1=y;arg3.0=y},slicer-propagate' | FileCheck %s --check-prefix=MEGATRON
+// RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=DATA
+// RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=y;arg3.0=y},slicer-propagate' | FileCheck %s --check-prefix=TWOD
+// RUN: slicer-opt %S/../../examples/mha.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y},slicer-propagate' | FileCheck %s --check-prefix=HEADS
+// RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=x},slicer-propagate' | FileCheck %s --check-prefix=CONFLICT
+// RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=x},slicer-propagate' | mlir-opt --irdl-file=%irdl > /dev/null
+// One case per law / rule kind (hand-written loop form):
+// RUN: slicer-opt %s -split-input-file -p slicer-propagate | FileCheck %s
+// Errors: strict conflicts and an op without a rule.
+// RUN: slicer-opt %S/Inputs/propagate-invalid.mlir -split-input-file -verify-diagnostics -p 'slicer-propagate{strict-conflicts=1}'
+
+// Megatron MLP: one sum loop over y holds both matmuls, the bias add and the relu.
+// MEGATRON-LABEL: func.func @mlp
+// MEGATRON-NOT: #slicer.tile
+// MEGATRON: "slicer.loop"() ({
+// MEGATRON: linalg.matmul
+// MEGATRON: linalg.generic
+// MEGATRON: arith.addf
+// MEGATRON: linalg.generic
+// MEGATRON: arith.maximumf
+// MEGATRON: linalg.matmul
+// MEGATRON: }) {action = #slicer.sum, mesh = @mesh, slicer.priority = 0 : i64
+// MEGATRON-NOT: "slicer.loop"
+// MEGATRON: return
+
+// Data parallel: one tile loop over x on the batch dim, nothing else.
+// DATA-LABEL: func.func @mlp
+// DATA-COUNT-1: "slicer.loop"
+// DATA: "slicer.slice"(%arg0, %{{.*}}) {dim = 0 : i64} : (tensor<8x16xf32>, !slicer.range<"x", 2 : i64>)
+// DATA: }) {action = #slicer.tile<0 : i64>, mesh = @mesh
+// DATA-NOT: "slicer.loop"
+
+// 2-D: a tile loop over x (batch) around one sum loop over y (Megatron).
+// TWOD-LABEL: func.func @mlp
+// TWOD: "slicer.loop"() ({
+// TWOD: ^bb0(%{{.*}}: !slicer.range<"x", 2 : i64>):
+// TWOD: "slicer.loop"() ({
+// TWOD: ^bb0(%{{.*}}: !slicer.range<"y", 4 : i64>):
+// TWOD: }) {action = #slicer.sum
+// TWOD: }) {action = #slicer.tile<0 : i64>
+// TWOD-NOT: "slicer.loop"
+
+// Attention with heads over y: a single sum loop (at the output projection).
+// HEADS-LABEL: func.func @mha
+// HEADS-COUNT-1: "slicer.loop"
+// HEADS: math.exp
+// HEADS: }) {action = #slicer.sum
+// HEADS-NOT: "slicer.loop"
+
+// Rows of x over x and columns of w1 over x: the earlier tactic (rows) wins; w1 is redistributed.
+// CONFLICT: linalg.matmul {slicer.conflict = "conflicting tactics at 'linalg.matmul': Tile(arg=1, dim=1, axes='x') tiles this value's dim 1 over x, but Tile(arg=0, dim=0, axes='x') needs the whole value (operand #1)
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Deforestation + forward (elementwise): the consumer's loop holds the producer's body;
+// the producer loop is dead and removed.
+// CHECK-LABEL: func.func @deforest
+// CHECK-COUNT-1: "slicer.loop"
+// CHECK: %[[B:.*]] = "slicer.slice"(%arg0, %{{.*}}) {dim = 0 : i64}
+// CHECK: %[[N:.*]] = arith.negf %[[B]] : tensor<4x4xf32>
+// CHECK: math.exp %[[N]] : tensor<4x4xf32>
+// CHECK-NOT: "slicer.loop"
+func.func @deforest(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %n = arith.negf %b : tensor<4x4xf32>
+    tosa.yield %n : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  %1 = math.exp %0 : tensor<8x4xf32>
+  return %1 : tensor<8x4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Forward through a reduction dim with a non-zero init: a sum loop starting from zeros,
+// and the init added once after it. The zero fill is loop-invariant and hoisted.
+// CHECK-LABEL: func.func @reduction_with_init
+// CHECK: %[[Z:.*]] = linalg.fill
+// CHECK: %[[S:.*]] = "slicer.loop"() ({
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<4x2xf32>, tensor<2x3xf32>) outs(%[[Z]] : tensor<4x3xf32>)
+// CHECK: }) {action = #slicer.sum, mesh = @mesh, slicer.rule = "forward: linalg.matmul: d2 is a reduction with an additive combiner -> sum (from operand #1 dim 0 tiled over y)"}
+// CHECK: %[[ADD:.*]] = linalg.add ins(%[[S]], %arg2 : tensor<4x3xf32>, tensor<4x3xf32>)
+// CHECK: return %[[ADD]]
+func.func @reduction_with_init(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>, %c: tensor<4x3xf32>) -> tensor<4x3xf32> {
+  %bt = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %s = "slicer.slice"(%b, %r) {dim = 0 : i64} : (tensor<8x3xf32>, !slicer.range<"y", 4>) -> tensor<2x3xf32>
+    tosa.yield %s : tensor<2x3xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x3xf32>
+  %m = linalg.matmul ins(%a, %bt : tensor<4x8xf32>, tensor<8x3xf32>) outs(%c : tensor<4x3xf32>) -> tensor<4x3xf32>
+  return %m : tensor<4x3xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// A max reduction over the tiled dim is not a sum: the rule is blocked, the op stays
+// outside the loop and takes the whole (rebuilt) value.
+// CHECK-LABEL: func.func @blocked_max
+// CHECK: %[[T:.*]] = "slicer.loop"
+// CHECK: }) {action = #slicer.tile<1 : i64>, mesh = @mesh} : () -> tensor<4x8xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[T]] : tensor<4x8xf32>)
+func.func @blocked_max(%a: tensor<4x8xf32>) -> tensor<4xf32> {
+  %at = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %s = "slicer.slice"(%a, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 4>) -> tensor<4x2xf32>
+    tosa.yield %s : tensor<4x2xf32>
+  }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<4x8xf32>
+  %low = arith.constant -1.0e+30 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%low : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %m = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}
+      ins(%at : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.maximumf %acc, %v : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %m : tensor<4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Backward: a block of a result requested by a tile loop on the result is computed from
+// blocks of the operands (through the transpose, whose rule comes from its indexing maps).
+// CHECK-LABEL: func.func @backward
+// CHECK: "slicer.loop"() ({
+// CHECK: "slicer.slice"(%arg0, %{{.*}}) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"x", 2 : i64>) -> tensor<4x4xf32>
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<4x4xf32>) outs(%{{.*}} : tensor<4x4xf32>)
+// CHECK: }) {action = #slicer.tile<0 : i64>, mesh = @mesh} : () -> tensor<8x4xf32>
+func.func @backward(%a: tensor<4x8xf32>) -> tensor<8x4xf32> {
+  %e = tensor.empty() : tensor<8x4xf32>
+  %t = linalg.transpose ins(%a : tensor<4x8xf32>) outs(%e : tensor<8x4xf32>) permutation = [1, 0]
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%t, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    tosa.yield %b : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// A slice over y of a loop over x on another dim commutes into that loop (2-D tiling).
+// CHECK-LABEL: func.func @commute
+// CHECK: ^bb0(%[[RY:.*]]: !slicer.range<"y", 4 : i64>):
+// CHECK: ^bb0(%[[RX:.*]]: !slicer.range<"x", 2 : i64>):
+// CHECK: %[[BX:.*]] = "slicer.slice"(%arg0, %[[RX]]) {dim = 0 : i64}
+// CHECK: "slicer.slice"(%[[BX]], %[[RY]]) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 4 : i64>) -> tensor<4x2xf32>
+// CHECK: }) {action = #slicer.tile<0 : i64>, mesh = @mesh, slicer.rule = "slice over y commuted into the loop over x"} : () -> tensor<8x2xf32>
+// CHECK: }) {action = #slicer.tile<1 : i64>, mesh = @mesh} : () -> tensor<8x8xf32>
+func.func @commute(%a: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"x", 2>) -> tensor<4x8xf32>
+    tosa.yield %b : tensor<4x8xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x8xf32>
+  %1 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %b = "slicer.slice"(%0, %r) {dim = 1 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 4>) -> tensor<8x2xf32>
+    tosa.yield %b : tensor<8x2xf32>
+  }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Hoisting: code in a loop that uses nothing of the loop moves out before it.
+// CHECK-LABEL: func.func @hoist
+// CHECK: arith.constant dense<2.000000e+00> : tensor<4x4xf32>
+// CHECK-NEXT: "slicer.loop"
+func.func @hoist(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %two = arith.constant dense<2.0> : tensor<4x4xf32>
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %m = arith.mulf %b, %two : tensor<4x4xf32>
+    tosa.yield %m : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
