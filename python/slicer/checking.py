@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slicer.lowering.jit import compile_function
+from mlir import ir
+
+from slicer.lowering.jit import JitError, compile_function
 
 
 class StepMismatch(AssertionError):
@@ -33,7 +35,11 @@ def check_equivalent(before: str, after: str, *, step: str, entry: str | None = 
                      rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Raise StepMismatch if `after` does not compute what `before` does on random inputs."""
     reference = compile_function(before, entry)
-    candidate = compile_function(after, entry)
+    try:
+        candidate = compile_function(after, entry)
+    except (ir.MLIRError, JitError) as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if "error:" in line), str(exc).strip())
+        raise StepMismatch(f"after {step}: the program no longer compiles: {detail}") from None
     inputs = random_inputs(reference.inputs, seed)
     expected, got = reference(*inputs), candidate(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)

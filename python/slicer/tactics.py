@@ -196,6 +196,7 @@ def apply_tactics(
     *,
     mesh: MeshSpec = None,
     entry: str | None = None,
+    check_each_step: bool = False,
 ) -> ir.Module | ir.Operation:
     """Apply the module's IR annotations, then `tactics` in order; returns the (rewritten) module.
 
@@ -210,7 +211,9 @@ def apply_tactics(
       an `ir.Module`/`ir.Operation` is rewritten in place and returned.
 
     Raises `TacticError` (all problems, each located at the function or annotate op
-    and naming the tactic) without changing the module.
+    and naming the tactic) without changing the module. With `check_each_step`, the
+    program is run through the JIT after every tactic and compared with the original
+    (`slicer.checking.StepMismatch` names the tactic on a mismatch).
     """
     from slicer.dialect import make_context
     from slicer.passes.apply_tactics import TacticRewriter
@@ -223,10 +226,10 @@ def apply_tactics(
         context = make_context()
         with context, ir.Location.unknown():
             parsed = ir.Module.parse(module)
-        TacticRewriter(parsed.operation, tactics, mesh=mesh, entry=entry).run()
+        TacticRewriter(parsed.operation, tactics, mesh=mesh, entry=entry, check_each_step=check_each_step).run()
         return parsed
     op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
-    TacticRewriter(op, tactics, mesh=mesh, entry=entry).run()
+    TacticRewriter(op, tactics, mesh=mesh, entry=entry, check_each_step=check_each_step).run()
     return module
 
 

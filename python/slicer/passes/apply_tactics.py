@@ -64,7 +64,7 @@ from slicer.dialect import (
 from slicer.dialect.ops import walk_ops
 from slicer.tactics import InvalidTactic, Replicate, Tactic, TacticError, Tile, parse_tactics
 
-from .base import Located, ModulePass, OptionError
+from .base import Located, ModulePass, OptionError, PassFailure
 
 # ----------------------------------------------------------------------------- requests
 
@@ -138,8 +138,10 @@ def _tactic_label(kind: str, index: int, tile) -> str:
 class TacticRewriter:
     """Collects, checks and applies the IR annotations and a schedule on one module."""
 
-    def __init__(self, module: ir.Operation, tactics: tuple[Tactic, ...] = (), *, mesh=None, entry: str | None = None):
+    def __init__(self, module: ir.Operation, tactics: tuple[Tactic, ...] = (), *, mesh=None, entry: str | None = None,
+                 check_each_step: bool = False):
         self.module = module
+        self.check_each_step = check_each_step
         self.tactics = tactics
         self.mesh_spec = mesh
         self.entry = entry.lstrip("@") if isinstance(entry, str) and entry else None
@@ -165,7 +167,14 @@ class TacticRewriter:
                 block = self.module.regions[0].blocks[0]
                 build_mesh(self.new_mesh.name, list(zip(self.new_mesh.axes, self.new_mesh.shape)),
                            loc=self.module.location, ip=ir.InsertionPoint.at_block_begin(block))
-            _Rewrite(self.meshes).apply(requests)
+            after_each = None
+            if self.check_each_step:
+                # Every tactic must leave an equal program: run it through the JIT after each one.
+                from slicer.checking import check_equivalent
+
+                original = str(self.module)
+                after_each = lambda request: check_equivalent(original, str(self.module), step=f"tactic {request.label}")  # noqa: E731
+            _Rewrite(self.meshes).apply(requests, after_each)
             for func in _defined_functions(self.module):
                 _drop_sharding_attrs(func)
 
@@ -404,7 +413,8 @@ class _Rewrite:
         self.replicated: set[tuple] = set()
         self.order = 0  # position of the request being applied in the schedule
 
-    def apply(self, requests: list[Request]) -> None:
+    def apply(self, requests: list[Request], after_each=None) -> None:
+        """Apply `requests` in order; `after_each(request)` runs after each one (check-each-step)."""
         for order, request in enumerate(requests):
             self.order = order
             if request.tile is None:
@@ -417,6 +427,8 @@ class _Rewrite:
                     self.rewrite_result(request, loc)
                 else:
                     self.rewrite_value(request, loc)
+            if after_each is not None:
+                after_each(request)
         for op in self.consumed:
             view = AnnotateOp(op)
             view.result.replace_all_uses_with(view.source)
@@ -513,6 +525,7 @@ class SlicerApplyTactics(ModulePass):
     tactics: str = ""
     entry: str = ""
     mesh: str = ""
+    check_each_step: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -537,4 +550,11 @@ class SlicerApplyTactics(ModulePass):
         return spec
 
     def apply(self, module: ir.Operation) -> None:
-        TacticRewriter(module, parse_tactics(self.tactics), mesh=self.mesh_spec(), entry=self.entry or None).run()
+        from slicer.checking import StepMismatch
+
+        rewriter = TacticRewriter(module, parse_tactics(self.tactics), mesh=self.mesh_spec(), entry=self.entry or None,
+                                  check_each_step=self.check_each_step)
+        try:
+            rewriter.run()
+        except StepMismatch as exc:
+            raise PassFailure(Located(module.location, str(exc))) from None

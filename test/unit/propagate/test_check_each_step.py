@@ -1,0 +1,46 @@
+"""--check-each-step: a step that changes what the program computes is an error naming the step."""
+
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+import slicer
+from slicer.checking import StepMismatch, check_equivalent
+from slicer.dialect import make_context
+from slicer.propagation import laws
+
+MLP = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
+
+
+def test_check_equivalent_names_the_step():
+    negated = MLP.replace("arith.maximumf %v, %zero", "arith.minimumf %v, %zero")
+    check_equivalent(MLP, MLP, step="nothing")
+    with pytest.raises(StepMismatch, match=r"after my-step: result #0 of @mlp differs"):
+        check_equivalent(MLP, negated, step="my-step")
+
+
+def test_a_wrong_propagation_law_is_caught(monkeypatch):
+    # Mutation: every forward rewrite claims to be a sum (wrong for parallel dims).
+    monkeypatch.setattr(laws, "_kind", lambda outcome: "sum")
+    monkeypatch.setattr(laws.RuleOutcome, "action", property(lambda self: laws.SumAction()))
+    with make_context():
+        module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2})
+        with pytest.raises(ir.MLIRError, match="after slicer-propagate: (result #0 of @mlp differs|the program no longer compiles)"):
+            slicer.propagate(module, check_each_step=True)
+
+
+def test_a_value_changing_step_is_caught():
+    # Mutation that keeps the IR valid but changes values: relu becomes min(v, 0) after tactics.
+    with make_context():
+        module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2})
+        wrong = str(module).replace("arith.maximumf", "arith.minimumf")
+    with pytest.raises(StepMismatch, match="after propagation: result #0 of @mlp differs"):
+        check_equivalent(MLP, wrong, step="propagation")
+
+
+def test_correct_steps_pass_the_check():
+    with make_context():
+        module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")],
+                                      mesh={"y": 4}, check_each_step=True)
+        slicer.propagate(module, check_each_step=True)
