@@ -4,6 +4,13 @@
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=y;arg3.0=y},slicer-propagate' | FileCheck %s --check-prefix=TWOD
 // RUN: slicer-opt %S/../../examples/mha.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y},slicer-propagate' | FileCheck %s --check-prefix=HEADS
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=x},slicer-propagate' | FileCheck %s --check-prefix=CONFLICT
+// RUN: slicer-opt %S/../../examples/mha.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=SEQ
+// RUN: slicer-opt %S/../../examples/layernorm.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=LN-ROWS
+// RUN: slicer-opt %S/../../examples/layernorm.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.1=y},slicer-propagate' | FileCheck %s --check-prefix=LN-FEATURES
+// RUN: slicer-opt %S/../../examples/batch_matmul.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.2=y},slicer-propagate' | FileCheck %s --check-prefix=BMM
+// RUN: slicer-opt %S/../../examples/reduction.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.1=y},slicer-propagate' | FileCheck %s --check-prefix=RED
+// RUN: slicer-opt %S/../../examples/reshape.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=RESHAPE
+// RUN: slicer-opt %S/../../examples/transpose.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=TRANSPOSE
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=x},slicer-propagate' | mlir-opt --irdl-file=%irdl > /dev/null
 // One case per law / rule kind (hand-written loop form):
 // RUN: slicer-opt %s -split-input-file -p slicer-propagate | FileCheck %s
@@ -50,6 +57,54 @@
 
 // Rows of x over x and columns of w1 over x: the earlier tactic (rows) wins; w1 is redistributed.
 // CONFLICT: linalg.matmul {slicer.conflict = "conflicting tactics at 'linalg.matmul': Tile(arg=1, dim=1, axes='x') tiles this value's dim 1 over x, but Tile(arg=0, dim=0, axes='x') needs the whole value (operand #1)
+
+
+// Sequence parallel attention: queries tiled over x; K and V are computed in their own
+// loops over x and needed whole by every query block (two recorded redistributions).
+// SEQ-LABEL: func.func @mha
+// SEQ: }) {action = #slicer.tile<1 : i64>, mesh = @mesh, slicer.priority = 0
+// SEQ: }) {action = #slicer.tile<1 : i64>, mesh = @mesh, slicer.priority = 0
+// SEQ: "slicer.loop"
+// SEQ-COUNT-2: slicer.conflict = "conflicting tactics at 'linalg.generic'
+// SEQ: }) {action = #slicer.tile<0 : i64>, mesh = @mesh
+// SEQ-NOT: "slicer.loop"
+
+// Layernorm over rows: one tile loop (the reductions are over the untiled features).
+// LN-ROWS-LABEL: func.func @layernorm
+// LN-ROWS-COUNT-1: "slicer.loop"
+// LN-ROWS: }) {action = #slicer.tile<0 : i64>
+// LN-ROWS-NOT: "slicer.loop"
+
+// Layernorm over features: the mean and the variance are sums over y; the normalised
+// output is tiled over y.
+// LN-FEATURES-LABEL: func.func @layernorm
+// LN-FEATURES: }) {action = #slicer.sum, {{.*}} : () -> tensor<8xf32>
+// LN-FEATURES: }) {action = #slicer.sum, {{.*}} : () -> tensor<8xf32>
+// LN-FEATURES: }) {action = #slicer.tile<1 : i64>, {{.*}} : () -> tensor<8x16xf32>
+
+// Batch matmul: batch over x around output columns over y.
+// BMM-LABEL: func.func @batch_matmul
+// BMM: linalg.batch_matmul
+// BMM: }) {action = #slicer.tile<2 : i64>, {{.*}} : () -> tensor<2x8x8xf32>
+// BMM: }) {action = #slicer.tile<0 : i64>, {{.*}} : () -> tensor<4x8x8xf32>
+
+// A sum over the tiled dim: one sum loop.
+// RED-LABEL: func.func @row_sum
+// RED-COUNT-1: "slicer.loop"
+// RED: }) {action = #slicer.sum, {{.*}} : () -> tensor<8xf32>
+
+// Reshapes between ops: rows over x flow through expand/collapse_shape (major dims).
+// RESHAPE-LABEL: func.func @group_sums
+// RESHAPE-COUNT-1: "slicer.loop"
+// RESHAPE: tensor.expand_shape
+// RESHAPE: tensor.collapse_shape
+// RESHAPE: }) {action = #slicer.tile<0 : i64>, {{.*}} : () -> tensor<32xf32>
+
+// Transpose then matmul: rows of %a become the contraction dim after the transpose: a sum.
+// TRANSPOSE-LABEL: func.func @transpose_matmul
+// TRANSPOSE-COUNT-1: "slicer.loop"
+// TRANSPOSE: linalg.transpose
+// TRANSPOSE: }) {action = #slicer.sum, {{.*}} : () -> tensor<16x4xf32>
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
 // Deforestation + forward (elementwise): the consumer's loop holds the producer's body;
