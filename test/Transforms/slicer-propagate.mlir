@@ -59,11 +59,10 @@
 // CONFLICT: linalg.matmul {slicer.conflict = "conflicting tactics at 'linalg.matmul': Tile(arg=1, dim=1, axes='x') tiles this value's dim 1 over x, but Tile(arg=0, dim=0, axes='x') needs the whole value (operand #1)
 
 
-// Sequence parallel attention: queries tiled over x; K and V are computed in their own
-// loops over x and needed whole by every query block (two recorded redistributions).
+// Sequence parallel attention: queries tiled over x; K and V are computed in one fused
+// loop over x and needed whole by every query block (two recorded redistributions).
 // SEQ-LABEL: func.func @mha
-// SEQ: }) {action = #slicer.tile<1 : i64>, mesh = @mesh, slicer.priority = 0
-// SEQ: }) {action = #slicer.tile<1 : i64>, mesh = @mesh, slicer.priority = 0
+// SEQ: }) {action = #slicer.tile<1 : i64>, mesh = @mesh, slicer.priority = 0 : i64, slicer.rule = "fusion of sibling loops over x"{{.*}} -> (tensor<4x8x4xf32>, tensor<4x8x4xf32>)
 // SEQ: "slicer.loop"
 // SEQ-COUNT-2: slicer.conflict = "conflicting tactics at 'linalg.generic'
 // SEQ: }) {action = #slicer.tile<0 : i64>, mesh = @mesh
@@ -219,6 +218,31 @@ func.func @commute(%a: tensor<8x8xf32>) -> tensor<8x8xf32> {
     tosa.yield %b : tensor<8x2xf32>
   }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<8x8xf32>
   return %1 : tensor<8x8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Fusion: independent sibling loops over one range with one action become one loop.
+// CHECK-LABEL: func.func @fusion
+// CHECK-COUNT-1: "slicer.loop"
+// CHECK: math.exp
+// CHECK: arith.negf
+// CHECK: }) {action = #slicer.tile<0 : i64>, mesh = @mesh, slicer.rule = "fusion of sibling loops over x"} : () -> (tensor<8x4xf32>, tensor<8x4xf32>)
+func.func @fusion(%a: tensor<8x4xf32>, %b: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %e = math.exp %s : tensor<4x4xf32>
+    tosa.yield %e : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  %1 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%b, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %n = arith.negf %s : tensor<4x4xf32>
+    tosa.yield %n : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0, %1 : tensor<8x4xf32>, tensor<8x4xf32>
 }
 
 // -----

@@ -6,7 +6,7 @@ applies. (The upstream greedy pattern driver cannot be used here: these
 rewrites create loops and move ops across regions, which Python patterns would
 have to do behind the driver's back.) Laws in priority order: dead code,
 deforestation, backward (slices into producers), forward (ops into loops),
-hoisting.
+hoisting; then, when none applies, fusion of sibling loops.
 
 Conflicts: a `slicer.slice` left at the fixpoint whose source is a tile loop
 over the same mesh axes (another dim or another range) is a place where two
@@ -24,7 +24,7 @@ from mlir import ir
 from slicer.dialect import SLICE, SliceOp, walk_ops
 
 from .ir_utils import as_op, enclosing_loops
-from .laws import LAWS, Journal, tactic_name, tile_loop_of
+from .laws import LATE_LAWS, LAWS, Journal, tactic_name, tile_loop_of
 
 CONFLICT_ATTR = "slicer.conflict"
 MAX_REWRITES = 100_000
@@ -47,18 +47,18 @@ class Conflict:
 def propagate(function: ir.Operation) -> tuple[Journal, list[Conflict]]:
     """Propagate the loops of `function` (a func.func) in place."""
     journal = Journal()
-    while _rewrite_once(function, journal):
+    while _rewrite_once(function, journal, LAWS) or _rewrite_once(function, journal, LATE_LAWS):
         journal.rewrites += 1
         if journal.rewrites > MAX_REWRITES:
             raise PropagationError(f"propagation did not converge after {MAX_REWRITES} rewrites")
     return journal, find_conflicts(function)
 
 
-def _rewrite_once(function: ir.Operation, journal: Journal) -> bool:
+def _rewrite_once(function: ir.Operation, journal: Journal, laws) -> bool:
     for op in walk_ops(function):
         if op == function:
             continue
-        for law in LAWS:
+        for law in laws:
             if law(op, journal):
                 return True
     return False

@@ -9,6 +9,8 @@
   loop (tile or sum, by the rule table) over the same range computing it block-wise.
 - `hoist_invariant`: a pure op in a loop body that uses nothing from the body
   moves before the loop.
+- `fuse_sibling_loops`: independent loops over the same range with the same
+  action in one block become one loop.
 Provenance: loops made here carry `slicer.rule` (which rule) and inherit
 `slicer.tactic` / `slicer.priority` (which tactic started the chain).
 """
@@ -342,6 +344,94 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome) -> 
     op.erase()
 
 
+# ----------------------------------------------------------------------------- fusion
+
+
+def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
+    """Two loops in one block over the same range with the same action, neither using the
+    other's results, are one loop with both bodies and all results."""
+    if op.name != LOOP:
+        return False
+    second = LoopOp(op)
+    for earlier in (as_op(o) for o in op.block.operations):
+        if earlier == op:
+            return False
+        if earlier.name != LOOP:
+            continue
+        first = LoopOp(earlier)
+        if (first.range_arg.type != second.range_arg.type or first.action != second.action
+                or first.mesh != second.mesh):
+            continue
+        if _depends_on(op, earlier):
+            continue
+        # The fused loop stands where the second one is if nothing between them uses the
+        # first's results, else where the first is if the second needs nothing defined between.
+        if not any(_used_between(r, earlier, op) for r in first.results):
+            _fuse(first, second, at=op)
+            return True
+        if not _needs_values_after(op, earlier):
+            _fuse(first, second, at=earlier)
+            return True
+    return False
+
+
+def _depends_on(op: ir.Operation, earlier: ir.Operation) -> bool:
+    """Does `op` use (through ops of the same block) a result of `earlier`?"""
+    seen, stack = set(), list(captured_values(op))
+    earlier_results = list(earlier.results)
+    while stack:
+        value = stack.pop()
+        if any(value == r for r in earlier_results):
+            return True
+        owner = defining_op(value)
+        if owner is None or owner.block != op.block or owner in seen:
+            continue
+        seen.add(owner)
+        stack.extend(captured_values(owner))
+    return False
+
+
+def _used_between(value: ir.Value, first: ir.Operation, second: ir.Operation) -> bool:
+    for use in value.uses:
+        user = as_op(use.owner)
+        while user.block != first.block:
+            user = as_op(user.parent)
+        if first.is_before_in_block(user) and user.is_before_in_block(second):
+            return True
+    return False
+
+
+def _needs_values_after(op: ir.Operation, earlier: ir.Operation) -> bool:
+    for value in captured_values(op):
+        owner = defining_op(value)
+        if owner is not None and owner.block == op.block and earlier.is_before_in_block(owner):
+            return True
+    return False
+
+
+def _fuse(first: LoopOp, second: LoopOp, *, at: ir.Operation) -> None:
+    loc = first.operation.location
+    with ir.InsertionPoint(at), loc:
+        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action, range=first.range)
+        _inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
+    with ir.InsertionPoint(fused.body), loc:
+        anchor = yield_([])
+    yielded = []
+    for part in (first, second):
+        part.range_arg.replace_all_uses_with(fused.range_arg)
+        body = [as_op(o) for o in part.body.operations]
+        for inner in body[:-1]:
+            inner.move_before(anchor)
+        yielded.extend(body[-1].operands)
+    with ir.InsertionPoint(anchor), loc:
+        yield_(yielded)
+    anchor.erase()
+    for old, new in zip(first.results + second.results, fused.results):
+        old.replace_all_uses_with(new)
+    first.operation.erase()
+    second.operation.erase()
+
+
 # ----------------------------------------------------------------------------- hoisting
 
 
@@ -358,4 +448,14 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
     return True
 
 
-LAWS = (eliminate_dead, merge_duplicate_slice, deforest, commute_slice_into_loop, push_slice_into_producer, pull_op_into_loop, hoist_invariant)
+LAWS = (
+    eliminate_dead,
+    merge_duplicate_slice,
+    deforest,
+    commute_slice_into_loop,
+    push_slice_into_producer,
+    pull_op_into_loop,
+    hoist_invariant,
+)
+# Fusion runs only when no other law applies, so it sees the loops propagation settled on.
+LATE_LAWS = (fuse_sibling_loops,)
