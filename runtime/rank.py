@@ -1,0 +1,42 @@
+"""What every rank runs around its work: one failing rank stops the whole job.
+
+`run_rank(main)` calls `main(comm)`; if it raises, the rank prints
+`slicer rank R failed:` and its traceback to stderr, flushes, and calls
+`MPI_Abort`, which makes `mpiexec` kill every rank and exit non-zero: the job
+stops promptly with the failing rank's message instead of hanging in the next
+collective.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+FAIL_RANK_ENV = "SLICER_TEST_KILL_RANK"  # test hook: "R" or "R:step" kills rank R (at that step)
+
+
+def run_rank(main, comm=None) -> None:
+    from mpi4py import MPI
+
+    comm = comm or MPI.COMM_WORLD
+    try:
+        main(comm)
+    except BaseException as exc:  # noqa: BLE001 - any failure must stop the whole job
+        if isinstance(exc, SystemExit) and not exc.code:
+            return
+        sys.stderr.write(f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+def maybe_kill(rank: int, step: str) -> None:
+    """Test hook: die abruptly (no cleanup, like a crashed process) when asked to."""
+    wanted = os.environ.get(FAIL_RANK_ENV)
+    if not wanted:
+        return
+    target, _, at = wanted.partition(":")
+    if int(target) == rank and (not at or at == step):
+        sys.stderr.write(f"slicer rank {rank}: killed by {FAIL_RANK_ENV} at {step}\n")
+        sys.stderr.flush()
+        os._exit(17)

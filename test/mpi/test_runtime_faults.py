@@ -1,0 +1,38 @@
+"""A failing or killed rank stops the whole job promptly with that rank's message (no hang)."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slicer.runtime.mpiexec import LaunchError, find_mpiexec, run_spmd
+from slicer.runtime.rank import FAIL_RANK_ENV
+
+WORKER = str(Path(__file__).with_name("fault_worker.py"))
+
+
+def test_a_raising_rank_aborts_the_job_with_its_traceback():
+    start = time.monotonic()
+    result = run_spmd(4, [sys.executable, WORKER, "raise"], timeout=60)
+    assert result.returncode != 0
+    assert "slicer rank 1 failed:" in result.stderr
+    assert "ValueError: input block of rank 1 is wrong" in result.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_a_killed_rank_stops_the_job():
+    result = run_spmd(4, [sys.executable, WORKER, "ok"], timeout=60, env={FAIL_RANK_ENV: "2:start"})
+    assert result.returncode != 0
+    assert "slicer rank 2: killed by" in result.stderr
+
+
+def test_a_healthy_job_finishes():
+    result = run_spmd(2, [sys.executable, WORKER, "ok"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("done 2.0") == 2
+
+
+def test_missing_mpiexec_is_a_clear_error():
+    with pytest.raises(LaunchError, match="mpiexec '/nonexistent/mpiexec' not found"):
+        find_mpiexec("/nonexistent/mpiexec")
