@@ -90,4 +90,23 @@ irdl.dialect @slicer {
     %sharding = irdl.base @slicer::@sharding
     irdl.attributes {"sharding" = %sharding}
   }
+
+  // ---- SPMD collectives (appended for slicer-partition, issue 5) ----------
+  // Only what the upstream `shard` dialect cannot express. MLIR 22's `shard`
+  // has no general device permutation (`shard.shift` only shifts along one
+  // grid axis), but the redistribution synthesizer merges block relabellings
+  // into one arbitrary permutation. `slicer.permute`: for every pair
+  // (src, dst) in `pairs` (flattened `array<i64: s0, d0, s1, d1, ...>`, linear
+  // device ranks, row-major over the grid's axes), device dst receives the
+  // whole local block of device src; devices not named as a dst keep theirs.
+  // `"slicer.permute"(%t) {grid = @mesh, pairs = array<i64: 1, 2, 2, 1>}`
+  irdl.operation @permute {
+    %src = irdl.base "!builtin.tensor"
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands(source: %src)
+    irdl.results(result: %res)
+    %grid = irdl.base "#builtin.symbol_ref"
+    %pairs = irdl.base "#builtin.dense_array"
+    irdl.attributes {"grid" = %grid, "pairs" = %pairs}
+  }
 }

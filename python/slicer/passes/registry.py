@@ -13,8 +13,9 @@ from .base import ModulePass
 _PASSES: dict[str, str] = {
     "slicer-verify": "slicer.passes.verify:SlicerVerify",
     "slicer-lower-to-loops": "slicer.passes.lower_to_loops:SlicerLowerToLoops",
-    "slicer-apply-tactics": "slicer.passes.apply_tactics:SlicerApplyTactics",
     "slicer-propagate": "slicer.passes.propagate:SlicerPropagate",
+    "slicer-apply-tactics": "slicer.passes.apply_tactics:SlicerApplyTactics",
+    "slicer-partition": "slicer.passes.partition:SlicerPartition",
 }
 
 

@@ -1,0 +1,86 @@
+"""Distributed types of SSA values during SPMD partitioning, and their textual attribute form.
+
+A value's distributed type is a `slicer.redistribution.DistType`: its global shape (the shape the value has
+in the loop program, i.e. inside loops the shape of the loop body's block), for every dim the mesh axes tiling
+it **major to minor**, and the axes over which it is a partial sum. The local (per-device) shape is the global
+shape divided by the tiling.
+
+Inside `slicer.loop` bodies a value is one member of a family indexed by the loop's range; the device whose
+coordinate on the loop axes is `r` computes member `r`. The loop axes (the *context*) therefore never appear in
+a value's type: its type describes how the devices that share a context coordinate hold that member. A use in a
+deeper context first drops the axes of the new loops from the type (gathers / reductions), see
+`slicer.passes.partition`.
+
+In the SPMD output every value carries its type as a string attribute (`slicer.dist`: on ops one string per
+result, on function arguments and results in `arg_attrs`/`res_attrs`), in the text form of the redistribution
+package (`[[x],[]] partial=[y]`, plus `varying=[...]` for the loop axes of values computed in loop bodies,
+see `dist_text`), so the output is self-describing and parses with plain `mlir-opt`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from mlir import ir
+
+from slicer.dialect import MeshInfo
+from slicer.redistribution import DistType, Mesh
+
+DIST_ATTR = "slicer.dist"
+"""Attribute holding distributed types: a string on func args/results, an array of strings on ops."""
+
+MESH_ATTR = "slicer.mesh"
+"""On an SPMD `func.func`: the mesh as text (`x=2,y=4`), axes in declaration (major to minor) order."""
+
+AXES_ATTR = "slicer.axes"
+"""On the `shard.grid` that replaces a `slicer.mesh`: the axis names (shard grids have no names)."""
+
+
+def to_mesh(info: MeshInfo) -> Mesh:
+    return Mesh(list(zip(info.axes, info.shape)))
+
+
+def replicated(shape: Iterable[int]) -> DistType:
+    shape = tuple(shape)
+    return DistType(shape, tuple(() for _ in shape), ())
+
+
+def without_axes(t: DistType, axes: Iterable[str]) -> DistType:
+    """`t` with `axes` removed from every dim and from the partial set (the type after gathering/reducing them)."""
+    drop = set(axes)
+    return DistType(t.shape, tuple(tuple(a for a in d if a not in drop) for d in t.dims),
+                    tuple(a for a in t.partial if a not in drop))
+
+
+def with_major(t: DistType, dim: int, axes: tuple[str, ...]) -> DistType:
+    """`t` with `axes` put in front (as the major tiles) of dim `dim`; they must not be used elsewhere."""
+    rest = tuple(a for a in t.dims[dim] if a not in axes)
+    return DistType(t.shape, tuple(axes + rest if i == dim else d for i, d in enumerate(t.dims)), t.partial)
+
+
+def dist_text(t: DistType, context: Iterable[str] = ()) -> str:
+    """The `slicer.dist` text of `t`; values computed inside loop bodies add `varying=[axes]`: devices that
+    differ on those axes hold different members of the loop's family (e.g. the partial products of a sum
+    loop before the all_reduce are `[[],[]] varying=[y]`)."""
+    context = sorted(context)
+    return t.spec() + (" varying=[" + ",".join(context) + "]" if context else "")
+
+
+def local_type(t: DistType, mesh: Mesh, element_type: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(t.local_shape(mesh)), element_type)
+
+
+def tensor_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """The static shape of a ranked tensor value, or None for any other value."""
+    t = value.type
+    if isinstance(t, ir.RankedTensorType) and t.has_static_shape:
+        return tuple(t.shape)
+    return None
+
+
+def parse_dist(text: str, shape: Iterable[int], mesh: Mesh) -> DistType:
+    return DistType.parse(text, tuple(shape), mesh)
+
+
+def dist_string_attr(t: DistType) -> ir.Attribute:
+    return ir.StringAttr.get(t.spec())

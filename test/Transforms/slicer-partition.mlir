@@ -1,0 +1,224 @@
+// RUN: slicer-opt %s -split-input-file -p slicer-partition | FileCheck %s
+// The SPMD output is upstream MLIR (shard + linalg + tensor), plus `slicer.permute` where the plan permutes:
+// RUN: slicer-opt %s -split-input-file -p slicer-partition | mlir-opt --irdl-file=%irdl -split-input-file | FileCheck %s
+// The same programs as the examples, whole (one all_reduce / none / one over y only):
+// RUN: slicer-opt %S/../../examples/megatron_mlp_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-MEGATRON
+// RUN: slicer-opt %S/../../examples/data_parallel_mlp_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-DATA
+// RUN: slicer-opt %S/../../examples/mlp_2d_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-2D
+// RUN: slicer-opt %S/../../examples/attention_heads_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-ATTN
+// The collectives report (stderr): why each collective exists, where from, and the bytes each device receives.
+// RUN: slicer-opt %S/../../examples/mlp_2d_loops.mlir -p slicer-partition --print-collectives 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
+
+// REPORT: @mlp on mesh x=2,y=2
+// REPORT-NEXT: result #0: {{\[\[}}x],[]] (default: the propagated type, partial sums reduced (no sharding was requested))
+// REPORT-NEXT: 1. shard.all_reduce over [y] 8x32 -> 8x32 -> {{\[\[}}x],[]]: 1024 B received per device
+// REPORT-NEXT: why: all_reduce: result #0 of @mlp has no requested sharding
+// REPORT-SAME: source: result of the tile<0> loop over [x] yielding partial sums of the sum loop over [y] yielding 'linalg.matmul'
+// REPORT-NEXT: at: {{.*}}mlp_2d_loops.mlir:36:3
+// REPORT-NEXT: at: {{.*}}mlp_2d_loops.mlir:9:10
+// REPORT-NEXT: at: {{.*}}mlp_2d_loops.mlir:12:13
+// REPORT-NEXT: at: {{.*}}mlp_2d_loops.mlir:31:12
+// REPORT-NEXT: total: 1 collectives, 1024 B received per device
+
+// EX-MEGATRON: shard.grid @mesh(shape = 4) {slicer.axes = ["y"]}
+// EX-MEGATRON: func.func @mlp(%{{.*}}: tensor<64x128xf32> {slicer.dist = "{{\[\[}}],[]]"}, %{{.*}}: tensor<128x64xf32> {slicer.dist = "{{\[\[}}],[y]]"}, %{{.*}}: tensor<64xf32> {slicer.dist = "{{\[\[}}y]]"}, %{{.*}}: tensor<64x128xf32> {slicer.dist = "{{\[\[}}y],[]]"})
+// EX-MEGATRON-NOT: shard.all_
+// EX-MEGATRON: %[[P:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] varying=[y]"]} ins(%{{.*}}, %{{.*}} : tensor<64x64xf32>, tensor<64x128xf32>)
+// EX-MEGATRON-NOT: shard.
+// EX-MEGATRON: %[[R:.*]] = shard.all_reduce %[[P]] on @mesh grid_axes = [0] {slicer.dist = ["{{\[\[}}],[]]"]} : tensor<64x128xf32> -> tensor<64x128xf32>
+// EX-MEGATRON-NOT: shard.
+// EX-MEGATRON: return %[[R]]
+
+// EX-DATA: func.func @mlp(%{{.*}}: tensor<4x32xf32> {slicer.dist = "{{\[\[}}x],[]]"}, %{{.*}}: tensor<32x64xf32> {slicer.dist = "{{\[\[}}],[]]"}, %{{.*}}: tensor<64xf32> {slicer.dist = "{{\[\[}}]]"}, %{{.*}}: tensor<64x32xf32> {slicer.dist = "{{\[\[}}],[]]"}) -> (tensor<4x32xf32> {slicer.dist = "{{\[\[}}x],[]]", slicer.dist_source = "default"})
+// EX-DATA-NOT: shard.all_
+// EX-DATA-NOT: shard.reduce_scatter
+// EX-DATA-NOT: slicer.permute
+// EX-DATA: return
+
+// EX-2D: func.func @mlp(%{{.*}}: tensor<8x32xf32> {slicer.dist = "{{\[\[}}x],[]]"}, %{{.*}}: tensor<32x32xf32> {slicer.dist = "{{\[\[}}],[y]]"}, %{{.*}}: tensor<32xf32> {slicer.dist = "{{\[\[}}y]]"}, %{{.*}}: tensor<32x32xf32> {slicer.dist = "{{\[\[}}y],[]]"})
+// EX-2D-NOT: shard.all_
+// EX-2D: linalg.matmul
+// EX-2D-NOT: shard.all_
+// EX-2D: %[[P:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] varying=[x,y]"]} ins(%{{.*}}, %{{.*}} : tensor<8x32xf32>, tensor<32x32xf32>) outs(%{{.*}} : tensor<8x32xf32>)
+// EX-2D-NEXT: %[[R:.*]] = shard.all_reduce %[[P]] on @mesh grid_axes = [1] {slicer.dist = ["{{\[\[}}x],[]]"]} : tensor<8x32xf32> -> tensor<8x32xf32>
+// EX-2D-NOT: shard.
+// EX-2D: return %[[R]] : tensor<8x32xf32>
+
+// EX-ATTN-COUNT-4: slicer.dist = "{{\[\[}}y],[],[]]"
+// EX-ATTN-NOT: shard.all_
+// EX-ATTN: math.exp
+// EX-ATTN-NOT: shard.all_
+// EX-ATTN: arith.divf
+// EX-ATTN-NOT: shard.all_
+// EX-ATTN: %[[PROJ:.*]] = linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<2x8x8xf32>, tensor<2x8x16xf32>)
+// EX-ATTN-NOT: shard.all_
+// EX-ATTN: %[[R:.*]] = shard.all_reduce %[[PROJ]] on @mesh grid_axes = [0]
+// EX-ATTN-NOT: shard.
+// EX-ATTN: return %[[R]]
+
+// Megatron on a 1-D mesh: the weights arrive tiled (inferred from the slices), nothing moves until the one
+// all_reduce of the sum loop's partial products at the function boundary.
+// CHECK-LABEL: func.func @megatron
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32> {slicer.dist = "{{\[\[}}],[]]"}, %[[W1:.*]]: tensor<8x4xf32> {slicer.dist = "{{\[\[}}],[y]]"}, %[[W2:.*]]: tensor<4x8xf32> {slicer.dist = "{{\[\[}}y],[]]"})
+// CHECK-SAME: -> (tensor<4x8xf32> {slicer.dist = "{{\[\[}}],[]]", slicer.dist_source = "default"})
+// CHECK-SAME: attributes {slicer.mesh = "y=4"}
+// CHECK-NOT: shard.
+// CHECK: %[[H:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] varying=[y]"]} ins(%[[X]], %[[W1]] : tensor<4x8xf32>, tensor<8x4xf32>)
+// CHECK-NOT: shard.
+// CHECK: %[[P:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] varying=[y]"]} ins(%[[H]], %[[W2]] : tensor<4x4xf32>, tensor<4x8xf32>)
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[P]] on @mesh grid_axes = [0] {slicer.dist = ["{{\[\[}}],[]]"]} : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: return %[[R]] : tensor<4x8xf32>
+"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 4>} : () -> ()
+func.func @megatron(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>) -> tensor<4x8xf32> {
+  %out = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %w1b = "slicer.slice"(%w1, %r) {dim = 1 : i64} : (tensor<8x16xf32>, !slicer.range<"y", 4>) -> tensor<8x4xf32>
+    %w2b = "slicer.slice"(%w2, %r) {dim = 0 : i64} : (tensor<16x8xf32>, !slicer.range<"y", 4>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e1 = tensor.empty() : tensor<4x4xf32>
+    %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4x4xf32>) -> tensor<4x4xf32>
+    %h = linalg.matmul ins(%x, %w1b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%f1 : tensor<4x4xf32>) -> tensor<4x4xf32>
+    %e2 = tensor.empty() : tensor<4x8xf32>
+    %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%h, %w2b : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  return %out : tensor<4x8xf32>
+}
+
+// -----
+
+// Megatron with sequence-parallel output requested: the annotation asks for the rows tiled over y (a
+// reduce_scatter, half the traffic of an all_reduce); the result, requested replicated, then needs one
+// all_gather.
+// CHECK-LABEL: func.func @megatron_rs_ag
+// CHECK-SAME: -> (tensor<4x8xf32> {slicer.dist = "{{\[\[}}],[]]", slicer.dist_source = "requested"})
+// CHECK-NOT: shard.all_reduce
+// CHECK: %[[P:.*]] = linalg.matmul {{.*}} ins(%{{.*}}, %{{.*}} : tensor<4x4xf32>, tensor<4x8xf32>)
+// CHECK-NEXT: %[[RS:.*]] = shard.reduce_scatter %[[P]] on @mesh grid_axes = [0] scatter_axis = 0 {slicer.dist = ["{{\[\[}}y],[]]"]} : tensor<4x8xf32> -> tensor<1x8xf32>
+// CHECK-NEXT: %[[AG:.*]] = shard.all_gather %[[RS]] on @mesh grid_axes = [0] gather_axis = 0 {slicer.dist = ["{{\[\[}}],[]]"]} : tensor<1x8xf32> -> tensor<4x8xf32>
+// CHECK-NOT: shard.all_reduce
+// CHECK: return %[[AG]]
+"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 4>} : () -> ()
+func.func @megatron_rs_ag(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %w2: tensor<16x8xf32>)
+    -> (tensor<4x8xf32> {slicer.sharding = #slicer.sharding<@mesh, [[], []]>}) {
+  %out = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %w1b = "slicer.slice"(%w1, %r) {dim = 1 : i64} : (tensor<8x16xf32>, !slicer.range<"y", 4>) -> tensor<8x4xf32>
+    %w2b = "slicer.slice"(%w2, %r) {dim = 0 : i64} : (tensor<16x8xf32>, !slicer.range<"y", 4>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e1 = tensor.empty() : tensor<4x4xf32>
+    %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4x4xf32>) -> tensor<4x4xf32>
+    %h = linalg.matmul ins(%x, %w1b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%f1 : tensor<4x4xf32>) -> tensor<4x4xf32>
+    %e2 = tensor.empty() : tensor<4x8xf32>
+    %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%h, %w2b : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %seq = "slicer.annotate"(%out) {sharding = #slicer.sharding<@mesh, [["y"], []]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %seq : tensor<4x8xf32>
+}
+
+// -----
+
+// A requested result sharding that tiles the partial dim: one reduce_scatter, nothing else.
+// CHECK-LABEL: func.func @megatron_scattered
+// CHECK-SAME: -> (tensor<1x8xf32> {slicer.dist = "{{\[\[}}y],[]]", slicer.dist_source = "requested"})
+// CHECK: %[[RS:.*]] = shard.reduce_scatter %{{.*}} on @mesh grid_axes = [0] scatter_axis = 0
+// CHECK-NOT: shard.all_
+// CHECK: return %[[RS]] : tensor<1x8xf32>
+"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 4>} : () -> ()
+func.func @megatron_scattered(%h: tensor<4x16xf32>, %w2: tensor<16x8xf32>)
+    -> (tensor<4x8xf32> {slicer.sharding = #slicer.sharding<@mesh, [["y"], []]>}) {
+  %out = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %hb = "slicer.slice"(%h, %r) {dim = 1 : i64} : (tensor<4x16xf32>, !slicer.range<"y", 4>) -> tensor<4x4xf32>
+    %w2b = "slicer.slice"(%w2, %r) {dim = 0 : i64} : (tensor<16x8xf32>, !slicer.range<"y", 4>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e2 = tensor.empty() : tensor<4x8xf32>
+    %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%hb, %w2b : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f2 : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  return %out : tensor<4x8xf32>
+}
+
+// -----
+
+// A value held whole and sliced: the device takes its own block locally (offset from its coordinate).
+// CHECK-LABEL: func.func @local_slice
+// CHECK-SAME: (%[[A:.*]]: tensor<8x4xf32> {slicer.dist = "{{\[\[}}],[]]"})
+// CHECK: %[[IDX:[a-z_0-9]+]]:2 = shard.process_multi_index on @mesh axes = [0, 1] : index, index
+// CHECK: %[[N:.*]] = arith.negf %[[A]] {slicer.dist = ["{{\[\[}}],[]]"]}
+// CHECK: %[[C:.*]] = arith.constant 2 : index
+// CHECK: %[[OFF:.*]] = arith.muli %[[IDX]]#1, %[[C]] : index
+// CHECK: %[[B:.*]] = tensor.extract_slice %[[N]][%[[OFF]], 0] [2, 4] [1, 1] {slicer.dist = ["{{\[\[}}y],[]]"]} : tensor<8x4xf32> to tensor<2x4xf32>
+// CHECK: %[[E:.*]] = math.exp %[[B]] {slicer.dist = ["{{\[\[}}],[]] varying=[y]"]}
+// CHECK-NOT: shard.all
+// CHECK: return %[[E]] : tensor<2x4xf32>
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+func.func @local_slice(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %n = arith.negf %a : tensor<8x4xf32>
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 4>):
+    %b = "slicer.slice"(%n, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"y", 4>) -> tensor<2x4xf32>
+    %e = math.exp %b : tensor<2x4xf32>
+    tosa.yield %e : tensor<2x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+// Explicit reshard of a result from [[x],[y]] to [[y],[x]] on a 2x2 mesh: the synthesizer's plan is one
+// permute swapping the off-diagonal devices (shard has no general permutation: slicer.permute).
+// CHECK-LABEL: func.func @reshard_2x2
+// CHECK-SAME: (%{{.*}}: tensor<4x8xf32> {slicer.dist = "{{\[\[}}x],[y]]"}) -> (tensor<4x8xf32> {slicer.dist = "{{\[\[}}y],[x]]", slicer.dist_source = "requested"})
+// CHECK: %[[E:.*]] = linalg.exp
+// CHECK-NEXT: %[[P:.*]] = "slicer.permute"(%[[E]]) {grid = @mesh, pairs = array<i64: 1, 2, 2, 1>, slicer.dist = ["{{\[\[}}y],[x]]"]} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: return %[[P]]
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 2>} : () -> ()
+func.func @reshard_2x2(%a: tensor<8x16xf32> {slicer.sharding = #slicer.sharding<@mesh, [["x"], ["y"]]>})
+    -> (tensor<8x16xf32> {slicer.sharding = #slicer.sharding<@mesh, [["y"], ["x"]]>}) {
+  %0 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %ab = "slicer.slice"(%a, %rx) {dim = 0 : i64} : (tensor<8x16xf32>, !slicer.range<"x", 2>) -> tensor<4x16xf32>
+    %1 = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 2>):
+      %abb = "slicer.slice"(%ab, %ry) {dim = 1 : i64} : (tensor<4x16xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+      %e = tensor.empty() : tensor<4x8xf32>
+      %ex = linalg.exp ins(%abb : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+      tosa.yield %ex : tensor<4x8xf32>
+    }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<4x16xf32>
+    tosa.yield %1 : tensor<4x16xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+
+// -----
+
+// The same reshard on a 2x4 mesh: the plan is three all_to_alls, the middle one over both axes (y major).
+// CHECK-LABEL: func.func @reshard_2x4
+// CHECK-SAME: (%{{.*}}: tensor<4x4xf32> {slicer.dist = "{{\[\[}}x],[y]]"}) -> (tensor<2x8xf32> {slicer.dist = "{{\[\[}}y],[x]]", slicer.dist_source = "requested"})
+// CHECK: %[[E:.*]] = linalg.exp
+// CHECK-NEXT: %[[T1:.*]] = shard.all_to_all %[[E]] on @mesh grid_axes = [0] split_axis = 1 concat_axis = 0 {slicer.dist = ["{{\[\[}}],[y,x]]"]} : tensor<4x4xf32> -> tensor<8x2xf32>
+// CHECK-NEXT: %[[T2:.*]] = shard.all_to_all %[[T1]] on @mesh grid_axes = [1, 0] split_axis = 0 concat_axis = 1 {slicer.dist = ["{{\[\[}}y,x],[]]"]} : tensor<8x2xf32> -> tensor<1x16xf32>
+// CHECK-NEXT: %[[T3:.*]] = shard.all_to_all %[[T2]] on @mesh grid_axes = [0] split_axis = 1 concat_axis = 0 {slicer.dist = ["{{\[\[}}y],[x]]"]} : tensor<1x16xf32> -> tensor<2x8xf32>
+// CHECK-NEXT: return %[[T3]]
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+func.func @reshard_2x4(%a: tensor<8x16xf32> {slicer.sharding = #slicer.sharding<@mesh, [["x"], ["y"]]>})
+    -> (tensor<8x16xf32> {slicer.sharding = #slicer.sharding<@mesh, [["y"], ["x"]]>}) {
+  %0 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %ab = "slicer.slice"(%a, %rx) {dim = 0 : i64} : (tensor<8x16xf32>, !slicer.range<"x", 2>) -> tensor<4x16xf32>
+    %1 = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 4>):
+      %abb = "slicer.slice"(%ab, %ry) {dim = 1 : i64} : (tensor<4x16xf32>, !slicer.range<"y", 4>) -> tensor<4x4xf32>
+      %e = tensor.empty() : tensor<4x4xf32>
+      %ex = linalg.exp ins(%abb : tensor<4x4xf32>) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+      tosa.yield %ex : tensor<4x4xf32>
+    }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<4x16xf32>
+    tosa.yield %1 : tensor<4x16xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
