@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-unregistered-dialect", "-allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
     parser.add_argument("--no-implicit-verify", action="store_true", help="skip the slicer semantic verifier on the input")
     parser.add_argument("--list-passes", "-list-passes", action="store_true", help="list Slicer and upstream passes and exit")
+    parser.add_argument("--print-kernel-graph", action="store_true", help="after the pipeline, print the SPMD function cut into kernels and collectives (to stderr)")
     parser.add_argument("--print-collectives", action="store_true", help="after the pipeline, print each collective of the SPMD output with why it exists and the bytes each device receives (to stderr)")
     args = parser.parse_args(argv)
     if args.pass_pipeline and args.passes:
@@ -187,6 +188,13 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
             result.output = module.get_asm(
                 enable_debug_info=args.mlir_print_debuginfo, print_generic_op_form=args.mlir_print_op_generic
             )
+            if args.print_kernel_graph:
+                from slicer.lowering.kernel_graph import KernelGraph, KernelGraphError
+
+                try:
+                    result.messages.append(str(KernelGraph.from_spmd(str(module))))
+                except KernelGraphError as exc:
+                    result.messages.append(f"slicer-opt: error: --print-kernel-graph: {exc}")
             if args.print_collectives:
                 from .print_collectives import collectives_text
 

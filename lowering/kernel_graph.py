@@ -1,0 +1,373 @@
+"""Kernel extraction: an SPMD function cut at its collectives into a dataflow graph.
+
+Nodes, in program order:
+- `KernelNode`: a maximal collective-free segment, as one `func.func` (`kernel_<i>`)
+  whose arguments are the tensors it needs (plus the device coordinate as a
+  `tensor<n x i64>` when the segment uses `shard.process_multi_index`) and whose
+  results are the tensors later nodes or the function's results use. Cheap values
+  (constants, `tensor.empty`, fills of constants, the device index) are recomputed
+  in each kernel instead of being passed around.
+- `CollectiveNode`: one collective, as the redistribution step it performs
+  (`slicer.redistribution` semantics, so the numpy simulator and the MPI executor
+  share one definition).
+Values are named `%<n>` (function arguments first). The graph serialises to JSON
+(with all kernels in one MLIR module, compiled once per program) and prints
+readably (`slicer-opt --print-kernel-graph`). Both the in-process simulator
+(`slicer.spmd.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from mlir import ir
+from mlir.dialects import arith, tensor
+
+from slicer.dialect import make_context
+from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
+
+DIST_ATTR = "slicer.dist"
+MESH_ATTR = "slicer.mesh"
+MULTI_INDEX = "shard.process_multi_index"
+PERMUTE = "slicer.permute"
+COLLECTIVE_OPS = ("shard.all_gather", "shard.all_to_all", "shard.all_reduce", "shard.reduce_scatter",
+                  "shard.all_slice", PERMUTE)
+STEP_CLASSES = {cls.__name__: cls for cls in (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter)}
+_REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
+
+
+class KernelGraphError(RuntimeError):
+    """The SPMD function cannot be cut into kernels and collectives (says which op and why)."""
+
+
+def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
+    """A `slicer.dist` string (`varying=[...]` dropped) with the global shape recovered from the local one."""
+    from slicer.redistribution import parse_spec
+
+    dims, partial = parse_spec(text.split(" varying=")[0])
+    shape = tuple(n * mesh.group_size(d) for n, d in zip(local_shape, dims))
+    return DistType.of(mesh, shape, dims, partial)
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor flowing between nodes: its name, local shape, dtype and distributed type."""
+
+    name: str
+    local_shape: tuple[int, ...]
+    dtype: str
+    dist: DistType
+
+
+@dataclass(frozen=True)
+class KernelNode:
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    needs_coords: bool
+
+
+@dataclass(frozen=True)
+class CollectiveNode:
+    op: str
+    step: object  # a slicer.redistribution step (AllGather, ...), its type_after the result's type
+    input: str
+    output: str
+
+
+@dataclass
+class KernelGraph:
+    entry: str
+    mesh: Mesh
+    values: dict[str, Value]
+    args: tuple[str, ...]
+    results: tuple[str, ...]
+    result_sources: tuple[str, ...]  # "requested" or "default" per result
+    result_dists: tuple[DistType, ...]  # the function's result types (what the blocks assemble into)
+    nodes: list = field(default_factory=list)
+    kernels_mlir: str = ""
+
+    # -- building ----------------------------------------------------------------------------------------
+    @staticmethod
+    def from_spmd(module, entry: str | None = None) -> "KernelGraph":
+        """Cut the SPMD function `entry` (default: the only one) of `module` (text or IR)."""
+        text = module if isinstance(module, str) else str(module)
+        with make_context(), ir.Location.unknown():
+            return _Builder(ir.Module.parse(text), entry).build()
+
+    # -- serialisation -----------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        def value(v: Value) -> dict:
+            return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist), "shape": list(v.dist.shape)}
+
+        def node(n) -> dict:
+            if isinstance(n, KernelNode):
+                return {"kind": "kernel", "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
+                        "needs_coords": n.needs_coords}
+            return {"kind": "collective", "op": n.op, "step": type(n.step).__name__, "fields": n.step.fields(),
+                    "input": n.input, "output": n.output}
+
+        return json.dumps({
+            "entry": self.entry, "mesh": str(self.mesh), "args": list(self.args), "results": list(self.results),
+            "result_sources": list(self.result_sources),
+            "result_dists": [[str(d), list(d.shape)] for d in self.result_dists],
+            "values": {name: value(v) for name, v in self.values.items()},
+            "nodes": [node(n) for n in self.nodes], "kernels_mlir": self.kernels_mlir,
+        }, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "KernelGraph":
+        data = json.loads(text)
+        mesh = Mesh.parse(data["mesh"])
+        values = {}
+        for name, v in data["values"].items():
+            dist = DistType.parse(v["dist"], tuple(v["shape"]), mesh)
+            values[name] = Value(name, tuple(v["local_shape"]), v["dtype"], dist)
+        nodes = []
+        for n in data["nodes"]:
+            if n["kind"] == "kernel":
+                nodes.append(KernelNode(n["name"], tuple(n["inputs"]), tuple(n["outputs"]), n["needs_coords"]))
+            else:
+                fields = {k: _tuples(v) for k, v in n["fields"].items()}
+                step = STEP_CLASSES[n["step"]](**fields, type_after=values[n["output"]].dist)
+                nodes.append(CollectiveNode(n["op"], step, n["input"], n["output"]))
+        result_dists = tuple(DistType.parse(text, tuple(shape), mesh) for text, shape in data["result_dists"])
+        return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
+                           tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"])
+
+    def __str__(self) -> str:
+        lines = [f"kernel graph of @{self.entry} on mesh {self.mesh}"]
+        for name in self.args:
+            lines.append(f"  arg {name}: {self._describe(name)}")
+        for n in self.nodes:
+            if isinstance(n, KernelNode):
+                coords = " + device coordinate" if n.needs_coords else ""
+                lines.append(f"  kernel {n.name}({', '.join(n.inputs)}{coords}) -> {', '.join(n.outputs) or '()'}")
+            else:
+                lines.append(f"  {n.op} {n.input} -> {n.output}: {self._describe(n.output)}  {n.step.fields()}")
+        for name, dist, source in zip(self.results, self.result_dists, self.result_sources):
+            lines.append(f"  result {name}: {dist} ({source})")
+        return "\n".join(lines)
+
+    def _describe(self, name: str) -> str:
+        v = self.values[name]
+        return f"{v.dtype}{list(v.local_shape)} local of {list(v.dist.shape)} {v.dist}"
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _op(x) -> ir.Operation:
+    return x.operation if isinstance(x, ir.OpView) else x
+
+
+def _deep_ops(op: ir.Operation):
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield from _deep_ops(_op(inner))
+
+
+def _rematerialisable(op: ir.Operation) -> bool:
+    """Cheap ops recomputed in every kernel that uses them instead of being passed between kernels:
+    constants, `tensor.empty`, fills of constants, the device index and scalar `arith` on those."""
+    if op.name in _REMAT:
+        return True
+    return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+
+
+class _Builder:
+    def __init__(self, module: ir.Module, entry: str | None):
+        self.module = module  # keeps the IR alive: the views below do not own it
+        funcs = [_op(o) for o in module.body.operations if _op(o).name == "func.func" and len(_op(o).regions[0].blocks)]
+        if entry is not None:
+            funcs = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value == entry]
+        if len(funcs) != 1:
+            raise KernelGraphError(f"expected one SPMD function, found {len(funcs)}; name it with entry=")
+        self.func = funcs[0]
+        self.name = ir.StringAttr(self.func.attributes["sym_name"]).value
+        if MESH_ATTR not in self.func.attributes:
+            raise KernelGraphError(f"@{self.name} has no '{MESH_ATTR}' attribute: run slicer-partition first")
+        self.mesh = Mesh.parse(ir.StringAttr(self.func.attributes[MESH_ATTR]).value)
+        self.block = self.func.regions[0].blocks[0]
+        self.names: dict = {}
+        self.values: dict[str, Value] = {}
+        self.kernels = ir.Module.create()
+
+    def name_of(self, value: ir.Value) -> str:
+        if value not in self.names:
+            self.names[value] = f"%{len(self.names)}"
+        return self.names[value]
+
+    def record(self, value: ir.Value, dist: DistType) -> str:
+        name = self.name_of(value)
+        t = ir.RankedTensorType(value.type)
+        self.values[name] = Value(name, tuple(t.shape), str(t.element_type), dist)
+        return name
+
+    def func_dist(self, attr: str, index: int, type_: ir.Type) -> tuple[DistType, str]:
+        dicts = ir.ArrayAttr(self.func.attributes[attr]) if attr in self.func.attributes else None
+        entry = ir.DictAttr(dicts[index]) if dicts is not None else None
+        if entry is None or DIST_ATTR not in entry:
+            raise KernelGraphError(f"{attr[:3]} #{index} of @{self.name} has no '{DIST_ATTR}' type")
+        source = ir.StringAttr(entry["slicer.dist_source"]).value if "slicer.dist_source" in entry else "requested"
+        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
+
+    def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
+        if DIST_ATTR not in op.attributes:
+            raise KernelGraphError(f"'{op.name}' has no '{DIST_ATTR}' type: run slicer-partition first")
+        texts = ir.ArrayAttr(op.attributes[DIST_ATTR])
+        return parse_dist_text(ir.StringAttr(texts[ir.OpResult(result).result_number]).value,
+                               tuple(ir.RankedTensorType(result.type).shape), self.mesh)
+
+    def build(self) -> KernelGraph:
+        args = tuple(self.record(a, self.func_dist("arg_attrs", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
+        ops = [_op(o) for o in self.block.operations]
+        ret = ops[-1]
+        self.position = {r: i for i, op in enumerate(ops) for r in op.results}
+        nodes = []
+        for item in self.segment(ops[:-1]):
+            if isinstance(item, list):
+                node = self.kernel(item, f"kernel_{sum(isinstance(n, KernelNode) for n in nodes)}")
+                if node is not None:
+                    nodes.append(node)
+            else:
+                nodes.append(self.collective(item))
+        results, sources, dists = [], [], []
+        for i, v in enumerate(ret.operands):
+            dist, source = self.func_dist("res_attrs", i, v.type)
+            name = self.name_of(v)
+            if name not in self.values:
+                self.record(v, dist)
+            results.append(name)
+            sources.append(source)
+            dists.append(dist)
+        return KernelGraph(self.name, self.mesh, self.values, args, tuple(results), tuple(sources), tuple(dists),
+                           nodes, str(self.kernels))
+
+    def segment(self, ops: list) -> list:
+        items, current = [], []
+        for op in ops:
+            if op.name in COLLECTIVE_OPS:
+                if current:
+                    items.append(current)
+                    current = []
+                items.append(op)
+            else:
+                current.append(op)
+        if current:
+            items.append(current)
+        return items
+
+    def collective(self, op: ir.Operation) -> CollectiveNode:
+        result = op.results[0]
+        after = self.op_dist(op, result)
+        names = self.mesh.axis_names
+        axes = tuple(names[i] for i in ir.DenseI16ArrayAttr(op.attributes["grid_axes"])) if "grid_axes" in op.attributes else ()
+
+        def index(name: str) -> int:
+            return ir.IntegerAttr(op.attributes[name]).value
+
+        if op.name == "shard.all_gather":
+            step = AllGather(index("gather_axis"), axes, after)
+        elif op.name == "shard.all_to_all":
+            step = AllToAll(index("split_axis"), index("concat_axis"), axes, after)
+        elif op.name == "shard.all_reduce":
+            kind = str(op.attributes["reduction"]) if "reduction" in op.attributes else "#shard<partial sum>"
+            if "sum" not in kind:
+                raise KernelGraphError(f"'{op.name}' with reduction {kind}: only sums are supported")
+            step = AllReduce(axes, after)
+        elif op.name == "shard.reduce_scatter":
+            step = ReduceScatter(index("scatter_axis"), axes, after)
+        elif op.name == "shard.all_slice":
+            step = AllSlice(index("slice_axis"), axes, after)
+        else:
+            from slicer.dialect.collectives import PermuteOp
+
+            step = Permute(PermuteOp(op).pairs, after)
+        source = op.operands[0]
+        if self.name_of(source) not in self.values:
+            raise KernelGraphError(f"'{op.name}' consumes a value no earlier node produces")
+        return CollectiveNode(op.name.split(".")[-1], step, self.name_of(source), self.record(result, after))
+
+    def kernel(self, ops: list, name: str) -> KernelNode | None:
+        inside = {r for op in ops for r in op.results}
+        live_in, remat, seen = [], [], set()
+
+        def need(value: ir.Value) -> None:
+            if value in seen or value in inside:
+                return
+            seen.add(value)
+            owner = None if isinstance(value.owner, ir.Block) else _op(value.owner)
+            if owner is not None and _rematerialisable(owner):
+                for operand in owner.operands:
+                    need(operand)
+                if owner not in remat:
+                    remat.append(owner)
+                return
+            if isinstance(value.type, ir.RankedTensorType):
+                live_in.append(value)
+                return
+            what = f"'{owner.name}'" if owner is not None else "a block argument"
+            raise KernelGraphError(f"@{self.name}: a value of type {value.type} defined by {what} crosses a "
+                                   "collective; only tensors and re-materialisable scalars can")
+
+        for op in ops:
+            for deep in _deep_ops(op):
+                for operand in deep.operands:
+                    if operand in self.position or (isinstance(operand.owner, ir.Block) and operand.owner == self.block):
+                        need(operand)
+        kernel_ops = set(ops)
+        outputs = []
+        for op in ops:
+            for result in op.results:
+                if not isinstance(result.type, ir.RankedTensorType):
+                    continue
+                users = [self.top_level(_op(u.owner)) for u in result.uses]
+                if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + ("func.return",) for u in users):
+                    continue  # recomputed by the kernels that use it
+                if any(u not in kernel_ops for u in users):
+                    outputs.append(result)
+        if not outputs:
+            return None
+        remat.sort(key=lambda o: self.position[o.results[0]])
+        needs_coords = any(o.name == MULTI_INDEX for o in list(remat) + ops)
+        self.emit(name, live_in, outputs, remat + ops, needs_coords)
+        for value in outputs:
+            self.record(value, self.op_dist(_op(value.owner), value))
+        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+
+    def top_level(self, op: ir.Operation) -> ir.Operation:
+        while _op(op.parent) != self.func:
+            op = _op(op.parent)
+        return op
+
+    def emit(self, name: str, live_in: list, outputs: list, ops: list, needs_coords: bool) -> None:
+        coords_type = ir.RankedTensorType.get([self.mesh.ndim], ir.IntegerType.get_signless(64))
+        inputs = [v.type for v in live_in] + ([coords_type] if needs_coords else [])
+        fn_type = ir.FunctionType.get(inputs, [v.type for v in outputs])
+        with ir.InsertionPoint(self.kernels.body):
+            func = ir.Operation.create("func.func", attributes={"sym_name": ir.StringAttr.get(name),
+                                                                 "function_type": ir.TypeAttr.get(fn_type)}, regions=1)
+        block = func.regions[0].blocks.append(*inputs)
+        mapping = dict(zip(live_in, block.arguments))
+        coords = block.arguments[-1] if needs_coords else None
+        with ir.InsertionPoint(block):
+            for op in ops:
+                if op.name == MULTI_INDEX:
+                    axes = list(ir.DenseI16ArrayAttr(op.attributes["axes"])) if "axes" in op.attributes else list(range(self.mesh.ndim))
+                    for result, axis in zip(op.results, axes):
+                        raw = tensor.extract(coords, [arith.constant(ir.IndexType.get(), axis)])
+                        mapping[result] = arith.index_cast(ir.IndexType.get(), raw)
+                    continue
+                clone = op.clone()
+                for deep in _deep_ops(_op(clone)):
+                    for i, operand in enumerate(deep.operands):
+                        if operand in mapping:
+                            deep.operands[i] = mapping[operand]
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+            ir.Operation.create("func.return", operands=[mapping[v] for v in outputs])
