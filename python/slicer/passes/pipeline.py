@@ -162,7 +162,7 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
     """Append a Slicer pass; user errors become located diagnostics, crashes an internal error."""
 
     def run(op: ir.Operation, pass_) -> None:
-        with op.context:
+        with op.context, op.location:  # a default location for ops a pass builds without one
             try:
                 instance.apply(op)
             except PassFailure as failure:

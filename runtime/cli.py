@@ -1,0 +1,171 @@
+"""`slicer-run`: partition a program and run it on N local MPI ranks.
+
+    slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [-n N]
+               [--inputs a.npy,b.npy | --random SEED] [--out DIR] [--check] [--entry NAME] [--mpiexec PATH]
+
+`--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
+to minor); `argI=replicated`; `resultI.D=AXES` for results. Each rank reads or
+creates only its own block of each input; rank 0 assembles the results into
+`--out` as `result<i>.npy`. `--check` compares them with the unpartitioned
+program run in one process. Under `mpiexec -n N python -m slicer.runtime ...`
+the same command runs in the current MPI job instead of starting one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from slicer.api import CompileError, RunError, compile, launch
+from slicer.redistribution import Mesh, RedistributionError
+from slicer.tactics import InvalidTactic, TacticError, parse_tactics
+
+from .blocks import InputError, random_global
+from .mpiexec import LaunchError
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="slicer-run", description=__doc__.splitlines()[0])
+    p.add_argument("program")
+    p.add_argument("--mesh", required=True, help="named axes with sizes, major to minor, e.g. x=2,y=2")
+    p.add_argument("--tactic", action="append", default=[], help="argI.D=AXES | argI=replicated | resultI.D=AXES")
+    p.add_argument("-n", type=int, default=None, help="number of ranks (default: the mesh's device count)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--inputs", help="comma-separated .npy files, one per argument")
+    source.add_argument("--random", type=int, default=None, metavar="SEED", help="random inputs (default seed 0)")
+    p.add_argument("--out", help="directory for result<i>.npy (default: a temporary directory)")
+    p.add_argument("--check", action="store_true", help="compare with the unpartitioned program")
+    p.add_argument("--entry", help="the function to run (default: the module's single public function)")
+    p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
+    return p.parse_args(argv)
+
+
+def _reference_inputs(prog, args) -> list[np.ndarray]:
+    g = prog.graph
+    if args.inputs:
+        return [np.load(path) for path in args.inputs.split(",")]
+    seed = args.random or 0
+    return [random_global(seed + i, g.values[n].dist.shape, np.dtype(_np(g.values[n].dtype))) for i, n in enumerate(g.args)]
+
+
+def _np(dtype: str) -> str:
+    from slicer.api import _NUMPY
+
+    return _NUMPY[dtype]
+
+
+def _check_input_files(prog, paths: list[str]) -> None:
+    g = prog.graph
+    if len(paths) != len(g.args):
+        raise InputError(f"@{g.entry} takes {len(g.args)} inputs, --inputs gives {len(paths)}")
+    for i, (path, name) in enumerate(zip(paths, g.args)):
+        if not Path(path).is_file():
+            raise InputError(f"input file '{path}' (argument #{i}) does not exist")
+        header = np.load(path, mmap_mode="r")
+        v = g.values[name]
+        if tuple(header.shape) != tuple(v.dist.shape) or header.dtype != np.dtype(_np(v.dtype)):
+            raise InputError(f"input file '{path}' holds {header.dtype}{list(header.shape)}, but argument #{i} of "
+                             f"@{g.entry} is {np.dtype(_np(v.dtype))}{list(v.dist.shape)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except (CompileError, RunError, LaunchError, InputError, TacticError, InvalidTactic, RedistributionError, OSError) as exc:
+        print(f"slicer-run: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args) -> int:
+    mesh = Mesh.parse(args.mesh)
+    tactics = parse_tactics(";".join(args.tactic))
+    text = Path(args.program).read_text()
+    start = time.perf_counter()
+    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program)
+    comm = _mpi_job_comm()
+    lead = comm is None or comm.Get_rank() == 0
+    if lead:
+        print(f"== compiled {args.program} for mesh {mesh} in {time.perf_counter() - start:.2f} s")
+        print(prog.explain().split("propagation:")[0].rstrip())
+    ranks = args.n or (comm.Get_size() if comm is not None else mesh.device_count)
+    if ranks != mesh.device_count:
+        raise RunError(f"the mesh {mesh} has {mesh.device_count} devices; use -n {mesh.device_count}")
+    inputs = args.inputs.split(",") if args.inputs else None
+    if inputs:
+        _check_input_files(prog, inputs)
+    if comm is not None:
+        return _run_in_job(prog, args, comm, inputs)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="slicer-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    results = launch(prog.graph, out, ranks, inputs=inputs, seed=args.random or 0, timeout=args.timeout,
+                     mpiexec=args.mpiexec)
+    return _report(prog, args, text, out, results, ranks)
+
+
+def _mpi_job_comm():
+    """COMM_WORLD when this process is one rank of a multi-rank MPI job (mpiexec -n N python -m ...)."""
+    import os
+
+    if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) <= 1:
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def _run_in_job(prog, args, comm, inputs) -> int:
+    """Every rank of the current job runs its part; rank 0 writes the results and reports."""
+    import json
+
+    from .job import run_job
+    from .rank import run_rank
+
+    if comm.Get_size() != prog.mesh.device_count:
+        raise RunError(f"this MPI job has {comm.Get_size()} ranks but the mesh {prog.mesh} has "
+                       f"{prog.mesh.device_count} devices")
+    out = Path(args.out) if args.out else None
+    if comm.Get_rank() == 0:
+        out = out or Path(tempfile.mkdtemp(prefix="slicer-run-"))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "graph.json").write_text(prog.graph.to_json())
+        (out / "job.json").write_text(json.dumps({"inputs": inputs, "seed": args.random or 0}))
+    out = Path(comm.bcast(str(out) if out else None, root=0))
+    holder = {}
+    run_rank(lambda c: holder.setdefault("results", run_job(out, c)), comm)
+    if comm.Get_rank() != 0:
+        return 0
+    return _report(prog, args, Path(args.program).read_text(), out, holder["results"], comm.Get_size())
+
+
+def _report(prog, args, text, out, results, ranks) -> int:
+    timings = __import__("json").loads((out / "timings.json").read_text())
+    print(f"== ran on {ranks} MPI ranks in {timings['seconds'] * 1e3:.2f} ms "
+          f"(kernel compilation up to {timings['compile_seconds_max']:.2f} s per rank)")
+    for label, seconds in timings["steps"]:
+        print(f"   {seconds * 1e3:9.3f} ms  {label}")
+    print(f"== results: {', '.join(str(out / f'result{i}.npy') for i in range(len(results)))}")
+    if args.check:
+        from slicer.lowering import compile_function
+
+        expected = compile_function(text, args.entry)(*_reference_inputs(prog, args))
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for i, (e, got) in enumerate(zip(expected, results)):
+            exact = not np.issubdtype(e.dtype, np.floating)
+            ok = np.array_equal(e, got) if exact else np.allclose(e, got, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(e).max())))
+            if not ok:
+                print(f"slicer-run: error: result #{i} differs from the unpartitioned program "
+                      f"(max |diff| {float(np.max(np.abs(e.astype(np.float64) - got))):.3g})", file=sys.stderr)
+                return 1
+        print("results match the unpartitioned program")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
