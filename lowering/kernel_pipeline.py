@@ -1,0 +1,176 @@
+"""The kernel compilation pipeline, as data: named stages of pass-pipeline elements.
+
+A pipeline is a tuple of `(stage, (element, ...))` like Catalyst's pass
+pipelines, so callers can print it, hash it (the kernel cache key includes
+`KernelPipeline.text()`), drop or replace a stage, or run it up to a stage to
+inspect the IR. Elements are upstream/slicer pass-pipeline elements run with
+`slicer.passes.pipeline.run_pipeline`, except the `slicer-kernel-*` steps
+implemented here in Python (they are not registered passes because they only
+make sense inside this pipeline):
+
+- `slicer-kernel-vectorize{...}`: tile and vectorize every linalg op with a
+  transform-dialect script generated per op (see `lowering/vectorize.py`);
+- `slicer-kernel-reject-narrow-memrefs`: a clear error instead of an assertion
+  failure in the LLVM lowering for i1 buffers.
+
+Input: a module of `func.func` on statically shaped tensors (linalg, arith,
+math, tensor, slicer loops). Output: LLVM dialect where every public function
+takes its inputs then its outputs as memrefs (results became out-params so the
+caller owns every output buffer) and has a `_mlir_ciface_` C interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mlir import ir
+
+from slicer.passes.pipeline import parse_element, parse_options, run_pipeline
+
+from .vectorize import VectorizeOptions, vectorize_module
+
+Stage = tuple[str, tuple[str, ...]]
+
+_PRELUDE: Stage = ("slicer", ("slicer-lower-to-loops",))
+_LINALG: Stage = (
+    "linalg",
+    (
+        # arith/math on tensors are elementwise: make them linalg.generic so they fuse and bufferize.
+        "func.func(convert-elementwise-to-linalg)",
+        # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
+        "linalg-fuse-elementwise-ops",
+        "canonicalize",
+        "cse",
+    ),
+)
+_BUFFERIZE: Stage = (
+    "bufferize",
+    (
+        "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
+        # Results become out-params: numpy allocates outputs, the kernel writes into them.
+        "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
+        "canonicalize",
+    ),
+)
+_VECTORIZE: Stage = (
+    "vectorize",
+    (
+        # Named ops become linalg.generic so one classifier (iterator types) picks tile sizes.
+        "func.func(linalg-generalize-named-ops)",
+        "slicer-kernel-vectorize{parallel=64 matmul=8,32,16 kc=256}",
+        "canonicalize",
+        "cse",
+    ),
+)
+_TO_LLVM: Stage = (
+    "llvm",
+    (
+        "slicer-kernel-reject-narrow-memrefs",
+        "buffer-deallocation-pipeline",
+        # Whatever the vectorizer left (dynamic remainder tiles, convolutions, ...) runs as loops.
+        "func.func(convert-linalg-to-loops)",
+        "func.func(convert-vector-to-scf{full-unroll=true})",
+        "expand-strided-metadata",
+        "lower-affine",
+        "convert-scf-to-cf",
+        "convert-vector-to-llvm",
+        "convert-to-llvm",
+        "reconcile-unrealized-casts",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class KernelPipeline:
+    """An ordered tuple of named stages; immutable, hashable, printable."""
+
+    stages: tuple[Stage, ...]
+
+    def text(self) -> str:
+        """One line per stage, `stage: a,b,c`; the exact text the cache key hashes."""
+        return "\n".join(f"{name}: {','.join(elements)}" for name, elements in self.stages)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.stages]
+
+    def without(self, *stage_names: str) -> "KernelPipeline":
+        """This pipeline minus the named stages (e.g. `without("vectorize")` for plain loops)."""
+        unknown = set(stage_names) - set(self.names())
+        if unknown:
+            raise ValueError(f"no stage {sorted(unknown)} in pipeline (stages: {', '.join(self.names())})")
+        return replace(self, stages=tuple(s for s in self.stages if s[0] not in stage_names))
+
+    def until(self, stage_name: str) -> "KernelPipeline":
+        """The stages up to and including `stage_name` (to inspect intermediate IR)."""
+        if stage_name not in self.names():
+            raise ValueError(f"no stage '{stage_name}' in pipeline (stages: {', '.join(self.names())})")
+        index = self.names().index(stage_name)
+        return replace(self, stages=self.stages[: index + 1])
+
+    def run(self, module: ir.Module) -> None:
+        """Run every stage in order on `module` (in place, in its context)."""
+        for _, elements in self.stages:
+            _run_elements(module, elements)
+
+
+def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
+    # Consecutive pass elements go to MLIR in one PassManager; slicer-kernel-* steps run in between.
+    batch: list[str] = []
+    for element in elements:
+        if element.startswith("slicer-kernel-"):
+            if batch:
+                run_pipeline(module, ",".join(batch))
+                batch = []
+            _run_kernel_step(module, element)
+        else:
+            batch.append(element)
+    if batch:
+        run_pipeline(module, ",".join(batch))
+
+
+def _run_kernel_step(module: ir.Module, element: str) -> None:
+    parsed = parse_element(element)
+    if parsed.name == "slicer-kernel-vectorize":
+        vectorize_module(module, VectorizeOptions.parse(parse_options(parsed.options)))
+    elif parsed.name == "slicer-kernel-reject-narrow-memrefs":
+        reject_narrow_memrefs(module)
+    else:
+        raise ValueError(
+            f"unknown kernel pipeline step '{parsed.name}' "
+            "(known: slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
+        )
+
+
+class NarrowMemRefError(ValueError):
+    """A buffer of sub-byte elements (i1) that the LLVM lowering cannot store."""
+
+
+def reject_narrow_memrefs(module: ir.Module) -> None:
+    """Raise on any memref of i1 (or narrower-than-byte) elements left after bufferization.
+
+    MLIR 22's memref-to-LLVM lowering *asserts* (aborting the process) on loads/stores of sub-byte
+    elements; an error naming the value is better than a crash. Boolean tensors fused into one
+    linalg.generic never become buffers, so `select(cmp(a, b), a, b)` chains are fine.
+    """
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for value in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
+            element = getattr(value.type, "element_type", None)
+            if isinstance(value.type, ir.MemRefType) and isinstance(element, ir.IntegerType) and element.width < 8:
+                found.append(f"{value.type} at {op.location}")
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        raise NarrowMemRefError(
+            f"buffers of i1 elements ({found[0]}{' and more' if len(found) > 1 else ''}) cannot be lowered: "
+            "MLIR 22 cannot store sub-byte memref elements; keep booleans inside one elementwise chain, "
+            "or convert them to i8 (arith.extui) before they are returned or stored"
+        )
+
+
+# The default: fused, bufferized, tiled and vectorized, lowered to LLVM.
+DEFAULT_PIPELINE = KernelPipeline((_PRELUDE, _LINALG, _BUFFERIZE, _VECTORIZE, _TO_LLVM))
+# The same without tiling/vectorization: every linalg op becomes scalar loops (the reference).
+LOOPS_PIPELINE = DEFAULT_PIPELINE.without("vectorize")

@@ -1,0 +1,294 @@
+"""Tile and vectorize the linalg ops of bufferized kernels with the transform dialect.
+
+Upstream MLIR 22 has no pass that tiles linalg ops (the old `linalg-tile` is
+gone); tiling and vectorization are transform-dialect ops. So this module
+writes one transform script per module from the ops it finds and applies it
+with the upstream interpreter (`transform.interpreter.apply_named_sequence`):
+
+1. every `linalg.generic` (named ops are generalized before) gets a tag and a
+   tile size per loop, chosen from its iterator types and static loop ranges:
+   - contraction-like (>= 2 parallel and >= 1 reduction loops, e.g. matmul
+     C[i,j] += A[i,k] B[k,j]), two levels: first j by `matmul[1]` and k by
+     `kc` in loop order (j, kb) so a kc x matmul[1] block of B stays in cache
+     while all row tiles use it; then i by `matmul[0]` and k by `matmul[2]`
+     (the register tile); batch dims and other reductions one at a time;
+   - anything else: the innermost loop by `parallel`, every other loop by 1;
+   a loop no longer than its tile is not tiled;
+2. `tile_using_for` per level, then `loop.peel` of every tile loop (it fails
+   harmlessly when the range is a multiple of the tile), so the main tiles
+   have static shapes (no masks) and the remainder is a static tile as well;
+3. `structured.vectorize` on every piece of a planned op (a piece still
+   dynamic fails harmlessly); ops without a plan (non-projected maps such as
+   convolutions, i1 operands whose bytes a bit-packed vector<Nxi1> would
+   misread) are left to `convert-linalg-to-loops` later: that is the fallback;
+4. contractions become `vector.fma` (outer-product lowering), transfers are
+   lowered, and loop-invariant transfers (the matmul accumulator tile) hoisted.
+   Every pattern application is bounded (`max_iterations`, `max_num_rewrites`):
+   two lowering pattern sets once rewrote each other forever on a transpose
+   feeding a matmul; a bound turns such a bug into the fallback below instead
+   of a hang.
+
+Each op's tiling runs in a `failures(suppress)` sequence: an op the tiler
+rejects stays as it is and runs as loops. If the interpreter fails anyway, the
+module is restored and left unvectorized (a warning is logged), so the
+pipeline stays correct for any linalg program.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from mlir import ir
+from mlir.dialects.transform import interpreter
+
+log = logging.getLogger("slicer.kernels")
+
+TAG = "slicer.vectorize_tag"
+
+
+@dataclass(frozen=True)
+class VectorizeOptions:
+    """Tile sizes: `parallel` for the innermost loop of non-contractions, `matmul` (i, j, k) for contractions."""
+
+    parallel: int = 64
+    matmul: tuple[int, int, int] = (8, 32, 16)
+    kc: int = 256  # reduction block of contractions (outer tiling level)
+
+    @staticmethod
+    def parse(options: dict[str, str]) -> "VectorizeOptions":
+        unknown = set(options) - {"parallel", "matmul", "kc"}
+        if unknown:
+            raise ValueError(f"slicer-kernel-vectorize: unknown option(s) {sorted(unknown)} (known: parallel, matmul, kc)")
+        result = VectorizeOptions()
+        if "parallel" in options:
+            result = replace(result, parallel=int(options["parallel"]))
+        if "kc" in options:
+            result = replace(result, kc=int(options["kc"]))
+        if "matmul" in options:
+            sizes = tuple(int(s) for s in options["matmul"].split(","))
+            if len(sizes) != 3:
+                raise ValueError(f"slicer-kernel-vectorize: matmul takes three tile sizes i,j,k, got '{options['matmul']}'")
+            result = replace(result, matmul=sizes)
+        return result
+
+
+@dataclass(frozen=True)
+class TileLevel:
+    """One `tile_using_for`: a tile size per loop (0 = not tiled) and the order of the tile loops."""
+
+    sizes: tuple[int, ...]
+    interchange: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """The tiling levels of one op (outer level first), identified by its tag."""
+
+    tag: int
+    levels: tuple[TileLevel, ...]
+
+
+def loop_ranges(op: ir.Operation) -> list[int] | None:
+    """Static trip count of each loop of a linalg.generic, or None if the maps are not simple dims."""
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if not maps:
+        return None
+    ranges: list[int | None] = [None] * maps[0].n_dims
+    for operand, amap in zip(op.operands, maps):
+        shape = getattr(operand.type, "shape", None)
+        if shape is None:
+            continue  # a scalar operand (linalg.fill's value)
+        for size, expr in zip(shape, amap.results):
+            if isinstance(expr, ir.AffineDimExpr):
+                ranges[expr.position] = size
+    if any(r is None or r < 0 for r in ranges):
+        return None
+    return ranges  # type: ignore[return-value]
+
+
+def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePlan | None:
+    ranges = loop_ranges(op)
+    if ranges is None or _has_i1_operand(op):
+        return None
+    kinds = ["reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    parallel = [i for i, k in enumerate(kinds) if k == "parallel"]
+    reduction = [i for i, k in enumerate(kinds) if k == "reduction"]
+    order = list(range(len(ranges)))
+    if len(parallel) >= 2 and reduction:
+        i, j, k = parallel[-2], parallel[-1], reduction[-1]
+        ti, tj, tk = options.matmul
+        # Level 1: a tj-wide column panel of the result, the reduction in blocks of kc; the kc x tj
+        # block of B then stays in cache while every row tile runs over it (loops j, kb, i, k).
+        outer = [0] * len(ranges)
+        outer[j], outer[k] = tj, options.kc
+        inner = [1] * len(ranges)
+        inner[i], inner[j], inner[k] = ti, 0, tk
+        for d in parallel[:-2] + reduction[:-1]:  # batch dims and other reductions: one at a time
+            outer[d], inner[d] = 1, 0
+        outer_order = [j, k] + [d for d in order if d not in (j, k)]
+        levels = [(outer, outer_order), (inner, order)]
+    else:
+        wanted = [1] * len(ranges)
+        wanted[-1] = options.parallel
+        levels = [(wanted, order)]
+    result = []
+    extent = list(ranges)
+    for sizes, loop_order in levels:
+        clamped = tuple(0 if s == 0 or s >= e else s for s, e in zip(sizes, extent))
+        if any(clamped):
+            result.append(TileLevel(clamped, tuple(loop_order)))
+        extent = [c if c else e for c, e in zip(clamped, extent)]
+    return TilePlan(tag, tuple(result))
+
+
+def _has_i1_operand(op: ir.Operation) -> bool:
+    # memref<Nxi1> holds one byte per element, but a vector<Nxi1> load/store is bit-packed: vectorizing
+    # would read and write the wrong bytes (measured: wrong booleans). Such ops stay scalar loops.
+    for operand in op.operands:
+        element = getattr(operand.type, "element_type", operand.type)
+        if isinstance(element, ir.IntegerType) and element.width == 1:
+            return True
+    return False
+
+
+def _op_script(plan: TilePlan) -> str:
+    """Tile the tagged op level by level; try to peel every tile loop so main tiles are static.
+
+    Every step sits in its own `failures(suppress)` sequence: peeling a loop whose range is a
+    multiple of its step fails harmlessly, and an op the tiler rejects stays as it is (loops later).
+    Between levels, canonicalization folds the peeled tiles' sizes to constants, and the tag (copied
+    onto every peeled clone) finds all the pieces again.
+    """
+    loop_type = '!transform.op<"scf.for">'
+    tag = plan.tag
+    lines = []
+    for level, tile in enumerate(plan.levels):
+        tiled = sum(1 for s in tile.sizes if s)
+        lines += [
+            f"    %m{tag}_{level} = transform.structured.match attributes {{{TAG} = {tag} : i64}} in %root "
+            ": (!transform.any_op) -> !transform.any_op",
+            f"    transform.foreach %m{tag}_{level} : !transform.any_op {{",
+            "    ^bb0(%op: !transform.any_op):",
+            "      transform.sequence %op : !transform.any_op failures(suppress) {",
+            "      ^bb0(%o: !transform.any_op):",
+            f"        %t, %l:{tiled} = transform.structured.tile_using_for %o tile_sizes "
+            f"[{', '.join(map(str, tile.sizes))}] interchange = [{', '.join(map(str, tile.interchange))}] "
+            ": (!transform.any_op) -> (!transform.any_op" + f", {loop_type}" * tiled + ")",
+        ]
+        # Innermost first: peeling keeps the peeled loop's handle valid and duplicates the inner loops.
+        for index in reversed(range(tiled)):
+            lines += [
+                f"        transform.sequence %l#{index} : {loop_type} failures(suppress) {{",
+                f"        ^bb0(%loop: {loop_type}):",
+                f"          %main, %rest = transform.loop.peel %loop : ({loop_type}) -> (!transform.any_op, !transform.any_op)",
+                "          transform.yield",
+                "        }",
+            ]
+        lines += ["        transform.yield", "      }", "    }", _CANONICALIZE.format(name=f"c{tag}_{level}")]
+    # Vectorize only the pieces of planned ops; a piece whose shape is still dynamic fails and stays.
+    lines += [
+        f"    %v{tag} = transform.structured.match attributes {{{TAG} = {tag} : i64}} in %root "
+        ": (!transform.any_op) -> !transform.any_op",
+        f"    transform.foreach %v{tag} : !transform.any_op {{",
+        "    ^bb0(%op: !transform.any_op):",
+        "      transform.sequence %op : !transform.any_op failures(suppress) {",
+        "      ^bb0(%o: !transform.any_op):",
+        "        transform.structured.vectorize %o : !transform.any_op",
+        "        transform.yield",
+        "      }",
+        "    }",
+    ]
+    return "\n".join(lines)
+
+
+_CANONICALIZE = """\
+    %{name} = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %{name} {{
+      transform.apply_patterns.canonicalization
+    }} {{max_iterations = 16 : i64, max_num_rewrites = 100000 : i64}} : !transform.any_op"""
+
+
+_TAIL = """\
+    %vf = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    // What vectorize_children_and_apply_patterns adds after vectorizing: multi-reductions of products
+    // become vector.contract. (That op is not used because it vectorizes every static linalg op, also
+    // the ones left out on purpose: i1 operands, untiled big ops.)
+    transform.apply_patterns to %vf {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } {max_iterations = 16 : i64, max_num_rewrites = 100000 : i64} : !transform.any_op
+    transform.apply_patterns to %vf {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerparallel"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.canonicalization
+    } {max_iterations = 16 : i64, max_num_rewrites = 100000 : i64} : !transform.any_op
+    // Separate, without canonicalization: together they rewrite each other's output forever
+    // (measured: a transpose feeding a matmul never reached a fixpoint).
+    transform.apply_patterns to %vf {
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+      transform.apply_patterns.vector.lower_shape_cast
+    } {max_iterations = 16 : i64, max_num_rewrites = 100000 : i64} : !transform.any_op
+    %hoisted = transform.structured.hoist_redundant_vector_transfers %vf : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}
+"""
+
+
+def transform_script(plans: list[TilePlan]) -> str:
+    """The transform module tiling, peeling and vectorizing the tagged ops."""
+    head = (
+        "module attributes {transform.with_named_sequence} {\n"
+        "  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
+    )
+    body = "\n".join(_op_script(p) for p in plans)
+    return head + (body + "\n" if body else "") + _TAIL
+
+
+def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOptions()) -> None:
+    """Tile and vectorize every linalg.generic of `module` in place (best effort, always correct)."""
+    context = module.context
+    plans = []
+    i64 = ir.IntegerType.get_signless(64, context)
+    for op in _generics(module.operation):
+        plan = plan_tiles(op, len(plans), options)
+        if plan is not None:
+            op.attributes[TAG] = ir.IntegerAttr.get(i64, plan.tag)
+            plans.append(plan)
+    backup = module.operation.clone()
+    try:
+        script = ir.Module.parse(transform_script(plans), context)
+        entry = next(op for op in script.body.operations if op.operation.name == "transform.named_sequence")
+        interpreter.apply_named_sequence(module, entry, script)
+    except (ir.MLIRError, ValueError) as exc:  # the interpreter binding raises ValueError
+        log.warning("vectorization failed, the kernels run as scalar loops: %s", str(exc)[:2000])
+        _restore(module, backup)
+    else:
+        backup.erase()
+    for op in _generics(module.operation):
+        if TAG in op.attributes:
+            del op.attributes[TAG]
+
+
+def _generics(root: ir.Operation) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "linalg.generic":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
+
+
+def _restore(module: ir.Module, backup: ir.Operation) -> None:
+    for op in list(module.body.operations):
+        op.operation.erase()
+    for op in list(backup.regions[0].blocks[0].operations):
+        module.body.append(op.operation)
+    backup.erase()

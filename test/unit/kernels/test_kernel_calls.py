@@ -1,0 +1,133 @@
+"""Calling kernels: outputs written in place, clear argument errors, the descriptor cache."""
+
+import numpy as np
+import pytest
+
+from slicer.lowering import KernelError, compile_library
+from slicer.lowering.kernel import SLOT_CACHE_SIZE
+
+PROGRAM = """
+func.func @scale(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  %s = arith.mulf %a, %b : tensor<4x6xf32>
+  return %s : tensor<4x6xf32>
+}
+func.func @two(%a: tensor<5xi32>) -> (tensor<5xi32>, tensor<5xi32>) {
+  %s = arith.addi %a, %a : tensor<5xi32>
+  %p = arith.muli %a, %a : tensor<5xi32>
+  return %s, %p : tensor<5xi32>, tensor<5xi32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    return compile_library(PROGRAM, cache_dir=tmp_path_factory.mktemp("calls"))
+
+
+def test_outputs_are_written_into_the_callers_arrays(library):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    out = np.zeros((4, 6), np.float32)
+    assert library["scale"](a, a, out=out) is out
+    np.testing.assert_array_equal(out, a * a)
+    s, p = np.zeros(5, np.int32), np.zeros(5, np.int32)
+    x = np.arange(5, dtype=np.int32)
+    result = library["two"](x, out=(s, p))
+    assert result[0] is s and result[1] is p
+    np.testing.assert_array_equal(s, x + x)
+    np.testing.assert_array_equal(p, x * x)
+    fresh = library["two"](x)
+    np.testing.assert_array_equal(fresh[1], x * x)
+
+
+def test_kernel_signatures(library):
+    scale = library["scale"]
+    assert scale.name == "scale"
+    assert [(s.shape, s.dtype) for s in scale.inputs] == [((4, 6), np.float32)] * 2
+    assert [(s.shape, s.dtype) for s in library["two"].outputs] == [((5,), np.int32)] * 2
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda: (np.zeros((4, 6), np.float64), np.zeros((4, 6), np.float32)), "input #0 of kernel @scale must have dtype float32, got float64"),
+        (lambda: (np.zeros((4, 6), np.float32), np.zeros((6, 4), np.float32)), r"input #1 of kernel @scale must have shape \(4, 6\), got \(6, 4\)"),
+        (lambda: (np.zeros((6, 4), np.float32).T, np.zeros((4, 6), np.float32)), "input #0 of kernel @scale is not C-contiguous"),
+        (lambda: (np.zeros((4, 6), np.float32),), "takes 2 input arrays, got 1"),
+        (lambda: ([[0.0] * 6] * 4, np.zeros((4, 6), np.float32)), "must be a numpy array"),
+    ],
+)
+def test_bad_arguments_are_named(library, make_args, message):
+    with pytest.raises(KernelError, match=message):
+        library["scale"](*make_args())
+
+
+def test_bad_outputs_are_named(library):
+    a = np.ones((4, 6), np.float32)
+    read_only = np.zeros((4, 6), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(KernelError, match="output #0 of kernel @scale is read-only"):
+        library["scale"](a, a, out=read_only)
+    with pytest.raises(KernelError, match="has 2 outputs, out= gives 1"):
+        library["two"](np.zeros(5, np.int32), out=np.zeros(5, np.int32))
+    with pytest.raises(KernelError, match=r"no kernel @nope in this library \(kernels: @scale, @two\)"):
+        library["nope"]
+
+
+def test_descriptor_cache_follows_the_arrays_passed(library):
+    scale = library["scale"]
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((4, 6), dtype=np.float32) for _ in range(SLOT_CACHE_SIZE + 3)]
+    outs = [np.empty((4, 6), np.float32) for _ in range(2)]
+    # Cycle through more arrays than a slot remembers, several times, with alternating outputs.
+    for step in range(3 * len(arrays)):
+        a, b = arrays[step % len(arrays)], arrays[(step * 5 + 1) % len(arrays)]
+        out = outs[step % 2]
+        scale(a, b, out=out)
+        np.testing.assert_array_equal(out, a * b)
+    # Contents changed in place: same descriptors, new values.
+    a = arrays[0]
+    a[...] = 3.0
+    np.testing.assert_array_equal(scale(a, a, out=outs[0]), np.full((4, 6), 9.0, np.float32))
+    # Shape reassigned in place on a cached array: rejected, not silently reused.
+    a.shape = (6, 4)
+    with pytest.raises(KernelError, match="must have shape"):
+        scale(a, a)
+    a.shape = (4, 6)
+    # Fresh temporaries whose addresses may reuse freed ones still compute the right thing.
+    for value in range(5):
+        x = np.full((4, 6), value, np.float32)
+        np.testing.assert_array_equal(scale(x, x), x * x)
+    scale.clear_descriptor_cache()
+    np.testing.assert_array_equal(scale(a, a), a * a)
+
+
+def test_uncached_call_matches(library):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    out = np.empty_like(a)
+    library["scale"].call_uncached(a, a, out=[out])
+    np.testing.assert_array_equal(out, a * a)
+
+
+def test_bound_calls_run_on_their_arrays(library):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    b = np.full((4, 6), 2.0, np.float32)
+    out = np.zeros((4, 6), np.float32)
+    bound = library["scale"].bind(a, b, out=out)
+    bound()
+    np.testing.assert_array_equal(out, a * 2)
+    b[...] = 3.0  # same buffers, new contents: the next call sees them
+    bound()
+    np.testing.assert_array_equal(out, a * 3)
+    with pytest.raises(KernelError, match="input #1 of kernel @scale must have dtype float32"):
+        library["scale"].bind(a, b.astype(np.float64), out=out)
+    with pytest.raises(KernelError, match="takes 2 inputs and 1 outputs, got 1 and 1"):
+        library["scale"].bind(a, out=out)
+
+
+@pytest.mark.parametrize("shape, dtype", [((4, 6), np.float32), ((5,), np.int32), ((), np.float64), ((0, 3), np.float32)])
+def test_aligned_empty(shape, dtype):
+    from slicer.lowering import aligned_empty
+
+    array = aligned_empty(shape, dtype)
+    assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
+    assert array.ctypes.data % 64 == 0 or array.size == 0

@@ -1,0 +1,235 @@
+"""Compiled kernels (vectorized default pipeline) equal numpy on matmuls, chains, reductions."""
+
+import numpy as np
+import pytest
+
+from slicer.lowering import LOOPS_PIPELINE, compile_kernel, compile_library
+
+RNG = np.random.default_rng(0)
+
+
+def matmul_fn(name, m, k, n, dtype="f32"):
+    return f"""
+func.func @{name}(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}> {{
+  %e = tensor.empty() : tensor<{m}x{n}x{dtype}>
+  %z = arith.constant 0.0 : {dtype}
+  %f = linalg.fill ins(%z : {dtype}) outs(%e : tensor<{m}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
+  %p = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) outs(%f : tensor<{m}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
+  return %p : tensor<{m}x{n}x{dtype}>
+}}
+"""
+
+
+# Multiples of the 8x32x16 tiles, non-multiples in each dim (peeled remainders), tiny and skinny shapes.
+MATMUL_SHAPES = [(64, 64, 64), (100, 70, 130), (17, 33, 5), (1, 1, 1), (8, 200, 3), (3, 7, 257)]
+
+
+def test_matmuls_of_many_shapes_equal_numpy(cache_dir):
+    text = "\n".join(matmul_fn(f"mm_{m}_{k}_{n}", m, k, n) for m, k, n in MATMUL_SHAPES)
+    library = compile_library(text, cache_dir=cache_dir)
+    assert len(library) == len(MATMUL_SHAPES)
+    for m, k, n in MATMUL_SHAPES:
+        a = RNG.standard_normal((m, k), dtype=np.float32)
+        b = RNG.standard_normal((k, n), dtype=np.float32)
+        result = library[f"mm_{m}_{k}_{n}"](a, b)
+        np.testing.assert_allclose(result, a @ b, rtol=1e-4, atol=1e-4, err_msg=f"{m}x{k}x{n}")
+
+
+def test_f64_matmul_and_transposed_operand(cache_dir):
+    text = matmul_fn("mm64", 40, 24, 50, "f64") + """
+func.func @mm_bt(%a: tensor<37x19xf32>, %b: tensor<45x19xf32>) -> tensor<37x45xf32> {
+  %e = tensor.empty() : tensor<37x45xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<37x45xf32>) -> tensor<37x45xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (j, k)>, affine_map<(i, j, k) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<37x19xf32>, tensor<45x19xf32>) outs(%f : tensor<37x45xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<37x45xf32>
+  return %p : tensor<37x45xf32>
+}
+"""
+    library = compile_library(text, cache_dir=cache_dir)
+    a, b = RNG.standard_normal((40, 24)), RNG.standard_normal((24, 50))
+    np.testing.assert_allclose(library["mm64"](a, b), a @ b, rtol=1e-12)
+    a, b = RNG.standard_normal((37, 19), dtype=np.float32), RNG.standard_normal((45, 19), dtype=np.float32)
+    np.testing.assert_allclose(library["mm_bt"](a, b), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def chain_fn(name, shape, dtype):
+    t = f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
+    if dtype.startswith("f"):
+        body = f"""
+  %m = arith.mulf %a, %b : {t}
+  %s = arith.addf %m, %c : {t}
+  %zero = arith.constant dense<0.0> : {t}
+  %r = arith.maximumf %s, %zero : {t}"""
+    else:
+        body = f"""
+  %m = arith.muli %a, %b : {t}
+  %s = arith.addi %m, %c : {t}
+  %zero = arith.constant dense<0> : {t}
+  %r = arith.maxsi %s, %zero : {t}"""
+    return f"func.func @{name}(%a: {t}, %b: {t}, %c: {t}) -> {t} {{{body}\n  return %r : {t}\n}}\n"
+
+
+@pytest.mark.parametrize("pipeline", ["default", "loops"])
+def test_elementwise_chains_f32_f64_i32(cache_dir, pipeline):
+    cases = [("c_f32", (1000, 37), "f32", np.float32), ("c_f64", (4099,), "f64", np.float64), ("c_i32", (3, 5, 130), "i32", np.int32)]
+    text = "".join(chain_fn(name, shape, d) for name, shape, d, _ in cases)
+    options = {"pipeline": LOOPS_PIPELINE} if pipeline == "loops" else {}
+    library = compile_library(text, cache_dir=cache_dir, **options)
+    for name, shape, _, np_dtype in cases:
+        a, b, c = ((RNG.standard_normal(shape) * 10).astype(np_dtype) for _ in range(3))
+        np.testing.assert_allclose(library[name](a, b, c), np.maximum(a * b + c, 0), rtol=1e-6, err_msg=name)
+
+
+def test_default_pipeline_fuses_the_chain_into_one_loop_nest(cache_dir):
+    """Fusion is what pays on bandwidth-bound chains: one linalg.generic remains, no temporary buffer."""
+    from mlir import ir
+
+    from slicer.dialect import make_context
+    from slicer.lowering import DEFAULT_PIPELINE
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(chain_fn("c", (64, 64), "f32"))
+        DEFAULT_PIPELINE.until("bufferize").run(module)
+        text = str(module)
+    assert text.count("linalg.generic") == 1
+    assert "memref.alloc" not in text
+
+
+def test_reductions_bias_relu_and_several_results(cache_dir):
+    text = """
+func.func @sums(%x: tensor<50x77xf32>) -> (tensor<50xf32>, tensor<77xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<50xf32>
+  %f0 = linalg.fill ins(%z : f32) outs(%e0 : tensor<50xf32>) -> tensor<50xf32>
+  %rows = linalg.reduce ins(%x : tensor<50x77xf32>) outs(%f0 : tensor<50xf32>) dimensions = [1]
+    (%in: f32, %acc: f32) { %s = arith.addf %in, %acc : f32
+      linalg.yield %s : f32 }
+  %e1 = tensor.empty() : tensor<77xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<77xf32>) -> tensor<77xf32>
+  %cols = linalg.reduce ins(%x : tensor<50x77xf32>) outs(%f1 : tensor<77xf32>) dimensions = [0]
+    (%in: f32, %acc: f32) { %s = arith.addf %in, %acc : f32
+      linalg.yield %s : f32 }
+  return %rows, %cols : tensor<50xf32>, tensor<77xf32>
+}
+func.func @mlp(%x: tensor<24x40xf32>, %w: tensor<40x72xf32>, %bias: tensor<72xf32>) -> tensor<24x72xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<24x72xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<24x72xf32>) -> tensor<24x72xf32>
+  %p = linalg.matmul ins(%x, %w : tensor<24x40xf32>, tensor<40x72xf32>) outs(%f : tensor<24x72xf32>) -> tensor<24x72xf32>
+  %bb = linalg.broadcast ins(%bias : tensor<72xf32>) outs(%e : tensor<24x72xf32>) dimensions = [0]
+  %s = arith.addf %p, %bb : tensor<24x72xf32>
+  %zeros = arith.constant dense<0.0> : tensor<24x72xf32>
+  %r = arith.maximumf %s, %zeros : tensor<24x72xf32>
+  return %r : tensor<24x72xf32>
+}
+"""
+    library = compile_library(text, cache_dir=cache_dir)
+    x = RNG.standard_normal((50, 77), dtype=np.float32)
+    rows, cols = library["sums"](x)
+    np.testing.assert_allclose(rows, x.sum(axis=1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(cols, x.sum(axis=0), rtol=1e-4, atol=1e-4)
+    x, w, bias = RNG.standard_normal((24, 40), dtype=np.float32), RNG.standard_normal((40, 72), dtype=np.float32), RNG.standard_normal(72, dtype=np.float32)
+    np.testing.assert_allclose(library["mlp"](x, w, bias), np.maximum(x @ w + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+SLICER_LOOP = """
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @scaled(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %c = arith.addf %b, %b : tensor<4x4xf32>
+    tosa.yield %c : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+"""
+
+
+def test_slicer_loop_programs_compile_too(cache_dir):
+    """Modules with slicer.mesh / slicer.loop (lowered by the pipeline's first stage) are kernels too."""
+    a = RNG.standard_normal((8, 4), dtype=np.float32)
+    kernel = compile_kernel(SLICER_LOOP, cache_dir=cache_dir)
+    np.testing.assert_array_equal(kernel(a), a + a)
+
+
+def test_a_failing_transform_script_falls_back_to_loops(tmp_path, monkeypatch, caplog):
+    """If the interpreter fails midway, the module is restored and compiled as loops: slower, still right."""
+    from slicer.lowering import vectorize
+
+    broken = vectorize._TAIL.replace(
+        "    transform.yield\n",
+        "    %oops, %oops_loop = transform.structured.tile_using_for %vf tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+        "    transform.yield\n",
+    )
+    assert broken != vectorize._TAIL
+    monkeypatch.setattr(vectorize, "_TAIL", broken)
+    text = matmul_fn("mm", 20, 9, 40) + chain_fn("chain", (300,), "f32")
+    with caplog.at_level("WARNING", logger="slicer.kernels"):
+        library = compile_library(text, cache_dir=tmp_path)
+    assert "vectorization failed" in caplog.text
+    a, b = RNG.standard_normal((20, 9), dtype=np.float32), RNG.standard_normal((9, 40), dtype=np.float32)
+    np.testing.assert_allclose(library["mm"](a, b), a @ b, rtol=1e-4, atol=1e-4)
+    x, y, z = (RNG.standard_normal(300, dtype=np.float32) for _ in range(3))
+    np.testing.assert_allclose(library["chain"](x, y, z), np.maximum(x * y + z, 0), rtol=1e-6)
+
+
+def test_matmul_is_vectorized_to_fma():
+    """The default pipeline turns a matmul into vector.fma on full tiles (the loops pipeline does not)."""
+    from mlir import ir
+
+    from slicer.dialect import make_context
+    from slicer.lowering import DEFAULT_PIPELINE
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(matmul_fn("mm", 64, 48, 96))
+        DEFAULT_PIPELINE.until("vectorize").run(module)
+        text = str(module)
+    assert "vector.fma" in text and "vector<32xf32>" in text
+    assert "linalg.generic" not in text, "every linalg op of this kernel should be vectorized"
+
+
+def test_booleans_inside_a_fused_chain_work(cache_dir):
+    text = """
+func.func @min(%a: tensor<300xf32>, %b: tensor<300xf32>) -> tensor<300xf32> {
+  %c = arith.cmpf olt, %a, %b : tensor<300xf32>
+  %d = arith.select %c, %a, %b : tensor<300xi1>, tensor<300xf32>
+  return %d : tensor<300xf32>
+}
+"""
+    a, b = RNG.standard_normal(300, dtype=np.float32), RNG.standard_normal(300, dtype=np.float32)
+    np.testing.assert_array_equal(compile_kernel(text, cache_dir=cache_dir)(a, b), np.minimum(a, b))
+
+
+def test_i1_buffers_are_a_clear_error_not_a_crash(cache_dir):
+    """MLIR 22 asserts (aborting the process) when lowering i1 memref stores: we refuse first."""
+    from slicer.lowering import KernelError
+
+    returned = """
+func.func @lt(%a: tensor<7xf32>, %b: tensor<7xf32>) -> tensor<7xi1> {
+  %c = arith.cmpf olt, %a, %b : tensor<7xf32>
+  return %c : tensor<7xi1>
+}
+"""
+    with pytest.raises(KernelError, match=r"result #0 of @lt has element type i1.*arith.extui"):
+        compile_library(returned, cache_dir=cache_dir)
+    stored = """
+func.func @mask(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %c = arith.cmpf olt, %a, %b : tensor<3x4xf32>
+  %e = tensor.empty() : tensor<4x3xi1>
+  %t = linalg.transpose ins(%c : tensor<3x4xi1>) outs(%e : tensor<4x3xi1>) permutation = [1, 0]
+  %e2 = tensor.empty() : tensor<3x4xi1>
+  %t2 = linalg.transpose ins(%t : tensor<4x3xi1>) outs(%e2 : tensor<3x4xi1>) permutation = [1, 0]
+  %d = arith.select %t2, %a, %b : tensor<3x4xi1>, tensor<3x4xf32>
+  return %d : tensor<3x4xf32>
+}
+"""
+    with pytest.raises(KernelError, match=r"buffers of i1 elements \(memref<.*xi1>"):
+        compile_library(stored, cache_dir=cache_dir)
