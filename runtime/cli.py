@@ -104,8 +104,13 @@ def run(args) -> int:
         return _run_in_job(prog, args, comm, inputs)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="slicer-run-"))
     out.mkdir(parents=True, exist_ok=True)
+    from slicer.lowering import cache_stats
+
+    before = cache_stats().misses
     results = launch(prog.graph, out, ranks, inputs=inputs, seed=args.random or 0, timeout=args.timeout,
                      mpiexec=args.mpiexec)
+    compiled = cache_stats().misses - before
+    print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, ranks)
 
 
@@ -146,8 +151,9 @@ def _run_in_job(prog, args, comm, inputs) -> int:
 
 def _report(prog, args, text, out, results, ranks) -> int:
     timings = __import__("json").loads((out / "timings.json").read_text())
-    print(f"== ran on {ranks} MPI ranks in {timings['seconds'] * 1e3:.2f} ms "
-          f"(kernel compilation up to {timings['compile_seconds_max']:.2f} s per rank)")
+    print(f"== ran on {ranks} MPI ranks in {timings['seconds'] * 1e3:.2f} ms (kernels: "
+          f"{'/'.join(timings['kernel_backends'])}, {timings['kernel_cache_misses']} compiled on the ranks, "
+          f"loading took up to {timings['compile_seconds_max']:.2f} s per rank)")
     for label, seconds in timings["steps"]:
         print(f"   {seconds * 1e3:9.3f} ms  {label}")
     print(f"== results: {', '.join(str(out / f'result{i}.npy') for i in range(len(results)))}")

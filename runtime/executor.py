@@ -1,7 +1,9 @@
 """Execute a kernel graph on one MPI rank: its kernels natively, its collectives over MPI.
 
-Each rank holds only its blocks. Kernels are compiled once per process (the JIT
-targets this CPU); collectives are the redistribution steps executed by
+Each rank holds only its blocks. Kernels come from the on-disk kernel cache
+(`slicer.lowering.compile_library`: vectorised, AOT for this CPU, compiled once per
+content hash; the launcher warms the cache before starting the ranks), or from
+the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
 `slicer.redistribution.mpi_exec.MeshExecutor` on per-axis sub-communicators of a
 Cartesian communicator, so the MPI semantics are the ones tested against the
 numpy simulator.
@@ -9,13 +11,29 @@ numpy simulator.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 
-from slicer.lowering import compile_function
+from slicer.lowering import KernelError, compile_function, compile_library
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution.mpi_exec import MeshExecutor
+
+log = logging.getLogger("slicer.runtime")
+
+
+def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
+    """The graph's kernels by name, and where they came from ("aot" or "jit")."""
+    names = [n.name for n in graph.nodes if not isinstance(n, CollectiveNode)]
+    if not names:
+        return {}, "aot"
+    try:
+        library = compile_library(graph.kernels_mlir)
+        return {name: library[name] for name in names}, "aot"
+    except KernelError as exc:
+        log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
+        return {name: compile_function(graph.kernels_mlir, name) for name in names}, "jit"
 
 
 class RankExecutor:
@@ -25,8 +43,7 @@ class RankExecutor:
         self.rank = self.mesh_exec.rank
         self.coords = np.asarray(graph.mesh.coords(self.rank), dtype=np.int64)
         start = time.perf_counter()
-        self.kernels = {n.name: compile_function(graph.kernels_mlir, n.name)
-                        for n in graph.nodes if not isinstance(n, CollectiveNode)}
+        self.kernels, self.backend = load_kernels(graph)
         self.compile_seconds = time.perf_counter() - start
 
     def run(self, blocks: list[np.ndarray]) -> tuple[list[np.ndarray], list[tuple[str, float]]]:
@@ -45,7 +62,7 @@ class RankExecutor:
                 env[node.output] = self.mesh_exec.step(node.step, before, env[node.input])
                 label = f"{node.op} {node.step.fields()}"
             else:
-                args = [env[v] for v in node.inputs] + ([self.coords] if node.needs_coords else [])
+                args = [np.ascontiguousarray(env[v]) for v in node.inputs] + ([self.coords] if node.needs_coords else [])
                 out = self.kernels[node.name](*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array

@@ -58,6 +58,10 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     gathered = comm.gather(results, root=0)
     all_timings = comm.gather(timings, root=0)
     compile_times = comm.gather(executor.compile_seconds, root=0)
+    from slicer.lowering import cache_stats
+
+    misses = comm.gather(cache_stats().misses, root=0)
+    backends = comm.gather(executor.backend, root=0)
     if rank != 0:
         return None
     outputs = []
@@ -67,7 +71,8 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         outputs.append(array)
     steps = [(label, max(t[i][1] for t in all_timings)) for i, (label, _) in enumerate(all_timings[0])]
     (job_dir / "timings.json").write_text(json.dumps({
-        "seconds": elapsed, "steps": steps, "compile_seconds_max": max(compile_times), "ranks": len(gathered)}))
+        "seconds": elapsed, "steps": steps, "compile_seconds_max": max(compile_times), "ranks": len(gathered),
+        "kernel_cache_misses": sum(misses), "kernel_backends": sorted(set(backends))}))
     return outputs
 
 

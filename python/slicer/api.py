@@ -142,8 +142,11 @@ def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[st
            timeout: float = 600, mpiexec: str | None = None) -> list[np.ndarray]:
     """Run `graph` on `ranks` MPI ranks with inputs from `.npy` files (or random from `seed`);
     results are written to and read from `job_dir`."""
+    from slicer.runtime.executor import load_kernels
     from slicer.runtime.mpiexec import run_spmd
 
+    # Compile (or find in the cache) once here, so the ranks only load the kernels.
+    load_kernels(graph)
     (job_dir / "graph.json").write_text(graph.to_json())
     (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed}))
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)

@@ -103,3 +103,17 @@ def test_under_mpiexec_directly():
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("results match the unpartitioned program") == 1
+
+
+def test_second_run_of_the_same_program_compiles_nothing(tmp_path):
+    args = [str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2,y=2", "--tactic", "arg0.0=x", "--tactic", "arg1.1=y",
+            "--tactic", "arg3.0=y", "--check"]
+    env = {"SLICER_CACHE_DIR": str(tmp_path / "cache")}
+    first = slicer_run(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "== kernels: compiled 1 library" in first.stdout
+    second = slicer_run(*args, env=env)
+    assert second.returncode == 0, second.stderr
+    assert "== kernels: all from the cache, nothing compiled" in second.stdout
+    assert "kernels: aot, 0 compiled on the ranks" in second.stdout
+    assert "results match the unpartitioned program" in second.stdout
