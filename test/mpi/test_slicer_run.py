@@ -23,9 +23,17 @@ CASES = [
     ("mlp", {"x": 2, "y": 4}, "arg0.0=x;arg1.1=y;arg3.0=y"),
     ("mha", {"y": 4}, "arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y"),
     ("mha", {"x": 2}, "arg0.0=x"),
+    ("mha", {"x": 2, "y": 4}, "arg0.0=x;arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y"),
+    ("attention", {"x": 4}, "arg0.0=x"),
     ("layernorm", {"x": 8}, "arg0.0=x"),
+    ("layernorm", {"y": 4}, "arg0.1=y"),
+    ("batch_matmul", {"x": 4}, "arg0.0=x"),
+    ("batch_matmul", {"x": 2, "y": 4}, "arg0.0=x;arg1.2=y"),
     ("batch_matmul", {"x": 2, "y": 2, "z": 2}, "arg0.0=x;arg0.1=y;arg1.2=z"),
+    ("reduction", {"x": 2}, "arg0.0=x"),
+    ("reduction", {"y": 8}, "arg0.1=y"),
     ("reshape", {"x": 4}, "arg0.0=x"),
+    ("transpose", {"x": 2}, "arg0.0=x"),
 ]
 
 
