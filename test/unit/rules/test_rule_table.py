@@ -213,6 +213,8 @@ def test_every_op_of_the_examples_has_a_rule():
     assert sorted(blocked) == sorted([
         # attention's row max: tiling the reduced dim of the scores
         ("attention", "linalg.generic", 0, 1, max_reason),
+        # the softmax example's row max over dim 1
+        ("softmax", "linalg.generic", 0, 1, max_reason),
         # multi-head attention's softmax max over the keys (dim 2 of the [h, s, t] scores)
         ("mha", "linalg.generic", 0, 2, max_reason.replace("loop d1", "loop d2")),
         # reshape: the minor dim of the collapsed 8x4 group sums (the expand_shape's column dim is the major
