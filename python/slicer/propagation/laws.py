@@ -98,6 +98,26 @@ def tile_loop_of(value: ir.Value) -> tuple[LoopOp, int] | None:
     return (view, result_index(value)) if isinstance(view.action, TileAction) else None
 
 
+# ----------------------------------------------------------------------------- loop bodies
+
+
+def _move_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) -> list[ir.Value]:
+    """Move `loop_op`'s body (its range replaced by `range_value`) before `before`; the yielded values."""
+    loop_op.range_arg.replace_all_uses_with(range_value)
+    body = [as_op(o) for o in loop_op.body.operations]
+    for inner in body[:-1]:
+        inner.move_before(before)
+    return list(body[-1].operands)
+
+
+def _copy_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) -> list[ir.Value]:
+    """Like `_move_body` on a copy: `loop_op` itself is left as it is (it may have other users)."""
+    clone = LoopOp(loop_op.operation.clone(ip=ir.InsertionPoint(before)))
+    yielded = _move_body(clone, range_value, before=before)
+    clone.operation.erase()
+    return yielded
+
+
 # ----------------------------------------------------------------------------- dead code
 
 
@@ -141,15 +161,9 @@ def deforest(op: ir.Operation, journal: Journal) -> bool:
     producer, index = found
     if producer.action != TileAction(view.dim) or producer.range_arg.type != view.range_value.type:
         return False
-    clone = LoopOp(producer.operation.clone(ip=ir.InsertionPoint(op)))
-    clone.range_arg.replace_all_uses_with(view.range_value)
-    body = [as_op(o) for o in clone.body.operations]
-    value = body[-1].operands[index]
-    for inner in body[:-1]:
-        inner.move_before(op)
+    value = _copy_body(producer, view.range_value, before=op)[index]
     view.result.replace_all_uses_with(value)
     op.erase()
-    clone.operation.erase()
     return True
 
 
@@ -179,17 +193,12 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         _inherit_provenance(new_loop.operation, producer, rule)
     with ir.InsertionPoint(new_loop.body), op.location:
         anchor = yield_([])  # placeholder terminator to move the body before
-    clone = LoopOp(producer.operation.clone(ip=ir.InsertionPoint(op)))
-    clone.range_arg.replace_all_uses_with(new_loop.range_arg)
-    body = [as_op(o) for o in clone.body.operations]
-    for inner in body[:-1]:
-        inner.move_before(anchor)
+    yielded = _copy_body(producer, new_loop.range_arg, before=anchor)[index]
     with ir.InsertionPoint(anchor), op.location:
-        yield_([slice_(body[-1].operands[index], view.range_value, view.dim)])
+        yield_([slice_(yielded, view.range_value, view.dim)])
     anchor.erase()
     view.result.replace_all_uses_with(new_loop.results[0])
     op.erase()
-    clone.operation.erase()
     return True
 
 
@@ -416,13 +425,7 @@ def _fuse(first: LoopOp, second: LoopOp, *, at: ir.Operation) -> None:
         _inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
     with ir.InsertionPoint(fused.body), loc:
         anchor = yield_([])
-    yielded = []
-    for part in (first, second):
-        part.range_arg.replace_all_uses_with(fused.range_arg)
-        body = [as_op(o) for o in part.body.operations]
-        for inner in body[:-1]:
-            inner.move_before(anchor)
-        yielded.extend(body[-1].operands)
+    yielded = _move_body(first, fused.range_arg, before=anchor) + _move_body(second, fused.range_arg, before=anchor)
     with ir.InsertionPoint(anchor), loc:
         yield_(yielded)
     anchor.erase()
