@@ -11,6 +11,7 @@ from .ops import (
     ANNOTATE,
     LOOP,
     MESH,
+    RANGE_PRODUCT,
     PRIORITY_ATTR,
     RULE_ATTR,
     SHARDING_ATTR,
@@ -27,7 +28,9 @@ from .ops import (
     find_meshes,
     loop,
     mesh,
+    range_product,
     slice_,
+    split_product_slices,
     walk_ops,
     with_dim,
     yield_,
@@ -36,7 +39,7 @@ from .ops import (
 __all__ = [
     "Action", "RangeType", "Sharding", "SumAction", "TileAction", "action_of",
     "IRDL_PATH", "load_dialect", "make_context",
-    "ANNOTATE", "LOOP", "MESH", "PRIORITY_ATTR", "RULE_ATTR", "SHARDING_ATTR", "SLICE", "TACTIC_ATTR", "YIELD",
+    "ANNOTATE", "LOOP", "MESH", "RANGE_PRODUCT", "PRIORITY_ATTR", "RULE_ATTR", "SHARDING_ATTR", "SLICE", "TACTIC_ATTR", "YIELD",
     "AnnotateOp", "LoopOp", "MeshInfo", "MeshOp", "SliceOp",
-    "annotate", "block_type", "find_meshes", "loop", "mesh", "slice_", "walk_ops", "with_dim", "yield_",
+    "annotate", "block_type", "find_meshes", "loop", "mesh", "range_product", "slice_", "split_product_slices", "walk_ops", "with_dim", "yield_",
 ]

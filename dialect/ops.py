@@ -249,6 +249,41 @@ def slice_(source: ir.Value, range_value: ir.Value, dim: int, *, loc=None, ip=No
     return op.results[0]
 
 
+# ----------------------------------------------------------------------------- range product
+
+RANGE_PRODUCT = "slicer.range_product"
+
+
+def range_product(major: ir.Value, minor: ir.Value, *, loc=None, ip=None) -> ir.Value:
+    """The product range of `major` and `minor` (axes major then minor)."""
+    a, b = RangeType.of(major.type), RangeType.of(minor.type)
+    if a is None or b is None:
+        raise TypeError("range_product needs two !slicer.range values")
+    result = RangeType(a.axes + b.axes, a.size * b.size).to_type()
+    return ir.Operation.create(RANGE_PRODUCT, results=[result], operands=[major, minor], loc=loc, ip=ip).results[0]
+
+
+def split_product_slices(root: ir.Operation | ir.OpView | ir.Module) -> None:
+    """Rewrite every slice by a `slicer.range_product` into nested slices (major first), the
+    equal form lowering and partitioning handle; unused products are erased."""
+    for op in walk_ops(root, SLICE):
+        view = SliceOp(op)
+        owner = view.range_value.owner
+        if isinstance(view.range_value, ir.BlockArgument) or _op(owner).name != RANGE_PRODUCT:
+            continue
+        product = _op(owner)
+        with ir.InsertionPoint(op), op.location:
+            outer = slice_(view.source, product.operands[0], view.dim)
+            inner = slice_(outer, product.operands[1], view.dim)
+        view.result.replace_all_uses_with(inner)
+        op.erase()
+        split_product_slices(inner.owner)
+        split_product_slices(outer.owner)
+    for op in walk_ops(root, RANGE_PRODUCT):
+        if all(not list(r.uses) for r in op.results):
+            op.erase()
+
+
 # ----------------------------------------------------------------------------- annotate
 
 

@@ -81,6 +81,18 @@ irdl.dialect @slicer {
     irdl.attributes {"dim" = %dim}
   }
 
+  // The product of two ranges over disjoint axes (range algebra, DESIGN.md section 1):
+  // index `i_major * size(minor) + i_minor`, axes major then minor. Slicing a dim by
+  // `major` and the block by `minor` equals slicing the dim by the product.
+  // `"slicer.range_product"(%rx, %ry) : (!slicer.range<"x", 2>, !slicer.range<"y", 4>) -> !slicer.range<["x", "y"], 8>`
+  irdl.operation @range_product {
+    %major = irdl.base @slicer::@range
+    %minor = irdl.base @slicer::@range
+    %res = irdl.base @slicer::@range
+    irdl.operands(major: %major, minor: %minor)
+    irdl.results(result: %res)
+  }
+
   // A user annotation: `result` is `source`, requested with the given sharding.
   irdl.operation @annotate {
     %src = irdl.base "!builtin.tensor"

@@ -24,6 +24,7 @@ from .ops import (
     ANNOTATE,
     LOOP,
     MESH,
+    RANGE_PRODUCT,
     SHARDING_ATTR,
     SLICE,
     YIELD,
@@ -68,6 +69,8 @@ class _Verifier:
                 self.check_slice(op)
             elif op.name == ANNOTATE:
                 self.check_annotate(op)
+            elif op.name == RANGE_PRODUCT:
+                self.check_range_product(op)
             elif op.name == "func.func":
                 self.check_function_shardings(op)
         return self.errors
@@ -204,8 +207,21 @@ class _Verifier:
                 f"{'x'.join(map(str, expected))}, but the result type is {res}",
             )
 
+    def check_range_product(self, op: ir.Operation) -> None:
+        major, minor = (RangeType.of(v.type) for v in op.operands)
+        result = RangeType.of(op.results[0].type)
+        if major is None or minor is None or result is None:
+            return self.error(op, "'slicer.range_product' takes and returns !slicer.range values")
+        if set(major.axes) & set(minor.axes):
+            return self.error(op, f"'slicer.range_product' of {major} and {minor}: the ranges share an axis")
+        want = RangeType(major.axes + minor.axes, major.size * minor.size)
+        if result != want:
+            self.error(op, f"'slicer.range_product' of {major} and {minor} is {want}, not {result}")
+
     def mesh_of_range(self, op: ir.Operation, value: ir.Value) -> MeshInfo | None:
         owner = value.owner
+        if not isinstance(value, ir.BlockArgument) and owner.operation.name == RANGE_PRODUCT:
+            return self.mesh_of_range(op, owner.operation.operands[0])
         if isinstance(value, ir.BlockArgument) and isinstance(owner, ir.Block):
             parent = owner.owner
             if parent is not None and parent.name == LOOP:

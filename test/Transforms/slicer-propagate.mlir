@@ -223,6 +223,41 @@ func.func @commute(%a: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// Slice composition: a block over x sliced again over y along the same dim is one slice
+// over the product range [x, y], which deforests against the loop over that product range.
+// CHECK-LABEL: func.func @compose
+// CHECK: ^bb0(%[[RX:.*]]: !slicer.range<"x", 2 : i64>):
+// CHECK: ^bb0(%[[RY:.*]]: !slicer.range<"y", 4 : i64>):
+// CHECK: %[[P:.*]] = "slicer.range_product"(%[[RX]], %[[RY]]) : (!slicer.range<"x", 2 : i64>, !slicer.range<"y", 4 : i64>) -> !slicer.range<["x", "y"], 8 : i64>
+// CHECK: %[[S:.*]] = "slicer.slice"(%arg0, %[[P]]) {dim = 0 : i64} : (tensor<16x4xf32>, !slicer.range<["x", "y"], 8 : i64>) -> tensor<2x4xf32>
+// CHECK: %[[N:.*]] = arith.negf %[[S]]
+// CHECK: math.exp %[[N]]
+// CHECK-COUNT-2: }) {action = #slicer.tile<0 : i64>
+// CHECK-NOT: "slicer.loop"
+func.func @compose(%a: tensor<16x4xf32>) -> tensor<16x4xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<["x", "y"], 8>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<16x4xf32>, !slicer.range<["x", "y"], 8>) -> tensor<2x4xf32>
+    %n = arith.negf %b : tensor<2x4xf32>
+    tosa.yield %n : tensor<2x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<16x4xf32>
+  %1 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %bx = "slicer.slice"(%0, %rx) {dim = 0 : i64} : (tensor<16x4xf32>, !slicer.range<"x", 2>) -> tensor<8x4xf32>
+    %2 = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 4>):
+      %bxy = "slicer.slice"(%bx, %ry) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"y", 4>) -> tensor<2x4xf32>
+      %e = math.exp %bxy : tensor<2x4xf32>
+      tosa.yield %e : tensor<2x4xf32>
+    }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+    tosa.yield %2 : tensor<8x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<16x4xf32>
+  return %1 : tensor<16x4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
 // Fusion: independent sibling loops over one range with one action become one loop.
 // CHECK-LABEL: func.func @fusion
 // CHECK-COUNT-1: "slicer.loop"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor
 
-from slicer.dialect import ANNOTATE, LOOP, SLICE, LoopOp, SliceOp, SumAction, TileAction, walk_ops
+from slicer.dialect import ANNOTATE, LOOP, SLICE, LoopOp, SliceOp, SumAction, TileAction, split_product_slices, walk_ops
 
 from .base import Located, ModulePass, PassFailure
 
@@ -30,6 +30,7 @@ class SlicerLowerToLoops(ModulePass):
     description = "Lower slicer.loop/slicer.slice to scf.for, tensor.extract_slice/insert_slice and linalg.add"
 
     def apply(self, module: ir.Operation) -> None:
+        split_product_slices(module)  # slices by product ranges become nested slices
         for op in walk_ops(module, ANNOTATE):
             op.results[0].replace_all_uses_with(op.operands[0])
             op.erase()

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from slicer.dialect import (ANNOTATE, LOOP, SHARDING_ATTR, SLICE, YIELD, AnnotateOp, LoopOp, MeshOp, RangeType,
-                            Sharding, SliceOp, SumAction, TileAction, find_meshes, walk_ops)
+                            Sharding, SliceOp, SumAction, TileAction, find_meshes, split_product_slices, walk_ops)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
 from slicer.spmd.dist_types import (AXES_ATTR, DIST_ATTR, MESH_ATTR, dist_text, local_type, replicated, tensor_shape,
                                     to_mesh, with_major, without_axes)
@@ -63,6 +63,7 @@ class SlicerPartition(ModulePass):
     """Partition only this function (default: every function with a body)."""
 
     def apply(self, module: ir.Operation) -> None:
+        split_product_slices(module)  # slices by product ranges become the nested slices handled below
         meshes = find_meshes(module)
         mesh_op = self._pick_mesh(module, meshes)
         info = mesh_op.info()

@@ -7,7 +7,7 @@ from mlir import ir
 from slicer.dialect import LOOP, LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
-PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", "slicer.slice", "slicer.loop")
+PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", "slicer.slice", "slicer.loop", "slicer.range_product")
 
 
 def as_op(op) -> ir.Operation:

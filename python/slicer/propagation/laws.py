@@ -2,6 +2,9 @@
 
 - `eliminate_dead`: unused value-semantics ops (slicer loops and slices included,
   which upstream DCE cannot remove: dynamic ops carry no side-effect information).
+- `compose_slices`: slices of slices along one dim are one slice over the
+  product range (range algebra), which deforestation then matches against a
+  loop over that product range.
 - `deforest`: slice(loop_tile<d>(r' -> body(r')), d, r) == body(r).
 - `push_slice_into_producer` (backward): a block of an op's result is the op on
   blocks of its operands, when the rule table says so.
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from slicer.dialect import LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, LoopOp, SliceOp, SumAction, TileAction, loop, slice_, with_dim, yield_
+from slicer.dialect import LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, LoopOp, range_product, SliceOp, SumAction, TileAction, loop, slice_, with_dim, yield_
 
 from .ir_utils import (
     as_op,
@@ -146,6 +149,30 @@ def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
                 op.erase()
                 return True
     return False
+
+
+# ----------------------------------------------------------------------------- slice composition
+
+
+def compose_slices(op: ir.Operation, journal: Journal) -> bool:
+    """slice(slice(t, d, r1), d, r2) == slice(t, d, r1 x r2) over the product range (axes of r1 major)."""
+    if op.name != SLICE:
+        return False
+    outer = SliceOp(op)
+    inner_op = defining_op(outer.source)
+    if inner_op is None or inner_op.name != SLICE:
+        return False
+    inner = SliceOp(inner_op)
+    if inner.dim != outer.dim or inner.range is None or outer.range is None:
+        return False
+    if set(inner.range.axes) & set(outer.range.axes):
+        return False
+    with ir.InsertionPoint(op), op.location:
+        product = range_product(inner.range_value, outer.range_value)
+        composed = slice_(inner.source, product, outer.dim)
+    outer.result.replace_all_uses_with(composed)
+    op.erase()
+    return True
 
 
 # ----------------------------------------------------------------------------- deforestation
@@ -454,6 +481,7 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
 LAWS = (
     eliminate_dead,
     merge_duplicate_slice,
+    compose_slices,
     deforest,
     commute_slice_into_loop,
     push_slice_into_producer,

@@ -247,3 +247,20 @@ func.func @argument_not_divisible(%a: tensor<8x4xf32>, %b: tensor<4x6xf32> {slic
 func.func @result_unknown_axis(%a: tensor<8xf32>) -> (tensor<8xf32> {slicer.sharding = #slicer.sharding<@mesh, [["y"]]>}) {
   return %a : tensor<8xf32>
 }
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+func.func @bad_product(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %1 = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 4>):
+      // expected-error@+1 {{'slicer.range_product' of range<x, 2> and range<y, 4> is range<x,y, 8>, not range<y,x, 8>}}
+      %p = "slicer.range_product"(%rx, %ry) : (!slicer.range<"x", 2>, !slicer.range<"y", 4>) -> !slicer.range<["y", "x"], 8>
+      tosa.yield %a : tensor<8xf32>
+    }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<8xf32>
+    tosa.yield %1 : tensor<8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

@@ -49,3 +49,19 @@ func.func @nested_sum_and_product_range(%a: tensor<4x8xf32>) -> (tensor<4x8xf32>
   %2 = "slicer.annotate"(%1) {sharding = #slicer.sharding<@mesh, [[], ["x", "y"]]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0#0, %2 : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// CHECK-LABEL: func.func @product
+// CHECK: "slicer.range_product"(%{{.*}}, %{{.*}}) : (!slicer.range<"x", 2 : i64>, !slicer.range<"y", 4 : i64>) -> !slicer.range<["x", "y"], 8 : i64>
+func.func @product(%a: tensor<16xf32>) -> tensor<16xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %1 = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 4>):
+      %p = "slicer.range_product"(%rx, %ry) : (!slicer.range<"x", 2>, !slicer.range<"y", 4>) -> !slicer.range<["x", "y"], 8>
+      %s = "slicer.slice"(%a, %p) {dim = 0 : i64} : (tensor<16xf32>, !slicer.range<["x", "y"], 8>) -> tensor<2xf32>
+      tosa.yield %s : tensor<2xf32>
+    }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8xf32>
+    tosa.yield %1 : tensor<8xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<16xf32>
+  return %0 : tensor<16xf32>
+}
