@@ -37,12 +37,13 @@ from slicer.toolchain import find_tool, runner_utils_libraries
 
 from .cache import LIBRARY, KernelCache, cache_key
 from .kernel import ArraySpec, Kernel, KernelError, KernelLibrary
+from .jit import NUMPY_DTYPES
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
 
 log = logging.getLogger("slicer.kernels")
 
 # No i1: MLIR 22 cannot lower stores of sub-byte memref elements (see reject_narrow_memrefs).
-_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
+_DTYPES = {name: dtype for name, dtype in NUMPY_DTYPES.items() if name != "i1"}
 
 # Every external tool run in this process, by tool name: tests assert a cache hit ran none.
 TOOL_RUNS: dict[str, int] = {}

@@ -42,7 +42,8 @@ LOWERING_PIPELINE = ",".join(
     ]
 )
 
-_DTYPES = {
+# MLIR element type -> numpy dtype: the one table the JIT, the AOT kernels and the runtime share.
+NUMPY_DTYPES = {
     "f16": np.float16,
     "f32": np.float32,
     "f64": np.float64,
@@ -70,9 +71,9 @@ class TensorSpec:
         if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
             raise JitError(f"{what} has type {type_}; the JIT takes statically shaped tensors only")
         name = str(type_.element_type)
-        if name not in _DTYPES:
-            raise JitError(f"{what} has element type {name}; supported: {', '.join(_DTYPES)}")
-        return TensorSpec(tuple(type_.shape), np.dtype(_DTYPES[name]))
+        if name not in NUMPY_DTYPES:
+            raise JitError(f"{what} has element type {name}; supported: {', '.join(NUMPY_DTYPES)}")
+        return TensorSpec(tuple(type_.shape), np.dtype(NUMPY_DTYPES[name]))
 
 
 class CompiledFunction:

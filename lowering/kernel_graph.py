@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, tensor
 
+import numpy as np
+
 from slicer.dialect import make_context
+from slicer.lowering.jit import NUMPY_DTYPES
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
 
 DIST_ATTR = "slicer.dist"
@@ -58,6 +61,10 @@ class Value:
     local_shape: tuple[int, ...]
     dtype: str
     dist: DistType
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype(NUMPY_DTYPES[self.dtype])
 
 
 @dataclass(frozen=True)

@@ -51,13 +51,7 @@ def _reference_inputs(prog, args) -> list[np.ndarray]:
     if args.inputs:
         return [np.load(path) for path in args.inputs.split(",")]
     seed = args.random or 0
-    return [random_global(seed + i, g.values[n].dist.shape, np.dtype(_np(g.values[n].dtype))) for i, n in enumerate(g.args)]
-
-
-def _np(dtype: str) -> str:
-    from slicer.api import _NUMPY
-
-    return _NUMPY[dtype]
+    return [random_global(seed + i, g.values[n].dist.shape, g.values[n].numpy_dtype) for i, n in enumerate(g.args)]
 
 
 def _check_input_files(prog, paths: list[str]) -> None:
@@ -69,9 +63,9 @@ def _check_input_files(prog, paths: list[str]) -> None:
             raise InputError(f"input file '{path}' (argument #{i}) does not exist")
         header = np.load(path, mmap_mode="r")
         v = g.values[name]
-        if tuple(header.shape) != tuple(v.dist.shape) or header.dtype != np.dtype(_np(v.dtype)):
+        if tuple(header.shape) != tuple(v.dist.shape) or header.dtype != v.numpy_dtype:
             raise InputError(f"input file '{path}' holds {header.dtype}{list(header.shape)}, but argument #{i} of "
-                             f"@{g.entry} is {np.dtype(_np(v.dtype))}{list(v.dist.shape)}")
+                             f"@{g.entry} is {v.numpy_dtype}{list(v.dist.shape)}")
 
 
 def main(argv: list[str] | None = None) -> int:

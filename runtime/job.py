@@ -28,15 +28,10 @@ def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
     for index, name in enumerate(graph.args):
         value = graph.values[name]
         if job.get("inputs"):
-            blocks.append(read_block(job["inputs"][index], value.dist, graph.mesh, rank, np.dtype(_numpy(value.dtype))))
+            blocks.append(read_block(job["inputs"][index], value.dist, graph.mesh, rank, value.numpy_dtype))
         else:
-            blocks.append(random_block(job["seed"] + index, value.dist, graph.mesh, rank, np.dtype(_numpy(value.dtype))))
+            blocks.append(random_block(job["seed"] + index, value.dist, graph.mesh, rank, value.numpy_dtype))
     return blocks
-
-
-def _numpy(dtype: str) -> str:
-    return {"f16": "float16", "f32": "float32", "f64": "float64", "i1": "bool", "i8": "int8", "i16": "int16",
-            "i32": "int32", "i64": "int64"}[dtype]
 
 
 def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:

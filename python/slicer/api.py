@@ -81,7 +81,7 @@ class Program:
         for i, (array, name) in enumerate(zip(arrays, g.args)):
             array = np.asarray(array)
             v = g.values[name]
-            want = np.dtype(_NUMPY[v.dtype])
+            want = v.numpy_dtype
             if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != want:
                 raise RunError(f"argument #{i} of @{g.entry} must be {want}{list(v.dist.shape)}, got "
                                f"{array.dtype}{list(array.shape)}")
@@ -132,10 +132,6 @@ class Program:
         outputs = [assemble(g.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
                    for i, dist in enumerate(g.result_dists)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
-_NUMPY = {"f16": "float16", "f32": "float32", "f64": "float64", "i1": "bool", "i8": "int8", "i16": "int16",
-          "i32": "int32", "i64": "int64"}
 
 
 def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[str] | None = None, seed: int = 0,
