@@ -48,14 +48,10 @@ class Comparison:
 
 
 def random_inputs(fn, seed: int = 0) -> tuple:
-    rng = np.random.default_rng(seed)
-    out = []
-    for spec in fn.inputs:
-        if np.issubdtype(spec.dtype, np.floating):
-            out.append(rng.standard_normal(spec.shape).astype(spec.dtype))
-        else:
-            out.append(rng.integers(-8, 8, size=spec.shape).astype(spec.dtype))
-    return tuple(out)
+    """Random arrays for the arguments of the compiled function `fn` (the --check-each-step inputs)."""
+    from slicer.checking import random_inputs as for_specs
+
+    return tuple(for_specs(fn.inputs, seed))
 
 
 def compare(original, spmd, *, entry: str | None = None, seed: int = 0, inputs=None,
