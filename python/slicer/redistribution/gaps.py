@@ -10,7 +10,8 @@ import numpy as np
 
 from .layout import Layout, nontrivial_partial
 from .plan import Plan
-from .synthesis import _reduced, _Search
+from .search import Search
+from .synthesis import _reduced
 
 PARTIAL = "partial-sum source: a reduction receives data for every element of the target block"
 NO_NORMAL_FORM = "divisibility: no normal-form plan exists (a slice would have to follow a gather)"
@@ -20,7 +21,7 @@ TILES = ("whole-tile collectives: the bound needs an irregular sub-tile exchange
          "that no sequence of slice/all_to_all/permute/gather expresses")
 
 
-def _cost(search: _Search) -> int | None:
+def _cost(search: Search) -> int | None:
     found = search.run()
     return None if found is None else found[1]
 
@@ -39,10 +40,10 @@ def explain(plan: Plan) -> str | None:
     ours = plan.bytes_received_total // plan.itemsize
     bound = int(plan.lower_bound_elements.sum())
     cap = max(plan.src.local_size(mesh), plan.dst.local_size(mesh))
-    relaxed = _cost(_Search(mesh, layout, src, dst, cap=cap))
+    relaxed = _cost(Search(mesh, layout, src, dst, cap=cap))
     if relaxed is not None and relaxed < ours:
         return ORDER
-    unbounded = _cost(_Search(mesh, layout, src, dst, cap=int(np.prod(src.shape, dtype=np.int64))))
+    unbounded = _cost(Search(mesh, layout, src, dst, cap=int(np.prod(src.shape, dtype=np.int64))))
     if unbounded is not None and unbounded <= bound:
         return MEMORY
     return TILES

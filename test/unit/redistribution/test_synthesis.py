@@ -8,7 +8,8 @@ from slicer.redistribution import DistType, Mesh, RedistributionError, plan, sim
 from slicer.redistribution.gaps import TILES, explain
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.suite import cases
-from slicer.redistribution.synthesis import _reduced, _Search, naive_plan
+from slicer.redistribution.search import Search
+from slicer.redistribution.synthesis import _reduced, naive_plan
 
 
 def P(mesh, shape, src, dst, dtype="f32"):
@@ -109,7 +110,6 @@ def test_search_is_exact(seed):
     src, dst = DistType.of(mesh, shape, sd), DistType.of(mesh, shape, dd)
     p = plan(mesh, src, dst)
     layout = Layout.get(mesh, tuple(shape))
-    blind = _Search(mesh, layout, _reduced(mesh, src), _reduced(mesh, dst))
-    blind.h = lambda state: 0  # uniform-cost search: no heuristic, no pruning
+    blind = Search(mesh, layout, _reduced(mesh, src), _reduced(mesh, dst), informed=False)  # uniform cost
     found = blind.run()
     assert found is not None and found[1] * 4 == p.bytes_received_total

@@ -1,0 +1,456 @@
+"""The A* search behind plan synthesis: states, moves, costs and the two admissible heuristics.
+
+A state is ``(dims, partial)`` of a *reduced* type (mesh axes of size 1 dropped), as plain tuples so that
+states hash fast; a search node adds the normal-form phase: 0 = shrinking (slices, reduce-scatters),
+1 = constant block size (all-to-alls, permutes, all-reduces), 2 = growing (gathers). Costs are elements
+received summed over all devices.
+
+Heuristics, both consistent, combined by ``max``:
+
+- *overlap*: the elements of each device's target block it does not hold now (all of them while a partial
+  sum the target does not keep is unresolved) -- the traffic lower bound of the plan itself;
+- *structural*: all-to-alls must change the per-dim group products (``Search.products_cost``) and, since
+  they move minor suffixes only, must clear every dim's wrongly placed suffix (``Search.order_groups``)
+  unless a permute, which is never cheap, reorders it (``Search._middle_bound``). It sees that blocks must
+  change shape, which the overlap bound does not, and keeps the search small when the traffic lower
+  bound is out of reach.
+
+Speed is a requirement (the issue asks for plans in under 10 ms on meshes of 4 axes and arrays of 4 dims),
+so everything a node needs that depends only on its ``dims`` (local shape, products, all-to-all and gather
+successors with their costs) is computed once per search and looked up afterwards, and the per-device
+overlap bound is evaluated lazily: a node is queued under the dictionary-only signature bound and re-queued
+under the full heuristic the first time it reaches the front of the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .layout import Layout
+from .mesh import Mesh
+from .types import DistType
+
+UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
+
+
+@lru_cache(maxsize=4096)
+def placements_with_products(axes: tuple[tuple[str, int], ...], products: tuple[int, ...]) -> tuple:
+    """All placements of ``axes`` ((name, size), some possibly unused) into ordered per-dim lists whose
+    group sizes are ``products``: the types a merged permute can reach. Depends on axis sizes only, so it
+    is shared by every search on the same mesh. Built per product vector, by assigning each axis to a dim
+    that its size still divides (or to none), then ordering each dim's axes every possible way."""
+    rank = len(products)
+    assignments = []
+    rest = [1] * (len(axes) + 1)  # rest[i]: product of the sizes of axes[i:]
+    for i in range(len(axes) - 1, -1, -1):
+        rest[i] = rest[i + 1] * axes[i][1]
+
+    def assign(i: int, remaining: tuple, chosen: tuple) -> None:
+        if rest[i] % math.prod(remaining):
+            return  # the axes left cannot make up what the dims still need
+        if i == len(axes):
+            assignments.append(chosen)
+            return
+        name, k = axes[i]
+        assign(i + 1, remaining, chosen)
+        for d in range(rank):
+            if remaining[d] % k == 0:
+                grown = chosen[:d] + (chosen[d] + (name,),) + chosen[d + 1:]
+                assign(i + 1, remaining[:d] + (remaining[d] // k,) + remaining[d + 1:], grown)
+
+    assign(0, products, tuple(() for _ in range(rank)))
+    return tuple(dims for chosen in assignments
+                 for dims in itertools.product(*(itertools.permutations(d) for d in chosen)))
+
+
+class _DimsInfo:
+    """What every node with these ``dims`` shares, whatever its partial axes and phase. The successor
+    lists are built on first expansion only (most nodes are generated but never expanded)."""
+
+    __slots__ = ("dims", "local", "size", "products", "unused", "_moves")
+
+    def __init__(self, search: "Search", dims: tuple):
+        self.dims = dims
+        self.products = search.products_of(dims)
+        self.local = tuple(s // k for s, k in zip(search.shape, self.products))
+        self.size = math.prod(self.local)
+        used = {a for d in dims for a in d}
+        self.unused = tuple(a for a in search.axes if a not in used)
+        self._moves = None
+
+    def moves(self, search: "Search") -> tuple[list, list, list]:
+        """(slices, all-to-alls, gathers) out of these dims:
+
+        - slices: (axis, move, dims after) -- one unused axis onto the minor end of a dim it divides;
+        - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e;
+        - gathers: (move, dims after, cost, whether gathers can still reach the target) -- a minor suffix.
+        """
+        if self._moves is None:
+            dims, sizes, n, L = self.dims, search.sizes, search.n, self.size
+            rank = len(dims)
+            slices = [(a, ("slice", d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
+                      for d in range(rank) for a in self.unused if self.local[d] % sizes[a] == 0]
+            all_to_alls, gathers = [], []
+            for d in range(rank):
+                for cut in range(len(dims[d])):
+                    axes = dims[d][cut:]
+                    k = math.prod(sizes[a] for a in axes)
+                    kept = dims[:d] + (dims[d][:cut],) + dims[d + 1:]
+                    gathers.append((("all_gather", d, axes), kept, n * (k - 1) * L, search.extends_target(kept)))
+                    cost = n * (k - 1) * (L // k)
+                    for e in range(rank):
+                        if e != d and self.local[e] % k == 0:
+                            after = list(kept)
+                            after[e] = dims[e] + axes
+                            all_to_alls.append((("all_to_all", e, d, axes), tuple(after), cost))
+            self._moves = (slices, all_to_alls, gathers)
+        return self._moves
+
+
+class Search:
+    """A* over normal-form plans from ``src`` to ``dst`` (reduced types), or, with ``cap``, over plans in
+    any order whose blocks never exceed ``cap`` elements. ``informed=False`` drops both heuristics
+    (uniform-cost search; the tests compare the two)."""
+
+    def __init__(self, mesh: Mesh, layout: Layout, src: DistType, dst: DistType, cap: int | None = None,
+                 informed: bool = True):
+        self.mesh, self.layout = mesh, layout
+        self.cap, self.informed = cap, informed
+        self.shape = src.shape
+        self.src, self.dst = (src.dims, src.partial), (dst.dims, dst.partial)
+        self.n = mesh.device_count
+        self.axes = tuple(a for a in mesh.axis_names if mesh.size(a) > 1)
+        self.sizes = {a: mesh.size(a) for a in mesh.axis_names}
+        self.elements = math.prod(self.shape)
+        self._info: dict = {}
+        self._groups: dict = {}
+        self._dims_products: dict = {}
+        self._overlap_h: dict = {}
+        self._products_h: dict = {}
+        self._constant_h: dict = {}
+        self._order: dict = {}
+        self._target_axes = {a for d in dst.dims for a in d} | set(dst.partial)
+        self.smallest = min((mesh.size(a) for a in self.axes), default=2)
+        self._shrinking_h: dict = {}
+        self._target_products: dict = {}
+        self._perm_groups: dict = {}
+        self.target_size = self.info(dst.dims).size
+
+    # -- per-dims facts -------------------------------------------------------------------------------
+
+    def group(self, axes: tuple[str, ...]) -> int:
+        """Number of devices in a group over ``axes`` (cached: it is asked for every new node)."""
+        k = self._groups.get(axes)
+        if k is None:
+            k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
+        return k
+
+    def products_of(self, dims: tuple) -> tuple[int, ...]:
+        """Per-dim group sizes of ``dims`` (cached; all a constant-size node's cheap heuristic needs)."""
+        p = self._dims_products.get(dims)
+        if p is None:
+            p = self._dims_products[dims] = tuple(map(self.group, dims))
+        return p
+
+    def info(self, dims: tuple) -> _DimsInfo:
+        out = self._info.get(dims)
+        if out is None:
+            out = self._info[dims] = _DimsInfo(self, dims)
+        return out
+
+    def extends_target(self, dims: tuple) -> bool:
+        """Whether gathering minor suffixes of ``dims`` can reach the target's dims."""
+        return all(d[:len(g)] == g for d, g in zip(dims, self.dst[0]))
+
+    # -- heuristics -----------------------------------------------------------------------------------
+
+    def overlap_bound(self, state) -> int:
+        """Elements of their target blocks the devices do not hold (all while an unwanted partial sum is
+        unresolved): the traffic lower bound. Consistent: a step receiving ``c`` elements in total raises
+        the devices' overlap with their targets by at most ``c``."""
+        value = self._overlap_h.get(state)
+        if value is None:
+            dims, partial = state
+            full = self.n * self.target_size
+            if any(a not in self.dst[1] for a in partial):
+                value = full
+            else:
+                value = full - int(self.layout.overlap_dims(dims, self.dst[0]).sum())
+            self._overlap_h[state] = value
+        return value
+
+    def _elements(self, L: int, fraction: float) -> int:
+        """``n L fraction`` rounded down, and a little further: the bounds below are computed as fractions
+        of ``n L`` in floating point, and the margin keeps rounding from ever overestimating."""
+        return int(self.n * L * fraction * (1 - 1e-9))
+
+    def products_cost(self, p: tuple[int, ...]) -> float:
+        """Lower bound, as a fraction of ``n L``, on the all-to-all traffic still needed by a constant-size
+        (phase >= 1) node with per-dim group products ``p``; ``inf`` if no type that gathers into the
+        target has the same block size.
+
+        Only all-to-alls change the products; moving a factor ``k`` costs ``n L (1 - 1/k)``. The constant-size
+        phase must end at products ``q`` of a type that gathers into the target (``q_d`` = the target's
+        group of dim ``d`` times a product of axes the target leaves free). Dim ``d`` must send away a total
+        factor that is a multiple of ``r = p_d / gcd(p_d, q_d)``; since ``1 - 1/k`` is subadditive over
+        products, the all-to-alls leaving ``d`` cost at least ``n L (1 - 1/r)`` together, and as each
+        all-to-all leaves one dim the sum over dims is a lower bound (likewise for the factors each dim
+        must receive; the larger sum is taken). Permutes and all-reduces keep the products."""
+        value = self._products_h.get(p)
+        if value is None:
+            q = self.target_products(math.prod(p))
+            if len(q) == 0:
+                value = math.inf
+            else:
+                pv = np.array(p, dtype=np.int64)
+                g = np.gcd(pv, q)
+                out = (1.0 - g / pv).sum(axis=1)  # 1 - 1/r with r = p/g
+                into = (1.0 - g / q).sum(axis=1)
+                value = float(np.maximum(out, into).min())
+            self._products_h[p] = value
+        return value
+
+    def target_products(self, total: int) -> np.ndarray:
+        """Per-dim group products (multiplying to ``total``), one row each, of the types that gather into
+        the target: the target's groups times products of axes that neither its dims nor its partial sums
+        use."""
+        out = self._target_products.get(total)
+        if out is None:
+            vectors = {self.info(self.dst[0]).products}
+            for a in self.axes:
+                if a not in self._target_axes:
+                    k = self.sizes[a]
+                    vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
+            rows = sorted(v for v in vectors if math.prod(v) == total)
+            out = self._target_products[total] = np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape))
+        return out
+
+    def order_groups(self, dims: tuple) -> tuple[float, float]:
+        """The order bound, as fractions of ``n L``: (leaving, entering) all-to-all traffic if no permute
+        is used.
+
+        All-to-alls take a dim's minor suffix and append at another dim's minor end. A dim's axes from
+        its first wrong position on (an axis other than the target's at that position, or, past the
+        target's axes, an axis the target places elsewhere) must therefore all leave it -- together at
+        least ``1 - 1/k`` of a block for a group of ``k`` devices -- and the target's axes from that
+        position on must all enter it."""
+        value = self._order.get(dims)
+        if value is None:
+            out = into = 0.0
+            for d, g in zip(dims, self.dst[0]):
+                j = 0
+                while j < len(d) and (d[j] == g[j] if j < len(g) else d[j] not in self._target_axes):
+                    j += 1
+                out += 1.0 - 1.0 / self.group(d[j:])
+                if j < len(g):
+                    into += 1.0 - 1.0 / self.group(g[j:])
+            value = self._order[dims] = (out, into)
+        return value
+
+    def _middle_bound(self, moved_products: float, order: float) -> float:
+        """Combine the products bound with the order bound (fractions of ``n L``): a plan without
+        permutes pays the order bound; one with a permute pays the products bound plus the cheapest
+        permute, ``1 - 1/s`` with ``s`` the smallest axis size (a permute between two types moves all
+        devices but a ``1/s`` share: some axis changes its place, and for fixed other coordinates at most
+        one of its ``s`` coordinates gives a device the same block)."""
+        return max(moved_products, min(order, moved_products + 1.0 - 1.0 / self.smallest))
+
+    def constant_size_bound(self, dims: tuple) -> int:
+        """Heuristic of a constant-size (phase >= 1) node: all-to-all and permute traffic (see
+        ``products_cost``, ``order_groups``, ``_middle_bound``), then the gathers, which cost exactly
+        ``n (T - L)``. Every part drops by at most the cost of the move taken, so it is consistent."""
+        value = self._constant_h.get(dims)
+        if value is None:
+            p = self.products_of(dims)
+            moved = self.products_cost(p)
+            if moved == math.inf:
+                value = UNREACHABLE
+            else:
+                L = self.elements // math.prod(p)
+                middle = self._middle_bound(moved, max(self.order_groups(dims)))
+                value = self.n * (self.target_size - L) + self._elements(L, middle)
+            self._constant_h[dims] = value
+        return value
+
+    def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> int:
+        """Heuristic of a shrinking-phase (phase 0) node: the least constant-size bound over the products
+        it can still reach by slicing unused axes or reduce-scattering resolvable partial axes (relaxed to
+        cost 0), with the order bound's leaving part only (slices append, so they never shorten a dim's
+        wrong suffix; they may extend a right prefix, so the entering part is dropped). Each slice
+        narrows the choice, so the bound stays consistent."""
+        addable = tuple(a for a in info.unused if a not in partial or a not in self.dst[1])
+        out = self.order_groups(info.dims)[0]
+        key = (info.products, addable, out)
+        value = self._shrinking_h.get(key)
+        if value is None:
+            vectors = {info.products}
+            for a in addable:
+                k = self.sizes[a]
+                vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
+            value = UNREACHABLE
+            for v in vectors:
+                moved = self.products_cost(v)
+                if moved != math.inf:
+                    L = self.elements // math.prod(v)
+                    bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out))
+                    value = min(value, bound)
+            self._shrinking_h[key] = value
+        return value
+
+    def cheap_h(self, state, phase: int) -> int:
+        """The structural part of the heuristic: dictionary lookups once the search is warm."""
+        if self.cap is not None or not self.informed:
+            return 0
+        if phase == 0:
+            return self.shrinking_bound(self.info(state[0]), state[1])
+        return self.constant_size_bound(state[0])
+
+    def h(self, state, phase: int) -> int:
+        """The full heuristic of a node: max of the overlap and signature bounds."""
+        if not self.informed:
+            return 0
+        return max(self.overlap_bound(state), self.cheap_h(state, phase))
+
+    # -- moves ----------------------------------------------------------------------------------------
+
+    def _permute_group(self, products: tuple, partial: tuple):
+        """Targets of a merged permute from a node -- all types with the same local shape and partial
+        axes -- with each target's block index per device, one row per target (cached per products)."""
+        key = (products, partial)
+        out = self._perm_groups.get(key)
+        if out is None:
+            avail = tuple((a, self.sizes[a]) for a in self.axes if a not in partial)
+            targets = placements_with_products(avail, products)
+            ids = self._block_index(targets, products) if len(targets) > 1 else None
+            out = self._perm_groups[key] = (targets, ids)
+        return out
+
+    def _block_index(self, types: tuple, products: tuple) -> np.ndarray:
+        """Row ``i``: each device's block index under ``types[i]`` (all with per-dim group sizes
+        ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
+        device the same block iff its indices agree (the partial axes' coordinates are common to both).
+        One vectorised pass per dim over all types, instead of one per type."""
+        group_index = self.layout.group_index
+        out = np.zeros((len(types), self.n), dtype=np.int64)
+        for d, k in enumerate(products):
+            out *= k
+            if k > 1:
+                out += np.stack([group_index(t[d]) for t in types])
+        return out
+
+    def moves(self, state, phase: int, budget: int | None = None, permuted: bool = False):
+        """Yield (move, state after, phase after, cost). Permute targets whose cost plus heuristic exceeds
+        ``budget`` are not generated, and none at all from a node reached by a permute (``permuted``):
+        a permute's cost is the Hamming distance between the two types' per-device block indices, so
+        one permute straight to the final target never costs more than two in a row."""
+        if self.cap is None:
+            yield from self._moves(state, phase, budget, permuted)
+            return
+        for move, after, _, cost in self._moves(state, 0, budget, permuted):
+            if self.info(after[0]).size <= self.cap:
+                yield move, after, 0, cost
+
+    def _moves(self, state, phase: int, budget: int | None, permuted: bool):
+        dims, partial = state
+        info = self.info(dims)
+        n, L, rank = self.n, info.size, len(dims)
+        slices, all_to_alls, gathers = info.moves(self)
+        resolvable = [a for a in partial if a not in self.dst[1]]
+        if phase == 0:
+            for axis, move, after in slices:
+                if axis not in partial:
+                    yield move, (after, partial), 0, 0
+            for d in range(rank):
+                for a in resolvable:
+                    k = self.sizes[a]
+                    if info.local[d] % k == 0:
+                        after = (dims[:d] + (dims[d] + (a,),) + dims[d + 1:], tuple(p for p in partial if p != a))
+                        yield ("reduce_scatter", d, (a,)), after, 0, n * (k - 1) * (L // k)
+        if phase <= 1:
+            for r in range(1, len(resolvable) + 1):
+                for axes in itertools.combinations(resolvable, r):
+                    k = math.prod(self.sizes[a] for a in axes)
+                    after = (dims, tuple(p for p in partial if p not in axes))
+                    yield ("all_reduce", axes), after, phase, n * -(-2 * (k - 1) * L // k)
+            for move, after, cost in all_to_alls:
+                yield move, (after, partial), 1, cost
+            targets, ids = self._permute_group(info.products, partial) if not permuted else ((), None)
+            if ids is not None:
+                moved = np.count_nonzero(ids != self._block_index((dims,), info.products), axis=1) * L
+                if budget is None:
+                    keep = range(len(targets))
+                else:  # every target has the same products: its heuristic is at least this floor
+                    moved_products = self.products_cost(info.products)
+                    if moved_products == math.inf:
+                        keep = ()
+                    else:
+                        floor = n * (self.target_size - L) + self._elements(L, moved_products)
+                        keep = np.nonzero(moved + floor <= budget)[0]
+                for i in keep:
+                    other = targets[i]
+                    if other != dims:
+                        yield ("permute", (other, partial)), (other, partial), 1, int(moved[i])
+        gather_ok = self.cap is not None or partial == self.dst[1]
+        for move, after, cost, extends in gathers:
+            if self.cap is not None or (gather_ok and extends):
+                yield move, (after, partial), 2, cost
+
+    # -- the search -----------------------------------------------------------------------------------
+
+    def run(self, upper: int | None = None, weight: int = 1) -> tuple[list, int] | None:
+        """(least-cost move list, its cost) from source to target, or None if none costs at most ``upper``.
+        Ties in cost go to fewer steps, then to the move generated last (deterministic). With ``weight``
+        above 1 the heuristic is inflated by it (weighted A*): a plan at most ``weight`` times the least
+        cost, found much faster -- an upper bound for the exact search."""
+        start = (self.src, 0)
+        best = {start: (0, 0)}
+        parent: dict = {start: None}
+        tie = itertools.count()
+        heap = [(weight * self.h(self.src, 0), 0, 0, start, True)]
+        closed = set()
+        goal = self.dst
+        push, pop = heapq.heappush, heapq.heappop
+        cheap = self.cheap_h
+        while heap:
+            f, _, _, node, evaluated = pop(heap)
+            if node in closed:
+                continue
+            g_bytes, g_steps = best[node]
+            if not evaluated:  # lazy: queued under the signature bound only
+                h_full = self.h(*node)
+                if upper is not None and g_bytes + h_full > upper:
+                    continue
+                f_full = g_bytes + weight * h_full
+                if f_full > f:
+                    push(heap, (f_full, g_steps, -next(tie), node, True))
+                    continue
+            closed.add(node)
+            state, phase = node
+            if state == goal:
+                path = []
+                while parent[node] is not None:
+                    node, move = parent[node]
+                    path.append(move)
+                return path[::-1], g_bytes
+            budget = None if upper is None else upper - g_bytes
+            permuted = parent[node] is not None and parent[node][1][0] == "permute"
+            for move, after, phase2, cost in self.moves(state, phase, budget, permuted):
+                nxt = (after, phase2)
+                if nxt in closed:
+                    continue
+                g = (g_bytes + cost, g_steps + 1)
+                old = best.get(nxt)
+                if old is not None and g >= old:
+                    continue
+                h_after = cheap(after, phase2)
+                if h_after >= UNREACHABLE or (upper is not None and g[0] + h_after > upper):
+                    continue
+                best[nxt] = g
+                parent[nxt] = (node, move)
+                push(heap, (g[0] + weight * h_after, g[1], -next(tie), nxt, False))
+        return None
