@@ -36,6 +36,7 @@ from .mesh import Mesh
 from .types import DistType
 
 UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
+SWITCH = ("switch",)  # free, stepless move from a shrinking node to its constant-size twin
 
 
 @lru_cache(maxsize=4096)
@@ -121,6 +122,7 @@ class Search:
                  informed: bool = True):
         self.mesh, self.layout = mesh, layout
         self.cap, self.informed = cap, informed
+        self._uninformed = cap is not None or not informed
         self.shape = src.shape
         self.src, self.dst = (src.dims, src.partial), (dst.dims, dst.partial)
         self.n = mesh.device_count
@@ -129,16 +131,18 @@ class Search:
         self.elements = math.prod(self.shape)
         self._info: dict = {}
         self._groups: dict = {}
-        self._dims_products: dict = {}
         self._overlap_h: dict = {}
         self._products_h: dict = {}
         self._constant_h: dict = {}
-        self._order: dict = {}
+        self._reachable: dict = {}
+        self._per_dim: list[dict] = [{} for _ in src.dims]
         self._target_axes = {a for d in dst.dims for a in d} | set(dst.partial)
-        self.smallest = min((mesh.size(a) for a in self.axes), default=2)
+        sizes = sorted(mesh.size(a) for a in self.axes)
+        self.permute_floor = 1.0 - 1.0 / sizes[1] if len(sizes) > 1 else 1.0  # see _middle_bound
         self._shrinking_h: dict = {}
         self._target_products: dict = {}
         self._perm_groups: dict = {}
+        self._coords = np.stack([layout.coords[a] for a in self.axes]) if self.axes else np.zeros((0, self.n), np.int64)
         self.target_size = self.info(dst.dims).size
 
     # -- per-dims facts -------------------------------------------------------------------------------
@@ -151,11 +155,8 @@ class Search:
         return k
 
     def products_of(self, dims: tuple) -> tuple[int, ...]:
-        """Per-dim group sizes of ``dims`` (cached; all a constant-size node's cheap heuristic needs)."""
-        p = self._dims_products.get(dims)
-        if p is None:
-            p = self._dims_products[dims] = tuple(map(self.group, dims))
-        return p
+        """Per-dim group sizes of ``dims``."""
+        return tuple(map(self.group, dims))
 
     def info(self, dims: tuple) -> _DimsInfo:
         out = self._info.get(dims)
@@ -206,6 +207,15 @@ class Search:
             q = self.target_products(math.prod(p))
             if len(q) == 0:
                 value = math.inf
+            elif len(q) <= 4:  # numpy's per-call overhead loses on a few rows
+                value = math.inf
+                for row in q.tolist():
+                    out = into = 0.0
+                    for pd, qd in zip(p, row):
+                        g = math.gcd(pd, qd)
+                        out += 1.0 - g / pd
+                        into += 1.0 - g / qd
+                    value = min(value, max(out, into))
             else:
                 pv = np.array(p, dtype=np.int64)
                 g = np.gcd(pv, q)
@@ -230,6 +240,21 @@ class Search:
             out = self._target_products[total] = np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape))
         return out
 
+    def dim_facts(self, d: int, axes: tuple) -> tuple[int, float, float, int]:
+        """(group size, leaving fraction, entering fraction, first wrong position) of dim ``d`` holding
+        ``axes`` -- the per-dim terms of the order bound (``order_groups``), cached per dim: states
+        share most of their dims, so a new state costs a few lookups."""
+        facts = self._per_dim[d].get(axes)
+        if facts is None:
+            g = self.dst[0][d]
+            j = 0
+            while j < len(axes) and (axes[j] == g[j] if j < len(g) else axes[j] not in self._target_axes):
+                j += 1
+            facts = (self.group(axes), 1.0 - 1.0 / self.group(axes[j:]),
+                     1.0 - 1.0 / self.group(g[j:]) if j < len(g) else 0.0, j)
+            self._per_dim[d][axes] = facts
+        return facts
+
     def order_groups(self, dims: tuple) -> tuple[float, float]:
         """The order bound, as fractions of ``n L``: (leaving, entering) all-to-all traffic if no permute
         is used.
@@ -239,26 +264,41 @@ class Search:
         target's axes, an axis the target places elsewhere) must therefore all leave it -- together at
         least ``1 - 1/k`` of a block for a group of ``k`` devices -- and the target's axes from that
         position on must all enter it."""
-        value = self._order.get(dims)
-        if value is None:
-            out = into = 0.0
-            for d, g in zip(dims, self.dst[0]):
-                j = 0
-                while j < len(d) and (d[j] == g[j] if j < len(g) else d[j] not in self._target_axes):
-                    j += 1
-                out += 1.0 - 1.0 / self.group(d[j:])
-                if j < len(g):
-                    into += 1.0 - 1.0 / self.group(g[j:])
-            value = self._order[dims] = (out, into)
+        out = into = 0.0
+        for d, axes in enumerate(dims):
+            facts = self.dim_facts(d, axes)
+            out += facts[1]
+            into += facts[2]
+        return out, into
+
+    def entering_after_slices(self, dims: tuple, addable: tuple) -> float:
+        """The entering part of the order bound for a shrinking-phase node, whose slices may still append
+        ``addable`` axes: a dim without a wrong position may yet be extended along the target by slices,
+        as far as the target's next axes are addable; the rest must enter by all-to-alls. Each slice
+        either keeps this or cuts such an extension short, so it never drops along a free slice."""
+        value = 0.0
+        for d, axes in enumerate(dims):
+            facts = self.dim_facts(d, axes)
+            j = facts[3]
+            if j < len(axes):
+                value += facts[2]
+                continue
+            g = self.dst[0][d]
+            while j < len(g) and g[j] in addable:  # no wrong position: slices may extend it
+                j += 1
+            if j < len(g):
+                value += 1.0 - 1.0 / self.group(g[j:])
         return value
 
     def _middle_bound(self, moved_products: float, order: float) -> float:
         """Combine the products bound with the order bound (fractions of ``n L``): a plan without
         permutes pays the order bound; one with a permute pays the products bound plus the cheapest
-        permute, ``1 - 1/s`` with ``s`` the smallest axis size (a permute between two types moves all
-        devices but a ``1/s`` share: some axis changes its place, and for fixed other coordinates at most
-        one of its ``s`` coordinates gives a device the same block)."""
-        return max(moved_products, min(order, moved_products + 1.0 - 1.0 / self.smallest))
+        permute. A permute between two types changes the place (dim, or weight within the dim) of at
+        least two axes -- one alone cannot move without changing some dim's group size or another axis's
+        weight -- and for fixed other coordinates at most one of a changed axis's ``s`` coordinates gives
+        a device the same block, so it moves all devices but a ``1/s`` share, ``s`` at least the second
+        smallest axis size."""
+        return max(moved_products, min(order, moved_products + self.permute_floor))
 
     def constant_size_bound(self, dims: tuple) -> int:
         """Heuristic of a constant-size (phase >= 1) node: all-to-all and permute traffic (see
@@ -266,13 +306,19 @@ class Search:
         ``n (T - L)``. Every part drops by at most the cost of the move taken, so it is consistent."""
         value = self._constant_h.get(dims)
         if value is None:
-            p = self.products_of(dims)
-            moved = self.products_cost(p)
+            products, total, out, into = [], 1, 0.0, 0.0
+            for d, axes in enumerate(dims):
+                facts = self._per_dim[d].get(axes) or self.dim_facts(d, axes)
+                products.append(facts[0])
+                total *= facts[0]
+                out += facts[1]
+                into += facts[2]
+            moved = self.products_cost(tuple(products))
             if moved == math.inf:
                 value = UNREACHABLE
             else:
-                L = self.elements // math.prod(p)
-                middle = self._middle_bound(moved, max(self.order_groups(dims)))
+                L = self.elements // total
+                middle = self._middle_bound(moved, out if out > into else into)
                 value = self.n * (self.target_size - L) + self._elements(L, middle)
             self._constant_h[dims] = value
         return value
@@ -280,35 +326,49 @@ class Search:
     def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> int:
         """Heuristic of a shrinking-phase (phase 0) node: the least constant-size bound over the products
         it can still reach by slicing unused axes or reduce-scattering resolvable partial axes (relaxed to
-        cost 0), with the order bound's leaving part only (slices append, so they never shorten a dim's
-        wrong suffix; they may extend a right prefix, so the entering part is dropped). Each slice
-        narrows the choice, so the bound stays consistent."""
+        cost 0), with the order bound's leaving part (slices append, so they never shorten a dim's wrong
+        suffix) or its entering part relaxed for the slices still possible (``entering_after_slices``).
+        Each slice narrows the choice, so the bound stays consistent."""
         addable = tuple(a for a in info.unused if a not in partial or a not in self.dst[1])
-        out = self.order_groups(info.dims)[0]
+        out = max(self.order_groups(info.dims)[0], self.entering_after_slices(info.dims, addable))
         key = (info.products, addable, out)
         value = self._shrinking_h.get(key)
         if value is None:
-            vectors = {info.products}
+            value = UNREACHABLE
+            for L, moved in self._reachable_sizes(info.products, addable):
+                bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out))
+                value = min(value, bound)
+            self._shrinking_h[key] = value
+        return value
+
+    def _reachable_sizes(self, products: tuple, addable: tuple) -> list[tuple[int, float]]:
+        """(block size, least ``products_cost``) for each block size reachable from ``products`` by
+        appending some of ``addable`` to dims. The bound above is monotone in the cost, so the least cost
+        per size is all it needs (a handful of sizes instead of every product vector)."""
+        key = (products, addable)
+        out = self._reachable.get(key)
+        if out is None:
+            vectors = {products}
             for a in addable:
                 k = self.sizes[a]
                 vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
-            value = UNREACHABLE
+            least: dict = {}
             for v in vectors:
                 moved = self.products_cost(v)
                 if moved != math.inf:
                     L = self.elements // math.prod(v)
-                    bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out))
-                    value = min(value, bound)
-            self._shrinking_h[key] = value
-        return value
+                    least[L] = min(moved, least.get(L, math.inf))
+            out = self._reachable[key] = sorted(least.items())
+        return out
 
     def cheap_h(self, state, phase: int) -> int:
         """The structural part of the heuristic: dictionary lookups once the search is warm."""
-        if self.cap is not None or not self.informed:
+        if self._uninformed:
             return 0
-        if phase == 0:
-            return self.shrinking_bound(self.info(state[0]), state[1])
-        return self.constant_size_bound(state[0])
+        if phase:
+            value = self._constant_h.get(state[0])
+            return value if value is not None else self.constant_size_bound(state[0])
+        return self.shrinking_bound(self.info(state[0]), state[1])
 
     def h(self, state, phase: int) -> int:
         """The full heuristic of a node: max of the overlap and signature bounds."""
@@ -320,28 +380,32 @@ class Search:
 
     def _permute_group(self, products: tuple, partial: tuple):
         """Targets of a merged permute from a node -- all types with the same local shape and partial
-        axes -- with each target's block index per device, one row per target (cached per products)."""
+        axes -- with each target's block index per device, one row per target, and each target's row
+        (cached per products; the node itself is one of the targets)."""
         key = (products, partial)
         out = self._perm_groups.get(key)
         if out is None:
             avail = tuple((a, self.sizes[a]) for a in self.axes if a not in partial)
             targets = placements_with_products(avail, products)
             ids = self._block_index(targets, products) if len(targets) > 1 else None
-            out = self._perm_groups[key] = (targets, ids)
+            out = self._perm_groups[key] = (targets, ids, {t: i for i, t in enumerate(targets)})
         return out
 
     def _block_index(self, types: tuple, products: tuple) -> np.ndarray:
         """Row ``i``: each device's block index under ``types[i]`` (all with per-dim group sizes
         ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
         device the same block iff its indices agree (the partial axes' coordinates are common to both).
-        One vectorised pass per dim over all types, instead of one per type."""
-        group_index = self.layout.group_index
-        out = np.zeros((len(types), self.n), dtype=np.int64)
-        for d, k in enumerate(products):
-            out *= k
-            if k > 1:
-                out += np.stack([group_index(t[d]) for t in types])
-        return out
+        The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
+        (weight of each axis in each type) x (each device's coordinate along each axis)."""
+        column = {a: i for i, a in enumerate(self.axes)}
+        weights = np.zeros((len(types), len(self.axes)), dtype=np.int64)
+        for row, dims in enumerate(types):
+            radix = 1
+            for d in range(len(products) - 1, -1, -1):
+                for a in reversed(dims[d]):
+                    weights[row, column[a]] = radix
+                    radix *= self.sizes[a]
+        return weights @ self._coords
 
     def moves(self, state, phase: int, budget: int | None = None, permuted: bool = False):
         """Yield (move, state after, phase after, cost). Permute targets whose cost plus heuristic exceeds
@@ -361,6 +425,12 @@ class Search:
         n, L, rank = self.n, info.size, len(dims)
         slices, all_to_alls, gathers = info.moves(self)
         resolvable = [a for a in partial if a not in self.dst[1]]
+        if phase <= 1:
+            for r in range(1, len(resolvable) + 1):
+                for axes in itertools.combinations(resolvable, r):
+                    k = math.prod(self.sizes[a] for a in axes)
+                    after = (dims, tuple(p for p in partial if p not in axes))
+                    yield ("all_reduce", axes), after, phase, n * -(-2 * (k - 1) * L // k)
         if phase == 0:
             for axis, move, after in slices:
                 if axis not in partial:
@@ -371,17 +441,18 @@ class Search:
                     if info.local[d] % k == 0:
                         after = (dims[:d] + (dims[d] + (a,),) + dims[d + 1:], tuple(p for p in partial if p != a))
                         yield ("reduce_scatter", d, (a,)), after, 0, n * (k - 1) * (L // k)
+            if self.cap is None:
+                # Stop shrinking: the constant-size moves hang off the phase-1 twin of this node, whose
+                # heuristic (no more slices) is usually far above this one's, so they are generated only
+                # for the few shrinking nodes worth going on from.
+                yield SWITCH, state, 1, 0
+                return
         if phase <= 1:
-            for r in range(1, len(resolvable) + 1):
-                for axes in itertools.combinations(resolvable, r):
-                    k = math.prod(self.sizes[a] for a in axes)
-                    after = (dims, tuple(p for p in partial if p not in axes))
-                    yield ("all_reduce", axes), after, phase, n * -(-2 * (k - 1) * L // k)
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
-            targets, ids = self._permute_group(info.products, partial) if not permuted else ((), None)
+            targets, ids, row = self._permute_group(info.products, partial) if not permuted else ((), None, None)
             if ids is not None:
-                moved = np.count_nonzero(ids != self._block_index((dims,), info.products), axis=1) * L
+                moved = np.count_nonzero(ids != ids[row[dims]], axis=1) * L
                 if budget is None:
                     keep = range(len(targets))
                 else:  # every target has the same products: its heuristic is at least this floor
@@ -416,6 +487,7 @@ class Search:
         goal = self.dst
         push, pop = heapq.heappush, heapq.heappop
         cheap = self.cheap_h
+        successors = self._moves if self.cap is None else self.moves
         while heap:
             f, _, _, node, evaluated = pop(heap)
             if node in closed:
@@ -435,15 +507,16 @@ class Search:
                 path = []
                 while parent[node] is not None:
                     node, move = parent[node]
-                    path.append(move)
+                    if move is not SWITCH:
+                        path.append(move)
                 return path[::-1], g_bytes
             budget = None if upper is None else upper - g_bytes
             permuted = parent[node] is not None and parent[node][1][0] == "permute"
-            for move, after, phase2, cost in self.moves(state, phase, budget, permuted):
+            for move, after, phase2, cost in successors(state, phase, budget, permuted):
                 nxt = (after, phase2)
                 if nxt in closed:
                     continue
-                g = (g_bytes + cost, g_steps + 1)
+                g = (g_bytes + cost, g_steps + (move is not SWITCH))
                 old = best.get(nxt)
                 if old is not None and g >= old:
                     continue

@@ -72,6 +72,9 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType)
     exact A* runs with that plan's cost as the upper bound, which prunes most permute targets."""
     search = Search(mesh, layout, src, dst)
     found = search.run(upper=search.overlap_bound(search.src))
+    import os
+    if found is None and os.environ.get("NOINC"):
+        found = search.run()
     if found is None:
         found = search.run(weight=2)
         if found is not None:
