@@ -73,7 +73,7 @@ class _DimsInfo:
     """What every node with these ``dims`` shares, whatever its partial axes and phase. The successor
     lists are built on first expansion only (most nodes are generated but never expanded)."""
 
-    __slots__ = ("dims", "local", "size", "products", "unused", "_moves")
+    __slots__ = ("dims", "local", "size", "products", "unused", "_slices", "_moves")
 
     def __init__(self, search: "Search", dims: tuple):
         self.dims = dims
@@ -82,20 +82,33 @@ class _DimsInfo:
         self.size = math.prod(self.local)
         used = {a for d in dims for a in d}
         self.unused = tuple(a for a in search.axes if a not in used)
-        self._moves = None
+        self._slices = self._moves = None
 
-    def moves(self, search: "Search") -> tuple[list, list, list]:
-        """(slices, all-to-alls, gathers) out of these dims:
+    def slices(self, search: "Search") -> list:
+        """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
+        (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
+        slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
+        last dim the source was extended on. Every extension is still reached, by one path instead of
+        many, which saves generating the same node again and again."""
+        if self._slices is None:
+            dims, rank = self.dims, len(self.dims)
+            first = 0
+            if not search.src[1]:
+                first = max((d for d in range(rank) if len(dims[d]) > len(search.src[0][d])), default=0)
+            self._slices = [(a, ("slice", d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
+                            for d in range(first, rank) for a in self.unused
+                            if self.local[d] % search.sizes[a] == 0]
+        return self._slices
 
-        - slices: (axis, move, dims after) -- one unused axis onto the minor end of a dim it divides;
+    def moves(self, search: "Search") -> tuple[list, list]:
+        """(all-to-alls, gathers) out of these dims:
+
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e;
         - gathers: (move, dims after, cost, whether gathers can still reach the target) -- a minor suffix.
         """
         if self._moves is None:
             dims, sizes, n, L = self.dims, search.sizes, search.n, self.size
             rank = len(dims)
-            slices = [(a, ("slice", d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
-                      for d in range(rank) for a in self.unused if self.local[d] % sizes[a] == 0]
             all_to_alls, gathers = [], []
             for d in range(rank):
                 for cut in range(len(dims[d])):
@@ -109,7 +122,7 @@ class _DimsInfo:
                             after = list(kept)
                             after[e] = dims[e] + axes
                             all_to_alls.append((("all_to_all", e, d, axes), tuple(after), cost))
-            self._moves = (slices, all_to_alls, gathers)
+            self._moves = (all_to_alls, gathers)
         return self._moves
 
 
@@ -423,7 +436,6 @@ class Search:
         dims, partial = state
         info = self.info(dims)
         n, L, rank = self.n, info.size, len(dims)
-        slices, all_to_alls, gathers = info.moves(self)
         resolvable = [a for a in partial if a not in self.dst[1]]
         if phase <= 1:
             for r in range(1, len(resolvable) + 1):
@@ -432,7 +444,7 @@ class Search:
                     after = (dims, tuple(p for p in partial if p not in axes))
                     yield ("all_reduce", axes), after, phase, n * -(-2 * (k - 1) * L // k)
         if phase == 0:
-            for axis, move, after in slices:
+            for axis, move, after in info.slices(self):
                 if axis not in partial:
                     yield move, (after, partial), 0, 0
             for d in range(rank):
@@ -447,6 +459,7 @@ class Search:
                 # for the few shrinking nodes worth going on from.
                 yield SWITCH, state, 1, 0
                 return
+        all_to_alls, gathers = info.moves(self)
         if phase <= 1:
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
