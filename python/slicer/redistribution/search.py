@@ -24,6 +24,8 @@ under the full heuristic the first time it reaches the front of the queue.
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 import itertools
 import math
@@ -67,6 +69,25 @@ def placements_with_products(axes: tuple[tuple[str, int], ...], products: tuple[
     assign(0, products, tuple(() for _ in range(rank)))
     return tuple(dims for chosen in assignments
                  for dims in itertools.product(*(itertools.permutations(d) for d in chosen)))
+
+
+def _collector_paused(function):
+    """Run ``function`` with Python's cyclic garbage collector paused. A search allocates tens of
+    thousands of small tuples and no reference cycles (refcounting frees everything), yet each burst of
+    allocations triggers collections that rescan the growing caches: about a third of the planning time
+    on 4-axis meshes, measured. The collector's previous state is restored afterwards."""
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
 
 
 class _DimsInfo:
@@ -486,6 +507,7 @@ class Search:
 
     # -- the search -----------------------------------------------------------------------------------
 
+    @_collector_paused
     def run(self, upper: int | None = None, weight: int = 1) -> tuple[list, int] | None:
         """(least-cost move list, its cost) from source to target, or None if none costs at most ``upper``.
         Ties in cost go to fewer steps, then to the move generated last (deterministic). With ``weight``
