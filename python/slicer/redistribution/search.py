@@ -441,19 +441,18 @@ class Search:
                     radix *= self.sizes[a]
         return weights @ self._coords
 
-    def moves(self, state, phase: int, budget: int | None = None, permuted: bool = False):
-        """Yield (move, state after, phase after, cost). Permute targets whose cost plus heuristic exceeds
-        ``budget`` are not generated, and none at all from a node reached by a permute (``permuted``):
-        a permute's cost is the Hamming distance between the two types' per-device block indices, so
-        one permute straight to the final target never costs more than two in a row."""
+    def moves(self, state, phase: int, permuted: bool = False):
+        """Yield (move, state after, phase after, cost). No permutes from a node reached by a permute
+        (``permuted``): a permute's cost is the Hamming distance between the two types' per-device block
+        indices, so one permute straight to the final target never costs more than two in a row."""
         if self.cap is None:
-            yield from self._moves(state, phase, budget, permuted)
+            yield from self._moves(state, phase, permuted)
             return
-        for move, after, _, cost in self._moves(state, 0, budget, permuted):
+        for move, after, _, cost in self._moves(state, 0, permuted):
             if self.info(after[0]).size <= self.cap:
                 yield move, after, 0, cost
 
-    def _moves(self, state, phase: int, budget: int | None, permuted: bool):
+    def _moves(self, state, phase: int, permuted: bool):
         dims, partial = state
         info = self.info(dims)
         n, L, rank = self.n, info.size, len(dims)
@@ -486,20 +485,10 @@ class Search:
                 yield move, (after, partial), 1, cost
             targets, ids, row = self._permute_group(info.products, partial) if not permuted else ((), None, None)
             if ids is not None:
-                moved = np.count_nonzero(ids != ids[row[dims]], axis=1) * L
-                if budget is None:
-                    keep = range(len(targets))
-                else:  # every target has the same products: its heuristic is at least this floor
-                    moved_products = self.products_cost(info.products)
-                    if moved_products == math.inf:
-                        keep = ()
-                    else:
-                        floor = n * (self.target_size - L) + self._elements(L, moved_products)
-                        keep = np.nonzero(moved + floor <= budget)[0]
-                for i in keep:
-                    other = targets[i]
+                moved = (np.count_nonzero(ids != ids[row[dims]], axis=1) * L).tolist()
+                for other, cost in zip(targets, moved):
                     if other != dims:
-                        yield ("permute", (other, partial)), (other, partial), 1, int(moved[i])
+                        yield ("permute", (other, partial)), (other, partial), 1, cost
         gather_ok = self.cap is not None or partial == self.dst[1]
         for move, after, cost, extends in gathers:
             if self.cap is not None or (gather_ok and extends):
@@ -508,16 +497,14 @@ class Search:
     # -- the search -----------------------------------------------------------------------------------
 
     @_collector_paused
-    def run(self, upper: int | None = None, weight: int = 1) -> tuple[list, int] | None:
-        """(least-cost move list, its cost) from source to target, or None if none costs at most ``upper``.
-        Ties in cost go to fewer steps, then to the move generated last (deterministic). With ``weight``
-        above 1 the heuristic is inflated by it (weighted A*): a plan at most ``weight`` times the least
-        cost, found much faster -- an upper bound for the exact search."""
+    def run(self) -> tuple[list, int] | None:
+        """(least-cost move list, its cost) from source to target, or None if the target is unreachable.
+        Ties in cost go to fewer steps, then to the move generated last (deterministic)."""
         start = (self.src, 0)
         best = {start: (0, 0)}
         parent: dict = {start: None}
         tie = itertools.count()
-        heap = [(weight * self.h(self.src, 0), 0, 0, start, True)]
+        heap = [(self.h(self.src, 0), 0, 0, start, True)]
         closed = set()
         goal = self.dst
         push, pop = heapq.heappush, heapq.heappop
@@ -529,10 +516,7 @@ class Search:
                 continue
             g_bytes, g_steps = best[node]
             if not evaluated:  # lazy: queued under the signature bound only
-                h_full = self.h(*node)
-                if upper is not None and g_bytes + h_full > upper:
-                    continue
-                f_full = g_bytes + weight * h_full
+                f_full = g_bytes + self.h(*node)
                 if f_full > f:
                     push(heap, (f_full, g_steps, -next(tie), node, True))
                     continue
@@ -545,9 +529,8 @@ class Search:
                     if move is not SWITCH:
                         path.append(move)
                 return path[::-1], g_bytes
-            budget = None if upper is None else upper - g_bytes
             permuted = parent[node] is not None and parent[node][1][0] == "permute"
-            for move, after, phase2, cost in successors(state, phase, budget, permuted):
+            for move, after, phase2, cost in successors(state, phase, permuted):
                 nxt = (after, phase2)
                 if nxt in closed:
                     continue
@@ -556,9 +539,9 @@ class Search:
                 if old is not None and g >= old:
                     continue
                 h_after = cheap(after, phase2)
-                if h_after >= UNREACHABLE or (upper is not None and g[0] + h_after > upper):
+                if h_after >= UNREACHABLE:
                     continue
                 best[nxt] = g
                 parent[nxt] = (node, move)
-                push(heap, (g[0] + weight * h_after, g[1], -next(tie), nxt, False))
+                push(heap, (g[0] + h_after, g[1], -next(tie), nxt, False))
         return None

@@ -63,9 +63,9 @@ def test_heuristic_is_consistent(seed):
     checked = 0
     original = search._moves
 
-    def checking_moves(state, phase, budget, permuted):
+    def checking_moves(state, phase, permuted):
         h = search.h(state, phase)
-        for move, after, phase2, cost in original(state, phase, budget, permuted):
+        for move, after, phase2, cost in original(state, phase, permuted):
             h_after = search.h(after, phase2)
             assert h <= cost + h_after, (state, phase, move, after, phase2, cost, h, h_after)
             nonlocal checked
