@@ -238,12 +238,12 @@ class Search:
         must receive; the larger sum is taken). Permutes and all-reduces keep the products."""
         value = self._products_h.get(p)
         if value is None:
-            q = self.target_products(math.prod(p))
-            if len(q) == 0:
+            rows, q = self.target_products(math.prod(p))
+            if not rows:
                 value = math.inf
-            elif len(q) <= 4:  # numpy's per-call overhead loses on a few rows
+            elif len(rows) <= 4:  # numpy's per-call overhead loses on a few rows
                 value = math.inf
-                for row in q.tolist():
+                for row in rows:
                     out = into = 0.0
                     for pd, qd in zip(p, row):
                         g = math.gcd(pd, qd)
@@ -259,20 +259,22 @@ class Search:
             self._products_h[p] = value
         return value
 
-    def target_products(self, total: int) -> np.ndarray:
-        """Per-dim group products (multiplying to ``total``), one row each, of the types that gather into
-        the target: the target's groups times products of axes that neither its dims nor its partial sums
-        use."""
-        out = self._target_products.get(total)
-        if out is None:
+    def target_products(self, total: int) -> tuple[list, np.ndarray]:
+        """Per-dim group products multiplying to ``total`` of the types that gather into the target (the
+        target's groups times products of axes that neither its dims nor its partial sums use), as a
+        list of tuples and as an array with one row each. All totals are enumerated once."""
+        if not self._target_products:
             vectors = {self.info(self.dst[0]).products}
             for a in self.axes:
                 if a not in self._target_axes:
                     k = self.sizes[a]
                     vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
-            rows = sorted(v for v in vectors if math.prod(v) == total)
-            out = self._target_products[total] = np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape))
-        return out
+            by_total: dict = {}
+            for v in sorted(vectors):
+                by_total.setdefault(math.prod(v), []).append(v)
+            for t, rows in by_total.items():
+                self._target_products[t] = (rows, np.array(rows, dtype=np.int64))
+        return self._target_products.get(total, ([], None))
 
     def dim_facts(self, d: int, axes: tuple) -> tuple[int, float, float, int]:
         """(group size, leaving fraction, entering fraction, first wrong position) of dim ``d`` holding
