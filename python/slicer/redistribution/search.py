@@ -499,14 +499,17 @@ class Search:
     # -- the search -----------------------------------------------------------------------------------
 
     @_collector_paused
-    def run(self) -> tuple[list, int] | None:
-        """(least-cost move list, its cost) from source to target, or None if the target is unreachable.
-        Ties in cost go to fewer steps, then to the move generated last (deterministic)."""
+    def run(self, weight: float = 1.0, upper: int | None = None) -> tuple[list, int] | None:
+        """(least-cost move list, its cost) from source to target, or None if the target is unreachable
+        or, with ``upper``, if every plan costs more than ``upper``. Ties in cost go to fewer steps, then
+        to the move generated last (deterministic). With ``weight`` above 1 the heuristic is inflated by
+        it (weighted A*, no re-expansions): the plan costs at most ``weight`` times the least, and plateaus
+        of nodes whose bounds are within that factor of the least cost are no longer all expanded."""
         start = (self.src, 0)
         best = {start: (0, 0)}
         parent: dict = {start: None}
         tie = itertools.count()
-        heap = [(self.h(self.src, 0), 0, 0, start, True)]
+        heap = [(weight * self.h(self.src, 0), 0, 0, start, True)]
         closed = set()
         goal = self.dst
         push, pop = heapq.heappush, heapq.heappop
@@ -518,7 +521,10 @@ class Search:
                 continue
             g_bytes, g_steps = best[node]
             if not evaluated:  # lazy: queued under the signature bound only
-                f_full = g_bytes + self.h(*node)
+                h_full = self.h(*node)
+                if upper is not None and g_bytes + h_full > upper:
+                    continue
+                f_full = g_bytes + weight * h_full
                 if f_full > f:
                     push(heap, (f_full, g_steps, -next(tie), node, True))
                     continue
@@ -541,9 +547,9 @@ class Search:
                 if old is not None and g >= old:
                     continue
                 h_after = cheap(after, phase2)
-                if h_after >= UNREACHABLE:
+                if h_after >= UNREACHABLE or (upper is not None and g[0] + h_after > upper):
                     continue
                 best[nxt] = g
                 parent[nxt] = (node, move)
-                push(heap, (g[0] + h_after, g[1], -next(tie), nxt, False))
+                push(heap, (g[0] + weight * h_after, g[1], -next(tie), nxt, False))
         return None

@@ -10,7 +10,7 @@ import pytest
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.search import SWITCH, Search, placements_with_products
-from slicer.redistribution.synthesis import _reduced
+from slicer.redistribution.synthesis import TOLERANCE, _reduced
 
 
 def random_case(seed: int, max_axes: int = 4, max_rank: int = 4, partial: bool = True):
@@ -43,15 +43,21 @@ def search_for(mesh, src, dst, **kw) -> Search:
 
 @pytest.mark.parametrize("seed", range(60))
 def test_search_is_exact(seed):
-    """The informed search finds the same least traffic as a uniform-cost search (no heuristic, no
-    pruning) over the same moves -- so no heuristic ever overestimates on these cases."""
+    """Exact A* finds the same least traffic as a uniform-cost search (no heuristic, no pruning) over the
+    same moves -- so no heuristic ever overestimates on these cases -- and ``plan`` is at that least
+    traffic whenever it equals the lower bound, and within ``TOLERANCE`` of it otherwise."""
     mesh, src, dst = random_case(seed)
     p = plan(mesh, src, dst)
     found = search_for(mesh, src, dst, informed=False).run()
     if found is None:  # no normal-form plan: synthesis used its relaxed search
         assert not p.is_normal_form
         return
-    assert found[1] * 4 == p.bytes_received_total
+    least = found[1] * 4
+    assert search_for(mesh, src, dst).run()[1] * 4 == least
+    if least == p.lower_bound_elements.sum() * 4:
+        assert p.bytes_received_total == least
+    else:
+        assert least <= p.bytes_received_total <= least * (1 + TOLERANCE)
 
 
 @pytest.mark.parametrize("seed", range(40))
