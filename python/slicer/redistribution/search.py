@@ -94,16 +94,21 @@ class _DimsInfo:
     """What every node with these ``dims`` shares, whatever its partial axes and phase. The successor
     lists are built on first expansion only (most nodes are generated but never expanded)."""
 
-    __slots__ = ("dims", "local", "size", "products", "unused", "_slices", "_moves")
+    __slots__ = ("dims", "local", "size", "products", "_unused", "_slices", "_moves")
 
     def __init__(self, search: "Search", dims: tuple):
         self.dims = dims
         self.products = search.products_of(dims)
         self.local = tuple(s // k for s, k in zip(search.shape, self.products))
         self.size = math.prod(self.local)
-        used = {a for d in dims for a in d}
-        self.unused = tuple(a for a in search.axes if a not in used)
-        self._slices = self._moves = None
+        self._unused = self._slices = self._moves = None
+
+    def unused(self, search: "Search") -> tuple[str, ...]:
+        """The non-trivial mesh axes these dims do not use (only shrinking nodes ask)."""
+        if self._unused is None:
+            used = {a for d in self.dims for a in d}
+            self._unused = tuple(a for a in search.axes if a not in used)
+        return self._unused
 
     def slices(self, search: "Search") -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
@@ -117,7 +122,7 @@ class _DimsInfo:
             if not search.src[1]:
                 first = max((d for d in range(rank) if len(dims[d]) > len(search.src[0][d])), default=0)
             self._slices = [(a, ("slice", d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
-                            for d in range(first, rank) for a in self.unused
+                            for d in range(first, rank) for a in self.unused(search)
                             if self.local[d] % search.sizes[a] == 0]
         return self._slices
 
@@ -129,20 +134,29 @@ class _DimsInfo:
         """
         if self._moves is None:
             dims, sizes, n, L = self.dims, search.sizes, search.n, self.size
+            targets = search.dst[0]
             rank = len(dims)
+            # Gathering a suffix of dim d keeps the target reachable iff every other dim already starts
+            # with its target's axes and dim d still does after the cut.
+            starts = [axes[:len(g)] == g for axes, g in zip(dims, targets)]
+            wrong = starts.count(False)
             all_to_alls, gathers = [], []
             for d in range(rank):
-                for cut in range(len(dims[d])):
-                    axes = dims[d][cut:]
-                    k = math.prod(sizes[a] for a in axes)
-                    kept = dims[:d] + (dims[d][:cut],) + dims[d + 1:]
-                    gathers.append((("all_gather", d, axes), kept, n * (k - 1) * L, search.extends_target(kept)))
+                others_start = wrong == 0 or (wrong == 1 and not starts[d])
+                row = dims[d]
+                groups = [1] * (len(row) + 1)  # groups[cut]: devices in a group over row[cut:]
+                for cut in range(len(row) - 1, -1, -1):
+                    groups[cut] = groups[cut + 1] * sizes[row[cut]]
+                for cut in range(len(row)):
+                    axes, k = row[cut:], groups[cut]
+                    kept = dims[:d] + (row[:cut],) + dims[d + 1:]
+                    extends = others_start and starts[d] and cut >= len(targets[d])
+                    gathers.append((("all_gather", d, axes), kept, n * (k - 1) * L, extends))
                     cost = n * (k - 1) * (L // k)
                     for e in range(rank):
                         if e != d and self.local[e] % k == 0:
-                            after = list(kept)
-                            after[e] = dims[e] + axes
-                            all_to_alls.append((("all_to_all", e, d, axes), tuple(after), cost))
+                            after = kept[:e] + (kept[e] + axes,) + kept[e + 1:]
+                            all_to_alls.append((("all_to_all", e, d, axes), after, cost))
             self._moves = (all_to_alls, gathers)
         return self._moves
 
@@ -197,10 +211,6 @@ class Search:
         if out is None:
             out = self._info[dims] = _DimsInfo(self, dims)
         return out
-
-    def extends_target(self, dims: tuple) -> bool:
-        """Whether gathering minor suffixes of ``dims`` can reach the target's dims."""
-        return all(d[:len(g)] == g for d, g in zip(dims, self.dst[0]))
 
     # -- heuristics -----------------------------------------------------------------------------------
 
@@ -365,7 +375,7 @@ class Search:
         cost 0), with the order bound's leaving part (slices append, so they never shorten a dim's wrong
         suffix) or its entering part relaxed for the slices still possible (``entering_after_slices``).
         Each slice narrows the choice, so the bound stays consistent."""
-        addable = tuple(a for a in info.unused if a not in partial or a not in self.dst[1])
+        addable = tuple(a for a in info.unused(self) if a not in partial or a not in self.dst[1])
         out = max(self.order_groups(info.dims)[0], self.entering_after_slices(info.dims, addable))
         key = (info.products, addable, out)
         value = self._shrinking_h.get(key)
@@ -377,24 +387,27 @@ class Search:
             self._shrinking_h[key] = value
         return value
 
-    def _reachable_sizes(self, products: tuple, addable: tuple) -> list[tuple[int, float]]:
+    def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
         """(block size, least ``products_cost``) for each block size reachable from ``products`` by
         appending some of ``addable`` to dims. The bound above is monotone in the cost, so the least cost
-        per size is all it needs (a handful of sizes instead of every product vector)."""
+        per size is all it needs. Memoised recursion on the first addable axis (unused, or on one of the
+        dims): shrinking nodes a slice apart share most of their subproblems."""
         key = (products, addable)
         out = self._reachable.get(key)
         if out is None:
-            vectors = {products}
-            for a in addable:
-                k = self.sizes[a]
-                vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
-            least: dict = {}
-            for v in vectors:
-                moved = self.products_cost(v)
-                if moved != math.inf:
-                    L = self.elements // math.prod(v)
-                    least[L] = min(moved, least.get(L, math.inf))
-            out = self._reachable[key] = sorted(least.items())
+            if not addable:
+                cost = self.products_cost(products)
+                out = () if cost == math.inf else ((self.elements // math.prod(products), cost),)
+            else:
+                k, rest = self.sizes[addable[0]], addable[1:]
+                least = dict(self._reachable_sizes(products, rest))
+                for d in range(len(products)):
+                    grown = products[:d] + (products[d] * k,) + products[d + 1:]
+                    for size, cost in self._reachable_sizes(grown, rest):
+                        if cost < least.get(size, math.inf):
+                            least[size] = cost
+                out = tuple(sorted(least.items()))
+            self._reachable[key] = out
         return out
 
     def cheap_h(self, state, phase: int) -> int:
