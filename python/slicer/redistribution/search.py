@@ -420,10 +420,15 @@ class Search:
         return self.shrinking_bound(self.info(state[0]), state[1])
 
     def h(self, state, phase: int) -> int:
-        """The full heuristic of a node: max of the overlap and signature bounds."""
+        """The full heuristic of a node: max of the overlap and structural bounds. The overlap bound
+        never exceeds ``n T`` (every target element everywhere), so when the structural bound already
+        does, its per-device computation is skipped."""
         if not self.informed:
             return 0
-        return max(self.overlap_bound(state), self.cheap_h(state, phase))
+        structural = self.cheap_h(state, phase)
+        if structural >= self.n * self.target_size:
+            return structural
+        return max(self.overlap_bound(state), structural)
 
     # -- moves ----------------------------------------------------------------------------------------
 
