@@ -39,6 +39,7 @@ from .types import DistType
 
 UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
 SWITCH = ("switch",)  # free, stepless move from a shrinking node to its constant-size twin
+PERMUTES = "permutes"  # marks a queue entry standing for all the permute moves out of a node
 
 
 @lru_cache(maxsize=4096)
@@ -503,16 +504,35 @@ class Search:
         if phase <= 1:
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
-            targets, ids, row = self._permute_group(info.products, partial) if not permuted else ((), None, None)
-            if ids is not None:
-                moved = (np.count_nonzero(ids != ids[row[dims]], axis=1) * L).tolist()
-                for other, cost in zip(targets, moved):
-                    if other != dims:
-                        yield ("permute", (other, partial)), (other, partial), 1, cost
+            if not permuted and (self.cap is not None or not self.informed):  # else queued behind a hub
+                yield from self.permute_moves(state)
         gather_ok = self.cap is not None or partial == self.dst[1]
         for move, after, cost, extends in gathers:
             if self.cap is not None or (gather_ok and extends):
                 yield move, (after, partial), 2, cost
+
+    def permute_moves(self, state):
+        """Yield the merged-permute moves out of a constant-size node: to every other type with the same
+        local shape and partial axes, costing a block per device whose block changes."""
+        dims, partial = state
+        info = self.info(dims)
+        targets, ids, row = self._permute_group(info.products, partial)
+        if ids is not None:
+            moved = (np.count_nonzero(ids != ids[row[dims]], axis=1) * info.size).tolist()
+            for other, cost in zip(targets, moved):
+                if other != dims:
+                    yield ("permute", (other, partial)), (other, partial), 1, cost
+
+    def permute_floor_key(self, dims: tuple) -> tuple[int, int]:
+        """(least cost of any permute out of ``dims``, least heuristic of its targets): every permute
+        moves at least ``1 - 1/s`` of the devices (``_middle_bound``), and its targets share the node's
+        products, hence at least their products bound."""
+        p = self.products_of(dims)
+        moved = self.products_cost(p)
+        L = self.elements // math.prod(p)
+        if moved == math.inf:
+            return UNREACHABLE, UNREACHABLE
+        return self._elements(L, self.permute_floor), self.n * (self.target_size - L) + self._elements(L, moved)
 
     # -- the search -----------------------------------------------------------------------------------
 
@@ -533,12 +553,19 @@ class Search:
         push, pop = heapq.heappush, heapq.heappop
         cheap = self.cheap_h
         successors = self._moves if self.cap is None else self.moves
+        hubs = self.cap is None and self.informed
         while heap:
             f, _, _, node, evaluated = pop(heap)
-            if node in closed:
-                continue
-            g_bytes, g_steps = best[node]
-            if not evaluated:  # lazy: queued under the signature bound only
+            if node[0] is PERMUTES:  # a hub: now generate the permutes of the node it stands for
+                node = node[1]
+                g_bytes, g_steps = best[node]
+                moves = self.permute_moves(node[0])
+            else:
+                if node in closed:
+                    continue
+                g_bytes, g_steps = best[node]
+                moves = None
+            if moves is None and not evaluated:  # lazy: queued under the structural bound only
                 h_full = self.h(*node)
                 if upper is not None and g_bytes + h_full > upper:
                     continue
@@ -546,17 +573,26 @@ class Search:
                 if f_full > f:
                     push(heap, (f_full, g_steps, -next(tie), node, True))
                     continue
-            closed.add(node)
             state, phase = node
-            if state == goal:
-                path = []
-                while parent[node] is not None:
-                    node, move = parent[node]
-                    if move is not SWITCH:
-                        path.append(move)
-                return path[::-1], g_bytes
-            permuted = parent[node] is not None and parent[node][1][0] == "permute"
-            for move, after, phase2, cost in successors(state, phase, permuted):
+            if moves is None:
+                closed.add(node)
+                if state == goal:
+                    path = []
+                    while parent[node] is not None:
+                        node, move = parent[node]
+                        if move is not SWITCH:
+                            path.append(move)
+                    return path[::-1], g_bytes
+                permuted = parent[node] is not None and parent[node][1][0] == "permute"
+                moves = successors(state, phase, permuted)
+                if hubs and phase == 1 and not permuted:
+                    # Permutes wait behind one queue entry keyed by a bound on all of them: most
+                    # nodes' hubs never reach the front, which saves building their permute targets.
+                    least_move, least_h = self.permute_floor_key(state[0])
+                    if least_h < UNREACHABLE and (upper is None or g_bytes + least_move + least_h <= upper):
+                        push(heap, (g_bytes + least_move + weight * least_h, g_steps + 1, -next(tie),
+                                    (PERMUTES, node), True))
+            for move, after, phase2, cost in moves:
                 nxt = (after, phase2)
                 if nxt in closed:
                     continue

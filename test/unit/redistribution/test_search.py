@@ -78,7 +78,18 @@ def test_heuristic_is_consistent(seed):
             checked += 1
             yield move, after, phase2, cost
 
+    original_permutes = search.permute_moves
+
+    def checking_permutes(state):
+        h = search.h(state, 1)
+        for move, after, phase2, cost in original_permutes(state):
+            assert h <= cost + search.h(after, phase2), (state, move, after)
+            nonlocal checked
+            checked += 1
+            yield move, after, phase2, cost
+
     search._moves = checking_moves
+    search.permute_moves = checking_permutes
     search.run()
     assert checked > 0 or search.src == search.dst
     assert search.h(search.dst, 1) == 0 and search.h(search.dst, 2) == 0
