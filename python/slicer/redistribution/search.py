@@ -40,6 +40,7 @@ from .types import DistType
 UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
 SWITCH = ("switch",)  # free, stepless move from a shrinking node to its constant-size twin
 PERMUTES = "permutes"  # marks a queue entry standing for all the permute moves out of a node
+RELAX_ABOVE = 3  # shrinking nodes with more unused axes than this bound their extensions without listing them
 
 
 @lru_cache(maxsize=4096)
@@ -184,6 +185,7 @@ class Search:
         self._products_h: dict = {}
         self._constant_h: dict = {}
         self._reachable: dict = {}
+        self._all_rows = None
         self._per_dim: list[dict] = [{} for _ in src.dims]
         self._target_axes = {a for d in dst.dims for a in d} | set(dst.partial)
         sizes = sorted(mesh.size(a) for a in self.axes)
@@ -393,6 +395,8 @@ class Search:
         appending some of ``addable`` to dims. The bound above is monotone in the cost, so the least cost
         per size is all it needs. Memoised recursion on the first addable axis (unused, or on one of the
         dims): shrinking nodes a slice apart share most of their subproblems."""
+        if len(addable) > RELAX_ABOVE:
+            return self._reachable_sizes_relaxed(products, addable)
         key = (products, addable)
         out = self._reachable.get(key)
         if out is None:
@@ -410,6 +414,43 @@ class Search:
                 out = tuple(sorted(least.items()))
             self._reachable[key] = out
         return out
+
+    def _reachable_sizes_relaxed(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
+        """(block size, lower bound on ``products_cost``) for each block size reachable from
+        ``products`` by appending some of ``addable`` to dims. Appending only grows a dim's group, so
+        what a dim must send away towards a target row ``q`` never shrinks below its value now, and what
+        it must receive is at least what it would with every addable axis appended to it. One
+        vectorised pass over the target rows per node instead of enumerating every extension: used when
+        there are many addable axes (hundreds of extensions), where it is the cheaper of the two."""
+        key = (products, addable, "relaxed")
+        out = self._reachable.get(key)
+        if out is None:
+            rows, q = self._all_target_products()
+            p = np.array(products, dtype=np.int64)
+            grown = p * math.prod(self.sizes[a] for a in addable)
+            g = np.gcd(p, q)
+            out_part = (1.0 - g / p).sum(axis=1)
+            into_part = (1.0 - np.gcd(grown, q) / q).sum(axis=1)
+            cost = np.maximum(out_part, into_part)
+            totals = q.prod(axis=1)
+            base = math.prod(products)
+            reachable = {base}
+            for a in addable:
+                reachable |= {t * self.sizes[a] for t in reachable}
+            least: dict = {}
+            for total, c in zip(totals.tolist(), cost.tolist()):
+                if total in reachable and total % base == 0 and c < least.get(total, math.inf):
+                    least[total] = c
+            out = self._reachable[key] = tuple(sorted((self.elements // t, c) for t, c in least.items()))
+        return out
+
+    def _all_target_products(self) -> tuple[list, np.ndarray]:
+        """All target product rows (every block size), as in ``target_products``."""
+        if self._all_rows is None:
+            self.target_products(1)
+            rows = [r for t in sorted(self._target_products) for r in self._target_products[t][0]]
+            self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape)))
+        return self._all_rows
 
     def cheap_h(self, state, phase: int) -> int:
         """The structural part of the heuristic: dictionary lookups once the search is warm."""
