@@ -23,7 +23,8 @@ reduce_scatter     partial ``mesh_axes`` become the finest tiles of a dim       
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import ClassVar, Union
 
 import numpy as np
@@ -153,15 +154,38 @@ class AllToAll:
 @dataclass(frozen=True)
 class Permute:
     """Device ``dst`` receives the whole block of device ``src`` for every ``(src, dst)`` in ``pairs``
-    (linear ranks); other devices keep their block. Retypes to any type with the same local shape."""
+    (linear ranks); other devices keep their block. Retypes to any type with the same local shape.
+
+    ``pairs`` is the public form (what the ``shard``/``slicer.permute`` op and the JSON carry). Meshes reach
+    thousands of devices, so the checks work on ``pair_array`` (one row per pair), built once per step:
+    directly from the planner's arrays by :meth:`between`, else lazily from ``pairs``."""
     pairs: tuple[tuple[int, int], ...]
     type_after: DistType
     op: ClassVar[str] = "permute"
 
+    @classmethod
+    def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> "Permute":
+        """The permute in which ``senders[i]`` sends its block to ``receivers[i]``."""
+        step = cls(tuple(zip(senders.tolist(), receivers.tolist())), type_after)
+        step.__dict__["pair_array"] = np.stack([senders, receivers], axis=1).astype(np.int64, copy=False)
+        return step
+
+    @cached_property
+    def pair_array(self) -> np.ndarray:
+        """``pairs`` as an ``(m, 2)`` integer array (sender, receiver)."""
+        return np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
+
+    def retyped(self, type_after: DistType) -> "Permute":
+        """The same device map with another ``type_after`` (keeps the array form)."""
+        step = Permute(self.pairs, type_after)
+        step.__dict__["pair_array"] = self.pair_array
+        return step
+
     def source_of(self, n: int) -> np.ndarray:
+        """Per device: the device whose block it holds after the step."""
         src = np.arange(n, dtype=np.int64)
-        for s, d in self.pairs:
-            src[d] = s
+        pairs = self.pair_array
+        src[pairs[:, 1]] = pairs[:, 0]
         return src
 
     def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
@@ -176,11 +200,12 @@ class Permute:
             raise RedistributionError(f"permute: {before} and {after} have different partial-sum axes")
         DistType.of(mesh, after.shape, after.dims, after.partial)
         n = mesh.device_count
-        srcs = [s for s, _ in self.pairs]
-        dsts = [d for _, d in self.pairs]
-        if any(not 0 <= r < n for r in srcs + dsts):
+        pairs = self.pair_array
+        if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
             raise RedistributionError(f"permute: a rank in {list(self.pairs)} is outside the mesh of {n} devices")
-        if len(set(dsts)) != len(dsts) or sorted(srcs) != sorted(dsts) or any(s == d for s, d in self.pairs):
+        senders, receivers = np.sort(pairs[:, 0]), np.sort(pairs[:, 1])
+        if (pairs[:, 0] == pairs[:, 1]).any() or (receivers[1:] == receivers[:-1]).any() \
+                or not np.array_equal(senders, receivers):
             raise RedistributionError("permute: pairs must form a permutation of the moved devices (each moved "
                                       "device sends once and receives once, no self pairs)")
         layout = layout or Layout(mesh, before.shape)
@@ -195,8 +220,7 @@ class Permute:
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
         out = np.zeros(layout.device_count, dtype=np.int64)
-        if self.pairs:
-            out[[d for _, d in self.pairs]] = before.local_size(layout.mesh)
+        out[self.pair_array[:, 1]] = before.local_size(layout.mesh)
         return out
 
     def fields(self) -> dict:
@@ -265,5 +289,8 @@ def apply_rule(step: Step, before: DistType, mesh: Mesh, layout: Layout | None =
 
 def step_with_type(step: Step, type_after: DistType) -> Step:
     """The same step with another ``type_after`` (used when re-deriving types)."""
-    from dataclasses import replace
+    if step.type_after == type_after:
+        return step
+    if isinstance(step, Permute):
+        return step.retyped(type_after)
     return replace(step, type_after=type_after)

@@ -89,14 +89,14 @@ def _reduced(mesh: Mesh, t: DistType) -> DistType:
     return DistType(t.shape, tuple(keep(d) for d in t.dims), keep(t.partial))
 
 
-def permute_pairs(layout: Layout, before: DistType, after: DistType) -> tuple[tuple[int, int], ...]:
-    """A source->target device map realising ``before -> after`` that keeps every device already holding
-    its new block in place (deterministic: the k-th moved holder of a block feeds its k-th moved needer)."""
+def permute_step(layout: Layout, before: DistType, after: DistType) -> Permute:
+    """The permute realising ``before -> after`` that keeps every device already holding its new block in
+    place (deterministic: the k-th moved holder of a block feeds its k-th moved needer)."""
     ids_before, ids_after = layout.block_ids(before), layout.block_ids(after)
     moved = np.nonzero(ids_before != ids_after)[0]
     senders = moved[np.argsort(ids_before[moved], kind="stable")]
     receivers = moved[np.argsort(ids_after[moved], kind="stable")]
-    return tuple((int(s), int(r)) for s, r in zip(senders, receivers))
+    return Permute.between(senders, receivers, after)
 
 
 def _suffix_from(dims: tuple[str, ...], first: str) -> tuple[str, ...]:
@@ -130,7 +130,7 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
                     before = current
                 else:
                     before = current
-                push(Permute(permute_pairs(layout, before, middle_end), middle_end))
+                push(permute_step(layout, before, middle_end))
         if move is None:
             break
         kind = move[0]
@@ -153,7 +153,7 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
             if steps and isinstance(steps[-1], Permute):  # merge consecutive permutes
                 steps.pop()
                 current = steps[-1].type_after if steps else src
-            push(Permute(permute_pairs(layout, current, target), target))
+            push(permute_step(layout, current, target))
     assert current == dst, (current, dst)
     return _merge(mesh, layout, src, steps)
 
@@ -219,5 +219,5 @@ def naive_plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32") 
         if axes:
             push(AllSlice(d, axes, current))
     if current != dst:  # only trivial partial axes can differ
-        push(Permute(permute_pairs(layout, current, dst), dst))
+        push(permute_step(layout, current, dst))
     return Plan(mesh, src, dst, tuple(steps), dtype)

@@ -5,7 +5,7 @@ import pytest
 
 from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, Plan,
                                    ReduceScatter, RedistributionError, simulate)
-from slicer.redistribution.synthesis import permute_pairs
+from slicer.redistribution.synthesis import permute_step
 from slicer.redistribution.layout import Layout
 
 M = Mesh(x=2, y=4)
@@ -43,17 +43,20 @@ def test_rule_costs_and_semantics(src, make, dst, received, live):
 def test_permute_rule_and_pairs():
     m = Mesh(x=2, y=2)
     src, dst = DistType.parse("[[x],[y]]", (4, 4), m), DistType.parse("[[y],[x]]", (4, 4), m)
-    pairs = permute_pairs(Layout.get(m, (4, 4)), src, dst)
-    assert pairs == ((1, 2), (2, 1))
-    p = Plan(m, src, dst, (Permute(pairs, dst),), "f32")
+    step = permute_step(Layout.get(m, (4, 4)), src, dst)
+    assert step.pairs == ((1, 2), (2, 1)) and step == Permute(((1, 2), (2, 1)), dst)
+    p = Plan(m, src, dst, (Permute(step.pairs, dst),), "f32")
     assert list(p.received_bytes_by_device) == [0, 16, 16, 0] and p.reaches_lower_bound
     simulate(p)
     with pytest.raises(RedistributionError, match="not its block"):
         Plan(m, src, dst, (Permute(((1, 3), (3, 1)), dst),), "f32")
     with pytest.raises(RedistributionError, match="local shape"):
         Permute((), DistType.parse("[[x,y],[]]", (4, 4), m)).rule(src, m)
-    with pytest.raises(RedistributionError, match="permutation"):
-        Permute(((1, 2),), dst).rule(src, m)
+    for pairs in (((1, 2),), ((1, 2), (2, 2)), ((1, 2), (3, 2), (2, 1)), ((1, 1),)):
+        with pytest.raises(RedistributionError, match="permutation"):
+            Permute(pairs, dst).rule(src, m)
+    with pytest.raises(RedistributionError, match="outside the mesh"):
+        Permute(((1, 4), (4, 1)), dst).rule(src, m)
 
 
 @pytest.mark.parametrize("src, step, words", [
