@@ -40,6 +40,7 @@ from .types import DistType
 UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
 SWITCH = ("switch",)  # free, stepless move from a shrinking node to its constant-size twin
 PERMUTES = "permutes"  # marks a queue entry standing for all the permute moves out of a node
+EXACT_RESOLUTIONS = 2  # shrinking nodes with more unresolved partial axes bound their resolution choice-free
 RELAX_ABOVE = 3  # shrinking nodes with more unused axes than this bound their extensions without listing them
 
 
@@ -184,6 +185,7 @@ class Search:
         self._overlap_h: dict = {}
         self._products_h: dict = {}
         self._constant_h: dict = {}
+        self._resolution: dict = {}
         self._reachable: dict = {}
         self._all_rows = None
         self._per_dim: list[dict] = [{} for _ in src.dims]
@@ -349,12 +351,30 @@ class Search:
         smallest axis size."""
         return max(moved_products, min(order, moved_products + self.permute_floor))
 
-    def constant_size_bound(self, dims: tuple) -> int:
+    def resolution(self, partial: tuple) -> tuple[tuple[str, ...], float]:
+        """(the partial axes the target does not keep, the least cost of resolving them all as a fraction
+        of ``n L``, ``L`` the block size once the shrinking phase ends).
+
+        An all-reduce over a group of ``K`` devices costs ``2 (1 - 1/K)`` of the block it runs on, and
+        ``1 - 1/K`` is subadditive over products, so several all-reduces cost at least one over all the
+        axes together. A reduce-scatter over ``k`` costs ``(k - 1)`` of its output block, at least ``2 (1 -
+        1/k)`` of it. Blocks never shrink after the shrinking phase, so either is at least that share of
+        ``n L``: ``2 (1 - 1/K)`` for the product ``K`` of the unresolved axes' sizes."""
+        out = self._resolution.get(partial)
+        if out is None:
+            unresolved = tuple(a for a in partial if a not in self.dst[1])
+            out = self._resolution[partial] = (unresolved, 2.0 * (1.0 - 1.0 / self.group(unresolved)))
+        return out
+
+    def constant_size_bound(self, state) -> int:
         """Heuristic of a constant-size (phase >= 1) node: all-to-all and permute traffic (see
-        ``products_cost``, ``order_groups``, ``_middle_bound``), then the gathers, which cost exactly
-        ``n (T - L)``. Every part drops by at most the cost of the move taken, so it is consistent."""
-        value = self._constant_h.get(dims)
+        ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved partial
+        sums still need (``resolution``: only an all-reduce can resolve them now, and it changes no
+        dim, so its cost adds to the others), then the gathers, which cost exactly ``n (T - L)``. Every
+        part drops by at most the cost of the move taken, so it is consistent."""
+        value = self._constant_h.get(state)
         if value is None:
+            dims, partial = state
             products, total, out, into = [], 1, 0.0, 0.0
             for d, axes in enumerate(dims):
                 facts = self._per_dim[d].get(axes) or self.dim_facts(d, axes)
@@ -367,28 +387,60 @@ class Search:
                 value = UNREACHABLE
             else:
                 L = self.elements // total
-                middle = self._middle_bound(moved, out if out > into else into)
+                middle = self._middle_bound(moved, out if out > into else into) + self.resolution(partial)[1]
                 value = self.n * (self.target_size - L) + self._elements(L, middle)
-            self._constant_h[dims] = value
+            self._constant_h[state] = value
         return value
 
     def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> int:
         """Heuristic of a shrinking-phase (phase 0) node: the least constant-size bound over the products
-        it can still reach by slicing unused axes or reduce-scattering resolvable partial axes (relaxed to
-        cost 0), with the order bound's leaving part (slices append, so they never shorten a dim's wrong
-        suffix) or its entering part relaxed for the slices still possible (``entering_after_slices``).
-        Each slice narrows the choice, so the bound stays consistent."""
-        addable = tuple(a for a in info.unused(self) if a not in partial or a not in self.dst[1])
+        it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering unresolved
+        partial axes, with the order bound's leaving part (slices append, so they never shorten a dim's
+        wrong suffix) or its entering part relaxed for the slices still possible
+        (``entering_after_slices``), plus the cost of resolving the partial sums.
+
+        That last cost depends on how each unresolved axis is resolved: reduce-scattered onto a dim
+        (which appends it, and costs ``k - 1`` times an output block, at least ``(k - 1) L`` for the block
+        size ``L`` at the end of the shrinking phase) or all-reduced with the others left (``2 (1 - 1/K)``
+        of at least ``L``). With up to ``EXACT_RESOLUTIONS`` such axes every choice is bounded apart;
+        with more, the choice-free bound of ``resolution``. Each move narrows the choices and lowers the
+        resolution term by at most its own cost, so the bound stays consistent."""
+        unresolved, resolve_all = self.resolution(partial)
+        slices = tuple(a for a in info.unused(self) if a not in partial)
+        addable = tuple(a for a in info.unused(self) if a in slices or a in unresolved)
         out = max(self.order_groups(info.dims)[0], self.entering_after_slices(info.dims, addable))
-        key = (info.products, addable, out)
+        key = (info.products, slices, unresolved, out)
         value = self._shrinking_h.get(key)
         if value is None:
             value = UNREACHABLE
-            for L, moved in self._reachable_sizes(info.products, addable):
-                bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out))
-                value = min(value, bound)
+            if len(unresolved) > EXACT_RESOLUTIONS:
+                choices = [(info.products, addable, resolve_all)]
+            else:
+                choices = self._resolution_choices(info.products, unresolved, slices)
+            for products, free, extra in choices:
+                for L, moved in self._reachable_sizes(products, free):
+                    bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out) + extra)
+                    value = min(value, bound)
             self._shrinking_h[key] = value
         return value
+
+    def _resolution_choices(self, products: tuple, unresolved: tuple, slices: tuple) -> list:
+        """(products after the reduce-scatters, axes still free to slice, resolution cost as a fraction of
+        ``n L``) for each way of resolving ``unresolved``: each axis reduce-scattered onto one of the dims
+        or left to one all-reduce."""
+        out = []
+        rank = len(products)
+        for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
+            grown, scattered, reduced = list(products), 0.0, 1
+            for a, d in zip(unresolved, where):
+                k = self.sizes[a]
+                if d < 0:
+                    reduced *= k
+                else:
+                    grown[d] *= k
+                    scattered += k - 1
+            out.append((tuple(grown), slices, scattered + 2.0 * (1.0 - 1.0 / reduced)))
+        return out
 
     def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
         """(block size, least ``products_cost``) for each block size reachable from ``products`` by
@@ -455,11 +507,18 @@ class Search:
     def cheap_h(self, state, phase: int) -> int:
         """The structural part of the heuristic: dictionary lookups once the search is warm."""
         if self._uninformed:
-            return 0
+            return self.growth_bound(state[0]) if self.cap is not None and self.informed else 0
         if phase:
-            value = self._constant_h.get(state[0])
-            return value if value is not None else self.constant_size_bound(state[0])
+            value = self._constant_h.get(state)
+            return value if value is not None else self.constant_size_bound(state)
         return self.shrinking_bound(self.info(state[0]), state[1])
+
+    def growth_bound(self, dims: tuple) -> int:
+        """The structural bound of the capped search (steps in any order): only gathers grow a block, a
+        gather from ``L`` to ``k L`` costs ``n (k L - L)``, so a block smaller than the target's must still
+        receive ``n (T - L)``. Consistent: a gather lowers it by at most its cost, other moves keep or
+        raise it."""
+        return self.n * max(0, self.target_size - self.info(dims).size)
 
     def h(self, state, phase: int) -> int:
         """The full heuristic of a node: max of the overlap and structural bounds. The overlap bound
@@ -545,16 +604,17 @@ class Search:
         if phase <= 1:
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
-            if not permuted and (self.cap is not None or not self.informed):  # else queued behind a hub
-                yield from self.permute_moves(state)
+            if not permuted and not self.informed:  # else queued behind a hub
+                yield from self.permute_moves(state, 0 if self.cap is not None else 1)
         gather_ok = self.cap is not None or partial == self.dst[1]
         for move, after, cost, extends in gathers:
             if self.cap is not None or (gather_ok and extends):
                 yield move, (after, partial), 2, cost
 
-    def permute_moves(self, state):
-        """Yield the merged-permute moves out of a constant-size node: to every other type with the same
-        local shape and partial axes, costing a block per device whose block changes."""
+    def permute_moves(self, state, phase: int = 1):
+        """Yield the merged-permute moves out of a constant-size node (or any node of the capped search,
+        which has one phase, 0): to every other type with the same local shape and partial axes, costing a
+        block per device whose block changes."""
         dims, partial = state
         info = self.info(dims)
         targets, ids, row = self._permute_group(info.products, partial)
@@ -562,18 +622,23 @@ class Search:
             moved = (np.count_nonzero(ids != ids[row[dims]], axis=1) * info.size).tolist()
             for other, cost in zip(targets, moved):
                 if other != dims:
-                    yield ("permute", (other, partial)), (other, partial), 1, cost
+                    yield ("permute", (other, partial)), (other, partial), phase, cost
 
-    def permute_floor_key(self, dims: tuple) -> tuple[int, int]:
-        """(least cost of any permute out of ``dims``, least heuristic of its targets): every permute
+    def permute_floor_key(self, state) -> tuple[int, int]:
+        """(least cost of any permute out of ``state``, least heuristic of its targets): every permute
         moves at least ``1 - 1/s`` of the devices (``_middle_bound``), and its targets share the node's
-        products, hence at least their products bound."""
+        products and partial sums, hence at least their products and resolution bounds (in the capped
+        search: their block size, hence its growth bound)."""
+        dims, partial = state
+        if self.cap is not None:
+            return self._elements(self.info(dims).size, self.permute_floor), self.cheap_h(state, 0)
         p = self.products_of(dims)
         moved = self.products_cost(p)
         L = self.elements // math.prod(p)
         if moved == math.inf:
             return UNREACHABLE, UNREACHABLE
-        return self._elements(L, self.permute_floor), self.n * (self.target_size - L) + self._elements(L, moved)
+        least_h = self.n * (self.target_size - L) + self._elements(L, moved + self.resolution(partial)[1])
+        return self._elements(L, self.permute_floor), least_h
 
     # -- the search -----------------------------------------------------------------------------------
 
@@ -594,13 +659,14 @@ class Search:
         push, pop = heapq.heappush, heapq.heappop
         cheap = self.cheap_h
         successors = self._moves if self.cap is None else self.moves
-        hubs = self.cap is None and self.informed
+        hubs = self.informed
+        hub_phase = 1 if self.cap is None else 0
         while heap:
             f, _, _, node, evaluated = pop(heap)
             if node[0] is PERMUTES:  # a hub: now generate the permutes of the node it stands for
                 node = node[1]
                 g_bytes, g_steps = best[node]
-                moves = self.permute_moves(node[0])
+                moves = self.permute_moves(node[0], hub_phase)
             else:
                 if node in closed:
                     continue
@@ -626,10 +692,10 @@ class Search:
                     return path[::-1], g_bytes
                 permuted = parent[node] is not None and parent[node][1][0] == "permute"
                 moves = successors(state, phase, permuted)
-                if hubs and phase == 1 and not permuted:
+                if hubs and phase == hub_phase and not permuted:
                     # Permutes wait behind one queue entry keyed by a bound on all of them: most
                     # nodes' hubs never reach the front, which saves building their permute targets.
-                    least_move, least_h = self.permute_floor_key(state[0])
+                    least_move, least_h = self.permute_floor_key(state)
                     if least_h < UNREACHABLE and (upper is None or g_bytes + least_move + least_h <= upper):
                         push(heap, (g_bytes + least_move + weight * least_h, g_steps + 1, -next(tie),
                                     (PERMUTES, node), True))

@@ -37,16 +37,44 @@ def random_case(seed: int, max_axes: int = 4, max_rank: int = 4, partial: bool =
     return mesh, DistType.of(mesh, shape, sd, src_partial), DistType.of(mesh, shape, dd, dst_partial)
 
 
+def partial_heavy_case(seed: int):
+    """Like ``random_case`` but most axes left unused by the source are partial sums there, and the target
+    uses most axes: the cases where where and how to resolve the partial sums dominates the plan's cost."""
+    rng = np.random.default_rng(seed)
+    names = ["x", "y", "z", "w"][: rng.integers(1, 5)]
+    mesh = Mesh([(n, int(rng.choice([2, 2, 3, 4]))) for n in names])
+    rank = int(rng.integers(1, 4))
+
+    def rand_dims(p_unused):
+        dims = [[] for _ in range(rank)]
+        for a in rng.permutation(names):
+            if rng.random() >= p_unused:
+                dims[int(rng.integers(0, rank))].append(str(a))
+        return dims
+
+    sd, dd = rand_dims(0.7), rand_dims(0.3)
+    used_src, used_dst = {a for d in sd for a in d}, {a for d in dd for a in d}
+    src_partial = tuple(a for a in names if a not in used_src and rng.random() < 0.8)
+    dst_partial = tuple(a for a in src_partial if a not in used_dst and rng.random() < 0.3)
+    shape = [mesh.device_count * 2 for _ in range(rank)]
+    return mesh, DistType.of(mesh, shape, sd, src_partial), DistType.of(mesh, shape, dd, dst_partial)
+
+
+CASES = [pytest.param(random_case, s, id=f"mixed-{s}") for s in range(60)] + [
+    pytest.param(partial_heavy_case, s, id=f"partial-{s}") for s in range(30)
+]
+
+
 def search_for(mesh, src, dst, **kw) -> Search:
     return Search(mesh, Layout.get(mesh, src.shape), _reduced(mesh, src), _reduced(mesh, dst), **kw)
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_search_is_exact(seed):
+@pytest.mark.parametrize("make_case, seed", CASES)
+def test_search_is_exact(make_case, seed):
     """Exact A* finds the same least traffic as a uniform-cost search (no heuristic, no pruning) over the
     same moves -- so no heuristic ever overestimates on these cases -- and ``plan`` is at that least
     traffic whenever it equals the lower bound, and within ``TOLERANCE`` of it otherwise."""
-    mesh, src, dst = random_case(seed)
+    mesh, src, dst = make_case(seed)
     p = plan(mesh, src, dst)
     found = search_for(mesh, src, dst, informed=False).run()
     if found is None:  # no normal-form plan: synthesis used its relaxed search
@@ -60,11 +88,11 @@ def test_search_is_exact(seed):
         assert least <= p.bytes_received_total <= least * (1 + TOLERANCE)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_heuristic_is_consistent(seed):
+@pytest.mark.parametrize("make_case, seed", CASES)
+def test_heuristic_is_consistent(make_case, seed):
     """h(node) <= cost(move) + h(successor) along every move generated while planning, for the
     shrinking-phase twin moves as well; and h(goal) == 0."""
-    mesh, src, dst = random_case(seed)
+    mesh, src, dst = make_case(seed)
     search = search_for(mesh, src, dst)
     checked = 0
     original = search._moves
@@ -80,9 +108,9 @@ def test_heuristic_is_consistent(seed):
 
     original_permutes = search.permute_moves
 
-    def checking_permutes(state):
-        h = search.h(state, 1)
-        for move, after, phase2, cost in original_permutes(state):
+    def checking_permutes(state, phase):
+        h = search.h(state, phase)
+        for move, after, phase2, cost in original_permutes(state, phase):
             assert h <= cost + search.h(after, phase2), (state, move, after)
             nonlocal checked
             checked += 1
@@ -152,3 +180,65 @@ def test_block_index_and_permute_floor(sizes):
             closest = min(closest, moved.min())
     assert closest >= floor - 1e-12
     assert closest == pytest.approx(floor)  # the floor is attained: it is the best possible constant
+
+
+def indivisible_case(seed: int):
+    """A random case whose dims are only divisible by the source's and the target's own tilings (not by
+    every placement in between), so divisibility often forbids every normal-form plan."""
+    rng = np.random.default_rng(seed)
+    names = ["x", "y", "z", "w"][: rng.integers(1, 5)]
+    mesh = Mesh([(n, int(rng.choice([2, 3, 4, 5]))) for n in names])
+    rank = int(rng.integers(1, 4))
+
+    def rand_dims():
+        dims = [[] for _ in range(rank)]
+        for a in rng.permutation(names):
+            c = int(rng.integers(-1, rank))
+            if c >= 0:
+                dims[c].append(str(a))
+        return dims
+
+    sd, dd = rand_dims(), rand_dims()
+    shape = [math.lcm(mesh.group_size(a), mesh.group_size(b)) * int(rng.choice([1, 2, 3])) for a, b in zip(sd, dd)]
+    return mesh, DistType.of(mesh, shape, sd), DistType.of(mesh, shape, dd)
+
+
+def relaxed_cases(count: int):
+    """The first ``count`` seeds of ``indivisible_case`` that have no normal-form plan."""
+    found, seed = [], 0
+    while len(found) < count:
+        mesh, src, dst = indivisible_case(seed)
+        if search_for(mesh, src, dst, informed=False).run() is None:
+            found.append(seed)
+        seed += 1
+    return found
+
+
+@pytest.mark.parametrize("seed", relaxed_cases(25))
+def test_capped_search_is_exact_and_consistent(seed):
+    """The capped search (any order, blocks at most ``max(|src|, |dst|)``) finds the same least traffic
+    with its heuristics (growth bound, overlap bound, permute hubs) as without, and its heuristic never
+    drops by more than a move's cost."""
+    mesh, src, dst = indivisible_case(seed)
+    cap = max(src.local_size(mesh), dst.local_size(mesh))
+    exact = search_for(mesh, src, dst, cap=cap, informed=False).run()
+    search = search_for(mesh, src, dst, cap=cap)
+    original_moves, original_permutes = search.moves, search.permute_moves
+    checked = 0
+
+    def checked_moves(moves):
+        def wrapper(state, phase, *rest):
+            nonlocal checked
+            h = search.h(state, phase)
+            for move, after, phase2, cost in moves(state, phase, *rest):
+                assert h <= cost + search.h(after, phase2), (state, move, after, cost)
+                checked += 1
+                yield move, after, phase2, cost
+        return wrapper
+
+    search.moves, search.permute_moves = checked_moves(original_moves), checked_moves(original_permutes)
+    found = search.run()
+    assert (found is None) == (exact is None)
+    if found is not None:
+        assert found[1] == exact[1] and checked > 0
+        assert search.h(search.dst, 0) == 0
