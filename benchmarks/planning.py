@@ -1,20 +1,29 @@
 """Planning time of the redistribution synthesizer (`slicer.redistribution.plan`).
 
-Random source/target types of a 4-dim array on meshes of 2 to 4 axes (the issue's target: every plan
-under 10 ms for meshes up to 4 axes and arrays up to 4 dims). Each case is planned ``--repeat`` times
+Two suites (the issue's target: every plan under 10 ms for meshes up to 4 axes and arrays up to 4 dims):
+
+* ``meshes``: random source/target types of a 4-dim array on six fixed meshes of 2 to 4 axes, one line
+  per mesh, with dims every placement divides;
+* ``broad``: the property tests' distribution -- random meshes of 1-4 axes of sizes 1-8, arrays of rank
+  1-4, sources with partial sums (some kept by the target), and half the cases with dims divisible only
+  by the source's and the target's own tilings (so that divisibility often forbids every normal-form
+  plan and the capped search in any order takes over).
+
+Each case is planned ``--repeat`` times
 from cold caches (the process-wide layout and permute-target caches are cleared first, as in a fresh
 process) and its fastest run is kept, so that a busy machine does not inflate single cases. Reports, per
 mesh, the median, p90, p99 and max in ms, the share of cases under 10 ms and the share planned at the
 traffic lower bound, as JSON (``--json PATH``) and one line per mesh. A benchmark, not a test: timings
 depend on the machine.
 
-    python benchmarks/planning.py [--cases 300] [--repeat 3] [--json out.json]
+    python benchmarks/planning.py [--suite meshes|broad|all] [--cases 300] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import time
@@ -57,37 +66,85 @@ def cold_plan_ms(mesh: Mesh, src: DistType, dst: DistType, repeat: int):
     return best, result
 
 
-def measure(mesh: Mesh, size: int, cases: int, repeat: int, seed: int) -> dict:
-    rng = random.Random(seed)
+def fixed_mesh_cases(mesh: Mesh, size: int, cases: int, rng: random.Random):
+    """``cases`` random (mesh, src, dst) of a ``size^4`` array on ``mesh``, without partial sums."""
     shape = (size,) * 4
-    times, at_bound = [], 0
     for _ in range(cases):
         src = DistType.of(mesh, shape, random_dims(rng, list(mesh.axis_names), 4), ())
         dst = DistType.of(mesh, shape, random_dims(rng, list(mesh.axis_names), 4), ())
+        yield mesh, src, dst
+
+
+def broad_case(rng: random.Random):
+    """One (mesh, src, dst) of the property tests' distribution (see the module docstring)."""
+    names = ["x", "y", "z", "w"][: rng.randint(1, 4)]
+    mesh = Mesh([(a, rng.randint(1, 8)) for a in names])
+    rank = rng.randint(1, 4)
+    order = names[:]
+    rng.shuffle(order)
+
+    def placement(allow_partial: bool):
+        dims, partial = [[] for _ in range(rank)], []
+        for a in order:
+            where = rng.randint(-2 if allow_partial else -1, rank - 1)
+            if where >= 0:
+                dims[where].append(a)
+            elif where == -2 and rng.random() < 0.5:
+                partial.append(a)
+        return dims, partial
+
+    src_dims, src_partial = placement(True)
+    dst_dims, _ = placement(False)
+    dst_partial = [a for a in src_partial if not any(a in d for d in dst_dims) and rng.random() < 0.5]
+    # Divisible by every placement: a multiple of the product of all used axes (unless that is huge).
+    used = math.prod(mesh.size(a) for a in names) if rng.random() < 0.5 else 1
+    if used ** rank > 1 << 24:
+        used = 1
+    shape = [math.lcm(mesh.group_size(a), mesh.group_size(b)) * rng.choice([1, 2, 3]) * used
+             for a, b in zip(src_dims, dst_dims)]
+    return mesh, DistType.of(mesh, shape, src_dims, src_partial), DistType.of(mesh, shape, dst_dims, dst_partial)
+
+
+def measure(problems, repeat: int) -> dict:
+    """Planning time statistics over the (mesh, src, dst) in ``problems``."""
+    times, at_bound, normal, slowest = [], 0, 0, None
+    for mesh, src, dst in problems:
         ms, p = cold_plan_ms(mesh, src, dst, repeat)
         times.append(ms)
         at_bound += p.reaches_lower_bound
+        normal += p.is_normal_form
+        if slowest is None or ms > slowest[0]:
+            slowest = (ms, f"{mesh} {'x'.join(map(str, src.shape))} {src} -> {dst}")
+    cases = len(times)
     times.sort()
-    pick = lambda q: times[min(len(times) - 1, int(q * (len(times) - 1) + 0.5))]  # noqa: E731
-    return {"mesh": {a: mesh.size(a) for a in mesh.axis_names}, "shape": list(shape), "cases": cases,
-            "repeat": repeat, "median_ms": statistics.median(times), "p90_ms": pick(0.9), "p99_ms": pick(0.99),
-            "max_ms": times[-1], "under_10ms": sum(t < 10 for t in times) / len(times),
-            "at_lower_bound": at_bound / cases}
+    pick = lambda q: times[min(cases - 1, int(q * (cases - 1) + 0.5))]  # noqa: E731
+    return {"cases": cases, "repeat": repeat, "median_ms": statistics.median(times), "p90_ms": pick(0.9),
+            "p99_ms": pick(0.99), "max_ms": times[-1], "over_10ms": sum(t >= 10 for t in times),
+            "under_10ms": sum(t < 10 for t in times) / cases, "at_lower_bound": at_bound / cases,
+            "normal_form": normal / cases, "slowest": slowest[1]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--suite", choices=("meshes", "broad", "all"), default="all")
+    parser.add_argument("--cases", type=int, default=300, help="per mesh; ten times as many in the broad suite")
     parser.add_argument("--repeat", type=int, default=3, help="cold plannings per case; the fastest is kept")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     results = {}
-    for name, (mesh, size) in MESHES.items():
-        r = results[name] = measure(mesh, size, args.cases, args.repeat, args.seed)
+    suites = []
+    if args.suite in ("meshes", "all"):
+        suites += [(name, lambda rng, m=mesh, s=size: fixed_mesh_cases(m, s, args.cases, rng),
+                    {"mesh": {a: mesh.size(a) for a in mesh.axis_names}, "shape": [size] * 4})
+                   for name, (mesh, size) in MESHES.items()]
+    if args.suite in ("broad", "all"):
+        suites.append(("broad", lambda rng: (broad_case(rng) for _ in range(10 * args.cases)), {}))
+    for name, problems, about in suites:
+        r = results[name] = {**about, **measure(problems(random.Random(args.seed)), args.repeat)}
         print(f"{name:>16}: median {r['median_ms']:.2f} ms, p90 {r['p90_ms']:.2f}, p99 {r['p99_ms']:.2f}, "
-              f"max {r['max_ms']:.2f}; {100 * r['under_10ms']:.1f}% under 10 ms; "
-              f"{100 * r['at_lower_bound']:.0f}% at the traffic lower bound ({r['cases']} cases)", flush=True)
+              f"max {r['max_ms']:.2f}; {r['over_10ms']} over 10 ms; {100 * r['at_lower_bound']:.0f}% at the "
+              f"traffic lower bound, {100 * r['normal_form']:.0f}% normal form ({r['cases']} cases)", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
