@@ -193,6 +193,7 @@ class Search:
         sizes = sorted(mesh.size(a) for a in self.axes)
         self.permute_floor = 1.0 - 1.0 / sizes[1] if len(sizes) > 1 else 1.0  # see _middle_bound
         self._shrinking_h: dict = {}
+        self._shrinking_state_h: dict = {}
         self._target_products: dict = {}
         self._perm_groups: dict = {}
         self._coords = np.stack([layout.coords[a] for a in self.axes]) if self.axes else np.zeros((0, self.n), np.int64)
@@ -511,7 +512,10 @@ class Search:
         if phase:
             value = self._constant_h.get(state)
             return value if value is not None else self.constant_size_bound(state)
-        return self.shrinking_bound(self.info(state[0]), state[1])
+        value = self._shrinking_state_h.get(state)
+        if value is None:  # shrinking_bound's own cache is keyed by what it depends on, costlier to build
+            value = self._shrinking_state_h[state] = self.shrinking_bound(self.info(state[0]), state[1])
+        return value
 
     def growth_bound(self, dims: tuple) -> int:
         """The structural bound of the capped search (steps in any order): only gathers grow a block, a
