@@ -166,8 +166,14 @@ class Permute:
     @classmethod
     def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> "Permute":
         """The permute in which ``senders[i]`` sends its block to ``receivers[i]``."""
-        step = cls(tuple(zip(senders.tolist(), receivers.tolist())), type_after)
-        step.__dict__["pair_array"] = np.stack([senders, receivers], axis=1).astype(np.int64, copy=False)
+        pairs = np.stack([senders, receivers], axis=1).astype(np.int64, copy=False)
+        return cls._with_pair_array(tuple(zip(senders.tolist(), receivers.tolist())), type_after, pairs)
+
+    @classmethod
+    def _with_pair_array(cls, pairs: tuple, type_after: DistType, pair_array: np.ndarray) -> "Permute":
+        """A permute whose ``pair_array`` is already known (fills the cached property's slot)."""
+        step = cls(pairs, type_after)
+        step.__dict__["pair_array"] = pair_array
         return step
 
     @cached_property
@@ -177,9 +183,7 @@ class Permute:
 
     def retyped(self, type_after: DistType) -> "Permute":
         """The same device map with another ``type_after`` (keeps the array form)."""
-        step = Permute(self.pairs, type_after)
-        step.__dict__["pair_array"] = self.pair_array
-        return step
+        return self._with_pair_array(self.pairs, type_after, self.pair_array)
 
     def source_of(self, n: int) -> np.ndarray:
         """Per device: the device whose block it holds after the step."""

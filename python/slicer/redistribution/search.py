@@ -174,6 +174,7 @@ class Search:
         self.mesh, self.layout = mesh, layout
         self.cap, self.informed = cap, informed
         self._uninformed = cap is not None or not informed
+        self.permute_phase = 1 if cap is None else 0  # the capped search has one phase
         self.shape = src.shape
         self.src, self.dst = (src.dims, src.partial), (dst.dims, dst.partial)
         self.n = mesh.device_count
@@ -417,7 +418,8 @@ class Search:
             if len(unresolved) > EXACT_RESOLUTIONS:
                 choices = [(info.products, addable, resolve_all)]
             else:
-                choices = self._resolution_choices(info.products, unresolved, slices)
+                choices = [(products, slices, extra)
+                           for products, extra in self._resolution_choices(info.products, unresolved)]
             for products, free, extra in choices:
                 for L, moved in self._reachable_sizes(products, free):
                     bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out) + extra)
@@ -425,10 +427,10 @@ class Search:
             self._shrinking_h[key] = value
         return value
 
-    def _resolution_choices(self, products: tuple, unresolved: tuple, slices: tuple) -> list:
-        """(products after the reduce-scatters, axes still free to slice, resolution cost as a fraction of
-        ``n L``) for each way of resolving ``unresolved``: each axis reduce-scattered onto one of the dims
-        or left to one all-reduce."""
+    def _resolution_choices(self, products: tuple, unresolved: tuple) -> list:
+        """(products after the reduce-scatters, resolution cost as a fraction of ``n L``) for each way of
+        resolving ``unresolved``: each axis reduce-scattered onto one of the dims or left to one
+        all-reduce."""
         out = []
         rank = len(products)
         for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
@@ -440,7 +442,7 @@ class Search:
                 else:
                     grown[d] *= k
                     scattered += k - 1
-            out.append((tuple(grown), slices, scattered + 2.0 * (1.0 - 1.0 / reduced)))
+            out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced)))
         return out
 
     def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
@@ -609,7 +611,7 @@ class Search:
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
             if not permuted and not self.informed:  # else queued behind a hub
-                yield from self.permute_moves(state, 0 if self.cap is not None else 1)
+                yield from self.permute_moves(state, self.permute_phase)
         gather_ok = self.cap is not None or partial == self.dst[1]
         for move, after, cost, extends in gathers:
             if self.cap is not None or (gather_ok and extends):
@@ -664,7 +666,7 @@ class Search:
         cheap = self.cheap_h
         successors = self._moves if self.cap is None else self.moves
         hubs = self.informed
-        hub_phase = 1 if self.cap is None else 0
+        hub_phase = self.permute_phase
         while heap:
             f, _, _, node, evaluated = pop(heap)
             if node[0] is PERMUTES:  # a hub: now generate the permutes of the node it stands for

@@ -13,23 +13,29 @@ from slicer.redistribution.search import SWITCH, Search, placements_with_product
 from slicer.redistribution.synthesis import TOLERANCE, _reduced
 
 
+def random_mesh(rng, sizes: list[int], max_axes: int, max_rank: int) -> tuple[list[str], Mesh, int]:
+    """(axis names, a mesh of 1..max_axes axes with sizes drawn from ``sizes``, an array rank 1..max_rank)."""
+    names = ["x", "y", "z", "w"][: rng.integers(1, max_axes + 1)]
+    mesh = Mesh([(n, int(rng.choice(sizes))) for n in names])
+    return names, mesh, int(rng.integers(1, max_rank + 1))
+
+
+def random_dims(rng, names: list[str], rank: int) -> list[list[str]]:
+    """Each axis, in random order, on a random dim or (with the same chance as each dim) on none."""
+    dims = [[] for _ in range(rank)]
+    for a in rng.permutation(names):
+        c = int(rng.integers(-1, rank))
+        if c >= 0:
+            dims[c].append(str(a))
+    return dims
+
+
 def random_case(seed: int, max_axes: int = 4, max_rank: int = 4, partial: bool = True):
     """A random mesh (1..max_axes axes of sizes 2-4), a shape every placement divides, and src/dst types
     (the source possibly with partial sums, some kept by the target)."""
     rng = np.random.default_rng(seed)
-    names = ["x", "y", "z", "w"][: rng.integers(1, max_axes + 1)]
-    mesh = Mesh([(n, int(rng.choice([2, 2, 3, 4]))) for n in names])
-    rank = int(rng.integers(1, max_rank + 1))
-
-    def rand_dims():
-        dims = [[] for _ in range(rank)]
-        for a in rng.permutation(names):
-            c = int(rng.integers(-1, rank))
-            if c >= 0:
-                dims[c].append(str(a))
-        return dims
-
-    sd, dd = rand_dims(), rand_dims()
+    names, mesh, rank = random_mesh(rng, [2, 2, 3, 4], max_axes, max_rank)
+    sd, dd = random_dims(rng, names, rank), random_dims(rng, names, rank)
     used_src, used_dst = {a for d in sd for a in d}, {a for d in dd for a in d}
     src_partial = tuple(a for a in names if partial and a not in used_src and rng.random() < 0.3)
     dst_partial = tuple(a for a in src_partial if a not in used_dst and rng.random() < 0.3)
@@ -41,9 +47,7 @@ def partial_heavy_case(seed: int):
     """Like ``random_case`` but most axes left unused by the source are partial sums there, and the target
     uses most axes: the cases where where and how to resolve the partial sums dominates the plan's cost."""
     rng = np.random.default_rng(seed)
-    names = ["x", "y", "z", "w"][: rng.integers(1, 5)]
-    mesh = Mesh([(n, int(rng.choice([2, 2, 3, 4]))) for n in names])
-    rank = int(rng.integers(1, 4))
+    names, mesh, rank = random_mesh(rng, [2, 2, 3, 4], 4, 3)
 
     def rand_dims(p_unused):
         dims = [[] for _ in range(rank)]
@@ -186,19 +190,8 @@ def indivisible_case(seed: int):
     """A random case whose dims are only divisible by the source's and the target's own tilings (not by
     every placement in between), so divisibility often forbids every normal-form plan."""
     rng = np.random.default_rng(seed)
-    names = ["x", "y", "z", "w"][: rng.integers(1, 5)]
-    mesh = Mesh([(n, int(rng.choice([2, 3, 4, 5]))) for n in names])
-    rank = int(rng.integers(1, 4))
-
-    def rand_dims():
-        dims = [[] for _ in range(rank)]
-        for a in rng.permutation(names):
-            c = int(rng.integers(-1, rank))
-            if c >= 0:
-                dims[c].append(str(a))
-        return dims
-
-    sd, dd = rand_dims(), rand_dims()
+    names, mesh, rank = random_mesh(rng, [2, 3, 4, 5], 4, 3)
+    sd, dd = random_dims(rng, names, rank), random_dims(rng, names, rank)
     shape = [math.lcm(mesh.group_size(a), mesh.group_size(b)) * int(rng.choice([1, 2, 3])) for a, b in zip(sd, dd)]
     return mesh, DistType.of(mesh, shape, sd), DistType.of(mesh, shape, dd)
 
