@@ -58,6 +58,9 @@ irdl.dialect @slicer {
   // A builder: runs its body once per index of the range block argument and
   // combines the yielded blocks with `action` (#slicer.tile<d> or #slicer.sum).
   // The body captures outer values implicitly and ends in `tosa.yield`.
+  // All results have one type: IRDL 22 binds a constraint variable to one type,
+  // also across the values of a variadic (any constraint, `irdl.base` included),
+  // so results of different types are built as separate loops.
   irdl.operation @loop {
     %t = irdl.any
     irdl.results(results: variadic %t)

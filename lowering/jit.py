@@ -110,7 +110,7 @@ class CompiledFunction:
                     f"argument #{index} of @{self.name} must be {spec.dtype}{list(spec.shape)}, "
                     f"got {array.dtype}{list(array.shape)}"
                 )
-            args.append(np.ascontiguousarray(array))
+            args.append(np.require(array, requirements="C"))  # ascontiguousarray would make 0-d arrays 1-d
         outputs = [np.empty(spec.shape, spec.dtype) for spec in self.outputs]
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)

@@ -143,6 +143,39 @@ class KernelGraph:
         return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
                            tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"])
 
+    # -- memory ------------------------------------------------------------------------------------------
+    def value_bytes(self, name: str) -> int:
+        """Bytes of one device's block of value `name`."""
+        v = self.values[name]
+        return int(np.prod(v.local_shape, dtype=np.int64)) * v.numpy_dtype.itemsize
+
+    def peak_bytes_per_device(self) -> tuple[int, str]:
+        """The largest number of bytes a device holds at once between or during nodes, and when.
+
+        A value is live from the node producing it (arguments: from the start) to its last use; results
+        stay live to the end. A node's inputs and outputs are live together while it runs (a collective
+        holds its input and output block). Scratch memory inside a kernel is not counted."""
+        last_use = {name: len(self.nodes) for name in self.results}
+        for index, node in enumerate(self.nodes):
+            for name in ((node.input,) if isinstance(node, CollectiveNode) else node.inputs):
+                last_use[name] = max(last_use.get(name, index), index)
+        live = {name: self.value_bytes(name) for name in self.args}
+        peak, when = sum(live.values()), "at the start (arguments)"
+        for index, node in enumerate(self.nodes):
+            for name in ((node.output,) if isinstance(node, CollectiveNode) else node.outputs):
+                live[name] = self.value_bytes(name)
+            total = sum(live.values())
+            if total > peak:
+                peak, when = total, f"during {node.op if isinstance(node, CollectiveNode) else node.name}"
+            for name in [n for n in live if last_use.get(n, -1) <= index]:
+                del live[name]
+        return peak, when
+
+    def largest_value(self) -> tuple[str, int]:
+        """The value with the largest per-device block, and its bytes."""
+        name = max(self.values, key=self.value_bytes)
+        return name, self.value_bytes(name)
+
     def __str__(self) -> str:
         lines = [f"kernel graph of @{self.entry} on mesh {self.mesh}"]
         for name in self.args:

@@ -109,8 +109,8 @@ def loop_ranges(op: ir.Operation) -> list[int] | None:
 
 def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePlan | None:
     ranges = loop_ranges(op)
-    if ranges is None or _has_i1_operand(op):
-        return None
+    if not ranges or _has_i1_operand(op):
+        return None  # unknown extents, a 0-d op (nothing to tile), or i1 buffers
     kinds = ["reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"])]
     parallel = [i for i, k in enumerate(kinds) if k == "parallel"]
     reduction = [i for i, k in enumerate(kinds) if k == "reduction"]

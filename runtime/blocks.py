@@ -38,7 +38,7 @@ def read_block(path: str | Path, dist: DistType, mesh: Mesh, rank: int, dtype: n
     if tuple(array.shape) != tuple(dist.shape) or array.dtype != np.dtype(dtype):
         raise InputError(f"input file '{path}' holds {array.dtype}{list(array.shape)}, but the program takes "
                          f"{np.dtype(dtype)}{list(dist.shape)}")
-    return np.ascontiguousarray(array[rank_slices(mesh, dist, rank)])
+    return np.require(array[rank_slices(mesh, dist, rank)], requirements="C")  # keeps 0-d arrays 0-d
 
 
 def random_values(seed: int, shape: tuple[int, ...], slices: tuple[slice, ...], dtype: np.dtype) -> np.ndarray:

@@ -27,6 +27,7 @@ from slicer.tactics import InvalidTactic, TacticError, parse_tactics
 
 from .blocks import InputError, random_global
 from .mpiexec import LaunchError
+from .resources import ResourceError, check_memory, check_ranks
 
 
 def parse_args(argv):
@@ -43,6 +44,8 @@ def parse_args(argv):
     p.add_argument("--entry", help="the function to run (default: the module's single public function)")
     p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow more local ranks than this host has cores (each rank then gets part of a core)")
     return p.parse_args(argv)
 
 
@@ -61,7 +64,11 @@ def _check_input_files(prog, paths: list[str]) -> None:
     for i, (path, name) in enumerate(zip(paths, g.args)):
         if not Path(path).is_file():
             raise InputError(f"input file '{path}' (argument #{i}) does not exist")
-        header = np.load(path, mmap_mode="r")
+        try:
+            header = np.load(path, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"input file '{path}' (argument #{i}) is not a readable .npy file ({exc}); write it "
+                             "with numpy.save") from None
         v = g.values[name]
         if tuple(header.shape) != tuple(v.dist.shape) or header.dtype != v.numpy_dtype:
             raise InputError(f"input file '{path}' holds {header.dtype}{list(header.shape)}, but argument #{i} of "
@@ -72,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except (CompileError, RunError, LaunchError, InputError, TacticError, InvalidTactic, RedistributionError, OSError) as exc:
+    except (CompileError, RunError, LaunchError, InputError, TacticError, InvalidTactic, RedistributionError,
+            ResourceError, OSError) as exc:
         print(f"slicer-run: error: {exc}", file=sys.stderr)
         return 1
 
@@ -96,6 +104,11 @@ def run(args) -> int:
         _check_input_files(prog, inputs)
     if comm is not None:
         return _run_in_job(prog, args, comm, inputs)
+    check_ranks(ranks, args.oversubscribe)
+    reference = 0
+    if args.check:  # the unpartitioned reference holds the whole arguments and results in this process
+        reference = sum(_global_bytes(prog.graph, n) for n in prog.graph.args + prog.graph.results)
+    check_memory(prog.graph, ranks, extra=reference)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="slicer-run-"))
     out.mkdir(parents=True, exist_ok=True)
     from slicer.lowering import cache_stats
@@ -106,6 +119,11 @@ def run(args) -> int:
     compiled = cache_stats().misses - before
     print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, ranks)
+
+
+def _global_bytes(graph, name: str) -> int:
+    v = graph.values[name]
+    return int(np.prod(v.dist.shape, dtype=np.int64)) * v.numpy_dtype.itemsize
 
 
 def _mpi_job_comm():
@@ -157,14 +175,33 @@ def _report(prog, args, text, out, results, ranks) -> int:
         expected = compile_function(text, args.entry)(*_reference_inputs(prog, args))
         expected = expected if isinstance(expected, tuple) else (expected,)
         for i, (e, got) in enumerate(zip(expected, results)):
-            exact = not np.issubdtype(e.dtype, np.floating)
-            ok = np.array_equal(e, got) if exact else np.allclose(e, got, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(e).max())))
-            if not ok:
-                print(f"slicer-run: error: result #{i} differs from the unpartitioned program "
-                      f"(max |diff| {float(np.max(np.abs(e.astype(np.float64) - got))):.3g})", file=sys.stderr)
+            if not _same_result(e, got):
+                print(f"slicer-run: error: result #{i} differs from the unpartitioned program ({_difference(e, got)})",
+                      file=sys.stderr)
                 return 1
         print("results match the unpartitioned program")
     return 0
+
+
+def _same_result(expected: np.ndarray, got: np.ndarray) -> bool:
+    """Integers exactly; floats within a tolerance scaled by the result's magnitude, NaN equal to NaN."""
+    if expected.shape != got.shape:
+        return False
+    if not np.issubdtype(expected.dtype, np.floating):
+        return bool(np.array_equal(expected, got))
+    finite = np.isfinite(expected)
+    scale = max(1.0, float(np.abs(expected[finite]).max())) if finite.any() else 1.0
+    return bool(np.allclose(expected, got, rtol=1e-4, atol=1e-5 * scale, equal_nan=True))
+
+
+def _difference(expected: np.ndarray, got: np.ndarray) -> str:
+    if expected.shape != got.shape:
+        return f"shape {list(got.shape)} instead of {list(expected.shape)}"
+    e, g = expected.astype(np.float64), got.astype(np.float64)
+    both = np.isfinite(e) & np.isfinite(g)
+    text = f"max |diff| {float(np.max(np.abs(e - g)[both])):.3g}" if both.any() else "no finite values to compare"
+    special = ~both & ~((np.isnan(e) & np.isnan(g)) | (e == g))
+    return text + (f"; {int(special.sum())} NaN/inf in different places" if special.any() else "")
 
 
 if __name__ == "__main__":

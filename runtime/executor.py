@@ -62,7 +62,7 @@ class RankExecutor:
                 env[node.output] = self.mesh_exec.step(node.step, before, env[node.input])
                 label = f"{node.op} {node.step.fields()}"
             else:
-                args = [np.ascontiguousarray(env[v]) for v in node.inputs] + ([self.coords] if node.needs_coords else [])
+                args = [np.require(env[v], requirements="C") for v in node.inputs] + ([self.coords] if node.needs_coords else [])
                 out = self.kernels[node.name](*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array

@@ -2,15 +2,24 @@
 
 Order: an explicit path, the `mpiexec` installed beside this interpreter (the
 `mpich` wheel puts it in the venv's bin/), then PATH. Hydra (MPICH) runs as root
-and oversubscribes cores without extra flags.
+and oversubscribes cores without extra flags, so `slicer.runtime.resources`
+decides beforehand whether a job fits the host.
+
+The job runs in its own process group (session), which is ended whenever the
+launcher stops waiting for it: on a timeout, an exception (Ctrl-C) or a
+terminating signal; on Linux `mpiexec` also gets SIGTERM when the launching
+process dies, even by SIGKILL. No rank outlives the command that started it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 
@@ -34,12 +43,56 @@ def find_mpiexec(explicit: str | None = None) -> str:
     return found
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the signal handlers and the finally clause still end the group
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """Terminate the job's whole process group (mpiexec and every rank), then reap mpiexec."""
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout: float | None = None,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
     command = [find_mpiexec(mpiexec), "-n", str(ranks), *argv]
     environment = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+                               start_new_session=True, preexec_fn=_die_with_parent)
+    previous = {}
+
+    def stop(signum, frame):  # a terminating signal ends the job, then the launcher as it would have
+        _end_group(process)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        os.kill(os.getpid(), signum)
+
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, stop)
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
-    except subprocess.TimeoutExpired as exc:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(process)
         raise LaunchError(f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}") from None
+    finally:
+        _end_group(process)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)

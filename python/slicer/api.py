@@ -88,17 +88,29 @@ class Program:
             checked.append(array)
         return checked
 
-    def run(self, *arrays: np.ndarray, ranks: int | None = None, timeout: float = 600, mpiexec: str | None = None):
+    def run(self, *arrays: np.ndarray, ranks: int | None = None, timeout: float = 600, mpiexec: str | None = None,
+            oversubscribe: bool = False):
         """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when
-        the function has several results)."""
+        the function has several results). More ranks than this host's cores need `oversubscribe=True`."""
+        from slicer.runtime.resources import ResourceError, check_memory, check_ranks
+
         arrays = self._check_arrays(arrays)
         if ranks is None:
             from slicer.spmd import SpmdProgram
 
+            try:
+                check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
+            except ResourceError as exc:
+                raise RunError(str(exc)) from None
             return SpmdProgram(self.graph)(*arrays)
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
+        try:
+            check_ranks(ranks, oversubscribe)
+            check_memory(self.graph, ranks)
+        except ResourceError as exc:
+            raise RunError(str(exc)) from None
         job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
         try:
             inputs = []
@@ -124,7 +136,7 @@ class Program:
         arrays = self._check_arrays(arrays)
         executor = RankExecutor(self.graph, comm)
         rank, g = executor.rank, self.graph
-        blocks = [np.ascontiguousarray(a[rank_slices(g.mesh, g.values[n].dist, rank)]) for a, n in zip(arrays, g.args)]
+        blocks = [np.require(a[rank_slices(g.mesh, g.values[n].dist, rank)], requirements="C") for a, n in zip(arrays, g.args)]
         results, _ = executor.run(blocks)
         gathered = comm.gather(results, root=0)
         if rank != 0:

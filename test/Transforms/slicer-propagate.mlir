@@ -283,6 +283,30 @@ func.func @fusion(%a: tensor<8x4xf32>, %b: tensor<8x4xf32>) -> (tensor<8x4xf32>,
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// No fusion of sibling loops yielding different types: a loop's results share one type.
+// CHECK-LABEL: func.func @no_fusion_of_different_types
+// CHECK-COUNT-2: "slicer.loop"
+// CHECK-NOT: "slicer.loop"
+// CHECK: return
+func.func @no_fusion_of_different_types(%a: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x2xf32>) {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %e = math.exp %s : tensor<4x4xf32>
+    tosa.yield %e : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  %1 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %h = tensor.extract_slice %s[0, 0] [4, 2] [1, 1] : tensor<4x4xf32> to tensor<4x2xf32>
+    tosa.yield %h : tensor<4x2xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x2xf32>
+  return %0, %1 : tensor<8x4xf32>, tensor<8x2xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
 // Hoisting: code in a loop that uses nothing of the loop moves out before it.
 // CHECK-LABEL: func.func @hoist
 // CHECK: arith.constant dense<2.000000e+00> : tensor<4x4xf32>

@@ -125,3 +125,82 @@ def test_second_run_of_the_same_program_compiles_nothing(tmp_path):
     assert "== kernels: all from the cache, nothing compiled" in second.stdout
     assert "kernels: aot, 0 compiled on the ranks" in second.stdout
     assert "results match the unpartitioned program" in second.stdout
+
+
+@pytest.mark.parametrize("content", [b"not a numpy file", None], ids=["garbage", "truncated"])
+def test_unreadable_input_file(tmp_path, content):
+    path = tmp_path / "a.npy"
+    np.save(path, np.zeros((8, 16), np.float32))
+    path.write_bytes(content if content is not None else path.read_bytes()[:200])
+    done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.0=x", "--inputs", str(path))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"slicer-run: error: input file '{path}' (argument #0) is not a readable .npy file" in done.stderr
+
+
+def test_check_treats_nan_in_the_same_places_as_equal(tmp_path):
+    a = np.ones((8, 16), np.float32)
+    a[3, 5] = np.nan
+    np.save(tmp_path / "a.npy", a)
+    done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.1=x", "--inputs",
+                      str(tmp_path / "a.npy"), "--check")
+    assert done.returncode == 0, done.stderr
+    assert "results match the unpartitioned program" in done.stdout
+    assert np.isnan(np.load(next(Path(line.split(": ")[1]) for line in done.stdout.splitlines()
+                                 if line.startswith("== results:"))))[3]
+
+
+def test_more_ranks_than_cores_need_oversubscribe():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "SLICER_OVERSUBSCRIBE"}
+    done = subprocess.run([sys.executable, "-m", "slicer.runtime", str(EXAMPLES / "reduction.mlir"), "--mesh",
+                           "x=1024", "--random", "0"], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 1
+    assert "1024 ranks on this host's" in done.stderr and "--oversubscribe" in done.stderr
+
+
+def test_zero_dimensional_values_on_ranks():
+    text = (ROOT / "test" / "unit" / "reliability" / "Inputs" / "scale_by_total.mlir").read_text()
+    prog = slicer.compile(text, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg=1, dim=0, axes="x")])
+    rng = np.random.default_rng(3)
+    s, b = np.asarray(rng.standard_normal(), np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    total, scaled = prog.run(s, b, ranks=2, timeout=240)
+    assert total.shape == ()
+    np.testing.assert_allclose(total, b.astype(np.float64).sum(), rtol=1e-5)
+    np.testing.assert_allclose(scaled, s * b, rtol=1e-6)
+
+
+def test_killing_the_launcher_ends_the_job(tmp_path):
+    """No rank outlives slicer-run: SIGTERM (and SIGKILL) of the launching process end its MPI job."""
+    import os
+    import signal
+    import time
+
+    marker = f"slicer-orphan-test-{os.getpid()}"
+    launcher = (f"from slicer.runtime.mpiexec import run_spmd; import sys; "
+                f"run_spmd(2, [sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'])")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        process = subprocess.Popen([sys.executable, "-c", launcher])
+        deadline = time.time() + 60
+        while time.time() < deadline and not _processes_with(marker):
+            time.sleep(0.2)
+        assert _processes_with(marker), "the ranks never started"
+        process.send_signal(sig)
+        process.wait(timeout=30)
+        deadline = time.time() + 30
+        while time.time() < deadline and _processes_with(marker):
+            time.sleep(0.2)
+        assert not _processes_with(marker), f"ranks survived {sig.name} of the launcher"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -230,6 +230,8 @@ class TacticRewriter:
 
     def schedule_requests(self) -> list[Request]:
         if not self.tactics:
+            if self.mesh_spec is not None:
+                self.schedule_mesh(self.module.location)  # an empty schedule still names the mesh (inserted if new)
             return []
         func = self.entry_function()
         mesh = self.schedule_mesh(func.location if func is not None else self.module.location)

@@ -143,6 +143,14 @@ class _FunctionPartitioner:
         except RedistributionError as exc:
             raise PassFailure(Located(loc, f"slicer-partition: {exc}")) from None
 
+    def valid(self, t: DistType) -> bool:
+        """Does `t` divide its shape on this mesh?"""
+        try:
+            DistType.of(self.mesh, t.shape, t.dims, t.partial)
+        except RedistributionError:
+            return False
+        return True
+
     def coords(self) -> list[ir.Value]:
         if self._coords is None:
             block = self.func.regions[0].blocks[0]
@@ -168,7 +176,9 @@ class _FunctionPartitioner:
         element = ir.RankedTensorType(entry.local.type).element_type
         dtype = str(element) if str(element) in _DTYPE_NAMES else "f32"
         try:
-            p = plan(self.mesh, entry.type, target, dtype=dtype)
+            # Devices differing on the entry's loop axes hold different members of its family: the plan
+            # must not communicate over those axes.
+            p = plan(self.mesh, entry.type, target, dtype=dtype, frozen=tuple(sorted(entry.context)))
         except RedistributionError as exc:
             raise PassFailure(Located(before.location, f"slicer-partition: cannot redistribute {entry.origin} from "
                                                        f"{entry.type} to {target} for {why}: {exc}")) from None
@@ -295,6 +305,11 @@ class _FunctionPartitioner:
             return
         new_axes = (context - entry.context)
         wanted = with_major(without_axes(entry.type, new_axes), dim, axes)
+        if not self.valid(wanted):
+            # Keeping the source's own tiles of dim `dim` as minor tiles under `axes` does not divide the
+            # dim (another tactic tiled it over other axes): the slice needs dim `dim` over `axes` alone.
+            wanted = DistType(wanted.shape, tuple(tuple(axes) if i == dim else d for i, d in enumerate(wanted.dims)),
+                              wanted.partial)
         local = self.convert(entry, wanted, op,
                              f"'slicer.slice' of dim {dim} over [{','.join(axes)}] needs the source tiled major by "
                              f"[{','.join(axes)}] on dim {dim}")

@@ -13,7 +13,7 @@
 - `hoist_invariant`: a pure op in a loop body that uses nothing from the body
   moves before the loop.
 - `fuse_sibling_loops`: independent loops over the same range with the same
-  action in one block become one loop.
+  action and one result type in one block become one loop.
 Provenance: loops made here carry `slicer.rule` (which rule) and inherit
 `slicer.tactic` / `slicer.priority` (which tactic started the chain).
 """
@@ -356,21 +356,34 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
     return False
 
 
+def _same_type_groups(values) -> list[list[int]]:
+    """Indices of `values` grouped by type, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for index, value in enumerate(values):
+        groups.setdefault(str(value.type), []).append(index)
+    return list(groups.values())
+
+
 def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome) -> None:
+    """Replace `op` by a loop computing it block-wise. A `slicer.loop`'s results share one type (IRDL 22
+    binds a variadic result constraint to a single type, see slicer.irdl.mlir), so an op whose results
+    have different types gets one loop per result type, each with its own block-wise copy of the op."""
     producer, rng = candidate.producer, candidate.producer.range
-    result_types = [r.type for r in op.results]
     action = outcome.action
     rule = f"forward: {_describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over {', '.join(rng.axes)})"
+    results: list[ir.Value | None] = [None] * len(op.results)
     with ir.InsertionPoint(op), op.location:
-        new_loop = loop(result_types, mesh=producer.mesh, action=action, range=rng)
-        _inherit_provenance(new_loop.operation, producer, rule)
-        with ir.InsertionPoint(new_loop.body):
-            clone = _blockwise_clone(op, outcome, new_loop.range_arg, rng.size, ir.InsertionPoint(new_loop.body))
-            yield_(list(clone.results))
-        results = list(new_loop.results)
+        for group in _same_type_groups(op.results):
+            new_loop = loop([op.results[i].type for i in group], mesh=producer.mesh, action=action, range=rng)
+            _inherit_provenance(new_loop.operation, producer, rule)
+            with ir.InsertionPoint(new_loop.body):
+                clone = _blockwise_clone(op, outcome, new_loop.range_arg, rng.size, ir.InsertionPoint(new_loop.body))
+                yield_([clone.results[i] for i in group])
+            for i, value in zip(group, new_loop.results):
+                results[i] = value
         if _kind(outcome) == "sum":
             # The loop summed blocks computed from zeros; add the real initial value once.
-            for position, index in enumerate(outcome.zero_inits):
+            for index in outcome.zero_inits:
                 init = op.operands[index]
                 if not is_zero_tensor(init):
                     r = index - (len(op.operands) - len(op.results))
@@ -398,6 +411,8 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
                 or first.mesh != second.mesh):
             continue
+        if len({str(r.type) for r in first.results + second.results}) != 1:
+            continue  # a loop's results share one type (see _make_loop)
         if _depends_on(op, earlier):
             continue
         # The fused loop stands where the second one is if nothing between them uses the

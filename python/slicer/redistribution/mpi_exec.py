@@ -104,7 +104,7 @@ class MeshExecutor:
         if block.shape != expected:
             raise RedistributionError(f"rank {self.rank}: block of shape {block.shape}, type {plan.src} needs "
                                       f"{expected}")
-        block = np.ascontiguousarray(block)
+        block = np.require(block, requirements="C")
         for step, before in zip(plan.steps, plan.trace.types):
             block = self.step(step, before, block)
         return block

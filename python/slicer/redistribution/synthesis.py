@@ -33,8 +33,16 @@ from .search import Search
 from .types import DistType, itemsize
 
 
-def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32") -> Plan:
-    """Synthesise the cheapest normal-form redistribution plan from ``src`` to ``dst`` on ``mesh``."""
+def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32", frozen: tuple[str, ...] = ()) -> Plan:
+    """Synthesise the cheapest normal-form redistribution plan from ``src`` to ``dst`` on ``mesh``.
+
+    ``frozen`` names mesh axes along which devices hold *different arrays* (members of a family, e.g. values
+    computed inside a partitioning loop over those axes): no step may communicate over them, since that
+    would mix members. The plan is synthesised on the mesh without them and lifted back (every collective
+    runs within the groups of equal frozen coordinates; a permute's pairs are repeated for each of them).
+    Neither type may use a frozen axis."""
+    if frozen:
+        return _plan_within(mesh, src, dst, dtype, tuple(frozen))
     itemsize(dtype)
     src = DistType.of(mesh, src.shape, src.dims, src.partial)
     dst = DistType.of(mesh, dst.shape, dst.dims, dst.partial)
@@ -62,6 +70,43 @@ def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32") -> Pla
         moves = found[0]
     steps = _realise(mesh, layout, src, dst, moves, relaxed)
     return Plan(mesh, src, dst, tuple(steps), dtype)
+
+
+def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: tuple[str, ...]) -> Plan:
+    """``plan`` on the sub-mesh of the axes not in ``frozen``, lifted to ``mesh`` (see ``plan``)."""
+    for axis in frozen:
+        mesh.axis_index(axis)
+    for what, t in (("source", src), ("target", dst)):
+        used = sorted(t.used_axes() & set(frozen))
+        if used:
+            raise RedistributionError(f"{what} {t} uses mesh axis '{used[0]}', along which devices hold different "
+                                      "arrays; it cannot be redistributed over that axis")
+    kept = [(name, size) for name, size in mesh.axes if name not in frozen]
+    if not kept:
+        return Plan(mesh, src, dst, (), dtype)
+    sub = Mesh(kept)
+    inner = plan(sub, src, dst, dtype=dtype)
+    steps = [Permute(_lift_pairs(mesh, sub, step.pair_array), step.type_after) if isinstance(step, Permute) else step
+             for step in inner.steps]
+    return Plan(mesh, src, dst, tuple(steps), dtype)
+
+
+def _lift_pairs(mesh: Mesh, sub: Mesh, pairs: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Sub-mesh ``(sender, receiver)`` ranks -> the same exchange within every group of equal coordinates
+    on the axes of ``mesh`` that ``sub`` lacks (full-mesh linear ranks, row-major)."""
+    if not len(pairs):
+        return ()
+    coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T  # rank -> coordinate
+    sub_axes = [mesh.axis_index(name) for name in sub.axis_names]
+    sub_rank = np.ravel_multi_index(coords[:, sub_axes].T, sub.shape)
+    receiver_of = np.full(sub.device_count, -1, dtype=np.int64)
+    receiver_of[pairs[:, 0]] = pairs[:, 1]
+    moving = receiver_of[sub_rank] >= 0
+    senders = np.nonzero(moving)[0]
+    target = coords[senders].copy()
+    target[:, sub_axes] = np.array(np.unravel_index(receiver_of[sub_rank[senders]], sub.shape)).T
+    receivers = np.ravel_multi_index(target.T, mesh.shape)
+    return tuple(zip(senders.tolist(), receivers.tolist()))
 
 
 TOLERANCE = 0.005  # plans above the traffic lower bound are within this fraction of the least traffic

@@ -1,0 +1,93 @@
+"""What this host can run: cores for local ranks, memory for every rank's blocks.
+
+Checked before a job starts, so an impossible run is refused with a message naming the numbers instead of
+ranks spinning on a fraction of a core each or dying while allocating terabytes.
+
+- `check_ranks(ranks, oversubscribe)`: more local ranks than cores only with `oversubscribe` (as OpenMPI's
+  `mpiexec --oversubscribe`; MPICH would silently start them all).
+- `check_memory(graph, ranks)`: the peak bytes one device holds (`KernelGraph.peak_bytes_per_device`, a
+  liveness count of its blocks) times the ranks on this host must fit the host's available memory.
+"""
+
+from __future__ import annotations
+
+import os
+
+from slicer.lowering.kernel_graph import KernelGraph
+
+OVERSUBSCRIBE_ENV = "SLICER_OVERSUBSCRIBE"
+"""Set to 1 to allow more local ranks than cores everywhere (e.g. a test suite on a small machine)."""
+
+
+class ResourceError(RuntimeError):
+    """The job does not fit this host (too many ranks for its cores, or blocks larger than its memory)."""
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (Linux `MemAvailable`), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(count) < 1024 or unit == "PiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} PiB"  # pragma: no cover - the loop always returns
+
+
+def check_ranks(ranks: int, oversubscribe: bool = False) -> None:
+    """Refuse more local ranks than cores unless `oversubscribe` (or SLICER_OVERSUBSCRIBE=1)."""
+    cores = host_cores()
+    if ranks <= cores or oversubscribe or os.environ.get(OVERSUBSCRIBE_ENV) == "1":
+        return
+    raise ResourceError(f"{ranks} ranks on this host's {cores} cores: each rank would get {cores / ranks:.2g} of a "
+                        f"core. Use a smaller mesh, or run anyway with --oversubscribe (slicer-run) / "
+                        f"oversubscribe=True (Program.run)")
+
+
+def describe_value(graph: KernelGraph, name: str) -> str:
+    v = graph.values[name]
+    if name in graph.args:
+        what = f"argument #{graph.args.index(name)}"
+    elif name in graph.results:
+        what = f"result #{graph.results.index(name)}"
+    else:
+        what = f"intermediate {name}"
+    return f"{what} of @{graph.entry} ({v.dtype}{list(v.dist.shape)} as {v.dist}, block {list(v.local_shape)})"
+
+
+def check_memory(graph: KernelGraph, ranks: int, *, extra: int = 0, what: str = "local MPI ranks") -> None:
+    """Refuse a run whose `ranks` devices on this host (plus `extra` bytes, e.g. a reference run) cannot
+    fit in the available memory; the message names the largest block."""
+    available = available_memory()
+    if available is None:
+        return
+    peak, when = graph.peak_bytes_per_device()
+    needed = peak * ranks + extra
+    if needed <= available:
+        return
+    name, size = graph.largest_value()
+    raise ResourceError(
+        f"the run needs about {human_bytes(needed)} ({human_bytes(peak)} per device at its peak, {when}, on "
+        f"{ranks} {what}), but this host has {human_bytes(available)} available. The largest block is "
+        f"{describe_value(graph, name)}: {human_bytes(size)} per device. Tile it over more devices or use "
+        "smaller shapes")

@@ -1,0 +1,10 @@
+"""Settings shared by every pytest test.
+
+The MPI tests run 4- and 8-rank jobs on small CI machines (2 cores): they oversubscribe on purpose, so the
+launcher's refusal of more ranks than cores (`slicer.runtime.resources.check_ranks`) is lifted here. The
+refusal itself is tested with the variable removed.
+"""
+
+import os
+
+os.environ.setdefault("SLICER_OVERSUBSCRIBE", "1")
