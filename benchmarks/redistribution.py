@@ -76,7 +76,7 @@ def main():
 
 def _local_block(case, dtype, rank):
     from slicer.redistribution.layout import Layout
-    from slicer.redistribution.simulate import block_slices
+    from slicer.redistribution.simulation import block_slices
     layout = Layout.get(case.mesh, case.shape)
     sl = block_slices(layout, case.src, rank)
     shape = tuple(s.stop - s.start for s in sl)

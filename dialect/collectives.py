@@ -14,7 +14,7 @@ from typing import Sequence
 
 from mlir import ir
 
-PERMUTE = "slicer.permute"
+from slicer.core.names import PERMUTE
 
 
 class PermuteOp:

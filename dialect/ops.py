@@ -8,60 +8,17 @@ op view (its body must still be filled). Views (`MeshOp`, `LoopOp`, `SliceOp`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from mlir import ir
 
+from slicer.core.functions import op_of as _op
+from slicer.core.mesh import Mesh
+from slicer.core.names import ANNOTATE, LOOP, MESH, RANGE_PRODUCT, SLICE, YIELD
+
 from .attributes import Action, RangeType, Sharding, TileAction, action_of
 
-MESH = "slicer.mesh"
-LOOP = "slicer.loop"
-SLICE = "slicer.slice"
-ANNOTATE = "slicer.annotate"
-# IRDL 22 cannot declare terminators; loop bodies end in the upstream
-# `tosa.yield` (see slicer.irdl.mlir). This is the loop's yield.
-YIELD = "tosa.yield"
-# Discardable attribute carrying a requested sharding on function arguments/results.
-SHARDING_ATTR = "slicer.sharding"
-# Provenance on loops: the tactic that started them, its position in the schedule
-# (earlier tactics win conflicts), and the propagation rule that made the loop.
-TACTIC_ATTR = "slicer.tactic"
-PRIORITY_ATTR = "slicer.priority"
-RULE_ATTR = "slicer.rule"
-
-
-def _op(value: ir.Operation | ir.OpView | ir.Module) -> ir.Operation:
-    """The `ir.Operation` behind an op view, operation or module."""
-    return value if isinstance(value, ir.Operation) else value.operation
-
-
 # ----------------------------------------------------------------------------- mesh
-
-
-@dataclass(frozen=True)
-class MeshInfo:
-    """A device mesh: named axes (major to minor) with their sizes."""
-
-    name: str
-    axes: tuple[str, ...]
-    shape: tuple[int, ...]
-
-    def size(self, axis: str) -> int:
-        return self.shape[self.axes.index(axis)]
-
-    def has_axis(self, axis: str) -> bool:
-        return axis in self.axes
-
-    def range_size(self, axes: Iterable[str]) -> int:
-        size = 1
-        for axis in axes:
-            size *= self.size(axis)
-        return size
-
-    @property
-    def device_count(self) -> int:
-        return self.range_size(self.axes)
 
 
 class MeshOp:
@@ -75,8 +32,8 @@ class MeshOp:
     def sym_name(self) -> str:
         return ir.StringAttr(self.operation.attributes["sym_name"]).value
 
-    def info(self) -> MeshInfo:
-        """The mesh as a value; raises ValueError if its attributes are malformed."""
+    def axes_and_shape(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The raw axis names and sizes; raises ValueError if the attributes have the wrong kinds."""
         attrs = self.operation.attributes
         axes = attrs["axes"]
         if not all(isinstance(a, ir.StringAttr) for a in axes):
@@ -84,12 +41,19 @@ class MeshOp:
         shape = attrs["shape"]
         if not isinstance(shape, ir.DenseI64ArrayAttr):
             raise ValueError("mesh 'shape' must be an array<i64: ...>")
-        return MeshInfo(self.sym_name, tuple(ir.StringAttr(a).value for a in axes), tuple(shape))
+        return tuple(ir.StringAttr(a).value for a in axes), tuple(shape)
+
+    def mesh(self) -> Mesh:
+        """The mesh as a value; raises ValueError (or slicer.core.MeshError) if it is malformed."""
+        axes, shape = self.axes_and_shape()
+        if len(axes) != len(shape):
+            raise ValueError(f"mesh @{self.sym_name} has {len(axes)} axes but {len(shape)} sizes")
+        return Mesh(list(zip(axes, shape)))
 
 
-def mesh(name: str, axes: Mapping[str, int] | Sequence[tuple[str, int]], *, loc=None, ip=None) -> MeshOp:
+def mesh(name: str, axes: Mesh | Mapping[str, int] | Sequence[tuple[str, int]], *, loc=None, ip=None) -> MeshOp:
     """Create `slicer.mesh @name` with the given axes (in order) and sizes."""
-    pairs = list(axes.items()) if isinstance(axes, Mapping) else list(axes)
+    pairs = list(axes.axes) if isinstance(axes, Mesh) else list(axes.items()) if isinstance(axes, Mapping) else list(axes)
     op = ir.Operation.create(
         MESH,
         attributes={
@@ -250,8 +214,6 @@ def slice_(source: ir.Value, range_value: ir.Value, dim: int, *, loc=None, ip=No
 
 
 # ----------------------------------------------------------------------------- range product
-
-RANGE_PRODUCT = "slicer.range_product"
 
 
 def range_product(major: ir.Value, minor: ir.Value, *, loc=None, ip=None) -> ir.Value:

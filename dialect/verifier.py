@@ -19,22 +19,12 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from slicer.core.errors import MeshError
+from slicer.core.mesh import Mesh
+from slicer.core.names import ANNOTATE, LOOP, MESH, RANGE_PRODUCT, SHARDING_ATTR, SLICE, YIELD
+
 from .attributes import RangeType, Sharding, SumAction, TileAction
-from .ops import (
-    ANNOTATE,
-    LOOP,
-    MESH,
-    RANGE_PRODUCT,
-    SHARDING_ATTR,
-    SLICE,
-    YIELD,
-    AnnotateOp,
-    LoopOp,
-    MeshInfo,
-    MeshOp,
-    SliceOp,
-    walk_ops,
-)
+from .ops import AnnotateOp, LoopOp, MeshOp, SliceOp, walk_ops
 
 
 @dataclass(frozen=True)
@@ -54,7 +44,7 @@ class _Verifier:
     def __init__(self, module):
         self.module = module if isinstance(module, ir.Operation) else module.operation
         self.errors: list[Diagnostic] = []
-        self.meshes: dict[str, MeshInfo] = {}
+        self.meshes: dict[str, Mesh] = {}  # declared meshes by symbol name
 
     def error(self, op: ir.Operation, message: str) -> None:
         self.errors.append(Diagnostic(op.location, message))
@@ -79,37 +69,43 @@ class _Verifier:
 
     def check_mesh(self, op: ir.Operation) -> None:
         view = MeshOp(op)
+        name = view.sym_name
         try:
-            info = view.info()
+            axes, shape = view.axes_and_shape()
         except ValueError as exc:
             return self.error(op, f"'slicer.mesh' {exc}")
-        name = info.name
-        if len(info.axes) != len(info.shape):
-            return self.error(op, f"mesh @{name} has {len(info.axes)} axes but {len(info.shape)} sizes")
-        if not info.axes:
+        if len(axes) != len(shape):
+            return self.error(op, f"mesh @{name} has {len(axes)} axes but {len(shape)} sizes")
+        if not axes:
             return self.error(op, f"mesh @{name} has no axes")
-        for axis, size in zip(info.axes, info.shape):
+        for axis, size in zip(axes, shape):
             if not axis:
                 return self.error(op, f"mesh @{name} has an empty axis name")
-            if info.axes.count(axis) > 1:
+            if axes.count(axis) > 1:
                 return self.error(op, f"mesh @{name} declares axis '{axis}' twice")
             if size < 1:
                 return self.error(op, f"mesh @{name} axis '{axis}' has size {size}; sizes must be >= 1")
+        try:
+            mesh = view.mesh()
+        except MeshError as exc:
+            return self.error(op, f"mesh @{name}: {exc}")
         # A second mesh of the same name is a symbol redefinition, which MLIR reports.
-        self.meshes.setdefault(name, info)
+        self.meshes.setdefault(name, mesh)
 
-    def mesh_named(self, op: ir.Operation, name: str) -> MeshInfo | None:
+    def mesh_named(self, op: ir.Operation, name: str) -> str | None:
+        """`name` if it is a declared mesh, else None (and an error)."""
         if name not in self.meshes:
             known = ", ".join("@" + m for m in self.meshes) or "none"
             self.error(op, f"unknown mesh @{name} (declared meshes: {known})")
             return None
-        return self.meshes[name]
+        return name
 
-    def check_axes(self, op: ir.Operation, mesh: MeshInfo, axes, what: str, where: str = "") -> bool:
-        """Every axis exists in `mesh` and appears once; `where` prefixes the message."""
+    def check_axes(self, op: ir.Operation, mesh_name: str, axes, what: str, where: str = "") -> bool:
+        """Every axis exists in the mesh and appears once; `where` prefixes the message."""
+        mesh = self.meshes[mesh_name]
         for axis in axes:
             if not mesh.has_axis(axis):
-                self.error(op, f"{where}unknown mesh axis '{axis}' in {what} (mesh @{mesh.name} has axes {', '.join(mesh.axes)})")
+                self.error(op, f"{where}unknown mesh axis '{axis}' in {what} (mesh @{mesh_name} has axes {', '.join(mesh.axis_names)})")
                 return False
         for axis in axes:
             if list(axes).count(axis) > 1:
@@ -170,12 +166,12 @@ class _Verifier:
                 f"blocks of shape {'x'.join(map(str, want))}x{result.element_type}, but it yields {block}",
             )
 
-    def check_range(self, op: ir.Operation, mesh: MeshInfo, rng: RangeType) -> bool:
-        if not self.check_axes(op, mesh, rng.axes, f"!slicer.range<{', '.join(rng.axes)}>"):
+    def check_range(self, op: ir.Operation, mesh_name: str, rng: RangeType) -> bool:
+        if not self.check_axes(op, mesh_name, rng.axes, f"!slicer.range<{', '.join(rng.axes)}>"):
             return False
-        size = mesh.range_size(rng.axes)
+        size = self.meshes[mesh_name].group_size(rng.axes)
         if rng.size != size:
-            self.error(op, f"range over {', '.join(rng.axes)} has size {rng.size}, but mesh @{mesh.name} gives {size}")
+            self.error(op, f"range over {', '.join(rng.axes)} has size {rng.size}, but mesh @{mesh_name} gives {size}")
             return False
         return True
 
@@ -218,7 +214,8 @@ class _Verifier:
         if result != want:
             self.error(op, f"'slicer.range_product' of {major} and {minor} is {want}, not {result}")
 
-    def mesh_of_range(self, op: ir.Operation, value: ir.Value) -> MeshInfo | None:
+    def mesh_of_range(self, op: ir.Operation, value: ir.Value) -> str | None:
+        """The name of the mesh `value` (a range) belongs to."""
         owner = value.owner
         if not isinstance(value, ir.BlockArgument) and owner.operation.name == RANGE_PRODUCT:
             return self.mesh_of_range(op, owner.operation.operands[0])
@@ -226,9 +223,10 @@ class _Verifier:
             parent = owner.owner
             if parent is not None and parent.name == LOOP:
                 # An unknown mesh is reported once, on the loop itself.
-                return self.meshes.get(LoopOp(parent).mesh)
+                name = LoopOp(parent).mesh
+                return name if name in self.meshes else None
         if len(self.meshes) == 1:
-            return next(iter(self.meshes.values()))
+            return next(iter(self.meshes))
         self.error(op, "cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the module declares " f"{len(self.meshes)} meshes")
         return None
 
@@ -269,7 +267,7 @@ class _Verifier:
         if not self.check_axes(op, mesh, sharding.used_axes(), f"sharding {sharding}", f"{what}: "):
             return
         for dim, axes in enumerate(sharding.dims):
-            size = mesh.range_size(axes)
+            size = self.meshes[mesh].group_size(axes)
             if tensor.shape[dim] % size:
                 return self.error(op, f"{what}: dim {dim} of size {tensor.shape[dim]} is not divisible by {size} (axes {', '.join(axes)})")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from slicer.runtime.cli import main as slicer_run
+from slicer.tools.slicer_run import main as slicer_run
 
 HERE = Path(__file__).parent
 

@@ -32,18 +32,18 @@ from pathlib import Path
 import numpy as np
 from mlir import ir
 
-from slicer.dialect import MESH, make_context, walk_ops
-from slicer.toolchain import find_tool, runner_utils_libraries
+from slicer.core import dtypes
+from slicer.core.errors import KernelError
+from slicer.core.functions import EntryError, entry_function, function_name
+from slicer.core.names import MESH
+from slicer.core.toolchain import find_tool, runner_utils_libraries
+from slicer.dialect import make_context, walk_ops
 
 from .cache import LIBRARY, KernelCache, cache_key
-from .kernel import ArraySpec, Kernel, KernelError, KernelLibrary
-from .jit import NUMPY_DTYPES
+from .kernel import ArraySpec, Kernel, KernelLibrary
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
 
 log = logging.getLogger("slicer.kernels")
-
-# No i1: MLIR 22 cannot lower stores of sub-byte memref elements (see reject_narrow_memrefs).
-_DTYPES = {name: dtype for name, dtype in NUMPY_DTYPES.items() if name != "i1"}
 
 # Every external tool run in this process, by tool name: tests assert a cache hit ran none.
 TOOL_RUNS: dict[str, int] = {}
@@ -107,11 +107,8 @@ def _implementation_fingerprint() -> str:
     The pipeline text names `slicer-kernel-vectorize` and `slicer-lower-to-loops`, not their code:
     editing that code must invalidate cached kernels too.
     """
-    import slicer
-
-    # Read by path, not imported: importing the pass costs ~0.1 s, paid on every cache hit.
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", here / "loops.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
@@ -149,13 +146,13 @@ def compile_library(
 
 def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = None, **options) -> Kernel:
     """One kernel: `entry`, or the single public function of `module` (options as compile_library)."""
-    library = compile_library(module, **options)
-    if entry is not None:
-        return library[entry]
-    if len(library) != 1:
-        names = ", ".join("@" + k for k in library.kernels)
-        raise KernelError(f"the module has {len(library)} public functions ({names}); name one with entry=")
-    return next(iter(library))
+    text = _module_text(module)
+    with make_context(), ir.Location.unknown():
+        try:
+            name = function_name(entry_function(ir.Module.parse(text), entry))
+        except (ir.MLIRError, EntryError) as exc:
+            raise KernelError(str(exc)) from None
+    return compile_library(text, **options)[name]
 
 
 def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path) -> dict:
@@ -223,10 +220,13 @@ def _spec(type_: ir.Type, what: str) -> ArraySpec:
     if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
         raise KernelError(f"{what} has type {type_}; kernels take statically shaped tensors only")
     name = str(type_.element_type)
-    if name not in _DTYPES:
-        hint = " (i1 buffers cannot be lowered by MLIR 22: return i8 via arith.extui)" if name == "i1" else ""
-        raise KernelError(f"{what} has element type {name}; supported: {', '.join(_DTYPES)}{hint}")
-    return ArraySpec(tuple(type_.shape), np.dtype(_DTYPES[name]))
+    dtype = dtypes.numpy_dtype(name)
+    if dtype is None:
+        raise KernelError(f"{what}: {dtypes.unsupported(name)}")
+    if name == "i1":  # MLIR 22 cannot lower stores of sub-byte memref elements (see reject_narrow_memrefs)
+        raise KernelError(f"{what} has element type i1; i1 buffers cannot be lowered by MLIR 22: return i8 via "
+                          "arith.extui")
+    return ArraySpec(tuple(type_.shape), dtype)
 
 
 def _run_tool(name: str, args: list[str], stdin: str | None = None) -> str:

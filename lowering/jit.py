@@ -5,10 +5,10 @@ program at any stage of partitioning (global, with slicer loops, or SPMD local
 code without collectives) can be run here and compared with numpy.
 
 How: the module is re-parsed into a fresh context (the caller's IR is never
-mutated), slicer loops are lowered with `slicer-lower-to-loops`, then upstream
-passes bufferize (function boundaries included, results turned into out
-parameters so numpy owns every output buffer), free temporaries, lower to LLVM,
-and the ExecutionEngine (which targets the host CPU) compiles it.
+mutated), slicer loops are lowered (`lowering.loops`), then the kernel pipeline
+without its vectorize stage (`JIT_PIPELINE`) bufferizes (results become out
+parameters so numpy owns every output buffer) and lowers to LLVM as scalar
+loops, and the ExecutionEngine (which targets the host CPU) compiles it.
 """
 
 from __future__ import annotations
@@ -21,42 +21,19 @@ from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 from mlir.runtime import get_ranked_memref_descriptor
 
-from slicer.dialect import MESH, make_context, walk_ops
-from slicer.passes.pipeline import run_pipeline
-from slicer.toolchain import runner_utils_libraries
+from slicer.core import dtypes
+from slicer.core.errors import JitError, KernelError
+from slicer.core.functions import EntryError, entry_function, function_name, function_type
+from slicer.core.names import MESH
+from slicer.core.toolchain import runner_utils_libraries
+from slicer.dialect import make_context, walk_ops
 
-# Bufferize with numpy-owned outputs, then lower everything to the LLVM dialect.
-LOWERING_PIPELINE = ",".join(
-    [
-        # arith/math on tensors are elementwise: make them linalg.generic so they bufferize.
-        "func.func(convert-elementwise-to-linalg)",
-        "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
-        "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
-        "buffer-deallocation-pipeline",
-        "func.func(convert-linalg-to-loops)",
-        "expand-strided-metadata",
-        "lower-affine",
-        "convert-scf-to-cf",
-        "convert-to-llvm",
-        "reconcile-unrealized-casts",
-    ]
-)
+from .kernel_pipeline import LOOPS_PIPELINE
+from .loops import lower_loops
 
-# MLIR element type -> numpy dtype: the one table the JIT, the AOT kernels and the runtime share.
-NUMPY_DTYPES = {
-    "f16": np.float16,
-    "f32": np.float32,
-    "f64": np.float64,
-    "i1": np.bool_,
-    "i8": np.int8,
-    "i16": np.int16,
-    "i32": np.int32,
-    "i64": np.int64,
-}
-
-
-class JitError(RuntimeError):
-    """The function cannot be compiled or called as asked (says what to change)."""
+JIT_PIPELINE = LOOPS_PIPELINE.without("slicer")
+"""The kernel pipeline without tiling and vectorization (scalar loops: the reference), after the slicer
+loops are lowered and the meshes dropped."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +48,10 @@ class TensorSpec:
         if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
             raise JitError(f"{what} has type {type_}; the JIT takes statically shaped tensors only")
         name = str(type_.element_type)
-        if name not in NUMPY_DTYPES:
-            raise JitError(f"{what} has element type {name}; supported: {', '.join(NUMPY_DTYPES)}")
-        return TensorSpec(tuple(type_.shape), np.dtype(NUMPY_DTYPES[name]))
+        dtype = dtypes.numpy_dtype(name)
+        if dtype is None:
+            raise JitError(f"{what}: {dtypes.unsupported(name)}")
+        return TensorSpec(tuple(type_.shape), dtype)
 
 
 class CompiledFunction:
@@ -83,19 +61,25 @@ class CompiledFunction:
         self._context = make_context()
         with self._context, ir.Location.unknown():
             module = ir.Module.parse(module_text)
-            run_pipeline(module, "slicer-lower-to-loops")
+            lower_loops(module.operation)
             for op in walk_ops(module, MESH):
                 op.erase()
-            func = _find_function(module, entry)
-            self.name = ir.StringAttr(func.attributes["sym_name"]).value
-            fn_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+            try:
+                func = entry_function(module, entry)
+            except EntryError as exc:
+                raise JitError(str(exc)) from None
+            self.name = function_name(func)
+            fn_type = function_type(func)
             self.inputs = [TensorSpec.of(t, f"argument #{i} of @{self.name}") for i, t in enumerate(fn_type.inputs)]
             self.outputs = [TensorSpec.of(t, f"result #{i} of @{self.name}") for i, t in enumerate(fn_type.results)]
             func.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             # Arguments are read-only: bufferization copies before writing into them.
             read_only = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
             func.attributes["arg_attrs"] = ir.ArrayAttr.get([read_only] * len(self.inputs))
-            run_pipeline(module, LOWERING_PIPELINE)
+            try:
+                JIT_PIPELINE.run(module)
+            except KernelError as exc:  # e.g. i1 buffers
+                raise JitError(str(exc)) from None
             # The engine owns the compiled code: keep it alive as long as this object.
             self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
 
@@ -115,21 +99,6 @@ class CompiledFunction:
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
-def _find_function(module: ir.Module, entry: str | None) -> ir.Operation:
-    functions = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
-    defined = [f for f in functions if len(f.regions[0].blocks)]
-    if entry is not None:
-        for f in defined:
-            if ir.StringAttr(f.attributes["sym_name"]).value == entry:
-                return f
-        names = ", ".join("@" + ir.StringAttr(f.attributes["sym_name"]).value for f in defined) or "none"
-        raise JitError(f"no function @{entry} in the module (functions: {names})")
-    public = [f for f in defined if "sym_visibility" not in f.attributes or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"]
-    if len(public) != 1:
-        raise JitError(f"the module has {len(public)} public functions; name the one to run with entry=")
-    return public[0]
 
 
 def compile_function(module: ir.Module | ir.Operation | str, entry: str | None = None, *, opt_level: int = 3) -> CompiledFunction:

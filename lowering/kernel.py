@@ -22,12 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core.errors import KernelError
+
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
 SLOT_CACHE_SIZE = 4
-
-
-class KernelError(RuntimeError):
-    """A kernel cannot be compiled, loaded or called as asked (the message says what to change)."""
 
 
 @dataclass(frozen=True)

@@ -26,28 +26,21 @@ from mlir.dialects import arith, tensor
 
 import numpy as np
 
-from slicer.dialect import make_context
-from slicer.lowering.jit import NUMPY_DTYPES
-from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
+from slicer.core import dtypes
+from slicer.core.errors import KernelGraphError
+from slicer.core.functions import EntryError, entry_function, function_name
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, COLLECTIVE_OPS, DIST_ATTR,
+                               DIST_SOURCE_ATTR, MULTI_INDEX, REDUCE_SCATTER, SPMD_MESH_ATTR)
+from slicer.dialect import PermuteOp, make_context
+from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter,
+                                   parse_spec)
 
-DIST_ATTR = "slicer.dist"
-MESH_ATTR = "slicer.mesh"
-MULTI_INDEX = "shard.process_multi_index"
-PERMUTE = "slicer.permute"
-COLLECTIVE_OPS = ("shard.all_gather", "shard.all_to_all", "shard.all_reduce", "shard.reduce_scatter",
-                  "shard.all_slice", PERMUTE)
 STEP_CLASSES = {cls.__name__: cls for cls in (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter)}
 _REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
 
 
-class KernelGraphError(RuntimeError):
-    """The SPMD function cannot be cut into kernels and collectives (says which op and why)."""
-
-
 def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
     """A `slicer.dist` string (`varying=[...]` dropped) with the global shape recovered from the local one."""
-    from slicer.redistribution import parse_spec
-
     dims, partial = parse_spec(text.split(" varying=")[0])
     shape = tuple(n * mesh.group_size(d) for n, d in zip(local_shape, dims))
     return DistType.of(mesh, shape, dims, partial)
@@ -64,7 +57,10 @@ class Value:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype(NUMPY_DTYPES[self.dtype])
+        dtype = dtypes.numpy_dtype(self.dtype)
+        if dtype is None:
+            raise KernelGraphError(f"value {self.name}: {dtypes.unsupported(self.dtype)}")
+        return dtype
 
 
 @dataclass(frozen=True)
@@ -222,16 +218,14 @@ def _rematerialisable(op: ir.Operation) -> bool:
 class _Builder:
     def __init__(self, module: ir.Module, entry: str | None):
         self.module = module  # keeps the IR alive: the views below do not own it
-        funcs = [_op(o) for o in module.body.operations if _op(o).name == "func.func" and len(_op(o).regions[0].blocks)]
-        if entry is not None:
-            funcs = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value == entry]
-        if len(funcs) != 1:
-            raise KernelGraphError(f"expected one SPMD function, found {len(funcs)}; name it with entry=")
-        self.func = funcs[0]
-        self.name = ir.StringAttr(self.func.attributes["sym_name"]).value
-        if MESH_ATTR not in self.func.attributes:
-            raise KernelGraphError(f"@{self.name} has no '{MESH_ATTR}' attribute: run slicer-partition first")
-        self.mesh = Mesh.parse(ir.StringAttr(self.func.attributes[MESH_ATTR]).value)
+        try:
+            self.func = entry_function(module, entry)
+        except EntryError as exc:
+            raise KernelGraphError(f"which SPMD function? {exc}") from None
+        self.name = function_name(self.func)
+        if SPMD_MESH_ATTR not in self.func.attributes:
+            raise KernelGraphError(f"@{self.name} has no '{SPMD_MESH_ATTR}' attribute: run slicer-partition first")
+        self.mesh = Mesh.parse(ir.StringAttr(self.func.attributes[SPMD_MESH_ATTR]).value)
         self.block = self.func.regions[0].blocks[0]
         self.names: dict = {}
         self.values: dict[str, Value] = {}
@@ -253,7 +247,7 @@ class _Builder:
         entry = ir.DictAttr(dicts[index]) if dicts is not None else None
         if entry is None or DIST_ATTR not in entry:
             raise KernelGraphError(f"{attr[:3]} #{index} of @{self.name} has no '{DIST_ATTR}' type")
-        source = ir.StringAttr(entry["slicer.dist_source"]).value if "slicer.dist_source" in entry else "requested"
+        source = ir.StringAttr(entry[DIST_SOURCE_ATTR]).value if DIST_SOURCE_ATTR in entry else "requested"
         return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
 
     def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
@@ -311,22 +305,20 @@ class _Builder:
         def index(name: str) -> int:
             return ir.IntegerAttr(op.attributes[name]).value
 
-        if op.name == "shard.all_gather":
+        if op.name == ALL_GATHER:
             step = AllGather(index("gather_axis"), axes, after)
-        elif op.name == "shard.all_to_all":
+        elif op.name == ALL_TO_ALL:
             step = AllToAll(index("split_axis"), index("concat_axis"), axes, after)
-        elif op.name == "shard.all_reduce":
+        elif op.name == ALL_REDUCE:
             kind = str(op.attributes["reduction"]) if "reduction" in op.attributes else "#shard<partial sum>"
             if "sum" not in kind:
                 raise KernelGraphError(f"'{op.name}' with reduction {kind}: only sums are supported")
             step = AllReduce(axes, after)
-        elif op.name == "shard.reduce_scatter":
+        elif op.name == REDUCE_SCATTER:
             step = ReduceScatter(index("scatter_axis"), axes, after)
-        elif op.name == "shard.all_slice":
+        elif op.name == ALL_SLICE:
             step = AllSlice(index("slice_axis"), axes, after)
         else:
-            from slicer.dialect.collectives import PermuteOp
-
             step = Permute(PermuteOp(op).pairs, after)
         source = op.operands[0]
         if self.name_of(source) not in self.values:

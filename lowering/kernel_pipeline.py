@@ -4,9 +4,9 @@ A pipeline is a tuple of `(stage, (element, ...))` like Catalyst's pass
 pipelines, so callers can print it, hash it (the kernel cache key includes
 `KernelPipeline.text()`), drop or replace a stage, or run it up to a stage to
 inspect the IR. Elements are upstream/slicer pass-pipeline elements run with
-`slicer.passes.pipeline.run_pipeline`, except the `slicer-kernel-*` steps
-implemented here in Python (they are not registered passes because they only
-make sense inside this pipeline):
+`slicer.core.pipeline.run_pipeline`, except the Python steps of this layer
+(`PYTHON_STEPS`; not registered passes because they only make sense inside
+this pipeline, and `slicer-lower-to-loops`, the same function as the pass):
 
 - `slicer-kernel-vectorize{...}`: tile and vectorize every linalg op with a
   transform-dialect script generated per op (see `lowering/vectorize.py`);
@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from slicer.passes.pipeline import parse_element, parse_options, run_pipeline
+from slicer.core.errors import KernelError
+from slicer.core.pipeline import parse_element, parse_options, run_pipeline
 
+from .loops import lower_loops
 from .vectorize import VectorizeOptions, vectorize_module
 
 Stage = tuple[str, tuple[str, ...]]
@@ -114,10 +116,10 @@ class KernelPipeline:
 
 
 def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
-    # Consecutive pass elements go to MLIR in one PassManager; slicer-kernel-* steps run in between.
+    # Consecutive pass elements go to MLIR in one PassManager; the Python steps run in between.
     batch: list[str] = []
     for element in elements:
-        if element.startswith("slicer-kernel-"):
+        if parse_element(element).name in PYTHON_STEPS:
             if batch:
                 run_pipeline(module, ",".join(batch))
                 batch = []
@@ -130,18 +132,10 @@ def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
 
 def _run_kernel_step(module: ir.Module, element: str) -> None:
     parsed = parse_element(element)
-    if parsed.name == "slicer-kernel-vectorize":
-        vectorize_module(module, VectorizeOptions.parse(parse_options(parsed.options)))
-    elif parsed.name == "slicer-kernel-reject-narrow-memrefs":
-        reject_narrow_memrefs(module)
-    else:
-        raise ValueError(
-            f"unknown kernel pipeline step '{parsed.name}' "
-            "(known: slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
-        )
+    PYTHON_STEPS[parsed.name](module, parse_options(parsed.options))
 
 
-class NarrowMemRefError(ValueError):
+class NarrowMemRefError(KernelError):
     """A buffer of sub-byte elements (i1) that the LLVM lowering cannot store."""
 
 
@@ -169,6 +163,13 @@ def reject_narrow_memrefs(module: ir.Module) -> None:
             "or convert them to i8 (arith.extui) before they are returned or stored"
         )
 
+
+PYTHON_STEPS = {
+    "slicer-lower-to-loops": lambda module, options: lower_loops(module.operation),
+    "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
+    "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
+}
+"""The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""
 
 # The default: fused, bufferized, tiled and vectorized, lowered to LLVM.
 DEFAULT_PIPELINE = KernelPipeline((_PRELUDE, _LINALG, _BUFFERIZE, _VECTORIZE, _TO_LLVM))

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core.errors import InputError
 from slicer.redistribution import DistType, Mesh
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulate import block_slices
-
-
-class InputError(ValueError):
-    """An input file that is missing or does not match the program (says which and why)."""
+from slicer.redistribution.simulation import block_slices
 
 
 def rank_slices(mesh: Mesh, dist: DistType, rank: int) -> tuple[slice, ...]:

@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from slicer.lowering import KernelError, compile_function, compile_library
-from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
+from slicer.core.errors import KernelError
+from slicer.lowering import CollectiveNode, KernelGraph, compile_function, compile_library
 from slicer.redistribution.mpi_exec import MeshExecutor
 
 log = logging.getLogger("slicer.runtime")
@@ -37,8 +37,11 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
 
 
 class RankExecutor:
+    """One rank's part of a kernel graph: its kernels loaded, its collectives on `comm`'s sub-communicators."""
+
     def __init__(self, graph: KernelGraph, comm):
         self.graph = graph
+        self.comm = comm
         self.mesh_exec = MeshExecutor(graph.mesh, comm)
         self.rank = self.mesh_exec.rank
         self.coords = np.asarray(graph.mesh.coords(self.rank), dtype=np.int64)
@@ -46,26 +49,30 @@ class RankExecutor:
         self.kernels, self.backend = load_kernels(graph)
         self.compile_seconds = time.perf_counter() - start
 
-    def run(self, blocks: list[np.ndarray]) -> tuple[list[np.ndarray], list[tuple[str, float]]]:
-        """This rank's argument blocks -> (its result blocks, seconds per node)."""
+    def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
+        """This rank's argument blocks -> (its result blocks, one event per node: (label, kind, start, wait_end,
+        end) in `time.perf_counter()` seconds). With `timed`, every collective first waits at a barrier of the
+        whole job, so its event separates waiting for the other ranks (start..wait_end) from the transfer."""
         graph = self.graph
         env = dict(zip(graph.args, blocks))
         for name, block in env.items():
             expected = graph.values[name].local_shape
             if tuple(block.shape) != tuple(expected):
                 raise ValueError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
-        timings = []
+        events = []
         for node in graph.nodes:
             start = time.perf_counter()
             if isinstance(node, CollectiveNode):
+                if timed:
+                    self.comm.Barrier()
+                waited = time.perf_counter()
                 before = graph.values[node.input].dist
                 env[node.output] = self.mesh_exec.step(node.step, before, env[node.input])
-                label = f"{node.op} {node.step.fields()}"
+                events.append((f"{node.op} {node.step.fields()}", "collective", start, waited, time.perf_counter()))
             else:
                 args = [np.require(env[v], requirements="C") for v in node.inputs] + ([self.coords] if node.needs_coords else [])
                 out = self.kernels[node.name](*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
-                label = node.name
-            timings.append((label, time.perf_counter() - start))
-        return [env[v] for v in graph.results], timings
+                events.append((node.name, "kernel", start, start, time.perf_counter()))
+        return [env[v] for v in graph.results], events

@@ -1,8 +1,9 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
 JOB_DIR holds `graph.json` (the kernel graph), `job.json` (inputs: `.npy` paths or
-a random seed) and receives the results: rank 0 assembles the global results from
-every rank's blocks into `result<i>.npy` and writes `timings.json`. Each rank
+a random seed; `repeat`: timed runs) and receives the results: rank 0 assembles
+the global results from every rank's blocks into `result<i>.npy` and writes
+`timings.json` (`slicer.runtime.timings.Timings`). Each rank
 reads or creates only its own block of each input. Any failure on any rank
 aborts the whole job with that rank's traceback (runtime.rank).
 """
@@ -16,11 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.lowering.kernel_graph import KernelGraph
+from slicer.lowering import KernelGraph, cache_stats
 
 from .blocks import random_block, read_block
 from .executor import RankExecutor
 from .rank import maybe_kill, run_rank
+from .simulator import assemble
+from .timings import Timings, reduce_runs
+
+
+TIMINGS_FILE = "timings.json"
 
 
 def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
@@ -35,26 +41,35 @@ def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
 
 
 def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
-    """Run the job on `comm`; returns the global results on rank 0 (None elsewhere)."""
-    from slicer.spmd.simulator import assemble
+    """Run the job on `comm`; returns the global results on rank 0 (None elsewhere).
 
+    After a warm-up run (first calls pay one-time costs: symbol resolution, MPI connections), `repeat` runs
+    measure the total time as users see it, and `repeat` more with a barrier before each collective give the
+    per-step breakdown (waiting for other ranks vs transfer)."""
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     job = json.loads((job_dir / "job.json").read_text())
+    repeat = int(job.get("repeat", 1))
     executor = RankExecutor(graph, comm)
     rank = executor.rank
     maybe_kill(rank, "compiled")
     blocks = rank_inputs(graph, job, rank)
-    executor.run(blocks)  # warm-up: first calls pay one-time costs (symbol resolution, MPI connections)
-    comm.Barrier()
-    start = time.perf_counter()
+    executor.run(blocks)
+    totals, runs = [], []
     maybe_kill(rank, "run")
-    results, timings = executor.run(blocks)
-    elapsed = time.perf_counter() - start
+    for _ in range(repeat):
+        comm.Barrier()
+        start = time.perf_counter()
+        results, _ = executor.run(blocks)
+        totals.append(time.perf_counter() - start)
+    for _ in range(repeat):
+        comm.Barrier()
+        start = time.perf_counter()
+        _, events = executor.run(blocks, timed=True)
+        runs.append([(label, kind, t0 - start, t1 - start, t2 - start) for label, kind, t0, t1, t2 in events])
     gathered = comm.gather(results, root=0)
-    all_timings = comm.gather(timings, root=0)
+    all_runs = comm.gather(runs, root=0)
+    all_totals = comm.gather(totals, root=0)
     compile_times = comm.gather(executor.compile_seconds, root=0)
-    from slicer.lowering import cache_stats
-
     misses = comm.gather(cache_stats().misses, root=0)
     backends = comm.gather(executor.backend, root=0)
     if rank != 0:
@@ -64,10 +79,10 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         array = assemble(graph.mesh, dist, [gathered[r][index] for r in range(len(gathered))], f"result #{index}")
         np.save(job_dir / f"result{index}.npy", array)
         outputs.append(array)
-    steps = [(label, max(t[i][1] for t in all_timings)) for i, (label, _) in enumerate(all_timings[0])]
-    (job_dir / "timings.json").write_text(json.dumps({
-        "seconds": elapsed, "steps": steps, "compile_seconds_max": max(compile_times), "ranks": len(gathered),
-        "kernel_cache_misses": sum(misses), "kernel_backends": sorted(set(backends))}))
+    seconds, steps = reduce_runs(all_runs, all_totals)
+    timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
+                      tuple(tuple(rank_runs[-1]) for rank_runs in all_runs))
+    (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 
 

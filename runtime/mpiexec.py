@@ -22,9 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-
-class LaunchError(RuntimeError):
-    """The SPMD job could not be started or did not finish (message says why and how to fix)."""
+from slicer.core.errors import LaunchError
 
 
 def find_mpiexec(explicit: str | None = None) -> str:

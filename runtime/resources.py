@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import os
 
-from slicer.lowering.kernel_graph import KernelGraph
+from slicer.core.errors import ResourceError
+from slicer.lowering import KernelGraph
 
 OVERSUBSCRIBE_ENV = "SLICER_OVERSUBSCRIBE"
 """Set to 1 to allow more local ranks than cores everywhere (e.g. a test suite on a small machine)."""
-
-
-class ResourceError(RuntimeError):
-    """The job does not fit this host (too many ranks for its cores, or blocks larger than its memory)."""
 
 
 def host_cores() -> int:

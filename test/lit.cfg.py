@@ -15,7 +15,7 @@ config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "Inputs", "__pyca
 
 python = lit_config.params.get("python", sys.executable)
 sys.path.insert(0, os.path.join(os.path.dirname(config.test_source_root), "python"))
-from slicer.toolchain import find_tool  # noqa: E402
+from slicer.core.toolchain import find_tool  # noqa: E402
 
 repo = os.path.dirname(config.test_source_root)
 filecheck = find_tool("FileCheck") or f"{python} -m filecheck"

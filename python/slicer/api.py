@@ -1,4 +1,5 @@
-"""The Python front door: `slicer.compile(...)` gives a `Program` to explain and run.
+"""The Python front door (layer 12 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
+explain and run; `apply_tactics` and `propagate` run single stages.
 
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2),
                           tactics=[slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")])
@@ -7,49 +8,45 @@
     out = prog.run(x, w1, b1, w2)             # ranks=None: the in-process SPMD simulator
     out = prog.run_in_mpi(x, w1, b1, w2)      # already under mpiexec: each rank takes its blocks
 
-Compilation is tactics -> propagation -> partitioning -> kernel extraction; the
-stages are the passes `slicer-opt` runs, so any stage can be reproduced there.
+Compilation is tactics -> propagation -> partitioning -> kernel extraction; the stages are the passes
+`slicer-opt` runs, so any stage can be reproduced there. Every compile-time problem raises `CompileError`
+(or a subclass, e.g. `TacticError`), every run-time problem `RunError`.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 from mlir import ir
 
-from slicer.dialect import make_context
-from slicer.lowering.kernel_graph import KernelGraph
-from slicer.passes.pipeline import run_pipeline
-from slicer.propagation.api import explain as explain_propagation
-from slicer.redistribution import Mesh
-from slicer.tactics import Replicate, Tile, apply_tactics
-from slicer.tools.slicer_opt import parse_source
+from slicer.checking import check_equivalent
+from slicer.core.errors import CompileError, InvalidTactic, ResourceError, RunError, SlicerError
+from slicer.core.mesh import Mesh
+from slicer.dialect import make_context, parse_source
+from slicer.lowering import KernelGraph
+from slicer.passes import run_pipeline
+from slicer.propagation import explain as explain_propagation
+from slicer.runtime import SpmdProgram, Timings, assemble, launch
+from slicer.runtime.blocks import rank_slices
+from slicer.runtime.executor import RankExecutor
+from slicer.runtime.resources import check_memory, check_ranks
+from slicer.spmd import report
+from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 
 
-class CompileError(ValueError):
-    """The program cannot be partitioned as asked (the message has the located diagnostics)."""
-
-
-class RunError(RuntimeError):
-    """A run failed: bad arguments, or a rank failed (the message has that rank's traceback)."""
-
-
-@dataclass
+@dataclass(frozen=True)
 class Program:
-    """A partitioned program: the original, its SPMD form and kernel graph (immutable once built)."""
+    """A partitioned program: the original, its SPMD form, its kernel graph and the propagation report."""
 
     original: str
     spmd: str
     graph: KernelGraph
     propagation: str
-    last_timings: dict = field(default_factory=dict, compare=False)
 
     @property
     def mesh(self) -> Mesh:
@@ -57,8 +54,6 @@ class Program:
 
     def explain(self) -> str:
         """The readable report: distributed types, collectives with bytes per device, kernels."""
-        from slicer.spmd import report
-
         with make_context():
             collectives = report(ir.Module.parse(self.spmd)).text()
         g = self.graph
@@ -73,7 +68,8 @@ class Program:
         return "\n".join(lines)
 
     # -- running -----------------------------------------------------------------------------------------
-    def _check_arrays(self, arrays) -> list[np.ndarray]:
+    def check_arrays(self, arrays) -> list[np.ndarray]:
+        """`arrays` as numpy arrays, checked against the arguments' shapes and dtypes (RunError if not)."""
         g = self.graph
         if len(arrays) != len(g.args):
             raise RunError(f"@{g.entry} takes {len(g.args)} arrays, got {len(arrays)}")
@@ -88,16 +84,16 @@ class Program:
             checked.append(array)
         return checked
 
-    def run(self, *arrays: np.ndarray, ranks: int | None = None, timeout: float = 600, mpiexec: str | None = None,
-            oversubscribe: bool = False):
-        """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when
-        the function has several results). More ranks than this host's cores need `oversubscribe=True`."""
-        from slicer.runtime.resources import ResourceError, check_memory, check_ranks
-
-        arrays = self._check_arrays(arrays)
+    def run(self, *arrays: np.ndarray, ranks: int | None = None, repeat: int = 1, timeout: float = 600,
+            mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False):
+        """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
+        function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat`
+        timed runs: medians per step of the slowest rank). More ranks than this host's cores need
+        `oversubscribe=True`."""
+        arrays = self.check_arrays(arrays)
         if ranks is None:
-            from slicer.spmd import SpmdProgram
-
+            if return_timings:
+                raise RunError("timings are measured on MPI ranks: give ranks=N with return_timings=True")
             try:
                 check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
             except ResourceError as exc:
@@ -106,37 +102,32 @@ class Program:
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
-        try:
-            check_ranks(ranks, oversubscribe)
-            check_memory(self.graph, ranks)
-        except ResourceError as exc:
-            raise RunError(str(exc)) from None
+        check_ranks(ranks, oversubscribe)
+        check_memory(self.graph, ranks)
         job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
         try:
             inputs = []
             for i, array in enumerate(arrays):
                 np.save(job_dir / f"input{i}.npy", array)
                 inputs.append(str(job_dir / f"input{i}.npy"))
-            results = launch(self.graph, job_dir, ranks, inputs=inputs, timeout=timeout, mpiexec=mpiexec)
-            self.last_timings = json.loads((job_dir / "timings.json").read_text())
+            results, timings = launch(self.graph, job_dir, ranks, inputs=inputs, repeat=repeat, timeout=timeout,
+                                      mpiexec=mpiexec)
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
-        return results[0] if len(results) == 1 else tuple(results)
+        outputs = results[0] if len(results) == 1 else tuple(results)
+        return (outputs, timings) if return_timings else outputs
 
     def run_in_mpi(self, *arrays: np.ndarray, comm=None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
         is enough: each rank reads only its blocks); rank 0 gets the results, the others None."""
-        from mpi4py import MPI
-
-        from slicer.runtime.blocks import rank_slices
-        from slicer.runtime.executor import RankExecutor
-        from slicer.spmd.simulator import assemble
+        from mpi4py import MPI  # optional at import time: only MPI runs need it
 
         comm = comm or MPI.COMM_WORLD
-        arrays = self._check_arrays(arrays)
+        arrays = self.check_arrays(arrays)
         executor = RankExecutor(self.graph, comm)
         rank, g = executor.rank, self.graph
-        blocks = [np.require(a[rank_slices(g.mesh, g.values[n].dist, rank)], requirements="C") for a, n in zip(arrays, g.args)]
+        blocks = [np.require(a[rank_slices(g.mesh, g.values[n].dist, rank)], requirements="C")
+                  for a, n in zip(arrays, g.args)]
         results, _ = executor.run(blocks)
         gathered = comm.gather(results, root=0)
         if rank != 0:
@@ -146,27 +137,58 @@ class Program:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[str] | None = None, seed: int = 0,
-           timeout: float = 600, mpiexec: str | None = None) -> list[np.ndarray]:
-    """Run `graph` on `ranks` MPI ranks with inputs from `.npy` files (or random from `seed`);
-    results are written to and read from `job_dir`."""
-    from slicer.runtime.executor import load_kernels
-    from slicer.runtime.mpiexec import run_spmd
+def apply_tactics(module: ir.Module | ir.Operation | str, tactics: Sequence[Tactic] = (), *,
+                  mesh: Mesh | dict | str | None = None, entry: str | None = None,
+                  check_each_step: bool = False) -> ir.Module | ir.Operation:
+    """Apply the module's IR annotations, then `tactics` in order; returns the (rewritten) module.
 
-    # Compile (or find in the cache) once here, so the ranks only load the kernels.
-    load_kernels(graph)
-    (job_dir / "graph.json").write_text(graph.to_json())
-    (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed}))
-    done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)
-    if done.returncode != 0:
-        raise RunError(f"the SPMD job failed on {ranks} ranks (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}")
-    return [np.load(job_dir / f"result{i}.npy") for i in range(len(graph.results))]
+    - `tactics` refer to arguments/results of `entry` (default: the module's only function, or its only
+      public one).
+    - `mesh`: the mesh the tactics' axes belong to. Omit it when the module declares exactly one
+      `slicer.mesh`; give a mesh name to choose among several; give a `Mesh` or `{axis: size}` mapping to
+      use a matching declared mesh, or to insert `slicer.mesh @mesh` when the module declares none.
+    - A module given as text is parsed into a fresh context and the new module returned; an
+      `ir.Module`/`ir.Operation` is rewritten in place and returned.
+
+    Raises `TacticError` (all problems, each located at the function or annotate op and naming the tactic)
+    without changing the module. With `check_each_step`, the program is run through the JIT after every
+    tactic and compared with the original (`StepMismatch` names the tactic on a mismatch)."""
+    tactics = tuple(tactics)
+    for tactic in tactics:
+        if not isinstance(tactic, (Tile, Replicate)):
+            raise InvalidTactic(f"{tactic!r} is not a tactic; use slicer.Tile(...) or slicer.Replicate(...)")
+    if isinstance(module, str):
+        with make_context(), ir.Location.unknown():
+            module = ir.Module.parse(module)
+    op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
+    after_each = None
+    if check_each_step:
+        original = str(op)
+        after_each = lambda label: check_equivalent(original, str(op), step=f"tactic {label}")  # noqa: E731
+    TacticRewriter(op, tactics, mesh=mesh, entry=entry, after_each=after_each).run()
+    return module
 
 
-def compile(module, *, mesh: Mesh, tactics: Sequence[Tile | Replicate] = (), entry: str | None = None,  # noqa: A001
+def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool = False):
+    """Run `slicer-propagate` on `module` (an ir.Module/Operation, rewritten in place, or text, parsed into a
+    fresh context); returns the module. Raises `CompileError` with located diagnostics on conflicts (strict)
+    or unsupported ops."""
+    if isinstance(module, str):
+        with make_context():
+            module = ir.Module.parse(module)
+    options = f"strict-conflicts={int(strict_conflicts)} check-each-step={int(check_each_step)}"
+    with module.context:
+        try:
+            run_pipeline(module, f"slicer-propagate{{{options}}}")
+        except ir.MLIRError as exc:
+            raise CompileError(str(exc)) from None
+    return module
+
+
+def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | None = None,  # noqa: A001
             source_name: str | None = None) -> Program:
     """Partition `module` (text or IR) over `mesh` with `tactics` (plus its IR annotations).
-    `source_name` names the text's file in locations (provenance of collectives)."""
+    `source_name` names the text's file in locations (provenance of collectives). Raises `CompileError`."""
     if not isinstance(mesh, Mesh):
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)), got {mesh!r}")
     original = module if isinstance(module, str) else str(module)
@@ -179,5 +201,12 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tile | Replicate] = (), ent
             run_pipeline(parsed, "slicer-partition")
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
+        except CompileError:
+            raise
+        except SlicerError as exc:  # e.g. InvalidTactic: still a compile-time problem
+            raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
     return Program(original, spmd, KernelGraph.from_spmd(spmd, entry), propagation)
+
+
+__all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]

@@ -61,7 +61,7 @@
 // CHECK-LABEL: func.func @megatron
 // CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32> {slicer.dist = "{{\[\[}}],[]]"}, %[[W1:.*]]: tensor<8x4xf32> {slicer.dist = "{{\[\[}}],[y]]"}, %[[W2:.*]]: tensor<4x8xf32> {slicer.dist = "{{\[\[}}y],[]]"})
 // CHECK-SAME: -> (tensor<4x8xf32> {slicer.dist = "{{\[\[}}],[]]", slicer.dist_source = "default"})
-// CHECK-SAME: attributes {slicer.mesh = "y=4"}
+// CHECK-SAME: attributes {slicer.spmd_mesh = "y=4"}
 // CHECK-NOT: shard.
 // CHECK: %[[H:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] varying=[y]"]} ins(%[[X]], %[[W1]] : tensor<4x8xf32>, tensor<8x4xf32>)
 // CHECK-NOT: shard.

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 from slicer.redistribution import initial_blocks, plan, simulate_blocks
 from slicer.redistribution.mpi_exec import MeshExecutor
-from slicer.redistribution.simulate import mismatches
+from slicer.redistribution.simulation import mismatches
 from slicer.redistribution.suite import cases
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slicer.runtime.mpiexec import LaunchError, find_mpiexec, run_spmd
+from slicer.core.errors import LaunchError
+from slicer.runtime.mpiexec import find_mpiexec, run_spmd
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 WORKER = str(Path(__file__).with_name("fault_worker.py"))

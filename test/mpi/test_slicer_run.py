@@ -44,9 +44,11 @@ def test_runs_on_mpi_ranks_equal_the_single_process_program(example, mesh, tacti
     reference = compile_function(text)
     rng = np.random.default_rng(len(example))
     inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in reference.inputs]
-    got = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240)
+    got, timings = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240, return_timings=True)
     np.testing.assert_allclose(got, reference(*inputs), rtol=1e-5, atol=1e-5)
-    assert prog.last_timings["ranks"] == prog.mesh.device_count
+    assert timings.ranks == prog.mesh.device_count and timings.repeat == 1
+    assert [s.kind for s in timings.steps] == ["collective" if hasattr(n, "step") else "kernel" for n in prog.graph.nodes]
+    assert len(timings.events) == prog.mesh.device_count
 
 
 def slicer_run(*args, env=None, timeout=240):

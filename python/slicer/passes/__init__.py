@@ -1,1 +1,51 @@
-"""Slicer passes: one file per pass, a lazy registry, and pipeline parsing."""
+"""Slicer's passes (layer 11 of docs/architecture.md): thin wrappers, one file per pass named like its lit
+test (`test/Transforms/<pass-name>.mlir`), each giving its stage's package options, docs and a call.
+
+`PASSES` is the registry by name; `run_pipeline` runs any pipeline mixing them with upstream passes.
+Adding a pass: one file here, one line in `PASSES`, one lit test.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.passmanager import PassManager
+
+from slicer.core import pipeline as _pipeline
+from slicer.core.passes import ModulePass
+from slicer.dialect import make_context
+
+from .apply_tactics import SlicerApplyTactics
+from .lower_to_loops import SlicerLowerToLoops
+from .partition import SlicerPartition
+from .propagate import SlicerPropagate
+from .verify import SlicerVerify
+
+PASSES: dict[str, type[ModulePass]] = {
+    cls.name: cls for cls in (SlicerVerify, SlicerLowerToLoops, SlicerApplyTactics, SlicerPropagate, SlicerPartition)
+}
+
+
+def pass_names() -> list[str]:
+    return sorted(PASSES)
+
+
+def build_pass_manager(pipeline: str, context: ir.Context | None = None) -> PassManager:
+    """One PassManager running `pipeline` (Slicer and upstream passes) on `builtin.module`."""
+    return _pipeline.build_pass_manager(pipeline, context, PASSES)
+
+
+def run_pipeline(module: ir.Module | ir.Operation, pipeline: str) -> None:
+    """Run `pipeline` on `module` in place; raises ir.MLIRError with located diagnostics on failure."""
+    _pipeline.run_pipeline(module, pipeline, PASSES)
+
+
+def transform(module, pipeline: str, *, debug_info: bool = False) -> str:
+    """Run `pipeline` on a copy of `module` (text or IR) in a fresh context; returns the result's text (with
+    locations, e.g. the collectives' provenance, when `debug_info`)."""
+    with make_context(), ir.Location.unknown():
+        parsed = ir.Module.parse(module if isinstance(module, str) else str(module))
+        run_pipeline(parsed, pipeline)
+        return parsed.operation.get_asm(enable_debug_info=debug_info)
+
+
+__all__ = ["PASSES", "build_pass_manager", "pass_names", "run_pipeline", "transform"]

@@ -1,27 +1,13 @@
-"""`slicer-lower-to-loops`: give `slicer.loop`/`slicer.slice` their sequential meaning.
-
-Each `slicer.loop` over a range of size k becomes an `scf.for` from 0 to k whose
-iteration arguments accumulate the results:
-- `tile<d>`: start from `tensor.empty`, `tensor.insert_slice` block i at offset
-  i * (block size along d);
-- `sum`: start from zeros (`linalg.fill`), `linalg.add` each block.
-Each `slicer.slice(t, d, r)` of the loop's range becomes `tensor.extract_slice`
-at offset i * (block size along d). `slicer.annotate` is the identity and is
-dropped; `slicer.mesh` declarations stay (they are inert). Loops are lowered
-outermost first so a slice deep inside nested loops sees its loop's induction
-variable. The result is upstream MLIR only, runnable by the JIT.
-"""
+"""`slicer-lower-to-loops`: give slicer loops their sequential meaning (`slicer.lowering.loops`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, linalg, scf, tensor
 
-from slicer.dialect import ANNOTATE, LOOP, SLICE, LoopOp, SliceOp, SumAction, TileAction, split_product_slices, walk_ops
-
-from .base import Located, ModulePass, PassFailure
+from slicer.core.passes import ModulePass
+from slicer.lowering import lower_loops
 
 
 @dataclass(frozen=True)
@@ -30,91 +16,4 @@ class SlicerLowerToLoops(ModulePass):
     description = "Lower slicer.loop/slicer.slice to scf.for, tensor.extract_slice/insert_slice and linalg.add"
 
     def apply(self, module: ir.Operation) -> None:
-        split_product_slices(module)  # slices by product ranges become nested slices
-        for op in walk_ops(module, ANNOTATE):
-            op.results[0].replace_all_uses_with(op.operands[0])
-            op.erase()
-        for op in walk_ops(module, LOOP):
-            lower_loop(LoopOp(op))
-        leftover = list(walk_ops(module, SLICE))
-        if leftover:
-            raise PassFailure(
-                [Located(op.location, "'slicer.slice' whose range is not the argument of an enclosing slicer.loop cannot be lowered to loops") for op in leftover]
-            )
-
-
-def _index(value: int) -> ir.Value:
-    return arith.constant(ir.IndexType.get(), value)
-
-
-def _zero(element_type: ir.Type) -> ir.Value:
-    if isinstance(element_type, ir.FloatType):
-        return arith.constant(element_type, 0.0)
-    return arith.constant(element_type, 0)
-
-
-def lower_loop(loop: LoopOp) -> None:
-    op = loop.operation
-    action, rng = loop.action, loop.range
-    if action is None or rng is None:
-        raise PassFailure(Located(op.location, "malformed 'slicer.loop' (run slicer-verify for details)"))
-    with ir.InsertionPoint(op), op.location:
-        inits = []
-        for result in loop.results:
-            rtype = ir.RankedTensorType(result.type)
-            empty = tensor.empty(rtype.shape, rtype.element_type)
-            inits.append(linalg.fill(_zero(rtype.element_type), outs=[empty]) if isinstance(action, SumAction) else empty)
-        for_op = scf.ForOp(_index(0), _index(rng.size), _index(1), inits)
-    iv = for_op.induction_variable
-    with ir.InsertionPoint(for_op.body), op.location:
-        placeholder = scf.YieldOp([])
-    body_ops = [o.operation for o in loop.body.operations]
-    terminator, body_ops = body_ops[-1], body_ops[:-1]
-    for body_op in body_ops:
-        body_op.move_before(placeholder)
-    _lower_slices_of(loop.range_arg, iv)
-    with ir.InsertionPoint(placeholder), terminator.location:
-        updated = []
-        for acc, block in zip(for_op.inner_iter_args, terminator.operands):
-            if isinstance(action, TileAction):
-                updated.append(_insert_block(block, acc, action.dim, iv))
-            else:
-                updated.append(linalg.add(acc, block, outs=[acc]))
-        scf.YieldOp(updated)
-    placeholder.erase()
-    for old, new in zip(loop.results, for_op.results):
-        old.replace_all_uses_with(new)
-    op.erase()
-
-
-def _offset(iv: ir.Value, block_size: int) -> ir.Value:
-    return arith.muli(iv, _index(block_size))
-
-
-def _insert_block(block: ir.Value, dest: ir.Value, dim: int, iv: ir.Value) -> ir.Value:
-    btype = ir.RankedTensorType(block.type)
-    dynamic = ir.ShapedType.get_dynamic_size()
-    static_offsets = [dynamic if d == dim else 0 for d in range(btype.rank)]
-    return tensor.insert_slice(
-        block, dest, [_offset(iv, btype.shape[dim])], [], [],
-        static_offsets, list(btype.shape), [1] * btype.rank,
-    )
-
-
-def _lower_slices_of(range_arg: ir.Value, iv: ir.Value) -> None:
-    users = [use.owner for use in range_arg.uses]
-    for user in users:
-        user = user.operation if isinstance(user, ir.OpView) else user
-        if user.name != SLICE:
-            raise PassFailure(Located(user.location, f"'{user.name}' uses a !slicer.range; only 'slicer.slice' may"))
-        view = SliceOp(user)
-        rtype = ir.RankedTensorType(view.result.type)
-        dynamic = ir.ShapedType.get_dynamic_size()
-        static_offsets = [dynamic if d == view.dim else 0 for d in range(rtype.rank)]
-        with ir.InsertionPoint(user), user.location:
-            extracted = tensor.extract_slice(
-                rtype, view.source, [_offset(iv, rtype.shape[view.dim])], [], [],
-                static_offsets, list(rtype.shape), [1] * rtype.rank,
-            )
-        view.result.replace_all_uses_with(extracted)
-        user.erase()
+        lower_loops(module)

@@ -1,9 +1,9 @@
-"""`slicer-propagate`: push partitioning loops through the program with the rule table.
+"""`slicer-propagate`: push partitioning loops through the program with the rule table
+(`slicer.propagation`, docs/propagation.md).
 
-Runs the laws of slicer.propagation to a fixpoint in every function, then
-reports conflicts (as remarks, or errors with `strict-conflicts`). With
-`check-each-step`, the program before and after is run through the JIT on
-random inputs and compared; a mismatch is an error naming the step.
+Conflicts are resolved (the earlier tactic wins, the point is marked `slicer.conflict`) or, with
+`strict-conflicts`, reported as errors. With `check-each-step`, the program before and after is run
+through the JIT on random inputs and compared; a mismatch is an error naming the step.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.checking import StepMismatch, check_equivalent
-from slicer.propagation.engine import propagate
-from slicer.propagation.laws import UnsupportedOp
-
-from .pipeline import run_pipeline
-
-from .base import Located, ModulePass, PassFailure
+from slicer.checking import check_equivalent
+from slicer.core.errors import Located, PassFailure, StepMismatch
+from slicer.core.passes import ModulePass
+from slicer.propagation import propagate_module
 
 
 @dataclass(frozen=True)
@@ -31,24 +28,7 @@ class SlicerPropagate(ModulePass):
 
     def apply(self, module: ir.Operation) -> None:
         before = str(module) if self.check_each_step else None
-        errors = []
-        for op in module.regions[0].blocks[0].operations:
-            op = op.operation
-            if op.name != "func.func" or not len(op.regions[0].blocks):
-                continue
-            try:
-                _, conflicts = propagate(op)
-            except UnsupportedOp as exc:
-                raise PassFailure(Located(exc.op.location, str(exc))) from None
-            # Without strict-conflicts a conflict is resolved (earlier tactic wins) and stays
-            # visible as the `slicer.conflict` attribute on the redistribution point.
-            if self.strict_conflicts:
-                errors.extend(Located(c.op.location, c.message) for c in conflicts)
-        if errors:
-            raise PassFailure(errors)
-        # Deforestation copies producers into each consumer; merged slices make the copies
-        # identical, and upstream CSE keeps one.
-        run_pipeline(module, "cse")
+        propagate_module(module, strict_conflicts=self.strict_conflicts)
         if before is not None:
             try:
                 check_equivalent(before, str(module), step="slicer-propagate")

@@ -1,4 +1,4 @@
-"""`slicer-verify`: the dialect's semantic verifier as a pass (run by default on input)."""
+"""`slicer-verify`: the dialect's semantic verifier as a pass (slicer-opt runs it on every input)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from slicer.core.errors import Located, PassFailure
+from slicer.core.passes import ModulePass
 from slicer.dialect.verifier import verify
-
-from .base import Located, ModulePass, PassFailure
 
 
 @dataclass(frozen=True)

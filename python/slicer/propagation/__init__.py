@@ -1,8 +1,15 @@
-"""Propagation of partitioning loops through a program (DESIGN.md sections 1 and 3).
+"""Propagation of partitioning loops through a program (docs/propagation.md; layer 6 of docs/architecture.md).
 
 The rule table (`slicer.rules`) says how an op computes block-wise when one of
 its dims is tiled; `laws` are the rewrites of the loop/slice calculus
-(deforestation, commuting slices into loops, backward into producers, forward
-into consumers, hoisting, dead loops); `engine` applies them to a fixpoint and
-reports conflicts.
+(dead code, merging and composing slices, deforestation, commuting slices into
+loops, backward into producers, forward into consumers, hoisting, fusion of
+sibling loops); `engine` applies them to a fixpoint and reports conflicts;
+`explain` says which loops partition each op and why.
 """
+
+from .engine import Conflict, PropagationError, propagate, propagate_module
+from .explain import explain
+from .laws import UnsupportedOp
+
+__all__ = ["Conflict", "PropagationError", "UnsupportedOp", "explain", "propagate", "propagate_module"]

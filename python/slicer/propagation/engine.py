@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.dialect import SLICE, SliceOp, walk_ops
+from slicer.core.errors import Located, PassFailure
+from slicer.core.functions import defined_functions
+from slicer.core.names import CONFLICT_ATTR, SLICE
+from slicer.core.pipeline import run_pipeline
+from slicer.dialect import SliceOp, walk_ops
 
 from .ir_utils import as_op, enclosing_loops
-from .laws import LATE_LAWS, LAWS, Journal, tactic_name, tile_loop_of
+from .laws import LATE_LAWS, LAWS, Journal, UnsupportedOp, tactic_name, tile_loop_of
 
-CONFLICT_ATTR = "slicer.conflict"
 MAX_REWRITES = 100_000
 
 
@@ -42,6 +45,26 @@ class Conflict:
     winner: str
     loser: str
     message: str
+
+
+def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False) -> list[Conflict]:
+    """Propagate the loops of every function of `module` in place; returns the conflicts.
+
+    Without `strict_conflicts` a conflict is resolved (the earlier tactic wins) and stays visible as the
+    `slicer.conflict` attribute on the redistribution point; with it, conflicts are located errors. An op
+    without a rule reached by a tiled value is a located error (`PassFailure`)."""
+    conflicts = []
+    for func in defined_functions(module):
+        try:
+            conflicts += propagate(func)[1]
+        except UnsupportedOp as exc:
+            raise PassFailure(Located(exc.op.location, str(exc))) from None
+    if strict_conflicts and conflicts:
+        raise PassFailure([Located(c.op.location, c.message) for c in conflicts])
+    # Deforestation copies producers into each consumer; merged slices make the copies identical, and
+    # upstream CSE keeps one.
+    run_pipeline(module, "cse")
+    return conflicts
 
 
 def propagate(function: ir.Operation) -> tuple[Journal, list[Conflict]]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from mlir import ir
 
-from slicer.dialect import LOOP, LoopOp
+from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE
+from slicer.dialect import LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
-PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", "slicer.slice", "slicer.loop", "slicer.range_product")
+PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
 
 
 def as_op(op) -> ir.Operation:

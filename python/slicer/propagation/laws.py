@@ -1,11 +1,16 @@
 """The rewrites of the loop/slice calculus, each a function `op -> bool` (True if it rewrote).
 
+In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
 - `eliminate_dead`: unused value-semantics ops (slicer loops and slices included,
   which upstream DCE cannot remove: dynamic ops carry no side-effect information).
+- `merge_duplicate_slice`: two identical slices in one block are one value (so
+  CSE can merge what deforestation copied for each consumer).
 - `compose_slices`: slices of slices along one dim are one slice over the
   product range (range algebra), which deforestation then matches against a
   loop over that product range.
 - `deforest`: slice(loop_tile<d>(r' -> body(r')), d, r) == body(r).
+- `commute_slice_into_loop`: a slice over range r of a loop over other axes is
+  a loop over those axes of the slices of its blocks.
 - `push_slice_into_producer` (backward): a block of an op's result is the op on
   blocks of its operands, when the rule table says so.
 - `pull_op_into_loop` (forward): an op consuming a tile loop's result becomes a
@@ -25,7 +30,9 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from slicer.dialect import LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, LoopOp, range_product, SliceOp, SumAction, TileAction, loop, slice_, with_dim, yield_
+from slicer.core.names import DIALECT_PREFIX, LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, YIELD
+from slicer.dialect import LoopOp, SliceOp, SumAction, TileAction, loop, range_product, slice_, with_dim, yield_
+from slicer.rules import NoRule, RuleOutcome, rule_for
 
 from .ir_utils import (
     as_op,
@@ -38,8 +45,6 @@ from .ir_utils import (
     is_zero_tensor,
     result_index,
 )
-from slicer.rules import NoRule, RuleOutcome, rule_for
-
 NO_PRIORITY = 1 << 30
 
 
@@ -237,7 +242,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
         return False
     view = SliceOp(op)
     producer = defining_op(view.source)
-    if producer is None or producer.name.startswith("slicer.") or producer.name == "func.call":
+    if producer is None or producer.name.startswith(DIALECT_PREFIX) or producer.name == "func.call":
         return False
     rng = view.range
     try:
@@ -328,7 +333,7 @@ def forward_candidates(op: ir.Operation) -> list[Candidate]:
 
 
 def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
-    if op.name.startswith("slicer.") or op.name in ("func.return", "tosa.yield") or not op.results:
+    if op.name.startswith(DIALECT_PREFIX) or op.name in ("func.return", YIELD) or not op.results:
         return False
     busy_axes = enclosing_axes(op)
     for candidate in forward_candidates(op):
@@ -481,7 +486,7 @@ def _fuse(first: LoopOp, second: LoopOp, *, at: ir.Operation) -> None:
 
 
 def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
-    if not is_pure(op) or op.name.startswith("slicer."):
+    if not is_pure(op) or op.name.startswith(DIALECT_PREFIX):
         return False
     parent = op.parent
     if parent is None or as_op(parent).name != LOOP:

@@ -29,9 +29,9 @@ from typing import ClassVar, Union
 
 import numpy as np
 
-from .errors import RedistributionError
+from slicer.core.errors import RedistributionError
 from .layout import Layout, nontrivial_partial
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import Layout, nontrivial_partial
-from .plan import Plan
+from .plans import Plan
 from .search import Search
 from .synthesis import _reduced
 

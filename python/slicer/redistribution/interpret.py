@@ -13,9 +13,9 @@ from typing import Sequence
 import numpy as np
 
 from .collectives import Step, apply_rule
-from .errors import RedistributionError
+from slicer.core.errors import RedistributionError
 from .layout import Layout
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType
 
 

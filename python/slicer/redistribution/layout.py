@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType
 
 

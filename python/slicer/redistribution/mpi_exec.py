@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
-from .errors import RedistributionError
-from .mesh import Mesh
+from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
 from .types import DistType
 
 

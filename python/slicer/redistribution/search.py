@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from .layout import Layout
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType
 
 UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType, itemsize
 
 

@@ -25,10 +25,10 @@ import numpy as np
 
 from .collectives import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
                           step_with_type)
-from .errors import RedistributionError
+from slicer.core.errors import RedistributionError
 from .layout import Layout
-from .mesh import Mesh
-from .plan import Plan
+from slicer.core.mesh import Mesh
+from .plans import Plan
 from .search import Search
 from .types import DistType, itemsize
 
@@ -74,17 +74,14 @@ def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32", frozen
 
 def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: tuple[str, ...]) -> Plan:
     """``plan`` on the sub-mesh of the axes not in ``frozen``, lifted to ``mesh`` (see ``plan``)."""
-    for axis in frozen:
-        mesh.axis_index(axis)
     for what, t in (("source", src), ("target", dst)):
         used = sorted(t.used_axes() & set(frozen))
         if used:
             raise RedistributionError(f"{what} {t} uses mesh axis '{used[0]}', along which devices hold different "
                                       "arrays; it cannot be redistributed over that axis")
-    kept = [(name, size) for name, size in mesh.axes if name not in frozen]
-    if not kept:
+    sub = mesh.without(frozen)
+    if not sub.axes:
         return Plan(mesh, src, dst, (), dtype)
-    sub = Mesh(kept)
     inner = plan(sub, src, dst, dtype=dtype)
     steps = [Permute(_lift_pairs(mesh, sub, step.pair_array), step.type_after) if isinstance(step, Permute) else step
              for step in inner.steps]

@@ -3,8 +3,7 @@
 A :class:`DistType` is a global ``shape``, for each tensor dim the ordered tuple of mesh axes that tile it
 (**major to minor**, the JAX / MLIR ``shard`` convention) and a tuple of partial-sum axes (kept in mesh
 order). Offset convention: for a dim tiled by ``[a0, a1, ..., an]`` a device's block index along the dim is
-``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. (DESIGN.md writes the same
-types finest-first as ``L{an,...,a0}G``.) Partial over ``z`` means the true value is the sum over the
+``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. Partial over ``z`` means the true value is the sum over the
 z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the block.
 
 Text form, used by the CLI, JSON, IR attributes and error messages: ``[[x,y],[]]`` and, with partial axes,
@@ -19,21 +18,16 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import RedistributionError
-from .mesh import Mesh
-
-#: Element types by name. bf16 is rejected: numpy has no native bfloat16 (it would need ml_dtypes).
-DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
-
+from slicer.core import dtypes
+from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype for a dtype name (``f32``, ``f64``, ``f16``, ``i32``, ``i64``)."""
-    if name in DTYPES:
-        return np.dtype(DTYPES[name])
-    if name == "bf16":
-        raise RedistributionError("dtype 'bf16' is not supported (numpy has no bfloat16): use f16 or f32 "
-                                  "for planning, the byte counts of f16 equal those of bf16")
-    raise RedistributionError(f"unknown dtype '{name}': use one of {', '.join(DTYPES)}")
+    """The numpy dtype of an element type name (``f32``, ``i32``, ...: the table of slicer.core.dtypes)."""
+    found = dtypes.numpy_dtype(name)
+    if found is None:
+        raise RedistributionError(f"dtype '{name}': {dtypes.unsupported(name)}")
+    return found
 
 
 def itemsize(name: str) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from .explicit import explicit_rule
+from .from_linalg import is_linalg_op, linalg_rule
 from .table import PARALLEL, REDUCTION, DimUse, OpRule, RuleOutcome
 
 
@@ -21,9 +23,6 @@ class NoRule(LookupError):
 
 def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     """The rule of `op`; raises NoRule naming the op and where to add an entry."""
-    from .explicit import explicit_rule
-    from .from_linalg import is_linalg_op, linalg_rule
-
     op = op.operation
     with op.context:
         if is_linalg_op(op):

@@ -18,6 +18,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
+from slicer.core.pipeline import run_pipeline
+
 from .combiner import reduction_combiner
 from .table import PARALLEL, REDUCTION, DimUse, OpRule
 
@@ -91,8 +93,6 @@ def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
 
 def _generalized_clone(op: ir.Operation) -> ir.Module:
     """A module with one function applying a clone of `op` to its arguments, generalized."""
-    from slicer.passes.pipeline import run_pipeline
-
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp("rule_probe", ([v.type for v in op.operands], [r.type for r in op.results]))

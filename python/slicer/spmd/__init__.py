@@ -1,16 +1,14 @@
-"""SPMD partitioning support (DESIGN.md section 2, step 4; docs/partition.md).
+"""SPMD partitioning (docs/partition.md; layer 7 of docs/architecture.md).
 
-The pass itself is `slicer.passes.partition` (`slicer-partition`); this package holds what it and its users
-need: distributed types of SSA values (`dist_types`), argument layout inference (`infer`), plan emission as
-collective ops (`emit`), the in-process SPMD simulator (`simulator`), the collectives report (`report`) and the
-test oracle (`check`).
+`partition` turns a loop program into SPMD functions on local tensors with explicit collectives (the pass
+`slicer-partition` calls it); `dist_types` are the distributed types of SSA values, `infer` the layout of
+unannotated arguments, `emit` writes a redistribution plan as collective ops, `report` says what an SPMD
+program communicates and why.
 
-    from slicer.spmd import partition, compare, SpmdProgram, report
+    from slicer.spmd import partition_module, report
 """
 
-from .check import Comparison, compare, partition, random_inputs
+from .partition import partition_module
 from .report import Report, report
-from .simulator import SimulationError, SpmdProgram, simulate
 
-__all__ = ["partition", "compare", "Comparison", "random_inputs", "SpmdProgram", "simulate", "SimulationError",
-           "report", "Report"]
+__all__ = ["partition_module", "report", "Report"]

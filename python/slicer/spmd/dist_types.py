@@ -23,22 +23,7 @@ from typing import Iterable
 
 from mlir import ir
 
-from slicer.dialect import MeshInfo
 from slicer.redistribution import DistType, Mesh
-
-DIST_ATTR = "slicer.dist"
-"""Attribute holding distributed types: a string on func args/results, an array of strings on ops."""
-
-MESH_ATTR = "slicer.mesh"
-"""On an SPMD `func.func`: the mesh as text (`x=2,y=4`), axes in declaration (major to minor) order."""
-
-AXES_ATTR = "slicer.axes"
-"""On the `shard.grid` that replaces a `slicer.mesh`: the axis names (shard grids have no names)."""
-
-
-def to_mesh(info: MeshInfo) -> Mesh:
-    return Mesh(list(zip(info.axes, info.shape)))
-
 
 def replicated(shape: Iterable[int]) -> DistType:
     shape = tuple(shape)
@@ -76,11 +61,3 @@ def tensor_shape(value: ir.Value) -> tuple[int, ...] | None:
     if isinstance(t, ir.RankedTensorType) and t.has_static_shape:
         return tuple(t.shape)
     return None
-
-
-def parse_dist(text: str, shape: Iterable[int], mesh: Mesh) -> DistType:
-    return DistType.parse(text, tuple(shape), mesh)
-
-
-def dist_string_attr(t: DistType) -> ir.Attribute:
-    return ir.StringAttr.get(t.spec())

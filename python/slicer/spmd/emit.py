@@ -28,13 +28,11 @@ from typing import Callable, Sequence
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from slicer.dialect.collectives import permute
+from slicer.core.names import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, DIST_ATTR, REDUCE_SCATTER
+from slicer.dialect import permute
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Mesh, Permute, Plan, ReduceScatter
 
-from .dist_types import DIST_ATTR, local_type
-
-COLLECTIVE_OPS = ("shard.all_gather", "shard.all_to_all", "shard.all_reduce", "shard.reduce_scatter",
-                  "shard.all_slice", "slicer.permute")
+from .dist_types import local_type
 
 
 def _i16_axes(mesh: Mesh, axes: Sequence[str]) -> ir.Attribute:
@@ -104,19 +102,19 @@ class PlanEmitter:
             if isinstance(step, AllSlice):
                 value = self.local_block(value, step.slice_axis, step.mesh_axes, where)
             elif isinstance(step, AllGather):
-                value = _collective("shard.all_gather", value, after, self.grid,
+                value = _collective(ALL_GATHER, value, after, self.grid,
                                     {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
                                      "gather_axis": _index_attr(step.gather_axis)}, where)
             elif isinstance(step, AllToAll):
-                value = _collective("shard.all_to_all", value, after, self.grid,
+                value = _collective(ALL_TO_ALL, value, after, self.grid,
                                     {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
                                      "split_axis": _index_attr(step.split_axis),
                                      "concat_axis": _index_attr(step.concat_axis)}, where)
             elif isinstance(step, AllReduce):
-                value = _collective("shard.all_reduce", value, after, self.grid,
+                value = _collective(ALL_REDUCE, value, after, self.grid,
                                     {"grid_axes": _i16_axes(self.mesh, step.mesh_axes)}, where)
             elif isinstance(step, ReduceScatter):
-                value = _collective("shard.reduce_scatter", value, after, self.grid,
+                value = _collective(REDUCE_SCATTER, value, after, self.grid,
                                     {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
                                      "scatter_axis": _index_attr(step.scatter_axis)}, where)
             elif isinstance(step, Permute):

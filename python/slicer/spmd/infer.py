@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from slicer.dialect import ANNOTATE, SLICE, AnnotateOp, SliceOp
+from slicer.core.names import ANNOTATE, SLICE
+from slicer.dialect import AnnotateOp, SliceOp
 from slicer.redistribution import DistType, Mesh, RedistributionError
 
 

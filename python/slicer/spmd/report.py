@@ -19,12 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from mlir import ir
 
-from slicer.dialect.collectives import PERMUTE
-
-from .dist_types import AXES_ATTR, DIST_ATTR, MESH_ATTR
-from .emit import COLLECTIVE_OPS
-
-_SOURCE_ATTR = "slicer.dist_source"
+from slicer.core import dtypes
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
+                               DIST_SOURCE_ATTR, GRID, PERMUTE, REDUCE_SCATTER, SPMD_MESH_ATTR)
 
 
 @dataclass(frozen=True)
@@ -93,9 +90,10 @@ class Report:
 
 
 def _itemsize(element: ir.Type) -> int:
-    text = str(element)
-    digits = "".join(ch for ch in text if ch.isdigit())
-    return max(1, int(digits) // 8) if digits else 4
+    dtype = dtypes.numpy_dtype(str(element))
+    if dtype is None:
+        raise ValueError(f"collective on {element} values: {dtypes.unsupported(str(element))}")
+    return dtype.itemsize
 
 
 def received_bytes(op: ir.Operation, group: int) -> int:
@@ -103,11 +101,11 @@ def received_bytes(op: ir.Operation, group: int) -> int:
     src = ir.RankedTensorType(op.operands[0].type)
     local = int(np.prod(src.shape, dtype=np.int64)) * _itemsize(src.element_type)
     name = op.name
-    if name == "shard.all_gather":
+    if name == ALL_GATHER:
         return (group - 1) * local
-    if name in ("shard.all_to_all", "shard.reduce_scatter"):
+    if name in (ALL_TO_ALL, REDUCE_SCATTER):
         return (group - 1) * (local // group)
-    if name == "shard.all_reduce":
+    if name == ALL_REDUCE:
         return -(-2 * (group - 1) * local // group)
     if name == PERMUTE:
         return local
@@ -144,21 +142,21 @@ def report(module: ir.Module | ir.Operation) -> Report:
     grids = {}
     for op in root.regions[0].blocks[0].operations:
         op = op.operation
-        if op.name == "shard.grid" and AXES_ATTR in op.attributes:
+        if op.name == GRID and AXES_ATTR in op.attributes:
             grids[ir.StringAttr(op.attributes["sym_name"]).value] = (
                 [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR])],
                 list(ir.DenseI64ArrayAttr(op.attributes["shape"])))
     for func in root.regions[0].blocks[0].operations:
         func = func.operation
-        if func.name != "func.func" or MESH_ATTR not in func.attributes:
+        if func.name != "func.func" or SPMD_MESH_ATTR not in func.attributes:
             continue
         name = ir.StringAttr(func.attributes["sym_name"]).value
-        out.meshes[name] = ir.StringAttr(func.attributes[MESH_ATTR]).value
+        out.meshes[name] = ir.StringAttr(func.attributes[SPMD_MESH_ATTR]).value
         if "res_attrs" in func.attributes:
             for index, attrs in enumerate(ir.ArrayAttr(func.attributes["res_attrs"])):
                 attrs = ir.DictAttr(attrs)
                 if DIST_ATTR in attrs:
-                    source = ir.StringAttr(attrs[_SOURCE_ATTR]).value if _SOURCE_ATTR in attrs else "requested"
+                    source = ir.StringAttr(attrs[DIST_SOURCE_ATTR]).value if DIST_SOURCE_ATTR in attrs else "requested"
                     out.results.append(ResultEntry(name, index, ir.StringAttr(attrs[DIST_ATTR]).value, source))
         for op in func.regions[0].blocks[0].operations:
             op = op.operation

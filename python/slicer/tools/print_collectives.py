@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from mlir import ir
 
+from slicer.spmd import report
+
 
 def collectives_text(module: ir.Module) -> str:
     """The report text, or a note when the module holds no partitioned function."""
-    from slicer.spmd.report import report
-
     result = report(module)
     if not result.results and not result.collectives:
         return "slicer-opt: --print-collectives: no partitioned function (run slicer-partition first)"

@@ -19,13 +19,16 @@ from pathlib import Path
 
 from mlir import ir
 
+from slicer.core.errors import KernelGraphError, PipelineError
+from slicer.core.toolchain import find_tool
 from slicer.dialect import make_context
+from slicer.dialect.parsing import PARSER_BUFFER_NAME, parse_source
 from slicer.dialect.verifier import verify
-from slicer.passes.pipeline import PipelineError, build_pass_manager
-from slicer.passes.registry import get_pass, pass_names
-from slicer.toolchain import find_tool
+from slicer.lowering import KernelGraph
+from slicer.passes import PASSES, build_pass_manager, pass_names
 
 from .diagnostics import Diag, check_expectations, expectations, file_line_col, from_mlir
+from .print_collectives import collectives_text
 
 SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
@@ -79,7 +82,7 @@ def upstream_passes() -> list[tuple[str, str]]:
 def list_passes() -> str:
     lines = ["Slicer passes:"]
     for name in pass_names():
-        cls = get_pass(name)
+        cls = PASSES[name]
         lines.append(f"  {name:<36} {cls.description}")
         for option in cls.options_help():
             lines.append(f"    {option}")
@@ -94,32 +97,6 @@ def list_passes() -> str:
 
 
 # ----------------------------------------------------------------------------- processing
-
-
-PARSER_BUFFER_NAME = "-"  # what ir.Module.parse calls its input in locations
-
-
-def parse_source(text: str, filename: str) -> ir.Operation:
-    """Parse `text` as a module like mlir-opt does (attribute aliases, an implicit module),
-    with `filename` in every location."""
-    module = ir.Module.parse(text).operation
-
-    def rename(loc: ir.Location) -> ir.Location:
-        if loc.is_a_file() and loc.filename == PARSER_BUFFER_NAME:
-            return ir.Location.file(filename, loc.start_line, loc.start_col)
-        return loc
-
-    def visit(op):
-        op = op.operation if isinstance(op, ir.OpView) else op
-        op.location = rename(op.location)
-        for region in op.regions:
-            for block in region.blocks:
-                for arg in block.arguments:
-                    arg.set_location(rename(arg.location))
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return module
 
 
 class ChunkResult:
@@ -189,15 +166,11 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
                 enable_debug_info=args.mlir_print_debuginfo, print_generic_op_form=args.mlir_print_op_generic
             )
             if args.print_kernel_graph:
-                from slicer.lowering.kernel_graph import KernelGraph, KernelGraphError
-
                 try:
                     result.messages.append(str(KernelGraph.from_spmd(str(module))))
                 except KernelGraphError as exc:
                     result.messages.append(f"slicer-opt: error: --print-kernel-graph: {exc}")
             if args.print_collectives:
-                from .print_collectives import collectives_text
-
                 result.messages.append(collectives_text(module))
     finally:
         handler.detach()

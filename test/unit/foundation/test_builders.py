@@ -4,7 +4,9 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func
 
+import slicer.core.names as names
 import slicer.dialect as sd
+from slicer.core.mesh import Mesh
 from slicer.dialect.verifier import verify
 from slicer.lowering import compile_function
 
@@ -35,18 +37,18 @@ def test_builders_produce_verified_ir_with_typed_views():
     with context:
         assert module.operation.verify()
         assert verify(module) == []
-        (loop_op,) = list(sd.walk_ops(module, sd.LOOP))
+        (loop_op,) = list(sd.walk_ops(module, names.LOOP))
         loop = sd.LoopOp(loop_op)
         assert loop.mesh == "mesh"
         assert loop.action == sd.TileAction(0)
         assert loop.range == sd.RangeType(("y",), 3)
         assert len(loop.yielded) == 1
-        (slice_op,) = list(sd.walk_ops(module, sd.SLICE))
+        (slice_op,) = list(sd.walk_ops(module, names.SLICE))
         assert sd.SliceOp(slice_op).dim == 0
         assert str(sd.SliceOp(slice_op).result.type) == "tensor<2x4xf32>"
-        (annotate_op,) = list(sd.walk_ops(module, sd.ANNOTATE))
+        (annotate_op,) = list(sd.walk_ops(module, names.ANNOTATE))
         assert sd.AnnotateOp(annotate_op).sharding == sd.Sharding("mesh", (("y",), ()))
-        assert sd.find_meshes(module)["mesh"].info() == sd.MeshInfo("mesh", ("x", "y"), (2, 3))
+        assert sd.find_meshes(module)["mesh"].mesh() == Mesh(x=2, y=3)
 
 
 def test_built_program_runs():

@@ -112,5 +112,5 @@ def test_wrong_argument_shape_is_a_clear_error():
 
 
 def test_entry_must_exist():
-    with pytest.raises(JitError, match=r"no function @nope in the module \(functions: @matmul\)"):
+    with pytest.raises(JitError, match=r"has no function @nope \(functions: @matmul\)"):
         compile_function(nested_matmul(8, 12, 5, 2, 4), entry="nope")

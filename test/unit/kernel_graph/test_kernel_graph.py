@@ -5,10 +5,16 @@ from pathlib import Path
 import numpy as np
 
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph, KernelNode
-from slicer.spmd import SpmdProgram, partition
+from slicer.passes import transform
+from slicer.runtime import SpmdProgram
 
 ROOT = Path(__file__).resolve().parents[3]
 PIPELINE = "slicer-apply-tactics{mesh=x=2,y=4 tactics=%s},slicer-propagate,slicer-partition"
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def graph_of(example: str, tactics: str) -> tuple[str, KernelGraph]:

@@ -7,9 +7,14 @@ import pytest
 
 from mlir import ir
 
-from slicer.spmd.check import partition
+from slicer.passes import transform
 
 MESH = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()\n'
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def error_of(text: str, pipeline: str = "slicer-partition") -> str:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from slicer.dialect import IRDL_PATH
-from slicer.spmd.check import compare, partition
-from slicer.toolchain import find_tool
+from slicer.checking import compare
+from slicer.passes import transform
+from slicer.core.toolchain import find_tool
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*_loops.mlir"))
@@ -29,6 +30,11 @@ EXPECTED = {
     "attention_heads_loops": {"shard.all_reduce": 1},
 }
 COLLECTIVE = re.compile(r"(shard\.(?:all_gather|all_to_all|all_reduce|reduce_scatter|all_slice)|slicer\.permute)\b")
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def collectives(text: str) -> dict:
@@ -52,7 +58,7 @@ def round_trip(text: str) -> str:
 
 def _ops_only(text: str) -> str:
     """The text without attribute names such as `slicer.dist` (only ops need the IRDL file)."""
-    return re.sub(r"slicer\.(dist_source|dist|mesh|axes)\b", "", text)
+    return re.sub(r"slicer\.(dist_source|dist|spmd_mesh|axes)\b", "", text)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])

@@ -5,7 +5,8 @@ Each is partitioned, checked for the collectives it should need, and simulated a
 import numpy as np
 import pytest
 
-from slicer.spmd.check import compare, partition
+from slicer.checking import compare
+from slicer.passes import transform
 
 from test_partition_examples import collectives, round_trip
 
@@ -152,6 +153,11 @@ func.func @f(%a: tensor<8x8xf32>) -> tensor<8x4xf32> {
   return %1 : tensor<8x4xf32>
 }""", {}),
 }
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))

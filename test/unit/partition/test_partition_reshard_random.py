@@ -8,10 +8,16 @@ import numpy as np
 import pytest
 
 from slicer.redistribution import DistType, Mesh, RedistributionError
-from slicer.spmd.check import compare, partition
+from slicer.checking import compare
+from slicer.passes import transform
 
 MESHES = [(("x", 2), ("y", 2)), (("x", 2), ("y", 4)), (("x", 4), ("y", 2)), (("x", 2), ("y", 2), ("z", 2))]
 SHAPES = [(8, 16), (8, 8, 4)]
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def random_dims(rng: random.Random, mesh: Mesh, shape, exclude=()) -> tuple:

@@ -15,8 +15,8 @@ import pytest
 
 import slicer
 from slicer.lowering import compile_function
-from slicer.spmd.check import compare, random_inputs
-from slicer.spmd.check import partition as partition_text
+from slicer.checking import compare, random_inputs
+from slicer.passes import transform
 
 from test_partition_examples import round_trip
 
@@ -55,6 +55,11 @@ CASES = {
 }
 
 
+def partition_text(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
+
+
 def program(name: str) -> str:
     return SOFTMAX if name == "softmax" else (EXAMPLES / f"{name}.mlir").read_text()
 
@@ -62,7 +67,7 @@ def program(name: str) -> str:
 @lru_cache(maxsize=None)
 def reference(name: str):
     fn = compile_function(program(name))
-    return fn, random_inputs(fn, seed=len(name))
+    return fn, random_inputs(fn.inputs, seed=len(name))
 
 
 def loop_program(name: str, strategy: str, mesh: dict, propagate: bool) -> str:

@@ -8,10 +8,15 @@ from pathlib import Path
 from mlir import ir
 
 from slicer.dialect import make_context
-from slicer.spmd.check import partition
+from slicer.passes import transform
 from slicer.spmd.report import report
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def report_of(text: str):

@@ -7,10 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.spmd.check import compare, partition
-from slicer.spmd.simulator import SimulationError, SpmdProgram
+from slicer.checking import compare
+from slicer.passes import transform
+from slicer.core.errors import SimulationError
+from slicer.runtime import SpmdProgram
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def spmd(mesh: str, shape: str, arg: str, body: str, res_type: str, res: str) -> str:
@@ -19,7 +26,7 @@ def spmd(mesh: str, shape: str, arg: str, body: str, res_type: str, res: str) ->
     return f"""
 shard.grid @mesh(shape = {sizes}) {{slicer.axes = [{names}]}}
 func.func @g(%a: {shape} {{slicer.dist = "{arg}"}}) -> ({res_type} {{slicer.dist = "{res}"}})
-    attributes {{slicer.mesh = "{mesh}"}} {{
+    attributes {{slicer.spmd_mesh = "{mesh}"}} {{
 {body}
 }}"""
 

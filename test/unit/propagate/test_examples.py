@@ -8,7 +8,8 @@ from mlir import ir
 
 import slicer
 from slicer.checking import check_equivalent
-from slicer.dialect import LOOP, LoopOp, SumAction, TileAction, make_context, walk_ops
+from slicer.core.names import LOOP
+from slicer.dialect import LoopOp, SumAction, TileAction, make_context, walk_ops
 from slicer.dialect.verifier import verify
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

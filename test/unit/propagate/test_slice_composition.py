@@ -9,12 +9,19 @@ from mlir import ir
 import slicer
 from slicer.checking import check_equivalent
 from slicer.lowering import compile_function
-from slicer.dialect import RANGE_PRODUCT, make_context, walk_ops
-from slicer.spmd import SpmdProgram, partition
+from slicer.core.names import RANGE_PRODUCT
+from slicer.dialect import make_context, walk_ops
+from slicer.passes import transform
+from slicer.runtime import SpmdProgram
 
 LIT = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-propagate.mlir").read_text()
 COMPOSE = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()\n' + \
     re.search(r"^(func\.func @compose.*?^}\n)", LIT, re.S | re.M).group(1)
+
+
+def partition(module, pipeline: str = "slicer-partition", **options) -> str:
+    """`pipeline` (default: slicer-partition) on a copy of `module`; the result's text."""
+    return transform(module, pipeline, **options)
 
 
 def test_composed_slices_deforest_and_stay_equal():

@@ -10,7 +10,7 @@ from slicer.redistribution.suite import cases
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "slicer.redistribution.cli", *args],
+    return subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -41,7 +41,7 @@ def test_json_output_and_check():
     (["--src", "[[q],[]]", "--dst", "[[x],[]]"], "unknown mesh axis 'q'"),
     (["--src", "[[x],[x]]", "--dst", "[[x],[]]"], "used twice"),
     (["--src", "[[x]]", "--dst", "[[x],[]]"], "rank 2"),
-    (["--src", "[[x],[]]", "--dst", "[[x],[]]", "--dtype", "f8"], "unknown dtype"),
+    (["--src", "[[x],[]]", "--dst", "[[x],[]]", "--dtype", "f8"], "element type f8 is not supported"),
     (["--src", "[[x],[]]", "--dst", "[[x],[]]", "--shape", "6x8"], "not divisible"),
     (["--src", "[[x],[]"], "required"),
 ])

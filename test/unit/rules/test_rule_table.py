@@ -3,6 +3,7 @@
 import pytest
 from mlir import ir
 
+import slicer.core.names as ir_names
 import slicer.dialect as sd
 from slicer.dialect import SumAction, TileAction
 from slicer.rules import NoRule, RuleOutcome, rule_for
@@ -197,7 +198,7 @@ def test_every_op_of_the_examples_has_a_rule():
             for func in sd.walk_ops(module, "func.func"):
                 for op in func.regions[0].blocks[0].operations:
                     op = op.operation
-                    if op.name in ("func.return", sd.LOOP) or not isinstance(op.results[0].type, ir.RankedTensorType):
+                    if op.name in ("func.return", ir_names.LOOP) or not isinstance(op.results[0].type, ir.RankedTensorType):
                         continue  # scalars are not partitioned; loops are already partitioned
                     rule = rule_for(op)
                     names.add(op.name)

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from slicer.redistribution import DistType, Mesh
-from slicer.runtime.blocks import InputError, random_block, random_global, rank_slices, read_block
+from slicer.core.errors import InputError
+from slicer.runtime.blocks import random_block, random_global, rank_slices, read_block
 
 CASES = [
     ("x=2,y=2", (8, 6), "[[x],[y]]"),

@@ -6,6 +6,7 @@ import pytest
 from mlir import ir
 
 import slicer
+import slicer.core.names as names
 import slicer.dialect as sd
 from slicer.dialect.verifier import verify
 
@@ -24,7 +25,7 @@ def parse(text):
 
 
 def loops(module):
-    return [sd.LoopOp(op) for op in sd.walk_ops(module.operation, sd.LOOP)]
+    return [sd.LoopOp(op) for op in sd.walk_ops(module.operation, names.LOOP)]
 
 
 def errors_of(module, tactics, **kwargs):
@@ -66,12 +67,9 @@ def test_errors_are_all_reported_and_nothing_is_rewritten():
 def test_mesh_given_as_mapping_is_inserted_once_and_reused():
     module = parse(MLP)
     slicer.apply_tactics(module, [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2, "y": 4})
-    assert [m.info() for m in sd.find_meshes(module.operation).values()] == [sd.MeshInfo("mesh", ("x", "y"), (2, 4))]
+    assert [(name, m.mesh()) for name, m in sd.find_meshes(module.operation).items()] == [("mesh", slicer.Mesh(x=2, y=4))]
 
-    class Grid:  # any value with .axis_names / .shape (e.g. slicer.redistribution.Mesh)
-        axis_names, shape = ("x", "y"), (2, 4)
-
-    slicer.apply_tactics(module, [slicer.Tile(arg=3, dim=0, axes="y")], mesh=Grid())
+    slicer.apply_tactics(module, [slicer.Tile(arg=3, dim=0, axes="y")], mesh=slicer.Mesh(x=2, y=4))
     assert len(sd.find_meshes(module.operation)) == 1
     # each call starts again at the top of the function, so the second call's loop comes first
     assert [(lp.range, lp.action) for lp in loops(module)] == [
@@ -99,10 +97,12 @@ def test_mesh_is_required_and_must_be_named_among_several():
 
 def test_entry_selects_the_function_positions_refer_to():
     assert errors_of(parse(TWO), [slicer.Replicate(arg=0)]) == [
-        "the module has 2 functions (@f, @g); say which one the tactics' arg=/result= positions refer to with entry="
+        "tactics refer to a function by its arguments' positions, but the module has 2 functions (@f, @g) and 2 "
+        "public ones; name the one you mean (entry=..., or --entry)"
     ]
     assert errors_of(parse(TWO), [slicer.Replicate(arg=0)], entry="h") == [
-        "tactics name function @h, but the module has no such function (functions: @f, @g); fix entry="
+        "tactics refer to a function by its arguments' positions, but the module has no function @h (functions: "
+        "@f, @g)"
     ]
     module = parse(TWO)
     slicer.apply_tactics(module, [slicer.Tile(arg=1, dim=0, axes=("x", "y"))], entry="@g")
@@ -147,7 +147,7 @@ func.func @f(%a: tensor<8xf32> {slicer.sharding = #slicer.sharding<@mesh, [["x",
 def test_applying_tactics_twice_and_replicating_twice():
     module = parse(MLP)
     slicer.apply_tactics(module, [slicer.Replicate(arg=2), slicer.Replicate(arg=2)], mesh={"x": 2})
-    annotations = [sd.AnnotateOp(op) for op in sd.walk_ops(module.operation, sd.ANNOTATE)]
+    annotations = [sd.AnnotateOp(op) for op in sd.walk_ops(module.operation, names.ANNOTATE)]
     assert [a.sharding for a in annotations] == [sd.Sharding("mesh", ((),))]
     once = str(module)
     slicer.apply_tactics(module)  # the all-empty annotation is already the record: nothing changes

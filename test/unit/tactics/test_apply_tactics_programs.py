@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import slicer
+import slicer.core.names as names
 import slicer.dialect as sd
 from slicer.dialect.verifier import verify
 from slicer.lowering import compile_function
@@ -70,7 +71,7 @@ def test_tactics_give_an_equal_program(name, strategy):
     tactics = CASES[name][strategy]
     module = slicer.apply_tactics(program(name), tactics, mesh=MESH)
     assert [f"{d.message}" for d in verify(module)] == []
-    loops = [sd.LoopOp(op) for op in sd.walk_ops(module.operation, sd.LOOP)]
+    loops = [sd.LoopOp(op) for op in sd.walk_ops(module.operation, names.LOOP)]
     tiles = [t for t in tactics if isinstance(t, slicer.Tile)]
     assert len(loops) == len(tiles)
     assert sorted((lp.action.dim, lp.range.axes) for lp in loops) == sorted((t.dim, t.axes) for t in tiles)
@@ -80,8 +81,8 @@ def test_tactics_give_an_equal_program(name, strategy):
     (func,) = [op for op in sd.walk_ops(module.operation, "func.func")]
     for index in {t.arg for t in tactics if t.arg is not None}:
         users = {use.owner.operation.name for use in func.regions[0].blocks[0].arguments[index].uses}
-        assert users <= {sd.SLICE, sd.ANNOTATE}, users
-    annotations = list(sd.walk_ops(module.operation, sd.ANNOTATE))
+        assert users <= {names.SLICE, names.ANNOTATE}, users
+    annotations = list(sd.walk_ops(module.operation, names.ANNOTATE))
     assert len(annotations) == sum(isinstance(t, slicer.Replicate) for t in tactics)
 
     inputs, expected = original(name)

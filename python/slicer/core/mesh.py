@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-from .errors import RedistributionError
+from .errors import MeshError
 
 _AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -24,7 +24,7 @@ class Mesh:
 
     def __init__(self, axes: Iterable[tuple[str, int]] | Mapping[str, int] | None = None, /, **sizes: int):
         if axes is not None and sizes:
-            raise RedistributionError("Mesh(): give the axes either as pairs/mapping or as keywords, not both")
+            raise MeshError("Mesh(): give the axes either as pairs/mapping or as keywords, not both")
         if axes is None:
             items = list(sizes.items())
         elif isinstance(axes, Mapping):
@@ -33,29 +33,29 @@ class Mesh:
             try:
                 items = [tuple(pair) for pair in axes]
             except TypeError as exc:
-                raise RedistributionError(f"Mesh(): expected (name, size) pairs, got {axes!r}") from exc
+                raise MeshError(f"Mesh(): expected (name, size) pairs, got {axes!r}") from exc
         seen: set[str] = set()
         checked = []
         for pair in items:
             if len(pair) != 2:
-                raise RedistributionError(f"Mesh(): expected (name, size) pairs, got {pair!r}")
+                raise MeshError(f"Mesh(): expected (name, size) pairs, got {pair!r}")
             name, size = pair
             if not isinstance(name, str) or not _AXIS_NAME.match(name):
-                raise RedistributionError(
+                raise MeshError(
                     f"invalid mesh axis name {name!r}: use an identifier such as 'x' or 'data' "
                     "(letters, digits, underscores; not starting with a digit)")
             if name in seen:
-                raise RedistributionError(f"duplicate mesh axis name '{name}': give every axis a distinct name")
+                raise MeshError(f"duplicate mesh axis name '{name}': give every axis a distinct name")
             if isinstance(size, bool) or not isinstance(size, int):
                 try:
                     if isinstance(size, bool) or int(size) != size:
                         raise ValueError
                     size = int(size)
                 except (TypeError, ValueError):
-                    raise RedistributionError(
+                    raise MeshError(
                         f"mesh axis '{name}' has size {size!r}: sizes must be positive integers") from None
             if size <= 0:
-                raise RedistributionError(
+                raise MeshError(
                     f"mesh axis '{name}' has size {size}: sizes must be positive integers (use 1 for a trivial axis)")
             seen.add(name)
             checked.append((name, size))
@@ -70,16 +70,16 @@ class Mesh:
         """Parse ``"x=2,y=4"`` (spaces allowed)."""
         text = text.strip()
         if not text:
-            raise RedistributionError("empty mesh spec: write axes as name=size, e.g. 'x=2,y=4'")
+            raise MeshError("empty mesh spec: write axes as name=size, e.g. 'x=2,y=4'")
         pairs = []
         for part in text.split(","):
             if "=" not in part:
-                raise RedistributionError(f"invalid mesh axis '{part.strip()}' in '{text}': write name=size, e.g. 'x=2'")
+                raise MeshError(f"invalid mesh axis '{part.strip()}' in '{text}': write name=size, e.g. 'x=2'")
             name, size = (s.strip() for s in part.split("=", 1))
             try:
                 value = int(size)
             except ValueError:
-                raise RedistributionError(
+                raise MeshError(
                     f"mesh axis '{name}' has size '{size}' in '{text}': sizes must be positive integers") from None
             pairs.append((name, value))
         return cls(pairs)
@@ -114,7 +114,7 @@ class Mesh:
         try:
             return self._index[axis]
         except KeyError:
-            raise RedistributionError(
+            raise MeshError(
                 f"unknown mesh axis '{axis}': the mesh has axes {', '.join(self.axis_names) or '(none)'}") from None
 
     def size(self, axis: str) -> int:
@@ -126,10 +126,17 @@ class Mesh:
             count *= self.size(axis)
         return count
 
+    def without(self, axes: Iterable[str]) -> "Mesh":
+        """The mesh of the other axes (in order); unknown names are an error."""
+        drop = set(axes)
+        for axis in drop:
+            self.axis_index(axis)
+        return Mesh([(name, size) for name, size in self._axes if name not in drop])
+
     def coords(self, rank: int) -> tuple[int, ...]:
         """Mesh coordinate of a linear rank (row-major, first axis most significant)."""
         if not 0 <= rank < self.device_count:
-            raise RedistributionError(f"rank {rank} is outside the mesh {self} of {self.device_count} devices")
+            raise MeshError(f"rank {rank} is outside the mesh {self} of {self.device_count} devices")
         out = []
         for size in reversed(self.shape):
             out.append(rank % size)
@@ -139,7 +146,7 @@ class Mesh:
     def rank(self, coords: Iterable[int]) -> int:
         coords = tuple(coords)
         if len(coords) != self.ndim or any(not 0 <= c < s for c, s in zip(coords, self.shape)):
-            raise RedistributionError(f"coordinate {coords} is outside the mesh {self}")
+            raise MeshError(f"coordinate {coords} is outside the mesh {self}")
         rank = 0
         for c, size in zip(coords, self.shape):
             rank = rank * size + c

@@ -1,29 +1,13 @@
-"""Python front door of propagation: `propagate(module)` and `explain(module)`."""
+"""`explain(module)`: for each op, the loops that partition it and the rule that put each loop there."""
 
 from __future__ import annotations
 
 from mlir import ir
 
-from slicer.dialect import LOOP, RULE_ATTR, TACTIC_ATTR, LoopOp, make_context, walk_ops
-from slicer.passes.pipeline import run_pipeline
+from slicer.core.names import CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, TACTIC_ATTR, YIELD
+from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
-
-CONFLICT_ATTR = "slicer.conflict"
-
-
-def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool = False):
-    """Run `slicer-propagate` on `module` (an ir.Module/Operation, rewritten in place, or text,
-    parsed into a fresh context); returns the module. Raises ir.MLIRError with located
-    diagnostics on conflicts (strict) or unsupported ops."""
-    if isinstance(module, str):
-        context = make_context()
-        with context:
-            module = ir.Module.parse(module)
-    options = f"strict-conflicts={int(strict_conflicts)} check-each-step={int(check_each_step)}"
-    with module.context:
-        run_pipeline(module, f"slicer-propagate{{{options}}}")
-    return module
 
 
 def _describe_loop(loop: LoopOp) -> str:
@@ -38,7 +22,7 @@ def explain(module) -> str:
     op = module.operation if isinstance(module, ir.Module) else module
     lines = []
     for inner in walk_ops(op):
-        if inner.name in ("builtin.module", "tosa.yield", "func.return") or inner.name.startswith("slicer.") and inner.name != LOOP:
+        if inner.name in ("builtin.module", YIELD, "func.return") or inner.name.startswith(DIALECT_PREFIX) and inner.name != LOOP:
             continue
         if inner.name == "func.func":
             lines.append(f"@{ir.StringAttr(inner.attributes['sym_name']).value}:")

@@ -3,8 +3,8 @@
 A tactic says, for one function argument or result (referred to by position),
 either "tile dim `d` over mesh axes `a...`" (`Tile`) or "keep it replicated"
 (`Replicate`). A schedule is an ordered sequence of tactics applied one by one
-by `apply_tactics`, which rewrites the program into an *equal* program with
-`slicer.loop`/`slicer.slice` (see `slicer.passes.apply_tactics` for the exact
+by `slicer.apply_tactics`, which rewrites the program into an *equal* program
+with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
 line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`);
@@ -17,32 +17,20 @@ Axis order: several axes on one dim are listed **major to minor** (as in
 Checks that need no program (one of `arg`/`result`, non-negative indices, axis
 names, no axis twice) run when the value is built and raise `InvalidTactic`;
 checks against the program and mesh (index and dim in range, axis exists, dim
-divisible, no conflict with an earlier tactic) run in `apply_tactics`, which
-raises `TacticError` with located diagnostics and leaves the module untouched.
+divisible, no conflict with an earlier tactic) run when the tactics are applied
+(`slicer.tactics.rewrite`), which raises `TacticError` with located diagnostics
+and leaves the module untouched.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Union
+from typing import Iterable, Union
 
-from mlir import ir
-
-from slicer.passes.base import PassFailure
+from slicer.core.errors import InvalidTactic
 
 AxisNames = tuple[str, ...]
-
-
-class InvalidTactic(ValueError):
-    """A tactic value that is wrong on its own (before looking at any program)."""
-
-
-class TacticError(PassFailure, ValueError):
-    """Tactics that do not fit the program or mesh; `.diagnostics` are located (func or annotate op)."""
-
-    def __str__(self) -> str:
-        return "\n".join(d.message for d in self.diagnostics)
 
 
 def _check_index(tactic: str, name: str, value) -> None:
@@ -184,56 +172,6 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
     return ";".join(items)
 
 
-# ----------------------------------------------------------------------------- front door
-
-
-MeshSpec = Union[None, str, Mapping[str, int], object]
-
-
-def apply_tactics(
-    module: ir.Module | ir.Operation | str,
-    tactics: Sequence[Tactic] = (),
-    *,
-    mesh: MeshSpec = None,
-    entry: str | None = None,
-    check_each_step: bool = False,
-) -> ir.Module | ir.Operation:
-    """Apply the module's IR annotations, then `tactics` in order; returns the (rewritten) module.
-
-    - `tactics` refer to arguments/results of `entry` (default: the module's only
-      function, or its only public one).
-    - `mesh`: the mesh the tactics' axes belong to. Omit it when the module declares
-      exactly one `slicer.mesh`; give a mesh name to choose among several; give a
-      `{axis: size}` mapping or a mesh value (`.axis_names`, `.shape`, e.g.
-      `slicer.redistribution.Mesh`) to use a matching declared mesh, or to insert
-      `slicer.mesh @mesh` when the module declares none.
-    - A module given as text is parsed into a fresh context and the new module returned;
-      an `ir.Module`/`ir.Operation` is rewritten in place and returned.
-
-    Raises `TacticError` (all problems, each located at the function or annotate op
-    and naming the tactic) without changing the module. With `check_each_step`, the
-    program is run through the JIT after every tactic and compared with the original
-    (`slicer.checking.StepMismatch` names the tactic on a mismatch).
-    """
-    from slicer.dialect import make_context
-    from slicer.passes.apply_tactics import TacticRewriter
-
-    tactics = tuple(tactics)
-    for tactic in tactics:
-        if not isinstance(tactic, (Tile, Replicate)):
-            raise InvalidTactic(f"{tactic!r} is not a tactic; use slicer.Tile(...) or slicer.Replicate(...)")
-    if isinstance(module, str):
-        context = make_context()
-        with context, ir.Location.unknown():
-            parsed = ir.Module.parse(module)
-        TacticRewriter(parsed.operation, tactics, mesh=mesh, entry=entry, check_each_step=check_each_step).run()
-        return parsed
-    op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
-    TacticRewriter(op, tactics, mesh=mesh, entry=entry, check_each_step=check_each_step).run()
-    return module
-
-
 __all__ = [
-    "InvalidTactic", "Replicate", "Tactic", "TacticError", "Tile", "TEXT_SYNTAX",
-    "apply_tactics", "format_tactics", "parse_tactics",
+    "Replicate", "Tactic", "Tile", "TEXT_SYNTAX", "format_tactics", "parse_tactics",
 ]

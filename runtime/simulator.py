@@ -1,9 +1,10 @@
 """In-process SPMD simulator: run a partitioned function for every device of the mesh in one process.
 
 The test oracle of `slicer-partition` and a debugging mode of the MPI runtime. The SPMD function is cut into
-a kernel graph (`slicer.lowering.kernel_graph`, the same graph the MPI runtime executes): each kernel is
-compiled **once** by the JIT and called once per device with that device's coordinate; each collective runs
-in numpy on the list of device blocks with the step semantics of `slicer.redistribution.simulate.run_step`
+a kernel graph (`slicer.lowering.kernel_graph`, the same graph the MPI runtime executes): its kernels are
+compiled once, by the JIT as scalar loops (the reference) or as the native kernels the ranks load, and each
+is called once per device with that device's coordinate; each collective runs in numpy on the list of device
+blocks with the step semantics of `slicer.redistribution.simulation.run_step`
 (the reference that also checks the synthesizer's plans and the MPI executor). Inputs are laid out from
 global arrays with the arguments' distributed types; results are assembled from the results' types
 (checking that all replicas of a block agree, and summing partial results).
@@ -16,28 +17,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from slicer.lowering import compile_function
-from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph, KernelGraphError, parse_dist_text  # noqa: F401
+from slicer.core.errors import KernelGraphError, SimulationError
+from slicer.lowering import CollectiveNode, KernelGraph, compile_function
 from slicer.redistribution import DistType
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulate import block_slices, groups, initial_blocks, run_step
+from slicer.redistribution.simulation import block_slices, groups, initial_blocks, run_step
 
-
-class SimulationError(RuntimeError):
-    """The SPMD function cannot be simulated, or its devices disagree (says which op / result)."""
+from .executor import load_kernels
 
 
 class SpmdProgram:
     """A partitioned function, its kernels compiled, callable on global numpy arrays."""
 
-    def __init__(self, module, entry: str | None = None):
+    def __init__(self, module, entry: str | None = None, *, backend: str = "jit"):
+        """`backend`: "jit" runs the kernels as the JIT's scalar loops (the reference: a tile-only partition
+        is then bit-identical to the unpartitioned program), "native" the kernels the MPI ranks load."""
         try:
             self.graph = module if isinstance(module, KernelGraph) else KernelGraph.from_spmd(module, entry)
         except KernelGraphError as exc:
             raise SimulationError(str(exc)) from None
         self.mesh, self.name = self.graph.mesh, self.graph.entry
-        self.kernels = {node.name: compile_function(self.graph.kernels_mlir, node.name)
-                        for node in self.graph.nodes if not isinstance(node, CollectiveNode)}
+        if backend == "native":
+            self.kernels, self.backend = load_kernels(self.graph)
+        elif backend == "jit":
+            self.kernels = {node.name: compile_function(self.graph.kernels_mlir, node.name)
+                            for node in self.graph.nodes if not isinstance(node, CollectiveNode)}
+            self.backend = "jit"
+        else:
+            raise SimulationError(f"backend={backend!r}: use 'jit' (reference loops) or 'native' (the ranks' kernels)")
 
     def __call__(self, *arrays: np.ndarray):
         graph = self.graph
@@ -53,7 +60,7 @@ class SpmdProgram:
                 continue
             per_device = []
             for rank in range(n):
-                args = [env[v][rank] for v in node.inputs]
+                args = [np.require(env[v][rank], requirements="C") for v in node.inputs]
                 if node.needs_coords:
                     args.append(np.asarray(self.mesh.coords(rank), dtype=np.int64))
                 out = self.kernels[node.name](*args)

@@ -1,10 +1,14 @@
-"""Textual pass pipelines mixing Slicer passes and any upstream MLIR pass.
+"""Textual pass pipelines mixing Python passes and any upstream MLIR pass.
 
 MLIR's textual pipeline parser only knows passes registered in C++, so Slicer
-parses the pipeline's top level itself: each Slicer pass becomes a Python pass
+parses the pipeline's top level itself: each element named in `passes` (a
+mapping from pass name to `ModulePass` class) becomes a Python pass
 (`PassManager.add(callable)`), and every other element, nested pipelines
 included (`func.func(canonicalize,cse)`), is handed to MLIR verbatim
 (`PassManager.add(text)`), in order, in one PassManager.
+
+The registry of Slicer's own passes lives with the passes (`slicer.passes`);
+layers below it run upstream pipelines only, or pass their own steps.
 """
 
 from __future__ import annotations
@@ -12,16 +16,15 @@ from __future__ import annotations
 import re
 import traceback
 from dataclasses import dataclass
+from typing import Mapping
 
 from mlir import ir
 from mlir.passmanager import PassManager
 
-from .base import ModulePass, OptionError, PassFailure
-from .registry import get_pass, is_slicer_pass, pass_names
+from .errors import PassFailure, PipelineError
+from .passes import ModulePass, OptionError
 
-
-class PipelineError(ValueError):
-    """A pipeline that does not parse or names an unknown pass."""
+PassRegistry = Mapping[str, type[ModulePass]]
 
 
 @dataclass(frozen=True)
@@ -111,41 +114,43 @@ def module_elements(pipeline: str) -> list[Element]:
     return elements
 
 
-def instantiate(element: Element) -> ModulePass:
+def instantiate(element: Element, passes: PassRegistry) -> ModulePass:
     if element.nested is not None:
         raise PipelineError(f"'{element.name}' is a slicer pass, not a pass manager; it takes no nested pipeline")
     try:
-        return get_pass(element.name).from_options(parse_options(element.options))
+        return passes[element.name].from_options(parse_options(element.options))
     except OptionError as exc:
         raise PipelineError(str(exc)) from None
 
 
-def _check_no_nested_slicer_pass(element: Element) -> None:
+def _check_no_nested_slicer_pass(element: Element, passes: PassRegistry) -> None:
     if element.nested is None:
         return
     for inner in split_top_level(element.nested):
         nested = parse_element(inner)
-        if is_slicer_pass(nested.name) or nested.name.startswith("slicer-"):
+        if nested.name in passes or nested.name.startswith("slicer-"):
             raise PipelineError(
                 f"slicer pass '{nested.name}' runs on builtin.module; list it at the top level "
                 f"of the pipeline instead of inside '{element.name}(...)'"
             )
-        _check_no_nested_slicer_pass(nested)
+        _check_no_nested_slicer_pass(nested, passes)
 
 
-def build_pass_manager(pipeline: str, context: ir.Context | None = None) -> PassManager:
-    """One PassManager on `builtin.module` running `pipeline` in order."""
+def build_pass_manager(pipeline: str, context: ir.Context | None = None, passes: PassRegistry = {}) -> PassManager:
+    """One PassManager on `builtin.module` running `pipeline` in order; `passes` are the Python passes it
+    may name."""
     context = context or ir.Context.current
     pm = PassManager("builtin.module", context)
     if not pipeline.strip():
         return pm
     for element in module_elements(pipeline):
-        if is_slicer_pass(element.name):
-            add_slicer_pass(pm, instantiate(element))
+        if element.name in passes:
+            add_slicer_pass(pm, instantiate(element, passes))
             continue
         if element.name.startswith("slicer-"):
-            raise PipelineError(f"unknown slicer pass '{element.name}' (slicer passes: {', '.join(pass_names())})")
-        _check_no_nested_slicer_pass(element)
+            known = ", ".join(sorted(passes)) or "none in this pipeline"
+            raise PipelineError(f"unknown slicer pass '{element.name}' (slicer passes: {known})")
+        _check_no_nested_slicer_pass(element, passes)
         try:
             pm.add(element.text)
         except (ValueError, ir.MLIRError) as exc:
@@ -178,7 +183,7 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
     pm.add(run, name=type(instance).__name__, argument=instance.name, description=instance.description)
 
 
-def run_pipeline(module: ir.Module | ir.Operation, pipeline: str) -> None:
+def run_pipeline(module: ir.Module | ir.Operation, pipeline: str, passes: PassRegistry = {}) -> None:
     """Run `pipeline` on `module` in place; raises ir.MLIRError on failure."""
     op = module.operation if isinstance(module, ir.Module) else module
-    build_pass_manager(pipeline, op.context).run(op)
+    build_pass_manager(pipeline, op.context, passes).run(op)

@@ -14,10 +14,12 @@ from typing import Sequence
 
 import numpy as np
 
+from slicer.core.errors import RedistributionError
+
 from .collectives import Step
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
-from .mesh import Mesh
+from slicer.core.mesh import Mesh
 from .types import DistType, format_shape, itemsize
 
 
@@ -32,7 +34,6 @@ class Plan:
     lower_bound_elements: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        from .errors import RedistributionError
         if int(np.prod(self.src.shape, dtype=object)) * self.mesh.device_count * 8 >= 1 << 62:
             raise RedistributionError(f"shape {format_shape(self.src.shape)} on {self.mesh.device_count} devices is too "
                                       "large: byte counts would overflow 64-bit integers")

@@ -12,11 +12,10 @@ import sys
 
 import numpy as np
 
-from .errors import RedistributionError
-from .mesh import Mesh
-from .simulate import simulate
-from .synthesis import plan
-from .types import DTYPES, DistType, numpy_dtype, parse_shape
+from slicer.core.dtypes import NUMPY_DTYPES
+from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
+from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate
 
 #: Above this many elements ``--check`` simulates on a smaller array with the same types.
 CHECK_LIMIT = 1 << 24
@@ -32,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="slicer-plan", description="Plan a memory-bounded redistribution of a distributed array.")
     p.add_argument("--mesh", required=True, help="mesh axes in order, e.g. x=2,y=4")
     p.add_argument("--shape", required=True, help="global shape, e.g. 1024x1024")
-    p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(NUMPY_DTYPES)} (default f32)")
     p.add_argument("--src", required=True, help="source type, axes major to minor, e.g. '[[x],[y]]' or "
                                                 "'[[x],[]] partial=[y]'")
     p.add_argument("--dst", required=True, help="target type, e.g. '[[y],[x]]'")

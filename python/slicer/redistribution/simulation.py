@@ -15,10 +15,10 @@ from typing import Sequence
 import numpy as np
 
 from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
-from .errors import RedistributionError
+from slicer.core.errors import RedistributionError
 from .layout import Layout
-from .mesh import Mesh
-from .types import DistType
+from slicer.core.mesh import Mesh
+from .types import DistType, numpy_dtype
 
 
 def block_slices(layout: Layout, t: DistType, rank: int) -> tuple[slice, ...]:
@@ -122,7 +122,6 @@ def mismatches(mesh: Mesh, dst: DistType, global_array: np.ndarray, blocks: Sequ
 def simulate(plan, global_array: np.ndarray | None = None, *, seed: int = 0, check: bool = True) -> list[np.ndarray]:
     """Execute ``plan`` on ``global_array`` (default: distinct integers of the plan's dtype) for the whole
     mesh and return the final rank-indexed blocks; raise if a device does not end with its target block."""
-    from .types import numpy_dtype
     if global_array is None:
         size = int(np.prod(plan.src.shape, dtype=np.int64))
         global_array = (np.arange(size) % 2039).astype(numpy_dtype(plan.dtype)).reshape(plan.src.shape)

@@ -2,9 +2,10 @@
 
 `slicer-propagate{strict-conflicts=1}` fills the field `strict_conflicts`
 (kebab-case option names map to snake_case fields), as in xDSL. A pass reports
-user errors by raising `PassFailure` with located diagnostics; the pipeline
-adapter turns them into MLIR diagnostics and fails the pass, so slicer-opt
-prints `file:line:col: error: ...` and exits 1.
+user errors by raising `PassFailure` (slicer.core.errors) with located
+diagnostics; the pipeline adapter (`slicer.core.pipeline`) turns them into MLIR
+diagnostics and fails the pass, so slicer-opt prints `file:line:col: error: ...`
+and exits 1. The passes themselves are thin files in `slicer.passes`.
 """
 
 from __future__ import annotations
@@ -15,24 +16,10 @@ from typing import ClassVar
 
 from mlir import ir
 
-
-@dataclass(frozen=True)
-class Located:
-    """A message attached to an IR location."""
-
-    location: ir.Location
-    message: str
+from .errors import PipelineError
 
 
-class PassFailure(Exception):
-    """A pass found errors in its input; each is reported at its location."""
-
-    def __init__(self, diagnostics: list[Located] | Located):
-        self.diagnostics = diagnostics if isinstance(diagnostics, list) else [diagnostics]
-        super().__init__("; ".join(d.message for d in self.diagnostics))
-
-
-class OptionError(ValueError):
+class OptionError(PipelineError):
     """A pass option that does not exist or does not parse."""
 
 
@@ -44,7 +31,7 @@ class ModulePass:
     description: ClassVar[str] = ""
 
     def apply(self, module: ir.Operation) -> None:  # pragma: no cover - interface
-        raise NotImplementedError(f"{type(self).__name__} must define apply()")
+        raise TypeError(f"{type(self).__name__} must define apply()")
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> "ModulePass":

@@ -2,6 +2,7 @@
 
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [-n N]
                [--inputs a.npy,b.npy | --random SEED] [--out DIR] [--check] [--entry NAME] [--mpiexec PATH]
+               [--repeat N] [--oversubscribe] [--timeout SECONDS]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
 to minor); `argI=replicated`; `resultI.D=AXES` for results. Each rank reads or
@@ -14,6 +15,8 @@ the same command runs in the current MPI job instead of starting one.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import tempfile
 import time
@@ -21,13 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.api import CompileError, RunError, compile, launch
-from slicer.redistribution import Mesh, RedistributionError
-from slicer.tactics import InvalidTactic, TacticError, parse_tactics
-
-from .blocks import InputError, random_global
-from .mpiexec import LaunchError
-from .resources import ResourceError, check_memory, check_ranks
+from slicer.api import compile
+from slicer.core.errors import InputError, RunError, SlicerError
+from slicer.core.mesh import Mesh
+from slicer.lowering import cache_stats, compile_function
+from slicer.runtime import launch
+from slicer.runtime.blocks import random_global
+from slicer.runtime.job import TIMINGS_FILE, run_job
+from slicer.runtime.rank import run_rank
+from slicer.runtime.resources import check_memory, check_ranks
+from slicer.runtime.timings import Timings
+from slicer.tactics import parse_tactics
 
 
 def parse_args(argv):
@@ -44,6 +51,8 @@ def parse_args(argv):
     p.add_argument("--entry", help="the function to run (default: the module's single public function)")
     p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="timed runs; each step is reported as the median over them of the slowest rank")
     p.add_argument("--oversubscribe", action="store_true",
                    help="allow more local ranks than this host has cores (each rank then gets part of a core)")
     return p.parse_args(argv)
@@ -79,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except (CompileError, RunError, LaunchError, InputError, TacticError, InvalidTactic, RedistributionError,
-            ResourceError, OSError) as exc:
+    except (SlicerError, OSError) as exc:
         print(f"slicer-run: error: {exc}", file=sys.stderr)
         return 1
 
@@ -111,14 +119,12 @@ def run(args) -> int:
     check_memory(prog.graph, ranks, extra=reference)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="slicer-run-"))
     out.mkdir(parents=True, exist_ok=True)
-    from slicer.lowering import cache_stats
-
     before = cache_stats().misses
-    results = launch(prog.graph, out, ranks, inputs=inputs, seed=args.random or 0, timeout=args.timeout,
-                     mpiexec=args.mpiexec)
+    results, timings = launch(prog.graph, out, ranks, inputs=inputs, seed=args.random or 0, repeat=args.repeat,
+                              timeout=args.timeout, mpiexec=args.mpiexec)
     compiled = cache_stats().misses - before
     print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
-    return _report(prog, args, text, out, results, ranks)
+    return _report(prog, args, text, out, results, timings)
 
 
 def _global_bytes(graph, name: str) -> int:
@@ -128,22 +134,15 @@ def _global_bytes(graph, name: str) -> int:
 
 def _mpi_job_comm():
     """COMM_WORLD when this process is one rank of a multi-rank MPI job (mpiexec -n N python -m ...)."""
-    import os
-
     if int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) <= 1:
         return None
-    from mpi4py import MPI
+    from mpi4py import MPI  # only inside an MPI job
 
     return MPI.COMM_WORLD
 
 
 def _run_in_job(prog, args, comm, inputs) -> int:
     """Every rank of the current job runs its part; rank 0 writes the results and reports."""
-    import json
-
-    from .job import run_job
-    from .rank import run_rank
-
     if comm.Get_size() != prog.mesh.device_count:
         raise RunError(f"this MPI job has {comm.Get_size()} ranks but the mesh {prog.mesh} has "
                        f"{prog.mesh.device_count} devices")
@@ -152,26 +151,23 @@ def _run_in_job(prog, args, comm, inputs) -> int:
         out = out or Path(tempfile.mkdtemp(prefix="slicer-run-"))
         out.mkdir(parents=True, exist_ok=True)
         (out / "graph.json").write_text(prog.graph.to_json())
-        (out / "job.json").write_text(json.dumps({"inputs": inputs, "seed": args.random or 0}))
+        (out / "job.json").write_text(json.dumps({"inputs": inputs, "seed": args.random or 0, "repeat": args.repeat}))
     out = Path(comm.bcast(str(out) if out else None, root=0))
     holder = {}
     run_rank(lambda c: holder.setdefault("results", run_job(out, c)), comm)
     if comm.Get_rank() != 0:
         return 0
-    return _report(prog, args, Path(args.program).read_text(), out, holder["results"], comm.Get_size())
+    timings = Timings.from_json((out / TIMINGS_FILE).read_text())
+    return _report(prog, args, Path(args.program).read_text(), out, holder["results"], timings)
 
 
-def _report(prog, args, text, out, results, ranks) -> int:
-    timings = __import__("json").loads((out / "timings.json").read_text())
-    print(f"== ran on {ranks} MPI ranks in {timings['seconds'] * 1e3:.2f} ms (kernels: "
-          f"{'/'.join(timings['kernel_backends'])}, {timings['kernel_cache_misses']} compiled on the ranks, "
-          f"loading took up to {timings['compile_seconds_max']:.2f} s per rank)")
-    for label, seconds in timings["steps"]:
-        print(f"   {seconds * 1e3:9.3f} ms  {label}")
+def _report(prog, args, text, out, results, timings: Timings) -> int:
+    print(f"== ran on {timings.ranks} MPI ranks in {timings.seconds * 1e3:.2f} ms per run (median of "
+          f"{timings.repeat}; kernels: {'/'.join(timings.kernel_backends)}, {timings.kernel_cache_misses} compiled "
+          f"on the ranks, loading took up to {timings.compile_seconds_max:.2f} s per rank)")
+    print("\n".join(timings.text().splitlines()[1:]))
     print(f"== results: {', '.join(str(out / f'result{i}.npy') for i in range(len(results)))}")
     if args.check:
-        from slicer.lowering import compile_function
-
         expected = compile_function(text, args.entry)(*_reference_inputs(prog, args))
         expected = expected if isinstance(expected, tuple) else (expected,)
         for i, (e, got) in enumerate(zip(expected, results)):

@@ -1,0 +1,119 @@
+"""Every error Slicer raises for something a user can change, in one place (the catalogue in docs/errors.md).
+
+All derive from `SlicerError`, so a tool catches one class and prints the message: each message says what is
+wrong (naming the op, axis, dim, tactic or file, and where) and what would fix it. Anything else that escapes
+(a `KeyError`, an `IndexError`, "internal error in slicer pass ...") is a bug in Slicer.
+
+    SlicerError
+    ├── CompileError        the program cannot be partitioned or compiled as asked
+    │   ├── PassFailure     a pass found errors in its input (located diagnostics)
+    │   │   └── TacticError     tactics that do not fit the program or mesh
+    │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
+    │   └── StepMismatch    check-each-step: a step changed what the program computes
+    ├── InvalidTactic       a tactic value that is wrong on its own
+    ├── RedistributionError a distributed type, plan or dtype that is invalid
+    │   └── MeshError       a malformed mesh, or an axis or rank it does not have
+    ├── KernelError         a kernel that cannot be compiled or called as asked (JitError: the JIT's)
+    ├── KernelGraphError    an SPMD function that cannot be cut into kernels and collectives
+    └── RunError            a run failed
+        ├── InputError      an input array or file that does not match the program
+        ├── LaunchError     the MPI job could not be started or did not finish
+        ├── ResourceError   the job does not fit the host (cores, memory)
+        └── SimulationError the in-process simulator cannot run the program
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+
+class SlicerError(Exception):
+    """Base of every user-facing Slicer error; the message says what to change."""
+
+
+class CompileError(SlicerError, ValueError):
+    """The program cannot be partitioned or compiled as asked (the message has the located diagnostics)."""
+
+
+@dataclass(frozen=True)
+class Located:
+    """A message attached to an IR location."""
+
+    location: ir.Location
+    message: str
+
+
+class PassFailure(CompileError):
+    """A pass found errors in its input; each is reported at its location (`.diagnostics`)."""
+
+    def __init__(self, diagnostics: list[Located] | Located):
+        self.diagnostics = diagnostics if isinstance(diagnostics, list) else [diagnostics]
+        super().__init__("; ".join(d.message for d in self.diagnostics))
+
+    def __str__(self) -> str:
+        return "\n".join(d.message for d in self.diagnostics)
+
+
+class TacticError(PassFailure):
+    """Tactics that do not fit the program or mesh; `.diagnostics` are located (func or annotate op)."""
+
+
+class PipelineError(CompileError):
+    """A pass pipeline that does not parse, names an unknown pass, or gives a bad option."""
+
+
+class StepMismatch(CompileError):
+    """check-each-step: the program after a step computes something else than before it."""
+
+
+class InvalidTactic(SlicerError, ValueError):
+    """A tactic value that is wrong on its own (before looking at any program)."""
+
+
+class RedistributionError(SlicerError, ValueError):
+    """An invalid distributed type, plan, dtype or spec for the redistribution machinery."""
+
+
+class MeshError(RedistributionError):
+    """A malformed mesh, or an axis or rank it does not have (a mesh is the redistribution's first input)."""
+
+
+class KernelError(SlicerError, ValueError):
+    """A kernel that cannot be compiled or called as asked (wrong arrays, unsupported buffers)."""
+
+
+class JitError(KernelError):
+    """The JIT cannot compile or call a function as asked."""
+
+
+class KernelGraphError(SlicerError, ValueError):
+    """An SPMD function that cannot be cut into kernels and collectives (says which op and why)."""
+
+
+class RunError(SlicerError, RuntimeError):
+    """A run failed: bad arguments, or a rank failed (the message has that rank's traceback)."""
+
+
+class InputError(RunError):
+    """An input array or file that does not match the program (says which and why)."""
+
+
+class LaunchError(RunError):
+    """The SPMD job could not be started or did not finish (says why and how to fix it)."""
+
+
+class ResourceError(RunError):
+    """The job does not fit this host (too many ranks for its cores, or blocks larger than its memory)."""
+
+
+class SimulationError(RunError):
+    """The in-process simulator cannot run the SPMD function, or its devices disagree."""
+
+
+__all__ = [
+    "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
+    "InvalidTactic", "MeshError", "RedistributionError", "KernelError", "JitError", "KernelGraphError",
+    "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
+]

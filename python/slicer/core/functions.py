@@ -1,0 +1,58 @@
+"""Functions of a module: the one rule for choosing the function a request refers to (its "entry").
+
+Every stage that picks a function (tactics, propagation, partitioning, the JIT, the kernel graph, the AOT
+kernels) uses `entry_function`: the function named by `entry`, else the module's only function with a body,
+else its only public one; anything else is an error that lists the functions and says to name one.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+
+
+class EntryError(LookupError):
+    """No function, or several, match the request (the message lists the functions); each stage raises its
+    own documented error with this message."""
+
+
+def op_of(x) -> ir.Operation:
+    """The `ir.Operation` behind an op view, operation or module."""
+    return x if isinstance(x, ir.Operation) else x.operation
+
+
+def function_name(func) -> str:
+    return ir.StringAttr(op_of(func).attributes["sym_name"]).value
+
+
+def function_type(func) -> ir.FunctionType:
+    return ir.FunctionType(ir.TypeAttr(op_of(func).attributes["function_type"]).value)
+
+
+def is_public(func) -> bool:
+    attrs = op_of(func).attributes
+    return "sym_visibility" not in attrs or ir.StringAttr(attrs["sym_visibility"]).value == "public"
+
+
+def defined_functions(module) -> list[ir.Operation]:
+    """The `func.func`s with a body directly in `module`, in order."""
+    return [op_of(op) for op in op_of(module).regions[0].blocks[0].operations
+            if op_of(op).name == "func.func" and len(op_of(op).regions[0].blocks)]
+
+
+def entry_function(module, entry: str | None = None) -> ir.Operation:
+    """The function `entry` (a name, with or without `@`) of `module`, or its single (public) function."""
+    functions = defined_functions(module)
+    names = ", ".join("@" + function_name(f) for f in functions) or "none"
+    if entry:
+        wanted = entry.lstrip("@")
+        for func in functions:
+            if function_name(func) == wanted:
+                return func
+        raise EntryError(f"the module has no function @{wanted} (functions: {names})")
+    if len(functions) == 1:
+        return functions[0]
+    public = [f for f in functions if is_public(f)]
+    if len(public) == 1:
+        return public[0]
+    raise EntryError(f"the module has {len(functions)} functions ({names}) and {len(public)} public ones; name the "
+                     "one you mean (entry=..., or --entry)")

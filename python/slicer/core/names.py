@@ -1,0 +1,51 @@
+"""The one home of every IR name Slicer reads or writes (ops, attributes), so renaming one is one edit.
+
+`test/unit/core/test_names.py` fails if a string literal of a `slicer.` attribute or op name appears
+anywhere else in the package.
+"""
+
+# -- ops of the slicer dialect (dialect/slicer.irdl.mlir) ---------------------------------------------------
+DIALECT_PREFIX = "slicer."
+MESH = "slicer.mesh"
+LOOP = "slicer.loop"
+SLICE = "slicer.slice"
+ANNOTATE = "slicer.annotate"
+RANGE_PRODUCT = "slicer.range_product"
+PERMUTE = "slicer.permute"
+# IRDL 22 cannot declare terminators; loop bodies end in the upstream `tosa.yield` (see slicer.irdl.mlir).
+YIELD = "tosa.yield"
+
+# -- attributes on the input program and the loop program ---------------------------------------------------
+SHARDING_ATTR = "slicer.sharding"
+"""A requested distribution (`#slicer.sharding<@mesh, [[x], []]>`) on function arguments/results."""
+ARG_NAME_ATTR = "slicer.name"
+"""A function argument's name (e.g. a model parameter's), so tactics can name it instead of its position."""
+TACTIC_ATTR = "slicer.tactic"
+"""On loops: the tactic that started them."""
+PRIORITY_ATTR = "slicer.priority"
+"""On loops: the tactic's place in the schedule (earlier tactics win conflicts)."""
+RULE_ATTR = "slicer.rule"
+"""On loops: the propagation rule that made the loop."""
+CONFLICT_ATTR = "slicer.conflict"
+"""Left by slicer-propagate on an op whose operand's tactics conflict; quoted in the collective's provenance."""
+
+# -- attributes on the SPMD program ----------------------------------------------------------------------------
+DIST_ATTR = "slicer.dist"
+"""Distributed types: a string on func args/results, an array of strings (one per result) on ops."""
+DIST_SOURCE_ATTR = "slicer.dist_source"
+"""On SPMD function results: "requested" (a `slicer.sharding` asked for it) or "default" (propagated type)."""
+SPMD_MESH_ATTR = "slicer.spmd_mesh"
+"""On an SPMD `func.func`: the mesh it was partitioned over, as text (`x=2,y=4`, axes major to minor)."""
+AXES_ATTR = "slicer.axes"
+"""On the `shard.grid` that replaces a `slicer.mesh`: the axis names (shard grids have no names)."""
+
+# -- upstream ops the SPMD program uses -----------------------------------------------------------------------
+GRID = "shard.grid"
+MULTI_INDEX = "shard.process_multi_index"
+ALL_GATHER = "shard.all_gather"
+ALL_TO_ALL = "shard.all_to_all"
+ALL_REDUCE = "shard.all_reduce"
+REDUCE_SCATTER = "shard.reduce_scatter"
+ALL_SLICE = "shard.all_slice"
+COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE)
+"""Every op that communicates between devices in an SPMD program."""

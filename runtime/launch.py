@@ -1,0 +1,40 @@
+"""Starting a kernel graph on local MPI ranks and reading its results back (`slicer-run`, `Program.run`).
+
+The launcher compiles (or finds in the cache) the kernels once, so the ranks only load them; it writes the
+graph and the job description to a job directory, runs `python -m slicer.runtime.job` under `mpiexec`, and
+returns the assembled results with the run's timings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from slicer.core.errors import RunError
+from slicer.lowering import KernelGraph
+
+from .executor import load_kernels
+from .job import TIMINGS_FILE
+from .mpiexec import run_spmd
+from .timings import Timings
+
+
+def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[str] | None = None, seed: int = 0,
+           repeat: int = 1, timeout: float = 600, mpiexec: str | None = None) -> tuple[list[np.ndarray], Timings]:
+    """Run `graph` on `ranks` MPI ranks with inputs from `.npy` files (or random from `seed`), `repeat` timed
+    runs; results are written to and read from `job_dir`."""
+    if repeat < 1:
+        raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
+    load_kernels(graph)
+    (job_dir / "graph.json").write_text(graph.to_json())
+    (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed,
+                                                  "repeat": repeat}))
+    done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)
+    if done.returncode != 0:
+        raise RunError(f"the SPMD job failed on {ranks} ranks (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}")
+    results = [np.load(job_dir / f"result{i}.npy") for i in range(len(graph.results))]
+    return results, Timings.from_json((job_dir / TIMINGS_FILE).read_text())
