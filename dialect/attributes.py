@@ -55,12 +55,6 @@ def _axis_names(attr: ir.Attribute) -> AxisNames:
     raise ValueError(f"expected an axis name or a list of axis names, got {attr}")
 
 
-def _axes_attr(axes: AxisNames) -> ir.Attribute:
-    if len(axes) == 1:
-        return ir.StringAttr.get(axes[0])
-    return ir.ArrayAttr.get([ir.StringAttr.get(a) for a in axes])
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -100,8 +94,11 @@ def _parse_range(text: str, context: ir.Context) -> RangeType | None:
     params = _split_params(text, "!slicer.range")
     if params is None or len(params) != 2:
         return None
-    axes = _axis_names(ir.Attribute.parse(params[0], context))
-    size = ir.IntegerAttr(ir.Attribute.parse(params[1], context)).value
+    try:
+        axes = _axis_names(ir.Attribute.parse(params[0], context))
+        size = ir.IntegerAttr(ir.Attribute.parse(params[1], context)).value
+    except ValueError:
+        return None  # malformed parameters: not a range (slicer-verify reports it)
     return RangeType(axes, size)
 
 
@@ -175,7 +172,10 @@ class Sharding:
         dims = ir.Attribute.parse(params[1], attr.context)
         if not isinstance(mesh, ir.FlatSymbolRefAttr) or not isinstance(dims, ir.ArrayAttr):
             return None
-        return Sharding(ir.FlatSymbolRefAttr(mesh).value, tuple(_axis_list(d) for d in dims))
+        try:
+            return Sharding(ir.FlatSymbolRefAttr(mesh).value, tuple(_axis_list(d) for d in dims))
+        except ValueError:
+            return None  # a dim that is not a list of axis names
 
     def used_axes(self) -> AxisNames:
         return tuple(a for axes in self.dims for a in axes)

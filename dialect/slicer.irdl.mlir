@@ -1,4 +1,4 @@
-// The `slicer` dialect: partitioning expressed inside the IR (DESIGN.md section 1).
+// The `slicer` dialect: partitioning expressed inside the IR (docs/architecture.md).
 //
 // This file is the single definition of the dialect. Python loads it with
 // `mlir.dialects.irdl.load_dialects` (slicer.dialect.load), and plain
@@ -84,7 +84,7 @@ irdl.dialect @slicer {
     irdl.attributes {"dim" = %dim}
   }
 
-  // The product of two ranges over disjoint axes (range algebra, DESIGN.md section 1):
+  // The product of two ranges over disjoint axes (range algebra, docs/propagation.md):
   // index `i_major * size(minor) + i_minor`, axes major then minor. Slicing a dim by
   // `major` and the block by `minor` equals slicing the dim by the product.
   // `"slicer.range_product"(%rx, %ry) : (!slicer.range<"x", 2>, !slicer.range<"y", 4>) -> !slicer.range<["x", "y"], 8>`

@@ -117,9 +117,7 @@ class _Verifier:
 
     def check_loop(self, op: ir.Operation) -> None:
         loop = LoopOp(op)
-        attrs = op.attributes
-        if "mesh" not in attrs or not isinstance(attrs["mesh"], ir.FlatSymbolRefAttr):
-            return self.error(op, "'slicer.loop' needs a 'mesh' attribute naming a slicer.mesh (e.g. mesh = @mesh)")
+        attrs = op.attributes  # IRDL guarantees a symbol `mesh` and an `action`
         mesh = self.mesh_named(op, loop.mesh)
         if mesh is None:
             return
@@ -132,7 +130,8 @@ class _Verifier:
             return self.error(op, "'slicer.loop' body must be one block with one !slicer.range argument")
         rng = loop.range
         if rng is None:
-            return self.error(op, f"'slicer.loop' block argument must be a !slicer.range, got {loop.range_arg.type}")
+            return self.error(op, f"'slicer.loop' block argument must be a well-formed !slicer.range<\"axis\", size>, got "
+                                  f"{loop.range_arg.type}")
         if not self.check_range(op, mesh, rng):
             return
         for axis in rng.axes:
@@ -178,17 +177,15 @@ class _Verifier:
     # -- slices ------------------------------------------------------------------------
 
     def check_slice(self, op: ir.Operation) -> None:
-        view = SliceOp(op)
+        view = SliceOp(op)  # IRDL guarantees ranked tensors and a !slicer.range operand
         rng = view.range
         if rng is None:
-            return self.error(op, f"'slicer.slice' range operand must be a !slicer.range, got {view.range_value.type}")
+            return self.error(op, f"'slicer.slice' range {view.range_value.type} is malformed: expected "
+                                  "!slicer.range<\"axis\", size> or !slicer.range<[\"axis\", ...], size>")
         mesh = self.mesh_of_range(op, view.range_value)
         if mesh is None or not self.check_range(op, mesh, rng):
             return
-        src, res = view.source.type, view.result.type
-        if not (isinstance(src, ir.RankedTensorType) and isinstance(res, ir.RankedTensorType)):
-            return self.error(op, "'slicer.slice' source and result must be ranked tensors")
-        src, res = ir.RankedTensorType(src), ir.RankedTensorType(res)
+        src, res = ir.RankedTensorType(view.source.type), ir.RankedTensorType(view.result.type)
         dim = view.dim
         if not 0 <= dim < src.rank:
             return self.error(op, f"'slicer.slice' dim {dim} does not exist in {src} (rank {src.rank})")
@@ -207,7 +204,7 @@ class _Verifier:
         major, minor = (RangeType.of(v.type) for v in op.operands)
         result = RangeType.of(op.results[0].type)
         if major is None or minor is None or result is None:
-            return self.error(op, "'slicer.range_product' takes and returns !slicer.range values")
+            return self.error(op, "'slicer.range_product' takes and returns well-formed !slicer.range values")
         if set(major.axes) & set(minor.axes):
             return self.error(op, f"'slicer.range_product' of {major} and {minor}: the ranges share an axis")
         want = RangeType(major.axes + minor.axes, major.size * minor.size)

@@ -175,12 +175,3 @@ class MeshExecutor:
         out = np.empty_like(block)
         self.cart.Sendrecv(block, dest=target, sendtag=7, recvbuf=out, source=source, recvtag=7)
         return out
-
-
-def execute_mpi(plan, local_block: np.ndarray, comm=None) -> np.ndarray:
-    """One-shot helper: run ``plan`` on this rank's block over ``comm`` (default COMM_WORLD)."""
-    executor = MeshExecutor(plan.mesh, comm)
-    try:
-        return executor.run(plan, local_block)
-    finally:
-        executor.close()

@@ -1,4 +1,5 @@
-"""Propagation rules as data, derived from linalg indexing maps (DESIGN.md section 3).
+"""Propagation rules as data, derived from linalg indexing maps (docs/propagation.md; layer 4 of
+docs/architecture.md).
 
 `rule_for(op)` gives the `OpRule` of an op: for linalg ops it is derived from the
 indexing maps, iterator types and body (`from_linalg.py`), so a new linalg op

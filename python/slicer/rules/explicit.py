@@ -1,4 +1,4 @@
-"""Small explicit rule entries for the non-linalg ops propagation meets (DESIGN.md section 3).
+"""Small explicit rule entries for the non-linalg ops propagation meets (docs/propagation.md).
 
 Each entry describes the op in the same terms as a linalg op (`OpRule`: loops,
 which loop each operand/result dim walks, what blocks), so `OpRule.tile` answers

@@ -1,6 +1,6 @@
 """The rule table's data: how each dim of an op's operands and results relates to its loops.
 
-An `OpRule` describes one op as a loop nest (DESIGN.md section 3): every operand
+An `OpRule` describes one op as a loop nest (docs/propagation.md): every operand
 and result dim either walks one loop dim `d_i` (`DimUse.loop == i`) or cannot be
 tiled (`DimUse.reason` says why, e.g. it is indexed by `d0 + d1`). Loops are
 "parallel" or "reduction"; a reduction can be split into partial results only if

@@ -1,6 +1,6 @@
 """Emit a redistribution plan as explicit collective ops on local tensors.
 
-Each step of a `slicer.redistribution.Plan` maps to one op (DESIGN.md section 4):
+Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.md):
 
 | plan step | op emitted | why |
 | --- | --- | --- |

@@ -2,7 +2,7 @@
 
 The pass `slicer-apply-tactics` and `slicer.apply_tactics` both call `TacticRewriter`.
 
-Sources, applied in this order (DESIGN.md section 2, step 2):
+Sources, applied in this order (docs/tactics.md):
 1. IR annotations, function by function in module order: `slicer.sharding` on
    arguments, then on results, then `slicer.annotate` ops in program order. A
    sharding becomes one `Tile` per tiled dim, or one `Replicate` when every dim

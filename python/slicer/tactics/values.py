@@ -1,4 +1,4 @@
-"""Tactics: the user's partitioning requests, as immutable values (DESIGN.md sections 1-2).
+"""Tactics: the user's partitioning requests, as immutable values (docs/tactics.md).
 
 A tactic says, for one function argument or result (referred to by position),
 either "tile dim `d` over mesh axes `a...`" (`Tile`) or "keep it replicated"

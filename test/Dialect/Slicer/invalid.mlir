@@ -1,4 +1,5 @@
-// One case per semantic verifier error (dialect/verifier.py).
+// One case per semantic verifier error (dialect/verifier.py); what IRDL itself rejects (missing
+// attributes, operand kinds) is not repeated here.
 // RUN: slicer-opt %s -split-input-file -verify-diagnostics
 
 // expected-error@+1 {{mesh @mesh has 2 axes but 1 sizes}}
@@ -49,7 +50,7 @@ func.func @bad_action(%a: tensor<8xf32>) -> tensor<8xf32> {
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
 func.func @not_a_range(%a: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-error@+1 {{'slicer.loop' block argument must be a !slicer.range, got index}}
+  // expected-error@+1 {{'slicer.loop' block argument must be a well-formed !slicer.range<"axis", size>, got index}}
   %0 = "slicer.loop"() ({
   ^bb0(%r: index):
     tosa.yield %a : tensor<8xf32>
@@ -263,4 +264,157 @@ func.func @bad_product(%a: tensor<8xf32>) -> tensor<8xf32> {
     tosa.yield %1 : tensor<8xf32>
   }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<8xf32>
   return %0 : tensor<8xf32>
+}
+
+// -----
+// expected-error@+1 {{'slicer.mesh' mesh 'axes' must be a list of strings}}
+"slicer.mesh"() {sym_name = "mesh", axes = [1, 2], shape = array<i64: 2, 2>} : () -> ()
+
+// -----
+
+// expected-error@+1 {{'slicer.mesh' mesh 'shape' must be an array<i64: ...>}}
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i32: 2>} : () -> ()
+
+// -----
+
+// expected-error@+1 {{mesh @mesh has no axes}}
+"slicer.mesh"() {sym_name = "mesh", axes = [], shape = array<i64>} : () -> ()
+
+// -----
+
+// expected-error@+1 {{mesh @mesh has an empty axis name}}
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", ""], shape = array<i64: 2, 2>} : () -> ()
+
+// -----
+
+// expected-error@+1 {{mesh @mesh: invalid mesh axis name '1x'}}
+"slicer.mesh"() {sym_name = "mesh", axes = ["1x"], shape = array<i64: 2>} : () -> ()
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @two_block_args(%a: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error@+1 {{'slicer.loop' body must be one block with one !slicer.range argument}}
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>, %s: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"x", 2>) -> tensor<4xf32>
+    tosa.yield %b : tensor<4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @other_terminator(%a: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error@+1 {{'slicer.loop' body must end in 'tosa.yield' (the loop's yield)}}
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"x", 2>) -> tensor<4xf32>
+    vector.yield %b : tensor<4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @index_result(%a: tensor<4xf32>) -> index {
+  // expected-error@+1 {{'slicer.loop' result #0 and its yielded block must be ranked tensors}}
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    tosa.yield %a : tensor<4xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> index
+  return %0 : index
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 4>} : () -> ()
+func.func @result_not_divisible(%a: tensor<2xf32>) -> tensor<6xf32> {
+  // expected-error@+1 {{'slicer.loop' result #0 dim 0 of size 6 is not divisible by the range size 4}}
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 4>):
+    tosa.yield %a : tensor<2xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<6xf32>
+  return %0 : tensor<6xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 2>} : () -> ()
+func.func @shared_axis(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    // expected-error@+1 {{'slicer.range_product' of range<x, 2> and range<x, 2>: the ranges share an axis}}
+    %p = "slicer.range_product"(%rx, %rx) : (!slicer.range<"x", 2>, !slicer.range<"x", 2>) -> !slicer.range<["x", "x"], 4>
+    tosa.yield %a : tensor<8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+"slicer.mesh"() {sym_name = "grid", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @which_mesh(%a: tensor<8xf32>, %r: !slicer.range<"x", 2>) -> tensor<4xf32> {
+  // expected-error@+1 {{cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the module declares 2 meshes}}
+  %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"x", 2>) -> tensor<4xf32>
+  return %b : tensor<4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @annotate_type(%a: tensor<8xf32>) -> tensor<8xf64> {
+  // expected-error@+1 {{'slicer.annotate' result type tensor<8xf64> differs from its source type tensor<8xf32>}}
+  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["x"]]>} : (tensor<8xf32>) -> tensor<8xf64>
+  return %b : tensor<8xf64>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+// expected-error@+1 {{argument #0: expected #slicer.sharding<@mesh, [[axes], ...]>, got 3 : i64}}
+func.func @not_a_sharding(%a: tensor<8xf32> {slicer.sharding = 3}) -> tensor<8xf32> {
+  return %a : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+// expected-error@+1 {{argument #0: a sharding needs a ranked tensor, got index}}
+func.func @sharded_index(%i: index {slicer.sharding = #slicer.sharding<@mesh, [["x"]]>}) -> index {
+  return %i : index
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @malformed_range(%a: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error@+1 {{'slicer.loop' block argument must be a well-formed !slicer.range<"axis", size>, got !slicer.range<3 : i64, 2 : i64>}}
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<3, 2>):
+    // expected-error@+1 {{'slicer.slice' range !slicer.range<3 : i64, 2 : i64> is malformed}}
+    %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<3, 2>) -> tensor<4xf32>
+    tosa.yield %b : tensor<4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+func.func @malformed_product(%a: tensor<8xf32>, %r: !slicer.range<3, 2>) -> tensor<8xf32> {
+  // expected-error@+1 {{'slicer.range_product' takes and returns well-formed !slicer.range values}}
+  %p = "slicer.range_product"(%r, %r) : (!slicer.range<3, 2>, !slicer.range<3, 2>) -> !slicer.range<["x"], 4>
+  return %a : tensor<8xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+// expected-error@+1 {{argument #0: expected #slicer.sharding<@mesh, [[axes], ...]>, got #slicer.sharding<@mesh, [3]>}}
+func.func @sharding_dim_not_a_list(%a: tensor<8xf32> {slicer.sharding = #slicer.sharding<@mesh, [3]>}) -> tensor<8xf32> {
+  return %a : tensor<8xf32>
 }

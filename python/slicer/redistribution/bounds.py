@@ -1,0 +1,348 @@
+"""The admissible bounds of the plan search (the A* heuristic), kept apart from the moves and the driver.
+
+Two consistent bounds, combined by ``max`` (see ``search.py`` for the search they guide):
+
+- *overlap*: the elements of each device's target block it does not hold now (all of them while a partial
+  sum the target does not keep is unresolved) -- the traffic lower bound of the plan itself;
+- *structural*: all-to-alls must change the per-dim group products (``products_cost``) and, since they move
+  minor suffixes only, must clear every dim's wrongly placed suffix (``order_groups``) unless a permute,
+  which is never cheap, reorders it (``_middle_bound``); shrinking nodes also bound what resolving partial
+  sums and the sizes they can reach will cost.
+
+`Bounds` is a mixin of `search.Search`: it reads the search's mesh, target and caches (set up in
+``Search.__init__``) and adds nothing to its state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
+EXACT_RESOLUTIONS = 2  # shrinking nodes with more unresolved partial axes bound their resolution choice-free
+RELAX_ABOVE = 3  # shrinking nodes with more unused axes than this bound their extensions without listing them
+
+
+class Bounds:
+    """The heuristic of `search.Search` (mixin): consistent lower bounds on the cost still to pay."""
+
+
+    def overlap_bound(self, state) -> int:
+        """Elements of their target blocks the devices do not hold (all while an unwanted partial sum is
+        unresolved): the traffic lower bound. Consistent: a step receiving ``c`` elements in total raises
+        the devices' overlap with their targets by at most ``c``."""
+        value = self._overlap_h.get(state)
+        if value is None:
+            dims, partial = state
+            full = self.n * self.target_size
+            if any(a not in self.dst[1] for a in partial):
+                value = full
+            else:
+                value = full - int(self.layout.overlap_dims(dims, self.dst[0]).sum())
+            self._overlap_h[state] = value
+        return value
+
+    def _elements(self, L: int, fraction: float) -> int:
+        """``n L fraction`` rounded down, and a little further: the bounds below are computed as fractions
+        of ``n L`` in floating point, and the margin keeps rounding from ever overestimating."""
+        return int(self.n * L * fraction * (1 - 1e-9))
+
+    def products_cost(self, p: tuple[int, ...]) -> float:
+        """Lower bound, as a fraction of ``n L``, on the all-to-all traffic still needed by a constant-size
+        (phase >= 1) node with per-dim group products ``p``; ``inf`` if no type that gathers into the
+        target has the same block size.
+
+        Only all-to-alls change the products; moving a factor ``k`` costs ``n L (1 - 1/k)``. The constant-size
+        phase must end at products ``q`` of a type that gathers into the target (``q_d`` = the target's
+        group of dim ``d`` times a product of axes the target leaves free). Dim ``d`` must send away a total
+        factor that is a multiple of ``r = p_d / gcd(p_d, q_d)``; since ``1 - 1/k`` is subadditive over
+        products, the all-to-alls leaving ``d`` cost at least ``n L (1 - 1/r)`` together, and as each
+        all-to-all leaves one dim the sum over dims is a lower bound (likewise for the factors each dim
+        must receive; the larger sum is taken). Permutes and all-reduces keep the products."""
+        value = self._products_h.get(p)
+        if value is None:
+            rows, q = self.target_products(math.prod(p))
+            if not rows:
+                value = math.inf
+            elif len(rows) <= 4:  # numpy's per-call overhead loses on a few rows
+                value = math.inf
+                for row in rows:
+                    out = into = 0.0
+                    for pd, qd in zip(p, row):
+                        g = math.gcd(pd, qd)
+                        out += 1.0 - g / pd
+                        into += 1.0 - g / qd
+                    value = min(value, max(out, into))
+            else:
+                pv = np.array(p, dtype=np.int64)
+                g = np.gcd(pv, q)
+                out = (1.0 - g / pv).sum(axis=1)  # 1 - 1/r with r = p/g
+                into = (1.0 - g / q).sum(axis=1)
+                value = float(np.maximum(out, into).min())
+            self._products_h[p] = value
+        return value
+
+    def target_products(self, total: int) -> tuple[list, np.ndarray]:
+        """Per-dim group products multiplying to ``total`` of the types that gather into the target (the
+        target's groups times products of axes that neither its dims nor its partial sums use), as a
+        list of tuples and as an array with one row each. All totals are enumerated once."""
+        if not self._target_products:
+            vectors = {self.info(self.dst[0]).products}
+            for a in self.axes:
+                if a not in self._target_axes:
+                    k = self.sizes[a]
+                    vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
+            by_total: dict = {}
+            for v in sorted(vectors):
+                by_total.setdefault(math.prod(v), []).append(v)
+            for t, rows in by_total.items():
+                self._target_products[t] = (rows, np.array(rows, dtype=np.int64))
+        return self._target_products.get(total, ([], None))
+
+    def dim_facts(self, d: int, axes: tuple) -> tuple[int, float, float, int]:
+        """(group size, leaving fraction, entering fraction, first wrong position) of dim ``d`` holding
+        ``axes`` -- the per-dim terms of the order bound (``order_groups``), cached per dim: states
+        share most of their dims, so a new state costs a few lookups."""
+        facts = self._per_dim[d].get(axes)
+        if facts is None:
+            g = self.dst[0][d]
+            j = 0
+            while j < len(axes) and (axes[j] == g[j] if j < len(g) else axes[j] not in self._target_axes):
+                j += 1
+            facts = (self.group(axes), 1.0 - 1.0 / self.group(axes[j:]),
+                     1.0 - 1.0 / self.group(g[j:]) if j < len(g) else 0.0, j)
+            self._per_dim[d][axes] = facts
+        return facts
+
+    def order_groups(self, dims: tuple) -> tuple[float, float]:
+        """The order bound, as fractions of ``n L``: (leaving, entering) all-to-all traffic if no permute
+        is used.
+
+        All-to-alls take a dim's minor suffix and append at another dim's minor end. A dim's axes from
+        its first wrong position on (an axis other than the target's at that position, or, past the
+        target's axes, an axis the target places elsewhere) must therefore all leave it -- together at
+        least ``1 - 1/k`` of a block for a group of ``k`` devices -- and the target's axes from that
+        position on must all enter it."""
+        out = into = 0.0
+        for d, axes in enumerate(dims):
+            facts = self.dim_facts(d, axes)
+            out += facts[1]
+            into += facts[2]
+        return out, into
+
+    def entering_after_slices(self, dims: tuple, addable: tuple) -> float:
+        """The entering part of the order bound for a shrinking-phase node, whose slices may still append
+        ``addable`` axes: a dim without a wrong position may yet be extended along the target by slices,
+        as far as the target's next axes are addable; the rest must enter by all-to-alls. Each slice
+        either keeps this or cuts such an extension short, so it never drops along a free slice."""
+        value = 0.0
+        for d, axes in enumerate(dims):
+            facts = self.dim_facts(d, axes)
+            j = facts[3]
+            if j < len(axes):
+                value += facts[2]
+                continue
+            g = self.dst[0][d]
+            while j < len(g) and g[j] in addable:  # no wrong position: slices may extend it
+                j += 1
+            if j < len(g):
+                value += 1.0 - 1.0 / self.group(g[j:])
+        return value
+
+    def _middle_bound(self, moved_products: float, order: float) -> float:
+        """Combine the products bound with the order bound (fractions of ``n L``): a plan without
+        permutes pays the order bound; one with a permute pays the products bound plus the cheapest
+        permute. A permute between two types changes the place (dim, or weight within the dim) of at
+        least two axes -- one alone cannot move without changing some dim's group size or another axis's
+        weight -- and for fixed other coordinates at most one of a changed axis's ``s`` coordinates gives
+        a device the same block, so it moves all devices but a ``1/s`` share, ``s`` at least the second
+        smallest axis size."""
+        return max(moved_products, min(order, moved_products + self.permute_floor))
+
+    def resolution(self, partial: tuple) -> tuple[tuple[str, ...], float]:
+        """(the partial axes the target does not keep, the least cost of resolving them all as a fraction
+        of ``n L``, ``L`` the block size once the shrinking phase ends).
+
+        An all-reduce over a group of ``K`` devices costs ``2 (1 - 1/K)`` of the block it runs on, and
+        ``1 - 1/K`` is subadditive over products, so several all-reduces cost at least one over all the
+        axes together. A reduce-scatter over ``k`` costs ``(k - 1)`` of its output block, at least ``2 (1 -
+        1/k)`` of it. Blocks never shrink after the shrinking phase, so either is at least that share of
+        ``n L``: ``2 (1 - 1/K)`` for the product ``K`` of the unresolved axes' sizes."""
+        out = self._resolution.get(partial)
+        if out is None:
+            unresolved = tuple(a for a in partial if a not in self.dst[1])
+            out = self._resolution[partial] = (unresolved, 2.0 * (1.0 - 1.0 / self.group(unresolved)))
+        return out
+
+    def constant_size_bound(self, state) -> int:
+        """Heuristic of a constant-size (phase >= 1) node: all-to-all and permute traffic (see
+        ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved partial
+        sums still need (``resolution``: only an all-reduce can resolve them now, and it changes no
+        dim, so its cost adds to the others), then the gathers, which cost exactly ``n (T - L)``. Every
+        part drops by at most the cost of the move taken, so it is consistent."""
+        value = self._constant_h.get(state)
+        if value is None:
+            dims, partial = state
+            products, total, out, into = [], 1, 0.0, 0.0
+            for d, axes in enumerate(dims):
+                facts = self._per_dim[d].get(axes) or self.dim_facts(d, axes)
+                products.append(facts[0])
+                total *= facts[0]
+                out += facts[1]
+                into += facts[2]
+            moved = self.products_cost(tuple(products))
+            if moved == math.inf:
+                value = UNREACHABLE
+            else:
+                L = self.elements // total
+                middle = self._middle_bound(moved, out if out > into else into) + self.resolution(partial)[1]
+                value = self.n * (self.target_size - L) + self._elements(L, middle)
+            self._constant_h[state] = value
+        return value
+
+    def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> int:
+        """Heuristic of a shrinking-phase (phase 0) node: the least constant-size bound over the products
+        it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering unresolved
+        partial axes, with the order bound's leaving part (slices append, so they never shorten a dim's
+        wrong suffix) or its entering part relaxed for the slices still possible
+        (``entering_after_slices``), plus the cost of resolving the partial sums.
+
+        That last cost depends on how each unresolved axis is resolved: reduce-scattered onto a dim
+        (which appends it, and costs ``k - 1`` times an output block, at least ``(k - 1) L`` for the block
+        size ``L`` at the end of the shrinking phase) or all-reduced with the others left (``2 (1 - 1/K)``
+        of at least ``L``). With up to ``EXACT_RESOLUTIONS`` such axes every choice is bounded apart;
+        with more, the choice-free bound of ``resolution``. Each move narrows the choices and lowers the
+        resolution term by at most its own cost, so the bound stays consistent."""
+        unresolved, resolve_all = self.resolution(partial)
+        slices = tuple(a for a in info.unused(self) if a not in partial)
+        addable = tuple(a for a in info.unused(self) if a in slices or a in unresolved)
+        out = max(self.order_groups(info.dims)[0], self.entering_after_slices(info.dims, addable))
+        key = (info.products, slices, unresolved, out)
+        value = self._shrinking_h.get(key)
+        if value is None:
+            value = UNREACHABLE
+            if len(unresolved) > EXACT_RESOLUTIONS:
+                choices = [(info.products, addable, resolve_all)]
+            else:
+                choices = [(products, slices, extra)
+                           for products, extra in self._resolution_choices(info.products, unresolved)]
+            for products, free, extra in choices:
+                for L, moved in self._reachable_sizes(products, free):
+                    bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out) + extra)
+                    value = min(value, bound)
+            self._shrinking_h[key] = value
+        return value
+
+    def _resolution_choices(self, products: tuple, unresolved: tuple) -> list:
+        """(products after the reduce-scatters, resolution cost as a fraction of ``n L``) for each way of
+        resolving ``unresolved``: each axis reduce-scattered onto one of the dims or left to one
+        all-reduce."""
+        out = []
+        rank = len(products)
+        for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
+            grown, scattered, reduced = list(products), 0.0, 1
+            for a, d in zip(unresolved, where):
+                k = self.sizes[a]
+                if d < 0:
+                    reduced *= k
+                else:
+                    grown[d] *= k
+                    scattered += k - 1
+            out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced)))
+        return out
+
+    def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
+        """(block size, least ``products_cost``) for each block size reachable from ``products`` by
+        appending some of ``addable`` to dims. The bound above is monotone in the cost, so the least cost
+        per size is all it needs. Memoised recursion on the first addable axis (unused, or on one of the
+        dims): shrinking nodes a slice apart share most of their subproblems."""
+        if len(addable) > RELAX_ABOVE:
+            return self._reachable_sizes_relaxed(products, addable)
+        key = (products, addable)
+        out = self._reachable.get(key)
+        if out is None:
+            if not addable:
+                cost = self.products_cost(products)
+                out = () if cost == math.inf else ((self.elements // math.prod(products), cost),)
+            else:
+                k, rest = self.sizes[addable[0]], addable[1:]
+                least = dict(self._reachable_sizes(products, rest))
+                for d in range(len(products)):
+                    grown = products[:d] + (products[d] * k,) + products[d + 1:]
+                    for size, cost in self._reachable_sizes(grown, rest):
+                        if cost < least.get(size, math.inf):
+                            least[size] = cost
+                out = tuple(sorted(least.items()))
+            self._reachable[key] = out
+        return out
+
+    def _reachable_sizes_relaxed(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
+        """(block size, lower bound on ``products_cost``) for each block size reachable from
+        ``products`` by appending some of ``addable`` to dims. Appending only grows a dim's group, so
+        what a dim must send away towards a target row ``q`` never shrinks below its value now, and what
+        it must receive is at least what it would with every addable axis appended to it. One
+        vectorised pass over the target rows per node instead of enumerating every extension: used when
+        there are many addable axes (hundreds of extensions), where it is the cheaper of the two."""
+        key = (products, addable, "relaxed")
+        out = self._reachable.get(key)
+        if out is None:
+            rows, q = self._all_target_products()
+            p = np.array(products, dtype=np.int64)
+            grown = p * math.prod(self.sizes[a] for a in addable)
+            g = np.gcd(p, q)
+            out_part = (1.0 - g / p).sum(axis=1)
+            into_part = (1.0 - np.gcd(grown, q) / q).sum(axis=1)
+            cost = np.maximum(out_part, into_part)
+            totals = q.prod(axis=1)
+            base = math.prod(products)
+            reachable = {base}
+            for a in addable:
+                reachable |= {t * self.sizes[a] for t in reachable}
+            least: dict = {}
+            for total, c in zip(totals.tolist(), cost.tolist()):
+                if total in reachable and total % base == 0 and c < least.get(total, math.inf):
+                    least[total] = c
+            out = self._reachable[key] = tuple(sorted((self.elements // t, c) for t, c in least.items()))
+        return out
+
+    def _all_target_products(self) -> tuple[list, np.ndarray]:
+        """All target product rows (every block size), as in ``target_products``."""
+        if self._all_rows is None:
+            self.target_products(1)
+            rows = [r for t in sorted(self._target_products) for r in self._target_products[t][0]]
+            self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape)))
+        return self._all_rows
+
+    def cheap_h(self, state, phase: int) -> int:
+        """The structural part of the heuristic: dictionary lookups once the search is warm."""
+        if self._uninformed:
+            return self.growth_bound(state[0]) if self.cap is not None and self.informed else 0
+        if phase:
+            value = self._constant_h.get(state)
+            return value if value is not None else self.constant_size_bound(state)
+        value = self._shrinking_state_h.get(state)
+        if value is None:  # shrinking_bound's own cache is keyed by what it depends on, costlier to build
+            value = self._shrinking_state_h[state] = self.shrinking_bound(self.info(state[0]), state[1])
+        return value
+
+    def growth_bound(self, dims: tuple) -> int:
+        """The structural bound of the capped search (steps in any order): only gathers grow a block, a
+        gather from ``L`` to ``k L`` costs ``n (k L - L)``, so a block smaller than the target's must still
+        receive ``n (T - L)``. Consistent: a gather lowers it by at most its cost, other moves keep or
+        raise it."""
+        return self.n * max(0, self.target_size - self.info(dims).size)
+
+    def h(self, state, phase: int) -> int:
+        """The full heuristic of a node: max of the overlap and structural bounds. The overlap bound
+        never exceeds ``n T`` (every target element everywhere), so when the structural bound already
+        does, its per-device computation is skipped."""
+        if not self.informed:
+            return 0
+        structural = self.cheap_h(state, phase)
+        if structural >= self.n * self.target_size:
+            return structural
+        return max(self.overlap_bound(state), structural)
+
+    # -- moves ----------------------------------------------------------------------------------------
