@@ -198,12 +198,13 @@ func.func @backward(%a: tensor<4x8xf32>) -> tensor<8x4xf32> {
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
-// A slice over y of a loop over x on another dim commutes into that loop (2-D tiling).
+// A slice over y of a loop over x on another dim commutes into that loop (2-D tiling); the slices then
+// take the outer loop's block first, hoisted out of the inner loop (order_slices, hoist_invariant).
 // CHECK-LABEL: func.func @commute
 // CHECK: ^bb0(%[[RY:.*]]: !slicer.range<"y", 4 : i64>):
+// CHECK-NEXT: %[[BY:.*]] = "slicer.slice"(%arg0, %[[RY]]) {dim = 1 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 4 : i64>) -> tensor<8x2xf32>
 // CHECK: ^bb0(%[[RX:.*]]: !slicer.range<"x", 2 : i64>):
-// CHECK: %[[BX:.*]] = "slicer.slice"(%arg0, %[[RX]]) {dim = 0 : i64}
-// CHECK: "slicer.slice"(%[[BX]], %[[RY]]) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 4 : i64>) -> tensor<4x2xf32>
+// CHECK-NEXT: "slicer.slice"(%[[BY]], %[[RX]]) {dim = 0 : i64} : (tensor<8x2xf32>, !slicer.range<"x", 2 : i64>) -> tensor<4x2xf32>
 // CHECK: }) {action = #slicer.tile<0 : i64>, mesh = @mesh, slicer.rule = "slice over y commuted into the loop over x"} : () -> tensor<8x2xf32>
 // CHECK: }) {action = #slicer.tile<1 : i64>, mesh = @mesh} : () -> tensor<8x8xf32>
 func.func @commute(%a: tensor<8x8xf32>) -> tensor<8x8xf32> {

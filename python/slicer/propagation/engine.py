@@ -31,6 +31,7 @@ from .ir_utils import as_op, enclosing_loops
 from .laws import LATE_LAWS, LAWS, Journal, UnsupportedOp, tactic_name, tile_loop_of
 
 MAX_REWRITES = 100_000
+MAX_ROUNDS = 8  # fixpoint + CSE rounds (the rounds after the first only merge copies CSE made identical)
 
 
 class PropagationError(RuntimeError):
@@ -53,17 +54,23 @@ def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False) ->
     Without `strict_conflicts` a conflict is resolved (the earlier tactic wins) and stays visible as the
     `slicer.conflict` attribute on the redistribution point; with it, conflicts are located errors. An op
     without a rule reached by a tiled value is a located error (`PassFailure`)."""
-    conflicts = []
-    for func in defined_functions(module):
-        try:
-            conflicts += propagate(func)[1]
-        except UnsupportedOp as exc:
-            raise PassFailure(Located(exc.op.location, str(exc))) from None
+    for _ in range(MAX_ROUNDS):
+        rewrites, conflicts = 0, []
+        for func in defined_functions(module):
+            try:
+                journal, found = propagate(func)
+            except UnsupportedOp as exc:
+                raise PassFailure(Located(exc.op.location, str(exc))) from None
+            rewrites += journal.rewrites
+            conflicts += found
+        # Deforestation copies producers into each consumer; merged slices make the copies identical, and
+        # upstream CSE keeps one. Loops holding such copies become equivalent only then, so the laws run
+        # again (merging them) until a round rewrites nothing.
+        run_pipeline(module, "cse")
+        if rewrites == 0:
+            break
     if strict_conflicts and conflicts:
         raise PassFailure([Located(c.op.location, c.message) for c in conflicts])
-    # Deforestation copies producers into each consumer; merged slices make the copies identical, and
-    # upstream CSE keeps one.
-    run_pipeline(module, "cse")
     return conflicts
 
 

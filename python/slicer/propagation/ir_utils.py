@@ -111,3 +111,45 @@ def _is_zero_attr(attr: ir.Attribute) -> bool:
     if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
         return _is_zero_attr(attr.get_splat_value())
     return False
+
+
+def equivalent(a: ir.Operation, b: ir.Operation, mapping: dict | None = None) -> bool:
+    """Do `a` and `b` compute the same thing? Same op, attributes, result types and operands (an operand of
+    `a` defined inside the ops compared so far must correspond to `b`'s by `mapping`, any other must be the
+    very same value), and equivalent regions, block by block and op by op. Locations are ignored.
+
+    Upstream CSE compares regions like this too (OperationEquivalence), but it leaves the slicer dialect's
+    ops alone: IRDL-defined ops carry no side-effect information, so it cannot know they are pure."""
+    mapping = {} if mapping is None else mapping
+    if (a.name != b.name or len(a.operands) != len(b.operands) or len(a.results) != len(b.results)
+            or len(a.regions) != len(b.regions)):
+        return False
+    if any(ra.type != rb.type for ra, rb in zip(a.results, b.results)):
+        return False
+    attrs_a, attrs_b = _attributes(a), _attributes(b)
+    if attrs_a.keys() != attrs_b.keys() or any(attrs_a[k] != attrs_b[k] for k in attrs_a):
+        return False
+    for va, vb in zip(a.operands, b.operands):
+        if mapping.get(va, va) != vb:
+            return False
+    for region_a, region_b in zip(a.regions, b.regions):
+        blocks_a, blocks_b = list(region_a.blocks), list(region_b.blocks)
+        if len(blocks_a) != len(blocks_b):
+            return False
+        for block_a, block_b in zip(blocks_a, blocks_b):
+            if [x.type for x in block_a.arguments] != [x.type for x in block_b.arguments]:
+                return False
+            mapping.update(zip(block_a.arguments, block_b.arguments))
+            ops_a, ops_b = [as_op(o) for o in block_a.operations], [as_op(o) for o in block_b.operations]
+            if len(ops_a) != len(ops_b):
+                return False
+            for inner_a, inner_b in zip(ops_a, ops_b):
+                if not equivalent(inner_a, inner_b, mapping):
+                    return False
+                mapping.update(zip(inner_a.results, inner_b.results))
+    return True
+
+
+def _attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
+    attrs = op.attributes
+    return {attrs[i].name: attrs[i].attr for i in range(len(attrs))}

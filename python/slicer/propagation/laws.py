@@ -5,6 +5,10 @@ In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
   which upstream DCE cannot remove: dynamic ops carry no side-effect information).
 - `merge_duplicate_slice`: two identical slices in one block are one value (so
   CSE can merge what deforestation copied for each consumer).
+- `merge_duplicate_loop`: two equivalent loops in one block are one loop (the
+  CSE upstream cannot do for dynamic ops).
+- `order_slices`: slices of slices along different dims commute; the one by the
+  outer loop's range goes first (then it can be hoisted out of the inner loop).
 - `compose_slices`: slices of slices along one dim are one slice over the
   product range (range algebra), which deforestation then matches against a
   loop over that product range.
@@ -30,16 +34,18 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from slicer.core.names import DIALECT_PREFIX, LOOP, PRIORITY_ATTR, RULE_ATTR, SLICE, TACTIC_ATTR, YIELD
-from slicer.dialect import LoopOp, SliceOp, SumAction, TileAction, loop, range_product, slice_, with_dim, yield_
+from slicer.core.names import DIALECT_PREFIX, LOOP, PRIORITY_ATTR, RANGE_PRODUCT, RULE_ATTR, SLICE, TACTIC_ATTR, YIELD
+from slicer.dialect import LoopOp, SliceOp, SumAction, TileAction, loop, range_product, slice_, walk_ops, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, rule_for
 
 from .ir_utils import (
+    ancestors,
     as_op,
     captured_values,
     defined_inside,
     defining_op,
     enclosing_axes,
+    equivalent,
     is_pure,
     is_unused,
     is_zero_tensor,
@@ -156,7 +162,60 @@ def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
     return False
 
 
+def merge_duplicate_loop(op: ir.Operation, journal: Journal) -> bool:
+    """Two equivalent loops in one block (same action, range and body, up to renaming) are one loop.
+
+    Deforestation copies a loop body into each consumer; once the consumers' loops are fused, the copies
+    sit side by side. Upstream CSE would merge them if it could (see `ir_utils.equivalent`); without this,
+    the work and any collective resolving the copies' partial sums are repeated per consumer."""
+    if op.name != LOOP:
+        return False
+    for earlier in (as_op(o) for o in op.block.operations):
+        if earlier == op:
+            return False
+        if earlier.name == LOOP and equivalent(earlier, op):
+            for old, new in zip(op.results, earlier.results):
+                old.replace_all_uses_with(new)
+            op.erase()
+            return True
+    return False
+
+
 # ----------------------------------------------------------------------------- slice composition
+
+
+def _range_loop(range_value: ir.Value) -> ir.Operation | None:
+    """The loop whose range `range_value` is (through a `slicer.range_product`, its minor part's loop)."""
+    if isinstance(range_value, ir.BlockArgument):
+        owner = range_value.owner.owner
+        return as_op(owner) if owner is not None and as_op(owner).name == LOOP else None
+    producer = defining_op(range_value)
+    return _range_loop(producer.operands[1]) if producer is not None and producer.name == RANGE_PRODUCT else None
+
+
+def order_slices(op: ir.Operation, journal: Journal) -> bool:
+    """slice(slice(t, d1, r1), d2, r2) == slice(slice(t, d2, r2), d1, r1) for d1 != d2: slices of different
+    dims commute. Canonical order: the slice by the range of the outer loop first, so it can be hoisted out
+    of the inner loop and the partitioner sees each device's block taken one loop at a time (a value tiled
+    over x on one dim and y on another, used inside loops over x then y, then needs no gathering)."""
+    if op.name != SLICE:
+        return False
+    second = SliceOp(op)
+    first_op = defining_op(second.source)
+    if first_op is None or first_op.name != SLICE:
+        return False
+    first = SliceOp(first_op)
+    if first.dim == second.dim or len(list(first.result.uses)) != 1:
+        return False
+    outer, inner = _range_loop(second.range_value), _range_loop(first.range_value)
+    if outer is None or inner is None or outer == inner or outer not in ancestors(inner):
+        return False  # already outer-first (or unrelated loops)
+    with ir.InsertionPoint(op), op.location:
+        swapped = slice_(slice_(first.source, second.range_value, second.dim), first.range_value, first.dim)
+    second.result.replace_all_uses_with(swapped)
+    op.erase()
+    first_op.erase()
+    return True
 
 
 def compose_slices(op: ir.Operation, journal: Journal) -> bool:
@@ -183,6 +242,15 @@ def compose_slices(op: ir.Operation, journal: Journal) -> bool:
 # ----------------------------------------------------------------------------- deforestation
 
 
+def _inner_loop_axes(loop_op: LoopOp) -> set[str]:
+    """The axes of the loops nested in `loop_op`'s body."""
+    axes: set[str] = set()
+    for inner in walk_ops(loop_op.operation, LOOP):
+        if inner != loop_op.operation and LoopOp(inner).range is not None:
+            axes.update(LoopOp(inner).range.axes)
+    return axes
+
+
 def deforest(op: ir.Operation, journal: Journal) -> bool:
     if op.name != SLICE:
         return False
@@ -193,6 +261,8 @@ def deforest(op: ir.Operation, journal: Journal) -> bool:
     producer, index = found
     if producer.action != TileAction(view.dim) or producer.range_arg.type != view.range_value.type:
         return False
+    if _inner_loop_axes(producer) & enclosing_axes(op):
+        return False  # the copied body would put a loop inside a loop over the same axis
     value = _copy_body(producer, view.range_value, before=op)[index]
     view.result.replace_all_uses_with(value)
     op.erase()
@@ -486,7 +556,9 @@ def _fuse(first: LoopOp, second: LoopOp, *, at: ir.Operation) -> None:
 
 
 def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
-    if not is_pure(op) or op.name.startswith(DIALECT_PREFIX):
+    """A pure op (a slice included: its range is then an outer loop's) that uses nothing defined in its loop
+    moves before the loop."""
+    if not is_pure(op) or (op.name.startswith(DIALECT_PREFIX) and op.name != SLICE):
         return False
     parent = op.parent
     if parent is None or as_op(parent).name != LOOP:
@@ -501,6 +573,8 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
 LAWS = (
     eliminate_dead,
     merge_duplicate_slice,
+    merge_duplicate_loop,
+    order_slices,
     compose_slices,
     deforest,
     commute_slice_into_loop,

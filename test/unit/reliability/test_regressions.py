@@ -189,3 +189,20 @@ def test_blocks_larger_than_memory_are_refused_before_running():
         prog.run(a, b)
     with pytest.raises(slicer.RunError, match=r"GiB available"):
         prog.run(a, b, ranks=2)
+
+
+MLP = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
+
+
+@pytest.mark.parametrize("tactics", [
+    # the storage tactics (w1 rows, w2 columns over x) before the model tactics: once gave nested loops over x
+    "arg0.0=x;arg1.0=x;arg1.1=y;arg2.0=y;arg3.0=y;arg3.1=x",
+    "arg0.0=x;arg1.1=y;arg2.0=y;arg3.0=y;arg1.0=x;arg3.1=x",
+    "arg1.0=x;arg1.1=y;arg0.0=x;arg3.1=x;arg3.0=y",
+])
+def test_tactics_on_both_dims_of_a_weight_in_any_order(tactics):
+    rng = np.random.default_rng(6)
+    x, w1, b1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (16, 32), (32,), (32, 16)))
+    prog = slicer.compile(MLP, mesh=slicer.Mesh(x=2, y=2), tactics=slicer.parse_tactics(tactics))
+    expected = np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2
+    np.testing.assert_allclose(prog.run(x, w1, b1, w2), expected, rtol=1e-5, atol=1e-5)
