@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make `fuzz` importable
 from fuzz import regressions  # noqa: E402
 from fuzz.cases import Case, generate_case  # noqa: E402
 from fuzz.execute import FAILURES, KINDS  # noqa: E402
-from fuzz.shrink import shrink  # noqa: E402
+from fuzz.shrink import shrink, shrink_structure  # noqa: E402
 from fuzz.source import RandomSource  # noqa: E402
 from fuzz.worker import Pool  # noqa: E402
 
@@ -138,6 +138,8 @@ def main(argv=None) -> int:
                     return False
 
                 case, spent = shrink(case, still_fails, budget=args.shrink_budget, max_ops=args.max_ops, log=_log)
+                case, more = shrink_structure(case, still_fails, budget=args.shrink_budget, log=_log)
+                spent += more
                 out = last.get("outcome", out)
             entry = {"signature": sig, "kind": out["kind"], "count": len(indices), "first_index": first,
                      "valid_count": sum(cases[i].valid for i in indices), "shrink_executions": spent,

@@ -1,7 +1,7 @@
 """The differential fuzzer in CI (issue 12): random programs, meshes and tactics, partitioned by slicer and
 compared with an independent numpy evaluation. See docs/fuzzing.md.
 
-- `test_differential`: SLICER_FUZZ_CASES hypothesis examples (default 150, about a minute; derandomized,
+- `test_differential`: SLICER_FUZZ_CASES hypothesis examples (default 500, under a minute; derandomized,
   so CI is reproducible; SLICER_FUZZ_SEED=<int> explores other cases). It fails on a wrong answer, an
   internal error or a hang; the shrunk case is written to test/fuzz/regressions/<hash>.json and the
   failure names that file.
@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from fuzz import regressions
 from fuzz.cases import Case, generate_case
 from fuzz.execute import FAILURES
+from fuzz.shrink import shrink_structure
 from fuzz.source import HypothesisSource, RandomSource
 
-CASES = int(os.environ.get("SLICER_FUZZ_CASES", "150"))
+CASES = int(os.environ.get("SLICER_FUZZ_CASES", "500"))
 SEED = os.environ.get("SLICER_FUZZ_SEED")
 TIMEOUT = float(os.environ.get("SLICER_FUZZ_TIMEOUT", "120"))
 MPI_TIMEOUT = 240.0
@@ -36,6 +37,21 @@ def _request(case: Case, mpi: bool = False) -> dict:
 
 def _describe(case: Case, out: dict) -> str:
     return f"{out['signature']}\n{case.reproducer()}observed: {(out.get('message') or '')[:1500]}"
+
+
+def _shrink_further(case: Case, out: dict, pool, mpi: bool = False, budget: int = 100) -> tuple[Case, dict]:
+    """Hypothesis shrinks the choices; this also removes dead code, tactics, results and ops directly."""
+    found = {"out": out}
+
+    def still_fails(c: Case) -> bool:
+        o = pool.request(_request(c, mpi), MPI_TIMEOUT if mpi else TIMEOUT)
+        if o["signature"] == out["signature"]:
+            found["out"] = o
+            return True
+        return False
+
+    case, _ = shrink_structure(case, still_fails, budget=budget)
+    return case, found["out"]
 
 
 def test_differential(fuzz_pool):
@@ -61,6 +77,7 @@ def test_differential(fuzz_pool):
             raise
     if "case" in last:
         case, out = last["case"], last["out"]
+        case, out = _shrink_further(case, out, fuzz_pool)
         path = regressions.save(case, out)
         pytest.fail(f"differential fuzzing found: {out['kind']} (shrunk case saved to {path}; "
                     f"replay: pytest {__file__}::test_regression):\n{_describe(case, out)}", pytrace=False)
@@ -90,5 +107,6 @@ def _mpi_cases(count: int = 3) -> list[Case]:
 def test_mpi_sample(case, fuzz_pool):
     out = fuzz_pool.request(_request(case, mpi=True), MPI_TIMEOUT)
     if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
+        case, out = _shrink_further(case, out, fuzz_pool, mpi=True, budget=30)
         path = regressions.save(case, out, mpi=True)
         pytest.fail(f"MPI sample case failed (saved to {path}):\n{_describe(case, out)}", pytrace=False)

@@ -192,3 +192,9 @@ def test_inputs_are_bounded(dtype):
     a, s = p.random_inputs(1)
     assert a.dtype == np.dtype({"f32": np.float32, "f64": np.float64, "i32": np.int32}[dtype]) and s.shape == ()
     assert np.all(np.abs(a) <= 4)
+
+
+def test_mpi_path_of_the_harness(fuzz_pool):
+    """A known-good case through the MPI executor as well (ranks = devices)."""
+    out = fuzz_pool.request({"op": "case", "case": _row_sum_case().to_json(), "mpi": True, "mpi_timeout": 200}, 240)
+    assert out["kind"] == "ok" and out["stage"] == "check-mpi", out
