@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from .programs import Program, generate
+from .programs import Features, Program, generate
 from .schedules import TacticSpec, generate_schedule, mesh_text, schedule_valid
 from .source import Source
 
@@ -64,7 +64,7 @@ class Case:
                 f"cli:    slicer-run case.mlir --mesh {mesh_text(self.mesh)} {flags} --random 0 --check\n")
 
 
-def generate_case(src: Source, seed: int = 0, max_ops: int = 8) -> Case:
-    program = generate(src, max_ops=max_ops)
+def generate_case(src: Source, seed: int = 0, max_ops: int = 8, features: Features = Features()) -> Case:
+    program = generate(src, max_ops=max_ops, features=features)
     mesh, tactics = generate_schedule(src, program)
     return Case(program, mesh, tactics, seed, list(src.choices))

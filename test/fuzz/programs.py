@@ -621,8 +621,21 @@ class _Val:
     mag: float  # an estimate of max |value| (floats); 0 for ints
 
 
+@dataclass(frozen=True)
+class Features:
+    """Switches to steer generation away from a known bug (to find the ones behind it)."""
+
+    zero_d: bool = True  # 0-d arguments, full reductions, broadcasts of 0-d operands
+    multi_result: bool = True  # several results
+    return_args: bool = True  # an argument returned as is
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
 class _Gen:
-    def __init__(self, src: Source, dtype: str) -> None:
+    def __init__(self, src: Source, dtype: str, features: Features = Features()) -> None:
+        self.features = features
         self.src = src
         self.dt = dtype
         self.fl = is_float(dtype)
@@ -634,7 +647,7 @@ class _Gen:
     # -- values ---------------------------------------------------------------------------------------
     def shape(self, rank: int | None = None) -> tuple[int, ...]:
         if rank is None:
-            rank = self.src.weighted([(4, 2), (2, 1), (2, 3), (1, 0)])
+            rank = self.src.weighted([(4, 2), (2, 1), (2, 3), (1 if self.features.zero_d else 0, 0)])
         return tuple(self.src.choice(SIZES) for _ in range(rank))
 
     def new_arg(self, shape) -> _Val:
@@ -707,7 +720,7 @@ class _Gen:
         form = self.form()
         maps = [list(range(n)), list(range(n))]
         if form == "generic" and n > 0 and self.src.boolean(0.4):
-            dims = self.src.subset(list(range(n)))
+            dims = self.src.subset(list(range(n)), min_size=0 if self.features.zero_d else 1)
             maps[1] = self.src.permutation(dims)
         y = self.operand(tuple(x.shape[d] for d in maps[1]))
         ins = [x, y]
@@ -722,9 +735,12 @@ class _Gen:
         return self.define("binary", ins, x.shape, mag, **attrs)
 
     def gen_reduce(self) -> _Val:
-        x = self.pick_or_arg(lambda v: len(v.shape) >= 1, lambda: self.shape(self.src.integer(1, 3)))
+        low = 1 if self.features.zero_d else 2
+        x = self.pick_or_arg(lambda v: len(v.shape) >= low, lambda: self.shape(self.src.integer(low, 3)))
         n = len(x.shape)
         dims = list(range(n)) if self.src.boolean(0.25) else self.src.subset(list(range(n)), min_size=1)
+        if not self.features.zero_d and len(dims) == n:
+            dims = dims[:-1]
         fn = self.src.choice(("sum", "max"))
         form = self.src.choice(("generic", "reduce"))
         pres = [None, "square", "abs"] + (["tanh"] if self.fl else [])
@@ -831,10 +847,10 @@ class _Gen:
         return self.define("collapse", [x], tuple(shape), x.mag, groups=groups)
 
 
-def generate(src: Source, max_ops: int = 8) -> Program:
+def generate(src: Source, max_ops: int = 8, features: Features = Features()) -> Program:
     """A random well-typed program (1 to `max_ops` ops besides fills/constants)."""
     dtype = src.weighted([(5, "f32"), (2, "f64"), (3, "i32")])
-    g = _Gen(src, dtype)
+    g = _Gen(src, dtype, features)
     for _ in range(src.integer(1, 2)):
         g.new_arg(g.shape())
     for _ in range(src.integer(1, max_ops)):
@@ -843,8 +859,9 @@ def generate(src: Source, max_ops: int = 8) -> Program:
     used = {i for op in g.ops for i in op.ins}
     results = [last.name]
     for op in g.ops:
-        if op.out != last.name and op.out not in used and op.kind not in ("fill", "splat") and src.boolean(0.4):
+        if (features.multi_result and op.out != last.name and op.out not in used
+                and op.kind not in ("fill", "splat") and src.boolean(0.4)):
             results.append(op.out)
-    if src.boolean(0.04):
+    if features.return_args and src.boolean(0.04):
         results.append(g.args[src.integer(0, len(g.args) - 1)].name)
     return Program(dtype, [(a.name, a.shape) for a in g.args], g.ops, results)

@@ -22,7 +22,8 @@ def save(case: Case, outcome: dict, directory: Path | None = None, note: str = "
     data["expect"] = expected_class(case)
     data["mpi"] = mpi
     data["observed"] = {k: outcome.get(k) for k in ("kind", "stage", "type", "signature", "max_diff")}
-    data["observed"]["message"] = (outcome.get("message") or "")[:2000]
+    message = outcome.get("message") or ""
+    data["observed"]["message"] = message if len(message) <= 3000 else message[:800] + "\n[...]\n" + message[-2200:]
     data["note"] = note
     path = directory / f"{case.key()}.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as a script: make `fuzz` importable
 
 from fuzz import regressions  # noqa: E402
 from fuzz.cases import Case, generate_case  # noqa: E402
+from fuzz.programs import Features  # noqa: E402
 from fuzz.execute import FAILURES, KINDS  # noqa: E402
 from fuzz.shrink import shrink, shrink_structure  # noqa: E402
 from fuzz.source import RandomSource  # noqa: E402
@@ -36,9 +37,14 @@ def case_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def make_case(seed: int, index: int, max_ops: int = 8) -> Case:
+def make_case(seed: int, index: int, max_ops: int = 8, features: Features = Features()) -> Case:
     s = case_seed(seed, index)
-    return generate_case(RandomSource(s), seed=s, max_ops=max_ops)
+    return generate_case(RandomSource(s), seed=s, max_ops=max_ops, features=features)
+
+
+def features_of(args) -> Features:
+    return Features(zero_d=not getattr(args, "no_0d", False), multi_result=not getattr(args, "single_result", False),
+                    return_args=not getattr(args, "single_result", False))
 
 
 def wants_mpi(seed: int, index: int, case: Case, share: float) -> bool:
@@ -63,6 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case (simulator)")
     ap.add_argument("--mpi-timeout", type=float, default=240.0, help="seconds per case run on MPI ranks")
     ap.add_argument("--max-ops", type=int, default=8)
+    ap.add_argument("--no-0d", action="store_true", help="no 0-d tensors (to look behind known 0-d bugs)")
+    ap.add_argument("--single-result", action="store_true",
+                    help="one result, never an argument (to look behind the sibling-fusion bug)")
     ap.add_argument("--shrink-budget", type=int, default=250, help="executions per shrunk signature (0: none)")
     ap.add_argument("--no-shrink-rejections", action="store_true",
                     help="do not shrink clean errors met on valid schedules")
@@ -82,7 +91,7 @@ def main(argv=None) -> int:
     cases: dict[int, Case] = {}
     items = []
     for i in range(args.start, args.start + args.cases):
-        case = make_case(args.seed, i, args.max_ops)
+        case = make_case(args.seed, i, args.max_ops, features_of(args))
         cases[i] = case
         mpi = wants_mpi(args.seed, i, case, args.mpi_share)
         items.append((i, request(case, mpi, args.mpi_timeout if mpi else args.timeout),
@@ -137,7 +146,8 @@ def main(argv=None) -> int:
                         return True
                     return False
 
-                case, spent = shrink(case, still_fails, budget=args.shrink_budget, max_ops=args.max_ops, log=_log)
+                case, spent = shrink(case, still_fails, budget=args.shrink_budget, max_ops=args.max_ops,
+                                     features=features_of(args), log=_log)
                 case, more = shrink_structure(case, still_fails, budget=args.shrink_budget, log=_log)
                 spent += more
                 out = last.get("outcome", out)
@@ -232,7 +242,7 @@ def replay_one(args) -> int:
     if args.index not in records:
         print(f"no case {args.index} in {args.replay}")
         return 2
-    case = make_case(seed, args.index, data["args"].get("max_ops", 8))
+    case = make_case(seed, args.index, data["args"].get("max_ops", 8), features_of(argparse.Namespace(**data["args"])))
     mpi = records[args.index]["mpi"]
     print(case.reproducer())
     timeout = args.mpi_timeout if mpi else args.timeout

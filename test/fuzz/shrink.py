@@ -12,20 +12,21 @@ from __future__ import annotations
 from typing import Callable
 
 from .cases import Case, generate_case
+from .programs import Features
 from .source import ReplaySource
 
 
-def replay(choices: list[int], seed: int, max_ops: int = 8) -> Case:
+def replay(choices: list[int], seed: int, max_ops: int = 8, features: Features = Features()) -> Case:
     src = ReplaySource(choices)
-    return generate_case(src, seed=seed, max_ops=max_ops)
+    return generate_case(src, seed=seed, max_ops=max_ops, features=features)
 
 
 def shrink(case: Case, still_fails: Callable[[Case], bool], *, budget: int = 300, max_ops: int = 8,
-           log: Callable[[str], None] | None = None) -> tuple[Case, int]:
+           features: Features = Features(), log: Callable[[str], None] | None = None) -> tuple[Case, int]:
     """The simplest case found that still fails, and the number of executions spent."""
     if case.choices is None:
         return case, 0
-    best = list(replay(case.choices, case.seed, max_ops).choices or [])
+    best = list(replay(case.choices, case.seed, max_ops, features).choices or [])
     best_case = case
     seen: dict[tuple, bool] = {}
     spent = 0
@@ -37,7 +38,7 @@ def shrink(case: Case, still_fails: Callable[[Case], bool], *, budget: int = 300
         nonlocal best, best_case, spent
         if spent >= budget:
             return False
-        c = replay(candidate, case.seed, max_ops)
+        c = replay(candidate, case.seed, max_ops, features)
         normal = list(c.choices or [])
         if not better(normal):
             return False
