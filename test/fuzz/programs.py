@@ -772,10 +772,11 @@ class _Gen:
             y = self.operand((self.src.choice(SIZES), x.shape[0]))
             a, b = y, x
         K = a.shape[1]
-        mag = K * a.mag * b.mag
+        init = self.constant() if self.src.boolean(0.15) else 0
+        mag = K * a.mag * b.mag + abs(init)
         if self._capped(x, mag):
             return self.gen_unary(x, "tanh")
-        return self.define("matmul", [a, b], (a.shape[0], b.shape[1]), mag, form=form)
+        return self.define("matmul", [a, b], (a.shape[0], b.shape[1]), mag, form=form, init=init)
 
     def gen_batch_matmul(self) -> _Val:
         x = self.pick_or_arg(lambda v: len(v.shape) == 3, lambda: self.shape(3))
@@ -787,10 +788,11 @@ class _Gen:
         else:
             y = self.operand((B, self.src.choice(SIZES), x.shape[1]))
             a, b = y, x
-        mag = a.shape[2] * a.mag * b.mag
+        init = self.constant() if self.src.boolean(0.15) else 0
+        mag = a.shape[2] * a.mag * b.mag + abs(init)
         if self._capped(x, mag):
             return self.gen_unary(x, "tanh")
-        return self.define("batch_matmul", [a, b], (B, a.shape[1], b.shape[2]), mag, form=form)
+        return self.define("batch_matmul", [a, b], (B, a.shape[1], b.shape[2]), mag, form=form, init=init)
 
     def gen_transpose(self) -> _Val:
         x = self.pick_or_arg(lambda v: len(v.shape) >= 2, lambda: self.shape(self.src.integer(2, 3)))
