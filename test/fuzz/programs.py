@@ -464,7 +464,7 @@ def _fn_error(fn: str, xs, errs, out, u: float) -> float:
         e = errs[0]
         return (math.expm1(e) if e < 1 else math.inf) * mo + 8 * u * mo
     if fn == "square":
-        return 2 * errs[0] * _amax(xs[0]) + errs[0] ** 2 + u * mo
+        return 2 * errs[0] * _amax(xs[0]) + errs[0] * errs[0] + u * mo
     raise ValueError(fn)
 
 
@@ -708,10 +708,17 @@ class _Gen:
         x = x or self.pick()
         if fn is None:
             fns = [f for f in (UNARY_FLOAT if self.fl else UNARY_INT)
-                   if not (f == "exp" and x.mag > 3) and not (f == "square" and x.mag ** 2 > MAG_CAP)]
+                   if not (f == "exp" and x.mag > 3) and not (f == "square" and x.mag * x.mag > MAG_CAP)]
             fn = self.src.choice(fns)
         form = self.form(named_ok=self.fl)
-        mag = {"tanh": 1.0, "exp": math.exp(x.mag), "square": x.mag ** 2}.get(fn, x.mag)
+        if fn == "tanh":
+            mag = 1.0
+        elif fn == "exp":
+            mag = math.exp(min(x.mag, 700.0))
+        elif fn == "square":
+            mag = x.mag * x.mag
+        else:
+            mag = x.mag
         return self.define("unary", [x], x.shape, mag, fn=fn, form=form)
 
     def gen_binary(self) -> _Val:
@@ -745,13 +752,13 @@ class _Gen:
         form = self.src.choice(("generic", "reduce"))
         pres = [None, "square", "abs"] + (["tanh"] if self.fl else [])
         pre = self.src.choice(pres) if self.src.boolean(0.3) else None
-        if pre == "square" and x.mag ** 2 > MAG_CAP:
+        if pre == "square" and x.mag * x.mag > MAG_CAP:
             pre = "abs"
         init = self.constant() if self.src.boolean(0.2) else None
         acc_first = self.src.boolean(0.5)
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
         count = int(np.prod([x.shape[d] for d in dims]))
-        pm = {"square": x.mag ** 2, "tanh": 1.0}.get(pre, x.mag)
+        pm = {"square": x.mag * x.mag, "tanh": 1.0}.get(pre, x.mag)
         mag = (count * pm if fn == "sum" else pm) + abs(init or 0)
         if fn == "sum" and mag > MAG_CAP:
             pre = "tanh" if self.fl else pre

@@ -198,3 +198,15 @@ def test_mpi_path_of_the_harness(fuzz_pool):
     """A known-good case through the MPI executor as well (ranks = devices)."""
     out = fuzz_pool.request({"op": "case", "case": _row_sum_case().to_json(), "mpi": True, "mpi_timeout": 200}, 240)
     assert out["kind"] == "ok" and out["stage"] == "check-mpi", out
+
+
+def test_generation_never_fails():
+    """The runner generates every case in the parent: a generator exception would stop a whole run."""
+    from fuzz.programs import Features
+
+    for s in range(2000):
+        for features in (Features(), Features(zero_d=False, multi_result=False, return_args=False)):
+            case = generate_case(RandomSource(s), seed=s, features=features)
+            case.program.evaluate(case.program.random_inputs(s))
+            if not features.zero_d:
+                assert all(len(sh) > 0 for sh in case.program.arg_shapes + case.program.result_shapes)
