@@ -11,7 +11,10 @@ Classes (`Outcome.kind`):
 - `hang`: the case exceeded its time limit (decided by the parent, `worker.py`).
 
 Stages: `tactic` (building slicer.Tile/Replicate), `compile`, `run-sim`/`check-sim` (the in-process SPMD
-simulator, `ranks=None`), `run-mpi`/`check-mpi` (`ranks=N` MPI ranks).
+simulator, `ranks=None`, whose kernels are JIT-compiled), `run-aot`/`check-aot` (the simulator again with the
+kernels the MPI ranks load: AOT-compiled by the vectorizing pipeline, `slicer.runtime.executor.load_kernels`;
+as cheap as the simulator, so many more cases test that pipeline than MPI could), `run-mpi`/`check-mpi`
+(`ranks=N` MPI ranks).
 """
 
 from __future__ import annotations
@@ -94,14 +97,25 @@ def corrupt_results(got):
     return tuple(arrays) if many else arrays[0]
 
 
-def execute(case: Case, *, mpi: bool = False, corrupt: bool = False, mpi_timeout: float = 120.0) -> Outcome:
+def execute(case: Case, *, mpi: bool = False, aot: bool = False, corrupt: bool = False,
+            mpi_timeout: float = 120.0) -> Outcome:
     start = time.perf_counter()
-    outcome = _execute(case, mpi=mpi, corrupt=corrupt, mpi_timeout=mpi_timeout)
+    outcome = _execute(case, mpi=mpi, aot=aot, corrupt=corrupt, mpi_timeout=mpi_timeout)
     outcome.seconds = round(time.perf_counter() - start, 3)
     return outcome
 
 
-def _execute(case: Case, *, mpi: bool, corrupt: bool, mpi_timeout: float) -> Outcome:
+def _run_aot(prog, inputs):
+    """The simulator with the MPI ranks' kernels (AOT, or the JIT where the runtime falls back to it)."""
+    from slicer.runtime.executor import load_kernels
+    from slicer.spmd import SpmdProgram
+
+    simulator = SpmdProgram(prog.graph)
+    simulator.kernels, _ = load_kernels(prog.graph)
+    return simulator(*inputs)
+
+
+def _execute(case: Case, *, mpi: bool, aot: bool, corrupt: bool, mpi_timeout: float) -> Outcome:
     import slicer
 
     program = case.program
@@ -124,6 +138,14 @@ def _execute(case: Case, *, mpi: bool, corrupt: bool, mpi_timeout: float) -> Out
     mismatch = compare(program, reference, got)
     if mismatch is not None:
         return _wrong("check-sim", mismatch)
+    if aot:
+        try:
+            got = _run_aot(prog, [a.copy() for a in inputs])
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc, "run-aot", run_stage=True)
+        mismatch = compare(program, reference, got)
+        if mismatch is not None:
+            return _wrong("check-aot", mismatch)
     if mpi:
         try:
             got = prog.run(*[a.copy() for a in inputs], ranks=case.devices, timeout=mpi_timeout)
@@ -132,7 +154,7 @@ def _execute(case: Case, *, mpi: bool, corrupt: bool, mpi_timeout: float) -> Out
         mismatch = compare(program, reference, got)
         if mismatch is not None:
             return _wrong("check-mpi", mismatch)
-    return Outcome("ok", "check-mpi" if mpi else "check-sim")
+    return Outcome("ok", "check-mpi" if mpi else "check-aot" if aot else "check-sim")
 
 
 def check_jit(case: Case) -> Outcome:

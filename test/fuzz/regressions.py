@@ -15,12 +15,14 @@ def expected_class(case: Case) -> str:
     return "ok" if case.valid else "clean-error"
 
 
-def save(case: Case, outcome: dict, directory: Path | None = None, note: str = "", mpi: bool = False) -> Path:
+def save(case: Case, outcome: dict, directory: Path | None = None, note: str = "", mpi: bool = False,
+         aot: bool = False) -> Path:
     directory = Path(directory or DIRECTORY)
     directory.mkdir(parents=True, exist_ok=True)
     data = case.to_json()
     data["expect"] = expected_class(case)
     data["mpi"] = mpi
+    data["aot"] = aot or mpi
     data["observed"] = {k: outcome.get(k) for k in ("kind", "stage", "type", "signature", "max_diff")}
     message = outcome.get("message") or ""
     data["observed"]["message"] = message if len(message) <= 3000 else message[:800] + "\n[...]\n" + message[-2200:]

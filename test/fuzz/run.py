@@ -51,8 +51,12 @@ def wants_mpi(seed: int, index: int, case: Case, share: float) -> bool:
     return share > 0 and case.valid and random.Random(f"mpi:{seed}:{index}").random() < share
 
 
-def request(case: Case, mpi: bool, timeout: float) -> dict:
-    return {"op": "case", "case": case.to_json(), "mpi": mpi, "mpi_timeout": max(30.0, timeout - 10)}
+def wants_aot(seed: int, index: int, share: float) -> bool:
+    return share > 0 and random.Random(f"aot:{seed}:{index}").random() < share
+
+
+def request(case: Case, mpi: bool, timeout: float, aot: bool = False) -> dict:
+    return {"op": "case", "case": case.to_json(), "mpi": mpi, "aot": aot, "mpi_timeout": max(30.0, timeout - 10)}
 
 
 def _log(msg: str) -> None:
@@ -66,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help="first case index")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--mpi-share", type=float, default=0.01, help="share of valid-schedule cases also run on MPI")
+    ap.add_argument("--aot-share", type=float, default=0.25,
+                    help="share of the cases also run by the simulator with the ranks' AOT kernels")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case (simulator)")
     ap.add_argument("--mpi-timeout", type=float, default=240.0, help="seconds per case run on MPI ranks")
     ap.add_argument("--max-ops", type=int, default=8)
@@ -94,7 +100,8 @@ def main(argv=None) -> int:
         case = make_case(args.seed, i, args.max_ops, features_of(args))
         cases[i] = case
         mpi = wants_mpi(args.seed, i, case, args.mpi_share)
-        items.append((i, request(case, mpi, args.mpi_timeout if mpi else args.timeout),
+        aot = mpi or wants_aot(args.seed, i, args.aot_share)
+        items.append((i, request(case, mpi, args.mpi_timeout if mpi else args.timeout, aot),
                       args.mpi_timeout if mpi else args.timeout))
 
     outcomes: dict[int, dict] = {}
@@ -103,7 +110,7 @@ def main(argv=None) -> int:
         outcomes[i] = out
         c = cases[i]
         records.append({"index": i, "kind": out["kind"], "stage": out["stage"], "signature": out["signature"],
-                        "valid": c.valid, "mpi": req["mpi"], "seconds": out.get("seconds"),
+                        "valid": c.valid, "mpi": req["mpi"], "aot": req["aot"], "seconds": out.get("seconds"),
                         "devices": c.devices, "dtype": c.program.dtype, "ops": len(c.program.ops)})
         if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
             _log(f"[{i}] {out['kind']}: {out['signature'][:160]}")
@@ -131,16 +138,17 @@ def main(argv=None) -> int:
             first = next((i for i in indices if cases[i].valid), indices[0]) if outcomes[indices[0]]["kind"] == "clean-error" else indices[0]
             case, out = cases[first], outcomes[first]
             mpi = dict(items_by_index(items))[first]["mpi"]
+            aot = dict(items_by_index(items))[first]["aot"]
             spent = 0
             if args.shrink_budget > 0:
                 _log(f"shrinking [{first}] {sig[:140]}")
                 timeout = args.mpi_timeout if mpi else args.timeout
                 last: dict = {}
 
-                def still_fails(c: Case, sig=sig, mpi=mpi, timeout=timeout, last=last) -> bool:
+                def still_fails(c: Case, sig=sig, mpi=mpi, aot=aot, timeout=timeout, last=last) -> bool:
                     if outcomes[first]["kind"] == "clean-error" and not c.valid:
                         return False  # a rejection is only interesting on a valid schedule
-                    o = pool.request(request(c, mpi, timeout), timeout)
+                    o = pool.request(request(c, mpi, timeout, aot), timeout)
                     if o["signature"] == sig:
                         last["outcome"] = o
                         return True
@@ -155,7 +163,7 @@ def main(argv=None) -> int:
                      "valid_count": sum(cases[i].valid for i in indices), "shrink_executions": spent,
                      "mpi": mpi, "case": case.to_json(), "outcome": out, "reproducer": case.reproducer()}
             if args.save_regressions and out["kind"] in FAILURES:
-                entry["regression_file"] = str(regressions.save(case, out, mpi=mpi))
+                entry["regression_file"] = str(regressions.save(case, out, mpi=mpi, aot=aot))
             reproducers.append(entry)
         print_reproducers(reproducers)
 
@@ -181,6 +189,7 @@ def summarize(cases: dict[int, Case], outcomes: dict[int, dict], items) -> dict:
     vcounts = Counter(outcomes[i]["kind"] for i in valid)
     icounts = Counter(outcomes[i]["kind"] for i in invalid)
     mpi = [i for i in outcomes if mpi_of[i]["mpi"]]
+    aot = [i for i in outcomes if mpi_of[i]["aot"]]
     sigs: dict[str, dict] = {}
     for i in sorted(outcomes):
         o = outcomes[i]
@@ -199,6 +208,8 @@ def summarize(cases: dict[int, Case], outcomes: dict[int, dict], items) -> dict:
         "no_tactic_cases": len(no_tactics),
         "mpi_cases": len(mpi),
         "mpi_counts": dict(Counter(outcomes[i]["kind"] for i in mpi)),
+        "aot_cases": len(aot),
+        "aot_counts": dict(Counter(outcomes[i]["kind"] for i in aot)),
         "signatures": dict(sorted(sigs.items(), key=lambda kv: (kv[1]["kind"], -kv[1]["count"]))),
     }
 
@@ -214,7 +225,8 @@ def print_summary(s: dict, seconds: float) -> None:
         print(f"invalid schedules: {s['invalid_schedules']}: " +
               ", ".join(f"{k} {n}" for k, n in s["invalid_counts"].items()))
     print(f"cases without tactics: {s['no_tactic_cases']}; run on MPI ranks too: {s['mpi_cases']} "
-          f"({', '.join(f'{k} {n}' for k, n in s['mpi_counts'].items())})")
+          f"({', '.join(f'{k} {n}' for k, n in s['mpi_counts'].items())}); with the AOT kernels too: "
+          f"{s['aot_cases']} ({', '.join(f'{k} {n}' for k, n in s['aot_counts'].items())})")
     print("\nsignatures (kind, count, of which valid schedules, first case):")
     for sig, d in s["signatures"].items():
         if d["kind"] == "ok":
@@ -247,7 +259,7 @@ def replay_one(args) -> int:
     print(case.reproducer())
     timeout = args.mpi_timeout if mpi else args.timeout
     with Pool(1, cache_dir=args.cache_dir) as pool:
-        out = pool.request(request(case, mpi, timeout), timeout)
+        out = pool.request(request(case, mpi, timeout, records[args.index].get("aot", False)), timeout)
     print(json.dumps(out, indent=1))
     return 1 if out["kind"] in FAILURES else 0
 

@@ -3,7 +3,8 @@ stall or kill the fuzzer.
 
 Protocol: the parent writes one JSON request per line to the worker's stdin and reads one JSON outcome per
 line from the worker's *original* stdout (the worker points fd 1 at stderr at start, so stray prints from
-C code cannot corrupt the protocol). Requests: `{"op": "case", "case": ..., "mpi": bool, "corrupt": bool}`,
+C code cannot corrupt the protocol). Requests: `{"op": "case", "case": ..., "mpi": bool, "aot": bool,
+"corrupt": bool}`,
 `{"op": "jit", "case": ...}`, and for the fuzzer's own tests `sleep` and `crash`.
 
 Parent side: `Worker.request(req, timeout)` returns an `Outcome` dict; a timeout kills the worker's whole
@@ -60,7 +61,7 @@ def _serve() -> None:
         print(f"--- request {op} {req.get('tag', '')}", file=sys.stderr, flush=True)
         try:
             if op == "case":
-                out = execute(Case.from_json(req["case"]), mpi=req.get("mpi", False),
+                out = execute(Case.from_json(req["case"]), mpi=req.get("mpi", False), aot=req.get("aot", False),
                               corrupt=req.get("corrupt", False), mpi_timeout=req.get("mpi_timeout", 120.0))
             elif op == "jit":
                 out = check_jit(Case.from_json(req["case"]))

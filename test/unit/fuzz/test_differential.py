@@ -7,6 +7,9 @@ compared with an independent numpy evaluation. See docs/fuzzing.md.
   failure names that file.
 - `test_regression`: replays every saved case and checks the class its file expects once fixed.
 - `test_mpi_sample`: a few cases on MPI ranks (the simulator is not the only executor).
+
+A quarter of the cases (SLICER_FUZZ_AOT_SHARE) also run the simulator with the kernels the MPI ranks load
+(AOT-compiled by the vectorizing pipeline), which the JIT-based simulator does not exercise.
 """
 
 import os
@@ -22,6 +25,7 @@ from fuzz.shrink import shrink_structure
 from fuzz.source import HypothesisSource, RandomSource
 
 CASES = int(os.environ.get("SLICER_FUZZ_CASES", "500"))
+AOT_SHARE = float(os.environ.get("SLICER_FUZZ_AOT_SHARE", "0.25"))  # cases also run with the ranks' AOT kernels
 SEED = os.environ.get("SLICER_FUZZ_SEED")
 TIMEOUT = float(os.environ.get("SLICER_FUZZ_TIMEOUT", "120"))
 MPI_TIMEOUT = 240.0
@@ -31,20 +35,23 @@ class FuzzFailure(AssertionError):
     pass
 
 
-def _request(case: Case, mpi: bool = False) -> dict:
-    return {"op": "case", "case": case.to_json(), "mpi": mpi, "mpi_timeout": MPI_TIMEOUT - 20}
+def _request(case: Case, mpi: bool = False, aot: bool | None = None) -> dict:
+    if aot is None:  # a fixed share of the cases, chosen by their content (reproducible)
+        aot = int(case.key(), 16) % 1000 < AOT_SHARE * 1000
+    return {"op": "case", "case": case.to_json(), "mpi": mpi, "aot": aot or mpi, "mpi_timeout": MPI_TIMEOUT - 20}
 
 
 def _describe(case: Case, out: dict) -> str:
     return f"{out['signature']}\n{case.reproducer()}observed: {(out.get('message') or '')[:1500]}"
 
 
-def _shrink_further(case: Case, out: dict, pool, mpi: bool = False, budget: int = 100) -> tuple[Case, dict]:
+def _shrink_further(case: Case, out: dict, pool, mpi: bool = False, aot: bool = False,
+                    budget: int = 100) -> tuple[Case, dict]:
     """Hypothesis shrinks the choices; this also removes dead code, tactics, results and ops directly."""
     found = {"out": out}
 
     def still_fails(c: Case) -> bool:
-        o = pool.request(_request(c, mpi), MPI_TIMEOUT if mpi else TIMEOUT)
+        o = pool.request(_request(c, mpi, aot), MPI_TIMEOUT if mpi else TIMEOUT)
         if o["signature"] == out["signature"]:
             found["out"] = o
             return True
@@ -59,9 +66,10 @@ def test_differential(fuzz_pool):
 
     def check(data):
         case = generate_case(HypothesisSource(data), seed=0)
-        out = fuzz_pool.request(_request(case), TIMEOUT)
+        req = _request(case)
+        out = fuzz_pool.request(req, TIMEOUT)
         if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
-            last["case"], last["out"] = case, out
+            last["case"], last["out"], last["aot"] = case, out, req["aot"]
             raise FuzzFailure(out["signature"])
 
     decorate = settings(max_examples=CASES, deadline=None, derandomize=SEED is None, database=None,
@@ -76,9 +84,9 @@ def test_differential(fuzz_pool):
         if "case" not in last:
             raise
     if "case" in last:
-        case, out = last["case"], last["out"]
-        case, out = _shrink_further(case, out, fuzz_pool)
-        path = regressions.save(case, out)
+        case, out, aot = last["case"], last["out"], last["aot"]
+        case, out = _shrink_further(case, out, fuzz_pool, aot=aot)
+        path = regressions.save(case, out, aot=aot)
         pytest.fail(f"differential fuzzing found: {out['kind']} (shrunk case saved to {path}; "
                     f"replay: pytest {__file__}::test_regression):\n{_describe(case, out)}", pytrace=False)
 
@@ -86,7 +94,8 @@ def test_differential(fuzz_pool):
 @pytest.mark.parametrize("path", regressions.files(), ids=lambda p: p.stem)
 def test_regression(path, fuzz_pool):
     case, data = regressions.load(path)
-    out = fuzz_pool.request(_request(case, data.get("mpi", False)), MPI_TIMEOUT if data.get("mpi") else TIMEOUT)
+    mpi = data.get("mpi", False)
+    out = fuzz_pool.request(_request(case, mpi, data.get("aot", mpi)), MPI_TIMEOUT if mpi else TIMEOUT)
     assert out["kind"] == data["expect"], (
         f"{path.name}: expected {data['expect']}, got {out['kind']}\n{_describe(case, out)}")
 
@@ -107,6 +116,6 @@ def _mpi_cases(count: int = 3) -> list[Case]:
 def test_mpi_sample(case, fuzz_pool):
     out = fuzz_pool.request(_request(case, mpi=True), MPI_TIMEOUT)
     if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
-        case, out = _shrink_further(case, out, fuzz_pool, mpi=True, budget=30)
+        case, out = _shrink_further(case, out, fuzz_pool, mpi=True, aot=True, budget=30)
         path = regressions.save(case, out, mpi=True)
         pytest.fail(f"MPI sample case failed (saved to {path}):\n{_describe(case, out)}", pytrace=False)

@@ -210,3 +210,8 @@ def test_generation_never_fails():
             case.program.evaluate(case.program.random_inputs(s))
             if not features.zero_d:
                 assert all(len(sh) > 0 for sh in case.program.arg_shapes + case.program.result_shapes)
+
+
+def test_aot_stage_runs(fuzz_pool):
+    out = fuzz_pool.request({"op": "case", "case": _row_sum_case().to_json(), "aot": True}, 240)
+    assert out["kind"] == "ok" and out["stage"] == "check-aot", out
