@@ -108,7 +108,7 @@ def _implementation_fingerprint() -> str:
     editing that code must invalidate cached kernels too.
     """
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", here / "loops.py"]
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", here / "loops.py", here / "results.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

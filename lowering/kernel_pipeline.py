@@ -29,6 +29,7 @@ from slicer.core.errors import KernelError
 from slicer.core.pipeline import parse_element, parse_options, run_pipeline
 
 from .loops import lower_loops
+from .results import distinct_results
 from .vectorize import VectorizeOptions, vectorize_module
 
 Stage = tuple[str, tuple[str, ...]]
@@ -43,6 +44,8 @@ _LINALG: Stage = (
         "linalg-fuse-elementwise-ops",
         "canonicalize",
         "cse",
+        # Fusion and CSE can make two results one value: each gets its own buffer (see lowering/results.py).
+        "slicer-kernel-distinct-results",
     ),
 )
 _BUFFERIZE: Stage = (
@@ -168,6 +171,7 @@ PYTHON_STEPS = {
     "slicer-lower-to-loops": lambda module, options: lower_loops(module.operation),
     "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
     "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
+    "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),
 }
 """The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""
 
