@@ -1,4 +1,4 @@
-"""The Python front door (layer 12 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
+"""The Python front door (layer 13 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
 explain and run; `apply_tactics` and `propagate` run single stages.
 
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2),
@@ -26,7 +26,8 @@ import numpy as np
 from mlir import ir
 
 from slicer.checking import check_equivalent
-from slicer.core.errors import CompileError, InvalidTactic, ResourceError, RunError, SlicerError
+from slicer.core.errors import (CompileError, InvalidTactic, KernelGraphError, ResourceError, RunError,
+                                SlicerError)
 from slicer.core.mesh import Mesh
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source
@@ -68,8 +69,12 @@ class Program:
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
             lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
-                  "propagation:", *("  " + line for line in self.propagation.splitlines()),
-                  self.memory(timings).text(), str(g)]
+                  "propagation:", *("  " + line for line in self.propagation.splitlines())]
+        try:
+            lines.append(self.memory(timings).text())
+        except KernelGraphError as exc:  # e.g. an element type numpy has no dtype for
+            lines.append(f"memory per device: not estimated ({exc})")
+        lines.append(str(g))
         return "\n".join(lines)
 
     def memory(self, timings: Timings | None = None) -> MemoryReport:

@@ -206,7 +206,7 @@ def _visualise(prog, args, text: str, timings: Timings) -> None:
     """--explain's measured memory and timeline, --plot's pictures, --trace's file."""
     g = prog.graph
     if args.explain:
-        print("== memory per device " + prog.memory(timings).measured_text())
+        print("== memory per device, measured: " + prog.memory(timings).measured_text())
         print("== " + timeline_text(timings, mesh=g.mesh))
     if args.trace:
         print(f"== trace (chrome://tracing, ui.perfetto.dev): {write_chrome_trace(timings, args.trace, g.mesh)}")

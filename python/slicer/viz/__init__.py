@@ -10,6 +10,7 @@ when a PNG is drawn.
 
 from __future__ import annotations
 
+from slicer.core import dtypes
 from slicer.lowering import KernelGraph
 
 from .memory import MemoryReport, memory_report
@@ -33,7 +34,13 @@ def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str
         dist, varying = value.dist, value.varying
     title = f"{describe(graph, name, names)}: {value.dtype}{list(dist.shape)} as {dist} on mesh {graph.mesh}"
     return ShardingPicture(graph.mesh, dist, title=title, notes=(note,) if note else (),
-                           dtype_size=value.numpy_dtype.itemsize, grid_dims=grid_dims, varying=varying)
+                           dtype_size=_itemsize(value.dtype), grid_dims=grid_dims, varying=varying)
+
+
+def _itemsize(element_type: str) -> int | None:
+    """Bytes per element, or None (no byte counts in the picture) for a type numpy lacks, e.g. bf16."""
+    dtype = dtypes.numpy_dtype(element_type)
+    return dtype.itemsize if dtype is not None else None
 
 
 __all__ = ["MemoryReport", "ShardingPicture", "chrome_trace", "describe", "device_ranges", "global_type",

@@ -90,17 +90,17 @@ class MemoryReport:
                      f"{_size(self.unpartitioned_peak)}{_ratio(self.unpartitioned_peak, self.peak)}")
         lines.append("    live blocks: " + ", ".join(f"{when} {_short(b)}" for when, b in self.timeline))
         if self.measured:
-            lines.append("  " + self.measured_text())
+            lines.append(f"  {'measured:':<11}{_size(max(self.measured)):>20}   {self.measured_text()}")
         return "\n".join(lines)
 
     def measured_text(self) -> str:
         """The ranks' measured peak next to the estimate (one line; needs `measured`)."""
         if not self.measured:
-            return "measured: no run (give the Timings of an MPI run)"
+            return "no run measured (give the Timings of an MPI run)"
         low, high = min(self.measured), max(self.measured)
-        where = "on every rank" if low == high else f"{_size(low)} to {_size(high)} over the ranks"
-        return (f"{'measured:':<11}{_size(high):>20}   peak of the blocks the executor held, {where} "
-                f"({_vs(high, self.peak)}: {_size(self.peak)} {self.peak_when})")
+        where = f"{_size(high)} on every rank" if low == high else f"{_size(low)} to {_size(high)} over the ranks"
+        return (f"the most the ranks' executors held at once: {where} ({_vs(high, self.peak)}: {_size(self.peak)} "
+                f"{self.peak_when})")
 
 
 def _size(count: int) -> str:
@@ -112,7 +112,7 @@ def _short(count: int) -> str:
 
 
 def _ratio(whole: int, part: int) -> str:
-    return f" ({whole / part:.2f}x this)" if part and whole != part else ""
+    return f": {whole / part:.2f}x as much" if part and whole != part else ""
 
 
 def _fraction(whole: int, part: int) -> str:

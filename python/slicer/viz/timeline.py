@@ -93,13 +93,12 @@ def timeline_text(timings: Timings, width: int = 64, mesh: Mesh | None = None) -
     lines = [f"timeline of the last timed run ({end * 1e3:.3f} ms; █ kernel, ░ waiting, ▓ transfer):"]
     for name, rank_events in zip(names, events):
         row = [" "] * width
-        for event in rank_events:
-            for kind, begin, finish in _segments(event):
-                first = min(width - 1, int(begin / end * width))
-                last = max(first + 1, min(width, round(finish / end * width)))
-                if finish > begin:
-                    for i in range(first, last):
-                        row[i] = marks[kind]
+        pieces = [piece for event in rank_events for piece in _segments(event) if piece[2] > piece[1]]
+        for kind, begin, finish in sorted(pieces, key=lambda p: p[0] == KERNEL):  # a short kernel stays visible
+            first = min(width - 1, int(begin / end * width))
+            last = max(first + 1, min(width, round(finish / end * width)))
+            for i in range(first, last):
+                row[i] = marks[kind]
         lines.append(f"  {name:<{margin}} │{''.join(row)}│")
     return "\n".join(lines)
 

@@ -62,7 +62,7 @@ def test_measured_peaks_are_reported_next_to_the_estimate():
     prog = compile_example("mlp", {"y": 4}, "arg1.1=y;arg3.0=y")
     peak = prog.memory().peak
     timings = Timings(0.001, (), 4, 1, peak_bytes=(peak, peak, peak, peak))
-    assert "on every rank (as estimated" in prog.memory(timings).text()
+    assert f"held at once: {peak / 1024:.1f} KiB ({peak} B) on every rank (as estimated" in prog.memory(timings).text()
     timings = Timings(0.001, (), 4, 1, peak_bytes=(peak, peak + 64, peak, peak))
     line = prog.memory(timings).measured_text()
     assert f"({peak} B) to" in line and "+64 B vs the estimate" in line
@@ -86,3 +86,11 @@ def test_the_buffer_tracker_drops_dead_values_and_counts_the_same_as_the_estimat
 def test_live_bytes_counts_a_shared_block_once():
     a = np.zeros((4, 4), np.float32)
     assert live_bytes({"%0": a, "%1": a, "%2": np.ones(3, np.int8)}) == 64 + 3
+
+
+def test_element_types_without_a_numpy_dtype_are_not_estimated():
+    text = (EXAMPLES / "mlp.mlir").read_text().replace("f32", "bf16")
+    prog = slicer.compile(text, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("arg0.0=x"))
+    assert "memory per device: not estimated (value %0: element type bf16 is not supported" in prog.explain()
+    picture = prog.sharding("w1").text()
+    assert "each device holds one 16x32 block;" in picture  # no byte count, the blocks all the same
