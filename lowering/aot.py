@@ -36,6 +36,7 @@ from slicer.core import dtypes
 from slicer.core.errors import KernelError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.names import MESH
+from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
@@ -156,7 +157,13 @@ def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = N
 
 
 def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path) -> dict:
-    """Pipeline + tools into `directory/kernels.so`; returns the meta (signatures, timings)."""
+    """Pipeline + tools into `directory/kernels.so`; returns the meta (signatures, timings). A progress line
+    shows the stage on a terminal (slicer.core.progress)."""
+    with Progress("compiling kernels", total=4) as progress:
+        return _build_stages(text, pipeline, target, directory, progress)
+
+
+def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory: Path, progress: Progress) -> dict:
     timings = {}
     start = time.perf_counter()
     context = make_context()
@@ -166,6 +173,8 @@ def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path)
         except ir.MLIRError as exc:
             raise KernelError(f"cannot parse the module: {exc}") from None
         kernels = _prepare(module)
+        progress.what = f"compiling {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
+        progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
         try:
             pipeline.run(module)
         except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
@@ -175,16 +184,19 @@ def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path)
     (directory / "source.mlir").write_text(text)
 
     start = time.perf_counter()
+    progress.step("mlir-translate")
     llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect)
     timings["translate"] = time.perf_counter() - start
     start = time.perf_counter()
     (directory / "kernels.ll").write_text(llvm_ir)
+    progress.step("llc -O3")
     _run_tool(
         "llc",
         ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(directory / "kernels.ll"), "-o", str(directory / "kernels.o")],
     )
     timings["llc"] = time.perf_counter() - start
     start = time.perf_counter()
+    progress.step("link")
     _link(directory / "kernels.o", directory / LIBRARY)
     timings["link"] = time.perf_counter() - start
     (directory / "kernels.o").unlink()

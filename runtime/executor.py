@@ -17,8 +17,10 @@ import time
 import numpy as np
 
 from slicer.core.errors import KernelError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_function, compile_library
+from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_library
 from slicer.redistribution.mpi_exec import MeshExecutor
+
+from .memory import BufferTracker
 
 log = logging.getLogger("slicer.runtime")
 
@@ -33,7 +35,7 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         return {name: library[name] for name in names}, "aot"
     except KernelError as exc:
         log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
-        return {name: compile_function(graph.kernels_mlir, name) for name in names}, "jit"
+        return compile_functions(graph.kernels_mlir, names), "jit"
 
 
 class RankExecutor:
@@ -48,6 +50,7 @@ class RankExecutor:
         start = time.perf_counter()
         self.kernels, self.backend = load_kernels(graph)
         self.compile_seconds = time.perf_counter() - start
+        self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
 
     def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
         """This rank's argument blocks -> (its result blocks, one event per node: (label, kind, start, wait_end,
@@ -60,7 +63,8 @@ class RankExecutor:
             if tuple(block.shape) != tuple(expected):
                 raise ValueError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
         events = []
-        for node in graph.nodes:
+        self.buffers.start(env)
+        for index, node in enumerate(graph.nodes):
             start = time.perf_counter()
             if isinstance(node, CollectiveNode):
                 if timed:
@@ -75,4 +79,5 @@ class RankExecutor:
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
                 events.append((node.name, "kernel", start, start, time.perf_counter()))
+            self.buffers.step(index, env)
         return [env[v] for v in graph.results], events

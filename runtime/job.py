@@ -72,6 +72,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     compile_times = comm.gather(executor.compile_seconds, root=0)
     misses = comm.gather(cache_stats().misses, root=0)
     backends = comm.gather(executor.backend, root=0)
+    peaks = comm.gather(executor.buffers.peak, root=0)
     if rank != 0:
         return None
     outputs = []
@@ -81,7 +82,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)
     timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
-                      tuple(tuple(rank_runs[-1]) for rank_runs in all_runs))
+                      tuple(tuple(rank_runs[-1]) for rank_runs in all_runs), tuple(peaks))
     (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 

@@ -32,7 +32,8 @@ class StepTiming:
 class Timings:
     """A run's timings: total (median over `repeat` timed runs of the slowest rank), per step, and what was
     compiled or loaded. `events[rank]` is the last run's timeline on that rank: (label, kind, start, wait_end,
-    end) in seconds from the run's start."""
+    end) in seconds from the run's start. `peak_bytes[rank]`: the most bytes of blocks that rank's executor
+    held at once (arguments, kernel outputs, collective results; `slicer.runtime.memory`), over all runs."""
 
     seconds: float
     steps: tuple[StepTiming, ...]
@@ -42,6 +43,7 @@ class Timings:
     kernel_cache_misses: int = 0
     kernel_backends: tuple[str, ...] = ()
     events: tuple[tuple[tuple[str, str, float, float, float], ...], ...] = field(default=(), repr=False)
+    peak_bytes: tuple[int, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -52,6 +54,7 @@ class Timings:
         data["steps"] = tuple(StepTiming(**s) for s in data["steps"])
         data["kernel_backends"] = tuple(data["kernel_backends"])
         data["events"] = tuple(tuple(tuple(e) for e in rank) for rank in data["events"])
+        data["peak_bytes"] = tuple(data.get("peak_bytes", ()))
         return Timings(**data)
 
     def text(self) -> str:

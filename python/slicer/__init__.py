@@ -13,7 +13,7 @@ Every error Slicer raises for something the user can change is a `slicer.SlicerE
 from .api import Program, apply_tactics, compile, propagate  # noqa: A004 - `compile` is the front door's name
 from .core.errors import (CompileError, InputError, InvalidTactic, KernelError, LaunchError, MeshError,
                           PipelineError, RedistributionError, ResourceError, RunError, SimulationError, SlicerError,
-                          StepMismatch, TacticError)
+                          StepMismatch, TacticError, VizError)
 from .core.mesh import Mesh
 from .propagation import explain
 from .runtime import Timings
@@ -24,5 +24,5 @@ __all__ = [
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain",
     "SlicerError", "CompileError", "TacticError", "InvalidTactic", "PipelineError", "StepMismatch", "MeshError",
     "RedistributionError", "KernelError", "RunError", "InputError", "LaunchError", "ResourceError",
-    "SimulationError",
+    "SimulationError", "VizError",
 ]
