@@ -111,7 +111,7 @@ def _implementation_fingerprint() -> str:
 
     # Read by path, not imported: importing the pass costs ~0.1 s, paid on every cache hit.
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "contract.py", here / "emitter.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

@@ -27,6 +27,7 @@ from mlir import ir
 
 from slicer.passes.pipeline import parse_element, parse_options, run_pipeline
 
+from .contract import ContractOptions, contract_module
 from .vectorize import VectorizeOptions, vectorize_module
 
 Stage = tuple[str, tuple[str, ...]]
@@ -57,6 +58,8 @@ _VECTORIZE: Stage = (
     (
         # Named ops become linalg.generic so one classifier (iterator types) picks tile sizes.
         "func.func(linalg-generalize-named-ops)",
+        # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
+        "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
         "slicer-kernel-vectorize{parallel=64 matmul=8,32,16 kc=256}",
         "canonicalize",
         "cse",
@@ -130,14 +133,16 @@ def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
 
 def _run_kernel_step(module: ir.Module, element: str) -> None:
     parsed = parse_element(element)
-    if parsed.name == "slicer-kernel-vectorize":
+    if parsed.name == "slicer-kernel-contract":
+        contract_module(module, ContractOptions.parse(parse_options(parsed.options)))
+    elif parsed.name == "slicer-kernel-vectorize":
         vectorize_module(module, VectorizeOptions.parse(parse_options(parsed.options)))
     elif parsed.name == "slicer-kernel-reject-narrow-memrefs":
         reject_narrow_memrefs(module)
     else:
         raise ValueError(
             f"unknown kernel pipeline step '{parsed.name}' "
-            "(known: slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
+            "(known: slicer-kernel-contract, slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
         )
 
 
