@@ -140,6 +140,7 @@ class Contraction:
     captured: list[ir.Value]  # values from outside the body used by it (passed as arguments)
     block_args: list[ir.Value]  # the body's block arguments (inputs..., out)
     direct_c: bool  # C's innermost dim is N0 with stride 1: tiles are vector loads/stores of C
+    zero_init: bool = False  # C holds zeros before the op (a zero fill we may have removed)
 
     def describe(self) -> str:
         letters = "abcdefghijklmnopqrstuvwxyz"
@@ -148,7 +149,7 @@ class Contraction:
             return "".join(letters[d] for d in ds) or "-"
 
         return (f"batch={names(self.batch)} m={names(self.m)} n={names(self.n)} k={names(self.k)} "
-                f"sizes={'x'.join(map(str, self.ranges))} {self.element}")
+                f"sizes={'x'.join(map(str, self.ranges))} {self.element}{' zero-init' if self.zero_init else ''}")
 
 
 class NotAContraction(Exception):
@@ -400,6 +401,7 @@ class Block:
     fixed: dict[int, Index]
     start: Index
     length: Index
+    first: bool | str = True  # whether this is the group's first block (static, or an i1 SSA value)
 
 
 class _Gen:
@@ -427,26 +429,37 @@ class _Gen:
         e = self.e
         units = b.units
 
+        def first(fixed: dict, start: Index) -> bool | str:
+            flags = [e.cmp("eq", v, 0) for v in list(fixed.values()) + [start]]
+            if any(f is False for f in flags):
+                return False
+            dynamic = [f for f in flags if f is not True]
+            result: bool | str = True
+            for f in dynamic:
+                result = f if result is True else e.value(f"arith.andi {result}, {f} : i1", "b")
+            return result
+
         def outer(level: int, fixed: dict) -> None:
             if level == b.split:
                 count = -(-units[b.split] // b.chunk)
                 if count == 1:
-                    body(Block(fixed, 0, units[b.split]))
+                    body(Block(fixed, 0, units[b.split], first(fixed, 0)))
                     return
                 with e.loop(0, units[b.split], b.chunk) as start:
                     length = b.chunk if units[b.split] % b.chunk == 0 else e.min(b.chunk, e.sub(units[b.split], start))
-                    body(Block(fixed, start, length))
+                    body(Block(fixed, start, length, first(fixed, start)))
                 return
             with e.loop(0, units[level]) as v:
                 outer(level + 1, {**fixed, level: v})
 
         outer(0, {})
 
-    def enumerate(self, b: Blocking, block: Block, body) -> None:
+    def enumerate(self, b: Blocking, block: Block, body, step: int = 1) -> None:
         """Loops over the units of one block: body(linear index in block, {dim: element index}, width).
 
         `width` is the tile's extent along the innermost dim (static int, or SSA when the last tile
-        may be partial): for M/N the innermost dim's element index is the tile start.
+        may be partial): for M/N the innermost dim's element index is the tile start. With `step`, the
+        innermost dim advances by `step` units (its extent must be a static multiple: `steppable`).
         """
         e = self.e
         units = b.units
@@ -470,15 +483,25 @@ class _Gen:
                 values[i] = block.fixed[i]
                 level(i + 1, values, linear)
                 return
+            stride = step if i == len(units) - 1 else 1
             if i == b.split:
-                with e.loop(block.start, e.add(block.start, block.length)) as v:
+                with e.loop(block.start, e.add(block.start, block.length), stride) as v:
                     values = {**values, i: v}
                     level(i + 1, values, e.mul(e.sub(v, block.start), inner_strides[i]))
                 return
-            with e.loop(0, units[i]) as v:
+            with e.loop(0, units[i], stride) as v:
                 level(i + 1, {**values, i: v}, e.add(linear, e.mul(v, inner_strides[i])))
 
         level(0, {}, 0)
+
+    @staticmethod
+    def steppable(b: Blocking, step: int) -> bool:
+        """Whether every block's extent along the innermost dim is a static multiple of `step`."""
+        units = b.units
+        last = len(units) - 1
+        if b.split < last:
+            return units[last] % step == 0
+        return units[last] % b.chunk == 0 and b.chunk % step == 0
 
     # -- expressions -------------------------------------------------------------------------------
     def load_input(self, index: int, point: dict[int, Index], lane_dim: int | None) -> str:
@@ -544,12 +567,61 @@ class _Gen:
         return True
 
     # -- packing -----------------------------------------------------------------------------------
+    def transposable(self, side: Side, regs: int) -> bool:
+        """Whether the side can be read as vectors along K0 and transposed in registers into panels."""
+        k0 = self.kb.dims[-1]
+        group = min(regs, self.lanes)
+        if group & (group - 1) or regs % group:
+            return False
+        return self.vectorizable(side, k0) and self.steppable(self.kb, self.lanes)
+
+    def transposed_rows(self, side: Side, point0: dict, lane_dim: int, k0: int, kdims: dict, klin: Index,
+                        base: Index, regs: int, buffer: str) -> None:
+        """Pack `regs` rows x L k's: vector loads along K0, a perfect-shuffle transpose, L contiguous stores.
+
+        Rows go in groups of G = min(regs, L); log2(G) stages pair vector i with i + G/2 and interleave
+        lane by lane (`vector.shuffle`, one vpermt2ps each); afterwards vector j holds the k-major chunk j
+        of the group's (k, row) block (checked symbolically below).
+        """
+        e = self.e
+        lanes = self.lanes
+        group = min(regs, lanes)
+        for g in range(regs // group):
+            vectors = []
+            for r in range(group):
+                point = {**point0, **kdims}
+                point[lane_dim] = e.add(point0[lane_dim], g * group + r)
+                vectors.append(self.side_value(side, point, k0))
+            labels = [[(r, k) for k in range(lanes)] for r in range(group)]
+            half = group // 2
+            lo_idx = [v for j in range(lanes // 2) for v in (j, lanes + j)]
+            hi_idx = [v for j in range(lanes // 2, lanes) for v in (j, lanes + j)]
+            for _ in range(group.bit_length() - 1):  # log2(group) stages
+                new, new_labels = [None] * group, [None] * group
+                for i in range(half):
+                    for slot, idx in ((2 * i, lo_idx), (2 * i + 1, hi_idx)):
+                        both = labels[i] + labels[i + half]
+                        new_labels[slot] = [both[j] for j in idx]
+                        new[slot] = e.value(f"vector.shuffle {vectors[i]}, {vectors[i + half]} [{', '.join(map(str, idx))}] : {self.vt}, {self.vt}")
+                vectors, labels = new, new_labels
+            assert _is_k_major(labels, group, lanes), "transpose network"
+            for j, vector in enumerate(vectors):
+                k_offset = (j * lanes) // group
+                offset = e.add(e.add(base, e.mul(e.add(klin, k_offset), regs)), g * group)
+                e.line(f"vector.store {vector}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, {self.vt}")
+
     def pack(self, side: Side, group: Blocking, block: Block, kblock: Block, buffer: str, regs: int,
              fixed_dims: dict[int, Index]) -> None:
-        """buffer[unit][k][regs] = side value; lanes past the group's edge are zero."""
+        """buffer[unit][k][regs] = side value; lanes past the group's edge are zero.
+
+        Three ways, fastest first: vectors along the group's innermost dim when the side's inputs are
+        contiguous along it (B[k, n] row-major); vectors along K0 transposed in registers when they are
+        contiguous along K0 (A[m, k] row-major, B[n, k]); scalar loads otherwise and for edge tiles.
+        """
         e = self.e
         lane_dim = group.dims[-1]
         vector = self.vectorizable(side, lane_dim) and regs % self.lanes == 0
+        transposed = not vector and self.transposable(side, regs)
         kc = e.mul(kblock.length, self.kb.inner)
         zero = e.value(f"arith.constant 0.0 : {self.t}")
 
@@ -584,12 +656,27 @@ class _Gen:
                             e.line(f"memref.store {zero}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>")
                         self.enumerate(self.kb, kblock, z_body)
 
+            def transposed_path():
+                k0 = self.kb.dims[-1]
+
+                def k_body(klin, kdims, _):
+                    self.transposed_rows(side, point0, lane_dim, k0, kdims, klin, base, regs, buffer)
+                self.enumerate(self.kb, kblock, k_body, step=self.lanes)
+
+            def full_path():
+                if vector:
+                    vector_path()
+                elif transposed:
+                    transposed_path()
+                else:
+                    scalar_path(regs)
+
             if full is True:
-                vector_path() if vector else scalar_path(regs)
+                full_path()
             else:
                 then, otherwise = e.if_else(full)
                 with then:
-                    vector_path() if vector else scalar_path(regs)
+                    full_path()
                 with otherwise:
                     scalar_path(width)
 
@@ -634,7 +721,8 @@ class _Gen:
                         def tile(tlin, mdims, height):
                             aoff = e.mul(tlin, e.mul(kc, mr))
                             where = {**point, **ndims, **mdims}
-                            self.tile(where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type)
+                            zero = kblock.first if c.zero_init else False
+                            self.tile(where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero)
 
                         self.enumerate(self.mb, mblock, tile)
 
@@ -653,14 +741,19 @@ class _Gen:
         head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
         return "\n".join([head, e.body(), "  return", "}"])
 
-    def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type) -> None:
-        """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner)."""
+    def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
+        """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).
+
+        `zero` (static or i1): C is known to be zero here (first K block after a zero fill), so the
+        micro-kernel starts from zero accumulators instead of loading the tile.
+        """
         c, e = self.c, self.e
+        flag = e.value(f"arith.constant {'true' if zero is True else 'false'}", "b") if isinstance(zero, bool) else zero
         mr, nr, t = self.mr, self.nr, self.t
         m0, n0 = c.m[-1], c.n[-1]
         out = c.output
         call_args = f"{ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}"
-        call_types = f"memref<?x{t}>, index, memref<?x{t}>, index, {tile_type}, index"
+        call_types = f"memref<?x{t}>, index, memref<?x{t}>, index, {tile_type}, index, i1"
 
         def direct():
             offsets = e.indices(where[d] for d in out.dims)
@@ -672,19 +765,27 @@ class _Gen:
                 raise AssertionError("direct tiles need M0 before N0 in C")
             view = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
             dyn = e.value(f"memref.cast {view} : {sub_type} to {tile_type}")
-            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}) : ({call_types}) -> ()")
+            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}) : ({call_types}) -> ()")
 
         def via_scratch(h: Index, w: Index):
             for i in range(mr):
                 for v in range(self.o.nv):
                     e.line(f"vector.store {vzero}, {scratch}[{e.idx(i)}, {e.idx(v * self.lanes)}] : memref<{mr}x{nr}x{t}>, {self.vt}")
-            with e.loop(0, h) as i:
-                with e.loop(0, w) as j:
-                    point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
-                    coords = e.indices(point[d] for d in out.dims)
-                    x = e.value(f"memref.load %out[{coords}] : {out.type_text}")
-                    e.line(f"memref.store {x}, {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
-            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}) : ({call_types}) -> ()")
+            def copy_in():
+                with e.loop(0, h) as i:
+                    with e.loop(0, w) as j:
+                        point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
+                        coords = e.indices(point[d] for d in out.dims)
+                        x = e.value(f"memref.load %out[{coords}] : {out.type_text}")
+                        e.line(f"memref.store {x}, {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
+
+            if zero is False:
+                copy_in()
+            elif zero is not True:
+                not_zero = e.value(f"arith.xori {zero}, {e.value('arith.constant true', 'b')} : i1", "b")
+                with e.if_(not_zero):
+                    copy_in()
+            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}) : ({call_types}) -> ()")
             with e.loop(0, h) as i:
                 with e.loop(0, w) as j:
                     point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
@@ -716,14 +817,35 @@ class _Gen:
             via_scratch(height, width)
 
 
+def _is_k_major(labels: list[list[tuple[int, int]]], group: int, lanes: int) -> bool:
+    """Whether vector j holds the k-major linear chunk j (element (r, k) at k * group + r)."""
+    for j, vector in enumerate(labels):
+        if [k * group + r for r, k in vector] != list(range(j * lanes, (j + 1) * lanes)):
+            return False
+    return True
+
+
 def ukernel_text(name: str, element: str, mr: int, nv: int, unroll: int) -> str:
-    """C[mr x nr] += sum_k Ap[aoff + k*mr + r] * Bp[boff + k*nr + j], the tile in registers."""
+    """C[mr x nr] (= 0 if %zero) += sum_k Ap[aoff + k*mr + r] * Bp[boff + k*nr + j], the tile in registers."""
     lanes = VECTOR_BYTES // _FLOATS[element]
     nr = nv * lanes
     vt = f"vector<{lanes}x{element}>"
     tile = f"memref<{mr}x{nr}x{element}, strided<[?, 1], offset: ?>>"
     e = Emitter("u")
-    accs = [e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}") for i in range(mr) for v in range(nv)]
+    count = mr * nv
+    types = ", ".join([vt] * count)
+    loaded = e.fresh("acc")
+    e.line(f"{loaded}:{count} = scf.if %zero -> ({types}) {{")
+    zeros = f"%{e.prefix}z"
+    e.line(f"  {zeros} = arith.constant dense<0.0> : {vt}")
+    e.line(f"  scf.yield {', '.join([zeros] * count)} : {types}")
+    e.line("} else {")
+    e.depth += 1
+    tile_values = [e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}") for i in range(mr) for v in range(nv)]
+    e.line(f"scf.yield {', '.join(tile_values)} : {types}")
+    e.depth -= 1
+    e.line("}")
+    accs = [f"{loaded}#{i}" for i in range(count)]
     main = e.value(f"arith.remui %kc, {e.idx(unroll)} : index")
     main = e.value(f"arith.subi %kc, {main} : index")
 
@@ -753,7 +875,7 @@ def ukernel_text(name: str, element: str, mr: int, nv: int, unroll: int) -> str:
         for v in range(nv):
             e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}")
     head = (f"func.func private @{name}(%ap: memref<?x{element}>, %aoff: index, %bp: memref<?x{element}>, "
-            f"%boff: index, %c: {tile}, %kc: index) {{")
+            f"%boff: index, %c: {tile}, %kc: index, %zero: i1) {{")
     return "\n".join([head, e.body(), "  return", "}"])
 
 
@@ -778,6 +900,67 @@ def _generics(root: ir.Operation) -> list[ir.Operation]:
     return found
 
 
+_VIEW_SAFE = ("memref.load", "memref.store", "memref.copy", "memref.dealloc", "func.return", "func.call")
+
+
+def _zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation | None]:
+    """Whether `buffer` holds zeros when `op` runs, and the zero fill that may be removed.
+
+    True when a `linalg.fill` of 0.0 into `buffer` comes earlier in the same block and no op in
+    between writes it (ops that only read it, like `memref.copy` from it or a linalg input, are fine).
+    The fill is returned (removable) only if nothing in between reads the buffer either, since the
+    contraction then writes every element first. Buffers with views anywhere are left alone.
+    """
+    for use in buffer.uses:
+        owner = use.owner
+        name = owner.name if hasattr(owner, "name") else owner.operation.name
+        if not (name.startswith("linalg.") or name in _VIEW_SAFE):
+            return False, None
+    block = op.block
+    ops = list(block.operations)
+    index = next(i for i, o in enumerate(ops) if o.operation == op)
+    readers = False
+    for previous in reversed(ops[:index]):
+        previous = previous.operation
+        operands = list(previous.operands)
+        if buffer not in operands:
+            continue
+        if _is_fill(previous) and operands[-1] == buffer and _is_zero(operands[0]):
+            return True, (None if readers else previous)
+        if previous.name == "memref.copy" and operands[0] == buffer and operands[1] != buffer:
+            readers = True
+            continue
+        if previous.name.startswith("linalg.") and "operandSegmentSizes" in previous.attributes:
+            n_in = list(ir.DenseI32ArrayAttr(previous.attributes["operandSegmentSizes"]))[0]
+            if buffer not in operands[n_in:]:
+                readers = True
+                continue
+        return False, None
+    return False, None
+
+
+def _is_fill(op: ir.Operation) -> bool:
+    """linalg.fill, or its generalized form: a generic yielding its one scalar input everywhere."""
+    if op.name == "linalg.fill":
+        return True
+    if op.name != "linalg.generic" or len(op.operands) != 2 or isinstance(op.operands[0].type, ir.ShapedType):
+        return False
+    body = op.regions[0].blocks[0]
+    last = list(body.operations)[-1]
+    return len(list(body.operations)) == 1 and len(last.operands) == 1 and last.operands[0] == body.arguments[0]
+
+
+def _is_zero(value: ir.Value) -> bool:
+    owner = None if isinstance(value, ir.BlockArgument) else value.owner
+    if owner is None or owner.name != "arith.constant":
+        return False
+    attr = owner.attributes["value"]
+    try:
+        return ir.FloatAttr(attr).value == 0.0
+    except (ValueError, TypeError):
+        return False
+
+
 def contract_module(module: ir.Module, options: ContractOptions = ContractOptions()) -> list[str]:
     """Replace every contraction generic of `module` by a call to a generated packed GEMM.
 
@@ -793,6 +976,11 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         except NotAContraction as why:
             log.debug("not a contraction (%s): %s", why, op.location)
             continue
+        zero, fill = _zero_before(op, c.output.value)
+        if zero:
+            c.zero_init = True
+            if fill is not None:
+                fill.erase()
         uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
         if uk not in ukernels:
             ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)

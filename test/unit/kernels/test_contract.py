@@ -69,6 +69,9 @@ CASES = [
     ("hse,hte->hst", dict(h=2, s=17, e=16, t=40)),  # scores (B transposed)
     ("hst,hte->hse", dict(h=2, s=11, t=33, e=48)),  # p @ v
     ("hse,hed->sd", dict(h=4, s=9, e=64, d=40)),  # output projection: K = (h, e)
+    ("mk,nk->mn", dict(m=33, k=64, n=70)),  # K-contiguous A and B: packed by in-register transposes
+    ("mk,nk->mn", dict(m=20, k=512, n=40)),  # ... over several K blocks
+    ("kn,mk->nm", dict(m=24, k=48, n=64)),
     ("mk,kn->mn", dict(m=1, k=1, n=1)),
     ("mk,kn->mn", dict(m=130, k=600, n=1100)),  # several cache blocks in every group, remainders
 ]
@@ -149,9 +152,9 @@ def _classify(text: str) -> list[str]:
 def test_classification_of_attention_generics():
     """Dim groups of attention's contractions (letters name loop dims in order): N = (h, e), K = (h, e) (outer first)."""
     q = _classify(einsum_fn("q", "sd,dhe->hse", dict(s=16, d=32, h=2, e=64)))
-    assert q == ["@__slicer_contract_0: batch=- m=b n=ac k=d sizes=2x16x64x32 f32"]
+    assert q == ["@__slicer_contract_0: batch=- m=b n=ac k=d sizes=2x16x64x32 f32 zero-init"]
     out = _classify(einsum_fn("o", "hse,hed->sd", dict(s=16, d=32, h=2, e=64)))
-    assert out == ["@__slicer_contract_0: batch=- m=a n=b k=dc sizes=16x32x64x2 f32"]
+    assert out == ["@__slicer_contract_0: batch=- m=a n=b k=dc sizes=16x32x64x2 f32 zero-init"]
 
 
 def test_non_contractions_are_left_to_the_vectorizer():
