@@ -111,7 +111,7 @@ def _implementation_fingerprint() -> str:
 
     # Read by path, not imported: importing the pass costs ~0.1 s, paid on every cache hit.
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "contract.py", here / "emitter.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "contract.py", here / "emitter.py", here / "rows.py", here / "body.py", here / "vector_math.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
@@ -249,6 +249,7 @@ def _link(obj: Path, library: Path) -> None:
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)
         args += [f"-L{folder}", f"-Wl,-rpath,{folder}", "-lmlir_c_runner_utils"]
+    args.append("-lm")  # convert-math-to-libm: erff, ... for what the kernels do not expand
     name = Path(compiler).name
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     result = subprocess.run([compiler, *args], capture_output=True, text=True)

@@ -48,12 +48,11 @@ from math import prod
 from mlir import ir
 from mlir.dialects import func as func_d
 
+from .body import emit_op, is_elementwise
 from .emitter import Emitter, Index
 
 log = logging.getLogger("slicer.kernels")
 
-# Body ops the packing code may re-emit (elementwise, pure; vectorizable by changing their types).
-_ELEMENTWISE_DIALECTS = ("arith.", "math.")
 _FLOATS = {"f32": 4, "f64": 8}
 VECTOR_BYTES = 64  # AVX-512
 
@@ -260,7 +259,7 @@ def analyze(op: ir.Operation) -> Contraction:
                 captured.append(value)
             return
         owner = value.owner
-        if not owner.name.startswith(_ELEMENTWISE_DIALECTS) or len(owner.regions) or len(owner.results) != 1:
+        if not is_elementwise(owner):
             raise NotAContraction(f"body op {owner.name} is not elementwise arith/math")
         if owner in ops:
             return
@@ -534,17 +533,7 @@ class _Gen:
             return str(t) if lane_dim is None else f"vector<{self.lanes}x{t}>"
 
         for op in side.ops:
-            if lane_dim is not None and not len(op.operands):
-                # A constant inside the body: emitted as a scalar, then broadcast.
-                attrs = ", ".join(f"{a} = {op.attributes[a]}" for a in op.attributes)
-                scalar = e.value(f'"{op.name}"() {{{attrs}}} : () -> ({op.results[0].type})')
-                env[op.results[0]] = e.value(f"vector.broadcast {scalar} : {op.results[0].type} to {type_of(op.results[0].type)}")
-                continue
-            operands = ", ".join(env[o] for o in op.operands)
-            attrs = ", ".join(f"{a} = {op.attributes[a]}" for a in op.attributes)
-            in_types = ", ".join(type_of(o.type) for o in op.operands)
-            out_types = ", ".join(type_of(r.type) for r in op.results)
-            env[op.results[0]] = e.value(f'"{op.name}"({operands}) {{{attrs}}} : ({in_types}) -> ({out_types})', "x")
+            env[op.results[0]] = emit_op(e, op, env, self.lanes if lane_dim is not None else None)
         total = None
         vtype = self.vt if lane_dim is not None else self.t
         for f in side.factors:
@@ -927,6 +916,10 @@ def _zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation
             continue
         if _is_fill(previous) and operands[-1] == buffer and _is_zero(operands[0]):
             return True, (None if readers else previous)
+        if previous.name == "memref.copy" and operands[1] == buffer and operands[0] != buffer:
+            # A copy of a zero buffer (bufferization copies a shared zero fill per use).
+            zero, _ = _zero_before(previous, operands[0])
+            return zero, (previous if zero and not readers else None)
         if previous.name == "memref.copy" and operands[0] == buffer and operands[1] != buffer:
             readers = True
             continue

@@ -37,6 +37,9 @@ LOWERING_PIPELINE = ",".join(
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
+        # math.erf and others without an LLVM intrinsic become libm calls (the process has libm).
+        "convert-math-to-llvm",
+        "convert-math-to-libm",
         "convert-to-llvm",
         "reconcile-unrealized-casts",
     ]

@@ -28,6 +28,7 @@ from mlir import ir
 from slicer.passes.pipeline import parse_element, parse_options, run_pipeline
 
 from .contract import ContractOptions, contract_module
+from .rows import RowsOptions, rows_module
 from .vectorize import VectorizeOptions, vectorize_module
 
 Stage = tuple[str, tuple[str, ...]]
@@ -60,6 +61,8 @@ _VECTORIZE: Stage = (
         "func.func(linalg-generalize-named-ops)",
         # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
         "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
+        # Elementwise ops and reductions become vector loops, fused row by row (rows.py).
+        "slicer-kernel-rows{unroll=4}",
         "slicer-kernel-vectorize{parallel=64 matmul=8,32,16 kc=256}",
         "canonicalize",
         "cse",
@@ -76,6 +79,10 @@ _TO_LLVM: Stage = (
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
+        # Math functions LLVM has no instruction or intrinsic for (erf, ...) become libm calls; the
+        # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
+        "convert-math-to-llvm",
+        "convert-math-to-libm",
         "convert-vector-to-llvm",
         "convert-to-llvm",
         "reconcile-unrealized-casts",
@@ -135,6 +142,8 @@ def _run_kernel_step(module: ir.Module, element: str) -> None:
     parsed = parse_element(element)
     if parsed.name == "slicer-kernel-contract":
         contract_module(module, ContractOptions.parse(parse_options(parsed.options)))
+    elif parsed.name == "slicer-kernel-rows":
+        rows_module(module, RowsOptions.parse(parse_options(parsed.options)))
     elif parsed.name == "slicer-kernel-vectorize":
         vectorize_module(module, VectorizeOptions.parse(parse_options(parsed.options)))
     elif parsed.name == "slicer-kernel-reject-narrow-memrefs":
@@ -142,7 +151,7 @@ def _run_kernel_step(module: ir.Module, element: str) -> None:
     else:
         raise ValueError(
             f"unknown kernel pipeline step '{parsed.name}' "
-            "(known: slicer-kernel-contract, slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
+            "(known: slicer-kernel-contract, slicer-kernel-rows, slicer-kernel-vectorize, slicer-kernel-reject-narrow-memrefs)"
         )
 
 
