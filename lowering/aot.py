@@ -36,6 +36,7 @@ from slicer.dialect import MESH, make_context, walk_ops
 from slicer.toolchain import find_tool, runner_utils_libraries
 
 from .cache import LIBRARY, KernelCache, cache_key
+from .emitter import TARGET_AVX512
 from .kernel import ArraySpec, Kernel, KernelError, KernelLibrary
 from .jit import NUMPY_DTYPES
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
@@ -62,10 +63,27 @@ class Target:
             flags.append(f"-mattr={self.features}")
         return flags
 
+    def avx512(self) -> bool:
+        """Whether code for this target may use AVX-512 (the generated kernels' vscalef, ...)."""
+        from .emitter import host_has_avx512
+
+        if "-avx512f" in self.features:
+            return False
+        if "+avx512f" in self.features:
+            return True
+        if self.cpu == "native":
+            return host_has_avx512()
+        return self.cpu in _AVX512_CPUS
+
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
         host = _host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
+
+
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
+                 "x86-64-v4"}
 
 
 @lru_cache(maxsize=1)
@@ -169,10 +187,13 @@ def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path)
         except ir.MLIRError as exc:
             raise KernelError(f"cannot parse the module: {exc}") from None
         kernels = _prepare(module)
+        module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
         try:
             pipeline.run(module)
         except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
+        if TARGET_AVX512 in module.operation.attributes:
+            del module.operation.attributes[TARGET_AVX512]
         llvm_dialect = str(module)
     timings["pipeline"] = time.perf_counter() - start
     (directory / "source.mlir").write_text(text)

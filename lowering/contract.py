@@ -49,7 +49,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from .body import emit_op, is_elementwise
-from .emitter import Emitter, Index
+from .emitter import Emitter, Index, module_avx512
 
 log = logging.getLogger("slicer.kernels")
 
@@ -868,8 +868,10 @@ def ukernel_text(name: str, element: str, mr: int, nv: int, unroll: int) -> str:
     return "\n".join([head, e.body(), "  return", "}"])
 
 
-def contraction_text(c: Contraction, options: ContractOptions, name: str, ukernel: str) -> str:
-    return _Gen(c, options, name, ukernel).generate()
+def contraction_text(c: Contraction, options: ContractOptions, name: str, ukernel: str, avx512: bool = False) -> str:
+    gen = _Gen(c, options, name, ukernel)
+    gen.e.avx512 = avx512
+    return gen.generate()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -960,6 +962,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     Returns one line per replaced op (its classification); ops the analysis rejects stay.
     """
     context = module.context
+    avx512 = module_avx512(module)
     replaced: list[str] = []
     ukernels: dict[str, str] = {}
     texts: list[tuple[ir.Operation, Contraction, str]] = []
@@ -978,7 +981,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         if uk not in ukernels:
             ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
         name = f"__slicer_contract_{len(texts)}"
-        texts.append((op, c, contraction_text(c, options, name, uk)))
+        texts.append((op, c, contraction_text(c, options, name, uk, avx512)))
     if not texts:
         return replaced
     generated = ir.Module.parse("\n".join(list(ukernels.values()) + [t for _, _, t in texts]), context)

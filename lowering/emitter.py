@@ -8,8 +8,29 @@ collected and printed once at the top of the function.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
 
 Index = int | str
+
+# Module attribute set by `aot.compile_library` from its Target: whether the kernels may use AVX-512.
+TARGET_AVX512 = "slicer.target_avx512"
+
+
+@lru_cache(maxsize=1)
+def host_has_avx512() -> bool:
+    try:
+        return " avx512f " in Path("/proc/cpuinfo").read_text().replace("\n", " ") + " "
+    except OSError:
+        return False
+
+
+def module_avx512(module) -> bool:
+    """The target's AVX-512 flag recorded on `module`, or this host's when the module has none."""
+    attributes = module.operation.attributes
+    if TARGET_AVX512 in attributes:
+        return str(attributes[TARGET_AVX512]) == "true"
+    return host_has_avx512()
 
 
 class Emitter:
@@ -21,6 +42,7 @@ class Emitter:
         self.count = 0
         self.prefix = prefix
         self.constants: dict[int, str] = {}
+        self.avx512 = False  # the target has AVX-512 (vector_math may use its instructions)
 
     # -- text ------------------------------------------------------------------------------------
     def fresh(self, hint: str = "") -> str:

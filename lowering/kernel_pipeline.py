@@ -83,7 +83,8 @@ _TO_LLVM: Stage = (
         # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
         "convert-math-to-llvm",
         "convert-math-to-libm",
-        "convert-vector-to-llvm",
+        # x86vector ops (vscalef in the generated exp) only appear when the target has AVX-512.
+        "convert-vector-to-llvm{enable-x86vector}",
         "convert-to-llvm",
         "reconcile-unrealized-casts",
     ),

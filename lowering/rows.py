@@ -32,11 +32,12 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from .body import emit_op, is_elementwise, vector_type
-from .emitter import Emitter, Index
+from .emitter import Emitter, Index, module_avx512
 
 log = logging.getLogger("slicer.kernels")
 
 VECTOR_BYTES = 64
+NT_BYTES = 16 << 20  # buffers at least this large get non-temporal final stores (half the L3 here)
 
 _REDUCTION_KINDS = {
     "arith.addf": ("add", 0.0), "arith.mulf": ("mul", 1.0), "arith.maximumf": ("maximumf", "-inf"),
@@ -380,22 +381,148 @@ class _Gen:
                         self.params.append(operand)
         self.names = {v: f"%p{i}" for i, v in enumerate(self.params)}
 
+        self.plan_buffers()
+
+    def plan_buffers(self) -> None:
+        """Row scratch for buffers written twice or more in the group, non-temporal final stores.
+
+        A buffer written by several ops of a fused group (softmax writes exp(x - max) into its output,
+        then divides it in place) keeps its intermediate rows in a row-sized scratch that stays in L1:
+        from its first write up to (excluding) the last one, every access goes to the scratch; the
+        last writer reads the scratch and writes the buffer. A large buffer (>= `NT_BYTES`) whose last
+        write in the group is not read again in the group is stored with non-temporal stores: memory
+        then sees one write of it, not a read for ownership and a write, as memcpy does. Those stores
+        need 64-byte aligned rows: checked statically (strides) and at run time (the base address,
+        with a second copy of the loop nest for unaligned arrays).
+        """
+        self.op_index = 0
+        accesses: dict = {}  # value -> [(op index, "r"/"w")]
+        for i, op in enumerate(self.ops):
+            for m in op.inputs:
+                if isinstance(m, Mem):
+                    accesses.setdefault(m.value, []).append((i, "r"))
+            for m in op.outputs:
+                accesses.setdefault(m.value, []).append((i, "w"))
+        self.scratch: dict = {}  # value -> (first write, last write, scratch name, type)
+        self.nt: dict = {}  # value -> op index of its non-temporal write
+        for value, uses in accesses.items():
+            writes = [i for i, kind in uses if kind == "w"]
+            if not writes:
+                continue
+            type_ = ir.MemRefType(value.type)
+            if self.rows and len(writes) >= 2:
+                rest = list(type_.shape[self.rows:])
+                shape = "x".join(map(str, rest)) + "x" if rest else ""
+                self.scratch[value] = (writes[0], writes[-1], None, f"memref<{shape}{type_.element_type}>")
+            last = writes[-1]
+            reads_after = any(i > last and kind == "r" for i, kind in uses)
+            element = _byte_width(type_.element_type)
+            strides, _ = type_.get_strides_and_offset()
+            if (not reads_after and prod(type_.shape) * element >= NT_BYTES and type_.rank
+                    and strides[-1] == 1 and all(s * element % VECTOR_BYTES == 0 for s in strides[:-1])):
+                op = self.ops[last]
+                if op.lane is not None and any(m.value == value and m.contiguous_along(op.lane) for m in op.outputs):
+                    self.nt[value] = last
+        self.plan_prefetch(accesses)
+
+    def plan_prefetch(self, accesses: dict) -> None:
+        """Prefetch the next row of streamed inputs during the group's heaviest op.
+
+        Rows are processed one after the other: while the exp of a softmax row runs on L1 data, memory
+        would idle (the hardware prefetcher only runs a few lines ahead of the loads). Software prefetches
+        of row r + 1, spread over the heaviest op's vector loop, overlap the two.
+        """
+        self.prefetch: list[Mem] = []
+        self.prefetch_op = None
+        if not self.rows:
+            return
+        heaviest = max(range(len(self.ops)), key=lambda i: (len(self.ops[i].body), -i))
+        op = self.ops[heaviest]
+        if op.lane is None or op.lane in op.row_prefix[: self.rows]:
+            return
+        seen = set()
+        for i, o in enumerate(self.ops):
+            prefix = tuple(o.row_prefix[: self.rows])
+            for m in o.inputs:
+                if not isinstance(m, Mem) or m.value in seen:
+                    continue
+                uses = accesses[m.value]
+                if uses[0][1] != "r" or m.dims[: self.rows] != prefix or len(m.dims) != self.rows + 1:
+                    continue
+                if not m.contiguous_along(o.lane) or m.type.shape[-1] != op.ranges[op.lane]:
+                    continue
+                seen.add(m.value)
+                self.prefetch.append(m)
+        if self.prefetch:
+            self.prefetch_op = heaviest
+
+    def emit_prefetch(self, offset: Index, lanes: int) -> None:
+        """Prefetch one vector's line of the next row of every streamed input (see plan_prefetch)."""
+        e = self.e
+        for m in self.prefetch:
+            coords = [self.row_values[d] for d in range(self.rows)]
+            coords[-1] = e.add(coords[-1], 1)
+            coords.append(offset)
+            e.line(f"memref.prefetch {self.names[m.value]}[{e.indices(coords)}], read, locality<3>, data : {m.type}")
+
+    def target(self, mem: Mem, write: bool) -> tuple[str, str, tuple[int, ...], bool]:
+        """Where the current op reads or writes `mem`: (name, type, dims, non-temporal)."""
+        plan = self.scratch.get(mem.value)
+        i = self.op_index
+        if plan is not None:
+            first, last, name, type_ = plan
+            # reads in the first writer see the original; the last writer writes the buffer itself
+            if (first < i < last) or (i == first and write) or (i == last and not write and first < last):
+                return name, type_, mem.dims[self.rows:], False
+        nt = self.nt_enabled and write and self.nt.get(mem.value) == i
+        return self.names[mem.value], str(mem.type), mem.dims, nt
+
     def generate(self) -> str:
         e = self.e
         first = self.ops[0]
         row_dims = first.row_prefix[: self.rows]
         extents = [first.ranges[d] for d in row_dims]
+        for value, (f, l, _, type_) in list(self.scratch.items()):
+            name = e.value(f"memref.alloca() {{alignment = 64 : i64}} : {type_}", "s")
+            self.scratch[value] = (f, l, name, type_)
 
         def nest(level: int, values: list) -> None:
             if level == self.rows:
-                for op in self.ops:
+                self.row_values = values
+                for index, op in enumerate(self.ops):
+                    self.op_index = index
                     fixed = dict(zip(op.row_prefix[: self.rows], values))
                     self.emit_op(op, fixed)
                 return
             with e.loop(0, extents[level]) as v:
                 nest(level + 1, values + [v])
 
-        nest(0, [])
+        self.nt_enabled = False
+        if self.nt:
+            aligned = None
+            for value in self.nt:
+                pointer = e.value(f"memref.extract_aligned_pointer_as_index {self.names[value]} : {value.type} -> index")
+                _, offset = ir.MemRefType(value.type).get_strides_and_offset()
+                if ir.MemRefType(value.type).is_dynamic_stride_or_offset(offset):
+                    aligned = "false"
+                    break
+                byte = e.add(pointer, offset * _byte_width(ir.MemRefType(value.type).element_type))
+                low = e.value(f"arith.remui {e.idx(byte)}, {e.idx(VECTOR_BYTES)} : index")
+                ok = e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index")
+                aligned = ok if aligned is None else e.value(f"arith.andi {aligned}, {ok} : i1")
+            if aligned == "false":
+                self.nt = {}
+                nest(0, [])
+            else:
+                then, otherwise = e.if_else(aligned)
+                with then:
+                    self.nt_enabled = True
+                    nest(0, [])
+                with otherwise:
+                    self.nt_enabled = False
+                    nest(0, [])
+        else:
+            nest(0, [])
         params = ", ".join(f"{self.names[v]}: {v.type}" for v in self.params)
         return "\n".join([f"func.func private @{self.name}({params}) {{", e.body(), "  return", "}"])
 
@@ -418,20 +545,21 @@ class _Gen:
 
     def load(self, mem: Mem, point: dict, lanes: int | None) -> str:
         e = self.e
-        coords = e.indices(point[d] for d in mem.dims)
-        name = self.names[mem.value]
+        name, type_, dims, _ = self.target(mem, write=False)
+        coords = e.indices(point[d] for d in dims)
         if lanes is None:
-            return e.value(f"memref.load {name}[{coords}] : {mem.type}")
-        return e.value(f"vector.load {name}[{coords}] : {mem.type}, vector<{lanes}x{mem.type.element_type}>")
+            return e.value(f"memref.load {name}[{coords}] : {type_}")
+        return e.value(f"vector.load {name}[{coords}] : {type_}, vector<{lanes}x{mem.type.element_type}>")
 
     def store(self, value: str, mem: Mem, point: dict, lanes: int | None) -> None:
         e = self.e
-        coords = e.indices(point[d] for d in mem.dims)
-        name = self.names[mem.value]
+        name, type_, dims, nt = self.target(mem, write=True)
+        coords = e.indices(point[d] for d in dims)
         if lanes is None:
-            e.line(f"memref.store {value}, {name}[{coords}] : {mem.type}")
+            e.line(f"memref.store {value}, {name}[{coords}] : {type_}")
         else:
-            e.line(f"vector.store {value}, {name}[{coords}] : {mem.type}, vector<{lanes}x{mem.type.element_type}>")
+            attrs = f" {{alignment = {VECTOR_BYTES} : i64, nontemporal = true}}" if nt else ""
+            e.line(f"vector.store {value}, {name}[{coords}]{attrs} : {type_}, vector<{lanes}x{mem.type.element_type}>")
 
     def emit_point(self, op: RowOp, point: dict, lane: int | None) -> None:
         """The op at `point` (every dim but the lane fixed): invariant part, vector loop, remainder."""
@@ -493,6 +621,18 @@ class _Gen:
         for v in needed:
             if v not in variant and v not in broadcasts:
                 broadcasts[v] = e.value(f"vector.broadcast {scalars[v]} : {v.type} to {vector_type(v.type, lanes)}")
+        # x / d with d the same along the lane: one division per point, then multiplications
+        # (vdivps costs about as much as the rest of a softmax row; results differ by <= 1 ulp).
+        reciprocals: dict = {}
+        for b in body_ops:
+            if (b.name == "arith.divf" and b.results[0] in variant and b.operands[1] not in variant
+                    and isinstance(b.results[0].type, (ir.F32Type, ir.F64Type))):
+                d = b.operands[1]
+                if d not in reciprocals:
+                    t = d.type
+                    one = e.value(f"arith.constant 1.0 : {t}")
+                    inverse = e.value(f"arith.divf {one}, {scalars[d]} : {t}")
+                    reciprocals[d] = e.value(f"vector.broadcast {inverse} : {t} to {vector_type(t, lanes)}")
 
         def body_at(offset: Index, width: int | None, accs: dict) -> dict:
             """Loads, variant body ops, stores at `offset` along the lane (a vector of `width`, or a scalar)."""
@@ -506,47 +646,88 @@ class _Gen:
                     env[out_args[k]] = self.load(m, at, width)
             for b in body_ops:
                 if b.results[0] in variant:
-                    env[b.results[0]] = emit_op(e, b, env, width)
+                    if width and b.name == "arith.divf" and b.operands[1] in reciprocals:
+                        t = vector_type(b.results[0].type, width)
+                        env[b.results[0]] = e.value(f"arith.mulf {env[b.operands[0]]}, {reciprocals[b.operands[1]]} : {t}")
+                    else:
+                        env[b.results[0]] = emit_op(e, b, env, width)
             new_accs = {}
             for k, m in enumerate(op.outputs):
                 if k in op.reductions:
-                    new_accs[k] = self.combine(op.reductions[k], accs[k], env[op.reductions[k].value], width)
+                    red = op.reductions[k]
+                    fast = width is not None and red.kind in ("maximumf", "minimumf")
+                    new_accs[k] = self.combine(red, accs[k], env[red.value], width, fast=fast)
                 else:
                     self.store(env[op.yields[k]], m, at, width)
+            self.last_env = env
             return new_accs
 
+        # Loop-carried vectors: `unroll` accumulators per reduction; max/min reductions also carry NaN
+        # flags, so their accumulators can use the plain max/min instruction (`fast` below).
         keys = sorted(op.reductions)
         elem = {k: op.outputs[k].type.element_type for k in keys}
-        accs = {k: [self.identity(op.reductions[k], elem[k], lanes) for _ in range(unroll)] for k in keys}
+        nan_keys = [k for k in keys if op.reductions[k].kind in ("maximumf", "minimumf")]
+        slots = [("acc", k) for k in keys] + [("nan", k) for k in nan_keys]
+        false = e.value(f"arith.constant dense<false> : vector<{lanes}xi1>") if nan_keys else None
+        accs = {("acc", k): [self.identity(op.reductions[k], elem[k], lanes) for _ in range(unroll)] for k in keys}
+        accs |= {("nan", k): [false] * unroll for k in nan_keys}
+        slot_type = {s: vector_type(elem[s[1]], lanes) if s[0] == "acc" else f"vector<{lanes}xi1>" for s in slots}
+
+        def accumulate(offset: Index, current: dict) -> dict:
+            result = body_at(offset, lanes, {k: current[("acc", k)] for k in keys})
+            new = {("acc", k): result[k] for k in keys}
+            for k in nan_keys:
+                x = self.last_env[op.reductions[k].value]
+                flags = e.value(f"arith.cmpf uno, {x}, {x} : {vector_type(elem[k], lanes)}")
+                new[("nan", k)] = e.value(f"arith.ori {current[('nan', k)]}, {flags} : vector<{lanes}xi1>")
+            return new
+
         if main:
-            inits = [a for k in keys for a in accs[k]]
-            types = [vector_type(elem[k], lanes) for k in keys for _ in range(unroll)]
+            inits = [a for s in slots for a in accs[s]]
+            types = [slot_type[s] for s in slots for _ in range(unroll)]
             if inits:
                 iv, carried, out = self.open_carried(0, main, step, inits, types)
-                current = {k: carried[i * unroll:(i + 1) * unroll] for i, k in enumerate(keys)}
+                current = {s: carried[i * unroll:(i + 1) * unroll] for i, s in enumerate(slots)}
                 for u in range(unroll):
-                    result = body_at(e.add(iv, u * lanes), lanes, {k: current[k][u] for k in keys})
-                    for k in keys:
-                        current[k][u] = result[k]
-                self.close_carried([a for k in keys for a in current[k]], types)
-                accs = {k: [f"{out}#{i * unroll + u}" for u in range(unroll)] for i, k in enumerate(keys)}
+                    if self.prefetch_op == self.op_index:
+                        self.emit_prefetch(e.add(iv, u * lanes), lanes)
+                    result = accumulate(e.add(iv, u * lanes), {s: current[s][u] for s in slots})
+                    for s in slots:
+                        current[s][u] = result[s]
+                self.close_carried([a for s in slots for a in current[s]], types)
+                accs = {s: [f"{out}#{i * unroll + u}" for u in range(unroll)] for i, s in enumerate(slots)}
             else:
                 with e.loop(0, main, step) as iv:
                     for u in range(unroll):
+                        if self.prefetch_op == self.op_index:
+                            self.emit_prefetch(e.add(iv, u * lanes), lanes)
                         body_at(e.add(iv, u * lanes), lanes, {})
         for v in range(vectors_left):
-            result = body_at(main + v * lanes, lanes, {k: accs[k][v % unroll] for k in keys})
-            for k in keys:
-                accs[k][v % unroll] = result[k]
+            result = accumulate(main + v * lanes, {s: accs[s][v % unroll] for s in slots})
+            for s in slots:
+                accs[s][v % unroll] = result[s]
         # Horizontal reduction of the vector accumulators, then the scalar remainder.
         totals = {}
         for k in keys:
             red = op.reductions[k]
-            vectors = accs[k]
+            vectors = accs[("acc", k)]
             while len(vectors) > 1:
                 vectors = [self.combine(red, vectors[i], vectors[i + 1], lanes) if i + 1 < len(vectors) else vectors[i]
                            for i in range(0, len(vectors), 2)]
-            totals[k] = e.value(f"vector.reduction <{red.kind}>, {vectors[0]} : {vector_type(elem[k], lanes)} into {elem[k]}")
+            # Floats: the accumulators already reassociated the reduction, so the horizontal step may too
+            # (a shuffle tree instead of 15 dependent scalar ops); max/min NaNs are tracked apart.
+            flags = ""
+            if not isinstance(elem[k], ir.IntegerType):
+                flags = " fastmath<nnan,nsz,reassoc>" if k in nan_keys else " fastmath<reassoc>"
+            totals[k] = e.value(f"vector.reduction <{red.kind}>, {vectors[0]}{flags} : {vector_type(elem[k], lanes)} into {elem[k]}")
+            if k in nan_keys:
+                flags = accs[("nan", k)]
+                while len(flags) > 1:
+                    flags = [e.value(f"arith.ori {flags[i]}, {flags[i + 1]} : vector<{lanes}xi1>") if i + 1 < len(flags) else flags[i]
+                             for i in range(0, len(flags), 2)]
+                any_nan = e.value(f"vector.reduction <or>, {flags[0]} : vector<{lanes}xi1> into i1")
+                nan = e.value(f"arith.constant {'0x7FC00000' if str(elem[k]) == 'f32' else '0x7FF8000000000000'} : {elem[k]}")
+                totals[k] = e.value(f"arith.select {any_nan}, {nan}, {totals[k]} : {elem[k]}")
         for j in range(tail_start, total):
             totals.update(body_at(j, None, totals))
         for k in keys:
@@ -582,9 +763,13 @@ class _Gen:
                      "inf": "0x7F800000" if str(element) == "f32" else "0x7FF0000000000000"}.get(identity, repr(float(identity)))
         return self.e.value(f"arith.constant dense<{value}> : {vector_type(element, lanes)}")
 
-    def combine(self, red: Reduction, a: str, b: str, lanes: int | None) -> str:
+    def combine(self, red: Reduction, a: str, b: str, lanes: int | None, fast: bool = False) -> str:
+        """combine(a, b) with the reduction's op; `fast`: no NaN / signed-zero care (max/min
+        accumulators whose NaNs are tracked apart: one vmaxps instead of six instructions)."""
         op = red.combiner
-        attrs = ", ".join(f"{n} = {op.attributes[n]}" for n in op.attributes)
+        attrs = ", ".join(f"{n} = {op.attributes[n]}" for n in op.attributes if not (fast and n == "fastmath"))
+        if fast:
+            attrs = ", ".join(filter(None, [attrs, "fastmath = #arith.fastmath<nnan,nsz>"]))
         t = vector_type(op.results[0].type, lanes)
         return self.e.value(f'"{op.name}"({a}, {b}) {{{attrs}}} : ({t}, {t}) -> ({t})')
 
@@ -638,6 +823,7 @@ def rows_module(module: ir.Module, options: RowsOptions = RowsOptions()) -> list
     Returns one line per group (its ops and row count).
     """
     context = module.context
+    avx512 = module_avx512(module)
     groups = []
     for block in _blocks(module.operation):
         groups += find_groups(block)
@@ -646,6 +832,7 @@ def rows_module(module: ir.Module, options: RowsOptions = RowsOptions()) -> list
     texts = []
     for index, (ops, rows) in enumerate(groups):
         gen = _Gen(ops, rows, options, f"__slicer_rows_{index}")
+        gen.e.avx512 = avx512
         texts.append((gen, gen.generate()))
     generated = ir.Module.parse("\n".join(t for _, t in texts), context)
     for fn in list(generated.body.operations):

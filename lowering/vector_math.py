@@ -4,15 +4,20 @@ LLVM has no vector instruction for these: `llvm.exp` on `vector<16xf32>` becomes
 `expf`, which made softmax 60x slower than a memory copy. The generated kernels (`rows.py`,
 `contract.py`) emit these expansions instead; they work for scalars and vectors of f32/f64 alike.
 
-Accuracy (test/unit/kernels/test_vector_math.py, against numpy in float64): exp, tanh, log within a few
-ulp in f32 and f64 (exp: inf above the overflow bound, subnormal results kept, NaN kept; log: -inf at
-0, NaN below, subnormal inputs rescaled); erf within 3 ulp in f32 (f64 erf stays a libm call: this
-tail approximation is only f32-accurate). Methods: exp: n = round(x log2 e), Cody-Waite reduction, degree 6
-(f32) / 13 (f64) Taylor polynomial, scaling by 2^n through the exponent bits (two steps, so results
-down to the smallest normal number are exact); tanh: x for tiny |x|, an odd polynomial for |x| < 0.55,
-1 - 2 / (exp(2|x|) + 1) with the sign restored above; erf: its Maclaurin series for |x| < 0.9 and
-Abramowitz-Stegun 7.1.26, 1 - t P(t) exp(-x^2), above, 1 beyond 4; log: frexp-style split
-into mantissa m in [sqrt(1/2), sqrt(2)) and exponent, log(m) = 2 atanh((m-1)/(m+1)) series.
+Methods:
+- exp: n = round(x log2 e), Cody-Waite reduction r = x - n ln 2, degree 6 (f32) / 13 (f64) Taylor
+  polynomial p(r), then p * 2^n: with AVX-512 one vscalef (which also gives inf, 0, subnormals;
+  13 vector ops in all); otherwise by adding n to p's exponent bits, x clamped so 2^n stays normal:
+  inf above the overflow bound, NaN kept, results below the smallest normal number (x < -87.3 in
+  f32) flushed to 0 (about 20 ops);
+- tanh: an odd Taylor polynomial for |x| < 0.55 (0.3 in f64), 1 - 2 / (exp(2|x|) + 1) above, sign
+  restored;
+- erf (f32 only; f64 erf stays a libm call): its Maclaurin series for |x| < 0.9, Abramowitz-Stegun
+  7.1.26 (1 - t P(t) exp(-x^2)) above, 1 beyond 4;
+- log: x = m 2^k with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals rescaled first),
+  log m = 2 atanh((m - 1) / (m + 1)) by its series; -inf at 0, NaN below 0.
+Accuracy (test/unit/kernels/test_rows.py::test_math_functions_are_accurate): within 4 ulp of the
+float64 result on normal outputs, special values exact.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ EXPANDED = ("math.exp", "math.tanh", "math.erf", "math.log")
 class _Ops:
     """Typed arith helpers on one (scalar or vector) float type."""
 
-    def __init__(self, e: Emitter, type_: str):
+    def __init__(self, e: Emitter, type_: str, avx512: bool = False):
         self.e = e
         self.t = type_
         self.elem = type_.split("x")[-1].rstrip(">") if type_.startswith("vector<") else type_
@@ -36,6 +41,8 @@ class _Ops:
         self.it = f"i{self.bits}" if self.lanes is None else f"vector<{self.lanes}xi{self.bits}>"
         self.bt = "i1" if self.lanes is None else f"vector<{self.lanes}xi1>"
         self._consts: dict[str, str] = {}
+        # vscalefps/pd: p * 2^n with overflow to inf and underflow to 0 done by the instruction.
+        self.scalef = avx512 and self.lanes is not None and self.lanes * self.bits == 512
 
     def c(self, value: float) -> str:
         text = repr(float(value)) if math.isfinite(value) else ("0x7F800000" if self.bits == 32 else "0x7FF0000000000000")
@@ -109,23 +116,42 @@ class _Ops:
 
 def _exp(o: _Ops, x: str) -> str:
     f32 = o.bits == 32
+    ln2_hi, ln2_lo = (0.693145751953125, 1.428606765330187e-06) if f32 else (0.6931471803691238, 1.9082149292705877e-10)
+    terms = 7 if f32 else 14
+    e = o.e
+    if o.scalef:
+        # AVX-512: x clamped to +-(a bit past the overflow bound) keeps r small; vscalef then gives
+        # inf / 0 / subnormals / NaN exactly. 13 vector ops.
+        bound = 200.0 if f32 else 1500.0
+        clamped = o.max(o.min(x, o.c(bound)), o.c(-bound))
+        n = o.round(o.mul(clamped, o.c(1.4426950408889634)))
+        r = o.fma(n, o.c(-ln2_hi), clamped)
+        r = o.fma(n, o.c(-ln2_lo), r)
+        p = o.horner(r, [1.0 / math.factorial(i) for i in range(terms)])
+        mask = e.value(f"arith.constant -1 : i{o.lanes}", "m")
+        rounding = e.value("arith.constant 4 : i32", "m")  # _MM_FROUND_CUR_DIRECTION
+        # Operands in the LLVM intrinsic's order (a, b, passthrough, mask, rounding): p * 2^floor(n)
+        # (checked numerically in test_rows.py::test_math_functions_are_accurate).
+        return e.value(f"x86vector.avx512.mask.scalef {p}, {n}, {p}, {mask}, {rounding} : {o.t}", "m")
+    # Clamped so that 2^n stays a normal number: n = round(x / ln 2) in [-126, 128] (f32); n = 128
+    # only with r < 0, where p < 1 keeps the biased exponent at 254.
     hi_limit = 88.72283905206835 if f32 else 709.782712893384
-    lo_limit = -103.97 if f32 else -745.2
-    clamped = o.max(o.min(x, o.c(hi_limit)), o.c(lo_limit))
+    lo_limit = -87.3 if f32 else -708.3
+    clamped = o.max(o.min(x, o.c(hi_limit)), o.c(lo_limit))  # NaN goes through (and stays NaN below)
     n = o.round(o.mul(clamped, o.c(1.4426950408889634)))
     # Cody-Waite: ln 2 split so that n * ln2_hi is exact.
-    ln2_hi, ln2_lo = (0.693145751953125, 1.428606765330187e-06) if f32 else (0.6931471803691238, 1.9082149292705877e-10)
     r = o.fma(n, o.c(-ln2_hi), clamped)
     r = o.fma(n, o.c(-ln2_lo), r)
-    terms = 7 if f32 else 14
     p = o.horner(r, [1.0 / math.factorial(i) for i in range(terms)])
-    # 2^n in two factors: n may go below the smallest normal exponent (results down to 2^-149).
-    half = o.round(o.mul(n, o.c(0.5)))
-    scaled = o.mul(o.mul(p, o.pow2(half)), o.pow2(o.sub(n, half)))
-    big = o.cmp("ogt", x, o.c(hi_limit))
-    scaled = o.select(big, o.c(math.inf), scaled)
-    nan = o.cmp("uno", x, x)
-    return o.select(nan, x, scaled)
+    # p * 2^n: add n to p's exponent field.
+    shift = 23 if f32 else 52
+    ni = e.value(f"arith.fptosi {n} : {o.t} to {o.it}", "m")
+    shifted = e.value(f"arith.shli {ni}, {o.ci(shift)} : {o.it}", "m")
+    pbits = e.value(f"arith.bitcast {p} : {o.t} to {o.it}", "m")
+    ybits = e.value(f"arith.addi {pbits}, {shifted} : {o.it}", "m")
+    y = e.value(f"arith.bitcast {ybits} : {o.it} to {o.t}", "m")
+    y = o.select(o.cmp("ogt", x, o.c(hi_limit)), o.c(math.inf), y)
+    return o.select(o.cmp("olt", x, o.c(lo_limit)), o.c(0.0), y)  # results below the smallest normal flush to 0
 
 
 def _tanh(o: _Ops, x: str) -> str:
@@ -208,9 +234,12 @@ _FUNCTIONS = {"math.exp": _exp, "math.tanh": _tanh, "math.erf": _erf, "math.log"
 
 
 def expand(e: Emitter, name: str, operand: str, type_: str) -> str | None:
-    """Emit `name(operand)` as arith ops on `type_` (f32/f64 scalar or vector); None if not expanded."""
+    """Emit `name(operand)` as arith ops on `type_` (f32/f64 scalar or vector); None if not expanded.
+
+    `e.avx512` (the target has AVX-512) lets 512-bit vectors use vscalef in exp.
+    """
     function = _FUNCTIONS.get(name)
     elem = type_.split("x")[-1].rstrip(">") if type_.startswith("vector<") else type_
     if function is None or elem not in ("f32", "f64") or (name == "math.erf" and elem == "f64"):
         return None  # f64 erf: the libm call (the expansion's tail is only f32-accurate)
-    return function(_Ops(e, type_), operand)
+    return function(_Ops(e, type_, getattr(e, "avx512", False)), operand)
