@@ -37,6 +37,7 @@ from slicer.toolchain import find_tool, runner_utils_libraries
 
 from .cache import LIBRARY, KernelCache, cache_key
 from .emitter import TARGET_AVX512
+from .workspace import SOURCE as WORKSPACE_SOURCE
 from .kernel import ArraySpec, Kernel, KernelError, KernelLibrary
 from .jit import NUMPY_DTYPES
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
@@ -129,7 +130,7 @@ def _implementation_fingerprint() -> str:
 
     # Read by path, not imported: importing the pass costs ~0.1 s, paid on every cache hit.
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "contract.py", here / "emitter.py", here / "rows.py", here / "body.py", here / "vector_math.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
+    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "contract.py", here / "emitter.py", here / "rows.py", here / "body.py", here / "vector_math.py", here / "workspace.py", here / "aot.py", Path(slicer.__file__).parent / "passes" / "lower_to_loops.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
@@ -212,6 +213,7 @@ def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path)
     _link(directory / "kernels.o", directory / LIBRARY)
     timings["link"] = time.perf_counter() - start
     (directory / "kernels.o").unlink()
+    (directory / "workspace.c").unlink()
     return {"kernels": kernels, "pipeline": pipeline.text(), "target": target.fingerprint()[:200], "timings": timings}
 
 
@@ -265,7 +267,10 @@ def _link(obj: Path, library: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
-    args = ["-shared", "-o", str(library), str(obj)]
+    # The kernels' allocator (workspace.py): large temporaries are reused across calls.
+    workspace = obj.with_name("workspace.c")
+    workspace.write_text(WORKSPACE_SOURCE)
+    args = ["-shared", "-O2", "-fPIC", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)

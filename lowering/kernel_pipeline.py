@@ -85,6 +85,8 @@ _TO_LLVM: Stage = (
         "convert-math-to-libm",
         # x86vector ops (vscalef in the generated exp) only appear when the target has AVX-512.
         "convert-vector-to-llvm{enable-x86vector}",
+        # Allocations call the library's own allocator, which reuses large blocks (workspace.py).
+        "finalize-memref-to-llvm{use-generic-functions=true}",
         "convert-to-llvm",
         "reconcile-unrealized-casts",
     ),
