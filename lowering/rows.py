@@ -121,12 +121,10 @@ class RowOp:
             prefix.append(dim)
         return prefix
 
-    def max_rows(self) -> int:
-        """Rows this op accepts: its row prefix, stopping before the lane unless it has nothing else."""
+    def vector_rows(self) -> int:
+        """Rows that leave this op its lane (the row prefix up to the lane)."""
         prefix = self.row_prefix
-        if self.lane in prefix and set(prefix) != set(range(len(self.ranges))):
-            return prefix.index(self.lane)
-        return len(prefix)
+        return prefix.index(self.lane) if self.lane in prefix else len(prefix)
 
     def memrefs(self) -> list[Mem]:
         return [m for m in self.inputs if isinstance(m, Mem)] + self.outputs
@@ -273,11 +271,15 @@ def _root(value: ir.Value) -> ir.Value:
     return value
 
 
-def _group_rows(ops: list[RowOp]) -> int:
-    """The number of row dims the group can share (0: it cannot be fused)."""
+def _group_rows(ops: list[RowOp], final: bool = True) -> int:
+    """The number of row dims the group can share (0: it cannot be fused).
+
+    While a group grows (`final=False`) it may consist of per-row scalar ops only (a fill and a copy
+    of softmax's row maxima); the final count needs one op with vector work inside the rows.
+    """
     if len(ops) == 1:
         return 0
-    rows = min(op.max_rows() for op in ops)
+    rows = min(len(op.row_prefix) for op in ops)
     sizes = None
     for op in ops:
         prefix = op.row_prefix[:rows]
@@ -298,7 +300,11 @@ def _group_rows(ops: list[RowOp]) -> int:
         if root != value:
             return 0  # a view of a buffer: unknown overlap with other views
     while rows > 0:
-        if _rows_legal(ops, rows, written):
+        # Ops with work inside a row keep their lane; ops that are all rows (a fill of softmax's
+        # per-row max) run one scalar per row; at least one op must have vector work.
+        vectorized = all(op.vector_rows() >= rows for op in ops if len(op.ranges) > rows)
+        has_work = not final or any(len(op.ranges) > rows for op in ops)
+        if vectorized and has_work and _rows_legal(ops, rows, written):
             return rows
         rows -= 1
     return 0
@@ -328,8 +334,14 @@ def find_groups(block: ir.Block) -> list[tuple[list[RowOp], int]]:
 
     def close():
         nonlocal current, rows
-        if current:
-            groups.append((current, rows if len(current) > 1 else 0))
+        if len(current) > 1:
+            rows = _group_rows(current, final=True)
+            if rows:
+                groups.append((current, rows))
+            else:
+                groups.extend(([op], 0) for op in current)
+        elif current:
+            groups.append((current, 0))
         current, rows = [], 0
 
     for op in block.operations:
@@ -350,7 +362,7 @@ def find_groups(block: ir.Block) -> list[tuple[list[RowOp], int]]:
             current = [row]
             continue
         candidate = current + [row]
-        r = _group_rows(candidate)
+        r = _group_rows(candidate, final=False)
         if r >= 1:
             current, rows = candidate, r
         else:

@@ -53,6 +53,21 @@ def test_softmax_and_layernorm_are_one_loop_nest_over_rows():
     assert fused_groups(scaled("layernorm", 64, 256)) == ["@__slicer_rows_0: 6 op(s), 1 row dim(s)"]
 
 
+def test_two_elementwise_ops_fuse_over_rows_and_keep_their_lane():
+    """A bias broadcast then add + relu: one row dim (not two, which would leave no vector lane)."""
+    text = """
+func.func @f(%x: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<64x256xf32> {
+  %e = tensor.empty() : tensor<64x256xf32>
+  %bb = linalg.broadcast ins(%b : tensor<256xf32>) outs(%e : tensor<64x256xf32>) dimensions = [0]
+  %s = arith.addf %x, %bb : tensor<64x256xf32>
+  %zeros = arith.constant dense<0.0> : tensor<64x256xf32>
+  %r = arith.maximumf %s, %zeros : tensor<64x256xf32>
+  return %r : tensor<64x256xf32>
+}
+"""
+    assert fused_groups(text) == ["@__slicer_rows_0: 2 op(s), 1 row dim(s)"]
+
+
 GELU = """
 func.func @gelu(%x: tensor<{r}x{c}xf32>, %b: tensor<{c}xf32>) -> tensor<{r}x{c}xf32> {{
   %e = tensor.empty() : tensor<{r}x{c}xf32>
