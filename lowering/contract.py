@@ -503,8 +503,8 @@ class _Gen:
         return units[last] % b.chunk == 0 and b.chunk % step == 0
 
     # -- expressions -------------------------------------------------------------------------------
-    def load_input(self, index: int, point: dict[int, Index], lane_dim: int | None) -> str:
-        """Input `index` at `point` (loop dim -> element index): a vector along `lane_dim` if given."""
+    def load_input(self, index: int, point: dict[int, Index], lane_dim: int | None, width: int) -> str:
+        """Input `index` at `point` (loop dim -> element index): a vector of `width` along `lane_dim` if given."""
         e = self.e
         operand = self.c.inputs[index]
         coords = e.indices(point[d] for d in operand.dims)
@@ -513,29 +513,27 @@ class _Gen:
             scalar = e.value(f"memref.load {self.args[index]}[{coords}] : {operand.type_text}")
             if lane_dim is None:
                 return scalar
-            return e.value(f"vector.broadcast {scalar} : {elem} to vector<{self.lanes}x{elem}>")
-        return e.value(f"vector.load {self.args[index]}[{coords}] : {operand.type_text}, vector<{self.lanes}x{elem}>")
+            return e.value(f"vector.broadcast {scalar} : {elem} to vector<{width}x{elem}>")
+        return e.value(f"vector.load {self.args[index]}[{coords}] : {operand.type_text}, vector<{width}x{elem}>")
 
-    def side_value(self, side: Side, point: dict[int, Index], lane_dim: int | None) -> str:
-        """The side's product at `point`, re-emitting its body ops (vectorized along lane_dim if given)."""
+    def side_value(self, side: Side, point: dict[int, Index], lane_dim: int | None, width: int | None = None) -> str:
+        """The side's product at `point`, re-emitting its body ops (vectors of `width`, default a full
+        register, along lane_dim if given)."""
         e = self.e
         c = self.c
+        width = width or self.lanes
         env: dict = {}
         for i in side.inputs:
-            env[c.block_args[i]] = self.load_input(i, point, lane_dim)
+            env[c.block_args[i]] = self.load_input(i, point, lane_dim, width)
         for value, name in zip(c.captured, self.cap):
             if lane_dim is None:
                 env[value] = name
             else:
-                env[value] = e.value(f"vector.broadcast {name} : {value.type} to vector<{self.lanes}x{value.type}>")
-
-        def type_of(t: ir.Type) -> str:
-            return str(t) if lane_dim is None else f"vector<{self.lanes}x{t}>"
-
+                env[value] = e.value(f"vector.broadcast {name} : {value.type} to vector<{width}x{value.type}>")
         for op in side.ops:
-            env[op.results[0]] = emit_op(e, op, env, self.lanes if lane_dim is not None else None)
+            env[op.results[0]] = emit_op(e, op, env, width if lane_dim is not None else None)
         total = None
-        vtype = self.vt if lane_dim is not None else self.t
+        vtype = f"vector<{width}x{self.t}>" if lane_dim is not None else self.t
         for f in side.factors:
             v = env[f]
             total = v if total is None else e.value(f"arith.mulf {total}, {v} : {vtype}")
@@ -609,7 +607,9 @@ class _Gen:
         """
         e = self.e
         lane_dim = group.dims[-1]
-        vector = self.vectorizable(side, lane_dim) and regs % self.lanes == 0
+        # Vectors of a whole register, or of the tile's width when it is narrower (A's 8 rows in f32).
+        vwidth = self.lanes if regs % self.lanes == 0 else regs if self.lanes % regs == 0 else 0
+        vector = bool(vwidth) and self.vectorizable(side, lane_dim)
         transposed = not vector and self.transposable(side, regs)
         kc = e.mul(kblock.length, self.kb.inner)
         zero = e.value(f"arith.constant 0.0 : {self.t}")
@@ -621,12 +621,12 @@ class _Gen:
 
             def vector_path():
                 def k_body(klin, kdims, _):
-                    for v in range(regs // self.lanes):
+                    for v in range(regs // vwidth):
                         point = {**point0, **kdims}
-                        point[lane_dim] = e.add(dims[lane_dim], v * self.lanes)
-                        value = self.side_value(side, point, lane_dim)
-                        offset = e.add(e.add(base, e.mul(klin, regs)), v * self.lanes)
-                        e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, {self.vt}")
+                        point[lane_dim] = e.add(dims[lane_dim], v * vwidth)
+                        value = self.side_value(side, point, lane_dim, vwidth)
+                        offset = e.add(e.add(base, e.mul(klin, regs)), v * vwidth)
+                        e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, vector<{vwidth}x{self.t}>")
                 self.enumerate(self.kb, kblock, k_body)
 
             def scalar_path(count: Index):
