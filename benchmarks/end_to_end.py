@@ -255,12 +255,13 @@ def slicer_worker(job: str) -> None:
               for i, n in enumerate(graph.args)]
     results, _ = executor.run(blocks)  # warm-up: page faults, lazy binding, MPI connections
     gathered = comm.gather(results, root=0)
-    times, steps = [], []
+    times, cpu, steps = [], [], []
     for _ in range(spec["reps"]):
         comm.Barrier()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         _, timings = executor.run(blocks)
         elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        cpu.append(comm.allreduce(time.thread_time() - start_cpu, op=MPI.MAX))
         per_step = [(label, comm.allreduce(t, op=MPI.MAX)) for label, t in timings]
         times.append(elapsed)
         steps.append(per_step)
@@ -268,7 +269,7 @@ def slicer_worker(job: str) -> None:
         result = assemble(graph.mesh, graph.result_dists[0], [g[0] for g in gathered], "result #0")
         np.save(job_dir / "result.npy", result)
         median = int(np.argsort(times)[len(times) // 2])
-        (job_dir / "times.json").write_text(json.dumps({"times": times, "steps": steps[median],
+        (job_dir / "times.json").write_text(json.dumps({"times": times, "cpu_times": cpu, "steps": steps[median],
                                                         "backend": executor.backend}))
 
 
@@ -309,7 +310,7 @@ def run_slicer(name: str, ranks: int, reps: int, arrays: list[np.ndarray], refer
     if error > 1e-3:
         raise RuntimeError(f"slicer's {name} on {ranks} ranks differs from numpy: relative error {error:.2e}")
     collectives = sum(t for label, t in measured["steps"] if not label.startswith("kernel"))
-    return {"times": measured["times"], "relative_error": error, "steps": measured["steps"],
+    return {"times": measured["times"], "cpu_times": measured["cpu_times"], "relative_error": error, "steps": measured["steps"],
             "collective_seconds": collectives, "compile_seconds": compile_seconds, "backend": measured["backend"]}
 
 
@@ -366,7 +367,8 @@ def main() -> None:
         except ImportError:
             print("jax is not installed: skipping the JAX columns (pip install -e '.[bench]')", flush=True)
             have_jax = False
-    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES, "programs": {}}
+    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES, "programs": {},
+               "load_average_before": os.getloadavg()}
     for name in args.programs.split(","):
         shapes = program_shapes(name)
         arrays = inputs(shapes)
@@ -388,9 +390,12 @@ def main() -> None:
                     print(f"{name}: jax {devices} device(s) {np.median(entry[f'jax_{devices}d']['times']) * 1e3:.1f} ms", flush=True)
         for ranks in (1, 2):
             entry[f"slicer_{ranks}r"] = run_slicer(name, ranks, args.reps, arrays, reference)
-            print(f"{name}: slicer {ranks} rank(s) {np.median(entry[f'slicer_{ranks}r']['times']) * 1e3:.1f} ms", flush=True)
+            r = entry[f"slicer_{ranks}r"]
+            print(f"{name}: slicer {ranks} rank(s) {np.median(r['times']) * 1e3:.1f} ms (CPU of the slowest rank "
+                  f"{np.median(r['cpu_times']) * 1e3:.1f} ms; steps {[(l[:12], round(t * 1e3, 1)) for l, t in r['steps']]})", flush=True)
         results["programs"][name] = entry
     results["compile"] = compile_times()
+    results["load_average_after"] = os.getloadavg()
     print(f"compile (mha, 2 ranks): {json.dumps(results['compile'])}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -402,7 +407,8 @@ def markdown(results: dict) -> str:
     columns = ["slicer_2r", "slicer_1r", "numpy_1t", "numpy_2t", "jax_1d", "jax_2d"]
     titles = {"slicer_2r": "Slicer 2 ranks", "slicer_1r": "Slicer 1 rank", "numpy_1t": "numpy 1 thread",
               "numpy_2t": "numpy 2 threads", "jax_1d": "JAX 1 device", "jax_2d": "JAX 2 devices"}
-    lines = [f"f32, median of {results['reps']} runs, ms",
+    load = (results["load_average_before"][0] + results.get("load_average_after", results["load_average_before"])[0]) / 2
+    lines = [f"f32, median of {results['reps']} runs, ms (wall clock; machine load average {load:.1f} on {os.cpu_count()} cores)",
              "| program | " + " | ".join(titles[c] for c in columns) + " | 2 ranks vs best other | 2 ranks vs 1 rank |",
              "|---" * (len(columns) + 3) + "|"]
     for name, entry in results["programs"].items():
