@@ -26,6 +26,7 @@ cache) and from the cache, each in a fresh process.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -361,12 +362,9 @@ def main() -> None:
         return
 
     have_jax = not args.no_jax
-    if have_jax:
-        try:
-            import jax  # noqa: F401
-        except ImportError:
-            print("jax is not installed: skipping the JAX columns (pip install -e '.[bench]')", flush=True)
-            have_jax = False
+    if have_jax and importlib.util.find_spec("jax") is None:
+        print("jax is not installed: skipping the JAX columns (pip install -e '.[bench]')", flush=True)
+        have_jax = False
     results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES, "programs": {},
                "load_average_before": os.getloadavg()}
     for name in args.programs.split(","):

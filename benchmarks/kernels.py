@@ -97,7 +97,7 @@ def contraction_fn(name: str, spec: str, sizes: dict[str, int], scale: float | N
 
     kinds = ", ".join('"parallel"' if c in out else '"reduction"' for c in loops)
     product = "%m" if scale is None else "%ms"
-    scaled = "" if scale is None else f"    %ms = arith.mulf %m, %scale : f32\n"
+    scaled = "" if scale is None else "    %ms = arith.mulf %m, %scale : f32\n"
     return f"""
 func.func @{name}({', '.join(f'%a{i}: {ttype(t)}' for i, t in enumerate(terms))}) -> {ttype(out)} {{
   %z = arith.constant 0.0 : f32

@@ -11,7 +11,7 @@ from __future__ import annotations
 from mlir import ir
 
 from .emitter import Emitter
-from .vector_math import expand
+from .vector_math import EXPANDED, expand
 
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 
@@ -35,7 +35,7 @@ def emit_op(e: Emitter, op: ir.Operation, env: dict, lanes: int | None) -> str:
             return scalar
         return e.value(f"vector.broadcast {scalar} : {result_type} to {vector_type(result_type, lanes)}", "x")
     operands = [env[o] for o in op.operands]
-    if len(operands) == 1 and op.name in ("math.exp", "math.tanh", "math.erf", "math.log"):
+    if len(operands) == 1 and op.name in EXPANDED:
         expanded = expand(e, op.name, operands[0], vector_type(result_type, lanes))
         if expanded is not None:
             return expanded

@@ -41,7 +41,7 @@ OpenBLAS's 115-125). Ops the analysis rejects keep the tile-and-vectorize path o
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from itertools import product
 from math import prod
 
@@ -673,7 +673,7 @@ class _Gen:
 
     # -- the function ------------------------------------------------------------------------------
     def generate(self) -> str:
-        c, e, o = self.c, self.e, self.o
+        c, e = self.c, self.e
         mr, nr, t = self.mr, self.nr, self.t
         a_size = self.mb.max_units * self.kb.max_units * mr
         b_size = self.nb.max_units * self.kb.max_units * nr
@@ -686,7 +686,6 @@ class _Gen:
         scratch_dyn = e.value(f"memref.cast {scratch} : memref<{mr}x{nr}x{t}> to {tile_type}")
         vzero = e.value(f"arith.constant dense<0.0> : {self.vt}")
         r = c.ranges
-        m0, n0 = c.m[-1], c.n[-1]
 
         def batch_loops(level: int, point: dict) -> None:
             if level == len(c.batch):
@@ -698,7 +697,7 @@ class _Gen:
         def n_block(point, nblock):
             def k_block(kblock):
                 kc = e.mul(kblock.length, self.kb.inner)
-                fixed_k = {self.kb.dims[i]: v for i, v in nblock_fixed(self.kb, kblock).items()}
+                fixed_k = {self.kb.dims[i]: v for i, v in kblock.fixed.items()}
                 self.pack(c.b, self.nb, nblock, kblock, bp, nr, {**point, **fixed_k})
 
                 def m_block(mblock):
@@ -720,9 +719,6 @@ class _Gen:
                 self.blocks(self.mb, m_block)
 
             self.blocks(self.kb, k_block)
-
-        def nblock_fixed(b: Blocking, block: Block) -> dict:
-            return block.fixed
 
         batch_loops(0, {})
         inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))

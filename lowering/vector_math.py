@@ -27,7 +27,7 @@ import math
 
 from .emitter import Emitter
 
-EXPANDED = ("math.exp", "math.tanh", "math.erf", "math.log")
+EXPANDED = ("math.exp", "math.tanh", "math.erf", "math.log")  # the functions `expand` may take
 
 
 class _Ops:
@@ -104,15 +104,6 @@ class _Ops:
         for coefficient in reversed(coefficients[:-1]):
             result = self.fma(result, x, self.c(coefficient))
         return result
-
-    def pow2(self, n: str) -> str:
-        """2^n for an integral-valued float n within the normal exponent range."""
-        bias = 127 if self.bits == 32 else 1023
-        shift = 23 if self.bits == 32 else 52
-        ni = self.e.value(f"arith.fptosi {n} : {self.t} to {self.it}", "m")
-        biased = self.e.value(f"arith.addi {ni}, {self.ci(bias)} : {self.it}", "m")
-        bits = self.e.value(f"arith.shli {biased}, {self.ci(shift)} : {self.it}", "m")
-        return self.e.value(f"arith.bitcast {bits} : {self.it} to {self.t}", "m")
 
 
 def _exp(o: _Ops, x: str) -> str:
