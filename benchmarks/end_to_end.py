@@ -10,12 +10,15 @@ Programs (f32, the examples scaled to the sizes of issue 14, generated here):
 - `mha`: examples/mha.mlir, S=1024, D=1024, 16 heads of 64; heads over y (the output projection's
   partial sums all_reduced).
 
-Each contender runs in its own process, `--reps` timed runs after a warm-up, median reported:
+Each contender is a persistent process (or MPI job) that warms up once, then runs the program once per
+command; the driver runs the contenders in interleaved rounds (rotating order), `--reps` rounds,
+median per contender. On this shared 2-core machine a busy spell then hits every contender alike,
+instead of whichever happened to be measured at that moment.
 - Slicer: `slicer.compile(text, mesh=Mesh(y=R), tactics)` then `mpiexec -n R` of this script's worker,
   which runs the kernel graph with the runtime's `RankExecutor` (each rank reads its blocks once); a
-  run's time is the slowest rank's (an MPI max), measured between barriers. The first run's results
-  are checked against numpy;
-- numpy: the same computation written with matmul/einsum-free numpy (OPENBLAS_NUM_THREADS=1 or 2);
+  run's time is the slowest rank's (an MPI max), measured between barriers; idle ranks wait on a
+  named pipe, not in MPI (MPICH spins). The first run's results are checked against numpy;
+- numpy: the same computation in numpy (OPENBLAS_NUM_THREADS=1 or 2);
 - JAX: `jax.jit` on one CPU device, and on two (`XLA_FLAGS=--xla_force_host_platform_device_count=2`)
   with the same shardings as the tactics. Skipped with a message when jax is not installed
   (`pip install -e '.[bench]'`).
@@ -197,39 +200,43 @@ def jax_fn(name: str, devices: int):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Workers (each in its own process)
+# Workers: one persistent process (or MPI job) per contender, one timed run per "run" command
 # ---------------------------------------------------------------------------------------------------
 
 
-def median_runs(fn, reps: int) -> list[float]:
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+def serve(run, check=None) -> None:
+    """Worker loop: warm up, say `ready`, then one timed run per `run` line on stdin (JSON line out)."""
+    run()
+    report = {"ready": True}
+    if check is not None:
+        report.update(check())
+    print(json.dumps(report), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        run()
+        print(json.dumps({"time": time.perf_counter() - start, "cpu": time.thread_time() - start_cpu}), flush=True)
 
 
-def numpy_worker(name: str, reps: int, out: str) -> None:
+def numpy_worker(name: str) -> None:
     arrays = inputs(program_shapes(name))
     fn = numpy_fn(name)
-    Path(out).write_text(json.dumps({"times": median_runs(lambda: fn(*arrays), reps)}))
+    serve(lambda: fn(*arrays))
 
 
-def jax_worker(name: str, devices: int, reps: int, out: str) -> None:
+def jax_worker(name: str, devices: int) -> None:
     import jax
 
     fn, shardings = jax_fn(name, devices)
-    arrays = inputs(program_shapes(name))
-    if shardings:
-        arrays = [jax.device_put(a, sh) for a, sh in zip(arrays, shardings)]
-    else:
-        arrays = [jax.device_put(a) for a in arrays]
-    times = median_runs(lambda: fn(*arrays).block_until_ready(), reps)
-    reference = numpy_fn(name)(*inputs(program_shapes(name)))
-    error = float(np.abs(np.asarray(fn(*arrays)) - reference).max() / np.abs(reference).max())
-    Path(out).write_text(json.dumps({"times": times, "relative_error": error}))
+    host = inputs(program_shapes(name))
+    arrays = [jax.device_put(a, sh) for a, sh in zip(host, shardings)] if shardings else [jax.device_put(a) for a in host]
+
+    def check():
+        reference = numpy_fn(name)(*host)
+        return {"relative_error": float(np.abs(np.asarray(fn(*arrays)) - reference).max() / np.abs(reference).max())}
+
+    serve(lambda: fn(*arrays).block_until_ready(), check)
 
 
 def program_shapes(name: str) -> list:
@@ -237,7 +244,12 @@ def program_shapes(name: str) -> list:
 
 
 def slicer_worker(job: str) -> None:
-    """Under mpiexec: run the kernel graph `reps` times on this rank's blocks (runtime internals)."""
+    """Under mpiexec: the kernel graph on this rank's blocks, one run per line on this rank's FIFO.
+
+    Waiting for the next command is a blocking read of a named pipe, not an MPI call: MPICH spins in
+    collectives, and an idle job must not take CPU from the contender being timed. A run's time is the
+    slowest rank's (MPI max), between barriers; rank 0 prints it.
+    """
     from mpi4py import MPI
 
     # The runtime's executor (one import site: the lead may move it).
@@ -247,7 +259,6 @@ def slicer_worker(job: str) -> None:
     from slicer.spmd.simulator import assemble
 
     job_dir = Path(job)
-    spec = json.loads((job_dir / "job.json").read_text())
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     comm = MPI.COMM_WORLD
     executor = RankExecutor(graph, comm)
@@ -256,22 +267,22 @@ def slicer_worker(job: str) -> None:
               for i, n in enumerate(graph.args)]
     results, _ = executor.run(blocks)  # warm-up: page faults, lazy binding, MPI connections
     gathered = comm.gather(results, root=0)
-    times, cpu, steps = [], [], []
-    for _ in range(spec["reps"]):
-        comm.Barrier()
-        start, start_cpu = time.perf_counter(), time.thread_time()
-        _, timings = executor.run(blocks)
-        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-        cpu.append(comm.allreduce(time.thread_time() - start_cpu, op=MPI.MAX))
-        per_step = [(label, comm.allreduce(t, op=MPI.MAX)) for label, t in timings]
-        times.append(elapsed)
-        steps.append(per_step)
     if rank == 0:
         result = assemble(graph.mesh, graph.result_dists[0], [g[0] for g in gathered], "result #0")
         np.save(job_dir / "result.npy", result)
-        median = int(np.argsort(times)[len(times) // 2])
-        (job_dir / "times.json").write_text(json.dumps({"times": times, "cpu_times": cpu, "steps": steps[median],
-                                                        "backend": executor.backend}))
+        print(json.dumps({"ready": True, "backend": executor.backend}), flush=True)
+    with open(job_dir / f"go{rank}") as commands:
+        for line in commands:
+            if line.strip() != "run":
+                break
+            comm.Barrier()
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            _, timings = executor.run(blocks)
+            elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+            cpu = comm.allreduce(time.thread_time() - start_cpu, op=MPI.MAX)
+            steps = [(label, comm.allreduce(t, op=MPI.MAX)) for label, t in timings]
+            if rank == 0:
+                print(json.dumps({"time": elapsed, "cpu": cpu, "steps": steps}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -279,40 +290,69 @@ def slicer_worker(job: str) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def run_worker(args: list[str], env: dict | None = None, timeout: float = 1800) -> None:
-    done = subprocess.run([sys.executable, __file__, *args], env=dict(os.environ, **(env or {})),
-                          capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+class Contender:
+    """A running worker: `run()` times one run of it."""
+
+    def __init__(self, label: str, command: list[str], env: dict | None = None, fifos: list[Path] = ()):
+        self.label = label
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1"),
+                                        start_new_session=True)
+        # FIFOs opened read-write: never blocks, and the ranks' reads see a writer at once.
+        self.fifos = [os.fdopen(os.open(f, os.O_RDWR), "w") for f in fifos]
+        self.ready = self._line()
+        self.runs: list[dict] = []
+
+    def _line(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.kill()
+            raise RuntimeError(f"{self.label} failed:\n{self.process.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def run(self) -> dict:
+        for pipe in self.fifos or [self.process.stdin]:
+            pipe.write("run\n")
+            pipe.flush()
+        result = self._line()
+        self.runs.append(result)
+        return result
+
+    def close(self) -> None:
+        for pipe in self.fifos + [self.process.stdin]:
+            try:
+                pipe.write("quit\n")
+                pipe.close()
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, 9)
 
 
-def run_slicer(name: str, ranks: int, reps: int, arrays: list[np.ndarray], reference: np.ndarray) -> dict:
+def slicer_contender(name: str, ranks: int, arrays: list[np.ndarray], job: Path) -> Contender:
     import slicer
     from slicer.runtime.executor import load_kernels
-    from slicer.runtime.mpiexec import run_spmd
+    from slicer.runtime.mpiexec import find_mpiexec
 
     text, tactics, _ = program(name)
     start = time.perf_counter()
     prog = slicer.compile(text, mesh=slicer.Mesh(y=ranks), tactics=tactics)
     load_kernels(prog.graph)  # compile (or hit the cache) once, before the ranks start
     compile_seconds = time.perf_counter() - start
-    with tempfile.TemporaryDirectory(prefix="slicer-e2e-") as tmp:
-        job = Path(tmp)
-        (job / "graph.json").write_text(prog.graph.to_json())
-        (job / "job.json").write_text(json.dumps({"reps": reps}))
-        for i, a in enumerate(arrays):
-            np.save(job / f"input{i}.npy", a)
-        done = run_spmd(ranks, [sys.executable, __file__, "--slicer-worker", str(job)], timeout=1800)
-        if done.returncode != 0:
-            raise RuntimeError(f"slicer on {ranks} ranks failed:\n{done.stderr[-3000:]}")
-        result = np.load(job / "result.npy")
-        measured = json.loads((job / "times.json").read_text())
-    error = float(np.abs(result - reference).max() / np.abs(reference).max())
-    if error > 1e-3:
-        raise RuntimeError(f"slicer's {name} on {ranks} ranks differs from numpy: relative error {error:.2e}")
-    collectives = sum(t for label, t in measured["steps"] if not label.startswith("kernel"))
-    return {"times": measured["times"], "cpu_times": measured["cpu_times"], "relative_error": error, "steps": measured["steps"],
-            "collective_seconds": collectives, "compile_seconds": compile_seconds, "backend": measured["backend"]}
+    job.mkdir()
+    (job / "graph.json").write_text(prog.graph.to_json())
+    for i, a in enumerate(arrays):
+        np.save(job / f"input{i}.npy", a)
+    fifos = []
+    for rank in range(ranks):
+        os.mkfifo(job / f"go{rank}")
+        fifos.append(job / f"go{rank}")
+    contender = Contender(f"slicer {ranks} rank(s)", [find_mpiexec(), "-n", str(ranks), sys.executable, __file__,
+                                                     "--slicer-worker", str(job)], fifos=fifos)
+    contender.compile_seconds = compile_seconds
+    return contender
 
 
 def compile_times(name: str = "mha", ranks: int = 2) -> dict:
@@ -344,8 +384,8 @@ def main() -> None:
     parser.add_argument("--programs", default=",".join(PROGRAMS), help=f"comma-separated subset of {','.join(PROGRAMS)}")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even if installed")
     parser.add_argument("--slicer-worker", metavar="JOB_DIR", help=argparse.SUPPRESS)
-    parser.add_argument("--numpy-worker", nargs=3, metavar=("PROGRAM", "REPS", "OUT"), help=argparse.SUPPRESS)
-    parser.add_argument("--jax-worker", nargs=4, metavar=("PROGRAM", "DEVICES", "REPS", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--numpy-worker", metavar="PROGRAM", help=argparse.SUPPRESS)
+    parser.add_argument("--jax-worker", nargs=2, metavar=("PROGRAM", "DEVICES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.slicer_worker:
         from slicer.runtime.rank import run_rank
@@ -353,12 +393,11 @@ def main() -> None:
         run_rank(lambda comm: slicer_worker(args.slicer_worker))
         return
     if args.numpy_worker:
-        name, reps, out = args.numpy_worker
-        numpy_worker(name, int(reps), out)
+        numpy_worker(args.numpy_worker)
         return
     if args.jax_worker:
-        name, devices, reps, out = args.jax_worker
-        jax_worker(name, int(devices), int(reps), out)
+        name, devices = args.jax_worker
+        jax_worker(name, int(devices))
         return
 
     have_jax = not args.no_jax
@@ -368,29 +407,47 @@ def main() -> None:
     results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES, "programs": {},
                "load_average_before": os.getloadavg()}
     for name in args.programs.split(","):
-        shapes = program_shapes(name)
-        arrays = inputs(shapes)
+        arrays = inputs(program_shapes(name))
         reference = numpy_fn(name)(*arrays)
-        entry: dict = {}
-        with tempfile.TemporaryDirectory() as tmp:
-            for threads in (1, 2):
-                out = f"{tmp}/numpy{threads}.json"
-                run_worker(["--numpy-worker", name, str(args.reps), out],
-                           env={v: str(threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
-                entry[f"numpy_{threads}t"] = json.loads(Path(out).read_text())
-                print(f"{name}: numpy {threads} thread(s) {np.median(entry[f'numpy_{threads}t']['times']) * 1e3:.1f} ms", flush=True)
-            if have_jax:
-                for devices in (1, 2):
-                    out = f"{tmp}/jax{devices}.json"
-                    run_worker(["--jax-worker", name, str(devices), str(args.reps), out],
-                               env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
-                    entry[f"jax_{devices}d"] = json.loads(Path(out).read_text())
-                    print(f"{name}: jax {devices} device(s) {np.median(entry[f'jax_{devices}d']['times']) * 1e3:.1f} ms", flush=True)
-        for ranks in (1, 2):
-            entry[f"slicer_{ranks}r"] = run_slicer(name, ranks, args.reps, arrays, reference)
-            r = entry[f"slicer_{ranks}r"]
-            print(f"{name}: slicer {ranks} rank(s) {np.median(r['times']) * 1e3:.1f} ms (CPU of the slowest rank "
-                  f"{np.median(r['cpu_times']) * 1e3:.1f} ms; steps {[(l[:12], round(t * 1e3, 1)) for l, t in r['steps']]})", flush=True)
+        with tempfile.TemporaryDirectory(prefix="slicer-e2e-") as tmp:
+            contenders: dict[str, Contender] = {}
+            try:
+                for threads in (1, 2):
+                    env = {v: str(threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+                    contenders[f"numpy_{threads}t"] = Contender(f"numpy {threads} thread(s)", [
+                        sys.executable, __file__, "--numpy-worker", name], env=env)
+                if have_jax:
+                    for devices in (1, 2):
+                        contenders[f"jax_{devices}d"] = Contender(f"jax {devices} device(s)", [
+                            sys.executable, __file__, "--jax-worker", name, str(devices)],
+                            env={"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
+                for ranks in (1, 2):
+                    contenders[f"slicer_{ranks}r"] = slicer_contender(name, ranks, arrays, Path(tmp) / f"job{ranks}")
+                # Interleaved rounds, the order rotating: a busy spell on this shared machine hits everyone.
+                keys = list(contenders)
+                for rep in range(args.reps):
+                    for key in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+                        contenders[key].run()
+            finally:
+                for contender in contenders.values():
+                    contender.close()
+            entry: dict = {}
+            for key, contender in contenders.items():
+                entry[key] = {"times": [r["time"] for r in contender.runs], "cpu_times": [r["cpu"] for r in contender.runs]}
+                if "relative_error" in contender.ready:
+                    entry[key]["relative_error"] = contender.ready["relative_error"]
+                if key.startswith("slicer"):
+                    result = np.load(Path(tmp) / f"job{key[7]}" / "result.npy")
+                    error = float(np.abs(result - reference).max() / np.abs(reference).max())
+                    if error > 1e-3:
+                        raise RuntimeError(f"slicer's {name} ({key}) differs from numpy: relative error {error:.2e}")
+                    median = int(np.argsort(entry[key]["times"])[len(contender.runs) // 2])
+                    entry[key].update(relative_error=error, steps=contender.runs[median]["steps"],
+                                      compile_seconds=contender.compile_seconds, backend=contender.ready["backend"])
+                single = key in ("numpy_1t", "slicer_1r", "slicer_2r")  # else the work runs on other threads
+                cpu = f" (CPU of the {'slowest rank' if key.startswith('slicer') else 'thread'} " \
+                      f"{np.median(entry[key]['cpu_times']) * 1e3:.1f} ms)" if single else ""
+                print(f"{name}: {contender.label} {np.median(entry[key]['times']) * 1e3:.1f} ms{cpu}", flush=True)
         results["programs"][name] = entry
     results["compile"] = compile_times()
     results["load_average_after"] = os.getloadavg()
