@@ -55,6 +55,7 @@ log = logging.getLogger("slicer.kernels")
 
 _FLOATS = {"f32": 4, "f64": 8}
 VECTOR_BYTES = 64  # AVX-512
+NT_BYTES = 16 << 20  # outputs at least this large, written once, get non-temporal stores (half the L3 here)
 
 
 @dataclass(frozen=True)
@@ -685,6 +686,8 @@ class _Gen:
         scratch = e.value(f"memref.alloca() {{alignment = 64 : i64}} : memref<{mr}x{nr}x{t}>")
         scratch_dyn = e.value(f"memref.cast {scratch} : memref<{mr}x{nr}x{t}> to {tile_type}")
         vzero = e.value(f"arith.constant dense<0.0> : {self.vt}")
+        self.false = e.value("arith.constant false", "b")
+        self.nt_flag = self.nontemporal_flag()
         r = c.ranges
 
         def batch_loops(level: int, point: dict) -> None:
@@ -726,6 +729,27 @@ class _Gen:
         head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
         return "\n".join([head, e.body(), "  return", "}"])
 
+    def nontemporal_flag(self) -> str:
+        """i1: store C tiles with non-temporal stores.
+
+        When C starts at zero and K fits in one block, every tile is stored exactly once; for a large C
+        (attention's 64 MiB scores) regular stores first read each line (write-allocate), so
+        non-temporal stores halve C's memory traffic. Needs 64-byte aligned tile rows: static strides,
+        plus the base address checked at run time.
+        """
+        c, e = self.c, self.e
+        out = c.output
+        element = _FLOATS[self.t]
+        single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
+        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
+        _, offset = out.type.get_strides_and_offset()
+        if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
+                and not out.type.is_dynamic_stride_or_offset(offset)):
+            return self.false
+        pointer = e.value(f"memref.extract_aligned_pointer_as_index %out : {out.type_text} -> index")
+        low = e.value(f"arith.remui {e.idx(e.add(pointer, offset * element))}, {e.idx(VECTOR_BYTES)} : index")
+        return e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index", "b")
+
     def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
         """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).
 
@@ -738,7 +762,7 @@ class _Gen:
         m0, n0 = c.m[-1], c.n[-1]
         out = c.output
         call_args = f"{ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}"
-        call_types = f"memref<?x{t}>, index, memref<?x{t}>, index, {tile_type}, index, i1"
+        call_types = f"memref<?x{t}>, index, memref<?x{t}>, index, {tile_type}, index, i1, i1"
 
         def direct():
             offsets = e.indices(where[d] for d in out.dims)
@@ -750,7 +774,7 @@ class _Gen:
                 raise AssertionError("direct tiles need M0 before N0 in C")
             view = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
             dyn = e.value(f"memref.cast {view} : {sub_type} to {tile_type}")
-            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}) : ({call_types}) -> ()")
+            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}, {self.nt_flag}) : ({call_types}) -> ()")
 
         def via_scratch(h: Index, w: Index):
             for i in range(mr):
@@ -770,7 +794,7 @@ class _Gen:
                 not_zero = e.value(f"arith.xori {zero}, {e.value('arith.constant true', 'b')} : i1", "b")
                 with e.if_(not_zero):
                     copy_in()
-            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}) : ({call_types}) -> ()")
+            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}, {self.false}) : ({call_types}) -> ()")
             with e.loop(0, h) as i:
                 with e.loop(0, w) as j:
                     point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
@@ -856,11 +880,23 @@ def ukernel_text(name: str, element: str, mr: int, nv: int, unroll: int) -> str:
     tail: list[str] = []
     with e.loop_carried(main, "%kc", 1, results, vt, tail) as (k, carried):
         tail[:] = step(k, carried, 1)
+    # %nt: non-temporal stores (the tile is written once and not read soon: see _Gen.nt_flag).
+    e.line("scf.if %nt {")
+    e.depth += 1
+    for i in range(mr):
+        for v in range(nv):
+            e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * lanes)}] "
+                   f"{{alignment = {VECTOR_BYTES} : i64, nontemporal = true}} : {tile}, {vt}")
+    e.depth -= 1
+    e.line("} else {")
+    e.depth += 1
     for i in range(mr):
         for v in range(nv):
             e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}")
+    e.depth -= 1
+    e.line("}")
     head = (f"func.func private @{name}(%ap: memref<?x{element}>, %aoff: index, %bp: memref<?x{element}>, "
-            f"%boff: index, %c: {tile}, %kc: index, %zero: i1) {{")
+            f"%boff: index, %c: {tile}, %kc: index, %zero: i1, %nt: i1) {{")
     return "\n".join([head, e.body(), "  return", "}"])
 
 
