@@ -164,3 +164,20 @@ def test_non_contractions_are_left_to_the_vectorizer():
     integer = einsum_fn("i", "mk,kn->mn", dict(m=8, k=8, n=8), "i32").replace("arith.mulf", "arith.muli").replace(
         "arith.addf", "arith.addi").replace("0.0 : i32", "0 : i32").replace("1.0 : i32", "1 : i32")
     assert _classify(integer) == []
+
+
+def test_large_outputs_written_once_are_right_with_and_without_alignment(cache_dir):
+    """A 16 MiB C with K in one block takes non-temporal stores when its base is 64-byte aligned (a
+    run-time check) and regular ones otherwise: both give the same result."""
+    from slicer.lowering import aligned_empty
+
+    kernel = compile_library(einsum_fn("wide", "mk,kn->mn", dict(m=2048, k=40, n=2048)), cache_dir=cache_dir)["wide"]
+    a = RNG.standard_normal((2048, 40), dtype=np.float32)
+    b = RNG.standard_normal((40, 2048), dtype=np.float32)
+    expected = a.astype(np.float64) @ b
+    aligned = aligned_empty((2048, 2048), np.float32)
+    misaligned = np.empty(2048 * 2048 + 1, np.float32)[1:].reshape(2048, 2048)
+    assert misaligned.ctypes.data % 64
+    for out in (aligned, misaligned):
+        kernel(a, b, out=out)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
