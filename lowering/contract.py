@@ -28,14 +28,20 @@ Generated loop nest (static shapes, one function per contraction):
 The micro-kernel (one per element type, shared by the module) keeps the MR x NR tile in MR * nv vector
 registers (8 x 2 zmm for f32), loads nv vectors of B and broadcasts MR scalars of A per k, unrolled by
 `unroll`; edge tiles (M or N not a multiple of the tile) run on a zeroed scratch tile copied in and out.
-Packing reads inputs with vector loads where the lane dim is contiguous (B along N, A along M) and
-scalar loads otherwise (transposed operands), so any operand layout packs into the same panels, as
-IREE's data tiling does. Packing costs O(MK + KN) against the O(MNK) micro-kernel work.
+Packing reads inputs with vector loads where the lane dim is contiguous (B along N, A along M), with
+vector loads along K transposed in registers where they are contiguous along K (A[m, k], B[n, k]), and
+with scalar loads otherwise, so any operand layout packs into the same panels, as IREE's data tiling
+does. Packing costs O(MK + KN) against the O(MNK) micro-kernel work.
+
+C starting at zero (a zero fill before the op, also through copies of a zero buffer; `_zero_before`)
+lets the first K block start from zero accumulators, and the fill is dropped when nothing reads it; a
+large C written once (one K block) gets non-temporal stores.
 
 Why generated text and not the transform dialect: the loop nest, the packing layout and the register
 tile are exactly what the benchmark measures, and a text template keeps each of them explicit
-(measured: 200-235 GFLOP/s single-threaded for f32 matmul 256..2048 on this AVX-512 machine, against
-OpenBLAS's 115-125). Ops the analysis rejects keep the tile-and-vectorize path of `vectorize.py`.
+(measured: 180-245 GFLOP/s single-threaded for the f32 contractions of `benchmarks/kernels.py` on this
+AVX-512 machine, against OpenBLAS's 100-129). Ops the analysis rejects keep the tile-and-vectorize path
+of `vectorize.py`.
 """
 
 from __future__ import annotations
