@@ -10,9 +10,14 @@ import weakref
 from pathlib import Path
 
 from mlir import ir
+from mlir._mlir_libs import _mlir
 from mlir.dialects import irdl
 
 IRDL_PATH = Path(__file__).with_name("slicer.irdl.mlir")
+
+# Let the bindings find a Python module for the dialect (dialect/python_bindings/slicer.py says why).
+if __package__ + ".python_bindings" not in _mlir.globals.dialect_search_modules:
+    _mlir.globals.append_dialect_search_prefix(__package__ + ".python_bindings")
 
 # Contexts that already hold the dialect. IRDL registration is per context and
 # loading twice would register the dialect twice, so we remember it here.

@@ -41,7 +41,9 @@ from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
 from .cache import LIBRARY, KernelCache, cache_key
+from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import ArraySpec, Kernel, KernelLibrary
+from .workspace import SOURCE as WORKSPACE_SOURCE
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
 
 log = logging.getLogger("slicer.kernels")
@@ -63,10 +65,25 @@ class Target:
             flags.append(f"-mattr={self.features}")
         return flags
 
+    def avx512(self) -> bool:
+        """Whether code for this target may use AVX-512 (the generated kernels' vscalef, ...)."""
+        if "-avx512f" in self.features:
+            return False
+        if "+avx512f" in self.features:
+            return True
+        if self.cpu == "native":
+            return host_has_avx512()
+        return self.cpu in _AVX512_CPUS
+
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
         host = _host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
+
+
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
+                 "x86-64-v4"}
 
 
 @lru_cache(maxsize=1)
@@ -109,7 +126,8 @@ def _implementation_fingerprint() -> str:
     editing that code must invalidate cached kernels too.
     """
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", here / "loops.py", here / "results.py"]
+    files = [here / name for name in ("kernel_pipeline.py", "vectorize.py", "contract.py", "emitter.py", "rows.py",
+                                      "body.py", "vector_math.py", "workspace.py", "aot.py", "loops.py", "results.py")]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
@@ -175,10 +193,13 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         kernels = _prepare(module)
         progress.what = f"compiling {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
         progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
+        module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
         try:
             pipeline.run(module)
         except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
+        if TARGET_AVX512 in module.operation.attributes:
+            del module.operation.attributes[TARGET_AVX512]
         llvm_dialect = str(module)
     timings["pipeline"] = time.perf_counter() - start
     (directory / "source.mlir").write_text(text)
@@ -200,6 +221,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
     _link(directory / "kernels.o", directory / LIBRARY)
     timings["link"] = time.perf_counter() - start
     (directory / "kernels.o").unlink()
+    (directory / "workspace.c").unlink()
     return {"kernels": kernels, "pipeline": pipeline.text(), "target": target.fingerprint()[:200], "timings": timings}
 
 
@@ -256,11 +278,15 @@ def _link(obj: Path, library: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
-    args = ["-shared", "-o", str(library), str(obj)]
+    # The kernels' allocator (workspace.py): large temporaries are reused across calls.
+    workspace = obj.with_name("workspace.c")
+    workspace.write_text(WORKSPACE_SOURCE)
+    args = ["-shared", "-O2", "-fPIC", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)
         args += [f"-L{folder}", f"-Wl,-rpath,{folder}", "-lmlir_c_runner_utils"]
+    args.append("-lm")  # convert-math-to-libm: erff, ... for what the kernels do not expand
     name = Path(compiler).name
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     result = subprocess.run([compiler, *args], capture_output=True, text=True)

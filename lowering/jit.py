@@ -29,12 +29,12 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
-from .kernel_pipeline import LOOPS_PIPELINE
+from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
 
-JIT_PIPELINE = LOOPS_PIPELINE.without("slicer")
+JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, "finalize-memref-to-llvm")
 """The kernel pipeline without tiling and vectorization (scalar loops: the reference), after the slicer
-loops are lowered and the meshes dropped."""
+loops are lowered and the meshes dropped; memory comes from malloc (the ExecutionEngine links no allocator)."""
 
 
 @dataclass(frozen=True)

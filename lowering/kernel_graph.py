@@ -13,7 +13,7 @@ Nodes, in program order:
 Values are named `%<n>` (function arguments first). The graph serialises to JSON
 (with all kernels in one MLIR module, compiled once per program) and prints
 readably (`slicer-opt --print-kernel-graph`). Both the in-process simulator
-(`slicer.spmd.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
+(`slicer.runtime.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
 """
 
 from __future__ import annotations
