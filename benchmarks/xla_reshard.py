@@ -1,0 +1,170 @@
+"""XLA running a reshard on N CPU devices of one process: the reference for Slicer's MPI executor.
+
+Shared by `benchmarks/collectives.py` and `benchmarks/redistribution_vs_xla.py`. JAX is optional (the
+`bench` extra: `pip install -e '.[bench]'`); without it `unavailable()` says why and callers skip XLA.
+
+    python benchmarks/xla_reshard.py --devices 8 --cases cases.json --reps 15    # JSON lines to stdout
+
+A case is a dict: {"name", "mesh": "x=2,y=4", "shape": [1024, 1024], "src": "[[x],[y]]", "dst": "[[y],[x]]",
+"dtype": "f32"}, types in Slicer's text form (per dim the mesh axes major to minor, which is also JAX's
+`PartitionSpec` order). XLA runs what a user would write: `jax.device_put(x, NamedSharding(mesh, dst))` on an
+array placed with the source sharding, timed after warm-up (median of `reps`, `block_until_ready`).
+
+A source with partial sums has no `NamedSharding`: its contributions are stacked on a leading dim tiled by
+the partial axes and a jitted `shard_map` reduces them the way XLA's partitioner would: `psum_scatter` when
+the target tiles one dim by exactly the partial axes on top of the source's tiling, `psum` when the target is
+the source without partial axes, otherwise `psum` followed by a reshard (`with_sharding_constraint`) to the
+target, all in one jitted computation.
+
+The device count must be fixed before JAX is imported: `configure(n)` sets
+`XLA_FLAGS=--xla_force_host_platform_device_count=n` (call it first, or run this file as a script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+_FLAG = "--xla_force_host_platform_device_count"
+
+
+def configure(devices: int) -> None:
+    """Make JAX see `devices` CPU devices (must run before `import jax`)."""
+    if "jax" in sys.modules:
+        import jax
+        if len(jax.devices()) != devices:
+            raise RuntimeError(f"JAX is already imported with {len(jax.devices())} devices; configure({devices}) "
+                               "must run before the first `import jax` (or use a fresh process)")
+        return
+    flags = re.sub(rf"{_FLAG}=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={devices}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def unavailable() -> str | None:
+    """None when JAX can be imported, else why not (to print when skipping XLA)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError as exc:
+        return f"JAX is not installed ({exc}); install the bench extra: pip install -e '.[bench]'"
+    return None
+
+
+def parse_mesh(text: str) -> list[tuple[str, int]]:
+    return [(name.strip(), int(size)) for name, size in (part.split("=") for part in text.split(","))]
+
+
+def parse_type(text: str) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+    """`[[x,y],[]] partial=[z]` -> ([("x", "y"), ()], ("z",))."""
+    dims_text, _, partial_text = text.partition("partial=")
+    inner = dims_text.strip()[1:-1]
+    dims = [tuple(a.strip().strip("'\"") for a in group.split(",") if a.strip())
+            for group in re.findall(r"\[([^\[\]]*)\]", inner)]
+    partial = tuple(a.strip() for a in partial_text.strip()[1:-1].split(",") if a.strip()) if partial_text else ()
+    return dims, partial
+
+
+def partition_spec(dims):
+    from jax.sharding import PartitionSpec
+    return PartitionSpec(*[None if not d else d[0] if len(d) == 1 else tuple(d) for d in dims])
+
+
+class Reshard:
+    """One case set up on the JAX devices: `run()` performs the reshard once and waits for it."""
+
+    def __init__(self, case: dict):
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import Mesh, NamedSharding
+
+        axes = parse_mesh(case["mesh"])
+        count = int(np.prod([n for _, n in axes]))
+        if len(jax.devices()) < count:
+            raise RuntimeError(f"{case['name']}: the mesh {case['mesh']} needs {count} devices, JAX has "
+                               f"{len(jax.devices())}: configure({count}) before importing jax")
+        self.mesh = Mesh(np.array(jax.devices()[:count]).reshape([n for _, n in axes]), [a for a, _ in axes])
+        src, partial = parse_type(case["src"])
+        dst, dst_partial = parse_type(case["dst"])
+        if dst_partial:
+            raise ValueError(f"{case['name']}: XLA has no partial-sum target sharding")
+        shape = tuple(case["shape"])
+        dtype = {"f32": jnp.float32, "f64": jnp.float64, "f16": jnp.float16, "i32": jnp.int32}[case.get("dtype", "f32")]
+        data = (np.arange(int(np.prod(shape))) % 251).astype(dtype).reshape(shape)
+        self.target = NamedSharding(self.mesh, partition_spec(dst))
+        if not partial:
+            self.x = jax.device_put(data, NamedSharding(self.mesh, partition_spec(src)))
+            self.fn = lambda x: jax.device_put(x, self.target)
+        else:
+            self.x, self.fn = self._partial(data, src, partial, dst)
+        self.nbytes = data.nbytes
+
+    def _partial(self, data, src, partial, dst):
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        groups = int(np.prod([self.mesh.shape[a] for a in partial]))
+        stacked = np.broadcast_to(data, (groups,) + data.shape) / np.asarray(groups, data.dtype)
+        x = jax.device_put(stacked.astype(data.dtype), NamedSharding(self.mesh, PartitionSpec(tuple(partial), *partition_spec(src))))
+        scatter = [d for d in range(len(src)) if tuple(dst[d]) == tuple(src[d]) + tuple(partial)
+                   and all(tuple(dst[e]) == tuple(src[e]) for e in range(len(src)) if e != d)]
+        if scatter:
+            d = scatter[0]
+            body = lambda b: jax.lax.psum_scatter(b[0], partial, scatter_dimension=d, tiled=True)  # noqa: E731
+            out_spec = partition_spec(dst)
+        else:
+            body = lambda b: jax.lax.psum(b[0], partial)  # noqa: E731
+            out_spec = partition_spec(src)
+        reduce = jax.shard_map(body, mesh=self.mesh, in_specs=PartitionSpec(tuple(partial), *partition_spec(src)),
+                               out_specs=out_spec)
+        if scatter or [tuple(d) for d in dst] == [tuple(d) for d in src]:
+            return x, jax.jit(reduce)
+        return x, jax.jit(lambda b: jax.lax.with_sharding_constraint(reduce(b), self.target))
+
+    def run(self):
+        return self.fn(self.x).block_until_ready()
+
+
+def time_case(case: dict, reps: int = 15, warmup: int = 3) -> dict:
+    """Median seconds of `reps` reshards after `warmup` ones, with every sample."""
+    reshard = Reshard(case)
+    for _ in range(warmup):
+        reshard.run()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = reshard.run()
+        samples.append(time.perf_counter() - start)
+        del out
+    return {"name": case["name"], "median_s": statistics.median(samples), "samples_s": samples}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", type=int, required=True)
+    ap.add_argument("--cases", required=True, help="JSON file with a list of cases")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args(argv)
+    configure(args.devices)
+    reason = unavailable()
+    if reason:
+        print(json.dumps({"skipped": reason}))
+        return
+    with open(args.cases) as f:
+        cases = json.load(f)
+    for case in cases:
+        try:
+            print(json.dumps(time_case(case, args.reps, args.warmup)), flush=True)
+        except ValueError as exc:
+            print(json.dumps({"name": case["name"], "skipped": str(exc)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
