@@ -5,6 +5,7 @@ order) and as programs run twice (reused buffers), each rank's result compared b
 simulator's. Rank 0 prints one JSON line: the cases and the failures."""
 
 import argparse
+import hashlib
 import json
 import sys
 
@@ -97,6 +98,26 @@ def device_blocks(rng, mesh: Mesh, before: DistType, dtype) -> list[np.ndarray]:
     return [rng.integers(-20, 20, size=shape).astype(dtype) for _ in range(mesh.device_count)]
 
 
+def large_cases(mesh: Mesh):
+    """Blocks over 64 KiB (all_reduce in two phases over shared memory, chunks of unequal size), float data
+    that is not integer-valued (sums depend on their order), non-leading dims."""
+    group = tuple(mesh.axis_names)
+    k = mesh.group_size(group)
+    out = []
+    for dtype, shape in ((np.float32, (129, 131)), (np.float16, (257, 131)), (np.float64, (67, 129))):
+        before = DistType.of(mesh, shape, ((), ()), group)
+        out.append((before, AllReduce(group, before), dtype))
+    for dtype in (np.float32, np.float64):
+        shape = (96, 80 * k)
+        before = DistType.of(mesh, shape, ((), ()), group)
+        out.append((before, ReduceScatter(1, group, before), dtype))
+        before = DistType.of(mesh, (96, 64 * k), ((), group), ())
+        out.append((before, AllGather(1, group, before), dtype))
+        before = DistType.of(mesh, (24, 40 * k, 16 * k), ((), group, ()), ())
+        out.append((before, AllToAll(2, 1, group, before), dtype))
+    return [(b, step_with_type(st, apply_rule(st, b, mesh)), d) for b, st, d in out]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=6, help="random cases per kind, mesh and dtype")
@@ -133,6 +154,24 @@ def main():
                             failures.append(f"{how}: {name}")
                     count += 1
                     kinds_seen.add(step.op)
+        for before, step, dtype in large_cases(mesh):
+            blocks = [rng.standard_normal(before.local_shape(mesh)).astype(dtype) for _ in range(mesh.device_count)]
+            expected = run_step(Layout(mesh, before.shape), step, blocks)[rank]
+            program = ex.program(step, blocks[rank].shape, blocks[rank].dtype)
+            got, _ = program.run(blocks[rank])
+            again, _ = program.run(blocks[rank])
+            name = f"large {mesh} {np.dtype(dtype).name} {step.op} {before} -> {step.type_after}"
+            exact = program.shm is not None or step.op not in ("all_reduce", "reduce_scatter")
+            tolerance = 1e-2 if dtype == np.float16 else 1e-5
+            if not (np.array_equal(got, expected) if exact else np.allclose(got, expected, rtol=tolerance, atol=tolerance)):
+                failures.append(f"{'bits' if exact else 'values'}: {name}")
+            if not np.array_equal(got, again):
+                failures.append(f"second run differs: {name}")
+            if step.op == "all_reduce":  # every rank holds the same bits
+                digests = comm.allgather(hashlib.sha256(got.tobytes()).hexdigest())
+                if len(set(digests)) != 1:
+                    failures.append(f"replicas differ: {name}")
+            count += 1
         for name, expected, pending, mine in reversed(in_flight):  # all in flight; completed in reverse order
             array = pending.wait()
             if not np.array_equal(array, expected):

@@ -56,13 +56,33 @@ class Chunks:
         flat = array.reshape(-1).view(np.uint8).reshape(rows + (self.run_bytes,))
         return flat.view(np.dtype((np.void, self.run_bytes)))[..., 0]
 
-    def pack(self, block: np.ndarray, packed: np.ndarray) -> None:
-        """``packed[j] = chunk j of block`` (both C-contiguous; not needed when ``contiguous``)."""
-        np.copyto(self._runs(packed, True), self._runs(block, False).T)
+    def pack(self, block: np.ndarray, packed: np.ndarray, skip: int | None = None) -> None:
+        """``packed[j] = chunk j of block`` (both C-contiguous; not needed when ``contiguous``), for every
+        ``j`` but ``skip``."""
+        dst, src = self._runs(packed, True), self._runs(block, False).T
+        if skip is None:
+            np.copyto(dst, src)
+        else:
+            np.copyto(dst[:skip], src[:skip])
+            np.copyto(dst[skip + 1:], src[skip + 1:])
 
     def unpack(self, packed: np.ndarray, block: np.ndarray) -> None:
         """``chunk j of block = packed[j]`` (both C-contiguous; not needed when ``contiguous``)."""
         np.copyto(self._runs(block, False), self._runs(packed, True).T)
+
+    def unpack_rows(self, rows: np.ndarray, block: np.ndarray, skip: int | None = None) -> None:
+        """``chunk j of block = rows[j]`` for a ``(k, chunk elements)`` array whose rows are contiguous but
+        may lie anywhere (e.g. in other ranks' shared memory), for every ``j`` but ``skip``."""
+        if self.contiguous:
+            dst, src = block.reshape(rows.shape), rows
+        else:
+            runs = rows.view(np.uint8).reshape(self.k, self.outer, self.run_bytes)
+            dst, src = self._runs(block, False).T, runs.view(np.dtype((np.void, self.run_bytes)))[..., 0]
+        if skip is None:
+            np.copyto(dst, src)
+        else:
+            np.copyto(dst[:skip], src[:skip])
+            np.copyto(dst[skip + 1:], src[skip + 1:])
 
     def chunk_view(self, block: np.ndarray, j: int) -> np.ndarray:
         """Chunk ``j`` of ``block`` as a view (contiguous when ``contiguous``)."""
@@ -74,6 +94,9 @@ class Chunks:
     def copy_chunk(self, block: np.ndarray, j: int, out: np.ndarray) -> None:
         """``out = chunk j of block`` (``out`` C-contiguous of ``chunk_shape``)."""
         if self.run_bytes == 0 or out.size == 0:
+            return
+        if self.contiguous:
+            np.copyto(out, self.chunk_view(block, j))
             return
         np.copyto(out.reshape(-1).view(np.uint8).reshape(self.outer, self.run_bytes).view(
             np.dtype((np.void, self.run_bytes)))[:, 0], self._runs(block, False)[:, j])
