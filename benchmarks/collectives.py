@@ -4,6 +4,7 @@ against plain mpi4py on contiguous buffers of the same bytes and against XLA run
     python benchmarks/collectives.py --json collectives.json              # 2, 4, 8 ranks; ~10 min
     python benchmarks/collectives.py --ranks 8 --rounds 1 --reps 5        # quick look
     python benchmarks/collectives.py --before /tmp/base/python ...        # the executor of another checkout
+    python benchmarks/collectives.py --waiting --ranks 4,8                # MPICH spinning vs sleeping
 
 The driver runs without MPI. Each round, for each rank count, it starts one MPI job (`mpiexec -n N`, through
 `slicer.runtime.mpiexec`, so oversubscribed ranks sleep instead of spinning) running this file as a worker,
@@ -235,6 +236,65 @@ def worker(args) -> None:
         print(json.dumps(report), flush=True)
 
 
+def micro_worker(args) -> None:
+    """Plain MPI latency and bandwidth (for --waiting): medians of a 768-byte Allreduce, a 1 MiB-per-rank
+    Alltoall and a Barrier, each repetition after a barrier."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    small, small_out = np.ones(192, np.float32), np.empty(192, np.float32)
+    big, big_out = np.ones(1 << 18, np.float32), np.empty(1 << 18, np.float32)
+    calls = {"allreduce_768B": lambda: comm.Allreduce(small, small_out),
+             "alltoall_1MiB": lambda: comm.Alltoall(big, big_out), "barrier": comm.Barrier}
+    times = {k: [] for k in calls}
+    for rep in range(args.reps * 5 + 5):
+        for name, fn in calls.items():
+            comm.Barrier()
+            t = time.perf_counter()
+            fn()
+            elapsed = _max(comm, time.perf_counter() - t)
+            if rep >= 5:
+                times[name].append(elapsed)
+    if comm.Get_rank() == 0:
+        print(json.dumps({k: statistics.median(v) for k, v in times.items()}), flush=True)
+
+
+def waiting(args) -> None:
+    """MPICH spinning vs sleeping while a rank waits (SLICER_MPI_YIELD=0/1), interleaved: plain MPI calls and
+    sequence-parallel attention (examples/mha.mlir, arg0.0=x) run by the runtime."""
+    import slicer
+    from slicer.runtime.mpiexec import run_spmd
+
+    text = (HERE.parent / "examples" / "mha.mlir").read_text()
+    rows = []
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        prog = slicer.compile(text, mesh=slicer.Mesh(x=ranks), tactics=slicer.parse_tactics("arg0.0=x"))
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(prog.graph.values[a].dist.shape).astype(np.float32) for a in prog.graph.args]
+        got = {}
+        for _ in range(args.rounds):
+            for setting in ("0", "1"):
+                os.environ["SLICER_MPI_YIELD"] = setting
+                done = run_spmd(ranks, [sys.executable, str(Path(__file__).resolve()), "--micro", "--reps",
+                                        str(args.reps)], timeout=600)
+                micro = json.loads(done.stdout.strip().splitlines()[-1])
+                _, timings = prog.run(*inputs, ranks=ranks, repeat=20, return_timings=True, oversubscribe=True)
+                micro["mha_program"] = timings.seconds
+                for k, v in micro.items():
+                    got.setdefault((setting, k), []).append(v)
+        os.environ.pop("SLICER_MPI_YIELD", None)
+        for what in ("allreduce_768B", "alltoall_1MiB", "barrier", "mha_program"):
+            spin, sleep = (statistics.median(got[(s, what)]) for s in ("0", "1"))
+            rows.append({"ranks": ranks, "what": what, "spinning_s": spin, "sleeping_s": sleep})
+    lines = ["| ranks | what | spinning ms | sleeping ms | speedup |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['ranks']} | {r['what']} | {r['spinning_s'] * 1e3:.3f} | {r['sleeping_s'] * 1e3:.3f} | "
+                     f"{r['spinning_s'] / r['sleeping_s']:.2f}x |")
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "waiting": rows}, indent=1) + "\n")
+
+
 # -- driver -----------------------------------------------------------------------------------------------
 def run_mpi(ranks: int, args, cases_file: str) -> dict:
     from slicer.runtime.mpiexec import run_spmd
@@ -342,6 +402,57 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def compare(paths: list[str]) -> str:
+    """Markdown tables side by side from the JSON of several runs (e.g. before, after, after with MPI):
+    `--compare before.json after.json mpi.json`. XLA times come from the last file that has them."""
+    runs = [(Path(p).stem, json.loads(Path(p).read_text())["results"]) for p in paths]
+    names = [n for n, _ in runs]
+    lines = ["| ranks | kind | chunks | " + " | ".join(f"{n} ms (ratio)" for n in names) + " | mpi4py ms |",
+             "|---|---|---|" + "---|" * len(names) + "---|"]
+    first = runs[-1][1]
+    for ri, res in enumerate(first):
+        for ki, k in enumerate(res["kinds"]):
+            cells = []
+            for _, results in runs:
+                other = results[ri]["kinds"][ki]
+                cells.append(f"{other['slicer_s'] * 1e3:.3f} ({other['slicer_s'] / other['mpi4py_s']:.2f}x)")
+            lines.append(f"| {res['ranks']} | {k['kind']} | {k['layout']} | " + " | ".join(cells)
+                         + f" | {k['mpi4py_s'] * 1e3:.3f} |")
+    lines += ["", "| ranks | case | " + " | ".join(f"{n} ms" for n in names) + " | XLA ms | "
+              + " | ".join(f"{n} vs XLA" for n in names) + " |",
+              "|---|---|" + "---|" * (2 * len(names) + 1)]
+    speed = {n: [] for n in names}
+    for ri, res in enumerate(first):
+        for ci, case in enumerate(res["reshards"]):
+            xla = next((r[ri]["reshards"][ci].get("xla_s") for _, r in reversed(runs)
+                        if r[ri]["reshards"][ci].get("xla_s")), None)
+            times = [r[ri]["reshards"][ci]["slicer_s"] for _, r in runs]
+            ratios = []
+            for n, t in zip(names, times):
+                if xla:
+                    speed[n].append(xla / t)
+                ratios.append(f"{xla / t:.2f}x" if xla else "-")
+            lines.append(f"| {res['ranks']} | {case['name']} | " + " | ".join(f"{t * 1e3:.3f}" for t in times)
+                         + f" | {xla * 1e3 if xla else float('nan'):.3f} | " + " | ".join(ratios) + " |")
+    lines.append("")
+    for n in names:
+        if speed[n]:
+            lines.append(f"- {n}: geometric-mean speedup over XLA {geomean(speed[n]):.2f}x; slower than XLA by more "
+                         f"than 10% in {sum(v < 1 / 1.1 for v in speed[n])} of {len(speed[n])}")
+    lines += ["", "Per step (waiting / pack / transfer / unpack, ms):", "",
+              "| ranks | case | step | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for ri, res in enumerate(first):
+        for ci, case in enumerate(res["reshards"]):
+            plans = [r[ri]["reshards"][ci]["steps"] for _, r in runs]
+            for si, step in enumerate(plans[-1]):
+                cells = []
+                for steps in plans:
+                    same = si < len(steps) and steps[si]["op"] == step["op"]
+                    cells.append("/".join(f"{v * 1e3:.2f}" for v in steps[si]["breakdown"]) if same else "-")
+                lines.append(f"| {res['ranks']} | {case['name']} | {step['op']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2,4,8")
@@ -356,11 +467,24 @@ def main(argv=None) -> None:
     ap.add_argument("--strategy", default="auto", choices=("auto", "mpi", "shm"),
                     help="the executor's collectives: shared memory on one host (auto, shm) or MPI")
     ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--waiting", action="store_true",
+                    help="instead: MPICH spinning vs sleeping while waiting (plain MPI calls, attention program)")
+    ap.add_argument("--compare", nargs="+", metavar="JSON", help="instead: tables side by side from saved runs")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--micro", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cases", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
+        return
+    if args.micro:
+        micro_worker(args)
+        return
+    if args.waiting:
+        waiting(args)
+        return
+    if args.compare:
+        print(compare(args.compare))
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,8 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
 JOB_DIR holds `graph.json` (the kernel graph), `job.json` (inputs: `.npy` paths or
-a random seed; `repeat`: timed runs) and receives the results: rank 0 assembles
+a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
+true, or `SLICER_OVERLAP=0` in the environment) and receives the results: rank 0 assembles
 the global results from every rank's blocks into `result<i>.npy` and writes
 `timings.json` (`slicer.runtime.timings.Timings`). Each rank
 reads or creates only its own block of each input. Any failure on any rank
@@ -11,8 +12,10 @@ aborts the whole job with that rank's traceback (runtime.rank).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +30,7 @@ from .timings import Timings, reduce_runs
 
 
 TIMINGS_FILE = "timings.json"
+OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
 def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
@@ -49,7 +53,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     job = json.loads((job_dir / "job.json").read_text())
     repeat = int(job.get("repeat", 1))
-    executor = RankExecutor(graph, comm)
+    executor = RankExecutor(graph, comm, overlap=job.get("overlap", os.environ.get(OVERLAP_ENV, "1") != "0"))
     rank = executor.rank
     maybe_kill(rank, "compiled")
     blocks = rank_inputs(graph, job, rank)
@@ -65,13 +69,14 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         comm.Barrier()
         start = time.perf_counter()
         _, events = executor.run(blocks, timed=True)
-        runs.append([(label, kind, t0 - start, t1 - start, t2 - start) for label, kind, t0, t1, t2 in events])
+        runs.append([replace(e, start=e.start - start, end=e.end - start) for e in events])
     gathered = comm.gather(results, root=0)
     all_runs = comm.gather(runs, root=0)
     all_totals = comm.gather(totals, root=0)
     compile_times = comm.gather(executor.compile_seconds, root=0)
     misses = comm.gather(cache_stats().misses, root=0)
     backends = comm.gather(executor.backend, root=0)
+    executor.close()
     if rank != 0:
         return None
     outputs = []

@@ -29,6 +29,17 @@ def prod(xs) -> int:
     return out
 
 
+def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for views of equal shape and dtype; when both have a contiguous last axis, each row
+    of it moves as one ``void`` element (numpy's element-wise strided loop is 2-4x slower on short rows)."""
+    n = dst.shape[-1] * dst.itemsize if dst.ndim else 0
+    if n and dst.strides[-1] == dst.itemsize and src.strides[-1] == src.itemsize and dst.size:
+        kind = np.dtype((np.void, n))
+        np.copyto(dst.view(kind)[..., 0], src.view(kind)[..., 0])
+    else:
+        np.copyto(dst, src)
+
+
 def chunked_shape(shape: tuple[int, ...], axis: int, k: int) -> tuple[int, ...]:
     """The shape of one of the ``k`` chunks of a block of ``shape`` along ``axis``."""
     return tuple(n // k if i == axis else n for i, n in enumerate(shape))
