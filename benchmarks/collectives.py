@@ -463,6 +463,7 @@ def main(argv=None) -> None:
     ap.add_argument("--kib", type=float, default=1024, help="KiB per rank for the collective kinds")
     ap.add_argument("--mib", type=float, default=4, help="MiB per global array for the suite reshards")
     ap.add_argument("--no-xla", action="store_true")
+    ap.add_argument("--kinds-only", action="store_true", help="only the collective kinds, no reshards")
     ap.add_argument("--before", help="import Slicer from this python/ directory in the MPI jobs")
     ap.add_argument("--strategy", default="auto", choices=("auto", "mpi", "shm"),
                     help="the executor's collectives: shared memory on one host (auto, shm) or MPI")
@@ -490,11 +491,11 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in (int(r) for r in args.ranks.split(",")):
             cases_file = str(Path(tmp) / f"cases{ranks}.json")
-            Path(cases_file).write_text(json.dumps(reshard_cases(ranks, args.mib)))
+            Path(cases_file).write_text(json.dumps([] if args.kinds_only else reshard_cases(ranks, args.mib)))
             mpi_rounds, xla_rounds = [], []
             for _ in range(args.rounds):
                 mpi_rounds.append(run_mpi(ranks, args, cases_file))
-                if args.no_xla:
+                if args.no_xla or args.kinds_only:
                     xla_rounds.append("--no-xla given")
                 else:
                     xla_rounds.append(run_xla(ranks, args, cases_file))

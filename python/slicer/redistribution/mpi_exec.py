@@ -8,7 +8,8 @@ minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered t
 Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
 - over shared memory (:mod:`.shm`) when the step's group of ranks is on one host: one MPI shared window per
   step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
-  with more ranks than cores this is 2-3x faster than MPI's collectives (benchmarks/README.md);
+  with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
+  stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
 - over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall``, permute -> ``Sendrecv``,
   all_reduce -> ``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``, on contiguous buffers: a step
   whose chunks are not contiguous (a gather, split or scatter along a dim that is not leading) packs or
@@ -119,7 +120,9 @@ class StepProgram:
         MPI = _mpi()
         if isinstance(step, Permute):
             self._init_permute(ex)
-            if ex.use_shm(self.comm):
+            # point to point, MPI copies once (CMA) and syncs only the pair: faster than shared memory's two
+            # copies (measured, 8 ranks on 2 cores: 0.47 vs 0.83 ms for 1 MiB), so only when asked for
+            if ex.strategy == "shm" and ex.use_shm(self.comm):
                 self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
             return
         self.k = ex.mesh.group_size(step.mesh_axes)
@@ -228,7 +231,12 @@ class StepProgram:
         blocking call, which for sums may use another algorithm than the nonblocking one, hence other bits
         in the last place: the runtime always uses `start`)."""
         step = self.step
-        if self.shm is not None or isinstance(step, AllSlice):
+        if isinstance(step, AllSlice):
+            t0 = perf_counter()
+            out = self.new_out() if out is None else out
+            self.chunks.copy_chunk(block, self.index, out)
+            return out, Phases(perf_counter() - t0)
+        if self.shm is not None:
             pending = self.start(block, out)
             return pending.wait(), pending.phases
         t0 = perf_counter()
