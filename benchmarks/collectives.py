@@ -5,6 +5,8 @@ against plain mpi4py on contiguous buffers of the same bytes and against XLA run
     python benchmarks/collectives.py --ranks 8 --rounds 1 --reps 5        # quick look
     python benchmarks/collectives.py --before /tmp/base/python ...        # the executor of another checkout
     python benchmarks/collectives.py --waiting --ranks 4,8                # MPICH spinning vs sleeping
+    python benchmarks/collectives.py --packing --ranks 2,8                # numpy packing vs MPI datatypes
+    python benchmarks/collectives.py --compare before.json after.json     # saved runs side by side
 
 The driver runs without MPI. Each round, for each rank count, it starts one MPI job (`mpiexec -n N`, through
 `slicer.runtime.mpiexec`, so oversubscribed ranks sleep instead of spinning) running this file as a worker,
@@ -259,6 +261,79 @@ def micro_worker(args) -> None:
         print(json.dumps({k: statistics.median(v) for k, v in times.items()}), flush=True)
 
 
+def datatype_worker(args) -> None:
+    """(for --packing) An all_to_all whose chunks are not contiguous: MPI vector datatypes (the previous
+    executor) vs numpy packing into contiguous buffers, blocks of (side/k, side, side) f32 split on the last
+    dim, each repetition after a barrier, slowest rank."""
+    from mpi4py import MPI
+
+    from slicer.redistribution.packing import Chunks
+
+    comm = MPI.COMM_WORLD
+    k, side = comm.Get_size(), args.side
+    block = np.ones((side // k, side, side), np.float32)
+    chunks = Chunks(block.shape, 2, k, block.dtype)
+    send, recv = np.empty(chunks.packed_shape, np.float32), np.empty(chunks.packed_shape, np.float32)
+    out = np.empty((side, side, side // k), np.float32)
+    inner = side // k
+    vector = MPI.FLOAT.Create_vector(side // k * side, inner, side).Create_resized(0, inner * 4)
+    vector.Commit()
+    calls = {"datatype": lambda: comm.Alltoall([block, 1, vector], [out, out.size // k, MPI.FLOAT]),
+             "packed": lambda: (chunks.pack(block, send), comm.Alltoall(send, recv)),
+             "contiguous": lambda: comm.Alltoall(send, recv)}
+    times = {name: [] for name in calls}
+    for rep in range(args.reps + 2):
+        for name, fn in calls.items():
+            comm.Barrier()
+            t = time.perf_counter()
+            fn()
+            if rep >= 2:
+                times[name].append(_max(comm, time.perf_counter() - t))
+    vector.Free()
+    if comm.Get_rank() == 0:
+        print(json.dumps({name: statistics.median(v) for name, v in times.items()}), flush=True)
+
+
+def packing(args) -> None:
+    """How to pack: numpy element-wise strided copy vs whole runs as `void` elements vs one memcpy of the same
+    bytes (one process); and MPI vector datatypes vs packing (MPI jobs)."""
+    from slicer.redistribution.packing import Chunks
+    from slicer.runtime.mpiexec import run_spmd
+
+    def median_time(fn, reps=20):
+        samples = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t)
+        return statistics.median(samples)
+
+    lines = ["| block (f32) | chunks | run bytes | element-wise ms | void runs ms | memcpy ms |", "|---|---|---|---|---|---|"]
+    for shape, axis, k in (((16, 128, 128), 2, 8), ((64, 64, 64), 2, 4), ((4096, 256), 1, 8), ((128, 256, 256), 2, 8),
+                           ((2048, 2048), 1, 2)):
+        block = np.random.default_rng(0).random(shape, dtype=np.float32)
+        chunks = Chunks(shape, axis, k, block.dtype)
+        packed = np.empty(chunks.packed_shape, np.float32)
+        split = shape[:axis] + (k, shape[axis] // k) + shape[axis + 1:]
+        view = np.moveaxis(block.reshape(split), axis, 0)
+        flat = np.empty(block.size, np.float32)
+        element = median_time(lambda: np.copyto(packed, view))
+        runs = median_time(lambda: chunks.pack(block, packed))
+        memcpy = median_time(lambda: np.copyto(flat, block.reshape(-1)))
+        lines.append(f"| {'x'.join(map(str, shape))} | {k} along dim {axis} | {chunks.run_bytes} | {element * 1e3:.3f} | "
+                     f"{runs * 1e3:.3f} | {memcpy * 1e3:.3f} |")
+    lines += ["", "| ranks | block per rank | MPI vector datatype ms | numpy pack + Alltoall ms | Alltoall alone ms |",
+              "|---|---|---|---|---|"]
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        for side in (64, 128):
+            done = run_spmd(ranks, [sys.executable, str(Path(__file__).resolve()), "--datatype", "--side", str(side),
+                                    "--reps", str(args.reps)], timeout=600)
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            lines.append(f"| {ranks} | {side // ranks}x{side}x{side} | {row['datatype'] * 1e3:.3f} | "
+                         f"{row['packed'] * 1e3:.3f} | {row['contiguous'] * 1e3:.3f} |")
+    print("\n".join(lines))
+
+
 def waiting(args) -> None:
     """MPICH spinning vs sleeping while a rank waits (SLICER_MPI_YIELD=0/1), interleaved: plain MPI calls and
     sequence-parallel attention (examples/mha.mlir, arg0.0=x) run by the runtime."""
@@ -471,7 +546,10 @@ def main(argv=None) -> None:
     ap.add_argument("--waiting", action="store_true",
                     help="instead: MPICH spinning vs sleeping while waiting (plain MPI calls, attention program)")
     ap.add_argument("--compare", nargs="+", metavar="JSON", help="instead: tables side by side from saved runs")
+    ap.add_argument("--packing", action="store_true", help="instead: ways to pack non-contiguous chunks")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--datatype", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--side", type=int, default=128, help=argparse.SUPPRESS)
     ap.add_argument("--micro", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cases", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -480,6 +558,12 @@ def main(argv=None) -> None:
         return
     if args.micro:
         micro_worker(args)
+        return
+    if args.datatype:
+        datatype_worker(args)
+        return
+    if args.packing:
+        packing(args)
         return
     if args.waiting:
         waiting(args)

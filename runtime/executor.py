@@ -172,7 +172,8 @@ class RankExecutor:
                 program = self.programs[index]
                 in_flight[index] = program.start(np.require(env[node.input], requirements="C"), program.owned_out)
                 end = perf()
-                events.append(Event(index, labels[index], START, start, end, {"skew": waited - start, "pack": end - waited}))
+                parts = {"skew": waited - start, "pack": end - waited} if timed else {"pack": end - waited}
+                events.append(Event(index, labels[index], START, start, end, parts))
             else:
                 pending = in_flight.pop(index)
                 env[node.output] = pending.wait()

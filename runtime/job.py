@@ -48,8 +48,8 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     """Run the job on `comm`; returns the global results on rank 0 (None elsewhere).
 
     After a warm-up run (first calls pay one-time costs: symbol resolution, MPI connections), `repeat` runs
-    measure the total time as users see it, and `repeat` more with a barrier before each collective give the
-    per-step breakdown (waiting for other ranks vs transfer)."""
+    measure the total time as users see it (the last one's timeline is kept), and `repeat` more with a barrier
+    before each collective give the per-step breakdown (waiting for other ranks, pack, transfer, unpack)."""
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     job = json.loads((job_dir / "job.json").read_text())
     repeat = int(job.get("repeat", 1))
@@ -63,8 +63,9 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()
-        results, _ = executor.run(blocks)
+        results, events = executor.run(blocks)
         totals.append(time.perf_counter() - start)
+        timeline = [replace(e, start=e.start - start, end=e.end - start) for e in events]
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()
@@ -73,6 +74,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     gathered = comm.gather(results, root=0)
     all_runs = comm.gather(runs, root=0)
     all_totals = comm.gather(totals, root=0)
+    timelines = comm.gather(timeline, root=0)
     compile_times = comm.gather(executor.compile_seconds, root=0)
     misses = comm.gather(cache_stats().misses, root=0)
     backends = comm.gather(executor.backend, root=0)
@@ -86,7 +88,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)
     timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
-                      tuple(tuple(rank_runs[-1]) for rank_runs in all_runs))
+                      tuple(tuple(events) for events in timelines))
     (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 

@@ -37,8 +37,9 @@ def wait_environment(ranks: int, environ: dict[str, str] | None = None) -> dict[
     the ranks with work get the cores. MPICH's ch4 device calls this yield in every blocking wait of a
     threaded MPI (mpi4py initialises MPI_THREAD_MULTIPLE); the default, `sched_yield`, does not give the core
     away under Linux's CFS scheduler. Measured in benchmarks/README.md ("Waiting"): 8 ranks on 2 cores, a
-    768-byte all_reduce 11 ms -> 1.0 ms, a 4 MiB all_to_all 26 ms -> 3 ms. A setting already in the
-    environment wins; `SLICER_MPI_YIELD=0/1` forces it off / on."""
+    768-byte all_reduce 17.8 ms -> 1.1 ms, an all_to_all of 1 MiB per rank 34 ms -> 2.7 ms, attention run by
+    the runtime 8.4 ms -> 1.7 ms. A setting already in the environment wins; `SLICER_MPI_YIELD=0/1` forces
+    it off / on."""
     environ = os.environ if environ is None else environ
     if YIELD_CVAR in environ:
         return {}

@@ -4,8 +4,8 @@ how long it was in flight while other steps ran (overlap); and each rank's timel
 
 Collected by `job.run_job` on every rank (`RankExecutor.run(..., timed=True)`: a barrier before each
 collective starts, so its wait is the ranks' skew), reduced on rank 0, written as `timings.json` and read
-back by the launcher. `Timings.timeline()` prints a rank's timeline; `Timings.chrome_trace()` is the same for
-every rank in the Trace Event format (open it in https://ui.perfetto.dev or chrome://tracing).
+back by the launcher. `Timings.timeline()` prints a rank's timeline (the last run without barriers);
+`Timings.chrome_trace()` is the same for every rank in the Trace Event format (open it in https://ui.perfetto.dev or chrome://tracing).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class StepTiming:
 @dataclass(frozen=True)
 class Timings:
     """A run's timings: total (median over `repeat` timed runs of the slowest rank), per step, and what was
-    compiled or loaded. `events[rank]` is the last run's timeline on that rank (`Event`s)."""
+    compiled or loaded. `events[rank]` is that rank's timeline (`Event`s) of the last run without barriers."""
 
     seconds: float
     steps: tuple[StepTiming, ...]
@@ -85,7 +85,7 @@ class Timings:
         return "\n".join(lines)
 
     def timeline(self, rank: int = 0) -> str:
-        """The last timed run on `rank`, one line per action, in ms from the run's start."""
+        """The last run on `rank`, one line per action, in ms from the run's start."""
         lines = [f"rank {rank}: start ms   end ms  action"]
         for e in self.events[rank]:
             parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in e.parts.items() if v > 0)
@@ -94,7 +94,7 @@ class Timings:
         return "\n".join(lines)
 
     def chrome_trace(self) -> str:
-        """Every rank's last timed run in the Trace Event format: one track per rank; collectives in flight
+        """Every rank's last run in the Trace Event format: one track per rank; collectives in flight
         are async spans from their start to their wait."""
         trace = []
         for rank, events in enumerate(self.events):

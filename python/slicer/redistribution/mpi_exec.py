@@ -301,7 +301,8 @@ def _mpi_type(dtype: np.dtype):
              "i8": MPI.INT64_T, "b1": MPI.C_BOOL}
     name = f"{dtype.kind}{dtype.itemsize}"
     if name not in types:
-        raise RedistributionError(f"no MPI reduction for element type {dtype}: reduce f16, f32, f64, i1-i64")
+        raise RedistributionError(f"no MPI reduction for element type {dtype}: reductions support f16, f32, f64, "
+                                 "i1 (bool), i8, i16, i32 and i64")
     return types[name]
 
 
