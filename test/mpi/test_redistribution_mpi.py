@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from slicer.runtime.mpiexec import wait_environment
+
 WORKER = Path(__file__).with_name("redistribution_worker.py")
 
 
@@ -26,8 +28,9 @@ def test_mpi_executor_matches_simulator(ranks):
     mpiexec = find_mpiexec()
     # mpich is a dependency of slicer, so a missing mpiexec is a broken install, not a reason to skip.
     assert mpiexec is not None, "mpiexec not found next to the interpreter nor on PATH: pip install mpich"
-    # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root.
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root. Oversubscribed
+    # ranks wait sleeping, as the launcher runs them.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **wait_environment(ranks))
     proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -49,7 +52,7 @@ def test_every_step_kind_matches_simulator(ranks, strategy):
     in flight at once) and with reused buffers, bit for bit against the simulator; blocks over 64 KiB with
     float sums (bit for bit over shared memory, which sums in the simulator's order; close over MPI; the
     same bits on every rank either way). Both transports: shared memory and MPI."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", SLICER_COLLECTIVES=strategy)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SLICER_COLLECTIVES=strategy, **wait_environment(ranks))
     proc = subprocess.run([find_mpiexec(), "-n", str(ranks), sys.executable, str(STEP_WORKER)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,9 +8,9 @@ per rank on 8 ranks over 2 cores an all_gather takes 7.1 ms with `MPI_Allgather`
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
-A `Segment` is one MPI shared-memory window (`MPI_Win_allocate_shared`, contiguous across the group's ranks,
-so the group's regions form one strided array and every copy below is one numpy call for all members, no
-Python loop over them) holding, per member, control words and one or two data regions. Each use of a
+A `Segment` lives in an MPI shared-memory window (`MPI_Win_allocate_shared`, contiguous across the group's
+ranks, so the group's regions form one strided array and every copy below is one numpy call for all members,
+no Python loop over them) and holds, per member, control words and one or two data regions. Each use of a
 segment has an epoch ``e`` (1, 2, ...): a member publishes its region by storing ``e`` in its ARRIVE word
 and waking the futex waiters on it; readers wait until every member's ARRIVE is ``e``, copy, then store ``e``
 in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
@@ -105,36 +105,46 @@ def _round(n: int) -> int:
 
 
 class Segment:
-    """Per member of `comm`'s group: control words, a region of `region` bytes and one of `region2` bytes."""
+    """Per member of `comm`'s group: control words, a region of `region` bytes and one of `region2` bytes.
+    `Segment.allocate` makes several in one shared window (one collective allocation for all of them)."""
 
-    def __init__(self, comm, region: int, region2: int = 0, *, spins: int = _SPINS):
-        from mpi4py import MPI
-
+    def __init__(self, comm, whole: np.ndarray, base: int, region: int, region2: int, spins: int):
+        """`whole`: (k, bytes) view of this segment in every member's part of the window, rows `stride`
+        apart; `base`: the address of member 0's row."""
         self.comm, self.k, self.me = comm, comm.Get_size(), comm.Get_rank()
-        self.spins = spins
-        self.region, self.region2 = region, region2
-        self.seg = _CTRL_BYTES + _round(region) + _round(region2)
-        self.win = MPI.Win.Allocate_shared(self.seg, 1, comm=comm)
-        buffers = [np.frombuffer(self.win.Shared_query(r)[0], dtype=np.uint8) for r in range(self.k)]
-        base = buffers[0].ctypes.data
-        if any(b.ctypes.data != base + r * self.seg for r, b in enumerate(buffers)):  # pragma: no cover
-            self.win.Free()
-            raise RuntimeError("the shared window is not contiguous across the group")
-        # one array over the group's segments (they are consecutive in memory: checked above)
-        whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(self.k, self.seg), strides=(self.seg, 1))
-        self._keep = buffers
+        self.spins, self.region, self.region2 = spins, region, region2
+        self.base, self.stride = base, whole.strides[0]
         self.ctrl = whole[:, :_CTRL_BYTES].view(np.int32)  # (k, 48)
-        self.data = whole[:, _CTRL_BYTES:_CTRL_BYTES + region]  # (k, region) bytes, rows seg apart
+        self.data = whole[:, _CTRL_BYTES:_CTRL_BYTES + region]  # (k, region) bytes
         self.data2 = whole[:, _CTRL_BYTES + _round(region):_CTRL_BYTES + _round(region) + region2]
         self.mine = self.data[self.me]
         self.mine2 = self.data2[self.me]
-        self.base = base
         self.ctrl[self.me, :] = 0
         self.epoch = 0
+
+    @staticmethod
+    def allocate(comm, region: int, region2: int = 0, count: int = 1, *, spins: int = _SPINS):
+        """(the MPI window, `count` segments in it); collective over `comm`."""
+        from mpi4py import MPI
+
+        k = comm.Get_size()
+        part = _CTRL_BYTES + _round(region) + _round(region2)
+        size = part * count
+        win = MPI.Win.Allocate_shared(size, 1, comm=comm)
+        buffers = [np.frombuffer(win.Shared_query(r)[0], dtype=np.uint8) for r in range(k)]
+        base = buffers[0].ctypes.data
+        if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
+            win.Free()
+            raise RuntimeError("the shared window is not contiguous across the group")
+        # one array over the group's parts of the window (consecutive in memory: checked above)
+        whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
+        segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)
+                    for i in range(count)]
         comm.Barrier()  # every member's words are zero before anyone uses them
+        return win, segments
 
     def address(self, member: int, word: int) -> int:
-        return self.base + member * self.seg + 4 * word
+        return self.base + member * self.stride + 4 * word
 
     def publish(self, word: int, epoch: int) -> None:
         self.ctrl[self.me, word] = epoch
@@ -160,10 +170,6 @@ class Segment:
             if value < epoch:
                 _wait(self.address(member, word), value)
 
-    def free(self) -> None:
-        if self.win is not None:
-            self.win.Free()
-            self.win = None
 
 
 def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -191,7 +197,7 @@ class ShmStep:
         # two segments used in turn, so that a step run back to back need not wait for the readers of its
         # previous run (measured: 8 ranks on 2 cores, 25% faster back to back); one for large blocks
         count = 2 if nbytes + region2 <= _DOUBLE_BUFFER_BYTES else 1
-        self.segments = [Segment(comm, nbytes, region2, spins=spins) for _ in range(count)]
+        self.win, self.segments = Segment.allocate(comm, nbytes, region2, count, spins=spins)
         self.segment = self.segments[0]
         self.uses = 0
         self.k, self.me = self.segment.k, self.segment.me
@@ -278,5 +284,6 @@ class ShmStep:
         seg.publish(DONE, e)
 
     def free(self) -> None:
-        for segment in self.segments:
-            segment.free()
+        if self.win is not None:
+            self.win.Free()
+            self.win = None
