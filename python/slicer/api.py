@@ -159,6 +159,8 @@ class Program:
                   for a, n in zip(arrays, g.args)]
         results, _ = executor.run(blocks)
         gathered = comm.gather(results, root=0)
+        # Collective, so only on success: a rank that failed must not wait in it for ranks still running.
+        executor.close()
         if rank != 0:
             return None
         outputs = [assemble(g.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
