@@ -19,7 +19,7 @@ def test_text_output():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any("all_to_all" in line and "->" in line for line in lines)
-    assert "lower bound" in lines[-1]
+    assert "lower bound" in lines[-2] and "estimated time" in lines[-1]
 
 
 def test_json_output_and_check():
