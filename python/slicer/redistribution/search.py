@@ -195,6 +195,7 @@ class Search(Bounds):
         self._groups: dict = {}
         self._overlap_h: dict = {}
         self._cheap: dict = {}
+        self.expanded, self.exhausted = 0, False
         self._orders: dict = {}
         self._products_h: dict = {}
         self._constant_h: dict = {}
@@ -220,6 +221,11 @@ class Search(Bounds):
         if k is None:
             k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
         return k
+
+    @property
+    def work(self) -> int:
+        """What the search has done so far, deterministically: nodes it has bounded (most of its time)."""
+        return len(self._cheap)
 
     def target_order(self, e: int, axes: tuple) -> tuple:
         """``axes`` in the order a reordering all-to-all appends them to dim ``e``: those the target
@@ -374,12 +380,13 @@ class Search(Bounds):
     # -- the search -----------------------------------------------------------------------------------
 
     @_collector_paused
-    def run(self, weight: float = 1.0, upper: int | None = None) -> tuple[list, int] | None:
+    def run(self, weight: float = 1.0, upper: int | None = None, budget: int | None = None) -> tuple[list, int] | None:
         """(least-cost move list, its cost) from source to target, or None if the target is unreachable
         or, with ``upper``, if every plan costs more than ``upper``. Ties in cost go to fewer steps, then
         to the move generated last (deterministic). With ``weight`` above 1 the heuristic is inflated by
         it (weighted A*, no re-expansions): the plan costs at most ``weight`` times the least, and plateaus
-        of nodes whose bounds are within that factor of the least cost are no longer all expanded."""
+        of nodes whose bounds are within that factor of the least cost are no longer all expanded. With
+        ``budget``, give up (None, and ``exhausted`` set) once ``work`` exceeds it."""
         start = (self.src, 0)
         best = {start: (0, 0)}
         parent: dict = {start: None}
@@ -417,6 +424,10 @@ class Search(Bounds):
             state, phase = node
             if moves is None:
                 closed.add(node)
+                self.expanded += 1
+                if budget is not None and self.work > budget:
+                    self.exhausted = True
+                    return None
                 if state == goal:
                     path = []
                     while parent[node] is not None:
