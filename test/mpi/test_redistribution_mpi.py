@@ -1,5 +1,7 @@
 """The MPI executor matches the whole-mesh simulator on 4 and 8 ranks for every benchmark-suite case
-(our plans and the naive ones, several dtypes). Runs the worker under mpiexec with a timeout."""
+(our plans and the naive ones, several dtypes; sub-axes in the types and in the plans, reordering
+all-to-alls), and, on random reshards with sub-axes, the plans of both objectives. Runs the worker under
+mpiexec with a timeout."""
 
 import json
 import os
@@ -33,6 +35,6 @@ def test_mpi_executor_matches_simulator(ranks):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ranks"] == ranks
     results = report["results"]
-    assert len(results) == 2 * 4 * 12  # ours + naive, 4 dtypes, 12 cases
+    assert len(results) == 2 * 4 * 16  # ours + naive, 4 dtypes, 16 cases
     bad = [r for r in results if not (r["matches_simulator"] and r["correct"])]
     assert not bad, bad

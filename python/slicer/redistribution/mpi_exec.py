@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import communicators, subaxes
 from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
@@ -54,17 +55,15 @@ class MeshExecutor:
 
     # -- communicators ------------------------------------------------------------------------------------
     def group_index(self, axes: tuple[str, ...]) -> int:
-        index = 0
-        for a in axes:
-            index = index * self.mesh.size(a) + self.coords[a]
-        return index
+        return communicators.group_index(self.mesh, self.coords, axes)
 
     def sub(self, axes: tuple[str, ...]):
-        """The communicator of this rank's group over ``axes``; its rank is the group index."""
+        """The communicator of this rank's group over ``axes`` (axes or sub-axes, see `communicators`); its
+        rank is the group index."""
         comm = self._subs.get(axes)
         if comm is None:
-            rest = tuple(a for a in self.mesh.axis_names if a not in axes)
-            comm = self.cart.Split(color=self.group_index(rest), key=self.group_index(axes))
+            color, key = communicators.color_key(self.mesh, self.coords, axes)
+            comm = self.cart.Split(color=color, key=key)
             self._subs[axes] = comm
         return comm
 
@@ -114,7 +113,7 @@ class MeshExecutor:
         if isinstance(step, Permute):
             return self._permute(step, block)
         axes = step.mesh_axes
-        k = self.mesh.group_size(axes)
+        k = subaxes.group_size(self.mesh, axes)
         if isinstance(step, AllSlice):
             chunk = np.split(block, k, axis=step.slice_axis)[self.group_index(axes)]
             return np.ascontiguousarray(chunk)
@@ -137,6 +136,10 @@ class MeshExecutor:
             r_inner = _prod(after_shape[d:]) // k
             stype = self._slab(block.dtype, s_outer, s_inner, k * s_inner)
             rtype = self._slab(block.dtype, r_outer, r_inner, k * r_inner)
+            if step.split_order != axes:  # reordering: member j gets the chunk at its index over split_order
+                order = communicators.chunk_order(self.mesh, axes, step.split_order)
+                comm.Alltoallv([block, ([1] * k, order), stype], [out, ([1] * k, list(range(k))), rtype])
+                return out
             comm.Alltoall([block, 1, stype], [out, 1, rtype])
             return out
         if isinstance(step, AllReduce):

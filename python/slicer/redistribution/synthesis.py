@@ -105,12 +105,13 @@ def _refinements(mesh: Mesh, src: DistType, dst: DistType, cuts: dict, sub_axes:
     then (``sub_axes``) with one more axis cut in two, for each way of cutting each axis that could use it
     (see docs/redistribution.md for why one cut at a time): axes of composite size whose place differs
     between the source and the target, cut into parts whose sizes divide, or are multiples of, the size
-    of another axis (a part that is to take another axis's place must match its size; measured: no other
-    cut ever gave a better plan)."""
+    of another axis or of a sub-axis the types use (a part that is to take another's place must match its
+    size; measured: no other cut ever gave a better plan)."""
     yield Refinement(mesh, subaxes.splits_at(mesh, cuts))
     if not sub_axes:
         return
-    others = {name: [k for a, k in mesh.axes if a != name and k > 1] for name in mesh.axis_names}
+    tokens = {subaxes.size(mesh, a) for a in src.used_axes() | dst.used_axes() if subaxes.is_sub_axis(a)}
+    others = {name: [k for a, k in mesh.axes if a != name and k > 1] + sorted(tokens) for name in mesh.axis_names}
     for name, n in mesh.axes:
         if n < 4 or len(subaxes.factors(n)) < 2 or _place(src, name) == _place(dst, name):
             continue
@@ -441,7 +442,9 @@ def naive_plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32") 
         current = apply_rule(step, current, mesh, layout)
         steps.append(step_with_type(step, current))
 
-    resolve = tuple(a for a in current.partial if a not in dst.partial)
+    parts = subaxes.atoms(mesh, list(src.used_axes() | dst.used_axes()))
+    kept = set(subaxes.expand(parts, dst.partial))
+    resolve = subaxes.canonical_set(mesh, [a for a in subaxes.expand(parts, src.partial) if a not in kept])
     if resolve:
         push(AllReduce(resolve, current))
     for d, axes in enumerate(src.dims):
