@@ -10,7 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from slicer.lowering import KernelGraph
+from slicer.passes import transform
+from slicer.runtime.launch import launch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "redistribution"))
+from test_subaxes import SPMD_CASES, reshard_program  # noqa: E402 - the programs of the in-process test
 
 WORKER = Path(__file__).with_name("redistribution_worker.py")
 
@@ -38,3 +46,16 @@ def test_mpi_executor_matches_simulator(ranks):
     assert len(results) == 2 * 4 * 16  # ours + naive, 4 dtypes, 16 cases
     bad = [r for r in results if not (r["matches_simulator"] and r["correct"])]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("name", ["subaxes", "reorder"])
+def test_partitioned_sub_axes_on_8_ranks(name, tmp_path):
+    """The emitted IR of a plan over sub-axes (a grid refining the mesh) and of a reordering all-to-all
+    (`slicer.all_to_all`), read back into a kernel graph and run on 8 MPI ranks, returns its input."""
+    mesh, shape, src, dst, marker = SPMD_CASES[name]
+    spmd = transform(reshard_program(mesh, shape, src, dst), "slicer-partition")
+    assert marker in spmd
+    data = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.save(tmp_path / "input0.npy", data)
+    (result,), _ = launch(KernelGraph.from_spmd(spmd), tmp_path, 8, inputs=[str(tmp_path / "input0.npy")], timeout=240)
+    np.testing.assert_array_equal(result, data)
