@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "redistribution"))
 from test_subaxes import SPMD_CASES, reshard_program  # noqa: E402 - the programs of the in-process test
 
 WORKER = Path(__file__).with_name("redistribution_worker.py")
+RANDOM = 40  # random reshards with sub-axes per rank count
 
 
 def find_mpiexec():
@@ -37,13 +38,14 @@ def test_mpi_executor_matches_simulator(ranks):
     assert mpiexec is not None, "mpiexec not found next to the interpreter nor on PATH: pip install mpich"
     # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14),
+                           "--random", str(RANDOM)], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ranks"] == ranks
     results = report["results"]
-    assert len(results) == 2 * 4 * 16  # ours + naive, 4 dtypes, 16 cases
+    assert len(results) == 2 * 4 * 16 + 2 * RANDOM  # ours + naive, 4 dtypes, 16 cases; random: both objectives
+    assert sum(r.get("sub_axes", False) for r in results) >= RANDOM // 2  # most random plans use sub-axes
     bad = [r for r in results if not (r["matches_simulator"] and r["correct"])]
     assert not bad, bad
 
