@@ -165,10 +165,11 @@ def _plan_on(refinement: Refinement, src: DistType, dst: DistType, model: CostMo
         if found is None:  # pragma: no cover - gather everything then slice always type-checks
             raise RedistributionError(f"no plan from {src} to {dst}")
     moves, score = found
-    price = None
+    price, reorder = None, True
     if model.objective == "time":
         price = lambda axes, busiest: model.seconds([token_of(a, a) for a in axes], busiest * size)  # noqa: E731
-    steps = _realise(fine, layout, fine_src, fine_dst, moves, relaxed, price)
+        reorder = len({model.axis_figures(token_of(a, a)) for a in fine.axis_names if fine.size(a) > 1}) <= 1
+    steps = _realise(fine, layout, fine_src, fine_dst, moves, relaxed, price, reorder)
     if not refinement.trivial:
         steps = [_lift(refinement, step) for step in steps]
     return steps, score
@@ -305,7 +306,7 @@ def _suffix_from(dims: tuple[str, ...], first: str) -> tuple[str, ...]:
 
 
 def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: list,
-             relaxed: bool = False, price=None) -> list[Step]:
+             relaxed: bool = False, price=None, reorder: bool = True) -> list[Step]:
     """Turn reduced-type moves into steps on the real types (size-1 axes included), merged per dim."""
     steps: list[Step] = []
     current = src
@@ -360,16 +361,19 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
                 current = steps[-1].type_after if steps else src
             push(permute_step(layout, current, target))
     assert current == dst, (current, dst)
-    return _merge(mesh, layout, src, steps, price)
+    return _merge(mesh, layout, src, steps, price, reorder)
 
 
-def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=None) -> list[Step]:
-    """Order each run of slices (and, for the bytes objective, of gathers and reduce-scatters, whose order
-    changes no byte count) by dim and merge steps of the same kind
+def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=None,
+           reorder: bool = True) -> list[Step]:
+    """Order each run of slices (and, if ``reorder``, of gathers and reduce-scatters, whose order changes no
+    byte count, nor any time when every axis has the same figures) by dim and merge steps of the same kind
     on the same dim (and runs of all-reduces) into one multi-axis collective, unless ``price`` (seconds of
     a step from its axes and its busiest device's elements; None for the bytes objective) says the merged
     step takes longer than the two (one axis on a slower link would slow the other's share down);
-    re-derive the types. Merging never changes the bytes received."""
+    re-derive the types. Merging never changes the bytes received. Then, where the order is free, put the
+    largest groups where the blocks are smallest -- slices and reduce-scatters largest first, gathers
+    largest last -- which lowers the peak (a step holds its input and its output block)."""
 
     def cheaper(parts: list, merged, before: DistType) -> bool:
         if price is None:
@@ -392,7 +396,8 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
         if kind in (AllSlice, AllGather, ReduceScatter):
             dim_of = lambda s: s.slice_axis if kind is AllSlice else (  # noqa: E731
                 s.gather_axis if kind is AllGather else s.scatter_axis)
-            if kind is AllSlice or price is None:  # else the search's order: it prices each step's block size
+            free = kind is AllSlice or reorder  # else the search's order: it priced each step's block size
+            if free:
                 run = sorted(run, key=dim_of)
             merged: list = []
             before = current  # the type before merged[-1]
@@ -411,6 +416,9 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
                 merged.append(s)
                 at = s.type_after
             run = merged
+            if free and len(run) > 1:
+                size = lambda s: subaxes.group_size(mesh, s.mesh_axes)  # noqa: E731
+                run = sorted(run, key=size) if kind is AllGather else sorted(run, key=lambda s: -size(s))
         elif kind is AllReduce and len(run) > 1:
             axes = tuple(sorted({a for s in run for a in s.mesh_axes}, key=mesh.axis_index))
             candidate = AllReduce(axes, run[-1].type_after)
