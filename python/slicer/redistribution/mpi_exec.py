@@ -104,7 +104,13 @@ class MeshExecutor:
             raise RedistributionError(f"rank {self.rank}: block of shape {block.shape}, type {plan.src} needs "
                                       f"{expected}")
         block = np.require(block, requirements="C")
-        for step, before in zip(plan.steps, plan.trace.types):
+        steps = plan.steps
+        for i, (step, before) in enumerate(zip(steps, plan.trace.types)):
+            if isinstance(step, AllSlice) and i + 1 < len(steps) and isinstance(steps[i + 1], AllSlice):
+                # a run of local slices is one view of the block, copied once at the end of the run
+                block = np.split(block, subaxes.group_size(self.mesh, step.mesh_axes), axis=step.slice_axis)[
+                    self.group_index(step.mesh_axes)]
+                continue
             block = self.step(step, before, block)
         return block
 

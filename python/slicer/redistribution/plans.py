@@ -89,8 +89,21 @@ class Plan:
 
     @property
     def peak_bytes_per_device(self) -> int:
-        """Max live bytes on a device: the source block, or a step's input plus output block."""
-        return max((self.src_bytes,) + tuple(e * self.itemsize for e in self.trace.live_elements))
+        """Max live bytes on a device: the source block, or a step's input plus output block. A run of
+        consecutive local slices counts as one step (its blocks in between are views, never copied: the
+        MPI executor copies once at the end of the run, and the kernels fuse the slices)."""
+        sizes = [t.local_size(self.mesh) for t in self.trace.types]
+        live = [a + b for i, (a, b) in enumerate(zip(sizes, sizes[1:]))
+                if not (self.steps[i].op == "all_slice" and i + 1 < len(self.steps)
+                        and self.steps[i + 1].op == "all_slice")]
+        runs = [i for i in range(len(self.steps)) if self.steps[i].op == "all_slice"
+                and (i == 0 or self.steps[i - 1].op != "all_slice")]
+        for start in runs:  # input of the run's first slice with the output of its last
+            end = start
+            while end + 1 < len(self.steps) and self.steps[end + 1].op == "all_slice":
+                end += 1
+            live.append(sizes[start] + sizes[end + 1])
+        return max([self.src_bytes // self.itemsize] + live) * self.itemsize
 
     @property
     def memory_bound_bytes(self) -> int:
