@@ -160,7 +160,7 @@ def atoms(mesh: Mesh, texts: Iterable[str]) -> dict[str, tuple[str, ...]]:
         chain = chains[name]
         n = mesh.size(name)
         i, j = chain.index(pre), chain.index(pre * k)
-        out[text] = tuple(token(name, chain[p], chain[p + 1] // chain[p], n) for p in range(i, j))
+        out[text] = tuple(token(name, chain[p], chain[p + 1] // chain[p], n) for p in range(i, j)) or (text,)
     return out
 
 
