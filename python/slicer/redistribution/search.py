@@ -75,11 +75,12 @@ def placements_with_products(axes: tuple[tuple[str, int], ...], products: tuple[
                  for dims in itertools.product(*(itertools.permutations(d) for d in chosen)))
 
 
-def _collector_paused(function):
+def collector_paused(function):
     """Run ``function`` with Python's cyclic garbage collector paused. A search allocates tens of
     thousands of small tuples and no reference cycles (refcounting frees everything), yet each burst of
     allocations triggers collections that rescan the growing caches: about a third of the planning time
-    on 4-axis meshes, measured. The collector's previous state is restored afterwards."""
+    on 4-axis meshes, measured (`synthesis.plan` pauses it for all its searches, which share nothing but
+    would otherwise be rescanned between them). The collector's previous state is restored afterwards."""
 
     @functools.wraps(function)
     def paused(*args, **kwargs):
@@ -379,7 +380,7 @@ class Search(Bounds):
 
     # -- the search -----------------------------------------------------------------------------------
 
-    @_collector_paused
+    @collector_paused
     def run(self, weight: float = 1.0, upper: int | None = None, budget: int | None = None) -> tuple[list, int] | None:
         """(least-cost move list, its cost) from source to target, or None if the target is unreachable
         or, with ``upper``, if every plan costs more than ``upper``. Ties in cost go to fewer steps, then

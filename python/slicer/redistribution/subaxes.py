@@ -79,14 +79,15 @@ def extent(mesh: Mesh, text: str) -> tuple[str, int, int, int]:
 
 def size(mesh: Mesh, text: str) -> int:
     """Number of devices along the axis or sub-axis ``text``."""
-    return extent(mesh, text)[2]
+    return mesh.size(text) if ":" not in text else extent(mesh, text)[2]
 
 
 def group_size(mesh: Mesh, texts: Iterable[str]) -> int:
-    """Number of devices in a group over the tokens ``texts``."""
+    """Number of devices in a group over the tokens ``texts`` (whole axes looked up directly: hashing the
+    mesh for the cache of `extent` costs more than the lookup)."""
     out = 1
     for t in texts:
-        out *= extent(mesh, t)[2]
+        out *= mesh.size(t) if ":" not in t else extent(mesh, t)[2]
     return out
 
 

@@ -33,7 +33,7 @@ from .costs import CostModel, tie_scale
 from .layout import Layout
 from slicer.core.mesh import Mesh
 from .plans import Plan
-from .search import Search
+from .search import Search, collector_paused
 from .subaxes import Refinement
 from .types import DistType, itemsize
 
@@ -49,6 +49,7 @@ def cost_model(cost: CostModel | str | None) -> CostModel:
     return cost
 
 
+@collector_paused
 def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32", frozen: tuple[str, ...] = (),
          cost: CostModel | str | None = None, sub_axes: bool = True) -> Plan:
     """Synthesise the cheapest normal-form redistribution plan from ``src`` to ``dst`` on ``mesh``.
