@@ -24,7 +24,7 @@ from slicer.redistribution.subaxes import group_size
 from slicer.redistribution.synthesis import naive_plan
 
 CASES = 20_000 if os.environ.get("SLICER_NIGHTLY") == "1" else 2_000
-SUB_AXIS_CASES = CASES // 4
+SUB_AXIS_CASES = CASES // 8
 SIMULATE_ELEMENTS = 1 << 15
 TALLY: collections.Counter = collections.Counter()
 EXAMPLES: dict = {}
@@ -36,7 +36,8 @@ BYTES = CostModel.bytes()
 def problems(draw, sub_axes: bool = False):
     n = draw(st.integers(1, 4))
     names = ["x", "y", "z", "w"][:n]
-    mesh = Mesh([(a, draw(st.integers(1, 8))) for a in names])
+    sizes = st.sampled_from([1, 2, 3, 4, 4, 6, 8, 8]) if sub_axes else st.integers(1, 8)  # composite sizes to cut
+    mesh = Mesh([(a, draw(sizes)) for a in names])
     rank = draw(st.integers(1, 4))
     tokens = list(names)
     if sub_axes:  # some axes of composite size appear as their two parts, major and minor
@@ -133,7 +134,6 @@ def check_sub_axis_problem(problem):
     naive = naive_plan(mesh, src, dst)
     for cost in (TIME, BYTES):
         p = plan(mesh, src, dst, cost=cost)
-        assert plan(mesh, src, dst, cost=cost).steps == p.steps
         check_plan(mesh, src, dst, p, naive)
         if cost is BYTES:
             assert p.bytes_received_total <= naive.bytes_received_total
