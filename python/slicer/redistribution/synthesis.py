@@ -233,8 +233,8 @@ def _lift_pairs(mesh: Mesh, sub: Mesh, pairs: np.ndarray) -> tuple[tuple[int, in
 
 
 TOLERANCE = 0.005  # plans above the traffic lower bound are within this fraction of the least traffic
-SUB_AXIS_BUDGET = 300  # search work (nodes bounded) allowed for trying sub-axes, per plan
-SETUP_WORK = 20  # what setting up a search on a refined mesh costs, in the same units
+SUB_AXIS_BUDGET = 300  # search work (`Search.work`, ~7 us a unit) allowed for trying sub-axes, per plan
+SETUP_WORK = 15  # what setting up a search on a refined mesh costs, in the same units (plus one per 64 devices)
 
 
 def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, search_args: dict,
@@ -254,14 +254,16 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     limit = None if budget is None else budget[0]
     start = search.h(search.src, 0)
     if upper is None or start <= upper:
-        found = search.run(upper=start, budget=limit)
+        # (with ``upper``, a plan on a refined mesh must beat a known one: the exact pass below is all it
+        # needs, the first would only repeat part of it)
+        found = search.run(upper=start, budget=limit) if upper is None else None
         if found is None and not search.exhausted:
             weight = 1.0 if search.pricing.time else 1.0 + TOLERANCE
             found = search.run(weight=weight, upper=upper, budget=limit)
     else:
         found = None
     if budget is not None:
-        budget[0] -= search.work + SETUP_WORK
+        budget[0] -= search.work + SETUP_WORK + mesh.device_count // 64
     return found
 
 
