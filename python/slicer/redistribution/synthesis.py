@@ -103,29 +103,33 @@ def _creates_partial(mesh: Mesh, src: DistType, dst: DistType) -> bool:
 
 def _refinements(mesh: Mesh, src: DistType, dst: DistType, cuts: dict, sub_axes: bool):
     """The meshes of plain axes the search runs on, in order: the mesh cut only where the types need it,
-    then (``sub_axes``) with one more axis cut in two, for each way of cutting each axis that could use it
-    (see docs/redistribution.md for why one cut at a time): axes of composite size whose place differs
-    between the source and the target, cut into parts whose sizes divide, or are multiples of, the size
-    of another axis or of a sub-axis the types use (a part that is to take another's place must match its
-    size; measured: no other cut ever gave a better plan)."""
+    then (``sub_axes``) with one more axis cut in two, for each way of cutting each axis of composite size
+    (see docs/redistribution.md for why one cut at a time). The likeliest cuts come first, since the
+    budget may end the search before the others: axes whose place differs between the source and the
+    target, cut into parts whose sizes divide, or are multiples of, the size of another axis or of a
+    sub-axis the types use (a part that is to take another's place must match its size)."""
     yield Refinement(mesh, subaxes.splits_at(mesh, cuts))
     if not sub_axes:
         return
     tokens = {subaxes.size(mesh, a) for a in src.used_axes() | dst.used_axes() if subaxes.is_sub_axis(a)}
     others = {name: [k for a, k in mesh.axes if a != name and k > 1] + sorted(tokens) for name in mesh.axis_names}
+    likely, rest = [], []
     for name, n in mesh.axes:
-        if n < 4 or len(subaxes.factors(n)) < 2 or _place(src, name) == _place(dst, name):
+        if n < 4 or len(subaxes.factors(n)) < 2:
             continue
+        moved = _place(src, name) != _place(dst, name)
         for pre in range(2, n):
             if n % pre or pre in cuts.get(name, ()):
-                continue
-            if not all(any(k % part == 0 or part % k == 0 for k in others[name]) for part in (pre, n // pre)):
                 continue
             points = {k: set(v) for k, v in cuts.items()}
             points.setdefault(name, set()).add(pre)
             chain = sorted(points[name] | {1, n})
-            if all(b % a == 0 for a, b in zip(chain, chain[1:])):
-                yield Refinement(mesh, subaxes.splits_at(mesh, points))
+            if not all(b % a == 0 for a, b in zip(chain, chain[1:])):
+                continue
+            match = all(any(k % part == 0 or part % k == 0 for k in others[name]) for part in (pre, n // pre))
+            (likely if moved and match else rest).append(points)
+    for points in likely + rest:
+        yield Refinement(mesh, subaxes.splits_at(mesh, points))
 
 
 def _place(t: DistType, axis: str):
