@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from slicer.redistribution import DistType, Mesh, plan, simulate
 from slicer.redistribution.costs import CostModel
-from slicer.redistribution.gaps import PARTIAL, diagnose
-from slicer.redistribution.subaxes import group_size
+from slicer.redistribution.gaps import PARTIAL, TILES, diagnose
+from slicer.redistribution.subaxes import factors, group_size
 from slicer.redistribution.synthesis import naive_plan
 
 CASES = 20_000 if os.environ.get("SLICER_NIGHTLY") == "1" else 2_000
@@ -122,6 +122,8 @@ def check_problem(problem):
     TALLY["sub-axes save bytes"] += sub.bytes_received_total < whole.bytes_received_total
     if reason is not None and sub.reaches_lower_bound:
         TALLY[f"  of which reached with sub-axes: {reason[:40]}"] += 1
+    elif reason == TILES and not any(len(factors(mesh.size(a))) > 1 for a in src.used_axes() | dst.used_axes()):
+        TALLY["  of which no used axis can be cut (prime sizes)"] += 1
     if reason is not None and reason != PARTIAL:
         EXAMPLES.setdefault(reason, f"{mesh} {'x'.join(map(str, src.shape))} {src} -> {dst}")
 
