@@ -227,12 +227,13 @@ class Search(Bounds):
     def work(self) -> int:
         """What the search has done so far, deterministically, in units of about one bounded node (7 us
         here): nodes bounded, dims whose successors were listed (3 units), per-device overlap bounds
-        (a unit per 64 devices), and block sizes reachable by slicing (a unit each: with partial sums to
-        resolve there can be a thousand of them for a few nodes). Weights from least-squares fits of CPU
+        (a unit per 64 devices), block sizes reachable by slicing (a unit each: with partial sums to
+        resolve there can be a thousand of them for a few nodes) and products bounded (two units: a vector
+        operation over the target's product rows). Weights from least-squares fits of CPU
         time on these counts over 900 searches (R^2 = 0.92), the last one raised where a fit on searches
         with many partial sums needed it."""
         return (len(self._cheap) + 3 * len(self._info) + len(self._overlap_h) * max(1, self.n // 64)
-                + len(self._reachable))
+                + len(self._reachable) + 2 * len(self._products_h))
 
     def target_order(self, e: int, axes: tuple) -> tuple:
         """``axes`` in the order a reordering all-to-all appends them to dim ``e``: those the target

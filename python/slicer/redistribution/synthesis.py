@@ -118,6 +118,8 @@ def _refinements(mesh: Mesh, src: DistType, dst: DistType, cuts: dict, sub_axes:
         if n < 4 or len(subaxes.factors(n)) < 2:
             continue
         moved = _place(src, name) != _place(dst, name)
+        if _place(src, name) is None and _place(dst, name) is None:
+            continue  # an axis both types leave free: measured, a better plan once in 22, each try costly
         for pre in range(2, n):
             if n % pre or pre in cuts.get(name, ()):
                 continue
@@ -246,9 +248,9 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     """(Least-cost normal-form moves, their cost), or None if there is no normal-form plan (or none costs
     at most ``upper``).
 
-    First an exact pass restricted to plans at the start's lower bound: it prunes every move that is not
-    tight, so it is cheap, and it finds such a plan whenever one exists. Otherwise, for the ``bytes``
-    objective, weighted A* with weight ``1 + TOLERANCE``: the bound is then out of reach, the heuristic
+    For the ``bytes`` objective, first an exact pass restricted to plans at the start's lower bound: it
+    prunes every move that is not tight, so it is cheap, and it finds such a plan whenever one exists.
+    Otherwise weighted A* with weight ``1 + TOLERANCE``: the bound is then out of reach, the heuristic
     often sits just below the least cost on many nodes (several ways to slice, all nearly as good), and
     proving exact optimality would mean expanding all of them; the weight skips that proof at a cost of at
     most 0.5% more traffic (measured: none on 900 random 4-axis cases, `benchmarks/planning.py`). For the
@@ -258,9 +260,10 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     limit = None if budget is None else budget[0]
     start = search.h(search.src, 0)
     if upper is None or start <= upper:
-        # (with ``upper``, a plan on a refined mesh must beat a known one: the exact pass below is all it
-        # needs, the first would only repeat part of it)
-        found = search.run(upper=start, budget=limit) if upper is None else None
+        # (the time objective's second pass is exact A*, which finds such a plan as well; with ``upper``, a
+        # plan on a refined mesh must beat a known one: the exact pass below is all either needs, the first
+        # would only repeat part of it)
+        found = search.run(upper=start, budget=limit) if upper is None and not search.pricing.time else None
         if found is None and not search.exhausted:
             weight = 1.0 if search.pricing.time else 1.0 + TOLERANCE
             found = search.run(weight=weight, upper=upper, budget=limit)
