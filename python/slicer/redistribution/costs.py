@@ -45,6 +45,7 @@ DEFAULT_BANDWIDTH = 2.0e9
 FS = 10 ** 15  # search time unit: femtoseconds
 OBJECTIVES = ("time", "bytes")
 ENV = "SLICER_COST_MODEL"
+_LOADED: dict = {}  # (path, modification time) -> the model read from it
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,23 @@ class CostModel:
     @classmethod
     def default(cls) -> "CostModel":
         """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
-        the calibration file if there is one, else the built-in figures."""
+        the calibration file if there is one, else the built-in figures. A file is read again only when it
+        changes (plans ask for the default model every time)."""
         chosen = os.environ.get(ENV, "")
         if chosen == "builtin":
             return cls()
-        if chosen:
-            return cls.load(chosen)
-        path = calibration_path()
-        return cls.load(path) if path.exists() else cls()
+        path = Path(chosen) if chosen else calibration_path()
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            if chosen:
+                return cls.load(path)  # raises, naming the file
+            return cls()
+        key = (str(path), stamp)
+        if key not in _LOADED:
+            _LOADED.clear()
+            _LOADED[key] = cls.load(path)
+        return _LOADED[key]
 
     def with_objective(self, objective: str) -> "CostModel":
         return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
