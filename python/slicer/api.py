@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 from mlir import ir
@@ -216,12 +216,19 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
     return module
 
 
-def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | None = None,  # noqa: A001
-            source_name: str | None = None) -> Program:
-    """Partition `module` (text or IR) over `mesh` with `tactics` (plus its IR annotations).
-    `source_name` names the text's file in locations (provenance of collectives). Raises `CompileError`."""
+def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
+            entry: str | None = None, source_name: str | None = None) -> Program:
+    """Partition `module` (text or IR) over `mesh` (a `Mesh`, or `{axis: size}` as `apply_tactics` takes)
+    with `tactics` (plus its IR annotations). `source_name` names the text's file in locations (provenance of
+    collectives). Raises `CompileError`."""
+    if isinstance(mesh, Mapping):
+        try:
+            mesh = Mesh(mesh)
+        except SlicerError as exc:
+            raise CompileError(f"mesh {dict(mesh)!r}: {exc}") from None
     if not isinstance(mesh, Mesh):
-        raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)), got {mesh!r}")
+        raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
+                           f"got {mesh!r}")
     original = module if isinstance(module, str) else str(module)
     with make_context(), Progress(f"partitioning {source_name or 'the program'}", total=4) as progress:
         try:

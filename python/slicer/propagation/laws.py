@@ -286,8 +286,8 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     if isinstance(producer.action, TileAction) and producer.action.dim == view.dim:
         return False
-    if set(producer.range.axes) & enclosing_axes(op):
-        return False  # the new loop would sit inside a loop over the same axes
+    if (set(producer.range.axes) | _inner_loop_axes(producer)) & enclosing_axes(op):
+        return False  # the new loop (or one copied in its body) would sit inside a loop over the same axes
     index = result_index(view.source)
     rule = f"slice over {', '.join(view.range.axes)} commuted into the loop over {', '.join(producer.range.axes)}"
     with ir.InsertionPoint(op), op.location:

@@ -23,6 +23,12 @@ def test_simulated_run_equals_the_original_and_explain_reports():
     assert "kernel kernel_0" in report
 
 
+def test_a_mesh_may_be_given_as_axis_sizes():
+    """`compile` takes `{axis: size}` as `apply_tactics` does: the same program as with a `Mesh`."""
+    assert slicer.compile(MLP, mesh={"y": 4}, tactics=MEGATRON).spmd == \
+        slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=MEGATRON).spmd
+
+
 def test_errors_say_how_to_fix():
     prog = slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=MEGATRON)
     inputs = [np.zeros(s, np.float32) for s in [(8, 16), (16, 32), (32,), (32, 16)]]
@@ -33,6 +39,8 @@ def test_errors_say_how_to_fix():
     with pytest.raises(slicer.RunError, match="@mlp takes 4 arrays, got 1"):
         prog.run(inputs[0])
     with pytest.raises(slicer.CompileError, match=r"slicer.Mesh\(x=2, y=2\)"):
-        slicer.compile(MLP, mesh={"y": 4}, tactics=MEGATRON)
+        slicer.compile(MLP, mesh=4, tactics=MEGATRON)
+    with pytest.raises(slicer.CompileError, match=r"mesh \{'y': 0\}: mesh axis 'y' has size 0"):
+        slicer.compile(MLP, mesh={"y": 0}, tactics=MEGATRON)
     with pytest.raises(slicer.TacticError, match="unknown mesh axis|not an axis|axis 'z'"):
         slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=[slicer.Tile(arg=1, dim=1, axes="z")])
