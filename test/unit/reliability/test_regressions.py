@@ -199,6 +199,8 @@ MLP = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text(
     "arg0.0=x;arg1.0=x;arg1.1=y;arg2.0=y;arg3.0=y;arg3.1=x",
     "arg0.0=x;arg1.1=y;arg2.0=y;arg3.0=y;arg1.0=x;arg3.1=x",
     "arg1.0=x;arg1.1=y;arg0.0=x;arg3.1=x;arg3.0=y",
+    # Megatron plus a result tiled over y after the fact (found by the viz work: nested loops over y)
+    "arg0.0=x;arg1.1=y;arg3.0=y;result0.1=y",
 ])
 def test_tactics_on_both_dims_of_a_weight_in_any_order(tactics):
     rng = np.random.default_rng(6)
@@ -206,3 +208,13 @@ def test_tactics_on_both_dims_of_a_weight_in_any_order(tactics):
     prog = slicer.compile(MLP, mesh=slicer.Mesh(x=2, y=2), tactics=slicer.parse_tactics(tactics))
     expected = np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2
     np.testing.assert_allclose(prog.run(x, w1, b1, w2), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_result_tiled_over_an_axis_the_weight_does_not_use():
+    """matmul 3x2 . 2x12 on x=4,y=2 with the weight's columns over y and the result's columns over x: a valid
+    schedule (12 divides by 2 and by 4) once refused as 'not divisible by 8' (found by the fuzzer)."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((3, 2)).astype(np.float32), rng.standard_normal((2, 12)).astype(np.float32)
+    prog = slicer.compile(matmul_then((3, 2), (2, 12), IDENTITY), mesh=slicer.Mesh(x=4, y=2),
+                          tactics=slicer.parse_tactics("arg1.1=y;result0.1=x"))
+    np.testing.assert_allclose(prog.run(a, b), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
