@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from snippets import tanh_gelu  # noqa: E402 - beside this file
+
 SIZES = {"B": 512, "D": 1024, "H": 4096, "S": 1024, "heads": 16, "E": 64}
 PROGRAMS = ("mlp_relu", "mlp_gelu", "mha")
 
@@ -55,20 +58,7 @@ def mlp_text(B: int, D: int, H: int, activation: str) -> str:
     if activation == "relu":
         act = "    %r = arith.maximumf %v, %zero : f32\n"
     else:
-        act = """    %c0 = arith.constant 0.044715 : f32
-    %c1 = arith.constant 0.7978845608 : f32
-    %half = arith.constant 0.5 : f32
-    %one = arith.constant 1.0 : f32
-    %v2 = arith.mulf %v, %v : f32
-    %v3 = arith.mulf %v2, %v : f32
-    %t0 = arith.mulf %v3, %c0 : f32
-    %t1 = arith.addf %v, %t0 : f32
-    %t2 = arith.mulf %t1, %c1 : f32
-    %th = math.tanh %t2 : f32
-    %t3 = arith.addf %th, %one : f32
-    %t4 = arith.mulf %t3, %half : f32
-    %r = arith.mulf %t4, %v : f32
-"""
+        act = tanh_gelu("v", "r")
     return f"""
 func.func @mlp(%x: tensor<{B}x{D}xf32>, %w1: tensor<{D}x{H}xf32>, %b1: tensor<{H}xf32>,
                %w2: tensor<{H}x{D}xf32>) -> tensor<{B}x{D}xf32> {{

@@ -36,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from snippets import tanh_gelu  # noqa: E402 - beside this file
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -164,20 +167,7 @@ func.func @{name}(%x: tensor<{r}x{c}xf32>, %b: tensor<{c}xf32>) -> tensor<{r}x{c
       ins(%x, %b : tensor<{r}x{c}xf32>, tensor<{c}xf32>) outs(%e : tensor<{r}x{c}xf32>) {{
   ^bb0(%v0: f32, %bv: f32, %o: f32):
     %v = arith.addf %v0, %bv : f32
-    %c0 = arith.constant 0.044715 : f32
-    %c1 = arith.constant 0.7978845608 : f32
-    %half = arith.constant 0.5 : f32
-    %one = arith.constant 1.0 : f32
-    %v2 = arith.mulf %v, %v : f32
-    %v3 = arith.mulf %v2, %v : f32
-    %t0 = arith.mulf %v3, %c0 : f32
-    %t1 = arith.addf %v, %t0 : f32
-    %t2 = arith.mulf %t1, %c1 : f32
-    %th = math.tanh %t2 : f32
-    %t3 = arith.addf %th, %one : f32
-    %t4 = arith.mulf %t3, %half : f32
-    %g = arith.mulf %t4, %v : f32
-    linalg.yield %g : f32
+{tanh_gelu("v", "g")}    linalg.yield %g : f32
   }} -> tensor<{r}x{c}xf32>
   return %y : tensor<{r}x{c}xf32>
 }}

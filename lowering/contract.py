@@ -54,6 +54,8 @@ from math import prod
 from mlir import ir
 from mlir.dialects import func as func_d
 
+from slicer.dialect.ops import walk_ops
+
 from .body import emit_op, is_elementwise
 from .emitter import Emitter, Index, module_avx512
 
@@ -917,18 +919,6 @@ def contraction_text(c: Contraction, options: ContractOptions, name: str, ukerne
 # ---------------------------------------------------------------------------------------------------
 
 
-def _generics(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "linalg.generic":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
-
-
 _VIEW_SAFE = ("memref.load", "memref.store", "memref.copy", "memref.dealloc", "func.return", "func.call")
 
 
@@ -1004,7 +994,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     replaced: list[str] = []
     ukernels: dict[str, str] = {}
     texts: list[tuple[ir.Operation, Contraction, str]] = []
-    for op in _generics(module.operation):
+    for op in walk_ops(module, "linalg.generic"):
         try:
             c = analyze(op)
         except NotAContraction as why:

@@ -42,6 +42,8 @@ from dataclasses import dataclass, replace
 from mlir import ir
 from mlir.dialects.transform import interpreter
 
+from slicer.dialect.ops import walk_ops
+
 log = logging.getLogger("slicer.kernels")
 
 TAG = "slicer.vectorize_tag"
@@ -254,7 +256,7 @@ def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOpt
     context = module.context
     plans = []
     i64 = ir.IntegerType.get_signless(64, context)
-    for op in _generics(module.operation):
+    for op in walk_ops(module, "linalg.generic"):
         plan = plan_tiles(op, len(plans), options)
         if plan is not None:
             op.attributes[TAG] = ir.IntegerAttr.get(i64, plan.tag)
@@ -269,21 +271,11 @@ def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOpt
         _restore(module, backup)
     else:
         backup.erase()
-    for op in _generics(module.operation):
+    for op in walk_ops(module, "linalg.generic"):
         if TAG in op.attributes:
             del op.attributes[TAG]
 
 
-def _generics(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "linalg.generic":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
 
 
 def _restore(module: ir.Module, backup: ir.Operation) -> None:
