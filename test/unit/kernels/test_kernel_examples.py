@@ -30,4 +30,19 @@ def test_example_matches_the_jit(path, cache_dir):
         ours = ours if isinstance(ours, tuple) else (ours,)
         reference = reference if isinstance(reference, tuple) else (reference,)
         for got, want in zip(ours, reference):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{path.name} @{kernel.name}")
+            np.testing.assert_allclose(
+                got, want, rtol=1e-4, atol=absolute_tolerance(want), err_msg=f"{path.name} @{kernel.name}"
+            )
+
+
+def absolute_tolerance(reference):
+    """1e-4, or 1e-5 of the largest magnitude for float results that grow with their size.
+
+    The two pipelines sum long contractions in different orders (the kernel in vector lanes and tiles, the
+    reference in one chain), so an f32 result of magnitude M near a cancellation differs by about M times
+    the rounding error accumulated over K terms; at the realistic MLP (K = 4096, |result| up to ~3e3) that
+    is a few 1e-3. A wrong kernel is off by the order of M itself, far above this bound.
+    """
+    if reference.dtype.kind != "f" or reference.size == 0:
+        return 1e-4
+    return max(1e-4, 1e-5 * float(np.abs(reference).max()))
