@@ -27,7 +27,9 @@ from mlir import ir
 from slicer.checking import check_equivalent
 from slicer.core.errors import CompileError, InvalidTactic, ResourceError, RunError, SlicerError
 from slicer.core.mesh import Mesh
+from slicer.core.functions import EntryError, entry_function, value_names
 from slicer.dialect import make_context, parse_source
+from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
@@ -41,12 +43,17 @@ from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 
 @dataclass(frozen=True)
 class Program:
-    """A partitioned program: the original, its SPMD form, its kernel graph and the propagation report."""
+    """A partitioned program: the original, its SPMD form, its kernel graph and the propagation report.
+
+    Compiled from an `ImportedProgram` (`slicer.from_torch`), it keeps the import as `imported`: its arguments
+    have names, and `run` takes the model's inputs only (the parameters are bound)."""
 
     original: str
     spmd: str
     graph: KernelGraph
     propagation: str
+    arg_names: tuple[str | None, ...] = ()
+    imported: ImportedProgram | None = None
 
     @property
     def mesh(self) -> Mesh:
@@ -60,27 +67,36 @@ class Program:
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
-            lines.append(f"  arg #{i}: {v.dtype}{list(v.dist.shape)} as {v.dist} (local {list(v.local_shape)})")
+            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
+                         f"(local {list(v.local_shape)})")
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
             lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
                   "propagation:", *("  " + line for line in self.propagation.splitlines()), str(g)]
         return "\n".join(lines)
 
+    def _named(self, index: int) -> str:
+        name = self.arg_names[index] if index < len(self.arg_names) else None
+        return f" ({name})" if name else ""
+
     # -- running -----------------------------------------------------------------------------------------
     def check_arrays(self, arrays) -> list[np.ndarray]:
-        """`arrays` as numpy arrays, checked against the arguments' shapes and dtypes (RunError if not)."""
+        """`arrays` as numpy arrays (torch tensors accepted), checked against the arguments' shapes and dtypes
+        (RunError if not). For an imported program, `arrays` are the model's inputs; the parameters are
+        appended."""
         g = self.graph
+        if self.imported is not None:
+            arrays = self.imported.bind(arrays)
         if len(arrays) != len(g.args):
             raise RunError(f"@{g.entry} takes {len(g.args)} arrays, got {len(arrays)}")
         checked = []
         for i, (array, name) in enumerate(zip(arrays, g.args)):
-            array = np.asarray(array)
+            array = as_array(array)
             v = g.values[name]
             want = v.numpy_dtype
             if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != want:
-                raise RunError(f"argument #{i} of @{g.entry} must be {want}{list(v.dist.shape)}, got "
-                               f"{array.dtype}{list(array.shape)}")
+                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(v.dist.shape)}, "
+                               f"got {array.dtype}{list(array.shape)}")
             checked.append(array)
         return checked
 
@@ -187,14 +203,23 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
 
 def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | None = None,  # noqa: A001
             source_name: str | None = None) -> Program:
-    """Partition `module` (text or IR) over `mesh` with `tactics` (plus its IR annotations).
+    """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` with `tactics`
+    (plus its IR annotations). Tactics refer to arguments by position, or by name when the program names them.
     `source_name` names the text's file in locations (provenance of collectives). Raises `CompileError`."""
     if not isinstance(mesh, Mesh):
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)), got {mesh!r}")
-    original = module if isinstance(module, str) else str(module)
+    imported = module if isinstance(module, ImportedProgram) else None
+    if imported is not None:
+        original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
+    else:
+        original = module if isinstance(module, str) else str(module)
     with make_context():
         try:
             parsed = parse_source(original, source_name or "<text>")
+            try:
+                arg_names = tuple(value_names(entry_function(parsed, entry)))
+            except EntryError:
+                arg_names = ()  # apply_tactics reports it
             apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
@@ -206,7 +231,7 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
         except SlicerError as exc:  # e.g. InvalidTactic: still a compile-time problem
             raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
-    return Program(original, spmd, KernelGraph.from_spmd(spmd, entry), propagation)
+    return Program(original, spmd, KernelGraph.from_spmd(spmd, entry), propagation, arg_names, imported)
 
 
 __all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]

@@ -133,6 +133,9 @@ class _Worklist:
         self.inert: dict[ir.Operation, int | None] = {}
         self.clean: dict[ir.Operation, int | None] = {}
         self.generation: dict[ir.Block, int] = {}
+        # The ops of each block as last listed (iterating a block through the bindings costs ~2 us per op);
+        # dropped for every block a rewrite may add ops to or erase ops from (see `before`).
+        self.ops_of: dict[ir.Block, list[ir.Operation]] = {}
         self._pending: tuple | None = None
 
     # -- scanning ---------------------------------------------------------------------------------------
@@ -153,12 +156,15 @@ class _Worklist:
         if rewrote:
             self.inert.clear()
             self.clean.clear()
+            self.ops_of.clear()
         return rewrote
 
     def _visit(self, block: ir.Block, journal: Journal, laws) -> bool:
         generation = self.generation.get(block, 0)
-        for op in block.operations:
-            op = op.operation
+        ops = self.ops_of.get(block)
+        if ops is None:
+            ops = self.ops_of[block] = [op.operation for op in block.operations]
+        for op in ops:
             stamp = self.clean.get(op, _MISSING)
             if stamp is None or stamp == generation:
                 continue
@@ -196,6 +202,9 @@ class _Worklist:
         for inner in walk_ops(op):
             self.inert.pop(inner, None)
             self.clean.pop(inner, None)
+            for region in inner.regions:
+                for block in region.blocks:
+                    self.ops_of.pop(block, None)
         self._unclean_ancestors(op)
 
     def touch_block(self, block: ir.Block) -> None:
@@ -209,11 +218,13 @@ class _Worklist:
     def before(self, op: ir.Operation, moves: bool = False) -> None:
         """A law is about to rewrite at `op`: forget what the rewrite may erase or change, remember where."""
         self.forget_tree(op)
-        for producer in [p for p in map(defining_op, captured_values(op)) if p is not None]:
+        self.ops_of.pop(op.block, None)  # new ops go before `op`, which may be erased
+        for producer in {p for p in map(defining_op, captured_values(op)) if p is not None}:
             self.forget(producer)  # fewer uses (dead code, a single-use slice); a producing slice may be erased
-            for result in producer.results:
-                for use in result.uses:
-                    self.forget(as_op(use.owner))  # another user of a single-use slice's source
+            self.ops_of.pop(producer.block, None)
+            if producer.name == SLICE:
+                for use in producer.results[0].uses:
+                    self.forget(as_op(use.owner))  # another user of a slice that may now have a single use
         blocks = [op.block]
         for result in op.results:
             for use in result.uses:
@@ -223,6 +234,8 @@ class _Worklist:
                 blocks += [outer.block for outer in ancestors(user)
                            if outer != self.function and outer.name != "builtin.module"]  # bodies that change
         outer = [a for a in ancestors(op) if a != self.function and a.name != "builtin.module"]
+        for enclosing in outer:
+            self.ops_of.pop(enclosing.block, None)  # a hoisted op moves into its loop's block
         self._pending = (blocks, outer)
 
     def after(self) -> None:
