@@ -81,6 +81,10 @@ _TO_LLVM: Stage = (
         "lower-affine",
         "convert-scf-to-cf",
         "convert-vector-to-llvm",
+        # math.erf and others without an LLVM intrinsic become libm calls (the process has libm); the same two
+        # steps as the kernel work of issue 14, which supersedes this line when merged.
+        "convert-math-to-llvm",
+        "convert-math-to-libm",
         "convert-to-llvm",
         "reconcile-unrealized-casts",
     ),

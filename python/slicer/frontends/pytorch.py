@@ -23,6 +23,7 @@ torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), impo
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 from mlir import ir
@@ -83,6 +84,18 @@ def _function(torch, function, kwargs: dict):
     return Function()
 
 
+def _decompositions(torch) -> dict:
+    """torch-mlir's decompositions, and torch's own for `aten.gelu`: torch-mlir's lowering of the tanh
+    approximation multiplies by 0.797724 where torch uses sqrt(2/pi) = 0.7978846 (a relative difference of
+    2e-4, visible in a block's output), while torch's decomposition is the exact formula torch evaluates."""
+    from torch._decomp import get_decompositions  # optional dependency, like torch itself
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    table = dict(get_decomposition_table())
+    table.update(get_decompositions([torch.ops.aten.gelu]))
+    return table
+
+
 def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> ImportedProgram:
     """Import `model` (a `torch.nn.Module`, or a function of tensors) as traced on `example_inputs`.
 
@@ -117,9 +130,11 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
                             f"{type(model).__name__}")
     input_names = [n if n not in names else f"input.{n}" for n in input_names]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch.export's own pytree code trips torch's deprecation of LeafSpec checks (torch 2.13): not ours
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
             imported = fx.export_and_import(wrapper, *inputs, *values, output_type="linalg-on-tensors",
-                                            func_name=ENTRY)
+                                            func_name=ENTRY, decomposition_table=_decompositions(torch))
     except Exception as exc:  # torch.export and torch-mlir raise many kinds; the first line says what failed
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FrontendError(f"torch-mlir could not import {what}: {type(exc).__name__}: {first}") from exc
