@@ -98,7 +98,8 @@ def widen_i1(module: ir.Module) -> int:
 def _bytes_constant(value: ir.DenseElementsAttr, type_: ir.Type, i8: ir.Type) -> ir.Attribute:
     if value.is_splat:
         return ir.DenseElementsAttr.get_splat(type_, ir.IntegerAttr.get(i8, int(value.get_splat_value().value != 0)))
-    bits = [int(ir.IntegerAttr(value[i]).value != 0) for i in range(len(value))]
+    ints = ir.DenseIntElementsAttr(value)
+    bits = [int(ints[i] != 0) for i in range(len(ints))]
     return ir.DenseElementsAttr.get(np.array(bits, np.int8).reshape(ir.RankedTensorType(type_).shape), type=type_)
 
 

@@ -27,8 +27,8 @@ from mlir import ir
 from slicer.checking import check_equivalent
 from slicer.core.errors import CompileError, InvalidTactic, ResourceError, RunError, SlicerError
 from slicer.core.mesh import Mesh
-from slicer.core.functions import EntryError, entry_function, value_names
-from slicer.dialect import make_context, parse_source
+from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
 from slicer.passes import run_pipeline
@@ -220,6 +220,7 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
                 arg_names = tuple(value_names(entry_function(parsed, entry)))
             except EntryError:
                 arg_names = ()  # apply_tactics reports it
+            _check_static(parsed, entry, arg_names)
             apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
@@ -232,6 +233,33 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
             raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
     return Program(original, spmd, KernelGraph.from_spmd(spmd, entry), propagation, arg_names, imported)
+
+
+def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:
+    """CompileError unless every value of the entry function has a static shape: partitioned programs run on
+    blocks of known sizes (buffers, collectives, kernels). Tactics and propagation alone accept dynamic dims
+    (`slicer.apply_tactics`, `slicer.propagate` tile the static ones and never a dynamic one)."""
+    try:
+        func = entry_function(module, entry)
+    except EntryError:
+        return  # apply_tactics reports it
+    fn_type = function_type(func)
+    for kind, types in (("argument", fn_type.inputs), ("result", fn_type.results)):
+        for index, type_ in enumerate(types):
+            if isinstance(type_, ir.ShapedType) and not type_.has_static_shape:
+                name = f" ({arg_names[index]})" if kind == "argument" and index < len(arg_names) and arg_names[index] \
+                    else ""
+                raise CompileError(f"{kind} #{index}{name} of @{function_name(func)} has type {type_}: "
+                                   f"{_DYNAMIC}")
+    for op in walk_ops(func):
+        for result in op.results:
+            if isinstance(result.type, ir.ShapedType) and not result.type.has_static_shape:
+                raise CompileError(f"{op.location}: '{op.name}' makes a {result.type}: {_DYNAMIC}")
+
+
+_DYNAMIC = ("slicer.compile partitions and runs programs whose shapes are known (static): give the sizes (a "
+            "model imported with slicer.from_torch has the example inputs' shapes). slicer.apply_tactics and "
+            "slicer.propagate accept dynamic dims and tile the static ones only.")
 
 
 __all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]

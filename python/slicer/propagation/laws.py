@@ -354,11 +354,15 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
 
 
 def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
+    """Does every dim the outcome cuts have a static size divisible by `size`? (A dynamic dim is never cut:
+    programs with dynamic dims are partitioned along their static ones.)"""
     for index, dim in outcome.slices:
-        if ir.RankedTensorType(op.operands[index].type).shape[dim] % size:
+        type_ = ir.RankedTensorType(op.operands[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
             return False
     for index, dim in _result_dims(outcome).items():
-        if ir.RankedTensorType(op.results[index].type).shape[dim] % size:
+        type_ = ir.RankedTensorType(op.results[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
             return False
     return True
 
@@ -451,7 +455,8 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
             journal.blocked.append((op, f"{op.name} results would be rebuilt with different actions {outcome.actions}"))
             continue
         if not _divisible(op, outcome, rng.size):
-            journal.blocked.append((op, f"{op.name}: a sliced dim is not divisible by {rng.size} ({', '.join(rng.axes)})"))
+            journal.blocked.append((op, f"{op.name}: a sliced dim is dynamic or not divisible by {rng.size} "
+                                        f"({', '.join(rng.axes)})"))
             continue
         journal.rewriting(op)
         _make_loop(op, candidate, outcome)
