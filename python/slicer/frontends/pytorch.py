@@ -23,6 +23,8 @@ torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), impo
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -41,12 +43,28 @@ INSTALL = "pip install 'slicer[torch]' (torch==2.13.0, torch-mlir==20261001)"
 
 
 def _torch():
+    """torch and torch-mlir's fx importer (optional dependencies, imported on first use).
+
+    torch-mlir carries its own LLVM (24), linked into its libraries with visible symbols. Once Slicer's JIT has
+    run in the process, MLIR's LLVM (22) is loaded globally (the ExecutionEngine loads the runner utilities
+    RTLD_GLOBAL), and torch-mlir's LLVM would register its command-line options into MLIR's registry: "Option
+    'print-inst-addrs' registered more than once!", and the process aborts. Loaded with RTLD_DEEPBIND, torch-mlir's
+    libraries bind to their own LLVM first, so the two coexist in either order."""
     try:
         import torch  # optional dependency: only the torch frontend needs it
-        from torch_mlir import fx
     except ImportError as exc:
         raise FrontendError(f"importing a PyTorch model needs torch and torch-mlir ({exc.name} is missing): "
                             f"{INSTALL}") from None
+    flags = sys.getdlopenflags()
+    if hasattr(os, "RTLD_DEEPBIND"):
+        sys.setdlopenflags(flags | os.RTLD_DEEPBIND)
+    try:
+        from torch_mlir import fx  # optional dependency, loads torch-mlir's LLVM (see above)
+    except ImportError as exc:
+        raise FrontendError(f"importing a PyTorch model needs torch and torch-mlir ({exc.name} is missing): "
+                            f"{INSTALL}") from None
+    finally:
+        sys.setdlopenflags(flags)
     return torch, fx
 
 

@@ -115,3 +115,22 @@ def test_bad_inputs_are_clear_errors(imported):
         prog.run(inputs[0][:2])
     with pytest.raises(slicer.CompileError, match="has no argument named 'mlp.fc.weight' .did you mean"):
         slicer.compile(program, mesh=slicer.Mesh(y=2), tactics=[slicer.Tile(arg="mlp.fc.weight", dim=0, axes="y")])
+
+
+def test_torch_mlir_loads_after_the_jit_has_run():
+    """Both torch-mlir and MLIR carry an LLVM; after the JIT ran, loading torch-mlir used to abort the process
+    ("Option 'print-inst-addrs' registered more than once!"). Run in a fresh interpreter: an abort would kill
+    this one."""
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np, torch, slicer
+from slicer.lowering import compile_function
+compile_function('func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }')
+prog = slicer.compile(slicer.from_torch(lambda a: torch.tanh(a), torch.ones(4, 8)), mesh=slicer.Mesh(y=2))
+print(float(np.abs(prog.run(np.ones((4, 8), np.float32)) - np.tanh(1.0)).max()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) < 1e-6
