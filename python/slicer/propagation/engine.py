@@ -215,7 +215,7 @@ class _Worklist:
             self.clean.pop(as_op(owner), None)
             self._unclean_ancestors(as_op(owner))
 
-    def before(self, op: ir.Operation, moves: bool = False) -> None:
+    def before(self, op: ir.Operation) -> None:
         """A law is about to rewrite at `op`: forget what the rewrite may erase or change, remember where."""
         self.forget_tree(op)
         self.ops_of.pop(op.block, None)  # new ops go before `op`, which may be erased

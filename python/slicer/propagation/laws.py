@@ -72,12 +72,12 @@ class Journal:
 
     blocked: list[tuple[ir.Operation, str]] = field(default_factory=list)
     rewrites: int = 0
-    on_rewrite: Callable[[ir.Operation, bool], None] | None = None
+    on_rewrite: Callable[[ir.Operation], None] | None = None
 
-    def rewriting(self, op: ir.Operation, *, moves: bool = False) -> None:
-        """About to rewrite at `op` (`moves`: by moving `op` out of its loop)."""
+    def rewriting(self, op: ir.Operation) -> None:
+        """About to rewrite at `op` (the op the law matched)."""
         if self.on_rewrite is not None:
-            self.on_rewrite(op, moves)
+            self.on_rewrite(op)
 
 
 def _tile_outcome(op: ir.Operation, **where) -> RuleOutcome:
@@ -603,7 +603,7 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
         return False  # (the cheap half of the next test, asked first)
     if any(defined_inside(v, loop_op) for v in captured_values(op)):
         return False
-    journal.rewriting(op, moves=True)
+    journal.rewriting(op)
     op.move_before(loop_op)
     return True
 
