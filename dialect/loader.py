@@ -6,22 +6,18 @@ plain `mlir-opt --irdl-file=<that file>` loads exactly the same definition.
 
 from __future__ import annotations
 
-import sys
-import types
 import weakref
 from pathlib import Path
 
 from mlir import ir
+from mlir._mlir_libs import _mlir
 from mlir.dialects import irdl
 
 IRDL_PATH = Path(__file__).with_name("slicer.irdl.mlir")
 
-# The bindings look for a Python module `mlir.dialects.<namespace>` whenever they build a type or attribute of a
-# dialect, and do not remember a failed lookup: every `!slicer.range` parsed or read would search the file system
-# for `mlir.dialects.slicer` again (measured: 80% of propagation time on a transformer block). The slicer dialect
-# has no generated Python module (it is dynamic, IRDL); an empty one registered here ends the search.
-sys.modules.setdefault("mlir.dialects.slicer", types.ModuleType("mlir.dialects.slicer",
-                                                                "The IRDL-defined slicer dialect (see slicer.dialect)."))
+# Let the bindings find a Python module for the dialect (dialect/python_bindings/slicer.py says why).
+if __package__ + ".python_bindings" not in _mlir.globals.dialect_search_modules:
+    _mlir.globals.append_dialect_search_prefix(__package__ + ".python_bindings")
 
 # Contexts that already hold the dialect. IRDL registration is per context and
 # loading twice would register the dialect twice, so we remember it here.

@@ -5,7 +5,7 @@ from slicer.core.errors import JitError, KernelError, KernelGraphError
 
 from .aot import TOOL_RUNS, Target, compile_kernel, compile_library, library_key
 from .cache import CacheStats, KernelCache, cache_stats, default_cache_dir, reset_cache_stats
-from .jit import CompiledFunction, compile_function, run
+from .jit import CompiledFunction, compile_function, compile_functions, run
 from .kernel import ArraySpec, BoundCall, Kernel, KernelLibrary, aligned_empty
 from .kernel_graph import CollectiveNode, KernelGraph, KernelNode
 from .kernel_pipeline import DEFAULT_PIPELINE, LOOPS_PIPELINE, KernelPipeline
@@ -33,6 +33,7 @@ __all__ = [
     "aligned_empty",
     "cache_stats",
     "compile_function",
+    "compile_functions",
     "compile_kernel",
     "compile_library",
     "default_cache_dir",

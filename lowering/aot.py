@@ -36,11 +36,14 @@ from slicer.core import dtypes
 from slicer.core.errors import KernelError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.names import MESH
+from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
 from .cache import LIBRARY, KernelCache, cache_key
+from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import ArraySpec, Kernel, KernelLibrary
+from .workspace import SOURCE as WORKSPACE_SOURCE
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
 
 log = logging.getLogger("slicer.kernels")
@@ -62,10 +65,25 @@ class Target:
             flags.append(f"-mattr={self.features}")
         return flags
 
+    def avx512(self) -> bool:
+        """Whether code for this target may use AVX-512 (the generated kernels' vscalef, ...)."""
+        if "-avx512f" in self.features:
+            return False
+        if "+avx512f" in self.features:
+            return True
+        if self.cpu == "native":
+            return host_has_avx512()
+        return self.cpu in _AVX512_CPUS
+
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
         host = _host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
+
+
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
+                 "x86-64-v4"}
 
 
 @lru_cache(maxsize=1)
@@ -108,7 +126,8 @@ def _implementation_fingerprint() -> str:
     editing that code must invalidate cached kernels too.
     """
     here = Path(__file__).parent
-    files = [here / "kernel_pipeline.py", here / "vectorize.py", here / "aot.py", here / "loops.py"]
+    files = [here / name for name in ("kernel_pipeline.py", "vectorize.py", "contract.py", "emitter.py", "rows.py",
+                                      "body.py", "vector_math.py", "workspace.py", "aot.py", "loops.py", "results.py")]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
@@ -156,7 +175,13 @@ def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = N
 
 
 def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path) -> dict:
-    """Pipeline + tools into `directory/kernels.so`; returns the meta (signatures, timings)."""
+    """Pipeline + tools into `directory/kernels.so`; returns the meta (signatures, timings). A progress line
+    shows the stage on a terminal (slicer.core.progress)."""
+    with Progress("compiling kernels", total=4) as progress:
+        return _build_stages(text, pipeline, target, directory, progress)
+
+
+def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory: Path, progress: Progress) -> dict:
     timings = {}
     start = time.perf_counter()
     context = make_context()
@@ -166,28 +191,37 @@ def _build(text: str, pipeline: KernelPipeline, target: Target, directory: Path)
         except ir.MLIRError as exc:
             raise KernelError(f"cannot parse the module: {exc}") from None
         kernels = _prepare(module)
+        progress.what = f"compiling {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
+        progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
+        module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
         try:
             pipeline.run(module)
         except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
+        if TARGET_AVX512 in module.operation.attributes:
+            del module.operation.attributes[TARGET_AVX512]
         llvm_dialect = str(module)
     timings["pipeline"] = time.perf_counter() - start
     (directory / "source.mlir").write_text(text)
 
     start = time.perf_counter()
+    progress.step("mlir-translate")
     llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect)
     timings["translate"] = time.perf_counter() - start
     start = time.perf_counter()
     (directory / "kernels.ll").write_text(llvm_ir)
+    progress.step("llc -O3")
     _run_tool(
         "llc",
         ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(directory / "kernels.ll"), "-o", str(directory / "kernels.o")],
     )
     timings["llc"] = time.perf_counter() - start
     start = time.perf_counter()
+    progress.step("link")
     _link(directory / "kernels.o", directory / LIBRARY)
     timings["link"] = time.perf_counter() - start
     (directory / "kernels.o").unlink()
+    (directory / "workspace.c").unlink()
     return {"kernels": kernels, "pipeline": pipeline.text(), "target": target.fingerprint()[:200], "timings": timings}
 
 
@@ -242,11 +276,15 @@ def _link(obj: Path, library: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
-    args = ["-shared", "-o", str(library), str(obj)]
+    # The kernels' allocator (workspace.py): large temporaries are reused across calls.
+    workspace = obj.with_name("workspace.c")
+    workspace.write_text(WORKSPACE_SOURCE)
+    args = ["-shared", "-O2", "-fPIC", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)
         args += [f"-L{folder}", f"-Wl,-rpath,{folder}", "-lmlir_c_runner_utils"]
+    args.append("-lm")  # convert-math-to-libm: erff, ... for what the kernels do not expand
     name = Path(compiler).name
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     result = subprocess.run([compiler, *args], capture_output=True, text=True)

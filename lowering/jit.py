@@ -25,15 +25,16 @@ from slicer.core import dtypes
 from slicer.core.errors import JitError, KernelError
 from slicer.core.functions import EntryError, entry_function, function_name, function_type
 from slicer.core.names import MESH
+from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
-from .kernel_pipeline import LOOPS_PIPELINE
+from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
 
-JIT_PIPELINE = LOOPS_PIPELINE.without("slicer")
+JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, "finalize-memref-to-llvm")
 """The kernel pipeline without tiling and vectorization (scalar loops: the reference), after the slicer
-loops are lowered and the meshes dropped."""
+loops are lowered and the meshes dropped; memory comes from malloc (the ExecutionEngine links no allocator)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,17 @@ class CompiledFunction:
 def compile_function(module: ir.Module | ir.Operation | str, entry: str | None = None, *, opt_level: int = 3) -> CompiledFunction:
     """Compile `entry` (default: the single public function) of `module` for this CPU."""
     return CompiledFunction(module if isinstance(module, str) else str(module), entry, opt_level=opt_level)
+
+
+def compile_functions(module: str, names: list[str]) -> dict[str, CompiledFunction]:
+    """Each of `names` compiled from `module`, by name, with a progress line on a terminal (many kernels take
+    a while: one ExecutionEngine each)."""
+    compiled = {}
+    with Progress(f"JIT-compiling {len(names)} kernels", total=len(names)) as progress:
+        for name in names:
+            progress.step(name)
+            compiled[name] = compile_function(module, name)
+    return compiled
 
 
 def run(module: ir.Module | ir.Operation | str, *arrays: np.ndarray, entry: str | None = None):

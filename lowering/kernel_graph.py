@@ -13,7 +13,7 @@ Nodes, in program order:
 Values are named `%<n>` (function arguments first). The graph serialises to JSON
 (with all kernels in one MLIR module, compiled once per program) and prints
 readably (`slicer-opt --print-kernel-graph`). Both the in-process simulator
-(`slicer.spmd.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
+(`slicer.runtime.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
 """
 
 from __future__ import annotations
@@ -46,14 +46,30 @@ def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> Dist
     return DistType.of(mesh, shape, dims, partial)
 
 
+def varying_axes(text: str) -> tuple[str, ...]:
+    """The `varying=[...]` axes of a `slicer.dist` string (values computed in loop bodies), else ()."""
+    _, found, tail = text.partition(" varying=")
+    return parse_spec(f"[{tail}]")[0][0] if found else ()
+
+
+def location_text(location: ir.Location) -> str:
+    """`file:line:col` of a plain file location (where a value is defined in the source), else ""."""
+    return f"{location.filename}:{location.start_line}:{location.start_col}" if location.is_a_file() else ""
+
+
 @dataclass(frozen=True)
 class Value:
-    """A tensor flowing between nodes: its name, local shape, dtype and distributed type."""
+    """A tensor flowing between nodes: its name, local shape, dtype and distributed type. `varying`: the loop
+    axes of a value computed in a loop body (devices that differ on them hold different members of the loop's
+    family, so `dist` describes one member, see slicer.spmd.dist_types); `loc`: where the source defines it
+    (`file:line:col`, "" when unknown, e.g. for collectives)."""
 
     name: str
     local_shape: tuple[int, ...]
     dtype: str
     dist: DistType
+    varying: tuple[str, ...] = ()
+    loc: str = ""
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -102,7 +118,8 @@ class KernelGraph:
     # -- serialisation -----------------------------------------------------------------------------------
     def to_json(self) -> str:
         def value(v: Value) -> dict:
-            return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist), "shape": list(v.dist.shape)}
+            return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist), "shape": list(v.dist.shape),
+                    "varying": list(v.varying), "loc": v.loc}
 
         def node(n) -> dict:
             if isinstance(n, KernelNode):
@@ -126,7 +143,8 @@ class KernelGraph:
         values = {}
         for name, v in data["values"].items():
             dist = DistType.parse(v["dist"], tuple(v["shape"]), mesh)
-            values[name] = Value(name, tuple(v["local_shape"]), v["dtype"], dist)
+            values[name] = Value(name, tuple(v["local_shape"]), v["dtype"], dist, tuple(v.get("varying", ())),
+                                 v.get("loc", ""))
         nodes = []
         for n in data["nodes"]:
             if n["kind"] == "kernel":
@@ -145,27 +163,39 @@ class KernelGraph:
         v = self.values[name]
         return int(np.prod(v.local_shape, dtype=np.int64)) * v.numpy_dtype.itemsize
 
-    def peak_bytes_per_device(self) -> tuple[int, str]:
-        """The largest number of bytes a device holds at once between or during nodes, and when.
-
-        A value is live from the node producing it (arguments: from the start) to its last use; results
-        stay live to the end. A node's inputs and outputs are live together while it runs (a collective
-        holds its input and output block). Scratch memory inside a kernel is not counted."""
+    def last_uses(self) -> dict[str, int]:
+        """Per value, the index of the last node that reads it (results: `len(nodes)`, they stay to the end).
+        Values no node reads and no result is are absent: they die where they are produced."""
         last_use = {name: len(self.nodes) for name in self.results}
         for index, node in enumerate(self.nodes):
             for name in ((node.input,) if isinstance(node, CollectiveNode) else node.inputs):
                 last_use[name] = max(last_use.get(name, index), index)
+        return last_use
+
+    def live_bytes_per_node(self) -> list[tuple[str, int]]:
+        """Bytes one device holds at the start (its argument blocks) and during each node, as
+        `[("arguments", bytes), (node label, bytes), ...]`.
+
+        A value is live from the node producing it (arguments: from the start) to its last use; results
+        stay live to the end. A node's inputs and outputs are live together while it runs (a collective
+        holds its input and output block). Scratch memory inside a kernel or a collective is not counted."""
+        last_use = self.last_uses()
         live = {name: self.value_bytes(name) for name in self.args}
-        peak, when = sum(live.values()), "at the start (arguments)"
+        timeline = [("arguments", sum(live.values()))]
         for index, node in enumerate(self.nodes):
             for name in ((node.output,) if isinstance(node, CollectiveNode) else node.outputs):
                 live[name] = self.value_bytes(name)
-            total = sum(live.values())
-            if total > peak:
-                peak, when = total, f"during {node.op if isinstance(node, CollectiveNode) else node.name}"
+            timeline.append((node.op if isinstance(node, CollectiveNode) else node.name, sum(live.values())))
             for name in [n for n in live if last_use.get(n, -1) <= index]:
                 del live[name]
-        return peak, when
+        return timeline
+
+    def peak_bytes_per_device(self) -> tuple[int, str]:
+        """The largest number of bytes a device holds at once between or during nodes, and when (the liveness
+        count of `live_bytes_per_node`)."""
+        timeline = self.live_bytes_per_node()
+        index = max(range(len(timeline)), key=lambda i: (timeline[i][1], -i))
+        return timeline[index][1], "at the start (arguments)" if index == 0 else f"during {timeline[index][0]}"
 
     def largest_value(self) -> tuple[str, int]:
         """The value with the largest per-device block, and its bytes."""
@@ -239,7 +269,16 @@ class _Builder:
     def record(self, value: ir.Value, dist: DistType) -> str:
         name = self.name_of(value)
         t = ir.RankedTensorType(value.type)
-        self.values[name] = Value(name, tuple(t.shape), str(t.element_type), dist)
+        varying, loc = (), ""
+        if isinstance(value.owner, ir.Block):
+            loc = location_text(ir.BlockArgument(value).location)
+        else:
+            owner = _op(value.owner)
+            loc = location_text(owner.location)
+            if DIST_ATTR in owner.attributes:
+                texts = ir.ArrayAttr(owner.attributes[DIST_ATTR])
+                varying = varying_axes(ir.StringAttr(texts[ir.OpResult(value).result_number]).value)
+        self.values[name] = Value(name, tuple(t.shape), str(t.element_type), dist, varying, loc)
         return name
 
     def func_dist(self, attr: str, index: int, type_: ir.Type) -> tuple[DistType, str]:

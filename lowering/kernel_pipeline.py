@@ -30,11 +30,17 @@ from mlir import ir
 from slicer.core.errors import KernelError
 from slicer.core.pipeline import parse_element, parse_options, run_pipeline
 
+from .contract import ContractOptions, contract_module
 from .loops import lower_loops
+from .results import distinct_results
+from .rows import RowsOptions, rows_module
 from .vectorize import VectorizeOptions, vectorize_module
 from .widen_i1 import widen_i1
 
 Stage = tuple[str, tuple[str, ...]]
+
+LIBRARY_ALLOCATOR = "finalize-memref-to-llvm{use-generic-functions=true}"
+"""How AOT libraries allocate: through their own allocator (workspace.py); the JIT uses malloc instead."""
 
 _PRELUDE: Stage = ("slicer", ("slicer-lower-to-loops",))
 _LINALG: Stage = (
@@ -46,6 +52,8 @@ _LINALG: Stage = (
         "linalg-fuse-elementwise-ops",
         "canonicalize",
         "cse",
+        # Fusion and CSE can make two results one value: each gets its own buffer (see lowering/results.py).
+        "slicer-kernel-distinct-results",
     ),
 )
 _BUFFERIZE: Stage = (
@@ -64,6 +72,10 @@ _VECTORIZE: Stage = (
     (
         # Named ops become linalg.generic so one classifier (iterator types) picks tile sizes.
         "func.func(linalg-generalize-named-ops)",
+        # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
+        "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
+        # Elementwise ops and reductions become vector loops, fused row by row (rows.py).
+        "slicer-kernel-rows{unroll=4}",
         "slicer-kernel-vectorize{parallel=64 matmul=8,32,16 kc=256}",
         "canonicalize",
         "cse",
@@ -80,11 +92,14 @@ _TO_LLVM: Stage = (
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
-        "convert-vector-to-llvm",
-        # math.erf and others without an LLVM intrinsic become libm calls (the process has libm); the same two
-        # steps as the kernel work of issue 14, which supersedes this line when merged.
+        # Math functions LLVM has no instruction or intrinsic for (erf, ...) become libm calls; the
+        # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
         "convert-math-to-llvm",
         "convert-math-to-libm",
+        # x86vector ops (vscalef in the generated exp) only appear when the target has AVX-512.
+        "convert-vector-to-llvm{enable-x86vector}",
+        # Allocations call the library's own allocator, which reuses large blocks (workspace.py).
+        LIBRARY_ALLOCATOR,
         "convert-to-llvm",
         "reconcile-unrealized-casts",
     ),
@@ -110,6 +125,13 @@ class KernelPipeline:
         if unknown:
             raise ValueError(f"no stage {sorted(unknown)} in pipeline (stages: {', '.join(self.names())})")
         return replace(self, stages=tuple(s for s in self.stages if s[0] not in stage_names))
+
+    def replacing(self, element: str, by: str) -> "KernelPipeline":
+        """This pipeline with `element` replaced by `by` wherever it appears (an error if it appears nowhere)."""
+        if not any(element in elements for _, elements in self.stages):
+            raise ValueError(f"no element '{element}' in pipeline:\n{self.text()}")
+        return replace(self, stages=tuple((name, tuple(by if e == element else e for e in elements))
+                                          for name, elements in self.stages))
 
     def until(self, stage_name: str) -> "KernelPipeline":
         """The stages up to and including `stage_name` (to inspect intermediate IR)."""
@@ -175,8 +197,11 @@ def reject_narrow_memrefs(module: ir.Module) -> None:
 
 PYTHON_STEPS = {
     "slicer-lower-to-loops": lambda module, options: lower_loops(module.operation),
+    "slicer-kernel-contract": lambda module, options: contract_module(module, ContractOptions.parse(options)),
+    "slicer-kernel-rows": lambda module, options: rows_module(module, RowsOptions.parse(options)),
     "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
     "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
+    "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),
     "slicer-kernel-widen-i1": lambda module, options: widen_i1(module),
 }
 """The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""

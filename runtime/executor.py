@@ -1,26 +1,41 @@
-"""Execute a kernel graph on one MPI rank: its kernels natively, its collectives over MPI.
+"""Execute a kernel graph on one MPI rank: its kernels natively, its collectives over MPI, overlapped.
 
 Each rank holds only its blocks. Kernels come from the on-disk kernel cache
 (`slicer.lowering.compile_library`: vectorised, AOT for this CPU, compiled once per
 content hash; the launcher warms the cache before starting the ranks), or from
 the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
-`slicer.redistribution.mpi_exec.MeshExecutor` on per-axis sub-communicators of a
-Cartesian communicator, so the MPI semantics are the ones tested against the
-numpy simulator.
+`slicer.redistribution.mpi_exec` on per-axis sub-communicators of a Cartesian communicator, so the MPI
+semantics are the ones tested against the numpy simulator.
+
+Collectives are nonblocking (`schedule`): each starts as soon as its input is ready and is waited for only
+where its output is first needed, so it overlaps the kernels in between (in sequence-parallel attention, the
+gather of V runs while the scores are computed from Q and the gathered K). The schedule is computed once per
+graph and is the same on every rank, so every rank starts the collectives of a communicator in the same order,
+as MPI requires. While collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
+progresses them (MPICH has no progress thread). Each collective node has its own buffers (a
+`StepProgram`), reused by every run; a collective's output block is reused too unless it is a result of the
+graph. Results are the same bits as with `overlap=False` (every collective waited for where it stands):
+data movement is exact, and reductions use the same nonblocking MPI call either way.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from slicer.core.errors import KernelError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_function, compile_library
+from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_library
 from slicer.redistribution.mpi_exec import MeshExecutor
 
+from .memory import BufferTracker
+from .timings import Event
+
 log = logging.getLogger("slicer.runtime")
+
+KERNEL, START, WAIT = "kernel", "start", "wait"
 
 
 def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
@@ -33,13 +48,69 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         return {name: library[name] for name in names}, "aot"
     except KernelError as exc:
         log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
-        return {name: compile_function(graph.kernels_mlir, name) for name in names}, "jit"
+        return compile_functions(graph.kernels_mlir, names), "jit"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One entry of a schedule: run kernel node `node`, start collective node `node`, or wait for it."""
+
+    kind: str
+    node: int
+
+
+def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
+    """The order in which a rank runs the nodes of `graph`.
+
+    With `overlap`, a collective starts as soon as its input exists (at the beginning for arguments, right
+    after the kernel or the wait producing it otherwise; several in program order) and is waited for just
+    before the first node using its output (a kernel, or a collective whose input it is), or at the end for
+    results. Without, every collective is started and waited for at its place in program order."""
+    nodes = graph.nodes
+    actions: list[Action] = []
+    if not overlap:
+        for index, node in enumerate(nodes):
+            if isinstance(node, CollectiveNode):
+                actions += [Action(START, index), Action(WAIT, index)]
+            else:
+                actions.append(Action(KERNEL, index))
+        return tuple(actions)
+    ready = set(graph.args)
+    started: set[int] = set()
+    pending: list[int] = []  # started, not waited for, in start order
+
+    def start_ready() -> None:
+        for index, node in enumerate(nodes):
+            if isinstance(node, CollectiveNode) and index not in started and node.input in ready:
+                started.add(index)
+                pending.append(index)
+                actions.append(Action(START, index))
+
+    def wait_for(values) -> None:
+        for index in sorted(i for i in pending if nodes[i].output in values):
+            pending.remove(index)
+            actions.append(Action(WAIT, index))
+            ready.add(nodes[index].output)
+
+    start_ready()
+    for index, node in enumerate(nodes):
+        if isinstance(node, CollectiveNode):
+            if index not in started:  # its input is the output of a collective still in flight
+                wait_for({node.input})
+                start_ready()
+            continue
+        wait_for(set(node.inputs))
+        actions.append(Action(KERNEL, index))
+        ready.update(node.outputs)
+        start_ready()
+    wait_for({nodes[i].output for i in pending})
+    return tuple(actions)
 
 
 class RankExecutor:
     """One rank's part of a kernel graph: its kernels loaded, its collectives on `comm`'s sub-communicators."""
 
-    def __init__(self, graph: KernelGraph, comm):
+    def __init__(self, graph: KernelGraph, comm, *, overlap: bool = True):
         self.graph = graph
         self.comm = comm
         self.mesh_exec = MeshExecutor(graph.mesh, comm)
@@ -48,11 +119,29 @@ class RankExecutor:
         start = time.perf_counter()
         self.kernels, self.backend = load_kernels(graph)
         self.compile_seconds = time.perf_counter() - start
+        self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
+        self.actions = schedule(graph, overlap)
+        self.programs: dict[int, object] = {}
+        results = set(graph.results)
+        for index, node in enumerate(graph.nodes):
+            if isinstance(node, CollectiveNode):
+                value = graph.values[node.input]
+                program = self.mesh_exec.program(node.step, value.local_shape, value.numpy_dtype)
+                if node.output not in results:
+                    program.owned_out = program.new_out()
+                self.programs[index] = program
+        self._owned = [p.owned_out for p in self.programs.values() if p.owned_out is not None]
+        self.labels = {index: (f"{node.op} {node.step.fields()}" if isinstance(node, CollectiveNode) else node.name)
+                       for index, node in enumerate(graph.nodes)}
+
+    def close(self) -> None:
+        """Free the collectives' shared memory and communicators (collective: every rank calls it)."""
+        self.mesh_exec.close()
 
     def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
-        """This rank's argument blocks -> (its result blocks, one event per node: (label, kind, start, wait_end,
-        end) in `time.perf_counter()` seconds). With `timed`, every collective first waits at a barrier of the
-        whole job, so its event separates waiting for the other ranks (start..wait_end) from the transfer."""
+        """This rank's argument blocks -> (its result blocks, its timeline: one `Event` per action, in
+        `time.perf_counter()` seconds). With `timed`, every collective starts after a barrier of the whole job,
+        which separates waiting for the other ranks (the event's "skew") from the transfer."""
         graph = self.graph
         env = dict(zip(graph.args, blocks))
         for name, block in env.items():
@@ -60,19 +149,44 @@ class RankExecutor:
             if tuple(block.shape) != tuple(expected):
                 raise ValueError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
         events = []
-        for node in graph.nodes:
-            start = time.perf_counter()
-            if isinstance(node, CollectiveNode):
-                if timed:
-                    self.comm.Barrier()
-                waited = time.perf_counter()
-                before = graph.values[node.input].dist
-                env[node.output] = self.mesh_exec.step(node.step, before, env[node.input])
-                events.append((f"{node.op} {node.step.fields()}", "collective", start, waited, time.perf_counter()))
-            else:
-                args = [np.require(env[v], requirements="C") for v in node.inputs] + ([self.coords] if node.needs_coords else [])
+        self.buffers.start(env)
+        in_flight: dict[int, object] = {}
+        nodes, labels, perf = graph.nodes, self.labels, time.perf_counter
+        for action in self.actions:
+            index = action.node
+            node = nodes[index]
+            start = perf()
+            if action.kind == KERNEL:
+                args = [np.require(env[v], requirements="C") for v in node.inputs]
+                if node.needs_coords:
+                    args.append(self.coords)
                 out = self.kernels[node.name](*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
-                events.append((node.name, "kernel", start, start, time.perf_counter()))
-        return [env[v] for v in graph.results], events
+                end = perf()
+                if in_flight:  # let MPI progress the collectives in flight
+                    for pending in in_flight.values():
+                        pending.test()
+                events.append(Event(index, labels[index], KERNEL, start, end))
+                self.buffers.step(index, env)
+            elif action.kind == START:
+                if timed:
+                    self.comm.Barrier()
+                waited = perf()
+                program = self.programs[index]
+                in_flight[index] = program.start(np.require(env[node.input], requirements="C"), program.owned_out)
+                end = perf()
+                parts = {"skew": waited - start, "pack": end - waited} if timed else {"pack": end - waited}
+                events.append(Event(index, labels[index], START, start, end, parts))
+            else:
+                pending = in_flight.pop(index)
+                env[node.output] = pending.wait()
+                events.append(Event(index, labels[index], WAIT, start, perf(),
+                                    {"transfer": pending.phases.transfer, "unpack": pending.phases.unpack}))
+                # A collective's input is released only once it completed: the transfer may read it until then.
+                self.buffers.step(index, env)
+        results = [env[v] for v in graph.results]
+        for i, array in enumerate(results):  # a result must not be a buffer the next run overwrites
+            if any(np.may_share_memory(array, buffer) for buffer in self._owned):
+                results[i] = array.copy()
+        return results, events

@@ -1,7 +1,8 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
 JOB_DIR holds `graph.json` (the kernel graph), `job.json` (inputs: `.npy` paths or
-a random seed; `repeat`: timed runs) and receives the results: rank 0 assembles
+a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
+true, or `SLICER_OVERLAP=0` in the environment) and receives the results: rank 0 assembles
 the global results from every rank's blocks into `result<i>.npy` and writes
 `timings.json` (`slicer.runtime.timings.Timings`). Each rank
 reads or creates only its own block of each input. Any failure on any rank
@@ -11,8 +12,10 @@ aborts the whole job with that rank's traceback (runtime.rank).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +30,7 @@ from .timings import Timings, reduce_runs
 
 
 TIMINGS_FILE = "timings.json"
+OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
 def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
@@ -44,12 +48,12 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     """Run the job on `comm`; returns the global results on rank 0 (None elsewhere).
 
     After a warm-up run (first calls pay one-time costs: symbol resolution, MPI connections), `repeat` runs
-    measure the total time as users see it, and `repeat` more with a barrier before each collective give the
-    per-step breakdown (waiting for other ranks vs transfer)."""
+    measure the total time as users see it (the last one's timeline is kept), and `repeat` more with a barrier
+    before each collective give the per-step breakdown (waiting for other ranks, pack, transfer, unpack)."""
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     job = json.loads((job_dir / "job.json").read_text())
     repeat = int(job.get("repeat", 1))
-    executor = RankExecutor(graph, comm)
+    executor = RankExecutor(graph, comm, overlap=job.get("overlap", os.environ.get(OVERLAP_ENV, "1") != "0"))
     rank = executor.rank
     maybe_kill(rank, "compiled")
     blocks = rank_inputs(graph, job, rank)
@@ -59,19 +63,23 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()
-        results, _ = executor.run(blocks)
+        results, events = executor.run(blocks)
         totals.append(time.perf_counter() - start)
+        timeline = [replace(e, start=e.start - start, end=e.end - start) for e in events]
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()
         _, events = executor.run(blocks, timed=True)
-        runs.append([(label, kind, t0 - start, t1 - start, t2 - start) for label, kind, t0, t1, t2 in events])
+        runs.append([replace(e, start=e.start - start, end=e.end - start) for e in events])
     gathered = comm.gather(results, root=0)
     all_runs = comm.gather(runs, root=0)
     all_totals = comm.gather(totals, root=0)
+    timelines = comm.gather(timeline, root=0)
     compile_times = comm.gather(executor.compile_seconds, root=0)
     misses = comm.gather(cache_stats().misses, root=0)
     backends = comm.gather(executor.backend, root=0)
+    peaks = comm.gather(executor.buffers.peak, root=0)
+    executor.close()
     if rank != 0:
         return None
     outputs = []
@@ -81,7 +89,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)
     timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
-                      tuple(tuple(rank_runs[-1]) for rank_runs in all_runs))
+                      tuple(tuple(events) for events in timelines), tuple(peaks))
     (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 

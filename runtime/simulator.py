@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from slicer.core.errors import KernelGraphError, SimulationError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_function
+from slicer.lowering import CollectiveNode, KernelGraph, compile_functions
 from slicer.redistribution import DistType
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.simulation import block_slices, groups, initial_blocks, run_step
@@ -40,8 +40,8 @@ class SpmdProgram:
         if backend == "native":
             self.kernels, self.backend = load_kernels(self.graph)
         elif backend == "jit":
-            self.kernels = {node.name: compile_function(self.graph.kernels_mlir, node.name)
-                            for node in self.graph.nodes if not isinstance(node, CollectiveNode)}
+            names = [node.name for node in self.graph.nodes if not isinstance(node, CollectiveNode)]
+            self.kernels = compile_functions(self.graph.kernels_mlir, names)
             self.backend = "jit"
         else:
             raise SimulationError(f"backend={backend!r}: use 'jit' (reference loops) or 'native' (the ranks' kernels)")

@@ -1,9 +1,10 @@
-"""The Python front door (layer 12 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
+"""The Python front door (layer 13 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
 explain and run; `apply_tactics` and `propagate` run single stages.
 
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2),
                           tactics=[slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")])
-    print(prog.explain())                 # distributed types, collectives, bytes, kernels
+    print(prog.explain())                 # distributed types, collectives, bytes, memory, kernels
+    prog.show("w1")                       # which device holds which block of %w1 (text; png="w1.png" too)
     out = prog.run(x, w1, b1, w2, ranks=4)    # 4 MPI ranks (mpiexec), numpy in and out
     out = prog.run(x, w1, b1, w2)             # ranks=None: the in-process SPMD simulator
     out = prog.run_in_mpi(x, w1, b1, w2)      # already under mpiexec: each rank takes its blocks
@@ -25,9 +26,11 @@ import numpy as np
 from mlir import ir
 
 from slicer.checking import check_equivalent
-from slicer.core.errors import CompileError, InvalidTactic, ResourceError, RunError, SlicerError
+from slicer.core.errors import (CompileError, InvalidTactic, KernelGraphError, ResourceError, RunError,
+                                SlicerError)
 from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
@@ -39,6 +42,7 @@ from slicer.runtime.executor import RankExecutor
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.spmd import report
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
+from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,9 @@ class Program:
     def mesh(self) -> Mesh:
         return self.graph.mesh
 
-    def explain(self) -> str:
-        """The readable report: distributed types, collectives with bytes per device, kernels."""
+    def explain(self, timings: Timings | None = None) -> str:
+        """The readable report: distributed types, collectives with bytes per device, propagation, memory per
+        device (with the peaks the ranks measured when `timings` of a run are given), kernels."""
         with make_context():
             collectives = report(ir.Module.parse(self.spmd)).text()
         g = self.graph
@@ -72,12 +77,36 @@ class Program:
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
             lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
-                  "propagation:", *("  " + line for line in self.propagation.splitlines()), str(g)]
+                  "propagation:", *("  " + line for line in self.propagation.splitlines())]
+        try:
+            lines.append(self.memory(timings).text())
+        except KernelGraphError as exc:  # e.g. an element type numpy has no dtype for
+            lines.append(f"memory per device: not estimated ({exc})")
+        lines.append(str(g))
         return "\n".join(lines)
 
     def _named(self, index: int) -> str:
         name = self.arg_names[index] if index < len(self.arg_names) else None
         return f" ({name})" if name else ""
+
+    def memory(self, timings: Timings | None = None) -> MemoryReport:
+        """Bytes per device: argument and result blocks, the peak of live blocks during the run (kernel-graph
+        liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
+        run the peak each rank measured (slicer.viz.memory)."""
+        return memory_report(self.graph, self.original, timings)
+
+    def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
+        """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
+        "result0", a value of the kernel graph ("%4", as `explain()` lists them) or a name from the source
+        ("w1"). `.text()` for terminals, `.png(path)` for a file (matplotlib). Raises `VizError`."""
+        return value_picture(self.graph, what, self.original, grid_dims=grid_dims)
+
+    def show(self, what, *, png: str | Path | None = None, grid_dims: tuple[int, ...] | None = None) -> None:
+        """Print the sharding picture of a value (see `sharding`); with `png`, also draw it into that file."""
+        picture = self.sharding(what, grid_dims=grid_dims)
+        print(picture.text())
+        if png is not None:
+            picture.png(png)
 
     # -- running -----------------------------------------------------------------------------------------
     def check_arrays(self, arrays) -> list[np.ndarray]:
@@ -146,6 +175,8 @@ class Program:
                   for a, n in zip(arrays, g.args)]
         results, _ = executor.run(blocks)
         gathered = comm.gather(results, root=0)
+        # Collective, so only on success: a rank that failed must not wait in it for ranks still running.
+        executor.close()
         if rank != 0:
             return None
         outputs = [assemble(g.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
@@ -213,7 +244,7 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
     else:
         original = module if isinstance(module, str) else str(module)
-    with make_context():
+    with make_context(), Progress(f"partitioning {source_name or 'the program'}", total=4) as progress:
         try:
             parsed = parse_source(original, source_name or "<text>")
             try:
@@ -221,9 +252,12 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
             except EntryError:
                 arg_names = ()  # apply_tactics reports it
             _check_static(parsed, entry, arg_names)
+            progress.step("tactics")
             apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
+            progress.step("propagation")
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
+            progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
@@ -232,7 +266,9 @@ def compile(module, *, mesh: Mesh, tactics: Sequence[Tactic] = (), entry: str | 
         except SlicerError as exc:  # e.g. InvalidTactic: still a compile-time problem
             raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
-    return Program(original, spmd, KernelGraph.from_spmd(spmd, entry), propagation, arg_names, imported)
+        progress.step("kernel graph")
+        graph = KernelGraph.from_spmd(spmd, entry)
+    return Program(original, spmd, graph, propagation, arg_names, imported)
 
 
 def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:

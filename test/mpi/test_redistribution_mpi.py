@@ -1,5 +1,6 @@
 """The MPI executor matches the whole-mesh simulator on 4 and 8 ranks for every benchmark-suite case
-(our plans and the naive ones, several dtypes). Runs the worker under mpiexec with a timeout."""
+(our plans and the naive ones, several dtypes), and on 2, 4 and 8 ranks for every step kind on random
+layouts, over shared memory and over MPI. Runs the workers under mpiexec with a timeout."""
 
 import json
 import os
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from slicer.runtime.mpiexec import wait_environment
 
 WORKER = Path(__file__).with_name("redistribution_worker.py")
 
@@ -25,8 +28,9 @@ def test_mpi_executor_matches_simulator(ranks):
     mpiexec = find_mpiexec()
     # mpich is a dependency of slicer, so a missing mpiexec is a broken install, not a reason to skip.
     assert mpiexec is not None, "mpiexec not found next to the interpreter nor on PATH: pip install mpich"
-    # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root.
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root. Oversubscribed
+    # ranks wait sleeping, as the launcher runs them.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **wait_environment(ranks))
     proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,3 +40,26 @@ def test_mpi_executor_matches_simulator(ranks):
     assert len(results) == 2 * 4 * 12  # ours + naive, 4 dtypes, 12 cases
     bad = [r for r in results if not (r["matches_simulator"] and r["correct"])]
     assert not bad, bad
+
+
+STEP_WORKER = Path(__file__).with_name("step_kinds_worker.py")
+
+
+@pytest.mark.parametrize("strategy", ["shm", "mpi"])
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_every_step_kind_matches_simulator(ranks, strategy):
+    """Every step kind on random non-contiguous layouts, odd sizes and 6 dtypes: blocking, nonblocking (all
+    in flight at once) and with reused buffers, bit for bit against the simulator; blocks over 64 KiB with
+    float sums (bit for bit over shared memory, which sums in the simulator's order; close over MPI; the
+    same bits on every rank either way). Both transports: shared memory and MPI."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SLICER_COLLECTIVES=strategy, **wait_environment(ranks))
+    proc = subprocess.run([find_mpiexec(), "-n", str(ranks), sys.executable, str(STEP_WORKER)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    expected_kinds = {"all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute"}
+    if ranks == 2:  # a 1-axis mesh has no permutes (no two equal axes to swap)
+        expected_kinds.discard("permute")
+    assert set(report["kinds"]) == expected_kinds
+    assert report["cases"] >= 100
+    assert not report["failures"], report["failures"][:10]

@@ -16,6 +16,7 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   └── MeshError       a malformed mesh, or an axis or rank it does not have
     ├── KernelError         a kernel that cannot be compiled or called as asked (JitError: the JIT's)
     ├── KernelGraphError    an SPMD function that cannot be cut into kernels and collectives
+    ├── VizError            a value, picture or timeline that cannot be shown as asked
     └── RunError            a run failed
         ├── InputError      an input array or file that does not match the program
         ├── LaunchError     the MPI job could not be started or did not finish
@@ -98,6 +99,10 @@ class KernelGraphError(SlicerError, ValueError):
     """An SPMD function that cannot be cut into kernels and collectives (says which op and why)."""
 
 
+class VizError(SlicerError, ValueError):
+    """A value, picture or timeline that cannot be shown as asked (unknown value, no matplotlib, no timeline)."""
+
+
 class RunError(SlicerError, RuntimeError):
     """A run failed: bad arguments, or a rank failed (the message has that rank's traceback)."""
 
@@ -120,6 +125,6 @@ class SimulationError(RunError):
 
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
-    "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError", "KernelGraphError",
-    "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
+    "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
+    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
 ]

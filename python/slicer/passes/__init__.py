@@ -1,4 +1,4 @@
-"""Slicer's passes (layer 11 of docs/architecture.md): thin wrappers, one file per pass named like its lit
+"""Slicer's passes (layer 12 of docs/architecture.md): thin wrappers, one file per pass named like its lit
 test (`test/Transforms/<pass-name>.mlir`), each giving its stage's package options, docs and a call.
 
 `PASSES` is the registry by name; `run_pipeline` runs any pipeline mixing them with upstream passes.

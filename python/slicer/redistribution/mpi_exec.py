@@ -3,24 +3,51 @@
 Communicators are built once per mesh: a Cartesian communicator over ``mesh.shape`` (no reordering, so
 Cartesian rank = linear device rank, row-major as everywhere in Slicer) and, lazily, one sub-communicator
 per group of mesh axes, split so that the sub-rank equals the device's group index over the axes (major to
-minor; ``Cart_sub`` would impose mesh order instead). Each collective maps to one MPI call on that group:
-all_gather -> ``Allgather``, all_to_all -> ``Alltoall``, permute -> ``Sendrecv``, all_reduce ->
-``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``; all_slice is a local copy. Gathers and
-all-to-alls along non-leading dims use strided MPI datatypes, so data goes straight from the input block
-into the output block (live memory = input + output, as the cost model says); only reduce_scatter along a
-non-leading dim packs its input once. Nothing is ever gathered to one rank.
+minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered to one rank.
+
+Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
+- over shared memory (:mod:`.shm`) when the step's group of ranks is on one host: one MPI shared window per
+  step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
+  with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
+  stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
+- over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall``, permute -> ``Sendrecv``,
+  all_reduce -> ``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``, on contiguous buffers: a step
+  whose chunks are not contiguous (a gather, split or scatter along a dim that is not leading) packs or
+  unpacks them with one numpy strided copy (:mod:`.packing`, which says why not MPI datatypes).
+all_slice is a local copy either way.
+
+A :class:`StepProgram` is one step on this rank for one block shape and dtype: its buffers (shared window,
+or MPI pack and receive buffers) are allocated once and reused by every run; a plan's intermediate blocks are
+reused the same way (:class:`PlanProgram`). ``start`` copies in (or issues the nonblocking MPI call:
+``Iallgather``, ``Ialltoall``, ``Isend``/``Irecv``, ``Iallreduce``, ``Ireduce_scatter_block``) and returns a
+:class:`Pending` whose ``wait`` completes the step: the runtime overlaps collectives with kernels this way.
+The runtime always uses ``start``/``wait``, so an MPI sum is computed by the same MPI algorithm, hence
+bit-identically, whether or not it overlaps anything; shared-memory sums are the simulator's bits whichever
+way they run. Data movement is exact either way.
+
+Each ``Pending`` records the times of its phases (:class:`Phases`: pack, issue, transfer, unpack), which the
+runtime's timeline and ``benchmarks/collectives.py`` report.
 
 mpi4py is imported lazily so that the rest of the package works without MPI.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
+from time import perf_counter
+
 import numpy as np
 
 from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from . import shm
+from .packing import Chunks
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 from .types import DistType
+
+PERMUTE_TAG = 7
+_PLAN_CACHE = 8  # plan programs kept per executor (each holds its buffers)
 
 
 def _mpi():
@@ -28,17 +55,292 @@ def _mpi():
     return MPI
 
 
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
+@dataclass
+class Phases:
+    """Seconds spent by one step on this rank: packing, issuing the MPI call, waiting for it to complete
+    (the transfer as this rank sees it), unpacking."""
+
+    pack: float = 0.0
+    issue: float = 0.0
+    transfer: float = 0.0
+    unpack: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.pack + self.issue + self.transfer + self.unpack
+
+
+class Pending:
+    """A started step: ``wait()`` completes it and returns the output block."""
+
+    __slots__ = ("program", "requests", "block", "out", "recv", "phases")
+
+    def __init__(self, program, requests, block, out, recv, phases):
+        self.program, self.requests, self.block, self.out, self.recv = program, requests, block, out, recv
+        self.phases = phases
+
+    def test(self) -> bool:
+        """Let MPI progress the transfer; True once it is complete (or, over shared memory, once every
+        member's data is there)."""
+        if self.program.shm is not None:
+            return self.program.shm.test()
+        return not self.requests or _mpi().Request.Testall(self.requests)
+
+    def wait(self) -> np.ndarray:
+        start = perf_counter()
+        if self.requests:
+            _mpi().Request.Waitall(self.requests)
+        waited = perf_counter()
+        out = self.program.finish(self)
+        if self.program.shm is not None:  # waiting and copying out are one step: the transfer
+            self.phases.transfer, self.phases.unpack = perf_counter() - start, 0.0
+        else:
+            self.phases.transfer, self.phases.unpack = waited - start, perf_counter() - waited
+        self.block = self.recv = self.requests = None
+        if self.program.release is not None:
+            self.program.release(self.program)
+        return out
+
+
+class StepProgram:
+    """One step on this rank for one input block shape and dtype, with the buffers it reuses.
+
+    ``start(block, out)`` packs, issues the nonblocking MPI call and returns a :class:`Pending`; ``run`` is
+    the blocking form. ``out`` is the output block to fill (a fresh array when None): it must not be in use.
+    The block must stay unchanged until the step completes."""
+
+    def __init__(self, ex: "MeshExecutor", step: Step, in_shape: tuple[int, ...], dtype: np.dtype):
+        self.step, self.in_shape, self.dtype = step, tuple(in_shape), np.dtype(dtype)
+        self.out_shape = tuple(step.type_after.local_shape(ex.mesh))
+        self.op = step.op
+        self.send = self.recv = None  # packed buffers (None: the block / the output is the buffer)
+        self.owned_out = None  # an output block owned by this program (PlanProgram's intermediates)
+        self.shm = None  # the shared-memory form of the step, when the group is on one host
+        self.release = None  # called when a started step completes (MeshExecutor.start's pool)
+        MPI = _mpi()
+        if isinstance(step, Permute):
+            self._init_permute(ex)
+            # point to point, MPI copies once (CMA) and syncs only the pair: faster than shared memory's two
+            # copies (measured, 8 ranks on 2 cores: 0.47 vs 0.83 ms for 1 MiB), so only when asked for
+            if ex.strategy == "shm" and ex.use_shm(self.comm):
+                self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
+            return
+        self.k = ex.mesh.group_size(step.mesh_axes)
+        self.comm = None if isinstance(step, AllSlice) else ex.sub(step.mesh_axes)
+        use_shm = self.comm is not None and ex.use_shm(self.comm)
+        mpi = not use_shm  # MPI needs contiguous buffers; shared memory packs while copying in and out
+        reduce = isinstance(step, (AllReduce, ReduceScatter))
+        # MPI: f16 has no portable sum, reduce in f32; bool sums are logical ors (numpy's sum in bool).
+        # Shared memory sums in the block's dtype, as the simulator.
+        self.wide = np.dtype(np.float32) if mpi and reduce and self.dtype == np.float16 else self.dtype
+        if reduce and mpi:
+            self.mpi_type = _mpi_type(self.wide)
+            self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.SUM
+        if isinstance(step, AllSlice):
+            self.chunks = Chunks(self.in_shape, step.slice_axis, self.k, self.dtype)
+            self.index = ex.group_index(step.mesh_axes)
+        elif isinstance(step, AllGather):
+            self.chunks = Chunks(self.out_shape, step.gather_axis, self.k, self.dtype)
+            if mpi and not self.chunks.contiguous:
+                self.recv = np.empty(self.chunks.packed_shape, self.dtype)
+        elif isinstance(step, AllToAll):
+            self.send_chunks = Chunks(self.in_shape, step.split_axis, self.k, self.dtype)
+            self.chunks = Chunks(self.out_shape, step.concat_axis, self.k, self.dtype)
+            if mpi and not self.send_chunks.contiguous:
+                self.send = np.empty(self.send_chunks.packed_shape, self.dtype)
+            if mpi and not self.chunks.contiguous:
+                self.recv = np.empty(self.chunks.packed_shape, self.dtype)
+        elif isinstance(step, AllReduce):
+            if mpi and self.wide != self.dtype:
+                self.send = np.empty(self.in_shape, self.wide)
+                self.recv = np.empty(self.out_shape, self.wide)
+        elif isinstance(step, ReduceScatter):
+            self.send_chunks = Chunks(self.in_shape, step.scatter_axis, self.k, self.dtype)
+            if mpi and (not self.send_chunks.contiguous or self.wide != self.dtype):
+                self.send = np.empty(self.send_chunks.packed_shape, self.wide)
+            if mpi and self.wide != self.dtype:
+                self.recv = np.empty(self.out_shape, self.wide)
+        else:  # pragma: no cover - exhaustive over Step
+            raise RedistributionError(f"unknown step {step!r}")
+        if use_shm:
+            self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
+
+    def _init_permute(self, ex: "MeshExecutor") -> None:
+        self.comm = ex.cart
+        self.target = self.source = None
+        pairs = self.step.pair_array
+        sends = np.nonzero(pairs[:, 0] == ex.rank)[0]
+        receives = np.nonzero(pairs[:, 1] == ex.rank)[0]
+        if sends.size:
+            self.target = int(pairs[sends[0], 1])
+        if receives.size:
+            self.source = int(pairs[receives[0], 0])
+
+    def new_out(self) -> np.ndarray:
+        return np.empty(self.out_shape, self.dtype)
+
+    def free(self) -> None:
+        """Free the shared memory (collective over the step's group, like its creation)."""
+        if self.shm is not None:
+            self.shm.free()
+            self.shm = None
+
+    # -- the step ----------------------------------------------------------------------------------------
+    def start(self, block: np.ndarray, out: np.ndarray | None = None) -> Pending:
+        t0 = perf_counter()
+        step = self.step
+        requests = []
+        recv = None
+        if self.shm is not None:
+            if isinstance(step, Permute) and self.source is None:
+                out = block
+            elif out is None:
+                out = self.new_out()
+            self.shm.start(block)
+            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
+        if isinstance(step, Permute):
+            if self.source is None:  # not moved: the block stays
+                out = block
+            else:
+                out = self.new_out() if out is None else out
+                t1 = perf_counter()
+                requests = [self.comm.Irecv([out, _mpi().BYTE], source=self.source, tag=PERMUTE_TAG),
+                            self.comm.Isend([block, _mpi().BYTE], dest=self.target, tag=PERMUTE_TAG)]
+                return Pending(self, requests, block, out, None, Phases(t1 - t0, perf_counter() - t1))
+            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
+        out = self.new_out() if out is None else out
+        if isinstance(step, AllSlice):
+            self.chunks.copy_chunk(block, self.index, out)
+            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
+        send = self._pack(block)
+        recv = self.recv if self.recv is not None else out
+        t1 = perf_counter()
+        comm = self.comm
+        if isinstance(step, AllGather):
+            requests = [comm.Iallgather([send, _mpi().BYTE], [recv, _mpi().BYTE])]
+        elif isinstance(step, AllToAll):
+            requests = [comm.Ialltoall([send, _mpi().BYTE], [recv, _mpi().BYTE])]
+        elif isinstance(step, AllReduce):
+            requests = [comm.Iallreduce([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)]
+        else:
+            requests = [comm.Ireduce_scatter_block([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)]
+        return Pending(self, requests, block, out, recv, Phases(t1 - t0, perf_counter() - t1))
+
+    def run(self, block: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, Phases]:
+        """The step, blocking: the output block and its phases (shared memory: `start` then `wait`; MPI: the
+        blocking call, which for sums may use another algorithm than the nonblocking one, hence other bits
+        in the last place: the runtime always uses `start`)."""
+        step = self.step
+        if isinstance(step, AllSlice):
+            t0 = perf_counter()
+            out = self.new_out() if out is None else out
+            self.chunks.copy_chunk(block, self.index, out)
+            return out, Phases(perf_counter() - t0)
+        if self.shm is not None:
+            pending = self.start(block, out)
+            return pending.wait(), pending.phases
+        t0 = perf_counter()
+        if isinstance(step, Permute):
+            if self.source is None:
+                return block, Phases(perf_counter() - t0)
+            out = self.new_out() if out is None else out
+            t1 = perf_counter()
+            self.comm.Sendrecv([block, _mpi().BYTE], dest=self.target, sendtag=PERMUTE_TAG,
+                               recvbuf=[out, _mpi().BYTE], source=self.source, recvtag=PERMUTE_TAG)
+            return out, Phases(t1 - t0, 0.0, perf_counter() - t1)
+        out = self.new_out() if out is None else out
+        send = self._pack(block)
+        recv = self.recv if self.recv is not None else out
+        t1 = perf_counter()
+        if isinstance(step, AllGather):
+            self.comm.Allgather([send, _mpi().BYTE], [recv, _mpi().BYTE])
+        elif isinstance(step, AllToAll):
+            self.comm.Alltoall([send, _mpi().BYTE], [recv, _mpi().BYTE])
+        elif isinstance(step, AllReduce):
+            self.comm.Allreduce([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)
+        else:
+            self.comm.Reduce_scatter_block([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)
+        t2 = perf_counter()
+        pending = Pending(self, [], block, out, recv, None)
+        self.finish(pending)
+        return out, Phases(t1 - t0, 0.0, t2 - t1, perf_counter() - t2)
+
+    def _pack(self, block: np.ndarray) -> np.ndarray:
+        if self.send is None:
+            return block
+        if isinstance(self.step, AllReduce):
+            np.copyto(self.send, block)  # widening
+        elif self.send_chunks.contiguous:
+            np.copyto(self.send.reshape(self.in_shape), block)  # widening only
+        elif self.wide != self.dtype:  # widening and packing at once (element-wise strided copy)
+            view = block.reshape(self.send_chunks.outer, self.k, self.send_chunks.inner).transpose(1, 0, 2)
+            np.copyto(self.send.reshape(view.shape), view)
+        else:
+            self.send_chunks.pack(block, self.send)
+        return self.send
+
+    def finish(self, pending: Pending) -> np.ndarray:
+        """Unpack what a completed transfer received into the output block."""
+        out, recv = pending.out, pending.recv
+        if self.shm is not None:
+            self.shm.finish(out, pending.block)
+            return out
+        if recv is None or recv is out:
+            return out
+        if isinstance(self.step, (AllReduce, ReduceScatter)):
+            np.copyto(out, recv, casting="unsafe")  # narrowing back from the wide type
+        else:
+            self.chunks.unpack(recv, out)
+        return out
+
+
+def _mpi_type(dtype: np.dtype):
+    """The predefined MPI datatype that reductions of ``dtype`` use."""
+    MPI = _mpi()
+    types = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i1": MPI.INT8_T, "i2": MPI.INT16_T, "i4": MPI.INT32_T,
+             "i8": MPI.INT64_T, "b1": MPI.C_BOOL}
+    name = f"{dtype.kind}{dtype.itemsize}"
+    if name not in types:
+        raise RedistributionError(f"no MPI reduction for element type {dtype}: reductions support f16, f32, f64, "
+                                 "i1 (bool), i8, i16, i32 and i64")
+    return types[name]
+
+
+class PlanProgram:
+    """A plan on this rank for one source block shape and dtype: its step programs, and one reused output
+    block per intermediate step. The final block is always a fresh array the caller owns."""
+
+    def __init__(self, ex: "MeshExecutor", plan, shape: tuple[int, ...], dtype: np.dtype):
+        self.programs = []
+        for step, before in zip(plan.steps, plan.trace.types):
+            program = ex.program(step, shape, dtype)
+            self.programs.append(program)
+            shape = program.out_shape
+        for program in self.programs[:-1]:
+            if not (isinstance(program.step, Permute) and program.source is None):
+                program.owned_out = program.new_out()
+
+    def free(self) -> None:
+        for program in self.programs:
+            program.free()
+
+    def run(self, block: np.ndarray, phases: list | None = None) -> np.ndarray:
+        owned = {id(p.owned_out) for p in self.programs if p.owned_out is not None}
+        for program in self.programs:
+            block, step_phases = program.run(block, program.owned_out)
+            if phases is not None:
+                phases.append(step_phases)
+        return block.copy() if id(block) in owned else block
 
 
 class MeshExecutor:
-    """Executes plans on ``comm`` (size must equal ``mesh.device_count``); reuse it for many plans."""
+    """Executes plans on ``comm`` (size must equal ``mesh.device_count``); reuse it for many plans.
 
-    def __init__(self, mesh: Mesh, comm=None):
+    ``strategy``: "mpi" (MPI collectives), "shm" (shared memory, :mod:`.shm`; refused when a group spans
+    hosts) or "auto" (the default, or ``SLICER_COLLECTIVES`` in the environment): shared memory for every
+    group whose ranks share one host, where :func:`.shm.available` holds."""
+
+    def __init__(self, mesh: Mesh, comm=None, *, strategy: str | None = None):
         MPI = _mpi()
         comm = comm if comm is not None else MPI.COMM_WORLD
         if comm.Get_size() != mesh.device_count:
@@ -50,7 +352,15 @@ class MeshExecutor:
         self.rank = self.cart.Get_rank()
         self.coords = dict(zip(mesh.axis_names, mesh.coords(self.rank)))
         self._subs: dict = {}
-        self._types: dict = {}
+        self._steps: dict = {}
+        self._plans: OrderedDict = OrderedDict()
+        self._pools: dict = {}  # start(): programs not in flight, per step
+        self._programs: list = []  # every program made, freed by close()
+        self._on_host: dict = {}
+        self.strategy = strategy or shm.wanted()
+        self.spins = shm.spins_for(comm)
+        if self.strategy not in ("auto", "mpi", "shm"):
+            raise RedistributionError(f"strategy {self.strategy!r}: use 'auto', 'mpi' or 'shm'")
 
     # -- communicators ------------------------------------------------------------------------------------
     def group_index(self, axes: tuple[str, ...]) -> int:
@@ -68,110 +378,85 @@ class MeshExecutor:
             self._subs[axes] = comm
         return comm
 
+    def use_shm(self, comm) -> bool:
+        """Whether steps on ``comm`` (a group of this executor) run over shared memory."""
+        if self.strategy == "mpi" or not shm.available():
+            return False
+        key = id(comm)
+        if key not in self._on_host:
+            local = comm.Split_type(_mpi().COMM_TYPE_SHARED)
+            self._on_host[key] = local.Get_size() == comm.Get_size()
+            local.Free()
+        if self.strategy == "shm" and not self._on_host[key]:
+            raise RedistributionError("strategy 'shm': a group of ranks spans several hosts; use 'auto' or 'mpi'")
+        return self._on_host[key]
+
     def close(self) -> None:
+        """Free the shared memory and communicators (collective: every rank calls it)."""
+        for program in self._programs:
+            program.free()
+        self._programs.clear()
         for comm in self._subs.values():
             comm.Free()
         self._subs.clear()
-        for t in self._types.values():
-            t.Free()
-        self._types.clear()
+        self._steps.clear()
+        self._plans.clear()
+        self._pools.clear()
         self.cart.Free()
 
-    # -- datatypes ----------------------------------------------------------------------------------------
-    def _base(self, dtype: np.dtype):
-        from mpi4py.util.dtlib import from_numpy_dtype
-        try:
-            return from_numpy_dtype(dtype)
-        except (KeyError, ValueError, TypeError):
-            MPI = _mpi()  # e.g. float16 without an MPI type: move it as same-size integers
-            return {1: MPI.UINT8_T, 2: MPI.UINT16_T, 4: MPI.UINT32_T, 8: MPI.UINT64_T}[dtype.itemsize]
+    # -- programs -----------------------------------------------------------------------------------------
+    def program(self, step: Step, shape: tuple[int, ...], dtype) -> StepProgram:
+        """A new program of ``step`` for blocks of ``shape`` and ``dtype`` (its own buffers: give each step
+        that may be in flight at the same time its own program)."""
+        program = StepProgram(self, step, tuple(shape), np.dtype(dtype))
+        self._programs.append(program)
+        return program
 
-    def _slab(self, dtype: np.dtype, outer: int, block: int, stride: int):
-        """``outer`` runs of ``block`` elements ``stride`` apart, with extent ``block`` (cached)."""
-        key = (dtype.str, outer, block, stride)
-        t = self._types.get(key)
-        if t is None:
-            base = self._base(dtype)
-            t = base.Create_vector(outer, block, stride).Create_resized(0, block * dtype.itemsize)
-            t.Commit()
-            self._types[key] = t
-        return t
+    def _cached_step(self, step: Step, block: np.ndarray) -> StepProgram:
+        key = (step, block.shape, block.dtype.str)
+        program = self._steps.get(key)
+        if program is None:
+            program = self._steps[key] = self.program(step, block.shape, block.dtype)
+        return program
+
+    def plan_program(self, plan, shape: tuple[int, ...], dtype) -> PlanProgram:
+        """The (cached) program of ``plan`` for source blocks of ``shape`` and ``dtype``."""
+        key = (plan, tuple(shape), np.dtype(dtype).str)
+        program = self._plans.get(key)
+        if program is None:
+            program = self._plans[key] = PlanProgram(self, plan, tuple(shape), np.dtype(dtype))
+            while len(self._plans) > _PLAN_CACHE:  # every rank evicts the same plan: freeing is collective
+                _, old = self._plans.popitem(last=False)
+                old.free()
+                gone = {id(p) for p in old.programs}
+                self._programs = [p for p in self._programs if id(p) not in gone]
+        else:
+            self._plans.move_to_end(key)
+        return program
 
     # -- execution ----------------------------------------------------------------------------------------
-    def run(self, plan, block: np.ndarray) -> np.ndarray:
-        """Execute every step of ``plan`` on this rank's source block; returns its target block."""
+    def run(self, plan, block: np.ndarray, *, phases: list | None = None) -> np.ndarray:
+        """Execute every step of ``plan`` on this rank's source block; returns its target block (a new array).
+        With ``phases`` (a list), appends each step's :class:`Phases`."""
         expected = plan.src.local_shape(plan.mesh)
         if block.shape != expected:
             raise RedistributionError(f"rank {self.rank}: block of shape {block.shape}, type {plan.src} needs "
                                       f"{expected}")
         block = np.require(block, requirements="C")
-        for step, before in zip(plan.steps, plan.trace.types):
-            block = self.step(step, before, block)
-        return block
+        return self.plan_program(plan, block.shape, block.dtype).run(block, phases)
 
     def step(self, step: Step, before: DistType, block: np.ndarray) -> np.ndarray:
-        after_shape = step.type_after.local_shape(self.mesh)
-        if isinstance(step, Permute):
-            return self._permute(step, block)
-        axes = step.mesh_axes
-        k = self.mesh.group_size(axes)
-        if isinstance(step, AllSlice):
-            chunk = np.split(block, k, axis=step.slice_axis)[self.group_index(axes)]
-            return np.ascontiguousarray(chunk)
-        comm = self.sub(axes)
-        out = np.empty(after_shape, dtype=block.dtype)
-        if isinstance(step, AllGather):
-            d = step.gather_axis
-            outer, inner = _prod(block.shape[:d]), _prod(block.shape[d:])
-            if outer == 1:
-                comm.Allgather(block, out)
-            else:
-                rtype = self._slab(block.dtype, outer, inner, k * inner)
-                comm.Allgather(block, [out, 1, rtype])
-            return out
-        if isinstance(step, AllToAll):
-            e, d = step.split_axis, step.concat_axis
-            s_outer = _prod(block.shape[:e])
-            s_inner = _prod(block.shape[e:]) // k
-            r_outer = _prod(after_shape[:d])
-            r_inner = _prod(after_shape[d:]) // k
-            stype = self._slab(block.dtype, s_outer, s_inner, k * s_inner)
-            rtype = self._slab(block.dtype, r_outer, r_inner, k * r_inner)
-            comm.Alltoall([block, 1, stype], [out, 1, rtype])
-            return out
-        if isinstance(step, AllReduce):
-            return self._reduce(comm, block, out, scatter=False)
-        if isinstance(step, ReduceScatter):
-            d = step.scatter_axis
-            outer = _prod(block.shape[:d])
-            send = block
-            if outer != 1:  # chunks of the scatter dim must be contiguous: pack once
-                send = np.ascontiguousarray(np.moveaxis(block.reshape(outer, k, -1), 1, 0))
-            return self._reduce(comm, send, out, scatter=True)
-        raise RedistributionError(f"unknown step {step!r}")  # pragma: no cover
+        """One step, blocking; returns a new output block (or ``block`` itself when a permute leaves it)."""
+        block = np.require(block, requirements="C")
+        return self._cached_step(step, block).run(block)[0]
 
-    def _reduce(self, comm, send: np.ndarray, out: np.ndarray, *, scatter: bool) -> np.ndarray:
-        MPI = _mpi()
-        if send.dtype == np.float16:  # MPI has no portable half-precision sum: reduce in f32
-            wide = np.empty(out.shape, dtype=np.float32)
-            self._reduce(comm, send.astype(np.float32), wide, scatter=scatter)
-            out[...] = wide
-            return out
-        if scatter:
-            comm.Reduce_scatter_block(send, out, op=MPI.SUM)
-        else:
-            comm.Allreduce(send, out, op=MPI.SUM)
-        return out
-
-    def _permute(self, step: Permute, block: np.ndarray) -> np.ndarray:
-        target = source = None
-        for s, d in step.pairs:
-            if s == self.rank:
-                target = d
-            if d == self.rank:
-                source = s
-        if source is None:  # not moved: keep the block
-            return block
-        out = np.empty_like(block)
-        self.cart.Sendrecv(block, dest=target, sendtag=7, recvbuf=out, source=source, recvtag=7)
-        return out
+    def start(self, step: Step, before: DistType, block: np.ndarray) -> Pending:
+        """One step, started: ``.wait()`` on the result returns the output block. Steps in flight together
+        use distinct programs (a pool per step, the same on every rank when every rank starts and waits for
+        the same steps in the same order)."""
+        block = np.require(block, requirements="C")
+        key = (step, block.shape, block.dtype.str)
+        pool = self._pools.setdefault(key, [])
+        program = pool.pop() if pool else self.program(step, block.shape, block.dtype)
+        program.release = pool.append
+        return program.start(block)

@@ -38,8 +38,23 @@ def linalg_rule(op: ir.Operation) -> OpRule:
         return _rule_of_generic(op.name, op, maps)
     with op.context, op.location:
         probe = _generalized_clone(op)
-        generic = next(o.operation for o in _walk(probe.operation) if o.name == "linalg.generic")
+        generic = next((o.operation for o in _walk(probe.operation) if o.name == "linalg.generic"), None)
+        if generic is None:
+            return _rule_of_folded(op, maps)
         return _rule_of_generic(op.name, generic, maps)
+
+
+def _rule_of_folded(op: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
+    """The rule of a named op that generalization folded away (an identity: a transpose by the identity
+    permutation, a copy): every loop its result walks is parallel and the body copies its input."""
+    num_results = len(op.results)
+    operands = tuple(tuple(_dim_use(expr) for expr in m.results) for m in maps)
+    walked = {use.loop for uses in operands[len(operands) - num_results:] for use in uses if use.loop is not None}
+    loops = maps[0].n_dims if maps else 0
+    iterators = tuple(PARALLEL if d in walked else REDUCTION for d in range(loops))
+    reason = "body is unknown (generalization folded the op away), so it is not known to be an addition"
+    combiners = (None if len(walked) == loops else reason,) * num_results
+    return OpRule(op.name, iterators, operands, operands[len(operands) - num_results:], combiners)
 
 
 def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:

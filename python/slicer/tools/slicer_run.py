@@ -3,6 +3,7 @@
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [-n N]
                [--inputs a.npy,b.npy | --random SEED] [--out DIR] [--check] [--entry NAME] [--mpiexec PATH]
                [--repeat N] [--oversubscribe] [--timeout SECONDS]
+               [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
 to minor); `argI=replicated`; `resultI.D=AXES` for results. Each rank reads or
@@ -10,6 +11,12 @@ creates only its own block of each input; rank 0 assembles the results into
 `--out` as `result<i>.npy`. `--check` compares them with the unpartitioned
 program run in one process. Under `mpiexec -n N python -m slicer.runtime ...`
 the same command runs in the current MPI job instead of starting one.
+
+Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
+kernel graph) and, after the run, the memory each rank measured and the run's timeline; `--show VALUE`
+prints which device holds which block of a value (`arg1`, `result0`, `%4`, or a source name such as `w1`);
+`--plot DIR` draws that for every value of the kernel graph and the run's timeline as PNG files (needs
+matplotlib); `--trace FILE` writes the timeline as a Chrome trace (chrome://tracing, ui.perfetto.dev).
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from slicer.runtime.rank import run_rank
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.timings import Timings
 from slicer.tactics import parse_tactics
+from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
+from slicer.viz.sharding import load_pyplot
+from slicer.viz.values import describe, source_names
 
 
 def parse_args(argv):
@@ -55,6 +65,14 @@ def parse_args(argv):
                    help="timed runs; each step is reported as the median over them of the slowest rank")
     p.add_argument("--oversubscribe", action="store_true",
                    help="allow more local ranks than this host has cores (each rank then gets part of a core)")
+    p.add_argument("--explain", action="store_true",
+                   help="the whole report: propagation, memory per device (estimated and measured), kernel graph, "
+                        "the run's timeline")
+    p.add_argument("--show", action="append", default=[], metavar="VALUE",
+                   help="print which device holds which block of VALUE: arg1, result0, %%4 or a source name (w1)")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write PNG pictures of every value's blocks and the run's timeline to DIR (matplotlib)")
+    p.add_argument("--trace", metavar="FILE", help="write the run's timeline as a Chrome trace (JSON) to FILE")
     return p.parse_args(argv)
 
 
@@ -101,9 +119,13 @@ def run(args) -> int:
     prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program)
     comm = _mpi_job_comm()
     lead = comm is None or comm.Get_rank() == 0
+    if args.plot:
+        load_pyplot()  # no matplotlib: say so before running anything
     if lead:
         print(f"== compiled {args.program} for mesh {mesh} in {time.perf_counter() - start:.2f} s")
-        print(prog.explain().split("propagation:")[0].rstrip())
+        print(prog.explain() if args.explain else prog.explain().split("propagation:")[0].rstrip())
+        for what in args.show:
+            print(value_picture(prog.graph, what, text).text())
     ranks = args.n or (comm.Get_size() if comm is not None else mesh.device_count)
     if ranks != mesh.device_count:
         raise RunError(f"the mesh {mesh} has {mesh.device_count} devices; use -n {mesh.device_count}")
@@ -167,6 +189,7 @@ def _report(prog, args, text, out, results, timings: Timings) -> int:
           f"on the ranks, loading took up to {timings.compile_seconds_max:.2f} s per rank)")
     print("\n".join(timings.text().splitlines()[1:]))
     print(f"== results: {', '.join(str(out / f'result{i}.npy') for i in range(len(results)))}")
+    _visualise(prog, args, text, timings)
     if args.check:
         expected = compile_function(text, args.entry)(*_reference_inputs(prog, args))
         expected = expected if isinstance(expected, tuple) else (expected,)
@@ -177,6 +200,23 @@ def _report(prog, args, text, out, results, timings: Timings) -> int:
                 return 1
         print("results match the unpartitioned program")
     return 0
+
+
+def _visualise(prog, args, text: str, timings: Timings) -> None:
+    """--explain's measured memory and timeline, --plot's pictures, --trace's file."""
+    g = prog.graph
+    if args.explain:
+        print("== memory per device, measured: " + prog.memory(timings).measured_text())
+        print("== " + timeline_text(timings, mesh=g.mesh))
+    if args.trace:
+        print(f"== trace (chrome://tracing, ui.perfetto.dev): {write_chrome_trace(timings, args.trace, g.mesh)}")
+    if args.plot:
+        names = source_names(g, text)
+        folder = Path(args.plot)
+        for name in g.values:
+            value_picture(g, name, text, names=names).png(folder / f"{describe(g, name, names).file_stem}.png")
+        timeline_png(timings, folder / "timeline.png", mesh=g.mesh)
+        print(f"== pictures: {len(g.values)} values and timeline.png in {folder}")
 
 
 def _same_result(expected: np.ndarray, got: np.ndarray) -> bool:

@@ -131,3 +131,30 @@ def test_aligned_empty(shape, dtype):
     array = aligned_empty(shape, dtype)
     assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
     assert array.ctypes.data % 64 == 0 or array.size == 0
+
+
+def test_large_temporaries_are_reused_correctly_across_calls(cache_dir):
+    """The library's allocator (workspace.py) hands a freed 4 MiB temporary to the next call: results
+    stay right call after call, and the allocator's symbols are not exported."""
+    import shutil
+    import subprocess
+
+    from slicer.lowering import compile_library
+
+    text = """
+func.func @twice(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+  %t = arith.mulf %a, %b : tensor<1024x1024xf32>
+  %e = tensor.empty() : tensor<1024x1024xf32>
+  %tt = linalg.transpose ins(%t : tensor<1024x1024xf32>) outs(%e : tensor<1024x1024xf32>) permutation = [1, 0]
+  %r = arith.addf %tt, %a : tensor<1024x1024xf32>
+  return %r : tensor<1024x1024xf32>
+}
+"""
+    library = compile_library(text, cache_dir=cache_dir)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        a, b = rng.standard_normal((2, 1024, 1024), dtype=np.float32)
+        np.testing.assert_array_equal(library["twice"](a, b), (a * b).T + a)
+    if shutil.which("nm"):
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(library.path)], capture_output=True, text=True).stdout
+        assert "_mlir_memref_to_llvm_alloc" not in exported

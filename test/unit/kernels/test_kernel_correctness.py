@@ -181,8 +181,9 @@ def test_a_failing_transform_script_falls_back_to_loops(tmp_path, monkeypatch, c
     np.testing.assert_allclose(library["chain"](x, y, z), np.maximum(x * y + z, 0), rtol=1e-6)
 
 
-def test_matmul_is_vectorized_to_fma():
-    """The default pipeline turns a matmul into vector.fma on full tiles (the loops pipeline does not)."""
+def test_matmul_is_a_packed_gemm_around_an_fma_micro_kernel():
+    """The default pipeline turns a matmul into a call to a generated packed GEMM whose micro-kernel is
+    vector.fma on AVX-512 vectors (the loops pipeline does not); no linalg op is left."""
     from mlir import ir
 
     from slicer.dialect import make_context
@@ -192,8 +193,9 @@ def test_matmul_is_vectorized_to_fma():
         module = ir.Module.parse(matmul_fn("mm", 64, 48, 96))
         DEFAULT_PIPELINE.until("vectorize").run(module)
         text = str(module)
-    assert "vector.fma" in text and "vector<32xf32>" in text
-    assert "linalg.generic" not in text, "every linalg op of this kernel should be vectorized"
+    assert "call @__slicer_contract_0" in text
+    assert "vector.fma" in text and "vector<16xf32>" in text
+    assert "linalg.generic" not in text and "linalg.matmul" not in text
 
 
 def test_booleans_inside_a_fused_chain_work(cache_dir):

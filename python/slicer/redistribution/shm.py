@@ -1,0 +1,289 @@
+"""Collective steps over shared memory, for groups of ranks on one host.
+
+Why (measured in benchmarks/README.md, "Shared memory"): on a host with fewer cores than ranks, an MPI
+collective costs far more than its copies. Each of its rounds needs the peer ranks to be scheduled, and
+MPICH's ranks wait by polling and sleeping (about 50 us per sleep, `mpiexec.wait_environment`): with 1 MiB
+per rank on 8 ranks over 2 cores an all_gather takes 7.1 ms with `MPI_Allgather`, 4.8 ms here, an all_to_all
+3.2 vs 1.5 ms, a reduce_scatter 3.2 vs 1.9 ms. Here a rank that
+waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
+copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
+
+A `Segment` lives in an MPI shared-memory window (`MPI_Win_allocate_shared`, contiguous across the group's
+ranks, so the group's regions form one strided array and every copy below is one numpy call for all members,
+no Python loop over them) and holds, per member, control words and one or two data regions. Each use of a
+segment has an epoch ``e`` (1, 2, ...): a member publishes its region by storing ``e`` in its ARRIVE word
+and waking the futex waiters on it; readers wait until every member's ARRIVE is ``e``, copy, then store ``e``
+in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
+``e - 1``; steps with blocks up to 4 MiB alternate between two segments, so that a step run back to back
+rarely waits for that. Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in
+flight together and complete in any order (the same argument as for MPI's nonblocking collectives: every
+wait depends only on starts that precede it in every rank's schedule).
+
+Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype,
+exactly as the numpy simulator does (`np.sum(axis=0)`): the results are the simulator's bits, and every
+member holding a reduced element holds the same bits.
+
+Stores are plain aligned 4-byte numpy stores, ordered after the data copies by x86-64's memory model (TSO),
+and futexes are a Linux system call: `available()` says whether this host qualifies; elsewhere the executor
+uses MPI.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+
+import numpy as np
+
+from .packing import copy_runs
+
+ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
+_CTRL_BYTES = 192
+_SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when every rank has a core
+_SYS_FUTEX = 202  # x86-64
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
+_DOUBLE_BUFFER_BYTES = 4 << 20
+_STRATEGY_ENV = "SLICER_COLLECTIVES"  # "mpi" / "shm" / unset: shared memory when the group is on one host
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_libc = None
+_TIMEOUT = _Timespec(0, 200_000_000)  # re-check the word every 0.2 s even without a wake-up
+
+
+def available() -> bool:
+    """Shared-memory collectives work on this host: Linux futexes on x86-64."""
+    global _libc
+    if not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")):
+        return False
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.syscall.restype = ctypes.c_long
+        except OSError:  # pragma: no cover - every Linux has a libc
+            return False
+    return True
+
+
+def wanted() -> str:
+    """The strategy asked for in the environment: "auto", "mpi" or "shm"."""
+    value = os.environ.get(_STRATEGY_ENV, "auto").lower()
+    return value if value in ("auto", "mpi", "shm") else "auto"
+
+
+def spins_for(comm) -> int:
+    """How long a waiting rank of `comm` polls before sleeping: not at all when the ranks on this host
+    outnumber its cores (polling would take the core from a rank with work)."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks = local.Get_size()
+    local.Free()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return _SPINS if ranks <= cores else 1
+
+
+def _wait(address: int, value: int) -> None:
+    _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAIT, ctypes.c_int(value), ctypes.byref(_TIMEOUT),
+                  None, 0)
+
+
+def _wake(address: int) -> None:
+    _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, ctypes.c_int(1 << 30), None, None, 0)
+
+
+def _round(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+class Segment:
+    """Per member of `comm`'s group: control words, a region of `region` bytes and one of `region2` bytes.
+    `Segment.allocate` makes several in one shared window (one collective allocation for all of them)."""
+
+    def __init__(self, comm, whole: np.ndarray, base: int, region: int, region2: int, spins: int):
+        """`whole`: (k, bytes) view of this segment in every member's part of the window, rows `stride`
+        apart; `base`: the address of member 0's row."""
+        self.comm, self.k, self.me = comm, comm.Get_size(), comm.Get_rank()
+        self.spins, self.region, self.region2 = spins, region, region2
+        self.base, self.stride = base, whole.strides[0]
+        self.ctrl = whole[:, :_CTRL_BYTES].view(np.int32)  # (k, 48)
+        self.data = whole[:, _CTRL_BYTES:_CTRL_BYTES + region]  # (k, region) bytes
+        self.data2 = whole[:, _CTRL_BYTES + _round(region):_CTRL_BYTES + _round(region) + region2]
+        self.mine = self.data[self.me]
+        self.mine2 = self.data2[self.me]
+        self.ctrl[self.me, :] = 0
+        self.epoch = 0
+
+    @staticmethod
+    def allocate(comm, region: int, region2: int = 0, count: int = 1, *, spins: int = _SPINS):
+        """(the MPI window, `count` segments in it); collective over `comm`."""
+        from mpi4py import MPI
+
+        k = comm.Get_size()
+        part = _CTRL_BYTES + _round(region) + _round(region2)
+        size = part * count
+        win = MPI.Win.Allocate_shared(size, 1, comm=comm)
+        buffers = [np.frombuffer(win.Shared_query(r)[0], dtype=np.uint8) for r in range(k)]
+        base = buffers[0].ctypes.data
+        if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
+            win.Free()
+            raise RuntimeError("the shared window is not contiguous across the group")
+        # one array over the group's parts of the window (consecutive in memory: checked above)
+        whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
+        segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)
+                    for i in range(count)]
+        comm.Barrier()  # every member's words are zero before anyone uses them
+        return win, segments
+
+    def address(self, member: int, word: int) -> int:
+        return self.base + member * self.stride + 4 * word
+
+    def publish(self, word: int, epoch: int) -> None:
+        self.ctrl[self.me, word] = epoch
+        _wake(self.address(self.me, word))
+
+    def ready(self, word: int, epoch: int, members=None) -> bool:
+        flags = self.ctrl[:, word] if members is None else self.ctrl[members, word]
+        return bool((flags >= epoch).all())
+
+    def wait(self, word: int, epoch: int, members=None) -> None:
+        """Until every member (or every one of `members`) has stored at least `epoch` in `word`."""
+        column = self.ctrl[:, word]
+        for _ in range(self.spins):
+            if (column >= epoch).all() if members is None else (column[members] >= epoch).all():
+                return
+        while True:
+            flags = column if members is None else column[members]
+            late = np.nonzero(flags < epoch)[0]
+            if not late.size:
+                return
+            member = int(late[0]) if members is None else int(np.asarray(members)[late[0]])
+            value = int(column[member])
+            if value < epoch:
+                _wait(self.address(member, word), value)
+
+
+
+def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A (k, nbytes) byte view with rows `stride` apart, as a (k, *shape) array of `dtype`."""
+    return rows.view(dtype).reshape((rows.shape[0],) + tuple(shape))
+
+
+class ShmStep:
+    """The shared-memory form of one step on this rank (see `mpi_exec.StepProgram`, which owns it)."""
+
+    def __init__(self, program, comm, *, spins: int = _SPINS):
+        self.p = program
+        step, dtype = program.step, program.dtype
+        self.op = step.op
+        nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * dtype.itemsize
+        self.small_reduce = False
+        region2 = 0
+        if self.op == "all_reduce":
+            n = int(np.prod(program.in_shape, dtype=np.int64))
+            k = comm.Get_size()
+            self.small_reduce = nbytes <= 1 << 16  # one phase: every member sums every contribution
+            if not self.small_reduce:
+                self.chunk = -(-n // k)
+                region2 = self.chunk * dtype.itemsize
+        # two segments used in turn, so that a step run back to back need not wait for the readers of its
+        # previous run (measured: 8 ranks on 2 cores, 25% faster back to back); one for large blocks
+        count = 2 if nbytes + region2 <= _DOUBLE_BUFFER_BYTES else 1
+        self.win, self.segments = Segment.allocate(comm, nbytes, region2, count, spins=spins)
+        self.segment = self.segments[0]
+        self.uses = 0
+        self.k, self.me = self.segment.k, self.segment.me
+        if self.op == "permute":
+            self.readers = [program.target] if program.target is not None else []
+            self.source = program.source
+        else:
+            self.readers = None  # every member reads every member's region
+
+    def test(self) -> bool:
+        seg = self.segment
+        if self.op == "permute":
+            return self.source is None or seg.ready(ARRIVE, seg.epoch, [self.source])
+        return seg.ready(ARRIVE, seg.epoch)
+
+    def start(self, block: np.ndarray) -> None:
+        """Copy this member's block into its region (packed by chunks where the step needs it) and publish it."""
+        self.segment = self.segments[self.uses % len(self.segments)]
+        self.uses += 1
+        seg, p = self.segment, self.p
+        seg.epoch += 1
+        e = seg.epoch
+        if self.op == "permute" and p.target is None:
+            seg.publish(ARRIVE, e)
+            return
+        if e > 1:  # the readers of the previous epoch are done with this region
+            seg.wait(DONE, e - 1, self.readers)
+        mine = seg.mine.view(p.dtype)
+        if self.op == "all_to_all":  # every chunk but this rank's own, which finish() copies directly
+            chunks = p.send_chunks
+            if chunks.contiguous:
+                flat, c, g = block.reshape(-1), block.size // self.k, self.me
+                np.copyto(mine[:g * c], flat[:g * c])
+                np.copyto(mine[(g + 1) * c:], flat[(g + 1) * c:])
+            else:
+                chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me)
+        elif self.op == "reduce_scatter" and not p.send_chunks.contiguous:
+            p.send_chunks.pack(block, mine.reshape(p.send_chunks.packed_shape))
+        else:
+            np.copyto(mine, block.reshape(-1))
+        seg.publish(ARRIVE, e)
+
+    def finish(self, out: np.ndarray, block: np.ndarray) -> None:
+        """Wait for the members this rank reads, copy (and sum) into `out`, and say it is done reading."""
+        seg, p = self.segment, self.p
+        e = seg.epoch
+        dtype = p.dtype
+        if self.op == "permute":
+            if self.source is not None:
+                seg.wait(ARRIVE, e, [self.source])
+                np.copyto(out.reshape(-1), seg.data[self.source].view(dtype))
+            seg.publish(DONE, e)
+            return
+        seg.wait(ARRIVE, e)
+        k, g = self.k, self.me
+        if self.op == "all_gather":
+            rows = _typed(seg.data, dtype, (-1,))  # (k, block elements): member j's block = chunk j of out
+            p.chunks.unpack_rows(rows, out)
+        elif self.op == "all_to_all":
+            c = seg.region // k
+            rows = seg.data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
+            p.chunks.unpack_rows(_typed(rows, dtype, (-1,)), out, skip=g)
+            copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, g))
+        elif self.op == "reduce_scatter":
+            c = seg.region // k
+            rows = _typed(seg.data[:, g * c:(g + 1) * c], dtype, (-1,))
+            np.add.reduce(rows, axis=0, out=out.reshape(-1))
+        elif self.small_reduce:
+            np.add.reduce(_typed(seg.data, dtype, (-1,)), axis=0, out=out.reshape(-1))
+        else:  # all_reduce in two phases: member j sums elements [j*c, (j+1)*c), then everyone gathers them
+            n, c = out.size, self.chunk
+            lo, hi = min(g * c, n), min((g + 1) * c, n)
+            mine2 = seg.mine2.view(dtype)[: hi - lo]
+            np.add.reduce(_typed(seg.data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
+            seg.publish(ARRIVE2, e)
+            seg.wait(ARRIVE2, e)
+            flat = out.reshape(-1)
+            full = n // c  # members whose chunk is whole
+            rows2 = _typed(seg.data2, dtype, (-1,))
+            if full:
+                np.copyto(flat[: full * c].reshape(full, c), rows2[:full, :c])
+            if full < k and n > full * c:
+                np.copyto(flat[full * c:], rows2[full, : n - full * c])
+        seg.publish(DONE, e)
+
+    def free(self) -> None:
+        if self.win is not None:
+            self.win.Free()
+            self.win = None

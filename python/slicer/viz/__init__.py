@@ -1,0 +1,48 @@
+"""Seeing the partitioning (layer 10 of docs/architecture.md, between the runtime and the API): memory per
+device (`memory`), which device holds which block of any value (`sharding`, `values`), and where a run's time
+goes (`timeline`). Text needs nothing; PNG files need matplotlib (`pip install 'slicer[viz]'`), imported only
+when a PNG is drawn.
+
+    from slicer.viz import memory_report, value_picture, chrome_trace, timeline_png
+    print(memory_report(prog.graph, prog.original).text())
+    print(value_picture(prog.graph, "w1", prog.original).text())
+"""
+
+from __future__ import annotations
+
+from slicer.core import dtypes
+from slicer.lowering import KernelGraph
+
+from .memory import MemoryReport, memory_report
+from .sharding import ShardingPicture, device_ranges
+from .timeline import chrome_trace, timeline_png, timeline_text, write_chrome_trace
+from .values import describe, global_type, resolve, source_names
+
+
+def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str, str] | None = None,
+                  grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
+    """The sharding picture of a value of `graph`: `what` is an argument index, "arg1", "result0", a kernel-graph
+    name ("%4") or a source name ("w1", with `source` the program's text)."""
+    names = source_names(graph, source) if names is None and source else (names or {})
+    name = resolve(graph, what, names, source)
+    value = graph.values[name]
+    dist, note = global_type(graph, name)
+    if name in graph.results:  # a result is what the blocks assemble into
+        dist, note = graph.result_dists[graph.results.index(name)], ""
+    varying = ()
+    if dist is None:
+        dist, varying = value.dist, value.varying
+    title = f"{describe(graph, name, names)}: {value.dtype}{list(dist.shape)} as {dist} on mesh {graph.mesh}"
+    return ShardingPicture(graph.mesh, dist, title=title, notes=(note,) if note else (),
+                           dtype_size=_itemsize(value.dtype), grid_dims=grid_dims, varying=varying)
+
+
+def _itemsize(element_type: str) -> int | None:
+    """Bytes per element, or None (no byte counts in the picture) for a type numpy lacks, e.g. bf16."""
+    dtype = dtypes.numpy_dtype(element_type)
+    return dtype.itemsize if dtype is not None else None
+
+
+__all__ = ["MemoryReport", "ShardingPicture", "chrome_trace", "describe", "device_ranges", "global_type",
+           "memory_report", "resolve", "source_names", "timeline_png", "timeline_text", "value_picture",
+           "write_chrome_trace"]

@@ -1,0 +1,170 @@
+"""Memory per device: what each device holds of the arguments and results, its peak during the run, and the
+same figures for the unpartitioned program.
+
+The estimate is the kernel graph's liveness (`KernelGraph.live_bytes_per_node`: a value lives from the node
+producing it to its last use, a node's inputs and outputs together) plus the scratch buffers the MPI executor
+of collectives allocates besides its input and output block (`slicer.redistribution.mpi_exec`): a
+`reduce_scatter` along a dim that is not the block's leading one packs its input once, and half-precision
+reductions widen to f32 (MPI has no portable f16 sum). Scratch inside kernels and inside MPI is not counted.
+The unpartitioned program is the same function run whole on one device as one kernel: its arguments and
+results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
+(`slicer.runtime.memory`).
+
+Blocks are even (every dim divides by its tiles), so every device holds blocks of the same sizes: one figure
+per device. (A `permute` that leaves a device's block in place holds one block there, not two; the estimate
+counts two.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slicer.lowering import CollectiveNode, KernelGraph
+from slicer.redistribution import AllReduce, ReduceScatter
+from slicer.runtime.resources import human_bytes
+from slicer.runtime.timings import Timings
+
+from .values import describe, source_names
+
+
+@dataclass(frozen=True)
+class Block:
+    """One argument or result: what to call it, and its bytes per device and whole."""
+
+    label: str
+    type: str  # f32[16, 32] as [[],[y]]
+    bytes_per_device: int
+    global_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes per device of a compiled program (see the module docstring); `measured`: per rank, after a run."""
+
+    devices: int
+    arguments: tuple[Block, ...]
+    results: tuple[Block, ...]
+    timeline: tuple[tuple[str, int], ...]  # ("arguments", bytes), then (node label, bytes during it)
+    peak: int
+    peak_when: str
+    unpartitioned_peak: int
+    measured: tuple[int, ...] = ()
+
+    @property
+    def argument_bytes(self) -> int:
+        return sum(b.bytes_per_device for b in self.arguments)
+
+    @property
+    def result_bytes(self) -> int:
+        return sum(b.bytes_per_device for b in self.results)
+
+    @property
+    def unpartitioned_argument_bytes(self) -> int:
+        return sum(b.global_bytes for b in self.arguments)
+
+    @property
+    def unpartitioned_result_bytes(self) -> int:
+        return sum(b.global_bytes for b in self.results)
+
+    def with_measured(self, timings: Timings | None) -> "MemoryReport":
+        peaks = tuple(timings.peak_bytes) if timings is not None else ()
+        return MemoryReport(self.devices, self.arguments, self.results, self.timeline, self.peak, self.peak_when,
+                            self.unpartitioned_peak, peaks)
+
+    def text(self) -> str:
+        lines = [f"memory per device ({self.devices} devices, each holding blocks of the same sizes; "
+                 "unpartitioned: the whole program on one device):"]
+        width = max((len(b.label) for b in self.arguments + self.results), default=0)
+        type_width = max((len(b.type) for b in self.arguments + self.results), default=0)
+        for title, blocks, total, whole in (("arguments", self.arguments, self.argument_bytes,
+                                             self.unpartitioned_argument_bytes),
+                                            ("results", self.results, self.result_bytes,
+                                             self.unpartitioned_result_bytes)):
+            lines.append(f"  {title + ':':<11}{_size(total):>20}   unpartitioned {_size(whole)}{_ratio(whole, total)}")
+            for b in blocks:
+                lines.append(f"    {b.label:<{width}}  {b.type:<{type_width}}  {_size(b.bytes_per_device):>20} of "
+                             f"{_size(b.global_bytes)}{_fraction(b.global_bytes, b.bytes_per_device)}")
+        lines.append(f"  {'peak:':<11}{_size(self.peak):>20}   {self.peak_when}; unpartitioned "
+                     f"{_size(self.unpartitioned_peak)}{_ratio(self.unpartitioned_peak, self.peak)}")
+        lines.append("    live blocks: " + ", ".join(f"{when} {_short(b)}" for when, b in self.timeline))
+        if self.measured:
+            lines.append(f"  {'measured:':<11}{_size(max(self.measured)):>20}   {self.measured_text()}")
+        return "\n".join(lines)
+
+    def measured_text(self) -> str:
+        """The ranks' measured peak next to the estimate (one line; needs `measured`)."""
+        if not self.measured:
+            return "no run measured (give the Timings of an MPI run)"
+        low, high = min(self.measured), max(self.measured)
+        where = f"{_size(high)} on every rank" if low == high else f"{_size(low)} to {_size(high)} over the ranks"
+        return (f"the most the ranks' executors held at once: {where} ({_vs(high, self.peak)}: {_size(self.peak)} "
+                f"{self.peak_when})")
+
+
+def _size(count: int) -> str:
+    return f"{count} B" if count < 1024 else f"{human_bytes(count)} ({count} B)"
+
+
+def _short(count: int) -> str:
+    return f"{count} B" if count < 10 * 1024 else human_bytes(count)
+
+
+def _ratio(whole: int, part: int) -> str:
+    return f": {whole / part:.2f}x as much" if part and whole != part else ""
+
+
+def _fraction(whole: int, part: int) -> str:
+    return f" (1/{whole // part})" if part and whole != part and whole % part == 0 else ""
+
+
+def _vs(measured: int, estimate: int) -> str:
+    if measured == estimate:
+        return "as estimated"
+    return f"{'+' if measured > estimate else '-'}{_size(abs(measured - estimate))} vs the estimate"
+
+
+def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
+    """Bytes the MPI executor allocates for `node` besides its input and output block (module docstring)."""
+    value, after = graph.values[node.input], graph.values[node.output]
+    size_in = graph.value_bytes(node.input)
+    scratch = 0
+    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_axis])) != 1:
+        scratch += size_in  # the packed send buffer
+    if isinstance(node.step, (AllReduce, ReduceScatter)) and value.numpy_dtype == np.float16:
+        count_in = size_in // value.numpy_dtype.itemsize
+        count_out = graph.value_bytes(after.name) // after.numpy_dtype.itemsize
+        scratch += 4 * (count_in + count_out)  # f32 copies of the send and receive buffers
+    return scratch
+
+
+def _type(graph: KernelGraph, name: str, dist=None) -> str:
+    v = graph.values[name]
+    dist = dist or v.dist
+    return f"{v.dtype}{list(dist.shape)} as {dist}"
+
+
+def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None = None) -> MemoryReport:
+    """The memory figures of `graph` (`source`: the program's text, for the arguments' names)."""
+    names = source_names(graph, source) if source else {}
+    itemsize = {name: v.numpy_dtype.itemsize for name, v in graph.values.items()}
+
+    def whole(name: str, dist) -> int:
+        return int(np.prod(dist.shape, dtype=np.int64)) * itemsize[name]
+
+    arguments = tuple(Block(str(describe(graph, name, names)), _type(graph, name), graph.value_bytes(name),
+                            whole(name, graph.values[name].dist)) for name in graph.args)
+    results = tuple(Block(str(describe(graph, name, names)), _type(graph, name, dist), graph.value_bytes(name),
+                          whole(name, dist)) for name, dist in zip(graph.results, graph.result_dists))
+    timeline = list(graph.live_bytes_per_node())
+    for index, node in enumerate(graph.nodes):
+        if isinstance(node, CollectiveNode):
+            label, live = f"{node.op} {node.input}->{node.output}", timeline[index + 1][1]
+            extra = collective_scratch_bytes(graph, node)
+            timeline[index + 1] = (f"{label} (+{_size(extra)} scratch)" if extra else label, live + extra)
+    at = max(range(len(timeline)), key=lambda i: (timeline[i][1], -i))
+    when = "at the start (arguments)" if at == 0 else f"during {timeline[at][0]}"
+    unpartitioned = sum(b.global_bytes for b in arguments) + sum(b.global_bytes for b in results)
+    return MemoryReport(graph.mesh.device_count, arguments, results, tuple(timeline), timeline[at][1], when,
+                        unpartitioned).with_measured(timings)

@@ -1,0 +1,59 @@
+"""The progress line (slicer.core.progress) appears on terminals only, and compiling kernels draws it."""
+
+import io
+
+import pytest
+
+from slicer.core.progress import PROGRESS_ENV, Progress
+from slicer.lowering import compile_library
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _no_overrides(monkeypatch):
+    monkeypatch.delenv(PROGRESS_ENV, raising=False)
+    monkeypatch.delenv("CI", raising=False)
+
+
+def test_drawn_in_place_on_a_terminal_and_erased_at_the_end():
+    out = Terminal()
+    with Progress("compiling 3 kernels", total=2, stream=out) as progress:
+        progress.step("pipeline")
+        progress.step("llc")
+    text = out.getvalue()
+    assert "\r\x1b[Kcompiling 3 kernels [1/2] pipeline (" in text
+    assert "\r\x1b[Kcompiling 3 kernels [2/2] llc (" in text
+    assert text.endswith("\r\x1b[K") and "\n" not in text
+
+
+@pytest.mark.parametrize("stream,env,drawn", [
+    (io.StringIO(), {}, False),                  # a pipe or a file
+    (Terminal(), {"CI": "true"}, False),         # CI logs
+    (Terminal(), {PROGRESS_ENV: "0"}, False),
+    (io.StringIO(), {PROGRESS_ENV: "1"}, True),
+])
+def test_only_on_terminals(stream, env, drawn, monkeypatch):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with Progress("work", total=1, stream=stream) as progress:
+        progress.step("one")
+    assert bool(stream.getvalue()) == drawn
+
+
+def test_compiling_a_kernel_library_shows_its_stages(tmp_path, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    module = """
+    func.func @double(%a: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = arith.addf %a, %a : tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }"""
+    compile_library(module, cache_dir=tmp_path)
+    text = terminal.getvalue()
+    for stage in ("[1/4] kernel pipeline", "[2/4] mlir-translate", "[3/4] llc -O3", "[4/4] link"):
+        assert f"compiling 1 kernel {stage}" in text
+    assert text.endswith("\r\x1b[K")
