@@ -45,3 +45,23 @@ def test_worklist_equals_asking_every_op(path, tactics, mesh):
 def test_worklist_on_each_law_case(index):
     text = HAND_WRITTEN[index]
     assert propagated(text, None, None, True) == propagated(text, None, None, False)
+
+
+def test_worklist_on_imported_models():
+    """The torch-imported blocks (when torch is installed), both engines, the same program: every strategy of
+    the GPT-2 block, Megatron on nn.TransformerEncoderLayer (the reference engine takes 2 s on its others)."""
+    import importlib.util
+
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    spec = importlib.util.spec_from_file_location("torch_models", EXAMPLES / "torch" / "models.py")
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    for name, build in models.MODELS.items():
+        model, inputs = build()
+        text = slicer.from_torch(model, *inputs).text
+        for strategy, (tactics, axis) in models.STRATEGIES[name].items():
+            if name != "gpt2_block" and strategy != "megatron":
+                continue
+            assert propagated(text, tactics, {axis: 4}, True) == propagated(text, tactics, {axis: 4}, False), \
+                (name, tactics)
