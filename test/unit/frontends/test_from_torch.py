@@ -100,6 +100,20 @@ def test_functions_and_parameters_seen_at_run_time():
         np.testing.assert_allclose(prog.run(x), linear(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_single_head_attention_as_torch_writes_it():
+    """The issue's failing case: Q and K (transposed) loops of different shapes once made an internal error in
+    propagation. With torch-mlir's program as it is (no cleanup) and cleaned up, sequence parallel."""
+    def attention(x, wq, wk, wv):
+        return torch.softmax((x @ wq) @ (x @ wk).T / 4.0, -1) @ (x @ wv)
+
+    inputs = [torch.randn(8, 16)] + [torch.randn(16, 16) for _ in range(3)]
+    want = attention(*inputs).numpy()
+    for cleanup in (False, True):
+        prog = slicer.compile(slicer.from_torch(attention, *inputs, cleanup=cleanup), mesh=slicer.Mesh(y=2),
+                              tactics=slicer.parse_tactics("x.0=y"))
+        assert models.relative_error(prog.run(*inputs), want) <= 1e-5
+
+
 def test_bad_inputs_are_clear_errors(imported):
     _, inputs, program, _ = imported["gpt2_block"]
     with pytest.raises(slicer.FrontendError, match="example input #0 is a str, not a tensor"):
