@@ -33,7 +33,7 @@ from mlir import ir
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function
 from slicer.core.names import ARG_NAME_ATTR
-from slicer.dialect import make_context
+from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
 from .program import ImportedProgram
@@ -159,6 +159,11 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
     arg_names = tuple(input_names + names)
     with make_context():
         module = ir.Module.parse(str(imported))
+        stateful = next((op for op in walk_ops(module.operation) if op.name.startswith("ml_program.")), None)
+        if stateful is not None:
+            training = " (it is in training mode: call .eval() first)" if getattr(model, "training", False) else ""
+            raise FrontendError(f"{what} keeps state between calls ('{stateful.name}', e.g. the random number "
+                                f"generator of dropout){training}; Slicer partitions functions of their inputs")
         func = entry_function(module.operation, ENTRY)
         count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs)
         if count != len(arg_names):

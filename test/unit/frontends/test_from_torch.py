@@ -122,6 +122,9 @@ def test_bad_inputs_are_clear_errors(imported):
         slicer.from_torch(3, torch.randn(2))
     with pytest.raises(slicer.FrontendError, match="torch-mlir could not import the function"):
         slicer.from_torch(lambda a: torch.linalg.eig(a)[0], torch.randn(3, 3))
+    with pytest.raises(slicer.FrontendError, match=r"keeps state between calls \('ml_program.global.*dropout\) "
+                                                   r"\(it is in training mode: call .eval\(\) first\)"):
+        slicer.from_torch(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1)), torch.randn(4, 8))
     prog = slicer.compile(program, mesh=slicer.Mesh(y=2))
     with pytest.raises(slicer.RunError, match=r"takes 1 input\(s\) \(x\); got 2 \(its parameters are bound"):
         prog.run(*inputs, *inputs)
