@@ -1,7 +1,7 @@
 """PyTorch models partitioned end to end on MPI ranks: a GPT-2 block and torch's nn.TransformerEncoderLayer
-(exact gelu, a boolean attention mask), imported with slicer.from_torch, each Megatron-style, sequence-parallel
-and data-parallel on 2 and 4 ranks, equal to torch eager (relative error <= 1e-5). The collectives of each
-strategy are checked on the simulator by test/unit/frontends/test_from_torch.py."""
+(exact gelu, a boolean attention mask), imported with slicer.from_torch, each Megatron-style (exactly two
+all_reduces in the forward pass), sequence-parallel (keys and values gathered) and data-parallel (no
+collective) on 2 and 4 ranks, equal to torch eager (relative error <= 1e-5)."""
 
 import importlib.util
 from pathlib import Path
@@ -11,7 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+from mlir import ir  # noqa: E402
+
 import slicer  # noqa: E402
+from slicer.dialect import make_context  # noqa: E402
+from slicer.spmd import report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("torch_models", ROOT / "examples" / "torch" / "models.py")
@@ -35,5 +39,7 @@ def test_model_on_mpi_ranks_equals_torch(name, strategy, ranks):
     inputs, program, want = imported(name)
     tactics, axis = models.STRATEGIES[name][strategy]
     prog = slicer.compile(program, mesh=slicer.Mesh(**{axis: ranks}), tactics=slicer.parse_tactics(tactics))
+    with make_context():
+        assert [c.op for c in report(ir.Module.parse(prog.spmd)).collectives] == models.COLLECTIVES[strategy]
     got = prog.run(*inputs, ranks=ranks, timeout=300)
     assert models.relative_error(got, want) <= 1e-5
