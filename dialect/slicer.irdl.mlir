@@ -124,4 +124,30 @@ irdl.dialect @slicer {
     %pairs = irdl.base "#builtin.dense_array"
     irdl.attributes {"grid" = %grid, "pairs" = %pairs}
   }
+
+  // `slicer.all_to_all` (issue 16): an all-to-all whose split dim gains the
+  // group's axes in another order than the one the concat dim loses them in.
+  // `shard.all_to_all` numbers the members of a group one way for both sides
+  // (row-major over `grid_axes`): chunk j goes to member j and the pieces are
+  // concatenated in member order. Here the pieces are concatenated in the
+  // order of `grid_axes` (the concat dim's minor axes) while chunk j of
+  // `split_axis` goes to the member whose index over `split_grid_axes` (the
+  // same axes, reordered) is j. Same cost as the plain one; it saves the
+  // permute that would otherwise reorder the axes.
+  // `"slicer.all_to_all"(%t) {grid = @mesh, grid_axes = array<i16: 0, 1>,
+  //   split_grid_axes = array<i16: 1, 0>, split_axis = 1 : index,
+  //   concat_axis = 0 : index}`
+  irdl.operation @all_to_all {
+    %src = irdl.base "!builtin.tensor"
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands(source: %src)
+    irdl.results(result: %res)
+    %grid = irdl.base "#builtin.symbol_ref"
+    %axes = irdl.base "#builtin.dense_array"
+    %split_axes = irdl.base "#builtin.dense_array"
+    %split = irdl.base "#builtin.integer"
+    %concat = irdl.base "#builtin.integer"
+    irdl.attributes {"grid" = %grid, "grid_axes" = %axes, "split_grid_axes" = %split_axes,
+                     "split_axis" = %split, "concat_axis" = %concat}
+  }
 }

@@ -29,11 +29,12 @@ import numpy as np
 from slicer.core import dtypes
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, COLLECTIVE_OPS, DIST_ATTR,
-                               DIST_SOURCE_ATTR, MULTI_INDEX, REDUCE_SCATTER, SPMD_MESH_ATTR)
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
+                               DIST_SOURCE_ATTR, GRID, MULTI_INDEX, REDUCE_SCATTER, REORDERING_ALL_TO_ALL,
+                               SPMD_MESH_ATTR)
 from slicer.dialect import PermuteOp, make_context
 from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter,
-                                   parse_spec)
+                                   parse_spec, subaxes)
 
 STEP_CLASSES = {cls.__name__: cls for cls in (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter)}
 _REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
@@ -42,7 +43,7 @@ _REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
 def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
     """A `slicer.dist` string (`varying=[...]` dropped) with the global shape recovered from the local one."""
     dims, partial = parse_spec(text.split(" varying=")[0])
-    shape = tuple(n * mesh.group_size(d) for n, d in zip(local_shape, dims))
+    shape = tuple(n * subaxes.group_size(mesh, d) for n, d in zip(local_shape, dims))
     return DistType.of(mesh, shape, dims, partial)
 
 
@@ -229,6 +230,18 @@ def _op(x) -> ir.Operation:
     return x.operation if isinstance(x, ir.OpView) else x
 
 
+def _grid_axes(module: ir.Module) -> dict[str, tuple[str, ...]]:
+    """Each `shard.grid` of ``module`` by symbol -> its axes (`slicer.axes`: axis names, or the sub-axes of a
+    grid that refines the mesh's)."""
+    out = {}
+    for op in module.body.operations:
+        op = _op(op)
+        if op.name == GRID and AXES_ATTR in op.attributes and "sym_name" in op.attributes:
+            out[ir.StringAttr(op.attributes["sym_name"]).value] = tuple(
+                ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR]))
+    return out
+
+
 def _deep_ops(op: ir.Operation):
     yield op
     for region in op.regions:
@@ -257,6 +270,7 @@ class _Builder:
             raise KernelGraphError(f"@{self.name} has no '{SPMD_MESH_ATTR}' attribute: run slicer-partition first")
         self.mesh = Mesh.parse(ir.StringAttr(self.func.attributes[SPMD_MESH_ATTR]).value)
         self.block = self.func.regions[0].blocks[0]
+        self.grids = _grid_axes(module)
         self.names: dict = {}
         self.values: dict[str, Value] = {}
         self.kernels = ir.Module.create()
@@ -338,8 +352,19 @@ class _Builder:
     def collective(self, op: ir.Operation) -> CollectiveNode:
         result = op.results[0]
         after = self.op_dist(op, result)
-        names = self.mesh.axis_names
-        axes = tuple(names[i] for i in ir.DenseI16ArrayAttr(op.attributes["grid_axes"])) if "grid_axes" in op.attributes else ()
+        grid = ir.FlatSymbolRefAttr(op.attributes["grid"]).value if "grid" in op.attributes else None
+        # Sub-axes: the op's grid may refine the mesh's (its `slicer.axes` name the parts, e.g. y:(2)2).
+        names = self.grids.get(grid) or self.mesh.axis_names
+
+        def group(attr: str) -> tuple[str, ...]:
+            if attr not in op.attributes:
+                return ()
+            indices = list(ir.DenseI16ArrayAttr(op.attributes[attr]))
+            if any(not 0 <= i < len(names) for i in indices):
+                raise KernelGraphError(f"'{op.name}' names grid axis {max(indices)} but @{grid} has {len(names)} axes")
+            return subaxes.canonical(self.mesh, tuple(names[i] for i in indices))
+
+        axes = group("grid_axes")
 
         def index(name: str) -> int:
             return ir.IntegerAttr(op.attributes[name]).value
@@ -348,6 +373,8 @@ class _Builder:
             step = AllGather(index("gather_axis"), axes, after)
         elif op.name == ALL_TO_ALL:
             step = AllToAll(index("split_axis"), index("concat_axis"), axes, after)
+        elif op.name == REORDERING_ALL_TO_ALL:
+            step = AllToAll(index("split_axis"), index("concat_axis"), axes, after, group("split_grid_axes"))
         elif op.name == ALL_REDUCE:
             kind = str(op.attributes["reduction"]) if "reduction" in op.attributes else "#shard<partial sum>"
             if "sum" not in kind:

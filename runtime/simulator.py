@@ -19,7 +19,7 @@ import numpy as np
 
 from slicer.core.errors import KernelGraphError, SimulationError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions
-from slicer.redistribution import DistType
+from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.simulation import block_slices, groups, initial_blocks, run_step
 
@@ -85,7 +85,7 @@ class SpmdProgram:
 def assemble(mesh, t: DistType, blocks: list, what: str) -> np.ndarray:
     """The global array from every device's block (partial sums added up); replicas must agree."""
     layout = Layout.get(mesh, t.shape)
-    if mesh.group_size(t.partial) > 1:
+    if subaxes.group_size(mesh, t.partial) > 1:  # partial sums may be over parts of axes
         blocks = list(blocks)
         for row in groups(layout, t.partial):
             total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)

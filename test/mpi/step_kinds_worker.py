@@ -1,5 +1,6 @@
 """Runs under mpiexec: every collective step kind, on random layouts whose chunks are not contiguous (gather,
-split and scatter dims behind other dims, several axes per group, odd local sizes, sizes of 1), several dtypes,
+split and scatter dims behind other dims, several axes per group, reordering all-to-alls, odd local sizes, sizes
+of 1), several dtypes,
 executed by the MPI executor blocking, nonblocking (all steps of a mesh in flight at once, completed in reverse
 order) and as programs run twice (reused buffers), each rank's result compared bit for bit with the whole-mesh
 simulator's. Rank 0 prints one JSON line: the cases and the failures."""
@@ -68,7 +69,9 @@ def random_case(rng, mesh: Mesh, kind: str):
     if kind == "all_gather":
         step = AllGather(d, group, before)
     elif kind == "all_to_all":
-        step = AllToAll(e, d, group, before)
+        # half of them reordering (the split dim gains the group's axes in another order), when it can
+        reorder = tuple(str(a) for a in rng.permutation(group)) if len(group) > 1 and rng.integers(2) else None
+        step = AllToAll(e, d, group, before, reorder if reorder != group else None)
     elif kind == "all_slice":
         step = AllSlice(d, group, before)
     elif kind == "all_reduce":
@@ -115,6 +118,8 @@ def large_cases(mesh: Mesh):
         out.append((before, AllGather(1, group, before), dtype))
         before = DistType.of(mesh, (24, 40 * k, 16 * k), ((), group, ()), ())
         out.append((before, AllToAll(2, 1, group, before), dtype))
+        if len(group) > 1:  # reordering: chunks go to the members in the reversed axis order
+            out.append((before, AllToAll(2, 1, group, before, group[::-1]), dtype))
     return [(b, step_with_type(st, apply_rule(st, b, mesh)), d) for b, st, d in out]
 
 

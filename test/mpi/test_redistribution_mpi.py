@@ -1,6 +1,8 @@
 """The MPI executor matches the whole-mesh simulator on 4 and 8 ranks for every benchmark-suite case
-(our plans and the naive ones, several dtypes), and on 2, 4 and 8 ranks for every step kind on random
-layouts, over shared memory and over MPI. Runs the workers under mpiexec with a timeout."""
+(our plans and the naive ones, several dtypes; sub-axes in the types and in the plans, reordering
+all-to-alls), on random reshards with sub-axes (the plans of both objectives), and on 2, 4 and 8 ranks for
+every step kind on random layouts, over shared memory and over MPI. Runs the workers under mpiexec with a
+timeout."""
 
 import json
 import os
@@ -9,11 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from slicer.runtime.mpiexec import wait_environment
+from slicer.lowering import KernelGraph
+from slicer.passes import transform
+from slicer.runtime.launch import launch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "redistribution"))
+from test_subaxes import SPMD_CASES, reshard_program  # noqa: E402 - the programs of the in-process test
 
 WORKER = Path(__file__).with_name("redistribution_worker.py")
+RANDOM = 40  # random reshards with sub-axes per rank count
 
 
 def find_mpiexec():
@@ -31,13 +41,14 @@ def test_mpi_executor_matches_simulator(ranks):
     # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root. Oversubscribed
     # ranks wait sleeping, as the launcher runs them.
     env = dict(os.environ, PYTHONUNBUFFERED="1", **wait_environment(ranks))
-    proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14),
+                           "--random", str(RANDOM)], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ranks"] == ranks
     results = report["results"]
-    assert len(results) == 2 * 4 * 12  # ours + naive, 4 dtypes, 12 cases
+    assert len(results) == 2 * 4 * 16 + 2 * RANDOM  # ours + naive, 4 dtypes, 16 cases; random: both objectives
+    assert sum(r.get("sub_axes", False) for r in results) >= RANDOM // 2  # most random plans use sub-axes
     bad = [r for r in results if not (r["matches_simulator"] and r["correct"])]
     assert not bad, bad
 
@@ -63,3 +74,16 @@ def test_every_step_kind_matches_simulator(ranks, strategy):
     assert set(report["kinds"]) == expected_kinds
     assert report["cases"] >= 100
     assert not report["failures"], report["failures"][:10]
+
+
+@pytest.mark.parametrize("name", ["subaxes", "reorder"])
+def test_partitioned_sub_axes_on_8_ranks(name, tmp_path):
+    """The emitted IR of a plan over sub-axes (a grid refining the mesh) and of a reordering all-to-all
+    (`slicer.all_to_all`), read back into a kernel graph and run on 8 MPI ranks, returns its input."""
+    mesh, shape, src, dst, marker = SPMD_CASES[name]
+    spmd = transform(reshard_program(mesh, shape, src, dst), "slicer-partition")
+    assert marker in spmd
+    data = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.save(tmp_path / "input0.npy", data)
+    (result,), _ = launch(KernelGraph.from_spmd(spmd), tmp_path, 8, inputs=[str(tmp_path / "input0.npy")], timeout=240)
+    np.testing.assert_array_equal(result, data)

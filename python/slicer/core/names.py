@@ -12,6 +12,8 @@ SLICE = "slicer.slice"
 ANNOTATE = "slicer.annotate"
 RANGE_PRODUCT = "slicer.range_product"
 PERMUTE = "slicer.permute"
+REORDERING_ALL_TO_ALL = "slicer.all_to_all"
+"""An all-to-all whose split dim gains the group's axes in another order (`shard.all_to_all` cannot)."""
 # IRDL 22 cannot declare terminators; loop bodies end in the upstream `tosa.yield` (see slicer.irdl.mlir).
 YIELD = "tosa.yield"
 
@@ -37,7 +39,10 @@ DIST_SOURCE_ATTR = "slicer.dist_source"
 SPMD_MESH_ATTR = "slicer.spmd_mesh"
 """On an SPMD `func.func`: the mesh it was partitioned over, as text (`x=2,y=4`, axes major to minor)."""
 AXES_ATTR = "slicer.axes"
-"""On the `shard.grid` that replaces a `slicer.mesh`: the axis names (shard grids have no names)."""
+"""On the `shard.grid` that replaces a `slicer.mesh`: the axis names (shard grids have no names). On a grid that
+refines it (collectives over sub-axes): the sub-axes, e.g. `["x", "y:(1)2", "y:(2)2"]`."""
+REFINES_ATTR = "slicer.refines"
+"""On a `shard.grid` whose axes are parts of another grid's axes (same devices, same linear ranks): that grid."""
 
 # -- upstream ops the SPMD program uses -----------------------------------------------------------------------
 GRID = "shard.grid"
@@ -47,5 +52,5 @@ ALL_TO_ALL = "shard.all_to_all"
 ALL_REDUCE = "shard.all_reduce"
 REDUCE_SCATTER = "shard.reduce_scatter"
 ALL_SLICE = "shard.all_slice"
-COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE)
+COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE, REORDERING_ALL_TO_ALL)
 """Every op that communicates between devices in an SPMD program."""

@@ -4,13 +4,16 @@ Public API::
 
     from slicer.redistribution import Mesh, DistType, plan, Plan, simulate, RedistributionError
 
-Types use the JAX / MLIR ``shard`` text form, axes major to minor: ``[[x,y],[]] partial=[z]``.
+Types use the JAX / MLIR ``shard`` text form, axes major to minor: ``[[x,y],[]] partial=[z]``; parts of
+axes (sub-axes) in Shardy's form, ``y:(1)2``. Plans minimise the estimated time (`CostModel`) or the bytes
+received (``plan(..., cost="bytes")``).
 `Mesh` and `RedistributionError` are defined in `slicer.core` and re-exported here.
 """
 
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
+from .costs import CostModel
 from .collectives import STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
 from .interpret import Trace, interpret
 from .plans import Plan
@@ -21,5 +24,5 @@ from .types import DistType, numpy_dtype, parse_shape, parse_spec
 __all__ = [
     "Mesh", "DistType", "Plan", "plan", "simulate", "simulate_blocks", "initial_blocks", "interpret", "Trace",
     "RedistributionError", "Step", "AllSlice", "AllGather", "AllToAll", "Permute", "AllReduce", "ReduceScatter",
-    "STEP_TYPES", "numpy_dtype", "parse_shape", "parse_spec",
+    "STEP_TYPES", "numpy_dtype", "parse_shape", "parse_spec", "CostModel",
 ]

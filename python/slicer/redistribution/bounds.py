@@ -1,5 +1,12 @@
 """The admissible bounds of the plan search (the A* heuristic), kept apart from the moves and the driver.
 
+Every bound is computed on two quantities, each consistent on its own: the elements still to be received
+by all devices together (*total*, what the ``bytes`` objective minimises and the ``time`` objective uses to
+break ties), and by the busiest device summed over the remaining steps (*busiest*, what the ``time``
+objective pays for), plus the number of communicating steps still needed (*steps*, each of which pays a
+latency). `costs.Pricing` combines them into the search's scalar cost. Where the total counts a permute as moving at least ``1 - 1/s`` of the devices (see
+``_middle_bound``), the busiest device of any permute that moves something receives a whole block.
+
 Two consistent bounds, combined by ``max`` (see ``search.py`` for the search they guide):
 
 - *overlap*: the elements of each device's target block it does not hold now (all of them while a partial
@@ -20,34 +27,50 @@ import math
 
 import numpy as np
 
-UNREACHABLE = 1 << 62  # heuristic value of a state from which the target cannot be reached
+UNREACHABLE = 1 << 200  # heuristic value of a state from which the target cannot be reached (above any cost)
+NONE = (float(UNREACHABLE), UNREACHABLE, 0)  # (busiest, total, steps) of such a state
 EXACT_RESOLUTIONS = 2  # shrinking nodes with more unresolved partial axes bound their resolution choice-free
 RELAX_ABOVE = 3  # shrinking nodes with more unused axes than this bound their extensions without listing them
+
+
+def whole(x: float) -> int:
+    """The least integer that is at least ``x``, but for floating-point rounding: the bounds are computed
+    as fractions in floating point, whereas the costs they bound are whole numbers of elements. Rounding
+    up (after a margin far above the rounding error) keeps a bound that is a whole number in exact
+    arithmetic exactly that number, which matters: a bound a hair below the cost of the best plan would
+    leave every node on every equally good plan below it, all to be expanded. Consistent, since the
+    costs added along a move are whole numbers."""
+    return max(0, math.ceil(x - abs(x) * 1e-12 - 1e-9))
 
 
 class Bounds:
     """The heuristic of `search.Search` (mixin): consistent lower bounds on the cost still to pay."""
 
 
-    def overlap_bound(self, state) -> int:
-        """Elements of their target blocks the devices do not hold (all while an unwanted partial sum is
-        unresolved): the traffic lower bound. Consistent: a step receiving ``c`` elements in total raises
-        the devices' overlap with their targets by at most ``c``."""
+    def overlap_pair(self, state) -> tuple[int, int]:
+        """(busiest, total): the elements of its target block the neediest device does not hold, and that
+        all devices together do not hold (every target element while an unwanted partial sum is
+        unresolved): the traffic lower bound. Consistent: a step receiving ``c`` elements in total (``b``
+        on its busiest device) raises the devices' overlap with their targets by at most ``c`` (and each
+        device's by at most ``b``)."""
         value = self._overlap_h.get(state)
         if value is None:
             dims, partial = state
-            full = self.n * self.target_size
             if any(a not in self.dst[1] for a in partial):
-                value = full
+                value = (self.target_size, self.n * self.target_size)
             else:
-                value = full - int(self.layout.overlap_dims(dims, self.dst[0]).sum())
+                missing = self.target_size - self.layout.overlap_dims(dims, self.dst[0])
+                value = (int(missing.max()), int(missing.sum()))
             self._overlap_h[state] = value
         return value
 
+    def overlap_bound(self, state) -> int:
+        """The overlap bound in the search's cost units."""
+        return self.pricing.bound(*self.overlap_pair(state))
+
     def _elements(self, L: int, fraction: float) -> int:
-        """``n L fraction`` rounded down, and a little further: the bounds below are computed as fractions
-        of ``n L`` in floating point, and the margin keeps rounding from ever overestimating."""
-        return int(self.n * L * fraction * (1 - 1e-9))
+        """``n L fraction`` as an integer lower bound on a number of elements (see `whole`)."""
+        return whole(self.n * L * fraction)
 
     def products_cost(self, p: tuple[int, ...]) -> float:
         """Lower bound, as a fraction of ``n L``, on the all-to-all traffic still needed by a constant-size
@@ -151,15 +174,16 @@ class Bounds:
                 value += 1.0 - 1.0 / self.group(g[j:])
         return value
 
-    def _middle_bound(self, moved_products: float, order: float) -> float:
+    def _middle_bound(self, moved_products: float, order: float, floor: float | None = None) -> float:
         """Combine the products bound with the order bound (fractions of ``n L``): a plan without
         permutes pays the order bound; one with a permute pays the products bound plus the cheapest
         permute. A permute between two types changes the place (dim, or weight within the dim) of at
         least two axes -- one alone cannot move without changing some dim's group size or another axis's
         weight -- and for fixed other coordinates at most one of a changed axis's ``s`` coordinates gives
         a device the same block, so it moves all devices but a ``1/s`` share, ``s`` at least the second
-        smallest axis size."""
-        return max(moved_products, min(order, moved_products + self.permute_floor))
+        smallest axis size. For the busiest device (``floor=1``) any permute costs a whole block."""
+        floor = self.permute_floor if floor is None else floor
+        return max(moved_products, min(order, moved_products + floor))
 
     def resolution(self, partial: tuple) -> tuple[tuple[str, ...], float]:
         """(the partial axes the target does not keep, the least cost of resolving them all as a fraction
@@ -176,12 +200,18 @@ class Bounds:
             out = self._resolution[partial] = (unresolved, 2.0 * (1.0 - 1.0 / self.group(unresolved)))
         return out
 
-    def constant_size_bound(self, state) -> int:
-        """Heuristic of a constant-size (phase >= 1) node: all-to-all and permute traffic (see
-        ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved partial
-        sums still need (``resolution``: only an all-reduce can resolve them now, and it changes no
-        dim, so its cost adds to the others), then the gathers, which cost exactly ``n (T - L)``. Every
-        part drops by at most the cost of the move taken, so it is consistent."""
+    def constant_size_bound(self, state) -> tuple[float, int]:
+        """(busiest, total, steps) bound of a constant-size (phase >= 1) node: all-to-all and permute
+        traffic (see ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved
+        partial sums still need (``resolution``: only an all-reduce can resolve them now, and it changes
+        no dim, so its cost adds to the others), then the gathers, which cost exactly ``n (T - L)``
+        (``T - L`` on every device). Every part drops by at most the cost of the move taken, so it is
+        consistent. All these collectives but the permute give every device the same share.
+
+        Steps: one all-to-all or permute if the middle part is positive (gathers cannot fix what it
+        counts: the gathers the search allows only drop axes the target leaves free), one gather if the
+        block must grow, one all-reduce if partial sums are unresolved -- three kinds of step, each move
+        being one of them, so the count drops by at most one per step."""
         value = self._constant_h.get(state)
         if value is None:
             dims, partial = state
@@ -194,19 +224,24 @@ class Bounds:
                 into += facts[2]
             moved = self.products_cost(tuple(products))
             if moved == math.inf:
-                value = UNREACHABLE
+                value = NONE
             else:
                 L = self.elements // total
-                middle = self._middle_bound(moved, out if out > into else into) + self.resolution(partial)[1]
-                value = self.n * (self.target_size - L) + self._elements(L, middle)
+                order = out if out > into else into
+                resolve = self.resolution(partial)[1]
+                growth = self.target_size - L
+                middle = self._middle_bound(moved, order, 1.0)
+                value = (growth + L * (middle + resolve),
+                         self.n * growth + self._elements(L, self._middle_bound(moved, order) + resolve),
+                         (middle > 0) + (growth > 0) + (resolve > 0))
             self._constant_h[state] = value
         return value
 
-    def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> int:
-        """Heuristic of a shrinking-phase (phase 0) node: the least constant-size bound over the products
-        it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering unresolved
-        partial axes, with the order bound's leaving part (slices append, so they never shorten a dim's
-        wrong suffix) or its entering part relaxed for the slices still possible
+    def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> tuple[float, int]:
+        """(busiest, total, steps) bound of a shrinking-phase (phase 0) node: the least constant-size bound over
+        the products it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering
+        unresolved partial axes, with the order bound's leaving part (slices append, so they never
+        shorten a dim's wrong suffix) or its entering part relaxed for the slices still possible
         (``entering_after_slices``), plus the cost of resolving the partial sums.
 
         That last cost depends on how each unresolved axis is resolved: reduce-scattered onto a dim
@@ -214,7 +249,9 @@ class Bounds:
         size ``L`` at the end of the shrinking phase) or all-reduced with the others left (``2 (1 - 1/K)``
         of at least ``L``). With up to ``EXACT_RESOLUTIONS`` such axes every choice is bounded apart;
         with more, the choice-free bound of ``resolution``. Each move narrows the choices and lowers the
-        resolution term by at most its own cost, so the bound stays consistent."""
+        resolution term by at most its own cost, so the bound stays consistent (each of its parts is the
+        least over the choices on its own). Steps: as for a constant-size node, plus one reduce-scatter
+        per axis a choice reduce-scatters."""
         unresolved, resolve_all = self.resolution(partial)
         slices = tuple(a for a in info.unused(self) if a not in partial)
         addable = tuple(a for a in info.unused(self) if a in slices or a in unresolved)
@@ -222,23 +259,28 @@ class Bounds:
         key = (info.products, slices, unresolved, out)
         value = self._shrinking_h.get(key)
         if value is None:
-            value = UNREACHABLE
+            busiest, total, steps = NONE
+            steps = 1 << 30
             if len(unresolved) > EXACT_RESOLUTIONS:
-                choices = [(info.products, addable, resolve_all)]
+                choices = [(info.products, addable, resolve_all, 1)]
             else:
-                choices = [(products, slices, extra)
-                           for products, extra in self._resolution_choices(info.products, unresolved)]
-            for products, free, extra in choices:
+                # axes left to the all-reduce may be sliced once it has run (it may run while shrinking)
+                choices = [(products, slices + left, extra, count)
+                           for products, extra, count, left in self._resolution_choices(info.products, unresolved)]
+            for products, free, extra, count in choices:
                 for L, moved in self._reachable_sizes(products, free):
-                    bound = self.n * (self.target_size - L) + self._elements(L, self._middle_bound(moved, out) + extra)
-                    value = min(value, bound)
-            self._shrinking_h[key] = value
+                    growth = self.target_size - L
+                    middle = self._middle_bound(moved, out, 1.0)
+                    total = min(total, self.n * growth + self._elements(L, self._middle_bound(moved, out) + extra))
+                    busiest = min(busiest, growth + L * (middle + extra))
+                    steps = min(steps, count + (middle > 0) + (growth > 0))
+            value = self._shrinking_h[key] = (busiest, total, 0 if steps == 1 << 30 else steps)
         return value
 
     def _resolution_choices(self, products: tuple, unresolved: tuple) -> list:
-        """(products after the reduce-scatters, resolution cost as a fraction of ``n L``) for each way of
-        resolving ``unresolved``: each axis reduce-scattered onto one of the dims or left to one
-        all-reduce."""
+        """(products after the reduce-scatters, resolution cost as a fraction of ``n L``, steps, the axes left
+        to the all-reduce) for each way of resolving ``unresolved``: each axis reduce-scattered onto one of
+        the dims (a step each) or left to one all-reduce (one step for all of them)."""
         out = []
         rank = len(products)
         for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
@@ -250,7 +292,9 @@ class Bounds:
                 else:
                     grown[d] *= k
                     scattered += k - 1
-            out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced)))
+            steps = sum(d >= 0 for d in where) + (reduced > 1)
+            left = tuple(a for a, d in zip(unresolved, where) if d < 0)
+            out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced), steps, left))
         return out
 
     def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
@@ -315,10 +359,10 @@ class Bounds:
             self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape)))
         return self._all_rows
 
-    def cheap_h(self, state, phase: int) -> int:
-        """The structural part of the heuristic: dictionary lookups once the search is warm."""
+    def structural_pair(self, state, phase: int) -> tuple[float, int, int]:
+        """(busiest, total, steps) of the structural bound (see ``cheap_h``)."""
         if self._uninformed:
-            return self.growth_bound(state[0]) if self.cap is not None and self.informed else 0
+            return self.growth_pair(state[0]) if self.cap is not None and self.informed else (0, 0, 0)
         if phase:
             value = self._constant_h.get(state)
             return value if value is not None else self.constant_size_bound(state)
@@ -327,22 +371,35 @@ class Bounds:
             value = self._shrinking_state_h[state] = self.shrinking_bound(self.info(state[0]), state[1])
         return value
 
-    def growth_bound(self, dims: tuple) -> int:
+    def cheap_h(self, state, phase: int) -> int:
+        """The structural part of the heuristic, in cost units: dictionary lookups once the search is warm."""
+        key = (state, phase)
+        value = self._cheap.get(key)
+        if value is None:
+            pair = self.structural_pair(state, phase)
+            value = self._cheap[key] = UNREACHABLE if pair[1] >= UNREACHABLE else self.pricing.bound(*pair)
+        return value
+
+    def growth_pair(self, dims: tuple) -> tuple[int, int, int]:
         """The structural bound of the capped search (steps in any order): only gathers grow a block, a
         gather from ``L`` to ``k L`` costs ``n (k L - L)``, so a block smaller than the target's must still
-        receive ``n (T - L)``. Consistent: a gather lowers it by at most its cost, other moves keep or
-        raise it."""
-        return self.n * max(0, self.target_size - self.info(dims).size)
+        receive ``n (T - L)`` (``T - L`` on every device). Consistent: a gather lowers it by at most its
+        cost, other moves keep or raise it."""
+        growth = max(0, self.target_size - self.info(dims).size)
+        return growth, self.n * growth, int(growth > 0)
 
     def h(self, state, phase: int) -> int:
-        """The full heuristic of a node: max of the overlap and structural bounds. The overlap bound
-        never exceeds ``n T`` (every target element everywhere), so when the structural bound already
+        """The full heuristic of a node: max of the overlap and structural bounds, part by part. The
+        overlap bound never exceeds ``T`` per device (``n T`` in all), so when the structural bound already
         does, its per-device computation is skipped."""
         if not self.informed:
             return 0
-        structural = self.cheap_h(state, phase)
-        if structural >= self.n * self.target_size:
-            return structural
-        return max(self.overlap_bound(state), structural)
+        busiest, total, steps = self.structural_pair(state, phase)
+        if total >= UNREACHABLE:
+            return UNREACHABLE
+        if total >= self.n * self.target_size and busiest >= self.target_size:
+            return self.pricing.bound(busiest, total, steps)
+        over_busiest, over_total = self.overlap_pair(state)
+        return self.pricing.bound(max(busiest, over_busiest), max(total, over_total), steps)
 
     # -- moves ----------------------------------------------------------------------------------------

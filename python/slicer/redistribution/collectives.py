@@ -32,6 +32,7 @@ import numpy as np
 from slicer.core.errors import RedistributionError
 from .layout import Layout, nontrivial_partial
 from slicer.core.mesh import Mesh
+from . import subaxes
 from .types import DistType
 
 
@@ -46,29 +47,71 @@ def _check_axes(mesh: Mesh, axes: tuple[str, ...], op: str) -> None:
     if len(set(axes)) != len(axes):
         raise RedistributionError(f"{op}: mesh_axes {list(axes)} repeats an axis")
     for a in axes:
-        mesh.axis_index(a)
+        problem = subaxes.token_error(mesh, a)
+        if problem:
+            raise RedistributionError(f"{op}: {problem}; the mesh {mesh} has axes {', '.join(mesh.axis_names)}")
+    problem = subaxes.overlap_error(mesh, [(a, "mesh_axes") for a in axes], f"[{','.join(axes)}]")
+    if problem:
+        raise RedistributionError(f"{op}: {problem}")
 
 
-def _check_suffix(t: DistType, dim: int, axes: tuple[str, ...], op: str) -> None:
-    if t.dims[dim][len(t.dims[dim]) - len(axes):] != axes or len(axes) > len(t.dims[dim]):
+def _parts(mesh: Mesh, t: DistType, *groups: tuple[str, ...]) -> dict:
+    """The common refinement of ``t``'s tokens and ``groups`` (see `subaxes.atoms`)."""
+    texts = [a for d in t.dims for a in d] + list(t.partial) + [a for g in groups for a in g]
+    return subaxes.atoms(mesh, texts)
+
+
+def _suffix_cut(mesh: Mesh, t: DistType, dim: int, axes: tuple[str, ...], op: str) -> tuple[str, ...]:
+    """The axes of dim ``dim`` that remain once its minor suffix ``axes`` is taken away (raises if ``axes``
+    is not a minor suffix of the dim, part by part)."""
+    row = t.dims[dim]
+    if row[len(row) - len(axes):] == axes and len(axes) <= len(row):
+        return row[:len(row) - len(axes)]
+    parts = _parts(mesh, t, axes)
+    have, take = subaxes.expand(parts, row), subaxes.expand(parts, axes)
+    if len(take) > len(have) or have[len(have) - len(take):] != take:
         raise RedistributionError(
             f"{op}: mesh axes [{','.join(axes)}] are not the finest (last) tiles of dim {dim} in {t}; "
-            f"only a minor suffix of [{','.join(t.dims[dim])}] can be gathered")
+            f"only a minor suffix of [{','.join(row)}] can be gathered")
+    return subaxes.canonical(mesh, have[:len(have) - len(take)])
 
 
-def _check_unused(t: DistType, axes: tuple[str, ...], op: str) -> None:
+def _check_unused(mesh: Mesh, t: DistType, axes: tuple[str, ...], op: str) -> None:
     used = t.used_axes()
-    for a in axes:
-        if a in used:
-            raise RedistributionError(f"{op}: mesh axis '{a}' is already used in {t}; slice only by unused axes")
+    if not any(subaxes.is_sub_axis(a) for a in axes) and not t.has_sub_axes():
+        for a in axes:
+            if a in used:
+                raise RedistributionError(f"{op}: mesh axis '{a}' is already used in {t}; slice only by unused axes")
+        return
+    places = [(a, "the type") for a in used] + [(a, op) for a in axes]
+    if subaxes.overlap_error(mesh, places, str(t)):
+        raise RedistributionError(f"{op}: mesh axes [{','.join(axes)}] overlap the axes used in {t}; slice only "
+                                  "by unused axes (or unused parts of axes)")
 
 
 def _check_divisible(mesh: Mesh, t: DistType, dim: int, axes: tuple[str, ...], op: str) -> None:
     local = t.local_shape(mesh)[dim]
-    k = mesh.group_size(axes)
+    k = subaxes.group_size(mesh, axes)
     if local % k:
         raise RedistributionError(
             f"{op}: local size {local} of dim {dim} in {t} is not divisible by {k} = |{','.join(axes)}|")
+
+
+def _appended(mesh: Mesh, row: tuple[str, ...], axes: tuple[str, ...]) -> tuple[str, ...]:
+    return subaxes.canonical(mesh, row + axes)
+
+
+def _without_partial(mesh: Mesh, t: DistType, axes: tuple[str, ...], op: str) -> tuple[str, ...]:
+    """``t``'s partial axes once ``axes`` are resolved (raises if one of ``axes`` is not partial)."""
+    if all(a in t.partial for a in axes):
+        return tuple(a for a in t.partial if a not in axes)
+    parts = _parts(mesh, t, axes)
+    have = subaxes.expand(parts, t.partial)
+    for a in subaxes.expand(parts, axes):
+        if a not in have:
+            raise RedistributionError(f"{op}: mesh axis '{a}' is not a partial-sum axis of {t}")
+    drop = set(subaxes.expand(parts, axes))
+    return subaxes.canonical_set(mesh, [a for a in have if a not in drop])
 
 
 def _replace_dim(dims, dim, axes):
@@ -86,9 +129,9 @@ class AllSlice:
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         _check_dim(before, self.slice_axis, "all_slice: slice_axis")
         _check_axes(mesh, self.mesh_axes, self.op)
-        _check_unused(before, self.mesh_axes, self.op)
+        _check_unused(mesh, before, self.mesh_axes, self.op)
         _check_divisible(mesh, before, self.slice_axis, self.mesh_axes, self.op)
-        dims = _replace_dim(before.dims, self.slice_axis, before.dims[self.slice_axis] + self.mesh_axes)
+        dims = _replace_dim(before.dims, self.slice_axis, _appended(mesh, before.dims[self.slice_axis], self.mesh_axes))
         return DistType(before.shape, dims, before.partial)
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
@@ -109,12 +152,11 @@ class AllGather:
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         _check_dim(before, self.gather_axis, "all_gather: gather_axis")
         _check_axes(mesh, self.mesh_axes, self.op)
-        _check_suffix(before, self.gather_axis, self.mesh_axes, self.op)
-        kept = before.dims[self.gather_axis][:len(before.dims[self.gather_axis]) - len(self.mesh_axes)]
+        kept = _suffix_cut(mesh, before, self.gather_axis, self.mesh_axes, self.op)
         return DistType(before.shape, _replace_dim(before.dims, self.gather_axis, kept), before.partial)
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
-        k = layout.mesh.group_size(self.mesh_axes)
+        k = subaxes.group_size(layout.mesh, self.mesh_axes)
         return np.full(layout.device_count, (k - 1) * before.local_size(layout.mesh), dtype=np.int64)
 
     def fields(self) -> dict:
@@ -123,12 +165,23 @@ class AllGather:
 
 @dataclass(frozen=True)
 class AllToAll:
-    """Split ``split_axis`` into K chunks, send chunk j to group member j, concatenate along ``concat_axis``."""
+    """Split ``split_axis`` into K chunks, send chunk j to group member j, concatenate along ``concat_axis``.
+
+    Members are numbered over ``mesh_axes`` (major to minor), the minor suffix of ``concat_axis`` that the
+    step takes away. With ``split_mesh_axes`` (the same axes in another order) chunk j goes instead to the
+    member whose index over ``split_mesh_axes`` is j, so ``split_axis`` gains the axes in that order: a
+    *reordering* all-to-all, which saves the permute that would otherwise put them in order (same cost)."""
     split_axis: int
     concat_axis: int
     mesh_axes: tuple[str, ...]
     type_after: DistType
+    split_mesh_axes: tuple[str, ...] | None = None
     op: ClassVar[str] = "all_to_all"
+
+    @property
+    def split_order(self) -> tuple[str, ...]:
+        """The order in which ``split_axis`` gains the axes (``mesh_axes`` unless reordering)."""
+        return self.mesh_axes if self.split_mesh_axes is None else self.split_mesh_axes
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         _check_dim(before, self.split_axis, "all_to_all: split_axis")
@@ -136,19 +189,28 @@ class AllToAll:
         if self.split_axis == self.concat_axis:
             raise RedistributionError("all_to_all: split_axis and concat_axis must differ")
         _check_axes(mesh, self.mesh_axes, self.op)
-        _check_suffix(before, self.concat_axis, self.mesh_axes, self.op)
+        order = self.split_order
+        if order != self.mesh_axes:
+            _check_axes(mesh, order, self.op)
+            parts = _parts(mesh, before, self.mesh_axes, order)
+            if sorted(subaxes.expand(parts, order)) != sorted(subaxes.expand(parts, self.mesh_axes)):
+                raise RedistributionError(f"all_to_all: split_mesh_axes [{','.join(order)}] are not the mesh_axes "
+                                          f"[{','.join(self.mesh_axes)}] in another order")
+        kept = _suffix_cut(mesh, before, self.concat_axis, self.mesh_axes, self.op)
         _check_divisible(mesh, before, self.split_axis, self.mesh_axes, self.op)
-        c = before.dims[self.concat_axis]
-        dims = _replace_dim(before.dims, self.concat_axis, c[:len(c) - len(self.mesh_axes)])
-        dims = _replace_dim(dims, self.split_axis, dims[self.split_axis] + self.mesh_axes)
+        dims = _replace_dim(before.dims, self.concat_axis, kept)
+        dims = _replace_dim(dims, self.split_axis, _appended(mesh, dims[self.split_axis], order))
         return DistType(before.shape, dims, before.partial)
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
-        k = layout.mesh.group_size(self.mesh_axes)
+        k = subaxes.group_size(layout.mesh, self.mesh_axes)
         return np.full(layout.device_count, (k - 1) * (before.local_size(layout.mesh) // k), dtype=np.int64)
 
     def fields(self) -> dict:
-        return {"split_axis": self.split_axis, "concat_axis": self.concat_axis, "mesh_axes": list(self.mesh_axes)}
+        out = {"split_axis": self.split_axis, "concat_axis": self.concat_axis, "mesh_axes": list(self.mesh_axes)}
+        if self.split_mesh_axes is not None and self.split_mesh_axes != self.mesh_axes:
+            out["split_mesh_axes"] = list(self.split_mesh_axes)
+        return out
 
 
 @dataclass(frozen=True)
@@ -240,13 +302,10 @@ class AllReduce:
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         _check_axes(mesh, self.mesh_axes, self.op)
-        for a in self.mesh_axes:
-            if a not in before.partial:
-                raise RedistributionError(f"all_reduce: mesh axis '{a}' is not a partial-sum axis of {before}")
-        return DistType(before.shape, before.dims, tuple(a for a in before.partial if a not in self.mesh_axes))
+        return DistType(before.shape, before.dims, _without_partial(mesh, before, self.mesh_axes, self.op))
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
-        k = layout.mesh.group_size(self.mesh_axes)
+        k = subaxes.group_size(layout.mesh, self.mesh_axes)
         local = before.local_size(layout.mesh)
         return np.full(layout.device_count, -(-2 * (k - 1) * local // k), dtype=np.int64)
 
@@ -265,15 +324,13 @@ class ReduceScatter:
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         _check_dim(before, self.scatter_axis, "reduce_scatter: scatter_axis")
         _check_axes(mesh, self.mesh_axes, self.op)
-        for a in self.mesh_axes:
-            if a not in before.partial:
-                raise RedistributionError(f"reduce_scatter: mesh axis '{a}' is not a partial-sum axis of {before}")
+        partial = _without_partial(mesh, before, self.mesh_axes, self.op)
         _check_divisible(mesh, before, self.scatter_axis, self.mesh_axes, self.op)
-        dims = _replace_dim(before.dims, self.scatter_axis, before.dims[self.scatter_axis] + self.mesh_axes)
-        return DistType(before.shape, dims, tuple(a for a in before.partial if a not in self.mesh_axes))
+        dims = _replace_dim(before.dims, self.scatter_axis, _appended(mesh, before.dims[self.scatter_axis], self.mesh_axes))
+        return DistType(before.shape, dims, partial)
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
-        k = layout.mesh.group_size(self.mesh_axes)
+        k = subaxes.group_size(layout.mesh, self.mesh_axes)
         return np.full(layout.device_count, (k - 1) * (before.local_size(layout.mesh) // k), dtype=np.int64)
 
     def fields(self) -> dict:

@@ -1,7 +1,9 @@
 """Where every device's block lies: vectorised per-device geometry of distributed types on a mesh.
 
 Used by the typing rules (permute validity), the cost model (bytes received, lower bound) and the
-simulator. All arrays are indexed by device linear rank (row-major mesh coordinates).
+simulator. All arrays are indexed by device linear rank (row-major mesh coordinates). Axes may be
+sub-axes (``y:(1)2``, see `subaxes`): a device's coordinate along one is derived from its coordinate along
+the whole axis.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from slicer.core.mesh import Mesh
+from . import subaxes
 from .types import DistType
 
 
@@ -27,6 +30,7 @@ class Layout:
             coords.append(ranks % size)
             ranks = ranks // size
         self.coords = {name: c for name, c in zip(mesh.axis_names, reversed(coords))}
+        self._axis_coords: dict[str, np.ndarray] = {}
         self.device_count = n
         self._group_cache: dict[tuple[str, ...], np.ndarray] = {}
         self._id_cache: dict[DistType, np.ndarray] = {}
@@ -38,26 +42,36 @@ class Layout:
         """A shared (cached) layout for ``mesh`` and ``shape``."""
         return Layout(mesh, tuple(shape))
 
+    def coord(self, axis: str) -> np.ndarray:
+        """Each device's coordinate along the axis or sub-axis ``axis``."""
+        found = self.coords.get(axis)
+        if found is None:
+            found = self._axis_coords.get(axis)
+            if found is None:
+                name, _, k, stride = subaxes.extent(self.mesh, axis)
+                found = self._axis_coords[axis] = (self.coords[name] // stride) % k
+        return found
+
     def group_index(self, axes: tuple[str, ...]) -> np.ndarray:
         """Each device's linear index within its group over ``axes`` (major to minor)."""
         cached = self._group_cache.get(axes)
         if cached is None:
             cached = np.zeros(self.device_count, dtype=np.int64)
             for axis in axes:
-                cached = cached * self.mesh.size(axis) + self.coords[axis]
+                cached = cached * subaxes.size(self.mesh, axis) + self.coord(axis)
             self._group_cache[axes] = cached
         return cached
 
     def group_key(self, axes: tuple[str, ...]) -> np.ndarray:
-        """Identifies each device's group over ``axes``: the linear index over all *other* mesh axes."""
-        rest = tuple(a for a in self.mesh.axis_names if a not in axes)
-        return self.group_index(rest)
+        """Identifies each device's group over ``axes``: its linear index over all the *other* parts of the
+        mesh (whole axes not in ``axes``, and the parts of partly used axes that ``axes`` leave out)."""
+        return self.group_index(complement(self.mesh, axes))
 
     def block_ranges(self, t: DistType) -> list[tuple[np.ndarray, int]]:
         """Per dim: (start offsets per device, local length)."""
         out = []
         for size, axes in zip(self.shape, t.dims):
-            length = size // self.mesh.group_size(axes)
+            length = size // subaxes.group_size(self.mesh, axes)
             out.append((self.group_index(axes) * length, length))
         return out
 
@@ -73,9 +87,9 @@ class Layout:
         if cached is None:
             cached = np.zeros(self.device_count, dtype=np.int64)
             for axes in dims:
-                cached = cached * self.mesh.group_size(axes) + self.group_index(axes)
+                cached = cached * subaxes.group_size(self.mesh, axes) + self.group_index(axes)
             for axis in partial:
-                cached = cached * self.mesh.size(axis) + self.coords[axis]
+                cached = cached * subaxes.size(self.mesh, axis) + self.coord(axis)
             self._id_cache[key] = cached
         return cached
 
@@ -89,7 +103,7 @@ class Layout:
             key = (d, da, db)
             ov = self._overlap_cache.get(key)
             if ov is None:
-                la, lb = size // self.mesh.group_size(da), size // self.mesh.group_size(db)
+                la, lb = size // subaxes.group_size(self.mesh, da), size // subaxes.group_size(self.mesh, db)
                 sa, sb = self.group_index(da) * la, self.group_index(db) * lb
                 ov = np.maximum(np.minimum(sa + la, sb + lb) - np.maximum(sa, sb), 0)
                 self._overlap_cache[key] = ov
@@ -99,8 +113,30 @@ class Layout:
         return total
 
 
+def complement(mesh: Mesh, axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The parts of the mesh that ``axes`` (axes or sub-axes) leave out, in mesh order: whole axes that
+    ``axes`` do not touch, and the gaps of axes they use in part."""
+    if not any(subaxes.is_sub_axis(a) for a in axes):
+        return tuple(a for a in mesh.axis_names if a not in axes)
+    used: dict[str, list] = {}
+    for a in axes:
+        name, pre, k, _ = subaxes.extent(mesh, a)
+        used.setdefault(name, []).append((pre, pre * k))
+    out = []
+    for name, n in mesh.axes:
+        if name not in used:
+            out.append(name)
+            continue
+        at = 1
+        for pre, end in sorted(used[name]) + [(n, n)]:
+            if pre > at:
+                out.append(subaxes.token(name, at, pre // at, n))
+            at = max(at, end)
+    return tuple(out)
+
+
 def nontrivial_partial(mesh: Mesh, t: DistType) -> tuple[str, ...]:
-    return tuple(a for a in t.partial if mesh.size(a) > 1)
+    return tuple(a for a in t.partial if subaxes.size(mesh, a) > 1)
 
 
 def lower_bound_elements(layout: Layout, src: DistType, dst: DistType) -> np.ndarray:

@@ -10,7 +10,8 @@ Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
   step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
   with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
   stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
-- over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall``, permute -> ``Sendrecv``,
+- over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall`` (a reordering one packs its
+  chunks in its receivers' order), permute -> ``Sendrecv``,
   all_reduce -> ``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``, on contiguous buffers: a step
   whose chunks are not contiguous (a gather, split or scatter along a dim that is not leading) packs or
   unpacks them with one numpy strided copy (:mod:`.packing`, which says why not MPI datatypes).
@@ -39,8 +40,8 @@ from time import perf_counter
 
 import numpy as np
 
+from . import communicators, shm, subaxes
 from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
-from . import shm
 from .packing import Chunks
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
@@ -117,6 +118,7 @@ class StepProgram:
         self.owned_out = None  # an output block owned by this program (PlanProgram's intermediates)
         self.shm = None  # the shared-memory form of the step, when the group is on one host
         self.release = None  # called when a started step completes (MeshExecutor.start's pool)
+        self.order = None  # a reordering all-to-all: the chunk of the split dim each member receives
         MPI = _mpi()
         if isinstance(step, Permute):
             self._init_permute(ex)
@@ -125,7 +127,7 @@ class StepProgram:
             if ex.strategy == "shm" and ex.use_shm(self.comm):
                 self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
             return
-        self.k = ex.mesh.group_size(step.mesh_axes)
+        self.k = subaxes.group_size(ex.mesh, step.mesh_axes)
         self.comm = None if isinstance(step, AllSlice) else ex.sub(step.mesh_axes)
         use_shm = self.comm is not None and ex.use_shm(self.comm)
         mpi = not use_shm  # MPI needs contiguous buffers; shared memory packs while copying in and out
@@ -146,7 +148,10 @@ class StepProgram:
         elif isinstance(step, AllToAll):
             self.send_chunks = Chunks(self.in_shape, step.split_axis, self.k, self.dtype)
             self.chunks = Chunks(self.out_shape, step.concat_axis, self.k, self.dtype)
-            if mpi and not self.send_chunks.contiguous:
+            if step.split_order != step.mesh_axes:  # reordering: member j gets chunk order[j] of the split dim
+                order = communicators.chunk_order(ex.mesh, step.mesh_axes, step.split_order)
+                self.order = None if order == list(range(self.k)) else order
+            if mpi and (not self.send_chunks.contiguous or self.order is not None):
                 self.send = np.empty(self.send_chunks.packed_shape, self.dtype)
             if mpi and not self.chunks.contiguous:
                 self.recv = np.empty(self.chunks.packed_shape, self.dtype)
@@ -270,6 +275,8 @@ class StepProgram:
             return block
         if isinstance(self.step, AllReduce):
             np.copyto(self.send, block)  # widening
+        elif self.order is not None:
+            self.send_chunks.pack(block, self.send, order=self.order)
         elif self.send_chunks.contiguous:
             np.copyto(self.send.reshape(self.in_shape), block)  # widening only
         elif self.wide != self.dtype:  # widening and packing at once (element-wise strided copy)
@@ -364,17 +371,15 @@ class MeshExecutor:
 
     # -- communicators ------------------------------------------------------------------------------------
     def group_index(self, axes: tuple[str, ...]) -> int:
-        index = 0
-        for a in axes:
-            index = index * self.mesh.size(a) + self.coords[a]
-        return index
+        return communicators.group_index(self.mesh, self.coords, axes)
 
     def sub(self, axes: tuple[str, ...]):
-        """The communicator of this rank's group over ``axes``; its rank is the group index."""
+        """The communicator of this rank's group over ``axes`` (axes or sub-axes, see `communicators`); its
+        rank is the group index."""
         comm = self._subs.get(axes)
         if comm is None:
-            rest = tuple(a for a in self.mesh.axis_names if a not in axes)
-            comm = self.cart.Split(color=self.group_index(rest), key=self.group_index(axes))
+            color, key = communicators.color_key(self.mesh, self.coords, axes)
+            comm = self.cart.Split(color=color, key=key)
             self._subs[axes] = comm
         return comm
 

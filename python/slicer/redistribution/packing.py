@@ -67,10 +67,16 @@ class Chunks:
         flat = array.reshape(-1).view(np.uint8).reshape(rows + (self.run_bytes,))
         return flat.view(np.dtype((np.void, self.run_bytes)))[..., 0]
 
-    def pack(self, block: np.ndarray, packed: np.ndarray, skip: int | None = None) -> None:
-        """``packed[j] = chunk j of block`` (both C-contiguous; not needed when ``contiguous``), for every
-        ``j`` but ``skip``."""
+    def pack(self, block: np.ndarray, packed: np.ndarray, skip: int | None = None,
+             order: list[int] | None = None) -> None:
+        """``packed[j] = chunk order[j] of block`` (``order`` defaults to the identity; both C-contiguous; not
+        needed when ``contiguous`` without ``order``), for every ``j`` but ``skip``."""
         dst, src = self._runs(packed, True), self._runs(block, False).T
+        if order is not None:
+            for j, chunk in enumerate(order):
+                if j != skip:
+                    np.copyto(dst[j], src[chunk])
+            return
         if skip is None:
             np.copyto(dst, src)
         else:

@@ -17,6 +17,7 @@ import numpy as np
 from slicer.core.errors import RedistributionError
 
 from .collectives import Step
+from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
 from slicer.core.mesh import Mesh
@@ -30,6 +31,7 @@ class Plan:
     dst: DistType
     steps: tuple[Step, ...]
     dtype: str = "f32"
+    cost_model: CostModel | None = field(default=None, compare=False)
     trace: Trace = field(init=False, repr=False, compare=False)
     lower_bound_elements: np.ndarray = field(init=False, repr=False, compare=False)
 
@@ -87,8 +89,21 @@ class Plan:
 
     @property
     def peak_bytes_per_device(self) -> int:
-        """Max live bytes on a device: the source block, or a step's input plus output block."""
-        return max((self.src_bytes,) + tuple(e * self.itemsize for e in self.trace.live_elements))
+        """Max live bytes on a device: the source block, or a step's input plus output block. A run of
+        consecutive local slices counts as one step (its blocks in between are views, never copied: the
+        MPI executor copies once at the end of the run, and the kernels fuse the slices)."""
+        sizes = [t.local_size(self.mesh) for t in self.trace.types]
+        live = [a + b for i, (a, b) in enumerate(zip(sizes, sizes[1:]))
+                if not (self.steps[i].op == "all_slice" and i + 1 < len(self.steps)
+                        and self.steps[i + 1].op == "all_slice")]
+        runs = [i for i in range(len(self.steps)) if self.steps[i].op == "all_slice"
+                and (i == 0 or self.steps[i - 1].op != "all_slice")]
+        for start in runs:  # input of the run's first slice with the output of its last
+            end = start
+            while end + 1 < len(self.steps) and self.steps[end + 1].op == "all_slice":
+                end += 1
+            live.append(sizes[start] + sizes[end + 1])
+        return max([self.src_bytes // self.itemsize] + live) * self.itemsize
 
     @property
     def memory_bound_bytes(self) -> int:
@@ -97,6 +112,20 @@ class Plan:
         inflight = max((min(a.local_size(self.mesh), b.local_size(self.mesh)) for a, b in zip(types, types[1:])),
                        default=0)
         return max(self.src_bytes, self.dst_bytes) + inflight * self.itemsize
+
+    @property
+    def model(self) -> CostModel:
+        """The cost model the plan was made for (`CostModel.default` if none was given)."""
+        return self.cost_model if self.cost_model is not None else CostModel.default()
+
+    def step_seconds(self, model: CostModel | None = None) -> list[float]:
+        """Estimated time of each step (latency + busiest device's bytes / bandwidth, see `costs`)."""
+        model = model or self.model
+        return [step_seconds(self, i, model) for i in range(len(self.steps))]
+
+    def estimated_seconds(self, model: CostModel | None = None) -> float:
+        """Estimated time of the whole plan: the sum over its steps."""
+        return float(sum(self.step_seconds(model)))
 
     @property
     def is_normal_form(self) -> bool:
@@ -117,11 +146,12 @@ class Plan:
     # -- presentation -------------------------------------------------------------------------------------
     def step_dicts(self) -> list[dict]:
         out = []
-        for step, received in zip(self.steps, self.trace.received):
+        for step, received, seconds in zip(self.steps, self.trace.received, self.step_seconds()):
             d = {"op": step.op}
             d.update(step.fields())
             d["type_after"] = step.type_after.spec()
             d["bytes_received_per_device"] = int(received.max()) * self.itemsize
+            d["estimated_seconds"] = seconds
             out.append(d)
         return out
 
@@ -137,6 +167,8 @@ class Plan:
             "bytes_received_total": self.bytes_received_total,
             "peak_bytes_per_device": self.peak_bytes_per_device,
             "lower_bound_bytes_per_device": self.lower_bound_bytes_per_device,
+            "estimated_seconds": self.estimated_seconds(),
+            "cost_model": {**self.model.to_dict(), "source": self.model.source},
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -147,15 +179,16 @@ class Plan:
                  f"   {self.src.spec()}  ({_fmt_bytes(self.src_bytes)} per device)"]
         for i, d in enumerate(self.step_dicts()):
             args = ", ".join(f"{k}={_fmt_value(v)}" for k, v in d.items()
-                             if k not in ("op", "type_after", "bytes_received_per_device"))
+                             if k not in ("op", "type_after", "bytes_received_per_device", "estimated_seconds"))
             lines.append(f"{i + 1:>2}. {d['op']}({args})  ->  {d['type_after']}  "
-                         f"[recv {_fmt_bytes(d['bytes_received_per_device'])}/device]")
+                         f"[recv {_fmt_bytes(d['bytes_received_per_device'])}/device, ~{_fmt_seconds(d['estimated_seconds'])}]")
         if not self.steps:
             lines.append("    (no communication: source and target types are equal)")
         lines.append(f"received per device {_fmt_bytes(self.bytes_received_per_device)} "
                      f"(lower bound {_fmt_bytes(self.lower_bound_bytes_per_device)}), "
                      f"total {_fmt_bytes(self.bytes_received_total)}, "
                      f"peak per device {_fmt_bytes(self.peak_bytes_per_device)}")
+        lines.append(f"estimated time {_fmt_seconds(self.estimated_seconds())} (cost model: {self.model})")
         return "\n".join(lines)
 
 
@@ -165,6 +198,14 @@ def _fmt_value(v) -> str:
     if isinstance(v, list):
         return "[" + ",".join(str(x) for x in v) + "]"
     return str(v)
+
+
+def _fmt_seconds(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"
 
 
 def _fmt_bytes(n: int) -> str:

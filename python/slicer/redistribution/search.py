@@ -2,8 +2,9 @@
 
 A state is ``(dims, partial)`` of a *reduced* type (mesh axes of size 1 dropped), as plain tuples so that
 states hash fast; a search node adds the normal-form phase: 0 = shrinking (slices, reduce-scatters),
-1 = constant block size (all-to-alls, permutes, all-reduces), 2 = growing (gathers). Costs are elements
-received summed over all devices.
+1 = constant block size (all-to-alls, permutes, all-reduces), 2 = growing (gathers). Costs are integers
+from `costs.Pricing`: elements received summed over all devices (``bytes`` objective), or estimated time
+then that sum (``time``).
 
 Heuristics, both consistent, combined by ``max``:
 
@@ -36,6 +37,7 @@ import numpy as np
 from slicer.core.mesh import Mesh
 
 from .bounds import UNREACHABLE, Bounds
+from .costs import CostModel, Pricing
 from .layout import Layout
 from .types import DistType
 
@@ -73,11 +75,12 @@ def placements_with_products(axes: tuple[tuple[str, int], ...], products: tuple[
                  for dims in itertools.product(*(itertools.permutations(d) for d in chosen)))
 
 
-def _collector_paused(function):
+def collector_paused(function):
     """Run ``function`` with Python's cyclic garbage collector paused. A search allocates tens of
     thousands of small tuples and no reference cycles (refcounting frees everything), yet each burst of
     allocations triggers collections that rescan the growing caches: about a third of the planning time
-    on 4-axis meshes, measured. The collector's previous state is restored afterwards."""
+    on 4-axis meshes, measured (`synthesis.plan` pauses it for all its searches, which share nothing but
+    would otherwise be rescanned between them). The collector's previous state is restored afterwards."""
 
     @functools.wraps(function)
     def paused(*args, **kwargs):
@@ -131,11 +134,13 @@ class _DimsInfo:
     def moves(self, search: "Search") -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
-        - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e;
+        - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in
+          its own order or, if different, reordered as the target wants it on dim e (``target_order``);
         - gathers: (move, dims after, cost, whether gathers can still reach the target) -- a minor suffix.
         """
         if self._moves is None:
             dims, sizes, n, L = self.dims, search.sizes, search.n, self.size
+            cost = search.pricing.cost
             targets = search.dst[0]
             rank = len(dims)
             # Gathering a suffix of dim d keeps the target reachable iff every other dim already starts
@@ -153,12 +158,18 @@ class _DimsInfo:
                     axes, k = row[cut:], groups[cut]
                     kept = dims[:d] + (row[:cut],) + dims[d + 1:]
                     extends = others_start and starts[d] and cut >= len(targets[d])
-                    gathers.append((("all_gather", d, axes), kept, n * (k - 1) * L, extends))
-                    cost = n * (k - 1) * (L // k)
+                    gathers.append((("all_gather", d, axes), kept, cost(axes, (k - 1) * L, n * (k - 1) * L), extends))
+                    busiest = (k - 1) * (L // k)
+                    price = cost(axes, busiest, n * busiest)
                     for e in range(rank):
                         if e != d and self.local[e] % k == 0:
                             after = kept[:e] + (kept[e] + axes,) + kept[e + 1:]
-                            all_to_alls.append((("all_to_all", e, d, axes), after, cost))
+                            all_to_alls.append((("all_to_all", e, d, axes), after, price))
+                            if len(axes) > 1:
+                                order = search.target_order(e, axes)
+                                if order != axes:
+                                    after = kept[:e] + (kept[e] + order,) + kept[e + 1:]
+                                    all_to_alls.append((("all_to_all", e, d, axes, order), after, price))
             self._moves = (all_to_alls, gathers)
         return self._moves
 
@@ -169,8 +180,9 @@ class Search(Bounds):
     (uniform-cost search; the tests compare the two)."""
 
     def __init__(self, mesh: Mesh, layout: Layout, src: DistType, dst: DistType, cap: int | None = None,
-                 informed: bool = True):
+                 informed: bool = True, cost: CostModel | None = None, itemsize: int = 4, token_of=None):
         self.mesh, self.layout = mesh, layout
+        self.pricing = Pricing(cost or CostModel.bytes(), mesh, itemsize, math.prod(src.shape), token_of)
         self.cap, self.informed = cap, informed
         self._uninformed = cap is not None or not informed
         self.permute_phase = 1 if cap is None else 0  # the capped search has one phase
@@ -183,6 +195,9 @@ class Search(Bounds):
         self._info: dict = {}
         self._groups: dict = {}
         self._overlap_h: dict = {}
+        self._cheap: dict = {}
+        self.expanded, self.exhausted = 0, False
+        self._orders: dict = {}
         self._products_h: dict = {}
         self._constant_h: dict = {}
         self._resolution: dict = {}
@@ -208,6 +223,29 @@ class Search(Bounds):
             k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
         return k
 
+    @property
+    def work(self) -> int:
+        """What the search has done so far, deterministically, in units of about one bounded node (7 us
+        here): nodes bounded, dims whose successors were listed (3 units), per-device overlap bounds
+        (a unit per 64 devices), block sizes reachable by slicing (a unit each: with partial sums to
+        resolve there can be a thousand of them for a few nodes) and products bounded (two units: a vector
+        operation over the target's product rows). Weights from least-squares fits of CPU
+        time on these counts over 900 searches (R^2 = 0.92), the last one raised where a fit on searches
+        with many partial sums needed it."""
+        return (len(self._cheap) + 3 * len(self._info) + len(self._overlap_h) * max(1, self.n // 64)
+                + len(self._reachable) + 2 * len(self._products_h))
+
+    def target_order(self, e: int, axes: tuple) -> tuple:
+        """``axes`` in the order a reordering all-to-all appends them to dim ``e``: those the target
+        places on dim ``e`` first, in the target's order, then the others in their own order."""
+        key = (e, axes)
+        out = self._orders.get(key)
+        if out is None:
+            wanted = self.dst[0][e]
+            first = sorted((a for a in axes if a in wanted), key=wanted.index)
+            out = self._orders[key] = tuple(first) + tuple(a for a in axes if a not in wanted)
+        return out
+
     def products_of(self, dims: tuple) -> tuple[int, ...]:
         """Per-dim group sizes of ``dims``."""
         return tuple(map(self.group, dims))
@@ -227,13 +265,18 @@ class Search(Bounds):
         if out is None:
             avail = tuple((a, self.sizes[a]) for a in self.axes if a not in partial)
             targets = placements_with_products(avail, products)
-            ids = self._block_index(targets, products) if len(targets) > 1 else None
-            out = self._perm_groups[key] = (targets, ids, {t: i for i, t in enumerate(targets)})
+            weights = self._weights(targets, products) if len(targets) > 1 else None
+            ids = weights @ self._coords if weights is not None else None
+            out = self._perm_groups[key] = (targets, ids, {t: i for i, t in enumerate(targets)}, weights)
         return out
 
     def _block_index(self, types: tuple, products: tuple) -> np.ndarray:
-        """Row ``i``: each device's block index under ``types[i]`` (all with per-dim group sizes
-        ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
+        """Row ``i``: each device's block index under ``types[i]`` (see ``_weights``)."""
+        return self._weights(types, products) @ self._coords
+
+    def _weights(self, types: tuple, products: tuple) -> np.ndarray:
+        """Row ``i``: the weight of each axis in each device's block index under ``types[i]`` (all with
+        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
         device the same block iff its indices agree (the partial axes' coordinates are common to both).
         The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
         (weight of each axis in each type) x (each device's coordinate along each axis)."""
@@ -245,7 +288,7 @@ class Search(Bounds):
                 for a in reversed(dims[d]):
                     weights[row, column[a]] = radix
                     radix *= self.sizes[a]
-        return weights @ self._coords
+        return weights
 
     def moves(self, state, phase: int, permuted: bool = False):
         """Yield (move, state after, phase after, cost). No permutes from a node reached by a permute
@@ -262,13 +305,15 @@ class Search(Bounds):
         dims, partial = state
         info = self.info(dims)
         n, L, rank = self.n, info.size, len(dims)
+        cost = self.pricing.cost
         resolvable = [a for a in partial if a not in self.dst[1]]
         if phase <= 1:
             for r in range(1, len(resolvable) + 1):
                 for axes in itertools.combinations(resolvable, r):
                     k = math.prod(self.sizes[a] for a in axes)
                     after = (dims, tuple(p for p in partial if p not in axes))
-                    yield ("all_reduce", axes), after, phase, n * -(-2 * (k - 1) * L // k)
+                    busiest = -(-2 * (k - 1) * L // k)
+                    yield ("all_reduce", axes), after, phase, cost(axes, busiest, n * busiest)
         if phase == 0:
             for axis, move, after in info.slices(self):
                 if axis not in partial:
@@ -278,7 +323,8 @@ class Search(Bounds):
                     k = self.sizes[a]
                     if info.local[d] % k == 0:
                         after = (dims[:d] + (dims[d] + (a,),) + dims[d + 1:], tuple(p for p in partial if p != a))
-                        yield ("reduce_scatter", d, (a,)), after, 0, n * (k - 1) * (L // k)
+                        busiest = (k - 1) * (L // k)
+                        yield ("reduce_scatter", d, (a,)), after, 0, cost((a,), busiest, n * busiest)
             if self.cap is None:
                 # Stop shrinking: the constant-size moves hang off the phase-1 twin of this node, whose
                 # heuristic (no more slices) is usually far above this one's, so they are generated only
@@ -299,46 +345,64 @@ class Search(Bounds):
     def permute_moves(self, state, phase: int = 1):
         """Yield the merged-permute moves out of a constant-size node (or any node of the capped search,
         which has one phase, 0): to every other type with the same local shape and partial axes, costing a
-        block per device whose block changes."""
+        block per device whose block changes (the busiest device receives a whole block)."""
         dims, partial = state
         info = self.info(dims)
-        targets, ids, row = self._permute_group(info.products, partial)
+        targets, ids, row, weights = self._permute_group(info.products, partial)
         if ids is not None:
-            moved = (np.count_nonzero(ids != ids[row[dims]], axis=1) * info.size).tolist()
-            for other, cost in zip(targets, moved):
-                if other != dims:
-                    yield ("permute", (other, partial)), (other, partial), phase, cost
+            L = info.size
+            moved = np.count_nonzero(ids != ids[row[dims]], axis=1).tolist()
+            if self.pricing.uniform or not self.pricing.time:
+                axes = self.axes[:1]
+                for other, count in zip(targets, moved):
+                    if other != dims:
+                        yield ("permute", (other, partial)), (other, partial), phase, self.pricing.cost(axes, L, count * L)
+            else:  # the axes whose place changes, whose links the permute uses
+                changed = weights != weights[row[dims]]
+                for i, (other, count) in enumerate(zip(targets, moved)):
+                    if other != dims:
+                        axes = tuple(a for a, c in zip(self.axes, changed[i]) if c) or self.axes[:1]
+                        yield ("permute", (other, partial)), (other, partial), phase, self.pricing.cost(axes, L, count * L)
 
     def permute_floor_key(self, state) -> tuple[int, int]:
         """(least cost of any permute out of ``state``, least heuristic of its targets): every permute
-        moves at least ``1 - 1/s`` of the devices (``_middle_bound``), and its targets share the node's
-        products and partial sums, hence at least their products and resolution bounds (in the capped
-        search: their block size, hence its growth bound)."""
+        moves at least ``1 - 1/s`` of the devices (``_middle_bound``), and a whole block to its busiest
+        device; its targets share the node's products and partial sums, hence at least their products and
+        resolution bounds (in the capped search: their block size, hence its growth bound)."""
         dims, partial = state
+        bound = self.pricing.bound
         if self.cap is not None:
-            return self._elements(self.info(dims).size, self.permute_floor), self.cheap_h(state, 0)
+            L = self.info(dims).size
+            return bound(L, self._elements(L, self.permute_floor)), self.cheap_h(state, 0)
         p = self.products_of(dims)
         moved = self.products_cost(p)
         L = self.elements // math.prod(p)
         if moved == math.inf:
             return UNREACHABLE, UNREACHABLE
-        least_h = self.n * (self.target_size - L) + self._elements(L, moved + self.resolution(partial)[1])
-        return self._elements(L, self.permute_floor), least_h
+        unresolved, resolve = self.resolution(partial)
+        extra = moved + resolve
+        growth = self.target_size - L
+        least_h = bound(growth + L * extra, self.n * growth + self._elements(L, extra), (growth > 0) + (resolve > 0))
+        return bound(L, self._elements(L, self.permute_floor), 1), least_h
 
     # -- the search -----------------------------------------------------------------------------------
 
-    @_collector_paused
-    def run(self, weight: float = 1.0, upper: int | None = None) -> tuple[list, int] | None:
+    @collector_paused
+    def run(self, weight: float = 1.0, upper: int | None = None, budget: int | None = None) -> tuple[list, int] | None:
         """(least-cost move list, its cost) from source to target, or None if the target is unreachable
         or, with ``upper``, if every plan costs more than ``upper``. Ties in cost go to fewer steps, then
         to the move generated last (deterministic). With ``weight`` above 1 the heuristic is inflated by
         it (weighted A*, no re-expansions): the plan costs at most ``weight`` times the least, and plateaus
-        of nodes whose bounds are within that factor of the least cost are no longer all expanded."""
+        of nodes whose bounds are within that factor of the least cost are no longer all expanded. With
+        ``budget``, give up (None, and ``exhausted`` set) once ``work`` exceeds it."""
         start = (self.src, 0)
         best = {start: (0, 0)}
         parent: dict = {start: None}
         tie = itertools.count()
-        heap = [(weight * self.h(self.src, 0), 0, 0, start, True)]
+        # Costs are exact integers (possibly beyond 64 bits): inflate them in integers, never in floats.
+        scaled = round((weight - 1.0) * 1_000_000)
+        inflate = (lambda value: value) if scaled <= 0 else (lambda value: value + value * scaled // 1_000_000)
+        heap = [(inflate(self.h(self.src, 0)), 0, 0, start, True)]
         closed = set()
         goal = self.dst
         push, pop = heapq.heappush, heapq.heappop
@@ -361,13 +425,17 @@ class Search(Bounds):
                 h_full = self.h(*node)
                 if upper is not None and g_bytes + h_full > upper:
                     continue
-                f_full = g_bytes + weight * h_full
+                f_full = g_bytes + inflate(h_full)
                 if f_full > f:
                     push(heap, (f_full, g_steps, -next(tie), node, True))
                     continue
             state, phase = node
             if moves is None:
                 closed.add(node)
+                self.expanded += 1
+                if budget is not None and self.work > budget:
+                    self.exhausted = True
+                    return None
                 if state == goal:
                     path = []
                     while parent[node] is not None:
@@ -382,7 +450,7 @@ class Search(Bounds):
                     # nodes' hubs never reach the front, which saves building their permute targets.
                     least_move, least_h = self.permute_floor_key(state)
                     if least_h < UNREACHABLE and (upper is None or g_bytes + least_move + least_h <= upper):
-                        push(heap, (g_bytes + least_move + weight * least_h, g_steps + 1, -next(tie),
+                        push(heap, (g_bytes + least_move + inflate(least_h), g_steps + 1, -next(tie),
                                     (PERMUTES, node), True))
             for move, after, phase2, cost in moves:
                 nxt = (after, phase2)
@@ -397,5 +465,5 @@ class Search(Bounds):
                     continue
                 best[nxt] = g
                 parent[nxt] = (node, move)
-                push(heap, (g[0] + weight * h_after, g[1], -next(tie), nxt, False))
+                push(heap, (g[0] + inflate(h_after), g[1], -next(tie), nxt, False))
         return None

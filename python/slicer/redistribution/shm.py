@@ -228,7 +228,9 @@ class ShmStep:
         mine = seg.mine.view(p.dtype)
         if self.op == "all_to_all":  # every chunk but this rank's own, which finish() copies directly
             chunks = p.send_chunks
-            if chunks.contiguous:
+            if p.order is not None:  # a reordering all-to-all: member j reads chunk order[j]
+                chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me, order=p.order)
+            elif chunks.contiguous:
                 flat, c, g = block.reshape(-1), block.size // self.k, self.me
                 np.copyto(mine[:g * c], flat[:g * c])
                 np.copyto(mine[(g + 1) * c:], flat[(g + 1) * c:])
@@ -260,7 +262,8 @@ class ShmStep:
             c = seg.region // k
             rows = seg.data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
             p.chunks.unpack_rows(_typed(rows, dtype, (-1,)), out, skip=g)
-            copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, g))
+            own = g if p.order is None else p.order[g]
+            copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, own))
         elif self.op == "reduce_scatter":
             c = seg.region // k
             rows = _typed(seg.data[:, g * c:(g + 1) * c], dtype, (-1,))

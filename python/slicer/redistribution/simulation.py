@@ -18,6 +18,7 @@ from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, Redu
 from slicer.core.errors import RedistributionError
 from .layout import Layout
 from slicer.core.mesh import Mesh
+from . import subaxes
 from .types import DistType, numpy_dtype
 
 
@@ -27,13 +28,13 @@ def block_slices(layout: Layout, t: DistType, rank: int) -> tuple[slice, ...]:
 
 def groups(layout: Layout, axes: tuple[str, ...]) -> np.ndarray:
     """Rows of device ranks, one row per group over ``axes``, each row in group-index order."""
-    k = layout.mesh.group_size(axes)
+    k = subaxes.group_size(layout.mesh, axes)
     order = np.lexsort((layout.group_index(axes), layout.group_key(axes)))
     return order.reshape(-1, k)
 
 
 def _contributions(layout: Layout, t: DistType, global_array: np.ndarray, seed: int) -> list[np.ndarray]:
-    count = layout.mesh.group_size(t.partial)
+    count = subaxes.group_size(layout.mesh, t.partial)
     if count == 1:
         return [global_array]
     rng = np.random.default_rng(seed)
@@ -73,9 +74,11 @@ def run_step(layout: Layout, step: Step, blocks: Sequence[np.ndarray]) -> list[n
             for r in row:
                 out[r] = whole
         elif isinstance(step, AllToAll):
+            # chunk j of every member goes to the member whose index over the split order is j
+            chunk = layout.group_index(step.split_order)[row]
             pieces = [_split(blocks[r], step.split_axis, k) for r in row]
             for j, r in enumerate(row):
-                out[r] = np.concatenate([pieces[i][j] for i in range(k)], axis=step.concat_axis)
+                out[r] = np.concatenate([pieces[i][chunk[j]] for i in range(k)], axis=step.concat_axis)
         elif isinstance(step, AllReduce):
             total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
             for r in row:
@@ -107,7 +110,7 @@ def mismatches(mesh: Mesh, dst: DistType, global_array: np.ndarray, blocks: Sequ
     """Devices whose final block is not their target block (empty list = correct)."""
     layout = Layout.get(mesh, dst.shape)
     bad = []
-    if mesh.group_size(dst.partial) > 1:
+    if subaxes.group_size(mesh, dst.partial) > 1:
         for row in groups(layout, dst.partial):
             total = np.sum([blocks[r] for r in row], axis=0)
             if not np.array_equal(total, global_array[block_slices(layout, dst, int(row[0]))]):

@@ -8,6 +8,12 @@ z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial r
 
 Text form, used by the CLI, JSON, IR attributes and error messages: ``[[x,y],[]]`` and, with partial axes,
 ``[[x],[]] partial=[z]``. The parser accepts spaces and quotes (``[["x", "y"], []]``).
+
+An entry may also be a *sub-axis* (`subaxes`): ``y:(1)2`` is the major half of an axis ``y`` of size 4,
+``y:(2)2`` its minor half (Shardy's notation, also accepted as ``"y":(1)2``), so ``[[x,y:(2)2],[y:(1)2]]``
+tiles dim 0 by ``x`` then the minor half of ``y``, and dim 1 by the major half. Types are canonical: parts
+of one axis that are adjacent and contiguous in a dim merge back (``[y:(1)2,y:(2)2]`` is ``[y]``), so a type
+written with whole axes is only ever printed with whole axes.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import numpy as np
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
+
+from . import subaxes
 
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of an element type name (``f32``, ``i32``, ...: the table of slicer.core.dtypes)."""
@@ -85,36 +93,32 @@ class DistType:
             raise RedistributionError(
                 f"spec {spec} has {len(dims)} dims but the shape {format_shape(shape) or '()'} has rank "
                 f"{len(shape)}: give one axis list per dim, e.g. {format_dims([[] for _ in shape])}")
-        seen: dict[str, str] = {}
+        places = []
         for d, axes in enumerate(dims):
             for axis in axes:
-                if not mesh.has_axis(axis):
-                    raise RedistributionError(
-                        f"unknown mesh axis '{axis}' in dim {d} of {spec}: the mesh {mesh} has axes "
-                        f"{', '.join(mesh.axis_names)}")
-                if axis in seen:
-                    raise RedistributionError(
-                        f"mesh axis '{axis}' is used twice in {spec} ({seen[axis]} and dim {d}): "
-                        "an axis may tile at most one dim, once")
-                seen[axis] = f"dim {d}"
+                problem = subaxes.token_error(mesh, axis)
+                if problem:
+                    raise RedistributionError(f"{problem} in dim {d} of {spec}: the mesh {mesh} has axes "
+                                              f"{', '.join(mesh.axis_names)}")
+                places.append((axis, f"dim {d}"))
         for axis in partial:
-            if not mesh.has_axis(axis):
-                raise RedistributionError(
-                    f"unknown mesh axis '{axis}' in partial=[...] of {spec}: the mesh {mesh} has axes "
-                    f"{', '.join(mesh.axis_names)}")
-            if axis in seen:
-                raise RedistributionError(
-                    f"mesh axis '{axis}' is used twice in {spec} ({seen[axis]} and partial): "
-                    "a partial-sum axis cannot also tile a dim")
-            seen[axis] = "partial"
+            problem = subaxes.token_error(mesh, axis)
+            if problem:
+                raise RedistributionError(f"{problem} in partial=[...] of {spec}: the mesh {mesh} has axes "
+                                          f"{', '.join(mesh.axis_names)}")
+            places.append((axis, "partial"))
+        problem = subaxes.overlap_error(mesh, places, spec)
+        if problem:
+            raise RedistributionError(problem)
         for d, (size, axes) in enumerate(zip(shape, dims)):
-            count = mesh.group_size(axes)
+            count = subaxes.group_size(mesh, axes)
             if size % count:
-                factors = "*".join(f"{a}({mesh.size(a)})" for a in axes)
+                factors = "*".join(f"{a}({subaxes.size(mesh, a)})" for a in axes)
                 raise RedistributionError(
                     f"dim {d} of size {size} is not divisible by {count} = {factors} in {spec}: "
                     f"use a size that is a multiple of {count} or tile dim {d} by fewer axes")
-        partial = tuple(sorted(partial, key=mesh.axis_index))
+        dims = tuple(subaxes.canonical(mesh, d) for d in dims)
+        partial = subaxes.canonical_set(mesh, partial)
         return cls(shape, dims, partial)
 
     @classmethod
@@ -129,10 +133,18 @@ class DistType:
         return len(self.shape)
 
     def used_axes(self) -> set[str]:
+        """The axes and sub-axes (tokens) the type uses, in dims or as partial sums."""
         return {a for d in self.dims for a in d} | set(self.partial)
 
+    def used_axis_names(self) -> set[str]:
+        """The mesh axes the type uses, wholly or in part."""
+        return {subaxes.axis_name(a) for a in self.used_axes()}
+
+    def has_sub_axes(self) -> bool:
+        return any(subaxes.is_sub_axis(a) for a in self.used_axes())
+
     def local_shape(self, mesh: Mesh) -> tuple[int, ...]:
-        return tuple(s // mesh.group_size(d) for s, d in zip(self.shape, self.dims))
+        return tuple(s // subaxes.group_size(mesh, d) for s, d in zip(self.shape, self.dims))
 
     def local_size(self, mesh: Mesh) -> int:
         return int(np.prod(self.local_shape(mesh), dtype=np.int64))
@@ -144,7 +156,8 @@ class DistType:
         return self.spec()
 
 
-_TOKEN = re.compile(r"\s*(?:(\[)|(\])|(,)|\"([^\"]*)\"|'([^']*)'|([A-Za-z_][A-Za-z0-9_]*))")
+_TOKEN = re.compile(r"\s*(?:(\[)|(\])|(,)|(?:\"([^\"]*)\"|'([^']*)'|([A-Za-z_][A-Za-z0-9_]*))"
+                    r"(?:\s*:\s*\(\s*(\d+)\s*\)\s*(\d+))?)")
 
 
 def _parse_list(text: str, pos: int, whole: str) -> tuple[list, int]:
@@ -174,7 +187,9 @@ def _parse_list(text: str, pos: int, whole: str) -> tuple[list, int]:
             sub, pos = _parse_list(text, pos, whole)
             items.append(sub)
         else:
-            name = next(g for g in m.groups()[3:] if g is not None)
+            name = next(g for g in m.groups()[3:6] if g is not None)
+            if m.group(7) is not None:  # a sub-axis, y:(m)k
+                name = f"{name}:({int(m.group(7))}){int(m.group(8))}"
             items.append(name)
             pos = m.end()
         expect_item = False

@@ -7,6 +7,7 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 | all_slice(d, M) | `tensor.extract_slice` at offset `idx(M) * L/K` (from `shard.process_multi_index`) | a local slice: no communication, and the kernels keep it |
 | all_gather(d, M) | `shard.all_gather grid_axes = M gather_axis = d` | same semantics |
 | all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_axis = s concat_axis = c` | same semantics |
+| all_to_all(s, c, M, split order S) | `slicer.all_to_all grid_axes = M split_grid_axes = S ...` | `shard` numbers both sides the same way |
 | all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum) | same semantics |
 | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
@@ -16,6 +17,13 @@ the members of a group row-major over `grid_axes` *in the order listed* (the fir
 significant), which is exactly the redistribution package's group index; upstream accepts unsorted lists. The
 in-process simulator executes these ops with the redistribution package's step semantics and compares whole
 programs with the unpartitioned original, which checks this correspondence end to end.
+
+Sub-axes: a `shard` grid axis cannot be used in part, but a grid whose axes are the parts is the same set of
+devices with the same linear ranks (cutting an axis row-major keeps every rank). So a step over sub-axes
+(`y:(2)2` on `y=4`) runs on a second grid, emitted once next to the first: `shard.grid @mesh_y2x2(shape =
+2x2x2)` with `slicer.axes = ["x", "y:(1)2", "y:(2)2"]` and `slicer.refines = @mesh`, and its `grid_axes` index
+that grid. Steps over whole axes keep using the mesh's own grid, so plans without sub-axes emit exactly what
+they did before.
 
 Every emitted op carries `slicer.dist` (the type after the step) and the location given by the caller
 (provenance: why the collective exists, see `slicer.passes.partition`).
@@ -28,15 +36,17 @@ from typing import Callable, Sequence
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from slicer.core.names import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, DIST_ATTR, REDUCE_SCATTER
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, DIST_ATTR, GRID, MESH, REDUCE_SCATTER,
+                               REFINES_ATTR, REORDERING_ALL_TO_ALL)
 from slicer.dialect import permute
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Mesh, Permute, Plan, ReduceScatter
+from slicer.redistribution import subaxes
 
 from .dist_types import local_type
 
 
-def _i16_axes(mesh: Mesh, axes: Sequence[str]) -> ir.Attribute:
-    return ir.DenseI16ArrayAttr.get([mesh.axis_index(a) for a in axes])
+def _i16(indices: Sequence[int]) -> ir.Attribute:
+    return ir.DenseI16ArrayAttr.get(list(indices))
 
 
 def _index_attr(value: int) -> ir.Attribute:
@@ -48,6 +58,18 @@ def _collective(name: str, source: ir.Value, result_type: ir.Type, grid: str, at
     attributes.update(attrs)
     op = ir.Operation.create(name, results=[result_type], operands=[source], attributes=attributes, loc=loc)
     return op.results[0]
+
+
+def _plan_tokens(plan: Plan) -> set[str]:
+    """Every axis or sub-axis a plan's steps and types name."""
+    out = set()
+    for t in plan.trace.types:
+        out |= t.used_axes()
+    for step in plan.steps:
+        out |= set(getattr(step, "mesh_axes", ()))
+        if isinstance(step, AllToAll):
+            out |= set(step.split_order)
+    return out
 
 
 class PlanEmitter:
@@ -62,24 +84,77 @@ class PlanEmitter:
         self.grid = grid
         self.coords = coords
 
+    # -- grids ----------------------------------------------------------------------------------------------
+    def grid_axes(self, plan: Plan, *groups: Sequence[str]) -> tuple[str, list[list[int]]]:
+        """(grid symbol, the indices of each of ``groups`` on it): the mesh's grid when the groups use whole
+        axes only, else the grid of the plan's parts (see the module docstring), emitted if needed."""
+        if not any(subaxes.is_sub_axis(a) for g in groups for a in g):
+            return self.grid, [[self.mesh.axis_index(a) for a in g] for g in groups]
+        refinement = subaxes.Refinement(self.mesh, subaxes.splits_at(
+            self.mesh, subaxes.boundaries(self.mesh, _plan_tokens(plan))))
+        fine = refinement.fine
+        symbol = self.grid + "_" + "_".join(f"{a}{'x'.join(map(str, parts))}"
+                                            for a, parts in sorted(refinement.splits.items()))
+        self._ensure_grid(symbol, [refinement.part_token[a] for a in fine.axis_names], list(fine.shape))
+        return symbol, [[fine.axis_index(a) for a in refinement.down_axes(g)] for g in groups]
+
+    def _ensure_grid(self, symbol: str, axes: list[str], shape: list[int]) -> None:
+        """Emit `shard.grid @symbol` after the mesh's grid (or its `slicer.mesh`, which slicer-partition turns
+        into the grid once every function is partitioned), unless the module has it already."""
+        op = ir.InsertionPoint.current.block.owner
+        while op is not None and op.name != "builtin.module":
+            op = op.parent
+        if op is None:
+            raise ValueError(f"PlanEmitter: no module around the insertion point to hold the grid @{symbol}")
+        body = op.regions[0].blocks[0]
+        anchor = None
+        for candidate in body.operations:
+            candidate = candidate.operation
+            if candidate.name not in (GRID, MESH) or "sym_name" not in candidate.attributes:
+                continue
+            name = ir.StringAttr(candidate.attributes["sym_name"]).value
+            if name == symbol:
+                return
+            if name == self.grid:
+                anchor = candidate
+        if anchor is None:
+            raise ValueError(f"PlanEmitter: the module has no shard.grid @{self.grid}")
+        ir.Operation.create(GRID, attributes={
+            "sym_name": ir.StringAttr.get(symbol),
+            "shape": ir.DenseI64ArrayAttr.get(shape),
+            AXES_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(a) for a in axes]),
+            REFINES_ATTR: ir.FlatSymbolRefAttr.get(self.grid),
+        }, loc=anchor.location, ip=ir.InsertionPoint.after(anchor))
+
+    # -- local blocks ---------------------------------------------------------------------------------------
+    def coordinate(self, axis: str) -> ir.Value:
+        """The device's coordinate along the axis or sub-axis ``axis`` (index value)."""
+        name, _, k, stride = subaxes.extent(self.mesh, axis)
+        c = self.coords()[self.mesh.axis_index(name)]
+        index_type = ir.IndexType.get()
+        if stride > 1:
+            c = arith.divui(c, arith.constant(index_type, stride))
+        if k * stride < self.mesh.size(name):
+            c = arith.remui(c, arith.constant(index_type, k))
+        return c
+
     def group_index(self, axes: Sequence[str]) -> ir.Value:
         """The device's index in its group over `axes` (row-major, first axis major) as an index value."""
-        coords = self.coords()
         index_type = ir.IndexType.get()
         result = None
         for axis in axes:
-            c = coords[self.mesh.axis_index(axis)]
+            c = self.coordinate(axis)
             if result is None:
                 result = c
             else:
-                size = arith.constant(index_type, self.mesh.size(axis))
+                size = arith.constant(index_type, subaxes.size(self.mesh, axis))
                 result = arith.addi(arith.muli(result, size), c)
         return result
 
     def local_block(self, value: ir.Value, dim: int, axes: Sequence[str], loc) -> ir.Value:
         """This device's block `idx(axes)` of `value` along `dim` (a local `tensor.extract_slice`)."""
         src = ir.RankedTensorType(value.type)
-        k = self.mesh.group_size(axes)
+        k = subaxes.group_size(self.mesh, axes)
         block = src.shape[dim] // k
         shape = list(src.shape)
         shape[dim] = block
@@ -90,6 +165,7 @@ class PlanEmitter:
             return tensor.extract_slice(ir.RankedTensorType.get(shape, src.element_type), value, [offset], [], [],
                                         static_offsets, shape, [1] * src.rank)
 
+    # -- plans ----------------------------------------------------------------------------------------------
     def emit(self, value: ir.Value, plan: Plan, loc: Callable[[object], ir.Location]) -> ir.Value:
         """Emit every step of `plan` on `value` (whose local type is the plan's source); returns the result.
 
@@ -102,21 +178,27 @@ class PlanEmitter:
             if isinstance(step, AllSlice):
                 value = self.local_block(value, step.slice_axis, step.mesh_axes, where)
             elif isinstance(step, AllGather):
-                value = _collective(ALL_GATHER, value, after, self.grid,
-                                    {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
-                                     "gather_axis": _index_attr(step.gather_axis)}, where)
-            elif isinstance(step, AllToAll):
-                value = _collective(ALL_TO_ALL, value, after, self.grid,
-                                    {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
+                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
+                value = _collective(ALL_GATHER, value, after, grid,
+                                    {"grid_axes": _i16(axes), "gather_axis": _index_attr(step.gather_axis)}, where)
+            elif isinstance(step, AllToAll) and step.split_order != step.mesh_axes:
+                grid, (axes, split) = self.grid_axes(plan, step.mesh_axes, step.split_order)
+                value = _collective(REORDERING_ALL_TO_ALL, value, after, grid,
+                                    {"grid_axes": _i16(axes), "split_grid_axes": _i16(split),
                                      "split_axis": _index_attr(step.split_axis),
                                      "concat_axis": _index_attr(step.concat_axis)}, where)
+            elif isinstance(step, AllToAll):
+                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
+                value = _collective(ALL_TO_ALL, value, after, grid,
+                                    {"grid_axes": _i16(axes), "split_axis": _index_attr(step.split_axis),
+                                     "concat_axis": _index_attr(step.concat_axis)}, where)
             elif isinstance(step, AllReduce):
-                value = _collective(ALL_REDUCE, value, after, self.grid,
-                                    {"grid_axes": _i16_axes(self.mesh, step.mesh_axes)}, where)
+                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
+                value = _collective(ALL_REDUCE, value, after, grid, {"grid_axes": _i16(axes)}, where)
             elif isinstance(step, ReduceScatter):
-                value = _collective(REDUCE_SCATTER, value, after, self.grid,
-                                    {"grid_axes": _i16_axes(self.mesh, step.mesh_axes),
-                                     "scatter_axis": _index_attr(step.scatter_axis)}, where)
+                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
+                value = _collective(REDUCE_SCATTER, value, after, grid,
+                                    {"grid_axes": _i16(axes), "scatter_axis": _index_attr(step.scatter_axis)}, where)
             elif isinstance(step, Permute):
                 if step.pairs:
                     value = permute(value, self.grid, step.pairs, loc=where)

@@ -1,6 +1,11 @@
-"""``slicer-plan``: synthesise, print and optionally check a redistribution plan.
+"""``slicer-plan``: synthesise, print and optionally check a redistribution plan; calibrate the cost model.
 
 Example: ``slicer-plan --mesh x=2,y=4 --shape 1024x1024 --src '[[x],[y]]' --dst '[[y],[x]]' [--json] [--check]``.
+Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistribution.md). ``--cost bytes``
+minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
+``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
+``slicer-plan --calibrate [--ranks 8] [--mesh x=2,y=4]`` measures the figures with the MPI executor on this
+machine and stores them where every plan finds them (``$XDG_CACHE_HOME/slicer/cost_model.json``).
 Bad input exits 1 with ``slicer-plan: error: <message>`` on stderr (never a traceback).
 """
 
@@ -9,13 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from slicer.core.dtypes import NUMPY_DTYPES
-from slicer.core.errors import RedistributionError
+from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
-from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate
+from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
+from slicer.redistribution.calibration import model_from
+from slicer.redistribution.costs import CostModel, calibration_path
+from slicer.runtime.mpiexec import run_spmd
 
 #: Above this many elements ``--check`` simulates on a smaller array with the same types.
 CHECK_LIMIT = 1 << 24
@@ -29,15 +38,56 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="slicer-plan", description="Plan a memory-bounded redistribution of a distributed array.")
-    p.add_argument("--mesh", required=True, help="mesh axes in order, e.g. x=2,y=4")
-    p.add_argument("--shape", required=True, help="global shape, e.g. 1024x1024")
+    p.add_argument("--mesh", help="mesh axes in order, e.g. x=2,y=4")
+    p.add_argument("--shape", help="global shape, e.g. 1024x1024")
     p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(NUMPY_DTYPES)} (default f32)")
-    p.add_argument("--src", required=True, help="source type, axes major to minor, e.g. '[[x],[y]]' or "
-                                                "'[[x],[]] partial=[y]'")
-    p.add_argument("--dst", required=True, help="target type, e.g. '[[y],[x]]'")
+    p.add_argument("--src", help="source type, axes major to minor, e.g. '[[x],[y]]', '[[x],[]] partial=[y]' or "
+                                 "with sub-axes '[[x,y:(2)2],[y:(1)2]]'")
+    p.add_argument("--dst", help="target type, e.g. '[[y],[x]]'")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--check", action="store_true", help="run the whole-mesh simulator; exit 2 on a mismatch")
+    p.add_argument("--cost", choices=("time", "bytes"), default="time",
+                   help="minimise the estimated time (default) or the bytes received")
+    p.add_argument("--no-sub-axes", action="store_true", help="plan with whole axes only")
+    p.add_argument("--latency", type=float, help="seconds per communicating step (default: calibrated)")
+    p.add_argument("--bandwidth", type=float, help="bytes per second and device (default: calibrated)")
+    p.add_argument("--axis-latency", action="append", default=[], metavar="AXIS=SECONDS",
+                   help="latency of the links of one axis (repeatable)")
+    p.add_argument("--axis-bandwidth", action="append", default=[], metavar="AXIS=BYTES_PER_S",
+                   help="bandwidth of the links of one axis (repeatable)")
+    p.add_argument("--cost-model", help="read the figures from this JSON file instead")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure latency and bandwidth with the MPI executor and store them (see --ranks, --output)")
+    p.add_argument("--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
+    p.add_argument("--output", help="where --calibrate stores the figures (default: the user cache)")
     return p
+
+
+def _pairs(items: list[str], what: str) -> tuple[tuple[str, float], ...]:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out.append((name.strip(), float(value)))
+        except ValueError:
+            raise RedistributionError(f"--axis-{what} '{item}': write AXIS=NUMBER, e.g. x=1e9") from None
+    return tuple(sorted(out))
+
+
+def cost_model(args) -> CostModel:
+    """The cost model the arguments describe: a file or the default (calibrated or built-in figures), with
+    the objective and overrides given."""
+    base = CostModel.load(args.cost_model) if args.cost_model else CostModel.default()
+    latency = args.latency if args.latency is not None else base.latency
+    bandwidth = args.bandwidth if args.bandwidth is not None else base.bandwidth
+    axis_latency = dict(base.axis_latency) | dict(_pairs(args.axis_latency, "latency"))
+    axis_bandwidth = dict(base.axis_bandwidth) | dict(_pairs(args.axis_bandwidth, "bandwidth"))
+    overridden = any(v is not None for v in (args.latency, args.bandwidth)) or args.axis_latency or args.axis_bandwidth
+    return CostModel(args.cost, latency, bandwidth, tuple(sorted(axis_latency.items())),
+                     tuple(sorted(axis_bandwidth.items())),
+                     source=base.source + (" + command line" if overridden else ""))
 
 
 def _check_shape(shape: tuple[int, ...], mesh: Mesh, src: DistType, dst: DistType) -> tuple[int, ...]:
@@ -46,21 +96,53 @@ def _check_shape(shape: tuple[int, ...], mesh: Mesh, src: DistType, dst: DistTyp
         return shape
     out = []
     for size, a, b in zip(shape, src.dims, dst.dims):
-        ka, kb = mesh.group_size(a), mesh.group_size(b)
+        ka, kb = subaxes.group_size(mesh, a), subaxes.group_size(mesh, b)
         out.append(min(size, ka * kb // int(np.gcd(ka, kb))))
     return tuple(out)
+
+
+def calibrate(args) -> int:
+    """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
+    if args.ranks < 2:
+        raise RedistributionError(f"--ranks {args.ranks}: calibrating needs at least 2 ranks")
+    argv = [sys.executable, "-m", "slicer.redistribution.calibration"]
+    if args.mesh:
+        mesh = Mesh.parse(args.mesh)
+        if mesh.device_count != args.ranks:
+            raise RedistributionError(f"--mesh {mesh} has {mesh.device_count} devices but --ranks is {args.ranks}")
+        argv += ["--mesh", str(mesh)]
+    done = run_spmd(args.ranks, argv, timeout=900)
+    if done.returncode != 0:
+        raise RedistributionError(f"the calibration run on {args.ranks} ranks failed (exit {done.returncode}):\n"
+                                  f"{done.stderr.strip()[-2000:]}")
+    try:
+        samples = json.loads(done.stdout.strip().splitlines()[-1])["samples"]
+    except (IndexError, ValueError, KeyError):
+        raise RedistributionError(f"the calibration run printed no measurements:\n{done.stdout[-2000:]}") from None
+    path = Path(args.output) if args.output else calibration_path()
+    model = model_from(samples, "ranks", f"calibrated on {args.ranks} ranks, {path}")
+    model.save(path)
+    print(f"cost model: {model}")
+    print(f"stored in {path}")
+    return 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.calibrate:
+            return calibrate(args)
+        missing = [f"--{k}" for k in ("mesh", "shape", "src", "dst") if getattr(args, k) is None]
+        if missing:
+            build_parser().error(f"the following arguments are required: {', '.join(missing)}")
         mesh = Mesh.parse(args.mesh)
         shape = parse_shape(args.shape)
         numpy_dtype(args.dtype)
         src = DistType.parse(args.src, shape, mesh)
         dst = DistType.parse(args.dst, shape, mesh)
-        result = plan(mesh, src, dst, dtype=args.dtype)
-    except RedistributionError as exc:
+        model = cost_model(args)
+        result = plan(mesh, src, dst, dtype=args.dtype, cost=model, sub_axes=not args.no_sub_axes)
+    except SlicerError as exc:
         print(f"slicer-plan: error: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -71,7 +153,7 @@ def main(argv=None) -> int:
         small = _check_shape(shape, mesh, src, dst)
         checked = result if small == shape else plan(
             mesh, DistType.of(mesh, small, src.dims, src.partial), DistType.of(mesh, small, dst.dims, dst.partial),
-            dtype=args.dtype)
+            dtype=args.dtype, cost=model, sub_axes=not args.no_sub_axes)
         try:
             simulate(checked)
         except RedistributionError as exc:

@@ -23,8 +23,8 @@ import numpy as np
 
 from slicer.core.errors import VizError
 from slicer.core.mesh import Mesh
-from slicer.redistribution import DistType
-from slicer.redistribution.layout import Layout
+from slicer.redistribution import DistType, subaxes
+from slicer.redistribution.layout import Layout, complement
 
 MAX_FACETS = 16  # facets drawn; the rest are counted
 
@@ -75,7 +75,7 @@ class ShardingPicture:
         self.mesh, self.dist, self.title, self.notes, self.dtype_size = mesh, dist, title, tuple(notes), dtype_size
         self.varying = tuple(a for a in mesh.axis_names if a in varying)
         self.layout = Layout.get(mesh, dist.shape)
-        self.counts = tuple(mesh.group_size(d) for d in dist.dims)
+        self.counts = tuple(subaxes.group_size(mesh, d) for d in dist.dims)  # dims may use sub-axes (y:(2)2)
         self.block = dist.local_shape(mesh)
         self.grid_dims = self._grid_dims() if grid_dims is None else tuple(grid_dims)
         if any(not 0 <= d < dist.rank for d in self.grid_dims) or len(set(self.grid_dims)) != len(self.grid_dims) \
@@ -102,7 +102,7 @@ class ShardingPicture:
         there are none)."""
         layout, mesh = self.layout, self.mesh
         per_dim = [layout.group_index(d) for d in self.dist.dims]
-        contribution = layout.group_index(tuple(a for a in self.dist.partial if mesh.size(a) > 1))
+        contribution = layout.group_index(tuple(a for a in self.dist.partial if subaxes.size(mesh, a) > 1))
         member = layout.group_index(self.varying)
         holders: dict[tuple, dict[int, list[int]]] = {}
         for rank in range(mesh.device_count):
@@ -122,13 +122,13 @@ class ShardingPicture:
         for d, (size, axes) in enumerate(zip(dist.shape, dist.dims)):
             dims.append(f"dim {d} ({size}): " + (f"{self.counts[d]} blocks of {self.block[d]} over "
                                                   f"{','.join(axes)}" if axes else "whole"))
-        used = dist.used_axes() | set(self.varying)
-        replicated = [a for a in mesh.axis_names if a not in used and mesh.size(a) > 1]
-        partial = [a for a in dist.partial if mesh.size(a) > 1]
+        used = tuple(dist.used_axes() | set(self.varying))
+        replicated = [a for a in complement(mesh, used) if subaxes.size(mesh, a) > 1]
+        partial = [a for a in dist.partial if subaxes.size(mesh, a) > 1]
         block = (f"{self.block[0]}-element" if len(self.block) == 1 else "x".join(map(str, self.block))) or "scalar"
         size = f" ({int(np.prod(self.block, dtype=np.int64)) * self.dtype_size} B)" if self.dtype_size else ""
         holding = f"each device holds one {block} block{size}"
-        copies = mesh.group_size(replicated)
+        copies = subaxes.group_size(mesh, replicated)
         holding += (f"; each block is on {copies} devices (replicated over {','.join(replicated)})" if replicated
                     else "; no two devices hold the same block")
         lines = ["; ".join(dims) if dims else "a scalar", holding]

@@ -65,3 +65,11 @@ func.func @product(%a: tensor<16xf32>) -> tensor<16xf32> {
   }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
 }
+
+// The reordering all-to-all of the SPMD programs (split dim gains the axes in another order).
+// CHECK-LABEL: func.func @reordering_all_to_all
+// CHECK: "slicer.all_to_all"(%{{.*}}) {concat_axis = 0 : index, grid = @mesh, grid_axes = array<i16: 0, 1>, split_axis = 1 : index, split_grid_axes = array<i16: 1, 0>} : (tensor<8x8xf32>) -> tensor<64x1xf32>
+func.func @reordering_all_to_all(%a: tensor<8x8xf32>) -> tensor<64x1xf32> {
+  %0 = "slicer.all_to_all"(%a) {grid = @mesh, grid_axes = array<i16: 0, 1>, split_grid_axes = array<i16: 1, 0>, split_axis = 1 : index, concat_axis = 0 : index} : (tensor<8x8xf32>) -> tensor<64x1xf32>
+  return %0 : tensor<64x1xf32>
+}

@@ -22,9 +22,12 @@ def graph_of(example: str, tactics: str) -> tuple[str, KernelGraph]:
     return text, KernelGraph.from_spmd(partition(text, PIPELINE % tactics))
 
 
-def test_megatron_is_one_kernel_then_the_partial_sum_resolution():
-    # On x=2,y=4 the idle axis x halves the all_reduce: the kernel slices its rows by x (using the
-    # device coordinate), all_reduce over y, all_gather over x back to a replicated result.
+def test_megatron_is_one_kernel_then_the_partial_sum_resolution(tmp_path, monkeypatch):
+    # Objective bytes: on x=2,y=4 the idle axis x halves the all_reduce: the kernel slices its rows by x
+    # (using the device coordinate), all_reduce over y, all_gather over x back to a replicated result.
+    model = tmp_path / "bytes.json"
+    model.write_text('{"objective": "bytes", "latency_s": 3e-5, "bandwidth_bytes_per_s": 2e9}')
+    monkeypatch.setenv("SLICER_COST_MODEL", str(model))
     _, graph = graph_of("mlp", "arg1.1=y;arg3.0=y")
     assert [type(n) for n in graph.nodes] == [KernelNode, CollectiveNode, CollectiveNode]
     kernel, reduce, gather = graph.nodes
@@ -32,6 +35,16 @@ def test_megatron_is_one_kernel_then_the_partial_sum_resolution():
     assert (reduce.op, reduce.step.mesh_axes, reduce.input) == ("all_reduce", ("y",), kernel.outputs[0])
     assert (gather.op, gather.step.mesh_axes, gather.input) == ("all_gather", ("x",), reduce.output)
     assert graph.results == (gather.output,) and graph.result_sources == ("default",)
+
+
+def test_megatron_on_a_small_array_is_one_all_reduce():
+    # Objective time (the default): on this 8x16 output a second step costs more latency than the bytes it
+    # saves, so the partial sum is resolved by one all_reduce over y.
+    _, graph = graph_of("mlp", "arg1.1=y;arg3.0=y")
+    assert [type(n) for n in graph.nodes] == [KernelNode, CollectiveNode]
+    kernel, reduce = graph.nodes
+    assert (reduce.op, reduce.step.mesh_axes, reduce.input) == ("all_reduce", ("y",), kernel.outputs[0])
+    assert graph.results == (reduce.output,)
 
 
 def test_json_round_trip_runs_the_same():

@@ -45,7 +45,7 @@ func.func @f(%a: tensor<4x16xf32>, %b: tensor<16x4xf32>) -> tensor<4x4xf32> {
   %t = math.tanh %0 : tensor<4x4xf32>
   %u = arith.mulf %t, %0 : tensor<4x4xf32>
   return %u : tensor<4x4xf32>
-}""", {"shard.all_reduce": 1, "shard.all_gather": 1}),
+}""", {"shard.all_reduce": 1}),
     # 2x2x2: batch over x, columns over y, contraction over z (a sum); slices of slices give the argument
     # types [[x],[y],[z]] and [[x],[z],[]]
     "nest_2x2x2": (MESH_2x2x2 + """

@@ -101,6 +101,20 @@ def test_every_cell_is_the_block_its_devices_hold():
         picture.text()  # draws without error
 
 
+def test_sub_axes_are_drawn_like_axes():
+    """A type over parts of an axis (what plans with sub-axes pass through): y:(1)2 is the major half of y,
+    idx(y) // 2; the part it leaves out (y:(2)2) replicates; partial sums over a part add two devices."""
+    mesh = Mesh(x=2, y=4)
+    picture = ShardingPicture(mesh, DistType.of(mesh, (8, 8), [("y:(1)2",), ("x",)], ()))
+    text = picture.text()
+    assert "dim 0 (8): 2 blocks of 4 over y:(1)2; dim 1 (8): 2 blocks of 4 over x" in text
+    assert "each block is on 2 devices (replicated over y:(2)2)" in text
+    assert grid_rows(text) == [["0,1", "4,5"], ["2,3", "6,7"]]
+    partial = ShardingPicture(mesh, DistType.of(mesh, (8,), [("x", "y:(1)2")], ("y:(2)2",))).text()
+    assert "partial sums over y:(2)2" in partial
+    assert grid_rows(partial) == [["0 + 1", "2 + 3", "4 + 5", "6 + 7"]]
+
+
 def test_scalars_and_chosen_grid_dims():
     mesh = Mesh(x=2)
     assert grid_rows(ShardingPicture(mesh, DistType.of(mesh, (), [])).text()) == [["0,1"]]

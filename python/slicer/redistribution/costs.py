@@ -1,0 +1,253 @@
+"""What a plan costs: estimated time (the default objective) or bytes received.
+
+Time model: a collective finishes when its busiest device has received its data, so a step costs
+
+    latency + (bytes received by the busiest device) / bandwidth
+
+with the latency and bandwidth of the mesh axes it communicates over (the slowest of them, for a group of
+several axes; for a permute, the axes along which some sender and its receiver differ). Steps run one
+after another, so a plan's time is the sum over its steps; local slices and permutes that move nothing
+are free. Plans of equal time are ranked by the bytes received in total, then by the number of steps.
+The ``bytes`` objective (``--cost bytes``) ranks by total bytes received, then steps, as before.
+
+Latency and bandwidth are per mesh axis: one figure for every axis, and optionally figures of their own
+for axes mapped to slower links (across hosts, say). Defaults: ``slicer-plan --calibrate`` measures them
+with the MPI executor on this machine and stores them in ``$XDG_CACHE_HOME/slicer/cost_model.json``
+(``~/.cache/...``); `CostModel.default` reads that file, or the file named by ``$SLICER_COST_MODEL``
+(``builtin`` forces the built-in figures, which the test suites use so that plans do not depend on the
+machine), else uses the built-in figures below, measured on the development machine.
+
+The search needs exact arithmetic (its heuristics must never overestimate, even by a rounding error), so
+`Pricing` turns a model into integers for one search: time in femtoseconds, and one scalar cost per move,
+``time * M + total elements received`` with ``M`` larger than any plan's total, which orders plans by
+time, then total bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
+
+from . import subaxes
+
+#: Built-in figures: MPICH shared memory between 8 oversubscribed ranks on the 2-core development machine,
+#: as measured by ``slicer-plan --calibrate`` (medians; see docs/redistribution.md).
+DEFAULT_LATENCY = 30e-6
+DEFAULT_BANDWIDTH = 2.0e9
+FS = 10 ** 15  # search time unit: femtoseconds
+OBJECTIVES = ("time", "bytes")
+ENV = "SLICER_COST_MODEL"
+_LOADED: dict = {}  # (path, modification time) -> the model read from it
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Objective and figures of the cost model (see the module docstring). Hashable, immutable.
+
+    ``axis_latency`` / ``axis_bandwidth``: ``(axis name, figure)`` pairs for axes whose links differ from
+    the default (seconds per step, bytes per second and device)."""
+
+    objective: str = "time"
+    latency: float = DEFAULT_LATENCY
+    bandwidth: float = DEFAULT_BANDWIDTH
+    axis_latency: tuple[tuple[str, float], ...] = ()
+    axis_bandwidth: tuple[tuple[str, float], ...] = ()
+    source: str = field(default="built-in", compare=False)
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise RedistributionError(f"cost objective '{self.objective}': use one of {', '.join(OBJECTIVES)}")
+        for what, value in [("latency", self.latency)] + [(f"latency of axis '{a}'", v) for a, v in self.axis_latency]:
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise RedistributionError(f"cost model {what} {value!r}: give a non-negative number of seconds")
+        for what, value in ([("bandwidth", self.bandwidth)]
+                            + [(f"bandwidth of axis '{a}'", v) for a, v in self.axis_bandwidth]):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise RedistributionError(f"cost model {what} {value!r}: give a positive number of bytes per second")
+
+    # -- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def bytes(cls) -> "CostModel":
+        return cls(objective="bytes")
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "") -> "CostModel":
+        try:
+            return cls(objective=data.get("objective", "time"), latency=float(data["latency_s"]),
+                       bandwidth=float(data["bandwidth_bytes_per_s"]),
+                       axis_latency=tuple(sorted((str(a), float(v)) for a, v in data.get("axis_latency_s", {}).items())),
+                       axis_bandwidth=tuple(sorted((str(a), float(v)) for a, v in
+                                                   data.get("axis_bandwidth_bytes_per_s", {}).items())),
+                       source=source)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RedistributionError(
+                f"cost model {source or 'data'} is not valid ({exc!r}): it needs latency_s and bandwidth_bytes_per_s "
+                "(and optionally axis_latency_s / axis_bandwidth_bytes_per_s maps); rerun slicer-plan --calibrate") from None
+
+    def to_dict(self) -> dict:
+        return {"objective": self.objective, "latency_s": self.latency, "bandwidth_bytes_per_s": self.bandwidth,
+                "axis_latency_s": dict(self.axis_latency), "axis_bandwidth_bytes_per_s": dict(self.axis_bandwidth)}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CostModel":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise RedistributionError(f"cannot read the cost model {path}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise RedistributionError(f"cost model {path} is not JSON ({exc}); rerun slicer-plan --calibrate") from None
+        if not isinstance(data, dict):
+            raise RedistributionError(f"cost model {path} is not a JSON object; rerun slicer-plan --calibrate")
+        return cls.from_dict(data, str(path))
+
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        path = Path(path) if path is not None else calibration_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def default(cls) -> "CostModel":
+        """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
+        the calibration file if there is one, else the built-in figures. A file is read again only when it
+        changes (plans ask for the default model every time)."""
+        chosen = os.environ.get(ENV, "")
+        if chosen == "builtin":
+            return cls()
+        path = Path(chosen) if chosen else calibration_path()
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            if chosen:
+                return cls.load(path)  # raises, naming the file
+            return cls()
+        key = (str(path), stamp)
+        if key not in _LOADED:
+            _LOADED.clear()
+            _LOADED[key] = cls.load(path)
+        return _LOADED[key]
+
+    def with_objective(self, objective: str) -> "CostModel":
+        return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
+
+    # -- figures ------------------------------------------------------------------------------------------
+    def axis_figures(self, axis: str) -> tuple[float, float]:
+        """(latency, bandwidth) of a mesh axis (the whole axis of a sub-axis)."""
+        name = subaxes.axis_name(axis)
+        return dict(self.axis_latency).get(name, self.latency), dict(self.axis_bandwidth).get(name, self.bandwidth)
+
+    def seconds(self, axes, busiest_bytes: int) -> float:
+        """Estimated time of one step communicating over ``axes`` whose busiest device receives
+        ``busiest_bytes`` (0 for a step that communicates nothing)."""
+        axes = tuple(axes)
+        if not axes:
+            return 0.0
+        figures = [self.axis_figures(a) for a in axes]
+        return max(f[0] for f in figures) + busiest_bytes / min(f[1] for f in figures)
+
+    def __str__(self) -> str:
+        extra = "".join(f", {a}: {lat * 1e6:.3g} us" for a, lat in self.axis_latency)
+        extra += "".join(f", {a}: {bw / 1e9:.3g} GB/s" for a, bw in self.axis_bandwidth)
+        return (f"{self.objective} (latency {self.latency * 1e6:.3g} us, bandwidth {self.bandwidth / 1e9:.3g} GB/s"
+                f"{extra}; {self.source})")
+
+
+def tie_scale(model: CostModel, devices: int, elements: int) -> int:
+    """``M`` of the scalar cost ``time * M + total``: larger than the total elements of any plan the search
+    could return (a few gathers of the whole array on every device), so time decides first and the total
+    only breaks ties (1 for the bytes objective)."""
+    return 64 * devices * max(1, elements) + 1 if model.objective == "time" else 1
+
+
+def calibration_path() -> Path:
+    """Where ``slicer-plan --calibrate`` stores its figures."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slicer" / "cost_model.json"
+
+
+class Pricing:
+    """A cost model in integers for one search on ``mesh`` (plain axes: the search's, possibly a
+    refinement whose parts are named by ``token_of``), with elements of ``itemsize`` bytes.
+
+    ``cost(axes, busiest, total)`` prices a move whose busiest device receives ``busiest`` elements and
+    all devices together ``total``; ``bound(busiest, total)`` prices lower bounds on the same two
+    quantities for the rest of a plan (with the least latency and the fastest axis, rounded down)."""
+
+    def __init__(self, model: CostModel, mesh: Mesh, itemsize: int, elements: int, token_of=None):
+        self.model = model
+        self.time = model.objective == "time"
+        self.n = mesh.device_count
+        token_of = token_of or (lambda a: a)
+        self.latency, self.unit = {}, {}
+        for a in mesh.axis_names:
+            lat, bw = model.axis_figures(token_of(a))
+            self.latency[a] = int(round(lat * FS))
+            self.unit[a] = math.ceil(itemsize * FS / bw)  # femtoseconds per element
+        live = [a for a in mesh.axis_names if mesh.size(a) > 1] or list(mesh.axis_names)
+        self.least_latency = min((self.latency[a] for a in live), default=0)
+        self.least_unit = min((self.unit[a] for a in live), default=0)
+        self.uniform = len({(self.latency[a], self.unit[a]) for a in live}) <= 1
+        self.scale = tie_scale(model, self.n, elements)
+        self._group: dict = {}
+
+    def _figures(self, axes: tuple) -> tuple[int, int]:
+        found = self._group.get(axes)
+        if found is None:
+            found = self._group[axes] = (max(self.latency[a] for a in axes), max(self.unit[a] for a in axes))
+        return found
+
+    def cost(self, axes: tuple, busiest: int, total: int) -> int:
+        if not self.time:
+            return total
+        if not busiest and not total:
+            return 0
+        lat, unit = self._figures(axes)
+        return self.scale * (lat + busiest * unit) + total
+
+    def bound(self, busiest: float, total: int, steps: int = 0) -> int:
+        """Lower bound on the cost of the rest of a plan that must still deliver ``busiest`` elements to
+        some device (a lower bound on the sum over steps of the busiest device's share) and ``total`` in
+        all, in at least ``steps`` communicating steps (at least one if anything is left to deliver)."""
+        if not self.time:
+            return total
+        if steps <= 0:
+            if total <= 0 and busiest <= 0:
+                return 0
+            steps = 1
+        elements = max(0, math.ceil(busiest - abs(busiest) * 1e-12 - 1e-9))  # see bounds.whole
+        return self.scale * (self.least_latency * steps + elements * self.least_unit) + total
+
+
+def plan_seconds(plan, model: CostModel) -> float:
+    """The estimated time of ``plan`` under ``model`` (the sum over its steps)."""
+    return float(sum(step_seconds(plan, i, model) for i in range(len(plan.steps))))
+
+
+def step_axes(plan, i: int) -> tuple[str, ...]:
+    """The axes step ``i`` of ``plan`` communicates over (for a permute: along which a pair differs)."""
+    step = plan.steps[i]
+    if step.op == "all_slice":
+        return ()
+    if step.op != "permute":
+        return tuple(step.mesh_axes)
+    pairs = step.pair_array
+    if not len(pairs):
+        return ()
+    mesh = plan.mesh
+    coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T
+    differ = (coords[pairs[:, 0]] != coords[pairs[:, 1]]).any(axis=0)
+    return tuple(a for a, moved in zip(mesh.axis_names, differ) if moved)
+
+
+def step_seconds(plan, i: int, model: CostModel) -> float:
+    busiest = int(plan.trace.received[i].max()) * plan.itemsize if plan.trace.received[i].size else 0
+    return model.seconds(step_axes(plan, i), busiest)
