@@ -1,5 +1,6 @@
 # `make demo` and `make test` set themselves up on first use (a .venv with
-# `pip install -e '.[test]'`), then run the main job / the whole suite.
+# `pip install -e '.[test,torch]'`: the torch extra so the suite covers `slicer.from_torch`), then run the
+# main job / the whole suite.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q -e '.[test,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -80,7 +80,10 @@ class RangeType:
     @staticmethod
     def of(type_: ir.Type) -> "RangeType | None":
         """The view of `type_`, or None if it is not a range type."""
-        return _parse_range(str(type_), type_.context)
+        text = str(type_)
+        if text not in _RANGES:
+            _RANGES[text] = _parse_range(text, type_.context)
+        return _RANGES[text]
 
     @staticmethod
     def is_range(type_: ir.Type) -> bool:
@@ -88,6 +91,12 @@ class RangeType:
 
     def __str__(self) -> str:
         return f"range<{','.join(self.axes)}, {self.size}>"
+
+
+# Views are pure functions of the printed type or attribute (immutable values) that propagation asks for
+# again and again: each text is parsed once.
+_RANGES: dict[str, "RangeType | None"] = {}
+_ACTIONS: dict[str, "Action | None"] = {}
 
 
 def _parse_range(text: str, context: ir.Context) -> RangeType | None:
@@ -135,12 +144,18 @@ Action = TileAction | SumAction
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
     text = str(attr)
+    if text not in _ACTIONS:
+        _ACTIONS[text] = _parse_action(text, attr.context)
+    return _ACTIONS[text]
+
+
+def _parse_action(text: str, context: ir.Context) -> Action | None:
     if text == "#slicer.sum":
         return SumAction()
     params = _split_params(text, "#slicer.tile")
     if params is None or len(params) != 1:
         return None
-    value = ir.Attribute.parse(params[0], attr.context)
+    value = ir.Attribute.parse(params[0], context)
     if not isinstance(value, ir.IntegerAttr):
         return None
     return TileAction(ir.IntegerAttr(value).value)

@@ -257,9 +257,7 @@ def _spec(type_: ir.Type, what: str) -> ArraySpec:
     dtype = dtypes.numpy_dtype(name)
     if dtype is None:
         raise KernelError(f"{what}: {dtypes.unsupported(name)}")
-    if name == "i1":  # MLIR 22 cannot lower stores of sub-byte memref elements (see reject_narrow_memrefs)
-        raise KernelError(f"{what} has element type i1; i1 buffers cannot be lowered by MLIR 22: return i8 via "
-                          "arith.extui")
+    # i1 arguments are numpy booleans: one byte each, which the kernel reads as i8 (see widen_i1.py).
     return ArraySpec(tuple(type_.shape), dtype)
 
 

@@ -10,8 +10,10 @@ this pipeline, and `slicer-lower-to-loops`, the same function as the pass):
 
 - `slicer-kernel-vectorize{...}`: tile and vectorize every linalg op with a
   transform-dialect script generated per op (see `lowering/vectorize.py`);
+- `slicer-kernel-widen-i1`: boolean tensors stored as bytes (`widen_i1.py`), so
+  masks cross kernels and are arguments;
 - `slicer-kernel-reject-narrow-memrefs`: a clear error instead of an assertion
-  failure in the LLVM lowering for i1 buffers.
+  failure in the LLVM lowering for any sub-byte buffer left.
 
 Input: a module of `func.func` on statically shaped tensors (linalg, arith,
 math, tensor, slicer loops). Output: LLVM dialect where every public function
@@ -33,6 +35,7 @@ from .loops import lower_loops
 from .results import distinct_results
 from .rows import RowsOptions, rows_module
 from .vectorize import VectorizeOptions, vectorize_module
+from .widen_i1 import widen_i1
 
 Stage = tuple[str, tuple[str, ...]]
 
@@ -56,6 +59,8 @@ _LINALG: Stage = (
 _BUFFERIZE: Stage = (
     "bufferize",
     (
+        # Boolean tensors become byte tensors: no i1 buffer reaches the LLVM lowering (see widen_i1.py).
+        "slicer-kernel-widen-i1",
         "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
         # Results become out-params: numpy allocates outputs, the kernel writes into them.
         "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
@@ -197,6 +202,7 @@ PYTHON_STEPS = {
     "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
     "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
     "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),
+    "slicer-kernel-widen-i1": lambda module, options: widen_i1(module),
 }
 """The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""
 

@@ -1,4 +1,4 @@
-"""The Python front door (layer 13 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
+"""The Python front door (layer 14 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
 explain and run; `apply_tactics` and `propagate` run single stages.
 
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2),
@@ -29,8 +29,10 @@ from slicer.checking import check_equivalent
 from slicer.core.errors import (CompileError, InvalidTactic, KernelGraphError, ResourceError, RunError,
                                 SlicerError)
 from slicer.core.mesh import Mesh
+from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.progress import Progress
-from slicer.dialect import make_context, parse_source
+from slicer.dialect import make_context, parse_source, walk_ops
+from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
@@ -45,12 +47,17 @@ from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_pictu
 
 @dataclass(frozen=True)
 class Program:
-    """A partitioned program: the original, its SPMD form, its kernel graph and the propagation report."""
+    """A partitioned program: the original, its SPMD form, its kernel graph and the propagation report.
+
+    Compiled from an `ImportedProgram` (`slicer.from_torch`), it keeps the import as `imported`: its arguments
+    have names, and `run` takes the model's inputs only (the parameters are bound)."""
 
     original: str
     spmd: str
     graph: KernelGraph
     propagation: str
+    arg_names: tuple[str | None, ...] = ()
+    imported: ImportedProgram | None = None
 
     @property
     def mesh(self) -> Mesh:
@@ -65,7 +72,8 @@ class Program:
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
-            lines.append(f"  arg #{i}: {v.dtype}{list(v.dist.shape)} as {v.dist} (local {list(v.local_shape)})")
+            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
+                         f"(local {list(v.local_shape)})")
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
             lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
@@ -76,6 +84,10 @@ class Program:
             lines.append(f"memory per device: not estimated ({exc})")
         lines.append(str(g))
         return "\n".join(lines)
+
+    def _named(self, index: int) -> str:
+        name = self.arg_names[index] if index < len(self.arg_names) else None
+        return f" ({name})" if name else ""
 
     def memory(self, timings: Timings | None = None) -> MemoryReport:
         """Bytes per device: argument and result blocks, the peak of live blocks during the run (kernel-graph
@@ -98,18 +110,22 @@ class Program:
 
     # -- running -----------------------------------------------------------------------------------------
     def check_arrays(self, arrays) -> list[np.ndarray]:
-        """`arrays` as numpy arrays, checked against the arguments' shapes and dtypes (RunError if not)."""
+        """`arrays` as numpy arrays (torch tensors accepted), checked against the arguments' shapes and dtypes
+        (RunError if not). For an imported program, `arrays` are the model's inputs; the parameters are
+        appended."""
         g = self.graph
+        if self.imported is not None:
+            arrays = self.imported.bind(arrays)
         if len(arrays) != len(g.args):
             raise RunError(f"@{g.entry} takes {len(g.args)} arrays, got {len(arrays)}")
         checked = []
         for i, (array, name) in enumerate(zip(arrays, g.args)):
-            array = np.asarray(array)
+            array = as_array(array)
             v = g.values[name]
             want = v.numpy_dtype
             if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != want:
-                raise RunError(f"argument #{i} of @{g.entry} must be {want}{list(v.dist.shape)}, got "
-                               f"{array.dtype}{list(array.shape)}")
+                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(v.dist.shape)}, "
+                               f"got {array.dtype}{list(array.shape)}")
             checked.append(array)
         return checked
 
@@ -218,9 +234,10 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
 
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
             entry: str | None = None, source_name: str | None = None) -> Program:
-    """Partition `module` (text or IR) over `mesh` (a `Mesh`, or `{axis: size}` as `apply_tactics` takes)
-    with `tactics` (plus its IR annotations). `source_name` names the text's file in locations (provenance of
-    collectives). Raises `CompileError`."""
+    """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
+    or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
+    arguments by position, or by name when the program names them. `source_name` names the text's file in
+    locations (provenance of collectives). Raises `CompileError`."""
     if isinstance(mesh, Mapping):
         try:
             mesh = Mesh(mesh)
@@ -229,10 +246,19 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     if not isinstance(mesh, Mesh):
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
                            f"got {mesh!r}")
-    original = module if isinstance(module, str) else str(module)
+    imported = module if isinstance(module, ImportedProgram) else None
+    if imported is not None:
+        original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
+    else:
+        original = module if isinstance(module, str) else str(module)
     with make_context(), Progress(f"partitioning {source_name or 'the program'}", total=4) as progress:
         try:
             parsed = parse_source(original, source_name or "<text>")
+            try:
+                arg_names = tuple(value_names(entry_function(parsed, entry)))
+            except EntryError:
+                arg_names = ()  # apply_tactics reports it
+            _check_static(parsed, entry, arg_names)
             progress.step("tactics")
             apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
             progress.step("propagation")
@@ -249,7 +275,34 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
         graph = KernelGraph.from_spmd(spmd, entry)
-    return Program(original, spmd, graph, propagation)
+    return Program(original, spmd, graph, propagation, arg_names, imported)
+
+
+def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:
+    """CompileError unless every value of the entry function has a static shape: partitioned programs run on
+    blocks of known sizes (buffers, collectives, kernels). Tactics and propagation alone accept dynamic dims
+    (`slicer.apply_tactics`, `slicer.propagate` tile the static ones and never a dynamic one)."""
+    try:
+        func = entry_function(module, entry)
+    except EntryError:
+        return  # apply_tactics reports it
+    fn_type = function_type(func)
+    for kind, types in (("argument", fn_type.inputs), ("result", fn_type.results)):
+        for index, type_ in enumerate(types):
+            if isinstance(type_, ir.ShapedType) and not type_.has_static_shape:
+                name = f" ({arg_names[index]})" if kind == "argument" and index < len(arg_names) and arg_names[index] \
+                    else ""
+                raise CompileError(f"{kind} #{index}{name} of @{function_name(func)} has type {type_}: "
+                                   f"{_DYNAMIC}")
+    for op in walk_ops(func):
+        for result in op.results:
+            if isinstance(result.type, ir.ShapedType) and not result.type.has_static_shape:
+                raise CompileError(f"{op.location}: '{op.name}' makes a {result.type}: {_DYNAMIC}")
+
+
+_DYNAMIC = ("slicer.compile partitions and runs programs whose shapes are known (static): give the sizes (a "
+            "model imported with slicer.from_torch has the example inputs' shapes). slicer.apply_tactics and "
+            "slicer.propagate accept dynamic dims and tile the static ones only.")
 
 
 __all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]

@@ -16,6 +16,15 @@
 // PROVENANCE: mesh = @mesh, slicer.priority = 1 : i64, slicer.tactic = "Tile(arg=3, dim=0, axes='y')"} : () -> tensor<32x16xf32>
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=result0.0=x}' | FileCheck %s --check-prefix=RESULT
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg2=replicated;result0=replicated}' | FileCheck %s --check-prefix=REPLICATE
+// Arguments named with slicer.name are named in the schedule too (what a positional tactic does):
+// RUN: slicer-opt %S/Inputs/named-mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=fc1.weight.1=y;fc2.weight.0=y}' | FileCheck %s --check-prefix=NAMED
+// NAMED: "slicer.loop"() ({
+// NAMED: "slicer.slice"(%arg1, %{{.*}}) {dim = 1 : i64}
+// NAMED: slicer.tactic = "Tile(arg='fc1.weight', dim=1, axes='y')"} : () -> tensor<16x32xf32>
+// NAMED: "slicer.slice"(%arg3, %{{.*}}) {dim = 0 : i64}
+// NAMED: slicer.tactic = "Tile(arg='fc2.weight', dim=0, axes='y')"} : () -> tensor<32x16xf32>
+// RUN: not slicer-opt %S/Inputs/named-mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=fc1.wieght.1=y}' 2>&1 | FileCheck %s --check-prefix=UNKNOWN-NAME
+// UNKNOWN-NAME: error: Tile(arg='fc1.wieght', dim=1, axes='y'): @mlp has no argument named 'fc1.wieght' (did you mean 'fc1.weight'{{.*}}); its arguments are named: x, fc1.weight, fc1.bias, fc2.weight
 //
 // Errors: one case per tactic error, each run with tactics=arg1.1=y.
 // RUN: slicer-opt %S/Inputs/apply-tactics-invalid.mlir -split-input-file -verify-diagnostics -p 'slicer-apply-tactics{tactics=arg1.1=y}'

@@ -11,6 +11,7 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
     │   └── StepMismatch    check-each-step: a step changed what the program computes
     ├── InvalidTactic       a tactic value that is wrong on its own
+    ├── FrontendError       a model or function that cannot be imported (slicer.from_torch)
     ├── RedistributionError a distributed type, plan or dtype that is invalid
     │   └── MeshError       a malformed mesh, or an axis or rank it does not have
     ├── KernelError         a kernel that cannot be compiled or called as asked (JitError: the JIT's)
@@ -73,6 +74,11 @@ class InvalidTactic(SlicerError, ValueError):
     """A tactic value that is wrong on its own (before looking at any program)."""
 
 
+class FrontendError(SlicerError, ValueError):
+    """A model or function that cannot be imported: the framework is not installed, the inputs are not
+    tensors, or its exporter failed (the message says which and how to fix it)."""
+
+
 class RedistributionError(SlicerError, ValueError):
     """An invalid distributed type, plan, dtype or spec for the redistribution machinery."""
 
@@ -119,6 +125,6 @@ class SimulationError(RunError):
 
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
-    "InvalidTactic", "MeshError", "RedistributionError", "KernelError", "JitError", "KernelGraphError",
-    "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
+    "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
+    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
 ]

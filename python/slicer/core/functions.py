@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from .names import ARG_NAME_ATTR
+
 
 class EntryError(LookupError):
     """No function, or several, match the request (the message lists the functions); each stage raises its
@@ -56,3 +58,21 @@ def entry_function(module, entry: str | None = None) -> ir.Operation:
         return public[0]
     raise EntryError(f"the module has {len(functions)} functions ({names}) and {len(public)} public ones; name the "
                      "one you mean (entry=..., or --entry)")
+
+
+def value_names(func, kind: str = "arg") -> list[str | None]:
+    """The names (`slicer.name` attribute) of the arguments (`kind="arg"`) or results (`"result"`) of `func`, by
+    position (None where a value has none). Imported programs name every argument (`slicer.from_torch`:
+    the model's inputs, then its parameters and buffers by their dotted names)."""
+    fn_type = function_type(func)
+    count = len(fn_type.inputs if kind == "arg" else fn_type.results)
+    key = "arg_attrs" if kind == "arg" else "res_attrs"
+    attrs = op_of(func).attributes
+    if key not in attrs:
+        return [None] * count
+    names: list[str | None] = []
+    for entry in ir.ArrayAttr(attrs[key]):
+        entry = ir.DictAttr(entry)
+        names.append(ir.StringAttr(entry[ARG_NAME_ATTR]).value
+                     if ARG_NAME_ATTR in entry and isinstance(entry[ARG_NAME_ATTR], ir.StringAttr) else None)
+    return names + [None] * (count - len(names))

@@ -91,16 +91,27 @@ def is_unused(op: ir.Operation) -> bool:
 
 
 def is_zero_tensor(value: ir.Value) -> bool:
-    """Is `value` known to be all zeros (a zero fill or a zero splat constant)?"""
+    """Is `value` known to be all zeros (a zero fill or a zero splat constant, the generic form of a fill as
+    `linalg-generalize-named-ops` writes it, or a reshape of one)?"""
     op = defining_op(value)
     if op is None:
         return False
     if op.name == "linalg.fill":
-        scalar = defining_op(op.operands[0])
-        return scalar is not None and scalar.name == "arith.constant" and _is_zero_attr(scalar.attributes["value"])
+        return _is_zero_scalar(op.operands[0])
     if op.name == "arith.constant":
         return _is_zero_attr(op.attributes["value"])
+    if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        return is_zero_tensor(op.operands[0])
+    if op.name == "linalg.generic" and len(op.operands) == 1 and len(op.results) == 1:
+        body = op.regions[0].blocks[0]
+        ops = list(body.operations)
+        return len(ops) == 1 and ops[0].operation.name == "linalg.yield" and _is_zero_scalar(ops[0].operands[0])
     return False
+
+
+def _is_zero_scalar(value: ir.Value) -> bool:
+    scalar = defining_op(value)
+    return scalar is not None and scalar.name == "arith.constant" and _is_zero_attr(scalar.attributes["value"])
 
 
 def _is_zero_attr(attr: ir.Attribute) -> bool:

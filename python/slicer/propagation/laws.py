@@ -30,13 +30,14 @@ Provenance: loops made here carry `slicer.rule` (which rule) and inherit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.names import DIALECT_PREFIX, LOOP, PRIORITY_ATTR, RANGE_PRODUCT, RULE_ATTR, SLICE, TACTIC_ATTR, YIELD
 from slicer.dialect import LoopOp, SliceOp, SumAction, TileAction, loop, range_product, slice_, walk_ops, with_dim, yield_
-from slicer.rules import NoRule, RuleOutcome, rule_for
+from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_for
 
 from .ir_utils import (
     ancestors,
@@ -64,10 +65,19 @@ class UnsupportedOp(Exception):
 
 @dataclass
 class Journal:
-    """What propagation did and could not do (for explain() and conflict reports)."""
+    """What propagation did and could not do (for explain() and conflict reports).
+
+    Every law calls `rewriting(op)` once it has decided to rewrite at `op`, before it changes anything: the
+    engine's worklist (`engine._Worklist`) then notes which ops the rewrite may affect."""
 
     blocked: list[tuple[ir.Operation, str]] = field(default_factory=list)
     rewrites: int = 0
+    on_rewrite: Callable[[ir.Operation], None] | None = None
+
+    def rewriting(self, op: ir.Operation) -> None:
+        """About to rewrite at `op` (the op the law matched)."""
+        if self.on_rewrite is not None:
+            self.on_rewrite(op)
 
 
 def _tile_outcome(op: ir.Operation, **where) -> RuleOutcome:
@@ -137,6 +147,7 @@ def _copy_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) 
 
 def eliminate_dead(op: ir.Operation, journal: Journal) -> bool:
     if is_pure(op) and is_unused(op):
+        journal.rewriting(op)
         op.erase()
         return True
     return False
@@ -156,6 +167,7 @@ def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
         if earlier.name == SLICE:
             other = SliceOp(earlier)
             if other.source == view.source and other.range_value == view.range_value and other.dim == view.dim:
+                journal.rewriting(op)
                 view.result.replace_all_uses_with(other.result)
                 op.erase()
                 return True
@@ -174,6 +186,7 @@ def merge_duplicate_loop(op: ir.Operation, journal: Journal) -> bool:
         if earlier == op:
             return False
         if earlier.name == LOOP and equivalent(earlier, op):
+            journal.rewriting(op)
             for old, new in zip(op.results, earlier.results):
                 old.replace_all_uses_with(new)
             op.erase()
@@ -210,6 +223,7 @@ def order_slices(op: ir.Operation, journal: Journal) -> bool:
     outer, inner = _range_loop(second.range_value), _range_loop(first.range_value)
     if outer is None or inner is None or outer == inner or outer not in ancestors(inner):
         return False  # already outer-first (or unrelated loops)
+    journal.rewriting(op)
     with ir.InsertionPoint(op), op.location:
         swapped = slice_(slice_(first.source, second.range_value, second.dim), first.range_value, first.dim)
     second.result.replace_all_uses_with(swapped)
@@ -231,6 +245,7 @@ def compose_slices(op: ir.Operation, journal: Journal) -> bool:
         return False
     if set(inner.range.axes) & set(outer.range.axes):
         return False
+    journal.rewriting(op)
     with ir.InsertionPoint(op), op.location:
         product = range_product(inner.range_value, outer.range_value)
         composed = slice_(inner.source, product, outer.dim)
@@ -263,6 +278,7 @@ def deforest(op: ir.Operation, journal: Journal) -> bool:
         return False
     if _inner_loop_axes(producer) & enclosing_axes(op):
         return False  # the copied body would put a loop inside a loop over the same axis
+    journal.rewriting(op)
     value = _copy_body(producer, view.range_value, before=op)[index]
     view.result.replace_all_uses_with(value)
     op.erase()
@@ -288,6 +304,7 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     if (set(producer.range.axes) | _inner_loop_axes(producer)) & enclosing_axes(op):
         return False  # the new loop (or one copied in its body) would sit inside a loop over the same axes
+    journal.rewriting(op)
     index = result_index(view.source)
     rule = f"slice over {', '.join(view.range.axes)} commuted into the loop over {', '.join(producer.range.axes)}"
     with ir.InsertionPoint(op), op.location:
@@ -323,6 +340,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
         return False
     if not _divisible(producer, outcome, rng.size):
         return False
+    journal.rewriting(op)
     with ir.InsertionPoint(op), op.location:
         clone = _blockwise_clone(producer, outcome, view.range_value, rng.size, ir.InsertionPoint(op))
     view.result.replace_all_uses_with(clone.results[result_index(view.source)])
@@ -336,11 +354,15 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
 
 
 def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
+    """Does every dim the outcome cuts have a static size divisible by `size`? (A dynamic dim is never cut:
+    programs with dynamic dims are partitioned along their static ones.)"""
     for index, dim in outcome.slices:
-        if ir.RankedTensorType(op.operands[index].type).shape[dim] % size:
+        type_ = ir.RankedTensorType(op.operands[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
             return False
     for index, dim in _result_dims(outcome).items():
-        if ir.RankedTensorType(op.results[index].type).shape[dim] % size:
+        type_ = ir.RankedTensorType(op.results[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
             return False
     return True
 
@@ -358,18 +380,24 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
         clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
-    _update_static_shapes(clone)
+    _update_static_shapes(clone, op)
     return clone
 
 
-def _update_static_shapes(op: ir.Operation) -> None:
-    """Ops that repeat their shapes in attributes get them updated to the block's shapes."""
+def _update_static_shapes(op: ir.Operation, original: ir.Operation) -> None:
+    """Ops that repeat their shapes in attributes get them updated to the block's shapes (`op` is the
+    block-wise copy of `original`)."""
     if op.name == "tensor.expand_shape":
         op.attributes["static_output_shape"] = ir.DenseI64ArrayAttr.get(list(op.results[0].type.shape))
-    elif op.name == "tensor.extract_slice":
-        op.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(list(op.results[0].type.shape))
-    elif op.name == "tensor.insert_slice":
-        op.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(list(op.operands[0].type.shape))
+    elif op.name in ("tensor.extract_slice", "tensor.insert_slice"):
+        # The slice's sizes, the dims a rank-reducing slice drops (unit sizes) included.
+        part = 0 if op.name == "tensor.insert_slice" else None
+        old = original.operands[part].type if part is not None else original.results[0].type
+        new = op.operands[part].type if part is not None else op.results[0].type
+        sizes = list(ir.DenseI64ArrayAttr(original.attributes["static_sizes"]))
+        for r, d in enumerate(kept_dims(original, old)):
+            sizes[d] = new.shape[r]
+        op.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
     elif op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
         splat = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
         op.attributes["value"] = ir.DenseElementsAttr.get_splat(op.results[0].type, splat)
@@ -405,8 +433,11 @@ def forward_candidates(op: ir.Operation) -> list[Candidate]:
 def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
     if op.name.startswith(DIALECT_PREFIX) or op.name in ("func.return", YIELD) or not op.results:
         return False
+    candidates = forward_candidates(op)
+    if not candidates:
+        return False
     busy_axes = enclosing_axes(op)
-    for candidate in forward_candidates(op):
+    for candidate in candidates:
         rng = candidate.producer.range
         if busy_axes & set(rng.axes):
             continue  # already partitioned over these axes here: a conflict, reported at the end
@@ -424,8 +455,10 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
             journal.blocked.append((op, f"{op.name} results would be rebuilt with different actions {outcome.actions}"))
             continue
         if not _divisible(op, outcome, rng.size):
-            journal.blocked.append((op, f"{op.name}: a sliced dim is not divisible by {rng.size} ({', '.join(rng.axes)})"))
+            journal.blocked.append((op, f"{op.name}: a sliced dim is dynamic or not divisible by {rng.size} "
+                                        f"({', '.join(rng.axes)})"))
             continue
+        journal.rewriting(op)
         _make_loop(op, candidate, outcome)
         return True
     return False
@@ -493,9 +526,11 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         # The fused loop stands where the second one is if nothing between them uses the
         # first's results, else where the first is if the second needs nothing defined between.
         if not any(_used_between(r, earlier, op) for r in first.results):
+            journal.rewriting(op)
             _fuse(first, second, at=op)
             return True
         if not _needs_values_after(op, earlier):
+            journal.rewriting(op)
             _fuse(first, second, at=earlier)
             return True
     return False
@@ -564,8 +599,11 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
     if parent is None or as_op(parent).name != LOOP:
         return False
     loop_op = as_op(parent)
+    if any(defined_inside(v, loop_op) for v in op.operands):
+        return False  # (the cheap half of the next test, asked first)
     if any(defined_inside(v, loop_op) for v in captured_values(op)):
         return False
+    journal.rewriting(op)
     op.move_before(loop_op)
     return True
 

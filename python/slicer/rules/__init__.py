@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .explicit import explicit_rule
+from .explicit import explicit_rule, kept_dims
 from .from_linalg import is_linalg_op, linalg_rule
 from .table import PARALLEL, REDUCTION, DimUse, OpRule, RuleOutcome
 
@@ -35,4 +35,4 @@ def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     return rule
 
 
-__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "rule_for"]
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "kept_dims", "rule_for"]

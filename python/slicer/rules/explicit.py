@@ -7,16 +7,18 @@ for them exactly as for linalg ops:
   tensor `arith.constant` only when it is a splat);
 - `tensor.empty`: one parallel loop per result dim (no operand to slice);
 - `tensor.expand_shape`: one loop per result dim; a source dim walks the major
-  result dim of its group; the minor dims of a group cannot be tiled (their
-  blocks are strided in the source);
-- `tensor.collapse_shape`: one loop per source dim; a result dim walks the major
-  source dim of its group; the minor source dims cannot be tiled;
+  result dim of its group that is not a unit dim (unit dims change no offset:
+  torch's keepdim reshapes `[8] -> [8, 1]` are free); the other dims of a group
+  cannot be tiled (their blocks are strided in the source);
+- `tensor.collapse_shape`: the same, seen from the other side: one loop per
+  source dim, a result dim walks the major non-unit source dim of its group;
 - `tensor.concat`: every dim but the concatenated one (whose blocks would mix
   the inputs);
 - `tensor.extract_slice` / `tensor.insert_slice`: the dims the slice takes whole
   (offset 0, full size, stride 1): there a block of one side is the block of the
   other; a dim that is cut cannot be tiled (its blocks would cross the slice
-  bounds), nor can a rank-reducing slice.
+  bounds). A rank-reducing slice drops unit dims of the slice (the pieces of a
+  split, `t[:, i]`): the dims it keeps map to the result's dims in order.
 `linalg.transpose` needs no entry: it is a linalg op (its rule comes from its maps).
 """
 
@@ -81,29 +83,35 @@ def _groups(op: ir.Operation) -> list[list[int]]:
     return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
 
 
-def _minor_blocks(groups: list[list[int]], side: str, verb: str) -> tuple[tuple[int, str], ...]:
+def _leading(group: list[int], shape: list[int]) -> int:
+    """The dim of `group` whose blocks are contiguous in the reshaped dim: the first that is not a unit dim
+    (unit dims before it change no offset), or the group's first dim when all are unit dims."""
+    return next((d for d in group if shape[d] != 1), group[0])
+
+
+def _minor_blocks(groups: list[list[int]], shape: list[int], side: str, verb: str) -> tuple[tuple[int, str], ...]:
     return tuple(
         (d, f"{side} dim {d} is a minor dim of the {verb} group {group}; only the major dim of a group "
-            "can be tiled (the blocks of a minor dim are strided)")
-        for group in groups for d in group[1:]
+            "(unit dims aside) can be tiled (the blocks of a minor dim are strided)")
+        for group in groups for d in group if d != _leading(group, shape)
     )
 
 
 def _expand_shape(op: ir.Operation) -> OpRule:
     groups = _groups(op)
-    rank = op.results[0].type.rank
-    source = tuple(DimUse.walks(group[0]) for group in groups)
+    shape = list(op.results[0].type.shape)
+    source = tuple(DimUse.walks(_leading(group, shape)) for group in groups)
     operands = (source,) + tuple(() for _ in list(op.operands)[1:])  # output_shape sizes are scalars
-    return OpRule(op.name, _loops(rank), operands, (_identity(rank),),
-                  loop_blocks=_minor_blocks(groups, "result", "expanded"))
+    return OpRule(op.name, _loops(len(shape)), operands, (_identity(len(shape)),),
+                  loop_blocks=_minor_blocks(groups, shape, "result", "expanded"))
 
 
 def _collapse_shape(op: ir.Operation) -> OpRule:
     groups = _groups(op)
-    rank = op.operands[0].type.rank
-    result = tuple(DimUse.walks(group[0]) for group in groups)
-    return OpRule(op.name, _loops(rank), (_identity(rank),), (result,),
-                  loop_blocks=_minor_blocks(groups, "source", "collapsed"))
+    shape = list(op.operands[0].type.shape)
+    result = tuple(DimUse.walks(_leading(group, shape)) for group in groups)
+    return OpRule(op.name, _loops(len(shape)), (_identity(len(shape)),), (result,),
+                  loop_blocks=_minor_blocks(groups, shape, "source", "collapsed"))
 
 
 def _concat(op: ir.Operation) -> OpRule:
@@ -129,19 +137,32 @@ def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]
     return reasons
 
 
+def kept_dims(op: ir.Operation, part: ir.RankedTensorType) -> list[int] | None:
+    """For an extract/insert slice (maybe rank-reducing): the dim of the sliced tensor each dim of the slice
+    `part` is, in order, or None if the sizes do not line up. The dropped dims are unit dims of the slice; a
+    unit dim is kept as early as possible (any later unit dim can still be dropped), as upstream decides."""
+    kept = []
+    for d, size in enumerate(ir.DenseI64ArrayAttr(op.attributes["static_sizes"])):
+        if len(kept) < part.rank and size == part.shape[len(kept)]:
+            kept.append(d)
+        elif size != 1:
+            return None
+    return kept if len(kept) == part.rank else None
+
+
 def _slice_rule(op: ir.Operation, full: ir.RankedTensorType, part: ir.RankedTensorType, full_is_operand: int | None,
                 part_operand: int | None) -> OpRule:
     """Common shape of extract_slice (full = source, part = result) and insert_slice (full = dest/result)."""
     rank = full.rank
-    if part.rank != rank:
-        reason = f"belongs to a rank-reducing {op.name}, which has no rule yet"
-        blocked_full = tuple(DimUse.blocked(reason) for _ in range(rank))
-        blocked_part = tuple(DimUse.blocked(reason) for _ in range(part.rank))
-        uses_full, uses_part = blocked_full, blocked_part
+    kept = kept_dims(op, part)
+    if kept is None:
+        reason = f"belongs to a rank-reducing {op.name} whose sizes do not line up with its slice type"
+        uses_full = tuple(DimUse.blocked(reason) for _ in range(rank))
+        uses_part = tuple(DimUse.blocked(reason) for _ in range(part.rank))
     else:
         reasons = _slice_dims(op, full)
         uses_full = tuple(DimUse.walks(d) if r is None else DimUse.blocked(r) for d, r in enumerate(reasons))
-        uses_part = uses_full
+        uses_part = tuple(uses_full[d] for d in kept)
     operands = []
     for k in range(len(op.operands)):
         operands.append(uses_full if k == full_is_operand else uses_part if k == part_operand else ())

@@ -42,15 +42,17 @@ the function or annotate op and names the tactic, and nothing is rewritten.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from mlir import ir
 
 from slicer.core.errors import Located, MeshError, TacticError
-from slicer.core.functions import EntryError, defined_functions, entry_function, function_name, function_type
+from slicer.core.functions import (EntryError, defined_functions, entry_function, function_name, function_type,
+                                   value_names)
 from slicer.core.mesh import Mesh
-from slicer.core.names import ANNOTATE, PRIORITY_ATTR, SHARDING_ATTR, TACTIC_ATTR
+from slicer.core.names import ANNOTATE, ARG_NAME_ATTR, PRIORITY_ATTR, SHARDING_ATTR, TACTIC_ATTR
 from slicer.dialect import (
     AnnotateOp,
     RangeType,
@@ -90,6 +92,7 @@ class Request:
     mesh: str | None
     location: ir.Location
     annotate_op: ir.Operation | None = None
+    name: str | None = None  # the argument's name, when the tactic named it
 
     @property
     def key(self) -> tuple:
@@ -98,7 +101,8 @@ class Request:
     def what(self) -> str:
         if self.kind == "value":
             return "the 'slicer.annotate' value"
-        return f"{'argument' if self.kind == 'arg' else 'result'} #{self.index} of @{function_name(self.func)}"
+        named = f" ({self.name})" if self.name else ""
+        return f"{'argument' if self.kind == 'arg' else 'result'} #{self.index}{named} of @{function_name(self.func)}"
 
 
 @dataclass
@@ -221,9 +225,44 @@ class TacticRewriter:
         requests = []
         for tactic in self.tactics:
             kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
+            name = None
+            if isinstance(index, str):
+                name, index = index, self.resolve_name(func, kind, index, str(tactic))
+                if index is None:
+                    continue
             tile = (tactic.dim, tactic.axes) if isinstance(tactic, Tile) else None
-            requests.append(Request(kind, index, tile, str(tactic), func, mesh, func.location))
+            requests.append(Request(kind, index, tile, str(tactic), func, mesh, func.location, name=name))
         return requests
+
+    def resolve_name(self, func: ir.Operation, kind: str, name: str, label: str) -> int | None:
+        """The position of the argument (or result) of `func` named `name` (`slicer.name`), or None after
+        reporting why there is none (listing the names there are)."""
+        names = value_names(func, kind)
+        noun = "argument" if kind == "arg" else "result"
+        where = f"@{function_name(func)}"
+        positions = [i for i, n in enumerate(names) if n == name]
+        if len(positions) == 1:
+            return positions[0]
+        if positions:
+            self.error(func.location, f"{label}: {len(positions)} {noun}s of {where} are named '{name}' "
+                                      f"(#{', #'.join(map(str, positions))}); refer to one by position ({kind}I)")
+            return None
+        known = [n for n in names if n is not None]
+        if not known:
+            self.error(func.location, f"{label}: the {noun}s of {where} carry no names, so '{name}' names nothing; "
+                                      f"refer to them by position ({kind}0..{kind}{len(names) - 1}), or name them "
+                                      f"with the {noun} attribute {{{ARG_NAME_ATTR} = \"...\"}}")
+            return None
+        hint = ""
+        base, _, dim = name.rpartition(".")
+        if dim.isdigit() and base in known:
+            hint = f" ('{base}' is; a replicated value has no dim: write {base}=replicated)"
+        close = difflib.get_close_matches(name, known, n=3)
+        if close and not hint:
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)"
+        self.error(func.location, f"{label}: {where} has no {noun} named '{name}'{hint}; its {noun}s are named: "
+                                  f"{', '.join(known)}")
+        return None
 
     def entry_function(self) -> ir.Operation | None:
         try:

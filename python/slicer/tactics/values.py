@@ -1,14 +1,17 @@
 """Tactics: the user's partitioning requests, as immutable values (docs/tactics.md).
 
-A tactic says, for one function argument or result (referred to by position),
-either "tile dim `d` over mesh axes `a...`" (`Tile`) or "keep it replicated"
-(`Replicate`). A schedule is an ordered sequence of tactics applied one by one
+A tactic says, for one function argument or result (referred to by position,
+or by name when the program names its arguments: imported models do, with
+their parameters' dotted names, and hand-written IR can with the `slicer.name`
+argument attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
+"keep it replicated" (`Replicate`). A schedule is an ordered sequence of tactics applied one by one
 by `slicer.apply_tactics`, which rewrites the program into an *equal* program
 with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
-line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`);
-all three front doors produce the same tactic values.
+line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`,
+by name `mlp.fc1.weight.0=y;mlp.fc1.bias=replicated`); all three front doors
+produce the same tactic values.
 
 Axis order: several axes on one dim are listed **major to minor** (as in
 `#slicer.sharding` and JAX): `axes=("x", "y")` gives block index
@@ -36,9 +39,14 @@ AxisNames = tuple[str, ...]
 def _check_index(tactic: str, name: str, value) -> None:
     if value is None:
         return
+    if isinstance(value, str):
+        if not value or any(c in value for c in "=;") or value != value.strip():
+            raise InvalidTactic(f"{tactic}: {name}={value!r} must be a non-empty name without '=', ';' or "
+                                "surrounding spaces (or a position, an int >= 0)")
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidTactic(f"{tactic}: {name}={value!r} must be a position (an int >= 0); "
-                            f"function {name}s are counted from 0")
+        raise InvalidTactic(f"{tactic}: {name}={value!r} must be a position (an int >= 0, counted from 0) or the "
+                            f"name of a function {name} (e.g. a model parameter's, 'mlp.fc1.weight')")
 
 
 def _check_target(tactic: "Tile | Replicate") -> None:
@@ -62,12 +70,14 @@ def _target_text(tactic: "Tile | Replicate") -> list[str]:
 class Tile:
     """Tile dim `dim` of function argument `arg` (or result `result`) over mesh `axes`.
 
-    `axes` is one axis name or several, major to minor: `Tile(arg=0, dim=0, axes=("x", "y"))`
-    cuts dim 0 into |x|*|y| blocks, block `idx(x) * |y| + idx(y)` on device (x, y).
+    `arg`/`result` is a position or, for a program whose arguments carry names, a name
+    (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`). `axes` is one axis name or several, major to
+    minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
+    `idx(x) * |y| + idx(y)` on device (x, y).
     """
 
-    arg: int | None = None
-    result: int | None = None
+    arg: int | str | None = None
+    result: int | str | None = None
     dim: int
     axes: Union[str, AxisNames]
 
@@ -105,8 +115,8 @@ class Replicate:
     passes see the requirement; it creates no loop.
     """
 
-    arg: int | None = None
-    result: int | None = None
+    arg: int | str | None = None
+    result: int | str | None = None
 
     def __post_init__(self) -> None:
         _check_target(self)
@@ -121,15 +131,18 @@ Tactic = Union[Tile, Replicate]
 
 # ----------------------------------------------------------------------------- text form
 
-_ITEM = re.compile(r"^(arg|result)(\d+)(?:\.(\d+))?=(.*)$")
+_ITEM = re.compile(r"^(?:(arg|result)(\d+)|([^=]+?))(?:\.(\d+))?=(.*)$")
+_POSITIONAL = re.compile(r"^(arg|result)\d+(\.|$)")
 TEXT_SYNTAX = ("argI.D=AXES (tile dim D of argument I over AXES, comma-separated, major to minor), "
-               "resultI.D=AXES, argI=replicated or resultI=replicated, separated by ';' "
-               "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated)")
+               "resultI.D=AXES, argI=replicated or resultI=replicated, or NAME.D=AXES / NAME=replicated for an "
+               "argument named NAME, separated by ';' (e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y)")
 
 
 def parse_tactics(text: str) -> tuple[Tactic, ...]:
     """`"arg0.1=y;result0.0=x,y;arg2=replicated"` -> the tactic values, in order.
 
+    An item whose target is not `argI`/`resultI` names an argument: `mlp.fc1.weight.0=y` tiles dim 0 of the
+    argument named `mlp.fc1.weight` (the last `.D` before `=` is the dim), `mlp.fc1.bias=replicated`.
     Raises InvalidTactic naming the item that does not parse and the syntax.
     """
     tactics: list[Tactic] = []
@@ -140,24 +153,37 @@ def parse_tactics(text: str) -> tuple[Tactic, ...]:
         match = _ITEM.match(item)
         if match is None:
             raise InvalidTactic(f"cannot parse tactic '{item}': expected {TEXT_SYNTAX}")
-        kind, index, dim, value = match.groups()
-        target = {kind: int(index)}
-        if value.strip() in ("replicated", "replicate"):
+        kind, index, name, dim, value = match.groups()
+        replicated = value.strip() in ("replicated", "replicate")
+        if name is not None:
+            name = name.strip()
+            if _POSITIONAL.match(name):  # `arg0.x=y`: positional syntax gone wrong, not a name
+                raise InvalidTactic(f"cannot parse tactic '{item}': expected {TEXT_SYNTAX}")
+            if replicated and dim is not None:
+                name, dim = f"{name}.{dim}", None  # `layers.0=replicated`: the whole left side is the name
+            kind, target, shown = "arg", {"arg": name}, name
+        else:
+            target, shown = {kind: int(index)}, f"{kind}{index}"
+        if replicated:
             if dim is not None:
-                raise InvalidTactic(f"tactic '{item}': a replicated value has no dim; write {kind}{index}=replicated")
-            tactics.append(Replicate(**target))
+                raise InvalidTactic(f"tactic '{item}': a replicated value has no dim; write {shown}=replicated")
+            tactics.append(_build(item, Replicate, target))
             continue
         if dim is None:
-            raise InvalidTactic(f"tactic '{item}': say which dim to tile ({kind}{index}.D={value}) "
-                                f"or write {kind}{index}=replicated")
+            raise InvalidTactic(f"tactic '{item}': say which dim to tile ({shown}.D={value}) "
+                                f"or write {shown}=replicated")
         axes = tuple(a.strip() for a in value.split(","))
         if any(not a for a in axes):
             raise InvalidTactic(f"tactic '{item}': empty axis name; list mesh axes separated by ','")
-        try:
-            tactics.append(Tile(**target, dim=int(dim), axes=axes))
-        except InvalidTactic as exc:
-            raise InvalidTactic(f"tactic '{item}': {exc}") from None
+        tactics.append(_build(item, Tile, target, dim=int(dim), axes=axes))
     return tuple(tactics)
+
+
+def _build(item: str, kind, target: dict, **fields) -> Tactic:
+    try:
+        return kind(**target, **fields)
+    except InvalidTactic as exc:
+        raise InvalidTactic(f"tactic '{item}': {exc}") from None
 
 
 def format_tactics(tactics: Iterable[Tactic]) -> str:
@@ -165,10 +191,11 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
     items = []
     for tactic in tactics:
         kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
+        target = index if isinstance(index, str) else f"{kind}{index}"
         if isinstance(tactic, Replicate):
-            items.append(f"{kind}{index}=replicated")
+            items.append(f"{target}=replicated")
         else:
-            items.append(f"{kind}{index}.{tactic.dim}={','.join(tactic.axes)}")
+            items.append(f"{target}.{tactic.dim}={','.join(tactic.axes)}")
     return ";".join(items)
 
 

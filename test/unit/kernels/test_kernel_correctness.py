@@ -210,19 +210,14 @@ func.func @min(%a: tensor<300xf32>, %b: tensor<300xf32>) -> tensor<300xf32> {
     np.testing.assert_array_equal(compile_kernel(text, cache_dir=cache_dir)(a, b), np.minimum(a, b))
 
 
-def test_i1_buffers_are_a_clear_error_not_a_crash(cache_dir):
-    """MLIR 22 asserts (aborting the process) when lowering i1 memref stores: we refuse first."""
-    from slicer.lowering import KernelError
-
-    returned = """
+def test_boolean_tensors_cross_kernels_as_bytes(cache_dir):
+    """Masks are i1 tensors that are returned, taken as arguments, stored between ops, reduced and built from
+    constants: kernels store them as bytes (lowering/widen_i1.py), numpy booleans in and out."""
+    text = """
 func.func @lt(%a: tensor<7xf32>, %b: tensor<7xf32>) -> tensor<7xi1> {
   %c = arith.cmpf olt, %a, %b : tensor<7xf32>
   return %c : tensor<7xi1>
 }
-"""
-    with pytest.raises(KernelError, match=r"result #0 of @lt has element type i1.*arith.extui"):
-        compile_library(returned, cache_dir=cache_dir)
-    stored = """
 func.func @mask(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
   %c = arith.cmpf olt, %a, %b : tensor<3x4xf32>
   %e = tensor.empty() : tensor<4x3xi1>
@@ -232,6 +227,49 @@ func.func @mask(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
   %d = arith.select %t2, %a, %b : tensor<3x4xi1>, tensor<3x4xf32>
   return %d : tensor<3x4xf32>
 }
+func.func @masked(%m: tensor<3x4xi1>, %a: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<3xi1>) {
+  %inf = arith.constant dense<0xFF800000> : tensor<3x4xf32>
+  %d = arith.select %m, %inf, %a : tensor<3x4xi1>, tensor<3x4xf32>
+  %true = arith.constant true
+  %e = tensor.empty() : tensor<3xi1>
+  %all = linalg.fill ins(%true : i1) outs(%e : tensor<3xi1>) -> tensor<3xi1>
+  %r = linalg.reduce ins(%m : tensor<3x4xi1>) outs(%all : tensor<3xi1>) dimensions = [1]
+    (%x: i1, %acc: i1) { %y = arith.andi %x, %acc : i1
+                         linalg.yield %y : i1 }
+  return %d, %r : tensor<3x4xf32>, tensor<3xi1>
+}
+func.func @pattern(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %p = arith.constant dense<[true, false, false, true]> : tensor<4xi1>
+  %z = arith.constant dense<0.0> : tensor<4xf32>
+  %d = arith.select %p, %a, %z : tensor<4xi1>, tensor<4xf32>
+  return %d : tensor<4xf32>
+}
 """
-    with pytest.raises(KernelError, match=r"buffers of i1 elements \(memref<.*xi1>"):
-        compile_library(stored, cache_dir=cache_dir)
+    library = compile_library(text, cache_dir=cache_dir)
+    a, b = RNG.standard_normal(7, dtype=np.float32), RNG.standard_normal(7, dtype=np.float32)
+    got = library["lt"](a, b)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, a < b)
+    a, b = RNG.standard_normal((3, 4), dtype=np.float32), RNG.standard_normal((3, 4), dtype=np.float32)
+    np.testing.assert_array_equal(library["mask"](a, b), np.minimum(a, b))
+    m = np.array([[True, False, True, True], [True] * 4, [False] * 4])
+    masked, rows = library["masked"](m, a)
+    np.testing.assert_array_equal(masked, np.where(m, -np.inf, a))
+    np.testing.assert_array_equal(rows, m.all(axis=1))
+    x = RNG.standard_normal(4, dtype=np.float32)
+    np.testing.assert_array_equal(library["pattern"](x), np.where([True, False, False, True], x, 0))
+
+
+def test_narrow_buffers_left_are_a_clear_error_not_a_crash():
+    """MLIR 22 asserts (aborting the process) when lowering i1 memref stores: any i1 buffer left after
+    bufferization (none is, since boolean tensors become bytes) is refused first."""
+    from mlir import ir
+
+    from slicer.dialect import make_context
+    from slicer.lowering import KernelError
+    from slicer.lowering.kernel_pipeline import reject_narrow_memrefs
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse("func.func @f(%m: memref<8xi1>) { return }")
+        with pytest.raises(KernelError, match=r"buffers of i1 elements \(memref<8xi1>"):
+            reject_narrow_memrefs(module)

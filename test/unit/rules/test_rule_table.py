@@ -175,6 +175,34 @@ def test_explicit_entries():
                           "tensor.pad", args))
 
 
+def test_reshapes_skip_unit_dims():
+    """torch's keepdim reshapes and `[1, S, ...]` views: a unit dim before a dim of its group changes no offset,
+    so the first non-unit dim of a group is the one that tiles (and the unit dims cannot be tiled at all)."""
+    args = "%a: tensor<8x6xf32>, %b: tensor<1x8x6xf32>"
+    expand = rule_for(op_named("%e = tensor.expand_shape %a [[0, 1], [2]] output_shape [1, 8, 6] : "
+                               "tensor<8x6xf32> into tensor<1x8x6xf32>", "tensor.expand_shape", args))
+    assert expand.tile(result=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),), slices=((0, 0),))
+    assert expand.tile(operand=0, dim=0) == expand.tile(result=0, dim=1)
+    assert "result dim 0 is a minor dim of the expanded group [0, 1]" in expand.tile(result=0, dim=0).blocked
+    keepdim = rule_for(op_named("%e = tensor.expand_shape %a [[0], [1, 2]] output_shape [8, 6, 1] : "
+                                "tensor<8x6xf32> into tensor<8x6x1xf32>", "tensor.expand_shape", args))
+    assert keepdim.tile(result=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),), slices=((0, 1),))
+    collapse = rule_for(op_named("%f = tensor.collapse_shape %b [[0, 1], [2]] : tensor<1x8x6xf32> into "
+                                 "tensor<8x6xf32>", "tensor.collapse_shape", args))
+    assert collapse.tile(result=0, dim=0) == RuleOutcome(loop=1, actions=(T(0),), slices=((0, 1),))
+
+
+def test_rank_reducing_slices_are_the_pieces_of_a_split():
+    """`t[:, i]` of a [B, 3, D] tensor (a fused QKV projection's pieces): the kept dims map in order, the dropped
+    unit dim is cut."""
+    args = "%t: tensor<4x3x16xf32>"
+    extract = rule_for(op_named("%q = tensor.extract_slice %t[0, 1, 0] [4, 1, 16] [1, 1, 1] : tensor<4x3x16xf32> to "
+                                "tensor<4x16xf32>", "tensor.extract_slice", args))
+    assert extract.tile(result=0, dim=1) == RuleOutcome(loop=2, actions=(T(1),), slices=((0, 2),))
+    assert extract.tile(result=0, dim=0) == RuleOutcome(loop=0, actions=(T(0),), slices=((0, 0),))
+    assert "cut by tensor.extract_slice (offset 1, size 1, stride 1)" in extract.tile(operand=0, dim=1).blocked
+
+
 def test_bad_questions_are_errors():
     rule = rule_for(reduction(" %r = arith.addf %acc, %v : f32\n linalg.yield %r : f32"))
     with pytest.raises(ValueError, match="exactly one of operand= or result="):
@@ -222,5 +250,5 @@ def test_every_op_of_the_examples_has_a_rule():
         # dim of its group [1, 2], so it tiles)
         ("reshape", "tensor.collapse_shape", 0, 1,
          "loop d1 cannot be tiled: source dim 1 is a minor dim of the collapsed group [0, 1]; "
-         "only the major dim of a group can be tiled (the blocks of a minor dim are strided)"),
+         "only the major dim of a group (unit dims aside) can be tiled (the blocks of a minor dim are strided)"),
     ]), "\n".join(map(str, blocked))

@@ -157,3 +157,41 @@ def test_applying_tactics_twice_and_replicating_twice():
 def test_non_tactics_are_rejected():
     with pytest.raises(slicer.InvalidTactic, match="is not a tactic; use slicer.Tile"):
         slicer.apply_tactics(parse(MLP), ["arg0.0=x"], mesh={"x": 2})
+
+
+NAMED = MESH + """
+func.func @mlp(%x: tensor<8x16xf32> {slicer.name = "x"}, %w1: tensor<16x32xf32> {slicer.name = "fc1.weight"},
+               %w2: tensor<32x16xf32> {slicer.name = "fc2.weight"}, %w3: tensor<16xf32> {slicer.name = "dup"},
+               %w4: tensor<16xf32> {slicer.name = "dup"}, %w5: tensor<16xf32>) -> tensor<8x16xf32> {
+  return %x : tensor<8x16xf32>
+}
+"""
+
+
+def test_tactics_name_arguments_that_carry_names():
+    """`slicer.name` on an argument (what `slicer.from_torch` puts on every argument) lets tactics name it; the
+    loop is the one a tactic by position makes."""
+    by_name = slicer.apply_tactics(parse(NAMED), [slicer.Tile(arg="fc1.weight", dim=1, axes="y")])
+    by_position = slicer.apply_tactics(parse(NAMED), [slicer.Tile(arg=1, dim=1, axes="y")])
+    assert str(by_name).replace("Tile(arg='fc1.weight'", "Tile(arg=1") == str(by_position)
+    assert [str(l.range) for l in loops(by_name)] == ["range<y, 4>"]
+
+
+def test_unknown_and_ambiguous_names_list_the_known_ones():
+    module = parse(NAMED)
+    before = str(module)
+    messages = errors_of(module, slicer.parse_tactics("fc1.wieght.1=y;dup=replicated;fc2.weight.0=replicated;nope.0=x"))
+    assert messages == [
+        "Tile(arg='fc1.wieght', dim=1, axes='y'): @mlp has no argument named 'fc1.wieght' (did you mean "
+        "'fc1.weight', 'fc2.weight'?); its arguments are named: x, fc1.weight, fc2.weight, dup, dup",
+        "Replicate(arg='dup'): 2 arguments of @mlp are named 'dup' (#3, #4); refer to one by position (argI)",
+        "Replicate(arg='fc2.weight.0'): @mlp has no argument named 'fc2.weight.0' ('fc2.weight' is; a replicated "
+        "value has no dim: write fc2.weight=replicated); its arguments are named: x, fc1.weight, fc2.weight, dup, dup",
+        "Tile(arg='nope', dim=0, axes='x'): @mlp has no argument named 'nope'; its arguments are named: x, "
+        "fc1.weight, fc2.weight, dup, dup",
+    ]
+    assert str(module) == before
+    unnamed = errors_of(parse(MLP), [slicer.Tile(arg="w1", dim=1, axes="y")], mesh={"x": 2, "y": 4})
+    assert unnamed == ["Tile(arg='w1', dim=1, axes='y'): the arguments of @mlp carry no names, so 'w1' names "
+                       "nothing; refer to them by position (arg0..arg3), or name them with the argument attribute "
+                       "{slicer.name = \"...\"}"]

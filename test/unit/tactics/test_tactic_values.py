@@ -31,6 +31,8 @@ def test_repr_names_the_tactic_as_written():
         (lambda: slicer.Tile(arg=0, result=0, dim=0, axes="x"), "give exactly one of arg= or result="),
         (lambda: slicer.Replicate(), "give exactly one of arg= or result="),
         (lambda: slicer.Tile(arg=-1, dim=0, axes="x"), "arg=-1 must be a position"),
+        (lambda: slicer.Tile(arg="", dim=0, axes="x"), "arg='' must be a non-empty name"),
+        (lambda: slicer.Replicate(arg="a=b"), "must be a non-empty name without '=', ';'"),
         (lambda: slicer.Replicate(result=True), "result=True must be a position"),
         (lambda: slicer.Tile(arg=0, dim=-1, axes="x"), "dim=-1 must be an int >= 0"),
         (lambda: slicer.Tile(arg=0, dim=0, axes=()), "give at least one mesh axis (use Replicate"),
@@ -59,11 +61,29 @@ def test_text_form_round_trips():
     assert parse_tactics("") == ()
 
 
+def test_names_in_the_text_form():
+    """Arguments named in the program (an imported model's parameters) are named in the text form too: the last
+    `.D` before `=` is the dim, and a replicated name is everything before `=`."""
+    text = "mlp.fc1.weight.0=y;layers.0.weight.1=x,y;mlp.fc1.bias=replicated;layers.0=replicated;x.0=x"
+    tactics = parse_tactics(text)
+    assert tactics == (
+        slicer.Tile(arg="mlp.fc1.weight", dim=0, axes="y"),
+        slicer.Tile(arg="layers.0.weight", dim=1, axes=("x", "y")),
+        slicer.Replicate(arg="mlp.fc1.bias"),
+        slicer.Replicate(arg="layers.0"),
+        slicer.Tile(arg="x", dim=0, axes="x"),
+    )
+    assert format_tactics(tactics) == text
+    assert repr(tactics[0]) == "Tile(arg='mlp.fc1.weight', dim=0, axes='y')"
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("arg0.x=y", "cannot parse tactic 'arg0.x=y': expected argI.D=AXES"),
-        ("weight0.0=y", "cannot parse tactic 'weight0.0=y'"),
+        ("result1.w=y", "cannot parse tactic 'result1.w=y'"),
+        ("=y", "cannot parse tactic '=y'"),
+        ("fc1.weight=y", "say which dim to tile (fc1.weight.D=y) or write fc1.weight=replicated"),
         ("arg0=y", "say which dim to tile (arg0.D=y) or write arg0=replicated"),
         ("arg0.1=replicated", "a replicated value has no dim; write arg0=replicated"),
         ("arg0.1=x,,y", "empty axis name"),

@@ -1,0 +1,79 @@
+"""The PyTorch models of examples/torch, their partitioning strategies (tactics by parameter name) and their
+inputs: shared by `partition.py`, the tests (test/unit/frontends, test/mpi/test_torch_models.py) and
+benchmarks/import_compile.py.
+
+Mesh axes: x for data, y for the model. Strategies, each a schedule of tactics in order:
+- megatron: attention heads and MLP hidden units over y (Megatron-LM: the output projection's input dim and
+  the second linear's input dim are split, the first linear's output dim with its bias). Everything before is
+  pulled in by propagation: Q, K and V of the fused QKV projection are computed for the device's heads only
+  (the fused weight stays whole), and exactly two all_reduces remain in the forward pass.
+- sequence: the input's sequence dim over y. Every token-wise op stays local; attention needs every key and
+  value, gathered once each (two all_gathers).
+- data: the input's batch dim over x. No collective.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpt2_block import GPT2Block  # noqa: E402
+
+BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
+
+
+def gpt2_block(seed: int = 0):
+    """(model, example inputs): a GPT-2 block (causal mask buffer, tanh-gelu MLP of 4 * D)."""
+    torch.manual_seed(seed)
+    model = GPT2Block(D_MODEL, HEADS, max_len=SEQ).eval()
+    return model, (torch.randn(BATCH, SEQ, D_MODEL),)
+
+
+def encoder_layer(seed: int = 0):
+    """(model, example inputs): torch's own nn.TransformerEncoderLayer (post-norm, exact gelu, feed-forward of
+    2 * D), batch first, called with a boolean causal mask as its second input."""
+    torch.manual_seed(seed)
+    model = torch.nn.TransformerEncoderLayer(D_MODEL, HEADS, dim_feedforward=2 * D_MODEL, dropout=0.0,
+                                             activation="gelu", batch_first=True).eval()
+    mask = torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)
+    return model, (torch.randn(BATCH, SEQ, D_MODEL), mask)
+
+
+MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer}
+
+# model -> strategy -> (tactics in order, the mesh axis it uses)
+STRATEGIES = {
+    "gpt2_block": {
+        "megatron": ("attn.c_proj.weight.1=y;mlp.c_fc.weight.0=y;mlp.c_fc.bias.0=y;mlp.c_proj.weight.1=y", "y"),
+        "sequence": ("x.1=y", "y"),
+        "data": ("x.0=x", "x"),
+    },
+    "encoder_layer": {
+        "megatron": ("self_attn.out_proj.weight.1=y;linear1.weight.0=y;linear1.bias.0=y;linear2.weight.1=y", "y"),
+        "sequence": ("src.1=y", "y"),
+        "data": ("src.0=x", "x"),
+    },
+}
+
+# The collectives each strategy leaves in the forward pass (op names, in order).
+COLLECTIVES = {
+    "megatron": ["shard.all_reduce", "shard.all_reduce"],
+    "sequence": ["shard.all_gather", "shard.all_gather"],
+    "data": [],
+}
+
+
+def eager(model, inputs) -> "torch.Tensor":
+    """The reference: the model run by PyTorch itself, in float32."""
+    with torch.no_grad():
+        return model(*inputs).numpy()
+
+
+def relative_error(got, want) -> float:
+    """|got - want| / |want| (Frobenius norms)."""
+    import numpy as np
+
+    return float(np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want))

@@ -1,0 +1,67 @@
+"""An imported program: MLIR text whose arguments carry names, plus the values bound to its parameters.
+
+`slicer.from_torch` returns one; `slicer.compile` accepts it like text, and the compiled `Program` then runs on
+the model's inputs alone (the parameters are bound). Nothing here imports torch: a torch tensor is recognised
+by its methods (`as_array`), so this layer stays importable without the optional dependency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from slicer.core.errors import RunError
+
+
+def as_array(value: Any) -> np.ndarray:
+    """`value` as a numpy array: numpy arrays and array-likes as they are, torch tensors through
+    `.detach().cpu().numpy()` (no copy for a contiguous CPU tensor)."""
+    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+        try:
+            return value.detach().cpu().numpy()
+        except TypeError as exc:  # e.g. bfloat16, which numpy has no dtype for
+            raise RunError(f"a torch tensor of dtype {value.dtype} has no numpy equivalent ({exc}); convert it "
+                           "(e.g. .float()) and import the model in that dtype") from None
+    return np.asarray(value)
+
+
+@dataclass(frozen=True)
+class ImportedProgram:
+    """A program imported from a framework: `text` (linalg-on-tensors MLIR) whose entry function `entry` takes
+    the model's inputs, then its parameters and buffers, each argument named (`slicer.name`) as `arg_names` says.
+
+    `parameters` are the values bound to the arguments after the inputs (the module's own tensors, read when the
+    program runs, so in-place updates of the module are seen). Tactics may name any argument, e.g.
+    `slicer.Tile(arg="mlp.fc1.weight", dim=0, axes="y")`."""
+
+    text: str
+    arg_names: tuple[str, ...]
+    num_inputs: int
+    parameters: tuple[Any, ...]
+    entry: str
+    source: str = "an imported program"
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.arg_names[: self.num_inputs]
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return self.arg_names[self.num_inputs :]
+
+    def bind(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """Every argument of the program: `inputs` (the model's inputs, numpy arrays or torch tensors), then
+        the bound parameters; RunError if the number of inputs is wrong."""
+        if len(inputs) != self.num_inputs:
+            names = ", ".join(self.input_names) or "none"
+            raise RunError(f"{self.source} takes {self.num_inputs} input(s) ({names}); got {len(inputs)} "
+                           "(its parameters are bound: pass the inputs only)")
+        return [as_array(v) for v in inputs] + [as_array(v) for v in self.parameters]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+__all__ = ["ImportedProgram", "as_array"]
