@@ -3,18 +3,13 @@ MLPs, attention and a transformer block) runs on 4 MPI ranks (a 2x2 mesh, and a 
 one-axis strategies) and equals an independent numpy evaluation of the program. Their collectives are pinned
 by test/Strategies/collectives.mlir."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from example_modules import load
 
 import slicer
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("strategies", ROOT / "examples" / "strategies" / "strategies.py")
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
+strategies = load("strategies/strategies.py", "strategies")
 
 CASES = [(name, strategy, tactics, mesh)
          for name, table in strategies.STRATEGIES.items()

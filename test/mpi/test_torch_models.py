@@ -3,24 +3,16 @@
 all_reduces in the forward pass), sequence-parallel (keys and values gathered) and data-parallel (no
 collective) on 2 and 4 ranks, equal to torch eager (relative error <= 1e-5)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from mlir import ir  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 
 import slicer  # noqa: E402
-from slicer.dialect import make_context  # noqa: E402
-from slicer.spmd import report  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("torch_models", ROOT / "examples" / "torch" / "models.py")
-models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(models)
+models = load("torch/models.py", "torch_models")
 
 CASES = [(name, strategy, ranks) for name in models.MODELS for strategy in models.STRATEGIES[name]
          for ranks in (2, 4)]
@@ -39,7 +31,6 @@ def test_model_on_mpi_ranks_equals_torch(name, strategy, ranks):
     inputs, program, want = imported(name)
     tactics, axis = models.STRATEGIES[name][strategy]
     prog = slicer.compile(program, mesh=slicer.Mesh(**{axis: ranks}), tactics=slicer.parse_tactics(tactics))
-    with make_context():
-        assert [c.op for c in report(ir.Module.parse(prog.spmd)).collectives] == models.COLLECTIVES[strategy]
+    assert collective_ops(prog) == models.COLLECTIVES[strategy]
     got = prog.run(*inputs, ranks=ranks, timeout=300)
     assert models.relative_error(got, want) <= 1e-5

@@ -2,22 +2,18 @@
 up so heads and a fused QKV projection partition, compiled by name and run on the inputs alone; every result is
 checked against torch eager. (The same models on 2 and 4 MPI ranks: test/mpi/test_torch_models.py.)"""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-import slicer  # noqa: E402
-from slicer.spmd import report  # noqa: E402
+from example_modules import collective_ops as collectives  # noqa: E402
+from example_modules import load  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("torch_models", ROOT / "examples" / "torch" / "models.py")
-models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(models)
+import slicer  # noqa: E402
+
+models = load("torch/models.py", "torch_models")
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +24,6 @@ def imported():
         model, inputs = build()
         found[name] = (model, inputs, slicer.from_torch(model, *inputs), models.eager(model, inputs))
     return found
-
-
-def collectives(prog) -> list[str]:
-    from mlir import ir
-
-    from slicer.dialect import make_context
-
-    with make_context():
-        return [c.op for c in report(ir.Module.parse(prog.spmd)).collectives]
 
 
 def test_arguments_are_the_inputs_then_the_parameters_by_name(imported):

@@ -15,6 +15,7 @@ from slicer.propagation.engine import propagate_module
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES / "strategies"))
+import example_modules  # noqa: E402
 import strategies  # noqa: E402
 
 CASES = [(strategies.program_path(name), tactics, {"x": 2, "y": 2})
@@ -50,13 +51,9 @@ def test_worklist_on_each_law_case(index):
 def test_worklist_on_imported_models():
     """The torch-imported blocks (when torch is installed), both engines, the same program: every strategy of
     the GPT-2 block, Megatron on nn.TransformerEncoderLayer (the reference engine takes 2 s on its others)."""
-    import importlib.util
-
     pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
-    spec = importlib.util.spec_from_file_location("torch_models", EXAMPLES / "torch" / "models.py")
-    models = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(models)
+    models = example_modules.load("torch/models.py", "torch_models")
     for name, build in models.MODELS.items():
         model, inputs = build()
         text = slicer.from_torch(model, *inputs).text
