@@ -424,8 +424,10 @@ class _Gen:
                 continue
             type_ = ir.MemRefType(value.type)
             # An op reducing into `value` along a dim other than its lane accumulates through memory: it
-            # reads back what it wrote, so its reads and writes must go to one place, the buffer.
-            if self.rows and len(writes) >= 2 and not _accumulates_in_memory(self.ops[writes[-1]]):
+            # reads back what it wrote, so its reads and writes must go to one place, the buffer. That holds
+            # for every writer, not only the last: a first writer accumulating into a scratch would re-read
+            # the buffer's original row at each step (a matmul then kept only its last term).
+            if self.rows and len(writes) >= 2 and not any(_accumulates_in_memory(self.ops[w]) for w in writes):
                 rest = list(type_.shape[self.rows:])
                 shape = "x".join(map(str, rest)) + "x" if rest else ""
                 self.scratch[value] = (writes[0], writes[-1], None, f"memref<{shape}{type_.element_type}>")
