@@ -788,12 +788,14 @@ class _Gen:
             for i in range(mr):
                 for v in range(self.o.nv):
                     e.line(f"vector.store {vzero}, {scratch}[{e.idx(i)}, {e.idx(v * self.lanes)}] : memref<{mr}x{nr}x{t}>, {self.vt}")
+            def out_coords(i, j):  # the output element at row i, column j of the tile
+                point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
+                return e.indices(point[d] for d in out.dims)
+
             def copy_in():
                 with e.loop(0, h) as i:
                     with e.loop(0, w) as j:
-                        point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
-                        coords = e.indices(point[d] for d in out.dims)
-                        x = e.value(f"memref.load %out[{coords}] : {out.type_text}")
+                        x = e.value(f"memref.load %out[{out_coords(i, j)}] : {out.type_text}")
                         e.line(f"memref.store {x}, {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
 
             if zero is False:
@@ -805,10 +807,8 @@ class _Gen:
             e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}, {self.false}) : ({call_types}) -> ()")
             with e.loop(0, h) as i:
                 with e.loop(0, w) as j:
-                    point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
-                    coords = e.indices(point[d] for d in out.dims)
                     x = e.value(f"memref.load {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
-                    e.line(f"memref.store {x}, %out[{coords}] : {out.type_text}")
+                    e.line(f"memref.store {x}, %out[{out_coords(i, j)}] : {out.type_text}")
 
         if not c.direct_c:
             via_scratch(height, width)

@@ -27,24 +27,20 @@ MEGATRON_MLP = "arg1.1=y;arg2.0=y;arg3.0=y"
 MEGATRON_ATTENTION = "arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y"
 MEGATRON_BLOCK = "arg3.1=y;arg4.1=y;arg5.1=y;arg6.0=y;arg9.1=y;arg10.0=y;arg11.0=y"
 
+# The table for x @ w1 + b1 -> activation -> @ w2 (arguments x, w1, b1, w2).
+MLP_STRATEGIES = {
+    "data": ("arg0.0=x", "x"),
+    "megatron": (MEGATRON_MLP, "y"),
+    "data+megatron": ("arg0.0=x;" + MEGATRON_MLP, "xy"),
+    "megatron+sequence": (MEGATRON_MLP + ";arg0.0=y;result0.0=y", "y"),
+    "fsdp": ("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", "x"),
+    "data+megatron+fsdp": ("arg0.0=x;" + MEGATRON_MLP + ";arg1.0=x;arg3.1=x", "xy"),
+}
+
 # program -> strategy -> (tactics in order, the mesh axes it uses)
 STRATEGIES: dict[str, dict[str, tuple[str, str]]] = {
-    "mlp": {  # relu(x @ w1 + b1) @ w2
-        "data": ("arg0.0=x", "x"),
-        "megatron": (MEGATRON_MLP, "y"),
-        "data+megatron": ("arg0.0=x;" + MEGATRON_MLP, "xy"),
-        "megatron+sequence": (MEGATRON_MLP + ";arg0.0=y;result0.0=y", "y"),
-        "fsdp": ("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", "x"),
-        "data+megatron+fsdp": ("arg0.0=x;" + MEGATRON_MLP + ";arg1.0=x;arg3.1=x", "xy"),
-    },
-    "gelu_mlp": {  # gelu(x @ w1 + b1) @ w2
-        "data": ("arg0.0=x", "x"),
-        "megatron": (MEGATRON_MLP, "y"),
-        "data+megatron": ("arg0.0=x;" + MEGATRON_MLP, "xy"),
-        "megatron+sequence": (MEGATRON_MLP + ";arg0.0=y;result0.0=y", "y"),
-        "fsdp": ("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", "x"),
-        "data+megatron+fsdp": ("arg0.0=x;" + MEGATRON_MLP + ";arg1.0=x;arg3.1=x", "xy"),
-    },
+    "mlp": MLP_STRATEGIES,  # relu(x @ w1 + b1) @ w2
+    "gelu_mlp": MLP_STRATEGIES,  # gelu(x @ w1 + b1) @ w2: the same arguments, so the same tactics
     "attention": {
         "data": ("arg0.0=x", "x"),
         "megatron": (MEGATRON_ATTENTION, "y"),
