@@ -40,6 +40,7 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
+from .asserts import take_messages
 from .cache import LIBRARY, KernelCache, cache_key
 from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import ArraySpec, Kernel, KernelLibrary
@@ -200,6 +201,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
         if TARGET_AVX512 in module.operation.attributes:
             del module.operation.attributes[TARGET_AVX512]
+        assert_messages = take_messages(module)
         llvm_dialect = str(module)
     timings["pipeline"] = time.perf_counter() - start
     (directory / "source.mlir").write_text(text)
@@ -222,7 +224,8 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
     timings["link"] = time.perf_counter() - start
     (directory / "kernels.o").unlink()
     (directory / "workspace.c").unlink()
-    return {"kernels": kernels, "pipeline": pipeline.text(), "target": target.fingerprint()[:200], "timings": timings}
+    return {"kernels": kernels, "asserts": list(assert_messages), "pipeline": pipeline.text(),
+            "target": target.fingerprint()[:200], "timings": timings}
 
 
 def _prepare(module: ir.Module) -> list[dict]:

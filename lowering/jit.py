@@ -29,6 +29,7 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
+from .asserts import STATUS_FUNCTION, failure, take_messages
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
 
@@ -81,8 +82,23 @@ class CompiledFunction:
                 JIT_PIPELINE.run(module)
             except KernelError as exc:  # e.g. i1 buffers
                 raise JitError(str(exc)) from None
+            self._assert_messages = take_messages(module)
             # The engine owns the compiled code: keep it alive as long as this object.
             self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
+            self._status = self._status_function() if self._assert_messages else None
+
+    def _status_function(self):
+        """`status()`: the number of the check that failed in the last call (0: none), see asserts.py. Called
+        through the engine's packed wrapper (`raw_lookup`), whose one argument points at the result."""
+        packed = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._engine.raw_lookup(STATUS_FUNCTION))
+        result = ctypes.c_int32(0)
+        arguments = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(result), ctypes.c_void_p))
+
+        def status() -> int:
+            packed(arguments)
+            return result.value
+
+        return status
 
     def __call__(self, *arrays: np.ndarray):
         if len(arrays) != len(self.inputs):
@@ -99,6 +115,8 @@ class CompiledFunction:
         outputs = [np.empty(spec.shape, spec.dtype) for spec in self.outputs]
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)
+        if self._status is not None and (number := self._status()):
+            raise failure(self.name, number, self._assert_messages)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

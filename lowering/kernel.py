@@ -24,6 +24,8 @@ import numpy as np
 
 from slicer.core.errors import KernelError
 
+from .asserts import STATUS_FUNCTION, failure
+
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
 SLOT_CACHE_SIZE = 4
 
@@ -150,6 +152,7 @@ class Kernel:
         function.argtypes = [ctypes.c_void_p] * (len(inputs) + len(outputs))
         function.restype = None
         self._function = function
+        self._check = library.check_asserts  # None when the module makes no run-time checks
         self._in_slots = [_Slot(name, i, "input", s) for i, s in enumerate(inputs)]
         self._out_slots = [_Slot(name, i, "output", s) for i, s in enumerate(outputs)]
 
@@ -178,6 +181,8 @@ class Kernel:
         for slot, array in zip(self._out_slots, outputs):
             addresses.append(slot.address(array))
         self._function(*addresses)
+        if self._check is not None:
+            self._check(self.name)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def bind(self, *inputs: np.ndarray, out) -> "BoundCall":
@@ -214,15 +219,18 @@ class Kernel:
 class BoundCall:
     """A kernel applied to fixed arrays: `bound()` runs it. Holds the arrays and their descriptors."""
 
-    __slots__ = ("kernel", "arrays", "_descriptors", "_addresses", "_function")
+    __slots__ = ("kernel", "arrays", "_descriptors", "_addresses", "_function", "_check")
 
     def __init__(self, kernel: Kernel, arrays: list[np.ndarray], descriptors: list[ctypes.Structure]):
         self.kernel, self.arrays, self._descriptors = kernel, arrays, descriptors
         self._addresses = [ctypes.addressof(d) for d in descriptors]
         self._function = kernel._function
+        self._check = kernel._check
 
     def __call__(self) -> None:
         self._function(*self._addresses)
+        if self._check is not None:
+            self._check(self.kernel.name)
 
 
 class KernelLibrary:
@@ -238,11 +246,29 @@ class KernelLibrary:
             self.handle = ctypes.CDLL(str(self.path))
         except OSError as exc:
             raise KernelError(f"cannot load {self.path}: {exc}") from None
+        self.assert_messages: tuple[str, ...] = tuple(meta.get("asserts", ()))
+        self.check_asserts = self._status_checker() if self.assert_messages else None
         self.kernels: dict[str, Kernel] = {}
         for item in meta["kernels"]:
             inputs = [ArraySpec.from_json(s) for s in item["inputs"]]
             outputs = [ArraySpec.from_json(s) for s in item["outputs"]]
             self.kernels[item["name"]] = Kernel(self, item["name"], inputs, outputs)
+
+    def _status_checker(self):
+        """`check(kernel_name)`: raise KernelAssertionError if a check failed in the last kernel call."""
+        try:
+            status = getattr(self.handle, STATUS_FUNCTION)
+        except AttributeError:
+            raise KernelError(f"{self.path} has no symbol {STATUS_FUNCTION}; the cache entry is stale, delete it") from None
+        status.argtypes, status.restype = [], ctypes.c_int32
+        messages = self.assert_messages
+
+        def check(kernel: str) -> None:
+            number = status()
+            if number:
+                raise failure(kernel, number, messages)
+
+        return check
 
     def __getitem__(self, name: str) -> Kernel:
         try:

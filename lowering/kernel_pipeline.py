@@ -13,7 +13,9 @@ this pipeline, and `slicer-lower-to-loops`, the same function as the pass):
 - `slicer-kernel-widen-i1`: boolean tensors stored as bytes (`widen_i1.py`), so
   masks cross kernels and are arguments;
 - `slicer-kernel-reject-narrow-memrefs`: a clear error instead of an assertion
-  failure in the LLVM lowering for any sub-byte buffer left.
+  failure in the LLVM lowering for any sub-byte buffer left;
+- `slicer-kernel-clamp-gathers`, `slicer-kernel-checked-asserts`: a program's
+  failed `cf.assert` is an error the caller raises, not an abort (`asserts.py`).
 
 Input: a module of `func.func` on statically shaped tensors (linalg, arith,
 math, tensor, slicer loops). Output: LLVM dialect where every public function
@@ -30,6 +32,7 @@ from mlir import ir
 from slicer.core.errors import KernelError
 from slicer.core.pipeline import parse_element, parse_options, run_pipeline
 
+from .asserts import checked_asserts, clamp_gathers
 from .contract import ContractOptions, contract_module
 from .loops import lower_loops
 from .results import distinct_results
@@ -46,6 +49,8 @@ _PRELUDE: Stage = ("slicer", ("slicer-lower-to-loops",))
 _LINALG: Stage = (
     "linalg",
     (
+        # Gathers read within bounds whatever the data, so a failed index check is reported (asserts.py).
+        "slicer-kernel-clamp-gathers",
         # arith/math on tensors are elementwise: make them linalg.generic so they fuse and bufferize.
         "func.func(convert-elementwise-to-linalg)",
         # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
@@ -88,6 +93,8 @@ _TO_LLVM: Stage = (
         "buffer-deallocation-pipeline",
         # Whatever the vectorizer left (dynamic remainder tiles, convolutions, ...) runs as loops.
         "func.func(convert-linalg-to-loops)",
+        # cf.assert records a failure the caller raises, instead of aborting the process (asserts.py).
+        "slicer-kernel-checked-asserts",
         "func.func(convert-vector-to-scf{full-unroll=true})",
         "expand-strided-metadata",
         "lower-affine",
@@ -203,6 +210,8 @@ PYTHON_STEPS = {
     "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
     "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),
     "slicer-kernel-widen-i1": lambda module, options: widen_i1(module),
+    "slicer-kernel-clamp-gathers": lambda module, options: clamp_gathers(module),
+    "slicer-kernel-checked-asserts": lambda module, options: checked_asserts(module),
 }
 """The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""
 

@@ -15,7 +15,8 @@ Every error Slicer raises for something the user can change is a `slicer.SlicerE
 """
 
 from .api import Program, apply_tactics, compile, propagate  # noqa: A004 - `compile` is the front door's name
-from .core.errors import (CompileError, FrontendError, InputError, InvalidTactic, KernelError, LaunchError,
+from .core.errors import (CompileError, FrontendError, InputError, InvalidTactic, KernelAssertionError, KernelError,
+                          LaunchError,
                           MeshError, PipelineError, RedistributionError, ResourceError, RunError, SimulationError,
                           SlicerError, StepMismatch, TacticError, VizError)
 from .frontends import ImportedProgram, from_torch
@@ -29,5 +30,5 @@ __all__ = [
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
     "SlicerError", "CompileError", "TacticError", "InvalidTactic", "PipelineError", "StepMismatch", "MeshError",
     "RedistributionError", "KernelError", "RunError", "InputError", "LaunchError", "ResourceError",
-    "SimulationError", "VizError", "FrontendError",
+    "SimulationError", "KernelAssertionError", "VizError", "FrontendError",
 ]

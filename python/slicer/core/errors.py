@@ -21,7 +21,8 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
         ├── InputError      an input array or file that does not match the program
         ├── LaunchError     the MPI job could not be started or did not finish
         ├── ResourceError   the job does not fit the host (cores, memory)
-        └── SimulationError the in-process simulator cannot run the program
+        ├── SimulationError the in-process simulator cannot run the program
+        └── KernelAssertionError a run-time check of the program failed on its data
 """
 
 from __future__ import annotations
@@ -123,8 +124,13 @@ class SimulationError(RunError):
     """The in-process simulator cannot run the SPMD function, or its devices disagree."""
 
 
+class KernelAssertionError(RunError):
+    """A check the program makes on its data failed while a kernel ran (e.g. an embedding index out of range)."""
+
+
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
+    "KernelAssertionError",
 ]

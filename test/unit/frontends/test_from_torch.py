@@ -140,3 +140,22 @@ print(float(np.abs(prog.run(np.ones((4, 8), np.float32)) - np.tanh(1.0)).max()))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) < 1e-6
+
+
+def test_token_ids_out_of_range_are_a_clear_error():
+    """An embedding (torch-mlir checks each id with cf.assert) partitioned over the batch: right on good ids;
+    an id outside the table is a KernelAssertionError naming torch's check, and the process lives on."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 8)).eval()
+    ids = torch.randint(0, 50, (4, 6))
+    prog = slicer.compile(slicer.from_torch(model, ids), mesh=slicer.Mesh(x=2),
+                          tactics=slicer.parse_tactics("input.0=x"))
+    with torch.no_grad():
+        np.testing.assert_allclose(prog.run(ids), model(ids).numpy(), rtol=1e-5, atol=1e-6)
+    bad = ids.clone()
+    bad[3, 5] = 50
+    with pytest.raises(slicer.KernelAssertionError, match="index must be smaller than dim size"):
+        prog.run(bad)
+    bad[3, 5] = -1
+    with pytest.raises(slicer.KernelAssertionError, match="index must be larger or equal to 0"):
+        prog.run(bad)
