@@ -26,10 +26,9 @@ from .blocks import random_block, read_block
 from .executor import RankExecutor
 from .rank import maybe_kill, run_rank
 from .simulator import assemble
-from .timings import Timings, reduce_runs
+from .timings import TIMINGS_FILE, Timings, reduce_runs
 
 
-TIMINGS_FILE = "timings.json"
 OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 

@@ -18,9 +18,8 @@ from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from .executor import load_kernels
-from .job import TIMINGS_FILE
 from .mpiexec import run_spmd
-from .timings import Timings
+from .timings import TIMINGS_FILE, Timings
 
 
 def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[str] | None = None, seed: int = 0,

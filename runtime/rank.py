@@ -1,7 +1,8 @@
 """What every rank runs around its work: one failing rank stops the whole job.
 
 `run_rank(main)` calls `main(comm)`; if it raises, the rank prints
-`slicer rank R failed:` and its traceback to stderr, flushes, and calls
+`slicer rank R failed:` and the error to stderr (a Slicer error's class and message, which say what
+to change; the traceback of anything else, which is a bug to report), flushes, and calls
 `MPI_Abort`, which makes `mpiexec` kill every rank and exit non-zero: the job
 stops promptly with the failing rank's message instead of hanging in the next
 collective.
@@ -12,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+
+from slicer.core.errors import SlicerError
 
 FAIL_RANK_ENV = "SLICER_TEST_KILL_RANK"  # test hook: "R" or "R:step" kills rank R (at that step)
 
@@ -25,7 +28,10 @@ def run_rank(main, comm=None) -> None:
     except BaseException as exc:  # noqa: BLE001 - any failure must stop the whole job
         if isinstance(exc, SystemExit) and not exc.code:
             return
-        sys.stderr.write(f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
+        if isinstance(exc, SlicerError):
+            sys.stderr.write(f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}\n")
+        else:
+            sys.stderr.write(f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
         comm.Abort(1)
 

@@ -14,6 +14,10 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 
+TIMINGS_FILE = "timings.json"
+"""The file in a job directory where rank 0 writes the run's `Timings` (read by the launcher and slicer-run)."""
+
+
 @dataclass(frozen=True)
 class Event:
     """One action of a rank's run, seconds from the run's start. `kind` is "kernel", "start" (a collective

@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 
+from slicer.core.errors import InputError
 from slicer.runtime.rank import maybe_kill, run_rank
 
 
@@ -13,6 +14,8 @@ def main(comm):
     maybe_kill(rank, "start")
     if mode == "raise" and rank == 1:
         raise ValueError("input block of rank 1 is wrong")
+    if mode == "slicer-error" and rank == 1:
+        raise InputError("input block of rank 1 is wrong")
     # Everybody else waits in a collective the failed rank never joins.
     total = np.zeros(1)
     comm.Allreduce(np.ones(1), total)

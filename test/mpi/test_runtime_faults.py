@@ -22,6 +22,14 @@ def test_a_raising_rank_aborts_the_job_with_its_traceback():
     assert time.monotonic() - start < 30
 
 
+def test_a_rank_with_a_slicer_error_prints_the_message_not_a_traceback():
+    """A Slicer error says what to change; its traceback (Slicer's own frames) would only hide that."""
+    result = run_spmd(2, [sys.executable, WORKER, "slicer-error"], timeout=60)
+    assert result.returncode != 0
+    assert "slicer rank 1 failed: InputError: input block of rank 1 is wrong" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_a_killed_rank_stops_the_job():
     result = run_spmd(4, [sys.executable, WORKER, "ok"], timeout=60, env={FAIL_RANK_ENV: "2:start"})
     assert result.returncode != 0

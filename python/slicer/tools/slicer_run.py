@@ -37,7 +37,8 @@ from slicer.core.mesh import Mesh
 from slicer.lowering import cache_stats, compile_function
 from slicer.runtime import launch
 from slicer.runtime.blocks import random_global
-from slicer.runtime.job import TIMINGS_FILE, run_job
+from slicer.runtime.job import run_job
+from slicer.runtime.timings import TIMINGS_FILE
 from slicer.runtime.rank import run_rank
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.timings import Timings
