@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -158,7 +159,7 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
         raise FrontendError(f"torch-mlir could not import {what}: {type(exc).__name__}: {first}") from exc
     arg_names = tuple(input_names + names)
     with make_context():
-        module = ir.Module.parse(str(imported))
+        module = _parse(str(imported), what)
         stateful = next((op for op in walk_ops(module.operation) if op.name.startswith("ml_program.")), None)
         if stateful is not None:
             training = " (it is in training mode: call .eval() first)" if getattr(model, "training", False) else ""
@@ -176,6 +177,27 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
             [ir.DictAttr.get({ARG_NAME_ATTR: ir.StringAttr.get(n)}) for n in arg_names])
         text = str(module)
     return ImportedProgram(text, arg_names, len(inputs), tuple(values), ENTRY, what)
+
+
+def _parse(text: str, what: str) -> ir.Module:
+    """torch-mlir's output in MLIR 22 (in a slicer context). Ops of torch-mlir's own dialects (`tm_tensor.scan`
+    for cumsum, `tm_tensor.sort` for sort and topk, `tm_tensor.scatter` for index_put) have no upstream form
+    this MLIR knows: a FrontendError names the op and what to do, instead of the parser's diagnostic."""
+    try:
+        return ir.Module.parse(text)
+    except ir.MLIRError as exc:
+        message = str(exc)
+        unknown = re.search(r"Dialect `([\w.]+)' not found for custom op '([\w.]+)'", message)
+        if unknown:
+            dialect, op = unknown.groups()
+            raise FrontendError(
+                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
+                "sort, topk, scatter and index_put that way) which MLIR's linalg cannot express and Slicer cannot "
+                "compile; compute that part outside the imported model, or write it with ops that lower to linalg"
+            ) from None
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        raise FrontendError(f"the MLIR torch-mlir produced for {what} does not parse with this MLIR: "
+                            f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
 __all__ = ["ENTRY", "from_torch"]

@@ -18,7 +18,9 @@ for them exactly as for linalg ops:
   (offset 0, full size, stride 1): there a block of one side is the block of the
   other; a dim that is cut cannot be tiled (its blocks would cross the slice
   bounds). A rank-reducing slice drops unit dims of the slice (the pieces of a
-  split, `t[:, i]`): the dims it keeps map to the result's dims in order.
+  split, `t[:, i]`): the dims it keeps map to the result's dims in order;
+- `tensor.pad`: the dims it does not pad (low and high padding 0, as a convolution's batch and channel
+  dims); a padded dim cannot be tiled (a block's padding would depend on where the block lies).
 `linalg.transpose` needs no entry: it is a linalg op (its rule comes from its maps).
 """
 
@@ -178,6 +180,20 @@ def _insert_slice(op: ir.Operation) -> OpRule:
     return _slice_rule(op, op.operands[1].type, op.operands[0].type, full_is_operand=1, part_operand=0)
 
 
+def _pad(op: ir.Operation) -> OpRule:
+    rank = op.results[0].type.rank
+    low, high = (list(ir.DenseI64ArrayAttr(op.attributes[k])) for k in ("static_low", "static_high"))
+
+    def shown(v: int) -> str:
+        return "?" if v == ir.ShapedType.get_dynamic_size() else str(v)
+
+    uses = tuple(DimUse.walks(d) if low[d] == 0 and high[d] == 0 else
+                 DimUse.blocked(f"is padded by tensor.pad (low {shown(low[d])}, high {shown(high[d])}); a block's "
+                                "padding would depend on where the block lies")
+                 for d in range(rank))
+    return OpRule(op.name, _loops(rank), (uses,) + tuple(() for _ in list(op.operands)[1:]), (uses,))
+
+
 _ENTRIES: dict[str, Callable[[ir.Operation], OpRule | None]] = {
     "arith.constant": _constant,
     "tensor.empty": _empty,
@@ -186,4 +202,5 @@ _ENTRIES: dict[str, Callable[[ir.Operation], OpRule | None]] = {
     "tensor.concat": _concat,
     "tensor.extract_slice": _extract_slice,
     "tensor.insert_slice": _insert_slice,
+    "tensor.pad": _pad,
 }

@@ -109,6 +109,9 @@ def test_bad_inputs_are_clear_errors(imported):
         slicer.from_torch(3, torch.randn(2))
     with pytest.raises(slicer.FrontendError, match="torch-mlir could not import the function"):
         slicer.from_torch(lambda a: torch.linalg.eig(a)[0], torch.randn(3, 3))
+    with pytest.raises(slicer.FrontendError, match="uses 'tm_tensor.scan', an op of torch-mlir's own 'tm_tensor' "
+                                                   "dialect .*compute that part outside the imported model"):
+        slicer.from_torch(lambda a: torch.cumsum(a, dim=1), torch.randn(4, 8))
     with pytest.raises(slicer.FrontendError, match=r"keeps state between calls \('ml_program.global.*dropout\) "
                                                    r"\(it is in training mode: call .eval\(\) first\)"):
         slicer.from_torch(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1)), torch.randn(4, 8))
@@ -159,3 +162,21 @@ def test_token_ids_out_of_range_are_a_clear_error():
     bad[3, 5] = -1
     with pytest.raises(slicer.KernelAssertionError, match="index must be larger or equal to 0"):
         prog.run(bad)
+
+
+def test_a_small_cnn_over_the_batch():
+    """Convolutions with padding (tensor.pad: its unpadded batch and channel dims tile), pooling, a classifier:
+    data parallel over 2 devices, and output channels of the first convolution over y, equal to torch."""
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 4 * 4, 10)).eval()
+    images = torch.randn(4, 3, 8, 8)
+    imported = slicer.from_torch(cnn, images)
+    with torch.no_grad():
+        want = cnn(images).numpy()
+    for tactics, mesh in [("input.0=x", slicer.Mesh(x=2)), ("0.weight.0=y;0.bias.0=y", slicer.Mesh(y=2))]:
+        prog = slicer.compile(imported, mesh=mesh, tactics=slicer.parse_tactics(tactics))
+        assert models.relative_error(prog.run(images), want) <= 1e-5, tactics
+    # data parallel: every op stays on its images, no collective (the result stays split over the batch)
+    assert collectives(slicer.compile(imported, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("input.0=x"))) == []

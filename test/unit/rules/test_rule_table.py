@@ -169,10 +169,14 @@ def test_explicit_entries():
     assert add.tile(operand=1, dim=0) == RuleOutcome(loop=0, actions=(T(0),), slices=((0, 0), (1, 0)))
     empty = rule_for(op_named("%m = tensor.empty() : tensor<3x5xf32>", "tensor.empty", args))
     assert empty.tile(result=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),))
-    with pytest.raises(NoRule, match="no propagation rule for 'tensor.pad'"):
-        rule_for(op_named("%z = arith.constant 0.0 : f32\n%p = tensor.pad %a low[1, 0] high[0, 0] {\n"
-                          "^bb0(%i: index, %j: index):\n tensor.yield %z : f32\n} : tensor<4x6xf32> to tensor<5x6xf32>",
-                          "tensor.pad", args))
+    pad = rule_for(op_named("%z = arith.constant 0.0 : f32\n%p = tensor.pad %a low[1, 0] high[0, 0] {\n"
+                            "^bb0(%i: index, %j: index):\n tensor.yield %z : f32\n} : tensor<4x6xf32> to tensor<5x6xf32>",
+                            "tensor.pad", args))
+    assert pad.tile(operand=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),), slices=((0, 1),))
+    assert pad.tile(result=0, dim=1) == pad.tile(operand=0, dim=1)
+    assert "padded by tensor.pad (low 1, high 0)" in pad.tile(result=0, dim=0).blocked
+    with pytest.raises(NoRule, match="no propagation rule for 'tensor.bitcast'"):
+        rule_for(op_named("%p = tensor.bitcast %a : tensor<4x6xf32> to tensor<4x6xi32>", "tensor.bitcast", args))
 
 
 def test_reshapes_skip_unit_dims():
