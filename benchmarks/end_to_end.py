@@ -45,6 +45,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from snippets import tanh_gelu  # noqa: E402 - beside this file
 
 SIZES = {"B": 512, "D": 1024, "H": 4096, "S": 1024, "heads": 16, "E": 64}
+# `--small` (the suite's smoke test): the same programs at toy sizes, for the workers too (they inherit it).
+SMALL_ENV = "SLICER_E2E_SMALL"
+if os.environ.get(SMALL_ENV) == "1":
+    SIZES = {"B": 16, "D": 32, "H": 64, "S": 32, "heads": 4, "E": 8}
 PROGRAMS = ("mlp_relu", "mlp_gelu", "mha")
 
 
@@ -270,7 +274,8 @@ def slicer_worker(job: str) -> None:
             _, timings = executor.run(blocks)
             elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
             cpu = comm.allreduce(time.thread_time() - start_cpu, op=MPI.MAX)
-            steps = [(label, comm.allreduce(t, op=MPI.MAX)) for label, t in timings]
+            # each action of the run (kernel, collective start, collective wait) on the slowest rank
+            steps = [(f"{e.kind} {e.label}", comm.allreduce(e.end - e.start, op=MPI.MAX)) for e in timings]
             if rank == 0:
                 print(json.dumps({"time": elapsed, "cpu": cpu, "steps": steps}), flush=True)
 
@@ -373,10 +378,13 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument("--programs", default=",".join(PROGRAMS), help=f"comma-separated subset of {','.join(PROGRAMS)}")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even if installed")
+    parser.add_argument("--small", action="store_true", help="toy sizes: checks that the benchmark runs (smoke test)")
     parser.add_argument("--slicer-worker", metavar="JOB_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--numpy-worker", metavar="PROGRAM", help=argparse.SUPPRESS)
     parser.add_argument("--jax-worker", nargs=2, metavar=("PROGRAM", "DEVICES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.small and os.environ.get(SMALL_ENV) != "1":  # the sizes are read at import: start again with them
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], dict(os.environ, **{SMALL_ENV: "1"}))
     if args.slicer_worker:
         from slicer.runtime.rank import run_rank
 
