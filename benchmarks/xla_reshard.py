@@ -31,6 +31,7 @@ The device count must be fixed before JAX is imported: `configure(n)` sets
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -58,10 +59,9 @@ def configure(devices: int) -> None:
 
 def unavailable() -> str | None:
     """None when JAX can be imported, else why not (to print when skipping XLA)."""
-    try:
-        import jax  # noqa: F401
-    except ImportError as exc:
-        return f"JAX is not installed ({exc}); install the bench extra: pip install -e '.[bench]'"
+    # Found, not imported: importing JAX here would fix its device count before `configure` runs.
+    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("jaxlib") is None:
+        return "JAX is not installed; install the bench extra: pip install -e '.[bench]'"
     return None
 
 
