@@ -32,6 +32,8 @@ class Source:
         self.choices: list[int] = []
 
     def _draw(self, lo: int, hi: int) -> int:  # pragma: no cover - abstract
+        # Abstract: RandomSource draws fresh choices, ReplaySource replays a recorded (shrunk) sequence,
+        # HypothesisSource draws through hypothesis (which shrinks).
         raise NotImplementedError
 
     def integer(self, lo: int, hi: int) -> int:
