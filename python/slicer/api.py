@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -58,6 +58,7 @@ class Program:
     propagation: str
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
+    _simulator: SpmdProgram | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mesh(self) -> Mesh:
@@ -143,7 +144,7 @@ class Program:
                 check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
             except ResourceError as exc:
                 raise RunError(str(exc)) from None
-            return SpmdProgram(self.graph)(*arrays)
+            return self.simulator()(*arrays)
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
@@ -161,6 +162,14 @@ class Program:
             shutil.rmtree(job_dir, ignore_errors=True)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
+
+    def simulator(self) -> SpmdProgram:
+        """The in-process simulator of this program (`run` with `ranks=None`), built once: its kernels are the
+        native ones the ranks load, compiled once per content hash into the on-disk kernel cache (so a second
+        `run`, or another process compiling the same program, compiles nothing)."""
+        if self._simulator is None:
+            object.__setattr__(self, "_simulator", SpmdProgram(self.graph, backend="native"))
+        return self._simulator
 
     def run_in_mpi(self, *arrays: np.ndarray, comm=None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map

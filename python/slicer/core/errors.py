@@ -9,7 +9,9 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   ├── PassFailure     a pass found errors in its input (located diagnostics)
     │   │   └── TacticError     tactics that do not fit the program or mesh
     │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
-    │   └── StepMismatch    check-each-step: a step changed what the program computes
+    │   ├── StepMismatch    check-each-step: a step changed what the program computes
+    │   └── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
+    │                       converge, a kernel that does not compile in time); names where, saves a reproducer
     ├── InvalidTactic       a tactic value that is wrong on its own
     ├── FrontendError       a model or function that cannot be imported (slicer.from_torch)
     ├── RedistributionError a distributed type, plan or dtype that is invalid
@@ -71,6 +73,13 @@ class StepMismatch(CompileError):
     """check-each-step: the program after a step computes something else than before it."""
 
 
+class BudgetExceeded(CompileError):
+    """A compile stage stopped at its budget instead of hanging: propagation that exceeds a number of rewrites
+    proportional to the program (it names the law that kept rewriting and saves a reproducer), or a kernel whose
+    LLVM compile exceeds its time limit (it names the kernel, its size and its largest op). Either is a bug in
+    Slicer to report with the reproducer, not a problem of the user's program."""
+
+
 class InvalidTactic(SlicerError, ValueError):
     """A tactic value that is wrong on its own (before looking at any program)."""
 
@@ -130,6 +139,7 @@ class KernelAssertionError(RunError):
 
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
+    "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
     "KernelAssertionError",

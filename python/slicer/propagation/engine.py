@@ -30,25 +30,40 @@ follows tactics in order); the slice stays as a required redistribution, marked
 
 from __future__ import annotations
 
+import bisect
+import heapq
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.errors import Located, PassFailure
-from slicer.core.functions import defined_functions
+from slicer.core.errors import BudgetExceeded, Located, PassFailure
+from slicer.core.functions import defined_functions, function_name
+from slicer.core.reproducer import save_reproducer
 from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import SliceOp, walk_ops
 
-from .ir_utils import ancestors, as_op, captured_values, defining_op, enclosing_loops
-from .laws import LATE_LAWS, LAWS, Journal, UnsupportedOp, tactic_name, tile_loop_of
+from .ir_utils import BlockOrder, ancestors, as_op, op_id, captured_values, defining_op, enclosing_loops
+from .laws import (LATE_LAWS, LAWS, Journal, RewriteListener, UnsupportedOp, duplicate_candidates, tactic_name,
+                   tile_loop_of)
 
-MAX_REWRITES = 100_000
+REWRITES_PER_OP = 64
+"""The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop
+per mesh axis, deforested, composed or hoisted a bounded number of times, so the laws need a constant number of
+rewrites per op; the most any example, fuzz case or model of the test suite needs is under 8."""
 MAX_ROUNDS = 8  # fixpoint + CSE rounds (the rounds after the first only merge copies CSE made identical)
+_RECENT = 1000  # rewrites the budget error looks back at to name the law that kept rewriting
 
 
-class PropagationError(RuntimeError):
-    """Propagation did not converge (a bug: the laws should always terminate)."""
+class PropagationError(BudgetExceeded):
+    """Propagation exceeded its budget (a bug: the laws should always terminate). The message names the law
+    that kept rewriting and the command that reproduces it on a saved copy of the input."""
+
+
+def rewrite_budget(function: ir.Operation, per_op: int = REWRITES_PER_OP) -> int:
+    """How many rewrites propagating `function` may take: proportional to its number of ops."""
+    return per_op * (sum(1 for _ in walk_ops(function)) + 16)
 
 
 @dataclass(frozen=True)
@@ -61,20 +76,27 @@ class Conflict:
     message: str
 
 
-def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False, incremental: bool = True) -> list[Conflict]:
+def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False, incremental: bool = True,
+                     rewrites_per_op: int = REWRITES_PER_OP) -> list[Conflict]:
     """Propagate the loops of every function of `module` in place; returns the conflicts.
 
     Without `strict_conflicts` a conflict is resolved (the earlier tactic wins) and stays visible as the
     `slicer.conflict` attribute on the redistribution point; with it, conflicts are located errors. An op
     without a rule reached by a tiled value is a located error (`PassFailure`). `incremental=False` asks every
-    op of the function at every step (the same result, slower: the reference for the worklist)."""
+    op of the function at every step (the same result, slower: the reference for the worklist). A function
+    that takes more than `rewrites_per_op` rewrites per op raises `PropagationError` (a `BudgetExceeded`)
+    naming the law that kept rewriting, with a reproducer of this call's input."""
+    original = module.get_asm(enable_debug_info=True)
     for _ in range(MAX_ROUNDS):
         rewrites, conflicts = 0, []
         for func in defined_functions(module):
             try:
-                journal, found = propagate(func, incremental=incremental)
+                journal, found = propagate(func, incremental=incremental, rewrites_per_op=rewrites_per_op)
             except UnsupportedOp as exc:
                 raise PassFailure(Located(exc.op.location, str(exc))) from None
+            except _OverBudget as exc:
+                raise PropagationError(f"{exc} Reproduce: {save_reproducer(original, 'builtin.module(slicer-propagate)')}"
+                                       " (please report it: this is a bug in Slicer)") from None
             rewrites += journal.rewrites
             conflicts += found
         # Deforestation copies producers into each consumer; merged slices make the copies identical, and
@@ -88,20 +110,32 @@ def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False, in
     return conflicts
 
 
-def propagate(function: ir.Operation, *, incremental: bool = True) -> tuple[Journal, list[Conflict]]:
+class _OverBudget(Exception):
+    """Raised inside `propagate`; `propagate_module` adds the reproducer."""
+
+
+def propagate(function: ir.Operation, *, incremental: bool = True,
+              rewrites_per_op: int = REWRITES_PER_OP) -> tuple[Journal, list[Conflict]]:
     """Propagate the loops of `function` (a func.func) in place. `incremental=False` asks every op at every
     step (the reference the worklist is tested against)."""
     journal = Journal()
+    budget = rewrite_budget(function, rewrites_per_op)
+    recent: deque[str] = deque(maxlen=_RECENT)
     if incremental:
         worklist = _Worklist(function)
-        journal.on_rewrite = worklist.before
+        journal.listener = worklist
         step = lambda: worklist.rewrite_once(journal, LAWS) or worklist.rewrite_late(journal)  # noqa: E731
     else:
         step = lambda: _rewrite_once(function, journal, LAWS) or _rewrite_once(function, journal, LATE_LAWS)  # noqa: E731
     while step():
         journal.rewrites += 1
-        if journal.rewrites > MAX_REWRITES:
-            raise PropagationError(f"propagation did not converge after {MAX_REWRITES} rewrites")
+        recent.append(journal.last_law)
+        if journal.rewrites > budget:
+            laws = ", ".join(f"'{law}' {count} times" for law, count in Counter(recent).most_common(3))
+            raise _OverBudget(
+                f"internal error: propagation of @{function_name(function)} did not converge within its budget of "
+                f"{budget} rewrites ({rewrites_per_op} per op); the last {len(recent)} rewrites were by {laws}: "
+                "a law that keeps rewriting (a cycle).")
     return journal, find_conflicts(function)
 
 
@@ -111,151 +145,228 @@ def _rewrite_once(function: ir.Operation, journal: Journal, laws) -> bool:
             continue
         for law in laws:
             if law(op, journal):
+                journal.last_law = law.__name__
                 return True
     return False
 
 
-class _Worklist:
-    """Which ops the laws need to be asked about again (see the module docstring).
+class _Entry:
+    """A queued op; `live` turns False when the op is erased, moved or queued again (the heap is lazy)."""
 
-    `inert`: ops no law applies to, as long as nothing they depend on changes; `clean`: ops whose whole
-    subtree is inert. Slices and loops also compare themselves with their earlier siblings (duplicates), so
-    theirs is recorded with the *generation* of their block, which every rewrite that adds or changes an op
-    of the block bumps (instead of forgetting each op of the block). Ops are compared by identity in the IR,
-    so an op must leave both tables before it is erased (its memory may be reused by an op created later):
-    `before` removes every op a rewrite may erase (the op itself, its subtree, the slices producing its
-    operands)."""
+    __slots__ = ("op", "live")
 
-    SIBLING_LAWS_OPS = (SLICE, LOOP)
+    def __init__(self, op: ir.Operation):
+        self.op, self.live = op, True
+
+
+class _Worklist(RewriteListener):
+    """The ops the laws must be asked about, in program order (see the module docstring).
+
+    Every op of the function has a *key*, a float increasing in pre-order (`key`, and all keys sorted in
+    `keys`). Ops to ask are queued in a heap by key; an op not queued is one no law applies to. Asking the
+    queued op of least key first reproduces the reference exactly: every op before it is one no law applies
+    to. A rewrite tells the listener what it erases and moves (`Journal.erase`, `Journal.move_before`) and where
+    it puts new ops (right before its anchor): new ops are found from the uses the rewrite changed (the users
+    of the rewritten op's results, walked back through ops without a key) and the moved ops, and get keys
+    between the anchor's predecessor and the anchor. Then the ops whose laws may answer differently are
+    queued again (`after`): the new and moved ops; the producers of what the rewritten op used (fewer uses:
+    dead code, a single-use loop or slice) and their other users; the users of its results (their operands
+    changed) and the loops around those users and around the rewritten op (their bodies changed) with those
+    loops' users (deforestation reads the body); and, for every slice and loop among them, the slices and
+    loops that may now be its duplicates (through use lists: `laws.duplicate_candidates`).
+
+    Ops are known by address (`op_id`; the bindings' hash changes with an op's operands). Erased ops are
+    never touched again (their Python objects raise once invalidated): the listener drops them from every
+    table before `erase` runs, and records their addresses for the rest of the step."""
+
+    _RENUMBER_GAP = 1e-12  # relative to the keys (floats hold ~16 digits): below it, keys are renumbered
 
     def __init__(self, function: ir.Operation):
         self.function = function
-        self.inert: dict[ir.Operation, int | None] = {}
-        self.clean: dict[ir.Operation, int | None] = {}
-        self.generation: dict[ir.Block, int] = {}
-        # The ops of each block as last listed (iterating a block through the bindings costs ~2 us per op);
-        # dropped for every block a rewrite may add ops to or erase ops from (see `before`).
-        self.ops_of: dict[ir.Block, list[ir.Operation]] = {}
-        self._pending: tuple | None = None
+        self.key: dict[int, float] = {}  # op_id -> key
+        self.keys: list[float] = []
+        self.heap: list[tuple[float, int, _Entry]] = []
+        self.queued: dict[int, _Entry] = {}  # op_id -> its live entry
+        self.counter = 0
+        self._step: dict | None = None
+        self._renumber(queue_all=True)
 
-    # -- scanning ---------------------------------------------------------------------------------------
+    # -- keys and the queue ---------------------------------------------------------------------------
+
+    def _renumber(self, *, queue_all: bool = False) -> None:
+        """Keys 0, 1, 2, ... in pre-order for every op; queues every op (at the start) or keeps the queued
+        ones and queues ops that had no key."""
+        ops = [op for op in walk_ops(self.function) if op != self.function]
+        ids = [op_id(op) for op in ops]
+        queued = set(self.queued)
+        had_key = self.key
+        self.key = {i: float(n) for n, i in enumerate(ids)}
+        self.keys = list(self.key.values())
+        for entry in self.queued.values():
+            entry.live = False
+        self.heap, self.queued = [], {}
+        for op, i in zip(ops, ids):
+            if queue_all or i in queued or i not in had_key:
+                self.push(op)
+
+    def push(self, op: ir.Operation) -> None:
+        i = op_id(op)
+        if i in self.queued:
+            return
+        entry = _Entry(op)
+        self.queued[i] = entry
+        self.counter += 1
+        heapq.heappush(self.heap, (self.key[i], self.counter, entry))
+
+    def known(self, op: ir.Operation) -> bool:
+        return op_id(op) in self.key
+
+    def _drop_tree(self, op: ir.Operation, erased: bool) -> None:
+        """`op` and its nested ops lose their keys (erased, or moved to get new ones)."""
+        for inner in walk_ops(op):
+            i = op_id(inner)
+            entry = self.queued.pop(i, None)
+            if entry is not None:
+                entry.live = False
+            key = self.key.pop(i, None)
+            if key is not None:
+                del self.keys[bisect.bisect_left(self.keys, key)]
+            if erased and self._step is not None:
+                self._step["erased"].add(i)
+
+    # -- scanning -------------------------------------------------------------------------------------
 
     def rewrite_once(self, journal: Journal, laws) -> bool:
         """Apply the first law that rewrites the first op (pre-order) it can; False at the fixpoint."""
-        return any(self._visit(block, journal, laws) for block in self.function.regions[0].blocks)
-
-    def rewrite_late(self, journal: Journal) -> bool:
-        """The late laws (fusion), asked of every op once the others are at their fixpoint. They move whole
-        loop bodies: afterwards every op is asked again."""
-        self._pending = None
-        journal.on_rewrite = None
-        try:
-            rewrote = _rewrite_once(self.function, journal, LATE_LAWS)
-        finally:
-            journal.on_rewrite = self.before
-        if rewrote:
-            self.inert.clear()
-            self.clean.clear()
-            self.ops_of.clear()
-        return rewrote
-
-    def _visit(self, block: ir.Block, journal: Journal, laws) -> bool:
-        generation = self.generation.get(block, 0)
-        ops = self.ops_of.get(block)
-        if ops is None:
-            ops = self.ops_of[block] = [op.operation for op in block.operations]
-        for op in ops:
-            stamp = self.clean.get(op, _MISSING)
-            if stamp is None or stamp == generation:
+        while self.heap:
+            _, _, entry = heapq.heappop(self.heap)
+            if not entry.live:
                 continue
-            stamp = self.inert.get(op, _MISSING)
-            if stamp is _MISSING or (stamp is not None and stamp != generation):
-                for law in laws:
-                    if law(op, journal):
-                        self.after()
-                        return True
-                stamp = generation if op.name in self.SIBLING_LAWS_OPS else None
-                self.inert[op] = stamp
-            if any(self._visit(inner, journal, laws) for region in op.regions for inner in region.blocks):
-                return True
-            self.clean[op] = stamp
+            op = entry.op
+            del self.queued[op_id(op)]
+            entry.live = False
+            for law in laws:
+                if law(op, journal):
+                    journal.last_law = law.__name__
+                    self.after()
+                    return True
         return False
 
-    # -- what a rewrite may change --------------------------------------------------------------------
+    def rewrite_late(self, journal: Journal) -> bool:
+        """The late laws (fusion), asked of every loop in pre-order once the others are at their fixpoint."""
+        loops = list(walk_ops(self.function, LOOP))
+        earlier: dict[ir.Block, list[ir.Operation]] = {}
+        for op in loops:
+            siblings = earlier.setdefault(op.block, [])
+            for law in LATE_LAWS:
+                if law(op, journal, list(siblings)):
+                    journal.last_law = law.__name__
+                    self.after()
+                    return True
+            siblings.append(op)
+        return False
 
-    def _unclean_ancestors(self, op) -> None:
-        parent = op.parent
-        while parent is not None:
-            parent = as_op(parent)
-            if parent == self.function:
-                break
-            self.clean.pop(parent, None)
-            parent = parent.parent
+    # -- the listener -----------------------------------------------------------------------------------
 
-    def forget(self, op: ir.Operation) -> None:
-        """Ask the laws about `op` again (and look into its enclosing ops again)."""
-        self.inert.pop(op, None)
-        self.clean.pop(op, None)
-        self._unclean_ancestors(op)
+    def before(self, op: ir.Operation, anchor: ir.Operation) -> None:
+        """A law is about to rewrite at `op`: note what may change, and where new ops will go."""
+        hi = self.key[op_id(anchor)]
+        index = bisect.bisect_left(self.keys, hi)
+        lo = self.keys[index - 1] if index else hi - 1.0
+        producers = [p for p in map(defining_op, captured_values(op)) if p is not None]
+        users = [as_op(use.owner) for result in op.results for use in result.uses]
+        # Ops are told apart by address: an erased op's Python object raises when touched, and the object a
+        # walk gives for an op need not be the one a law holds.
+        held = lambda ops: [(o, op_id(o)) for o in ops]  # noqa: E731
+        self._step = {"op": held([op]), "anchor_block": anchor.block, "lo": lo, "hi": hi,
+                      "producers": held(producers), "users": held(users),
+                      "outer": held(_loops_around(op, self.function)), "moved": [], "erased": set()}
 
-    def forget_tree(self, op: ir.Operation) -> None:
-        for inner in walk_ops(op):
-            self.inert.pop(inner, None)
-            self.clean.pop(inner, None)
-            for region in inner.regions:
-                for block in region.blocks:
-                    self.ops_of.pop(block, None)
-        self._unclean_ancestors(op)
+    def erasing(self, op: ir.Operation) -> None:
+        self._drop_tree(op, erased=True)
 
-    def touch_block(self, block: ir.Block) -> None:
-        """An op of `block` was added or changed: its slices and loops compare themselves with it again."""
-        self.generation[block] = self.generation.get(block, 0) + 1
-        owner = block.owner
-        if owner is not None and as_op(owner) != self.function:
-            self.clean.pop(as_op(owner), None)
-            self._unclean_ancestors(as_op(owner))
-
-    def before(self, op: ir.Operation) -> None:
-        """A law is about to rewrite at `op`: forget what the rewrite may erase or change, remember where."""
-        self.forget_tree(op)
-        self.ops_of.pop(op.block, None)  # new ops go before `op`, which may be erased
-        for producer in {p for p in map(defining_op, captured_values(op)) if p is not None}:
-            self.forget(producer)  # fewer uses (dead code, a single-use slice); a producing slice may be erased
-            self.ops_of.pop(producer.block, None)
-            if producer.name == SLICE:
-                for use in producer.results[0].uses:
-                    self.forget(as_op(use.owner))  # another user of a slice that may now have a single use
-        blocks = [op.block]
-        for result in op.results:
-            for use in result.uses:
-                user = as_op(use.owner)
-                self.forget(user)  # its operand will change
-                blocks.append(user.block)  # ... so it may now equal an earlier or later sibling
-                blocks += [outer.block for outer in ancestors(user)
-                           if outer != self.function and outer.name != "builtin.module"]  # bodies that change
-        outer = [a for a in ancestors(op) if a != self.function and a.name != "builtin.module"]
-        for enclosing in outer:
-            self.ops_of.pop(enclosing.block, None)  # a hoisted op moves into its loop's block
-        self._pending = (blocks, outer)
+    def moving(self, op: ir.Operation) -> None:
+        self._drop_tree(op, erased=False)
+        self._step["moved"].append((op, op_id(op)))
 
     def after(self) -> None:
-        """The rewrite is done: new ops stand in the rewritten op's block (a hoisted op in its loop's), and
-        its enclosing loops' bodies changed."""
-        if self._pending is None:
+        """The rewrite is done: key the new and moved ops, queue what may now rewrite."""
+        step, self._step = self._step, None
+        if step is None:
             return
-        blocks, outer = self._pending
-        self._pending = None
-        for enclosing in outer:
-            self.forget(enclosing)
-            blocks.append(enclosing.block)  # its body changed: it may now equal a sibling
-            for result in enclosing.results:
-                for use in result.uses:
-                    self.forget(as_op(use.owner))  # slices of a loop whose body changed (deforestation)
-        for block in blocks:
-            self.touch_block(block)
+        erased = step["erased"]
+        alive = lambda held: [o for o, h in held if h not in erased]  # noqa: E731
+        seeds = alive(step["users"]) + alive(step["moved"]) + alive(step["op"])
+        fresh = self._key_new_ops(seeds, step)
+        touched = list(fresh)
+        for producer in alive(step["producers"]):
+            touched.append(producer)
+            if producer.name in (SLICE, LOOP):
+                touched += [as_op(use.owner) for result in producer.results for use in result.uses]
+        around = alive(step["outer"])
+        for user in seeds:
+            touched.append(user)
+            around += _loops_around(user, self.function)
+        for loop_op in around:
+            touched.append(loop_op)
+            touched += [as_op(use.owner) for result in loop_op.results for use in result.uses]
+        for op in touched:
+            if self.known(op):
+                self.push(op)
+                if op.name in (SLICE, LOOP):
+                    for candidate in duplicate_candidates(op):
+                        if self.known(candidate):
+                            self.push(candidate)
+
+    def _key_new_ops(self, seeds: list[ir.Operation], step: dict) -> list[ir.Operation]:
+        """Give keys to the ops the rewrite made or moved (found back from `seeds` through ops without a
+        key); returns them, nested ops included, in pre-order."""
+        tops: dict[int, ir.Operation] = {}
+        stack = list(seeds)
+        seen: set[int] = set()
+        while stack:
+            op = stack.pop()
+            if op_id(op) in seen:
+                continue
+            seen.add(op_id(op))
+            if not self.known(op):
+                top = op
+                while True:
+                    parent = top.parent
+                    if parent is None or as_op(parent) == self.function or self.known(as_op(parent)):
+                        break
+                    top = as_op(parent)
+                tops.setdefault(op_id(top), top)
+            # A known op's operands may be new (a user of the rewritten op); a new op's body may use new ops.
+            for value in (op.operands if self.known(op) else captured_values(op)):
+                producer = defining_op(value)
+                if producer is not None and not self.known(producer):
+                    stack.append(producer)
+        tops = list(tops.values())
+        if not tops:
+            return []
+        if any(top.block != step["anchor_block"] for top in tops):
+            self._renumber()  # not where laws put new ops: key everything again (correct, rarely needed)
+            return [op for op in walk_ops(self.function) if op_id(op) in self.queued]
+        tops.sort(key=BlockOrder)
+        fresh = [inner for top in tops for inner in walk_ops(top)]
+        lo, hi = step["lo"], step["hi"]
+        gap = (hi - lo) / (len(fresh) + 1)
+        if gap < self._RENUMBER_GAP * max(1.0, abs(hi)):
+            self._renumber()
+            return [op for op in walk_ops(self.function) if op_id(op) in self.queued]
+        for n, op in enumerate(fresh, start=1):
+            key = lo + gap * n
+            self.key[op_id(op)] = key
+            bisect.insort(self.keys, key)
+        return fresh
 
 
-_MISSING = object()
+def _loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:
+    return [a for a in ancestors(op) if a != function and a.name != "builtin.module"]
+
+
+
 
 
 def find_conflicts(function: ir.Operation) -> list[Conflict]:
@@ -276,6 +387,8 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
                 view = SliceOp(op)
                 if view.range is None or not axes & set(view.range.axes):
                     continue
+                if producer.action.dim == view.dim and producer.range_arg.type == view.range_value.type:
+                    continue  # the consumer's own block of a shared loop (laws._take_body): no redistribution
                 need = f"dim {view.dim} tiled over {', '.join(view.range.axes)}"
                 user = next((as_op(u.owner) for u in view.result.uses), None)
             else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 from mlir import ir
 
 from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE
@@ -9,6 +11,18 @@ from slicer.dialect import LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
 PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_OPERATION_CAPSULE = b"mlir.ir.Operation._CAPIPtr"
+
+
+def op_id(op: ir.Operation) -> int:
+    """The address of `op`: its identity while it lives. (The bindings' `hash(op)` is not an identity: it
+    changes when the op's operands do, so ops cannot be dictionary keys across rewrites.)"""
+    return _capsule_pointer(as_op(op)._CAPIPtr, _OPERATION_CAPSULE)
 
 
 def as_op(op) -> ir.Operation:
@@ -164,3 +178,16 @@ def equivalent(a: ir.Operation, b: ir.Operation, mapping: dict | None = None) ->
 def _attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
     attrs = op.attributes
     return {attrs[i].name: attrs[i].attr for i in range(len(attrs))}
+
+
+class BlockOrder:
+    """Sort key for ops of one block, in block order (MLIR caches the order: each comparison is O(1)
+    amortized)."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: ir.Operation):
+        self.op = op
+
+    def __lt__(self, other: "BlockOrder") -> bool:
+        return self.op.is_before_in_block(other.op)

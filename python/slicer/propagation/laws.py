@@ -40,6 +40,7 @@ from slicer.dialect import LoopOp, SliceOp, SumAction, TileAction, loop, range_p
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_for
 
 from .ir_utils import (
+    BlockOrder,
     ancestors,
     as_op,
     captured_values,
@@ -50,6 +51,7 @@ from .ir_utils import (
     is_pure,
     is_unused,
     is_zero_tensor,
+    op_id,
     result_index,
 )
 NO_PRIORITY = 1 << 30
@@ -63,21 +65,44 @@ class UnsupportedOp(Exception):
         self.op = op
 
 
+class RewriteListener:
+    """What the engine's worklist (`engine._Worklist`) is told about a rewrite, as MLIR's
+    `RewriterBase::Listener` is (the Python bindings have no listener for rewrites made outside patterns)."""
+
+    def before(self, op: ir.Operation, anchor: ir.Operation) -> None:
+        """A law is about to rewrite at `op`; new ops will stand right before `anchor` in its block."""
+
+    def erasing(self, op: ir.Operation) -> None:
+        """`op` (and everything nested in it) is about to be erased."""
+
+    def moving(self, op: ir.Operation) -> None:
+        """`op` is about to move to the rewrite's insertion point (before the anchor)."""
+
+
 @dataclass
 class Journal:
     """What propagation did and could not do (for explain() and conflict reports).
 
-    Every law calls `rewriting(op)` once it has decided to rewrite at `op`, before it changes anything: the
-    engine's worklist (`engine._Worklist`) then notes which ops the rewrite may affect."""
+    Every law calls `rewriting(op)` once it has decided to rewrite at `op`, before it changes anything, and
+    erases or moves ops that existed before the rewrite through `erase` and `move_before`: the engine's
+    worklist (`listener`) keeps its table of ops exact with these."""
 
     blocked: list[tuple[ir.Operation, str]] = field(default_factory=list)
     rewrites: int = 0
-    on_rewrite: Callable[[ir.Operation], None] | None = None
+    last_law: str = ""  # the name of the law that made the last rewrite (the budget error names it)
+    listener: RewriteListener = field(default_factory=RewriteListener)
 
-    def rewriting(self, op: ir.Operation) -> None:
-        """About to rewrite at `op` (the op the law matched)."""
-        if self.on_rewrite is not None:
-            self.on_rewrite(op)
+    def rewriting(self, op: ir.Operation, anchor: ir.Operation | None = None) -> None:
+        """About to rewrite at `op` (the op the law matched); new ops go right before `anchor` (default `op`)."""
+        self.listener.before(op, op if anchor is None else anchor)
+
+    def erase(self, op: ir.Operation) -> None:
+        self.listener.erasing(op)
+        op.erase()
+
+    def move_before(self, op: ir.Operation, anchor: ir.Operation) -> None:
+        self.listener.moving(op)
+        op.move_before(anchor)
 
 
 def _tile_outcome(op: ir.Operation, **where) -> RuleOutcome:
@@ -125,21 +150,62 @@ def tile_loop_of(value: ir.Value) -> tuple[LoopOp, int] | None:
 # ----------------------------------------------------------------------------- loop bodies
 
 
-def _move_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) -> list[ir.Value]:
-    """Move `loop_op`'s body (its range replaced by `range_value`) before `before`; the yielded values."""
+def _move_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal | None, *, before: ir.Operation) -> list[ir.Value]:
+    """Move `loop_op`'s body (its range replaced by `range_value`) before `before`; the yielded values.
+    `journal` is told of each move (None: the loop is a copy made by this rewrite)."""
     loop_op.range_arg.replace_all_uses_with(range_value)
     body = [as_op(o) for o in loop_op.body.operations]
     for inner in body[:-1]:
-        inner.move_before(before)
+        if journal is None:
+            inner.move_before(before)
+        else:
+            journal.move_before(inner, before)
     return list(body[-1].operands)
 
 
 def _copy_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) -> list[ir.Value]:
     """Like `_move_body` on a copy: `loop_op` itself is left as it is (it may have other users)."""
     clone = LoopOp(loop_op.operation.clone(ip=ir.InsertionPoint(before)))
-    yielded = _move_body(clone, range_value, before=before)
+    yielded = _move_body(clone, range_value, None, before=before)
     clone.operation.erase()
     return yielded
+
+
+# Ops a loop body may hold and still be copied into every consumer: they compute nothing (a tactic's loop
+# `loop { slice(%arg) }`, zeros made for a sum). A body that computes is never copied (see `_take_body`).
+_FREE_OPS = frozenset({SLICE, RANGE_PRODUCT, YIELD, "arith.constant", "tensor.empty"})
+
+
+def _single_use(loop_op: LoopOp) -> bool:
+    """Is there exactly one use of all of `loop_op`'s results together?"""
+    uses = 0
+    for result in loop_op.results:
+        for _ in result.uses:
+            uses += 1
+            if uses > 1:
+                return False
+    return uses == 1
+
+
+def _computes_nothing(loop_op: LoopOp) -> bool:
+    return all(as_op(inner).name in _FREE_OPS for inner in loop_op.body.operations)
+
+
+def _take_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal, *, before: ir.Operation) -> list[ir.Value] | None:
+    """The body of `loop_op` (range replaced by `range_value`) placed before `before`, for the one consumer
+    the caller is rewriting; None where that would copy a computation.
+
+    This is what keeps propagation linear in the program (docs/propagation.md, "Cost"): a loop with a single
+    use gives its body away (moved, and the loop erased); a loop whose body computes nothing is copied; a
+    loop that computes and has several consumers is left alone. Each consumer then reads its block of the
+    shared result, `slice(loop_tile<d>(...), d, r)`, which the partitioner types as the device's own block
+    (no copy, no communication). Copying instead made every consumer carry its own copy of the whole chain
+    of producers before it: a residual stream doubles it at each block, exponential in depth."""
+    if _single_use(loop_op):
+        return _move_body(loop_op, range_value, journal, before=before)
+    if _computes_nothing(loop_op):
+        return _copy_body(loop_op, range_value, before=before)
+    return None
 
 
 # ----------------------------------------------------------------------------- dead code
@@ -148,9 +214,57 @@ def _copy_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) 
 def eliminate_dead(op: ir.Operation, journal: Journal) -> bool:
     if is_pure(op) and is_unused(op):
         journal.rewriting(op)
-        op.erase()
+        journal.erase(op)
         return True
     return False
+
+
+def _earlier_in_block(op: ir.Operation, candidates) -> list[ir.Operation]:
+    """The ops of `candidates` (ops of `op`'s block) that stand before `op`, first first."""
+    found = [c for c in candidates if c != op and c.is_before_in_block(op)]
+    found.sort(key=BlockOrder)
+    return found
+
+
+def first_captured(op: ir.Operation) -> ir.Value | None:
+    """The first value `op` uses from outside it (pre-order), or None; stops there (a loop body is not walked
+    whole, unlike `captured_values`)."""
+    for operand in op.operands:
+        return operand
+    found = []
+
+    def visit(inner):
+        inner = as_op(inner)
+        if inner != op:
+            for operand in inner.operands:
+                if not defined_inside(operand, op):
+                    found.append(operand)
+                    return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found[0] if found else None
+
+
+def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
+    """Ops of `op`'s block (a slice or a loop) that may be duplicates of `op`: for a slice, the slices of its
+    source; for a loop, the loops using its first captured value (equivalent loops capture the same values).
+    Found through use lists, not by scanning the block: `merge_duplicate_*` run on every new slice and loop."""
+    value = SliceOp(op).source if op.name == SLICE else first_captured(op)
+    if value is None:
+        return [as_op(o) for o in op.block.operations if as_op(o) != op and as_op(o).name == op.name]
+    users = [as_op(use.owner) for use in value.uses]
+    return [u for u in _lift_all(users, op.block) if u != op and u.name == op.name]
+
+
+def _lift_all(ops, block: ir.Block) -> list[ir.Operation]:
+    """Each of `ops` lifted to its ancestor in `block` (ops not inside `block` dropped), without repeats."""
+    lifted = []
+    for candidate in ops:
+        candidate = _lift(candidate, block)
+        if candidate is not None and candidate not in lifted:
+            lifted.append(candidate)
+    return lifted
 
 
 def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
@@ -161,16 +275,13 @@ def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
     if op.name != SLICE:
         return False
     view = SliceOp(op)
-    for earlier in (as_op(o) for o in op.block.operations):
-        if earlier == op:
-            return False
-        if earlier.name == SLICE:
-            other = SliceOp(earlier)
-            if other.source == view.source and other.range_value == view.range_value and other.dim == view.dim:
-                journal.rewriting(op)
-                view.result.replace_all_uses_with(other.result)
-                op.erase()
-                return True
+    for earlier in _earlier_in_block(op, duplicate_candidates(op)):
+        other = SliceOp(earlier)
+        if other.source == view.source and other.range_value == view.range_value and other.dim == view.dim:
+            journal.rewriting(op)
+            view.result.replace_all_uses_with(other.result)
+            journal.erase(op)
+            return True
     return False
 
 
@@ -182,14 +293,12 @@ def merge_duplicate_loop(op: ir.Operation, journal: Journal) -> bool:
     the work and any collective resolving the copies' partial sums are repeated per consumer."""
     if op.name != LOOP:
         return False
-    for earlier in (as_op(o) for o in op.block.operations):
-        if earlier == op:
-            return False
-        if earlier.name == LOOP and equivalent(earlier, op):
+    for earlier in _earlier_in_block(op, duplicate_candidates(op)):
+        if equivalent(earlier, op):
             journal.rewriting(op)
             for old, new in zip(op.results, earlier.results):
                 old.replace_all_uses_with(new)
-            op.erase()
+            journal.erase(op)
             return True
     return False
 
@@ -227,8 +336,8 @@ def order_slices(op: ir.Operation, journal: Journal) -> bool:
     with ir.InsertionPoint(op), op.location:
         swapped = slice_(slice_(first.source, second.range_value, second.dim), first.range_value, first.dim)
     second.result.replace_all_uses_with(swapped)
-    op.erase()
-    first_op.erase()
+    journal.erase(op)
+    journal.erase(first_op)
     return True
 
 
@@ -250,7 +359,7 @@ def compose_slices(op: ir.Operation, journal: Journal) -> bool:
         product = range_product(inner.range_value, outer.range_value)
         composed = slice_(inner.source, product, outer.dim)
     outer.result.replace_all_uses_with(composed)
-    op.erase()
+    journal.erase(op)
     return True
 
 
@@ -276,12 +385,17 @@ def deforest(op: ir.Operation, journal: Journal) -> bool:
     producer, index = found
     if producer.action != TileAction(view.dim) or producer.range_arg.type != view.range_value.type:
         return False
-    if _inner_loop_axes(producer) & enclosing_axes(op):
+    if not (_single_use(producer) or _computes_nothing(producer)):
+        return False  # a shared block: the slice stays and reads it (see `_take_body`)
+    busy = enclosing_axes(op)
+    if busy and _inner_loop_axes(producer) & busy:
         return False  # the copied body would put a loop inside a loop over the same axis
     journal.rewriting(op)
-    value = _copy_body(producer, view.range_value, before=op)[index]
+    value = _take_body(producer, view.range_value, journal, before=op)[index]
     view.result.replace_all_uses_with(value)
-    op.erase()
+    journal.erase(op)
+    if is_unused(producer.operation):
+        journal.erase(producer.operation)  # its body was moved out
     return True
 
 
@@ -302,7 +416,10 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     if isinstance(producer.action, TileAction) and producer.action.dim == view.dim:
         return False
-    if (set(producer.range.axes) | _inner_loop_axes(producer)) & enclosing_axes(op):
+    if not (_single_use(producer) or _computes_nothing(producer)):
+        return False  # the partitioner takes the block of the shared result (see `_take_body`)
+    busy = enclosing_axes(op)
+    if busy and (set(producer.range.axes) | _inner_loop_axes(producer)) & busy:
         return False  # the new loop (or one copied in its body) would sit inside a loop over the same axes
     journal.rewriting(op)
     index = result_index(view.source)
@@ -312,12 +429,14 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         _inherit_provenance(new_loop.operation, producer, rule)
     with ir.InsertionPoint(new_loop.body), op.location:
         anchor = yield_([])  # placeholder terminator to move the body before
-    yielded = _copy_body(producer, new_loop.range_arg, before=anchor)[index]
+    yielded = _take_body(producer, new_loop.range_arg, journal, before=anchor)[index]
     with ir.InsertionPoint(anchor), op.location:
         yield_([slice_(yielded, view.range_value, view.dim)])
     anchor.erase()
     view.result.replace_all_uses_with(new_loop.results[0])
-    op.erase()
+    journal.erase(op)
+    if is_unused(producer.operation):
+        journal.erase(producer.operation)  # its body was moved into the new loop
     return True
 
 
@@ -344,7 +463,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
     with ir.InsertionPoint(op), op.location:
         clone = _blockwise_clone(producer, outcome, view.range_value, rng.size, ir.InsertionPoint(op))
     view.result.replace_all_uses_with(clone.results[result_index(view.source)])
-    op.erase()
+    journal.erase(op)
     return True
 
 
@@ -459,7 +578,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
                                         f"({', '.join(rng.axes)})"))
             continue
         journal.rewriting(op)
-        _make_loop(op, candidate, outcome)
+        _make_loop(op, candidate, outcome, journal)
         return True
     return False
 
@@ -472,7 +591,7 @@ def _same_type_groups(values) -> list[list[int]]:
     return list(groups.values())
 
 
-def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome) -> None:
+def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, journal: Journal) -> None:
     """Replace `op` by a loop computing it block-wise. A `slicer.loop`'s results share one type (IRDL 22
     binds a variadic result constraint to a single type, see slicer.irdl.mlir), so an op whose results
     have different types gets one loop per result type, each with its own block-wise copy of the op."""
@@ -498,23 +617,27 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome) -> 
                     results[r] = linalg.add(results[r], init, outs=[tensor.empty(ir.RankedTensorType(init.type).shape, ir.RankedTensorType(init.type).element_type)])
     for old, new in zip(op.results, results):
         old.replace_all_uses_with(new)
-    op.erase()
+    journal.erase(op)
 
 
 # ----------------------------------------------------------------------------- fusion
 
 
-def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
+def fuse_sibling_loops(op: ir.Operation, journal: Journal, earlier_loops: list[ir.Operation] | None = None) -> bool:
     """Two loops in one block over the same range with the same action, neither using the
-    other's results, are one loop with both bodies and all results."""
+    other's results, are one loop with both bodies and all results. `earlier_loops`: the loops before
+    `op` in its block, first first, when the caller knows them (else the block is scanned)."""
     if op.name != LOOP:
         return False
     second = LoopOp(op)
-    for earlier in (as_op(o) for o in op.block.operations):
-        if earlier == op:
-            return False
-        if earlier.name != LOOP:
-            continue
+    if earlier_loops is None:
+        earlier_loops = []
+        for other in (as_op(o) for o in op.block.operations):
+            if other == op:
+                break
+            if other.name == LOOP:
+                earlier_loops.append(other)
+    for earlier in earlier_loops:
         first = LoopOp(earlier)
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
                 or first.mesh != second.mesh):
@@ -527,29 +650,44 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         # first's results, else where the first is if the second needs nothing defined between.
         if not any(_used_between(r, earlier, op) for r in first.results):
             journal.rewriting(op)
-            _fuse(first, second, at=op)
+            _fuse(first, second, journal, at=op)
             return True
         if not _needs_values_after(op, earlier):
-            journal.rewriting(op)
-            _fuse(first, second, at=earlier)
+            journal.rewriting(op, anchor=earlier)
+            _fuse(first, second, journal, at=earlier)
             return True
     return False
 
 
 def _depends_on(op: ir.Operation, earlier: ir.Operation) -> bool:
-    """Does `op` use (through ops of the same block) a result of `earlier`?"""
-    seen, stack = set(), list(captured_values(op))
-    earlier_results = list(earlier.results)
+    """Does `op` use (through ops of the same block) a result of `earlier`? Walks forward from `earlier`'s
+    results through their users, lifted to the block, up to `op` (a user after `op` cannot lead to it)."""
+    block = op.block
+    stack, seen = [earlier], {op_id(earlier)}
     while stack:
-        value = stack.pop()
-        if any(value == r for r in earlier_results):
-            return True
-        owner = defining_op(value)
-        if owner is None or owner.block != op.block or owner in seen:
-            continue
-        seen.add(owner)
-        stack.extend(captured_values(owner))
+        current = stack.pop()
+        for result in current.results:
+            for use in result.uses:
+                user = _lift(as_op(use.owner), block)
+                if user is None:
+                    continue
+                if user == op:
+                    return True
+                if op.is_before_in_block(user) or op_id(user) in seen:
+                    continue
+                seen.add(op_id(user))
+                stack.append(user)
     return False
+
+
+def _lift(op: ir.Operation, block: ir.Block) -> ir.Operation | None:
+    """`op`'s ancestor (or itself) in `block`, None when `op` is not inside `block`."""
+    while op.block != block:
+        parent = op.parent
+        if parent is None or as_op(parent).name == "builtin.module":
+            return None
+        op = as_op(parent)
+    return op
 
 
 def _used_between(value: ir.Value, first: ir.Operation, second: ir.Operation) -> bool:
@@ -570,21 +708,22 @@ def _needs_values_after(op: ir.Operation, earlier: ir.Operation) -> bool:
     return False
 
 
-def _fuse(first: LoopOp, second: LoopOp, *, at: ir.Operation) -> None:
+def _fuse(first: LoopOp, second: LoopOp, journal: Journal, *, at: ir.Operation) -> None:
     loc = first.operation.location
     with ir.InsertionPoint(at), loc:
         fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action, range=first.range)
         _inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
     with ir.InsertionPoint(fused.body), loc:
         anchor = yield_([])
-    yielded = _move_body(first, fused.range_arg, before=anchor) + _move_body(second, fused.range_arg, before=anchor)
+    yielded = (_move_body(first, fused.range_arg, journal, before=anchor)
+               + _move_body(second, fused.range_arg, journal, before=anchor))
     with ir.InsertionPoint(anchor), loc:
         yield_(yielded)
     anchor.erase()
     for old, new in zip(first.results + second.results, fused.results):
         old.replace_all_uses_with(new)
-    first.operation.erase()
-    second.operation.erase()
+    journal.erase(first.operation)
+    journal.erase(second.operation)
 
 
 # ----------------------------------------------------------------------------- hoisting
@@ -603,8 +742,8 @@ def hoist_invariant(op: ir.Operation, journal: Journal) -> bool:
         return False  # (the cheap half of the next test, asked first)
     if any(defined_inside(v, loop_op) for v in captured_values(op)):
         return False
-    journal.rewriting(op)
-    op.move_before(loop_op)
+    journal.rewriting(op, anchor=loop_op)
+    journal.move_before(op, loop_op)
     return True
 
 

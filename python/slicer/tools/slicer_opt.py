@@ -9,17 +9,15 @@ failing pipeline also prints a one-line command that reproduces it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
-import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from mlir import ir
 
 from slicer.core.errors import KernelGraphError, PipelineError
+from slicer.core.reproducer import save_reproducer
 from slicer.core.toolchain import find_tool
 from slicer.dialect import make_context
 from slicer.dialect.parsing import PARSER_BUFFER_NAME, parse_source
@@ -180,10 +178,7 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
 
 def reproducer(module_text: str, pipeline: str) -> str:
     """Save the pipeline's input and return a ready-to-paste command that reproduces the failure."""
-    digest = hashlib.sha256((module_text + pipeline).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"slicer-repro-{digest}.mlir"
-    path.write_text(module_text)
-    return f"slicer-opt: reproduce with: slicer-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
+    return f"slicer-opt: reproduce with: {save_reproducer(module_text, pipeline)}"
 
 
 def split_chunks(text: str, split: bool) -> list[str]:

@@ -29,8 +29,9 @@ CASES = [
     # the keys' transpose does not depend on the queries: it stays whole
     ("attention", "query-rows", "arg0.0=x", (1, 0), ["linalg.transpose"]),
     ("layernorm", "rows", "arg0.0=x", (1, 0), []),
-    # features over y: the mean and the variance are sums over y
-    ("layernorm", "features", "arg0.1=y", (1, 2), []),
+    # features over y: the mean and the variance are sums over y; the centered values, used by the variance
+    # and the output, are computed once in their own tile loop (shared, not copied into each consumer)
+    ("layernorm", "features", "arg0.1=y", (2, 2), []),
     ("batch_matmul", "batch", "arg0.0=x", (1, 0), []),
     ("batch_matmul", "batch-and-columns", "arg0.0=x;arg1.2=y", (2, 0), []),
     ("reduction", "rows", "arg0.0=x", (1, 0), []),

@@ -44,3 +44,23 @@ def test_errors_say_how_to_fix():
         slicer.compile(MLP, mesh={"y": 0}, tactics=MEGATRON)
     with pytest.raises(slicer.TacticError, match="unknown mesh axis|not an axis|axis 'z'"):
         slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=[slicer.Tile(arg=1, dim=1, axes="z")])
+
+
+def test_the_simulator_compiles_once_across_runs(monkeypatch, tmp_path):
+    """A second simulated `run` compiles nothing: the simulator is kept, its kernels come from the on-disk
+    cache (a fresh Program of the same text hits it too, as another process would)."""
+    from slicer.lowering import aot, cache_stats
+
+    monkeypatch.setenv("SLICER_CACHE_DIR", str(tmp_path / "cache"))
+    prog = slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=MEGATRON)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in [(8, 16), (16, 32), (32,), (32, 16)]]
+    first = prog.run(*inputs)
+    tools = dict(aot.TOOL_RUNS)
+    second = prog.run(*inputs)
+    assert aot.TOOL_RUNS == tools and prog.simulator() is prog.simulator()
+    np.testing.assert_array_equal(first, second)
+    hits = cache_stats().hits
+    again = slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=MEGATRON)
+    np.testing.assert_array_equal(again.run(*inputs), first)
+    assert aot.TOOL_RUNS == tools and cache_stats().hits == hits + 1
