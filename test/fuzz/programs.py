@@ -628,6 +628,7 @@ class Features:
     zero_d: bool = True  # 0-d arguments, full reductions, broadcasts of 0-d operands
     multi_result: bool = True  # several results
     return_args: bool = True  # an argument returned as is
+    deep: bool = True  # deep chains of residual blocks (`_Gen.deep_chain`)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -855,11 +856,46 @@ class _Gen:
                 i += 1
         return self.define("collapse", [x], tuple(shape), x.mag, groups=groups)
 
+    # -- deep programs --------------------------------------------------------------------------------
+    def deep_chain(self) -> Program:
+        """1 to 12 identical residual blocks, x = x + f(x @ w) (f = tanh for floats, neg for ints), sharing
+        the weight w; each block's input feeds its matmul, the residual add, and in some programs a third
+        consumer (a max with the block's output, kept as an extra result). The class of program where
+        propagation once copied every producer into each consumer, exponentially in depth."""
+        rows, width = self.src.choice(SIZES[:4] + (8,)), self.src.choice((2, 4, 3, 6, 8))
+        depth = self.src.integer(1, 12)  # (1 and 2 too: shrinking a failure reaches them)
+        x = self.new_arg((rows, width))
+        w = self.new_arg((width, width))
+        side_every = self.src.choice((0, 2, 3))  # a third consumer every k-th block (0: never)
+        form = self.form()
+        extra: list[_Val] = []
+        for i in range(depth):
+            h = self.define("matmul", [x, w], (rows, width), 1.0, form=self.src.choice(("named", "generic")), init=0)
+            h = self.gen_unary(h, "tanh" if self.fl else "neg")
+            attrs = dict(fn="add", form=form)
+            if form == "generic":
+                attrs["maps"] = [[0, 1], [0, 1]]
+            out = self.define("binary", [x, h], (rows, width), x.mag + 1.0, **attrs)
+            if side_every and i % side_every == side_every - 1:
+                side = dict(fn="max", form=form)
+                if form == "generic":
+                    side["maps"] = [[0, 1], [0, 1]]
+                extra.append(self.define("binary", [x, out], (rows, width), out.mag, **side))
+            x = out
+        results = [x.name] + [v.name for v in extra[:2]] if self.features.multi_result else [x.name]
+        return Program(self.dt, [(a.name, a.shape) for a in self.args], self.ops, results)
+
+
+DEEP_SHARE = 0.15  # of the programs drawn: deep chains of residual blocks (`_Gen.deep_chain`)
+
 
 def generate(src: Source, max_ops: int = 8, features: Features = Features()) -> Program:
-    """A random well-typed program (1 to `max_ops` ops besides fills/constants)."""
+    """A random well-typed program (1 to `max_ops` ops besides fills/constants), or with probability
+    `DEEP_SHARE` a deep chain of residual blocks (`max_ops` does not bound those)."""
     dtype = src.weighted([(5, "f32"), (2, "f64"), (3, "i32")])
     g = _Gen(src, dtype, features)
+    if features.deep and src.boolean(DEEP_SHARE):
+        return g.deep_chain()
     for _ in range(src.integer(1, 2)):
         g.new_arg(g.shape())
     for _ in range(src.integer(1, max_ops)):
