@@ -21,7 +21,7 @@ from typing import Mapping
 from mlir import ir
 from mlir.passmanager import PassManager
 
-from .errors import PassFailure, PipelineError
+from .errors import BudgetExceeded, PassFailure, PipelineError
 from .passes import ModulePass, OptionError
 
 PassRegistry = Mapping[str, type[ModulePass]]
@@ -173,6 +173,9 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
             except PassFailure as failure:
                 for diag in failure.diagnostics:
                     diag.location.emit_error(diag.message)
+                pass_.signal_pass_failure()
+            except BudgetExceeded as exc:  # an internal error that says where, with a reproducer: no traceback
+                op.location.emit_error(f"slicer pass '{instance.name}': {exc}")
                 pass_.signal_pass_failure()
             except Exception:  # noqa: BLE001 - a crash must not take the driver down
                 op.location.emit_error(

@@ -243,27 +243,24 @@ class _Worklist(RewriteListener):
             if not entry.live:
                 continue
             op = entry.op
-            del self.queued[op_id(op)]
+            asked = op_id(op)
+            del self.queued[asked]
             entry.live = False
             for law in laws:
                 if law(op, journal):
                     journal.last_law = law.__name__
-                    self.after()
+                    self.after(asked=(op, asked))
                     return True
         return False
 
     def rewrite_late(self, journal: Journal) -> bool:
         """The late laws (fusion), asked of every loop in pre-order once the others are at their fixpoint."""
-        loops = list(walk_ops(self.function, LOOP))
-        earlier: dict[ir.Block, list[ir.Operation]] = {}
-        for op in loops:
-            siblings = earlier.setdefault(op.block, [])
+        for op in walk_ops(self.function, LOOP):
             for law in LATE_LAWS:
-                if law(op, journal, list(siblings)):
+                if law(op, journal):
                     journal.last_law = law.__name__
                     self.after()
                     return True
-            siblings.append(op)
         return False
 
     # -- the listener -----------------------------------------------------------------------------------
@@ -289,14 +286,15 @@ class _Worklist(RewriteListener):
         self._drop_tree(op, erased=False)
         self._step["moved"].append((op, op_id(op)))
 
-    def after(self) -> None:
-        """The rewrite is done: key the new and moved ops, queue what may now rewrite."""
+    def after(self, asked: tuple[ir.Operation, int] | None = None) -> None:
+        """The rewrite is done: key the new and moved ops, queue what may now rewrite. `asked`: the op the laws
+        were asked about (with its address), when the rewrite was elsewhere (a duplicate merged into it)."""
         step, self._step = self._step, None
         if step is None:
             return
         erased = step["erased"]
         alive = lambda held: [o for o, h in held if h not in erased]  # noqa: E731
-        seeds = alive(step["users"]) + alive(step["moved"]) + alive(step["op"])
+        seeds = alive(step["users"]) + alive(step["moved"]) + alive(step["op"]) + alive([asked] if asked else [])
         fresh = self._key_new_ops(seeds, step)
         touched = list(fresh)
         for producer in alive(step["producers"]):

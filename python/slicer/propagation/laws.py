@@ -92,13 +92,30 @@ class Journal:
     last_law: str = ""  # the name of the law that made the last rewrite (the budget error names it)
     listener: RewriteListener = field(default_factory=RewriteListener)
 
+    # Blocks of values already computed by backward propagation: (producer address, result, dim, range) ->
+    # (the block-wise clone, result index). A later slice asking for the same block reuses the clone instead of
+    # making another: without this, a value read by two consumers was sliced twice, each slice pushed into its
+    # producer in turn (the first one erased before the second appeared), so each level of a chain of such
+    # values doubled the work (exponential in depth). Entries are dropped when an op they name is erased.
+    blocks: dict[tuple, tuple[ir.Operation, int]] = field(default_factory=dict)
+    _keys_of: dict[int, list[tuple]] = field(default_factory=dict)
+
     def rewriting(self, op: ir.Operation, anchor: ir.Operation | None = None) -> None:
         """About to rewrite at `op` (the op the law matched); new ops go right before `anchor` (default `op`)."""
         self.listener.before(op, op if anchor is None else anchor)
 
     def erase(self, op: ir.Operation) -> None:
         self.listener.erasing(op)
+        if self.blocks:
+            for inner in walk_ops(op):
+                for key in self._keys_of.pop(op_id(inner), ()):
+                    self.blocks.pop(key, None)
         op.erase()
+
+    def remember_block(self, key: tuple, clone: ir.Operation, result: int) -> None:
+        self.blocks[key] = (clone, result)
+        for named in (key[0], key[3][0], op_id(clone)):
+            self._keys_of.setdefault(named, []).append(key)
 
     def move_before(self, op: ir.Operation, anchor: ir.Operation) -> None:
         self.listener.moving(op)
@@ -268,21 +285,31 @@ def _lift_all(ops, block: ir.Block) -> list[ir.Operation]:
 
 
 def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
-    """Two identical slices (same source, range and dim) in one block are one value.
+    """Two identical slices (same source, range and dim) in one block are one value: the later one is merged
+    into the earlier, whichever of the two is asked (asked at the earlier one, it takes the later ones in:
+    otherwise the earlier would be pushed into its producer first, the later after it, and the producer's
+    block computed twice, doubling at each level of a chain of values with two consumers).
 
-    Upstream CSE cannot do this: dynamic ops carry no side-effect information. Merging
-    them lets CSE merge the computations that deforestation copied for each consumer."""
+    Upstream CSE cannot do this: dynamic ops carry no side-effect information."""
     if op.name != SLICE:
         return False
     view = SliceOp(op)
-    for earlier in _earlier_in_block(op, duplicate_candidates(op)):
-        other = SliceOp(earlier)
-        if other.source == view.source and other.range_value == view.range_value and other.dim == view.dim:
-            journal.rewriting(op)
-            view.result.replace_all_uses_with(other.result)
-            journal.erase(op)
-            return True
-    return False
+    same = [c for c in duplicate_candidates(op) if _same_slice(SliceOp(c), view)]
+    earlier = _earlier_in_block(op, same)
+    if earlier:
+        keep, drop = SliceOp(earlier[0]), op
+    elif same:
+        keep, drop = view, min(same, key=BlockOrder)
+    else:
+        return False
+    journal.rewriting(drop)
+    SliceOp(drop).result.replace_all_uses_with(keep.result)
+    journal.erase(drop)
+    return True
+
+
+def _same_slice(a: SliceOp, b: SliceOp) -> bool:
+    return a.source == b.source and a.range_value == b.range_value and a.dim == b.dim
 
 
 def merge_duplicate_loop(op: ir.Operation, journal: Journal) -> bool:
@@ -459,12 +486,34 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
         return False
     if not _divisible(producer, outcome, rng.size):
         return False
+    key = (op_id(producer), result_index(view.source), view.dim, _range_key(view.range_value))
+    known = journal.blocks.get(key)
+    if known is not None and _dominates(known[0], op):
+        # This block of the value was computed already (for an earlier slice, since erased): reuse it.
+        journal.rewriting(op)
+        view.result.replace_all_uses_with(known[0].results[known[1]])
+        journal.erase(op)
+        return True
     journal.rewriting(op)
     with ir.InsertionPoint(op), op.location:
         clone = _blockwise_clone(producer, outcome, view.range_value, rng.size, ir.InsertionPoint(op))
-    view.result.replace_all_uses_with(clone.results[result_index(view.source)])
+    view.result.replace_all_uses_with(clone.results[key[1]])
     journal.erase(op)
+    journal.remember_block(key, clone, key[1])
     return True
+
+
+def _range_key(range_value: ir.Value) -> tuple[int, int]:
+    """The identity of a range value: (address of the op defining it, or of its loop, argument/result number)."""
+    if isinstance(range_value, ir.BlockArgument):
+        return op_id(as_op(range_value.owner.owner)), ir.BlockArgument(range_value).arg_number
+    return op_id(defining_op(range_value)), result_index(range_value)
+
+
+def _dominates(op: ir.Operation, user: ir.Operation) -> bool:
+    """Is `op` before `user` in `op`'s block, or before the op of that block that holds `user`?"""
+    holder = _lift(user, op.block)
+    return holder is not None and holder != op and op.is_before_in_block(holder)
 
 
 def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
@@ -623,20 +672,18 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
 # ----------------------------------------------------------------------------- fusion
 
 
-def fuse_sibling_loops(op: ir.Operation, journal: Journal, earlier_loops: list[ir.Operation] | None = None) -> bool:
-    """Two loops in one block over the same range with the same action, neither using the
-    other's results, are one loop with both bodies and all results. `earlier_loops`: the loops before
-    `op` in its block, first first, when the caller knows them (else the block is scanned)."""
+def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
+    """Two loops in one block over the same range with the same action, neither using the other's results,
+    that read a common value, are one loop with both bodies and all results.
+
+    Only loops reading a common computed value (found through use lists, `fusion_candidates`): fusing them
+    puts their uses of that value side by side, where `merge_duplicate_slice` makes them one and deforestation can
+    give a single-use body away. Loops sharing nothing gain nothing (the partitioner inlines every loop body)
+    and asking every pair of a block made the late phase quadratic in the number of loops."""
     if op.name != LOOP:
         return False
     second = LoopOp(op)
-    if earlier_loops is None:
-        earlier_loops = []
-        for other in (as_op(o) for o in op.block.operations):
-            if other == op:
-                break
-            if other.name == LOOP:
-                earlier_loops.append(other)
+    earlier_loops = fusion_candidates(op)
     for earlier in earlier_loops:
         first = LoopOp(earlier)
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
@@ -657,6 +704,29 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal, earlier_loops: list[i
             _fuse(first, second, journal, at=earlier)
             return True
     return False
+
+
+_SHARED_FOR_NOTHING = frozenset({"arith.constant", "tensor.empty", "linalg.fill", RANGE_PRODUCT})
+
+
+def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
+    """The loops before `op` in its block that read a value `op` reads, first first: a value from outside
+    both that is computed (not a constant, an empty tensor, a fill or a range)."""
+    found: dict[int, ir.Operation] = {}
+    seen: set[int] = set()
+    for value in captured_values(op):
+        producer = defining_op(value)
+        if producer is not None and (producer.name in _SHARED_FOR_NOTHING or op_id(producer) in seen):
+            continue
+        if producer is not None:
+            seen.add(op_id(producer))
+        if not isinstance(value.type, ir.RankedTensorType):
+            continue
+        for use in value.uses:
+            other = _lift(as_op(use.owner), op.block)
+            if other is not None and other.name == LOOP and other != op and other.is_before_in_block(op):
+                found.setdefault(op_id(other), other)
+    return sorted(found.values(), key=BlockOrder)
 
 
 def _depends_on(op: ir.Operation, earlier: ir.Operation) -> bool:

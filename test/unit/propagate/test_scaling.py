@@ -175,5 +175,6 @@ def test_a_law_that_keeps_rewriting_stops_at_the_budget_with_a_reproducer(monkey
 
 def test_the_budget_error_is_a_clear_compile_error_in_slicer_compile(monkeypatch):
     monkeypatch.setattr(engine, "LAWS", engine.LAWS + (_cycling,))
-    with pytest.raises(slicer.CompileError, match="did not converge within its budget"):
+    with pytest.raises(slicer.CompileError, match="did not converge within its budget") as caught:
         slicer.compile(residual_chain(1), mesh={"x": 2}, tactics=slicer.parse_tactics("arg0.0=x"))
+    assert "Traceback" not in str(caught.value) and "Reproduce: slicer-opt" in str(caught.value)
