@@ -3,7 +3,7 @@ lowered to upstream loops, the kernel graph, the kernel pipeline, cached AOT ker
 
 from slicer.core.errors import JitError, KernelError, KernelGraphError
 
-from .aot import TOOL_RUNS, Target, compile_kernel, compile_library, library_key
+from .aot import TOOL_RUNS, Target, compile_kernel, compile_kernels, compile_library, library_key
 from .cache import CacheStats, KernelCache, cache_stats, default_cache_dir, reset_cache_stats
 from .jit import CompiledFunction, compile_function, compile_functions, run
 from .kernel import ArraySpec, BoundCall, Kernel, KernelLibrary, aligned_empty
@@ -35,6 +35,7 @@ __all__ = [
     "compile_function",
     "compile_functions",
     "compile_kernel",
+    "compile_kernels",
     "compile_library",
     "default_cache_dir",
     "library_key",

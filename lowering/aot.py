@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -162,6 +163,59 @@ def compile_library(
     else:
         log.info("compiled %d kernels in %.2f s -> %s", len(entry.meta["kernels"]), seconds, entry.directory)
     return KernelLibrary(entry.library, entry.meta, cache_hit=hit, compile_seconds=0.0 if hit else seconds)
+
+
+CANONICAL_KERNEL = "kernel"  # the name each kernel gets in its own library (the cache key ignores names)
+
+
+def compile_kernels(
+    module: ir.Module | ir.Operation | str,
+    *,
+    pipeline: KernelPipeline = DEFAULT_PIPELINE,
+    target: Target = Target(),
+    cache_dir: str | os.PathLike | None = None,
+    jobs: int | None = None,
+) -> dict[str, Kernel]:
+    """Every public `func.func` of `module` as a Kernel, each compiled on its own and cached by its own content
+    (renamed `kernel`): the kernels of identical blocks of a deep model are one cache entry, compiled once, and
+    a change to one kernel recompiles only that one. The kernels not in the cache are built `jobs` at a time
+    (default: this host's cores; the LLVM tools run as processes). Kernels whose build is refused raise the
+    first refusal (`KernelError`), as `compile_library` does."""
+    texts = split_kernels(_module_text(module))
+    unique = list(dict.fromkeys(texts.values()))
+    workers = max(1, min(len(unique), jobs or os.cpu_count() or 1))
+    options = dict(pipeline=pipeline, target=target, cache_dir=cache_dir)
+    if workers == 1:
+        libraries = {text: compile_library(text, **options) for text in unique}
+    else:
+        # Threads suffice: the LLVM tools are processes, and a build's MLIR passes run in their own context.
+        with ThreadPoolExecutor(workers) as pool:
+            libraries = dict(zip(unique, pool.map(lambda text: compile_library(text, **options), unique)))
+    return {name: libraries[text][CANONICAL_KERNEL] for name, text in texts.items()}
+
+
+def split_kernels(text: str) -> dict[str, str]:
+    """Each public function of the module `text` (with a body) alone in a module, renamed `kernel`, by name."""
+    with make_context(), ir.Location.unknown():
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as exc:
+            raise KernelError(f"cannot parse the module: {exc}") from None
+        found = {}
+        for op in module.body.operations:
+            func = op.operation
+            if func.name != "func.func" or not len(func.regions[0].blocks):
+                continue
+            if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
+                continue
+            alone = ir.Module.create()
+            with ir.InsertionPoint(alone.body):
+                copy = func.clone()
+            copy.attributes["sym_name"] = ir.StringAttr.get(CANONICAL_KERNEL)
+            found[function_name(func)] = str(alone)
+        if not found:
+            raise KernelError("the module has no public func.func with a body: nothing to compile")
+        return found
 
 
 def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = None, **options) -> Kernel:

@@ -1,7 +1,7 @@
 """Kernel extraction: an SPMD function cut at its collectives into a dataflow graph.
 
 Nodes, in program order:
-- `KernelNode`: a maximal collective-free segment, as one `func.func` (`kernel_<i>`)
+- `KernelNode`: a collective-free segment (a maximal one, unless long: `cut.py`), as one `func.func` (`kernel_<i>`)
   whose arguments are the tensors it needs (plus the device coordinate as a
   `tensor<n x i64>` when the segment uses `shard.process_multi_index`) and whose
   results are the tensors later nodes or the function's results use. Cheap values
@@ -11,7 +11,7 @@ Nodes, in program order:
   (`slicer.redistribution` semantics, so the numpy simulator and the MPI executor
   share one definition).
 Values are named `%<n>` (function arguments first). The graph serialises to JSON
-(with all kernels in one MLIR module, compiled once per program) and prints
+(with all kernels in one MLIR module; `aot.compile_kernels` compiles and caches them one by one) and prints
 readably (`slicer-opt --print-kernel-graph`). Both the in-process simulator
 (`slicer.runtime.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
 """
@@ -35,6 +35,8 @@ from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, AX
 from slicer.dialect import PermuteOp, make_context
 from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter,
                                    parse_spec, subaxes)
+
+from .cut import cut
 
 STEP_CLASSES = {cls.__name__: cls for cls in (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter)}
 _REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
@@ -336,17 +338,18 @@ class _Builder:
                            nodes, str(self.kernels))
 
     def segment(self, ops: list) -> list:
+        """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
         items, current = [], []
         for op in ops:
             if op.name in COLLECTIVE_OPS:
                 if current:
-                    items.append(current)
+                    items += cut(current)
                     current = []
                 items.append(op)
             else:
                 current.append(op)
         if current:
-            items.append(current)
+            items += cut(current)
         return items
 
     def collective(self, op: ir.Operation) -> CollectiveNode:

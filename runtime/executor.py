@@ -1,7 +1,7 @@
 """Execute a kernel graph on one MPI rank: its kernels natively, its collectives over MPI, overlapped.
 
 Each rank holds only its blocks. Kernels come from the on-disk kernel cache
-(`slicer.lowering.compile_library`: vectorised, AOT for this CPU, compiled once per
+(`slicer.lowering.compile_kernels`: vectorised, AOT for this CPU, each kernel compiled once per
 content hash; the launcher warms the cache before starting the ranks), or from
 the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
 `slicer.redistribution.mpi_exec` on per-axis sub-communicators of a Cartesian communicator, so the MPI
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slicer.core.errors import KernelError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_library
+from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
 from slicer.redistribution.mpi_exec import MeshExecutor
 
 from .memory import BufferTracker
@@ -44,8 +44,8 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
     if not names:
         return {}, "aot"
     try:
-        library = compile_library(graph.kernels_mlir)
-        return {name: library[name] for name in names}, "aot"
+        kernels = compile_kernels(graph.kernels_mlir)  # one cache entry per distinct kernel (repeated blocks: once)
+        return {name: kernels[name] for name in names}, "aot"
     except KernelError as exc:
         log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
         return compile_functions(graph.kernels_mlir, names), "jit"

@@ -143,3 +143,41 @@ def test_pipelines_are_data(tmp_path):
     bad = KernelPipeline(tuple((n, ("slicer-kernel-vectorize{tiles=3}",) if n == "vectorize" else e) for n, e in DEFAULT_PIPELINE.stages))
     with pytest.raises(KernelError, match=r"unknown option\(s\) \['tiles'\]"):
         compile_library(PROGRAM, cache_dir=tmp_path, pipeline=bad)
+
+
+TWO_BLOCKS = """
+func.func @kernel_0(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<64xf32> {
+  %s = arith.addf %a, %b : tensor<64xf32>
+  %m = arith.mulf %s, %a : tensor<64xf32>
+  return %m : tensor<64xf32>
+}
+func.func @kernel_1(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<64xf32> {
+  %s = arith.addf %a, %b : tensor<64xf32>
+  %m = arith.mulf %s, %a : tensor<64xf32>
+  return %m : tensor<64xf32>
+}
+func.func @kernel_2(%a: tensor<64xf32>) -> tensor<64xf32> {
+  %n = arith.negf %a : tensor<64xf32>
+  return %n : tensor<64xf32>
+}
+"""
+
+
+def test_identical_kernels_compile_once_and_each_kernel_is_cached_alone(tmp_path):
+    """compile_kernels: a kernel repeated under another name (a repeated block) is one cache entry; a changed
+    kernel recompiles alone."""
+    from slicer.lowering import compile_kernels
+
+    before = cache_stats()
+    kernels = compile_kernels(TWO_BLOCKS, cache_dir=tmp_path)
+    after = cache_stats()
+    assert after.misses - before.misses == 2  # kernel_0 and kernel_1 are one entry
+    a, b = np.arange(64, dtype=np.float32), np.ones(64, dtype=np.float32)
+    for name in ("kernel_0", "kernel_1"):
+        np.testing.assert_array_equal(kernels[name](a, b), (a + b) * a)
+    np.testing.assert_array_equal(kernels["kernel_2"](a), -a)
+    changed = TWO_BLOCKS.replace("arith.negf %a", "arith.addf %a, %a")
+    changed = changed.replace("%n = arith.addf %a, %a : tensor<64xf32>", "%n = arith.addf %a, %a : tensor<64xf32>")
+    compile_kernels(changed, cache_dir=tmp_path)
+    final = cache_stats()
+    assert final.misses - after.misses == 1 and final.hits - after.hits == 1
