@@ -5,8 +5,9 @@ head) and each strategy of `gpt.strategies` (data parallel over x=2, FSDP, Megat
 on 2x2), in one process:
 - import: `slicer.from_torch` (once per depth);
 - partition: `slicer.compile` (tactics, propagation, partitioning, kernel graph);
-- kernels: the native kernel build of the partitioned program, cold (an empty cache directory) and cached
-  (the same directory again), with `--kernels`;
+- kernels: how many kernels and how many distinct ones (repeated blocks give repeated kernels), and with
+  `--kernels` their native build as the ranks and the simulator do it (`compile_kernels`: one cache entry per
+  distinct kernel, built in parallel), cold (an empty cache directory) and cached (the same directory again);
 - op counts: linalg ops of the global (imported) program and of the partitioned one (collectives aside),
   and the collectives;
 - each time's ratio to L = 1: linear growth means about L.
@@ -36,7 +37,8 @@ sys.path.insert(0, str(ROOT / "examples" / "torch"))
 import gpt  # noqa: E402
 
 import slicer  # noqa: E402
-from slicer.lowering import KernelNode, compile_library  # noqa: E402
+from slicer.lowering import compile_kernels  # noqa: E402
+from slicer.lowering.aot import split_kernels  # noqa: E402
 
 SMALL = {"batch": 4, "seq": 8, "d_model": 32, "n_head": 4, "vocab": 64}
 GPT2_SMALL = {"batch": 4, "seq": 128, "d_model": 768, "n_head": 12, "vocab": 50304}
@@ -66,16 +68,18 @@ def measure(depth: int, dims: dict, strategies: list[str], kernels: bool) -> dic
     for name in strategies:
         text, mesh = gpt.strategies(depth)[name]
         program, partition_s = timed(lambda: slicer.compile(imported, mesh=mesh, tactics=slicer.parse_tactics(text)))
+        texts = split_kernels(program.graph.kernels_mlir)
         entry = {"partition_s": partition_s, "partitioned": op_counts(program.spmd),
-                 "kernels": sum(1 for n in program.graph.nodes if isinstance(n, KernelNode))}
+                 "kernels": len(texts), "distinct_kernels": len(set(texts.values()))}
         if kernels:
             with tempfile.TemporaryDirectory() as cache:
-                _, cold = timed(lambda: compile_library(program.graph.kernels_mlir, cache_dir=cache))
-                _, cached = timed(lambda: compile_library(program.graph.kernels_mlir, cache_dir=cache))
+                _, cold = timed(lambda: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
+                _, cached = timed(lambda: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
             entry.update(kernels_cold_s=cold, kernels_cached_s=cached)
         row["strategies"][name] = entry
         print(f"L={depth:2d} {name:13s} partition {partition_s:6.2f} s  linalg {row['global']['linalg']:5d} -> "
-              f"{entry['partitioned']['linalg']:5d}  collectives {entry['partitioned']['collectives']:3d}"
+              f"{entry['partitioned']['linalg']:5d}  collectives {entry['partitioned']['collectives']:3d}  "
+              f"kernels {entry['kernels']:3d} ({entry['distinct_kernels']} distinct)"
               + (f"  kernels cold {entry['kernels_cold_s']:6.2f} s cached {entry['kernels_cached_s']:.3f} s"
                  if kernels else ""), flush=True)
     return row

@@ -202,12 +202,7 @@ def split_kernels(text: str) -> dict[str, str]:
         except ir.MLIRError as exc:
             raise KernelError(f"cannot parse the module: {exc}") from None
         found = {}
-        for op in module.body.operations:
-            func = op.operation
-            if func.name != "func.func" or not len(func.regions[0].blocks):
-                continue
-            if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
-                continue
+        for func in _public_functions(module):
             alone = ir.Module.create()
             with ir.InsertionPoint(alone.body):
                 copy = func.clone()
@@ -288,12 +283,7 @@ def _prepare(module: ir.Module) -> list[dict]:
     for op in walk_ops(module, MESH):
         op.erase()
     kernels = []
-    for op in module.body.operations:
-        func = op.operation
-        if func.name != "func.func" or not len(func.regions[0].blocks):
-            continue
-        if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
-            continue
+    for func in _public_functions(module):
         name = ir.StringAttr(func.attributes["sym_name"]).value
         fn_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         inputs = [_spec(t, f"argument #{i} of @{name}") for i, t in enumerate(fn_type.inputs)]
@@ -306,6 +296,19 @@ def _prepare(module: ir.Module) -> list[dict]:
     if not kernels:
         raise KernelError("the module has no public func.func with a body: nothing to compile")
     return kernels
+
+
+def _public_functions(module: ir.Module) -> list[ir.Operation]:
+    """The module's public `func.func`s with a body: its kernels."""
+    found = []
+    for op in module.body.operations:
+        func = op.operation
+        if func.name != "func.func" or not len(func.regions[0].blocks):
+            continue
+        if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
+            continue
+        found.append(func)
+    return found
 
 
 def _spec(type_: ir.Type, what: str) -> ArraySpec:

@@ -79,9 +79,10 @@ def defined_inside(value: ir.Value, region_op: ir.Operation) -> bool:
     return False
 
 
-def captured_values(op: ir.Operation) -> list[ir.Value]:
-    """Operands of `op` and values its regions use from outside `op`."""
-    values = list(op.operands)
+def captured_values(op: ir.Operation, limit: int | None = None) -> list[ir.Value]:
+    """Operands of `op` and values its regions use from outside `op` (pre-order); with `limit`, the first
+    `limit` of them only, found without walking the rest of the regions."""
+    values = list(op.operands)[:limit]
 
     def visit(inner):
         inner = as_op(inner)
@@ -89,9 +90,11 @@ def captured_values(op: ir.Operation) -> list[ir.Value]:
             for operand in inner.operands:
                 if not defined_inside(operand, op):
                     values.append(operand)
+                    if limit is not None and len(values) >= limit:
+                        return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
-    if len(op.regions):
+    if len(op.regions) and (limit is None or len(values) < limit):
         op.walk(visit)
     return values
 

@@ -243,31 +243,11 @@ def _earlier_in_block(op: ir.Operation, candidates) -> list[ir.Operation]:
     return found
 
 
-def first_captured(op: ir.Operation) -> ir.Value | None:
-    """The first value `op` uses from outside it (pre-order), or None; stops there (a loop body is not walked
-    whole, unlike `captured_values`)."""
-    for operand in op.operands:
-        return operand
-    found = []
-
-    def visit(inner):
-        inner = as_op(inner)
-        if inner != op:
-            for operand in inner.operands:
-                if not defined_inside(operand, op):
-                    found.append(operand)
-                    return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return found[0] if found else None
-
-
 def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     """Ops of `op`'s block (a slice or a loop) that may be duplicates of `op`: for a slice, the slices of its
     source; for a loop, the loops using its first captured value (equivalent loops capture the same values).
     Found through use lists, not by scanning the block: `merge_duplicate_*` run on every new slice and loop."""
-    value = SliceOp(op).source if op.name == SLICE else first_captured(op)
+    value = SliceOp(op).source if op.name == SLICE else next(iter(captured_values(op, limit=1)), None)
     if value is None:
         return [as_op(o) for o in op.block.operations if as_op(o) != op and as_op(o).name == op.name]
     users = [as_op(use.owner) for use in value.uses]
