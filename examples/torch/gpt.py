@@ -45,8 +45,9 @@ def tiny_gpt(n_layer: int = 2, *, batch: int = 4, seq: int = 8, d_model: int = 3
     return model, (torch.randint(0, vocab, (batch, seq)),)
 
 
-def strategies(n_layer: int) -> dict[str, tuple[str, dict[str, int]]]:
-    """Strategy name -> (tactics as text, mesh) for a GPT of `n_layer` blocks (mesh axes: x data, y model).
+def strategies(n_layer: int, data: int = 2, model: int = 2) -> dict[str, tuple[str, dict[str, int]]]:
+    """Strategy name -> (tactics as text, mesh) for a GPT of `n_layer` blocks (mesh axes: x data, of `data`
+    devices, y model, of `model` devices).
 
     - data: the batch of token ids over x;
     - fsdp: data, then every parameter's dim 0 over x (ZeRO-3's layout; propagation gathers each where used);
@@ -56,10 +57,10 @@ def strategies(n_layer: int) -> dict[str, tuple[str, dict[str, int]]]:
         f"blocks.{i}.{name}" for i in range(n_layer)
         for name in ("attn.c_proj.weight.1=y", "mlp.c_fc.weight.0=y", "mlp.c_fc.bias.0=y", "mlp.c_proj.weight.1=y"))
     return {
-        "data": ("idx.0=x", {"x": 2}),
-        "fsdp": ("idx.0=x;" + ";".join(f"{p}.0=x" for p in _parameter_names(n_layer)), {"x": 2}),
-        "megatron": (megatron, {"y": 2}),
-        "data_megatron": ("idx.0=x;" + megatron, {"x": 2, "y": 2}),
+        "data": ("idx.0=x", {"x": data}),
+        "fsdp": ("idx.0=x;" + ";".join(f"{p}.0=x" for p in _parameter_names(n_layer)), {"x": data}),
+        "megatron": (megatron, {"y": model}),
+        "data_megatron": ("idx.0=x;" + megatron, {"x": data, "y": model}),
     }
 
 
