@@ -259,13 +259,39 @@ func.func @compose(%a: tensor<16x4xf32>) -> tensor<16x4xf32> {
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
-// Fusion: independent sibling loops over one range with one action become one loop.
+// Fusion: independent sibling loops over one range with one action, reading a common value, become one loop
+// (and their slices of it one slice).
 // CHECK-LABEL: func.func @fusion
 // CHECK-COUNT-1: "slicer.loop"
+// CHECK-COUNT-1: "slicer.slice"
 // CHECK: math.exp
 // CHECK: arith.negf
 // CHECK: }) {action = #slicer.tile<0 : i64>, mesh = @mesh, slicer.rule = "fusion of sibling loops over x"} : () -> (tensor<8x4xf32>, tensor<8x4xf32>)
-func.func @fusion(%a: tensor<8x4xf32>, %b: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+func.func @fusion(%a: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %e = math.exp %s : tensor<4x4xf32>
+    tosa.yield %e : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  %1 = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>
+    %n = arith.negf %s : tensor<4x4xf32>
+    tosa.yield %n : tensor<4x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
+  return %0, %1 : tensor<8x4xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
+// No fusion of loops that read nothing in common: nothing to share (the partitioner inlines every body), and
+// asking every pair of sibling loops would be quadratic in their number.
+// CHECK-LABEL: func.func @no_fusion_without_a_common_value
+// CHECK-COUNT-2: "slicer.loop"
+// CHECK-NOT: fusion of sibling loops
+func.func @no_fusion_without_a_common_value(%a: tensor<8x4xf32>, %b: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
   %0 = "slicer.loop"() ({
   ^bb0(%r: !slicer.range<"x", 2>):
     %s = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<8x4xf32>, !slicer.range<"x", 2>) -> tensor<4x4xf32>

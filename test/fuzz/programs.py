@@ -858,12 +858,12 @@ class _Gen:
 
     # -- deep programs --------------------------------------------------------------------------------
     def deep_chain(self) -> Program:
-        """1 to 12 identical residual blocks, x = x + f(x @ w) (f = tanh for floats, neg for ints), sharing
+        """1 to 8 identical residual blocks, x = x + f(x @ w) (f = tanh for floats, neg for ints), sharing
         the weight w; each block's input feeds its matmul, the residual add, and in some programs a third
         consumer (a max with the block's output, kept as an extra result). The class of program where
         propagation once copied every producer into each consumer, exponentially in depth."""
         rows, width = self.src.choice(SIZES[:4] + (8,)), self.src.choice((2, 4, 3, 6, 8))
-        depth = self.src.integer(1, 12)  # (1 and 2 too: shrinking a failure reaches them)
+        depth = self.src.integer(1, 8)  # (1 and 2 too: shrinking a failure reaches them)
         x = self.new_arg((rows, width))
         w = self.new_arg((width, width))
         side_every = self.src.choice((0, 2, 3))  # a third consumer every k-th block (0: never)

@@ -14,7 +14,9 @@ import slicer  # noqa: E402
 gpt = load("torch/gpt.py", "gpt")
 models = load("torch/models.py", "torch_models")
 DEPTH = 2
-CASES = [("data", 2), ("data", 4), ("data_megatron", 4), ("fsdp", 2), ("megatron", 2)]
+CASES = [("data", 2), ("data", 4), ("data_megatron", 2), ("data_megatron", 4), ("fsdp", 2), ("megatron", 2)]
+# devices of the data axis x and the model axis y for each strategy and number of ranks
+MESHES = {("data_megatron", 2): (1, 2), ("data_megatron", 4): (2, 2)}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,8 @@ def imported():
 @pytest.mark.parametrize("strategy, ranks", CASES, ids=[f"{s}-{r}ranks" for s, r in CASES])
 def test_tiny_gpt_on_mpi_ranks_equals_torch(imported, strategy, ranks):
     inputs, program, want = imported
-    tactics, mesh = gpt.strategies(DEPTH, data=ranks if strategy in ("data", "fsdp") else 2)[strategy]
+    data, model = MESHES.get((strategy, ranks), (ranks, ranks))
+    tactics, mesh = gpt.strategies(DEPTH, data=data, model=model)[strategy]
     prog = slicer.compile(program, mesh=mesh, tactics=slicer.parse_tactics(tactics))
     ops = collective_ops(prog)
     if strategy == "data":
