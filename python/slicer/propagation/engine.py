@@ -267,6 +267,8 @@ class _Worklist(RewriteListener):
 
     def before(self, op: ir.Operation, anchor: ir.Operation) -> None:
         """A law is about to rewrite at `op`: note what may change, and where new ops will go."""
+        if not self.known(anchor):
+            self._renumber()  # an op the table missed (never expected; keyed again rather than failing)
         hi = self.key[op_id(anchor)]
         index = bisect.bisect_left(self.keys, hi)
         lo = self.keys[index - 1] if index else hi - 1.0
