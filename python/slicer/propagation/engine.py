@@ -140,18 +140,21 @@ def propagate(function: ir.Operation, *, incremental: bool = True,
 
 
 def _rewrite_once(function: ir.Operation, journal: Journal, laws) -> bool:
-    for op in walk_ops(function):
-        if op == function:
-            continue
-        for law in laws:
-            if law(op, journal):
-                journal.last_law = law.__name__
-                return True
+    return any(_ask(op, journal, laws) for op in walk_ops(function) if op != function)
+
+
+def _ask(op: ir.Operation, journal: Journal, laws) -> bool:
+    """Apply the first of `laws` that rewrites at `op` (noting its name for the budget error)."""
+    for law in laws:
+        if law(op, journal):
+            journal.last_law = law.__name__
+            return True
     return False
 
 
 class _Entry:
-    """A queued op; `live` turns False when the op is erased, moved or queued again (the heap is lazy)."""
+    """A queued op; `live` turns False when the op is popped, erased or moved (the heap is lazy: dead entries
+    stay in it and are skipped)."""
 
     __slots__ = ("op", "live")
 
@@ -246,21 +249,17 @@ class _Worklist(RewriteListener):
             asked = op_id(op)
             del self.queued[asked]
             entry.live = False
-            for law in laws:
-                if law(op, journal):
-                    journal.last_law = law.__name__
-                    self.after(asked=(op, asked))
-                    return True
+            if _ask(op, journal, laws):
+                self.after(asked=(op, asked))
+                return True
         return False
 
     def rewrite_late(self, journal: Journal) -> bool:
         """The late laws (fusion), asked of every loop in pre-order once the others are at their fixpoint."""
         for op in walk_ops(self.function, LOOP):
-            for law in LATE_LAWS:
-                if law(op, journal):
-                    journal.last_law = law.__name__
-                    self.after()
-                    return True
+            if _ask(op, journal, LATE_LAWS):
+                self.after()
+                return True
         return False
 
     # -- the listener -----------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ def _copy_body(loop_op: LoopOp, range_value: ir.Value, *, before: ir.Operation) 
 
 
 # Ops a loop body may hold and still be copied into every consumer: they compute nothing (a tactic's loop
-# `loop { slice(%arg) }`, zeros made for a sum). A body that computes is never copied (see `_take_body`).
+# `loop { slice(%arg) }`, zeros made for a sum). A body that computes is never copied (see `_may_take_body`).
 _FREE_OPS = frozenset({SLICE, RANGE_PRODUCT, YIELD, "arith.constant", "tensor.empty"})
 
 
@@ -208,9 +208,8 @@ def _computes_nothing(loop_op: LoopOp) -> bool:
     return all(as_op(inner).name in _FREE_OPS for inner in loop_op.body.operations)
 
 
-def _take_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal, *, before: ir.Operation) -> list[ir.Value] | None:
-    """The body of `loop_op` (range replaced by `range_value`) placed before `before`, for the one consumer
-    the caller is rewriting; None where that would copy a computation.
+def _may_take_body(loop_op: LoopOp) -> bool:
+    """May a consumer's slice take `loop_op`'s body (`_take_body`)?
 
     This is what keeps propagation linear in the program (docs/propagation.md, "Cost"): a loop with a single
     use gives its body away (moved, and the loop erased); a loop whose body computes nothing is copied; a
@@ -218,11 +217,15 @@ def _take_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal, *, befo
     shared result, `slice(loop_tile<d>(...), d, r)`, which the partitioner types as the device's own block
     (no copy, no communication). Copying instead made every consumer carry its own copy of the whole chain
     of producers before it: a residual stream doubles it at each block, exponential in depth."""
+    return _single_use(loop_op) or _computes_nothing(loop_op)
+
+
+def _take_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal, *, before: ir.Operation) -> list[ir.Value]:
+    """The body of `loop_op` (range replaced by `range_value`) placed before `before`, for the one consumer
+    the caller is rewriting: moved out of a single-use loop, else copied (`_may_take_body` holds)."""
     if _single_use(loop_op):
         return _move_body(loop_op, range_value, journal, before=before)
-    if _computes_nothing(loop_op):
-        return _copy_body(loop_op, range_value, before=before)
-    return None
+    return _copy_body(loop_op, range_value, before=before)
 
 
 # ----------------------------------------------------------------------------- dead code
@@ -392,8 +395,8 @@ def deforest(op: ir.Operation, journal: Journal) -> bool:
     producer, index = found
     if producer.action != TileAction(view.dim) or producer.range_arg.type != view.range_value.type:
         return False
-    if not (_single_use(producer) or _computes_nothing(producer)):
-        return False  # a shared block: the slice stays and reads it (see `_take_body`)
+    if not _may_take_body(producer):
+        return False  # a shared block: the slice stays and reads it
     busy = enclosing_axes(op)
     if busy and _inner_loop_axes(producer) & busy:
         return False  # the copied body would put a loop inside a loop over the same axis
@@ -423,8 +426,8 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     if isinstance(producer.action, TileAction) and producer.action.dim == view.dim:
         return False
-    if not (_single_use(producer) or _computes_nothing(producer)):
-        return False  # the partitioner takes the block of the shared result (see `_take_body`)
+    if not _may_take_body(producer):
+        return False  # the partitioner takes the block of the shared result
     busy = enclosing_axes(op)
     if busy and (set(producer.range.axes) | _inner_loop_axes(producer)) & busy:
         return False  # the new loop (or one copied in its body) would sit inside a loop over the same axes
@@ -702,11 +705,10 @@ def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
             seen.add(op_id(producer))
         if not isinstance(value.type, ir.RankedTensorType):
             continue
-        for use in value.uses:
-            other = _lift(as_op(use.owner), op.block)
-            if other is not None and other.name == LOOP and other != op and other.is_before_in_block(op):
+        for other in _lift_all([as_op(use.owner) for use in value.uses], op.block):
+            if other.name == LOOP:
                 found.setdefault(op_id(other), other)
-    return sorted(found.values(), key=BlockOrder)
+    return _earlier_in_block(op, found.values())
 
 
 def _depends_on(op: ir.Operation, earlier: ir.Operation) -> bool:
