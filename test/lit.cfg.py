@@ -29,5 +29,7 @@ config.substitutions.append((r"\bslicer-opt\b", f"{python} -m slicer.tools.slice
 config.substitutions.append((r"\bmlir-opt\b", mlir_opt))
 config.substitutions.append((r"\bFileCheck\b", filecheck))
 config.environment["PYTHONUNBUFFERED"] = "1"
+# The checkout's own package, whichever checkout (a git worktree, a clean clone) runs the tests.
+config.environment["PYTHONPATH"] = os.path.join(repo, "python")
 # Plans must not depend on this machine's `slicer-plan --calibrate` figures.
 config.environment["SLICER_COST_MODEL"] = "builtin"
