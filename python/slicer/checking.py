@@ -1,22 +1,23 @@
-"""Checking programs by running them: every intermediate program of Slicer is a correct global program
+"""Checking a step by running it: every intermediate program of Slicer is a correct global program
 (docs/propagation.md), so each step can be executed and compared with the program before it.
 
 - `check_equivalent(before, after, step=...)`: `--check-each-step`; both programs through the JIT on the same
   random inputs; a mismatch raises `StepMismatch` naming the step.
-- `compare(original, spmd)`: the test oracle of partitioning: the original through the JIT, the SPMD
-  function through the in-process simulator (`slicer.runtime.SpmdProgram`), on the same random inputs.
+- `random_inputs(specs, seed)`: the random arrays every check feeds its programs.
+
+Results are compared by the one rule of `slicer.core.compare` (exact integers, close floats, NaN equal to NaN).
+This layer sits just above `slicer.lowering` (it needs the JIT) and below `slicer.passes`, which call it; the
+partitioning oracle that also runs the SPMD program in the simulator is `slicer.runtime.oracle.compare`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from mlir import ir
 
+from slicer.core.compare import ATOL, RTOL, max_difference, same_result
 from slicer.core.errors import JitError, StepMismatch
 from slicer.lowering import compile_function
-from slicer.runtime import SpmdProgram
 
 
 def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
@@ -33,8 +34,13 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
+def as_tuple(results) -> tuple:
+    """A function's results as a tuple (a single result is returned bare by the JIT and the simulator)."""
+    return results if isinstance(results, tuple) else (results,)
+
+
 def check_equivalent(before: str, after: str, *, step: str, entry: str | None = None, seed: int = 0,
-                     rtol: float = 1e-4, atol: float = 1e-5) -> None:
+                     rtol: float = RTOL, atol: float = ATOL) -> None:
     """Raise StepMismatch if `after` does not compute what `before` does on random inputs."""
     reference = compile_function(before, entry)
     try:
@@ -43,40 +49,8 @@ def check_equivalent(before: str, after: str, *, step: str, entry: str | None = 
         detail = next((line.strip() for line in str(exc).splitlines() if "error:" in line), str(exc).strip())
         raise StepMismatch(f"after {step}: the program no longer compiles: {detail}") from None
     inputs = random_inputs(reference.inputs, seed)
-    expected, got = reference(*inputs), candidate(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
+    expected, got = as_tuple(reference(*inputs)), as_tuple(candidate(*inputs))
     for index, (e, g) in enumerate(zip(expected, got)):
-        exact = not np.issubdtype(e.dtype, np.floating)
-        scale = max(1.0, float(np.max(np.abs(e)))) if e.size else 1.0
-        if (exact and not np.array_equal(e, g)) or (not exact and not np.allclose(e, g, rtol=rtol, atol=atol * scale)):
-            worst = float(np.max(np.abs(e.astype(np.float64) - g.astype(np.float64)))) if e.size else 0.0
-            raise StepMismatch(f"after {step}: result #{index} of @{reference.name} differs from before the step (max |diff| {worst:.3g})")
-
-
-@dataclass(frozen=True)
-class Comparison:
-    inputs: tuple
-    expected: tuple
-    actual: tuple
-
-    @property
-    def max_error(self) -> float:
-        return max((float(np.max(np.abs(e.astype(np.float64) - a.astype(np.float64)))) if e.size else 0.0)
-                   for e, a in zip(self.expected, self.actual))
-
-    @property
-    def exact(self) -> bool:
-        return all(np.array_equal(e, a) for e, a in zip(self.expected, self.actual))
-
-
-def compare(original, spmd, *, entry: str | None = None, seed: int = 0, inputs=None,
-            reference=None) -> Comparison:
-    """Run `original` (JIT) and `spmd` (simulator) on the same random inputs; `reference` may pass an
-    already compiled original to save a compile."""
-    fn = reference or compile_function(original if isinstance(original, str) else str(original), entry)
-    inputs = tuple(inputs) if inputs is not None else tuple(random_inputs(fn.inputs, seed))
-    expected = fn(*inputs)
-    actual = SpmdProgram(spmd, entry)(*inputs)
-    as_tuple = lambda x: x if isinstance(x, tuple) else (x,)  # noqa: E731
-    return Comparison(inputs, as_tuple(expected), as_tuple(actual))
+        if not same_result(e, g, rtol=rtol, atol=atol):
+            raise StepMismatch(f"after {step}: result #{index} of @{reference.name} differs from before the step "
+                               f"(max |diff| {max_difference(e, g):.3g})")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from slicer.dialect import IRDL_PATH
-from slicer.checking import compare
+from slicer.runtime.oracle import compare
 from slicer.passes import transform
 from slicer.core.toolchain import find_tool
 

@@ -5,7 +5,7 @@ Each is partitioned, checked for the collectives it should need, and simulated a
 import numpy as np
 import pytest
 
-from slicer.checking import compare
+from slicer.runtime.oracle import compare
 from slicer.passes import transform
 
 from test_partition_examples import collectives, round_trip

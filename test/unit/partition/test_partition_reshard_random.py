@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from slicer.redistribution import DistType, Mesh, RedistributionError
-from slicer.checking import compare
+from slicer.runtime.oracle import compare
 from slicer.passes import transform
 
 MESHES = [(("x", 2), ("y", 2)), (("x", 2), ("y", 4)), (("x", 4), ("y", 2)), (("x", 2), ("y", 2), ("z", 2))]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.checking import compare
+from slicer.runtime.oracle import compare
 from slicer.passes import transform
 from slicer.core.errors import SimulationError
 from slicer.runtime import SpmdProgram

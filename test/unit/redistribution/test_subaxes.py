@@ -6,7 +6,7 @@ in-process simulator against the unpartitioned program."""
 import numpy as np
 import pytest
 
-from slicer.checking import compare
+from slicer.runtime.oracle import compare
 from slicer.core.names import REFINES_ATTR, REORDERING_ALL_TO_ALL
 from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
                                    RedistributionError, ReduceScatter, plan, simulate)
