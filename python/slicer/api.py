@@ -36,9 +36,7 @@ from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
-from slicer.runtime import SpmdProgram, Timings, assemble, launch
-from slicer.runtime.blocks import rank_slices
-from slicer.runtime.executor import RankExecutor
+from slicer.runtime import SpmdProgram, Timings, in_job, launch
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.spmd import report
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
@@ -173,23 +171,13 @@ class Program:
 
     def run_in_mpi(self, *arrays: np.ndarray, comm=None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
-        is enough: each rank reads only its blocks); rank 0 gets the results, the others None."""
-        from mpi4py import MPI  # optional at import time: only MPI runs need it
-
-        comm = comm or MPI.COMM_WORLD
+        is enough: each rank reads only its blocks); rank 0 gets the results, the others None. `comm`: the
+        job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not).
+        The same path as `slicer-run` started under mpiexec (slicer.runtime.in_job)."""
         arrays = self.check_arrays(arrays)
-        executor = RankExecutor(self.graph, comm)
-        rank, g = executor.rank, self.graph
-        blocks = [np.require(a[rank_slices(g.mesh, g.values[n].dist, rank)], requirements="C")
-                  for a, n in zip(arrays, g.args)]
-        results, _ = executor.run(blocks)
-        gathered = comm.gather(results, root=0)
-        # Collective, so only on success: a rank that failed must not wait in it for ranks still running.
-        executor.close()
-        if rank != 0:
+        outputs = in_job.run_arrays(self.graph, arrays, comm or in_job.world())
+        if outputs is None:
             return None
-        outputs = [assemble(g.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
-                   for i, dist in enumerate(g.result_dists)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

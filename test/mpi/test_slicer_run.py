@@ -67,7 +67,7 @@ def test_cli_with_input_files_out_dir_and_check(tmp_path):
         files.append(str(tmp_path / f"in{i}.npy"))
     out = tmp_path / "out"
     done = slicer_run(str(EXAMPLES / "mlp.mlir"), "--mesh", "y=4", "--tactic", "arg1.1=y", "--tactic", "arg3.0=y",
-                      "--inputs", ",".join(files), "--out", str(out), "--check")
+                      "--inputs", ",".join(files), "--output", str(out), "--check")
     assert done.returncode == 0, done.stderr
     assert "results match the unpartitioned program" in done.stdout
     assert "shard.all_reduce over [y]" in done.stdout
@@ -78,7 +78,7 @@ def test_cli_with_input_files_out_dir_and_check(tmp_path):
 def test_missing_input_file(tmp_path):
     done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.0=x", "--inputs",
                       str(tmp_path / "nope.npy"))
-    assert done.returncode == 1
+    assert done.returncode == 2  # a file named on the command line that cannot be read: a usage error
     assert "slicer-run: error: input file" in done.stderr and "nope.npy' (argument #0) does not exist" in done.stderr
 
 
@@ -86,7 +86,7 @@ def test_wrong_shaped_input_file(tmp_path):
     np.save(tmp_path / "a.npy", np.zeros((8, 15), np.float32))
     done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.0=x", "--inputs",
                       str(tmp_path / "a.npy"))
-    assert done.returncode == 1
+    assert done.returncode == 1  # readable, but not what the program takes: found after compiling
     assert "holds float32[8, 15], but argument #0 of @row_sum is float32[8, 16]" in done.stderr
 
 
@@ -105,14 +105,22 @@ def test_a_rank_killed_mid_run_stops_the_job():
     assert "slicer rank 3: killed by" in done.stderr
 
 
-def test_under_mpiexec_directly():
+def test_under_mpiexec_directly(tmp_path):
+    """The same command inside an mpiexec job runs on its ranks (slicer.runtime.in_job); a job of the wrong
+    size is a usage error."""
     from slicer.runtime.mpiexec import find_mpiexec
 
-    done = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "slicer.runtime", str(EXAMPLES / "mlp.mlir"),
-                           "--mesh", "x=2", "--tactic", "arg0.0=x", "--random", "5", "--check"],
+    command = [sys.executable, "-m", "slicer.runtime", str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2", "--tactic",
+               "arg0.0=x", "--random", "5"]
+    done = subprocess.run([find_mpiexec(), "-n", "2", *command, "--check", "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("results match the unpartitioned program") == 1
+    assert (tmp_path / "out" / "result0.npy").is_file()
+    wrong = subprocess.run([find_mpiexec(), "-n", "2", *command[:5], "x=4"], capture_output=True, text=True,
+                           timeout=240)
+    assert wrong.returncode == 2
+    assert "slicer-run: error: this MPI job has 2 ranks but the mesh x=4 has 4 devices" in wrong.stderr
 
 
 def test_second_run_of_the_same_program_compiles_nothing(tmp_path):
@@ -135,7 +143,7 @@ def test_unreadable_input_file(tmp_path, content):
     np.save(path, np.zeros((8, 16), np.float32))
     path.write_bytes(content if content is not None else path.read_bytes()[:200])
     done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.0=x", "--inputs", str(path))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"slicer-run: error: input file '{path}' (argument #0) is not a readable .npy file" in done.stderr
 

@@ -3,7 +3,9 @@
 Reads MLIR (a file or stdin), checks it with the slicer semantic verifier, runs
 a pass pipeline where Slicer passes and any upstream pass mix freely, and
 prints the result. Errors print as `file:line:col: error: ...` and exit 1; a
-failing pipeline also prints a one-line command that reproduces it.
+failing pipeline also prints a one-line command that reproduces it. A bad command
+line (an unknown flag or pass, a pipeline that does not parse, an input that cannot
+be read) exits 2, as every tool does (slicer.tools.cli).
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ from slicer.dialect.verifier import verify
 from slicer.lowering import KernelGraph
 from slicer.passes import PASSES, build_pass_manager, pass_names
 
+from .cli import EXIT_FAILURE, EXIT_OK, unreadable, usage_error
 from .diagnostics import Diag, check_expectations, expectations, file_line_col, from_mlir
 from .print_collectives import collectives_text
 
+PROG = "slicer-opt"
 SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="slicer-opt", description=__doc__.splitlines()[0], allow_abbrev=False)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("input", nargs="?", default="-", help="input file (default: stdin)")
-    parser.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     parser.add_argument("--pass-pipeline", "-pass-pipeline", default="", help="textual pipeline, e.g. 'builtin.module(slicer-lower-to-loops,canonicalize)'")
     parser.add_argument("-p", dest="passes", default="", help="short form: comma-separated passes run on the module, e.g. 'slicer-verify,cse'")
     parser.add_argument("--split-input-file", "-split-input-file", action="store_true", help="split the input at '// -----' and process each chunk alone")
@@ -47,6 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--list-passes", "-list-passes", action="store_true", help="list Slicer and upstream passes and exit")
     parser.add_argument("--print-kernel-graph", action="store_true", help="after the pipeline, print the SPMD function cut into kernels and collectives (to stderr)")
     parser.add_argument("--print-collectives", action="store_true", help="after the pipeline, print each collective of the SPMD output with why it exists and the bytes each device receives (to stderr)")
+    return parser
+
+
+def parse_args(argv: list[str] | None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.pass_pipeline and args.passes:
         parser.error("give either --pass-pipeline or -p, not both")
@@ -192,26 +201,30 @@ def split_chunks(text: str, split: bool) -> list[str]:
     return chunks
 
 
+def read_input(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(pipeline, text, file name) of the command line; raises PipelineError for a pipeline that does not
+    build and OSError for an input that cannot be read (both usage errors)."""
+    pipeline = args.pass_pipeline or (f"builtin.module({args.passes})" if args.passes else "")
+    with make_context():  # like mlir-opt, reject a bad pipeline before reading any input
+        build_pass_manager(pipeline)
+    if args.input == "-":
+        return pipeline, sys.stdin.read(), "<stdin>"
+    return pipeline, Path(args.input).read_text(), args.input
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    """The console script: exit codes as `slicer.tools.cli` describes (0 ok, 1 failure, 2 usage)."""
+    parser = build_parser()
+    args = parse_args(argv, parser)
     if args.list_passes:
         sys.stdout.write(list_passes())
-        return 0
-    pipeline = args.pass_pipeline or (f"builtin.module({args.passes})" if args.passes else "")
-    try:  # like mlir-opt, reject a bad pipeline before reading any input
-        with make_context():
-            build_pass_manager(pipeline)
+        return EXIT_OK
+    try:
+        pipeline, text, filename = read_input(args)
     except PipelineError as exc:
-        print(f"slicer-opt: error: {exc}", file=sys.stderr)
-        return 1
-    if args.input == "-":
-        text, filename = sys.stdin.read(), "<stdin>"
-    else:
-        try:
-            text, filename = Path(args.input).read_text(), args.input
-        except OSError as exc:
-            print(f"slicer-opt: error: cannot read '{args.input}': {exc.strerror}", file=sys.stderr)
-            return 1
+        return usage_error(parser, exc)
+    except OSError as exc:
+        return usage_error(parser, unreadable(args.input, exc))
     outputs, ok = [], True
     for chunk in split_chunks(text, args.split_input_file):
         result = process_chunk(chunk, filename, pipeline, args)
@@ -234,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(rendered)
     else:
         Path(args.output).write_text(rendered)
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FAILURE
 
 
 if __name__ == "__main__":

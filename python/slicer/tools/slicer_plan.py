@@ -4,9 +4,12 @@ Example: ``slicer-plan --mesh x=2,y=4 --shape 1024x1024 --src '[[x],[y]]' --dst 
 Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistribution.md). ``--cost bytes``
 minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
 ``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
-``slicer-plan --calibrate [--ranks 8] [--mesh x=2,y=4]`` measures the figures with the MPI executor on this
-machine and stores them where every plan finds them (``$XDG_CACHE_HOME/slicer/cost_model.json``).
-Bad input exits 1 with ``slicer-plan: error: <message>`` on stderr (never a traceback).
+``slicer-plan --calibrate [-n/--ranks 8] [--mesh x=2,y=4] [-o/--output FILE]`` measures the figures with the
+MPI executor on this machine and stores them where every plan finds them
+(``$XDG_CACHE_HOME/slicer/cost_model.json``, or ``--output``).
+Exit codes as every tool (``slicer.tools.cli``): 0 ok; 1 no plan, a failed ``--check`` or calibration run;
+2 a bad command line (a flag, mesh, shape, type or cost-model file that cannot be used), with
+``slicer-plan: error: <message>`` on stderr (never a traceback).
 """
 
 from __future__ import annotations
@@ -26,18 +29,16 @@ from slicer.redistribution.calibration import model_from
 from slicer.redistribution.costs import CostModel, calibration_path
 from slicer.runtime.mpiexec import run_spmd
 
+from .cli import EXIT_FAILURE, EXIT_OK, failure, usage_error
+
+PROG = "slicer-plan"
+
 #: Above this many elements ``--check`` simulates on a smaller array with the same types.
 CHECK_LIMIT = 1 << 24
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse exits 2 by default; every bad input exits 1 here
-        self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="slicer-plan", description="Plan a memory-bounded redistribution of a distributed array.")
+    p = argparse.ArgumentParser(prog=PROG, description="Plan a memory-bounded redistribution of a distributed array.")
     p.add_argument("--mesh", help="mesh axes in order, e.g. x=2,y=4")
     p.add_argument("--shape", help="global shape, e.g. 1024x1024")
     p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(NUMPY_DTYPES)} (default f32)")
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "with sub-axes '[[x,y:(2)2],[y:(1)2]]'")
     p.add_argument("--dst", help="target type, e.g. '[[y],[x]]'")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--check", action="store_true", help="run the whole-mesh simulator; exit 2 on a mismatch")
+    p.add_argument("--check", action="store_true", help="run the whole-mesh simulator; exit 1 on a mismatch")
     p.add_argument("--cost", choices=("time", "bytes"), default="time",
                    help="minimise the estimated time (default) or the bytes received")
     p.add_argument("--no-sub-axes", action="store_true", help="plan with whole axes only")
@@ -58,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost-model", help="read the figures from this JSON file instead")
     p.add_argument("--calibrate", action="store_true",
                    help="measure latency and bandwidth with the MPI executor and store them (see --ranks, --output)")
-    p.add_argument("--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
-    p.add_argument("--output", help="where --calibrate stores the figures (default: the user cache)")
+    p.add_argument("-n", "--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where --calibrate stores the figures (default: the user cache)")
     return p
 
 
@@ -101,15 +102,23 @@ def _check_shape(shape: tuple[int, ...], mesh: Mesh, src: DistType, dst: DistTyp
     return tuple(out)
 
 
-def calibrate(args) -> int:
-    """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
+def calibration_mesh(args) -> Mesh | None:
+    """The mesh ``--calibrate`` measures on (None: the ranks in a row); RedistributionError if the command
+    line does not fit (a usage error)."""
     if args.ranks < 2:
         raise RedistributionError(f"--ranks {args.ranks}: calibrating needs at least 2 ranks")
+    if not args.mesh:
+        return None
+    mesh = Mesh.parse(args.mesh)
+    if mesh.device_count != args.ranks:
+        raise RedistributionError(f"--mesh {mesh} has {mesh.device_count} devices but --ranks is {args.ranks}")
+    return mesh
+
+
+def calibrate(args, mesh: Mesh | None) -> int:
+    """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
     argv = [sys.executable, "-m", "slicer.redistribution.calibration"]
-    if args.mesh:
-        mesh = Mesh.parse(args.mesh)
-        if mesh.device_count != args.ranks:
-            raise RedistributionError(f"--mesh {mesh} has {mesh.device_count} devices but --ranks is {args.ranks}")
+    if mesh is not None:
         argv += ["--mesh", str(mesh)]
     done = run_spmd(args.ranks, argv, timeout=900)
     if done.returncode != 0:
@@ -124,44 +133,61 @@ def calibrate(args) -> int:
     model.save(path)
     print(f"cost model: {model}")
     print(f"stored in {path}")
-    return 0
+    return EXIT_OK
+
+
+def read_command_line(args) -> tuple[Mesh, tuple[int, ...], DistType, DistType, CostModel]:
+    """The mesh, shape, types and cost model the flags give; a SlicerError here is a usage error (exit 2)."""
+    mesh = Mesh.parse(args.mesh)
+    shape = parse_shape(args.shape)
+    numpy_dtype(args.dtype)
+    src = DistType.parse(args.src, shape, mesh)
+    dst = DistType.parse(args.dst, shape, mesh)
+    return mesh, shape, src, dst, cost_model(args)
+
+
+def check(args, result, mesh: Mesh, shape, src: DistType, dst: DistType, model: CostModel) -> int:
+    """``--check``: simulate the plan (at a smaller shape with the same types if it is huge)."""
+    small = _check_shape(shape, mesh, src, dst)
+    checked = result if small == shape else plan(
+        mesh, DistType.of(mesh, small, src.dims, src.partial), DistType.of(mesh, small, dst.dims, dst.partial),
+        dtype=args.dtype, cost=model, sub_axes=not args.no_sub_axes)
+    try:
+        simulate(checked)
+    except RedistributionError as exc:
+        print(f"{PROG}: check failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    note = "" if small == shape else f" (simulated at shape {'x'.join(map(str, small))})"
+    print(f"check: ok, every device holds its target block{note}", file=sys.stderr if args.json else sys.stdout)
+    return EXIT_OK
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """The console script: exit codes as `slicer.tools.cli` describes (0 ok, 1 failure, 2 usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.calibrate:
+        try:
+            mesh = calibration_mesh(args)
+        except SlicerError as exc:
+            return usage_error(parser, exc)
+        try:
+            return calibrate(args, mesh)
+        except SlicerError as exc:
+            return failure(PROG, exc)
+    missing = [f"--{k}" for k in ("mesh", "shape", "src", "dst") if getattr(args, k) is None]
+    if missing:
+        return usage_error(parser, f"the following arguments are required: {', '.join(missing)}")
     try:
-        if args.calibrate:
-            return calibrate(args)
-        missing = [f"--{k}" for k in ("mesh", "shape", "src", "dst") if getattr(args, k) is None]
-        if missing:
-            build_parser().error(f"the following arguments are required: {', '.join(missing)}")
-        mesh = Mesh.parse(args.mesh)
-        shape = parse_shape(args.shape)
-        numpy_dtype(args.dtype)
-        src = DistType.parse(args.src, shape, mesh)
-        dst = DistType.parse(args.dst, shape, mesh)
-        model = cost_model(args)
+        mesh, shape, src, dst, model = read_command_line(args)
+    except SlicerError as exc:
+        return usage_error(parser, exc)
+    try:
         result = plan(mesh, src, dst, dtype=args.dtype, cost=model, sub_axes=not args.no_sub_axes)
     except SlicerError as exc:
-        print(f"slicer-plan: error: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(result.to_json())
-    else:
-        print(result)
-    if args.check:
-        small = _check_shape(shape, mesh, src, dst)
-        checked = result if small == shape else plan(
-            mesh, DistType.of(mesh, small, src.dims, src.partial), DistType.of(mesh, small, dst.dims, dst.partial),
-            dtype=args.dtype, cost=model, sub_axes=not args.no_sub_axes)
-        try:
-            simulate(checked)
-        except RedistributionError as exc:
-            print(f"slicer-plan: check failed: {exc}", file=sys.stderr)
-            return 2
-        note = "" if small == shape else f" (simulated at shape {'x'.join(map(str, small))})"
-        print(f"check: ok, every device holds its target block{note}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+        return failure(PROG, exc)
+    print(result.to_json() if args.json else result)
+    return check(args, result, mesh, shape, src, dst, model) if args.check else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -55,14 +55,14 @@ def test_json_output_and_check():
     (["--src", "[[x],[]]", "--dst", "[[x],[]]", "--axis-latency", "x"], "write AXIS=NUMBER"),
     (["--src", "[[x],[]]", "--dst", "[[x],[]]", "--cost-model", "/nonexistent.json"], "cannot read the cost model"),
 ])
-def test_errors_exit_1(args, words):
+def test_bad_command_lines_exit_2(args, words):
     base = {"--mesh": "x=4,y=2", "--shape": "8x8"}
     argv = list(args)
     for k, v in base.items():
         if k not in argv:
             argv += [k, v]
     r = run(*argv)
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "slicer-plan: error:" in r.stderr and words in r.stderr and "Traceback" not in r.stderr
 
 
@@ -92,8 +92,8 @@ def test_cost_options():
 
 def test_calibrate_stores_figures_that_plans_use(tmp_path):
     out = tmp_path / "model.json"
-    r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "--ranks", "2",
-                        "--mesh", "x=2", "--output", str(out)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "-n", "2",
+                        "--mesh", "x=2", "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert data["latency_s"] > 0 and data["bandwidth_bytes_per_s"] > 0 and set(data["axis_latency_s"]) == {"x"}
@@ -102,4 +102,4 @@ def test_calibrate_stores_figures_that_plans_use(tmp_path):
     assert d["cost_model"]["latency_s"] == data["latency_s"] and str(out) in d["cost_model"]["source"]
     bad = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "--ranks", "4",
                           "--mesh", "x=2"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "has 2 devices but --ranks is 4" in bad.stderr
+    assert bad.returncode == 2 and "has 2 devices but --ranks is 4" in bad.stderr

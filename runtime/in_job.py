@@ -1,0 +1,101 @@
+"""Running inside the MPI job this process already belongs to (`mpiexec -n N python ...`): the one path of
+`slicer.Program.run_in_mpi` and of `slicer-run` (`python -m slicer.runtime`) started under mpiexec.
+
+Both find the job the same way (`job_comm`), check the same way that it has one rank per device of the mesh
+(`check_job`), and have every rank run its blocks with the `RankExecutor`; rank 0 assembles the global
+results (`slicer.runtime.simulator.assemble`) and the other ranks get None. They differ only in where the
+blocks come from and what is measured:
+
+- `run_arrays`: every rank passes the global arrays (a memory map is enough: each rank reads only its
+  blocks); one untimed run. `Program.run_in_mpi`.
+- `run_job_here`: the job `launch` would start (`runtime.job`: inputs from `.npy` files or a seed, warm-up,
+  `repeat` timed runs, results and timings written to a job directory), run by the ranks of this job instead
+  of a new one; any failing rank aborts the job (`runtime.rank`). `slicer-run` under mpiexec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from slicer.core.errors import RunError
+from slicer.core.mesh import Mesh
+from slicer.lowering import KernelGraph
+
+from .blocks import rank_slices
+from .executor import RankExecutor
+from .job import run_job
+from .rank import run_rank
+from .simulator import assemble
+from .timings import TIMINGS_FILE, Timings
+
+#: Set by MPICH/Hydra (`PMI_SIZE`) and Open MPI (`OMPI_COMM_WORLD_SIZE`) in every rank of an mpiexec job.
+JOB_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+def job_comm():
+    """COMM_WORLD when this process is one rank of a job of several ranks started by mpiexec, else None (a
+    plain process, which starts a job of its own to run on ranks)."""
+    size = next((os.environ[name] for name in JOB_SIZE_ENV if name in os.environ), "1")
+    if int(size) <= 1:
+        return None
+    from mpi4py import MPI  # only inside an MPI job
+
+    return MPI.COMM_WORLD
+
+
+def world():
+    """COMM_WORLD of this process (a job of one rank when it was not started by mpiexec)."""
+    from mpi4py import MPI  # optional at import time: only MPI runs need it
+
+    return MPI.COMM_WORLD
+
+
+def check_job(comm, mesh: Mesh) -> None:
+    """RunError unless the job has one rank per device of `mesh`."""
+    if comm.Get_size() != mesh.device_count:
+        raise RunError(f"this MPI job has {comm.Get_size()} ranks but the mesh {mesh} has {mesh.device_count} "
+                       f"devices: start it with mpiexec -n {mesh.device_count}")
+
+
+def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
+    """Every rank takes its blocks of the global `arrays` and runs once; rank 0 gets the global results."""
+    check_job(comm, graph.mesh)
+    executor = RankExecutor(graph, comm)
+    rank = executor.rank
+    blocks = [np.require(a[rank_slices(graph.mesh, graph.values[n].dist, rank)], requirements="C")
+              for a, n in zip(arrays, graph.args)]
+    results, _ = executor.run(blocks)
+    gathered = comm.gather(results, root=0)
+    # Collective, so only on success: a rank that failed must not wait in it for ranks still running.
+    executor.close()
+    if rank != 0:
+        return None
+    return [assemble(graph.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
+            for i, dist in enumerate(graph.result_dists)]
+
+
+def run_job_here(graph: KernelGraph, comm, job_dir: Path | None, *, inputs: list[str] | None = None,
+                 seed: int = 0, repeat: int = 1) -> tuple[list[np.ndarray], Timings, Path] | None:
+    """The timed job of `runtime.job` on the ranks of this job: rank 0 writes the job into `job_dir` (a new
+    temporary directory if None), every rank runs its part, rank 0 gets (results, timings, job directory)
+    and the others None. `inputs`: one `.npy` path per argument, else random inputs from `seed`."""
+    check_job(comm, graph.mesh)
+    if comm.Get_rank() == 0:
+        job_dir = Path(job_dir) if job_dir else Path(tempfile.mkdtemp(prefix="slicer-run-"))
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "graph.json").write_text(graph.to_json())
+        (job_dir / "job.json").write_text(json.dumps({"inputs": inputs, "seed": seed, "repeat": repeat}))
+    job_dir = Path(comm.bcast(str(job_dir) if job_dir else None, root=0))
+    holder = {}
+    run_rank(lambda c: holder.setdefault("results", run_job(job_dir, c)), comm)
+    if comm.Get_rank() != 0:
+        return None
+    return holder["results"], Timings.from_json((job_dir / TIMINGS_FILE).read_text()), job_dir
+
+
+__all__ = ["check_job", "job_comm", "run_arrays", "run_job_here", "world"]
