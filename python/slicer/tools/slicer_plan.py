@@ -65,16 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _pairs(items: list[str], what: str) -> tuple[tuple[str, float], ...]:
+    """`--axis-latency`/`--axis-bandwidth` values `AXIS=NUMBER` as sorted (axis, number) pairs."""
     out = []
     for item in items:
         name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out.append((name.strip(), float(value)))
-        except ValueError:
-            raise RedistributionError(f"--axis-{what} '{item}': write AXIS=NUMBER, e.g. x=1e9") from None
+        number = _number(value) if sep else None
+        if number is None:
+            raise RedistributionError(f"--axis-{what} '{item}': write AXIS=NUMBER, e.g. x=1e9")
+        out.append((name.strip(), number))
     return tuple(sorted(out))
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def cost_model(args) -> CostModel:
