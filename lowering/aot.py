@@ -128,8 +128,9 @@ def _implementation_fingerprint() -> str:
     editing that code must invalidate cached kernels too.
     """
     here = Path(__file__).parent
-    files = [here / name for name in ("kernel_pipeline.py", "vectorize.py", "contract.py", "emitter.py", "rows.py",
+    files = [here / name for name in ("kernel_pipeline.py", "vectorize.py", "emitter.py", "linalg_facts.py",
                                       "body.py", "vector_math.py", "workspace.py", "aot.py", "loops.py", "results.py")]
+    files += sorted(here.glob("contract/*.py")) + sorted(here.glob("rows/*.py"))  # the two generators' packages
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

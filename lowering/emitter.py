@@ -11,10 +11,13 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from slicer.core.errors import KernelError
+from slicer.core.names import TARGET_AVX512_ATTR
+
 Index = int | str
 
 # Module attribute set by `aot.compile_library` from its Target: whether the kernels may use AVX-512.
-TARGET_AVX512 = "slicer.target_avx512"
+TARGET_AVX512 = TARGET_AVX512_ATTR
 
 
 @lru_cache(maxsize=1)
@@ -115,7 +118,8 @@ class Emitter:
         """`scf.for` yielding its induction variable; no loop for a single static iteration."""
         if isinstance(lo, int) and isinstance(hi, int):
             if hi - lo <= 0:
-                raise ValueError("empty loop")
+                raise KernelError(f"generated kernel: a loop from {lo} to {hi} has no iterations "
+                                  "(a generator asked for an empty static loop; it must skip the loop instead)")
             if hi - lo <= step:
                 yield lo
                 return

@@ -204,8 +204,8 @@ def reject_narrow_memrefs(module: ir.Module) -> None:
 
 PYTHON_STEPS = {
     "slicer-lower-to-loops": lambda module, options: lower_loops(module.operation),
-    "slicer-kernel-contract": lambda module, options: contract_module(module, ContractOptions.parse(options)),
-    "slicer-kernel-rows": lambda module, options: rows_module(module, RowsOptions.parse(options)),
+    "slicer-kernel-contract": lambda module, options: contract_module(module, ContractOptions(**{k: int(v) for k, v in options.items()})),
+    "slicer-kernel-rows": lambda module, options: rows_module(module, RowsOptions(**{k: int(v) for k, v in options.items()})),
     "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
     "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
     "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),

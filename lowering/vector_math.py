@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import math
 
+from mlir.dialects import math as math_d
+
 from .emitter import Emitter
 
-EXPANDED = ("math.exp", "math.tanh", "math.erf", "math.log")  # the functions `expand` may take
+EXPANDED = (math_d.ExpOp.OPERATION_NAME, math_d.TanhOp.OPERATION_NAME, math_d.ErfOp.OPERATION_NAME,
+            math_d.LogOp.OPERATION_NAME)  # the functions `expand` may take
 
 
 class _Ops:
@@ -222,7 +225,8 @@ def _log(o: _Ops, x: str) -> str:
     return o.select(bad, nan, result)
 
 
-_FUNCTIONS = {"math.exp": _exp, "math.tanh": _tanh, "math.erf": _erf, "math.log": _log}
+_FUNCTIONS = {math_d.ExpOp.OPERATION_NAME: _exp, math_d.TanhOp.OPERATION_NAME: _tanh, math_d.ErfOp.OPERATION_NAME: _erf,
+              math_d.LogOp.OPERATION_NAME: _log}
 
 
 def expand(e: Emitter, name: str, operand: str, type_: str) -> str | None:
@@ -232,6 +236,6 @@ def expand(e: Emitter, name: str, operand: str, type_: str) -> str | None:
     """
     function = _FUNCTIONS.get(name)
     elem = type_.split("x")[-1].rstrip(">") if type_.startswith("vector<") else type_
-    if function is None or elem not in ("f32", "f64") or (name == "math.erf" and elem == "f64"):
+    if function is None or elem not in ("f32", "f64") or (name == math_d.ErfOp.OPERATION_NAME and elem == "f64"):
         return None  # f64 erf: the libm call (the expansion's tail is only f32-accurate)
     return function(_Ops(e, type_, getattr(e, "avx512", False)), operand)

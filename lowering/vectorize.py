@@ -44,6 +44,8 @@ from mlir.dialects.transform import interpreter
 
 from slicer.dialect.ops import walk_ops
 
+from .linalg_facts import indexing_maps, iterator_kinds
+
 log = logging.getLogger("slicer.kernels")
 
 TAG = "slicer.vectorize_tag"
@@ -93,7 +95,7 @@ class TilePlan:
 
 def loop_ranges(op: ir.Operation) -> list[int] | None:
     """Static trip count of each loop of a linalg.generic, or None if the maps are not simple dims."""
-    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = indexing_maps(op)
     if not maps:
         return None
     ranges: list[int | None] = [None] * maps[0].n_dims
@@ -113,7 +115,7 @@ def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePla
     ranges = loop_ranges(op)
     if not ranges or _has_i1_operand(op):
         return None  # unknown extents, a 0-d op (nothing to tile), or i1 buffers
-    kinds = ["reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    kinds = iterator_kinds(op)
     parallel = [i for i, k in enumerate(kinds) if k == "parallel"]
     reduction = [i for i, k in enumerate(kinds) if k == "reduction"]
     order = list(range(len(ranges)))

@@ -137,10 +137,14 @@ class KernelAssertionError(RunError):
     """A check the program makes on its data failed while a kernel ran (e.g. an embedding index out of range)."""
 
 
+class Unsupported(CompileError):
+    """A component declines an input it does not handle; its caller catches it and tries another way."""
+
+
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
-    "KernelAssertionError",
+    "KernelAssertionError", "Unsupported",
 ]

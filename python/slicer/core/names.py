@@ -54,3 +54,15 @@ REDUCE_SCATTER = "shard.reduce_scatter"
 ALL_SLICE = "shard.all_slice"
 COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE, REORDERING_ALL_TO_ALL)
 """Every op that communicates between devices in an SPMD program."""
+
+# -- attributes the kernel generators read or write (lowering/linalg_facts.py, lowering/emitter.py) ------------
+INDEXING_MAPS_ATTR = "indexing_maps"
+"""On a `linalg.generic`: one affine map per operand, loop dims -> the operand's dims."""
+ITERATOR_TYPES_ATTR = "iterator_types"
+"""On a `linalg.generic`: the kind of each loop dim, parallel or reduction."""
+OPERAND_SEGMENT_SIZES_ATTR = "operandSegmentSizes"
+"""On ops with variadic operand groups (a `linalg.generic`'s inputs, then outputs): the size of each group."""
+TARGET_AVX512_ATTR = "slicer.target_avx512"
+"""On a kernel module (set by `lowering/aot.py` from its Target): whether the generated kernels may use AVX-512."""
+FASTMATH_ATTR = "fastmath"
+"""On arith float ops: their fast-math flags (`#arith.fastmath<...>`)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
+from slicer.core.names import ITERATOR_TYPES_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
@@ -58,7 +59,7 @@ def _rule_of_folded(op: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
 
 
 def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
-    iterators = tuple(_iterator_name(a) for a in ir.ArrayAttr(generic.attributes["iterator_types"]))
+    iterators = tuple(_iterator_name(a) for a in ir.ArrayAttr(generic.attributes[ITERATOR_TYPES_ATTR]))
     num_results = len(generic.results)
     num_inputs = len(generic.operands) - num_results
     operands = tuple(tuple(_dim_use(expr) for expr in m.results) for m in maps)

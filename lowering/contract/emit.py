@@ -1,0 +1,241 @@
+"""The driver of `slicer-kernel-contract`: one generated packed GEMM per contraction, and the pass over a module.
+
+The loop nest of one contraction (static shapes, one function each), around the shared micro-kernel:
+
+    for batch dims:
+      for N blocks (about `nc` columns):          # a block = whole inner dims x a chunk of one dim
+        for K blocks (about `kc`):
+          pack B:  Bp[panel][k][NR] = f_B(...)   # NR = nv vectors; zero padded past the edge
+          for M blocks (about `mc` rows):
+            pack A:  Ap[tile][k][MR] = f_A(...)  # the A-side expression (e.g. ex / den) runs here
+            for panels of the N block:            # a kc x NR panel of B stays in L1 ...
+              for row tiles of the M block:       # ... while the A block streams from L2
+                micro-kernel: C[MR x NR] += Ap[tile] * Bp[panel] over the block's k
+
+Edge tiles (M or N not a multiple of the tile) run on a zeroed scratch tile copied in and out. A large
+C written once (zero at the start, one K block) gets non-temporal stores.
+"""
+
+from __future__ import annotations
+
+import logging
+from math import prod
+
+from mlir import ir
+from mlir.dialects import func as func_d
+from mlir.dialects import linalg
+
+from slicer.dialect.ops import walk_ops
+
+from ..emitter import Index, module_avx512
+from ..linalg_facts import NT_BYTES, VECTOR_BYTES
+from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze
+from .blocking import ContractOptions
+from .packing import Packer
+from .ukernel import ukernel_text
+from .zero_init import zero_before
+
+log = logging.getLogger("slicer.kernels")
+
+
+class Gemm(Packer):
+    """The generated function of one contraction: buffers, the block loops, the micro-kernel calls per tile."""
+
+    # -- the function ------------------------------------------------------------------------------
+    def generate(self) -> str:
+        c, e = self.c, self.e
+        mr, nr, t = self.mr, self.nr, self.t
+        a_size = self.mb.max_units * self.kb.max_units * mr
+        b_size = self.nb.max_units * self.kb.max_units * nr
+        ap0 = e.value(f"memref.alloc() {{alignment = 64 : i64}} : memref<{a_size}x{t}>")
+        bp0 = e.value(f"memref.alloc() {{alignment = 64 : i64}} : memref<{b_size}x{t}>")
+        ap = e.value(f"memref.cast {ap0} : memref<{a_size}x{t}> to memref<?x{t}>")
+        bp = e.value(f"memref.cast {bp0} : memref<{b_size}x{t}> to memref<?x{t}>")
+        tile_type = f"memref<{mr}x{nr}x{t}, strided<[?, 1], offset: ?>>"
+        scratch = e.value(f"memref.alloca() {{alignment = 64 : i64}} : memref<{mr}x{nr}x{t}>")
+        scratch_dyn = e.value(f"memref.cast {scratch} : memref<{mr}x{nr}x{t}> to {tile_type}")
+        vzero = e.value(f"arith.constant dense<0.0> : {self.vt}")
+        self.false = e.value("arith.constant false", "b")
+        self.nt_flag = self.nontemporal_flag()
+        r = c.ranges
+
+        def batch_loops(level: int, point: dict) -> None:
+            if level == len(c.batch):
+                self.blocks(self.nb, lambda nblock: n_block(point, nblock))
+                return
+            with e.loop(0, r[c.batch[level]]) as v:
+                batch_loops(level + 1, {**point, c.batch[level]: v})
+
+        def n_block(point, nblock):
+            def k_block(kblock):
+                kc = e.mul(kblock.length, self.kb.inner)
+                fixed_k = {self.kb.dims[i]: v for i, v in kblock.fixed.items()}
+                self.pack(c.b, self.nb, nblock, kblock, bp, nr, {**point, **fixed_k})
+
+                def m_block(mblock):
+                    self.pack(c.a, self.mb, mblock, kblock, ap, mr, {**point, **fixed_k})
+
+                    def panel(plin, ndims, width):
+                        boff = e.mul(plin, e.mul(kc, nr))
+
+                        def tile(tlin, mdims, height):
+                            aoff = e.mul(tlin, e.mul(kc, mr))
+                            where = {**point, **ndims, **mdims}
+                            zero = kblock.first if c.zero_init else False
+                            self.tile(where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero)
+
+                        self.enumerate(self.mb, mblock, tile)
+
+                    self.enumerate(self.nb, nblock, panel)
+
+                self.blocks(self.mb, m_block)
+
+            self.blocks(self.kb, k_block)
+
+        batch_loops(0, {})
+        inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
+        caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
+        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
+        return "\n".join([head, e.body(), "  return", "}"])
+
+    def nontemporal_flag(self) -> str:
+        """i1: store C tiles with non-temporal stores.
+
+        When C starts at zero and K fits in one block, every tile is stored exactly once; for a large C
+        (attention's 64 MiB scores) regular stores first read each line (write-allocate), so
+        non-temporal stores halve C's memory traffic. Needs 64-byte aligned tile rows: static strides,
+        plus the base address checked at run time.
+        """
+        c, e = self.c, self.e
+        out = c.output
+        element = FLOAT_BYTES[self.t]
+        single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
+        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
+        _, offset = out.type.get_strides_and_offset()
+        if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
+                and not out.type.is_dynamic_stride_or_offset(offset)):
+            return self.false
+        pointer = e.value(f"memref.extract_aligned_pointer_as_index %out : {out.type_text} -> index")
+        low = e.value(f"arith.remui {e.idx(e.add(pointer, offset * element))}, {e.idx(VECTOR_BYTES)} : index")
+        return e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index", "b")
+
+    def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
+        """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).
+
+        `zero` (static or i1): C is known to be zero here (first K block after a zero fill), so the
+        micro-kernel starts from zero accumulators instead of loading the tile.
+        """
+        c, e = self.c, self.e
+        flag = e.value(f"arith.constant {'true' if zero is True else 'false'}", "b") if isinstance(zero, bool) else zero
+        mr, nr, t = self.mr, self.nr, self.t
+        m0, n0 = c.m[-1], c.n[-1]
+        out = c.output
+        call_args = f"{ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}"
+        call_types = f"memref<?x{t}>, index, memref<?x{t}>, index, {tile_type}, index, i1, i1"
+
+        def direct():
+            offsets = e.indices(where[d] for d in out.dims)
+            sizes = ", ".join(str(mr) if d == m0 else str(nr) if d == n0 else "1" for d in out.dims)
+            ones = ", ".join("1" for _ in out.dims)
+            m_stride = out.stride_of(m0)
+            sub_type = f"memref<{mr}x{nr}x{t}, strided<[{m_stride}, 1], offset: ?>>"
+            assert out.dims.index(m0) < out.dims.index(n0), "direct tiles need M0 before N0 in C"
+            view = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
+            dyn = e.value(f"memref.cast {view} : {sub_type} to {tile_type}")
+            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}, {self.nt_flag}) : ({call_types}) -> ()")
+
+        def via_scratch(h: Index, w: Index):
+            for i in range(mr):
+                for v in range(self.o.nv):
+                    e.line(f"vector.store {vzero}, {scratch}[{e.idx(i)}, {e.idx(v * self.lanes)}] : memref<{mr}x{nr}x{t}>, {self.vt}")
+            def out_coords(i, j):  # the output element at row i, column j of the tile
+                point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
+                return e.indices(point[d] for d in out.dims)
+
+            def copy_in():
+                with e.loop(0, h) as i:
+                    with e.loop(0, w) as j:
+                        x = e.value(f"memref.load %out[{out_coords(i, j)}] : {out.type_text}")
+                        e.line(f"memref.store {x}, {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
+
+            if zero is False:
+                copy_in()
+            elif zero is not True:
+                not_zero = e.value(f"arith.xori {zero}, {e.value('arith.constant true', 'b')} : i1", "b")
+                with e.if_(not_zero):
+                    copy_in()
+            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}, {self.false}) : ({call_types}) -> ()")
+            with e.loop(0, h) as i:
+                with e.loop(0, w) as j:
+                    x = e.value(f"memref.load {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
+                    e.line(f"memref.store {x}, %out[{out_coords(i, j)}] : {out.type_text}")
+
+        if not c.direct_c:
+            via_scratch(height, width)
+            return
+        full_h = height == mr if isinstance(height, int) else e.cmp("eq", height, mr)
+        full_w = width == nr if isinstance(width, int) else e.cmp("eq", width, nr)
+        if full_h is False or full_w is False:
+            via_scratch(height, width)
+            return
+        if full_h is True and full_w is True:
+            direct()
+            return
+        if full_h is True:
+            cond = full_w
+        elif full_w is True:
+            cond = full_h
+        else:
+            cond = e.value(f"arith.andi {full_h}, {full_w} : i1")
+        then, otherwise = e.if_else(cond)
+        with then:
+            direct()
+        with otherwise:
+            via_scratch(height, width)
+
+
+def contraction_text(c: Contraction, options: ContractOptions, name: str, ukernel: str, avx512: bool = False) -> str:
+    gen = Gemm(c, options, name, ukernel)
+    gen.e.avx512 = avx512
+    return gen.generate()
+
+
+def contract_module(module: ir.Module, options: ContractOptions = ContractOptions()) -> list[str]:
+    """Replace every contraction generic of `module` by a call to a generated packed GEMM.
+
+    Returns one line per replaced op (its classification); ops the analysis rejects stay.
+    """
+    context = module.context
+    avx512 = module_avx512(module)
+    replaced: list[str] = []
+    ukernels: dict[str, str] = {}
+    texts: list[tuple[ir.Operation, Contraction, str]] = []
+    for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
+        try:
+            c = analyze(op)
+        except NotAContraction as why:
+            log.debug("not a contraction (%s): %s", why, op.location)
+            continue
+        zero, fill = zero_before(op, c.output.value)
+        if zero:
+            c.zero_init = True
+            if fill is not None:
+                fill.erase()
+        uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
+        if uk not in ukernels:
+            ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
+        name = f"__slicer_contract_{len(texts)}"
+        texts.append((op, c, contraction_text(c, options, name, uk, avx512)))
+    if not texts:
+        return replaced
+    generated = ir.Module.parse("\n".join(list(ukernels.values()) + [t for _, _, t in texts]), context)
+    for fn in list(generated.body.operations):
+        module.body.append(fn.operation)
+    for index, (op, c, _) in enumerate(texts):
+        name = f"__slicer_contract_{index}"
+        with ir.InsertionPoint(op), op.location:
+            operands = [o.value for o in c.inputs] + [c.output.value] + list(c.captured)
+            func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), operands)
+        op.erase()
+        replaced.append(f"@{name}: {c.describe()}")
+    return replaced

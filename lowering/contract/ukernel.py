@@ -1,0 +1,91 @@
+"""The micro-kernel: C[MR x NR] += Ap[tile] * Bp[panel] over a block's k, the tile held in registers.
+
+One function per element type and tile shape, shared by the module's contractions. It keeps the
+MR x NR tile in MR * nv vector registers (8 x 2 zmm for f32), loads nv vectors of B and broadcasts MR
+scalars of A per k, unrolled by `unroll`; `%zero` starts from zero accumulators instead of loading
+C, `%nt` stores the tile with non-temporal stores (see `emit.Gemm.nontemporal_flag`).
+"""
+
+from __future__ import annotations
+
+from ..emitter import Emitter, Index
+from ..linalg_facts import VECTOR_BYTES
+from .analysis import FLOAT_BYTES
+
+
+def ukernel_text(name: str, element: str, mr: int, nv: int, unroll: int) -> str:
+    """C[mr x nr] (= 0 if %zero) += sum_k Ap[aoff + k*mr + r] * Bp[boff + k*nr + j], the tile in registers."""
+    lanes = VECTOR_BYTES // FLOAT_BYTES[element]
+    nr = nv * lanes
+    vt = f"vector<{lanes}x{element}>"
+    tile = f"memref<{mr}x{nr}x{element}, strided<[?, 1], offset: ?>>"
+    e = Emitter("u")
+    count = mr * nv
+    types = ", ".join([vt] * count)
+    loaded = e.fresh("acc")
+    e.line(f"{loaded}:{count} = scf.if %zero -> ({types}) {{")
+    zeros = f"%{e.prefix}z"
+    e.line(f"  {zeros} = arith.constant dense<0.0> : {vt}")
+    e.line(f"  scf.yield {', '.join([zeros] * count)} : {types}")
+    e.line("} else {")
+    e.depth += 1
+    tile_values = [e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}") for i in range(mr) for v in range(nv)]
+    e.line(f"scf.yield {', '.join(tile_values)} : {types}")
+    e.depth -= 1
+    e.line("}")
+    accs = [f"{loaded}#{i}" for i in range(count)]
+    main = e.value(f"arith.remui %kc, {e.idx(unroll)} : index")
+    main = e.value(f"arith.subi %kc, {main} : index")
+    step = _k_step(e, element, mr, nv, lanes)
+    results: list[str] = []
+    with e.loop_carried(0, main, unroll, accs, vt, results) as (k, carried):
+        results[:] = step(k, carried, unroll)
+    tail: list[str] = []
+    with e.loop_carried(main, "%kc", 1, results, vt, tail) as (k, carried):
+        tail[:] = step(k, carried, 1)
+    _store_tile(e, tail, tile, vt, mr, nv, lanes)
+    head = (f"func.func private @{name}(%ap: memref<?x{element}>, %aoff: index, %bp: memref<?x{element}>, "
+            f"%boff: index, %c: {tile}, %kc: index, %zero: i1, %nt: i1) {{")
+    return "\n".join([head, e.body(), "  return", "}"])
+
+
+def _k_step(e: Emitter, element: str, mr: int, nv: int, lanes: int):
+    """step(k, accumulators, copies): the FMAs of `copies` consecutive k's; returns the new accumulators."""
+    nr = nv * lanes
+    vt = f"vector<{lanes}x{element}>"
+
+    def step(k: Index, carried: list[str], copies: int) -> list[str]:
+        current = carried
+        for u in range(copies):
+            ku = e.add(k, u)
+            bbase = e.add("%boff", e.mul(ku, nr))
+            abase = e.add("%aoff", e.mul(ku, mr))
+            bs = [e.value(f"vector.load %bp[{e.idx(e.add(bbase, v * lanes))}] : memref<?x{element}>, {vt}") for v in range(nv)]
+            new = []
+            for i in range(mr):
+                a = e.value(f"memref.load %ap[{e.idx(e.add(abase, i))}] : memref<?x{element}>")
+                ab = e.value(f"vector.broadcast {a} : {element} to {vt}")
+                for v in range(nv):
+                    new.append(e.value(f"vector.fma {ab}, {bs[v]}, {current[i * nv + v]} : {vt}"))
+            current = new
+        return current
+
+    return step
+
+
+def _store_tile(e: Emitter, tail: list[str], tile: str, vt: str, mr: int, nv: int, lanes: int) -> None:
+    """Store the accumulators into C, with non-temporal stores under `%nt` (the tile is written once)."""
+    e.line("scf.if %nt {")
+    e.depth += 1
+    for i in range(mr):
+        for v in range(nv):
+            e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * lanes)}] "
+                   f"{{alignment = {VECTOR_BYTES} : i64, nontemporal = true}} : {tile}, {vt}")
+    e.depth -= 1
+    e.line("} else {")
+    e.depth += 1
+    for i in range(mr):
+        for v in range(nv):
+            e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * lanes)}] : {tile}, {vt}")
+    e.depth -= 1
+    e.line("}")
