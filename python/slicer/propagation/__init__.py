@@ -8,8 +8,9 @@ sibling loops); `engine` applies them to a fixpoint and reports conflicts;
 `explain` says which loops partition each op and why.
 """
 
-from .engine import Conflict, PropagationError, propagate, propagate_module
-from .explain import explain
-from .laws import UnsupportedOp
+from slicer.core.errors import PropagationError
 
-__all__ = ["Conflict", "PropagationError", "UnsupportedOp", "explain", "propagate", "propagate_module"]
+from .engine import Conflict, propagate, propagate_module
+from .explain import explain
+
+__all__ = ["Conflict", "PropagationError", "explain", "propagate", "propagate_module"]
