@@ -11,7 +11,5 @@ from .errors import __all__ as _errors
 from .lazy import lazy_exports
 from .mesh import Mesh
 
-_FUNCTIONS = ("defined_functions", "entry_function", "function_name", "function_type")
-
-__all__ = [*_errors, "Mesh", *_FUNCTIONS]
-__getattr__, __dir__ = lazy_exports(__name__, {name: ".functions" for name in _FUNCTIONS})
+__all__ = [*_errors, "Mesh", "defined_functions", "entry_function", "function_name", "function_type"]
+__getattr__, __dir__ = lazy_exports(__name__, {name: ".functions" for name in __all__[len(_errors) + 1:]})

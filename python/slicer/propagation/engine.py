@@ -58,6 +58,8 @@ _RECENT = 1000  # rewrites the budget error looks back at to name the law that k
 
 REPRODUCER_PIPELINE = "builtin.module(slicer-propagate)"
 """The pipeline the budget error's reproducer runs on the saved input."""
+CSE_PIPELINE = "cse"
+"""Run between rounds: merges the copies deforestation made identical (see `propagate_module`)."""
 
 
 def rewrite_budget(function: ir.Operation, per_op: int = REWRITES_PER_OP) -> int:
@@ -99,7 +101,7 @@ def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False, in
         # Deforestation copies producers into each consumer; merged slices make the copies identical, and
         # upstream CSE keeps one. Loops holding such copies become equivalent only then, so the laws run
         # again (merging them) until a round rewrites nothing.
-        run_pipeline(module, "cse")
+        run_pipeline(module, CSE_PIPELINE)
         if rewrites == 0:
             break
     if strict_conflicts and conflicts:

@@ -108,6 +108,10 @@ def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(found.items()))
 
 
+GENERALIZE_PIPELINE = "func.func(linalg-generalize-named-ops)"
+"""Rewrites a named linalg op as the `linalg.generic` its rule is read from."""
+
+
 def _generalized_clone(op: ir.Operation) -> ir.Module:
     """A module with one function applying a clone of `op` to its arguments, generalized."""
     module = ir.Module.create()
@@ -119,7 +123,7 @@ def _generalized_clone(op: ir.Operation) -> ir.Module:
             for index, arg in enumerate(block.arguments):
                 clone.operands[index] = arg
             func.ReturnOp(list(clone.results))
-    run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+    run_pipeline(module, GENERALIZE_PIPELINE)
     return module
 
 
