@@ -27,7 +27,6 @@ import os
 import re
 import sys
 import warnings
-from typing import Any
 
 from mlir import ir
 

@@ -382,7 +382,7 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
                 if view.range is None or not axes & set(view.range.axes):
                     continue
                 if producer.action.dim == view.dim and producer.range_arg.type == view.range_value.type:
-                    continue  # the consumer's own block of a shared loop (laws._take_body): no redistribution
+                    continue  # the consumer's own block of a shared loop (loops.take_body): no redistribution
                 need = f"dim {view.dim} tiled over {', '.join(view.range.axes)}"
                 user = next((as_op(u.owner) for u in view.result.uses), None)
             else:

@@ -23,7 +23,10 @@ In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
   moves before the loop.
 - `fuse_sibling_loops`: independent loops over the same range with the same
   action and one result type in one block become one loop.
-Provenance: loops made here carry `slicer.rule` (which rule) and inherit
+Where they live: `merging` (dead code, duplicates, hoisting), `slices` (ordering, composing, deforestation,
+commuting), `blockwise` (backward and forward through the rule table), `fusion` (sibling loops); what they
+share about loops in `loops`, the record they keep in `journal`.
+Provenance: loops made by the laws carry `slicer.rule` (which rule) and inherit
 `slicer.tactic` / `slicer.priority` (which tactic started the chain).
 """
 

@@ -9,7 +9,6 @@ by the documented classes.
 
 import ast
 import re
-from pathlib import Path
 
 from package_tree import PACKAGE, package_files, parsed, relative
 

@@ -15,7 +15,7 @@ from package_tree import PACKAGE, package_files, parsed, relative, string_litera
 from slicer.core import names
 
 HOME = PACKAGE / "core" / "names.py"
-GENERIC = {"value", "dim", "grid", "shape", "sharding", "axes"}
+GENERIC = {"value", "dim", "grid", "shape", "sharding", "axes", "reduction"}
 """Attribute names that are also ordinary words (a dict key, a keyword): caught where they key an op's
 attributes (`test_attribute_keys_are_never_literals`), not everywhere."""
 IR_NAMES = {value for key, value in vars(names).items()
@@ -29,7 +29,7 @@ UPSTREAM_ATTRIBUTES = {
     "indexing_maps", "iterator_types", "sym_name", "sym_visibility", "function_type", "operandSegmentSizes",
     "resultSegmentSizes", "arg_attrs", "res_attrs", "static_sizes", "static_offsets", "static_strides",
     "static_output_shape", "static_low", "static_high", "reassociation", "grid_axes", "split_axis",
-    "gather_axis", "scatter_axis",
+    "gather_axis", "scatter_axis", "concat_axis", "slice_axis",
 }
 """Upstream attribute names the package reads or writes (collected from `op.attributes[...]` in the package):
 distinctive enough to be caught in any string literal."""
