@@ -12,23 +12,28 @@ The public API (docs/architecture.md shows the layers behind it):
     out = prog.run(x, ranks=4)                      # the model's inputs only
 
 Every error Slicer raises for something the user can change is a `slicer.SlicerError`.
+
+The names are loaded when first read (PEP 562, `slicer.core.lazy`): `import slicer.core.names` does not load
+the compiler, and a low layer imports alone.
 """
 
-from .api import Program, apply_tactics, compile, propagate  # noqa: A004 - `compile` is the front door's name
-from .core.errors import (CompileError, FrontendError, InputError, InvalidTactic, KernelAssertionError, KernelError,
-                          LaunchError,
-                          MeshError, PipelineError, RedistributionError, ResourceError, RunError, SimulationError,
-                          SlicerError, StepMismatch, TacticError, VizError)
-from .frontends import ImportedProgram, from_torch
-from .core.mesh import Mesh
-from .propagation import explain
-from .runtime import Timings
-from .tactics import Replicate, Tile, format_tactics, parse_tactics
+from .core.errors import INTERNAL as _INTERNAL
+from .core.errors import __all__ as _errors
+from .core.lazy import lazy_exports
+
+_ERRORS = [name for name in _errors if name != "Located" and name not in _INTERNAL]
+
+_EXPORTS = {
+    "Mesh": ".core.mesh",
+    "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
+    "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
+    "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
+    **{name: ".core.errors" for name in _ERRORS},
+}
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    "SlicerError", "CompileError", "TacticError", "InvalidTactic", "PipelineError", "StepMismatch", "MeshError",
-    "RedistributionError", "KernelError", "RunError", "InputError", "LaunchError", "ResourceError",
-    "SimulationError", "KernelAssertionError", "VizError", "FrontendError",
+    *_ERRORS,
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,12 +1,15 @@
 """The layer every stage builds on (docs/architecture.md): errors, IR names, the dtype table, the one
 `Mesh`, entry-function lookup, the pass base class and the pipeline runner, tool discovery.
 
-Nothing here imports another part of Slicer.
+Nothing here imports another part of Slicer. The errors and `Mesh` need nothing else and are loaded with the
+package; the entry-function helpers (which need MLIR) when first read (`core.lazy`), so importing one module
+of this layer (`slicer.core.names`) needs no MLIR.
 """
 
 from .errors import *  # noqa: F401,F403 - the error catalogue is part of this layer's interface
 from .errors import __all__ as _errors
-from .functions import defined_functions, entry_function, function_name, function_type
+from .lazy import lazy_exports
 from .mesh import Mesh
 
 __all__ = [*_errors, "Mesh", "defined_functions", "entry_function", "function_name", "function_type"]
+__getattr__, __dir__ = lazy_exports(__name__, {name: ".functions" for name in __all__[len(_errors) + 1:]})

@@ -10,8 +10,11 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   │   └── TacticError     tactics that do not fit the program or mesh
     │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
     │   ├── StepMismatch    check-each-step: a step changed what the program computes
-    │   └── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
-    │                       converge, a kernel that does not compile in time); names where, saves a reproducer
+    │   ├── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
+    │   │   │               converge, a kernel that does not compile in time); names where, saves a reproducer
+    │   │   └── PropagationError  propagation exceeded its rewrite budget
+    │   └── Unsupported     a component declines an input it does not handle (caught inside Slicer)
+    │       └── NoRule      an op with no propagation rule
     ├── InvalidTactic       a tactic value that is wrong on its own
     ├── FrontendError       a model or function that cannot be imported (slicer.from_torch)
     ├── RedistributionError a distributed type, plan or dtype that is invalid
@@ -19,6 +22,8 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     ├── KernelError         a kernel that cannot be compiled or called as asked (JitError: the JIT's)
     ├── KernelGraphError    an SPMD function that cannot be cut into kernels and collectives
     ├── VizError            a value, picture or timeline that cannot be shown as asked
+    ├── InternalError       an invariant of Slicer does not hold: a bug in Slicer; report it
+    ├── UnknownName         `slicer.<name>` for a name the package does not have (an AttributeError too)
     └── RunError            a run failed
         ├── InputError      an input array or file that does not match the program
         ├── LaunchError     the MPI job could not be started or did not finish
@@ -30,8 +35,10 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mlir import ir
+if TYPE_CHECKING:  # the catalogue itself needs no MLIR: `import slicer.core.names` stays light
+    from mlir import ir
 
 
 class SlicerError(Exception):
@@ -137,14 +144,37 @@ class KernelAssertionError(RunError):
     """A check the program makes on its data failed while a kernel ran (e.g. an embedding index out of range)."""
 
 
+class PropagationError(BudgetExceeded):
+    """Propagation exceeded its budget (a bug: the laws should always terminate). The message names the law
+    that kept rewriting and the command that reproduces it on a saved copy of the input."""
+
+
 class Unsupported(CompileError):
     """A component declines an input it does not handle; its caller catches it and tries another way."""
 
+
+class NoRule(Unsupported):
+    """An op has no propagation rule (neither a linalg op nor an explicit entry in `slicer.rules.explicit`):
+    propagation leaves a slice of its result where it is, and a tiled value reaching it is a located error."""
+
+
+class InternalError(SlicerError):
+    """An invariant of Slicer does not hold: a bug in Slicer (not in the user's program); report it."""
+
+
+class UnknownName(SlicerError, AttributeError):
+    """`slicer.<name>` (or a lazy subpackage's) for a name the package does not have; an `AttributeError` too,
+    so `hasattr` and `getattr` with a default behave as for any module."""
+
+
+INTERNAL = ("Unsupported", "NoRule")
+"""Classes Slicer raises and catches itself (a component declining an input): documented in docs/errors.md as
+internal, not exported from `slicer`. Seeing one escape is a bug in Slicer."""
 
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
-    "KernelAssertionError", "Unsupported",
+    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "InternalError", "UnknownName",
 ]

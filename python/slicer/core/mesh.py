@@ -14,8 +14,21 @@ from .errors import MeshError
 _AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _whole_number(size) -> int | None:
+    """`size` as an int when it is a whole number (``4.0``, a numpy integer), else None (``2.5``, a bool)."""
+    if isinstance(size, bool):
+        return None
+    try:
+        return int(size) if int(size) == size else None
+    except (TypeError, ValueError):
+        return None
+
+
 class Mesh:
     """An immutable device mesh, e.g. ``Mesh(x=2, y=4)`` (keyword order = axis order).
+
+    Immutable because its state is two private slots set once by `__init__` and its properties have no
+    setters: assigning any attribute raises `AttributeError`.
 
     Also accepts a sequence of ``(name, size)`` pairs or a mapping: ``Mesh([("x", 2), ("y", 4)])``.
     """
@@ -47,13 +60,10 @@ class Mesh:
             if name in seen:
                 raise MeshError(f"duplicate mesh axis name '{name}': give every axis a distinct name")
             if isinstance(size, bool) or not isinstance(size, int):
-                try:
-                    if isinstance(size, bool) or int(size) != size:
-                        raise ValueError
-                    size = int(size)
-                except (TypeError, ValueError):
-                    raise MeshError(
-                        f"mesh axis '{name}' has size {size!r}: sizes must be positive integers") from None
+                whole = _whole_number(size)
+                if whole is None:
+                    raise MeshError(f"mesh axis '{name}' has size {size!r}: sizes must be positive integers")
+                size = whole
             if size <= 0:
                 raise MeshError(
                     f"mesh axis '{name}' has size {size}: sizes must be positive integers (use 1 for a trivial axis)")
@@ -61,9 +71,6 @@ class Mesh:
             checked.append((name, size))
         object.__setattr__(self, "_axes", tuple(checked))
         object.__setattr__(self, "_index", {name: i for i, (name, _) in enumerate(checked)})
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Mesh is immutable")
 
     @classmethod
     def parse(cls, text: str) -> "Mesh":

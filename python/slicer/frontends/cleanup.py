@@ -25,6 +25,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import tensor
 
+from slicer.core.names import STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import walk_ops
 
@@ -46,12 +47,12 @@ def _static(op: ir.Operation, name: str) -> list[int]:
 def _piece(op: ir.Operation) -> tuple[int, int] | None:
     """(dim, size) if `op` is an extract_slice taking an aligned piece of one dim of a static tensor (and the
     other dims whole), else None."""
-    if op.name != "tensor.extract_slice" or len(op.operands) != 1:
+    if op.name != tensor.ExtractSliceOp.OPERATION_NAME or len(op.operands) != 1:
         return None  # dynamic offsets or sizes
     source, result = op.operands[0].type, op.results[0].type
     if not isinstance(source, ir.RankedTensorType) or not source.has_static_shape or source.rank != result.rank:
         return None
-    offsets, sizes, strides = _static(op, "static_offsets"), _static(op, "static_sizes"), _static(op, "static_strides")
+    offsets, sizes, strides = _static(op, STATIC_OFFSETS_ATTR), _static(op, STATIC_SIZES_ATTR), _static(op, STATIC_STRIDES_ATTR)
     cut = [d for d in range(source.rank) if offsets[d] != 0 or sizes[d] != source.shape[d]]
     if len(cut) != 1 or any(s != 1 for s in strides):
         return None
@@ -66,7 +67,7 @@ def split_into_pieces(module: ir.Operation) -> int:
     """Rewrite aligned pieces of one dim as pieces of an expanded dim (see the module docstring); returns how
     many slices were rewritten. The slices of one value along one dim with one size share one expand_shape."""
     groups: dict[tuple, list[ir.Operation]] = {}
-    for op in walk_ops(module, "tensor.extract_slice"):
+    for op in walk_ops(module, tensor.ExtractSliceOp.OPERATION_NAME):
         found = _piece(op)
         if found is not None:
             groups.setdefault((op.operands[0], *found), []).append(op)
@@ -84,7 +85,7 @@ def split_into_pieces(module: ir.Operation) -> int:
             whole = tensor.expand_shape(ir.RankedTensorType.get(expanded, type_.element_type), source, groups_, [],
                                         expanded)
         for op in slices:
-            index = _static(op, "static_offsets")[dim] // size
+            index = _static(op, STATIC_OFFSETS_ATTR)[dim] // size
             offsets = [0] * len(expanded)
             offsets[dim] = index
             sizes = shape[:dim] + [1, size] + shape[dim + 1:]

@@ -27,13 +27,12 @@ import os
 import re
 import sys
 import warnings
-from typing import Any
 
 from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function
-from slicer.core.names import ARG_NAME_ATTR
+from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, FUNCTION_TYPE_ATTR
 from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
@@ -166,14 +165,14 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
             raise FrontendError(f"{what} keeps state between calls ('{stateful.name}', e.g. the random number "
                                 f"generator of dropout){training}; Slicer partitions functions of their inputs")
         func = entry_function(module.operation, ENTRY)
-        count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs)
+        count = len(ir.FunctionType(ir.TypeAttr(func.attributes[FUNCTION_TYPE_ATTR]).value).inputs)
         if count != len(arg_names):
             raise FrontendError(f"torch-mlir gave @{ENTRY} {count} arguments for {len(inputs)} input(s) and "
                                 f"{len(names)} parameter(s) and buffer(s) of {what}")
         if cleanup:
             clean_up(module.operation)
         func = entry_function(module.operation, ENTRY)
-        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+        func.attributes[ARG_ATTRS_ATTR] = ir.ArrayAttr.get(
             [ir.DictAttr.get({ARG_NAME_ATTR: ir.StringAttr.get(n)}) for n in arg_names])
         text = str(module)
     return ImportedProgram(text, arg_names, len(inputs), tuple(values), ENTRY, what)

@@ -34,8 +34,9 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import builtin
 
-from slicer.core.errors import BudgetExceeded, Located, PassFailure
+from slicer.core.errors import Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
 from slicer.core.reproducer import save_reproducer
 from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
@@ -43,8 +44,7 @@ from slicer.core.pipeline import run_pipeline
 from slicer.dialect import SliceOp, walk_ops
 
 from .ir_utils import BlockOrder, ancestors, as_op, op_id, captured_values, defining_op, enclosing_loops
-from .laws import (LATE_LAWS, LAWS, Journal, RewriteListener, UnsupportedOp, duplicate_candidates, tactic_name,
-                   tile_loop_of)
+from .laws import LATE_LAWS, LAWS, Journal, RewriteListener, duplicate_candidates, tactic_name, tile_loop_of
 
 REWRITES_PER_OP = 64
 """The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop
@@ -56,9 +56,10 @@ MAX_ROUNDS = 8  # fixpoint + CSE rounds (the rounds after the first only merge c
 _RECENT = 1000  # rewrites the budget error looks back at to name the law that kept rewriting
 
 
-class PropagationError(BudgetExceeded):
-    """Propagation exceeded its budget (a bug: the laws should always terminate). The message names the law
-    that kept rewriting and the command that reproduces it on a saved copy of the input."""
+REPRODUCER_PIPELINE = "builtin.module(slicer-propagate)"
+"""The pipeline the budget error's reproducer runs on the saved input."""
+CSE_PIPELINE = "cse"
+"""Run between rounds: merges the copies deforestation made identical (see `propagate_module`)."""
 
 
 def rewrite_budget(function: ir.Operation, per_op: int = REWRITES_PER_OP) -> int:
@@ -92,26 +93,20 @@ def propagate_module(module: ir.Operation, *, strict_conflicts: bool = False, in
         for func in defined_functions(module):
             try:
                 journal, found = propagate(func, incremental=incremental, rewrites_per_op=rewrites_per_op)
-            except UnsupportedOp as exc:
-                raise PassFailure(Located(exc.op.location, str(exc))) from None
-            except _OverBudget as exc:
-                raise PropagationError(f"{exc} Reproduce: {save_reproducer(original, 'builtin.module(slicer-propagate)')}"
+            except PropagationError as exc:
+                raise PropagationError(f"{exc} Reproduce: {save_reproducer(original, REPRODUCER_PIPELINE)}"
                                        " (please report it: this is a bug in Slicer)") from None
             rewrites += journal.rewrites
             conflicts += found
         # Deforestation copies producers into each consumer; merged slices make the copies identical, and
         # upstream CSE keeps one. Loops holding such copies become equivalent only then, so the laws run
         # again (merging them) until a round rewrites nothing.
-        run_pipeline(module, "cse")
+        run_pipeline(module, CSE_PIPELINE)
         if rewrites == 0:
             break
     if strict_conflicts and conflicts:
         raise PassFailure([Located(c.op.location, c.message) for c in conflicts])
     return conflicts
-
-
-class _OverBudget(Exception):
-    """Raised inside `propagate`; `propagate_module` adds the reproducer."""
 
 
 def propagate(function: ir.Operation, *, incremental: bool = True,
@@ -132,7 +127,7 @@ def propagate(function: ir.Operation, *, incremental: bool = True,
         recent.append(journal.last_law)
         if journal.rewrites > budget:
             laws = ", ".join(f"'{law}' {count} times" for law, count in Counter(recent).most_common(3))
-            raise _OverBudget(
+            raise PropagationError(
                 f"internal error: propagation of @{function_name(function)} did not converge within its budget of "
                 f"{budget} rewrites ({rewrites_per_op} per op); the last {len(recent)} rewrites were by {laws}: "
                 "laws that keep rewriting (a cycle), or rewrites growing faster than the program.")
@@ -362,7 +357,7 @@ class _Worklist(RewriteListener):
 
 
 def _loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:
-    return [a for a in ancestors(op) if a != function and a.name != "builtin.module"]
+    return [a for a in ancestors(op) if a != function and a.name != builtin.ModuleOp.OPERATION_NAME]
 
 
 
@@ -387,7 +382,7 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
                 if view.range is None or not axes & set(view.range.axes):
                     continue
                 if producer.action.dim == view.dim and producer.range_arg.type == view.range_value.type:
-                    continue  # the consumer's own block of a shared loop (laws._take_body): no redistribution
+                    continue  # the consumer's own block of a shared loop (loops.take_body): no redistribution
                 need = f"dim {view.dim} tiled over {', '.join(view.range.axes)}"
                 user = next((as_op(u.owner) for u in view.result.uses), None)
             else:

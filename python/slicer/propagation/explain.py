@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import builtin, func
 
-from slicer.core.names import CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, TACTIC_ATTR, YIELD
+from slicer.core.names import CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
 from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
@@ -17,17 +18,20 @@ def _describe_loop(loop: LoopOp) -> str:
     return f"{loop.action} over {','.join(loop.range.axes)} [{tactic}; {rule}]"
 
 
+_NOT_SHOWN = (builtin.ModuleOp.OPERATION_NAME, YIELD, func.ReturnOp.OPERATION_NAME)
+
+
 def explain(module) -> str:
     """For each op, which loops partition it and which rule put each loop there."""
     op = module.operation if isinstance(module, ir.Module) else module
     lines = []
     for inner in walk_ops(op):
-        if inner.name in ("builtin.module", YIELD, "func.return") or inner.name.startswith(DIALECT_PREFIX) and inner.name != LOOP:
+        if inner.name in _NOT_SHOWN or inner.name.startswith(DIALECT_PREFIX) and inner.name != LOOP:
             continue
-        if inner.name == "func.func":
-            lines.append(f"@{ir.StringAttr(inner.attributes['sym_name']).value}:")
+        if inner.name == func.FuncOp.OPERATION_NAME:
+            lines.append(f"@{ir.StringAttr(inner.attributes[SYM_NAME_ATTR]).value}:")
             continue
-        if inner.name == LOOP or inner.parent is None or inner.parent.name not in ("func.func", LOOP):
+        if inner.name == LOOP or inner.parent is None or inner.parent.name not in (func.FuncOp.OPERATION_NAME, LOOP):
             continue  # loops are shown on the ops they partition; scalar bodies are not ops of the program
         loops = list(reversed(enclosing_loops(inner)))
         where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"

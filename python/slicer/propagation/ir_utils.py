@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 
 from mlir import ir
+from mlir.dialects import arith, builtin, linalg, tensor
 
-from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE
+from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
 from slicer.dialect import LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
@@ -43,7 +44,7 @@ def result_index(value: ir.Value) -> int:
 def ancestors(op: ir.Operation) -> list[ir.Operation]:
     """Enclosing ops, innermost first (up to, excluding, the module)."""
     found, parent = [], op.parent
-    while parent is not None and parent.name != "builtin.module":
+    while parent is not None and parent.name != builtin.ModuleOp.OPERATION_NAME:
         found.append(as_op(parent))
         parent = parent.parent
     return found
@@ -72,7 +73,7 @@ def value_scope(value: ir.Value) -> ir.Operation | None:
 def defined_inside(value: ir.Value, region_op: ir.Operation) -> bool:
     """Is `value` defined somewhere inside the regions of `region_op`?"""
     scope = value_scope(value)
-    while scope is not None and scope.name != "builtin.module":
+    while scope is not None and scope.name != builtin.ModuleOp.OPERATION_NAME:
         if scope == region_op:
             return True
         scope = as_op(scope.parent) if scope.parent is not None else None
@@ -113,22 +114,22 @@ def is_zero_tensor(value: ir.Value) -> bool:
     op = defining_op(value)
     if op is None:
         return False
-    if op.name == "linalg.fill":
+    if op.name == linalg.FillOp.OPERATION_NAME:
         return _is_zero_scalar(op.operands[0])
-    if op.name == "arith.constant":
-        return _is_zero_attr(op.attributes["value"])
-    if op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+    if op.name == arith.ConstantOp.OPERATION_NAME:
+        return _is_zero_attr(op.attributes[VALUE_ATTR])
+    if op.name in (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME):
         return is_zero_tensor(op.operands[0])
-    if op.name == "linalg.generic" and len(op.operands) == 1 and len(op.results) == 1:
+    if op.name == linalg.GenericOp.OPERATION_NAME and len(op.operands) == 1 and len(op.results) == 1:
         body = op.regions[0].blocks[0]
         ops = list(body.operations)
-        return len(ops) == 1 and ops[0].operation.name == "linalg.yield" and _is_zero_scalar(ops[0].operands[0])
+        return len(ops) == 1 and ops[0].operation.name == linalg.YieldOp.OPERATION_NAME and _is_zero_scalar(ops[0].operands[0])
     return False
 
 
 def _is_zero_scalar(value: ir.Value) -> bool:
     scalar = defining_op(value)
-    return scalar is not None and scalar.name == "arith.constant" and _is_zero_attr(scalar.attributes["value"])
+    return scalar is not None and scalar.name == arith.ConstantOp.OPERATION_NAME and _is_zero_attr(scalar.attributes[VALUE_ATTR])
 
 
 def _is_zero_attr(attr: ir.Attribute) -> bool:

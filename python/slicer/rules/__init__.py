@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from mlir import ir
 
+from slicer.core.errors import NoRule
+
 from .explicit import explicit_rule, kept_dims
 from .from_linalg import is_linalg_op, linalg_rule
 from .table import PARALLEL, REDUCTION, DimUse, OpRule, RuleOutcome
-
-
-class NoRule(LookupError):
-    """The op has no rule (neither linalg nor an explicit entry)."""
 
 
 def rule_for(op: ir.Operation | ir.OpView) -> OpRule:

@@ -12,8 +12,9 @@ not additive, and the reason names what was found.
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import arith
 
-ADDITIONS = ("arith.addf", "arith.addi")
+ADDITIONS = (arith.AddFOp.OPERATION_NAME, arith.AddIOp.OPERATION_NAME)
 
 
 def reduction_combiner(body: ir.Block, result: int, num_inputs: int) -> str | None:

@@ -29,6 +29,10 @@ from __future__ import annotations
 from typing import Callable
 
 from mlir import ir
+from mlir.dialects import arith, tensor
+
+from slicer.core.names import (DIM_ATTR, REASSOCIATION_ATTR, STATIC_HIGH_ATTR, STATIC_LOW_ATTR, STATIC_OFFSETS_ATTR,
+                               STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR, VALUE_ATTR)
 
 from .table import PARALLEL, DimUse, OpRule
 
@@ -68,7 +72,7 @@ def _constant(op: ir.Operation) -> OpRule | None:
     """A splat tensor constant: each block is the same splat of the block shape (like tensor.empty)."""
     if _ranked(op.results[0]) is None:
         return None  # a scalar constant is not partitioned
-    value = op.attributes["value"]
+    value = op.attributes[VALUE_ATTR]
     rank = op.results[0].type.rank
     if isinstance(value, ir.DenseElementsAttr) and value.is_splat:
         return OpRule(op.name, _loops(rank), (), (_identity(rank),))
@@ -82,7 +86,7 @@ def _empty(op: ir.Operation) -> OpRule:
 
 
 def _groups(op: ir.Operation) -> list[list[int]]:
-    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
 
 
 def _leading(group: list[int], shape: list[int]) -> int:
@@ -117,7 +121,7 @@ def _collapse_shape(op: ir.Operation) -> OpRule:
 
 
 def _concat(op: ir.Operation) -> OpRule:
-    dim = ir.IntegerAttr(op.attributes["dim"]).value
+    dim = ir.IntegerAttr(op.attributes[DIM_ATTR]).value
     rank = op.results[0].type.rank
     reason = f"is the concatenated dim of tensor.concat (dim = {dim}); its blocks would mix the inputs"
     uses = tuple(DimUse.blocked(reason) if d == dim else DimUse.walks(d) for d in range(rank))
@@ -127,7 +131,7 @@ def _concat(op: ir.Operation) -> OpRule:
 def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]:
     """Per dim of `full` (the sliced tensor): None if the slice takes it whole, else why not."""
     offsets, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[k]))
-                               for k in ("static_offsets", "static_sizes", "static_strides"))
+                               for k in (STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR))
     reasons = []
     for d in range(full.rank):
         if offsets[d] == 0 and sizes[d] == full.shape[d] and strides[d] == 1 and not full.is_dynamic_dim(d):
@@ -144,7 +148,7 @@ def kept_dims(op: ir.Operation, part: ir.RankedTensorType) -> list[int] | None:
     `part` is, in order, or None if the sizes do not line up. The dropped dims are unit dims of the slice; a
     unit dim is kept as early as possible (any later unit dim can still be dropped), as upstream decides."""
     kept = []
-    for d, size in enumerate(ir.DenseI64ArrayAttr(op.attributes["static_sizes"])):
+    for d, size in enumerate(ir.DenseI64ArrayAttr(op.attributes[STATIC_SIZES_ATTR])):
         if len(kept) < part.rank and size == part.shape[len(kept)]:
             kept.append(d)
         elif size != 1:
@@ -168,7 +172,7 @@ def _slice_rule(op: ir.Operation, full: ir.RankedTensorType, part: ir.RankedTens
     operands = []
     for k in range(len(op.operands)):
         operands.append(uses_full if k == full_is_operand else uses_part if k == part_operand else ())
-    result = uses_part if op.name == "tensor.extract_slice" else uses_full
+    result = uses_part if op.name == tensor.ExtractSliceOp.OPERATION_NAME else uses_full
     return OpRule(op.name, _loops(rank), tuple(operands), (result,))
 
 
@@ -182,7 +186,7 @@ def _insert_slice(op: ir.Operation) -> OpRule:
 
 def _pad(op: ir.Operation) -> OpRule:
     rank = op.results[0].type.rank
-    low, high = (list(ir.DenseI64ArrayAttr(op.attributes[k])) for k in ("static_low", "static_high"))
+    low, high = (list(ir.DenseI64ArrayAttr(op.attributes[k])) for k in (STATIC_LOW_ATTR, STATIC_HIGH_ATTR))
 
     def shown(v: int) -> str:
         return "?" if v == ir.ShapedType.get_dynamic_size() else str(v)
@@ -195,12 +199,12 @@ def _pad(op: ir.Operation) -> OpRule:
 
 
 _ENTRIES: dict[str, Callable[[ir.Operation], OpRule | None]] = {
-    "arith.constant": _constant,
-    "tensor.empty": _empty,
-    "tensor.expand_shape": _expand_shape,
-    "tensor.collapse_shape": _collapse_shape,
-    "tensor.concat": _concat,
-    "tensor.extract_slice": _extract_slice,
-    "tensor.insert_slice": _insert_slice,
-    "tensor.pad": _pad,
+    arith.ConstantOp.OPERATION_NAME: _constant,
+    tensor.EmptyOp.OPERATION_NAME: _empty,
+    tensor.ExpandShapeOp.OPERATION_NAME: _expand_shape,
+    tensor.CollapseShapeOp.OPERATION_NAME: _collapse_shape,
+    tensor.ConcatOp.OPERATION_NAME: _concat,
+    tensor.ExtractSliceOp.OPERATION_NAME: _extract_slice,
+    tensor.InsertSliceOp.OPERATION_NAME: _insert_slice,
+    tensor.PadOp.OPERATION_NAME: _pad,
 }

@@ -18,7 +18,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from slicer.core.names import ITERATOR_TYPES_ATTR
+from slicer.core.errors import InternalError
+from slicer.core.names import DIM_ATTR, ITERATOR_TYPES_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
@@ -35,11 +36,11 @@ def is_linalg_op(op: ir.Operation) -> bool:
 def linalg_rule(op: ir.Operation) -> OpRule:
     """The rule of a linalg op (see the module docstring); the op itself is not modified."""
     maps = [ir.AffineMapAttr(m).value for m in linalg.get_indexing_maps(op.opview)]
-    if op.name == "linalg.generic":
+    if op.name == linalg.GenericOp.OPERATION_NAME:
         return _rule_of_generic(op.name, op, maps)
     with op.context, op.location:
         probe = _generalized_clone(op)
-        generic = next((o.operation for o in _walk(probe.operation) if o.name == "linalg.generic"), None)
+        generic = next((o.operation for o in _walk(probe.operation) if o.name == linalg.GenericOp.OPERATION_NAME), None)
         if generic is None:
             return _rule_of_folded(op, maps)
         return _rule_of_generic(op.name, generic, maps)
@@ -78,7 +79,7 @@ def _iterator_name(attr: ir.Attribute) -> str:
     for name, text in _ITERATORS.items():
         if attr == ir.Attribute.parse(text):
             return name
-    raise ValueError(f"unknown linalg iterator type {attr}")
+    raise InternalError(f"unknown linalg iterator type {attr} (Slicer knows parallel and reduction): please report it")
 
 
 def _dim_use(expr: ir.AffineExpr) -> DimUse:
@@ -100,11 +101,15 @@ def _dims_in(expr: ir.AffineExpr) -> set[int]:
 def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
     found = {}
     for op in _walk_block(body):
-        if op.name == "linalg.index":
-            dim = ir.IntegerAttr(op.attributes["dim"]).value
+        if op.name == linalg.IndexOp.OPERATION_NAME:
+            dim = ir.IntegerAttr(op.attributes[DIM_ATTR]).value
             found.setdefault(dim, f"the body reads linalg.index {dim} (the iteration index), which inside a "
                                   "block would count from the block's start")
     return tuple(sorted(found.items()))
+
+
+GENERALIZE_PIPELINE = "func.func(linalg-generalize-named-ops)"
+"""Rewrites a named linalg op as the `linalg.generic` its rule is read from."""
 
 
 def _generalized_clone(op: ir.Operation) -> ir.Module:
@@ -118,7 +123,7 @@ def _generalized_clone(op: ir.Operation) -> ir.Module:
             for index, arg in enumerate(block.arguments):
                 clone.operands[index] = arg
             func.ReturnOp(list(clone.results))
-    run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+    run_pipeline(module, GENERALIZE_PIPELINE)
     return module
 
 

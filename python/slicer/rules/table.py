@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slicer.core.errors import InternalError
 from slicer.dialect import SumAction, TileAction
 from slicer.dialect.attributes import Action
 
@@ -73,9 +74,9 @@ class RuleOutcome:
     def action(self) -> Action:
         """The action of the op's single result (or the one action all results share)."""
         if not self.ok:
-            raise ValueError(f"the rule is blocked: {self.blocked}")
+            raise InternalError(f"the rule is blocked: {self.blocked}")
         if len(set(self.actions)) != 1:
-            raise ValueError(f"the results are rebuilt with different actions {self.actions}; use .actions")
+            raise InternalError(f"the results are rebuilt with different actions {self.actions}; use .actions")
         return self.actions[0]
 
     @property
@@ -114,13 +115,13 @@ class OpRule:
     def tile(self, *, operand: int | None = None, result: int | None = None, dim: int) -> RuleOutcome:
         """The outcome of tiling dim `dim` of operand `operand` (or of result `result`)."""
         if (operand is None) == (result is None):
-            raise ValueError("OpRule.tile: give exactly one of operand= or result=")
+            raise InternalError("OpRule.tile: give exactly one of operand= or result=")
         if operand is not None:
             uses, what = self._dims(self.operands, operand, "operand"), self.operand_names[operand]
         else:
             uses, what = self._dims(self.results, result, "result"), f"result #{result}"
         if not 0 <= dim < len(uses):
-            raise ValueError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
+            raise InternalError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
         use = uses[dim]
         if use.loop is None:
             return RuleOutcome.block(f"{self.op_name}: {what} dim {dim} {use.reason}")
@@ -165,6 +166,6 @@ class OpRule:
     @staticmethod
     def _dims(table, index: int, kind: str) -> tuple[DimUse, ...]:
         if not 0 <= index < len(table):
-            raise ValueError(f"there is no {kind} #{index} ({len(table)} {kind}s)")
+            raise InternalError(f"there is no {kind} #{index} ({len(table)} {kind}s)")
         return table[index]
 

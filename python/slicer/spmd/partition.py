@@ -32,11 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlir import ir
+from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
-from slicer.core.names import (ANNOTATE, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOOP,
+from slicer.core.names import (ARG_ATTRS_ATTR, FUNCTION_TYPE_ATTR, GRID_ATTR, INDEX_AXES_ATTR, RES_ATTRS_ATTR,
+                               SHAPE_ATTR, SYM_NAME_ATTR, ANNOTATE, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOOP,
                                MULTI_INDEX, RULE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR,
                                TACTIC_ATTR, YIELD)
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
@@ -65,7 +67,7 @@ def partition_module(module: ir.Operation, *, mesh: str = "", entry: str = "") -
             raise PassFailure(Located(module.location, f"slicer-partition: {exc}")) from None
     else:
         funcs = defined_functions(module)
-    calls = list(walk_ops(module, "func.call"))
+    calls = list(walk_ops(module, func_d.CallOp.OPERATION_NAME))
     if calls:
         raise PassFailure([Located(c.location, "slicer-partition does not support 'func.call' yet: inline the "
                                                "callee first (e.g. with the upstream 'inline' pass)") for c in calls])
@@ -96,8 +98,8 @@ def _replace_mesh(view: MeshOp) -> None:
     """`slicer.mesh` -> `shard.grid` with the same symbol and shape (names kept in `slicer.axes`)."""
     mesh = view.mesh()
     ir.Operation.create(GRID, attributes={
-        "sym_name": ir.StringAttr.get(view.sym_name),
-        "shape": ir.DenseI64ArrayAttr.get(list(mesh.shape)),
+        SYM_NAME_ATTR: ir.StringAttr.get(view.sym_name),
+        SHAPE_ATTR: ir.DenseI64ArrayAttr.get(list(mesh.shape)),
         AXES_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(a) for a in mesh.axis_names]),
     }, loc=view.operation.location, ip=ir.InsertionPoint(view.operation))
     view.operation.erase()
@@ -149,8 +151,8 @@ class _FunctionPartitioner:
             block = self.func.regions[0].blocks[0]
             op = ir.Operation.create(
                 MULTI_INDEX, results=[ir.IndexType.get()] * self.mesh.ndim,
-                attributes={"grid": ir.FlatSymbolRefAttr.get(self.grid),
-                            "axes": ir.DenseI16ArrayAttr.get(list(range(self.mesh.ndim)))},
+                attributes={GRID_ATTR: ir.FlatSymbolRefAttr.get(self.grid),
+                            INDEX_AXES_ATTR: ir.DenseI16ArrayAttr.get(list(range(self.mesh.ndim)))},
                 loc=self.func.location, ip=ir.InsertionPoint.at_block_begin(block))
             self._coords = list(op.results)
         return self._coords
@@ -201,7 +203,7 @@ class _FunctionPartitioner:
     # -- driver --------------------------------------------------------------------------------------------
     def run(self) -> None:
         block = self.func.regions[0].blocks[0]
-        arg_attrs = _attr_dicts(self.func, "arg_attrs", len(block.arguments))
+        arg_attrs = _attr_dicts(self.func, ARG_ATTRS_ATTR, len(block.arguments))
         new_arg_attrs = []
         for index, arg in enumerate(block.arguments):
             attrs = dict(arg_attrs[index])
@@ -238,7 +240,7 @@ class _FunctionPartitioner:
             op.erase()
         for op in loops:
             op.erase()
-        self.func.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_arg_attrs])
+        self.func.attributes[ARG_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_arg_attrs])
         self.func.attributes[SPMD_MESH_ATTR] = ir.StringAttr.get(str(self.mesh))
 
     def process_block(self, block: ir.Block, context: frozenset[str]) -> None:
@@ -252,7 +254,7 @@ class _FunctionPartitioner:
                 self.process_annotate(op, context)
             elif op.name == YIELD and op.parent is not None and op.parent.name == LOOP:
                 continue  # handled by process_loop
-            elif op.name == "func.return":
+            elif op.name == func_d.ReturnOp.OPERATION_NAME:
                 self.process_return(op, context)
             else:
                 self.process_plain(op, context)
@@ -399,7 +401,7 @@ class _FunctionPartitioner:
         self.erase.append(op)
 
     def process_return(self, op: ir.Operation, context: frozenset[str]) -> None:
-        res_attrs = _attr_dicts(self.func, "res_attrs", len(op.operands))
+        res_attrs = _attr_dicts(self.func, RES_ATTRS_ATTR, len(op.operands))
         new_attrs, result_types = [], []
         for index, value in enumerate(op.operands):
             attrs = dict(res_attrs[index])
@@ -430,8 +432,8 @@ class _FunctionPartitioner:
             new_attrs.append(attrs)
             result_types.append(local.type)
         inputs = [a.type for a in self.func.regions[0].blocks[0].arguments]
-        self.func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, result_types))
-        self.func.attributes["res_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_attrs])
+        self.func.attributes[FUNCTION_TYPE_ATTR] = ir.TypeAttr.get(ir.FunctionType.get(inputs, result_types))
+        self.func.attributes[RES_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_attrs])
 
 
 def _provenance(loop: ir.Operation) -> str:

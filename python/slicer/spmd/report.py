@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from mlir import ir
+from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
+from slicer.core.errors import RedistributionError
+from slicer.core.names import (GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR, SHAPE_ATTR, SYM_NAME_ATTR, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
                                DIST_SOURCE_ATTR, GRID, PERMUTE, REDUCE_SCATTER, SPMD_MESH_ATTR)
 
 
@@ -92,7 +94,7 @@ class Report:
 def _itemsize(element: ir.Type) -> int:
     dtype = dtypes.numpy_dtype(str(element))
     if dtype is None:
-        raise ValueError(f"collective on {element} values: {dtypes.unsupported(str(element))}")
+        raise RedistributionError(f"collective on {element} values: {dtypes.unsupported(str(element))}")
     return dtype.itemsize
 
 
@@ -143,17 +145,17 @@ def report(module: ir.Module | ir.Operation) -> Report:
     for op in root.regions[0].blocks[0].operations:
         op = op.operation
         if op.name == GRID and AXES_ATTR in op.attributes:
-            grids[ir.StringAttr(op.attributes["sym_name"]).value] = (
+            grids[ir.StringAttr(op.attributes[SYM_NAME_ATTR]).value] = (
                 [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR])],
-                list(ir.DenseI64ArrayAttr(op.attributes["shape"])))
+                list(ir.DenseI64ArrayAttr(op.attributes[SHAPE_ATTR])))
     for func in root.regions[0].blocks[0].operations:
         func = func.operation
-        if func.name != "func.func" or SPMD_MESH_ATTR not in func.attributes:
+        if func.name != func_d.FuncOp.OPERATION_NAME or SPMD_MESH_ATTR not in func.attributes:
             continue
-        name = ir.StringAttr(func.attributes["sym_name"]).value
+        name = ir.StringAttr(func.attributes[SYM_NAME_ATTR]).value
         out.meshes[name] = ir.StringAttr(func.attributes[SPMD_MESH_ATTR]).value
-        if "res_attrs" in func.attributes:
-            for index, attrs in enumerate(ir.ArrayAttr(func.attributes["res_attrs"])):
+        if RES_ATTRS_ATTR in func.attributes:
+            for index, attrs in enumerate(ir.ArrayAttr(func.attributes[RES_ATTRS_ATTR])):
                 attrs = ir.DictAttr(attrs)
                 if DIST_ATTR in attrs:
                     source = ir.StringAttr(attrs[DIST_SOURCE_ATTR]).value if DIST_SOURCE_ATTR in attrs else "requested"
@@ -162,12 +164,12 @@ def report(module: ir.Module | ir.Operation) -> Report:
             op = op.operation
             if op.name not in COLLECTIVE_OPS:
                 continue
-            grid = ir.FlatSymbolRefAttr(op.attributes["grid"]).value
+            grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value
             axis_names, sizes = grids.get(grid, ([], []))
             if op.name == PERMUTE:
                 axes, group = tuple(axis_names), 2
             else:
-                indices = list(ir.DenseI16ArrayAttr(op.attributes["grid_axes"]))
+                indices = list(ir.DenseI16ArrayAttr(op.attributes[GRID_AXES_ATTR]))
                 axes = tuple(axis_names[i] if i < len(axis_names) else str(i) for i in indices)
                 group = int(np.prod([sizes[i] for i in indices if i < len(sizes)], dtype=np.int64))
             why, places = _places(op.location)

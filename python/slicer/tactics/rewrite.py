@@ -47,12 +47,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mlir import ir
+from mlir.dialects import func as func_d
 
 from slicer.core.errors import Located, MeshError, TacticError
 from slicer.core.functions import (EntryError, defined_functions, entry_function, function_name, function_type,
                                    value_names)
 from slicer.core.mesh import Mesh
-from slicer.core.names import ANNOTATE, ARG_NAME_ATTR, PRIORITY_ATTR, SHARDING_ATTR, TACTIC_ATTR
+from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, ARG_NAME_ATTR, PRIORITY_ATTR, RES_ATTRS_ATTR, SHARDING_ATTR,
+                               SHARDING_OPERAND_ATTR, TACTIC_ATTR)
 from slicer.dialect import (
     AnnotateOp,
     RangeType,
@@ -169,7 +171,7 @@ class TacticRewriter:
         requests: list[Request] = []
         for func in defined_functions(self.module):
             fn_type = function_type(func)
-            for key, kind, types in (("arg_attrs", "arg", fn_type.inputs), ("res_attrs", "result", fn_type.results)):
+            for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs), (RES_ATTRS_ATTR, "result", fn_type.results)):
                 if key not in func.attributes:
                     continue
                 for index, attrs in enumerate(ir.ArrayAttr(func.attributes[key])):
@@ -180,7 +182,7 @@ class TacticRewriter:
                                                        func.location, f"the slicer.sharding of {what}")
             for number, op in enumerate(walk_ops(func, ANNOTATE)):
                 view = AnnotateOp(op)
-                requests += self.from_sharding(op.attributes["sharding"], view.source.type, "value", number, func,
+                requests += self.from_sharding(op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "value", number, func,
                                                op.location, "'slicer.annotate'", annotate_op=op)
         return requests
 
@@ -454,7 +456,7 @@ class _Rewrite:
         """Wrap operand `index` of every `func.return` just before it."""
         for block in request.func.regions[0].blocks:
             term = block.operations[len(block.operations) - 1].operation
-            if term.name != "func.return":
+            if term.name != func_d.ReturnOp.OPERATION_NAME:
                 continue
             value = term.operands[request.index]
             if request.tile is None:
@@ -486,7 +488,7 @@ class _Rewrite:
 
 def _drop_sharding_attrs(func: ir.Operation) -> None:
     """Remove `slicer.sharding` from argument/result attributes (they are now loops/annotations)."""
-    for key in ("arg_attrs", "res_attrs"):
+    for key in (ARG_ATTRS_ATTR, RES_ATTRS_ATTR):
         if key not in func.attributes:
             continue
         dicts = []

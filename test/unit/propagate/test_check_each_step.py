@@ -9,7 +9,9 @@ import slicer
 from slicer.checking import check_equivalent
 from slicer.core.errors import StepMismatch
 from slicer.dialect import make_context
-from slicer.propagation import laws
+from slicer.dialect import SumAction
+from slicer.propagation import blockwise
+from slicer.rules import RuleOutcome
 
 MLP = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
 
@@ -23,8 +25,8 @@ def test_check_equivalent_names_the_step():
 
 def test_a_wrong_propagation_law_is_caught(monkeypatch):
     # Mutation: every forward rewrite claims to be a sum (wrong for parallel dims).
-    monkeypatch.setattr(laws, "_kind", lambda outcome: "sum")
-    monkeypatch.setattr(laws.RuleOutcome, "action", property(lambda self: laws.SumAction()))
+    monkeypatch.setattr(blockwise, "outcome_kind", lambda outcome: "sum")
+    monkeypatch.setattr(RuleOutcome, "action", property(lambda self: SumAction()))
     with make_context():
         module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2})
         with pytest.raises(slicer.CompileError, match="after slicer-propagate: (result #0 of @mlp differs|the program no longer compiles)"):

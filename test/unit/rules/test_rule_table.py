@@ -6,6 +6,7 @@ from mlir import ir
 import slicer.core.names as ir_names
 import slicer.dialect as sd
 from slicer.dialect import SumAction, TileAction
+from slicer.core.errors import InternalError
 from slicer.rules import NoRule, RuleOutcome, rule_for
 
 T = TileAction
@@ -209,11 +210,11 @@ def test_rank_reducing_slices_are_the_pieces_of_a_split():
 
 def test_bad_questions_are_errors():
     rule = rule_for(reduction(" %r = arith.addf %acc, %v : f32\n linalg.yield %r : f32"))
-    with pytest.raises(ValueError, match="exactly one of operand= or result="):
+    with pytest.raises(InternalError, match="exactly one of operand= or result="):
         rule.tile(dim=0)
-    with pytest.raises(ValueError, match="there is no dim 2"):
+    with pytest.raises(InternalError, match="there is no dim 2"):
         rule.tile(operand=0, dim=2)
-    with pytest.raises(ValueError, match="there is no result #1"):
+    with pytest.raises(InternalError, match="there is no result #1"):
         rule.tile(result=1, dim=0)
 
 

@@ -1,0 +1,214 @@
+"""Laws that make an op compute block-wise, as the rule table says it can: backward (a block of an op's
+result is the op on blocks of its operands) and forward (an op consuming a tile loop's result becomes a loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func, linalg, tensor
+
+from slicer.core.errors import Located, PassFailure
+from slicer.core.names import DIALECT_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
+from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
+from slicer.rules import NoRule, RuleOutcome, kept_dims
+
+from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
+from .journal import Journal
+from .loops import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
+
+
+def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
+    if op.name != SLICE:
+        return False
+    view = SliceOp(op)
+    producer = defining_op(view.source)
+    if producer is None or producer.name.startswith(DIALECT_PREFIX) or producer.name == func.CallOp.OPERATION_NAME:
+        return False
+    rng = view.range
+    try:
+        outcome = tile_outcome(producer, result=result_index(view.source), dim=view.dim)
+    except NoRule:
+        return False
+    if not outcome.ok or outcome_kind(outcome) != "tile":
+        return False
+    if not _divisible(producer, outcome, rng.size):
+        return False
+    key = (op_id(producer), result_index(view.source), view.dim, _range_key(view.range_value))
+    known = journal.blocks.get(key)
+    if known is not None and _dominates(known[0], op):
+        # This block of the value was computed already (for an earlier slice, since erased): reuse it.
+        journal.rewriting(op)
+        view.result.replace_all_uses_with(known[0].results[known[1]])
+        journal.erase(op)
+        return True
+    journal.rewriting(op)
+    with ir.InsertionPoint(op), op.location:
+        clone = _blockwise_clone(producer, outcome, view.range_value, rng.size, ir.InsertionPoint(op))
+    view.result.replace_all_uses_with(clone.results[key[1]])
+    journal.erase(op)
+    journal.remember_block(key, clone, key[1])
+    return True
+
+
+def _range_key(range_value: ir.Value) -> tuple[int, int]:
+    """The identity of a range value: (address of the op defining it, or of its loop, argument/result number)."""
+    if isinstance(range_value, ir.BlockArgument):
+        return op_id(as_op(range_value.owner.owner)), ir.BlockArgument(range_value).arg_number
+    return op_id(defining_op(range_value)), result_index(range_value)
+
+
+def _dominates(op: ir.Operation, user: ir.Operation) -> bool:
+    """Is `op` before `user` in `op`'s block, or before the op of that block that holds `user`?"""
+    holder = lift(user, op.block)
+    return holder is not None and holder != op and op.is_before_in_block(holder)
+
+
+def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
+    """Result index -> dim the result is tiled on (tile outcomes only)."""
+    return {r: a.dim for r, a in enumerate(outcome.actions) if isinstance(a, TileAction)}
+
+
+def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
+    """Does every dim the outcome cuts have a static size divisible by `size`? (A dynamic dim is never cut:
+    programs with dynamic dims are partitioned along their static ones.)"""
+    for index, dim in outcome.slices:
+        type_ = ir.RankedTensorType(op.operands[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
+            return False
+    for index, dim in _result_dims(outcome).items():
+        type_ = ir.RankedTensorType(op.results[index].type)
+        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
+            return False
+    return True
+
+
+def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Value, size: int, ip) -> ir.Operation:
+    """A copy of `op` computing one block: sliced operands, block-typed results."""
+    slices = outcome.slice_map
+    operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(op.operands)]
+    if outcome_kind(outcome) == "sum":
+        for index in outcome.zero_inits:
+            operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
+    clone = as_op(op.clone(ip=ip))
+    for index, value in enumerate(operands):
+        clone.operands[index] = value
+    for index, dim in _result_dims(outcome).items():
+        old = ir.RankedTensorType(op.results[index].type)
+        clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
+    _update_static_shapes(clone, op)
+    return clone
+
+
+def _update_static_shapes(op: ir.Operation, original: ir.Operation) -> None:
+    """Ops that repeat their shapes in attributes get them updated to the block's shapes (`op` is the
+    block-wise copy of `original`)."""
+    if op.name == tensor.ExpandShapeOp.OPERATION_NAME:
+        op.attributes[STATIC_OUTPUT_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(op.results[0].type.shape))
+    elif op.name in (tensor.ExtractSliceOp.OPERATION_NAME, tensor.InsertSliceOp.OPERATION_NAME):
+        # The slice's sizes, the dims a rank-reducing slice drops (unit sizes) included.
+        part = 0 if op.name == tensor.InsertSliceOp.OPERATION_NAME else None
+        old = original.operands[part].type if part is not None else original.results[0].type
+        new = op.operands[part].type if part is not None else op.results[0].type
+        sizes = list(ir.DenseI64ArrayAttr(original.attributes[STATIC_SIZES_ATTR]))
+        for r, d in enumerate(kept_dims(original, old)):
+            sizes[d] = new.shape[r]
+        op.attributes[STATIC_SIZES_ATTR] = ir.DenseI64ArrayAttr.get(sizes)
+    elif op.name == arith.ConstantOp.OPERATION_NAME and isinstance(op.results[0].type, ir.RankedTensorType):
+        splat = ir.DenseElementsAttr(op.attributes[VALUE_ATTR]).get_splat_value()
+        op.attributes[VALUE_ATTR] = ir.DenseElementsAttr.get_splat(op.results[0].type, splat)
+
+
+def _zeros(type_: ir.RankedTensorType) -> ir.Value:
+    element = type_.element_type
+    zero = arith.constant(element, 0.0 if isinstance(element, ir.FloatType) else 0)
+    return linalg.fill(zero, outs=[tensor.empty(type_.shape, element)])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    operand: int
+    producer: LoopOp
+    dim: int
+
+
+def forward_candidates(op: ir.Operation) -> list[Candidate]:
+    """Operands of `op` produced by tile loops, earliest tactic first."""
+    found = []
+    for index, value in enumerate(op.operands):
+        loop_and_result = tile_loop_of(value)
+        if loop_and_result is not None:
+            producer, _ = loop_and_result
+            found.append(Candidate(index, producer, producer.action.dim))
+    return sorted(found, key=lambda c: (priority(c.producer), c.operand))
+
+
+def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
+    if op.name.startswith(DIALECT_PREFIX) or op.name in (func.ReturnOp.OPERATION_NAME, YIELD) or not op.results:
+        return False
+    candidates = forward_candidates(op)
+    if not candidates:
+        return False
+    busy_axes = enclosing_axes(op)
+    for candidate in candidates:
+        rng = candidate.producer.range
+        if busy_axes & set(rng.axes):
+            continue  # already partitioned over these axes here: a conflict, reported at the end
+        try:
+            outcome = tile_outcome(op, operand=candidate.operand, dim=candidate.dim)
+        except NoRule as exc:
+            raise PassFailure(Located(op.location, (
+                f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over "
+                f"{', '.join(rng.axes)}, from {tactic_name(candidate.producer)}) through '{op.name}': {exc}. "
+                "Or replicate the operand before this op (slicer.Replicate / an all-empty slicer.annotate)"))) from None
+        if not outcome.ok:
+            journal.blocked.append((op, outcome.blocked))
+            continue
+        if len(set(outcome.actions)) > 1:
+            journal.blocked.append((op, f"{op.name} results would be rebuilt with different actions {outcome.actions}"))
+            continue
+        if not _divisible(op, outcome, rng.size):
+            journal.blocked.append((op, f"{op.name}: a sliced dim is dynamic or not divisible by {rng.size} "
+                                        f"({', '.join(rng.axes)})"))
+            continue
+        journal.rewriting(op)
+        _make_loop(op, candidate, outcome, journal)
+        return True
+    return False
+
+
+def _same_type_groups(values) -> list[list[int]]:
+    """Indices of `values` grouped by type, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for index, value in enumerate(values):
+        groups.setdefault(str(value.type), []).append(index)
+    return list(groups.values())
+
+
+def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, journal: Journal) -> None:
+    """Replace `op` by a loop computing it block-wise. A `slicer.loop`'s results share one type (IRDL 22
+    binds a variadic result constraint to a single type, see slicer.irdl.mlir), so an op whose results
+    have different types gets one loop per result type, each with its own block-wise copy of the op."""
+    producer, rng = candidate.producer, candidate.producer.range
+    action = outcome.action
+    rule = f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over {', '.join(rng.axes)})"
+    results: list[ir.Value | None] = [None] * len(op.results)
+    with ir.InsertionPoint(op), op.location:
+        for group in _same_type_groups(op.results):
+            new_loop = loop([op.results[i].type for i in group], mesh=producer.mesh, action=action, range=rng)
+            inherit_provenance(new_loop.operation, producer, rule)
+            with ir.InsertionPoint(new_loop.body):
+                clone = _blockwise_clone(op, outcome, new_loop.range_arg, rng.size, ir.InsertionPoint(new_loop.body))
+                yield_([clone.results[i] for i in group])
+            for i, value in zip(group, new_loop.results):
+                results[i] = value
+        if outcome_kind(outcome) == "sum":
+            # The loop summed blocks computed from zeros; add the real initial value once.
+            for index in outcome.zero_inits:
+                init = op.operands[index]
+                if not is_zero_tensor(init):
+                    r = index - (len(op.operands) - len(op.results))
+                    results[r] = linalg.add(results[r], init, outs=[tensor.empty(ir.RankedTensorType(init.type).shape, ir.RankedTensorType(init.type).element_type)])
+    for old, new in zip(op.results, results):
+        old.replace_all_uses_with(new)
+    journal.erase(op)

@@ -1,0 +1,127 @@
+"""The late law: sibling loops over the same range that read a common value become one loop."""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, linalg, tensor
+
+from slicer.core.names import LOOP, RANGE_PRODUCT
+from slicer.dialect import LoopOp, loop, yield_
+
+from .ir_utils import as_op, captured_values, defining_op, op_id
+from .journal import Journal
+from .loops import earlier_in_block, inherit_provenance, lift, lift_all, move_body
+
+
+def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
+    """Two loops in one block over the same range with the same action, neither using the other's results,
+    that read a common value, are one loop with both bodies and all results.
+
+    Only loops reading a common computed value (found through use lists, `fusion_candidates`): fusing them
+    puts their uses of that value side by side, where `merge_duplicate_slice` makes them one and deforestation can
+    give a single-use body away. Loops sharing nothing gain nothing (the partitioner inlines every loop body)
+    and asking every pair of a block made the late phase quadratic in the number of loops."""
+    if op.name != LOOP:
+        return False
+    second = LoopOp(op)
+    earlier_loops = fusion_candidates(op)
+    for earlier in earlier_loops:
+        first = LoopOp(earlier)
+        if (first.range_arg.type != second.range_arg.type or first.action != second.action
+                or first.mesh != second.mesh):
+            continue
+        if len({str(r.type) for r in first.results + second.results}) != 1:
+            continue  # a loop's results share one type (see _make_loop)
+        if _depends_on(op, earlier):
+            continue
+        # The fused loop stands where the second one is if nothing between them uses the
+        # first's results, else where the first is if the second needs nothing defined between.
+        if not any(_used_between(r, earlier, op) for r in first.results):
+            journal.rewriting(op)
+            _fuse(first, second, journal, at=op)
+            return True
+        if not _needs_values_after(op, earlier):
+            journal.rewriting(op, anchor=earlier)
+            _fuse(first, second, journal, at=earlier)
+            return True
+    return False
+
+
+_SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME,
+                                 RANGE_PRODUCT})
+
+
+def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
+    """The loops before `op` in its block that read a value `op` reads, first first: a value from outside
+    both that is computed (not a constant, an empty tensor, a fill or a range)."""
+    found: dict[int, ir.Operation] = {}
+    seen: set[int] = set()
+    for value in captured_values(op):
+        producer = defining_op(value)
+        if producer is not None and (producer.name in _SHARED_FOR_NOTHING or op_id(producer) in seen):
+            continue
+        if producer is not None:
+            seen.add(op_id(producer))
+        if not isinstance(value.type, ir.RankedTensorType):
+            continue
+        for other in lift_all([as_op(use.owner) for use in value.uses], op.block):
+            if other.name == LOOP:
+                found.setdefault(op_id(other), other)
+    return earlier_in_block(op, found.values())
+
+
+def _depends_on(op: ir.Operation, earlier: ir.Operation) -> bool:
+    """Does `op` use (through ops of the same block) a result of `earlier`? Walks forward from `earlier`'s
+    results through their users, lifted to the block, up to `op` (a user after `op` cannot lead to it)."""
+    block = op.block
+    stack, seen = [earlier], {op_id(earlier)}
+    while stack:
+        current = stack.pop()
+        for result in current.results:
+            for use in result.uses:
+                user = lift(as_op(use.owner), block)
+                if user is None:
+                    continue
+                if user == op:
+                    return True
+                if op.is_before_in_block(user) or op_id(user) in seen:
+                    continue
+                seen.add(op_id(user))
+                stack.append(user)
+    return False
+
+
+def _used_between(value: ir.Value, first: ir.Operation, second: ir.Operation) -> bool:
+    for use in value.uses:
+        user = as_op(use.owner)
+        while user.block != first.block:
+            user = as_op(user.parent)
+        if first.is_before_in_block(user) and user.is_before_in_block(second):
+            return True
+    return False
+
+
+def _needs_values_after(op: ir.Operation, earlier: ir.Operation) -> bool:
+    for value in captured_values(op):
+        owner = defining_op(value)
+        if owner is not None and owner.block == op.block and earlier.is_before_in_block(owner):
+            return True
+    return False
+
+
+def _fuse(first: LoopOp, second: LoopOp, journal: Journal, *, at: ir.Operation) -> None:
+    loc = first.operation.location
+    with ir.InsertionPoint(at), loc:
+        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action, range=first.range)
+        inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
+    with ir.InsertionPoint(fused.body), loc:
+        anchor = yield_([])
+    yielded = (move_body(first, fused.range_arg, journal, before=anchor)
+               + move_body(second, fused.range_arg, journal, before=anchor))
+    with ir.InsertionPoint(anchor), loc:
+        yield_(yielded)
+    anchor.erase()
+    for old, new in zip(first.results + second.results, fused.results):
+        old.replace_all_uses_with(new)
+    journal.erase(first.operation)
+    journal.erase(second.operation)
