@@ -15,7 +15,7 @@ from itertools import product
 from mlir import ir
 from mlir.dialects import arith, linalg
 
-from slicer.core.errors import Unsupported
+from slicer.core.errors import NotAContraction
 
 from ..body import is_elementwise
 from ..linalg_facts import (PARALLEL, REDUCTION, MemAccess, combined_with, in_body, indexing_maps, iterator_kinds,
@@ -25,10 +25,6 @@ FLOAT_BYTES = {"f32": 4, "f64": 8}
 """The element types the generated GEMMs handle, with their sizes."""
 
 _CAPTURABLE = (ir.F32Type, ir.F64Type, ir.F16Type, ir.BF16Type, ir.IntegerType, ir.IndexType)
-
-
-class NotAContraction(Unsupported):
-    """Why a generic is left to the tile-and-vectorize path."""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
-from slicer.core.errors import Unsupported
+from slicer.core.errors import NotRowwise
 
 from ..body import is_elementwise
 from ..linalg_facts import (PARALLEL, VECTOR_BYTES, MemAccess, byte_width, combined_with, indexing_maps, input_count,
@@ -31,10 +31,6 @@ _REDUCTION_KINDS = {
     arith.XOrIOp.OPERATION_NAME: ("xor", 0),
 }
 """Combiner op -> (`vector.reduction` kind, identity) of the reductions the generator takes."""
-
-
-class NotRowwise(Unsupported):
-    """Why an op is left to the tile-and-vectorize step."""
 
 
 @dataclass

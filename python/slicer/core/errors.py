@@ -14,7 +14,8 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   │   │               converge, a kernel that does not compile in time); names where, saves a reproducer
     │   │   └── PropagationError  propagation exceeded its rewrite budget
     │   └── Unsupported     a component declines an input it does not handle (caught inside Slicer)
-    │       └── NoRule      an op with no propagation rule
+    │       ├── NoRule      an op with no propagation rule
+    │       └── NotAContraction, NotRowwise   a kernel generator leaves an op to tile-and-vectorize
     ├── InvalidTactic       a tactic value that is wrong on its own
     ├── FrontendError       a model or function that cannot be imported (slicer.from_torch)
     ├── RedistributionError a distributed type, plan or dtype that is invalid
@@ -167,7 +168,15 @@ class UnknownName(SlicerError, AttributeError):
     so `hasattr` and `getattr` with a default behave as for any module."""
 
 
-INTERNAL = ("Unsupported", "NoRule")
+class NotAContraction(Unsupported):
+    """The contraction generator (`lowering/contract/`) declines a generic; it goes to tile-and-vectorize."""
+
+
+class NotRowwise(Unsupported):
+    """The row-kernel generator (`lowering/rows/`) declines an op; it goes to tile-and-vectorize."""
+
+
+INTERNAL = ("Unsupported", "NoRule", "NotAContraction", "NotRowwise")
 """Classes Slicer raises and catches itself (a component declining an input): documented in docs/errors.md as
 internal, not exported from `slicer`. Seeing one escape is a bug in Slicer."""
 
@@ -176,5 +185,5 @@ __all__ = [
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
-    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "InternalError", "UnknownName",
+    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName",
 ]
