@@ -54,3 +54,13 @@ REDUCE_SCATTER = "shard.reduce_scatter"
 ALL_SLICE = "shard.all_slice"
 COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE, REORDERING_ALL_TO_ALL)
 """Every op that communicates between devices in an SPMD program."""
+
+# -- attributes of the kernel pipeline (slicer.lowering) ----------------------------------------------------------
+VECTORIZE_TAG_ATTR = "slicer.vectorize_tag"
+"""On a `linalg.generic` while `slicer-kernel-vectorize` runs: the number its transform script matches it by."""
+ASSERT_MESSAGES_ATTR = "slicer.assert_messages"
+"""On a kernel module after `slicer-kernel-checked-asserts`: the checks' messages, the first being number 1."""
+EMIT_C_INTERFACE_ATTR = "llvm.emit_c_interface"
+"""On a `func.func`: the LLVM lowering also emits `_mlir_ciface_<name>`, taking memref descriptors by pointer."""
+WRITABLE_ATTR = "bufferization.writable"
+"""On a function argument: whether bufferization may write into its buffer (kernels' inputs are read-only)."""
