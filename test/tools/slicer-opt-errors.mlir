@@ -19,6 +19,8 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
 // NOFILE: slicer-opt: error: cannot read '{{.*}}no-such-file.mlir'
 // OPTION: slicer-opt: error: pass 'slicer-lower-to-loops' has no option 'bogus'
 // LIST: Slicer passes:
+// LIST: slicer-kernel-rows
+// LIST-NEXT: unroll=4
 // LIST: slicer-lower-to-loops
 // LIST: slicer-verify
 // LIST: Upstream MLIR passes

@@ -62,7 +62,9 @@ class ModulePass(abc.ABC):
 
     @classmethod
     def options_help(cls) -> list[str]:
-        return [f"{f.name.replace('_', '-')}={f.default!r}" for f in dataclasses.fields(cls)]
+        """One `option=default` line per option (a tuple as the pipeline writes it: `matmul=8,32,16`)."""
+        return [f"{f.name.replace('_', '-')}={_render(f.default) if isinstance(f.default, tuple) else repr(f.default)}"
+                for f in dataclasses.fields(cls)]
 
     def pipeline_text(self) -> str:
         """This pass with its non-default options, as it would be written in a pipeline."""
