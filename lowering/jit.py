@@ -33,7 +33,9 @@ from .kernel import prepare_kernels
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
 
-JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, "finalize-memref-to-llvm")
+JIT_ALLOCATOR = "finalize-memref-to-llvm"
+"""How JIT-compiled functions allocate: malloc (the ExecutionEngine links no allocator of its own)."""
+JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, JIT_ALLOCATOR)
 """The kernel pipeline without tiling and vectorization (scalar loops: the reference), after the slicer
 loops are lowered and the meshes dropped; memory comes from malloc (the ExecutionEngine links no allocator)."""
 

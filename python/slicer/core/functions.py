@@ -13,11 +13,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from .errors import EntryError
+from .errors import EntryError  # noqa: F401 - raised here; stages import it from here or from .errors
 from .names import ARG_NAME_ATTR
-
-__all__ = ["EntryError", "defined_functions", "entry_function", "function_name", "function_type", "is_public",
-           "op_of", "public_functions", "value_names"]
 
 
 def op_of(x) -> ir.Operation:
