@@ -124,20 +124,21 @@ def _convert(pass_name: str, key: str, text: str, type_) -> object:
     return _scalar(pass_name, key, text, type_)
 
 
+_BOOLS = {"1": True, "true": True, "on": True, "": True, "0": False, "false": False, "off": False}
+
+
 def _scalar(pass_name: str, key: str, text: str, type_) -> object:
-    try:
-        if type_ is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "on", ""):
-                return True
-            if lowered in ("0", "false", "off"):
-                return False
-            raise ValueError(text)
-        if type_ is int:
-            return int(text, 0)
-        if type_ is float:
-            return float(text)
-        return text
-    except ValueError:
+    value: object = None
+    if type_ is bool:
+        value = _BOOLS.get(text.lower())
+    elif type_ in (int, float):
+        try:
+            value = int(text, 0) if type_ is int else float(text)
+        except ValueError:
+            value = None
+    else:
+        value = text
+    if value is None:
         what = _SCALARS.get(type_, getattr(type_, "__name__", str(type_)))
-        raise OptionError(f"pass '{pass_name}' option '{key}' expects {what}, got '{text}'") from None
+        raise OptionError(f"pass '{pass_name}' option '{key}' expects {what}, got '{text}'")
+    return value
