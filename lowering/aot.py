@@ -32,11 +32,10 @@ from pathlib import Path
 
 import numpy as np
 from mlir import ir
+from mlir.dialects import func as func_d
 
-from slicer.core import dtypes
-from slicer.core.errors import BudgetExceeded, KernelError
-from slicer.core.functions import EntryError, entry_function, function_name
-from slicer.core.names import MESH
+from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
+from slicer.core.functions import entry_function, function_name, public_functions
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
@@ -44,9 +43,9 @@ from slicer.dialect import make_context, walk_ops
 from .asserts import take_messages
 from .cache import LIBRARY, KernelCache, cache_key
 from .emitter import TARGET_AVX512, host_has_avx512
-from .kernel import ArraySpec, Kernel, KernelLibrary
-from .workspace import SOURCE as WORKSPACE_SOURCE
+from .kernel import Kernel, KernelLibrary, prepare_kernels
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
+from .workspace import SOURCE as WORKSPACE_SOURCE
 
 log = logging.getLogger("slicer.kernels")
 
@@ -120,19 +119,26 @@ def _toolchain_fingerprint() -> str:
     return ";".join(parts)
 
 
+_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel_graph.py"})
+"""Modules of this package that do not shape a compiled kernel (cutting programs into kernels, the JIT, the
+cache's storage); every other module does, including modules added later (the safe default)."""
+
+
 @lru_cache(maxsize=1)
 def _implementation_fingerprint() -> str:
-    """sha256 of the Python code that shapes the output (pipeline steps, script generator, this driver).
+    """sha256 of the Python code that shapes the output: every module of this package (its passes included)
+    but `_NOT_SHAPING_KERNELS`.
 
-    The pipeline text names `slicer-kernel-vectorize` and `slicer-lower-to-loops`, not their code:
-    editing that code must invalidate cached kernels too.
+    The pipeline text names `slicer-kernel-rows` and `slicer-lower-to-loops`, not their code: editing that
+    code must invalidate cached kernels too. Hashing the package rather than a list of files keeps a module
+    that is added, split or renamed in the key without anyone having to remember it.
     """
     here = Path(__file__).parent
-    files = [here / name for name in ("kernel_pipeline.py", "vectorize.py", "emitter.py", "linalg_facts.py",
-                                      "body.py", "vector_math.py", "workspace.py", "aot.py", "loops.py", "results.py")]
-    files += sorted(here.glob("contract/*.py")) + sorted(here.glob("rows/*.py"))  # the two generators' packages
+    files = sorted(path for path in here.rglob("*.py") if path.name not in _NOT_SHAPING_KERNELS or
+                   path.parent != here)
     digest = hashlib.sha256()
     for path in files:
+        digest.update(str(path.relative_to(here)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -203,11 +209,11 @@ def split_kernels(text: str) -> dict[str, str]:
         except ir.MLIRError as exc:
             raise KernelError(f"cannot parse the module: {exc}") from None
         found = {}
-        for func in _public_functions(module):
+        for func in public_functions(module):
             alone = ir.Module.create()
             with ir.InsertionPoint(alone.body):
                 copy = func.clone()
-            copy.attributes["sym_name"] = ir.StringAttr.get(CANONICAL_KERNEL)
+            copy.opview.sym_name = ir.StringAttr.get(CANONICAL_KERNEL)
             found[function_name(func)] = str(alone)
         if not found:
             raise KernelError("the module has no public func.func with a body: nothing to compile")
@@ -247,7 +253,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
         try:
             pipeline.run(module)
-        except (ir.MLIRError, ValueError) as exc:  # ValueError: bad pipeline text or options, i1 buffers
+        except (ir.MLIRError, PipelineError, KernelError) as exc:  # bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
         if TARGET_AVX512 in module.operation.attributes:
             del module.operation.attributes[TARGET_AVX512]
@@ -280,47 +286,12 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
 
 
 def _prepare(module: ir.Module) -> list[dict]:
-    """Drop meshes, mark public functions as C-interface kernels with read-only inputs; their signatures."""
-    for op in walk_ops(module, MESH):
-        op.erase()
-    kernels = []
-    for func in _public_functions(module):
-        name = ir.StringAttr(func.attributes["sym_name"]).value
-        fn_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        inputs = [_spec(t, f"argument #{i} of @{name}") for i, t in enumerate(fn_type.inputs)]
-        outputs = [_spec(t, f"result #{i} of @{name}") for i, t in enumerate(fn_type.results)]
-        kernels.append({"name": name, "inputs": [s.to_json() for s in inputs], "outputs": [s.to_json() for s in outputs]})
-        func.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-        # Inputs are read-only: bufferization copies before writing into one.
-        read_only = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
-        func.attributes["arg_attrs"] = ir.ArrayAttr.get([read_only] * len(inputs))
-    if not kernels:
+    """The module's public functions given the kernel calling convention (`kernel.prepare_kernels`); their
+    signatures as the cache entry's meta records them."""
+    signatures = prepare_kernels(module, public_functions(module))
+    if not signatures:
         raise KernelError("the module has no public func.func with a body: nothing to compile")
-    return kernels
-
-
-def _public_functions(module: ir.Module) -> list[ir.Operation]:
-    """The module's public `func.func`s with a body: its kernels."""
-    found = []
-    for op in module.body.operations:
-        func = op.operation
-        if func.name != "func.func" or not len(func.regions[0].blocks):
-            continue
-        if "sym_visibility" in func.attributes and ir.StringAttr(func.attributes["sym_visibility"]).value != "public":
-            continue
-        found.append(func)
-    return found
-
-
-def _spec(type_: ir.Type, what: str) -> ArraySpec:
-    if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
-        raise KernelError(f"{what} has type {type_}; kernels take statically shaped tensors only")
-    name = str(type_.element_type)
-    dtype = dtypes.numpy_dtype(name)
-    if dtype is None:
-        raise KernelError(f"{what}: {dtypes.unsupported(name)}")
-    # i1 arguments are numpy booleans: one byte each, which the kernel reads as i8 (see widen_i1.py).
-    return ArraySpec(tuple(type_.shape), dtype)
+    return [signature.to_json() for signature in signatures]
 
 
 COMPILE_SECONDS_ENV = "SLICER_KERNEL_COMPILE_SECONDS"
@@ -343,7 +314,7 @@ def describe_largest(text: str) -> str:
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         sizes = []
-        for func in walk_ops(module, "func.func"):
+        for func in walk_ops(module, func_d.FuncOp.OPERATION_NAME):
             ops = [op for op in walk_ops(func) if op != func]
             largest = max(ops, key=_result_elements, default=None)
             sizes.append((len(ops), function_name(func), largest))

@@ -21,14 +21,13 @@ exception to catch. These two steps make a failed check an error the caller sees
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, func, memref, scf
+from mlir.dialects import arith, cf, func, linalg, memref, scf, tensor
 
 from slicer.core.errors import KernelAssertionError
+from slicer.core.names import ASSERT_MESSAGES_ATTR
 
 STATUS_FUNCTION = "__slicer_failed_assert"
 """The exported function a caller calls after a kernel: the number of the last failed check, then reset."""
-MESSAGES_ATTR = "slicer.assert_messages"
-"""Module attribute: the checks' messages, the first being number 1 (read and removed by the callers)."""
 _FLAG = "__slicer_failed_assert_flag"
 
 
@@ -37,7 +36,8 @@ def clamp_gathers(module: ir.Module) -> None:
     extracts: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "tensor.extract" and op.parent is not None and op.parent.name == "linalg.generic":
+        if (op.name == tensor.ExtractOp.OPERATION_NAME and op.parent is not None
+                and op.parent.name == linalg.GenericOp.OPERATION_NAME):
             extracts.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -55,7 +55,7 @@ def clamp_gathers(module: ir.Module) -> None:
 
 
 def _is_constant(value: ir.Value) -> bool:
-    return isinstance(value, ir.OpResult) and value.owner.name == "arith.constant"
+    return isinstance(value, ir.OpResult) and value.owner.name == arith.ConstantOp.OPERATION_NAME
 
 
 def checked_asserts(module: ir.Module) -> None:
@@ -63,7 +63,7 @@ def checked_asserts(module: ir.Module) -> None:
     asserts: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "cf.assert":
+        if op.name == cf.AssertOp.OPERATION_NAME:
             asserts.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -78,7 +78,7 @@ def checked_asserts(module: ir.Module) -> None:
                                                                     ir.IntegerAttr.get(i32, 0)))
     messages: list[str] = []
     for op in asserts:
-        message = ir.StringAttr(op.attributes["msg"]).value
+        message = ir.StringAttr(op.opview.msg).value
         messages.append(message)
         with ir.InsertionPoint(op), op.location:
             failed = arith.xori(op.operands[0], arith.constant(ir.IntegerType.get_signless(1), 1))
@@ -94,16 +94,16 @@ def checked_asserts(module: ir.Module) -> None:
             number = memref.load(flag, [])
             memref.store(arith.constant(i32, 0), flag, [])
             func.return_([number])
-    module.operation.attributes[MESSAGES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(m) for m in messages])
+    module.operation.attributes[ASSERT_MESSAGES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(m) for m in messages])
 
 
 def take_messages(module: ir.Module) -> tuple[str, ...]:
     """The checks' messages recorded by `checked_asserts` (removed from the module); () if it has none."""
     attributes = module.operation.attributes
-    if MESSAGES_ATTR not in attributes:
+    if ASSERT_MESSAGES_ATTR not in attributes:
         return ()
-    messages = tuple(ir.StringAttr(m).value for m in ir.ArrayAttr(attributes[MESSAGES_ATTR]))
-    del attributes[MESSAGES_ATTR]
+    messages = tuple(ir.StringAttr(m).value for m in ir.ArrayAttr(attributes[ASSERT_MESSAGES_ATTR]))
+    del attributes[ASSERT_MESSAGES_ATTR]
     return messages
 
 

@@ -5,55 +5,39 @@ program at any stage of partitioning (global, with slicer loops, or SPMD local
 code without collectives) can be run here and compared with numpy.
 
 How: the module is re-parsed into a fresh context (the caller's IR is never
-mutated), slicer loops are lowered (`lowering.loops`), then the kernel pipeline
-without its vectorize stage (`JIT_PIPELINE`) bufferizes (results become out
-parameters so numpy owns every output buffer) and lowers to LLVM as scalar
-loops, and the ExecutionEngine (which targets the host CPU) compiles it.
+mutated), slicer loops are lowered (`lowering.loops`), the entry function gets
+the kernels' calling convention (`kernel.prepare_kernels`, as the AOT kernels
+do), then the kernel pipeline without its vectorize stage (`JIT_PIPELINE`)
+bufferizes (results become out parameters so numpy owns every output buffer)
+and lowers to LLVM as scalar loops, and the ExecutionEngine (which targets the
+host CPU) compiles it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
 import numpy as np
 from mlir import ir
 from mlir.execution_engine import ExecutionEngine
 from mlir.runtime import get_ranked_memref_descriptor
 
-from slicer.core import dtypes
-from slicer.core.errors import JitError, KernelError
-from slicer.core.functions import EntryError, entry_function, function_name, function_type
-from slicer.core.names import MESH
+from slicer.core.errors import EntryError, JitError, KernelError
+from slicer.core.functions import entry_function
 from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
-from slicer.dialect import make_context, walk_ops
+from slicer.dialect import make_context
 
 from .asserts import STATUS_FUNCTION, failure, take_messages
+from .kernel import prepare_kernels
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
 
-JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, "finalize-memref-to-llvm")
+JIT_ALLOCATOR = "finalize-memref-to-llvm"
+"""How JIT-compiled functions allocate: malloc (the ExecutionEngine links no allocator of its own)."""
+JIT_PIPELINE = LOOPS_PIPELINE.without("slicer").replacing(LIBRARY_ALLOCATOR, JIT_ALLOCATOR)
 """The kernel pipeline without tiling and vectorization (scalar loops: the reference), after the slicer
 loops are lowered and the meshes dropped; memory comes from malloc (the ExecutionEngine links no allocator)."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Shape and numpy dtype of one function argument or result."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @staticmethod
-    def of(type_: ir.Type, what: str) -> "TensorSpec":
-        if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
-            raise JitError(f"{what} has type {type_}; the JIT takes statically shaped tensors only")
-        name = str(type_.element_type)
-        dtype = dtypes.numpy_dtype(name)
-        if dtype is None:
-            raise JitError(f"{what}: {dtypes.unsupported(name)}")
-        return TensorSpec(tuple(type_.shape), dtype)
 
 
 class CompiledFunction:
@@ -64,24 +48,12 @@ class CompiledFunction:
         with self._context, ir.Location.unknown():
             module = ir.Module.parse(module_text)
             lower_loops(module.operation)
-            for op in walk_ops(module, MESH):
-                op.erase()
             try:
-                func = entry_function(module, entry)
-            except EntryError as exc:
-                raise JitError(str(exc)) from None
-            self.name = function_name(func)
-            fn_type = function_type(func)
-            self.inputs = [TensorSpec.of(t, f"argument #{i} of @{self.name}") for i, t in enumerate(fn_type.inputs)]
-            self.outputs = [TensorSpec.of(t, f"result #{i} of @{self.name}") for i, t in enumerate(fn_type.results)]
-            func.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-            # Arguments are read-only: bufferization copies before writing into them.
-            read_only = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
-            func.attributes["arg_attrs"] = ir.ArrayAttr.get([read_only] * len(self.inputs))
-            try:
+                [signature] = prepare_kernels(module, [entry_function(module, entry)])
                 JIT_PIPELINE.run(module)
-            except KernelError as exc:  # e.g. i1 buffers
+            except (EntryError, KernelError) as exc:  # e.g. no such function, dynamic shapes, i1 buffers
                 raise JitError(str(exc)) from None
+            self.name, self.inputs, self.outputs = signature.name, list(signature.inputs), list(signature.outputs)
             self._assert_messages = take_messages(module)
             # The engine owns the compiled code: keep it alive as long as this object.
             self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())

@@ -3,19 +3,32 @@
 A pipeline is a tuple of `(stage, (element, ...))` like Catalyst's pass
 pipelines, so callers can print it, hash it (the kernel cache key includes
 `KernelPipeline.text()`), drop or replace a stage, or run it up to a stage to
-inspect the IR. Elements are upstream/slicer pass-pipeline elements run with
-`slicer.core.pipeline.run_pipeline`, except the Python steps of this layer
-(`PYTHON_STEPS`; not registered passes because they only make sense inside
-this pipeline, and `slicer-lower-to-loops`, the same function as the pass):
+inspect the IR. Every element is a pass-pipeline element: an upstream MLIR pass
+(or nested pipeline), or a Slicer pass registered in the one registry
+(`slicer.core.passes.PASSES`) that `slicer-opt` and `slicer.passes.run_pipeline`
+use too, so each step runs alone as `slicer-opt -p 'slicer-kernel-rows{unroll=2}'`
+and has its lit test in `test/Transforms/<pass-name>.mlir`. The lowering's
+passes are thin classes in `slicer.lowering.passes` (imported here, which
+registers them), one file per pass:
 
-- `slicer-kernel-vectorize{...}`: tile and vectorize every linalg op with a
-  transform-dialect script generated per op (see `lowering/vectorize.py`);
-- `slicer-kernel-widen-i1`: boolean tensors stored as bytes (`widen_i1.py`), so
-  masks cross kernels and are arguments;
-- `slicer-kernel-reject-narrow-memrefs`: a clear error instead of an assertion
-  failure in the LLVM lowering for any sub-byte buffer left;
+- `slicer-lower-to-loops`: slicer loops become upstream loops (`loops.py`);
 - `slicer-kernel-clamp-gathers`, `slicer-kernel-checked-asserts`: a program's
-  failed `cf.assert` is an error the caller raises, not an abort (`asserts.py`).
+  failed `cf.assert` is an error the caller raises, not an abort (`asserts.py`);
+- `slicer-kernel-distinct-results`: each result its own buffer (`results.py`);
+- `slicer-kernel-widen-i1`: boolean tensors stored as bytes (`widen_i1.py`), so
+  masks cross kernels and are arguments; `slicer-kernel-reject-narrow-memrefs`:
+  a clear error instead of an assertion failure in the LLVM lowering for any
+  sub-byte buffer left;
+- `slicer-kernel-contract{...}`: contractions as packed GEMMs (`contract.py`);
+  `slicer-kernel-rows{...}`: elementwise ops and reductions as vector loops
+  fused row by row (`rows.py`); `slicer-kernel-vectorize{...}`: the rest tiled
+  and vectorized by a transform script generated per op (`vectorize.py`).
+
+Consecutive upstream elements run in one PassManager; a Slicer pass runs
+between them by calling its `apply`, so its errors reach the caller as they
+are (a `KernelError` for an op the kernels cannot store, an `OptionError` for a
+bad option), which `aot.py` and `jit.py` report as their own. A pipeline that
+names no such stage or element is a `PipelineError`.
 
 Input: a module of `func.func` on statically shaped tensors (linalg, arith,
 math, tensor, slicer loops). Output: LLVM dialect where every public function
@@ -29,16 +42,11 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from slicer.core.errors import KernelError
-from slicer.core.pipeline import parse_element, parse_options, run_pipeline
+from slicer.core.errors import PipelineError
+from slicer.core.passes import registered_pass
+from slicer.core.pipeline import instantiate, parse_element, run_pipeline
 
-from .asserts import checked_asserts, clamp_gathers
-from .contract import ContractOptions, contract_module
-from .loops import lower_loops
-from .results import distinct_results
-from .rows import RowsOptions, rows_module
-from .vectorize import VectorizeOptions, vectorize_module
-from .widen_i1 import widen_i1
+from . import passes as _registering  # noqa: F401 - registers the lowering's passes (slicer.core.passes.PASSES)
 
 Stage = tuple[str, tuple[str, ...]]
 
@@ -130,20 +138,20 @@ class KernelPipeline:
         """This pipeline minus the named stages (e.g. `without("vectorize")` for plain loops)."""
         unknown = set(stage_names) - set(self.names())
         if unknown:
-            raise ValueError(f"no stage {sorted(unknown)} in pipeline (stages: {', '.join(self.names())})")
+            raise PipelineError(f"no stage {sorted(unknown)} in pipeline (stages: {', '.join(self.names())})")
         return replace(self, stages=tuple(s for s in self.stages if s[0] not in stage_names))
 
     def replacing(self, element: str, by: str) -> "KernelPipeline":
         """This pipeline with `element` replaced by `by` wherever it appears (an error if it appears nowhere)."""
         if not any(element in elements for _, elements in self.stages):
-            raise ValueError(f"no element '{element}' in pipeline:\n{self.text()}")
+            raise PipelineError(f"no element '{element}' in pipeline:\n{self.text()}")
         return replace(self, stages=tuple((name, tuple(by if e == element else e for e in elements))
                                           for name, elements in self.stages))
 
     def until(self, stage_name: str) -> "KernelPipeline":
         """The stages up to and including `stage_name` (to inspect intermediate IR)."""
         if stage_name not in self.names():
-            raise ValueError(f"no stage '{stage_name}' in pipeline (stages: {', '.join(self.names())})")
+            raise PipelineError(f"no stage '{stage_name}' in pipeline (stages: {', '.join(self.names())})")
         index = self.names().index(stage_name)
         return replace(self, stages=self.stages[: index + 1])
 
@@ -154,66 +162,20 @@ class KernelPipeline:
 
 
 def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
-    # Consecutive pass elements go to MLIR in one PassManager; the Python steps run in between.
+    # Consecutive upstream elements go to MLIR in one PassManager; the Slicer passes run in between.
     batch: list[str] = []
     for element in elements:
-        if parse_element(element).name in PYTHON_STEPS:
-            if batch:
-                run_pipeline(module, ",".join(batch))
-                batch = []
-            _run_kernel_step(module, element)
-        else:
+        parsed = parse_element(element)
+        if registered_pass(parsed.name) is None:
             batch.append(element)
+            continue
+        if batch:
+            run_pipeline(module, ",".join(batch))
+            batch = []
+        instantiate(parsed).apply(module.operation)
     if batch:
         run_pipeline(module, ",".join(batch))
 
-
-def _run_kernel_step(module: ir.Module, element: str) -> None:
-    parsed = parse_element(element)
-    PYTHON_STEPS[parsed.name](module, parse_options(parsed.options))
-
-
-class NarrowMemRefError(KernelError):
-    """A buffer of sub-byte elements (i1) that the LLVM lowering cannot store."""
-
-
-def reject_narrow_memrefs(module: ir.Module) -> None:
-    """Raise on any memref of i1 (or narrower-than-byte) elements left after bufferization.
-
-    MLIR 22's memref-to-LLVM lowering *asserts* (aborting the process) on loads/stores of sub-byte
-    elements; an error naming the value is better than a crash. Boolean tensors fused into one
-    linalg.generic never become buffers, so `select(cmp(a, b), a, b)` chains are fine.
-    """
-    found: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        for value in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
-            element = getattr(value.type, "element_type", None)
-            if isinstance(value.type, ir.MemRefType) and isinstance(element, ir.IntegerType) and element.width < 8:
-                found.append(f"{value.type} at {op.location}")
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if found:
-        raise NarrowMemRefError(
-            f"buffers of i1 elements ({found[0]}{' and more' if len(found) > 1 else ''}) cannot be lowered: "
-            "MLIR 22 cannot store sub-byte memref elements; keep booleans inside one elementwise chain, "
-            "or convert them to i8 (arith.extui) before they are returned or stored"
-        )
-
-
-PYTHON_STEPS = {
-    "slicer-lower-to-loops": lambda module, options: lower_loops(module.operation),
-    "slicer-kernel-contract": lambda module, options: contract_module(module, ContractOptions(**{k: int(v) for k, v in options.items()})),
-    "slicer-kernel-rows": lambda module, options: rows_module(module, RowsOptions(**{k: int(v) for k, v in options.items()})),
-    "slicer-kernel-vectorize": lambda module, options: vectorize_module(module, VectorizeOptions.parse(options)),
-    "slicer-kernel-reject-narrow-memrefs": lambda module, options: reject_narrow_memrefs(module),
-    "slicer-kernel-distinct-results": lambda module, options: distinct_results(module),
-    "slicer-kernel-widen-i1": lambda module, options: widen_i1(module),
-    "slicer-kernel-clamp-gathers": lambda module, options: clamp_gathers(module),
-    "slicer-kernel-checked-asserts": lambda module, options: checked_asserts(module),
-}
-"""The pipeline elements implemented in Python here, by name: `(module, options) -> None`."""
 
 # The default: fused, bufferized, tiled and vectorized, lowered to LLVM.
 DEFAULT_PIPELINE = KernelPipeline((_PRELUDE, _LINALG, _BUFFERIZE, _VECTORIZE, _TO_LLVM))

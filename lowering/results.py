@@ -11,18 +11,18 @@ writes each copy straight into its own out-param.
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import func as func_d
 from mlir.dialects import linalg, tensor
+
+from slicer.core.functions import defined_functions
 
 
 def distinct_results(module: ir.Module) -> None:
     """Copy every returned value that is returned more than once, or is a function argument."""
-    for func in module.body.operations:
-        func = func.operation
-        if func.name != "func.func" or not len(func.regions[0].blocks):
-            continue
+    for func in defined_functions(module):
         for block in func.regions[0].blocks:
             term = block.operations[len(block.operations) - 1].operation
-            if term.name != "func.return":
+            if term.name != func_d.ReturnOp.OPERATION_NAME:
                 continue
             seen: set = set()
             for index, value in enumerate(list(term.operands)):

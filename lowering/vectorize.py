@@ -37,44 +37,31 @@ pipeline stays correct for any linalg program.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import linalg, transform
 from mlir.dialects.transform import interpreter
 
+from slicer.core.names import VECTORIZE_TAG_ATTR as TAG
 from slicer.dialect.ops import walk_ops
 
 from .linalg_facts import indexing_maps, iterator_kinds
 
 log = logging.getLogger("slicer.kernels")
 
-TAG = "slicer.vectorize_tag"
+_GENERIC = linalg.GenericOp.OPERATION_NAME
 
 
 @dataclass(frozen=True)
 class VectorizeOptions:
-    """Tile sizes: `parallel` for the innermost loop of non-contractions, `matmul` (i, j, k) for contractions."""
+    """Tile sizes: `parallel` for the innermost loop of non-contractions, `matmul` (i, j, k) for contractions,
+    `kc` the reduction block of contractions (outer tiling level). A size of 0 leaves that loop untiled. The
+    fields are the options of `slicer-kernel-vectorize` (typed parsing: `matmul=8,32,16` takes three integers)."""
 
     parallel: int = 64
     matmul: tuple[int, int, int] = (8, 32, 16)
-    kc: int = 256  # reduction block of contractions (outer tiling level)
-
-    @staticmethod
-    def parse(options: dict[str, str]) -> "VectorizeOptions":
-        unknown = set(options) - {"parallel", "matmul", "kc"}
-        if unknown:
-            raise ValueError(f"slicer-kernel-vectorize: unknown option(s) {sorted(unknown)} (known: parallel, matmul, kc)")
-        result = VectorizeOptions()
-        if "parallel" in options:
-            result = replace(result, parallel=int(options["parallel"]))
-        if "kc" in options:
-            result = replace(result, kc=int(options["kc"]))
-        if "matmul" in options:
-            sizes = tuple(int(s) for s in options["matmul"].split(","))
-            if len(sizes) != 3:
-                raise ValueError(f"slicer-kernel-vectorize: matmul takes three tile sizes i,j,k, got '{options['matmul']}'")
-            result = replace(result, matmul=sizes)
-        return result
+    kc: int = 256
 
 
 @dataclass(frozen=True)
@@ -258,7 +245,7 @@ def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOpt
     context = module.context
     plans = []
     i64 = ir.IntegerType.get_signless(64, context)
-    for op in walk_ops(module, "linalg.generic"):
+    for op in walk_ops(module, _GENERIC):
         plan = plan_tiles(op, len(plans), options)
         if plan is not None:
             op.attributes[TAG] = ir.IntegerAttr.get(i64, plan.tag)
@@ -266,18 +253,17 @@ def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOpt
     backup = module.operation.clone()
     try:
         script = ir.Module.parse(transform_script(plans), context)
-        entry = next(op for op in script.body.operations if op.operation.name == "transform.named_sequence")
+        entry = next(op for op in script.body.operations
+                     if op.operation.name == transform.NamedSequenceOp.OPERATION_NAME)
         interpreter.apply_named_sequence(module, entry, script)
     except (ir.MLIRError, ValueError) as exc:  # the interpreter binding raises ValueError
         log.warning("vectorization failed, the kernels run as scalar loops: %s", str(exc)[:2000])
         _restore(module, backup)
     else:
         backup.erase()
-    for op in walk_ops(module, "linalg.generic"):
+    for op in walk_ops(module, _GENERIC):
         if TAG in op.attributes:
             del op.attributes[TAG]
-
-
 
 
 def _restore(module: ir.Module, backup: ir.Operation) -> None:

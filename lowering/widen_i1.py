@@ -14,20 +14,29 @@ element and truncates it (`arith.trunci`, exact on 0/1) and extends the i1 it yi
 `linalg.fill` fills with the extended scalar; a boolean `arith.constant` tensor becomes bytes; `tensor.extract`
 truncates what it reads. Named linalg ops on booleans are generalized first. Any other op on boolean tensors
 is a KernelError naming it.
+
+After bufferization, `reject_narrow_memrefs` (the pass `slicer-kernel-reject-narrow-memrefs`) is the guard:
+any memref of sub-byte elements still left is a KernelError naming it, not a crash of the LLVM lowering.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, bufferization, builtin, linalg, tensor
+from mlir.dialects import func as func_d
 
 from slicer.core.errors import KernelError
+from slicer.core.functions import function_type
 from slicer.core.pipeline import run_pipeline
 
 # Ops that only move or view elements: the element type is just carried along.
-_CARRIERS = ("tensor.empty", "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
-             "tensor.insert_slice", "tensor.concat", "tensor.cast", "bufferization.alloc_tensor")
+_CARRIERS = tuple(op.OPERATION_NAME for op in (
+    tensor.EmptyOp, tensor.ExpandShapeOp, tensor.CollapseShapeOp, tensor.ExtractSliceOp, tensor.InsertSliceOp,
+    tensor.ConcatOp, tensor.CastOp, bufferization.AllocTensorOp))
+_MODULE, _FUNC, _RETURN = builtin.ModuleOp.OPERATION_NAME, func_d.FuncOp.OPERATION_NAME, func_d.ReturnOp.OPERATION_NAME
+_GENERIC, _CONSTANT, _EXTRACT = linalg.GenericOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, tensor.ExtractOp.OPERATION_NAME
+GENERALIZE_NAMED_OPS = "func.func(linalg-generalize-named-ops)"
 
 
 def _is_bool_tensor(type_: ir.Type) -> bool:
@@ -57,29 +66,34 @@ def widen_i1(module: ir.Module) -> int:
     changed type. Needs the module's context to be current."""
     root = module.operation
     ops = _walk(root)
-    if not any(_touches_bools(op) for op in ops if op.name != "builtin.module") and not any(
-            op.name == "func.func" and any(_is_bool_tensor(t) for t in _func_type(op).inputs + _func_type(op).results)
+    if not any(_touches_bools(op) for op in ops if op.name != _MODULE) and not any(
+            op.name == _FUNC and any(_is_bool_tensor(t) for t in function_type(op).inputs + function_type(op).results)
             for op in ops):
         return 0
-    if any(op.name.startswith("linalg.") and op.name != "linalg.generic" and _touches_bools(op) for op in ops):
-        run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+    if any(op.name.startswith("linalg.") and op.name != _GENERIC and _touches_bools(op) for op in ops):
+        run_pipeline(module, GENERALIZE_NAMED_OPS)
         ops = _walk(root)
     changed = 0
     i8 = ir.IntegerType.get_signless(8)
     # Decided on the types as they are now: widening a producer changes its users' operand types.
-    targets = [op for op in ops if op.name == "func.func" or (op.name not in ("builtin.module", "func.return")
-                                                              and _touches_bools(op))]
+    targets = [op for op in ops if op.name == _FUNC or (op.name not in (_MODULE, _RETURN) and _touches_bools(op))]
     for op in targets:
         name = op.name
-        if name == "func.func":
+        if name == _FUNC:
             changed += _widen_signature(op)
             continue
-        if name == "linalg.generic":
+        if name == _GENERIC:
             _widen_generic(op, i8)
-        elif name == "arith.constant":
-            op.attributes["value"] = _bytes_constant(ir.DenseElementsAttr(op.attributes["value"]),
-                                                     _as_bytes(op.results[0].type), i8)
-        elif name == "tensor.extract":
+        elif name == _CONSTANT:  # a new constant of bytes replaces it
+            widened_type = _as_bytes(op.results[0].type)
+            with ir.InsertionPoint(op), op.location:
+                widened = arith.ConstantOp(widened_type, _bytes_constant(ir.DenseElementsAttr(op.opview.value),
+                                                                         widened_type, i8))
+            op.results[0].replace_all_uses_with(widened.result)
+            op.erase()
+            changed += 1
+            continue
+        elif name == _EXTRACT:
             result = op.results[0]
             with ir.InsertionPoint.after(op), op.location:
                 truncated = arith.trunci(result.type, result)
@@ -103,16 +117,12 @@ def _bytes_constant(value: ir.DenseElementsAttr, type_: ir.Type, i8: ir.Type) ->
     return ir.DenseElementsAttr.get(np.array(bits, np.int8).reshape(ir.RankedTensorType(type_).shape), type=type_)
 
 
-def _func_type(func: ir.Operation) -> ir.FunctionType:
-    return ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-
-
 def _widen_signature(func: ir.Operation) -> int:
-    fn_type = _func_type(func)
+    fn_type = function_type(func)
     inputs, results = [_as_bytes(t) for t in fn_type.inputs], [_as_bytes(t) for t in fn_type.results]
     if list(inputs) == list(fn_type.inputs) and list(results) == list(fn_type.results):
         return 0
-    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
+    func.opview.function_type = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
     changed = 0
     for region in func.regions:
         for block in list(region.blocks)[:1]:
@@ -145,4 +155,29 @@ def _widen_generic(op: ir.Operation, i8: ir.Type) -> None:
                 terminator.operands[index] = arith.extui(i8, terminator.operands[index])
 
 
-__all__ = ["widen_i1"]
+def reject_narrow_memrefs(module: ir.Module) -> None:
+    """Raise a KernelError on any memref of i1 (or narrower-than-byte) elements left after bufferization.
+
+    MLIR 22's memref-to-LLVM lowering *asserts* (aborting the process) on loads/stores of sub-byte
+    elements; an error naming the value is better than a crash. Boolean tensors fused into one
+    linalg.generic never become buffers, so `select(cmp(a, b), a, b)` chains are fine.
+    """
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for value in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
+            element = getattr(value.type, "element_type", None)
+            if isinstance(value.type, ir.MemRefType) and isinstance(element, ir.IntegerType) and element.width < 8:
+                found.append(f"{value.type} at {op.location}")
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        raise KernelError(
+            f"buffers of i1 elements ({found[0]}{' and more' if len(found) > 1 else ''}) cannot be lowered: "
+            "MLIR 22 cannot store sub-byte memref elements; keep booleans inside one elementwise chain, "
+            "or convert them to i8 (arith.extui) before they are returned or stored"
+        )
+
+
+__all__ = ["reject_narrow_memrefs", "widen_i1"]

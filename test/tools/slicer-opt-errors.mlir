@@ -22,6 +22,8 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
 // OPTION: slicer-opt: error: pass 'slicer-lower-to-loops' has no option 'bogus'
 // OUT: slicer.mesh
 // LIST: Slicer passes:
+// LIST: slicer-kernel-rows
+// LIST-NEXT: unroll=4
 // LIST: slicer-lower-to-loops
 // LIST: slicer-verify
 // LIST: Upstream MLIR passes

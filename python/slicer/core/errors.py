@@ -9,6 +9,8 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   ├── PassFailure     a pass found errors in its input (located diagnostics)
     │   │   └── TacticError     tactics that do not fit the program or mesh
     │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
+    │   │   └── OptionError     a pass option that does not exist, does not parse or is out of range
+    │   ├── EntryError      no function, or several, match the function a request names
     │   ├── StepMismatch    check-each-step: a step changed what the program computes
     │   ├── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
     │   │   │               converge, a kernel that does not compile in time); names where, saves a reproducer
@@ -180,10 +182,21 @@ INTERNAL = ("Unsupported", "NoRule", "NotAContraction", "NotRowwise")
 """Classes Slicer raises and catches itself (a component declining an input): documented in docs/errors.md as
 internal, not exported from `slicer`. Seeing one escape is a bug in Slicer."""
 
+class OptionError(PipelineError):
+    """A pass option that does not exist, does not parse as its type, or has a value the pass refuses (the
+    message names the pass, the option and what it takes)."""
+
+
+class EntryError(CompileError):
+    """No function, or several, match the function a request refers to (`slicer.core.functions.entry_function`;
+    the message lists the module's functions and says to name one). Stages that report their own error class
+    (the JIT, the kernel graph, partitioning) catch it and raise theirs with this message."""
+
+
 __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
-    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName",
+    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError",
 ]

@@ -1,20 +1,20 @@
-"""Functions of a module: the one rule for choosing the function a request refers to (its "entry").
+"""Functions of a module: the one rule for choosing the function a request refers to (its "entry"), and the
+one rule for which functions are a module's kernels (its public ones).
 
 Every stage that picks a function (tactics, propagation, partitioning, the JIT, the kernel graph, the AOT
 kernels) uses `entry_function`: the function named by `entry`, else the module's only function with a body,
-else its only public one; anything else is an error that lists the functions and says to name one.
+else its only public one; anything else is an `EntryError` that lists the functions and says to name one.
+Every stage that compiles all of a module's kernels (the AOT libraries, splitting a module into kernels)
+uses `public_functions`.
 """
 
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import func as func_d
 
+from .errors import EntryError  # noqa: F401 - raised here; stages import it from here or from .errors
 from .names import ARG_NAME_ATTR
-
-
-class EntryError(LookupError):
-    """No function, or several, match the request (the message lists the functions); each stage raises its
-    own documented error with this message."""
 
 
 def op_of(x) -> ir.Operation:
@@ -22,23 +22,32 @@ def op_of(x) -> ir.Operation:
     return x if isinstance(x, ir.Operation) else x.operation
 
 
+def _view(func) -> func_d.FuncOp:
+    return op_of(func).opview
+
+
 def function_name(func) -> str:
-    return ir.StringAttr(op_of(func).attributes["sym_name"]).value
+    return ir.StringAttr(_view(func).sym_name).value
 
 
 def function_type(func) -> ir.FunctionType:
-    return ir.FunctionType(ir.TypeAttr(op_of(func).attributes["function_type"]).value)
+    return ir.FunctionType(ir.TypeAttr(_view(func).function_type).value)
 
 
 def is_public(func) -> bool:
-    attrs = op_of(func).attributes
-    return "sym_visibility" not in attrs or ir.StringAttr(attrs["sym_visibility"]).value == "public"
+    visibility = _view(func).sym_visibility
+    return visibility is None or ir.StringAttr(visibility).value == "public"
 
 
 def defined_functions(module) -> list[ir.Operation]:
     """The `func.func`s with a body directly in `module`, in order."""
     return [op_of(op) for op in op_of(module).regions[0].blocks[0].operations
-            if op_of(op).name == "func.func" and len(op_of(op).regions[0].blocks)]
+            if op_of(op).name == func_d.FuncOp.OPERATION_NAME and len(op_of(op).regions[0].blocks)]
+
+
+def public_functions(module) -> list[ir.Operation]:
+    """The public `func.func`s with a body directly in `module`, in order: the module's kernels."""
+    return [func for func in defined_functions(module) if is_public(func)]
 
 
 def entry_function(module, entry: str | None = None) -> ir.Operation:
@@ -66,12 +75,12 @@ def value_names(func, kind: str = "arg") -> list[str | None]:
     the model's inputs, then its parameters and buffers by their dotted names)."""
     fn_type = function_type(func)
     count = len(fn_type.inputs if kind == "arg" else fn_type.results)
-    key = "arg_attrs" if kind == "arg" else "res_attrs"
-    attrs = op_of(func).attributes
-    if key not in attrs:
+    view = _view(func)
+    attrs = view.arg_attrs if kind == "arg" else view.res_attrs
+    if attrs is None:
         return [None] * count
     names: list[str | None] = []
-    for entry in ir.ArrayAttr(attrs[key]):
+    for entry in ir.ArrayAttr(attrs):
         entry = ir.DictAttr(entry)
         names.append(ir.StringAttr(entry[ARG_NAME_ATTR]).value
                      if ARG_NAME_ATTR in entry and isinstance(entry[ARG_NAME_ATTR], ir.StringAttr) else None)

@@ -80,7 +80,9 @@ SHAPE_ATTR = "shape"
 SHARDING_OPERAND_ATTR = "sharding"
 """On `slicer.annotate`: the requested distribution."""
 EMIT_C_INTERFACE_ATTR = "llvm.emit_c_interface"
+"""On a `func.func`: the LLVM lowering also emits `_mlir_ciface_<name>`, taking memref descriptors by pointer."""
 WRITABLE_ATTR = "bufferization.writable"
+"""On a function argument: whether bufferization may write into its buffer (kernels' inputs are read-only)."""
 
 # -- attributes the kernel code generators set on the modules they build ------------------------------------------
 VECTORIZE_TAG_ATTR = "slicer.vectorize_tag"

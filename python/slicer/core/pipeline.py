@@ -1,14 +1,15 @@
-"""Textual pass pipelines mixing Python passes and any upstream MLIR pass.
+"""Textual pass pipelines mixing Slicer's passes and any upstream MLIR pass.
 
 MLIR's textual pipeline parser only knows passes registered in C++, so Slicer
-parses the pipeline's top level itself: each element named in `passes` (a
-mapping from pass name to `ModulePass` class) becomes a Python pass
-(`PassManager.add(callable)`), and every other element, nested pipelines
-included (`func.func(canonicalize,cse)`), is handed to MLIR verbatim
+parses the pipeline's top level itself: each element naming a registered Slicer
+pass (`slicer.core.passes.PASSES`, or the registry a caller gives) becomes a
+Python pass (`PassManager.add(callable)`), and every other element, nested
+pipelines included (`func.func(canonicalize,cse)`), is handed to MLIR verbatim
 (`PassManager.add(text)`), in order, in one PassManager.
 
-The registry of Slicer's own passes lives with the passes (`slicer.passes`);
-layers below it run upstream pipelines only, or pass their own steps.
+The registry holds the passes whose modules were imported: `slicer.passes`
+imports all of them (slicer-opt, `slicer.passes.run_pipeline`); the kernel
+pipeline imports its own (`slicer.lowering.passes`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from mlir import ir
+from mlir.dialects import builtin
 from mlir.passmanager import PassManager
 
-from .errors import BudgetExceeded, PassFailure, PipelineError
-from .passes import ModulePass, OptionError
+from .errors import PassFailure, PipelineError, SlicerError
+from .passes import PASSES, ModulePass
 
 PassRegistry = Mapping[str, type[ModulePass]]
+MODULE_OP = builtin.ModuleOp.OPERATION_NAME
 
 
 @dataclass(frozen=True)
@@ -109,18 +112,16 @@ def parse_options(text: str) -> dict[str, str]:
 def module_elements(pipeline: str) -> list[Element]:
     """The elements run on the module: unwraps `builtin.module(...)` if present."""
     elements = [parse_element(t) for t in split_top_level(pipeline.strip())]
-    if len(elements) == 1 and elements[0].name == "builtin.module":
+    if len(elements) == 1 and elements[0].name == MODULE_OP:
         return [parse_element(t) for t in split_top_level(elements[0].nested or "")]
     return elements
 
 
-def instantiate(element: Element, passes: PassRegistry) -> ModulePass:
+def instantiate(element: Element, passes: PassRegistry | None = None) -> ModulePass:
+    """The Slicer pass `element` names, built from its options (OptionError if one is wrong)."""
     if element.nested is not None:
         raise PipelineError(f"'{element.name}' is a slicer pass, not a pass manager; it takes no nested pipeline")
-    try:
-        return passes[element.name].from_options(parse_options(element.options))
-    except OptionError as exc:
-        raise PipelineError(str(exc)) from None
+    return (PASSES if passes is None else passes)[element.name].from_options(parse_options(element.options))
 
 
 def _check_no_nested_slicer_pass(element: Element, passes: PassRegistry) -> None:
@@ -136,11 +137,13 @@ def _check_no_nested_slicer_pass(element: Element, passes: PassRegistry) -> None
         _check_no_nested_slicer_pass(nested, passes)
 
 
-def build_pass_manager(pipeline: str, context: ir.Context | None = None, passes: PassRegistry = {}) -> PassManager:
+def build_pass_manager(pipeline: str, context: ir.Context | None = None,
+                       passes: PassRegistry | None = None) -> PassManager:
     """One PassManager on `builtin.module` running `pipeline` in order; `passes` are the Python passes it
-    may name."""
+    may name (default: every registered one)."""
     context = context or ir.Context.current
-    pm = PassManager("builtin.module", context)
+    passes = PASSES if passes is None else passes
+    pm = PassManager(MODULE_OP, context)
     if not pipeline.strip():
         return pm
     for element in module_elements(pipeline):
@@ -174,7 +177,7 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
                 for diag in failure.diagnostics:
                     diag.location.emit_error(diag.message)
                 pass_.signal_pass_failure()
-            except BudgetExceeded as exc:  # an internal error that says where, with a reproducer: no traceback
+            except SlicerError as exc:  # documented: the message says what to change (BudgetExceeded says where)
                 op.location.emit_error(f"slicer pass '{instance.name}': {exc}")
                 pass_.signal_pass_failure()
             except Exception:  # noqa: BLE001 - a crash must not take the driver down
@@ -186,7 +189,8 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
     pm.add(run, name=type(instance).__name__, argument=instance.name, description=instance.description)
 
 
-def run_pipeline(module: ir.Module | ir.Operation, pipeline: str, passes: PassRegistry = {}) -> None:
-    """Run `pipeline` on `module` in place; raises ir.MLIRError on failure."""
-    op = module.operation if isinstance(module, ir.Module) else module
+def run_pipeline(module: ir.Module | ir.Operation | ir.OpView, pipeline: str, passes: PassRegistry | None = None) -> None:
+    """Run `pipeline` on `module` in place (Slicer passes from `passes`, default: every registered one); raises
+    ir.MLIRError on failure."""
+    op = module.operation  # a Module, an Operation or an OpView
     build_pass_manager(pipeline, op.context, passes).run(op)

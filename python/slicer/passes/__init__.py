@@ -1,8 +1,12 @@
 """Slicer's passes (layer 12 of docs/architecture.md): thin wrappers, one file per pass named like its lit
-test (`test/Transforms/<pass-name>.mlir`), each giving its stage's package options, docs and a call.
+test (`test/Transforms/<pass-name>.mlir`), each giving its stage's options, docs and a call.
 
-`PASSES` is the registry by name; `run_pipeline` runs any pipeline mixing them with upstream passes.
-Adding a pass: one file here, one line in `PASSES`, one lit test.
+Every pass registers itself (`@register_pass`) in the one registry, `slicer.core.passes.PASSES`; importing
+this package imports every pass, those of this layer and those of the lowering (`slicer.lowering.passes`:
+`slicer-lower-to-loops` and the `slicer-kernel-*` steps, which live there because the kernel pipeline below
+this layer runs them). `PASSES` is that registry; `run_pipeline` runs any pipeline mixing them with
+upstream passes. Adding a pass: one file here (or in `slicer.lowering.passes` for a kernel step) registered
+with `@register_pass`, one import, one lit test (a test fails for a registered pass without one).
 """
 
 from __future__ import annotations
@@ -11,18 +15,17 @@ from mlir import ir
 from mlir.passmanager import PassManager
 
 from slicer.core import pipeline as _pipeline
-from slicer.core.passes import ModulePass
+from slicer.core.passes import PASSES
 from slicer.dialect import make_context
+from slicer.lowering.passes import LOWERING_PASSES
 
 from .apply_tactics import SlicerApplyTactics
-from .lower_to_loops import SlicerLowerToLoops
 from .partition import SlicerPartition
 from .propagate import SlicerPropagate
 from .verify import SlicerVerify
 
-PASSES: dict[str, type[ModulePass]] = {
-    cls.name: cls for cls in (SlicerVerify, SlicerLowerToLoops, SlicerApplyTactics, SlicerPropagate, SlicerPartition)
-}
+PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerPropagate, SlicerPartition, *LOWERING_PASSES)
+"""Every pass class, imported (hence registered) here: `PASSES` holds exactly these, by name."""
 
 
 def pass_names() -> list[str]:
@@ -48,4 +51,4 @@ def transform(module, pipeline: str, *, debug_info: bool = False) -> str:
         return parsed.operation.get_asm(enable_debug_info=debug_info)
 
 
-__all__ = ["PASSES", "build_pass_manager", "pass_names", "run_pipeline", "transform"]
+__all__ = ["PASSES", "PASS_CLASSES", "build_pass_manager", "pass_names", "run_pipeline", "transform"]

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from mlir import ir
 
 from slicer.checking import check_equivalent
-from slicer.core.errors import InvalidTactic, Located, MeshError, PassFailure, StepMismatch
+from slicer.core.errors import InvalidTactic, Located, MeshError, OptionError, PassFailure, StepMismatch
 from slicer.core.mesh import Mesh
-from slicer.core.passes import ModulePass, OptionError
+from slicer.core.passes import ModulePass, register_pass
 from slicer.tactics import TacticRewriter, parse_tactics
 
 
+@register_pass
 @dataclass(frozen=True)
 class SlicerApplyTactics(ModulePass):
     name = "slicer-apply-tactics"

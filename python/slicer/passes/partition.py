@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.passes import ModulePass
+from slicer.core.passes import ModulePass, register_pass
 from slicer.spmd import partition_module
 
 
+@register_pass
 @dataclass(frozen=True)
 class SlicerPartition(ModulePass):
     name = "slicer-partition"

@@ -14,10 +14,11 @@ from mlir import ir
 
 from slicer.checking import check_equivalent
 from slicer.core.errors import Located, PassFailure, StepMismatch
-from slicer.core.passes import ModulePass
+from slicer.core.passes import ModulePass, register_pass
 from slicer.propagation import propagate_module
 
 
+@register_pass
 @dataclass(frozen=True)
 class SlicerPropagate(ModulePass):
     name = "slicer-propagate"

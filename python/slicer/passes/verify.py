@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from mlir import ir
 
 from slicer.core.errors import Located, PassFailure
-from slicer.core.passes import ModulePass
+from slicer.core.passes import ModulePass, register_pass
 from slicer.dialect.verifier import verify
 
 
+@register_pass
 @dataclass(frozen=True)
 class SlicerVerify(ModulePass):
     name = "slicer-verify"

@@ -7,9 +7,10 @@ import pytest
 from mlir import ir
 
 from slicer import KernelAssertionError, RunError
+from slicer.core.names import ASSERT_MESSAGES_ATTR
 from slicer.dialect import make_context
 from slicer.lowering import DEFAULT_PIPELINE, compile_function, compile_library
-from slicer.lowering.asserts import MESSAGES_ATTR, STATUS_FUNCTION
+from slicer.lowering.asserts import STATUS_FUNCTION
 
 # An embedding lookup as torch-mlir writes it: a gather in a generic body, its index checked first.
 EMBEDDING = """
@@ -76,7 +77,7 @@ def test_the_pipeline_turns_asserts_into_a_status_function():
         text = str(module)
     assert "cf.assert" not in text and "llvm.call @abort" not in text and "@abort" not in text
     assert f"llvm.func @{STATUS_FUNCTION}()" in text
-    assert MESSAGES_ATTR in text  # read and dropped by the callers (aot.py, jit.py)
+    assert ASSERT_MESSAGES_ATTR in text  # read and dropped by the callers (aot.py, jit.py)
 
 
 def test_gathers_without_checks_stay_in_bounds(cache_dir):

@@ -267,7 +267,7 @@ def test_narrow_buffers_left_are_a_clear_error_not_a_crash():
 
     from slicer.dialect import make_context
     from slicer.lowering import KernelError
-    from slicer.lowering.kernel_pipeline import reject_narrow_memrefs
+    from slicer.lowering.widen_i1 import reject_narrow_memrefs
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse("func.func @f(%m: memref<8xi1>) { return }")

@@ -1,4 +1,5 @@
-"""`slicer-lower-to-loops`: give slicer loops their sequential meaning (`slicer.lowering.loops`)."""
+"""`slicer-lower-to-loops`: give slicer loops their sequential meaning (`slicer.lowering.loops`); the kernel
+pipeline's first stage."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.passes import ModulePass
-from slicer.lowering import lower_loops
+from slicer.core.passes import ModulePass, register_pass
+
+from ..loops import lower_loops
 
 
+@register_pass
 @dataclass(frozen=True)
 class SlicerLowerToLoops(ModulePass):
     name = "slicer-lower-to-loops"
