@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from slicer.core.errors import DialectError
+
 AxisNames = tuple[str, ...]
 
 
@@ -52,7 +54,7 @@ def _axis_names(attr: ir.Attribute) -> AxisNames:
         return (attr.value,)
     if isinstance(attr, ir.ArrayAttr) and all(isinstance(a, ir.StringAttr) for a in attr):
         return tuple(a.value for a in attr)
-    raise ValueError(f"expected an axis name or a list of axis names, got {attr}")
+    raise DialectError(f"expected an axis name or a list of axis names, got {attr}")
 
 
 def _quote(name: str) -> str:
@@ -106,7 +108,7 @@ def _parse_range(text: str, context: ir.Context) -> RangeType | None:
     try:
         axes = _axis_names(ir.Attribute.parse(params[0], context))
         size = ir.IntegerAttr(ir.Attribute.parse(params[1], context)).value
-    except ValueError:
+    except (ValueError, DialectError):
         return None  # malformed parameters: not a range (slicer-verify reports it)
     return RangeType(axes, size)
 
@@ -189,7 +191,7 @@ class Sharding:
             return None
         try:
             return Sharding(ir.FlatSymbolRefAttr(mesh).value, tuple(_axis_list(d) for d in dims))
-        except ValueError:
+        except DialectError:
             return None  # a dim that is not a list of axis names
 
     def used_axes(self) -> AxisNames:
@@ -202,7 +204,7 @@ class Sharding:
 def _axis_list(attr: ir.Attribute) -> AxisNames:
     if isinstance(attr, ir.ArrayAttr):
         return _axis_names(attr) if len(attr) else ()
-    raise ValueError(f"expected a list of axis names per dim, got {attr}")
+    raise DialectError(f"expected a list of axis names per dim, got {attr}")
 
 
 _BARE_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")

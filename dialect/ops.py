@@ -14,7 +14,9 @@ from mlir import ir
 
 from slicer.core.functions import op_of as _op
 from slicer.core.mesh import Mesh
-from slicer.core.names import ANNOTATE, LOOP, MESH, RANGE_PRODUCT, SLICE, YIELD
+from slicer.core.errors import DialectError
+from slicer.core.names import (ANNOTATE, DIM_ATTR, LOOP, LOOP_ACTION_ATTR, LOOP_MESH_ATTR, MESH, MESH_AXES_ATTR,
+                                RANGE_PRODUCT, SHAPE_ATTR, SHARDING_OPERAND_ATTR, SLICE, SYM_NAME_ATTR, YIELD)
 
 from .attributes import Action, RangeType, Sharding, TileAction, action_of
 
@@ -30,24 +32,24 @@ class MeshOp:
 
     @property
     def sym_name(self) -> str:
-        return ir.StringAttr(self.operation.attributes["sym_name"]).value
+        return ir.StringAttr(self.operation.attributes[SYM_NAME_ATTR]).value
 
     def axes_and_shape(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """The raw axis names and sizes; raises ValueError if the attributes have the wrong kinds."""
+        """The raw axis names and sizes; raises DialectError if the attributes have the wrong kinds."""
         attrs = self.operation.attributes
-        axes = attrs["axes"]
+        axes = attrs[MESH_AXES_ATTR]
         if not all(isinstance(a, ir.StringAttr) for a in axes):
-            raise ValueError("mesh 'axes' must be a list of strings")
-        shape = attrs["shape"]
+            raise DialectError("mesh 'axes' must be a list of strings")
+        shape = attrs[SHAPE_ATTR]
         if not isinstance(shape, ir.DenseI64ArrayAttr):
-            raise ValueError("mesh 'shape' must be an array<i64: ...>")
+            raise DialectError("mesh 'shape' must be an array<i64: ...>")
         return tuple(ir.StringAttr(a).value for a in axes), tuple(shape)
 
     def mesh(self) -> Mesh:
-        """The mesh as a value; raises ValueError (or slicer.core.MeshError) if it is malformed."""
+        """The mesh as a value; raises DialectError (or slicer.core.MeshError) if it is malformed."""
         axes, shape = self.axes_and_shape()
         if len(axes) != len(shape):
-            raise ValueError(f"mesh @{self.sym_name} has {len(axes)} axes but {len(shape)} sizes")
+            raise DialectError(f"mesh @{self.sym_name} has {len(axes)} axes but {len(shape)} sizes")
         return Mesh(list(zip(axes, shape)))
 
 
@@ -57,9 +59,9 @@ def mesh(name: str, axes: Mesh | Mapping[str, int] | Sequence[tuple[str, int]], 
     op = ir.Operation.create(
         MESH,
         attributes={
-            "sym_name": ir.StringAttr.get(name),
-            "axes": ir.ArrayAttr.get([ir.StringAttr.get(a) for a, _ in pairs]),
-            "shape": ir.DenseI64ArrayAttr.get([int(n) for _, n in pairs]),
+            SYM_NAME_ATTR: ir.StringAttr.get(name),
+            MESH_AXES_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(a) for a, _ in pairs]),
+            SHAPE_ATTR: ir.DenseI64ArrayAttr.get([int(n) for _, n in pairs]),
         },
         loc=loc,
         ip=ip,
@@ -89,11 +91,11 @@ class LoopOp:
 
     @property
     def mesh(self) -> str:
-        return ir.FlatSymbolRefAttr(self.operation.attributes["mesh"]).value
+        return ir.FlatSymbolRefAttr(self.operation.attributes[LOOP_MESH_ATTR]).value
 
     @property
     def action(self) -> Action | None:
-        return action_of(self.operation.attributes["action"])
+        return action_of(self.operation.attributes[LOOP_ACTION_ATTR])
 
     @property
     def body(self) -> ir.Block:
@@ -135,7 +137,7 @@ def loop(
     op = ir.Operation.create(
         LOOP,
         results=list(result_types),
-        attributes={"mesh": ir.FlatSymbolRefAttr.get(mesh), "action": action.to_attr()},
+        attributes={LOOP_MESH_ATTR: ir.FlatSymbolRefAttr.get(mesh), LOOP_ACTION_ATTR: action.to_attr()},
         regions=1,
         loc=loc,
         ip=ip,
@@ -188,7 +190,7 @@ class SliceOp:
 
     @property
     def dim(self) -> int:
-        return ir.IntegerAttr(self.operation.attributes["dim"]).value
+        return ir.IntegerAttr(self.operation.attributes[DIM_ATTR]).value
 
     @property
     def result(self) -> ir.Value:
@@ -199,14 +201,14 @@ def slice_(source: ir.Value, range_value: ir.Value, dim: int, *, loc=None, ip=No
     """The block of `source` along `dim` selected by `range_value` (result type inferred)."""
     rng = RangeType.of(range_value.type)
     if rng is None:
-        raise TypeError(f"slice_ needs a !slicer.range value, got {range_value.type}")
+        raise DialectError(f"slice_ needs a !slicer.range value, got {range_value.type}")
     src_type = ir.RankedTensorType(source.type)
     result_type = with_dim(src_type, dim, src_type.shape[dim] // rng.size)
     op = ir.Operation.create(
         SLICE,
         results=[result_type],
         operands=[source, range_value],
-        attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)},
+        attributes={DIM_ATTR: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim)},
         loc=loc,
         ip=ip,
     )
@@ -220,7 +222,7 @@ def range_product(major: ir.Value, minor: ir.Value, *, loc=None, ip=None) -> ir.
     """The product range of `major` and `minor` (axes major then minor)."""
     a, b = RangeType.of(major.type), RangeType.of(minor.type)
     if a is None or b is None:
-        raise TypeError("range_product needs two !slicer.range values")
+        raise DialectError("range_product needs two !slicer.range values")
     result = RangeType(a.axes + b.axes, a.size * b.size).to_type()
     return ir.Operation.create(RANGE_PRODUCT, results=[result], operands=[major, minor], loc=loc, ip=ip).results[0]
 
@@ -266,13 +268,13 @@ class AnnotateOp:
 
     @property
     def sharding(self) -> Sharding | None:
-        return Sharding.of(self.operation.attributes["sharding"])
+        return Sharding.of(self.operation.attributes[SHARDING_OPERAND_ATTR])
 
 
 def annotate(value: ir.Value, sharding: Sharding, *, loc=None, ip=None) -> ir.Value:
     """Request that `value` be distributed as `sharding`; returns the annotated value."""
     op = ir.Operation.create(
-        ANNOTATE, results=[value.type], operands=[value], attributes={"sharding": sharding.to_attr()}, loc=loc, ip=ip
+        ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()}, loc=loc, ip=ip
     )
     return op.results[0]
 

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.errors import MeshError
+from slicer.core.errors import DialectError, MeshError
 from slicer.core.mesh import Mesh
-from slicer.core.names import ANNOTATE, LOOP, MESH, RANGE_PRODUCT, SHARDING_ATTR, SLICE, YIELD
+from mlir.dialects import builtin, func
+
+from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, FUNCTION_TYPE_ATTR, LOOP, LOOP_ACTION_ATTR, MESH, RANGE_PRODUCT, RES_ATTRS_ATTR,
+                                SHARDING_ATTR, SHARDING_OPERAND_ATTR, SLICE, YIELD)
 
 from .attributes import RangeType, Sharding, SumAction, TileAction
 from .ops import AnnotateOp, LoopOp, MeshOp, SliceOp, walk_ops
@@ -61,7 +64,7 @@ class _Verifier:
                 self.check_annotate(op)
             elif op.name == RANGE_PRODUCT:
                 self.check_range_product(op)
-            elif op.name == "func.func":
+            elif op.name == func.FuncOp.OPERATION_NAME:
                 self.check_function_shardings(op)
         return self.errors
 
@@ -72,7 +75,7 @@ class _Verifier:
         name = view.sym_name
         try:
             axes, shape = view.axes_and_shape()
-        except ValueError as exc:
+        except DialectError as exc:
             return self.error(op, f"'slicer.mesh' {exc}")
         if len(axes) != len(shape):
             return self.error(op, f"mesh @{name} has {len(axes)} axes but {len(shape)} sizes")
@@ -123,7 +126,7 @@ class _Verifier:
             return
         action = loop.action
         if action is None:
-            return self.error(op, f"'slicer.loop' action must be #slicer.tile<dim> or #slicer.sum, got {attrs['action']}")
+            return self.error(op, f"'slicer.loop' action must be #slicer.tile<dim> or #slicer.sum, got {attrs[LOOP_ACTION_ATTR]}")
         region = op.regions[0]
         blocks = list(region.blocks)
         if len(blocks) != 1 or len(blocks[0].arguments) != 1:
@@ -233,11 +236,11 @@ class _Verifier:
         view = AnnotateOp(op)
         if view.source.type != view.result.type:
             return self.error(op, f"'slicer.annotate' result type {view.result.type} differs from its source type {view.source.type}")
-        self.check_sharding(op, op.attributes["sharding"], view.source.type, "'slicer.annotate'")
+        self.check_sharding(op, op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "'slicer.annotate'")
 
     def check_function_shardings(self, op: ir.Operation) -> None:
-        fn_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-        for key, types, what in (("arg_attrs", fn_type.inputs, "argument"), ("res_attrs", fn_type.results, "result")):
+        fn_type = ir.FunctionType(ir.TypeAttr(op.attributes[FUNCTION_TYPE_ATTR]).value)
+        for key, types, what in ((ARG_ATTRS_ATTR, fn_type.inputs, "argument"), (RES_ATTRS_ATTR, fn_type.results, "result")):
             if key not in op.attributes:
                 continue
             for index, dict_attr in enumerate(ir.ArrayAttr(op.attributes[key])):
@@ -271,7 +274,7 @@ class _Verifier:
 
 def _enclosing_loop_using(op: ir.Operation, axis: str) -> ir.Operation | None:
     parent = op.parent
-    while parent is not None and parent.name != "builtin.module":
+    while parent is not None and parent.name != builtin.ModuleOp.OPERATION_NAME:
         if parent.name == LOOP:
             rng = LoopOp(parent).range
             if rng is not None and axis in rng.axes:

@@ -107,7 +107,7 @@ def take_messages(module: ir.Module) -> tuple[str, ...]:
     return messages
 
 
-def failure(kernel: str, number: int, messages: tuple[str, ...]) -> KernelAssertionError:
+def check_failed(kernel: str, number: int, messages: tuple[str, ...]) -> KernelAssertionError:
     """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`."""
     message = messages[number - 1] if 0 < number <= len(messages) else f"check #{number}"
     return KernelAssertionError(

@@ -21,6 +21,9 @@ import zlib
 from collections import deque
 
 from mlir import ir
+from mlir.dialects import linalg
+
+from slicer.core.names import LINALG_PREFIX
 
 MIN_OPS = 24  # compute ops in a kernel before a content-defined cut may fall
 MAX_OPS = 96  # compute ops after which a cut is forced
@@ -30,7 +33,7 @@ PATTERN = 8  # a cut falls where the window's hash is 0 modulo this (about every
 
 def is_compute(op: ir.Operation) -> bool:
     """An op that computes a tensor (a linalg op, fills aside): what kernels are measured in."""
-    return op.name.startswith("linalg.") and op.name != "linalg.fill"
+    return op.name.startswith(LINALG_PREFIX) and op.name != linalg.FillOp.OPERATION_NAME
 
 
 def signature(op: ir.Operation) -> str:

@@ -28,7 +28,7 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context
 
-from .asserts import STATUS_FUNCTION, failure, take_messages
+from .asserts import STATUS_FUNCTION, check_failed, take_messages
 from .kernel import prepare_kernels
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .loops import lower_loops
@@ -88,7 +88,7 @@ class CompiledFunction:
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)
         if self._status is not None and (number := self._status()):
-            raise failure(self.name, number, self._assert_messages)
+            raise check_failed(self.name, number, self._assert_messages)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

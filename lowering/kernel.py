@@ -33,7 +33,7 @@ from slicer.core.functions import function_name, function_type
 from slicer.core.names import EMIT_C_INTERFACE_ATTR, MESH, WRITABLE_ATTR
 from slicer.dialect import walk_ops
 
-from .asserts import STATUS_FUNCTION, failure
+from .asserts import STATUS_FUNCTION, check_failed
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
 SLOT_CACHE_SIZE = 4
@@ -319,7 +319,7 @@ class KernelLibrary:
         def check(kernel: str) -> None:
             number = status()
             if number:
-                raise failure(kernel, number, messages)
+                raise check_failed(kernel, number, messages)
 
         return check
 

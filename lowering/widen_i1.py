@@ -29,6 +29,7 @@ from mlir.dialects import func as func_d
 from slicer.core.errors import KernelError
 from slicer.core.functions import function_type
 from slicer.core.pipeline import run_pipeline
+from slicer.core.names import LINALG_PREFIX
 
 # Ops that only move or view elements: the element type is just carried along.
 _CARRIERS = tuple(op.OPERATION_NAME for op in (
@@ -70,7 +71,7 @@ def widen_i1(module: ir.Module) -> int:
             op.name == _FUNC and any(_is_bool_tensor(t) for t in function_type(op).inputs + function_type(op).results)
             for op in ops):
         return 0
-    if any(op.name.startswith("linalg.") and op.name != _GENERIC and _touches_bools(op) for op in ops):
+    if any(op.name.startswith(LINALG_PREFIX) and op.name != _GENERIC and _touches_bools(op) for op in ops):
         run_pipeline(module, GENERALIZE_NAMED_OPS)
         ops = _walk(root)
     changed = 0

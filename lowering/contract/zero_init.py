@@ -7,11 +7,12 @@ is dropped when nothing reads the buffer in between, since the contraction then 
 from __future__ import annotations
 
 from mlir import ir
+
+from slicer.core.names import LINALG_PREFIX
 from mlir.dialects import arith, func, linalg, memref
 
 from ..linalg_facts import has_operand_segments, input_count
 
-_LINALG_PREFIX = "linalg."
 # Users of a buffer that neither alias it nor hide a write through a view.
 _VIEW_SAFE = (memref.LoadOp.OPERATION_NAME, memref.StoreOp.OPERATION_NAME, memref.CopyOp.OPERATION_NAME,
               memref.DeallocOp.OPERATION_NAME, func.ReturnOp.OPERATION_NAME, func.CallOp.OPERATION_NAME)
@@ -28,7 +29,7 @@ def zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation 
     for use in buffer.uses:
         owner = use.owner
         name = owner.name if hasattr(owner, "name") else owner.operation.name
-        if not (name.startswith(_LINALG_PREFIX) or name in _VIEW_SAFE):
+        if not (name.startswith(LINALG_PREFIX) or name in _VIEW_SAFE):
             return False, None
     block = op.block
     ops = list(block.operations)
@@ -48,7 +49,7 @@ def zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation 
         if previous.name == memref.CopyOp.OPERATION_NAME and operands[0] == buffer and operands[1] != buffer:
             readers = True
             continue
-        if previous.name.startswith(_LINALG_PREFIX) and has_operand_segments(previous):
+        if previous.name.startswith(LINALG_PREFIX) and has_operand_segments(previous):
             n_in = input_count(previous)
             if buffer not in operands[n_in:]:
                 readers = True

@@ -182,6 +182,11 @@ INTERNAL = ("Unsupported", "NoRule", "NotAContraction", "NotRowwise")
 """Classes Slicer raises and catches itself (a component declining an input): documented in docs/errors.md as
 internal, not exported from `slicer`. Seeing one escape is a bug in Slicer."""
 
+class DialectError(CompileError):
+    """Slicer-dialect IR that is malformed (an attribute of the wrong kind, a mesh whose axes and sizes
+    disagree, a builder given a value of the wrong type); `slicer-verify` reports it at the op."""
+
+
 class OptionError(PipelineError):
     """A pass option that does not exist, does not parse as its type, or has a value the pass refuses (the
     message names the pass, the option and what it takes)."""
@@ -198,5 +203,5 @@ __all__ = [
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
-    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError",
+    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError", "DialectError",
 ]

@@ -6,6 +6,8 @@ anywhere else in the package.
 
 # -- ops of the slicer dialect (dialect/slicer.irdl.mlir) ---------------------------------------------------
 DIALECT_PREFIX = "slicer."
+LINALG_PREFIX = "linalg."
+"""Every linalg op's name starts with it (named ops and `linalg.generic` alike)."""
 MESH = "slicer.mesh"
 LOOP = "slicer.loop"
 SLICE = "slicer.slice"
@@ -16,6 +18,15 @@ REORDERING_ALL_TO_ALL = "slicer.all_to_all"
 """An all-to-all whose split dim gains the group's axes in another order (`shard.all_to_all` cannot)."""
 # IRDL 22 cannot declare terminators; loop bodies end in the upstream `tosa.yield` (see slicer.irdl.mlir).
 YIELD = "tosa.yield"
+
+# -- attributes of the slicer ops (`slicer.mesh`: SYM_NAME_ATTR, MESH_AXES_ATTR, SHAPE_ATTR; `slicer.slice`: DIM_ATTR;
+#    `slicer.annotate`: SHARDING_OPERAND_ATTR)
+MESH_AXES_ATTR = "axes"
+"""On `slicer.mesh`: the axis names, major to minor."""
+LOOP_MESH_ATTR = "mesh"
+"""On `slicer.loop`: the mesh it partitions over."""
+LOOP_ACTION_ATTR = "action"
+"""On `slicer.loop`: what the loop does with its results (tile or sum)."""
 
 # -- attributes on the input program and the loop program ---------------------------------------------------
 SHARDING_ATTR = "slicer.sharding"

@@ -7,11 +7,11 @@ import ctypes
 from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
-from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
+from slicer.core.names import LINALG_PREFIX, LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
 from slicer.dialect import LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
-PURE_PREFIXES = ("linalg.", "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
+PURE_PREFIXES = (LINALG_PREFIX, "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer

@@ -19,7 +19,7 @@ from mlir import ir
 from mlir.dialects import func, linalg
 
 from slicer.core.errors import InternalError
-from slicer.core.names import DIM_ATTR, ITERATOR_TYPES_ATTR
+from slicer.core.names import LINALG_PREFIX, DIM_ATTR, ITERATOR_TYPES_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
@@ -30,7 +30,7 @@ _ITERATORS = {PARALLEL: "#linalg.iterator_type<parallel>", REDUCTION: "#linalg.i
 
 def is_linalg_op(op: ir.Operation) -> bool:
     """Whether `op` implements the LinalgOp interface (has indexing maps)."""
-    return op.name.startswith("linalg.") and linalg.get_indexing_maps(op.opview) is not None
+    return op.name.startswith(LINALG_PREFIX) and linalg.get_indexing_maps(op.opview) is not None
 
 
 def linalg_rule(op: ir.Operation) -> OpRule:

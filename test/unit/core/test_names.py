@@ -15,7 +15,7 @@ from package_tree import PACKAGE, package_files, parsed, relative, string_litera
 from slicer.core import names
 
 HOME = PACKAGE / "core" / "names.py"
-GENERIC = {"value", "dim", "grid", "shape", "sharding", "axes", "reduction"}
+GENERIC = {"value", "dim", "grid", "shape", "sharding", "axes", "reduction", "mesh", "action"}
 """Attribute names that are also ordinary words (a dict key, a keyword): caught where they key an op's
 attributes (`test_attribute_keys_are_never_literals`), not everywhere."""
 IR_NAMES = {value for key, value in vars(names).items()
