@@ -20,7 +20,7 @@ Per collective kind (one axis group of all N ranks, blocks of `--kib` KiB per ra
 layout whose chunks are contiguous (the gather/split/scatter dim leading) and on one where they are not
 (packing needed), each next to the plain mpi4py call on preallocated contiguous buffers of the same bytes
 (`Allgather`, `Alltoall`, `Allreduce`, `Reduce_scatter_block`, `Sendrecv`; a numpy copy for all_slice).
-Per reshard (the suite of `slicer.redistribution.suite` on 4 and 8 ranks, 1-D cases on 2 ranks, the cases of
+Per reshard (the suite of `reshard_suite.py` on 4 and 8 ranks, 1-D cases on 2 ranks, the cases of
 issue 18 on 8 ranks): the executor running the synthesized plan, and XLA's reshard (the faster of its
 `device_put` and its jitted reshard, leaving out `device_put`s whose devices share one buffer). Breakdown per step, from repetitions with a barrier before each step:
 waiting (at that barrier: the ranks' skew), pack (packing and issuing the call), transfer, unpack.
@@ -76,7 +76,7 @@ def kind_cases(ranks: int, elements: int) -> list[dict]:
 
 def reshard_cases(ranks: int, mib: float) -> list[dict]:
     """The reshards compared with XLA on `ranks` devices (global arrays of about `mib` MiB, f32)."""
-    from slicer.redistribution.suite import cases
+    from reshard_suite import cases
     out = []
     if ranks >= 4:
         for c in cases(ranks, int(mib * (1 << 20)), "f32"):
@@ -140,7 +140,7 @@ def _plain(comm, ex, step, block, out):
 
 def _timed_steps(comm, ex, p, block):
     """One run of plan `p` with a barrier before each step: per step (waiting, pack, transfer, unpack)."""
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    from slicer.runtime.plan_executor import MeshExecutor
     rows = []
     new = hasattr(MeshExecutor, "plan_program")
     programs = ex.plan_program(p, block.shape, block.dtype).programs if new else None
@@ -162,7 +162,7 @@ def worker(args) -> None:
     from mpi4py import MPI
 
     from slicer.redistribution import DistType, Mesh
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    from slicer.runtime.plan_executor import MeshExecutor
 
     comm = MPI.COMM_WORLD
     ranks, rank = comm.Get_size(), comm.Get_rank()
@@ -267,7 +267,7 @@ def datatype_worker(args) -> None:
     dim, each repetition after a barrier, slowest rank."""
     from mpi4py import MPI
 
-    from slicer.redistribution.packing import Chunks
+    from slicer.runtime.packing import Chunks
 
     comm = MPI.COMM_WORLD
     k, side = comm.Get_size(), args.side
@@ -297,7 +297,7 @@ def datatype_worker(args) -> None:
 def packing(args) -> None:
     """How to pack: numpy element-wise strided copy vs whole runs as `void` elements vs one memcpy of the same
     bytes (one process); and MPI vector datatypes vs packing (MPI jobs)."""
-    from slicer.redistribution.packing import Chunks
+    from slicer.runtime.packing import Chunks
     from slicer.runtime.mpiexec import run_spmd
 
     def median_time(fn, reps=20):

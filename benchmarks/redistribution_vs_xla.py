@@ -34,7 +34,7 @@ import numpy as np
 
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices
+from slicer.redistribution.numpy_semantics import block_slices
 from slicer.runtime.mpiexec import run_spmd
 from slicer.runtime.resources import host_cores
 
@@ -117,7 +117,7 @@ def worker(reps: int) -> None:
     """Under mpiexec: time every case's plan with the MPI executor; rank 0 prints {name: median seconds}."""
     from mpi4py import MPI  # optional at import time: only the worker runs under MPI
 
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    from slicer.runtime.plan_executor import MeshExecutor
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

@@ -4,7 +4,7 @@ Each rank holds only its blocks. Kernels come from the on-disk kernel cache
 (`slicer.lowering.compile_kernels`: vectorised, AOT for this CPU, each kernel compiled once per
 content hash; the launcher warms the cache before starting the ranks), or from
 the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
-`slicer.redistribution.mpi_exec` on per-axis sub-communicators of a Cartesian communicator, so the MPI
+`slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
 Collectives are nonblocking (`schedule`): each starts as soon as its input is ready and is waited for only
@@ -28,7 +28,7 @@ import numpy as np
 
 from slicer.core.errors import KernelError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
-from slicer.redistribution.mpi_exec import MeshExecutor
+from slicer.runtime.plan_executor import MeshExecutor
 
 from .memory import BufferTracker
 from .timings import Event

@@ -14,10 +14,10 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
-from slicer.redistribution.collectives import apply_rule, step_with_type
+from slicer.redistribution.steps import apply_rule, step_with_type
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.mpi_exec import MeshExecutor
-from slicer.redistribution.simulation import run_step
+from slicer.runtime.plan_executor import MeshExecutor
+from slicer.redistribution.numpy_semantics import run_step
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
 DTYPES = (np.float32, np.float64, np.int32, np.float16, np.int8, np.bool_)

@@ -14,10 +14,10 @@ from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
 from .costs import CostModel
-from .collectives import STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from .steps import STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
 from .interpret import Trace, interpret
 from .plans import Plan
-from .simulation import initial_blocks, simulate, simulate_blocks
+from .numpy_semantics import initial_blocks, simulate, simulate_blocks
 from .synthesis import plan
 from .types import DistType, numpy_dtype, parse_shape, parse_spec
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from slicer.core.errors import RedistributionError
 
-from .collectives import Step
+from .steps import Step
 from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from .collectives import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
+from .steps import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
                           step_with_type)
 from slicer.core.errors import RedistributionError
 from . import subaxes
@@ -154,7 +154,7 @@ def _plan_on(refinement: Refinement, src: DistType, dst: DistType, model: CostMo
     fine_src = DistType.of(fine, fine_src.shape, fine_src.dims, fine_src.partial)
     fine_dst = DistType.of(fine, fine_dst.shape, fine_dst.dims, fine_dst.partial)
     layout = Layout.get(fine, src.shape)
-    red_src, red_dst = _reduced(fine, fine_src), _reduced(fine, fine_dst)
+    red_src, red_dst = reduced(fine, fine_src), reduced(fine, fine_dst)
     token_of = refinement.part_token.get
     search_args = dict(cost=model, itemsize=size, token_of=lambda a: token_of(a, a))
     found = _normal_form_moves(fine, layout, red_src, red_dst, search_args, upper, budget)
@@ -274,7 +274,7 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     return found
 
 
-def _reduced(mesh: Mesh, t: DistType) -> DistType:
+def reduced(mesh: Mesh, t: DistType) -> DistType:
     """The type without mesh axes of size 1 (they do not change any block)."""
     keep = lambda axes: tuple(a for a in axes if mesh.size(a) > 1)  # noqa: E731
     return DistType(t.shape, tuple(keep(d) for d in t.dims), keep(t.partial))
@@ -331,8 +331,8 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
 
     for i, move in enumerate(moves + [None]):
         if i == boundary:
-            red = _reduced(mesh, current)
-            red_dst = _reduced(mesh, dst)
+            red = reduced(mesh, current)
+            red_dst = reduced(mesh, dst)
             dims = tuple(g + r[len(rg):] for g, r, rg in zip(dst.dims, red.dims, red_dst.dims))
             middle_end = DistType(dst.shape, dims, dst.partial)
             if middle_end != current:

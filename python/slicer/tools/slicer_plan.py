@@ -22,8 +22,8 @@ from slicer.core.dtypes import NUMPY_DTYPES
 from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
-from slicer.redistribution.calibration import model_from
 from slicer.redistribution.costs import CostModel, calibration_path
+from slicer.runtime.calibration import model_from
 from slicer.runtime.mpiexec import run_spmd
 
 #: Above this many elements ``--check`` simulates on a smaller array with the same types.
@@ -105,7 +105,7 @@ def calibrate(args) -> int:
     """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
     if args.ranks < 2:
         raise RedistributionError(f"--ranks {args.ranks}: calibrating needs at least 2 ranks")
-    argv = [sys.executable, "-m", "slicer.redistribution.calibration"]
+    argv = [sys.executable, "-m", "slicer.runtime.calibration"]
     if args.mesh:
         mesh = Mesh.parse(args.mesh)
         if mesh.device_count != args.ranks:

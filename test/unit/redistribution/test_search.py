@@ -13,7 +13,7 @@ from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.costs import FS, CostModel
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.search import SWITCH, Search, placements_with_products
-from slicer.redistribution.synthesis import TOLERANCE, _reduced
+from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 
 def random_mesh(rng, sizes: list[int], max_axes: int, max_rank: int) -> tuple[list[str], Mesh, int]:
@@ -79,7 +79,7 @@ MODELS = {
 
 
 def search_for(mesh, src, dst, **kw) -> Search:
-    return Search(mesh, Layout.get(mesh, src.shape), _reduced(mesh, src), _reduced(mesh, dst), **kw)
+    return Search(mesh, Layout.get(mesh, src.shape), reduced(mesh, src), reduced(mesh, dst), **kw)
 
 
 @pytest.mark.parametrize("model", MODELS)

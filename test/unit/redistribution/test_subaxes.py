@@ -10,10 +10,10 @@ from slicer.checking import compare
 from slicer.core.names import REFINES_ATTR, REORDERING_ALL_TO_ALL
 from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
                                    RedistributionError, ReduceScatter, plan, simulate)
-from slicer.redistribution.communicators import chunk_order, color_key
+from slicer.runtime.communicators import chunk_order, color_key
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import groups, initial_blocks, mismatches, simulate_blocks
+from slicer.redistribution.numpy_semantics import groups, initial_blocks, mismatches, simulate_blocks
 from slicer.lowering import KernelGraph
 from slicer.passes import transform
 from slicer.redistribution.subaxes import Refinement, atoms, canonical
@@ -95,7 +95,7 @@ def test_simulator_follows_the_rules_over_parts(step, spec_before):
     """One step over a part of an axis: the simulator's blocks are those its typing rule says."""
     before = T(spec_before)
     after = step.rule(before, M24)
-    from slicer.redistribution.collectives import step_with_type
+    from slicer.redistribution.steps import step_with_type
     from slicer.redistribution.plans import Plan
     p = Plan(M24, before, after, (step_with_type(step, after),))
     data = np.arange(256, dtype=np.float32).reshape(16, 16)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from .steps import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
 from slicer.core.errors import RedistributionError
 from .layout import Layout
 from slicer.core.mesh import Mesh
