@@ -141,15 +141,15 @@ class StepProgram:
             self.mpi_type = _mpi_type(self.wide)
             self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.SUM
         if isinstance(step, AllSlice):
-            self.chunks = Chunks(self.in_shape, step.slice_axis, self.k, self.dtype)
+            self.chunks = Chunks(self.in_shape, step.slice_dim, self.k, self.dtype)
             self.index = ex.group_index(step.mesh_axes)
         elif isinstance(step, AllGather):
-            self.chunks = Chunks(self.out_shape, step.gather_axis, self.k, self.dtype)
+            self.chunks = Chunks(self.out_shape, step.gather_dim, self.k, self.dtype)
             if mpi and not self.chunks.contiguous:
                 self.recv = np.empty(self.chunks.packed_shape, self.dtype)
         elif isinstance(step, AllToAll):
-            self.send_chunks = Chunks(self.in_shape, step.split_axis, self.k, self.dtype)
-            self.chunks = Chunks(self.out_shape, step.concat_axis, self.k, self.dtype)
+            self.send_chunks = Chunks(self.in_shape, step.split_dim, self.k, self.dtype)
+            self.chunks = Chunks(self.out_shape, step.concat_dim, self.k, self.dtype)
             if step.split_order != step.mesh_axes:  # reordering: member j gets chunk order[j] of the split dim
                 order = communicators.chunk_order(ex.mesh, step.mesh_axes, step.split_order)
                 self.order = None if order == list(range(self.k)) else order
@@ -162,7 +162,7 @@ class StepProgram:
                 self.send = np.empty(self.in_shape, self.wide)
                 self.recv = np.empty(self.out_shape, self.wide)
         elif isinstance(step, ReduceScatter):
-            self.send_chunks = Chunks(self.in_shape, step.scatter_axis, self.k, self.dtype)
+            self.send_chunks = Chunks(self.in_shape, step.scatter_dim, self.k, self.dtype)
             if mpi and (not self.send_chunks.contiguous or self.wide != self.dtype):
                 self.send = np.empty(self.send_chunks.packed_shape, self.wide)
             if mpi and self.wide != self.dtype:

@@ -54,3 +54,15 @@ REDUCE_SCATTER = "shard.reduce_scatter"
 ALL_SLICE = "shard.all_slice"
 COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE, REORDERING_ALL_TO_ALL)
 """Every op that communicates between devices in an SPMD program."""
+# attribute keys of the collective ops (`shard`'s and the slicer ones), read and written by the step classes
+# (`slicer.redistribution.steps`)
+GRID_ATTR = "grid"
+GRID_AXES_ATTR = "grid_axes"
+SPLIT_GRID_AXES_ATTR = "split_grid_axes"
+GATHER_AXIS_ATTR = "gather_axis"
+SPLIT_AXIS_ATTR = "split_axis"
+CONCAT_AXIS_ATTR = "concat_axis"
+SCATTER_AXIS_ATTR = "scatter_axis"
+SLICE_AXIS_ATTR = "slice_axis"
+PAIRS_ATTR = "pairs"
+REDUCTION_ATTR = "reduction"

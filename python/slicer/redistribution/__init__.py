@@ -14,7 +14,8 @@ from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
 from .costs import CostModel
-from .steps import STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from .steps import (STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Collective, Permute, ReduceScatter, Step,
+                    step_from_fields, type_before)
 from .interpret import Trace, interpret
 from .plans import Plan
 from .numpy_semantics import initial_blocks, simulate, simulate_blocks
@@ -24,5 +25,5 @@ from .types import DistType, numpy_dtype, parse_shape, parse_spec
 __all__ = [
     "Mesh", "DistType", "Plan", "plan", "simulate", "simulate_blocks", "initial_blocks", "interpret", "Trace",
     "RedistributionError", "Step", "AllSlice", "AllGather", "AllToAll", "Permute", "AllReduce", "ReduceScatter",
-    "STEP_TYPES", "numpy_dtype", "parse_shape", "parse_spec", "CostModel",
+    "STEP_TYPES", "Collective", "step_from_fields", "type_before", "numpy_dtype", "parse_shape", "parse_spec", "CostModel",
 ]

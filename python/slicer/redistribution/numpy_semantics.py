@@ -68,24 +68,24 @@ def run_step(layout: Layout, step: Step, blocks: Sequence[np.ndarray]) -> list[n
         k = len(row)
         if isinstance(step, AllSlice):
             for j, r in enumerate(row):
-                out[r] = np.ascontiguousarray(_split(blocks[r], step.slice_axis, k)[j])
+                out[r] = np.ascontiguousarray(_split(blocks[r], step.slice_dim, k)[j])
         elif isinstance(step, AllGather):
-            whole = np.concatenate([blocks[r] for r in row], axis=step.gather_axis)
+            whole = np.concatenate([blocks[r] for r in row], axis=step.gather_dim)
             for r in row:
                 out[r] = whole
         elif isinstance(step, AllToAll):
             # chunk j of every member goes to the member whose index over the split order is j
             chunk = layout.group_index(step.split_order)[row]
-            pieces = [_split(blocks[r], step.split_axis, k) for r in row]
+            pieces = [_split(blocks[r], step.split_dim, k) for r in row]
             for j, r in enumerate(row):
-                out[r] = np.concatenate([pieces[i][chunk[j]] for i in range(k)], axis=step.concat_axis)
+                out[r] = np.concatenate([pieces[i][chunk[j]] for i in range(k)], axis=step.concat_dim)
         elif isinstance(step, AllReduce):
             total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
             for r in row:
                 out[r] = total
         elif isinstance(step, ReduceScatter):
             total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
-            chunks = _split(total, step.scatter_axis, k)
+            chunks = _split(total, step.scatter_dim, k)
             for j, r in enumerate(row):
                 out[r] = np.ascontiguousarray(chunks[j])
         else:  # pragma: no cover - exhaustive over Step

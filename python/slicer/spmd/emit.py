@@ -5,11 +5,11 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 | plan step | op emitted | why |
 | --- | --- | --- |
 | all_slice(d, M) | `tensor.extract_slice` at offset `idx(M) * L/K` (from `shard.process_multi_index`) | a local slice: no communication, and the kernels keep it |
-| all_gather(d, M) | `shard.all_gather grid_axes = M gather_axis = d` | same semantics |
-| all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_axis = s concat_axis = c` | same semantics |
+| all_gather(d, M) | `shard.all_gather grid_axes = M gather_dim = d` | same semantics |
+| all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_dim = s concat_dim = c` | same semantics |
 | all_to_all(s, c, M, split order S) | `slicer.all_to_all grid_axes = M split_grid_axes = S ...` | `shard` numbers both sides the same way |
 | all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum) | same semantics |
-| reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
+| reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_dim = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
 Axis order: `grid_axes` is written in the plan's `mesh_axes` order, major to minor. The `shard` dialect numbers
@@ -176,29 +176,29 @@ class PlanEmitter:
             after = local_type(step.type_after, self.mesh, element_type)
             where = loc(step)
             if isinstance(step, AllSlice):
-                value = self.local_block(value, step.slice_axis, step.mesh_axes, where)
+                value = self.local_block(value, step.slice_dim, step.mesh_axes, where)
             elif isinstance(step, AllGather):
                 grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
                 value = _collective(ALL_GATHER, value, after, grid,
-                                    {"grid_axes": _i16(axes), "gather_axis": _index_attr(step.gather_axis)}, where)
+                                    {"grid_axes": _i16(axes), "gather_axis": _index_attr(step.gather_dim)}, where)
             elif isinstance(step, AllToAll) and step.split_order != step.mesh_axes:
                 grid, (axes, split) = self.grid_axes(plan, step.mesh_axes, step.split_order)
                 value = _collective(REORDERING_ALL_TO_ALL, value, after, grid,
                                     {"grid_axes": _i16(axes), "split_grid_axes": _i16(split),
-                                     "split_axis": _index_attr(step.split_axis),
-                                     "concat_axis": _index_attr(step.concat_axis)}, where)
+                                     "split_axis": _index_attr(step.split_dim),
+                                     "concat_axis": _index_attr(step.concat_dim)}, where)
             elif isinstance(step, AllToAll):
                 grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
                 value = _collective(ALL_TO_ALL, value, after, grid,
-                                    {"grid_axes": _i16(axes), "split_axis": _index_attr(step.split_axis),
-                                     "concat_axis": _index_attr(step.concat_axis)}, where)
+                                    {"grid_axes": _i16(axes), "split_axis": _index_attr(step.split_dim),
+                                     "concat_axis": _index_attr(step.concat_dim)}, where)
             elif isinstance(step, AllReduce):
                 grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
                 value = _collective(ALL_REDUCE, value, after, grid, {"grid_axes": _i16(axes)}, where)
             elif isinstance(step, ReduceScatter):
                 grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
                 value = _collective(REDUCE_SCATTER, value, after, grid,
-                                    {"grid_axes": _i16(axes), "scatter_axis": _index_attr(step.scatter_axis)}, where)
+                                    {"grid_axes": _i16(axes), "scatter_axis": _index_attr(step.scatter_dim)}, where)
             elif isinstance(step, Permute):
                 if step.pairs:
                     value = permute(value, self.grid, step.pairs, loc=where)

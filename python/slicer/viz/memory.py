@@ -130,7 +130,7 @@ def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
     value, after = graph.values[node.input], graph.values[node.output]
     size_in = graph.value_bytes(node.input)
     scratch = 0
-    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_axis])) != 1:
+    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_dim])) != 1:
         scratch += size_in  # the packed send buffer
     if isinstance(node.step, (AllReduce, ReduceScatter)) and value.numpy_dtype == np.float16:
         count_in = size_in // value.numpy_dtype.itemsize

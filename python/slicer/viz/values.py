@@ -132,18 +132,18 @@ def step_input_type(step, after: DistType, mesh) -> DistType | None:
         return True
 
     if isinstance(step, AllGather):
-        dims[step.gather_axis] += axes
+        dims[step.gather_dim] += axes
     elif isinstance(step, AllSlice):
-        if not drop_suffix(step.slice_axis):
+        if not drop_suffix(step.slice_dim):
             return None
     elif isinstance(step, AllToAll):
-        if not drop_suffix(step.split_axis):
+        if not drop_suffix(step.split_dim):
             return None
-        dims[step.concat_axis] += axes
+        dims[step.concat_dim] += axes
     elif isinstance(step, AllReduce):
         partial += axes
     elif isinstance(step, ReduceScatter):
-        if not drop_suffix(step.scatter_axis):
+        if not drop_suffix(step.scatter_dim):
             return None
         partial += axes
     else:

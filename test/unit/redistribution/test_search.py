@@ -12,7 +12,8 @@ import pytest
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.costs import FS, CostModel
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.search import SWITCH, Search, placements_with_products
+from slicer.redistribution.moves import SWITCH, SwitchMove
+from slicer.redistribution.search import Search, placements_with_products
 from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 
@@ -158,7 +159,7 @@ def test_switch_is_free_and_invisible():
     dst = DistType.parse("[[b,c],[a,d],[],[]]", shape, mesh)
     search = search_for(mesh, src, dst)
     moves, cost = search.run()
-    assert SWITCH not in moves and all(m[0] != "switch" for m in moves)
+    assert not any(m is SWITCH or isinstance(m, SwitchMove) for m in moves)
     assert cost * 4 == plan(mesh, src, dst, cost="bytes", sub_axes=False).bytes_received_total
 
 
