@@ -114,6 +114,27 @@ def _one_step_plan(mesh, shape, src, dst):
     return p
 
 
+def _executor_module():
+    """The plan executor's module: `slicer.runtime.plan_executor`, or in a checkout from before the move
+    (``--before``) `slicer.redistribution.mpi_exec`."""
+    try:
+        from slicer.runtime import plan_executor
+        return plan_executor
+    except ImportError:
+        from slicer.redistribution import mpi_exec
+        return mpi_exec
+
+
+def _packing_module():
+    """The packing module (`slicer.runtime.packing`, or `slicer.redistribution.packing` before the move)."""
+    try:
+        from slicer.runtime import packing
+        return packing
+    except ImportError:
+        from slicer.redistribution import packing
+        return packing
+
+
 def _plain(comm, ex, step, block, out):
     """The plain mpi4py call moving the bytes of `step` between preallocated contiguous buffers."""
     from mpi4py import MPI
@@ -140,7 +161,7 @@ def _plain(comm, ex, step, block, out):
 
 def _timed_steps(comm, ex, p, block):
     """One run of plan `p` with a barrier before each step: per step (waiting, pack, transfer, unpack)."""
-    from slicer.runtime.plan_executor import MeshExecutor
+    MeshExecutor = _executor_module().MeshExecutor
     rows = []
     new = hasattr(MeshExecutor, "plan_program")
     programs = ex.plan_program(p, block.shape, block.dtype).programs if new else None
@@ -162,7 +183,7 @@ def worker(args) -> None:
     from mpi4py import MPI
 
     from slicer.redistribution import DistType, Mesh
-    from slicer.runtime.plan_executor import MeshExecutor
+    MeshExecutor = _executor_module().MeshExecutor
 
     comm = MPI.COMM_WORLD
     ranks, rank = comm.Get_size(), comm.Get_rank()
@@ -267,7 +288,7 @@ def datatype_worker(args) -> None:
     dim, each repetition after a barrier, slowest rank."""
     from mpi4py import MPI
 
-    from slicer.runtime.packing import Chunks
+    Chunks = _packing_module().Chunks
 
     comm = MPI.COMM_WORLD
     k, side = comm.Get_size(), args.side
@@ -297,7 +318,7 @@ def datatype_worker(args) -> None:
 def packing(args) -> None:
     """How to pack: numpy element-wise strided copy vs whole runs as `void` elements vs one memcpy of the same
     bytes (one process); and MPI vector datatypes vs packing (MPI jobs)."""
-    from slicer.runtime.packing import Chunks
+    Chunks = _packing_module().Chunks
     from slicer.runtime.mpiexec import run_spmd
 
     def median_time(fn, reps=20):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.redistribution import DistType, Mesh, plan
+from slicer.redistribution import AllSlice, DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices
 from slicer.runtime.mpiexec import run_spmd
@@ -104,7 +104,7 @@ def peak_with_argument(p) -> int:
     bounds, i = [], 0  # (index of the type before, index of the type after) of each effective step
     while i < len(p.steps):
         j = i
-        while p.steps[j].op == "all_slice" and j + 1 < len(p.steps) and p.steps[j + 1].op == "all_slice":
+        while isinstance(p.steps[j], AllSlice) and j + 1 < len(p.steps) and isinstance(p.steps[j + 1], AllSlice):
             j += 1
         bounds.append((i, j + 1))
         i = j + 1

@@ -47,8 +47,8 @@ def _steps(mesh: Mesh, axis: str, elements: int):
         pairs.append((r, mesh.rank(c)))
     local = before.local_shape(mesh)
     n = int(np.prod(local))
-    return [("all_to_all", a2a, before, local, (k - 1) * (n // k) * 4),
-            ("permute", Permute(tuple(pairs), before), before, local, n * 4)]
+    return [(AllToAll.op, a2a, before, local, AllToAll.busiest(k, n) * 4),
+            (Permute.op, Permute(tuple(pairs), before), before, local, Permute.busiest(k, n) * 4)]
 
 
 def measure(comm, mesh: Mesh, axes: tuple[str, ...], reps: int = 7, sizes=SIZES) -> list[dict]:

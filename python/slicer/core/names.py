@@ -57,7 +57,9 @@ COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE,
 # attribute keys of the collective ops (`shard`'s and the slicer ones), read and written by the step classes
 # (`slicer.redistribution.steps`)
 GRID_ATTR = "grid"
+"""On `shard` collectives: the grid they communicate over."""
 GRID_AXES_ATTR = "grid_axes"
+"""On `shard` collectives: the grid axes of the group."""
 SPLIT_GRID_AXES_ATTR = "split_grid_axes"
 GATHER_AXIS_ATTR = "gather_axis"
 SPLIT_AXIS_ATTR = "split_axis"
@@ -65,4 +67,4 @@ CONCAT_AXIS_ATTR = "concat_axis"
 SCATTER_AXIS_ATTR = "scatter_axis"
 SLICE_AXIS_ATTR = "slice_axis"
 PAIRS_ATTR = "pairs"
-REDUCTION_ATTR = "reduction"
+"""On `slicer.permute`: its (source, destination) linear ranks, flattened."""

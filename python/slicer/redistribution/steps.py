@@ -10,6 +10,8 @@ plus ``type_after``. Its class carries:
 - its cost: ``received(before, layout)``, the elements each device receives, from ``busiest(k, local)``,
   which the search prices its moves with; ``link_axes(mesh)``, the axes it communicates over;
   ``phase``, its place in the normal form;
+- its semantics on real data: ``numpy_blocks(layout, blocks)`` (per group: ``numpy_group``), the reference
+  the MPI executor (`slicer.runtime.plan_executor`) is checked against;
 - its text form: ``op`` (the plan's name of the kind) and ``fields()`` / ``from_fields`` (JSON, kernel graph);
 - its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` (attribute key ->
   tensor dim / mesh axes) and ``from_ir``, which `slicer.spmd.emit` writes and `slicer.lowering.kernel_graph`
@@ -44,102 +46,12 @@ import numpy as np
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, CONCAT_AXIS_ATTR, GATHER_AXIS_ATTR,
-                               GRID_AXES_ATTR, PERMUTE, REDUCE_SCATTER, REORDERING_ALL_TO_ALL, SCATTER_AXIS_ATTR,
-                               SLICE_AXIS_ATTR, SPLIT_AXIS_ATTR, SPLIT_GRID_AXES_ATTR)
+                               GRID_AXES_ATTR, PAIRS_ATTR, PERMUTE, REDUCE_SCATTER, REORDERING_ALL_TO_ALL,
+                               SCATTER_AXIS_ATTR, SLICE_AXIS_ATTR, SPLIT_AXIS_ATTR, SPLIT_GRID_AXES_ATTR)
 
-from . import subaxes
-from .layout import Layout, nontrivial_partial
+from . import step_rules as rules, subaxes
+from .layout import Layout, groups, nontrivial_partial
 from .types import DistType
-
-
-def _check_dim(t: DistType, dim: int, what: str) -> None:
-    if not isinstance(dim, int) or not 0 <= dim < t.rank:
-        raise RedistributionError(f"{what} {dim} is out of range for {t} of rank {t.rank}")
-
-
-def _check_axes(mesh: Mesh, axes: tuple[str, ...], op: str) -> None:
-    if not axes:
-        raise RedistributionError(f"{op}: mesh_axes is empty; name at least one mesh axis")
-    if len(set(axes)) != len(axes):
-        raise RedistributionError(f"{op}: mesh_axes {list(axes)} repeats an axis")
-    for a in axes:
-        subaxes.check_token(mesh, a, lambda problem: f"{op}: {problem}; the mesh {mesh} has axes "
-                                                     f"{', '.join(mesh.axis_names)}")
-    problem = subaxes.overlap_error(mesh, [(a, "mesh_axes") for a in axes], f"[{','.join(axes)}]")
-    if problem:
-        raise RedistributionError(f"{op}: {problem}")
-
-
-def _parts(mesh: Mesh, t: DistType, *groups: tuple[str, ...]) -> dict:
-    """The common refinement of ``t``'s tokens and ``groups`` (see `subaxes.atoms`)."""
-    texts = [a for d in t.dims for a in d] + list(t.partial) + [a for g in groups for a in g]
-    return subaxes.atoms(mesh, texts)
-
-
-def _suffix_cut(mesh: Mesh, t: DistType, dim: int, axes: tuple[str, ...], op: str) -> tuple[str, ...]:
-    """The axes of dim ``dim`` that remain once its minor suffix ``axes`` is taken away (raises if ``axes``
-    is not a minor suffix of the dim, part by part)."""
-    row = t.dims[dim]
-    if row[len(row) - len(axes):] == axes and len(axes) <= len(row):
-        return row[:len(row) - len(axes)]
-    parts = _parts(mesh, t, axes)
-    have, take = subaxes.expand(parts, row), subaxes.expand(parts, axes)
-    if len(take) > len(have) or have[len(have) - len(take):] != take:
-        raise RedistributionError(
-            f"{op}: mesh axes [{','.join(axes)}] are not the finest (last) tiles of dim {dim} in {t}; "
-            f"only a minor suffix of [{','.join(row)}] can be gathered")
-    return subaxes.canonical(mesh, have[:len(have) - len(take)])
-
-
-def _check_unused(mesh: Mesh, t: DistType, axes: tuple[str, ...], op: str) -> None:
-    used = t.used_axes()
-    if not any(subaxes.is_sub_axis(a) for a in axes) and not t.has_sub_axes():
-        for a in axes:
-            if a in used:
-                raise RedistributionError(f"{op}: mesh axis '{a}' is already used in {t}; slice only by unused axes")
-        return
-    places = [(a, "the type") for a in used] + [(a, op) for a in axes]
-    if subaxes.overlap_error(mesh, places, str(t)):
-        raise RedistributionError(f"{op}: mesh axes [{','.join(axes)}] overlap the axes used in {t}; slice only "
-                                  "by unused axes (or unused parts of axes)")
-
-
-def _check_divisible(mesh: Mesh, t: DistType, dim: int, axes: tuple[str, ...], op: str) -> None:
-    local = t.local_shape(mesh)[dim]
-    k = subaxes.group_size(mesh, axes)
-    if local % k:
-        raise RedistributionError(
-            f"{op}: local size {local} of dim {dim} in {t} is not divisible by {k} = |{','.join(axes)}|")
-
-
-def _appended(mesh: Mesh, row: tuple[str, ...], axes: tuple[str, ...]) -> tuple[str, ...]:
-    return subaxes.canonical(mesh, row + axes)
-
-
-def _without_partial(mesh: Mesh, t: DistType, axes: tuple[str, ...], op: str) -> tuple[str, ...]:
-    """``t``'s partial axes once ``axes`` are resolved (raises if one of ``axes`` is not partial)."""
-    if all(a in t.partial for a in axes):
-        return tuple(a for a in t.partial if a not in axes)
-    parts = _parts(mesh, t, axes)
-    have = subaxes.expand(parts, t.partial)
-    for a in subaxes.expand(parts, axes):
-        if a not in have:
-            raise RedistributionError(f"{op}: mesh axis '{a}' is not a partial-sum axis of {t}")
-    drop = set(subaxes.expand(parts, axes))
-    return subaxes.canonical_set(mesh, [a for a in have if a not in drop])
-
-
-def _replace_dim(dims, dim, axes):
-    return tuple(axes if i == dim else d for i, d in enumerate(dims))
-
-
-def _drop_suffix(dims: list, dim: int, axes: tuple[str, ...]) -> bool:
-    """Take the minor suffix ``axes`` off ``dims[dim]`` in place (False if it is not the dim's suffix)."""
-    row = dims[dim]
-    if len(axes) > len(row) or tuple(row[len(row) - len(axes):]) != tuple(axes):
-        return False
-    del row[len(row) - len(axes):]
-    return True
 
 
 class Collective:
@@ -158,6 +70,15 @@ class Collective:
         """Elements each device receives (all devices take part alike)."""
         k = subaxes.group_size(layout.mesh, self.mesh_axes)
         return np.full(layout.device_count, self.busiest(k, before.local_size(layout.mesh)), dtype=np.int64)
+
+    def numpy_blocks(self, layout: Layout, blocks) -> list[np.ndarray]:
+        """The step's semantics on real data: every device's block after it, from the rank-indexed list of
+        blocks before it (the reference the MPI executor and the kernel graph's runs are checked against)."""
+        out: list = [None] * layout.device_count
+        for row in groups(layout, self.mesh_axes):
+            for r, block in zip(row, self.numpy_group(layout, row, [blocks[r] for r in row])):
+                out[r] = block
+        return out
 
     def tensor_dims(self) -> tuple[int, ...]:
         """The tensor dims the step slices, gathers, splits or concatenates (in ``ir_dim_keys`` order)."""
@@ -214,15 +135,19 @@ class AllSlice(Collective):
     ir_dim_keys: ClassVar[dict[str, str]] = {"slice_dim": SLICE_AXIS_ATTR}
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
-        _check_dim(before, self.slice_dim, "all_slice: slice_dim")
-        _check_axes(mesh, self.mesh_axes, self.op)
-        _check_unused(mesh, before, self.mesh_axes, self.op)
-        _check_divisible(mesh, before, self.slice_dim, self.mesh_axes, self.op)
-        dims = _replace_dim(before.dims, self.slice_dim, _appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
+        rules.check_dim(before, self.slice_dim, "all_slice: slice_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        rules.check_unused(mesh, before, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.slice_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.slice_dim, rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
         return DistType(before.shape, dims, before.partial)
 
     def inverse(self, dims: list, partial: list) -> bool:
-        return _drop_suffix(dims, self.slice_dim, self.mesh_axes)
+        return rules.drop_suffix(dims, self.slice_dim, self.mesh_axes)
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        k = len(row)
+        return [np.ascontiguousarray(np.split(b, k, axis=self.slice_dim)[j]) for j, b in enumerate(blocks)]
 
     @staticmethod
     def busiest(k: int, local: int) -> int:
@@ -244,14 +169,18 @@ class AllGather(Collective):
     ir_dim_keys: ClassVar[dict[str, str]] = {"gather_dim": GATHER_AXIS_ATTR}
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
-        _check_dim(before, self.gather_dim, "all_gather: gather_dim")
-        _check_axes(mesh, self.mesh_axes, self.op)
-        kept = _suffix_cut(mesh, before, self.gather_dim, self.mesh_axes, self.op)
-        return DistType(before.shape, _replace_dim(before.dims, self.gather_dim, kept), before.partial)
+        rules.check_dim(before, self.gather_dim, "all_gather: gather_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        kept = rules.suffix_cut(mesh, before, self.gather_dim, self.mesh_axes, self.op)
+        return DistType(before.shape, rules.replace_dim(before.dims, self.gather_dim, kept), before.partial)
 
     def inverse(self, dims: list, partial: list) -> bool:
         dims[self.gather_dim] += self.mesh_axes
         return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        whole = np.concatenate(blocks, axis=self.gather_dim)
+        return [whole] * len(row)
 
     @staticmethod
     def busiest(k: int, local: int) -> int:
@@ -287,29 +216,35 @@ class AllToAll(Collective):
         return self.split_order != self.mesh_axes
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
-        _check_dim(before, self.split_dim, "all_to_all: split_dim")
-        _check_dim(before, self.concat_dim, "all_to_all: concat_dim")
+        rules.check_dim(before, self.split_dim, "all_to_all: split_dim")
+        rules.check_dim(before, self.concat_dim, "all_to_all: concat_dim")
         if self.split_dim == self.concat_dim:
             raise RedistributionError("all_to_all: split_dim and concat_dim must differ")
-        _check_axes(mesh, self.mesh_axes, self.op)
+        rules.check_axes(mesh, self.mesh_axes, self.op)
         order = self.split_order
         if order != self.mesh_axes:
-            _check_axes(mesh, order, self.op)
-            parts = _parts(mesh, before, self.mesh_axes, order)
+            rules.check_axes(mesh, order, self.op)
+            parts = rules.common_parts(mesh, before, self.mesh_axes, order)
             if sorted(subaxes.expand(parts, order)) != sorted(subaxes.expand(parts, self.mesh_axes)):
                 raise RedistributionError(f"all_to_all: split_mesh_axes [{','.join(order)}] are not the mesh_axes "
                                           f"[{','.join(self.mesh_axes)}] in another order")
-        kept = _suffix_cut(mesh, before, self.concat_dim, self.mesh_axes, self.op)
-        _check_divisible(mesh, before, self.split_dim, self.mesh_axes, self.op)
-        dims = _replace_dim(before.dims, self.concat_dim, kept)
-        dims = _replace_dim(dims, self.split_dim, _appended(mesh, dims[self.split_dim], order))
+        kept = rules.suffix_cut(mesh, before, self.concat_dim, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.split_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.concat_dim, kept)
+        dims = rules.replace_dim(dims, self.split_dim, rules.appended(mesh, dims[self.split_dim], order))
         return DistType(before.shape, dims, before.partial)
 
     def inverse(self, dims: list, partial: list) -> bool:
-        if not _drop_suffix(dims, self.split_dim, self.split_order):
+        if not rules.drop_suffix(dims, self.split_dim, self.split_order):
             return False
         dims[self.concat_dim] += self.mesh_axes
         return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        # chunk j of every member goes to the member whose index over the split order is j
+        chunk = layout.group_index(self.split_order)[row]
+        pieces = [np.split(b, len(row), axis=self.split_dim) for b in blocks]
+        return [np.concatenate([p[chunk[j]] for p in pieces], axis=self.concat_dim) for j in range(len(row))]
 
     @staticmethod
     def busiest(k: int, local: int) -> int:
@@ -412,6 +347,10 @@ class Permute(Collective):
     def inverse(self, dims: list, partial: list) -> bool:
         return False  # the type before is any type with the same local shape
 
+    def numpy_blocks(self, layout: Layout, blocks) -> list[np.ndarray]:
+        source = self.source_of(layout.device_count)
+        return [blocks[int(source[r])] for r in range(layout.device_count)]
+
     @staticmethod
     def busiest(k: int, local: int) -> int:
         return local  # a moved device receives a whole block
@@ -431,7 +370,7 @@ class Permute(Collective):
         return tuple(a for a, moved in zip(mesh.axis_names, differ) if moved)
 
     def fields(self) -> dict:
-        return {"pairs": [list(p) for p in self.pairs]}
+        return {PAIRS_ATTR: [list(p) for p in self.pairs]}  # its text form keys it as its IR attribute
 
     def ir_dims(self) -> dict[str, int]:
         return {}
@@ -455,12 +394,16 @@ class AllReduce(Collective):
     ir_name: ClassVar[str] = ALL_REDUCE
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
-        _check_axes(mesh, self.mesh_axes, self.op)
-        return DistType(before.shape, before.dims, _without_partial(mesh, before, self.mesh_axes, self.op))
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        return DistType(before.shape, before.dims, rules.without_partial(mesh, before, self.mesh_axes, self.op))
 
     def inverse(self, dims: list, partial: list) -> bool:
         partial += self.mesh_axes
         return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        return [total] * len(row)
 
     @staticmethod
     def busiest(k: int, local: int) -> int:
@@ -479,19 +422,23 @@ class ReduceScatter(Collective):
     ir_dim_keys: ClassVar[dict[str, str]] = {"scatter_dim": SCATTER_AXIS_ATTR}
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
-        _check_dim(before, self.scatter_dim, "reduce_scatter: scatter_dim")
-        _check_axes(mesh, self.mesh_axes, self.op)
-        partial = _without_partial(mesh, before, self.mesh_axes, self.op)
-        _check_divisible(mesh, before, self.scatter_dim, self.mesh_axes, self.op)
-        dims = _replace_dim(before.dims, self.scatter_dim,
-                            _appended(mesh, before.dims[self.scatter_dim], self.mesh_axes))
+        rules.check_dim(before, self.scatter_dim, "reduce_scatter: scatter_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        partial = rules.without_partial(mesh, before, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.scatter_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.scatter_dim,
+                            rules.appended(mesh, before.dims[self.scatter_dim], self.mesh_axes))
         return DistType(before.shape, dims, partial)
 
     def inverse(self, dims: list, partial: list) -> bool:
-        if not _drop_suffix(dims, self.scatter_dim, self.mesh_axes):
+        if not rules.drop_suffix(dims, self.scatter_dim, self.mesh_axes):
             return False
         partial += self.mesh_axes
         return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        return [np.ascontiguousarray(c) for c in np.split(total, len(row), axis=self.scatter_dim)]
 
     @staticmethod
     def busiest(k: int, local: int) -> int:

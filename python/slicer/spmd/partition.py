@@ -39,6 +39,7 @@ from slicer.core.functions import EntryError, defined_functions, entry_function,
 from slicer.core.names import (ANNOTATE, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOOP,
                                MULTI_INDEX, RULE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR,
                                TACTIC_ATTR, YIELD)
+from slicer.core.names import GRID_ATTR  # attribute keys of the collective ops
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
@@ -149,7 +150,7 @@ class _FunctionPartitioner:
             block = self.func.regions[0].blocks[0]
             op = ir.Operation.create(
                 MULTI_INDEX, results=[ir.IndexType.get()] * self.mesh.ndim,
-                attributes={"grid": ir.FlatSymbolRefAttr.get(self.grid),
+                attributes={GRID_ATTR: ir.FlatSymbolRefAttr.get(self.grid),
                             "axes": ir.DenseI16ArrayAttr.get(list(range(self.mesh.ndim)))},
                 loc=self.func.location, ip=ir.InsertionPoint.at_block_begin(block))
             self._coords = list(op.results)

@@ -22,6 +22,7 @@ from mlir import ir
 from slicer.core import dtypes
 from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
                                DIST_SOURCE_ATTR, GRID, PERMUTE, REDUCE_SCATTER, SPMD_MESH_ATTR)
+from slicer.core.names import GRID_ATTR, GRID_AXES_ATTR  # attribute keys of the collective ops
 
 
 @dataclass(frozen=True)
@@ -162,12 +163,12 @@ def report(module: ir.Module | ir.Operation) -> Report:
             op = op.operation
             if op.name not in COLLECTIVE_OPS:
                 continue
-            grid = ir.FlatSymbolRefAttr(op.attributes["grid"]).value
+            grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value
             axis_names, sizes = grids.get(grid, ([], []))
             if op.name == PERMUTE:
                 axes, group = tuple(axis_names), 2
             else:
-                indices = list(ir.DenseI16ArrayAttr(op.attributes["grid_axes"]))
+                indices = list(ir.DenseI16ArrayAttr(op.attributes[GRID_AXES_ATTR]))
                 axes = tuple(axis_names[i] if i < len(axis_names) else str(i) for i in indices)
                 group = int(np.prod([sizes[i] for i in indices if i < len(sizes)], dtype=np.int64))
             why, places = _places(op.location)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slicer.core.errors import RedistributionError, VizError
+from slicer.core.errors import VizError
 from slicer.lowering import CollectiveNode, KernelGraph
-from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, ReduceScatter
+from slicer.redistribution import DistType, type_before
 
 _DEF = re.compile(r"(%[A-Za-z0-9_$.-]+)\s*=\s*$")
 _ARG = re.compile(r"%[A-Za-z0-9_$.-]+")
@@ -120,39 +120,10 @@ def _indexed(graph: KernelGraph, kind: str, index: int) -> str:
 
 
 def step_input_type(step, after: DistType, mesh) -> DistType | None:
-    """The type before `step` given the type after it (inverting its typing rule); None for a permute, whose
-    type before is any type with the same local shape."""
-    dims, partial = [list(d) for d in after.dims], list(after.partial)
-    axes = getattr(step, "mesh_axes", ())
-
-    def drop_suffix(dim: int) -> bool:
-        if tuple(dims[dim][len(dims[dim]) - len(axes):]) != tuple(axes) or len(axes) > len(dims[dim]):
-            return False
-        del dims[dim][len(dims[dim]) - len(axes):]
-        return True
-
-    if isinstance(step, AllGather):
-        dims[step.gather_dim] += axes
-    elif isinstance(step, AllSlice):
-        if not drop_suffix(step.slice_dim):
-            return None
-    elif isinstance(step, AllToAll):
-        if not drop_suffix(step.split_dim):
-            return None
-        dims[step.concat_dim] += axes
-    elif isinstance(step, AllReduce):
-        partial += axes
-    elif isinstance(step, ReduceScatter):
-        if not drop_suffix(step.scatter_dim):
-            return None
-        partial += axes
-    else:
-        return None
-    try:
-        before = DistType.of(mesh, after.shape, dims, partial)
-        return before if step.rule(before, mesh) == after else None
-    except RedistributionError:
-        return None
+    """The type before `step` given the type after it: the step's class inverts its own typing rule
+    (`slicer.redistribution.type_before`); None for a permute, whose type before is any type with the same
+    local shape."""
+    return type_before(step, after, mesh)
 
 
 def global_type(graph: KernelGraph, name: str) -> tuple[DistType | None, str]:
