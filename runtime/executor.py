@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer.core.errors import KernelError
+from slicer.core.errors import InputError, KernelError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
-from slicer.runtime.plan_executor import MeshExecutor
 
 from .memory import BufferTracker
+from .plan_executor import MeshExecutor
 from .timings import Event
 
 log = logging.getLogger("slicer.runtime")
@@ -147,7 +147,7 @@ class RankExecutor:
         for name, block in env.items():
             expected = graph.values[name].local_shape
             if tuple(block.shape) != tuple(expected):
-                raise ValueError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
+                raise InputError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
         events = []
         self.buffers.start(env)
         in_flight: dict[int, object] = {}

@@ -37,6 +37,7 @@ import sys
 
 import numpy as np
 
+from slicer.core.errors import RunError
 from slicer.redistribution.steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 
 from .packing import copy_runs
@@ -137,7 +138,7 @@ class Segment:
         base = buffers[0].ctypes.data
         if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
             win.Free()
-            raise RuntimeError("the shared window is not contiguous across the group")
+            raise RunError("the shared window is not contiguous across the group; run with SLICER_COLLECTIVES=mpi")
         # one array over the group's parts of the window (consecutive in memory: checked above)
         whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
         segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)

@@ -68,11 +68,12 @@ def _pairs(items: list[str], what: str) -> tuple[tuple[str, float], ...]:
     for item in items:
         name, sep, value = item.partition("=")
         try:
-            if not sep:
-                raise ValueError
-            out.append((name.strip(), float(value)))
+            number = float(value) if sep else None
         except ValueError:
-            raise RedistributionError(f"--axis-{what} '{item}': write AXIS=NUMBER, e.g. x=1e9") from None
+            number = None
+        if number is None:
+            raise RedistributionError(f"--axis-{what} '{item}': write AXIS=NUMBER, e.g. x=1e9")
+        out.append((name.strip(), number))
     return tuple(sorted(out))
 
 

@@ -12,7 +12,8 @@ import pytest
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.costs import FS, CostModel
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.moves import SWITCH, SwitchMove
+from slicer.redistribution.moves import (SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove,
+                                         ReduceScatterMove, SliceMove, SwitchMove)
 from slicer.redistribution.search import Search, placements_with_products
 from slicer.redistribution.synthesis import TOLERANCE, reduced
 
@@ -160,6 +161,8 @@ def test_switch_is_free_and_invisible():
     search = search_for(mesh, src, dst)
     moves, cost = search.run()
     assert not any(m is SWITCH or isinstance(m, SwitchMove) for m in moves)
+    named = (SliceMove, ReduceScatterMove, AllReduceMove, AllToAllMove, GatherMove, PermuteMove)
+    assert moves and all(isinstance(m, named) for m in moves)  # named move types, no positional tuples
     assert cost * 4 == plan(mesh, src, dst, cost="bytes", sub_axes=False).bytes_received_total
 
 
