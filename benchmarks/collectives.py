@@ -138,23 +138,23 @@ def _packing_module():
 def _plain(comm, ex, step, block, out):
     """The plain mpi4py call moving the bytes of `step` between preallocated contiguous buffers."""
     from mpi4py import MPI
-    op = step.op
-    if op == "permute":
+    from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Permute
+    if isinstance(step, Permute):
         pairs = [tuple(map(int, p)) for p in step.pairs]
         dest = [d for s, d in pairs if s == ex.rank]
         source = [s for s, d in pairs if d == ex.rank]
         if dest:
             return lambda: ex.cart.Sendrecv(block, dest=dest[0], recvbuf=out, source=source[0])
         return lambda: None
-    if op == "all_slice":
+    if isinstance(step, AllSlice):
         flat_out, flat_in = out.reshape(-1), block.reshape(-1)[: out.size]
         return lambda: np.copyto(flat_out, flat_in)
     sub = ex.sub(step.mesh_axes)
-    if op == "all_gather":
+    if isinstance(step, AllGather):
         return lambda: sub.Allgather(block, out)
-    if op == "all_to_all":
+    if isinstance(step, AllToAll):
         return lambda: sub.Alltoall(block, out)
-    if op == "all_reduce":
+    if isinstance(step, AllReduce):
         return lambda: sub.Allreduce(block, out, op=MPI.SUM)
     return lambda: sub.Reduce_scatter_block(block, out, op=MPI.SUM)
 
@@ -248,7 +248,7 @@ def worker(args) -> None:
             if rep >= 2:
                 times.append(elapsed)
                 parts.append(rows)
-        steps = [{"op": s.op, "fields": s.fields() if s.op != "permute" else {"pairs": len(s.pairs)},
+        steps = [{"op": s.op, "fields": {"pairs": len(s.pairs)} if hasattr(s, "pairs") else s.fields(),
                   "breakdown": [statistics.median(r[i][j] for r in parts) for j in range(4)]}
                  for i, s in enumerate(p.steps)]
         report["reshards"].append(dict(case, steps=steps, slicer_s=statistics.median(times),

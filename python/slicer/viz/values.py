@@ -119,13 +119,6 @@ def _indexed(graph: KernelGraph, kind: str, index: int) -> str:
     return items[index]
 
 
-def step_input_type(step, after: DistType, mesh) -> DistType | None:
-    """The type before `step` given the type after it: the step's class inverts its own typing rule
-    (`slicer.redistribution.type_before`); None for a permute, whose type before is any type with the same
-    local shape."""
-    return type_before(step, after, mesh)
-
-
 def global_type(graph: KernelGraph, name: str) -> tuple[DistType | None, str]:
     """The distributed type to draw for value `name`, and a note on where it comes from ("" when it is the
     value's own type). None when the value is a loop-body member no collective reads (see `varying`)."""
@@ -134,7 +127,7 @@ def global_type(graph: KernelGraph, name: str) -> tuple[DistType | None, str]:
         return value.dist, ""
     for node in graph.nodes:
         if isinstance(node, CollectiveNode) and node.input == name:
-            before = step_input_type(node.step, node.step.type_after, graph.mesh)
+            before = type_before(node.step, node.step.type_after, graph.mesh)  # the class inverts its rule
             if before is not None and before.local_shape(graph.mesh) == value.local_shape:
                 return before, (f"computed in a loop body over {','.join(value.varying)}; this is the loop's result "
                                 f"as the {node.op} that reads it sees it")
