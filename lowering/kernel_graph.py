@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, shard, tensor  # shard: its op views (op.opview.reduction, .axes)
+from mlir.dialects import arith, func, linalg, tensor
+from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
 
 import numpy as np
 
