@@ -20,7 +20,7 @@ Per collective kind (one axis group of all N ranks, blocks of `--kib` KiB per ra
 layout whose chunks are contiguous (the gather/split/scatter dim leading) and on one where they are not
 (packing needed), each next to the plain mpi4py call on preallocated contiguous buffers of the same bytes
 (`Allgather`, `Alltoall`, `Allreduce`, `Reduce_scatter_block`, `Sendrecv`; a numpy copy for all_slice).
-Per reshard (the suite of `slicer.redistribution.suite` on 4 and 8 ranks, 1-D cases on 2 ranks, the cases of
+Per reshard (the suite of `reshard_suite.py` on 4 and 8 ranks, 1-D cases on 2 ranks, the cases of
 issue 18 on 8 ranks): the executor running the synthesized plan, and XLA's reshard (the faster of its
 `device_put` and its jitted reshard, leaving out `device_put`s whose devices share one buffer). Breakdown per step, from repetitions with a barrier before each step:
 waiting (at that barrier: the ranks' skew), pack (packing and issuing the call), transfer, unpack.
@@ -76,7 +76,7 @@ def kind_cases(ranks: int, elements: int) -> list[dict]:
 
 def reshard_cases(ranks: int, mib: float) -> list[dict]:
     """The reshards compared with XLA on `ranks` devices (global arrays of about `mib` MiB, f32)."""
-    from slicer.redistribution.suite import cases
+    from reshard_suite import cases
     out = []
     if ranks >= 4:
         for c in cases(ranks, int(mib * (1 << 20)), "f32"):
@@ -114,33 +114,54 @@ def _one_step_plan(mesh, shape, src, dst):
     return p
 
 
+def _executor_module():
+    """The plan executor's module: `slicer.runtime.plan_executor`, or in a checkout from before the move
+    (``--before``) `slicer.redistribution.mpi_exec`."""
+    try:
+        from slicer.runtime import plan_executor
+        return plan_executor
+    except ImportError:
+        from slicer.redistribution import mpi_exec
+        return mpi_exec
+
+
+def _packing_module():
+    """The packing module (`slicer.runtime.packing`, or `slicer.redistribution.packing` before the move)."""
+    try:
+        from slicer.runtime import packing
+        return packing
+    except ImportError:
+        from slicer.redistribution import packing
+        return packing
+
+
 def _plain(comm, ex, step, block, out):
     """The plain mpi4py call moving the bytes of `step` between preallocated contiguous buffers."""
     from mpi4py import MPI
-    op = step.op
-    if op == "permute":
+    from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Permute
+    if isinstance(step, Permute):
         pairs = [tuple(map(int, p)) for p in step.pairs]
         dest = [d for s, d in pairs if s == ex.rank]
         source = [s for s, d in pairs if d == ex.rank]
         if dest:
             return lambda: ex.cart.Sendrecv(block, dest=dest[0], recvbuf=out, source=source[0])
         return lambda: None
-    if op == "all_slice":
+    if isinstance(step, AllSlice):
         flat_out, flat_in = out.reshape(-1), block.reshape(-1)[: out.size]
         return lambda: np.copyto(flat_out, flat_in)
     sub = ex.sub(step.mesh_axes)
-    if op == "all_gather":
+    if isinstance(step, AllGather):
         return lambda: sub.Allgather(block, out)
-    if op == "all_to_all":
+    if isinstance(step, AllToAll):
         return lambda: sub.Alltoall(block, out)
-    if op == "all_reduce":
+    if isinstance(step, AllReduce):
         return lambda: sub.Allreduce(block, out, op=MPI.SUM)
     return lambda: sub.Reduce_scatter_block(block, out, op=MPI.SUM)
 
 
 def _timed_steps(comm, ex, p, block):
     """One run of plan `p` with a barrier before each step: per step (waiting, pack, transfer, unpack)."""
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    MeshExecutor = _executor_module().MeshExecutor
     rows = []
     new = hasattr(MeshExecutor, "plan_program")
     programs = ex.plan_program(p, block.shape, block.dtype).programs if new else None
@@ -162,7 +183,7 @@ def worker(args) -> None:
     from mpi4py import MPI
 
     from slicer.redistribution import DistType, Mesh
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    MeshExecutor = _executor_module().MeshExecutor
 
     comm = MPI.COMM_WORLD
     ranks, rank = comm.Get_size(), comm.Get_rank()
@@ -227,7 +248,7 @@ def worker(args) -> None:
             if rep >= 2:
                 times.append(elapsed)
                 parts.append(rows)
-        steps = [{"op": s.op, "fields": s.fields() if s.op != "permute" else {"pairs": len(s.pairs)},
+        steps = [{"op": s.op, "fields": {"pairs": len(s.pairs)} if hasattr(s, "pairs") else s.fields(),
                   "breakdown": [statistics.median(r[i][j] for r in parts) for j in range(4)]}
                  for i, s in enumerate(p.steps)]
         report["reshards"].append(dict(case, steps=steps, slicer_s=statistics.median(times),
@@ -267,7 +288,7 @@ def datatype_worker(args) -> None:
     dim, each repetition after a barrier, slowest rank."""
     from mpi4py import MPI
 
-    from slicer.redistribution.packing import Chunks
+    Chunks = _packing_module().Chunks
 
     comm = MPI.COMM_WORLD
     k, side = comm.Get_size(), args.side
@@ -297,7 +318,7 @@ def datatype_worker(args) -> None:
 def packing(args) -> None:
     """How to pack: numpy element-wise strided copy vs whole runs as `void` elements vs one memcpy of the same
     bytes (one process); and MPI vector datatypes vs packing (MPI jobs)."""
-    from slicer.redistribution.packing import Chunks
+    Chunks = _packing_module().Chunks
     from slicer.runtime.mpiexec import run_spmd
 
     def median_time(fn, reps=20):

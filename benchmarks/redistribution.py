@@ -1,7 +1,7 @@
 """Redistribution benchmark: our plans vs the naive plan (all-gather to replicated, then slice).
 
 Run under MPI, e.g. ``mpiexec -n 4 python benchmarks/redistribution.py --mib 16 --json out.json``.
-For every case of :mod:`slicer.redistribution.suite` it runs both plans with the MPI executor, timing each
+For every case of `reshard_suite.py` it runs both plans with the MPI executor, timing each
 ``--reps`` times (barrier before, max over ranks per repetition, median reported), and reports the modelled
 bytes received per device and peak live bytes per device. Rank 0 prints a table and writes JSON.
 """
@@ -16,8 +16,8 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import initial_blocks, plan
-from slicer.redistribution.mpi_exec import MeshExecutor
-from slicer.redistribution.suite import cases
+from slicer.runtime.plan_executor import MeshExecutor
+from reshard_suite import cases
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
 
@@ -76,7 +76,7 @@ def main():
 
 def _local_block(case, dtype, rank):
     from slicer.redistribution.layout import Layout
-    from slicer.redistribution.simulation import block_slices
+    from slicer.redistribution.numpy_semantics import block_slices
     layout = Layout.get(case.mesh, case.shape)
     sl = block_slices(layout, case.src, rank)
     shape = tuple(s.stop - s.start for s in sl)

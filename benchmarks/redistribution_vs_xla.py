@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.redistribution import DistType, Mesh, plan
+from slicer.redistribution import AllSlice, DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices
+from slicer.redistribution.numpy_semantics import block_slices
 from slicer.runtime.mpiexec import run_spmd
 from slicer.runtime.resources import host_cores
 
@@ -104,7 +104,7 @@ def peak_with_argument(p) -> int:
     bounds, i = [], 0  # (index of the type before, index of the type after) of each effective step
     while i < len(p.steps):
         j = i
-        while p.steps[j].op == "all_slice" and j + 1 < len(p.steps) and p.steps[j + 1].op == "all_slice":
+        while isinstance(p.steps[j], AllSlice) and j + 1 < len(p.steps) and isinstance(p.steps[j + 1], AllSlice):
             j += 1
         bounds.append((i, j + 1))
         i = j + 1
@@ -117,7 +117,7 @@ def worker(reps: int) -> None:
     """Under mpiexec: time every case's plan with the MPI executor; rank 0 prints {name: median seconds}."""
     from mpi4py import MPI  # optional at import time: only the worker runs under MPI
 
-    from slicer.redistribution.mpi_exec import MeshExecutor
+    from slicer.runtime.plan_executor import MeshExecutor
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from slicer.core.names import PERMUTE
+from slicer.core.names import GRID_ATTR, PAIRS_ATTR, PERMUTE
 
 
 class PermuteOp:
@@ -26,11 +26,11 @@ class PermuteOp:
 
     @property
     def grid(self) -> str:
-        return ir.FlatSymbolRefAttr(self.operation.attributes["grid"]).value
+        return ir.FlatSymbolRefAttr(self.operation.attributes[GRID_ATTR]).value
 
     @property
     def pairs(self) -> tuple[tuple[int, int], ...]:
-        flat = list(ir.DenseI64ArrayAttr(self.operation.attributes["pairs"]))
+        flat = list(ir.DenseI64ArrayAttr(self.operation.attributes[PAIRS_ATTR]))
         return tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
 
     @property
@@ -49,7 +49,7 @@ def permute(source: ir.Value, grid: str, pairs: Sequence[tuple[int, int]], *, lo
         PERMUTE,
         results=[source.type],
         operands=[source],
-        attributes={"grid": ir.FlatSymbolRefAttr.get(grid), "pairs": ir.DenseI64ArrayAttr.get(flat)},
+        attributes={GRID_ATTR: ir.FlatSymbolRefAttr.get(grid), PAIRS_ATTR: ir.DenseI64ArrayAttr.get(flat)},
         loc=loc,
         ip=ip,
     )

@@ -22,37 +22,25 @@ import json
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import arith, tensor
+from mlir.dialects import arith, func, linalg, tensor
+from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
 
 import numpy as np
 
 from slicer.core import dtypes
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
-                               DIST_SOURCE_ATTR, GRID, MULTI_INDEX, REDUCE_SCATTER, REORDERING_ALL_TO_ALL,
+from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, MULTI_INDEX,
                                SPMD_MESH_ATTR)
 from slicer.dialect import PermuteOp, make_context
-from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter,
-                                   parse_spec, subaxes)
+from slicer.redistribution import AllReduce, DistType, Mesh, Permute, step_from_fields, subaxes
+from slicer.redistribution.steps import STEP_OF_IR
+from slicer.spmd.dist_types import parse_dist_text, varying_axes
 
 from .cut import cut
 
-STEP_CLASSES = {cls.__name__: cls for cls in (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter)}
-_REMAT = ("tensor.empty", "arith.constant", "linalg.fill", MULTI_INDEX)
-
-
-def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
-    """A `slicer.dist` string (`varying=[...]` dropped) with the global shape recovered from the local one."""
-    dims, partial = parse_spec(text.split(" varying=")[0])
-    shape = tuple(n * subaxes.group_size(mesh, d) for n, d in zip(local_shape, dims))
-    return DistType.of(mesh, shape, dims, partial)
-
-
-def varying_axes(text: str) -> tuple[str, ...]:
-    """The `varying=[...]` axes of a `slicer.dist` string (values computed in loop bodies), else ()."""
-    _, found, tail = text.partition(" varying=")
-    return parse_spec(f"[{tail}]")[0][0] if found else ()
+_REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
+_RETURN = func.ReturnOp.OPERATION_NAME
 
 
 def location_text(location: ir.Location) -> str:
@@ -128,8 +116,7 @@ class KernelGraph:
             if isinstance(n, KernelNode):
                 return {"kind": "kernel", "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
                         "needs_coords": n.needs_coords}
-            return {"kind": "collective", "op": n.op, "step": type(n.step).__name__, "fields": n.step.fields(),
-                    "input": n.input, "output": n.output}
+            return {"kind": "collective", "op": n.op, "fields": n.step.fields(), "input": n.input, "output": n.output}
 
         return json.dumps({
             "entry": self.entry, "mesh": str(self.mesh), "args": list(self.args), "results": list(self.results),
@@ -153,8 +140,7 @@ class KernelGraph:
             if n["kind"] == "kernel":
                 nodes.append(KernelNode(n["name"], tuple(n["inputs"]), tuple(n["outputs"]), n["needs_coords"]))
             else:
-                fields = {k: _tuples(v) for k, v in n["fields"].items()}
-                step = STEP_CLASSES[n["step"]](**fields, type_after=values[n["output"]].dist)
+                step = step_from_fields(n["op"], n["fields"], values[n["output"]].dist)
                 nodes.append(CollectiveNode(n["op"], step, n["input"], n["output"]))
         result_dists = tuple(DistType.parse(text, tuple(shape), mesh) for text, shape in data["result_dists"])
         return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
@@ -224,10 +210,6 @@ class KernelGraph:
         return f"{v.dtype}{list(v.local_shape)} local of {list(v.dist.shape)} {v.dist}"
 
 
-def _tuples(value):
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
 def _op(x) -> ir.Operation:
     return x.operation if isinstance(x, ir.OpView) else x
 
@@ -238,8 +220,8 @@ def _grid_axes(module: ir.Module) -> dict[str, tuple[str, ...]]:
     out = {}
     for op in module.body.operations:
         op = _op(op)
-        if op.name == GRID and AXES_ATTR in op.attributes and "sym_name" in op.attributes:
-            out[ir.StringAttr(op.attributes["sym_name"]).value] = tuple(
+        if op.name == GRID and AXES_ATTR in op.attributes:
+            out[ir.SymbolTable.get_symbol_name(op).value] = tuple(
                 ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR]))
     return out
 
@@ -297,11 +279,14 @@ class _Builder:
         self.values[name] = Value(name, tuple(t.shape), str(t.element_type), dist, varying, loc)
         return name
 
-    def func_dist(self, attr: str, index: int, type_: ir.Type) -> tuple[DistType, str]:
-        dicts = ir.ArrayAttr(self.func.attributes[attr]) if attr in self.func.attributes else None
+    def func_dist(self, which: str, index: int, type_: ir.Type) -> tuple[DistType, str]:
+        """The type of argument (``which="arg"``) or result (``"res"``) ``index`` of the function, and where
+        it comes from ("requested" or "default")."""
+        view = _op(self.func).opview
+        dicts = view.arg_attrs if which == "arg" else view.res_attrs
         entry = ir.DictAttr(dicts[index]) if dicts is not None else None
         if entry is None or DIST_ATTR not in entry:
-            raise KernelGraphError(f"{attr[:3]} #{index} of @{self.name} has no '{DIST_ATTR}' type")
+            raise KernelGraphError(f"{which} #{index} of @{self.name} has no '{DIST_ATTR}' type")
         source = ir.StringAttr(entry[DIST_SOURCE_ATTR]).value if DIST_SOURCE_ATTR in entry else "requested"
         return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
 
@@ -313,7 +298,7 @@ class _Builder:
                                tuple(ir.RankedTensorType(result.type).shape), self.mesh)
 
     def build(self) -> KernelGraph:
-        args = tuple(self.record(a, self.func_dist("arg_attrs", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
+        args = tuple(self.record(a, self.func_dist("arg", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
         ops = [_op(o) for o in self.block.operations]
         ret = ops[-1]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
@@ -327,7 +312,7 @@ class _Builder:
                 nodes.append(self.collective(item))
         results, sources, dists = [], [], []
         for i, v in enumerate(ret.operands):
-            dist, source = self.func_dist("res_attrs", i, v.type)
+            dist, source = self.func_dist("res", i, v.type)
             name = self.name_of(v)
             if name not in self.values:
                 self.record(v, dist)
@@ -353,9 +338,10 @@ class _Builder:
         return items
 
     def collective(self, op: ir.Operation) -> CollectiveNode:
+        """The node of one collective op: the step its class (`STEP_OF_IR`) reads from the op's attributes."""
         result = op.results[0]
         after = self.op_dist(op, result)
-        grid = ir.FlatSymbolRefAttr(op.attributes["grid"]).value if "grid" in op.attributes else None
+        grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value if GRID_ATTR in op.attributes else None
         # Sub-axes: the op's grid may refine the mesh's (its `slicer.axes` name the parts, e.g. y:(2)2).
         names = self.grids.get(grid) or self.mesh.axis_names
 
@@ -367,32 +353,22 @@ class _Builder:
                 raise KernelGraphError(f"'{op.name}' names grid axis {max(indices)} but @{grid} has {len(names)} axes")
             return subaxes.canonical(self.mesh, tuple(names[i] for i in indices))
 
-        axes = group("grid_axes")
+        def dim(attr: str) -> int:
+            return ir.IntegerAttr(op.attributes[attr]).value
 
-        def index(name: str) -> int:
-            return ir.IntegerAttr(op.attributes[name]).value
-
-        if op.name == ALL_GATHER:
-            step = AllGather(index("gather_axis"), axes, after)
-        elif op.name == ALL_TO_ALL:
-            step = AllToAll(index("split_axis"), index("concat_axis"), axes, after)
-        elif op.name == REORDERING_ALL_TO_ALL:
-            step = AllToAll(index("split_axis"), index("concat_axis"), axes, after, group("split_grid_axes"))
-        elif op.name == ALL_REDUCE:
-            kind = str(op.attributes["reduction"]) if "reduction" in op.attributes else "#shard<partial sum>"
-            if "sum" not in kind:
-                raise KernelGraphError(f"'{op.name}' with reduction {kind}: only sums are supported")
-            step = AllReduce(axes, after)
-        elif op.name == REDUCE_SCATTER:
-            step = ReduceScatter(index("scatter_axis"), axes, after)
-        elif op.name == ALL_SLICE:
-            step = AllSlice(index("slice_axis"), axes, after)
-        else:
+        kind = STEP_OF_IR[op.name]
+        if kind is Permute:
             step = Permute(PermuteOp(op).pairs, after)
+        else:
+            if kind is AllReduce:
+                reduction = str(op.opview.reduction)
+                if "sum" not in reduction:
+                    raise KernelGraphError(f"'{op.name}' with reduction {reduction}: only sums are supported")
+            step = kind.from_ir(op.name, dim, group, after)
         source = op.operands[0]
         if self.name_of(source) not in self.values:
             raise KernelGraphError(f"'{op.name}' consumes a value no earlier node produces")
-        return CollectiveNode(op.name.split(".")[-1], step, self.name_of(source), self.record(result, after))
+        return CollectiveNode(step.op, step, self.name_of(source), self.record(result, after))
 
     def kernel(self, ops: list, name: str) -> KernelNode | None:
         inside = {r for op in ops for r in op.results}
@@ -428,7 +404,7 @@ class _Builder:
                 if not isinstance(result.type, ir.RankedTensorType):
                     continue
                 users = [self.top_level(_op(u.owner)) for u in result.uses]
-                if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + ("func.return",) for u in users):
+                if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + (_RETURN,) for u in users):
                     continue  # recomputed by the kernels that use it
                 if any(u not in kernel_ops for u in users):
                     outputs.append(result)
@@ -451,15 +427,14 @@ class _Builder:
         inputs = [v.type for v in live_in] + ([coords_type] if needs_coords else [])
         fn_type = ir.FunctionType.get(inputs, [v.type for v in outputs])
         with ir.InsertionPoint(self.kernels.body):
-            func = ir.Operation.create("func.func", attributes={"sym_name": ir.StringAttr.get(name),
-                                                                 "function_type": ir.TypeAttr.get(fn_type)}, regions=1)
-        block = func.regions[0].blocks.append(*inputs)
+            kernel = func.FuncOp(name, fn_type)
+        block = kernel.regions[0].blocks.append(*inputs)
         mapping = dict(zip(live_in, block.arguments))
         coords = block.arguments[-1] if needs_coords else None
         with ir.InsertionPoint(block):
             for op in ops:
                 if op.name == MULTI_INDEX:
-                    axes = list(ir.DenseI16ArrayAttr(op.attributes["axes"])) if "axes" in op.attributes else list(range(self.mesh.ndim))
+                    axes = list(op.opview.axes) or list(range(self.mesh.ndim))  # none: all
                     for result, axis in zip(op.results, axes):
                         raw = tensor.extract(coords, [arith.constant(ir.IndexType.get(), axis)])
                         mapping[result] = arith.index_cast(ir.IndexType.get(), raw)
@@ -471,4 +446,4 @@ class _Builder:
                             deep.operands[i] = mapping[operand]
                 for old, new in zip(op.results, clone.results):
                     mapping[old] = new
-            ir.Operation.create("func.return", operands=[mapping[v] for v in outputs])
+            ir.Operation.create(_RETURN, operands=[mapping[v] for v in outputs])

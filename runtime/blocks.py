@@ -16,7 +16,7 @@ import numpy as np
 from slicer.core.errors import InputError
 from slicer.redistribution import DistType, Mesh
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices
+from slicer.redistribution.numpy_semantics import block_slices
 
 
 def rank_slices(mesh: Mesh, dist: DistType, rank: int) -> tuple[slice, ...]:

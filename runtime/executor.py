@@ -4,7 +4,7 @@ Each rank holds only its blocks. Kernels come from the on-disk kernel cache
 (`slicer.lowering.compile_kernels`: vectorised, AOT for this CPU, each kernel compiled once per
 content hash; the launcher warms the cache before starting the ranks), or from
 the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
-`slicer.redistribution.mpi_exec` on per-axis sub-communicators of a Cartesian communicator, so the MPI
+`slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
 Collectives are nonblocking (`schedule`): each starts as soon as its input is ready and is waited for only
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer.core.errors import KernelError
+from slicer.core.errors import InputError, KernelError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
-from slicer.redistribution.mpi_exec import MeshExecutor
 
 from .memory import BufferTracker
+from .plan_executor import MeshExecutor
 from .timings import Event
 
 log = logging.getLogger("slicer.runtime")
@@ -147,7 +147,7 @@ class RankExecutor:
         for name, block in env.items():
             expected = graph.values[name].local_shape
             if tuple(block.shape) != tuple(expected):
-                raise ValueError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
+                raise InputError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
         events = []
         self.buffers.start(env)
         in_flight: dict[int, object] = {}

@@ -4,7 +4,7 @@ The test oracle of `slicer-partition` and a debugging mode of the MPI runtime. T
 a kernel graph (`slicer.lowering.kernel_graph`, the same graph the MPI runtime executes): its kernels are
 compiled once, by the JIT as scalar loops (the reference) or as the native kernels the ranks load, and each
 is called once per device with that device's coordinate; each collective runs in numpy on the list of device
-blocks with the step semantics of `slicer.redistribution.simulation.run_step`
+blocks with the step semantics of `slicer.redistribution.numpy_semantics.run_step`
 (the reference that also checks the synthesizer's plans and the MPI executor). Inputs are laid out from
 global arrays with the arguments' distributed types; results are assembled from the results' types
 (checking that all replicas of a block agree, and summing partial results).
@@ -21,7 +21,7 @@ from slicer.core.errors import KernelGraphError, SimulationError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions
 from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices, groups, initial_blocks, run_step
+from slicer.redistribution.numpy_semantics import block_slices, groups, initial_blocks, run_step
 
 from .executor import load_kernels
 

@@ -6,17 +6,20 @@ import argparse
 import json
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import DistType, Mesh, initial_blocks, plan, simulate_blocks
 from slicer.redistribution.costs import CostModel
-from slicer.redistribution.mpi_exec import MeshExecutor
-from slicer.redistribution.simulation import mismatches
-from slicer.redistribution.suite import cases
+from slicer.runtime.plan_executor import MeshExecutor
+from slicer.redistribution.numpy_semantics import mismatches
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the reshard suite
+from reshard_suite import cases  # noqa: E402
 
 
 MESHES = {4: [(4,), (2, 2)], 8: [(8,), (2, 4), (4, 2), (2, 2, 2)]}

@@ -14,10 +14,10 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
-from slicer.redistribution.collectives import apply_rule, step_with_type
+from slicer.redistribution.steps import apply_rule, step_with_type
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.mpi_exec import MeshExecutor
-from slicer.redistribution.simulation import run_step
+from slicer.runtime.plan_executor import MeshExecutor
+from slicer.redistribution.numpy_semantics import run_step
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
 DTYPES = (np.float32, np.float64, np.int32, np.float16, np.int8, np.bool_)
@@ -166,13 +166,13 @@ def main():
             got, _ = program.run(blocks[rank])
             again, _ = program.run(blocks[rank])
             name = f"large {mesh} {np.dtype(dtype).name} {step.op} {before} -> {step.type_after}"
-            exact = program.shm is not None or step.op not in ("all_reduce", "reduce_scatter")
+            exact = program.shm is not None or not isinstance(step, (AllReduce, ReduceScatter))
             tolerance = 1e-2 if dtype == np.float16 else 1e-5
             if not (np.array_equal(got, expected) if exact else np.allclose(got, expected, rtol=tolerance, atol=tolerance)):
                 failures.append(f"{'bits' if exact else 'values'}: {name}")
             if not np.array_equal(got, again):
                 failures.append(f"second run differs: {name}")
-            if step.op == "all_reduce":  # every rank holds the same bits
+            if isinstance(step, AllReduce):  # every rank holds the same bits
                 digests = comm.allgather(hashlib.sha256(got.tobytes()).hexdigest())
                 if len(set(digests)) != 1:
                     failures.append(f"replicas differ: {name}")

@@ -31,8 +31,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
@@ -234,18 +232,7 @@ def plan_seconds(plan, model: CostModel) -> float:
 
 def step_axes(plan, i: int) -> tuple[str, ...]:
     """The axes step ``i`` of ``plan`` communicates over (for a permute: along which a pair differs)."""
-    step = plan.steps[i]
-    if step.op == "all_slice":
-        return ()
-    if step.op != "permute":
-        return tuple(step.mesh_axes)
-    pairs = step.pair_array
-    if not len(pairs):
-        return ()
-    mesh = plan.mesh
-    coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T
-    differ = (coords[pairs[:, 0]] != coords[pairs[:, 1]]).any(axis=0)
-    return tuple(a for a, moved in zip(mesh.axis_names, differ) if moved)
+    return plan.steps[i].link_axes(plan.mesh)
 
 
 def step_seconds(plan, i: int, model: CostModel) -> float:

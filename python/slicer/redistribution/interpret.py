@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .collectives import Step, apply_rule
+from .steps import Step, apply_rule
 from slicer.core.errors import RedistributionError
 from .layout import Layout
 from slicer.core.mesh import Mesh

@@ -113,6 +113,13 @@ class Layout:
         return total
 
 
+def groups(layout: Layout, axes: tuple[str, ...]) -> np.ndarray:
+    """Rows of device ranks, one row per group over ``axes``, each row in group-index order."""
+    k = subaxes.group_size(layout.mesh, axes)
+    order = np.lexsort((layout.group_index(axes), layout.group_key(axes)))
+    return order.reshape(-1, k)
+
+
 def complement(mesh: Mesh, axes: tuple[str, ...]) -> tuple[str, ...]:
     """The parts of the mesh that ``axes`` (axes or sub-axes) leave out, in mesh order: whole axes that
     ``axes`` do not touch, and the gaps of axes they use in part."""

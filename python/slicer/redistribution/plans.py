@@ -16,7 +16,7 @@ import numpy as np
 
 from slicer.core.errors import RedistributionError
 
-from .collectives import Step
+from .steps import AllSlice, Step
 from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
@@ -93,14 +93,12 @@ class Plan:
         consecutive local slices counts as one step (its blocks in between are views, never copied: the
         MPI executor copies once at the end of the run, and the kernels fuse the slices)."""
         sizes = [t.local_size(self.mesh) for t in self.trace.types]
-        live = [a + b for i, (a, b) in enumerate(zip(sizes, sizes[1:]))
-                if not (self.steps[i].op == "all_slice" and i + 1 < len(self.steps)
-                        and self.steps[i + 1].op == "all_slice")]
-        runs = [i for i in range(len(self.steps)) if self.steps[i].op == "all_slice"
-                and (i == 0 or self.steps[i - 1].op != "all_slice")]
+        local = [isinstance(step, AllSlice) for step in self.steps] + [False]
+        live = [a + b for i, (a, b) in enumerate(zip(sizes, sizes[1:])) if not (local[i] and local[i + 1])]
+        runs = [i for i in range(len(self.steps)) if local[i] and (i == 0 or not local[i - 1])]
         for start in runs:  # input of the run's first slice with the output of its last
             end = start
-            while end + 1 < len(self.steps) and self.steps[end + 1].op == "all_slice":
+            while local[end + 1]:
                 end += 1
             live.append(sizes[start] + sizes[end + 1])
         return max([self.src_bytes // self.itemsize] + live) * self.itemsize
@@ -133,7 +131,7 @@ class Plan:
         (all_reduce may also sit among the slices)."""
         phase = 0
         for step in self.steps:
-            want = {"all_slice": 0, "reduce_scatter": 0, "all_to_all": 1, "permute": 1, "all_gather": 2}.get(step.op)
+            want = step.phase
             if want is None:  # all_reduce: anywhere before the gathers
                 if phase == 2:
                     return False

@@ -39,9 +39,10 @@ from slicer.core.mesh import Mesh
 from .bounds import UNREACHABLE, Bounds
 from .costs import CostModel, Pricing
 from .layout import Layout
+from .moves import SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove, ReduceScatterMove, SliceMove
+from .steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 from .types import DistType
 
-SWITCH = ("switch",)  # free, stepless move from a shrinking node to its constant-size twin
 PERMUTES = "permutes"  # marks a queue entry standing for all the permute moves out of a node
 
 
@@ -126,7 +127,7 @@ class _DimsInfo:
             first = 0
             if not search.src[1]:
                 first = max((d for d in range(rank) if len(dims[d]) > len(search.src[0][d])), default=0)
-            self._slices = [(a, ("slice", d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
+            self._slices = [(a, SliceMove(d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
                             for d in range(first, rank) for a in self.unused(search)
                             if self.local[d] % search.sizes[a] == 0]
         return self._slices
@@ -158,18 +159,19 @@ class _DimsInfo:
                     axes, k = row[cut:], groups[cut]
                     kept = dims[:d] + (row[:cut],) + dims[d + 1:]
                     extends = others_start and starts[d] and cut >= len(targets[d])
-                    gathers.append((("all_gather", d, axes), kept, cost(axes, (k - 1) * L, n * (k - 1) * L), extends))
-                    busiest = (k - 1) * (L // k)
+                    gathered = AllGather.busiest(k, L)
+                    gathers.append((GatherMove(d, axes), kept, cost(axes, gathered, n * gathered), extends))
+                    busiest = AllToAll.busiest(k, L)
                     price = cost(axes, busiest, n * busiest)
                     for e in range(rank):
                         if e != d and self.local[e] % k == 0:
                             after = kept[:e] + (kept[e] + axes,) + kept[e + 1:]
-                            all_to_alls.append((("all_to_all", e, d, axes), after, price))
+                            all_to_alls.append((AllToAllMove(e, d, axes), after, price))
                             if len(axes) > 1:
                                 order = search.target_order(e, axes)
                                 if order != axes:
                                     after = kept[:e] + (kept[e] + order,) + kept[e + 1:]
-                                    all_to_alls.append((("all_to_all", e, d, axes, order), after, price))
+                                    all_to_alls.append((AllToAllMove(e, d, axes, order), after, price))
             self._moves = (all_to_alls, gathers)
         return self._moves
 
@@ -312,8 +314,8 @@ class Search(Bounds):
                 for axes in itertools.combinations(resolvable, r):
                     k = math.prod(self.sizes[a] for a in axes)
                     after = (dims, tuple(p for p in partial if p not in axes))
-                    busiest = -(-2 * (k - 1) * L // k)
-                    yield ("all_reduce", axes), after, phase, cost(axes, busiest, n * busiest)
+                    busiest = AllReduce.busiest(k, L)
+                    yield AllReduceMove(axes), after, phase, cost(axes, busiest, n * busiest)
         if phase == 0:
             for axis, move, after in info.slices(self):
                 if axis not in partial:
@@ -323,8 +325,8 @@ class Search(Bounds):
                     k = self.sizes[a]
                     if info.local[d] % k == 0:
                         after = (dims[:d] + (dims[d] + (a,),) + dims[d + 1:], tuple(p for p in partial if p != a))
-                        busiest = (k - 1) * (L // k)
-                        yield ("reduce_scatter", d, (a,)), after, 0, cost((a,), busiest, n * busiest)
+                        busiest = ReduceScatter.busiest(k, L)
+                        yield ReduceScatterMove(d, (a,)), after, 0, cost((a,), busiest, n * busiest)
             if self.cap is None:
                 # Stop shrinking: the constant-size moves hang off the phase-1 twin of this node, whose
                 # heuristic (no more slices) is usually far above this one's, so they are generated only
@@ -350,19 +352,20 @@ class Search(Bounds):
         info = self.info(dims)
         targets, ids, row, weights = self._permute_group(info.products, partial)
         if ids is not None:
-            L = info.size
+            L = Permute.busiest(2, info.size)  # the busiest device receives a whole block
+            price = self.pricing.cost
             moved = np.count_nonzero(ids != ids[row[dims]], axis=1).tolist()
             if self.pricing.uniform or not self.pricing.time:
                 axes = self.axes[:1]
                 for other, count in zip(targets, moved):
                     if other != dims:
-                        yield ("permute", (other, partial)), (other, partial), phase, self.pricing.cost(axes, L, count * L)
+                        yield PermuteMove((other, partial)), (other, partial), phase, price(axes, L, count * L)
             else:  # the axes whose place changes, whose links the permute uses
                 changed = weights != weights[row[dims]]
                 for i, (other, count) in enumerate(zip(targets, moved)):
                     if other != dims:
                         axes = tuple(a for a, c in zip(self.axes, changed[i]) if c) or self.axes[:1]
-                        yield ("permute", (other, partial)), (other, partial), phase, self.pricing.cost(axes, L, count * L)
+                        yield PermuteMove((other, partial)), (other, partial), phase, price(axes, L, count * L)
 
     def permute_floor_key(self, state) -> tuple[int, int]:
         """(least cost of any permute out of ``state``, least heuristic of its targets): every permute
@@ -443,7 +446,7 @@ class Search(Bounds):
                         if move is not SWITCH:
                             path.append(move)
                     return path[::-1], g_bytes
-                permuted = parent[node] is not None and parent[node][1][0] == "permute"
+                permuted = parent[node] is not None and type(parent[node][1]) is PermuteMove
                 moves = successors(state, phase, permuted)
                 if hubs and phase == hub_phase and not permuted:
                     # Permutes wait behind one queue entry keyed by a bound on all of them: most

@@ -25,7 +25,7 @@ import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from slicer.core.errors import RedistributionError
+from slicer.core.errors import MeshError, RedistributionError
 from slicer.core.mesh import Mesh
 
 SUB_AXIS = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):\((\d+)\)(\d+)$")
@@ -65,6 +65,15 @@ def token_error(mesh: Mesh, text: str) -> str | None:
         return (f"sub-axis '{text}' does not fit axis '{name}' of size {n}: in '{name}:(m)k' the pre-size m times "
                 f"the size k (at least 2) must divide {n}")
     return None
+
+
+def check_token(mesh: Mesh, text: str, message) -> None:
+    """Raise if ``text`` names no axis or sub-axis of ``mesh``: `MeshError` for an unknown mesh axis (as
+    `Mesh` itself raises), else `RedistributionError`; ``message(problem)`` is the error's text."""
+    problem = token_error(mesh, text)
+    if problem:
+        kind = RedistributionError if mesh.has_axis(split_token(text)[0]) else MeshError
+        raise kind(message(problem))
 
 
 @lru_cache(maxsize=1 << 16)

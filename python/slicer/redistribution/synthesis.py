@@ -22,16 +22,18 @@ deterministic (moves are generated in a fixed order and heap ties are broken by 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from .collectives import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
+from .steps import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
                           step_with_type)
 from slicer.core.errors import RedistributionError
 from . import subaxes
 from .costs import CostModel, tie_scale
 from .layout import Layout
 from slicer.core.mesh import Mesh
+from .moves import GatherMove, PermuteMove
 from .plans import Plan
 from .search import Search, collector_paused
 from .subaxes import Refinement
@@ -154,7 +156,7 @@ def _plan_on(refinement: Refinement, src: DistType, dst: DistType, model: CostMo
     fine_src = DistType.of(fine, fine_src.shape, fine_src.dims, fine_src.partial)
     fine_dst = DistType.of(fine, fine_dst.shape, fine_dst.dims, fine_dst.partial)
     layout = Layout.get(fine, src.shape)
-    red_src, red_dst = _reduced(fine, fine_src), _reduced(fine, fine_dst)
+    red_src, red_dst = reduced(fine, fine_src), reduced(fine, fine_dst)
     token_of = refinement.part_token.get
     search_args = dict(cost=model, itemsize=size, token_of=lambda a: token_of(a, a))
     found = _normal_form_moves(fine, layout, red_src, red_dst, search_args, upper, budget)
@@ -190,17 +192,13 @@ def _lift(refinement: Refinement, step: Step) -> Step:
                      subaxes.canonical_set(mesh, refinement.up_axes(t.partial, merge=False)))
     if isinstance(step, Permute):
         return step.retyped(after)
-    axes = refinement.up_axes(step.mesh_axes)
-    if isinstance(step, AllToAll):
-        order = None if step.split_mesh_axes is None else refinement.up_axes(step.split_mesh_axes)
-        return AllToAll(step.split_axis, step.concat_axis, axes, after, order)
-    if isinstance(step, AllSlice):
-        return AllSlice(step.slice_axis, axes, after)
-    if isinstance(step, AllGather):
-        return AllGather(step.gather_axis, axes, after)
-    if isinstance(step, ReduceScatter):
-        return ReduceScatter(step.scatter_axis, axes, after)
-    return AllReduce(subaxes.canonical_set(mesh, refinement.up_axes(step.mesh_axes, merge=False)), after)
+    if isinstance(step, AllReduce):
+        return replace(step, mesh_axes=subaxes.canonical_set(mesh, refinement.up_axes(step.mesh_axes, merge=False)),
+                       type_after=after)
+    changes = {"mesh_axes": refinement.up_axes(step.mesh_axes), "type_after": after}
+    if isinstance(step, AllToAll) and step.split_mesh_axes is not None:
+        changes["split_mesh_axes"] = refinement.up_axes(step.split_mesh_axes)
+    return replace(step, **changes)
 
 
 def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: tuple[str, ...],
@@ -274,7 +272,7 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     return found
 
 
-def _reduced(mesh: Mesh, t: DistType) -> DistType:
+def reduced(mesh: Mesh, t: DistType) -> DistType:
     """The type without mesh axes of size 1 (they do not change any block)."""
     keep = lambda axes: tuple(a for a in axes if mesh.size(a) > 1)  # noqa: E731
     return DistType(t.shape, tuple(keep(d) for d in t.dims), keep(t.partial))
@@ -311,16 +309,12 @@ def _axis_weights(mesh: Mesh, t: DistType) -> dict:
     return weights
 
 
-def _suffix_from(dims: tuple[str, ...], first: str) -> tuple[str, ...]:
-    return dims[dims.index(first):]
-
-
 def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: list,
              relaxed: bool = False, price=None, reorder: bool = True) -> list[Step]:
     """Turn reduced-type moves into steps on the real types (size-1 axes included), merged per dim."""
     steps: list[Step] = []
     current = src
-    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if m[0] == "all_gather"), len(moves))
+    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if isinstance(m, GatherMove)), len(moves))
     trivial_partial = lambda t: tuple(a for a in t.partial if mesh.size(a) == 1)  # noqa: E731
 
     def push(step):
@@ -331,8 +325,8 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
 
     for i, move in enumerate(moves + [None]):
         if i == boundary:
-            red = _reduced(mesh, current)
-            red_dst = _reduced(mesh, dst)
+            red = reduced(mesh, current)
+            red_dst = reduced(mesh, dst)
             dims = tuple(g + r[len(rg):] for g, r, rg in zip(dst.dims, red.dims, red_dst.dims))
             middle_end = DistType(dst.shape, dims, dst.partial)
             if middle_end != current:
@@ -345,31 +339,16 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
                 push(permute_step(layout, before, middle_end))
         if move is None:
             break
-        kind = move[0]
-        if kind == "slice":
-            push(AllSlice(move[1], move[2], current))
-        elif kind == "reduce_scatter":
-            push(ReduceScatter(move[1], move[2], current))
-        elif kind == "all_reduce":
-            push(AllReduce(move[1], current))
-        elif kind == "all_to_all":
-            e, d, group = move[1:4]
-            suffix = _suffix_from(current.dims[d], group[0])
-            order = None
-            if len(move) > 4:  # reordering: the moved axes in this order, then any size-1 axes among them
-                order = move[4] + tuple(a for a in suffix if a not in group)
-            push(AllToAll(e, d, suffix, current, None if order == suffix else order))
-        elif kind == "all_gather":
-            _, d, group = move
-            push(AllGather(d, _suffix_from(current.dims[d], group[0]), current))
-        elif kind == "permute":
-            red_dims, red_partial = move[1]
+        if isinstance(move, PermuteMove):
+            red_dims, red_partial = move.target
             partial = tuple(sorted(set(red_partial) | set(trivial_partial(current)), key=mesh.axis_index))
             target = DistType(current.shape, red_dims, partial)
             if steps and isinstance(steps[-1], Permute):  # merge consecutive permutes
                 steps.pop()
                 current = steps[-1].type_after if steps else src
             push(permute_step(layout, current, target))
+        else:
+            push(move.step(current))
     assert current == dst, (current, dst)
     return _merge(mesh, layout, src, steps, price, reorder)
 
@@ -404,8 +383,7 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
             j += 1
         run = steps[i:j]
         if kind in (AllSlice, AllGather, ReduceScatter):
-            dim_of = lambda s: s.slice_axis if kind is AllSlice else (  # noqa: E731
-                s.gather_axis if kind is AllGather else s.scatter_axis)
+            dim_of = lambda s: s.tensor_dims()[0]  # noqa: E731
             free = kind is AllSlice or reorder  # else the search's order: it priced each step's block size
             if free:
                 run = sorted(run, key=dim_of)

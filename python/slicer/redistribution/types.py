@@ -96,16 +96,12 @@ class DistType:
         places = []
         for d, axes in enumerate(dims):
             for axis in axes:
-                problem = subaxes.token_error(mesh, axis)
-                if problem:
-                    raise RedistributionError(f"{problem} in dim {d} of {spec}: the mesh {mesh} has axes "
-                                              f"{', '.join(mesh.axis_names)}")
+                subaxes.check_token(mesh, axis, lambda problem: f"{problem} in dim {d} of {spec}: the mesh {mesh} "
+                                                                f"has axes {', '.join(mesh.axis_names)}")
                 places.append((axis, f"dim {d}"))
         for axis in partial:
-            problem = subaxes.token_error(mesh, axis)
-            if problem:
-                raise RedistributionError(f"{problem} in partial=[...] of {spec}: the mesh {mesh} has axes "
-                                          f"{', '.join(mesh.axis_names)}")
+            subaxes.check_token(mesh, axis, lambda problem: f"{problem} in partial=[...] of {spec}: the mesh {mesh} "
+                                                            f"has axes {', '.join(mesh.axis_names)}")
             places.append((axis, "partial"))
         problem = subaxes.overlap_error(mesh, places, spec)
         if problem:

@@ -9,7 +9,7 @@ Inside `slicer.loop` bodies a value is one member of a family indexed by the loo
 coordinate on the loop axes is `r` computes member `r`. The loop axes (the *context*) therefore never appear in
 a value's type: its type describes how the devices that share a context coordinate hold that member. A use in a
 deeper context first drops the axes of the new loops from the type (gathers / reductions), see
-`slicer.passes.partition`.
+`slicer.spmd.partition`.
 
 In the SPMD output every value carries its type as a string attribute (`slicer.dist`: on ops one string per
 result, on function arguments and results in `arg_attrs`/`res_attrs`), in the text form of the redistribution
@@ -23,7 +23,8 @@ from typing import Iterable
 
 from mlir import ir
 
-from slicer.redistribution import DistType, Mesh
+from slicer.redistribution import DistType, Mesh, parse_spec, subaxes
+
 
 def replicated(shape: Iterable[int]) -> DistType:
     shape = tuple(shape)
@@ -43,12 +44,29 @@ def with_major(t: DistType, dim: int, axes: tuple[str, ...]) -> DistType:
     return DistType(t.shape, tuple(axes + rest if i == dim else d for i, d in enumerate(t.dims)), t.partial)
 
 
+VARYING = " varying="  # the text form's loop-axes part: `[[x],[]] varying=[y]`
+
+
 def dist_text(t: DistType, context: Iterable[str] = ()) -> str:
     """The `slicer.dist` text of `t`; values computed inside loop bodies add `varying=[axes]`: devices that
     differ on those axes hold different members of the loop's family (e.g. the partial products of a sum
-    loop before the all_reduce are `[[],[]] varying=[y]`)."""
+    loop before the all_reduce are `[[],[]] varying=[y]`). `parse_dist_text` and `varying_axes` read it."""
     context = sorted(context)
-    return t.spec() + (" varying=[" + ",".join(context) + "]" if context else "")
+    return t.spec() + (VARYING + "[" + ",".join(context) + "]" if context else "")
+
+
+def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
+    """The type of a `slicer.dist` text (`dist_text`; its `varying=[...]` part dropped), with the global
+    shape recovered from the local one."""
+    dims, partial = parse_spec(text.split(VARYING)[0])
+    shape = tuple(n * subaxes.group_size(mesh, d) for n, d in zip(local_shape, dims))
+    return DistType.of(mesh, shape, dims, partial)
+
+
+def varying_axes(text: str) -> tuple[str, ...]:
+    """The `varying=[...]` axes of a `slicer.dist` text (values computed in loop bodies), else ()."""
+    _, found, tail = text.partition(VARYING)
+    return parse_spec(f"[{tail}]")[0][0] if found else ()
 
 
 def local_type(t: DistType, mesh: Mesh, element_type: ir.Type) -> ir.RankedTensorType:

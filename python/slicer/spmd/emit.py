@@ -12,6 +12,11 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
+Each step class names its op and attribute keys (`ir_op_name`, `ir_dims`, `ir_groups` in
+`slicer.redistribution.steps`), so the emitter is one generic path for every communicating collective; a
+local slice and a permute (whose device map is not a grid-axes attribute) are the two special cases.
+(In `shard`'s attribute names a tensor dim is an "axis"; in Slicer "axis" is a mesh axis only.)
+
 Axis order: `grid_axes` is written in the plan's `mesh_axes` order, major to minor. The `shard` dialect numbers
 the members of a group row-major over `grid_axes` *in the order listed* (the first listed axis is the most
 significant), which is exactly the redistribution package's group index; upstream accepts unsorted lists. The
@@ -26,7 +31,7 @@ that grid. Steps over whole axes keep using the mesh's own grid, so plans withou
 they did before.
 
 Every emitted op carries `slicer.dist` (the type after the step) and the location given by the caller
-(provenance: why the collective exists, see `slicer.passes.partition`).
+(provenance: why the collective exists, see `slicer.spmd.partition`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,12 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from mlir import ir
-from mlir.dialects import arith, tensor
+from mlir.dialects import arith, builtin, shard, tensor
 
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, DIST_ATTR, GRID, MESH, REDUCE_SCATTER,
-                               REFINES_ATTR, REORDERING_ALL_TO_ALL)
+from slicer.core.errors import RedistributionError
+from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REFINES_ATTR
 from slicer.dialect import permute
-from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Mesh, Permute, Plan, ReduceScatter
+from slicer.redistribution import AllSlice, AllToAll, Mesh, Permute, Plan
 from slicer.redistribution import subaxes
 
 from .dist_types import local_type
@@ -54,7 +59,7 @@ def _index_attr(value: int) -> ir.Attribute:
 
 
 def _collective(name: str, source: ir.Value, result_type: ir.Type, grid: str, attrs: dict, loc) -> ir.Value:
-    attributes = {"grid": ir.FlatSymbolRefAttr.get(grid)}
+    attributes = {GRID_ATTR: ir.FlatSymbolRefAttr.get(grid)}
     attributes.update(attrs)
     op = ir.Operation.create(name, results=[result_type], operands=[source], attributes=attributes, loc=loc)
     return op.results[0]
@@ -102,29 +107,28 @@ class PlanEmitter:
         """Emit `shard.grid @symbol` after the mesh's grid (or its `slicer.mesh`, which slicer-partition turns
         into the grid once every function is partitioned), unless the module has it already."""
         op = ir.InsertionPoint.current.block.owner
-        while op is not None and op.name != "builtin.module":
+        while op is not None and op.name != builtin.ModuleOp.OPERATION_NAME:
             op = op.parent
         if op is None:
-            raise ValueError(f"PlanEmitter: no module around the insertion point to hold the grid @{symbol}")
+            raise RedistributionError(f"PlanEmitter: no module around the insertion point to hold the grid @{symbol}")
         body = op.regions[0].blocks[0]
         anchor = None
         for candidate in body.operations:
             candidate = candidate.operation
-            if candidate.name not in (GRID, MESH) or "sym_name" not in candidate.attributes:
+            if candidate.name not in (GRID, MESH):
                 continue
-            name = ir.StringAttr(candidate.attributes["sym_name"]).value
+            name = ir.SymbolTable.get_symbol_name(candidate).value
             if name == symbol:
                 return
             if name == self.grid:
                 anchor = candidate
         if anchor is None:
-            raise ValueError(f"PlanEmitter: the module has no shard.grid @{self.grid}")
-        ir.Operation.create(GRID, attributes={
-            "sym_name": ir.StringAttr.get(symbol),
-            "shape": ir.DenseI64ArrayAttr.get(shape),
-            AXES_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(a) for a in axes]),
-            REFINES_ATTR: ir.FlatSymbolRefAttr.get(self.grid),
-        }, loc=anchor.location, ip=ir.InsertionPoint.after(anchor))
+            raise RedistributionError(f"PlanEmitter: the module has no shard.grid @{self.grid}; emit plans in the "
+                                      "module that defines the mesh's grid")
+        grid = shard.GridOp(symbol, ir.DenseI64ArrayAttr.get(shape), loc=anchor.location,
+                            ip=ir.InsertionPoint.after(anchor)).operation
+        grid.attributes[AXES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(a) for a in axes])
+        grid.attributes[REFINES_ATTR] = ir.FlatSymbolRefAttr.get(self.grid)
 
     # -- local blocks ---------------------------------------------------------------------------------------
     def coordinate(self, axis: str) -> ir.Value:
@@ -175,36 +179,17 @@ class PlanEmitter:
         for step in plan.steps:
             after = local_type(step.type_after, self.mesh, element_type)
             where = loc(step)
-            if isinstance(step, AllSlice):
-                value = self.local_block(value, step.slice_axis, step.mesh_axes, where)
-            elif isinstance(step, AllGather):
-                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
-                value = _collective(ALL_GATHER, value, after, grid,
-                                    {"grid_axes": _i16(axes), "gather_axis": _index_attr(step.gather_axis)}, where)
-            elif isinstance(step, AllToAll) and step.split_order != step.mesh_axes:
-                grid, (axes, split) = self.grid_axes(plan, step.mesh_axes, step.split_order)
-                value = _collective(REORDERING_ALL_TO_ALL, value, after, grid,
-                                    {"grid_axes": _i16(axes), "split_grid_axes": _i16(split),
-                                     "split_axis": _index_attr(step.split_axis),
-                                     "concat_axis": _index_attr(step.concat_axis)}, where)
-            elif isinstance(step, AllToAll):
-                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
-                value = _collective(ALL_TO_ALL, value, after, grid,
-                                    {"grid_axes": _i16(axes), "split_axis": _index_attr(step.split_axis),
-                                     "concat_axis": _index_attr(step.concat_axis)}, where)
-            elif isinstance(step, AllReduce):
-                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
-                value = _collective(ALL_REDUCE, value, after, grid, {"grid_axes": _i16(axes)}, where)
-            elif isinstance(step, ReduceScatter):
-                grid, (axes,) = self.grid_axes(plan, step.mesh_axes)
-                value = _collective(REDUCE_SCATTER, value, after, grid,
-                                    {"grid_axes": _i16(axes), "scatter_axis": _index_attr(step.scatter_axis)}, where)
+            if isinstance(step, AllSlice):  # a local slice: no communication, and the kernels keep it
+                value = self.local_block(value, step.slice_dim, step.mesh_axes, where)
             elif isinstance(step, Permute):
-                if step.pairs:
-                    value = permute(value, self.grid, step.pairs, loc=where)
-                else:  # a pure relabelling of size-1 axes: nothing moves
+                if not step.pairs:  # a pure relabelling of size-1 axes: nothing moves
                     continue
-            else:  # pragma: no cover - exhaustive over the plan steps
-                raise TypeError(f"unknown plan step {step!r}")
+                value = permute(value, self.grid, step.pairs, loc=where)
+            else:
+                groups = step.ir_groups()
+                grid, indices = self.grid_axes(plan, *groups.values())
+                attrs = {key: _i16(ix) for key, ix in zip(groups, indices)}
+                attrs.update({key: _index_attr(dim) for key, dim in step.ir_dims().items()})
+                value = _collective(step.ir_op_name(), value, after, grid, attrs, where)
             value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.spec())])
         return value

@@ -25,8 +25,8 @@ from slicer.core.dtypes import NUMPY_DTYPES
 from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
-from slicer.redistribution.calibration import model_from
 from slicer.redistribution.costs import CostModel, calibration_path
+from slicer.runtime.calibration import model_from
 from slicer.runtime.mpiexec import run_spmd
 
 from .cli import EXIT_FAILURE, EXIT_OK, failure, usage_error
@@ -123,7 +123,7 @@ def calibration_mesh(args) -> Mesh | None:
 
 def calibrate(args, mesh: Mesh | None) -> int:
     """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
-    argv = [sys.executable, "-m", "slicer.redistribution.calibration"]
+    argv = [sys.executable, "-m", "slicer.runtime.calibration"]
     if mesh is not None:
         argv += ["--mesh", str(mesh)]
     done = run_spmd(args.ranks, argv, timeout=900)

@@ -3,7 +3,7 @@ same figures for the unpartitioned program.
 
 The estimate is the kernel graph's liveness (`KernelGraph.live_bytes_per_node`: a value lives from the node
 producing it to its last use, a node's inputs and outputs together) plus the scratch buffers the MPI executor
-of collectives allocates besides its input and output block (`slicer.redistribution.mpi_exec`): a
+of collectives allocates besides its input and output block (`slicer.runtime.plan_executor`): a
 `reduce_scatter` along a dim that is not the block's leading one packs its input once, and half-precision
 reductions widen to f32 (MPI has no portable f16 sum). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is the same function run whole on one device as one kernel: its arguments and
@@ -130,7 +130,7 @@ def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
     value, after = graph.values[node.input], graph.values[node.output]
     size_in = graph.value_bytes(node.input)
     scratch = 0
-    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_axis])) != 1:
+    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_dim])) != 1:
         scratch += size_in  # the packed send buffer
     if isinstance(node.step, (AllReduce, ReduceScatter)) and value.numpy_dtype == np.float16:
         count_in = size_in // value.numpy_dtype.itemsize

@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slicer.core.errors import RedistributionError, VizError
+from slicer.core.errors import VizError
 from slicer.lowering import CollectiveNode, KernelGraph
-from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, ReduceScatter
+from slicer.redistribution import DistType, type_before
 
 _DEF = re.compile(r"(%[A-Za-z0-9_$.-]+)\s*=\s*$")
 _ARG = re.compile(r"%[A-Za-z0-9_$.-]+")
@@ -119,42 +119,6 @@ def _indexed(graph: KernelGraph, kind: str, index: int) -> str:
     return items[index]
 
 
-def step_input_type(step, after: DistType, mesh) -> DistType | None:
-    """The type before `step` given the type after it (inverting its typing rule); None for a permute, whose
-    type before is any type with the same local shape."""
-    dims, partial = [list(d) for d in after.dims], list(after.partial)
-    axes = getattr(step, "mesh_axes", ())
-
-    def drop_suffix(dim: int) -> bool:
-        if tuple(dims[dim][len(dims[dim]) - len(axes):]) != tuple(axes) or len(axes) > len(dims[dim]):
-            return False
-        del dims[dim][len(dims[dim]) - len(axes):]
-        return True
-
-    if isinstance(step, AllGather):
-        dims[step.gather_axis] += axes
-    elif isinstance(step, AllSlice):
-        if not drop_suffix(step.slice_axis):
-            return None
-    elif isinstance(step, AllToAll):
-        if not drop_suffix(step.split_axis):
-            return None
-        dims[step.concat_axis] += axes
-    elif isinstance(step, AllReduce):
-        partial += axes
-    elif isinstance(step, ReduceScatter):
-        if not drop_suffix(step.scatter_axis):
-            return None
-        partial += axes
-    else:
-        return None
-    try:
-        before = DistType.of(mesh, after.shape, dims, partial)
-        return before if step.rule(before, mesh) == after else None
-    except RedistributionError:
-        return None
-
-
 def global_type(graph: KernelGraph, name: str) -> tuple[DistType | None, str]:
     """The distributed type to draw for value `name`, and a note on where it comes from ("" when it is the
     value's own type). None when the value is a loop-body member no collective reads (see `varying`)."""
@@ -163,7 +127,7 @@ def global_type(graph: KernelGraph, name: str) -> tuple[DistType | None, str]:
         return value.dist, ""
     for node in graph.nodes:
         if isinstance(node, CollectiveNode) and node.input == name:
-            before = step_input_type(node.step, node.step.type_after, graph.mesh)
+            before = type_before(node.step, node.step.type_after, graph.mesh)  # the class inverts its rule
             if before is not None and before.local_shape(graph.mesh) == value.local_shape:
                 return before, (f"computed in a loop body over {','.join(value.varying)}; this is the loop's result "
                                 f"as the {node.op} that reads it sees it")

@@ -1,10 +1,13 @@
-"""Each collective's typing rule, costs and executed semantics on hand-made blocks."""
+"""Each collective's typing rule (both ways), costs, text and IR forms, and executed semantics on hand-made
+blocks."""
 
 import numpy as np
 import pytest
 
-from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, Plan,
-                                   ReduceScatter, RedistributionError, simulate)
+from slicer.core.errors import MeshError
+from slicer.redistribution import (STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
+                                   Plan, ReduceScatter, RedistributionError, simulate, step_from_fields, type_before)
+from slicer.redistribution.steps import STEP_OF_IR, step_with_type
 from slicer.redistribution.synthesis import permute_step
 from slicer.redistribution.layout import Layout
 
@@ -82,3 +85,65 @@ def test_interpreter_rejects_wrong_claimed_type():
         Plan(M, T("[[],[]]"), T("[[y],[]]"), (AllSlice(0, ("x",), T("[[y],[]]")),), "f32")
     with pytest.raises(RedistributionError, match="not at the target"):
         Plan(M, T("[[],[]]"), T("[[y],[]]"), (AllSlice(0, ("x",), T("[[x],[]]")),), "f32")
+
+
+# -- one owner per collective: the class carries both directions of its rule, its text and IR forms ---------
+
+M3 = Mesh(x=2, y=2, z=2)
+SHAPE3 = (8, 16)
+
+
+def T3(spec):
+    return DistType.parse(spec, SHAPE3, M3)
+
+
+@pytest.mark.parametrize("before, step", [
+    ("[[],[]]", AllSlice(0, ("x", "y"), None)),
+    ("[[x,y],[]]", AllGather(0, ("y",), None)),
+    ("[[x],[y]]", AllToAll(1, 0, ("x",), None)),
+    ("[[x,y],[z]]", AllToAll(1, 0, ("x", "y"), None, ("y", "x"))),  # reordering: [z,y,x] on dim 1
+    ("[[x],[]] partial=[y]", AllReduce(("y",), None)),
+    ("[[x],[]] partial=[y,z]", ReduceScatter(1, ("y", "z"), None)),
+])
+def test_type_before_inverts_the_rule(before, step):
+    after = step.rule(T3(before), M3)
+    step = step_with_type(step, after)
+    assert type_before(step, after, M3) == T3(before)
+    again = step_from_fields(step.op, step.fields(), after)  # the text form round-trips
+    assert again == step and type(again) is type(step)
+
+
+def test_reordering_all_to_all_is_its_own_ir_op():
+    plain = AllToAll(1, 0, ("x", "y"), T3("[[],[x,y]]"))
+    reordering = AllToAll(1, 0, ("x", "y"), T3("[[],[y,x]]"), ("y", "x"))
+    assert plain.ir_op_name() != reordering.ir_op_name()
+    assert STEP_OF_IR[reordering.ir_op_name()] is AllToAll and STEP_OF_IR[plain.ir_op_name()] is AllToAll
+    assert list(reordering.ir_groups().values()) == [("x", "y"), ("y", "x")]
+    ints = {**reordering.ir_dims()}
+    groups = reordering.ir_groups()
+    read = AllToAll.from_ir(reordering.ir_op_name(), ints.__getitem__, lambda k: groups.get(k, ()),
+                            reordering.type_after)
+    assert read == reordering
+
+
+def test_a_permute_has_no_type_before():
+    p = Permute(((0, 1), (1, 0)), T3("[[x],[]]"))
+    assert type_before(p, p.type_after, M3) is None
+
+
+def test_registry_lists_every_collective_once():
+    assert set(STEP_TYPES.values()) == {AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter}
+    assert all(cls.op == op for op, cls in STEP_TYPES.items())
+    assert len({cls.ir_name for cls in STEP_TYPES.values()}) == len(STEP_TYPES)
+
+
+def test_unknown_mesh_axis_is_a_mesh_error_on_every_path():
+    with pytest.raises(MeshError, match="unknown mesh axis 'q'"):
+        DistType.parse("[[q],[]]", SHAPE, M)
+    with pytest.raises(MeshError, match="unknown mesh axis 'q'"):
+        AllGather(0, ("q",), T("[[],[]]")).rule(T("[[x],[]]"), M)
+    with pytest.raises(MeshError, match="unknown mesh axis 'q'"):
+        M.size("q")
+    with pytest.raises(RedistributionError, match="sub-axis") as info:  # a bad part of a known axis is not
+        AllGather(0, ("y:(3)2",), T("[[],[]]")).rule(T("[[x],[]]"), M)
+    assert not isinstance(info.value, MeshError)

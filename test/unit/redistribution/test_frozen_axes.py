@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from slicer.redistribution import DistType, Mesh, Permute, RedistributionError, plan
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices, groups, initial_blocks, simulate_blocks
+from slicer.redistribution.numpy_semantics import block_slices, groups, initial_blocks, simulate_blocks
 
 
 @st.composite

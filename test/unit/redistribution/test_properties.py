@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from slicer.redistribution import DistType, Mesh, plan, simulate
 from slicer.redistribution.costs import CostModel
-from slicer.redistribution.gaps import PARTIAL, TILES, diagnose
+from plan_gaps import PARTIAL, TILES, diagnose  # test/unit/redistribution
 from slicer.redistribution.subaxes import factors, group_size
 from slicer.redistribution.synthesis import naive_plan
 

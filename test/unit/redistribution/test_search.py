@@ -12,8 +12,10 @@ import pytest
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.costs import FS, CostModel
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.search import SWITCH, Search, placements_with_products
-from slicer.redistribution.synthesis import TOLERANCE, _reduced
+from slicer.redistribution.moves import (SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove,
+                                         ReduceScatterMove, SliceMove, SwitchMove)
+from slicer.redistribution.search import Search, placements_with_products
+from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 
 def random_mesh(rng, sizes: list[int], max_axes: int, max_rank: int) -> tuple[list[str], Mesh, int]:
@@ -79,7 +81,7 @@ MODELS = {
 
 
 def search_for(mesh, src, dst, **kw) -> Search:
-    return Search(mesh, Layout.get(mesh, src.shape), _reduced(mesh, src), _reduced(mesh, dst), **kw)
+    return Search(mesh, Layout.get(mesh, src.shape), reduced(mesh, src), reduced(mesh, dst), **kw)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -158,7 +160,9 @@ def test_switch_is_free_and_invisible():
     dst = DistType.parse("[[b,c],[a,d],[],[]]", shape, mesh)
     search = search_for(mesh, src, dst)
     moves, cost = search.run()
-    assert SWITCH not in moves and all(m[0] != "switch" for m in moves)
+    assert not any(m is SWITCH or isinstance(m, SwitchMove) for m in moves)
+    named = (SliceMove, ReduceScatterMove, AllReduceMove, AllToAllMove, GatherMove, PermuteMove)
+    assert moves and all(isinstance(m, named) for m in moves)  # named move types, no positional tuples
     assert cost * 4 == plan(mesh, src, dst, cost="bytes", sub_axes=False).bytes_received_total
 
 

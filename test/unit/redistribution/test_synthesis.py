@@ -1,11 +1,16 @@
 """Synthesis on hand-picked cases: shape of the plans, bounds, determinism, and the benchmark suite."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, simulate
-from slicer.redistribution.gaps import TILES, explain
-from slicer.redistribution.suite import cases
 from slicer.redistribution.synthesis import naive_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # the reshard suite
+from reshard_suite import cases  # noqa: E402
+from plan_gaps import TILES, explain  # noqa: E402  (test/unit/redistribution)
 
 
 def P(mesh, shape, src, dst, dtype="f32"):

@@ -11,7 +11,7 @@ import slicer
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.simulation import block_slices
+from slicer.redistribution.numpy_semantics import block_slices
 from slicer.viz import ShardingPicture, device_ranges
 
 from viz_examples import compile_example

@@ -1,6 +1,6 @@
 """Measuring the time model's figures with the MPI executor (``slicer-plan --calibrate``).
 
-Run under ``mpiexec -n R python -m slicer.redistribution.calibration [--mesh x=2,y=4]``: on a 1-D mesh of
+Run under ``mpiexec -n R python -m slicer.runtime.calibration [--mesh x=2,y=4]``: on a 1-D mesh of
 all ranks (the default figures) and, with ``--mesh``, along each axis of that mesh on its own (figures per
 axis), it times the two kinds of step plans are made of -- an all-to-all over the axis and a permute that
 moves every block one step along it -- for blocks from a few bytes to several MiB, each the median over
@@ -21,11 +21,11 @@ import time
 import numpy as np
 
 from slicer.core.mesh import Mesh
+from slicer.redistribution.costs import CostModel
+from slicer.redistribution.steps import AllToAll, Permute
+from slicer.redistribution.types import DistType
 
-from .collectives import AllToAll, Permute
-from .costs import CostModel
-from .mpi_exec import MeshExecutor
-from .types import DistType
+from .plan_executor import MeshExecutor
 
 SIZES = tuple(1 << s for s in range(3, 23, 2))  # block bytes per device: 8 B .. 4 MiB
 
@@ -47,8 +47,8 @@ def _steps(mesh: Mesh, axis: str, elements: int):
         pairs.append((r, mesh.rank(c)))
     local = before.local_shape(mesh)
     n = int(np.prod(local))
-    return [("all_to_all", a2a, before, local, (k - 1) * (n // k) * 4),
-            ("permute", Permute(tuple(pairs), before), before, local, n * 4)]
+    return [(AllToAll.op, a2a, before, local, AllToAll.busiest(k, n) * 4),
+            (Permute.op, Permute(tuple(pairs), before), before, local, Permute.busiest(k, n) * 4)]
 
 
 def measure(comm, mesh: Mesh, axes: tuple[str, ...], reps: int = 7, sizes=SIZES) -> list[dict]:

@@ -6,7 +6,7 @@ per group of mesh axes, split so that the sub-rank equals the device's group ind
 minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered to one rank.
 
 Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
-- over shared memory (:mod:`.shm`) when the step's group of ranks is on one host: one MPI shared window per
+- over shared memory (:mod:`.shm_collectives`) when the step's group of ranks is on one host: one MPI shared window per
   step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
   with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
   stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
@@ -40,12 +40,14 @@ from time import perf_counter
 
 import numpy as np
 
-from . import communicators, shm, subaxes
-from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
-from .packing import Chunks
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
-from .types import DistType
+from slicer.redistribution import subaxes
+from slicer.redistribution.steps import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from slicer.redistribution.types import DistType
+
+from . import communicators, shm_collectives
+from .packing import Chunks
 
 PERMUTE_TAG = 7
 _PLAN_CACHE = 8  # plan programs kept per executor (each holds its buffers)
@@ -125,7 +127,7 @@ class StepProgram:
             # point to point, MPI copies once (CMA) and syncs only the pair: faster than shared memory's two
             # copies (measured, 8 ranks on 2 cores: 0.47 vs 0.83 ms for 1 MiB), so only when asked for
             if ex.strategy == "shm" and ex.use_shm(self.comm):
-                self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
+                self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
             return
         self.k = subaxes.group_size(ex.mesh, step.mesh_axes)
         self.comm = None if isinstance(step, AllSlice) else ex.sub(step.mesh_axes)
@@ -139,15 +141,15 @@ class StepProgram:
             self.mpi_type = _mpi_type(self.wide)
             self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.SUM
         if isinstance(step, AllSlice):
-            self.chunks = Chunks(self.in_shape, step.slice_axis, self.k, self.dtype)
+            self.chunks = Chunks(self.in_shape, step.slice_dim, self.k, self.dtype)
             self.index = ex.group_index(step.mesh_axes)
         elif isinstance(step, AllGather):
-            self.chunks = Chunks(self.out_shape, step.gather_axis, self.k, self.dtype)
+            self.chunks = Chunks(self.out_shape, step.gather_dim, self.k, self.dtype)
             if mpi and not self.chunks.contiguous:
                 self.recv = np.empty(self.chunks.packed_shape, self.dtype)
         elif isinstance(step, AllToAll):
-            self.send_chunks = Chunks(self.in_shape, step.split_axis, self.k, self.dtype)
-            self.chunks = Chunks(self.out_shape, step.concat_axis, self.k, self.dtype)
+            self.send_chunks = Chunks(self.in_shape, step.split_dim, self.k, self.dtype)
+            self.chunks = Chunks(self.out_shape, step.concat_dim, self.k, self.dtype)
             if step.split_order != step.mesh_axes:  # reordering: member j gets chunk order[j] of the split dim
                 order = communicators.chunk_order(ex.mesh, step.mesh_axes, step.split_order)
                 self.order = None if order == list(range(self.k)) else order
@@ -160,7 +162,7 @@ class StepProgram:
                 self.send = np.empty(self.in_shape, self.wide)
                 self.recv = np.empty(self.out_shape, self.wide)
         elif isinstance(step, ReduceScatter):
-            self.send_chunks = Chunks(self.in_shape, step.scatter_axis, self.k, self.dtype)
+            self.send_chunks = Chunks(self.in_shape, step.scatter_dim, self.k, self.dtype)
             if mpi and (not self.send_chunks.contiguous or self.wide != self.dtype):
                 self.send = np.empty(self.send_chunks.packed_shape, self.wide)
             if mpi and self.wide != self.dtype:
@@ -168,7 +170,7 @@ class StepProgram:
         else:  # pragma: no cover - exhaustive over Step
             raise RedistributionError(f"unknown step {step!r}")
         if use_shm:
-            self.shm = shm.ShmStep(self, self.comm, spins=ex.spins)
+            self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
 
     def _init_permute(self, ex: "MeshExecutor") -> None:
         self.comm = ex.cart
@@ -343,9 +345,9 @@ class PlanProgram:
 class MeshExecutor:
     """Executes plans on ``comm`` (size must equal ``mesh.device_count``); reuse it for many plans.
 
-    ``strategy``: "mpi" (MPI collectives), "shm" (shared memory, :mod:`.shm`; refused when a group spans
+    ``strategy``: "mpi" (MPI collectives), "shm" (shared memory, :mod:`.shm_collectives`; refused when a group spans
     hosts) or "auto" (the default, or ``SLICER_COLLECTIVES`` in the environment): shared memory for every
-    group whose ranks share one host, where :func:`.shm.available` holds."""
+    group whose ranks share one host, where :func:`.shm_collectives.available` holds."""
 
     def __init__(self, mesh: Mesh, comm=None, *, strategy: str | None = None):
         MPI = _mpi()
@@ -364,8 +366,8 @@ class MeshExecutor:
         self._pools: dict = {}  # start(): programs not in flight, per step
         self._programs: list = []  # every program made, freed by close()
         self._on_host: dict = {}
-        self.strategy = strategy or shm.wanted()
-        self.spins = shm.spins_for(comm)
+        self.strategy = strategy or shm_collectives.wanted()
+        self.spins = shm_collectives.spins_for(comm)
         if self.strategy not in ("auto", "mpi", "shm"):
             raise RedistributionError(f"strategy {self.strategy!r}: use 'auto', 'mpi' or 'shm'")
 
@@ -385,7 +387,7 @@ class MeshExecutor:
 
     def use_shm(self, comm) -> bool:
         """Whether steps on ``comm`` (a group of this executor) run over shared memory."""
-        if self.strategy == "mpi" or not shm.available():
+        if self.strategy == "mpi" or not shm_collectives.available():
             return False
         key = id(comm)
         if key not in self._on_host:

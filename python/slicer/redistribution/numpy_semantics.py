@@ -2,7 +2,8 @@
 
 ``initial_blocks`` lays a global array out as a type prescribes (for partial-sum axes each device gets a
 random contribution, identical across replicas, such that the contributions of a group sum to the true
-value); ``simulate_blocks`` runs each collective on the list of blocks (indexed by device rank);
+value); ``simulate_blocks`` runs each collective on the list of blocks (indexed by device rank; each step's
+class defines what it does to them, `steps.Collective.numpy_blocks`);
 ``simulate`` does both and checks that every device ends with exactly its target block (for a target with
 partial axes: that each group's contributions sum to it). This is the semantic reference of the plans and
 of the MPI executor.
@@ -14,9 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .collectives import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from .steps import Step
 from slicer.core.errors import RedistributionError
-from .layout import Layout
+from .layout import Layout, groups
 from slicer.core.mesh import Mesh
 from . import subaxes
 from .types import DistType, numpy_dtype
@@ -24,13 +25,6 @@ from .types import DistType, numpy_dtype
 
 def block_slices(layout: Layout, t: DistType, rank: int) -> tuple[slice, ...]:
     return tuple(slice(int(s[rank]), int(s[rank]) + n) for s, n in layout.block_ranges(t))
-
-
-def groups(layout: Layout, axes: tuple[str, ...]) -> np.ndarray:
-    """Rows of device ranks, one row per group over ``axes``, each row in group-index order."""
-    k = subaxes.group_size(layout.mesh, axes)
-    order = np.lexsort((layout.group_index(axes), layout.group_key(axes)))
-    return order.reshape(-1, k)
 
 
 def _contributions(layout: Layout, t: DistType, global_array: np.ndarray, seed: int) -> list[np.ndarray]:
@@ -53,44 +47,9 @@ def initial_blocks(mesh: Mesh, t: DistType, global_array: np.ndarray, *, seed: i
     return [np.require(parts[int(pidx[r])][block_slices(layout, t, r)], requirements="C") for r in range(mesh.device_count)]
 
 
-def _split(block: np.ndarray, axis: int, k: int) -> list[np.ndarray]:
-    return np.split(block, k, axis=axis)
-
-
 def run_step(layout: Layout, step: Step, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Execute one collective on the rank-indexed list of blocks."""
-    n = layout.device_count
-    out: list = [None] * n
-    if isinstance(step, Permute):
-        source = step.source_of(n)
-        return [blocks[int(source[r])] for r in range(n)]
-    for row in groups(layout, step.mesh_axes):
-        k = len(row)
-        if isinstance(step, AllSlice):
-            for j, r in enumerate(row):
-                out[r] = np.ascontiguousarray(_split(blocks[r], step.slice_axis, k)[j])
-        elif isinstance(step, AllGather):
-            whole = np.concatenate([blocks[r] for r in row], axis=step.gather_axis)
-            for r in row:
-                out[r] = whole
-        elif isinstance(step, AllToAll):
-            # chunk j of every member goes to the member whose index over the split order is j
-            chunk = layout.group_index(step.split_order)[row]
-            pieces = [_split(blocks[r], step.split_axis, k) for r in row]
-            for j, r in enumerate(row):
-                out[r] = np.concatenate([pieces[i][chunk[j]] for i in range(k)], axis=step.concat_axis)
-        elif isinstance(step, AllReduce):
-            total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
-            for r in row:
-                out[r] = total
-        elif isinstance(step, ReduceScatter):
-            total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
-            chunks = _split(total, step.scatter_axis, k)
-            for j, r in enumerate(row):
-                out[r] = np.ascontiguousarray(chunks[j])
-        else:  # pragma: no cover - exhaustive over Step
-            raise RedistributionError(f"unknown step {step!r}")
-    return out
+    """Execute one collective on the rank-indexed list of blocks (its class's `numpy_blocks`)."""
+    return step.numpy_blocks(layout, blocks)
 
 
 def simulate_blocks(plan, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layout import Layout, nontrivial_partial
-from .plans import Plan
-from .search import Search
-from .synthesis import TOLERANCE, _reduced
+from slicer.redistribution.layout import Layout, nontrivial_partial
+from slicer.redistribution.plans import Plan
+from slicer.redistribution.search import Search
+from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 PARTIAL = "partial-sum source: a reduction receives data for every element of the target block"
 NO_NORMAL_FORM = "divisibility: no normal-form plan exists (a slice would have to follow a gather)"
@@ -72,7 +72,7 @@ def diagnose(plan: Plan) -> Diagnosis | None:
     if set(nontrivial_partial(mesh, plan.src)) - set(plan.dst.partial):
         return Diagnosis(PARTIAL, bound, planned, None, None, None)
     layout = Layout.get(mesh, plan.src.shape)
-    src, dst = _reduced(mesh, plan.src), _reduced(mesh, plan.dst)
+    src, dst = reduced(mesh, plan.src), reduced(mesh, plan.dst)
     normal_form = _cost(Search(mesh, layout, src, dst))
     cap = max(plan.src.local_size(mesh), plan.dst.local_size(mesh))
     capped = _cost(Search(mesh, layout, src, dst, cap=cap))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slicer.core.mesh import Mesh
-from .types import DistType, itemsize
+from slicer.redistribution.types import DistType, itemsize
 
 
 @dataclass(frozen=True)

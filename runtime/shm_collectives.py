@@ -37,6 +37,9 @@ import sys
 
 import numpy as np
 
+from slicer.core.errors import RunError
+from slicer.redistribution.steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
+
 from .packing import copy_runs
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
@@ -135,7 +138,7 @@ class Segment:
         base = buffers[0].ctypes.data
         if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
             win.Free()
-            raise RuntimeError("the shared window is not contiguous across the group")
+            raise RunError("the shared window is not contiguous across the group; run with SLICER_COLLECTIVES=mpi")
         # one array over the group's parts of the window (consecutive in memory: checked above)
         whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
         segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)
@@ -178,16 +181,16 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
 
 
 class ShmStep:
-    """The shared-memory form of one step on this rank (see `mpi_exec.StepProgram`, which owns it)."""
+    """The shared-memory form of one step on this rank (see `plan_executor.StepProgram`, which owns it)."""
 
     def __init__(self, program, comm, *, spins: int = _SPINS):
         self.p = program
         step, dtype = program.step, program.dtype
-        self.op = step.op
+        self.kind = type(step)
         nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * dtype.itemsize
         self.small_reduce = False
         region2 = 0
-        if self.op == "all_reduce":
+        if self.kind is AllReduce:
             n = int(np.prod(program.in_shape, dtype=np.int64))
             k = comm.Get_size()
             self.small_reduce = nbytes <= 1 << 16  # one phase: every member sums every contribution
@@ -201,7 +204,7 @@ class ShmStep:
         self.segment = self.segments[0]
         self.uses = 0
         self.k, self.me = self.segment.k, self.segment.me
-        if self.op == "permute":
+        if self.kind is Permute:
             self.readers = [program.target] if program.target is not None else []
             self.source = program.source
         else:
@@ -209,7 +212,7 @@ class ShmStep:
 
     def test(self) -> bool:
         seg = self.segment
-        if self.op == "permute":
+        if self.kind is Permute:
             return self.source is None or seg.ready(ARRIVE, seg.epoch, [self.source])
         return seg.ready(ARRIVE, seg.epoch)
 
@@ -220,13 +223,13 @@ class ShmStep:
         seg, p = self.segment, self.p
         seg.epoch += 1
         e = seg.epoch
-        if self.op == "permute" and p.target is None:
+        if self.kind is Permute and p.target is None:
             seg.publish(ARRIVE, e)
             return
         if e > 1:  # the readers of the previous epoch are done with this region
             seg.wait(DONE, e - 1, self.readers)
         mine = seg.mine.view(p.dtype)
-        if self.op == "all_to_all":  # every chunk but this rank's own, which finish() copies directly
+        if self.kind is AllToAll:  # every chunk but this rank's own, which finish() copies directly
             chunks = p.send_chunks
             if p.order is not None:  # a reordering all-to-all: member j reads chunk order[j]
                 chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me, order=p.order)
@@ -236,7 +239,7 @@ class ShmStep:
                 np.copyto(mine[(g + 1) * c:], flat[(g + 1) * c:])
             else:
                 chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me)
-        elif self.op == "reduce_scatter" and not p.send_chunks.contiguous:
+        elif self.kind is ReduceScatter and not p.send_chunks.contiguous:
             p.send_chunks.pack(block, mine.reshape(p.send_chunks.packed_shape))
         else:
             np.copyto(mine, block.reshape(-1))
@@ -247,7 +250,7 @@ class ShmStep:
         seg, p = self.segment, self.p
         e = seg.epoch
         dtype = p.dtype
-        if self.op == "permute":
+        if self.kind is Permute:
             if self.source is not None:
                 seg.wait(ARRIVE, e, [self.source])
                 np.copyto(out.reshape(-1), seg.data[self.source].view(dtype))
@@ -255,16 +258,16 @@ class ShmStep:
             return
         seg.wait(ARRIVE, e)
         k, g = self.k, self.me
-        if self.op == "all_gather":
+        if self.kind is AllGather:
             rows = _typed(seg.data, dtype, (-1,))  # (k, block elements): member j's block = chunk j of out
             p.chunks.unpack_rows(rows, out)
-        elif self.op == "all_to_all":
+        elif self.kind is AllToAll:
             c = seg.region // k
             rows = seg.data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
             p.chunks.unpack_rows(_typed(rows, dtype, (-1,)), out, skip=g)
             own = g if p.order is None else p.order[g]
             copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, own))
-        elif self.op == "reduce_scatter":
+        elif self.kind is ReduceScatter:
             c = seg.region // k
             rows = _typed(seg.data[:, g * c:(g + 1) * c], dtype, (-1,))
             np.add.reduce(rows, axis=0, out=out.reshape(-1))

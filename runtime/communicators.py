@@ -1,4 +1,4 @@
-"""Communicator groups over mesh axes and sub-axes, for the MPI executor (`mpi_exec`).
+"""Communicator groups over mesh axes and sub-axes, for the MPI executor (`plan_executor`).
 
 A collective over ``axes`` (axes or sub-axes such as ``y:(2)2``, major to minor) runs within the groups
 of devices that agree on every other part of the mesh; within a group a device's rank is its index over
@@ -14,8 +14,8 @@ from typing import Sequence
 
 from slicer.core.mesh import Mesh
 
-from . import subaxes
-from .layout import complement
+from slicer.redistribution import subaxes
+from slicer.redistribution.layout import complement
 
 
 def coordinate(mesh: Mesh, coords: dict[str, int], axis: str) -> int:

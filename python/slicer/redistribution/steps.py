@@ -1,0 +1,488 @@
+"""Collectives: one class per collective, the one owner of everything about it.
+
+Each step is an immutable value carrying exactly what the matching upstream ``shard`` collective needs
+(``mesh_axes`` major to minor, the tensor dims, or for ``permute`` an explicit source->target device map)
+plus ``type_after``. Its class carries:
+
+- its typing rule both ways: ``rule(before, mesh)`` derives the type after the step (or raises
+  :class:`RedistributionError` when the step does not apply), ``type_before(after, mesh)`` inverts it (the
+  type a value had before the step, for pictures of values read only by a collective);
+- its cost: ``received(before, layout)``, the elements each device receives, from ``busiest(k, local)``,
+  which the search prices its moves with; ``link_axes(mesh)``, the axes it communicates over;
+  ``phase``, its place in the normal form;
+- its semantics on real data: ``numpy_blocks(layout, blocks)`` (per group: ``numpy_group``), the reference
+  the MPI executor (`slicer.runtime.plan_executor`) is checked against;
+- its text form: ``op`` (the plan's name of the kind) and ``fields()`` / ``from_fields`` (JSON, kernel graph);
+- its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` (attribute key ->
+  tensor dim / mesh axes) and ``from_ir``, which `slicer.spmd.emit` writes and `slicer.lowering.kernel_graph`
+  reads.
+
+``STEP_TYPES`` (op -> class) is the one registry. Live memory during a step is its input block plus its
+output block.
+
+Rules (``K`` = product of the sizes of ``mesh_axes``, ``L`` = local element count before the step):
+
+=================  =========================================================  =====================  =======
+step               effect on the type                                          received per device    after
+=================  =========================================================  =====================  =======
+all_slice          append unused ``mesh_axes`` as the finest tiles of a dim     0                      L/K
+all_gather         drop ``mesh_axes``, a minor suffix of a dim                  (K-1)L                 KL
+all_to_all         move the minor suffix ``mesh_axes`` of ``concat_dim`` to     (K-1)L/K               L
+                   the finest tiles of ``split_dim``
+permute            any type with the same local shape (explicit device map)     L if moved, else 0     L
+all_reduce         drop ``mesh_axes`` from the partial axes                     2(K-1)L/K (ring)       L
+reduce_scatter     partial ``mesh_axes`` become the finest tiles of a dim       (K-1)L/K               L/K
+=================  =========================================================  =====================  =======
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import ClassVar, Union
+
+import numpy as np
+
+from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, CONCAT_AXIS_ATTR, GATHER_AXIS_ATTR,
+                               GRID_AXES_ATTR, PAIRS_ATTR, PERMUTE, REDUCE_SCATTER, REORDERING_ALL_TO_ALL,
+                               SCATTER_AXIS_ATTR, SLICE_AXIS_ATTR, SPLIT_AXIS_ATTR, SPLIT_GRID_AXES_ATTR)
+
+from . import step_rules as rules, subaxes
+from .layout import Layout, groups, nontrivial_partial
+from .types import DistType
+
+
+class Collective:
+    """What every collective class provides besides its fields (see the module docstring). The defaults
+    fit a step over a group ``mesh_axes`` whose tensor dims are the fields named in ``ir_dim_keys``. Each
+    class also defines ``rule``, ``inverse(dims, partial)`` (edits the lists of the type after into those
+    of the type before; False when it cannot) and the static ``busiest(k, local)``: the elements the
+    busiest device receives in a group of ``k`` devices holding ``local`` elements each."""
+
+    op: ClassVar[str]  # the kind's name in plans, JSON and the kernel graph
+    phase: ClassVar[int | None]  # normal form: 0 shrinking, 1 constant size, 2 growing, None anywhere before 2
+    ir_name: ClassVar[str]  # the IR op (slicer.core.names)
+    ir_dim_keys: ClassVar[dict[str, str]] = {}  # field -> the IR attribute holding that tensor dim
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        """Elements each device receives (all devices take part alike)."""
+        k = subaxes.group_size(layout.mesh, self.mesh_axes)
+        return np.full(layout.device_count, self.busiest(k, before.local_size(layout.mesh)), dtype=np.int64)
+
+    def numpy_blocks(self, layout: Layout, blocks) -> list[np.ndarray]:
+        """The step's semantics on real data: every device's block after it, from the rank-indexed list of
+        blocks before it (the reference the MPI executor and the kernel graph's runs are checked against)."""
+        out: list = [None] * layout.device_count
+        for row in groups(layout, self.mesh_axes):
+            for r, block in zip(row, self.numpy_group(layout, row, [blocks[r] for r in row])):
+                out[r] = block
+        return out
+
+    def tensor_dims(self) -> tuple[int, ...]:
+        """The tensor dims the step slices, gathers, splits or concatenates (in ``ir_dim_keys`` order)."""
+        return tuple(getattr(self, name) for name in self.ir_dim_keys)
+
+    def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
+        """The mesh axes the step communicates over (their links set its time)."""
+        return tuple(self.mesh_axes)
+
+    def fields(self) -> dict:
+        """The text form of the step (without ``op`` and ``type_after``): JSON-ready values."""
+        out = {name: getattr(self, name) for name in self.ir_dim_keys}
+        out["mesh_axes"] = list(self.mesh_axes)
+        return out
+
+    @classmethod
+    def from_fields(cls, fields: dict, type_after: DistType) -> "Collective":
+        """The step whose `fields()` are ``fields`` (lists read back as tuples)."""
+        return cls(**{k: _tuples(v) for k, v in fields.items()}, type_after=type_after)
+
+    def ir_op_name(self) -> str:
+        """The IR op this step is emitted as."""
+        return self.ir_name
+
+    def ir_dims(self) -> dict[str, int]:
+        """IR attribute key -> tensor dim, for the emitted op."""
+        return {key: getattr(self, name) for name, key in self.ir_dim_keys.items()}
+
+    def ir_groups(self) -> dict[str, tuple[str, ...]]:
+        """IR attribute key -> the mesh axes of a group (emitted as grid axis indices)."""
+        return {GRID_AXES_ATTR: tuple(self.mesh_axes)}
+
+    @classmethod
+    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "Collective":
+        """The step an op ``name`` performs, given ``dim(key)`` (an index attribute) and ``group(key)`` (the
+        mesh axes of a grid-axes attribute, () when absent)."""
+        dims = {field_name: dim(key) for field_name, key in cls.ir_dim_keys.items()}
+        return cls(**dims, mesh_axes=group(GRID_AXES_ATTR), type_after=type_after)
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class AllSlice(Collective):
+    """Local dynamic slice: each device keeps the chunk of ``slice_dim`` at its index in ``mesh_axes``."""
+    slice_dim: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_slice"
+    phase: ClassVar[int | None] = 0
+    ir_name: ClassVar[str] = ALL_SLICE
+    ir_dim_keys: ClassVar[dict[str, str]] = {"slice_dim": SLICE_AXIS_ATTR}
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        rules.check_dim(before, self.slice_dim, "all_slice: slice_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        rules.check_unused(mesh, before, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.slice_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.slice_dim, rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
+        return DistType(before.shape, dims, before.partial)
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        return rules.drop_suffix(dims, self.slice_dim, self.mesh_axes)
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        k = len(row)
+        return [np.ascontiguousarray(np.split(b, k, axis=self.slice_dim)[j]) for j, b in enumerate(blocks)]
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return 0
+
+    def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
+        return ()  # local: no communication
+
+
+@dataclass(frozen=True)
+class AllGather(Collective):
+    """Concatenate the blocks of the group over ``mesh_axes`` along ``gather_dim`` (group order)."""
+    gather_dim: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_gather"
+    phase: ClassVar[int | None] = 2
+    ir_name: ClassVar[str] = ALL_GATHER
+    ir_dim_keys: ClassVar[dict[str, str]] = {"gather_dim": GATHER_AXIS_ATTR}
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        rules.check_dim(before, self.gather_dim, "all_gather: gather_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        kept = rules.suffix_cut(mesh, before, self.gather_dim, self.mesh_axes, self.op)
+        return DistType(before.shape, rules.replace_dim(before.dims, self.gather_dim, kept), before.partial)
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        dims[self.gather_dim] += self.mesh_axes
+        return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        whole = np.concatenate(blocks, axis=self.gather_dim)
+        return [whole] * len(row)
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return (k - 1) * local
+
+
+@dataclass(frozen=True)
+class AllToAll(Collective):
+    """Split ``split_dim`` into K chunks, send chunk j to group member j, concatenate along ``concat_dim``.
+
+    Members are numbered over ``mesh_axes`` (major to minor), the minor suffix of ``concat_dim`` that the
+    step takes away. With ``split_mesh_axes`` (the same axes in another order) chunk j goes instead to the
+    member whose index over ``split_mesh_axes`` is j, so ``split_dim`` gains the axes in that order: a
+    *reordering* all-to-all, which saves the permute that would otherwise put them in order (same cost).
+    It is emitted as `slicer.all_to_all` (``shard.all_to_all`` numbers both sides the same way)."""
+    split_dim: int
+    concat_dim: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    split_mesh_axes: tuple[str, ...] | None = None
+    op: ClassVar[str] = "all_to_all"
+    phase: ClassVar[int | None] = 1
+    ir_name: ClassVar[str] = ALL_TO_ALL
+    ir_dim_keys: ClassVar[dict[str, str]] = {"split_dim": SPLIT_AXIS_ATTR, "concat_dim": CONCAT_AXIS_ATTR}
+
+    @property
+    def split_order(self) -> tuple[str, ...]:
+        """The order in which ``split_dim`` gains the axes (``mesh_axes`` unless reordering)."""
+        return self.mesh_axes if self.split_mesh_axes is None else self.split_mesh_axes
+
+    @property
+    def reordering(self) -> bool:
+        return self.split_order != self.mesh_axes
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        rules.check_dim(before, self.split_dim, "all_to_all: split_dim")
+        rules.check_dim(before, self.concat_dim, "all_to_all: concat_dim")
+        if self.split_dim == self.concat_dim:
+            raise RedistributionError("all_to_all: split_dim and concat_dim must differ")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        order = self.split_order
+        if order != self.mesh_axes:
+            rules.check_axes(mesh, order, self.op)
+            parts = rules.common_parts(mesh, before, self.mesh_axes, order)
+            if sorted(subaxes.expand(parts, order)) != sorted(subaxes.expand(parts, self.mesh_axes)):
+                raise RedistributionError(f"all_to_all: split_mesh_axes [{','.join(order)}] are not the mesh_axes "
+                                          f"[{','.join(self.mesh_axes)}] in another order")
+        kept = rules.suffix_cut(mesh, before, self.concat_dim, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.split_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.concat_dim, kept)
+        dims = rules.replace_dim(dims, self.split_dim, rules.appended(mesh, dims[self.split_dim], order))
+        return DistType(before.shape, dims, before.partial)
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        if not rules.drop_suffix(dims, self.split_dim, self.split_order):
+            return False
+        dims[self.concat_dim] += self.mesh_axes
+        return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        # chunk j of every member goes to the member whose index over the split order is j
+        chunk = layout.group_index(self.split_order)[row]
+        pieces = [np.split(b, len(row), axis=self.split_dim) for b in blocks]
+        return [np.concatenate([p[chunk[j]] for p in pieces], axis=self.concat_dim) for j in range(len(row))]
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return (k - 1) * (local // k)
+
+    def fields(self) -> dict:
+        out = {"split_dim": self.split_dim, "concat_dim": self.concat_dim, "mesh_axes": list(self.mesh_axes)}
+        if self.split_mesh_axes is not None and self.split_mesh_axes != self.mesh_axes:
+            out["split_mesh_axes"] = list(self.split_mesh_axes)
+        return out
+
+    def ir_op_name(self) -> str:
+        return REORDERING_ALL_TO_ALL if self.reordering else ALL_TO_ALL
+
+    def ir_groups(self) -> dict[str, tuple[str, ...]]:
+        out = {GRID_AXES_ATTR: tuple(self.mesh_axes)}
+        if self.reordering:
+            out[SPLIT_GRID_AXES_ATTR] = tuple(self.split_order)
+        return out
+
+    @classmethod
+    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "AllToAll":
+        order = group(SPLIT_GRID_AXES_ATTR) if name == REORDERING_ALL_TO_ALL else None
+        return cls(dim(SPLIT_AXIS_ATTR), dim(CONCAT_AXIS_ATTR), group(GRID_AXES_ATTR), type_after, order)
+
+
+@dataclass(frozen=True)
+class Permute(Collective):
+    """Device ``dst`` receives the whole block of device ``src`` for every ``(src, dst)`` in ``pairs``
+    (linear ranks); other devices keep their block. Retypes to any type with the same local shape.
+
+    ``pairs`` is the public form (what the ``shard``/``slicer.permute`` op and the JSON carry). Meshes reach
+    thousands of devices, so the checks work on ``pair_array`` (one row per pair), built once per step:
+    directly from the planner's arrays by :meth:`between`, else lazily from ``pairs``."""
+    pairs: tuple[tuple[int, int], ...]
+    type_after: DistType
+    op: ClassVar[str] = "permute"
+    phase: ClassVar[int | None] = 1
+    ir_name: ClassVar[str] = PERMUTE
+
+    @classmethod
+    def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> "Permute":
+        """The permute in which ``senders[i]`` sends its block to ``receivers[i]``."""
+        pairs = np.stack([senders, receivers], axis=1).astype(np.int64, copy=False)
+        return cls._with_pair_array(tuple(zip(senders.tolist(), receivers.tolist())), type_after, pairs)
+
+    @classmethod
+    def _with_pair_array(cls, pairs: tuple, type_after: DistType, pair_array: np.ndarray) -> "Permute":
+        """A permute whose ``pair_array`` is already known (fills the cached property's slot)."""
+        step = cls(pairs, type_after)
+        step.__dict__["pair_array"] = pair_array
+        return step
+
+    @cached_property
+    def pair_array(self) -> np.ndarray:
+        """``pairs`` as an ``(m, 2)`` integer array (sender, receiver)."""
+        return np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
+
+    def retyped(self, type_after: DistType) -> "Permute":
+        """The same device map with another ``type_after`` (keeps the array form)."""
+        return self._with_pair_array(self.pairs, type_after, self.pair_array)
+
+    def source_of(self, n: int) -> np.ndarray:
+        """Per device: the device whose block it holds after the step."""
+        src = np.arange(n, dtype=np.int64)
+        pairs = self.pair_array
+        src[pairs[:, 1]] = pairs[:, 0]
+        return src
+
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
+        after = self.type_after
+        if after.shape != before.shape or len(after.dims) != len(before.dims):
+            raise RedistributionError(f"permute: {after} does not have the global shape of {before}")
+        if after.local_shape(mesh) != before.local_shape(mesh):
+            raise RedistributionError(
+                f"permute: local shape {after.local_shape(mesh)} of {after} differs from {before.local_shape(mesh)} "
+                f"of {before}; permute only relabels blocks of equal shape")
+        if nontrivial_partial(mesh, before) != nontrivial_partial(mesh, after):
+            raise RedistributionError(f"permute: {before} and {after} have different partial-sum axes")
+        DistType.of(mesh, after.shape, after.dims, after.partial)
+        n = mesh.device_count
+        pairs = self.pair_array
+        if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+            raise RedistributionError(f"permute: a rank in {list(self.pairs)} is outside the mesh of {n} devices")
+        senders, receivers = np.sort(pairs[:, 0]), np.sort(pairs[:, 1])
+        if (pairs[:, 0] == pairs[:, 1]).any() or (receivers[1:] == receivers[:-1]).any() \
+                or not np.array_equal(senders, receivers):
+            raise RedistributionError("permute: pairs must form a permutation of the moved devices (each moved "
+                                      "device sends once and receives once, no self pairs)")
+        layout = layout or Layout(mesh, before.shape)
+        source = self.source_of(n)
+        wrong = np.nonzero(layout.block_ids(before)[source] != layout.block_ids(after))[0]
+        if wrong.size:
+            r = int(wrong[0])
+            raise RedistributionError(
+                f"permute: device {r} {mesh.coords(r)} would receive the block of device {int(source[r])}, "
+                f"which is not its block under {after}")
+        return after
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        return False  # the type before is any type with the same local shape
+
+    def numpy_blocks(self, layout: Layout, blocks) -> list[np.ndarray]:
+        source = self.source_of(layout.device_count)
+        return [blocks[int(source[r])] for r in range(layout.device_count)]
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return local  # a moved device receives a whole block
+
+    def received(self, before: DistType, layout: Layout) -> np.ndarray:
+        out = np.zeros(layout.device_count, dtype=np.int64)
+        out[self.pair_array[:, 1]] = self.busiest(2, before.local_size(layout.mesh))
+        return out
+
+    def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
+        """The axes along which some sender and its receiver differ."""
+        pairs = self.pair_array
+        if not len(pairs):
+            return ()
+        coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T
+        differ = (coords[pairs[:, 0]] != coords[pairs[:, 1]]).any(axis=0)
+        return tuple(a for a, moved in zip(mesh.axis_names, differ) if moved)
+
+    def fields(self) -> dict:
+        return {PAIRS_ATTR: [list(p) for p in self.pairs]}  # its text form keys it as its IR attribute
+
+    def ir_dims(self) -> dict[str, int]:
+        return {}
+
+    def ir_groups(self) -> dict[str, tuple[str, ...]]:
+        return {}  # its device map is the `pairs` attribute (slicer.dialect.collectives)
+
+    @classmethod
+    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "Permute":
+        raise RedistributionError(f"'{name}': read a permute with slicer.dialect.PermuteOp (its pairs are not "
+                                  "grid axes)")
+
+
+@dataclass(frozen=True)
+class AllReduce(Collective):
+    """Sum over the group over the partial axes ``mesh_axes``; they stop being partial."""
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "all_reduce"
+    phase: ClassVar[int | None] = None
+    ir_name: ClassVar[str] = ALL_REDUCE
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        return DistType(before.shape, before.dims, rules.without_partial(mesh, before, self.mesh_axes, self.op))
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        partial += self.mesh_axes
+        return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        return [total] * len(row)
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return -(-2 * (k - 1) * local // k)  # ring
+
+
+@dataclass(frozen=True)
+class ReduceScatter(Collective):
+    """Sum over the partial axes ``mesh_axes`` and keep the chunk of ``scatter_dim`` at the group index."""
+    scatter_dim: int
+    mesh_axes: tuple[str, ...]
+    type_after: DistType
+    op: ClassVar[str] = "reduce_scatter"
+    phase: ClassVar[int | None] = 0
+    ir_name: ClassVar[str] = REDUCE_SCATTER
+    ir_dim_keys: ClassVar[dict[str, str]] = {"scatter_dim": SCATTER_AXIS_ATTR}
+
+    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+        rules.check_dim(before, self.scatter_dim, "reduce_scatter: scatter_dim")
+        rules.check_axes(mesh, self.mesh_axes, self.op)
+        partial = rules.without_partial(mesh, before, self.mesh_axes, self.op)
+        rules.check_divisible(mesh, before, self.scatter_dim, self.mesh_axes, self.op)
+        dims = rules.replace_dim(before.dims, self.scatter_dim,
+                            rules.appended(mesh, before.dims[self.scatter_dim], self.mesh_axes))
+        return DistType(before.shape, dims, partial)
+
+    def inverse(self, dims: list, partial: list) -> bool:
+        if not rules.drop_suffix(dims, self.scatter_dim, self.mesh_axes):
+            return False
+        partial += self.mesh_axes
+        return True
+
+    def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        return [np.ascontiguousarray(c) for c in np.split(total, len(row), axis=self.scatter_dim)]
+
+    @staticmethod
+    def busiest(k: int, local: int) -> int:
+        return (k - 1) * (local // k)
+
+
+Step = Union[AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter]
+#: The one registry of the collectives: op (their name in plans, JSON and the kernel graph) -> class.
+STEP_TYPES = {cls.op: cls for cls in (AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter)}
+#: IR op name -> class (the reordering all-to-all is an `AllToAll` too).
+STEP_OF_IR = {**{cls.ir_name: cls for cls in STEP_TYPES.values()}, REORDERING_ALL_TO_ALL: AllToAll}
+
+
+def step_from_fields(op: str, fields: dict, type_after: DistType) -> Step:
+    """The step of kind ``op`` whose text form is ``fields`` (`Collective.fields`)."""
+    if op not in STEP_TYPES:
+        raise RedistributionError(f"unknown collective '{op}': the collectives are {', '.join(STEP_TYPES)}")
+    return STEP_TYPES[op].from_fields(fields, type_after)
+
+
+def type_before(step: Step, after: DistType, mesh: Mesh) -> DistType | None:
+    """The type before ``step`` given the type after it (its typing rule inverted), or None when the rule
+    cannot be inverted (a permute: any type with the same local shape comes before it)."""
+    dims, partial = [list(d) for d in after.dims], list(after.partial)
+    if not step.inverse(dims, partial):
+        return None
+    try:
+        before = DistType.of(mesh, after.shape, dims, partial)
+        return before if apply_rule(step, before, mesh) == after else None
+    except RedistributionError:
+        return None
+
+
+def apply_rule(step: Step, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
+    """The type after ``step`` from the type before it (raises if the step does not type-check)."""
+    if isinstance(step, Permute):
+        return step.rule(before, mesh, layout)
+    return step.rule(before, mesh)
+
+
+def step_with_type(step: Step, type_after: DistType) -> Step:
+    """The same step with another ``type_after`` (used when re-deriving types)."""
+    if step.type_after == type_after:
+        return step
+    if isinstance(step, Permute):
+        return step.retyped(type_after)
+    return replace(step, type_after=type_after)
