@@ -72,8 +72,9 @@ def check_token(mesh: Mesh, text: str, message) -> None:
     `Mesh` itself raises), else `RedistributionError`; ``message(problem)`` is the error's text."""
     problem = token_error(mesh, text)
     if problem:
-        kind = RedistributionError if mesh.has_axis(split_token(text)[0]) else MeshError
-        raise kind(message(problem))
+        if not mesh.has_axis(split_token(text)[0]):
+            raise MeshError(message(problem))
+        raise RedistributionError(message(problem))
 
 
 @lru_cache(maxsize=1 << 16)
