@@ -126,7 +126,7 @@ def _executor_module():
 
 
 def _packing_module():
-    """The packing module (`slicer.runtime.packing`, or `slicer.redistribution.packing` before the move)."""
+    """The packing module (`slicer.runtime.mpi_packing`, or `slicer.redistribution.packing` before the move)."""
     try:
         from slicer.runtime import packing
         return packing

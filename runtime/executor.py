@@ -29,7 +29,7 @@ import numpy as np
 from slicer.core.errors import InputError, KernelError
 from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
 
-from .memory import BufferTracker
+from .buffer_tracker import BufferTracker
 from .plan_executor import MeshExecutor
 from .timings import Event
 

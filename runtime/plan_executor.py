@@ -47,7 +47,7 @@ from slicer.redistribution.steps import AllGather, AllReduce, AllSlice, AllToAll
 from slicer.redistribution.types import DistType
 
 from . import communicators, shm_collectives
-from .packing import Chunks
+from .mpi_packing import Chunks
 
 PERMUTE_TAG = 7
 _PLAN_CACHE = 8  # plan programs kept per executor (each holds its buffers)

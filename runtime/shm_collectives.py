@@ -40,7 +40,7 @@ import numpy as np
 from slicer.core.errors import RunError
 from slicer.redistribution.steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 
-from .packing import copy_runs
+from .mpi_packing import copy_runs
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
 _CTRL_BYTES = 192

@@ -1,5 +1,5 @@
 """`slicer-partition`: loop programs -> SPMD functions on local tensors with explicit collectives
-(`slicer.spmd.partition`, docs/partition.md)."""
+(`slicer.spmd.partitioner`, docs/partition.md)."""
 
 from __future__ import annotations
 

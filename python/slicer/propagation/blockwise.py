@@ -15,7 +15,7 @@ from slicer.rules import NoRule, RuleOutcome, kept_dims
 
 from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
-from .loops import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
+from .loop_facts import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
 
 
 def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:

@@ -10,7 +10,7 @@ from slicer.dialect import LoopOp, loop, yield_
 
 from .ir_utils import as_op, captured_values, defining_op, op_id
 from .journal import Journal
-from .loops import earlier_in_block, inherit_provenance, lift, lift_all, move_body
+from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
 
 
 def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from .blockwise import Candidate, forward_candidates, pull_op_into_loop, push_slice_into_producer
 from .fusion import fuse_sibling_loops, fusion_candidates
 from .journal import Journal, RewriteListener
-from .loops import NO_PRIORITY, priority, tactic_name, tile_loop_of
+from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
 from .merging import duplicate_candidates, eliminate_dead, hoist_invariant, merge_duplicate_loop, merge_duplicate_slice
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 

@@ -10,7 +10,7 @@ from slicer.dialect import SliceOp
 
 from .ir_utils import BlockOrder, as_op, captured_values, defined_inside, equivalent, is_pure, is_unused
 from .journal import Journal
-from .loops import earlier_in_block, lift_all
+from .loop_facts import earlier_in_block, lift_all
 
 
 def eliminate_dead(op: ir.Operation, journal: Journal) -> bool:

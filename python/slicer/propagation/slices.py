@@ -10,7 +10,7 @@ from slicer.dialect import LoopOp, SliceOp, TileAction, loop, range_product, sli
 
 from .ir_utils import ancestors, as_op, defining_op, enclosing_axes, is_unused, result_index
 from .journal import Journal
-from .loops import inherit_provenance, may_take_body, take_body, tile_loop_of
+from .loop_facts import inherit_provenance, may_take_body, take_body, tile_loop_of
 
 
 def _range_loop(range_value: ir.Value) -> ir.Operation | None:

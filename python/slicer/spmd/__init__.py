@@ -8,7 +8,7 @@ program communicates and why.
     from slicer.spmd import partition_module, report
 """
 
-from .partition import partition_module
+from .partitioner import partition_module
 from .report import Report, report
 
 __all__ = ["partition_module", "report", "Report"]

@@ -9,7 +9,7 @@ Inside `slicer.loop` bodies a value is one member of a family indexed by the loo
 coordinate on the loop axes is `r` computes member `r`. The loop axes (the *context*) therefore never appear in
 a value's type: its type describes how the devices that share a context coordinate hold that member. A use in a
 deeper context first drops the axes of the new loops from the type (gathers / reductions), see
-`slicer.spmd.partition`.
+`slicer.spmd.partitioner`.
 
 In the SPMD output every value carries its type as a string attribute (`slicer.dist`: on ops one string per
 result, on function arguments and results in `arg_attrs`/`res_attrs`), in the text form of the redistribution

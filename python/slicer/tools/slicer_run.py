@@ -45,7 +45,7 @@ from slicer.runtime.timings import Timings
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
 from slicer.viz.sharding import load_pyplot
-from slicer.viz.values import describe, source_names
+from slicer.viz.value_lookup import describe, source_names
 
 from .cli import EXIT_OK, failure, unreadable, usage_error
 

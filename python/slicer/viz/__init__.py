@@ -16,7 +16,7 @@ from slicer.lowering import KernelGraph
 from .memory import MemoryReport, memory_report
 from .sharding import ShardingPicture, device_ranges
 from .timeline import chrome_trace, timeline_png, timeline_text, write_chrome_trace
-from .values import describe, global_type, resolve, source_names
+from .value_lookup import describe, global_type, resolve, source_names
 
 
 def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str, str] | None = None,

@@ -8,7 +8,7 @@ of collectives allocates besides its input and output block (`slicer.runtime.pla
 reductions widen to f32 (MPI has no portable f16 sum). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is the same function run whole on one device as one kernel: its arguments and
 results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
-(`slicer.runtime.memory`).
+(`slicer.runtime.buffer_tracker`).
 
 Blocks are even (every dim divides by its tiles), so every device holds blocks of the same sizes: one figure
 per device. (A `permute` that leaves a device's block in place holds one block there, not two; the estimate
@@ -26,7 +26,7 @@ from slicer.redistribution import AllReduce, ReduceScatter
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
-from .values import describe, source_names
+from .value_lookup import describe, source_names
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Memory per device against hand-computed figures (slicer.viz.memory), and the executor's buffer tracking
-that measures the same thing on the ranks (slicer.runtime.memory)."""
+that measures the same thing on the ranks (slicer.runtime.buffer_tracker)."""
 
 import numpy as np
 import pytest
 
 import slicer
-from slicer.runtime.memory import BufferTracker, live_bytes
+from slicer.runtime.buffer_tracker import BufferTracker, live_bytes
 from slicer.runtime.timings import Timings
 
 from viz_examples import EXAMPLES, compile_example

@@ -31,7 +31,7 @@ that grid. Steps over whole axes keep using the mesh's own grid, so plans withou
 they did before.
 
 Every emitted op carries `slicer.dist` (the type after the step) and the location given by the caller
-(provenance: why the collective exists, see `slicer.spmd.partition`).
+(provenance: why the collective exists, see `slicer.spmd.partitioner`).
 """
 
 from __future__ import annotations

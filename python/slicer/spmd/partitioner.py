@@ -8,7 +8,7 @@ Output: every device runs the same function on local tensors. Loop bodies are in
 the device's coordinate (`shard.process_multi_index`); a slice of a value the device already holds is nothing,
 of a value it holds whole a local `tensor.extract_slice`; `sum` loops leave partial sums. Where a use needs
 another distributed type than its producer gives, the redistribution synthesizer's plan is emitted as
-collectives (`slicer.spmd.emit`). Every value carries its type in `slicer.dist`; the `slicer.mesh` becomes a
+collectives (`slicer.spmd.emit_collectives`). Every value carries its type in `slicer.dist`; the `slicer.mesh` becomes a
 `shard.grid` (axis names kept in `slicer.axes`); the function gets `slicer.spmd_mesh = "x=2,y=4"`. Each collective's
 location is `NameLoc("<why>", FusedLoc[consumer location, producer location])`, so provenance (tactic
 NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --print-collectives`.
@@ -46,7 +46,7 @@ from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, Sli
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
 
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
-from .emit import PlanEmitter
+from .emit_collectives import PlanEmitter
 from .infer import infer_argument
 
 
