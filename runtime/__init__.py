@@ -8,7 +8,7 @@ the cost model's measurement run `calibration`).
 """
 
 from .launch import launch
-from .simulator import SpmdProgram, assemble, simulate
+from .simulator import Simulator, assemble, simulate
 from .timings import StepTiming, Timings
 
-__all__ = ["SpmdProgram", "StepTiming", "Timings", "assemble", "launch", "simulate"]
+__all__ = ["Simulator", "StepTiming", "Timings", "assemble", "launch", "simulate"]

@@ -13,7 +13,7 @@ gather of V runs while the scores are computed from Q and the gathered K). The s
 graph and is the same on every rank, so every rank starts the collectives of a communicator in the same order,
 as MPI requires. While collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
 progresses them (MPICH has no progress thread). Each collective node has its own buffers (a
-`StepProgram`), reused by every run; a collective's output block is reused too unless it is a result of the
+`StepRunner`), reused by every run; a collective's output block is reused too unless it is a result of the
 graph. Results are the same bits as with `overlap=False` (every collective waited for where it stands):
 data movement is exact, and reductions use the same nonblocking MPI call either way.
 """

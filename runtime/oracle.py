@@ -1,5 +1,5 @@
 """The test oracle of partitioning: the original program through the JIT and its SPMD form through the
-in-process simulator (`SpmdProgram`), on the same inputs (docs/partition.md).
+in-process simulator (`Simulator`), on the same inputs (docs/partition.md).
 
 It lives in the runtime because it runs the simulator; it compares results by the one rule of
 `slicer.core.compare`, like `--check-each-step` (slicer.checking) and `slicer-run --check`.
@@ -13,7 +13,7 @@ from slicer.checking import as_tuple, random_inputs
 from slicer.core.compare import max_difference, same_exactly, same_result
 from slicer.lowering import compile_function
 
-from .simulator import SpmdProgram
+from .simulator import Simulator
 
 
 @dataclass(frozen=True)
@@ -47,5 +47,5 @@ def compare(original, spmd, *, entry: str | None = None, seed: int = 0, inputs=N
     fn = reference or compile_function(original if isinstance(original, str) else str(original), entry)
     inputs = tuple(inputs) if inputs is not None else tuple(random_inputs(fn.inputs, seed))
     expected = fn(*inputs)
-    actual = SpmdProgram(spmd, entry)(*inputs)
+    actual = Simulator(spmd, entry)(*inputs)
     return Comparison(inputs, as_tuple(expected), as_tuple(actual))

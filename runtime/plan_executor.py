@@ -17,9 +17,9 @@ Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
   unpacks them with one numpy strided copy (:mod:`.packing`, which says why not MPI datatypes).
 all_slice is a local copy either way.
 
-A :class:`StepProgram` is one step on this rank for one block shape and dtype: its buffers (shared window,
+A :class:`StepRunner` is one step on this rank for one block shape and dtype: its buffers (shared window,
 or MPI pack and receive buffers) are allocated once and reused by every run; a plan's intermediate blocks are
-reused the same way (:class:`PlanProgram`). ``start`` copies in (or issues the nonblocking MPI call:
+reused the same way (:class:`PlanRunner`). ``start`` copies in (or issues the nonblocking MPI call:
 ``Iallgather``, ``Ialltoall``, ``Isend``/``Irecv``, ``Iallreduce``, ``Ireduce_scatter_block``) and returns a
 :class:`Pending` whose ``wait`` completes the step: the runtime overlaps collectives with kernels this way.
 The runtime always uses ``start``/``wait``, so an MPI sum is computed by the same MPI algorithm, hence
@@ -105,7 +105,7 @@ class Pending:
         return out
 
 
-class StepProgram:
+class StepRunner:
     """One step on this rank for one input block shape and dtype, with the buffers it reuses.
 
     ``start(block, out)`` packs, issues the nonblocking MPI call and returns a :class:`Pending`; ``run`` is
@@ -117,7 +117,7 @@ class StepProgram:
         self.out_shape = tuple(step.type_after.local_shape(ex.mesh))
         self.op = step.op
         self.send = self.recv = None  # packed buffers (None: the block / the output is the buffer)
-        self.owned_out = None  # an output block owned by this program (PlanProgram's intermediates)
+        self.owned_out = None  # an output block owned by this program (PlanRunner's intermediates)
         self.shm = None  # the shared-memory form of the step, when the group is on one host
         self.release = None  # called when a started step completes (MeshExecutor.start's pool)
         self.order = None  # a reordering all-to-all: the chunk of the split dim each member receives
@@ -315,7 +315,7 @@ def _mpi_type(dtype: np.dtype):
     return types[name]
 
 
-class PlanProgram:
+class PlanRunner:
     """A plan on this rank for one source block shape and dtype: its step programs, and one reused output
     block per intermediate step. The final block is always a fresh array the caller owns."""
 
@@ -412,26 +412,26 @@ class MeshExecutor:
         self.cart.Free()
 
     # -- programs -----------------------------------------------------------------------------------------
-    def program(self, step: Step, shape: tuple[int, ...], dtype) -> StepProgram:
+    def program(self, step: Step, shape: tuple[int, ...], dtype) -> StepRunner:
         """A new program of ``step`` for blocks of ``shape`` and ``dtype`` (its own buffers: give each step
         that may be in flight at the same time its own program)."""
-        program = StepProgram(self, step, tuple(shape), np.dtype(dtype))
+        program = StepRunner(self, step, tuple(shape), np.dtype(dtype))
         self._programs.append(program)
         return program
 
-    def _cached_step(self, step: Step, block: np.ndarray) -> StepProgram:
+    def _cached_step(self, step: Step, block: np.ndarray) -> StepRunner:
         key = (step, block.shape, block.dtype.str)
         program = self._steps.get(key)
         if program is None:
             program = self._steps[key] = self.program(step, block.shape, block.dtype)
         return program
 
-    def plan_program(self, plan, shape: tuple[int, ...], dtype) -> PlanProgram:
+    def plan_program(self, plan, shape: tuple[int, ...], dtype) -> PlanRunner:
         """The (cached) program of ``plan`` for source blocks of ``shape`` and ``dtype``."""
         key = (plan, tuple(shape), np.dtype(dtype).str)
         program = self._plans.get(key)
         if program is None:
-            program = self._plans[key] = PlanProgram(self, plan, tuple(shape), np.dtype(dtype))
+            program = self._plans[key] = PlanRunner(self, plan, tuple(shape), np.dtype(dtype))
             while len(self._plans) > _PLAN_CACHE:  # every rank evicts the same plan: freeing is collective
                 _, old = self._plans.popitem(last=False)
                 old.free()

@@ -181,7 +181,7 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
 
 
 class ShmStep:
-    """The shared-memory form of one step on this rank (see `plan_executor.StepProgram`, which owns it)."""
+    """The shared-memory form of one step on this rank (see `plan_executor.StepRunner`, which owns it)."""
 
     def __init__(self, program, comm, *, spins: int = _SPINS):
         self.p = program

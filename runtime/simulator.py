@@ -9,7 +9,7 @@ blocks with the step semantics of `slicer.redistribution.numpy_semantics.run_ste
 global arrays with the arguments' distributed types; results are assembled from the results' types
 (checking that all replicas of a block agree, and summing partial results).
 
-    program = SpmdProgram(partitioned_module)          # compiles the kernels
+    program = Simulator(partitioned_module)          # compiles the kernels
     outputs = program(*global_inputs)                  # numpy in, numpy out (tuple for several results)
 """
 
@@ -26,7 +26,7 @@ from slicer.redistribution.numpy_semantics import block_slices, groups, initial_
 from .executor import load_kernels
 
 
-class SpmdProgram:
+class Simulator:
     """A partitioned function, its kernels compiled, callable on global numpy arrays."""
 
     def __init__(self, module, entry: str | None = None, *, backend: str = "jit"):
@@ -106,4 +106,4 @@ def assemble(mesh, t: DistType, blocks: list, what: str) -> np.ndarray:
 
 def simulate(module, *arrays: np.ndarray, entry: str | None = None):
     """Compile and run the SPMD function once on global arrays; returns the assembled global results."""
-    return SpmdProgram(module, entry)(*arrays)
+    return Simulator(module, entry)(*arrays)

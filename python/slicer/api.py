@@ -36,7 +36,7 @@ from slicer.frontends import ImportedProgram, as_array
 from slicer.lowering import KernelGraph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
-from slicer.runtime import SpmdProgram, Timings, in_job, launch
+from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.spmd import report
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
@@ -56,7 +56,7 @@ class Program:
     propagation: str
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
-    _simulator: SpmdProgram | None = field(default=None, init=False, repr=False, compare=False)
+    _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mesh(self) -> Mesh:
@@ -161,12 +161,12 @@ class Program:
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
 
-    def simulator(self) -> SpmdProgram:
+    def simulator(self) -> Simulator:
         """The in-process simulator of this program (`run` with `ranks=None`), built once: its kernels are the
         native ones the ranks load, compiled once per content hash into the on-disk kernel cache (so a second
         `run`, or another process compiling the same program, compiles nothing)."""
         if self._simulator is None:
-            object.__setattr__(self, "_simulator", SpmdProgram(self.graph, backend="native"))
+            object.__setattr__(self, "_simulator", Simulator(self.graph, backend="native"))
         return self._simulator
 
     def run_in_mpi(self, *arrays: np.ndarray, comm=None):

@@ -107,9 +107,9 @@ def execute(case: Case, *, mpi: bool = False, aot: bool = False, corrupt: bool =
 
 def _run_aot(prog, inputs):
     """The simulator with the MPI ranks' kernels (AOT, or the JIT where the runtime falls back to it)."""
-    from slicer.runtime import SpmdProgram
+    from slicer.runtime import Simulator
 
-    return SpmdProgram(prog.graph, backend="native")(*inputs)
+    return Simulator(prog.graph, backend="native")(*inputs)
 
 
 def _execute(case: Case, *, mpi: bool, aot: bool, corrupt: bool, mpi_timeout: float) -> Outcome:

@@ -6,7 +6,7 @@ import numpy as np
 
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph, KernelNode
 from slicer.passes import transform
-from slicer.runtime import SpmdProgram
+from slicer.runtime import Simulator
 
 ROOT = Path(__file__).resolve().parents[3]
 PIPELINE = "slicer-apply-tactics{mesh=x=2,y=4 tactics=%s},slicer-propagate,slicer-partition"
@@ -56,4 +56,4 @@ def test_json_round_trip_runs_the_same():
 
     reference = compile_function(text)
     inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in reference.inputs]
-    np.testing.assert_allclose(SpmdProgram(again)(*inputs), reference(*inputs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Simulator(again)(*inputs), reference(*inputs), rtol=1e-5, atol=1e-5)

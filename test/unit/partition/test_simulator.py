@@ -10,7 +10,7 @@ import pytest
 from slicer.runtime.oracle import compare
 from slicer.passes import transform
 from slicer.core.errors import SimulationError
-from slicer.runtime import SpmdProgram
+from slicer.runtime import Simulator
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,10 +37,10 @@ def test_all_gather_over_two_axes_concatenates_in_listed_order():
   %g = shard.all_gather %a on @mesh grid_axes = [1, 0] gather_axis = 0 {slicer.dist = ["[[],[]]"]} : tensor<1x8xf32> -> tensor<8x8xf32>
   return %g : tensor<8x8xf32>""", "tensor<8x8xf32>", "[[],[]]")
     a = np.arange(64, dtype=np.float32).reshape(8, 8)
-    np.testing.assert_array_equal(SpmdProgram(text)(a), a)
+    np.testing.assert_array_equal(Simulator(text)(a), a)
     # listing the axes the other way round (x major) concatenates the row blocks in another order
     wrong = text.replace("grid_axes = [1, 0]", "grid_axes = [0, 1]")
-    out = SpmdProgram(wrong)(a)
+    out = Simulator(wrong)(a)
     np.testing.assert_array_equal(out, a.reshape(4, 2, 8).transpose(1, 0, 2).reshape(8, 8))
 
 
@@ -49,11 +49,11 @@ def test_all_to_all_and_reduce_scatter():
   %t = shard.all_to_all %a on @mesh grid_axes = [0] split_axis = 1 concat_axis = 0 {slicer.dist = ["[[],[y,x]]"]} : tensor<4x2xf32> -> tensor<8x1xf32>
   return %t : tensor<8x1xf32>""", "tensor<8x1xf32>", "[[],[y,x]]")
     a = np.arange(32, dtype=np.float32).reshape(8, 4)
-    np.testing.assert_array_equal(SpmdProgram(text)(a), a)
+    np.testing.assert_array_equal(Simulator(text)(a), a)
     text = spmd("y=4", "tensor<8x4xf32>", "[[],[]] partial=[y]", """
   %r = shard.reduce_scatter %a on @mesh grid_axes = [0] scatter_axis = 0 {slicer.dist = ["[[y],[]]"]} : tensor<8x4xf32> -> tensor<2x4xf32>
   return %r : tensor<2x4xf32>""", "tensor<2x4xf32>", "[[y],[]]")
-    np.testing.assert_array_equal(SpmdProgram(text)(a), a)
+    np.testing.assert_array_equal(Simulator(text)(a), a)
 
 
 def test_a_missing_all_reduce_is_caught():

@@ -12,7 +12,7 @@ from slicer.lowering import compile_function
 from slicer.core.names import RANGE_PRODUCT
 from slicer.dialect import make_context, walk_ops
 from slicer.passes import transform
-from slicer.runtime import SpmdProgram
+from slicer.runtime import Simulator
 
 LIT = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-propagate.mlir").read_text()
 COMPOSE = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()\n' + \
@@ -36,4 +36,4 @@ def test_composed_program_partitions_and_simulates():
     spmd = partition(COMPOSE, "slicer-propagate,slicer-partition")
     a = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
     # Tile-only partition: bit-identical to the unpartitioned program (same kernels' arithmetic).
-    np.testing.assert_array_equal(SpmdProgram(spmd)(a), compile_function(COMPOSE)(a))
+    np.testing.assert_array_equal(Simulator(spmd)(a), compile_function(COMPOSE)(a))
