@@ -14,7 +14,7 @@ from slicer.lowering import KernelNode
 from slicer.lowering.aot import split_kernels
 from slicer.lowering.cut import MAX_OPS, MIN_OPS, is_compute
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "propagate"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "propagation"))
 from test_scaling import ROWS, MODEL, HIDDEN, reference, residual_chain  # noqa: E402
 
 DEPTH = 60
