@@ -2,6 +2,7 @@
 below the size limit, the repeated blocks of a deep program give identical kernels (one cache entry each), the
 cut is the same in every process (whatever Python's hash seed), and the program still computes the same."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from test_scaling import ROWS, MODEL, HIDDEN, reference, residual_chain  # noqa:
 DEPTH = 60
 
 
+@functools.cache
 def deep_program():
+    """Compiled once per process: the tests below only read it."""
     return slicer.compile(residual_chain(DEPTH), mesh={"x": 2}, tactics=slicer.parse_tactics("arg0.0=x"))
 
 
