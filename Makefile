@@ -19,14 +19,17 @@ demo: $(STAMP)
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test
 
-pytest: $(STAMP)
-	$(VENV)/bin/python -m pytest
+# pytest on every core (pytest-xdist workers; test/conftest.py shares one kernel cache between them).
+PYTEST := $(VENV)/bin/python -m pytest -n auto
 
-# Both suites always run; the target fails if either does.
+pytest: $(STAMP)
+	$(PYTEST)
+
+# Both suites always run; the target fails if either does. lit runs its tests on every core by itself.
 test: $(STAMP)
 	@status=0; \
 	$(VENV)/bin/lit -sv test || status=1; \
-	$(VENV)/bin/python -m pytest || status=1; \
+	$(PYTEST) || status=1; \
 	exit $$status
 
 clean:

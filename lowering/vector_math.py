@@ -17,7 +17,7 @@ Methods:
   +-4;
 - log: x = m 2^k with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals rescaled first),
   log m = 2 atanh((m - 1) / (m + 1)) by its series; -inf at 0, NaN below 0.
-Accuracy (test/unit/kernels/test_rows.py::test_math_functions_are_accurate): within 4 ulp of the
+Accuracy (test/unit/lowering/test_rows.py::test_math_functions_are_accurate): within 4 ulp of the
 float64 result on normal outputs, special values exact.
 """
 

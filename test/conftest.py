@@ -4,10 +4,79 @@ The MPI tests run 4- and 8-rank jobs on small CI machines (2 cores): they oversu
 launcher's refusal of more ranks than cores (`slicer.runtime.resources.check_ranks`) is lifted here. The
 refusal itself is tested with the variable removed. Plans use the built-in cost figures, not the ones a
 `slicer-plan --calibrate` run may have stored on this machine.
+
+`make test` runs pytest with two workers (pytest-xdist), so an MPI job shares the cores with the other
+worker's tests: waiting ranks sleep between polls (`SLICER_MPI_YIELD=1`, see `slicer.runtime.mpiexec`)
+instead of spinning on a core another process needs.
+
+Kernels are compiled once per run: every test, worker process and MPI rank shares one kernel cache,
+`build/test-kernel-cache/run-*` (`SLICER_CACHE_DIR`), made empty when the run starts and removed when it
+ends. Empty at the start, so a run never trusts kernels built by an older checkout of the code generators
+(the cache key holds the MLIR and the pipeline text, not the Python that expands a pipeline step); shared,
+because the cache serialises builders of one key with a lock and publishes entries by rename (safe for
+concurrent processes). The tests of the cache itself use directories of their own. A `SLICER_CACHE_DIR`
+already set by the caller is used as it is.
 """
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("SLICER_OVERSUBSCRIBE", "1")
 # Plans must not depend on this machine's `slicer-plan --calibrate` figures (redistribution.costs).
 os.environ.setdefault("SLICER_COST_MODEL", "builtin")
+# MPI ranks share the cores with the other test worker: a waiting rank sleeps instead of spinning.
+os.environ.setdefault("SLICER_MPI_YIELD", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_CACHES = REPO / "build" / "test-kernel-cache"
+_OWN_CACHE: list[str] = []  # the run cache this process made (the xdist controller, or a run without workers)
+
+
+def pytest_configure(config):
+    # xdist workers inherit the controller's environment: the controller alone makes the run's cache.
+    if hasattr(config, "workerinput") or os.environ.get("SLICER_CACHE_DIR"):
+        return
+    RUN_CACHES.mkdir(parents=True, exist_ok=True)
+    path = tempfile.mkdtemp(prefix="run-", dir=RUN_CACHES)
+    _OWN_CACHE.append(path)
+    os.environ["SLICER_CACHE_DIR"] = path
+
+
+def pytest_unconfigure(config):
+    while _OWN_CACHE:
+        path = _OWN_CACHE.pop()
+        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("SLICER_CACHE_DIR") == path:
+            del os.environ["SLICER_CACHE_DIR"]
+
+
+# The tests that take far longer than the others (tens of seconds), started first: with parallel workers
+# (pytest-xdist hands out tests in collection order) a long test started last would leave the other workers
+# idle while it finishes. A prefix that matches nothing only loses this ordering.
+LONG_FIRST = (
+    "test/unit/fuzz/test_differential.py::test_differential",  # 500 hypothesis cases
+    "test/unit/redistribution/test_properties.py::test_random_redistributions",  # 2,250 random reshards
+    "test/mpi/test_end_to_end_benchmark.py",
+    "test/mpi/test_demo.py",
+    "test/unit/frontends/test_from_torch.py",
+    "test/unit/fuzz/test_fuzzer.py::test_reference_agrees_with_the_jit",
+    "test/unit/propagation/test_worklist.py::test_worklist_on_imported_models",
+    "test/mpi/test_tutorial.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+
+    items.sort(key=rank)  # stable: every other test keeps its place
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    """The run's kernel cache, shared by every test and worker (kernels compiled once per run)."""
+    return Path(os.environ["SLICER_CACHE_DIR"])

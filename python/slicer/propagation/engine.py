@@ -14,7 +14,7 @@ may now answer differently, which it tells through a listener (`laws.RewriteList
 and the anchor its new ops go before, the ops it erases and moves): its operands' producers and their
 users, its results' users and the loops around both, the new and moved ops, and possible duplicates of new
 slices and loops. Asking the queued op of least position first gives every rewrite in the same order as
-asking every op each time (`propagate(..., incremental=False)`; `test/unit/propagate/test_worklist.py`
+asking every op each time (`propagate(..., incremental=False)`; `test/unit/propagation/test_worklist.py`
 checks both give the same program), in time about linear in the program (docs/propagation.md, "Cost").
 A propagation that exceeds `REWRITES_PER_OP` rewrites per op stops with `PropagationError` (a
 `BudgetExceeded`) naming the laws that kept rewriting, with a reproducer.

@@ -1,5 +1,6 @@
 """--check-each-step: a step that changes what the program computes is an error naming the step."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,25 @@ def test_a_value_changing_step_is_caught():
         check_equivalent(MLP, wrong, step="propagation")
 
 
-def test_correct_steps_pass_the_check():
+def test_correct_steps_pass_the_check(monkeypatch):
+    # Every step is checked (each tactic, then propagation), each check compares two different programs,
+    # and none raises; the program the steps give still computes what the original does.
+    checked = []
+
+    def recording(before, after, *, step, **options):
+        checked.append((step, before != after))
+        return check_equivalent(before, after, step=step, **options)
+
+    # The check's own module (for callers imported later) and every module that has already imported it.
+    monkeypatch.setattr(sys.modules[check_equivalent.__module__], "check_equivalent", recording)
+    for name, loaded in list(sys.modules.items()):
+        if name.startswith("slicer.") and getattr(loaded, "check_equivalent", None) is check_equivalent:
+            monkeypatch.setattr(loaded, "check_equivalent", recording)
     with make_context():
         module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")],
                                       mesh={"y": 4}, check_each_step=True)
         slicer.propagate(module, check_each_step=True)
+        result = str(module)
+    assert [step.split()[0] for step, _ in checked] == ["tactic", "tactic", "slicer-propagate"], checked
+    assert all(changed for _, changed in checked), checked
+    check_equivalent(MLP, result, step="tactics and propagation")

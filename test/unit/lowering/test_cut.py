@@ -2,6 +2,7 @@
 below the size limit, the repeated blocks of a deep program give identical kernels (one cache entry each), the
 cut is the same in every process (whatever Python's hash seed), and the program still computes the same."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -14,13 +15,15 @@ from slicer.lowering import KernelNode
 from slicer.lowering.aot import split_kernels
 from slicer.lowering.cut import MAX_OPS, MIN_OPS, is_compute
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "propagate"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "propagation"))
 from test_scaling import ROWS, MODEL, HIDDEN, reference, residual_chain  # noqa: E402
 
 DEPTH = 60
 
 
+@functools.cache
 def deep_program():
+    """Compiled once per process: the tests below only read it."""
     return slicer.compile(residual_chain(DEPTH), mesh={"x": 2}, tactics=slicer.parse_tactics("arg0.0=x"))
 
 
