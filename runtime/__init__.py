@@ -1,7 +1,7 @@
-"""The SPMD runtime (docs/runtime.md; layer 9 of docs/architecture.md): running a kernel graph on MPI ranks
+"""The SPMD runtime (docs/runtime.md; layer 11 of docs/architecture.md): running a kernel graph on MPI ranks
 (`launch`, `job`, `executor`, `mpiexec`, `rank`), each rank's blocks (`blocks`), what the host can run
 (`resources`), the run's timings (`timings`), the in-process simulator of every device (`simulator`), and the
-MPI executor of redistribution plans (`plan_executor`, with `communicators`, `packing`, `shm_collectives`, and
+MPI executor of redistribution plans (`plan_executor`, with `communicators`, `mpi_packing`, `shm_collectives`, and
 the cost model's measurement run `calibration`).
 
 `python -m slicer.runtime PROGRAM ...` is `slicer-run` (slicer.tools.slicer_run).

@@ -2,7 +2,7 @@
 (`test/Transforms/<pass-name>.mlir`), each a frozen dataclass whose fields are its typed options and whose
 `apply` calls into its stage (`slicer.lowering`).
 
-They live here, in the lowering layer, and not in `slicer.passes` (layer 12) with the other passes' thin
+They live here, in the lowering layer, and not in `slicer.passes` (layer 10) with the other passes' thin
 files, because the kernel pipeline (`kernel_pipeline.py`) runs them by name, and it runs below
 `slicer.passes`: in the runtime's ranks, the JIT and the checking oracle, none of which may import the
 passes layer. Every class registers itself in the one registry, `slicer.core.passes.PASSES`, which

@@ -1,4 +1,4 @@
-"""Slicer's passes (layer 12 of docs/architecture.md): thin wrappers, one file per pass named like its lit
+"""Slicer's passes (layer 10 of docs/architecture.md): thin wrappers, one file per pass named like its lit
 test (`test/Transforms/<pass-name>.mlir`), each giving its stage's options, docs and a call.
 
 Every pass registers itself (`@register_pass`) in the one registry, `slicer.core.passes.PASSES`; importing

@@ -1,5 +1,5 @@
-"""Seeing the partitioning (layer 10 of docs/architecture.md, between the runtime and the API): memory per
-device (`memory`), which device holds which block of any value (`sharding`, `values`), and where a run's time
+"""Seeing the partitioning (layer 12 of docs/architecture.md, between the runtime and the frontends): memory per
+device (`memory`), which device holds which block of any value (`sharding`, `value_lookup`), and where a run's time
 goes (`timeline`). Text needs nothing; PNG files need matplotlib (`pip install 'slicer[viz]'`), imported only
 when a PNG is drawn.
 

@@ -92,3 +92,14 @@ def test_every_test_folder_is_named_after_a_layer():
     loose = sorted(p.name for p in UNIT.glob("test_*.py"))
     assert not loose, f"test/unit/ holds test files outside a layer folder: {', '.join(loose)}"
     assert set(WHOLE_PIPELINE) <= folders, "WHOLE_PIPELINE names a folder that is gone: remove it there"
+
+
+def test_the_doc_lists_the_layers_in_the_contract_order():
+    """docs/architecture.md numbers the layers bottom to top in the order of the import-linter contract
+    (pyproject.toml lists them top to bottom): one order, the pipeline's, in both places."""
+    import tomllib
+
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contract if c["type"] == "layers")
+    documented = [f"slicer.{name}" for name in layer_entries(DOC.read_text())]
+    assert documented == list(reversed(layers))
