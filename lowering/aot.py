@@ -34,6 +34,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func as func_d
 
+from slicer.core import linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
 from slicer.core.progress import Progress
@@ -122,12 +123,14 @@ def _toolchain_fingerprint() -> str:
 _NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel_graph.py"})
 """Modules of this package that do not shape a compiled kernel (cutting programs into kernels, the JIT, the
 cache's storage); every other module does, including modules added later (the safe default)."""
+_SHAPING_ELSEWHERE = (linalg_facts,)
+"""Modules outside this package whose code shapes a kernel: the linalg facts the generators classify ops by."""
 
 
 @lru_cache(maxsize=1)
 def _implementation_fingerprint() -> str:
     """sha256 of the Python code that shapes the output: every module of this package (its passes included)
-    but `_NOT_SHAPING_KERNELS`.
+    but `_NOT_SHAPING_KERNELS`, and `_SHAPING_ELSEWHERE`.
 
     The pipeline text names `slicer-kernel-rows` and `slicer-lower-to-loops`, not their code: editing that
     code must invalidate cached kernels too. Hashing the package rather than a list of files keeps a module
@@ -140,6 +143,9 @@ def _implementation_fingerprint() -> str:
     for path in files:
         digest.update(str(path.relative_to(here)).encode())
         digest.update(path.read_bytes())
+    for module in _SHAPING_ELSEWHERE:
+        digest.update(module.__name__.encode())
+        digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
 

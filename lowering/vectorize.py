@@ -43,10 +43,9 @@ from mlir import ir
 from mlir.dialects import linalg, transform
 from mlir.dialects.transform import interpreter
 
+from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim
 from slicer.core.names import VECTORIZE_TAG_ATTR as TAG
 from slicer.dialect.ops import walk_ops
-
-from .linalg_facts import indexing_maps, iterator_kinds
 
 log = logging.getLogger("slicer.kernels")
 
@@ -81,7 +80,9 @@ class TilePlan:
 
 
 def loop_ranges(op: ir.Operation) -> list[int] | None:
-    """Static trip count of each loop of a linalg.generic, or None if the maps are not simple dims."""
+    """Static trip count of each loop of a linalg.generic, read from the operand dims indexed by a plain loop
+    dim, or None if a loop has no such dim or a dynamic one. (A dim indexed by `d0 + d1` tells no range, but
+    the other operands may: a convolution's loops are all known.)"""
     maps = indexing_maps(op)
     if not maps:
         return None
@@ -91,8 +92,9 @@ def loop_ranges(op: ir.Operation) -> list[int] | None:
         if shape is None:
             continue  # a scalar operand (linalg.fill's value)
         for size, expr in zip(shape, amap.results):
-            if isinstance(expr, ir.AffineDimExpr):
-                ranges[expr.position] = size
+            dim = loop_dim(expr)
+            if dim is not None:
+                ranges[dim] = size
     if any(r is None or r < 0 for r in ranges):
         return None
     return ranges  # type: ignore[return-value]
@@ -103,8 +105,8 @@ def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePla
     if not ranges or _has_i1_operand(op):
         return None  # unknown extents, a 0-d op (nothing to tile), or i1 buffers
     kinds = iterator_kinds(op)
-    parallel = [i for i, k in enumerate(kinds) if k == "parallel"]
-    reduction = [i for i, k in enumerate(kinds) if k == "reduction"]
+    parallel = [i for i, k in enumerate(kinds) if k == PARALLEL]
+    reduction = [i for i, k in enumerate(kinds) if k == REDUCTION]
     order = list(range(len(ranges)))
     if len(parallel) >= 2 and reduction:
         i, j, k = parallel[-2], parallel[-1], reduction[-1]

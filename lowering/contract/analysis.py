@@ -16,10 +16,11 @@ from mlir import ir
 from mlir.dialects import arith, linalg
 
 from slicer.core.errors import NotAContraction
+from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, in_body, indexing_maps, iterator_kinds,
+                                      projected_dims)
 
 from ..body import is_elementwise
-from ..linalg_facts import (PARALLEL, REDUCTION, MemAccess, combined_with, in_body, indexing_maps, iterator_kinds,
-                            projected_dims, static_strides)
+from ..memref_facts import MemAccess, static_strides
 
 FLOAT_BYTES = {"f32": 4, "f64": 8}
 """The element types the generated GEMMs handle, with their sizes."""

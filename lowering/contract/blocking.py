@@ -13,7 +13,7 @@ from math import prod
 from slicer.core.passes import OptionError
 
 from ..emitter import Emitter, Index
-from ..linalg_facts import VECTOR_BYTES
+from ..memref_facts import VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction
 
 

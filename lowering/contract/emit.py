@@ -28,7 +28,7 @@ from mlir.dialects import linalg
 from slicer.dialect.ops import walk_ops
 
 from ..emitter import Index, module_avx512
-from ..linalg_facts import NT_BYTES, VECTOR_BYTES
+from ..memref_facts import NT_BYTES, VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze
 from .blocking import ContractOptions
 from .packing import Packer

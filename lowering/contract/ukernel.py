@@ -9,7 +9,7 @@ C, `%nt` stores the tile with non-temporal stores (see `emit.Gemm.nontemporal_fl
 from __future__ import annotations
 
 from ..emitter import Emitter, Index
-from ..linalg_facts import VECTOR_BYTES
+from ..memref_facts import VECTOR_BYTES
 from .analysis import FLOAT_BYTES
 
 

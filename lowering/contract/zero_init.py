@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from mlir import ir
 
-from slicer.core.names import LINALG_PREFIX
 from mlir.dialects import arith, func, linalg, memref
 
-from ..linalg_facts import has_operand_segments, input_count
+from slicer.core.linalg_facts import has_operand_segments, input_count
+from slicer.core.names import LINALG_PREFIX
 
 # Users of a buffer that neither alias it nor hide a write through a view.
 _VIEW_SAFE = (memref.LoadOp.OPERATION_NAME, memref.StoreOp.OPERATION_NAME, memref.CopyOp.OPERATION_NAME,

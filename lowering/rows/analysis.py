@@ -15,10 +15,11 @@ from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
 from slicer.core.errors import NotRowwise
+from slicer.core.linalg_facts import (PARALLEL, combined_with, indexing_maps, input_count, iterator_kinds,
+                                      projected_dims)
 
 from ..body import is_elementwise
-from ..linalg_facts import (PARALLEL, VECTOR_BYTES, MemAccess, byte_width, combined_with, indexing_maps, input_count,
-                            iterator_kinds, projected_dims, static_strides)
+from ..memref_facts import VECTOR_BYTES, MemAccess, byte_width, static_strides
 
 _REDUCTION_KINDS = {
     arith.AddFOp.OPERATION_NAME: ("add", 0.0), arith.MulFOp.OPERATION_NAME: ("mul", 1.0),

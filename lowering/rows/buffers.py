@@ -12,9 +12,11 @@ from math import prod
 
 from mlir import ir
 
-from ..emitter import Emitter, Index
-from ..linalg_facts import NT_BYTES, REDUCTION, VECTOR_BYTES, MemAccess, byte_width, defined_in, iterator_kinds
+from slicer.core.linalg_facts import REDUCTION, defined_in, iterator_kinds
 from slicer.core.passes import OptionError
+
+from ..emitter import Emitter, Index
+from ..memref_facts import NT_BYTES, VECTOR_BYTES, MemAccess, byte_width
 
 from .analysis import RowOp
 

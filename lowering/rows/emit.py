@@ -11,7 +11,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from ..emitter import Index, module_avx512
-from ..linalg_facts import VECTOR_BYTES, byte_width
+from ..memref_facts import VECTOR_BYTES, byte_width
 from .analysis import RowOp
 from .buffers import RowsOptions
 from .grouping import find_groups

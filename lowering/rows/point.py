@@ -15,7 +15,7 @@ from slicer.core.names import FASTMATH_ATTR
 
 from ..body import emit_op, vector_type
 from ..emitter import Index
-from ..linalg_facts import MemAccess
+from ..memref_facts import MemAccess
 from .analysis import Reduction, RowOp
 from .buffers import RowBuffers
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from mlir import ir
 
 from slicer.core.errors import NoRule
+from slicer.core.linalg_facts import PARALLEL, REDUCTION, is_linalg_op
 
 from .explicit import explicit_rule, kept_dims
-from .from_linalg import is_linalg_op, linalg_rule
-from .table import PARALLEL, REDUCTION, DimUse, OpRule, RuleOutcome
+from .from_linalg import linalg_rule
+from .table import DimUse, OpRule, RuleOutcome
 
 
 def rule_for(op: ir.Operation | ir.OpView) -> OpRule:

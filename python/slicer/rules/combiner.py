@@ -6,13 +6,18 @@ only when the body accumulates into its output by addition:
 i.e. the yielded value is `arith.addf`/`arith.addi` of the output block argument
 and a value computed from the inputs alone. Anything else (a max, a product, an
 addition whose other term reads the output, yielding the output unchanged) is
-not additive, and the reason names what was found.
+not additive, and the reason names what was found. The accumulation form
+`combine(out, x)` is read as the kernel generators read it
+(`slicer.core.linalg_facts.combined_with`); only the question asked of it is
+the rules' own.
 """
 
 from __future__ import annotations
 
 from mlir import ir
 from mlir.dialects import arith
+
+from slicer.core.linalg_facts import combined_with
 
 ADDITIONS = (arith.AddFOp.OPERATION_NAME, arith.AddIOp.OPERATION_NAME)
 
@@ -35,14 +40,11 @@ def reduction_combiner(body: ir.Block, result: int, num_inputs: int) -> str | No
     combiner = owner.operation
     if combiner.name not in ADDITIONS:
         return f"reduction combiner is {combiner.name}, not an addition"
-    lhs, rhs = combiner.operands[0], combiner.operands[1]
-    if lhs == out:
-        term = rhs
-    elif rhs == out:
-        term = lhs
-    else:
+    found = combined_with(yielded, out)
+    if found is None:
         return (f"reduction combiner {combiner.name} does not add to the output block argument "
                 "(the output must be one of its two operands)")
+    _, term = found
     if _depends_on(term, out, body):
         return (f"reduction combiner is {combiner.name}, but the value it adds to the output also reads the "
                 "output, so the partial results do not simply add up")

@@ -31,10 +31,11 @@ from typing import Callable
 from mlir import ir
 from mlir.dialects import arith, tensor
 
+from slicer.core.linalg_facts import PARALLEL
 from slicer.core.names import (DIM_ATTR, REASSOCIATION_ATTR, STATIC_HIGH_ATTR, STATIC_LOW_ATTR, STATIC_OFFSETS_ATTR,
                                STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR, VALUE_ATTR)
 
-from .table import PARALLEL, DimUse, OpRule
+from .table import DimUse, OpRule
 
 
 def explicit_rule(op: ir.Operation) -> OpRule | None:

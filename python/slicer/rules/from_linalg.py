@@ -1,7 +1,8 @@
 """Derive an op's rule from its linalg structure: indexing maps, iterator types, body.
 
 Works for `linalg.generic` and every named linalg op (matmul, batch_matmul,
-transpose, fill, elementwise ...) without per-op code:
+transpose, fill, elementwise ...) without per-op code. The op's facts are read
+as every stage reads them (`slicer.core.linalg_facts`):
 - indexing maps come from the LinalgOp interface (`linalg.get_indexing_maps`);
 - iterator types and the body of a named op come from a generalized copy
   (upstream `linalg-generalize-named-ops` on a throwaway function holding a clone
@@ -18,24 +19,17 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from slicer.core.errors import InternalError
-from slicer.core.names import LINALG_PREFIX, DIM_ATTR, ITERATOR_TYPES_ATTR
+from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim, mentioned_dims
+from slicer.core.names import DIM_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
-from .table import PARALLEL, REDUCTION, DimUse, OpRule
-
-_ITERATORS = {PARALLEL: "#linalg.iterator_type<parallel>", REDUCTION: "#linalg.iterator_type<reduction>"}
-
-
-def is_linalg_op(op: ir.Operation) -> bool:
-    """Whether `op` implements the LinalgOp interface (has indexing maps)."""
-    return op.name.startswith(LINALG_PREFIX) and linalg.get_indexing_maps(op.opview) is not None
+from .table import DimUse, OpRule
 
 
 def linalg_rule(op: ir.Operation) -> OpRule:
     """The rule of a linalg op (see the module docstring); the op itself is not modified."""
-    maps = [ir.AffineMapAttr(m).value for m in linalg.get_indexing_maps(op.opview)]
+    maps = indexing_maps(op)
     if op.name == linalg.GenericOp.OPERATION_NAME:
         return _rule_of_generic(op.name, op, maps)
     with op.context, op.location:
@@ -60,9 +54,9 @@ def _rule_of_folded(op: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
 
 
 def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap]) -> OpRule:
-    iterators = tuple(_iterator_name(a) for a in ir.ArrayAttr(generic.attributes[ITERATOR_TYPES_ATTR]))
+    iterators = tuple(iterator_kinds(generic))
     num_results = len(generic.results)
-    num_inputs = len(generic.operands) - num_results
+    num_inputs = len(generic.operands) - num_results  # the rule's results are the op's (a buffer-form op has none)
     operands = tuple(tuple(_dim_use(expr) for expr in m.results) for m in maps)
     results = operands[num_inputs:]
     body = generic.regions[0].blocks[0]
@@ -75,27 +69,13 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
     return OpRule(name, iterators, operands, results, combiners, _index_blocks(body), names)
 
 
-def _iterator_name(attr: ir.Attribute) -> str:
-    for name, text in _ITERATORS.items():
-        if attr == ir.Attribute.parse(text):
-            return name
-    raise InternalError(f"unknown linalg iterator type {attr} (Slicer knows parallel and reduction): please report it")
-
-
 def _dim_use(expr: ir.AffineExpr) -> DimUse:
-    if isinstance(expr, ir.AffineDimExpr):
-        return DimUse.walks(expr.position)
+    dim = loop_dim(expr)
+    if dim is not None:
+        return DimUse.walks(dim)
     if isinstance(expr, ir.AffineConstantExpr):
         return DimUse.blocked(f"is indexed by the constant {expr.value}, not a loop dim")
-    return DimUse.blocked(f"is indexed by {expr}, not a plain loop dim", tuple(sorted(_dims_in(expr))))
-
-
-def _dims_in(expr: ir.AffineExpr) -> set[int]:
-    if isinstance(expr, ir.AffineDimExpr):
-        return {expr.position}
-    if isinstance(expr, ir.AffineBinaryExpr):
-        return _dims_in(expr.lhs) | _dims_in(expr.rhs)
-    return set()
+    return DimUse.blocked(f"is indexed by {expr}, not a plain loop dim", tuple(sorted(mentioned_dims(expr))))
 
 
 def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:

@@ -28,11 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slicer.core.errors import InternalError
+from slicer.core.linalg_facts import PARALLEL
 from slicer.dialect import SumAction, TileAction
 from slicer.dialect.attributes import Action
-
-PARALLEL = "parallel"
-REDUCTION = "reduction"
 
 
 @dataclass(frozen=True)

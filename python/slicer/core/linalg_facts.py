@@ -1,0 +1,116 @@
+"""What a linalg op says about itself, read one way: its loops, how each operand walks them, its body's combiner.
+
+A structured linalg op keeps its facts in three places: its indexing maps (which loop dim indexes each dim
+of each operand), its iterator types (which loop dims are reductions) and its body (what it computes per
+point, yielding for each output `combine(out, x)` when it accumulates). Every stage that reads them asks
+here: the rule table (`slicer.rules`: which dims may be tiled, whether a reduction may be split into a
+sum) and the kernel generators (`slicer.lowering`: which loop is the lane, what a contraction's sides
+are). The answers are plain facts; each caller decides what a "no" means for it.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import linalg
+
+from .errors import InternalError
+from .names import ITERATOR_TYPES_ATTR, LINALG_PREFIX, OPERAND_SEGMENT_SIZES_ATTR
+
+PARALLEL = "parallel"
+REDUCTION = "reduction"
+
+_ITERATOR_KINDS = {"#linalg.iterator_type<parallel>": PARALLEL, "#linalg.iterator_type<reduction>": REDUCTION}
+"""The text of each upstream iterator type attribute, and its kind."""
+
+
+def is_linalg_op(op: ir.Operation) -> bool:
+    """Whether `op` implements the LinalgOp interface (has indexing maps): `linalg.generic` and the named ops."""
+    return op.name.startswith(LINALG_PREFIX) and linalg.get_indexing_maps(op.opview) is not None
+
+
+def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
+    """The op's indexing maps, one per operand (inputs, then outputs); [] for an op that is not a linalg op.
+
+    Read through the LinalgOp interface, so a named op (`linalg.matmul`) answers as its generic form would.
+    """
+    maps = linalg.get_indexing_maps(op.operation.opview)
+    return [] if maps is None else [ir.AffineMapAttr(m).value for m in maps]
+
+
+def iterator_kinds(op: ir.Operation) -> list[str]:
+    """`PARALLEL` or `REDUCTION` for each loop dim of a `linalg.generic`; [] for an op without iterator types
+    (a named op carries none: generalize it first)."""
+    if ITERATOR_TYPES_ATTR not in op.attributes:
+        return []
+    return [_iterator_kind(a) for a in ir.ArrayAttr(op.attributes[ITERATOR_TYPES_ATTR])]
+
+
+def _iterator_kind(attr: ir.Attribute) -> str:
+    kind = _ITERATOR_KINDS.get(str(attr))
+    if kind is None:
+        raise InternalError(f"unknown linalg iterator type {attr} (Slicer knows parallel and reduction): please report it")
+    return kind
+
+
+def input_count(op: ir.Operation) -> int:
+    """How many of the op's operands are inputs (the rest are outputs), from its operand segments."""
+    return list(ir.DenseI32ArrayAttr(op.attributes[OPERAND_SEGMENT_SIZES_ATTR]))[0]
+
+
+def has_operand_segments(op: ir.Operation) -> bool:
+    """Whether the op splits its operands into groups (a linalg structured op: inputs, then outputs)."""
+    return OPERAND_SEGMENT_SIZES_ATTR in op.attributes
+
+
+def loop_dim(expr: ir.AffineExpr) -> int | None:
+    """The loop dim `expr` is, or None when it is not a plain loop dim (`d0 + d1`, `0`, `s0`, `d0 * 2`)."""
+    return expr.position if isinstance(expr, ir.AffineDimExpr) else None
+
+
+def projected_dims(amap: ir.AffineMap) -> tuple[int, ...] | None:
+    """The loop dim of each result of `amap`, or None when a result is not a plain loop dim (`d0 + d1`, `0`)."""
+    dims = tuple(loop_dim(expr) for expr in amap.results)
+    return None if None in dims else dims  # type: ignore[return-value]
+
+
+def mentioned_dims(expr: ir.AffineExpr) -> set[int]:
+    """The loop dims an indexing expression reads (`d0 + d1` -> {0, 1}; a constant or symbol -> none)."""
+    if isinstance(expr, ir.AffineDimExpr):
+        return {expr.position}
+    if isinstance(expr, ir.AffineBinaryExpr):
+        return mentioned_dims(expr.lhs) | mentioned_dims(expr.rhs)
+    return set()
+
+
+def combined_with(value: ir.Value, accumulator: ir.Value) -> tuple[ir.Operation, ir.Value] | None:
+    """(combiner, x) when `value` is `combiner(accumulator, x)` or `combiner(x, accumulator)`, a binary op.
+
+    The accumulation form of a linalg body: a contraction yields `out + f(inputs)` (combiner
+    `arith.addf`), a reduction `max(out, x)`; the caller checks the combiner's kind (an addition for a
+    reduction split into partial sums, one of its vector reductions for a generator).
+    """
+    owner = None if isinstance(value, ir.BlockArgument) else value.owner
+    if owner is None or len(owner.operands) != 2:
+        return None
+    lhs, rhs = owner.operands
+    if lhs == accumulator:
+        return owner, rhs
+    if rhs == accumulator:
+        return owner, lhs
+    return None
+
+
+def in_body(value: ir.Value, block: ir.Block) -> bool:
+    """Whether `value` is defined in `block` (one of its arguments, or a result of one of its ops)."""
+    if isinstance(value, ir.BlockArgument):
+        return value.owner == block
+    owner = value.owner
+    return owner.block == block if hasattr(owner, "block") else owner.operation.block == block
+
+
+def defined_in(value: ir.Value, op: ir.Operation) -> bool:
+    """Whether `value` is defined inside `op`'s region (a block argument or a body result)."""
+    if isinstance(value, ir.BlockArgument):
+        return value.owner.owner.operation == op.operation
+    parent = value.owner.operation.parent
+    return parent is not None and parent.operation == op.operation
