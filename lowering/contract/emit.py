@@ -1,16 +1,7 @@
 """The driver of `slicer-kernel-contract`: one generated packed GEMM per contraction, and the pass over a module.
 
-The loop nest of one contraction (static shapes, one function each), around the shared micro-kernel:
-
-    for batch dims:
-      for N blocks (about `nc` columns):          # a block = whole inner dims x a chunk of one dim
-        for K blocks (about `kc`):
-          pack B:  Bp[panel][k][NR] = f_B(...)   # NR = nv vectors; zero padded past the edge
-          for M blocks (about `mc` rows):
-            pack A:  Ap[tile][k][MR] = f_A(...)  # the A-side expression (e.g. ex / den) runs here
-            for panels of the N block:            # a kc x NR panel of B stays in L1 ...
-              for row tiles of the M block:       # ... while the A block streams from L2
-                micro-kernel: C[MR x NR] += Ap[tile] * Bp[panel] over the block's k
+The loop nest of one contraction (static shapes, one function each) around the shared micro-kernel is
+drawn in the package docstring (`slicer.lowering.contract`).
 
 Edge tiles (M or N not a multiple of the tile) run on a zeroed scratch tile copied in and out. A large
 C written once (zero at the start, one K block) gets non-temporal stores.
