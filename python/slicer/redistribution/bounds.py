@@ -16,16 +16,25 @@ Two consistent bounds, combined by ``max`` (see ``search.py`` for the search the
   which is never cheap, reorders it (``_middle_bound``); shrinking nodes also bound what resolving partial
   sums and the sizes they can reach will cost.
 
-`Bounds` is a mixin of `search.Search`: it reads the search's mesh, target and caches (set up in
-``Search.__init__``) and adds nothing to its state.
+`Bounds` is an object of its own, which `search.Search` holds and asks: it is built from the `Problem`
+both solve (a frozen description: source, target, mesh axes, layout, pricing, memory cap) and the
+search's per-dims facts (``info``, a table shared with it), and keeps its caches to itself.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from slicer.core.mesh import Mesh
+
+from .costs import CostModel, Pricing
+from .layout import Layout
+from .types import DistType
 
 UNREACHABLE = 1 << 200  # heuristic value of a state from which the target cannot be reached (above any cost)
 NONE = (float(UNREACHABLE), UNREACHABLE, 0)  # (busiest, total, steps) of such a state
@@ -43,9 +52,88 @@ def whole(x: float) -> int:
     return max(0, math.ceil(x - abs(x) * 1e-12 - 1e-9))
 
 
-class Bounds:
-    """The heuristic of `search.Search` (mixin): consistent lower bounds on the cost still to pay."""
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """What one plan search solves, as `search.Search` and its `Bounds` both read it: from ``src`` to
+    ``dst``, *reduced* states ``(dims, partial)`` (mesh axes of size 1 dropped, plain tuples so that states
+    hash fast) of an array of ``shape``, over the non-trivial mesh ``axes`` (``sizes``: every mesh axis's
+    size) laid out by ``layout``, with costs in ``pricing``'s integers; with ``cap``, over plans in any
+    order whose blocks never exceed ``cap`` elements; ``informed=False`` drops the heuristic."""
 
+    shape: tuple[int, ...]
+    src: tuple
+    dst: tuple
+    axes: tuple[str, ...]
+    sizes: dict[str, int]
+    layout: Layout
+    pricing: Pricing
+    cap: int | None = None
+    informed: bool = True
+    n: int = field(init=False)  # number of devices
+    elements: int = field(init=False)  # number of elements of the whole array
+    _groups: dict = field(default_factory=dict, init=False, repr=False)  # memo of ``group``
+
+    def __post_init__(self):
+        # derived once (frozen, hence set through object): plain attributes, read on every node
+        object.__setattr__(self, "n", self.layout.device_count)
+        object.__setattr__(self, "elements", math.prod(self.shape))
+
+    @classmethod
+    def of(cls, mesh: Mesh, layout: Layout, src: DistType, dst: DistType, cap: int | None = None,
+           informed: bool = True, cost: CostModel | None = None, itemsize: int = 4, token_of=None) -> Problem:
+        """The problem of planning from the reduced type ``src`` to ``dst`` on ``mesh``, priced by ``cost``
+        (default: bytes) for elements of ``itemsize`` bytes, axes named for the cost model by ``token_of``."""
+        pricing = Pricing(cost or CostModel.bytes(), mesh, itemsize, math.prod(src.shape), token_of)
+        return cls(src.shape, (src.dims, src.partial), (dst.dims, dst.partial),
+                   tuple(a for a in mesh.axis_names if mesh.size(a) > 1), {a: mesh.size(a) for a in mesh.axis_names},
+                   layout, pricing, cap, informed)
+
+    def group(self, axes: tuple[str, ...]) -> int:
+        """Number of devices in a group over ``axes`` (memoised: it is asked for every new node)."""
+        k = self._groups.get(axes)
+        if k is None:
+            k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
+        return k
+
+    def products_of(self, dims: tuple) -> tuple[int, ...]:
+        """Per-dim group sizes of ``dims``."""
+        return tuple(map(self.group, dims))
+
+
+class Bounds:
+    """The heuristic of a `search.Search`: consistent lower bounds on the cost still to pay from a node of
+    ``problem``. ``info[dims]`` is what every node with these dims shares, of which the bounds read
+    ``products``, ``size`` and ``unused(problem)``: the search's table, built on demand for both, since
+    they ask about the same dims (and its `work` counts each once)."""
+
+    def __init__(self, problem: Problem, info: Mapping):
+        self.problem, self.info = problem, info
+        self.target_size = info[problem.dst[0]].size
+        self._target_axes = {a for d in problem.dst[0] for a in d} | set(problem.dst[1])
+        sizes = sorted(problem.sizes[a] for a in problem.axes)
+        self.permute_floor = 1.0 - 1.0 / sizes[1] if len(sizes) > 1 else 1.0  # see _middle_bound
+        self._uninformed = problem.cap is not None or not problem.informed
+        # memos, each keyed by what its bound depends on
+        self._overlap_h: dict = {}  # state -> overlap_pair
+        self._cheap: dict = {}  # (state, phase) -> cheap_h
+        self._products_h: dict = {}  # products -> products_cost
+        self._constant_h: dict = {}  # state -> constant_size_bound
+        self._resolution: dict = {}  # partial -> resolution
+        self._reachable: dict = {}  # (products, addable[, "relaxed"]) -> _reachable_sizes(_relaxed)
+        self._all_rows = None  # _all_target_products
+        self._per_dim: list[dict] = [{} for _ in problem.src[0]]  # per dim: axes -> dim_facts
+        self._shrinking_h: dict = {}  # (products, slices, unresolved, leaving part) -> shrinking_bound
+        self._shrinking_state_h: dict = {}  # state -> shrinking_bound
+        self._target_products: dict = {}  # product of the groups -> target_products
+
+    @property
+    def work(self) -> int:
+        """The bounds' share of `search.Search.work`, in the same units (about one bounded node each): nodes
+        bounded, per-device overlap bounds (a unit per 64 devices), block sizes reachable by slicing (a unit
+        each: with partial sums to resolve there can be a thousand of them for a few nodes) and products
+        bounded (two units: a vector operation over the target's product rows)."""
+        return (len(self._cheap) + len(self._overlap_h) * max(1, self.problem.n // 64)
+                + len(self._reachable) + 2 * len(self._products_h))
 
     def overlap_pair(self, state) -> tuple[int, int]:
         """(busiest, total): the elements of its target block the neediest device does not hold, and that
@@ -56,21 +144,22 @@ class Bounds:
         value = self._overlap_h.get(state)
         if value is None:
             dims, partial = state
-            if any(a not in self.dst[1] for a in partial):
-                value = (self.target_size, self.n * self.target_size)
+            problem = self.problem
+            if any(a not in problem.dst[1] for a in partial):
+                value = (self.target_size, problem.n * self.target_size)
             else:
-                missing = self.target_size - self.layout.overlap_dims(dims, self.dst[0])
+                missing = self.target_size - problem.layout.overlap_dims(dims, problem.dst[0])
                 value = (int(missing.max()), int(missing.sum()))
             self._overlap_h[state] = value
         return value
 
     def overlap_bound(self, state) -> int:
         """The overlap bound in the search's cost units."""
-        return self.pricing.bound(*self.overlap_pair(state))
+        return self.problem.pricing.bound(*self.overlap_pair(state))
 
     def _elements(self, L: int, fraction: float) -> int:
         """``n L fraction`` as an integer lower bound on a number of elements (see `whole`)."""
-        return whole(self.n * L * fraction)
+        return whole(self.problem.n * L * fraction)
 
     def products_cost(self, p: tuple[int, ...]) -> float:
         """Lower bound, as a fraction of ``n L``, on the all-to-all traffic still needed by a constant-size
@@ -112,10 +201,11 @@ class Bounds:
         target's groups times products of axes that neither its dims nor its partial sums use), as a
         list of tuples and as an array with one row each. All totals are enumerated once."""
         if not self._target_products:
-            vectors = {self.info(self.dst[0]).products}
-            for a in self.axes:
+            problem = self.problem
+            vectors = {self.info[problem.dst[0]].products}
+            for a in problem.axes:
                 if a not in self._target_axes:
-                    k = self.sizes[a]
+                    k = problem.sizes[a]
                     vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
             by_total: dict = {}
             for v in sorted(vectors):
@@ -130,12 +220,12 @@ class Bounds:
         share most of their dims, so a new state costs a few lookups."""
         facts = self._per_dim[d].get(axes)
         if facts is None:
-            g = self.dst[0][d]
+            g = self.problem.dst[0][d]
+            group = self.problem.group
             j = 0
             while j < len(axes) and (axes[j] == g[j] if j < len(g) else axes[j] not in self._target_axes):
                 j += 1
-            facts = (self.group(axes), 1.0 - 1.0 / self.group(axes[j:]),
-                     1.0 - 1.0 / self.group(g[j:]) if j < len(g) else 0.0, j)
+            facts = (group(axes), 1.0 - 1.0 / group(axes[j:]), 1.0 - 1.0 / group(g[j:]) if j < len(g) else 0.0, j)
             self._per_dim[d][axes] = facts
         return facts
 
@@ -161,17 +251,18 @@ class Bounds:
         as far as the target's next axes are addable; the rest must enter by all-to-alls. Each slice
         either keeps this or cuts such an extension short, so it never drops along a free slice."""
         value = 0.0
+        target = self.problem.dst[0]
         for d, axes in enumerate(dims):
             facts = self.dim_facts(d, axes)
             j = facts[3]
             if j < len(axes):
                 value += facts[2]
                 continue
-            g = self.dst[0][d]
+            g = target[d]
             while j < len(g) and g[j] in addable:  # no wrong position: slices may extend it
                 j += 1
             if j < len(g):
-                value += 1.0 - 1.0 / self.group(g[j:])
+                value += 1.0 - 1.0 / self.problem.group(g[j:])
         return value
 
     def _middle_bound(self, moved_products: float, order: float, floor: float | None = None) -> float:
@@ -196,11 +287,11 @@ class Bounds:
         ``n L``: ``2 (1 - 1/K)`` for the product ``K`` of the unresolved axes' sizes."""
         out = self._resolution.get(partial)
         if out is None:
-            unresolved = tuple(a for a in partial if a not in self.dst[1])
-            out = self._resolution[partial] = (unresolved, 2.0 * (1.0 - 1.0 / self.group(unresolved)))
+            unresolved = tuple(a for a in partial if a not in self.problem.dst[1])
+            out = self._resolution[partial] = (unresolved, 2.0 * (1.0 - 1.0 / self.problem.group(unresolved)))
         return out
 
-    def constant_size_bound(self, state) -> tuple[float, int]:
+    def constant_size_bound(self, state) -> tuple[float, int, int]:
         """(busiest, total, steps) bound of a constant-size (phase >= 1) node: all-to-all and permute
         traffic (see ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved
         partial sums still need (``resolution``: only an all-reduce can resolve them now, and it changes
@@ -226,18 +317,19 @@ class Bounds:
             if moved == math.inf:
                 value = NONE
             else:
-                L = self.elements // total
+                L = self.problem.elements // total
                 order = out if out > into else into
                 resolve = self.resolution(partial)[1]
                 growth = self.target_size - L
                 middle = self._middle_bound(moved, order, 1.0)
+                n = self.problem.n
                 value = (growth + L * (middle + resolve),
-                         self.n * growth + self._elements(L, self._middle_bound(moved, order) + resolve),
+                         n * growth + self._elements(L, self._middle_bound(moved, order) + resolve),
                          (middle > 0) + (growth > 0) + (resolve > 0))
             self._constant_h[state] = value
         return value
 
-    def shrinking_bound(self, info: _DimsInfo, partial: tuple) -> tuple[float, int]:
+    def shrinking_bound(self, dims: tuple, partial: tuple) -> tuple[float, int, int]:
         """(busiest, total, steps) bound of a shrinking-phase (phase 0) node: the least constant-size bound over
         the products it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering
         unresolved partial axes, with the order bound's leaving part (slices append, so they never
@@ -252,10 +344,12 @@ class Bounds:
         resolution term by at most its own cost, so the bound stays consistent (each of its parts is the
         least over the choices on its own). Steps: as for a constant-size node, plus one reduce-scatter
         per axis a choice reduce-scatters."""
+        info = self.info[dims]
+        unused = info.unused(self.problem)
         unresolved, resolve_all = self.resolution(partial)
-        slices = tuple(a for a in info.unused(self) if a not in partial)
-        addable = tuple(a for a in info.unused(self) if a in slices or a in unresolved)
-        out = max(self.order_groups(info.dims)[0], self.entering_after_slices(info.dims, addable))
+        slices = tuple(a for a in unused if a not in partial)
+        addable = tuple(a for a in unused if a in slices or a in unresolved)
+        out = max(self.order_groups(dims)[0], self.entering_after_slices(dims, addable))
         key = (info.products, slices, unresolved, out)
         value = self._shrinking_h.get(key)
         if value is None:
@@ -267,11 +361,12 @@ class Bounds:
                 # axes left to the all-reduce may be sliced once it has run (it may run while shrinking)
                 choices = [(products, slices + left, extra, count)
                            for products, extra, count, left in self._resolution_choices(info.products, unresolved)]
+            n = self.problem.n
             for products, free, extra, count in choices:
                 for L, moved in self._reachable_sizes(products, free):
                     growth = self.target_size - L
                     middle = self._middle_bound(moved, out, 1.0)
-                    total = min(total, self.n * growth + self._elements(L, self._middle_bound(moved, out) + extra))
+                    total = min(total, n * growth + self._elements(L, self._middle_bound(moved, out) + extra))
                     busiest = min(busiest, growth + L * (middle + extra))
                     steps = min(steps, count + (middle > 0) + (growth > 0))
             value = self._shrinking_h[key] = (busiest, total, 0 if steps == 1 << 30 else steps)
@@ -282,11 +377,11 @@ class Bounds:
         to the all-reduce) for each way of resolving ``unresolved``: each axis reduce-scattered onto one of
         the dims (a step each) or left to one all-reduce (one step for all of them)."""
         out = []
-        rank = len(products)
+        rank, sizes = len(products), self.problem.sizes
         for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
             grown, scattered, reduced = list(products), 0.0, 1
             for a, d in zip(unresolved, where):
-                k = self.sizes[a]
+                k = sizes[a]
                 if d < 0:
                     reduced *= k
                 else:
@@ -309,9 +404,9 @@ class Bounds:
         if out is None:
             if not addable:
                 cost = self.products_cost(products)
-                out = () if cost == math.inf else ((self.elements // math.prod(products), cost),)
+                out = () if cost == math.inf else ((self.problem.elements // math.prod(products), cost),)
             else:
-                k, rest = self.sizes[addable[0]], addable[1:]
+                k, rest = self.problem.sizes[addable[0]], addable[1:]
                 least = dict(self._reachable_sizes(products, rest))
                 for d in range(len(products)):
                     grown = products[:d] + (products[d] * k,) + products[d + 1:]
@@ -332,9 +427,10 @@ class Bounds:
         key = (products, addable, "relaxed")
         out = self._reachable.get(key)
         if out is None:
+            sizes, elements = self.problem.sizes, self.problem.elements
             rows, q = self._all_target_products()
             p = np.array(products, dtype=np.int64)
-            grown = p * math.prod(self.sizes[a] for a in addable)
+            grown = p * math.prod(sizes[a] for a in addable)
             g = np.gcd(p, q)
             out_part = (1.0 - g / p).sum(axis=1)
             into_part = (1.0 - np.gcd(grown, q) / q).sum(axis=1)
@@ -343,12 +439,12 @@ class Bounds:
             base = math.prod(products)
             reachable = {base}
             for a in addable:
-                reachable |= {t * self.sizes[a] for t in reachable}
+                reachable |= {t * sizes[a] for t in reachable}
             least: dict = {}
             for total, c in zip(totals.tolist(), cost.tolist()):
                 if total in reachable and total % base == 0 and c < least.get(total, math.inf):
                     least[total] = c
-            out = self._reachable[key] = tuple(sorted((self.elements // t, c) for t, c in least.items()))
+            out = self._reachable[key] = tuple(sorted((elements // t, c) for t, c in least.items()))
         return out
 
     def _all_target_products(self) -> tuple[list, np.ndarray]:
@@ -356,19 +452,20 @@ class Bounds:
         if self._all_rows is None:
             self.target_products(1)
             rows = [r for t in sorted(self._target_products) for r in self._target_products[t][0]]
-            self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.shape)))
+            self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.problem.shape)))
         return self._all_rows
 
     def structural_pair(self, state, phase: int) -> tuple[float, int, int]:
         """(busiest, total, steps) of the structural bound (see ``cheap_h``)."""
         if self._uninformed:
-            return self.growth_pair(state[0]) if self.cap is not None and self.informed else (0, 0, 0)
+            capped_and_informed = self.problem.cap is not None and self.problem.informed
+            return self.growth_pair(state[0]) if capped_and_informed else (0, 0, 0)
         if phase:
             value = self._constant_h.get(state)
             return value if value is not None else self.constant_size_bound(state)
         value = self._shrinking_state_h.get(state)
         if value is None:  # shrinking_bound's own cache is keyed by what it depends on, costlier to build
-            value = self._shrinking_state_h[state] = self.shrinking_bound(self.info(state[0]), state[1])
+            value = self._shrinking_state_h[state] = self.shrinking_bound(*state)
         return value
 
     def cheap_h(self, state, phase: int) -> int:
@@ -377,7 +474,8 @@ class Bounds:
         value = self._cheap.get(key)
         if value is None:
             pair = self.structural_pair(state, phase)
-            value = self._cheap[key] = UNREACHABLE if pair[1] >= UNREACHABLE else self.pricing.bound(*pair)
+            value = UNREACHABLE if pair[1] >= UNREACHABLE else self.problem.pricing.bound(*pair)
+            self._cheap[key] = value
         return value
 
     def growth_pair(self, dims: tuple) -> tuple[int, int, int]:
@@ -385,21 +483,45 @@ class Bounds:
         gather from ``L`` to ``k L`` costs ``n (k L - L)``, so a block smaller than the target's must still
         receive ``n (T - L)`` (``T - L`` on every device). Consistent: a gather lowers it by at most its
         cost, other moves keep or raise it."""
-        growth = max(0, self.target_size - self.info(dims).size)
-        return growth, self.n * growth, int(growth > 0)
+        growth = max(0, self.target_size - self.info[dims].size)
+        return growth, self.problem.n * growth, int(growth > 0)
+
+    def permute_floor_key(self, state) -> tuple[int, int]:
+        """(least cost of any permute out of ``state``, least heuristic of its targets): the key of the
+        search's queue entry standing for all those permutes. Every permute moves at least ``1 - 1/s`` of
+        the devices (``_middle_bound``), and a whole block to its busiest device; its targets share the
+        node's products and partial sums, hence at least their products and resolution bounds (in the
+        capped search: their block size, hence its growth bound)."""
+        dims, partial = state
+        problem = self.problem
+        bound = problem.pricing.bound
+        if problem.cap is not None:
+            L = self.info[dims].size
+            return bound(L, self._elements(L, self.permute_floor)), self.cheap_h(state, 0)
+        p = problem.products_of(dims)
+        moved = self.products_cost(p)
+        L = problem.elements // math.prod(p)
+        if moved == math.inf:
+            return UNREACHABLE, UNREACHABLE
+        unresolved, resolve = self.resolution(partial)
+        extra = moved + resolve
+        growth = self.target_size - L
+        steps = (growth > 0) + (resolve > 0)
+        least_h = bound(growth + L * extra, problem.n * growth + self._elements(L, extra), steps)
+        return bound(L, self._elements(L, self.permute_floor), 1), least_h
 
     def h(self, state, phase: int) -> int:
         """The full heuristic of a node: max of the overlap and structural bounds, part by part. The
         overlap bound never exceeds ``T`` per device (``n T`` in all), so when the structural bound already
         does, its per-device computation is skipped."""
-        if not self.informed:
+        problem = self.problem
+        if not problem.informed:
             return 0
         busiest, total, steps = self.structural_pair(state, phase)
         if total >= UNREACHABLE:
             return UNREACHABLE
-        if total >= self.n * self.target_size and busiest >= self.target_size:
-            return self.pricing.bound(busiest, total, steps)
+        if total >= problem.n * self.target_size and busiest >= self.target_size:
+            return problem.pricing.bound(busiest, total, steps)
         over_busiest, over_total = self.overlap_pair(state)
-        return self.pricing.bound(max(busiest, over_busiest), max(total, over_total), steps)
+        return problem.pricing.bound(max(busiest, over_busiest), max(total, over_total), steps)
 
-    # -- moves ----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The A* search behind plan synthesis: states, moves, costs and the driver; the heuristic is in `bounds`.
+"""The A* search behind plan synthesis: states, moves, costs and the driver; the heuristic is a `bounds.Bounds`.
 
 A state is ``(dims, partial)`` of a *reduced* type (mesh axes of size 1 dropped), as plain tuples so that
 states hash fast; a search node adds the normal-form phase: 0 = shrinking (slices, reduce-scatters),
@@ -6,15 +6,13 @@ states hash fast; a search node adds the normal-form phase: 0 = shrinking (slice
 from `costs.Pricing`: elements received summed over all devices (``bytes`` objective), or estimated time
 then that sum (``time``).
 
-Heuristics, both consistent, combined by ``max``:
-
-- *overlap*: the elements of each device's target block it does not hold now (all of them while a partial
-  sum the target does not keep is unresolved) -- the traffic lower bound of the plan itself;
-- *structural*: all-to-alls must change the per-dim group products (``Search.products_cost``) and, since
-  they move minor suffixes only, must clear every dim's wrongly placed suffix (``Search.order_groups``)
-  unless a permute, which is never cheap, reorders it (``Search._middle_bound``). It sees that blocks must
-  change shape, which the overlap bound does not, and keeps the search small when the traffic lower
-  bound is out of reach.
+A `Search` solves one `bounds.Problem` (source, target, mesh axes, layout, pricing, memory cap) and holds
+the `bounds.Bounds` built from the same problem, which it asks for the heuristic of each node: the ``max``
+of two consistent bounds, the traffic lower bound of the plan itself (*overlap*) and what all-to-alls and
+permutes must still do (*structural*, which sees that blocks must change shape, which the overlap bound
+does not, and keeps the search small when the traffic lower bound is out of reach). The search keeps the
+moves and their memos, the bounds keep theirs; what both need to know of a node's dims (``info``, a
+`_DimsTable`) is built once for both.
 
 Speed is a requirement (the issue asks for plans in under 10 ms on meshes of 4 axes and arrays of 4 dims),
 so everything a node needs that depends only on its ``dims`` (local shape, products, all-to-all and gather
@@ -36,8 +34,8 @@ import numpy as np
 
 from slicer.core.mesh import Mesh
 
-from .bounds import UNREACHABLE, Bounds
-from .costs import CostModel, Pricing
+from .bounds import UNREACHABLE, Bounds, Problem
+from .costs import CostModel
 from .layout import Layout
 from .moves import SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove, ReduceScatterMove, SliceMove
 from .steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
@@ -102,18 +100,18 @@ class _DimsInfo:
 
     __slots__ = ("dims", "local", "size", "products", "_unused", "_slices", "_moves")
 
-    def __init__(self, search: "Search", dims: tuple):
+    def __init__(self, problem: Problem, dims: tuple):
         self.dims = dims
-        self.products = search.products_of(dims)
-        self.local = tuple(s // k for s, k in zip(search.shape, self.products))
+        self.products = problem.products_of(dims)
+        self.local = tuple(s // k for s, k in zip(problem.shape, self.products))
         self.size = math.prod(self.local)
         self._unused = self._slices = self._moves = None
 
-    def unused(self, search: "Search") -> tuple[str, ...]:
-        """The non-trivial mesh axes these dims do not use (only shrinking nodes ask)."""
+    def unused(self, problem: Problem) -> tuple[str, ...]:
+        """The non-trivial mesh axes of ``problem`` these dims do not use (only shrinking nodes ask)."""
         if self._unused is None:
             used = {a for d in self.dims for a in d}
-            self._unused = tuple(a for a in search.axes if a not in used)
+            self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
     def slices(self, search: "Search") -> list:
@@ -123,13 +121,14 @@ class _DimsInfo:
         last dim the source was extended on. Every extension is still reached, by one path instead of
         many, which saves generating the same node again and again."""
         if self._slices is None:
+            problem = search.problem
             dims, rank = self.dims, len(self.dims)
             first = 0
-            if not search.src[1]:
-                first = max((d for d in range(rank) if len(dims[d]) > len(search.src[0][d])), default=0)
+            if not problem.src[1]:
+                first = max((d for d in range(rank) if len(dims[d]) > len(problem.src[0][d])), default=0)
             self._slices = [(a, SliceMove(d, (a,)), dims[:d] + (dims[d] + (a,),) + dims[d + 1:])
-                            for d in range(first, rank) for a in self.unused(search)
-                            if self.local[d] % search.sizes[a] == 0]
+                            for d in range(first, rank) for a in self.unused(problem)
+                            if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
     def moves(self, search: "Search") -> tuple[list, list]:
@@ -140,9 +139,10 @@ class _DimsInfo:
         - gathers: (move, dims after, cost, whether gathers can still reach the target) -- a minor suffix.
         """
         if self._moves is None:
-            dims, sizes, n, L = self.dims, search.sizes, search.n, self.size
-            cost = search.pricing.cost
-            targets = search.dst[0]
+            problem = search.problem
+            dims, sizes, n, L = self.dims, problem.sizes, problem.n, self.size
+            cost = problem.pricing.cost
+            targets = problem.dst[0]
             rank = len(dims)
             # Gathering a suffix of dim d keeps the target reachable iff every other dim already starts
             # with its target's axes and dim d still does after the cut.
@@ -176,66 +176,50 @@ class _DimsInfo:
         return self._moves
 
 
-class Search(Bounds):
+class _DimsTable(dict):
+    """dims -> their `_DimsInfo`, built on first lookup: what a search and its bounds know of each dims
+    they meet. It refers to the problem only, never to the search, so that a search holds no reference
+    cycle and is freed as soon as it is dropped, even while the collector is paused (`collector_paused`)."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: Problem):
+        super().__init__()
+        self.problem = problem
+
+    def __missing__(self, dims: tuple) -> _DimsInfo:
+        out = self[dims] = _DimsInfo(self.problem, dims)
+        return out
+
+
+class Search:
     """A* over normal-form plans from ``src`` to ``dst`` (reduced types), or, with ``cap``, over plans in
-    any order whose blocks never exceed ``cap`` elements. ``informed=False`` drops both heuristics
-    (uniform-cost search; the tests compare the two)."""
+    any order whose blocks never exceed ``cap`` elements. ``informed=False`` drops the heuristic
+    (uniform-cost search; the tests compare the two). What it solves is ``problem`` (a `bounds.Problem`),
+    its heuristic ``bounds`` (a `bounds.Bounds` of the same problem)."""
 
     def __init__(self, mesh: Mesh, layout: Layout, src: DistType, dst: DistType, cap: int | None = None,
                  informed: bool = True, cost: CostModel | None = None, itemsize: int = 4, token_of=None):
-        self.mesh, self.layout = mesh, layout
-        self.pricing = Pricing(cost or CostModel.bytes(), mesh, itemsize, math.prod(src.shape), token_of)
-        self.cap, self.informed = cap, informed
-        self._uninformed = cap is not None or not informed
+        self.problem = problem = Problem.of(mesh, layout, src, dst, cap, informed, cost, itemsize, token_of)
         self.permute_phase = 1 if cap is None else 0  # the capped search has one phase
-        self.shape = src.shape
-        self.src, self.dst = (src.dims, src.partial), (dst.dims, dst.partial)
-        self.n = mesh.device_count
-        self.axes = tuple(a for a in mesh.axis_names if mesh.size(a) > 1)
-        self.sizes = {a: mesh.size(a) for a in mesh.axis_names}
-        self.elements = math.prod(self.shape)
-        self._info: dict = {}
-        self._groups: dict = {}
-        self._overlap_h: dict = {}
-        self._cheap: dict = {}
         self.expanded, self.exhausted = 0, False
-        self._orders: dict = {}
-        self._products_h: dict = {}
-        self._constant_h: dict = {}
-        self._resolution: dict = {}
-        self._reachable: dict = {}
-        self._all_rows = None
-        self._per_dim: list[dict] = [{} for _ in src.dims]
-        self._target_axes = {a for d in dst.dims for a in d} | set(dst.partial)
-        sizes = sorted(mesh.size(a) for a in self.axes)
-        self.permute_floor = 1.0 - 1.0 / sizes[1] if len(sizes) > 1 else 1.0  # see _middle_bound
-        self._shrinking_h: dict = {}
-        self._shrinking_state_h: dict = {}
-        self._target_products: dict = {}
-        self._perm_groups: dict = {}
-        self._coords = np.stack([layout.coords[a] for a in self.axes]) if self.axes else np.zeros((0, self.n), np.int64)
-        self.target_size = self.info(dst.dims).size
-
-    # -- per-dims facts -------------------------------------------------------------------------------
-
-    def group(self, axes: tuple[str, ...]) -> int:
-        """Number of devices in a group over ``axes`` (cached: it is asked for every new node)."""
-        k = self._groups.get(axes)
-        if k is None:
-            k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
-        return k
+        self.info = _DimsTable(problem)  # for the moves and the bounds
+        self._orders: dict = {}  # (dim, axes) -> target_order
+        self._perm_groups: dict = {}  # (products, partial) -> _permute_group
+        axes = problem.axes
+        self._coords = np.stack([layout.coords[a] for a in axes]) if axes else np.zeros((0, problem.n), np.int64)
+        self.bounds = Bounds(problem, self.info)  # (no reference back to the search: see _DimsTable)
 
     @property
     def work(self) -> int:
         """What the search has done so far, deterministically, in units of about one bounded node (7 us
-        here): nodes bounded, dims whose successors were listed (3 units), per-device overlap bounds
-        (a unit per 64 devices), block sizes reachable by slicing (a unit each: with partial sums to
-        resolve there can be a thousand of them for a few nodes) and products bounded (two units: a vector
-        operation over the target's product rows). Weights from least-squares fits of CPU
-        time on these counts over 900 searches (R^2 = 0.92), the last one raised where a fit on searches
-        with many partial sums needed it."""
-        return (len(self._cheap) + 3 * len(self._info) + len(self._overlap_h) * max(1, self.n // 64)
-                + len(self._reachable) + 2 * len(self._products_h))
+        here): the dims it described (``info``, 3 units each) plus the work of its `bounds` (nodes
+        bounded, per-device overlap bounds, reachable block sizes and products bounded: `Bounds.work`).
+        Weights from least-squares fits of CPU time on these counts over 900 searches (R^2 = 0.92), the
+        last one raised where a fit on searches with many partial sums needed it."""
+        return self.bounds.work + 3 * len(self.info)
+
+    # -- per-dims facts -------------------------------------------------------------------------------
 
     def target_order(self, e: int, axes: tuple) -> tuple:
         """``axes`` in the order a reordering all-to-all appends them to dim ``e``: those the target
@@ -243,19 +227,9 @@ class Search(Bounds):
         key = (e, axes)
         out = self._orders.get(key)
         if out is None:
-            wanted = self.dst[0][e]
+            wanted = self.problem.dst[0][e]
             first = sorted((a for a in axes if a in wanted), key=wanted.index)
             out = self._orders[key] = tuple(first) + tuple(a for a in axes if a not in wanted)
-        return out
-
-    def products_of(self, dims: tuple) -> tuple[int, ...]:
-        """Per-dim group sizes of ``dims``."""
-        return tuple(map(self.group, dims))
-
-    def info(self, dims: tuple) -> _DimsInfo:
-        out = self._info.get(dims)
-        if out is None:
-            out = self._info[dims] = _DimsInfo(self, dims)
         return out
 
     def _permute_group(self, products: tuple, partial: tuple):
@@ -265,7 +239,7 @@ class Search(Bounds):
         key = (products, partial)
         out = self._perm_groups.get(key)
         if out is None:
-            avail = tuple((a, self.sizes[a]) for a in self.axes if a not in partial)
+            avail = tuple((a, self.problem.sizes[a]) for a in self.problem.axes if a not in partial)
             targets = placements_with_products(avail, products)
             weights = self._weights(targets, products) if len(targets) > 1 else None
             ids = weights @ self._coords if weights is not None else None
@@ -282,37 +256,40 @@ class Search(Bounds):
         device the same block iff its indices agree (the partial axes' coordinates are common to both).
         The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
         (weight of each axis in each type) x (each device's coordinate along each axis)."""
-        column = {a: i for i, a in enumerate(self.axes)}
-        weights = np.zeros((len(types), len(self.axes)), dtype=np.int64)
+        axes, sizes = self.problem.axes, self.problem.sizes
+        column = {a: i for i, a in enumerate(axes)}
+        weights = np.zeros((len(types), len(axes)), dtype=np.int64)
         for row, dims in enumerate(types):
             radix = 1
             for d in range(len(products) - 1, -1, -1):
                 for a in reversed(dims[d]):
                     weights[row, column[a]] = radix
-                    radix *= self.sizes[a]
+                    radix *= sizes[a]
         return weights
 
     def moves(self, state, phase: int, permuted: bool = False):
         """Yield (move, state after, phase after, cost). No permutes from a node reached by a permute
         (``permuted``): a permute's cost is the Hamming distance between the two types' per-device block
         indices, so one permute straight to the final target never costs more than two in a row."""
-        if self.cap is None:
+        cap = self.problem.cap
+        if cap is None:
             yield from self._moves(state, phase, permuted)
             return
         for move, after, _, cost in self._moves(state, 0, permuted):
-            if self.info(after[0]).size <= self.cap:
+            if self.info[after[0]].size <= cap:
                 yield move, after, 0, cost
 
     def _moves(self, state, phase: int, permuted: bool):
         dims, partial = state
-        info = self.info(dims)
-        n, L, rank = self.n, info.size, len(dims)
-        cost = self.pricing.cost
-        resolvable = [a for a in partial if a not in self.dst[1]]
+        problem = self.problem
+        info = self.info[dims]
+        n, L, rank, sizes = problem.n, info.size, len(dims), problem.sizes
+        cost = problem.pricing.cost
+        resolvable = [a for a in partial if a not in problem.dst[1]]
         if phase <= 1:
             for r in range(1, len(resolvable) + 1):
                 for axes in itertools.combinations(resolvable, r):
-                    k = math.prod(self.sizes[a] for a in axes)
+                    k = math.prod(sizes[a] for a in axes)
                     after = (dims, tuple(p for p in partial if p not in axes))
                     busiest = AllReduce.busiest(k, L)
                     yield AllReduceMove(axes), after, phase, cost(axes, busiest, n * busiest)
@@ -322,12 +299,12 @@ class Search(Bounds):
                     yield move, (after, partial), 0, 0
             for d in range(rank):
                 for a in resolvable:
-                    k = self.sizes[a]
+                    k = sizes[a]
                     if info.local[d] % k == 0:
                         after = (dims[:d] + (dims[d] + (a,),) + dims[d + 1:], tuple(p for p in partial if p != a))
                         busiest = ReduceScatter.busiest(k, L)
                         yield ReduceScatterMove(d, (a,)), after, 0, cost((a,), busiest, n * busiest)
-            if self.cap is None:
+            if problem.cap is None:
                 # Stop shrinking: the constant-size moves hang off the phase-1 twin of this node, whose
                 # heuristic (no more slices) is usually far above this one's, so they are generated only
                 # for the few shrinking nodes worth going on from.
@@ -337,11 +314,12 @@ class Search(Bounds):
         if phase <= 1:
             for move, after, cost in all_to_alls:
                 yield move, (after, partial), 1, cost
-            if not permuted and not self.informed:  # else queued behind a hub
+            if not permuted and not problem.informed:  # else queued behind a hub
                 yield from self.permute_moves(state, self.permute_phase)
-        gather_ok = self.cap is not None or partial == self.dst[1]
+        capped = problem.cap is not None
+        gather_ok = capped or partial == problem.dst[1]
         for move, after, cost, extends in gathers:
-            if self.cap is not None or (gather_ok and extends):
+            if capped or (gather_ok and extends):
                 yield move, (after, partial), 2, cost
 
     def permute_moves(self, state, phase: int = 1):
@@ -349,14 +327,15 @@ class Search(Bounds):
         which has one phase, 0): to every other type with the same local shape and partial axes, costing a
         block per device whose block changes (the busiest device receives a whole block)."""
         dims, partial = state
-        info = self.info(dims)
+        info = self.info[dims]
         targets, ids, row, weights = self._permute_group(info.products, partial)
         if ids is not None:
             L = Permute.busiest(2, info.size)  # the busiest device receives a whole block
-            price = self.pricing.cost
+            pricing, all_axes = self.problem.pricing, self.problem.axes
+            price = pricing.cost
             moved = np.count_nonzero(ids != ids[row[dims]], axis=1).tolist()
-            if self.pricing.uniform or not self.pricing.time:
-                axes = self.axes[:1]
+            if pricing.uniform or not pricing.time:
+                axes = all_axes[:1]
                 for other, count in zip(targets, moved):
                     if other != dims:
                         yield PermuteMove((other, partial)), (other, partial), phase, price(axes, L, count * L)
@@ -364,29 +343,8 @@ class Search(Bounds):
                 changed = weights != weights[row[dims]]
                 for i, (other, count) in enumerate(zip(targets, moved)):
                     if other != dims:
-                        axes = tuple(a for a, c in zip(self.axes, changed[i]) if c) or self.axes[:1]
+                        axes = tuple(a for a, c in zip(all_axes, changed[i]) if c) or all_axes[:1]
                         yield PermuteMove((other, partial)), (other, partial), phase, price(axes, L, count * L)
-
-    def permute_floor_key(self, state) -> tuple[int, int]:
-        """(least cost of any permute out of ``state``, least heuristic of its targets): every permute
-        moves at least ``1 - 1/s`` of the devices (``_middle_bound``), and a whole block to its busiest
-        device; its targets share the node's products and partial sums, hence at least their products and
-        resolution bounds (in the capped search: their block size, hence its growth bound)."""
-        dims, partial = state
-        bound = self.pricing.bound
-        if self.cap is not None:
-            L = self.info(dims).size
-            return bound(L, self._elements(L, self.permute_floor)), self.cheap_h(state, 0)
-        p = self.products_of(dims)
-        moved = self.products_cost(p)
-        L = self.elements // math.prod(p)
-        if moved == math.inf:
-            return UNREACHABLE, UNREACHABLE
-        unresolved, resolve = self.resolution(partial)
-        extra = moved + resolve
-        growth = self.target_size - L
-        least_h = bound(growth + L * extra, self.n * growth + self._elements(L, extra), (growth > 0) + (resolve > 0))
-        return bound(L, self._elements(L, self.permute_floor), 1), least_h
 
     # -- the search -----------------------------------------------------------------------------------
 
@@ -398,21 +356,21 @@ class Search(Bounds):
         it (weighted A*, no re-expansions): the plan costs at most ``weight`` times the least, and plateaus
         of nodes whose bounds are within that factor of the least cost are no longer all expanded. With
         ``budget``, give up (None, and ``exhausted`` set) once ``work`` exceeds it."""
-        start = (self.src, 0)
+        problem, bounds = self.problem, self.bounds
+        start = (problem.src, 0)
         best = {start: (0, 0)}
         parent: dict = {start: None}
         tie = itertools.count()
         # Costs are exact integers (possibly beyond 64 bits): inflate them in integers, never in floats.
         scaled = round((weight - 1.0) * 1_000_000)
         inflate = (lambda value: value) if scaled <= 0 else (lambda value: value + value * scaled // 1_000_000)
-        heap = [(inflate(self.h(self.src, 0)), 0, 0, start, True)]
+        heap = [(inflate(bounds.h(problem.src, 0)), 0, 0, start, True)]
         closed = set()
-        goal = self.dst
+        goal = problem.dst
         push, pop = heapq.heappush, heapq.heappop
-        cheap = self.cheap_h
-        successors = self._moves if self.cap is None else self.moves
-        hubs = self.informed
-        hub_phase = self.permute_phase
+        cheap = bounds.cheap_h
+        successors = self._moves if problem.cap is None else self.moves
+        hubs, hub_phase = problem.informed, self.permute_phase  # permutes queued behind hubs, and their phase
         while heap:
             f, _, _, node, evaluated = pop(heap)
             if node[0] is PERMUTES:  # a hub: now generate the permutes of the node it stands for
@@ -425,7 +383,7 @@ class Search(Bounds):
                 g_bytes, g_steps = best[node]
                 moves = None
             if moves is None and not evaluated:  # lazy: queued under the structural bound only
-                h_full = self.h(*node)
+                h_full = bounds.h(*node)
                 if upper is not None and g_bytes + h_full > upper:
                     continue
                 f_full = g_bytes + inflate(h_full)
@@ -451,7 +409,7 @@ class Search(Bounds):
                 if hubs and phase == hub_phase and not permuted:
                     # Permutes wait behind one queue entry keyed by a bound on all of them: most
                     # nodes' hubs never reach the front, which saves building their permute targets.
-                    least_move, least_h = self.permute_floor_key(state)
+                    least_move, least_h = bounds.permute_floor_key(state)
                     if least_h < UNREACHABLE and (upper is None or g_bytes + least_move + least_h <= upper):
                         push(heap, (g_bytes + least_move + inflate(least_h), g_steps + 1, -next(tie),
                                     (PERMUTES, node), True))

@@ -256,14 +256,14 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     busiest device), which removes most of those plateaus."""
     search = Search(mesh, layout, src, dst, **search_args)
     limit = None if budget is None else budget[0]
-    start = search.h(search.src, 0)
+    start = search.bounds.h(search.problem.src, 0)
     if upper is None or start <= upper:
         # (the time objective's second pass is exact A*, which finds such a plan as well; with ``upper``, a
         # plan on a refined mesh must beat a known one: the exact pass below is all either needs, the first
         # would only repeat part of it)
-        found = search.run(upper=start, budget=limit) if upper is None and not search.pricing.time else None
+        found = search.run(upper=start, budget=limit) if upper is None and not search.problem.pricing.time else None
         if found is None and not search.exhausted:
-            weight = 1.0 if search.pricing.time else 1.0 + TOLERANCE
+            weight = 1.0 if search.problem.pricing.time else 1.0 + TOLERANCE
             found = search.run(weight=weight, upper=upper, budget=limit)
     else:
         found = None

@@ -111,7 +111,7 @@ def test_search_is_exact(make_case, seed, model):
     # time, then total elements: the plan's own figures give the same total and at most the same time (up
     # to the rounding of each step's time to femtoseconds): realisation merges consecutive reduce-scatters
     # onto one dim (one latency fewer) where that is not slower
-    seconds, total = divmod(least, search.pricing.scale)
+    seconds, total = divmod(least, search.problem.pricing.scale)
     assert p.bytes_received_total == total * 4
     assert p.estimated_seconds() <= seconds / FS * (1 + 1e-6) + len(p.steps) * 1e-15
 
@@ -127,9 +127,9 @@ def test_heuristic_is_consistent(make_case, seed, model):
     original = search._moves
 
     def checking_moves(state, phase, permuted):
-        h = search.h(state, phase)
+        h = search.bounds.h(state, phase)
         for move, after, phase2, cost in original(state, phase, permuted):
-            h_after = search.h(after, phase2)
+            h_after = search.bounds.h(after, phase2)
             assert h <= cost + h_after, (state, phase, move, after, phase2, cost, h, h_after)
             nonlocal checked
             checked += 1
@@ -138,9 +138,9 @@ def test_heuristic_is_consistent(make_case, seed, model):
     original_permutes = search.permute_moves
 
     def checking_permutes(state, phase):
-        h = search.h(state, phase)
+        h = search.bounds.h(state, phase)
         for move, after, phase2, cost in original_permutes(state, phase):
-            assert h <= cost + search.h(after, phase2), (state, move, after)
+            assert h <= cost + search.bounds.h(after, phase2), (state, move, after)
             nonlocal checked
             checked += 1
             yield move, after, phase2, cost
@@ -148,8 +148,8 @@ def test_heuristic_is_consistent(make_case, seed, model):
     search._moves = checking_moves
     search.permute_moves = checking_permutes
     search.run()
-    assert checked > 0 or search.src == search.dst
-    assert search.h(search.dst, 1) == 0 and search.h(search.dst, 2) == 0
+    assert checked > 0 or search.problem.src == search.problem.dst
+    assert search.bounds.h(search.problem.dst, 1) == 0 and search.bounds.h(search.problem.dst, 2) == 0
 
 
 def test_switch_is_free_and_invisible():
@@ -193,7 +193,7 @@ def test_block_index_and_permute_floor(sizes):
     shape = (mesh.device_count * 4,) * 3
     search = Search(mesh, Layout.get(mesh, shape), DistType(shape, ((), (), ()), ()), DistType(shape, ((), (), ()), ()))
     axes = tuple((a, mesh.size(a)) for a in mesh.axis_names)
-    floor = search.permute_floor
+    floor = search.bounds.permute_floor
     assert floor == pytest.approx(1 - 1 / sorted(sizes)[1])
     groups = {}
     for where in itertools.product(range(-1, 3), repeat=len(axes)):
@@ -204,7 +204,7 @@ def test_block_index_and_permute_floor(sizes):
         types = placements_with_products(axes, products)
         ids = search._block_index(types, products)
         for t, row in zip(types, ids):
-            assert np.array_equal(row, search.layout.ids_of(t, ()))
+            assert np.array_equal(row, search.problem.layout.ids_of(t, ()))
         if len(types) > 1:
             moved = (ids[:, None, :] != ids[None, :, :]).sum(axis=2) / mesh.device_count
             np.fill_diagonal(moved, 1.0)
@@ -250,9 +250,9 @@ def test_capped_search_is_exact_and_consistent(seed, model):
     def checked_moves(moves):
         def wrapper(state, phase, *rest):
             nonlocal checked
-            h = search.h(state, phase)
+            h = search.bounds.h(state, phase)
             for move, after, phase2, cost in moves(state, phase, *rest):
-                assert h <= cost + search.h(after, phase2), (state, move, after, cost)
+                assert h <= cost + search.bounds.h(after, phase2), (state, move, after, cost)
                 checked += 1
                 yield move, after, phase2, cost
         return wrapper
@@ -262,4 +262,4 @@ def test_capped_search_is_exact_and_consistent(seed, model):
     assert (found is None) == (exact is None)
     if found is not None:
         assert found[1] == exact[1] and checked > 0
-        assert search.h(search.dst, 0) == 0
+        assert search.bounds.h(search.problem.dst, 0) == 0
