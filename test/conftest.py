@@ -11,8 +11,9 @@ instead of spinning on a core another process needs.
 
 Kernels are compiled once per run: every test, worker process and MPI rank shares one kernel cache,
 `build/test-kernel-cache/run-*` (`SLICER_CACHE_DIR`), made empty when the run starts and removed when it
-ends. Empty at the start, so a run never trusts kernels built by an older checkout of the code generators
-(the cache key holds the MLIR and the pipeline text, not the Python that expands a pipeline step); shared,
+ends. Empty at the start, so a run is hermetic: what it measures and checks does not depend on kernels left by
+an earlier run or another checkout (the cache key does cover the code generators' Python, see
+`slicer.lowering.aot`, but a test must not rely on a user's cache); shared,
 because the cache serialises builders of one key with a lock and publishes entries by rename (safe for
 concurrent processes). The tests of the cache itself use directories of their own. A `SLICER_CACHE_DIR`
 already set by the caller is used as it is.
