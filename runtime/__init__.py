@@ -5,18 +5,10 @@ MPI executor of redistribution plans (`plan_executor`, with `communicators`, `mp
 the cost model's measurement run `calibration`).
 
 `python -m slicer.runtime PROGRAM ...` is `slicer-run` (slicer.tools.slicer_run).
-
-The names are loaded when first read (PEP 562, `slicer.core.lazy`): a rank's `python -m slicer.runtime.job`
-imports only what running its kernel graph needs, not the launcher or the kernel compilers.
 """
 
-from slicer.core.lazy import lazy_exports
-
-_EXPORTS = {
-    "launch": ".launch",
-    **{name: ".simulator" for name in ("Simulator", "assemble", "simulate")},
-    **{name: ".timings" for name in ("StepTiming", "Timings")},
-}
+from .launch import launch
+from .simulator import Simulator, assemble, simulate
+from .timings import StepTiming, Timings
 
 __all__ = ["Simulator", "StepTiming", "Timings", "assemble", "launch", "simulate"]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
