@@ -1,15 +1,26 @@
 """From SPMD functions to native code (docs/kernels.md; layer 8 of docs/architecture.md): slicer loops
-lowered to upstream loops, the kernel graph, the kernel pipeline, cached AOT kernels and the JIT."""
+lowered to upstream loops, the kernel graph, the kernel pipeline, cached AOT kernels and the JIT.
+
+The names are loaded when first read (PEP 562, `slicer.core.lazy`): an MPI rank that reads a kernel graph and
+loads its compiled kernels (`KernelGraph`, `KernelLibrary`, the cache) imports neither the MLIR bindings nor
+the kernel pipeline; only building a graph or compiling kernels does.
+"""
 
 from slicer.core.errors import JitError, KernelError, KernelGraphError
+from slicer.core.lazy import lazy_exports
 
-from .aot import TOOL_RUNS, Target, compile_kernel, compile_kernels, compile_library, library_key
-from .cache import CacheStats, KernelCache, cache_stats, default_cache_dir, reset_cache_stats
-from .jit import CompiledFunction, compile_function, compile_functions, run
-from .kernel import ArraySpec, BoundCall, Kernel, KernelLibrary, aligned_empty
-from .kernel_graph import CollectiveNode, KernelGraph, KernelNode
-from .kernel_pipeline import DEFAULT_PIPELINE, LOOPS_PIPELINE, KernelPipeline
-from .loops import lower_loops
+_EXPORTS = {
+    **{name: ".aot" for name in ("TOOL_RUNS", "Target", "compile_kernel", "compile_kernels", "compile_library",
+                                 "library_key")},
+    **{name: ".cache" for name in ("CacheStats", "KernelCache", "cache_stats", "default_cache_dir",
+                                   "reset_cache_stats")},
+    **{name: ".jit" for name in ("CompiledFunction", "compile_function", "compile_functions", "run")},
+    **{name: ".kernel" for name in ("ArraySpec", "BoundCall", "Kernel", "KernelLibrary", "aligned_empty")},
+    **{name: ".kernel_graph" for name in ("CollectiveNode", "KernelGraph", "KernelNode")},
+    "build_kernel_graph": ".graph_builder",
+    **{name: ".kernel_pipeline" for name in ("DEFAULT_PIPELINE", "LOOPS_PIPELINE", "KernelPipeline")},
+    "lower_loops": ".loops",
+}
 
 __all__ = [
     "ArraySpec",
@@ -31,6 +42,7 @@ __all__ = [
     "TOOL_RUNS",
     "Target",
     "aligned_empty",
+    "build_kernel_graph",
     "cache_stats",
     "compile_function",
     "compile_functions",
@@ -43,3 +55,4 @@ __all__ = [
     "reset_cache_stats",
     "run",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

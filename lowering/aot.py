@@ -44,8 +44,9 @@ from slicer.dialect import make_context, walk_ops
 from .asserts import take_messages
 from .cache import LIBRARY, KernelCache, cache_key
 from .emitter import TARGET_AVX512, host_has_avx512
-from .kernel import Kernel, KernelLibrary, prepare_kernels
+from .kernel import Kernel, KernelLibrary
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
+from .kernel_prepare import prepare_kernels
 from .workspace import SOURCE as WORKSPACE_SOURCE
 
 log = logging.getLogger("slicer.kernels")
@@ -292,7 +293,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
 
 
 def _prepare(module: ir.Module) -> list[dict]:
-    """The module's public functions given the kernel calling convention (`kernel.prepare_kernels`); their
+    """The module's public functions given the kernel calling convention (`kernel_prepare.prepare_kernels`); their
     signatures as the cache entry's meta records them."""
     signatures = prepare_kernels(module, public_functions(module))
     if not signatures:

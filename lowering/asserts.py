@@ -23,11 +23,10 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, cf, func, linalg, memref, scf, tensor
 
-from slicer.core.errors import KernelAssertionError
 from slicer.core.names import ASSERT_MESSAGES_ATTR
 
-STATUS_FUNCTION = "__slicer_failed_assert"
-"""The exported function a caller calls after a kernel: the number of the last failed check, then reset."""
+from .kernel import STATUS_FUNCTION
+
 _FLAG = "__slicer_failed_assert_flag"
 
 
@@ -105,11 +104,3 @@ def take_messages(module: ir.Module) -> tuple[str, ...]:
     messages = tuple(ir.StringAttr(m).value for m in ir.ArrayAttr(attributes[ASSERT_MESSAGES_ATTR]))
     del attributes[ASSERT_MESSAGES_ATTR]
     return messages
-
-
-def check_failed(kernel: str, number: int, messages: tuple[str, ...]) -> KernelAssertionError:
-    """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`."""
-    message = messages[number - 1] if 0 < number <= len(messages) else f"check #{number}"
-    return KernelAssertionError(
-        f"a run-time check of the program failed in kernel @{kernel}: '{message}'. The program checks this on "
-        f"its input data (for example token ids within an embedding's table, as PyTorch does); fix the inputs")

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from slicer.core.errors import KernelError
+
 log = logging.getLogger("slicer.kernels")
 
 # Bump when the entry layout or the meaning of a key changes.
@@ -115,6 +117,17 @@ class KernelCache:
         STATS.rebuilt_corrupt += 1
         shutil.rmtree(directory, ignore_errors=True)
         return None
+
+    def load(self, key: str) -> Entry:
+        """The valid entry for `key`, which must exist: an MPI rank loads the entries its launcher built or
+        found (KernelError if the entry is missing or no longer valid, e.g. deleted or rebuilt since)."""
+        directory = self.entry_dir(key)
+        problem = self._problem(directory, key) if directory.exists() else "it does not exist"
+        if problem is not None:
+            raise KernelError(f"kernel cache entry {directory} cannot be loaded: {problem}; it changed after the "
+                              f"launcher compiled the kernels, run again")
+        STATS.hits += 1
+        return Entry(directory, json.loads((directory / META).read_text()))
 
     @staticmethod
     def _problem(directory: Path, key: str) -> str | None:

@@ -6,7 +6,7 @@ code without collectives) can be run here and compared with numpy.
 
 How: the module is re-parsed into a fresh context (the caller's IR is never
 mutated), slicer loops are lowered (`lowering.loops`), the entry function gets
-the kernels' calling convention (`kernel.prepare_kernels`, as the AOT kernels
+the kernels' calling convention (`kernel_prepare.prepare_kernels`, as the AOT kernels
 do), then the kernel pipeline without its vectorize stage (`JIT_PIPELINE`)
 bufferizes (results become out parameters so numpy owns every output buffer)
 and lowers to LLVM as scalar loops, and the ExecutionEngine (which targets the
@@ -28,9 +28,10 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context
 
-from .asserts import STATUS_FUNCTION, check_failed, take_messages
-from .kernel import prepare_kernels
+from .asserts import take_messages
+from .kernel import STATUS_FUNCTION, check_failed
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
+from .kernel_prepare import prepare_kernels
 from .loops import lower_loops
 
 JIT_ALLOCATOR = "finalize-memref-to-llvm"

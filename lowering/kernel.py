@@ -5,9 +5,10 @@ A kernel is a `_mlir_ciface_<name>(inputs..., outputs...)` function of a shared
 library: each argument is a pointer to a memref descriptor
 `{allocated, aligned, offset, sizes[rank], strides[rank]}` pointing at the
 numpy buffer itself. Outputs are written in place into caller-provided arrays.
-`prepare_kernels` gives a module's kernel functions that convention before the
-kernel pipeline runs (the one preparation the JIT and the AOT compiler share)
-and reads their signatures as `ArraySpec`s.
+`kernel_prepare.prepare_kernels` gives a module's kernel functions that convention
+before the kernel pipeline runs (the one preparation the JIT and the AOT compiler
+share) and reads their signatures as `ArraySpec`s; this module imports no MLIR, so
+an MPI rank loads its compiled kernels without the bindings.
 
 Why not `mlir.runtime.get_ranked_memref_descriptor` per call: it defines a new
 ctypes class per call (~200 us measured). Here there is one descriptor class
@@ -25,18 +26,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from mlir import ir
 
-from slicer.core import dtypes
-from slicer.core.errors import KernelError
-from slicer.core.functions import function_name, function_type
-from slicer.core.names import EMIT_C_INTERFACE_ATTR, MESH, WRITABLE_ATTR
-from slicer.dialect import walk_ops
-
-from .asserts import STATUS_FUNCTION, check_failed
+from slicer.core.errors import KernelAssertionError, KernelError
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
 SLOT_CACHE_SIZE = 4
+
+STATUS_FUNCTION = "__slicer_failed_assert"
+"""The exported function a caller calls after a kernel: the number of the last failed check, then reset (the
+module gains it from `asserts.checked_asserts`)."""
+
+
+def check_failed(kernel: str, number: int, messages: tuple[str, ...]) -> KernelAssertionError:
+    """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`."""
+    message = messages[number - 1] if 0 < number <= len(messages) else f"check #{number}"
+    return KernelAssertionError(
+        f"a run-time check of the program failed in kernel @{kernel}: '{message}'. The program checks this on "
+        f"its input data (for example token ids within an embedding's table, as PyTorch does); fix the inputs")
 
 
 @dataclass(frozen=True)
@@ -45,18 +51,6 @@ class ArraySpec:
 
     shape: tuple[int, ...]
     dtype: np.dtype
-
-    @staticmethod
-    def of(type_: ir.Type, what: str) -> "ArraySpec":
-        """The spec of a statically shaped tensor type (KernelError otherwise); `what` names the value. i1
-        tensors are numpy booleans: one byte each, which the kernel reads as i8 (see widen_i1.py)."""
-        if not isinstance(type_, ir.RankedTensorType) or not type_.has_static_shape:
-            raise KernelError(f"{what} has type {type_}; kernels take statically shaped tensors only")
-        name = str(type_.element_type)
-        dtype = dtypes.numpy_dtype(name)
-        if dtype is None:
-            raise KernelError(f"{what}: {dtypes.unsupported(name)}")
-        return ArraySpec(tuple(type_.shape), dtype)
 
     def to_json(self) -> dict:
         return {"shape": list(self.shape), "dtype": self.dtype.name}
@@ -67,38 +61,6 @@ class ArraySpec:
 
     def __str__(self) -> str:
         return f"{self.dtype.name}[{'x'.join(map(str, self.shape))}]"
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A kernel function's name and the specs of its inputs and outputs (its results, which become out-params)."""
-
-    name: str
-    inputs: tuple[ArraySpec, ...]
-    outputs: tuple[ArraySpec, ...]
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "inputs": [s.to_json() for s in self.inputs],
-                "outputs": [s.to_json() for s in self.outputs]}
-
-
-def prepare_kernels(module: ir.Module, functions: list[ir.Operation]) -> list[Signature]:
-    """Give `functions` of `module` the kernel calling convention, in place, before the kernel pipeline: a C
-    interface (`_mlir_ciface_<name>`) and read-only inputs (bufferization copies before writing into one); the
-    module's mesh declarations, which no kernel reads, are dropped. Returns their signatures, in order
-    (KernelError for an argument or result that is not a statically shaped tensor of a supported dtype)."""
-    for op in walk_ops(module, MESH):
-        op.erase()
-    signatures = []
-    for func in functions:
-        name, fn_type = function_name(func), function_type(func)
-        inputs = tuple(ArraySpec.of(t, f"argument #{i} of @{name}") for i, t in enumerate(fn_type.inputs))
-        outputs = tuple(ArraySpec.of(t, f"result #{i} of @{name}") for i, t in enumerate(fn_type.results))
-        signatures.append(Signature(name, inputs, outputs))
-        func.attributes[EMIT_C_INTERFACE_ATTR] = ir.UnitAttr.get()
-        read_only = ir.DictAttr.get({WRITABLE_ATTR: ir.BoolAttr.get(False)})
-        func.opview.arg_attrs = ir.ArrayAttr.get([read_only] * len(inputs))
-    return signatures
 
 
 def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:

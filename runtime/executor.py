@@ -2,8 +2,10 @@
 
 Each rank holds only its blocks. Kernels come from the on-disk kernel cache
 (`slicer.lowering.compile_kernels`: vectorised, AOT for this CPU, each kernel compiled once per
-content hash; the launcher warms the cache before starting the ranks), or from
-the JIT when the AOT path refuses a kernel (e.g. i1 buffers); collectives are the redistribution steps executed by
+content hash), or from the JIT when the AOT path refuses a kernel (e.g. i1 buffers). The launcher compiles them
+before starting the ranks and tells them where each one is (`kernel_sources`): a rank then only loads shared
+objects (`kernels_from_sources`), without importing the MLIR bindings or the kernel pipeline, which
+`slicer.lowering` loads when `compile_kernels` or the JIT is first read; collectives are the redistribution steps executed by
 `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
@@ -26,8 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slicer import lowering
 from slicer.core.errors import InputError, KernelError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_functions, compile_kernels
+from slicer.lowering import CollectiveNode, KernelCache, KernelGraph, KernelLibrary
 
 from .buffer_tracker import BufferTracker
 from .plan_executor import MeshExecutor
@@ -36,6 +39,7 @@ from .timings import Event
 log = logging.getLogger("slicer.runtime")
 
 KERNEL, START, WAIT = "kernel", "start", "wait"
+JIT = "jit"
 
 
 def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
@@ -44,11 +48,44 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
     if not names:
         return {}, "aot"
     try:
-        kernels = compile_kernels(graph.kernels_mlir)  # one cache entry per distinct kernel (repeated blocks: once)
+        # one cache entry per distinct kernel (repeated blocks: once)
+        kernels = lowering.compile_kernels(graph.kernels_mlir)
         return {name: kernels[name] for name in names}, "aot"
     except KernelError as exc:
         log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
-        return compile_functions(graph.kernels_mlir, names), "jit"
+        return _jit_kernels(graph), JIT
+
+
+def _jit_kernels(graph: KernelGraph) -> dict:
+    names = [n.name for n in graph.nodes if not isinstance(n, CollectiveNode)]
+    return lowering.compile_functions(graph.kernels_mlir, names)
+
+
+def kernel_sources(kernels: dict, backend: str) -> dict:
+    """Where the kernels `load_kernels` returned come from, as JSON for the ranks: "jit" (the AOT path refused
+    them: each rank compiles them itself), or each kernel's cache entry (cache root and key) and its name in
+    that entry's library."""
+    if backend == JIT:
+        return {"backend": JIT}
+    return {"backend": backend,
+            "kernels": {name: {"cache": str(k.library.path.parent.parent), "key": k.library.key, "kernel": k.name}
+                        for name, k in kernels.items()}}
+
+
+def kernels_from_sources(graph: KernelGraph, sources: dict) -> tuple[dict, str]:
+    """The kernels of `graph` by name as `kernel_sources` describes them, and their backend: the cache entries
+    loaded (each library once; KernelError if an entry is missing or no longer valid), or the JIT's."""
+    if sources["backend"] == JIT:
+        return _jit_kernels(graph), JIT
+    libraries: dict[str, KernelLibrary] = {}
+    kernels = {}
+    for name, source in sources["kernels"].items():
+        key = source["key"]
+        if key not in libraries:
+            entry = KernelCache(source["cache"]).load(key)
+            libraries[key] = KernelLibrary(entry.library, entry.meta, cache_hit=True, compile_seconds=0.0)
+        kernels[name] = libraries[key][source["kernel"]]
+    return kernels, sources["backend"]
 
 
 @dataclass(frozen=True)
@@ -110,14 +147,19 @@ def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
 class RankExecutor:
     """One rank's part of a kernel graph: its kernels loaded, its collectives on `comm`'s sub-communicators."""
 
-    def __init__(self, graph: KernelGraph, comm, *, overlap: bool = True):
+    def __init__(self, graph: KernelGraph, comm, *, overlap: bool = True, kernel_sources: dict | None = None):
+        """`kernel_sources`: where the launcher found the kernels (`kernel_sources`); None: load or compile
+        them here (`load_kernels`)."""
         self.graph = graph
         self.comm = comm
         self.mesh_exec = MeshExecutor(graph.mesh, comm)
         self.rank = self.mesh_exec.rank
         self.coords = np.asarray(graph.mesh.coords(self.rank), dtype=np.int64)
         start = time.perf_counter()
-        self.kernels, self.backend = load_kernels(graph)
+        if kernel_sources is None:
+            self.kernels, self.backend = load_kernels(graph)
+        else:
+            self.kernels, self.backend = kernels_from_sources(graph, kernel_sources)
         self.compile_seconds = time.perf_counter() - start
         self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
         self.actions = schedule(graph, overlap)

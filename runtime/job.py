@@ -1,6 +1,7 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
-JOB_DIR holds `graph.json` (the kernel graph), `job.json` (inputs: `.npy` paths or
+JOB_DIR holds `graph.json` (the kernel graph), `kernels.json` (where the launcher found each compiled kernel,
+`executor.kernel_sources`; without it each rank compiles them, as in `runtime.in_job`), `job.json` (inputs: `.npy` paths or
 a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
 true, or `SLICER_OVERLAP=0` in the environment) and receives the results: rank 0 assembles
 the global results from every rank's blocks into `result<i>.npy` and writes
@@ -29,6 +30,7 @@ from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings, reduce_runs
 
 
+KERNELS_FILE = "kernels.json"
 OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
@@ -52,7 +54,10 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
     job = json.loads((job_dir / "job.json").read_text())
     repeat = int(job.get("repeat", 1))
-    executor = RankExecutor(graph, comm, overlap=job.get("overlap", os.environ.get(OVERLAP_ENV, "1") != "0"))
+    sources_file = job_dir / KERNELS_FILE
+    sources = json.loads(sources_file.read_text()) if sources_file.exists() else None
+    executor = RankExecutor(graph, comm, overlap=job.get("overlap", os.environ.get(OVERLAP_ENV, "1") != "0"),
+                            kernel_sources=sources)
     rank = executor.rank
     maybe_kill(rank, "compiled")
     blocks = rank_inputs(graph, job, rank)

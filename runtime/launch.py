@@ -1,7 +1,8 @@
 """Starting a kernel graph on local MPI ranks and reading its results back (`slicer-run`, `Program.run`).
 
 The launcher compiles (or finds in the cache) the kernels once, so the ranks only load them; it writes the
-graph and the job description to a job directory, runs `python -m slicer.runtime.job` under `mpiexec`, and
+graph, where each kernel is (`kernels.json`, see `executor.kernel_sources`) and the job description to a job
+directory, runs `python -m slicer.runtime.job` under `mpiexec`, and
 returns the assembled results with the run's timings.
 """
 
@@ -17,7 +18,8 @@ import numpy as np
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
-from .executor import load_kernels
+from .executor import kernel_sources, load_kernels
+from .job import KERNELS_FILE
 from .mpiexec import run_spmd
 from .timings import TIMINGS_FILE, Timings
 
@@ -28,8 +30,9 @@ def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[st
     runs; results are written to and read from `job_dir`."""
     if repeat < 1:
         raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
-    load_kernels(graph)
+    kernels, backend = load_kernels(graph)
     (job_dir / "graph.json").write_text(graph.to_json())
+    (job_dir / KERNELS_FILE).write_text(json.dumps(kernel_sources(kernels, backend)))
     (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed,
                                                   "repeat": repeat}))
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)

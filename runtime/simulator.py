@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from slicer.core.errors import KernelGraphError, SimulationError
-from slicer.lowering import CollectiveNode, KernelGraph, compile_functions
+from slicer import lowering
+from slicer.lowering import CollectiveNode, KernelGraph
 from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices, groups, initial_blocks, run_step
@@ -33,7 +34,7 @@ class Simulator:
         """`backend`: "jit" runs the kernels as the JIT's scalar loops (the reference: a tile-only partition
         is then bit-identical to the unpartitioned program), "native" the kernels the MPI ranks load."""
         try:
-            self.graph = module if isinstance(module, KernelGraph) else KernelGraph.from_spmd(module, entry)
+            self.graph = module if isinstance(module, KernelGraph) else lowering.build_kernel_graph(module, entry)
         except KernelGraphError as exc:
             raise SimulationError(str(exc)) from None
         self.mesh, self.name = self.graph.mesh, self.graph.entry
@@ -41,7 +42,7 @@ class Simulator:
             self.kernels, self.backend = load_kernels(self.graph)
         elif backend == "jit":
             names = [node.name for node in self.graph.nodes if not isinstance(node, CollectiveNode)]
-            self.kernels = compile_functions(self.graph.kernels_mlir, names)
+            self.kernels = lowering.compile_functions(self.graph.kernels_mlir, names)
             self.backend = "jit"
         else:
             raise SimulationError(f"backend={backend!r}: use 'jit' (reference loops) or 'native' (the ranks' kernels)")

@@ -33,7 +33,7 @@ from slicer.core.functions import EntryError, entry_function, function_name, fun
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.frontends import ImportedProgram, as_array
-from slicer.lowering import KernelGraph
+from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
@@ -271,7 +271,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
-        graph = KernelGraph.from_spmd(spmd, entry)
+        graph = build_kernel_graph(spmd, entry)
     return Program(original, spmd, graph, propagation, arg_names, imported)
 
 

@@ -14,7 +14,7 @@ plus ``type_after``. Its class carries:
   the MPI executor (`slicer.runtime.plan_executor`) is checked against;
 - its text form: ``op`` (the plan's name of the kind) and ``fields()`` / ``from_fields`` (JSON, kernel graph);
 - its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` (attribute key ->
-  tensor dim / mesh axes) and ``from_ir``, which `slicer.spmd.emit_collectives` writes and `slicer.lowering.kernel_graph`
+  tensor dim / mesh axes) and ``from_ir``, which `slicer.spmd.emit_collectives` writes and `slicer.lowering.graph_builder`
   reads.
 
 ``STEP_TYPES`` (op -> class) is the one registry. Live memory during a step is its input block plus its

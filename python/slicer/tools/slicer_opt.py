@@ -24,7 +24,7 @@ from slicer.core.toolchain import find_tool
 from slicer.dialect import make_context
 from slicer.dialect.parsing import PARSER_BUFFER_NAME, parse_source
 from slicer.dialect.verifier import verify
-from slicer.lowering import KernelGraph
+from slicer.lowering import build_kernel_graph
 from slicer.passes import PASSES, build_pass_manager, pass_names
 
 from .cli import EXIT_FAILURE, EXIT_OK, unreadable, usage_error
@@ -174,7 +174,7 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
             )
             if args.print_kernel_graph:
                 try:
-                    result.messages.append(str(KernelGraph.from_spmd(str(module))))
+                    result.messages.append(str(build_kernel_graph(str(module))))
                 except KernelGraphError as exc:
                     result.messages.append(f"slicer-opt: error: --print-kernel-graph: {exc}")
             if args.print_collectives:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.lowering.graph_builder import build_kernel_graph
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph, KernelNode
 from slicer.passes import transform
 from slicer.runtime import Simulator
@@ -19,7 +20,7 @@ def partition(module, pipeline: str = "slicer-partition", **options) -> str:
 
 def graph_of(example: str, tactics: str) -> tuple[str, KernelGraph]:
     text = (ROOT / "examples" / f"{example}.mlir").read_text()
-    return text, KernelGraph.from_spmd(partition(text, PIPELINE % tactics))
+    return text, build_kernel_graph(partition(text, PIPELINE % tactics))
 
 
 def test_megatron_is_one_kernel_then_the_partial_sum_resolution(tmp_path, monkeypatch):
