@@ -223,19 +223,21 @@ def indivisible_case(seed: int):
     return mesh, DistType.of(mesh, shape, sd), DistType.of(mesh, shape, dd)
 
 
-def relaxed_cases(count: int):
-    """The first ``count`` seeds of ``indivisible_case`` that have no normal-form plan."""
-    found, seed = [], 0
-    while len(found) < count:
+RELAXED_SEEDS = (15, 86, 99, 190, 230, 341, 345, 354, 431, 626, 698, 774, 792, 877, 915, 1093, 1177, 1185, 1273,
+                 1317, 1325, 1593, 1816, 1851, 2066)
+"""The first 25 seeds of ``indivisible_case`` that have no normal-form plan, written out rather than found
+again by 2,067 searches in every test process at collection time (`test_the_relaxed_seeds_need_relaxing`
+checks them)."""
+
+
+def test_the_relaxed_seeds_need_relaxing():
+    for seed in RELAXED_SEEDS:
         mesh, src, dst = indivisible_case(seed)
-        if search_for(mesh, src, dst, informed=False).run() is None:
-            found.append(seed)
-        seed += 1
-    return found
+        assert search_for(mesh, src, dst, informed=False).run() is None, seed
 
 
 @pytest.mark.parametrize("model", ["bytes", "time"])
-@pytest.mark.parametrize("seed", relaxed_cases(25))
+@pytest.mark.parametrize("seed", RELAXED_SEEDS)
 def test_capped_search_is_exact_and_consistent(seed, model):
     """The capped search (any order, blocks at most ``max(|src|, |dst|)``) finds the same least cost
     with its heuristics (growth bound, overlap bound, permute hubs) as without, and its heuristic never
