@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 from slicer.core.errors import SlicerError
+
+ABORT_GRACE_SECONDS = 0.3
+"""How long a failing rank waits between writing its message and `MPI_Abort`. The message is in the pipe to
+Hydra's proxy by then, but the abort makes Hydra kill the job and it may exit before forwarding what the
+proxy had not read yet: on a loaded machine the user then saw a failed job with an empty stderr. The wait
+costs only failing jobs."""
 
 FAIL_RANK_ENV = "SLICER_TEST_KILL_RANK"  # test hook: "R" or "R:step" kills rank R (at that step)
 
@@ -33,6 +40,7 @@ def run_rank(main, comm=None) -> None:
         else:
             sys.stderr.write(f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
+        time.sleep(ABORT_GRACE_SECONDS)
         comm.Abort(1)
 
 
