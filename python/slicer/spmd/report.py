@@ -22,9 +22,9 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR, SHAPE_ATTR, SYM_NAME_ATTR, ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR,
-                               DIST_SOURCE_ATTR, GRID, PERMUTE, REDUCE_SCATTER, SPMD_MESH_ATTR)
-from slicer.core.names import GRID_ATTR, GRID_AXES_ATTR  # attribute keys of the collective ops
+from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR,
+                               GRID, GRID_ATTR, GRID_AXES_ATTR, PERMUTE, REDUCE_SCATTER, RES_ATTRS_ATTR, SHAPE_ATTR,
+                               SPMD_MESH_ATTR, SYM_NAME_ATTR)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,11 @@ docs/architecture.md, and the unit tests are filed by the layer they test.
   the folders in WHOLE_PIPELINE, which test everything from tactics to the runtime at once.
 """
 
-import os
 import re
 from pathlib import Path
 
-import slicer
+from package_tree import PACKAGE, package_files, relative
 
-PACKAGE = Path(slicer.__file__).resolve().parent
 REPO = Path(__file__).resolve().parents[3]
 UNIT = REPO / "test" / "unit"
 DOC = REPO / "docs" / "architecture.md"
@@ -32,13 +30,10 @@ ITEM = re.compile(r"^\d+\.\s+\*\*`slicer\.(\w+)`\*\*", re.MULTILINE)
 def package_modules() -> dict[str, list[str]]:
     """Layer (the first part of the module's path under slicer/) -> its modules' paths under slicer/."""
     layers: dict[str, list[str]] = {}
-    for root, dirs, files in os.walk(PACKAGE, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
-        for name in sorted(files):
-            if name.endswith(".py") and name not in EXEMPT:
-                relative = (Path(root) / name).relative_to(PACKAGE)
-                layer = relative.parts[0].removesuffix(".py")
-                layers.setdefault(layer, []).append(relative.as_posix())
+    for path in package_files():
+        if path.name not in EXEMPT:
+            module = relative(path)
+            layers.setdefault(module.split("/")[0].removesuffix(".py"), []).append(module)
     return layers
 
 
