@@ -15,7 +15,6 @@ blocks come from and what is measured:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices
 from .executor import RankExecutor
-from .job import run_job
+from .job import run_job, write_job
 from .rank import run_rank
 from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings
@@ -88,8 +87,7 @@ def run_job_here(graph: KernelGraph, comm, job_dir: Path | None, *, inputs: list
     if comm.Get_rank() == 0:
         job_dir = Path(job_dir) if job_dir else Path(tempfile.mkdtemp(prefix="slicer-run-"))
         job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "graph.json").write_text(graph.to_json())
-        (job_dir / "job.json").write_text(json.dumps({"inputs": inputs, "seed": seed, "repeat": repeat}))
+        write_job(job_dir, graph, inputs=inputs, seed=seed, repeat=repeat)
     job_dir = Path(comm.bcast(str(job_dir) if job_dir else None, root=0))
     holder = {}
     run_rank(lambda c: holder.setdefault("results", run_job(job_dir, c)), comm)

@@ -34,6 +34,17 @@ KERNELS_FILE = "kernels.json"
 OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
+def write_job(job_dir: Path, graph: KernelGraph, *, inputs=None, seed: int = 0, repeat: int = 1,
+              kernel_sources: dict | None = None) -> None:
+    """Write the job `run_job` reads into `job_dir`: the graph, the inputs (`.npy` paths, else random from
+    `seed`) and the number of timed runs, and where the launcher found the kernels when it did."""
+    (job_dir / "graph.json").write_text(graph.to_json())
+    if kernel_sources is not None:
+        (job_dir / KERNELS_FILE).write_text(json.dumps(kernel_sources))
+    (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed,
+                                                  "repeat": repeat}))
+
+
 def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
     blocks = []
     for index, name in enumerate(graph.args):

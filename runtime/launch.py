@@ -8,7 +8,6 @@ returns the assembled results with the run's timings.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +18,7 @@ from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from .executor import kernel_sources, load_kernels
-from .job import KERNELS_FILE
+from .job import write_job
 from .mpiexec import run_spmd
 from .timings import TIMINGS_FILE, Timings
 
@@ -31,10 +30,7 @@ def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[st
     if repeat < 1:
         raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
     kernels, backend = load_kernels(graph)
-    (job_dir / "graph.json").write_text(graph.to_json())
-    (job_dir / KERNELS_FILE).write_text(json.dumps(kernel_sources(kernels, backend)))
-    (job_dir / "job.json").write_text(json.dumps({"inputs": list(inputs) if inputs else None, "seed": seed,
-                                                  "repeat": repeat}))
+    write_job(job_dir, graph, inputs=inputs, seed=seed, repeat=repeat, kernel_sources=kernel_sources(kernels, backend))
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)
     if done.returncode != 0:
         raise RunError(f"the SPMD job failed on {ranks} ranks (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}")
