@@ -4,7 +4,7 @@ the parameters bound), cleaned up for partitioning (`cleanup.py`). The framework
 imported when first used."""
 
 from .cleanup import clean_up, split_into_pieces
-from .program import ImportedProgram, as_array
+from .program import ARG_ROLES, ImportedProgram, as_array
 from .pytorch import from_torch
 
-__all__ = ["ImportedProgram", "as_array", "clean_up", "from_torch", "split_into_pieces"]
+__all__ = ["ARG_ROLES", "ImportedProgram", "as_array", "clean_up", "from_torch", "split_into_pieces"]

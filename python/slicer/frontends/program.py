@@ -14,6 +14,11 @@ import numpy as np
 
 from slicer.core.errors import RunError
 
+#: What an argument of an imported program is: a model input or a batch tensor ("input"), a parameter of the
+#: module ("parameter", `model.named_parameters()`), a buffer ("buffer", `named_buffers()`), or optimizer state
+#: ("state": `momentum.<param>`, `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`).
+ARG_ROLES = ("input", "parameter", "buffer", "state")
+
 
 def as_array(value: Any) -> np.ndarray:
     """`value` as a numpy array: numpy arrays and array-likes as they are, torch tensors through
@@ -34,7 +39,12 @@ class ImportedProgram:
 
     `parameters` are the values bound to the arguments after the inputs (the module's own tensors, read when the
     program runs, so in-place updates of the module are seen). Tactics may name any argument, e.g.
-    `slicer.Tile(arg="mlp.fc1.weight", dim=0, axes="y")`."""
+    `slicer.Tile(arg="mlp.fc1.weight", dim=0, axes="y")`.
+
+    `result_names` name the results when the import names them (a training step: "loss", then the new
+    parameters and optimizer state under their arguments' names; `slicer.name` in the function's `res_attrs`
+    too); a result named like an argument is that argument's next value (a session replaces it in place).
+    `arg_roles` says what each argument is, one of `ARG_ROLES` (empty: not known)."""
 
     text: str
     arg_names: tuple[str, ...]
@@ -42,6 +52,14 @@ class ImportedProgram:
     parameters: tuple[Any, ...]
     entry: str
     source: str = "an imported program"
+    result_names: tuple[str, ...] = ()
+    arg_roles: tuple[str, ...] = ()
+
+    def names_with_role(self, role: str) -> tuple[str, ...]:
+        """The names of the arguments whose role is `role` (one of `ARG_ROLES`)."""
+        if role not in ARG_ROLES:
+            raise ValueError(f"unknown argument role {role!r}; one of {', '.join(ARG_ROLES)}")
+        return tuple(n for n, r in zip(self.arg_names, self.arg_roles) if r == role)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -64,4 +82,4 @@ class ImportedProgram:
         return self.text
 
 
-__all__ = ["ImportedProgram", "as_array"]
+__all__ = ["ARG_ROLES", "ImportedProgram", "as_array"]

@@ -133,13 +133,16 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
         inputs.append(value)
     if isinstance(model, torch.nn.Module):
         named = dict(model.named_parameters())
-        named.update(model.named_buffers())
+        roles = ["parameter"] * len(named)
+        buffers = {n: b for n, b in model.named_buffers() if n not in named}
+        named.update(buffers)
+        roles += ["buffer"] * len(buffers)
         names, values = list(named), [v.detach() for v in named.values()]
         wrapper = _stateless(torch, model, names, len(inputs), kwargs)
         what = f"the {type(model).__module__}.{type(model).__qualname__} module"
         input_names = _input_names(model.forward, len(inputs))
     elif callable(model):
-        names, values = [], []
+        names, values, roles = [], [], []
         wrapper = _function(torch, model, kwargs)
         what = f"the function {getattr(model, '__qualname__', repr(model))}"
         input_names = _input_names(model, len(inputs))
@@ -175,7 +178,8 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
         func.attributes[ARG_ATTRS_ATTR] = ir.ArrayAttr.get(
             [ir.DictAttr.get({ARG_NAME_ATTR: ir.StringAttr.get(n)}) for n in arg_names])
         text = str(module)
-    return ImportedProgram(text, arg_names, len(inputs), tuple(values), ENTRY, what)
+    return ImportedProgram(text, arg_names, len(inputs), tuple(values), ENTRY, what,
+                           arg_roles=("input",) * len(inputs) + tuple(roles))
 
 
 def _parse(text: str, what: str) -> ir.Module:
