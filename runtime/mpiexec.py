@@ -90,14 +90,34 @@ def _end_group(process: subprocess.Popen) -> None:
             continue
 
 
-def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout: float | None = None,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
+def spmd_command(ranks: int, argv: list[str], *, mpiexec: str | None = None,
+                 env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start `argv` on `ranks` local MPI ranks."""
     command = [find_mpiexec(mpiexec), "-n", str(ranks), *argv]
     environment = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
     environment.update(wait_environment(ranks, environment))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
-                               start_new_session=True, preexec_fn=_die_with_parent)
+    return command, environment
+
+
+def start_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, env: dict[str, str] | None = None,
+               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """Start `argv` on `ranks` MPI ranks in a process group of its own, without waiting; `end_job` ends it.
+    The job also ends when this process dies (Linux)."""
+    command, environment = spmd_command(ranks, argv, mpiexec=mpiexec, env=env)
+    return subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=environment,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def end_job(process: subprocess.Popen) -> None:
+    """Terminate a job `start_spmd` started (mpiexec and every rank), then reap mpiexec."""
+    _end_group(process)
+
+
+def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout: float | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
+    process = start_spmd(ranks, argv, mpiexec=mpiexec, env=env, stdout=subprocess.PIPE)
+    command = process.args
     previous = {}
 
     def stop(signum, frame):  # a terminating signal ends the job, then the launcher as it would have

@@ -32,12 +32,14 @@ from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
-from slicer.frontends import ImportedProgram, as_array
+from slicer.core.arrays import as_array
+from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.resources import check_memory, check_ranks
+from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
@@ -160,6 +162,70 @@ class Program:
             shutil.rmtree(job_dir, ignore_errors=True)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
+
+    def session(self, ranks: int | None = None, *, state: Mapping | None = None, oversubscribe: bool = False,
+                mpiexec: str | None = None, timeout: float = 600, comm=None) -> Session:
+        """A session that runs this program step after step with its state resident where it runs (see
+        `slicer.runtime.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
+
+        The state is every argument that is not an input: for an imported program (`slicer.training_step`,
+        `slicer.from_torch`) its bound parameters, buffers and optimizer state; `state` gives or overrides
+        initial values by argument name (or position). A result named like an argument replaces it after each
+        step; the other results are what `step` returns. `ranks=None` runs on the in-process simulator; under an
+        MPI job (`mpiexec -n N python train.py`, or `comm` given) every rank of the job runs its part.
+        `oversubscribe`, `mpiexec` and `timeout` (seconds per request) are as `run` takes them."""
+        plan = self._session_plan(state)
+        comm = comm if comm is not None else in_job.job_comm()
+        if comm is not None:
+            if ranks is not None and ranks != comm.Get_size():
+                raise RunError(f"ranks={ranks} inside an MPI job of {comm.Get_size()} ranks: the session runs on the "
+                               "job's ranks (omit ranks)")
+            in_job.check_job(comm, self.mesh)
+            return InJobSession(plan, comm)
+        if ranks is None:
+            try:
+                check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
+            except ResourceError as exc:
+                raise RunError(str(exc)) from None
+            return SimulatedSession(plan, self.simulator())
+        if ranks != self.mesh.device_count:
+            raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: start the session with "
+                           f"ranks={self.mesh.device_count}")
+        check_ranks(ranks, oversubscribe)
+        check_memory(self.graph, ranks)
+        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout)
+
+    def _session_plan(self, given: Mapping | None) -> SessionPlan:
+        g = self.graph
+        names = tuple(n or f"arg{i}" for i, n in enumerate(self.arg_names or (None,) * len(g.args)))
+        state: dict[int, np.ndarray] = {}
+        if self.imported is not None:
+            state = {self.imported.num_inputs + i: as_array(v) for i, v in enumerate(self.imported.parameters)}
+        for key, value in (given or {}).items():
+            index = names.index(key) if key in names else key
+            if not isinstance(index, int) or not 0 <= index < len(g.args):
+                raise RunError(f"state names {key!r}, which is not an argument of @{g.entry} "
+                               f"(arguments: {', '.join(names)})")
+            state[index] = as_array(value)
+        for index, array in state.items():
+            v = g.values[g.args[index]]
+            if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != v.numpy_dtype:
+                raise RunError(f"state '{names[index]}' must be {v.numpy_dtype}{list(v.dist.shape)}, got "
+                               f"{array.dtype}{list(array.shape)}")
+        result_names = self._result_names()
+        feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
+        inputs = tuple(i for i in range(len(g.args)) if i not in state)
+        return SessionPlan(g, inputs, state, feeds, names, result_names)
+
+    def _result_names(self) -> tuple[str, ...]:
+        if self.imported is not None and self.imported.result_names:
+            return self.imported.result_names
+        with make_context():
+            try:
+                func = entry_function(parse_source(self.original, "<text>"), self.graph.entry)
+            except EntryError:
+                return ()
+            return tuple(n or "" for n in value_names(func, "result"))
 
     def simulator(self) -> Simulator:
         """The in-process simulator of this program (`run` with `ranks=None`), built once: its kernels are the

@@ -12,24 +12,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from slicer.core.errors import RunError
+from slicer.core.arrays import as_array
+from slicer.core.errors import RunError, UnknownName
 
 #: What an argument of an imported program is: a model input or a batch tensor ("input"), a parameter of the
 #: module ("parameter", `model.named_parameters()`), a buffer ("buffer", `named_buffers()`), or optimizer state
 #: ("state": `momentum.<param>`, `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`).
 ARG_ROLES = ("input", "parameter", "buffer", "state")
-
-
-def as_array(value: Any) -> np.ndarray:
-    """`value` as a numpy array: numpy arrays and array-likes as they are, torch tensors through
-    `.detach().cpu().numpy()` (no copy for a contiguous CPU tensor)."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
-        try:
-            return value.detach().cpu().numpy()
-        except TypeError as exc:  # e.g. bfloat16, which numpy has no dtype for
-            raise RunError(f"a torch tensor of dtype {value.dtype} has no numpy equivalent ({exc}); convert it "
-                           "(e.g. .float()) and import the model in that dtype") from None
-    return np.asarray(value)
 
 
 @dataclass(frozen=True)
@@ -58,7 +47,7 @@ class ImportedProgram:
     def names_with_role(self, role: str) -> tuple[str, ...]:
         """The names of the arguments whose role is `role` (one of `ARG_ROLES`)."""
         if role not in ARG_ROLES:
-            raise ValueError(f"unknown argument role {role!r}; one of {', '.join(ARG_ROLES)}")
+            raise UnknownName(f"unknown argument role {role!r}; one of {', '.join(ARG_ROLES)}")
         return tuple(n for n, r in zip(self.arg_names, self.arg_roles) if r == role)
 
     @property

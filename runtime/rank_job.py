@@ -1,0 +1,193 @@
+"""A job of MPI ranks that stays up between requests: the launcher side of `runtime.rank_server`.
+
+`RankJob(ranks)` starts `python -m slicer.runtime.rank_server` under mpiexec; every rank connects back to a
+Unix socket in a private directory (mode 0700, and the connection is authenticated with a per-job key, as
+`multiprocessing.connection` does it), and `request` sends one message to each rank and waits for every reply.
+A training session keeps its parameters on such a job and sends only the batch at each step.
+
+The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's, rather than a
+protocol of our own). `sent` counts what went to the ranks: `payload` the bytes of the arrays, `message` the
+bytes on the wire, so a test can check that a step sends the batch and nothing else.
+
+When a rank fails it replies with its error and aborts the job; the request then raises RunError with that
+message (or the job's stderr if the rank could not send it), the job is ended and every later request is
+refused. A request that gets no answer within `timeout` seconds ends the job the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+from pathlib import Path
+
+import numpy as np
+
+from slicer.core.errors import LaunchError, RunError
+
+from .mpiexec import end_job, start_spmd
+from .rank_server import KEY_ENV
+
+CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
+
+
+@dataclass
+class Sent:
+    """What a job's driver sent to its ranks: array bytes (`payload`) and bytes on the wire (`message`)."""
+
+    payload: int = 0
+    message: int = 0
+
+
+def _array_bytes(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_array_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_array_bytes(v) for v in value)
+    return 0
+
+
+class RankJob:
+    """`ranks` MPI ranks serving requests (see the module docstring)."""
+
+    def __init__(self, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
+                 env: dict[str, str] | None = None):
+        self.ranks, self.timeout, self.sent = ranks, timeout, Sent()
+        self._dir = Path(tempfile.mkdtemp(prefix="slicer-ranks-"))
+        self._stderr = open(self._dir / "stderr", "w+")
+        key = secrets.token_bytes(32)
+        address = str(self._dir / "socket")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(address)
+        server.listen(ranks)
+        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.rank_server", address],
+                                  mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
+        self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
+        self.connections: list[Connection | None] = [None] * ranks
+        self._failed: str | None = None
+        try:
+            self._accept(server, key)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            server.close()
+
+    def _accept(self, server: socket.socket, key: bytes) -> None:
+        server.settimeout(0.2)
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while any(c is None for c in self.connections):
+            if self.process.poll() is not None:
+                raise RunError(f"the job of {self.ranks} ranks stopped while starting:\n{self._stderr_tail()}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s")
+            try:
+                sock, _ = server.accept()
+            except socket.timeout:
+                continue
+            sock.setblocking(True)
+            connection = Connection(sock.detach())
+            deliver_challenge(connection, key)
+            answer_challenge(connection, key)
+            kind, rank, size = connection.recv()
+            if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
+                raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
+            self.connections[rank] = connection
+
+    def request(self, messages: list[tuple], *, timeout: float | None = None) -> list:
+        """Send `messages[r]` to rank r (for every rank), then wait for every reply; returns the payloads."""
+        if self._failed is not None:
+            raise RunError(f"this job of {self.ranks} ranks has ended: {self._failed}")
+        if self.process.poll() is not None:
+            self._fail(f"the job of {self.ranks} ranks has stopped:\n{self._stderr_tail()}")
+        for connection, message in zip(self.connections, messages):
+            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            self.sent.payload += _array_bytes(message)
+            self.sent.message += len(data)
+            try:
+                connection.send_bytes(data)
+            except OSError:
+                self._fail(self._first_error() or f"a rank went away:\n{self._stderr_tail()}")
+        return self._replies(self.timeout if timeout is None else timeout)
+
+    def _replies(self, timeout: float) -> list:
+        replies: dict[int, object] = {}
+        index = {id(c): r for r, c in enumerate(self.connections)}
+        deadline = time.monotonic() + timeout
+        while len(replies) < self.ranks:
+            pending = [c for r, c in enumerate(self.connections) if r not in replies]
+            if time.monotonic() > deadline:
+                self._fail(f"no answer from rank(s) {sorted(index[id(c)] for c in pending)} within {timeout:g} s")
+            for connection in wait(pending, timeout=0.5):
+                rank = index[id(connection)]
+                try:
+                    status, payload = connection.recv()
+                except (EOFError, OSError):
+                    self._fail(self._first_error() or f"rank {rank} went away:\n{self._stderr_tail()}")
+                if status == "error":
+                    self._fail(payload)
+                replies[rank] = payload
+        return [replies[r] for r in range(self.ranks)]
+
+    def _first_error(self) -> str | None:
+        """An error message a rank sent before the job ended, if one arrives within a moment."""
+        deadline = time.monotonic() + 2.0
+        live = list(self.connections)
+        while live and time.monotonic() < deadline:
+            for connection in wait(live, timeout=0.2):
+                try:
+                    status, payload = connection.recv()
+                except (EOFError, OSError):
+                    live.remove(connection)
+                    continue
+                if status == "error":
+                    return payload
+        return None
+
+    def _fail(self, message: str):
+        self._failed = message.splitlines()[0] if message else "failed"
+        self.close(graceful=False)
+        raise RunError(message)
+
+    def _stderr_tail(self) -> str:
+        self._stderr.flush()
+        try:
+            return (self._dir / "stderr").read_text().strip()[-4000:]
+        except OSError:
+            return ""
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Ask every rank to leave (when the job is still healthy), then end the job and remove its files."""
+        if graceful and self._failed is None and self.process.poll() is None and all(self.connections):
+            try:
+                for connection in self.connections:
+                    connection.send_bytes(pickle.dumps(("close",)))
+                self._replies(30.0)
+                self.process.wait(timeout=10)
+            except (RunError, OSError, subprocess.TimeoutExpired):
+                pass
+        for connection in self.connections:
+            if connection is not None:
+                connection.close()
+        self._failed = self._failed or "closed"
+        self._finalizer()
+
+
+def _end(process: subprocess.Popen, directory: Path, stderr) -> None:
+    end_job(process)
+    stderr.close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+__all__ = ["RankJob", "Sent"]

@@ -1,0 +1,101 @@
+"""A rank of a job that stays up between calls: `python -m slicer.runtime.rank_server ADDRESS` under mpiexec.
+
+The process that started the job (`runtime.rank_job.RankJob`) listens on ADDRESS (a Unix socket of its own,
+authenticated with the key in `SLICER_SESSION_KEY`); every rank connects, says which rank it is, and then
+answers requests, one at a time, all ranks the same sequence (requests that run the program are collective):
+
+- ("load", graph_json, kernel_sources, feeds): the program this job runs (`ResidentRank`): the kernels are
+  loaded once, the collectives' communicators and buffers set up once;
+- ("put", {arg: block}): make these blocks resident;
+- ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
+- ("get", [arg, ...]): reply with these resident blocks;
+- ("close",): free the program and leave.
+
+Replies are ("ok", payload). A request that fails replies ("error", message) and the rank then aborts the
+whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
+collective: the session reports the message and ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from multiprocessing.connection import Client
+
+from slicer.core.errors import InternalError, SlicerError
+from slicer.lowering import KernelGraph
+
+from .rank import ABORT_GRACE_SECONDS, maybe_kill
+from .resident import ResidentRank
+
+KEY_ENV = "SLICER_SESSION_KEY"
+
+
+def serve(address: str, comm) -> None:
+    """Answer the driver's requests on this rank until it says "close" or goes away."""
+    connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
+    connection.send(("hello", comm.Get_rank(), comm.Get_size()))
+    program: ResidentRank | None = None
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:  # the driver is gone: nothing left to answer
+            break
+        kind = request[0]
+        try:
+            reply, program = _answer(request, program, comm)
+        except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver, then stop the job
+            if isinstance(exc, SlicerError):
+                message = f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}"
+            else:
+                message = f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}"
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+            try:
+                connection.send(("error", message))
+            except OSError:
+                pass
+            time.sleep(ABORT_GRACE_SECONDS)
+            comm.Abort(1)
+        connection.send(("ok", reply))
+        if kind == "close":
+            break
+    connection.close()
+
+
+def _answer(request, program: ResidentRank | None, comm):
+    kind = request[0]
+    if kind == "load":
+        _, graph_json, sources, feeds = request
+        if program is not None:
+            program.close()
+        program = ResidentRank(KernelGraph.from_json(graph_json), comm, feeds=feeds, kernel_sources=sources)
+        maybe_kill(program.rank, "compiled")
+        return None, program
+    if kind == "close":
+        if program is not None:
+            program.close()
+        return None, None
+    if program is None:
+        raise InternalError(f"request {kind!r} before a program was loaded")
+    if kind == "put":
+        program.put(request[1])
+        return None, program
+    if kind == "step":
+        maybe_kill(program.rank, f"step{program.steps}")
+        return program.step(request[1]), program
+    if kind == "get":
+        return program.blocks(request[1]), program
+    raise InternalError(f"unknown request {kind!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from mpi4py import MPI  # the rank of an MPI job
+
+    serve((argv or sys.argv[1:])[0], MPI.COMM_WORLD)
+
+
+if __name__ == "__main__":
+    main()
