@@ -40,7 +40,7 @@ def closest(pattern: str, names: Sequence[str | None], n: int = 3) -> list[str]:
     """Up to `n` names closest to `pattern`, for messages: by similarity to the pattern, and to its literal parts
     (`blocks.*.atn.q` finds names containing `blocks.` or `.atn.q` when nothing is close as a whole)."""
     known = list(dict.fromkeys(name for name in names if name is not None))
-    close = difflib.get_close_matches(pattern, known, n=n, cutoff=0.5)
+    close = difflib.get_close_matches(pattern, known, n=n, cutoff=0.4 if is_pattern(pattern) else 0.6)
     if len(close) < n and is_pattern(pattern):
         literal = [part for part in _WILDCARD_RE.split(pattern) if part]
         for part in sorted(literal, key=len, reverse=True):
