@@ -11,6 +11,8 @@ The public API (docs/architecture.md shows the layers behind it):
     prog = slicer.compile(imported, mesh=slicer.Mesh(y=4), tactics=[slicer.Tile(arg="fc1.weight", dim=0, axes="y")])
     out = prog.run(x, ranks=4)                      # the model's inputs only
 
+    tactics = slicer.strategies.zero(step, "x", stage=3)  # a training step (ImportedProgram with roles): FSDP
+
 Every error Slicer raises for something the user can change is a `slicer.SlicerError`.
 
 The names are loaded when first read (PEP 562, `slicer.core.lazy`): `import slicer.core.names` does not load
@@ -28,12 +30,13 @@ _EXPORTS = {
     "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
     "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
+    "strategies": ".strategies",
     **{name: ".core.errors" for name in _ERRORS},
 }
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    *_ERRORS,
+    "strategies", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

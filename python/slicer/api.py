@@ -1,4 +1,4 @@
-"""The Python front door (layer 14 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
+"""The Python front door (layer 15 of docs/architecture.md): `slicer.compile(...)` gives a `Program` to
 explain and run; `apply_tactics` and `propagate` run single stages.
 
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2),

@@ -18,11 +18,14 @@ from .errors import UnknownName
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The module `__getattr__` and `__dir__` of `package`, which exports each name of `exports` from the
-    module it maps to (relative to `package`, e.g. ``".api"``)."""
+    module it maps to (relative to `package`, e.g. ``".api"``); a name mapped to ``".<name>"`` is that
+    submodule itself."""
 
     def __getattr__(name: str) -> object:
         module = exports.get(name)
-        if module is not None:
+        if module == f".{name}":  # a submodule exported under its own name (`slicer.strategies`)
+            value = importlib.import_module(module, package)
+        elif module is not None:
             value = getattr(importlib.import_module(module, package), name)
         elif not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:
             value = importlib.import_module(f"{package}.{name}")

@@ -1,4 +1,4 @@
-"""Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.api`): `from_torch` imports a
+"""Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.strategies` and `slicer.api`): `from_torch` imports a
 PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with named arguments and
 the parameters bound), cleaned up for partitioning (`cleanup.py`). The frameworks are optional dependencies,
 imported when first used."""

@@ -8,7 +8,10 @@ Sources, applied in this order (docs/tactics.md):
    sharding becomes one `Tile` per tiled dim, or one `Replicate` when every dim
    is empty (`[[], []]`).
 2. The schedule (`slicer.apply_tactics(..., tactics)` or the `tactics` option,
-   `arg0.1=y;result0.0=x,y;arg2=replicated`), on the function `entry`.
+   `arg0.1=y;result0.0=x,y;arg2=replicated`), on the function `entry`. A target given by name is
+   resolved through the `slicer.name` of the arguments (or results); a name pattern (`patterns.py`)
+   stands for one request per matching argument (or result), in position order, each labelled
+   `<tactic> on '<name>'`; a pattern that matches nothing is an error naming the closest names.
 
 The rewrite of "tile value %v along dim d over axes A" (A major to minor) is
     %v2 = slicer.loop tile<d> over range<A, |A|> { yield slicer.slice(%v, d, r) }
@@ -38,6 +41,8 @@ All requests are checked first (target exists, ranked static tensor, mesh and
 axes exist, dim in range and divisible, no dim tiled twice, no axis used twice
 on one value, no value both tiled and replicated); every problem is reported at
 the function or annotate op and names the tactic, and nothing is rewritten.
+A request repeating an earlier one (the same tile of the same value, or a second
+replicate) is dropped: asking twice is asking once.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from slicer.dialect import (
     yield_,
 )
 
+from .patterns import closest, is_pattern, matching
 from .values import Replicate, Tactic, Tile
 
 NEW_MESH_NAME = "mesh"
@@ -152,7 +158,7 @@ class TacticRewriter:
                     self.meshes[name] = view.mesh()
                 except ValueError:
                     pass  # malformed mesh (MeshError is a ValueError too): slicer-verify reports it
-            requests = self.annotation_requests() + self.schedule_requests()
+            requests = _without_repeats(self.annotation_requests() + self.schedule_requests())
             self.check(requests)
             if self.errors:
                 raise TacticError(self.errors)
@@ -227,14 +233,40 @@ class TacticRewriter:
         requests = []
         for tactic in self.tactics:
             kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
-            name = None
-            if isinstance(index, str):
-                name, index = index, self.resolve_name(func, kind, index, str(tactic))
-                if index is None:
-                    continue
             tile = (tactic.dim, tactic.axes) if isinstance(tactic, Tile) else None
-            requests.append(Request(kind, index, tile, str(tactic), func, mesh, func.location, name=name))
+            if not isinstance(index, str):
+                requests.append(Request(kind, index, tile, str(tactic), func, mesh, func.location))
+            elif is_pattern(index):
+                for position, name in self.expand_pattern(func, kind, index, str(tactic)):
+                    requests.append(Request(kind, position, tile, f"{tactic} on '{name}'", func, mesh, func.location,
+                                            name=name))
+            else:
+                position = self.resolve_name(func, kind, index, str(tactic))
+                if position is not None:
+                    requests.append(Request(kind, position, tile, str(tactic), func, mesh, func.location, name=index))
         return requests
+
+    def expand_pattern(self, func: ir.Operation, kind: str, pattern: str, label: str) -> list[tuple[int, str]]:
+        """The (position, name) of every argument (or result) of `func` whose name `pattern` matches, in order; an
+        empty list after reporting a pattern that matches nothing (naming the closest names)."""
+        names = value_names(func, kind)
+        found = [(i, names[i]) for i in matching(pattern, names)]
+        if found:
+            return found
+        noun = "argument" if kind == "arg" else "result"
+        known = [n for n in names if n is not None]
+        where = f"@{function_name(func)}"
+        if not known:
+            self.error(func.location, f"{label}: the {noun}s of {where} carry no names, so the pattern '{pattern}' "
+                                      f"matches nothing; name them with the {noun} attribute "
+                                      f"{{{ARG_NAME_ATTR} = \"...\"}} or refer to them by position")
+            return []
+        close = closest(pattern, known)
+        hint = f" (closest names: {', '.join(repr(c) for c in close)})" if close else ""
+        self.error(func.location, f"{label}: the pattern '{pattern}' matches no {noun} of {where}{hint}; "
+                                  f"'*' matches any characters, dots included; its {noun}s are named: "
+                                  f"{', '.join(known)}")
+        return []
 
     def resolve_name(self, func: ir.Operation, kind: str, name: str, label: str) -> int | None:
         """The position of the argument (or result) of `func` named `name` (`slicer.name`), or None after
@@ -484,6 +516,18 @@ class _Rewrite:
         rank = ir.RankedTensorType(value.type).rank
         result = annotate(value, Sharding(request.mesh, ((),) * rank), loc=loc, ip=ip)
         return result, result.owner.operation, result.owner.operation
+
+
+def _without_repeats(requests: list[Request]) -> list[Request]:
+    """`requests` without those repeating an earlier one on the same target (the same tile, or a replicate):
+    asking twice is asking once, so strategies composed by concatenation may both tile the inputs."""
+    seen, kept = set(), []
+    for request in requests:
+        mark = (request.key, request.tile)
+        if mark not in seen:
+            seen.add(mark)
+            kept.append(request)
+    return kept
 
 
 def _drop_sharding_attrs(func: ir.Operation) -> None:

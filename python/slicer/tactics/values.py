@@ -3,14 +3,16 @@
 A tactic says, for one function argument or result (referred to by position,
 or by name when the program names its arguments: imported models do, with
 their parameters' dotted names, and hand-written IR can with the `slicer.name`
-argument attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
-"keep it replicated" (`Replicate`). A schedule is an ordered sequence of tactics applied one by one
+argument or result attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
+"keep it replicated" (`Replicate`). A name with `*`, `?` or `[` is a pattern
+(`slicer.tactics.patterns`: shell-style, `*` crossing dots) and stands for one such
+tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied one by one
 by `slicer.apply_tactics`, which rewrites the program into an *equal* program
 with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
 line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`,
-by name `mlp.fc1.weight.0=y;mlp.fc1.bias=replicated`); all three front doors
+by name `mlp.fc1.weight.0=y;mlp.fc1.bias=replicated;result:exp_avg.*.0=x`); all three front doors
 produce the same tactic values.
 
 Axis order: several axes on one dim are listed **major to minor** (as in
@@ -71,7 +73,8 @@ class Tile:
     """Tile dim `dim` of function argument `arg` (or result `result`) over mesh `axes`.
 
     `arg`/`result` is a position or, for a program whose arguments carry names, a name
-    (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`). `axes` is one axis name or several, major to
+    (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`) or a pattern naming several
+    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several, major to
     minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
     `idx(x) * |y| + idx(y)` on device (x, y).
     """
@@ -109,7 +112,8 @@ class Tile:
 
 @dataclass(frozen=True, kw_only=True)
 class Replicate:
-    """Keep function argument `arg` (or result `result`) whole on every device.
+    """Keep function argument `arg` (or result `result`) whole on every device (a position, a name or a
+    pattern, as for `Tile`).
 
     Recorded in the IR as a `slicer.annotate` with an all-empty sharding so later
     passes see the requirement; it creates no loop.
@@ -131,18 +135,23 @@ Tactic = Union[Tile, Replicate]
 
 # ----------------------------------------------------------------------------- text form
 
-_ITEM = re.compile(r"^(?:(arg|result)(\d+)|([^=]+?))(?:\.(\d+))?=(.*)$")
+_ITEM = re.compile(r"^(?:(arg|result)(\d+)|(?:(arg|result):)?([^=]+?))(?:\.(\d+))?=(.*)$")
 _POSITIONAL = re.compile(r"^(arg|result)\d+(\.|$)")
+_PREFIXES = ("arg:", "result:")
 TEXT_SYNTAX = ("argI.D=AXES (tile dim D of argument I over AXES, comma-separated, major to minor), "
                "resultI.D=AXES, argI=replicated or resultI=replicated, or NAME.D=AXES / NAME=replicated for an "
-               "argument named NAME, separated by ';' (e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y)")
+               "argument named NAME and result:NAME.D=AXES / result:NAME=replicated for a result (NAME may be a "
+               "pattern: *, ?, [seq]), separated by ';' "
+               "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y;result:exp_avg.*.0=x)")
 
 
 def parse_tactics(text: str) -> tuple[Tactic, ...]:
     """`"arg0.1=y;result0.0=x,y;arg2=replicated"` -> the tactic values, in order.
 
     An item whose target is not `argI`/`resultI` names an argument: `mlp.fc1.weight.0=y` tiles dim 0 of the
-    argument named `mlp.fc1.weight` (the last `.D` before `=` is the dim), `mlp.fc1.bias=replicated`.
+    argument named `mlp.fc1.weight` (the last `.D` before `=` is the dim), `mlp.fc1.bias=replicated`; prefixed
+    with `result:` it names a result (`result:exp_avg.*.0=x`), and `arg:` says "argument" explicitly (needed only
+    for a name that looks like a position or starts with a prefix). A name may be a pattern.
     Raises InvalidTactic naming the item that does not parse and the syntax.
     """
     tactics: list[Tactic] = []
@@ -153,15 +162,16 @@ def parse_tactics(text: str) -> tuple[Tactic, ...]:
         match = _ITEM.match(item)
         if match is None:
             raise InvalidTactic(f"cannot parse tactic '{item}': expected {TEXT_SYNTAX}")
-        kind, index, name, dim, value = match.groups()
+        kind, index, prefix, name, dim, value = match.groups()
         replicated = value.strip() in ("replicated", "replicate")
         if name is not None:
             name = name.strip()
-            if _POSITIONAL.match(name):  # `arg0.x=y`: positional syntax gone wrong, not a name
+            if prefix is None and _POSITIONAL.match(name):  # `arg0.x=y`: positional syntax gone wrong, not a name
                 raise InvalidTactic(f"cannot parse tactic '{item}': expected {TEXT_SYNTAX}")
             if replicated and dim is not None:
                 name, dim = f"{name}.{dim}", None  # `layers.0=replicated`: the whole left side is the name
-            kind, target, shown = "arg", {"arg": name}, name
+            kind = prefix or "arg"
+            target, shown = {kind: name}, _named_target(kind, name)
         else:
             target, shown = {kind: int(index)}, f"{kind}{index}"
         if replicated:
@@ -179,6 +189,16 @@ def parse_tactics(text: str) -> tuple[Tactic, ...]:
     return tuple(tactics)
 
 
+def _named_target(kind: str, name: str) -> str:
+    """The text of a target given by name: `NAME` for an argument (`arg:NAME` where `NAME` alone would read as a
+    position or a prefixed name), `result:NAME` for a result."""
+    if kind == "result":
+        return f"result:{name}"
+    if _POSITIONAL.match(name) or name.startswith(_PREFIXES):
+        return f"arg:{name}"
+    return name
+
+
 def _build(item: str, kind, target: dict, **fields) -> Tactic:
     try:
         return kind(**target, **fields)
@@ -191,7 +211,7 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
     items = []
     for tactic in tactics:
         kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
-        target = index if isinstance(index, str) else f"{kind}{index}"
+        target = _named_target(kind, index) if isinstance(index, str) else f"{kind}{index}"
         if isinstance(tactic, Replicate):
             items.append(f"{target}=replicated")
         else:

@@ -1,4 +1,4 @@
-"""The convention every Slicer command-line tool follows (docs/architecture.md, layer 15).
+"""The convention every Slicer command-line tool follows (docs/architecture.md, layer 16).
 
 Flags: the output is `-o/--output`, a number of MPI ranks `-n/--ranks`, timed repetitions `--repeat`.
 Exit codes:

@@ -1,0 +1,238 @@
+"""Strategies: the tactic lists of the usual ways to partition a training step (docs/tactics.md, "Strategies for
+training steps").
+
+A training step is an `ImportedProgram` whose arguments have roles (`arg_roles`: "input" for the batch,
+"parameter", "buffer", "state" for optimizer state named `<kind>.<param>`, e.g. `exp_avg.fc1.weight`, and
+`step`) and whose results are `loss`, then the new parameters and state under their arguments' names. Each
+helper returns a plain list of `slicer.Tile` naming those arguments and results; lists compose by
+concatenation, earlier strategies first (tactics are applied in order, docs/tactics.md "Composing strategies"):
+
+    from slicer import strategies as st
+    tp = st.megatron(step, "y", column=["*.fc1.*"], row=["*.fc2.weight"])
+    tactics = st.data_parallel(step, "x") + tp + st.zero(step, "x", stage=3, mesh=mesh, after=tp)
+    prog = slicer.compile(step, mesh=mesh, tactics=tactics)
+
+- `data_parallel`: every input tiled on dim 0 (the batch); parameters and state stay replicated (no tactic).
+- `zero` stages 1 and 2: data parallel, and each parameter's optimizer state (arguments and results) tiled on
+  dim 0, so the update runs on shards (gradients reduce-scattered), and the parameter's result replicated (the
+  updated parameter all-gathered, leaving as it came in); both stages give the same tactics (the gradients feed
+  only the sharded update, so they are sharded either way). Stage 3 (FSDP): the parameters too (arguments and
+  results) instead. A parameter without optimizer state (plain SGD) has nothing to shard below stage 3.
+- `megatron`: parameters matching a `column` pattern tiled on dim 0 (torch `nn.Linear` weights are
+  [out, in]; a bias the pattern matches too), matching a `row` pattern on dim 1 (a 1-D parameter matching a
+  row pattern, a row-parallel bias, stays replicated), with their optimizer state and results tiled the same.
+
+Composition. Repeating a tactic is harmless (the rewriter applies it once). Two strategies tiling the same dim of
+one value over different axes are refused by the rewriter (`TacticError`: a dim is tiled by one tactic). So
+`zero(..., after=tactics)` takes the tactics it comes after: a parameter whose dim 0 they tile is sharded on its
+first dim they leave free (a column-parallel weight [out, in] tiled on out over y: FSDP over x tiles in, and the
+x all_gather rebuilds exactly the y block Megatron computes with), and a value they already tile over `axis` is
+left alone. Values whose sharded dim the axis does not divide (known when `mesh` is given) and 0-d state
+(`step`) stay replicated; so does a parameter with no dim left free. Below stage 3, the result of a parameter
+that `after` tiles gets no Replicate (it would conflict with their tile): its layout over `axis` is then the
+propagated one (sharded, as its update), not its argument's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from mlir import ir
+
+from slicer.core.errors import InvalidTactic, MeshError
+from slicer.core.functions import EntryError, entry_function, function_type, value_names
+from slicer.core.mesh import Mesh
+from slicer.dialect import make_context
+from slicer.frontends import ARG_ROLES, ImportedProgram
+from slicer.tactics import Replicate, Tactic, Tile
+from slicer.tactics.patterns import closest, matching
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the strategies read of a training step: names, roles and shapes of its arguments and results."""
+
+    arg_names: tuple[str, ...]
+    arg_roles: tuple[str, ...]
+    arg_shapes: tuple[tuple[int, ...] | None, ...]
+    result_names: tuple[str | None, ...]
+
+    def names(self, role: str) -> list[str]:
+        return [n for n, r in zip(self.arg_names, self.arg_roles) if r == role]
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        return self.arg_shapes[self.arg_names.index(name)]
+
+    def state_of(self, param: str) -> list[str]:
+        """The optimizer state of `param`: the state arguments named `<kind>.<param>` (kind without dots)."""
+        return [n for n in self.names("state") if n.partition(".")[2] == param]
+
+    def tiles(self, names: Iterable[str], dims: Mapping[str, int], axes: tuple[str, ...]) -> list[Tactic]:
+        """Tile dim `dims[name]` of each argument in `names`, then of each result of the same name."""
+        names = list(names)
+        tactics: list[Tactic] = [Tile(arg=n, dim=dims[n], axes=axes) for n in names]
+        return tactics + [Tile(result=n, dim=dims[n], axes=axes) for n in names if n in self.result_names]
+
+
+def _read_step(step, helper: str) -> _Step:
+    """The names, roles and shapes of `step`; InvalidTactic unless it is an imported training step."""
+    if not isinstance(step, ImportedProgram):
+        raise InvalidTactic(f"strategies.{helper}: expected an imported training step (an ImportedProgram, e.g. from "
+                            f"slicer.training_step), got {type(step).__name__}")
+    if not step.arg_roles or len(step.arg_roles) != len(step.arg_names):
+        raise InvalidTactic(f"strategies.{helper}: {step.source} is not a training step: its arguments have no roles "
+                            f"({', '.join(ARG_ROLES)}); import the step with slicer.training_step, or build the "
+                            "ImportedProgram with arg_roles")
+    with make_context():
+        try:
+            func = entry_function(ir.Module.parse(step.text), step.entry)
+        except (ir.MLIRError, EntryError) as exc:
+            raise InvalidTactic(f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}") from None
+        shapes = tuple(tuple(t.shape) if isinstance(t, ir.RankedTensorType) and t.has_static_shape else None
+                       for t in function_type(func).inputs)
+        result_names = step.result_names or tuple(value_names(func, "result"))
+    if len(shapes) != len(step.arg_names):
+        raise InvalidTactic(f"strategies.{helper}: {step.source} names {len(step.arg_names)} arguments but its entry "
+                            f"function @{step.entry} takes {len(shapes)}")
+    return _Step(tuple(step.arg_names), tuple(step.arg_roles), shapes, tuple(result_names))
+
+
+def _axes(axis, helper: str) -> tuple[str, ...]:
+    axes = (axis,) if isinstance(axis, str) else tuple(axis) if isinstance(axis, (tuple, list)) else None
+    if not axes or any(not isinstance(a, str) or not a for a in axes):
+        raise InvalidTactic(f"strategies.{helper}: axis={axis!r} must be a mesh axis name (or a tuple of names, "
+                            "major to minor)")
+    return axes
+
+
+def data_parallel(step: ImportedProgram, axis: str | Sequence[str]) -> list[Tactic]:
+    """Data parallel over `axis`: every input of the step (the batch) tiled on dim 0; parameters, buffers and
+    optimizer state replicated (they get no tactic, so strategies after this one may tile them)."""
+    info, axes = _read_step(step, "data_parallel"), _axes(axis, "data_parallel")
+    inputs = [n for n in info.names("input") if info.shape(n)]
+    if not inputs:
+        raise InvalidTactic(f"strategies.data_parallel: {step.source} has no input with a dim to split (inputs: "
+                            f"{', '.join(info.names('input')) or 'none'})")
+    return [Tile(arg=n, dim=0, axes=axes) for n in inputs]
+
+
+def zero(step: ImportedProgram, axis: str | Sequence[str], stage: int = 1, *,
+         mesh: Mesh | Mapping[str, int] | None = None, after: Sequence[Tactic] = ()) -> list[Tactic]:
+    """ZeRO over `axis`: data parallel, plus each parameter's optimizer state sharded (stages 1 and 2), plus
+    the parameters themselves (stage 3, FSDP), arguments and results alike, on dim 0 (or, next to the tactics
+    `after`, on the first dim they leave free). With `mesh`, values whose dim the axis does not divide stay
+    replicated (without it the rewriter reports them)."""
+    if stage not in (1, 2, 3) or isinstance(stage, bool):
+        raise InvalidTactic(f"strategies.zero: stage={stage!r} must be 1, 2 or 3 (3 shards the parameters: FSDP)")
+    info, axes = _read_step(step, "zero"), _axes(axis, "zero")
+    size = _axis_size(mesh, axes)
+    taken = _tiled_dims(info, after, "zero")
+    tactics = data_parallel(step, axes)
+    sharded_args: dict[str, int] = {}
+    for param in info.names("parameter"):
+        dim = _free_dim(taken.get(param, {}), axes)
+        if dim is None:
+            continue
+        values = ([param] if stage == 3 else []) + info.state_of(param)
+        for name in values:
+            shape, used = info.shape(name), taken.get(name, {})
+            if shape and dim < len(shape) and dim not in used and not set(axes) & _axes_of(used) \
+                    and (size is None or shape[dim] % size == 0):
+                sharded_args[name] = dim
+    ordered = [n for n in info.arg_names if n in sharded_args]  # parameters before state: the program's order
+    tactics += info.tiles(ordered, sharded_args, axes)
+    # Stages 1 and 2: a parameter updated on shards leaves whole (all-gathered), as it came in, unless the tactics
+    # it comes after lay it out (their result tiles say where it goes).
+    gathered = [p for p in info.names("parameter") if p not in sharded_args and p in info.result_names
+                and not taken.get(p) and any(s in sharded_args for s in info.state_of(p))]
+    return tactics + [Replicate(result=p) for p in gathered]
+
+
+def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[str] = (),
+             row: Sequence[str] = ()) -> list[Tactic]:
+    """Megatron tensor parallel over `axis`: parameters matching a `column` pattern tiled on dim 0 (output
+    features of a torch [out, in] weight; their biases too when a pattern matches them), parameters matching a
+    `row` pattern on dim 1 (input features; a 1-D parameter matching one, a row-parallel bias, stays
+    replicated); their optimizer state and their results tiled the same way. Patterns are names or globs
+    (`slicer.tactics.patterns`: `*` crosses dots) matched against the parameters' names; one that matches no
+    parameter is an InvalidTactic naming the closest."""
+    info, axes = _read_step(step, "megatron"), _axes(axis, "megatron")
+    if isinstance(column, str) or isinstance(row, str):
+        raise InvalidTactic("strategies.megatron: column= and row= take lists of patterns (column=['*.fc1.*'])")
+    if not column and not row:
+        raise InvalidTactic("strategies.megatron: give column= and/or row= patterns naming the parameters to split")
+    params = info.names("parameter")
+    chosen: dict[str, int] = {}
+    for patterns, dim, kind in ((column, 0, "column"), (row, 1, "row")):
+        for pattern in patterns:
+            found = [params[i] for i in matching(pattern, params)]
+            if not found:
+                close = closest(pattern, params)
+                hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+                raise InvalidTactic(f"strategies.megatron: the {kind} pattern {pattern!r} matches no parameter of "
+                                    f"{step.source}{hint}; '*' matches any characters, dots included; parameters: "
+                                    f"{', '.join(params)}")
+            for name in found:
+                if chosen.get(name, dim) != dim:
+                    raise InvalidTactic(f"strategies.megatron: parameter {name!r} matches both a column and a row "
+                                        "pattern; make the patterns disjoint")
+                chosen[name] = dim
+    dims: dict[str, int] = {}
+    for param, dim in chosen.items():
+        shape = info.shape(param) or ()
+        if dim < len(shape):  # a 1-D parameter on a row pattern (a row-parallel bias) stays replicated
+            dims[param] = dim
+            dims.update({s: dim for s in info.state_of(param) if dim < len(info.shape(s) or ())})
+    ordered = [n for n in info.arg_names if n in dims]
+    return info.tiles(ordered, dims, axes)
+
+
+def _axis_size(mesh, axes: tuple[str, ...]) -> int | None:
+    """The number of blocks `axes` cut a dim into on `mesh` (None without a mesh)."""
+    if mesh is None:
+        return None
+    try:
+        mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+    except MeshError as exc:
+        raise InvalidTactic(f"strategies.zero: mesh={mesh!r}: {exc}") from None
+    for axis in axes:
+        if not mesh.has_axis(axis):
+            raise InvalidTactic(f"strategies.zero: unknown mesh axis '{axis}' (the mesh has axes "
+                                f"{', '.join(mesh.axis_names)})")
+    return mesh.group_size(axes)
+
+
+def _tiled_dims(info: _Step, tactics: Sequence[Tactic], helper: str) -> dict[str, dict[int, tuple[str, ...]]]:
+    """Argument name -> {dim: axes} that `tactics` tile (names, patterns and positions resolved on the step)."""
+    taken: dict[str, dict[int, tuple[str, ...]]] = {}
+    for tactic in tactics:
+        if not isinstance(tactic, Tile) or tactic.arg is None:
+            continue  # results follow their arguments here; a Replicate leaves every dim free
+        if isinstance(tactic.arg, int):
+            names = [info.arg_names[tactic.arg]] if tactic.arg < len(info.arg_names) else []
+        else:
+            names = [info.arg_names[i] for i in matching(tactic.arg, info.arg_names)]
+        if not names:
+            raise InvalidTactic(f"strategies.{helper}: after= holds {tactic}, which names no argument of the step")
+        for name in names:
+            taken.setdefault(name, {})[tactic.dim] = tuple(tactic.axes)
+    return taken
+
+
+def _axes_of(dims: Mapping[int, tuple[str, ...]]) -> set[str]:
+    return {a for axes in dims.values() for a in axes}
+
+
+def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int | None:
+    """The dim a parameter is sharded on: 0, or the first dim `used` leaves free; None when `used` already
+    tiles it over one of `axes`."""
+    if set(axes) & _axes_of(used):
+        return None
+    dim = 0
+    while dim in used:
+        dim += 1
+    return dim
+
+
+__all__ = ["data_parallel", "megatron", "zero"]

@@ -1,0 +1,53 @@
+"""Name patterns: one tactic for every argument or result whose name matches (docs/tactics.md, "Patterns").
+
+A target name containing `*`, `?` or `[` is a *pattern*, matched against the whole `slicer.name` of every
+argument (or result) with shell-style glob semantics (Python's `fnmatch.fnmatchcase`): `*` matches any run of
+characters **dots included** (`blocks.*.weight` matches `blocks.0.attn.q.weight`), `?` one character, `[seq]` /
+`[!seq]` one character of (not of) `seq`; case matters. A name equal to the pattern also matches (a name may
+contain `[`). The rewriter (`rewrite.py`) and the strategy helpers (`slicer.strategies`) expand patterns here, so
+both agree on what a pattern names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from typing import Sequence
+
+_WILDCARDS = "*?["
+_WILDCARD_RE = re.compile(r"\*|\?|\[[^\]]*\]?")
+
+
+def is_pattern(name: str) -> bool:
+    """Whether the target `name` is a pattern (contains `*`, `?` or `[`) rather than one name."""
+    return any(c in name for c in _WILDCARDS)
+
+
+def matches(pattern: str, name: str | None) -> bool:
+    """Whether `name` (None: a value without a name) is named by `pattern` (a pattern or a plain name)."""
+    if name is None:
+        return False
+    return name == pattern or (is_pattern(pattern) and fnmatch.fnmatchcase(name, pattern))
+
+
+def matching(pattern: str, names: Sequence[str | None]) -> list[int]:
+    """The positions of the names `pattern` matches, in order."""
+    return [i for i, name in enumerate(names) if matches(pattern, name)]
+
+
+def closest(pattern: str, names: Sequence[str | None], n: int = 3) -> list[str]:
+    """Up to `n` names closest to `pattern`, for messages: by similarity to the pattern, and to its literal parts
+    (`blocks.*.atn.q` finds names containing `blocks.` or `.atn.q` when nothing is close as a whole)."""
+    known = list(dict.fromkeys(name for name in names if name is not None))
+    close = difflib.get_close_matches(pattern, known, n=n, cutoff=0.4 if is_pattern(pattern) else 0.6)
+    if len(close) < n and is_pattern(pattern):
+        literal = [part for part in _WILDCARD_RE.split(pattern) if part]
+        for part in sorted(literal, key=len, reverse=True):
+            for name in known:
+                if part in name and name not in close and len(close) < n:
+                    close.append(name)
+    return close
+
+
+__all__ = ["closest", "is_pattern", "matches", "matching"]
