@@ -41,6 +41,7 @@ from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
+from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
 
@@ -312,6 +313,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     imported = module if isinstance(module, ImportedProgram) else None
     if imported is not None:
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
+        tactics = tuple(tactics) + tuple(follow_arguments(imported, tuple(tactics)))
     else:
         original = module if isinstance(module, str) else str(module)
     with make_context(), Progress(f"partitioning {source_name or 'the program'}", total=4) as progress:

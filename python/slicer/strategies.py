@@ -188,6 +188,34 @@ def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[
     return info.tiles(ordered, dims, axes)
 
 
+def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[Tactic]:
+    """The tactics that lay out each result named like an argument (the next value of a parameter or of
+    optimizer state) as that argument, for every such result no tactic in `tactics` names: the argument's tiles
+    copied to the result, or `Replicate(result=...)` when no tactic tiles the argument. `slicer.compile` adds
+    them for a program whose results are named, so a result replaces its argument in place, block for block,
+    on every rank of a session (`Program.session`), whatever tactics the user wrote. Positions and patterns in
+    `tactics` are resolved on the step's names."""
+    if not step.result_names:
+        return []
+    arg_names, result_names = tuple(step.arg_names), tuple(step.result_names)
+    named_results: set[int] = set()
+    arg_tiles: dict[int, list[Tile]] = {}
+    for tactic in tactics:
+        target = tactic.result if tactic.result is not None else None
+        if target is not None:
+            named_results.update([target] if isinstance(target, int) else matching(target, result_names))
+        elif isinstance(tactic, Tile) and tactic.arg is not None:
+            for index in [tactic.arg] if isinstance(tactic.arg, int) else matching(tactic.arg, arg_names):
+                arg_tiles.setdefault(index, []).append(tactic)
+    follow: list[Tactic] = []
+    for index, name in enumerate(result_names):
+        if index in named_results or name not in arg_names:
+            continue
+        tiles = arg_tiles.get(arg_names.index(name), [])
+        follow += [Tile(result=name, dim=t.dim, axes=t.axes) for t in tiles] if tiles else [Replicate(result=name)]
+    return follow
+
+
 def _axis_size(mesh, axes: tuple[str, ...]) -> int | None:
     """The number of blocks `axes` cut a dim into on `mesh` (None without a mesh)."""
     if mesh is None:
@@ -235,4 +263,4 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
     return dim
 
 
-__all__ = ["data_parallel", "megatron", "zero"]
+__all__ = ["data_parallel", "follow_arguments", "megatron", "zero"]

@@ -144,3 +144,16 @@ def test_not_a_training_step_is_a_clear_error():
 def test_bad_strategy_arguments_are_clear_errors(call, message):
     with pytest.raises(slicer.InvalidTactic, match=re.escape(message)):
         call()
+
+
+def test_results_named_like_arguments_follow_their_layout_unless_a_tactic_names_them():
+    tactics = [slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="fc1.weight", dim=0, axes="x"),
+               slicer.Tile(result="fc2.weight", dim=1, axes="x")]
+    assert st.follow_arguments(STEP, tactics)[:2] == [slicer.Tile(result="fc1.weight", dim=0, axes="x"),
+                                                    slicer.Replicate(result="fc1.bias")]
+    prog = compiled(tactics, x=2)
+    args, results = arg_dists(prog), dict(zip(RESULT_NAMES, result_dists(prog)))
+    assert results["fc1.weight"] == args["fc1.weight"] == "[[x],[]]"  # followed its argument
+    assert results["fc2.weight"] == "[[],[x]]"  # the user's own tactic wins
+    assert all(results[n] == args[n] for n in RESULT_NAMES if n in args and n != "fc2.weight")
+    assert st.follow_arguments(slicer.ImportedProgram("", ("x",), 1, (), "f"), tactics) == []  # no result names
