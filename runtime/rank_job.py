@@ -64,6 +64,7 @@ class RankJob:
     def __init__(self, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
                  env: dict[str, str] | None = None):
         self.ranks, self.timeout, self.sent = ranks, timeout, Sent()
+        self.environment: tuple = ()  # the settings it was started under, for `rank_pool`
         self._dir = Path(tempfile.mkdtemp(prefix="slicer-ranks-"))
         self._stderr = open(self._dir / "stderr", "w+")
         key = secrets.token_bytes(32)
@@ -104,6 +105,11 @@ class RankJob:
             if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
                 raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
             self.connections[rank] = connection
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the job is up and serving (no rank failed, not closed)."""
+        return self._failed is None and self.process.poll() is None
 
     def request(self, messages: list[tuple], *, timeout: float | None = None) -> list:
         """Send `messages[r]` to rank r (for every rank), then wait for every reply; returns the payloads."""

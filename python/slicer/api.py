@@ -38,6 +38,7 @@ from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
+from slicer.runtime.rank_pool import keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
@@ -136,7 +137,8 @@ class Program:
         """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
         function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat`
         timed runs: medians per step of the slowest rank). More ranks than this host's cores need
-        `oversubscribe=True`."""
+        `oversubscribe=True`. With `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept
+        from an earlier call (`slicer.runtime.rank_pool`) instead of starting one."""
         arrays = self.check_arrays(arrays)
         if ranks is None:
             if return_timings:
@@ -151,6 +153,9 @@ class Program:
                            f"ranks={self.mesh.device_count}")
         check_ranks(ranks, oversubscribe)
         check_memory(self.graph, ranks)
+        if keeping_ranks() and repeat == 1 and not return_timings:
+            results = run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout)
+            return results[0] if len(results) == 1 else tuple(results)
         job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
         try:
             inputs = []
