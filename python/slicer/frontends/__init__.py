@@ -1,8 +1,8 @@
 """Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.strategies` and `slicer.api`):
 `from_torch` imports a PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with
-named arguments and the parameters bound), `training_step` a whole training step (loss, backward and the update of an optimizer,
-`SGD` or `AdamW`), both cleaned up for partitioning (`cleanup.py`). The frameworks are optional dependencies,
-imported when first used."""
+named arguments and the parameters bound), `training_step` a whole training step (loss, backward and the update
+of an optimizer, `SGD` or `AdamW`), both cleaned up for partitioning (`cleanup.py`). The frameworks are
+optional dependencies, imported when first used."""
 
 from .cleanup import clean_up, split_into_pieces
 from .optimizers import SGD, AdamW
