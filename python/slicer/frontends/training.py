@@ -49,10 +49,10 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     state.update({n: torch.zeros((), dtype=torch.float32) for n in optimizer.shared_state()})
     names = [*params, *buffers, *state]
     batch_names = _batch_names(loss_fn, len(example_batch), set(names) | {LOSS})
-    clash = sorted(set(params) & set(state))
+    clash = sorted((set(params) | set(buffers)) & (set(state) | {LOSS}))
     if clash:
-        raise FrontendError(f"{_what(model)} has parameters named like the optimizer's state ({', '.join(clash)}); "
-                            "rename them")
+        raise FrontendError(f"{_what(model)} has parameters or buffers named like the optimizer's state or the loss "
+                            f"({', '.join(clash)}), which name the step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
                           trained, list(state))
     values = [t.detach() for t in (*params.values(), *buffers.values())] + list(state.values())

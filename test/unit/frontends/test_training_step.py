@@ -157,6 +157,11 @@ def test_bad_models_losses_and_batches_are_clear_errors():
             slicer.training_step(*args, **kwargs)
     with pytest.raises(slicer.FrontendError, match=r"Sequential module has no parameter that requires grad"):
         slicer.training_step(train.mlp()[0].requires_grad_(False), loss_fn, *batch, optimizer=sgd)
+    clashing = train.mlp()[0]
+    clashing.register_parameter("step", torch.nn.Parameter(torch.ones(())))
+    with pytest.raises(slicer.FrontendError, match=r"parameters or buffers named like the optimizer's state or the "
+                                                   r"loss \(step\).*rename them"):
+        slicer.training_step(clashing, loss_fn, *batch, optimizer=slicer.AdamW(1e-3))
     with pytest.raises(TypeError, match="optimizer"):
         slicer.training_step(model, loss_fn, *batch)  # keyword-only, required
     dropout = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Dropout(0.5)).train()
