@@ -11,6 +11,8 @@ The public API (docs/architecture.md shows the layers behind it):
     prog = slicer.compile(imported, mesh=slicer.Mesh(y=4), tactics=[slicer.Tile(arg="fc1.weight", dim=0, axes="y")])
     out = prog.run(x, ranks=4)                      # the model's inputs only
 
+    step = slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=1e-3))   # loss, backward, update
+    loss, *new = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")]).run(x, y)
     tactics = slicer.strategies.zero(step, "x", stage=3)  # a training step (ImportedProgram with roles): FSDP
 
 Every error Slicer raises for something the user can change is a `slicer.SlicerError`.
@@ -31,12 +33,13 @@ _EXPORTS = {
     "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies",
+    "training_step": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},
 }
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    "strategies", *_ERRORS,
+    "strategies", "training_step", "SGD", "AdamW", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,10 +1,14 @@
-"""Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.strategies` and `slicer.api`): `from_torch` imports a
-PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with named arguments and
-the parameters bound), cleaned up for partitioning (`cleanup.py`). The frameworks are optional dependencies,
-imported when first used."""
+"""Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.strategies` and `slicer.api`):
+`from_torch` imports a PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with
+named arguments and the parameters bound), `training_step` a whole training step (loss, backward and the update
+of an optimizer, `SGD` or `AdamW`), both cleaned up for partitioning (`cleanup.py`). The frameworks are
+optional dependencies, imported when first used."""
 
 from .cleanup import clean_up, split_into_pieces
+from .optimizers import SGD, AdamW
 from .program import ARG_ROLES, ImportedProgram, as_array
 from .pytorch import from_torch
+from .training import training_step
 
-__all__ = ["ARG_ROLES", "ImportedProgram", "as_array", "clean_up", "from_torch", "split_into_pieces"]
+__all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "from_torch", "split_into_pieces",
+           "training_step"]

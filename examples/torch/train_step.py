@@ -1,0 +1,149 @@
+"""Training steps imported with `slicer.training_step`, run step after step and compared with torch.optim.
+
+Shared by the tests (test/unit/frontends/test_training_step.py, test/mpi/test_training_step.py) and runnable:
+
+    python examples/torch/train_step.py                 # a GPT of 2 blocks (D=256, vocabulary 512, sequence 64)
+    python examples/torch/train_step.py --ranks 2       # the same on 2 MPI ranks
+
+It times the import and `slicer.compile` of the step under data parallel (the batch over x=2), runs 5 steps
+feeding each step's results back as the next step's arguments (`result_names` say which), and prints the losses
+next to torch's (torch.optim, foreach=False) and the largest relative error of the final parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpt import GPT  # noqa: E402
+
+import slicer  # noqa: E402
+
+
+def mlp(seed: int = 0, batch: int = 8):
+    """(model, loss_fn, batch): a 2-layer MLP (8 -> 16 -> 4, tanh) regressing random targets (MSE)."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+    def loss_fn(model, x, y):
+        return F.mse_loss(model(x), y)
+
+    return model, loss_fn, (torch.randn(batch, 8), torch.randn(batch, 4))
+
+
+def gpt(seed: int = 0, *, batch: int = 4, seq: int = 8, d_model: int = 32, n_head: int = 4, vocab: int = 64,
+        n_layer: int = 2):
+    """(model, loss_fn, batch): examples/torch/gpt.py's GPT predicting the next token of random sequences
+    (cross-entropy over the vocabulary); the batch is the token ids `idx` and their `targets`, shifted by one."""
+    torch.manual_seed(seed)
+    model = GPT(vocab, seq, d_model, n_head, n_layer)
+    tokens = torch.randint(0, vocab, (batch, seq + 1))
+
+    def loss_fn(model, idx, targets):
+        logits = model(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return model, loss_fn, (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
+def freeze_attention_bias(model) -> None:
+    """Make the QKV projections' biases of `model` (a GPT) untrained, for AdamW comparisons. The keys' bias has
+    no gradient in exact arithmetic (softmax ignores what it adds to a whole row of scores): torch and Slicer
+    both compute rounding noise there (1e-10 against 1e-3 for the queries'), in different orders, and Adam
+    divides that noise by its own magnitude, so the updates differ by up to the learning rate."""
+    for block in model.blocks:
+        block.attn.c_attn.bias.requires_grad_(False)
+
+
+def torch_optimizer(optimizer, params):
+    """The torch.optim optimizer `optimizer` (slicer.SGD or slicer.AdamW) stands for, single-tensor path."""
+    if isinstance(optimizer, slicer.SGD):
+        return torch.optim.SGD(params, optimizer.lr, momentum=optimizer.momentum,
+                               weight_decay=optimizer.weight_decay, foreach=False)
+    return torch.optim.AdamW(params, optimizer.lr, betas=optimizer.betas, eps=optimizer.eps,
+                             weight_decay=optimizer.weight_decay, foreach=False)
+
+
+def torch_steps(model, loss_fn, batch, optimizer, steps: int):
+    """(losses, final parameters by name): `steps` steps of torch eager on a copy of `model`."""
+    model = copy.deepcopy(model)
+    opt = torch_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+
+
+def slicer_steps(prog, step, batch, steps: int, ranks=None):
+    """(losses, final values of every bound argument by name): `steps` runs of `prog` (compiled from the
+    imported `step`), each result named like an argument written into that argument's bound tensor before
+    the next run (the program reads its bound tensors when it runs)."""
+    bound = {n: torch.as_tensor(v).clone() for n, v in zip(step.parameter_names, step.parameters)}
+    # the same program with private copies bound, so the model's own tensors are left alone
+    prog = dataclasses.replace(prog, imported=dataclasses.replace(step, parameters=tuple(bound.values())))
+    losses = []
+    for _ in range(steps):
+        results = prog.run(*batch, ranks=ranks, timeout=300)
+        losses.append(float(results[0]))
+        with torch.no_grad():
+            for name, value in zip(step.result_names[1:], results[1:]):
+                bound[name].copy_(torch.from_numpy(np.asarray(value)))
+    return losses, {n: v.numpy() for n, v in bound.items()}
+
+
+def relative_error(got, want) -> float:
+    """|got - want| / |want| (Frobenius norms; absolute when want is 0)."""
+    want = np.asarray(want, np.float64)
+    diff = float(np.linalg.norm(np.asarray(got, np.float64) - want))
+    norm = float(np.linalg.norm(want))
+    return diff / norm if norm else diff
+
+
+def compare(model, loss_fn, batch, optimizer, prog, step, steps: int = 5, ranks=None) -> tuple[float, float]:
+    """(largest relative error of the losses, of the final parameters) of `steps` steps of `prog` against
+    torch eager."""
+    want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, steps)
+    got_losses, got_values = slicer_steps(prog, step, batch, steps, ranks)
+    loss_error = max(relative_error(g, w) for g, w in zip(got_losses, want_losses))
+    param_error = max(relative_error(got_values[n], w) for n, w in want_params.items())
+    return loss_error, param_error
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=None, help="MPI ranks (default: the in-process simulator)")
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args(argv)
+    model, loss_fn, batch = gpt(batch=args.batch, seq=64, d_model=256, n_head=4, vocab=512)
+    freeze_attention_bias(model)
+    for optimizer in (slicer.SGD(0.1, momentum=0.9), slicer.AdamW(1e-3)):
+        start = time.perf_counter()
+        step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+        imported = time.perf_counter()
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="idx", dim=0, axes="x")])
+        compiled = time.perf_counter()
+        print(f"{optimizer}: training_step {imported - start:.2f} s, slicer.compile {compiled - imported:.2f} s "
+              f"(data parallel on x=2)")
+        losses, values = slicer_steps(prog, step, batch, 5, args.ranks)
+        want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, 5)
+        for i, (got, want) in enumerate(zip(losses, want_losses)):
+            print(f"  step {i}: loss {got:.6f} (torch {want:.6f})")
+        print(f"  final parameters: largest relative error "
+              f"{max(relative_error(values[n], w) for n, w in want_params.items()):.2e}")
+
+
+if __name__ == "__main__":
+    main()

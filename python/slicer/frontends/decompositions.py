@@ -1,0 +1,128 @@
+"""The aten decompositions applied while a PyTorch program is traced, so that everything it computes lowers to
+linalg on tensors (what Slicer partitions and compiles).
+
+torch-mlir's own table (`get_decomposition_table`) is the base. On top of it:
+
+- `aten.gelu`: torch's decomposition, the exact formula torch evaluates (torch-mlir's lowering of the tanh
+  approximation multiplies by 0.797724 where torch uses sqrt(2/pi) = 0.7978846: a relative difference of 2e-4).
+- Indexed reads and writes as one-hot contractions. torch's decompositions of the embedding's backward
+  (`index_put` with accumulation) and of the negative log-likelihood's backward (`scatter`) lower to torch-mlir's
+  `tm_tensor.scatter`, an op MLIR's linalg has no form for (this MLIR cannot parse it), and the loss's forward
+  (`gather`) to a `tensor.extract` at a data-dependent position, which no tiling can follow. Written with a
+  one-hot mask `onehot[n, v] = (index[n] == v)` they are elementwise ops, reductions and a matmul: the
+  embedding's gradient is `onehot^T @ grad` (an accumulation over tokens, as index_put's), the loss picks
+  `sum_v where(onehot, logp, 0)` (one term, exact), its backward is `where(onehot, -grad, 0)`. The extra work
+  (a [tokens, vocabulary] mask, a [vocabulary, tokens] x [tokens, D] matmul) is that of the LM head's own matmul.
+- `aten.pow.Tensor_Scalar` with an integral exponent (`x ** 2` and its backward's `x ** 1`): torch-mlir lowers it
+  to `math.fpowi` with an i64 exponent, which LLVM's code generator refuses ("POWI exponent does not match
+  sizeof(int)": the ahead-of-time kernels fall back to the JIT). Written as torch's CPU kernel computes it
+  (x*x, x*x*x, 1/(x*x), 1/x, x, 1), or other integers as a float exponent (`math.powf`).
+"""
+
+from __future__ import annotations
+
+# torch.nn's reductions as aten passes them (torch/_decomp: Reduction)
+NONE, MEAN, SUM = 0, 1, 2
+
+
+def decompositions(torch) -> dict:
+    """The decomposition table for tracing (torch.export's `run_decompositions`, or `make_fx`)."""
+    from torch._decomp import get_decompositions  # optional dependency, like torch itself
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    aten = torch.ops.aten
+    table = dict(get_decomposition_table())
+    table.update(get_decompositions([aten.gelu]))
+    table[aten.embedding_dense_backward.default] = _embedding_dense_backward
+    table[aten.nll_loss_forward.default] = _nll_loss_forward
+    table[aten.nll_loss_backward.default] = _nll_loss_backward
+    table[aten.pow.Tensor_Scalar] = _pow_tensor_scalar
+    return table
+
+
+def _pow_tensor_scalar(self, exponent):
+    """A floating tensor to an integral power without `math.fpowi` (see the module docstring); NotImplemented
+    (the op kept: `math.powf`) for a float exponent torch's kernel does not special-case, and integer tensors."""
+    if not self.is_floating_point() or isinstance(exponent, (bool, complex)):
+        return NotImplemented
+    special = {0: lambda x: x.new_ones(x.shape), 1: lambda x: x.clone(), 2: lambda x: x * x,
+               3: lambda x: x * x * x, -1: lambda x: 1 / x, -2: lambda x: 1 / (x * x)}
+    if float(exponent) in special:
+        return special[int(exponent)](self)
+    if isinstance(exponent, int):
+        return self.pow(float(exponent))  # a float exponent: math.powf (this function leaves it)
+    return NotImplemented
+
+
+def _one_hot(torch, index, classes: int):
+    """[*index.shape, classes] booleans: index[..] == v (False for out-of-range indices, as torch skips them)."""
+    return index.unsqueeze(-1) == torch.arange(classes, dtype=index.dtype, device=index.device)
+
+
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The gradient of an embedding's weight [num_weights, D]: the rows of `grad_output` added into the rows
+    their indices name, as `onehot^T @ grad` (no padding row; rows scaled by 1/count when asked)."""
+    import torch  # optional dependency; only called while torch traces
+
+    rows = grad_output.reshape(-1, grad_output.shape[-1])
+    flat = indices.reshape(-1).to(torch.long)
+    onehot = _one_hot(torch, flat, num_weights) & (flat != padding_idx).unsqueeze(-1)
+    mask = onehot.to(rows.dtype)
+    if scale_grad_by_freq:
+        counts = mask.sum(0)  # tokens per row of the weight
+        rows = rows / (mask @ counts).clamp(min=1.0).unsqueeze(-1)
+    return mask.t() @ rows
+
+
+def _nll_loss_forward(self, target, weight, reduction, ignore_index):
+    """torch's `_nll_loss_forward` (torch/_decomp/decompositions.py) with its gathers as one-hot sums."""
+    import torch  # optional dependency; only called while torch traces
+
+    channel = 1 if self.dim() > 1 else 0
+    if weight is not None:
+        shape = [1] * self.dim()
+        shape[channel] = weight.shape[0]
+        self = self * weight.view(shape)
+    valid = target != ignore_index
+    onehot = _one_hot(torch, torch.where(valid, target, 0), self.shape[channel])
+    zero = torch.zeros((), dtype=self.dtype, device=self.device)
+    result = torch.where(valid, -torch.where(onehot, self, zero).sum(channel), zero)
+    if reduction == NONE and self.dim() > 1:
+        return result, self.new_full((), 0.0)
+    if weight is not None:
+        total_weight = torch.where(valid, torch.where(onehot, weight.expand(self.shape), zero).sum(channel),
+                                   zero).sum()
+    else:
+        total_weight = valid.sum().to(self)
+    if reduction == SUM:
+        result = result.sum()
+    elif reduction == MEAN:
+        result = result.sum() / total_weight
+    return result, total_weight
+
+
+def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    """torch's `_nll_loss_backward` with its scatter of -1 at the targets as a one-hot select."""
+    import torch  # optional dependency; only called while torch traces
+
+    channel = 1 if self.dim() > 1 else 0
+    if reduction == MEAN:
+        grad_output = grad_output / total_weight
+    if self.dim() == 1 and target.dim() > 0:
+        target = target[0]  # as the C++ kernel: an unbatched input reads target[0]
+    valid = (target != ignore_index).unsqueeze(channel)
+    onehot = _one_hot(torch, torch.where(target != ignore_index, target, 0), self.shape[channel])
+    if self.dim() == 1:
+        onehot = onehot.reshape(self.shape)
+    if self.dim() > grad_output.dim() > 0:
+        grad_output = grad_output.unsqueeze(channel)
+    if weight is not None:
+        shape = [1] * self.dim()
+        shape[channel] = weight.shape[0]
+        grad_output = grad_output * weight.reshape(shape)
+    zero = torch.zeros((), dtype=self.dtype, device=self.device)
+    grad_output = torch.where(valid, grad_output, zero)
+    return torch.where(onehot, -grad_output, zero).expand(self.shape)
+
+
+__all__ = ["decompositions"]

@@ -1,0 +1,187 @@
+"""torch and torch-mlir as the PyTorch frontends use them (`from_torch`, `training_step`): a function of tensors
+turned into linalg-on-tensors MLIR with named arguments and results, cleaned up for partitioning.
+
+Two ways from Python to an aten graph:
+- `export`: `torch.export` (through `torch_mlir.fx.export_and_import`), under `torch.no_grad()`: the way for
+  inference programs; it cannot trace a function that computes gradients (functorch's wrappers have no storage,
+  and `torch.autograd.grad` under no_grad finds nothing that requires grad).
+- `trace`: `torch.fx.experimental.proxy_tensor.make_fx`, run on the example tensors with gradients enabled: the
+  forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
+  ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
+Both decompose with `decompositions.py`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
+Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`) and names the
+entry function's arguments and results (`slicer.name`).
+
+torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+
+from mlir import ir
+
+from slicer.core.errors import FrontendError
+from slicer.core.functions import entry_function, function_type
+from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
+from slicer.dialect import make_context, walk_ops
+
+from .cleanup import clean_up
+from .decompositions import decompositions
+
+ENTRY = "forward"
+INSTALL = "pip install 'slicer[torch]' (torch==2.13.0, torch-mlir==20261001)"
+
+
+def load_torch():
+    """torch and torch-mlir's fx importer (optional dependencies, imported on first use).
+
+    torch-mlir carries its own LLVM (24), linked into its libraries with visible symbols. Once Slicer's JIT has
+    run in the process, MLIR's LLVM (22) is loaded globally (the ExecutionEngine loads the runner utilities
+    RTLD_GLOBAL), and torch-mlir's LLVM would register its command-line options into MLIR's registry: "Option
+    'print-inst-addrs' registered more than once!", and the process aborts. Loaded with RTLD_DEEPBIND, torch-mlir's
+    libraries bind to their own LLVM first, so the two coexist in either order."""
+    try:
+        import torch  # optional dependency: only the torch frontend needs it
+    except ImportError as exc:
+        raise FrontendError(f"importing a PyTorch model needs torch and torch-mlir ({exc.name} is missing): "
+                            f"{INSTALL}") from None
+    flags = sys.getdlopenflags()
+    if hasattr(os, "RTLD_DEEPBIND"):
+        sys.setdlopenflags(flags | os.RTLD_DEEPBIND)
+    try:
+        from torch_mlir import fx  # optional dependency, loads torch-mlir's LLVM (see above)
+    except ImportError as exc:
+        raise FrontendError(f"importing a PyTorch model needs torch and torch-mlir ({exc.name} is missing): "
+                            f"{INSTALL}") from None
+    finally:
+        sys.setdlopenflags(flags)
+    return torch, fx
+
+
+def first_line(exc: BaseException) -> str:
+    """`Kind: first line of the message`, how the frontends quote an error of torch or torch-mlir."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def export(torch, fx, module, args) -> str:
+    """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`), through torch.export under
+    no_grad. Raises what torch.export or torch-mlir raise."""
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch.export's own pytree code trips torch's deprecation of LeafSpec checks (torch 2.13): not ours
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        # torch.func transforms inside the function (grad_and_value) leave a lifted constant that "requires
+        # gradient"; torch.export detaches it, which is what a traced step wants
+        warnings.filterwarnings("ignore", message=r".*requires gradient. but it's not properly registered")
+        imported = fx.export_and_import(module, *args, output_type="linalg-on-tensors", func_name=ENTRY,
+                                        decomposition_table=decompositions(torch))
+    return str(imported)
+
+
+def trace(torch, function, args):
+    """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it on `args` with
+    gradients enabled (make_fx). Raises FrontendError if the graph writes into one of its arguments (a buffer
+    updated in training mode: Slicer's programs are functions of their arguments), else what tracing raises.
+
+    In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
+    results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
+    functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused."""
+    from torch.fx.experimental.proxy_tensor import make_fx  # optional dependency, like torch itself
+
+    with torch.enable_grad():
+        graph = make_fx(function, decomposition_table=decompositions(torch))(*args)
+    mutating = [node for node in graph.graph.nodes if _schema(node) is not None and _schema(node).is_mutable]
+    for node in mutating:
+        written = _written_argument(node)
+        if written is not None:
+            raise FrontendError(f"the traced program writes into its argument #{written} ({node.target}, e.g. "
+                                "batch norm's running statistics in training mode); call .eval() on such modules, "
+                                "or compute the new value and return it")
+    if mutating:
+        graph = make_fx(torch.func.functionalize(graph, remove="mutations"))(*args)
+    return graph
+
+
+def _schema(node):
+    return getattr(node.target, "_schema", None) if node.op == "call_function" else None
+
+
+def _written_argument(node) -> int | None:
+    """The position of the graph argument (placeholder) `node` writes into, through views, or None."""
+    schema = _schema(node)
+    if schema is None or not schema.is_mutable:
+        return None
+    placeholders = [n for n in node.graph.nodes if n.op == "placeholder"]
+    for argument, value in zip(schema.arguments, node.args):
+        if argument.alias_info is None or not argument.alias_info.is_write or not hasattr(value, "op"):
+            continue
+        while _schema(value) is not None and value.args and any(r.alias_info is not None
+                                                                 for r in _schema(value).returns):
+            value = value.args[0]  # a view of its first argument
+        if value.op == "placeholder":
+            return placeholders.index(value)
+    return None
+
+
+def import_graph(fx, graph) -> str:
+    """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order)."""
+    return str(fx.stateless_fx_import(graph, output_type="linalg-on-tensors", model_name=ENTRY))
+
+
+def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False) -> str:
+    """torch-mlir's output `text` for `what`, cleaned up, its entry function's arguments named `arg_names` and
+    (if given) its results `result_names`. FrontendError if it does not parse, keeps state (`training`: the
+    model is in training mode, say so), or its arguments or results are not as many as the names."""
+    with make_context():
+        module = parse(text, what)
+        stateful = next((op for op in walk_ops(module.operation) if op.name.startswith("ml_program.")), None)
+        if stateful is not None:
+            hint = " (it is in training mode: call .eval() first)" if training else ""
+            raise FrontendError(f"{what} keeps state between calls ('{stateful.name}', e.g. the random number "
+                                f"generator of dropout){hint}; Slicer partitions functions of their inputs")
+        fn_type = function_type(entry_function(module.operation, ENTRY))
+        if len(fn_type.inputs) != len(arg_names):
+            raise FrontendError(f"torch-mlir gave @{ENTRY} {len(fn_type.inputs)} arguments for the "
+                                f"{len(arg_names)} of {what} ({', '.join(arg_names)})")
+        if result_names and len(fn_type.results) != len(result_names):
+            raise FrontendError(f"torch-mlir gave @{ENTRY} {len(fn_type.results)} results for the "
+                                f"{len(result_names)} of {what} ({', '.join(result_names)})")
+        if cleanup:
+            clean_up(module.operation)
+        func = entry_function(module.operation, ENTRY)
+        func.attributes[ARG_ATTRS_ATTR] = _names(arg_names)
+        if result_names:
+            func.attributes[RES_ATTRS_ATTR] = _names(result_names)
+        return str(module)
+
+
+def _names(names) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.DictAttr.get({ARG_NAME_ATTR: ir.StringAttr.get(n)}) for n in names])
+
+
+def parse(text: str, what: str) -> ir.Module:
+    """torch-mlir's output in MLIR 22 (in a slicer context). Ops of torch-mlir's own dialects (`tm_tensor.scan`
+    for cumsum, `tm_tensor.sort` for sort and topk, `tm_tensor.scatter` for index_put) have no upstream form
+    this MLIR knows: a FrontendError names the op and what to do, instead of the parser's diagnostic."""
+    try:
+        return ir.Module.parse(text)
+    except ir.MLIRError as exc:
+        message = str(exc)
+        unknown = re.search(r"Dialect `([\w.]+)' not found for custom op '([\w.]+)'", message)
+        if unknown:
+            dialect, op = unknown.groups()
+            raise FrontendError(
+                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
+                "sort, topk, scatter and index_put that way) which MLIR's linalg cannot express and Slicer cannot "
+                "compile; compute that part outside the imported model, or write it with ops that lower to linalg"
+            ) from None
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        raise FrontendError(f"the MLIR torch-mlir produced for {what} does not parse with this MLIR: "
+                            f"{' '.join(lines[1:3]) or lines[0]}") from None
+
+
+__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse", "trace"]
