@@ -24,6 +24,12 @@ def rank_slices(mesh: Mesh, dist: DistType, rank: int) -> tuple[slice, ...]:
     return block_slices(Layout.get(mesh, dist.shape), dist, rank)
 
 
+def take_block(array: np.ndarray, dist: DistType, mesh: Mesh, rank: int) -> np.ndarray:
+    """`rank`'s block of the global `array` as a C-contiguous array (0-d values stay 0-d, unlike
+    `np.ascontiguousarray`)."""
+    return np.require(array[rank_slices(mesh, dist, rank)], requirements="C")
+
+
 def read_block(path: str | Path, dist: DistType, mesh: Mesh, rank: int, dtype: np.dtype) -> np.ndarray:
     path = Path(path)
     if not path.is_file():

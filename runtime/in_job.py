@@ -25,7 +25,7 @@ from slicer.core.errors import RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 
-from .blocks import rank_slices
+from .blocks import take_block
 from .executor import RankExecutor
 from .job import run_job, write_job
 from .rank import run_rank
@@ -66,8 +66,7 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
     check_job(comm, graph.mesh)
     executor = RankExecutor(graph, comm)
     rank = executor.rank
-    blocks = [np.require(a[rank_slices(graph.mesh, graph.values[n].dist, rank)], requirements="C")
-              for a, n in zip(arrays, graph.args)]
+    blocks = [take_block(a, graph.values[n].dist, graph.mesh, rank) for a, n in zip(arrays, graph.args)]
     results, _ = executor.run(blocks)
     gathered = comm.gather(results, root=0)
     # Collective, so only on success: a rank that failed must not wait in it for ranks still running.

@@ -16,7 +16,6 @@ refused. A request that gets no answer within `timeout` seconds ends the job the
 
 from __future__ import annotations
 
-import os
 import pickle
 import secrets
 import shutil

@@ -26,8 +26,8 @@ from slicer.lowering import KernelGraph
 
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob
+from .blocks import take_block
 from .simulator import assemble
-from .blocks import rank_slices
 
 KEEP_RANKS_ENV = "SLICER_KEEP_RANKS"
 _JOBS: dict[tuple, RankJob] = {}
@@ -67,7 +67,7 @@ def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mp
     mesh = graph.mesh
     try:
         job.request([("load", graph.to_json(), kernel_sources(kernels, backend), {})] * ranks)
-        replies = job.request([("step", {i: np.ascontiguousarray(a[rank_slices(mesh, graph.values[n].dist, r)])
+        replies = job.request([("step", {i: take_block(a, graph.values[n].dist, mesh, r)
                                          for i, (a, n) in enumerate(zip(arrays, graph.args))})
                                for r in range(ranks)])
     except RunError:

@@ -25,7 +25,7 @@ from slicer.core.arrays import as_array
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
-from .blocks import rank_slices
+from .blocks import take_block
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -84,7 +84,7 @@ class SessionPlan:
     def block(self, array: np.ndarray, index: int, rank: int) -> np.ndarray:
         """`rank`'s block of argument `index` taken from its global value."""
         g = self.graph
-        return np.ascontiguousarray(array[rank_slices(g.mesh, g.values[g.args[index]].dist, rank)])
+        return take_block(array, g.values[g.args[index]].dist, g.mesh, rank)
 
     def outputs(self, per_rank: list[dict[int, np.ndarray]]):
         """The returned results assembled from every rank's blocks (one array, or a tuple of several)."""

@@ -7,7 +7,8 @@ refusal itself is tested with the variable removed. Plans use the built-in cost 
 
 `make test` runs pytest with two workers (pytest-xdist), so an MPI job shares the cores with the other
 worker's tests: waiting ranks sleep between polls (`SLICER_MPI_YIELD=1`, see `slicer.runtime.mpiexec`)
-instead of spinning on a core another process needs.
+instead of spinning on a core another process needs. Untimed `Program.run` calls reuse warm ranks
+(`SLICER_KEEP_RANKS=1`, see `slicer.runtime.rank_pool`).
 
 Kernels are compiled once per run: every test, worker process and MPI rank shares one kernel cache,
 `build/test-kernel-cache/run-*` (`SLICER_CACHE_DIR`), made empty when the run starts and removed when it
@@ -31,6 +32,10 @@ os.environ.setdefault("SLICER_OVERSUBSCRIBE", "1")
 os.environ.setdefault("SLICER_COST_MODEL", "builtin")
 # MPI ranks share the cores with the other test worker: a waiting rank sleeps instead of spinning.
 os.environ.setdefault("SLICER_MPI_YIELD", "1")
+# Program.run reuses a job per rank count (slicer.runtime.rank_pool) instead of starting ranks for every call:
+# starting them is most of an MPI test's CPU. The launched path stays covered: timed runs, slicer-run and the
+# tests of test/mpi/test_rank_pool.py that turn it off.
+os.environ.setdefault("SLICER_KEEP_RANKS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_CACHES = REPO / "build" / "test-kernel-cache"

@@ -1,0 +1,61 @@
+"""Warm ranks (`SLICER_KEEP_RANKS=1`): Program.run reuses one job per rank count and environment, a failed job
+is dropped, and without the setting every run launches its own job."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import slicer
+from slicer.core.errors import RunError
+from slicer.runtime import rank_pool
+from slicer.runtime.rank import FAIL_RANK_ENV
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
+from session_programs import STEP, data  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def prog():
+    return slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+
+
+def kept_job():
+    return rank_pool._JOBS.get((2, None))
+
+
+def test_runs_reuse_the_kept_job_and_match_numpy(prog, monkeypatch):
+    monkeypatch.setenv(rank_pool.KEEP_RANKS_ENV, "1")
+    x, w = data()
+    y, w2 = prog.run(x, w, ranks=2)
+    job = kept_job()
+    assert job is not None and job.healthy
+    y_again, _ = prog.run(2 * x, w, ranks=2)
+    assert kept_job() is job  # the same ranks served the second run
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+    np.testing.assert_allclose(y_again, 2 * x @ w, rtol=1e-5)
+    np.testing.assert_array_equal(w2, 2 * w)
+
+
+def test_another_environment_gets_another_job_and_a_failed_job_is_dropped(prog, monkeypatch):
+    monkeypatch.setenv(rank_pool.KEEP_RANKS_ENV, "1")
+    x, w = data()
+    prog.run(x, w, ranks=2)
+    first = kept_job()
+    monkeypatch.setenv(FAIL_RANK_ENV, "1:step0")  # ranks read it when they start: a new job must serve
+    with pytest.raises(RunError, match="rank 1"):
+        prog.run(x, w, ranks=2)
+    assert not first.healthy and kept_job() is None  # replaced, and the failed one dropped
+    monkeypatch.delenv(FAIL_RANK_ENV)
+    y, _ = prog.run(x, w, ranks=2)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+
+
+def test_without_the_setting_a_run_launches_its_own_job(prog, monkeypatch):
+    monkeypatch.setenv(rank_pool.KEEP_RANKS_ENV, "0")
+    rank_pool.close_all()
+    x, w = data()
+    (y, _), timings = prog.run(x, w, ranks=2, return_timings=True)
+    assert kept_job() is None and timings.ranks == 2
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5)
