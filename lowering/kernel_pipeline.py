@@ -63,6 +63,9 @@ _LINALG: Stage = (
         "func.func(convert-elementwise-to-linalg)",
         # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
         "linalg-fuse-elementwise-ops",
+        # x ** n with an integer n (torch's x ** 2 and its backward): LLVM's powi takes a scalar exponent only,
+        # and a vectorized body would give it a vector; constant exponents become multiplications, others powf.
+        "func.func(math-expand-ops{ops=fpowi})",
         "canonicalize",
         "cse",
         # Fusion and CSE can make two results one value: each gets its own buffer (see lowering/results.py).

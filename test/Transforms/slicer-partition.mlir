@@ -225,3 +225,99 @@ func.func @reshard_2x4(%a: tensor<8x16xf32> {slicer.sharding = #slicer.sharding<
   }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x16xf32>
   return %0 : tensor<8x16xf32>
 }
+
+// -----
+
+// Partial sums added before one reduction (Megatron's backward: dq Wq + dk Wk + dv Wv, each a sum loop over
+// y): the elementwise sum (a * 2 + b) - c is linear in the three partial inputs, so each device adds its
+// terms and one all_reduce of the sum replaces three; the scale 2 is free (a constant).
+// CHECK-LABEL: func.func @partial_terms_added
+// CHECK-NOT: shard.
+// CHECK: %[[S:.*]] = linalg.generic {{.*}}slicer.dist = ["{{\[\[}}],[]] partial=[y]"]
+// CHECK-NOT: shard.
+// CHECK: %[[R:.*]] = shard.all_reduce %[[S]] on @mesh grid_axes = [0]
+// CHECK-NOT: shard.
+// CHECK: return %[[R]]
+"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 2>} : () -> ()
+func.func @partial_terms_added(%x: tensor<4x8xf32>, %wa: tensor<8x8xf32>, %wb: tensor<8x8xf32>, %wc: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %a = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 2>):
+    %xb = "slicer.slice"(%x, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 2>) -> tensor<4x4xf32>
+    %wb0 = "slicer.slice"(%wa, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%xb, %wb0 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %b = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 2>):
+    %xb = "slicer.slice"(%x, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 2>) -> tensor<4x4xf32>
+    %wb1 = "slicer.slice"(%wb, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%xb, %wb1 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %c = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 2>):
+    %xb = "slicer.slice"(%x, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 2>) -> tensor<4x4xf32>
+    %wb2 = "slicer.slice"(%wc, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%xb, %wb2 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %e = tensor.empty() : tensor<4x8xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]} ins(%a, %b, %c : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%ia: f32, %ib: f32, %ic: f32, %o: f32):
+    %two = arith.constant 2.0 : f32
+    %a2 = arith.mulf %ia, %two : f32
+    %ab = arith.addf %a2, %ib : f32
+    %abc = arith.subf %ab, %ic : f32
+    linalg.yield %abc : f32
+  } -> tensor<4x8xf32>
+  return %s : tensor<4x8xf32>
+}
+
+// -----
+
+// Not linear (a product of two partial sums): each is reduced before the op, which computes replicated.
+// CHECK-LABEL: func.func @partial_terms_multiplied
+// CHECK-COUNT-2: shard.all_reduce
+// CHECK-NOT: shard.
+// CHECK: linalg.generic {{.*}}slicer.dist = ["{{\[\[}}],[]]"]
+// CHECK-NOT: shard.
+// CHECK: return
+"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 2>} : () -> ()
+func.func @partial_terms_multiplied(%x: tensor<4x8xf32>, %wa: tensor<8x8xf32>, %wb: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %a = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 2>):
+    %xb = "slicer.slice"(%x, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 2>) -> tensor<4x4xf32>
+    %wb0 = "slicer.slice"(%wa, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%xb, %wb0 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %b = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"y", 2>):
+    %xb = "slicer.slice"(%x, %r) {dim = 1 : i64} : (tensor<4x8xf32>, !slicer.range<"y", 2>) -> tensor<4x4xf32>
+    %wb1 = "slicer.slice"(%wb, %r) {dim = 0 : i64} : (tensor<8x8xf32>, !slicer.range<"y", 2>) -> tensor<4x8xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    %p = linalg.matmul ins(%xb, %wb1 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+    tosa.yield %p : tensor<4x8xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x8xf32>
+  %e = tensor.empty() : tensor<4x8xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]} ins(%a, %b : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%ia: f32, %ib: f32, %o: f32):
+    %ab = arith.mulf %ia, %ib : f32
+    linalg.yield %ab : f32
+  } -> tensor<4x8xf32>
+  return %s : tensor<4x8xf32>
+}

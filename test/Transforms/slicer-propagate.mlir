@@ -348,3 +348,40 @@ func.func @hoist(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
   }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 2>} : () -> ()
+// A 2-D loop nest with two consumers keeps its loops; a consumer in another x loop reads the device's own
+// block through a slice, and sees the inner y tiling through it: it is pulled into a y loop (its operand
+// sliced again by y), not computed whole over y (which would all-gather the block over y).
+// CHECK-LABEL: func.func @own_block_inner_tiling
+// CHECK: %[[L:.*]] = "slicer.loop"
+// CHECK: "slicer.loop"() ({
+// CHECK: ^bb0(%[[RX:.*]]: !slicer.range<"x"
+// CHECK: %[[B:.*]] = "slicer.slice"(%[[L]], %[[RX]]) {dim = 0 : i64}
+// CHECK: "slicer.loop"() ({
+// CHECK: ^bb0(%[[RY:.*]]: !slicer.range<"y"
+// CHECK: %[[BY:.*]] = "slicer.slice"(%[[B]], %[[RY]]) {dim = 1 : i64}
+// CHECK: arith.negf %[[BY]] : tensor<2x4xf32>
+// CHECK: }) {action = #slicer.tile<1 : i64>
+func.func @own_block_inner_tiling(%a: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %l = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %m = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 2>):
+      %ab = "slicer.slice"(%a, %rx) {dim = 0 : i64} : (tensor<4x8xf32>, !slicer.range<"x", 2>) -> tensor<2x8xf32>
+      %abb = "slicer.slice"(%ab, %ry) {dim = 1 : i64} : (tensor<2x8xf32>, !slicer.range<"y", 2>) -> tensor<2x4xf32>
+      %x = math.exp %abb : tensor<2x4xf32>
+      tosa.yield %x : tensor<2x4xf32>
+    }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<2x8xf32>
+    tosa.yield %m : tensor<2x8xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<4x8xf32>
+  %c = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %lb = "slicer.slice"(%l, %rx) {dim = 0 : i64} : (tensor<4x8xf32>, !slicer.range<"x", 2>) -> tensor<2x8xf32>
+    %n = arith.negf %lb : tensor<2x8xf32>
+    tosa.yield %n : tensor<2x8xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<4x8xf32>
+  return %c, %l : tensor<4x8xf32>, tensor<4x8xf32>
+}

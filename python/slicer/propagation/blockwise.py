@@ -133,14 +133,48 @@ class Candidate:
 
 
 def forward_candidates(op: ir.Operation) -> list[Candidate]:
-    """Operands of `op` produced by tile loops, earliest tactic first."""
+    """Operands of `op` produced by tile loops, earliest tactic first: a tile loop's result, or a device's own
+    block of one (`slice(loop_tile<d>_A(r -> M(r)), d, r)`) whose body yields the result of an inner tile loop
+    `M` over other axes (`own_block_tiling`)."""
     found = []
     for index, value in enumerate(op.operands):
-        loop_and_result = tile_loop_of(value)
+        loop_and_result = tile_loop_of(value) or own_block_tiling(value)
         if loop_and_result is not None:
             producer, _ = loop_and_result
             found.append(Candidate(index, producer, producer.action.dim))
     return sorted(found, key=lambda c: (priority(c.producer), c.operand))
+
+
+def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
+    """(inner loop, result index) when `value` is `slice(L, d, r)`, a device's own block of the result of a
+    tile<d> loop `L` (`r` over `L`'s axes, inside a loop over them), and `L`'s body yields for that result the
+    result of a tile loop `M` over other axes: the block is tiled as `M` tiles it.
+
+    A value of a 2-D loop nest with several consumers keeps its loops (deforestation gives a body away to one
+    consumer only), and a consumer in another loop over the outer axes reads its own block through a slice.
+    Without looking through the slice that consumer would not see the inner tiling and compute replicated
+    over the inner axes, each block gathered first (data + Megatron: the heads of Q, K and V all-gathered over
+    y for every use in the backward pass); with it, the consumer is pulled into a loop over the inner axes
+    like a consumer of `M` itself (its operand sliced again: the device's own block, no communication)."""
+    owner = defining_op(value)
+    if owner is None or owner.name != SLICE:
+        return None
+    view = SliceOp(owner)
+    outer = tile_loop_of(view.source)
+    if outer is None:
+        return None
+    loop_op, index = outer
+    if view.dim != loop_op.action.dim or view.range_value.type != loop_op.range_arg.type:
+        return None
+    terminator = loop_op.terminator
+    if terminator is None or terminator.name != YIELD:
+        return None
+    inner = tile_loop_of(terminator.operands[index])
+    if inner is None or as_op(inner[0].operation).block != loop_op.body:
+        return None
+    if set(inner[0].range.axes) & set(loop_op.range.axes):
+        return None
+    return inner
 
 
 def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:

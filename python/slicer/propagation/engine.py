@@ -303,7 +303,11 @@ class _Worklist(RewriteListener):
             around += _loops_around(user, self.function)
         for loop_op in around:
             touched.append(loop_op)
-            touched += [as_op(use.owner) for result in loop_op.results for use in result.uses]
+            users = [as_op(use.owner) for result in loop_op.results for use in result.uses]
+            touched += users
+            # A consumer of a device's own block may now see an inner tiling (blockwise.own_block_tiling).
+            touched += [as_op(use.owner) for user in users if user.name == SLICE
+                        for result in user.results for use in result.uses]
         for op in touched:
             if self.known(op):
                 self.push(op)

@@ -18,6 +18,7 @@ from slicer.core.linalg_facts import PARALLEL, REDUCTION, is_linalg_op
 
 from .explicit import explicit_rule, kept_dims
 from .from_linalg import linalg_rule
+from .linearity import linear_in
 from .table import DimUse, OpRule, RuleOutcome
 
 
@@ -34,4 +35,4 @@ def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     return rule
 
 
-__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "kept_dims", "rule_for"]
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "kept_dims", "linear_in", "rule_for"]

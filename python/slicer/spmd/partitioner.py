@@ -16,6 +16,8 @@ NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --
 The typing rules (see docs/partition.md):
 - argument: its requested `slicer.sharding`, else inferred from its uses (`slicer.spmd.infer`);
 - plain op (context C): every tensor operand is converted to *replicated*; results are replicated;
+  except an elementwise op linear in two or more partial sums over the same axes (`slicer.rules.linear_in`):
+  it adds their terms on each device and its result is partial (one reduction of the sum, not one per term);
 - a value used in a deeper context than it was defined in first loses the axes of the new loops (its
   family member is the same for every index of those loops);
 - `slice(v, d, r)` with `r` over axes A: `v` is converted to the type with A as the major tiles of dim d
@@ -37,6 +39,7 @@ from mlir.dialects import func as func_d
 from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
+from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
 from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
                                FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
                                RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
@@ -44,6 +47,7 @@ from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, CONFLICT_ATT
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
+from slicer.rules import linear_in
 
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
@@ -261,11 +265,14 @@ class _FunctionPartitioner:
 
     # -- plain ops -----------------------------------------------------------------------------------------
     def process_plain(self, op: ir.Operation, context: frozenset[str]) -> None:
+        kept, partial = self.partial_terms(op, context)
         for index, operand in enumerate(op.operands):
             if RangeType.is_range(operand.type):
                 raise self.fail(op, f"'{op.name}' uses a !slicer.range; only 'slicer.slice' may")
             entry = self.lookup(operand)
-            if entry is not None:
+            if entry is not None and index in kept:
+                op.operands[index] = entry.local
+            elif entry is not None:
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
         for nested in _nested_ops(op):
@@ -279,11 +286,40 @@ class _FunctionPartitioner:
             shape = tensor_shape(result)
             if shape is None:
                 continue
-            t = replicated(shape)
-            self.env[result] = _Entry(result, t, context, f"'{op.name}'", op.location)
+            t = DistType(shape, replicated(shape).dims, partial) if partial else replicated(shape)
+            origin = f"'{op.name}'" + (f" of partial sums over [{','.join(partial)}]" if partial else "")
+            self.env[result] = _Entry(result, t, context, origin, op.location)
             dists.append(t)
         if dists:
             op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context)) for t in dists])
+
+    def partial_terms(self, op: ir.Operation, context: frozenset[str]) -> tuple[frozenset[int], tuple[str, ...]]:
+        """(operands taken as they are, the axes the result is a partial sum over): an elementwise op linear in
+        two or more inputs that are partial sums over the same axes (replicated otherwise, of the result's
+        shape) adds their terms on each device, and its result is a partial sum (`slicer.rules.linear_in`):
+        one reduction of the sum instead of one per term (Megatron's backward: dq Wq + dk Wk + dv Wv). Only
+        when it saves a reduction: fewer of those inputs than there are have other users (each of those is
+        reduced anyway). Else nothing is kept: every operand is converted to replicated."""
+        none = (frozenset(), ())
+        if not is_linalg_op(op) or not has_operand_segments(op) or len(op.results) != 1 or tensor_shape(op.results[0]) is None:
+            return none
+        shape = tensor_shape(op.results[0])
+        terms: dict[int, _Entry] = {}
+        for index in range(input_count(op)):
+            entry = self.lookup(op.operands[index])
+            if entry is not None and entry.type.partial:
+                terms[index] = entry
+        if len(terms) < 2:
+            return none
+        axes = next(iter(terms.values())).type.partial
+        for entry in terms.values():
+            if (entry.type.partial != axes or entry.type.shape != shape or any(entry.type.dims)
+                    or not entry.context <= context or set(axes) & context):
+                return none
+        reused = sum(1 for i in terms if any(use.owner.operation != op for use in op.operands[i].uses))
+        if reused >= len(terms) or linear_in(op, set(terms)) is not None:
+            return none
+        return frozenset(terms), axes
 
     # -- slices --------------------------------------------------------------------------------------------
     def process_slice(self, op: ir.Operation, context: frozenset[str]) -> None:

@@ -6,8 +6,9 @@ producing it to its last use, a node's inputs and outputs together) plus the scr
 of collectives allocates besides its input and output block (`slicer.runtime.plan_executor`): a
 `reduce_scatter` along a dim that is not the block's leading one packs its input once, and half-precision
 reductions widen to f32 (MPI has no portable f16 sum). Scratch inside kernels and inside MPI is not counted.
-The unpartitioned program is the same function run whole on one device as one kernel: its arguments and
-results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
+The unpartitioned program is counted the same way (`unpartitioned_peak`): the same nodes and liveness, every
+value whole and a collective's output the same value as its input, so both figures include what is held between
+kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
 (`slicer.runtime.buffer_tracker`).
 
 Blocks are even (every dim divides by its tiles), so every device holds blocks of the same sizes: one figure
@@ -139,6 +140,51 @@ def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
     return scratch
 
 
+def unpartitioned_peak(graph: KernelGraph) -> int:
+    """The peak of the unpartitioned program counted as the partitioned one is: the same liveness over the same
+    nodes (values live from their kernel to their last use, results to the end), each value whole, and a
+    collective's output the same value as its input (nothing moves on one device). So both figures count the
+    values held between kernels (a training step's activations kept for the backward pass, its gradients), not
+    only the arguments and results; inside kernels neither counts scratch.
+
+    A value's whole size: its global shape (`dist.shape`), times the devices of its loop axes (`varying`: each
+    holds another member of the family, e.g. another head's block) unless it is a partial sum or the input of a
+    reduction (its members are terms of one value)."""
+    identity: dict[str, str] = {}
+    reduced: set[str] = set()
+    for node in graph.nodes:
+        if isinstance(node, CollectiveNode):
+            identity[node.output] = identity.get(node.input, node.input)
+            if isinstance(node.step, (AllReduce, ReduceScatter)):
+                reduced.add(node.input)
+
+    def whole(name: str) -> int:
+        value = graph.values[name]
+        count = int(np.prod(value.dist.shape, dtype=np.int64)) * value.numpy_dtype.itemsize
+        if value.varying and not value.dist.partial and name not in reduced:
+            count *= int(np.prod([graph.mesh.size(a) for a in value.varying], dtype=np.int64))
+        return count
+
+    size: dict[str, int] = {}
+    for name in graph.values:
+        key = identity.get(name, name)
+        size[key] = max(size.get(key, 0), whole(name))
+    last_use: dict[str, int] = {}
+    for name, index in graph.last_uses().items():
+        key = identity.get(name, name)
+        last_use[key] = max(last_use.get(key, index), index)
+    live = {identity.get(n, n): size[identity.get(n, n)] for n in graph.args}
+    peak = sum(live.values())
+    for index, node in enumerate(graph.nodes):
+        if not isinstance(node, CollectiveNode):
+            for name in node.outputs:
+                live[identity.get(name, name)] = size[identity.get(name, name)]
+            peak = max(peak, sum(live.values()))
+        for key in [k for k in live if last_use.get(k, -1) <= index]:
+            del live[key]
+    return peak
+
+
 def _type(graph: KernelGraph, name: str, dist=None) -> str:
     v = graph.values[name]
     dist = dist or v.dist
@@ -165,6 +211,6 @@ def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None 
             timeline[index + 1] = (f"{label} (+{_size(extra)} scratch)" if extra else label, live + extra)
     at = max(range(len(timeline)), key=lambda i: (timeline[i][1], -i))
     when = "at the start (arguments)" if at == 0 else f"during {timeline[at][0]}"
-    unpartitioned = sum(b.global_bytes for b in arguments) + sum(b.global_bytes for b in results)
+    unpartitioned = unpartitioned_peak(graph)
     return MemoryReport(graph.mesh.device_count, arguments, results, tuple(timeline), timeline[at][1], when,
                         unpartitioned).with_measured(timings)

@@ -308,3 +308,53 @@ def test_a_reduction_outside_the_lane_then_an_op_writing_its_buffer(cache_dir, d
     neg, twice = compile_library(text, cache_dir=cache_dir)["f"](a, b, x)
     np.testing.assert_allclose(neg, -(a @ b), rtol=1e-6)
     np.testing.assert_allclose(twice, 2 * x.sum(1), rtol=1e-6)
+
+
+POWI = """
+func.func @powi(%x: tensor<3x40xf32>, %n: tensor<3x40xi32>) -> tensor<5x3x40xf32> {{
+  %e = tensor.empty() : tensor<5x3x40xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<(p, i, j) -> (i, j)>, affine_map<(p, i, j) -> (i, j)>,
+      affine_map<(p, i, j) -> (p, i, j)>], iterator_types = ["parallel", "parallel", "parallel"]}}
+      ins(%x, %n : tensor<3x40xf32>, tensor<3x40xi32>) outs(%e : tensor<5x3x40xf32>) {{
+  ^bb0(%a: f32, %k: i32, %o: f32):
+    %p = linalg.index 0 : index
+    %c2 = arith.constant 2 : i64
+    %c3 = arith.constant 3 : i64
+    %cm2 = arith.constant -2 : i64
+    %c0 = arith.constant 0 : i64
+    %sq = math.fpowi %a, %c2 : f32, i64
+    %cu = math.fpowi %a, %c3 : f32, i64
+    %inv = math.fpowi %a, %cm2 : f32, i64
+    %one = math.fpowi %a, %c0 : f32, i64
+    %any = math.fpowi %a, %k : f32, i32
+    %pi = arith.index_cast %p : index to i32
+    %i0 = arith.constant 0 : i32
+    %i1 = arith.constant 1 : i32
+    %i2 = arith.constant 2 : i32
+    %i3 = arith.constant 3 : i32
+    %is0 = arith.cmpi eq, %pi, %i0 : i32
+    %is1 = arith.cmpi eq, %pi, %i1 : i32
+    %is2 = arith.cmpi eq, %pi, %i2 : i32
+    %is3 = arith.cmpi eq, %pi, %i3 : i32
+    %s3 = arith.select %is3, %one, %any : f32
+    %s2 = arith.select %is2, %inv, %s3 : f32
+    %s1 = arith.select %is1, %cu, %s2 : f32
+    %s0 = arith.select %is0, %sq, %s1 : f32
+    linalg.yield %s0 : f32
+  }} -> tensor<5x3x40xf32>
+  return %r : tensor<5x3x40xf32>
+}}
+"""
+
+
+def test_integer_powers_compile_ahead_of_time(cache_dir):
+    """math.fpowi (torch's x ** 2 and its backward) in a vectorized body: LLVM's powi takes a scalar exponent
+    only, so the kernel pipeline expands them first (math-expand-ops: constant exponents become
+    multiplications, others math.powf); all equal numpy."""
+    kernel = compile_library(POWI.format(), cache_dir=cache_dir)["powi"]
+    x = (RNG.standard_normal((3, 40)) + 2.5).astype(np.float32)
+    n = RNG.integers(-3, 4, (3, 40)).astype(np.int32)
+    got = kernel(x, n)
+    x64 = x.astype(np.float64)
+    for index, want in enumerate([x64 ** 2, x64 ** 3, x64 ** -2.0, np.ones_like(x64), x64 ** n.astype(np.float64)]):
+        np.testing.assert_allclose(got[index], want, rtol=2e-6)
