@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ from mlir.dialects import builtin
 from slicer.core.errors import Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
 from slicer.core.reproducer import save_reproducer
-from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
+from slicer.core.names import CONFLICT_ATTR, LINALG_PREFIX, LOOP, SLICE
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import SliceOp, walk_ops
 
@@ -187,6 +188,9 @@ class _Worklist(RewriteListener):
         self.queued: dict[int, _Entry] = {}  # op_id -> its live entry
         self.counter = 0
         self._step: dict | None = None
+        # The late phase's memory (`rewrite_late`): every loop whose subtree ends before this key answered no to
+        # the late laws, and nothing at or before its key changed since.
+        self.late_settled_before = -math.inf
         self._renumber(queue_all=True)
 
     # -- keys and the queue ---------------------------------------------------------------------------
@@ -198,6 +202,7 @@ class _Worklist(RewriteListener):
         ids = [op_id(op) for op in ops]
         queued = set(self.queued)
         had_key = self.key
+        self.late_settled_before = -math.inf  # keys change: nothing is known settled
         self.key = {i: float(n) for n, i in enumerate(ids)}
         self.keys = list(self.key.values())
         for entry in self.queued.values():
@@ -229,6 +234,7 @@ class _Worklist(RewriteListener):
             key = self.key.pop(i, None)
             if key is not None:
                 del self.keys[bisect.bisect_left(self.keys, key)]
+                self._changed_at(key)
             if erased and self._step is not None:
                 self._step["erased"].add(i)
 
@@ -250,12 +256,31 @@ class _Worklist(RewriteListener):
         return False
 
     def rewrite_late(self, journal: Journal) -> bool:
-        """The late laws (fusion), asked of every loop in pre-order once the others are at their fixpoint."""
-        for op in walk_ops(self.function, LOOP):
+        """The late laws (fusion), asked of every loop in pre-order once the others are at their fixpoint.
+
+        A loop whose subtree ends before `late_settled_before` is not asked again: it answered no at an earlier
+        walk, and the answer of a loop depends only on its block from the first loop it could fuse with to
+        the end of its own subtree (`fusion.fuse_sibling_loops`: the values it reads, their users before it,
+        the ops in between), where nothing changed since (every rewrite lowers the key to the first position
+        it touched: `_changed_at`). Without it, each fusion made the late phase walk and ask every loop again
+        (quadratic: most of a ZeRO training step's propagation time)."""
+        settled = self.late_settled_before
+        for op in _loops_in(self.function):
+            end = self.key.get(op_id(_last_inside(op)))
+            if end is not None and end < settled:
+                continue
+            key = self.key.get(op_id(op))
+            self.late_settled_before = key if key is not None else -math.inf  # lowered by the rewrite's changes
             if _ask(op, journal, LATE_LAWS):
                 self.after()
                 return True
+            self.late_settled_before = settled
         return False
+
+    def _changed_at(self, key: float) -> None:
+        """A rewrite changed the program at `key` (an op erased, moved, made or given new operands there)."""
+        if key < self.late_settled_before:
+            self.late_settled_before = key
 
     # -- the listener -----------------------------------------------------------------------------------
 
@@ -268,6 +293,9 @@ class _Worklist(RewriteListener):
         lo = self.keys[index - 1] if index else hi - 1.0
         producers = [p for p in map(defining_op, captured_values(op)) if p is not None]
         users = [as_op(use.owner) for result in op.results for use in result.uses]
+        for changed in [op, *users]:  # new ops go after `lo`; the rewritten op and its users change
+            self._changed_at(self.key.get(op_id(changed), lo))
+        self._changed_at(lo)
         # Ops are told apart by address: an erased op's Python object raises when touched, and the object a
         # walk gives for an op need not be the one a law holds.
         held = lambda ops: [(o, op_id(o)) for o in ops]  # noqa: E731
@@ -297,18 +325,18 @@ class _Worklist(RewriteListener):
             touched.append(producer)
             if producer.name in (SLICE, LOOP):
                 touched += [as_op(use.owner) for result in producer.results for use in result.uses]
-        around = alive(step["outer"])
+        around = {op_id(o): o for o in alive(step["outer"])}
         for user in seeds:
             touched.append(user)
-            around += _loops_around(user, self.function)
-        for loop_op in around:
+            around.update((op_id(o), o) for o in _loops_around(user, self.function))
+        for loop_op in around.values():  # each once: the seeds of a big rewrite share their loops
             touched.append(loop_op)
             users = [as_op(use.owner) for result in loop_op.results for use in result.uses]
             touched += users
             # A consumer of a device's own block may now see an inner tiling (blockwise.own_block_tiling).
             touched += [as_op(use.owner) for user in users if user.name == SLICE
                         for result in user.results for use in result.uses]
-        for op in touched:
+        for op in {op_id(o): o for o in touched}.values():
             if self.known(op):
                 self.push(op)
                 if op.name in (SLICE, LOOP):
@@ -358,6 +386,37 @@ class _Worklist(RewriteListener):
             self.key[op_id(op)] = key
             bisect.insort(self.keys, key)
         return fresh
+
+
+def _loops_in(root: ir.Operation) -> list[ir.Operation]:
+    """The loops nested in `root`, in pre-order (what `walk_ops(root, LOOP)` finds), without entering the
+    bodies of linalg ops, which hold scalar code and no loop: most of a program's ops."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        name = op.name
+        if name == LOOP:
+            found.append(as_op(op))
+        elif name.startswith(LINALG_PREFIX):
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    as_op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
+    return [op for op in found if op != root]
+
+
+def _last_inside(op: ir.Operation) -> ir.Operation:
+    """The last op of `op`'s subtree in pre-order (`op` itself when its regions are empty)."""
+    while len(op.regions):
+        region = op.regions[len(op.regions) - 1]
+        blocks = region.blocks
+        if not len(blocks):
+            break
+        operations = blocks[len(blocks) - 1].operations
+        if not len(operations):
+            break
+        op = as_op(operations[len(operations) - 1])
+    return op
 
 
 def _loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:

@@ -30,7 +30,8 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
                 or first.mesh != second.mesh):
             continue
-        if len({str(r.type) for r in first.results + second.results}) != 1:
+        types = [r.type for r in first.results + second.results]
+        if any(t != types[0] for t in types[1:]):
             continue  # a loop's results share one type (see _make_loop)
         if _depends_on(op, earlier):
             continue
