@@ -104,8 +104,10 @@ def start_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, env: 
     """Start `argv` on `ranks` MPI ranks in a process group of its own, without waiting; `end_job` ends it.
     The job also ends when this process dies (Linux)."""
     command, environment = spmd_command(ranks, argv, mpiexec=mpiexec, env=env)
-    return subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=environment,
-                            start_new_session=True, preexec_fn=_die_with_parent)
+    # stdin from /dev/null: Hydra forwards its stdin to rank 0, so a job that outlives a call (warm ranks, a
+    # session) would otherwise read what the launching process's own stdin receives afterwards.
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=True,
+                            env=environment, start_new_session=True, preexec_fn=_die_with_parent)
 
 
 def end_job(process: subprocess.Popen) -> None:

@@ -59,3 +59,26 @@ def test_without_the_setting_a_run_launches_its_own_job(prog, monkeypatch):
     (y, _), timings = prog.run(x, w, ranks=2, return_timings=True)
     assert kept_job() is None and timings.ranks == 2
     np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+
+
+def test_a_kept_job_leaves_the_launching_process_stdin_alone(tmp_path):
+    """Hydra forwards its stdin to rank 0: a job kept up must not take what the launcher's stdin receives
+    (the fuzzer's workers read their requests there)."""
+    import os
+    import subprocess
+
+    script = tmp_path / "reads_stdin.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent.parent / 'unit' / 'runtime')!r})
+import slicer
+from session_programs import STEP, data
+prog = slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+prog.run(*data(), ranks=2)
+import time; time.sleep(1.0)  # the kept job is up while the line waits in the pipe
+print("read:", sys.stdin.readline().strip())
+""")
+    done = subprocess.run([sys.executable, str(script)], input="a request\n", capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, SLICER_KEEP_RANKS="1"))
+    assert done.returncode == 0, done.stderr
+    assert "read: a request" in done.stdout
