@@ -68,7 +68,8 @@ class Program:
 
     def explain(self, timings: Timings | None = None) -> str:
         """The readable report: distributed types, collectives with bytes per device, propagation, memory per
-        device (with the peaks the ranks measured when `timings` of a run are given), kernels."""
+        device (with the peaks the ranks measured when `timings` of a run are given; by role for a training
+        step: parameters, optimizer state, batch, activations and gradients), kernels."""
         with make_context():
             collectives = report(ir.Module.parse(self.spmd)).text()
         g = self.graph
@@ -96,7 +97,8 @@ class Program:
         """Bytes per device: argument and result blocks, the peak of live blocks during the run (kernel-graph
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
-        return memory_report(self.graph, self.original, timings)
+        roles = self.imported.arg_roles if self.imported is not None else ()
+        return memory_report(self.graph, self.original, timings, roles)
 
     def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",

@@ -40,6 +40,9 @@ class Block:
     global_bytes: int
 
 
+ROLE_TITLES = {"input": "batch", "parameter": "parameters", "buffer": "buffers", "state": "optimizer state"}
+
+
 @dataclass(frozen=True)
 class MemoryReport:
     """Bytes per device of a compiled program (see the module docstring); `measured`: per rank, after a run."""
@@ -52,6 +55,7 @@ class MemoryReport:
     peak_when: str
     unpartitioned_peak: int
     measured: tuple[int, ...] = ()
+    roles: tuple[str, ...] = ()  # per argument, when the program says (an imported training step)
 
     @property
     def argument_bytes(self) -> int:
@@ -72,7 +76,22 @@ class MemoryReport:
     def with_measured(self, timings: Timings | None) -> "MemoryReport":
         peaks = tuple(timings.peak_bytes) if timings is not None else ()
         return MemoryReport(self.devices, self.arguments, self.results, self.timeline, self.peak, self.peak_when,
-                            self.unpartitioned_peak, peaks)
+                            self.unpartitioned_peak, peaks, self.roles)
+
+    def by_role(self) -> dict[str, tuple[int, int]]:
+        """What a training step holds, per device and unpartitioned: its arguments by role (parameters, buffers,
+        optimizer state, the batch), and what it computes ("activations and gradients": the peak less the
+        arguments, the values made during the step and held at its peak, new parameters and state
+        included). Empty when the arguments have no roles."""
+        if len(self.roles) != len(self.arguments):
+            return {}
+        out: dict[str, tuple[int, int]] = {}
+        for role, block in zip(self.roles, self.arguments):
+            mine, whole = out.get(ROLE_TITLES.get(role, role), (0, 0))
+            out[ROLE_TITLES.get(role, role)] = (mine + block.bytes_per_device, whole + block.global_bytes)
+        out["activations and gradients"] = (max(self.peak - self.argument_bytes, 0),
+                                            max(self.unpartitioned_peak - self.unpartitioned_argument_bytes, 0))
+        return out
 
     def text(self) -> str:
         lines = [f"memory per device ({self.devices} devices, each holding blocks of the same sizes; "
@@ -90,6 +109,11 @@ class MemoryReport:
         lines.append(f"  {'peak:':<11}{_size(self.peak):>20}   {self.peak_when}; unpartitioned "
                      f"{_size(self.unpartitioned_peak)}{_ratio(self.unpartitioned_peak, self.peak)}")
         lines.append("    live blocks: " + ", ".join(f"{when} {_short(b)}" for when, b in self.timeline))
+        roles = self.by_role()
+        if roles:
+            lines.append("  by role (per device; unpartitioned):")
+            for title, (mine, whole) in roles.items():
+                lines.append(f"    {title + ':':<27}{_size(mine):>20}   unpartitioned {_size(whole)}{_ratio(whole, mine)}")
         if self.measured:
             lines.append(f"  {'measured:':<11}{_size(max(self.measured)):>20}   {self.measured_text()}")
         return "\n".join(lines)
@@ -191,8 +215,10 @@ def _type(graph: KernelGraph, name: str, dist=None) -> str:
     return f"{v.dtype}{list(dist.shape)} as {dist}"
 
 
-def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None = None) -> MemoryReport:
-    """The memory figures of `graph` (`source`: the program's text, for the arguments' names)."""
+def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None = None,
+                  roles: tuple[str, ...] = ()) -> MemoryReport:
+    """The memory figures of `graph` (`source`: the program's text, for the arguments' names; `roles`: what each
+    argument is, for `MemoryReport.by_role`)."""
     names = source_names(graph, source) if source else {}
     itemsize = {name: v.numpy_dtype.itemsize for name, v in graph.values.items()}
 
@@ -213,4 +239,4 @@ def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None 
     when = "at the start (arguments)" if at == 0 else f"during {timeline[at][0]}"
     unpartitioned = unpartitioned_peak(graph)
     return MemoryReport(graph.mesh.device_count, arguments, results, tuple(timeline), timeline[at][1], when,
-                        unpartitioned).with_measured(timings)
+                        unpartitioned, roles=tuple(roles)).with_measured(timings)
