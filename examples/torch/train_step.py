@@ -6,7 +6,7 @@ Shared by the tests (test/unit/frontends/test_training_step.py, test/mpi/test_tr
     python examples/torch/train_step.py --ranks 2       # the same on 2 MPI ranks
 
 It times the import and `slicer.compile` of the step under data parallel (the batch over x=2), runs 5 steps
-feeding each step's results back as the next step's arguments (`result_names` say which), and prints the losses
+in a session (`Program.session`: parameters and optimizer state stay on the ranks), and prints the losses
 next to torch's (torch.optim, foreach=False) and the largest relative error of the final parameters.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -87,21 +86,12 @@ def torch_steps(model, loss_fn, batch, optimizer, steps: int):
     return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
 
 
-def slicer_steps(prog, step, batch, steps: int, ranks=None):
-    """(losses, final values of every bound argument by name): `steps` runs of `prog` (compiled from the
-    imported `step`), each result named like an argument written into that argument's bound tensor before
-    the next run (the program reads its bound tensors when it runs)."""
-    bound = {n: torch.as_tensor(v).clone() for n, v in zip(step.parameter_names, step.parameters)}
-    # the same program with private copies bound, so the model's own tensors are left alone
-    prog = dataclasses.replace(prog, imported=dataclasses.replace(step, parameters=tuple(bound.values())))
-    losses = []
-    for _ in range(steps):
-        results = prog.run(*batch, ranks=ranks, timeout=300)
-        losses.append(float(results[0]))
-        with torch.no_grad():
-            for name, value in zip(step.result_names[1:], results[1:]):
-                bound[name].copy_(torch.from_numpy(np.asarray(value)))
-    return losses, {n: v.numpy() for n, v in bound.items()}
+def slicer_steps(prog, batch, steps: int, ranks=None):
+    """(losses, final state by argument name): `steps` steps of `prog` (a compiled training step) in a session
+    (`Program.session`: the parameters and optimizer state stay where they run, each step sends the batch)."""
+    with prog.session(ranks=ranks, timeout=300) as session:
+        losses = [float(session.step(*batch)) for _ in range(steps)]
+        return losses, session.state_dict()
 
 
 def relative_error(got, want) -> float:
@@ -112,11 +102,11 @@ def relative_error(got, want) -> float:
     return diff / norm if norm else diff
 
 
-def compare(model, loss_fn, batch, optimizer, prog, step, steps: int = 5, ranks=None) -> tuple[float, float]:
+def compare(model, loss_fn, batch, optimizer, prog, steps: int = 5, ranks=None) -> tuple[float, float]:
     """(largest relative error of the losses, of the final parameters) of `steps` steps of `prog` against
     torch eager."""
     want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, steps)
-    got_losses, got_values = slicer_steps(prog, step, batch, steps, ranks)
+    got_losses, got_values = slicer_steps(prog, batch, steps, ranks)
     loss_error = max(relative_error(g, w) for g, w in zip(got_losses, want_losses))
     param_error = max(relative_error(got_values[n], w) for n, w in want_params.items())
     return loss_error, param_error
@@ -137,7 +127,7 @@ def main(argv=None) -> None:
         compiled = time.perf_counter()
         print(f"{optimizer}: training_step {imported - start:.2f} s, slicer.compile {compiled - imported:.2f} s "
               f"(data parallel on x=2)")
-        losses, values = slicer_steps(prog, step, batch, 5, args.ranks)
+        losses, values = slicer_steps(prog, batch, 5, args.ranks)
         want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, 5)
         for i, (got, want) in enumerate(zip(losses, want_losses)):
             print(f"  step {i}: loss {got:.6f} (torch {want:.6f})")

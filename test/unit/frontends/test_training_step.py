@@ -32,7 +32,7 @@ def test_mlp_steps_equal_torch(case):
     model, loss_fn, batch = train.mlp()
     optimizer = SGD_CASES[case]
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
-    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, data_parallel(step, "x"), step)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, data_parallel(step, "x"))
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
@@ -48,7 +48,7 @@ def test_gpt_steps_equal_torch(case):
     optimizer = SGD_CASES[case]
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
     assert "tm_tensor" not in step.text and "math.fpowi" not in step.text
-    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, data_parallel(step, "idx"), step)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, data_parallel(step, "idx"))
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
