@@ -158,6 +158,31 @@ class KernelCache:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
+    def publish_shared(self, key: str, library: Path, meta: dict) -> None:
+        """Make `library` (a shared object holding several kernels, built together) the entry of `key`, with
+        `meta` (the signature of this key's kernel in it), unless a valid entry exists: the file is linked
+        into the entry (hard link, else copied), so every key built together shares one object on disk."""
+        if self.lookup(key) is not None:
+            return
+        with self._locked(key):
+            if self.lookup(key, repair=True) is not None:
+                return
+            STATS.misses += 1
+            staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
+            try:
+                checksum = file_sha256(library)
+                name = f"kernels-{checksum[:16]}.so"
+                try:
+                    os.link(library, staging / name)
+                except OSError:  # another file system, or no hard links: a copy
+                    shutil.copyfile(library, staging / name)
+                meta = dict(meta, format=CACHE_FORMAT, key=key, library=name, library_sha256=checksum)
+                (staging / META).write_text(json.dumps(meta, indent=1))
+                os.replace(staging, self.entry_dir(key))
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+
     def get_or_build(self, key: str, build: Callable[[Path], dict]) -> tuple[Entry, bool]:
         """(entry, hit). On a miss `build(tmpdir)` writes `kernels.so` there and returns the meta dict."""
         entry = self.lookup(key)
