@@ -5,6 +5,7 @@ the simulator and on MPI ranks (2 and 4), equal to torch eager with torch.optim 
 final parameters within 1e-5 (relative, norms). The per-block collectives of each strategy are pinned by
 test/Training/gpt_step_collectives.py."""
 
+import functools
 import sys
 from pathlib import Path
 
@@ -62,10 +63,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("model_name, optimizer_name, strategy_name", CASES,
-                         ids=[f"{m}-{o}-{s}" for m, o, s in CASES])
-def test_steps_under_a_strategy_equal_torch_on_the_simulator_and_on_ranks(model_name, optimizer_name,
-                                                                          strategy_name):
+@functools.lru_cache(maxsize=None)
+def imported(model_name: str, optimizer_name: str):
+    """(model, loss_fn, batch, optimizer, imported step), once per model and optimizer in a process: the
+    strategies partition the same step (torch trains copies of the model, the step binds copies of its state)."""
     model, loss_fn, batch = (mlp if model_name == "mlp" else gpt)()
     optimizer = SGD if optimizer_name == "sgd" else ADAMW
     if model_name == "gpt" and optimizer_name == "adamw":
@@ -73,7 +74,14 @@ def test_steps_under_a_strategy_equal_torch_on_the_simulator_and_on_ranks(model_
         # scores): torch and Slicer both update it by rounding noise, which Adam scales to the learning rate.
         for block in model.blocks:
             block.attn.k.bias.requires_grad_(False)
-    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    return model, loss_fn, batch, optimizer, slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+
+
+@pytest.mark.parametrize("model_name, optimizer_name, strategy_name", CASES,
+                         ids=[f"{m}-{o}-{s}" for m, o, s in CASES])
+def test_steps_under_a_strategy_equal_torch_on_the_simulator_and_on_ranks(model_name, optimizer_name,
+                                                                          strategy_name):
+    model, loss_fn, batch, optimizer, step = imported(model_name, optimizer_name)
     mesh, tactics = strategy(strategy_name, step, MLP_MEGATRON if model_name == "mlp" else gpt_model.MEGATRON)
     prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics)
     for ranks in (None, prog.mesh.device_count):
