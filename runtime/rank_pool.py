@@ -24,10 +24,8 @@ import numpy as np
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
-from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob
-from .blocks import take_block
-from .simulator import assemble
+from .session import SessionPlan, load_program
 
 KEEP_RANKS_ENV = "SLICER_KEEP_RANKS"
 _JOBS: dict[tuple, RankJob] = {}
@@ -60,21 +58,19 @@ def warm_job(ranks: int, mpiexec: str | None, timeout: float) -> RankJob:
 
 
 def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mpiexec: str | None = None,
-             timeout: float = 600) -> list[np.ndarray]:
-    """Run `graph` once on the kept job of `ranks` ranks with the global `arrays`; the global results."""
-    kernels, backend = load_kernels(graph)
+             timeout: float = 600):
+    """Run `graph` once on the kept job of `ranks` ranks with the global `arrays`; the global results (one
+    array, or a tuple), as a session's step returns them."""
+    plan = SessionPlan.stateless(graph)
     job = warm_job(ranks, mpiexec, timeout)
-    mesh = graph.mesh
     try:
-        job.request([("load", graph.to_json(), kernel_sources(kernels, backend), {})] * ranks)
-        replies = job.request([("step", {i: take_block(a, graph.values[n].dist, mesh, r)
-                                         for i, (a, n) in enumerate(zip(arrays, graph.args))})
+        load_program(job, plan)
+        replies = job.request([("step", {i: plan.block(a, i, r) for i, a in enumerate(arrays)})
                                for r in range(ranks)])
     except RunError:
         _JOBS.pop((ranks, mpiexec), None)
         raise
-    return [assemble(mesh, dist, [reply[i] for reply in replies], f"result #{i}")
-            for i, dist in enumerate(graph.result_dists)]
+    return plan.outputs(replies)
 
 
 @atexit.register

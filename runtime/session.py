@@ -46,6 +46,11 @@ class SessionPlan:
     arg_names: tuple[str, ...]
     result_names: tuple[str, ...] = field(default=())
 
+    @classmethod
+    def stateless(cls, graph: KernelGraph) -> "SessionPlan":
+        """The plan of a plain run: every argument an input, nothing resident, every result returned."""
+        return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
+
     def check_layouts(self) -> None:
         """RunError unless each result that replaces an argument has that argument's distributed type:
         its blocks then replace the argument's blocks in place on every rank."""
@@ -97,6 +102,13 @@ class SessionPlan:
         g = self.graph
         return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
                                             self.arg_names[i]) for i in sorted(self.state)}
+
+
+def load_program(job: RankJob, plan: SessionPlan) -> None:
+    """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
+    once, and only loaded by the ranks."""
+    kernels, backend = load_kernels(plan.graph)
+    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds))] * job.ranks)
 
 
 class Session(ABC):
@@ -158,11 +170,9 @@ class LaunchedSession(Session):
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600):
         super().__init__(plan)
         plan.check_layouts()
-        kernels, backend = load_kernels(plan.graph)  # compiled once here; the ranks only load them
         self.job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         try:
-            self.job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds))]
-                             * ranks)
+            load_program(self.job, plan)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)
@@ -210,4 +220,4 @@ class InJobSession(Session):
         self.rank_program.close()
 
 
-__all__ = ["InJobSession", "LaunchedSession", "Session", "SessionPlan", "SimulatedSession"]
+__all__ = ["InJobSession", "LaunchedSession", "Session", "SessionPlan", "SimulatedSession", "load_program"]

@@ -156,8 +156,7 @@ class Program:
         check_ranks(ranks, oversubscribe)
         check_memory(self.graph, ranks)
         if keeping_ranks() and repeat == 1 and not return_timings:
-            results = run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout)
-            return results[0] if len(results) == 1 else tuple(results)
+            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout)
         job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
         try:
             inputs = []

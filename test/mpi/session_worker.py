@@ -6,12 +6,11 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[1])  # test/unit/runtime: the session test program
 
-import slicer  # noqa: E402
-from session_programs import STEP, data, expected  # noqa: E402
+from session_programs import compiled, data, expected  # noqa: E402
 
 
 def main():
-    prog = slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+    prog = compiled()
     x, w0 = data()
     outs, w_final = expected(x, w0, 3)
     with prog.session(state={"w": w0}) as s:

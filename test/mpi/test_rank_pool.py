@@ -7,18 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import slicer
 from slicer.core.errors import RunError
 from slicer.runtime import rank_pool
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import STEP, data  # noqa: E402
+from session_programs import compiled, data  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def prog():
-    return slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+    return compiled()
 
 
 def kept_job():
@@ -71,10 +70,8 @@ def test_a_kept_job_leaves_the_launching_process_stdin_alone(tmp_path):
     script.write_text(f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent.parent / 'unit' / 'runtime')!r})
-import slicer
-from session_programs import STEP, data
-prog = slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
-prog.run(*data(), ranks=2)
+from session_programs import compiled, data
+compiled().run(*data(), ranks=2)
 import time; time.sleep(1.0)  # the kept job is up while the line waits in the pipe
 print("read:", sys.stdin.readline().strip())
 """)

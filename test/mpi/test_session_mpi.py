@@ -7,19 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import slicer
 from slicer.core.errors import RunError
 from slicer.runtime.mpiexec import run_spmd
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "unit" / "runtime"))
-from session_programs import STEP, data, expected  # noqa: E402
+from session_programs import compiled, data, expected  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def prog():
-    return slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+    return compiled()
 
 
 def test_a_session_on_two_ranks_keeps_the_state_and_sends_only_the_batch(prog):

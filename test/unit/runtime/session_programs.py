@@ -2,6 +2,8 @@
 
 import numpy as np
 
+import slicer
+
 STEP = """
 func.func @step(%x: tensor<8x4xf32> {slicer.name = "x"}, %w: tensor<4x4xf32> {slicer.name = "w"})
     -> (tensor<8x4xf32> {slicer.name = "y"}, tensor<4x4xf32> {slicer.name = "w"}) {
@@ -24,3 +26,8 @@ def data():
 def expected(x, w0, steps):
     """The outputs of `steps` steps and the final w."""
     return [x @ (w0 * 2 ** k) for k in range(steps)], w0 * 2 ** steps
+
+
+def compiled():
+    """STEP on a 1-D mesh of 2, the batch x split over it (w and y's rows stay as propagation lays them out)."""
+    return slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])

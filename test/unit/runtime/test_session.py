@@ -6,12 +6,12 @@ import pytest
 import slicer
 from slicer.core.errors import RunError
 
-from session_programs import STEP, data, expected
+from session_programs import STEP, compiled, data, expected
 
 
 @pytest.fixture(scope="module")
 def prog():
-    return slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+    return compiled()
 
 
 def test_the_state_stays_and_is_replaced_by_the_result_of_the_same_name(prog):
