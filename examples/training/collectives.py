@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from mlir import ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import GPT, MEGATRON, batch, loss_fn  # noqa: E402
@@ -51,8 +52,6 @@ def step_for(n_layer: int, dims: dict):
 def collectives(prog) -> collections.Counter:
     """(op, axes, bytes received per device) -> how many, in the partitioned step."""
     with make_context():
-        from mlir import ir
-
         entries = report(ir.Module.parse(prog.spmd)).collectives
     return collections.Counter((c.op.split(".")[-1], ",".join(c.mesh_axes), c.bytes_received_per_device)
                                for c in entries)
