@@ -1,20 +1,21 @@
 """Training steps partitioned: the collectives per strategy, their bytes, memory per device and compile times.
 
-A training step (forward, loss, backward through `torch.autograd.grad`, SGD update with momentum) is traced
-by `torch.fx.experimental.proxy_tensor.make_fx` into one graph of aten ops and imported by `slicer.from_torch`.
-The step's arguments are the batch `x` (and `target` for the GPT's cross-entropy), every parameter, then every
-momentum buffer (`m_<param>`); its results are the loss, the new parameters, then the new momentum.
+A training step (forward, loss, gradients, SGD update with momentum) is imported by `slicer.training_step`
+and partitioned with `slicer.strategies`: its arguments are the batch (`x`, or `idx` and `targets` for the
+GPT), every parameter, then every momentum buffer (`momentum.<param>`); its results are the loss and the next
+parameters and momenta under the same names.
 
-Models: `mlp` (2 layers), `blocks` (a stack of GPT-2 blocks on a float input, loss: mean of squares of the
-output), `gpt` (token and position embeddings, blocks, final norm, LM head, cross-entropy).
+Models: `mlp` (2 layers), `blocks` (a stack of GPT-2 blocks with a fused QKV projection on a float input, loss:
+mean of squares of the output), `qkv_blocks` (the same with separate q/k/v linears), `gpt` (token and position
+embeddings, blocks, final norm, LM head, cross-entropy).
 
-Strategies (mesh x for data, y for model):
-- data: the batch dim 0 over x (gradients all-reduced over x);
-- zero1: data + the momentum buffers (args and results) dim 0 over x (reduce_scatter of gradients, update on
+Strategies (mesh x for data, y for model), each a `slicer.strategies` helper:
+- data: `data_parallel` over x (gradients all-reduced over x);
+- zero1: `zero(stage=1)`: data + the momentum buffers split over x (reduce_scatter of gradients, update on
   shards, all_gather of the updated parameters);
-- zero3: zero1 + the parameters (args and results) dim 0 over x (FSDP);
-- megatron: attention heads (c_attn weight/bias dim 0, c_proj weight dim 1) and MLP hidden units (c_fc dim 0,
-  c_proj weight dim 1) over y, for arguments and results alike;
+- zero3: `zero(stage=3)`: zero1 + the parameters split over x (FSDP);
+- megatron: `megatron` over y: attention heads (q/k/v, or the fused c_attn left whole) and MLP hidden units
+  column-parallel, the output projections row-parallel;
 - data_megatron: both on 2x2.
 
     python benchmarks/training_partition.py --model blocks --depth 1 --dims small
@@ -22,7 +23,7 @@ Strategies (mesh x for data, y for model):
 
 Prints, per strategy: partition time, collectives grouped by (op, axes, bytes per device), per block when the
 model has blocks, the estimated peak memory per device against the unpartitioned program's, the kernels' cold
-compile time (`--kernels`), and with `--check` the simulator's results against torch eager.
+compile time (`--kernels`), and with `--check` 3 steps on the simulator against torch eager.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "torch"))
@@ -58,7 +58,7 @@ def _torch():
 
 
 def build_model(kind: str, depth: int, dims: dict, seed: int = 0):
-    """(model, batch tensors, loss function of (model output, *batch[1:])) for `kind`."""
+    """(model, batch tensors, loss function of (model, *batch)) for `kind`."""
     torch = _torch()
     from torch.nn import functional as F
 
@@ -66,23 +66,33 @@ def build_model(kind: str, depth: int, dims: dict, seed: int = 0):
     b, s, d = dims["batch"], dims["seq"], dims["d_model"]
     if kind == "mlp":
         model = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.Tanh(), torch.nn.Linear(4 * d, d))
-        return model, (torch.randn(b * s, d),), lambda out: (out * out).mean()
+        return model, (torch.randn(b * s, d),), _mean_square
     if kind == "blocks":
         from gpt2_block import GPT2Block
 
         model = torch.nn.Sequential(*(GPT2Block(d, dims["n_head"], max_len=s) for _ in range(depth)))
-        return model, (torch.randn(b, s, d),), lambda out: (out * out).mean()
+        return model, (torch.randn(b, s, d),), _mean_square
     if kind == "qkv_blocks":
         model = torch.nn.Sequential(*(SplitQKVBlock(d, dims["n_head"], s) for _ in range(depth)))
-        return model, (torch.randn(b, s, d),), lambda out: (out * out).mean()
+        return model, (torch.randn(b, s, d),), _mean_square
     if kind == "gpt":
         import gpt
 
         model = gpt.GPT(dims["vocab"], s, d, dims["n_head"], depth)
         idx = torch.randint(0, dims["vocab"], (b, s))
         target = torch.randint(0, dims["vocab"], (b, s))
-        return model, (idx, target), lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1))
-    raise SystemExit(f"unknown model {kind!r} (mlp, blocks, gpt)")
+
+        def cross_entropy(model, idx, targets):
+            logits = model(idx)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+        return model, (idx, target), cross_entropy
+    raise SystemExit(f"unknown model {kind!r} (mlp, blocks, qkv_blocks, gpt)")
+
+
+def _mean_square(model, x):
+    out = model(x)
+    return (out * out).mean()
 
 
 def split_qkv_block():
@@ -129,87 +139,46 @@ def SplitQKVBlock(d, heads, max_len):  # noqa: N802 (a class factory: torch is i
     return split_qkv_block()(d, heads, max_len)
 
 
-def ident(name: str) -> str:
-    """A parameter's name as a Python identifier (the traced graph's placeholder): p_blocks_0_attn_c_attn_weight."""
-    return "p_" + name.replace(".", "_")
+# Megatron-LM's split per model (`slicer.strategies.megatron` patterns): column-parallel q/k/v and the MLP's first
+# linear (weight and bias by output features), row-parallel output projections (weight by input features). The
+# fused c_attn of gpt2_block.py stays whole (its dim 0 is Q|K|V, not heads): propagation splits its use by heads.
+MEGATRON = {
+    "mlp": {"column": ["0.*"], "row": ["2.weight"]},
+    "blocks": {"column": ["*mlp.c_fc.*"], "row": ["*attn.c_proj.weight", "*mlp.c_proj.weight"]},
+    "qkv_blocks": {"column": ["*attn.q.*", "*attn.k.*", "*attn.v.*", "*mlp.fc1.*"],
+                   "row": ["*attn.proj.weight", "*mlp.fc2.weight"]},
+}
+MEGATRON["gpt"] = MEGATRON["blocks"]
 
 
 def training_step(model, batch, loss_fn):
-    """(graph module, example arguments, argument names, number of parameters): the traced SGD-momentum step."""
-    torch = _torch()
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    names = [n for n, _ in model.named_parameters()]
-    buffers = dict(model.named_buffers())
-    nb, npar = len(batch), len(names)
-
-    def step(*args):
-        inputs, params, moms = args[:nb], args[nb:nb + npar], args[nb + npar:]
-        values = dict(zip(names, params))
-        values.update(buffers)
-        out = torch.func.functional_call(model, values, inputs[:1])
-        loss = loss_fn(out, *inputs[1:])
-        grads = torch.autograd.grad(loss, params)
-        new_moms = [MOMENTUM * m + g for m, g in zip(moms, grads)]
-        new_params = [p - LR * m for p, m in zip(params, new_moms)]
-        return (loss, *new_params, *new_moms)
-
-    params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
-    moms = [torch.randn_like(p) * 0.01 for p in params]
-    args = (*batch, *params, *moms)
-    graph = make_fx(step)(*args)
-    arg_names = (["x", "target"][:nb] + [ident(n) for n in names] + [f"m_{ident(n)[2:]}" for n in names])
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    for node, name in zip(placeholders, arg_names):
-        node.name = node.target = name
-    graph.recompile()
-    return graph, args, arg_names, names
-
-
-def strategy_tactics(name: str, param_names: list[str], nb: int):
-    """(tactics, mesh) of strategy `name` for a step whose results are the loss, the parameters, the momenta."""
+    """The SGD-momentum training step of `model`, imported by `slicer.training_step`."""
     import slicer
 
-    npar = len(param_names)
-    tactics, mesh = [], {}
-    if name in ("data", "zero1", "zero3", "data_megatron"):
-        mesh["x"] = 2
-        tactics.append(slicer.Tile(arg="x", dim=0, axes="x"))
-        if nb > 1:
-            tactics.append(slicer.Tile(arg="target", dim=0, axes="x"))
+    return slicer.training_step(model, loss_fn, *batch, optimizer=optimizer())
+
+
+def optimizer():
+    """SGD with momentum (slicer.SGD; torch.optim.SGD's numerics)."""
+    import slicer
+
+    return slicer.SGD(LR, momentum=MOMENTUM)
+
+
+def strategy_tactics(name: str, step, model_kind: str):
+    """(tactics, mesh) of strategy `name` for the imported training step `step` of a `model_kind` model."""
+    from slicer import strategies as st
+
+    if name == "data":
+        return st.data_parallel(step, "x"), {"x": 2}
     if name in ("zero1", "zero3"):
-        for i, p in enumerate(param_names):
-            tactics += [slicer.Tile(arg=f"m_{ident(p)[2:]}", dim=0, axes="x"),
-                        slicer.Tile(result=1 + npar + i, dim=0, axes="x")]
-            if name == "zero3":
-                tactics += [slicer.Tile(arg=ident(p), dim=0, axes="x"), slicer.Tile(result=1 + i, dim=0, axes="x")]
-            else:
-                tactics.append(slicer.Replicate(result=1 + i))
-    if name in ("megatron", "data_megatron"):
-        mesh["y"] = 2
-        for i, p in enumerate(param_names):
-            dim = megatron_dim(p)
-            if dim is None:
-                continue
-            for target in (dict(arg=ident(p)), dict(arg=f"m_{ident(p)[2:]}"), dict(result=1 + i),
-                           dict(result=1 + npar + i)):
-                tactics.append(slicer.Tile(dim=dim, axes="y", **target))
-    return tactics, mesh
-
-
-def megatron_dim(param: str):
-    """Megatron-LM's dims: column-parallel q/k/v and c_fc/fc1 (weight dim 0, bias dim 0), row-parallel
-    projections (weight dim 1); for the MLP model the first layer is column- and the second row-parallel. The
-    fused c_attn of gpt2_block.py stays whole (its dim 0 is Q|K|V, not heads: propagation splits its use by
-    heads, its gradient is gathered)."""
-    if param.endswith(("c_fc.weight", "c_fc.bias", "fc1.weight", "fc1.bias")) or param in ("0.weight", "0.bias"):
-        return 0
-    if any(param.endswith(f"attn.{p}.{w}") for p in "qkv" for w in ("weight", "bias")):
-        return 0
-    if param.endswith(("attn.c_proj.weight", "mlp.c_proj.weight", "attn.proj.weight", "fc2.weight")) \
-            or param == "2.weight":
-        return 1
-    return None
+        return st.zero(step, "x", stage=int(name[-1])), {"x": 2}
+    megatron = st.megatron(step, "y", **MEGATRON[model_kind])
+    if name == "megatron":
+        return megatron, {"y": 2}
+    if name == "data_megatron":
+        return st.data_parallel(step, "x") + megatron, {"x": 2, "y": 2}
+    raise SystemExit(f"unknown strategy {name!r} ({', '.join(STRATEGIES)})")
 
 
 def collectives_by_kind(program, depth: int) -> tuple[list[str], int]:
@@ -227,15 +196,11 @@ def collectives_by_kind(program, depth: int) -> tuple[list[str], int]:
     return lines, rep.bytes_received_per_device
 
 
-def check(program, graph, args, imported) -> float:
-    """Max relative error of the simulator's results against the traced step run by torch."""
-    expected = [t.detach().numpy() for t in graph(*args)]
-    got = program.run(*[a.detach().numpy() for a in args[:imported.num_inputs]])
-    got = got if isinstance(got, (list, tuple)) else [got]
-    worst = 0.0
-    for e, g in zip(expected, got):
-        worst = max(worst, float(np.max(np.abs(e - g)) / (np.max(np.abs(e)) + 1e-30)))
-    return worst
+def check(program, model, loss_fn, batch) -> float:
+    """Largest relative error of 3 steps on the simulator (losses and final parameters) against torch eager."""
+    import train_step
+
+    return max(train_step.compare(model, loss_fn, batch, optimizer(), program, steps=3))
 
 
 def main(argv=None) -> int:
@@ -256,19 +221,17 @@ def main(argv=None) -> int:
 
     model, batch, loss_fn = build_model(args.model, args.depth, DIMS[args.dims])
     start = time.perf_counter()
-    graph, step_args, _, param_names = training_step(model, batch, loss_fn)
-    imported = slicer.from_torch(graph, *step_args)
+    imported = training_step(model, batch, loss_fn)
     print(f"{args.model} depth {args.depth} dims {args.dims}: traced and imported in "
           f"{time.perf_counter() - start:.2f} s, {len(imported.arg_names)} arguments", flush=True)
-    imported = _all_inputs(imported)
     per_block = args.depth if args.model != "mlp" else 1
     for name in args.strategies.split(","):
-        tactics, mesh = strategy_tactics(name, param_names, len(batch))
+        tactics, mesh = strategy_tactics(name, imported, args.model)
         profiler = cProfile.Profile() if args.profile == name else None
         start = time.perf_counter()
         if profiler:
             profiler.enable()
-        program = slicer.compile(imported, mesh=mesh, tactics=tactics)
+        program = slicer.compile(imported, mesh=slicer.Mesh(**mesh), tactics=tactics)
         if profiler:
             profiler.disable()
         partition_s = time.perf_counter() - start
@@ -285,7 +248,7 @@ def main(argv=None) -> int:
                 compile_kernels(program.graph.kernels_mlir, cache_dir=cache)
                 print(f"   kernels cold {time.perf_counter() - start:.2f} s", flush=True)
         if args.check:
-            print(f"   max rel. error vs torch: {check(program, graph, step_args, imported):.2e}", flush=True)
+            print(f"   max rel. error vs torch (3 steps): {check(program, model, loss_fn, batch):.2e}", flush=True)
         if args.show == name:
             from mlir import ir
 
@@ -298,11 +261,6 @@ def main(argv=None) -> int:
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     return 0
-
-
-def _all_inputs(imported):
-    """The traced step takes every tensor as an input (nothing bound): the program runs on all of them."""
-    return imported
 
 
 if __name__ == "__main__":
