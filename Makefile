@@ -35,11 +35,14 @@ pytest: $(STAMP) bytecode
 bytecode: $(STAMP)
 	$(VENV)/bin/python -m compileall -q -j 0 python dialect lowering runtime > /dev/null
 
-# Both suites always run; the target fails if either does. lit runs its tests on every core by itself.
+# Both suites always run, at the same time (lit's time is mostly one long test, which pytest's workers overlap);
+# lit's report is printed after pytest's. The target fails if either does.
 test: $(STAMP) bytecode
-	@status=0; \
-	$(VENV)/bin/lit -sv test || status=1; \
+	@mkdir -p build; status=0; \
+	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
 	$(PYTEST) || status=1; \
+	wait $$lit || status=1; \
+	cat build/lit.log; \
 	exit $$status
 
 clean:
