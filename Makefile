@@ -23,8 +23,9 @@ demo: $(STAMP)
 lit: $(STAMP) bytecode
 	$(VENV)/bin/lit -sv test
 
-# pytest on every core (pytest-xdist workers; test/conftest.py shares one kernel cache between them).
-PYTEST := $(VENV)/bin/python -m pytest -n auto
+# pytest on every core (pytest-xdist workers; test/conftest.py shares one kernel cache between them). A worker
+# that runs out of tests takes some of another's (worksteal): the long tests do not all end up on one.
+PYTEST := $(VENV)/bin/python -m pytest -n auto --dist worksteal
 
 pytest: $(STAMP) bytecode
 	$(PYTEST)

@@ -72,6 +72,7 @@ LONG_FIRST = (
     "test/unit/fuzz/test_fuzzer.py::test_reference_agrees_with_the_jit",
     "test/unit/propagation/test_worklist.py::test_worklist_on_imported_models",
     "test/mpi/test_tutorial.py",
+    "test/mpi/test_training_strategies.py",  # GPT training steps: 10-15 s each
 )
 
 
