@@ -237,6 +237,8 @@ def analyze(op: ir.Operation) -> Contraction:
     reduction = {d for d, k in enumerate(kinds) if k == REDUCTION}
     if not reduction or sorted(output.dims) != sorted(parallel) or len(set(output.dims)) != len(output.dims):
         raise NotAContraction("output is not indexed by exactly the parallel dims")
+    if not output.dims:  # a dot product to a scalar (a batch of one row): no GEMM, the vectorizer's reduction
+        raise NotAContraction("0-d output")
 
     block = op.regions[0].blocks[0]
     captured: list[ir.Value] = []

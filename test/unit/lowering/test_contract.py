@@ -181,3 +181,30 @@ def test_large_outputs_written_once_are_right_with_and_without_alignment(cache_d
     for out in (aligned, misaligned):
         kernel(a, b, out=out)
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+DOT_TO_SCALAR = """
+func.func @dot(%a: tensor<3x7xf32>, %b: tensor<3x7xf32>) -> tensor<f32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>,
+                                        affine_map<(i, j) -> ()>], iterator_types = ["reduction", "reduction"]}
+      ins(%a, %b : tensor<3x7xf32>, tensor<3x7xf32>) outs(%f : tensor<f32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<f32>
+  return %r : tensor<f32>
+}
+"""
+
+
+def test_a_product_summed_to_a_scalar_is_left_to_the_vectorizer(cache_dir):
+    """Every loop a reduction, a 0-d output (a training step's gradient on a batch of one row, found by the
+    fuzzer): not a GEMM, and no crash while classifying it."""
+    assert _classify(DOT_TO_SCALAR) == []
+    a, b = RNG.standard_normal((2, 3, 7), dtype=np.float32)
+    got = compile_library(DOT_TO_SCALAR, cache_dir=cache_dir)["dot"](a, b)
+    np.testing.assert_allclose(got, np.sum(a * b), rtol=1e-5)
