@@ -3,6 +3,10 @@
     python test/fuzz/run.py --cases 5000 --seed 0 --jobs 2 --mpi-share 0.01 --json out.json
     python test/fuzz/run.py --replay out.json --index 17          # one case again, verbosely
 
+A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
+or convnet, loss, optimizer and strategy, a few steps against torch eager); they are not shrunk (their
+description is already small) and need torch and torch-mlir (without them the share is 0).
+
 Each case (program + mesh + tactics) is compiled with `slicer.compile`, run by the simulator (and, for a
 share of the cases with valid schedules, on MPI ranks) in worker subprocesses with a time limit, and
 compared with the numpy reference. Failures (internal error, wrong, hang) are deduplicated by signature
@@ -30,6 +34,7 @@ from fuzz.programs import Features  # noqa: E402
 from fuzz.execute import FAILURES, KINDS  # noqa: E402
 from fuzz.shrink import shrink, shrink_structure  # noqa: E402
 from fuzz.source import RandomSource  # noqa: E402
+from fuzz.training import TrainingCase, generate_training_case  # noqa: E402
 from fuzz.worker import Pool  # noqa: E402
 
 
@@ -51,12 +56,30 @@ def wants_mpi(seed: int, index: int, case: Case, share: float) -> bool:
     return share > 0 and case.valid and random.Random(f"mpi:{seed}:{index}").random() < share
 
 
+def wants_training(seed: int, index: int, share: float) -> bool:
+    return share > 0 and random.Random(f"training:{seed}:{index}").random() < share
+
+
+def training_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "torch_mlir"))
+
+
+def make_any_case(args, index: int):
+    """The case of `index`: a training case for a `--training-share` of the indices, else a program case."""
+    if wants_training(args.seed, index, getattr(args, "training_share", 0.0)):
+        return generate_training_case(case_seed(args.seed, index))
+    return make_case(args.seed, index, args.max_ops, features_of(args))
+
+
 def wants_aot(seed: int, index: int, share: float) -> bool:
     return share > 0 and random.Random(f"aot:{seed}:{index}").random() < share
 
 
-def request(case: Case, mpi: bool, timeout: float, aot: bool = False) -> dict:
-    return {"op": "case", "case": case.to_json(), "mpi": mpi, "aot": aot, "mpi_timeout": max(30.0, timeout - 10)}
+def request(case: Case | TrainingCase, mpi: bool, timeout: float, aot: bool = False) -> dict:
+    op = "training" if isinstance(case, TrainingCase) else "case"
+    return {"op": op, "case": case.to_json(), "mpi": mpi, "aot": aot, "mpi_timeout": max(30.0, timeout - 10)}
 
 
 def _log(msg: str) -> None:
@@ -72,6 +95,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mpi-share", type=float, default=0.01, help="share of valid-schedule cases also run on MPI")
     ap.add_argument("--aot-share", type=float, default=0.25,
                     help="share of the cases also run by the simulator with the ranks' AOT kernels")
+    ap.add_argument("--training-share", type=float, default=0.02,
+                    help="share of the cases that are training steps (random MLPs and convnets vs torch)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case (simulator)")
     ap.add_argument("--mpi-timeout", type=float, default=240.0, help="seconds per case run on MPI ranks")
     ap.add_argument("--max-ops", type=int, default=8)
@@ -88,6 +113,9 @@ def main(argv=None) -> int:
     ap.add_argument("--replay", help="a --json file: run its case --index again and print it")
     ap.add_argument("--index", type=int)
     args = ap.parse_args(argv)
+    if args.training_share and not training_available():
+        _log("torch or torch-mlir is not installed: no training cases")
+        args.training_share = 0.0
 
     if args.replay:
         return replay_one(args)
@@ -97,10 +125,10 @@ def main(argv=None) -> int:
     cases: dict[int, Case] = {}
     items = []
     for i in range(args.start, args.start + args.cases):
-        case = make_case(args.seed, i, args.max_ops, features_of(args))
+        case = make_any_case(args, i)
         cases[i] = case
         mpi = wants_mpi(args.seed, i, case, args.mpi_share)
-        aot = mpi or wants_aot(args.seed, i, args.aot_share)
+        aot = (mpi or wants_aot(args.seed, i, args.aot_share)) and isinstance(case, Case)
         items.append((i, request(case, mpi, args.mpi_timeout if mpi else args.timeout, aot),
                       args.mpi_timeout if mpi else args.timeout))
 
@@ -111,7 +139,8 @@ def main(argv=None) -> int:
         c = cases[i]
         records.append({"index": i, "kind": out["kind"], "stage": out["stage"], "signature": out["signature"],
                         "valid": c.valid, "mpi": req["mpi"], "aot": req["aot"], "seconds": out.get("seconds"),
-                        "devices": c.devices, "dtype": c.program.dtype, "ops": len(c.program.ops)})
+                        "devices": c.devices, "training": isinstance(c, TrainingCase),
+                        **({"dtype": c.program.dtype, "ops": len(c.program.ops)} if isinstance(c, Case) else {})})
         if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
             _log(f"[{i}] {out['kind']}: {out['signature'][:160]}")
         if len(outcomes) % 100 == 0:
@@ -140,7 +169,7 @@ def main(argv=None) -> int:
             mpi = dict(items_by_index(items))[first]["mpi"]
             aot = dict(items_by_index(items))[first]["aot"]
             spent = 0
-            if args.shrink_budget > 0:
+            if args.shrink_budget > 0 and isinstance(case, Case):
                 _log(f"shrinking [{first}] {sig[:140]}")
                 timeout = args.mpi_timeout if mpi else args.timeout
                 last: dict = {}
@@ -162,7 +191,7 @@ def main(argv=None) -> int:
             entry = {"signature": sig, "kind": out["kind"], "count": len(indices), "first_index": first,
                      "valid_count": sum(cases[i].valid for i in indices), "shrink_executions": spent,
                      "mpi": mpi, "case": case.to_json(), "outcome": out, "reproducer": case.reproducer()}
-            if args.save_regressions and out["kind"] in FAILURES:
+            if args.save_regressions and out["kind"] in FAILURES and isinstance(case, Case):
                 entry["regression_file"] = str(regressions.save(case, out, mpi=mpi, aot=aot))
             reproducers.append(entry)
         print_reproducers(reproducers)
@@ -250,11 +279,10 @@ def print_reproducers(reproducers: list[dict]) -> None:
 def replay_one(args) -> int:
     data = json.loads(Path(args.replay).read_text())
     records = {r["index"]: r for r in data["records"]}
-    seed = data["args"]["seed"]
     if args.index not in records:
         print(f"no case {args.index} in {args.replay}")
         return 2
-    case = make_case(seed, args.index, data["args"].get("max_ops", 8), features_of(argparse.Namespace(**data["args"])))
+    case = make_any_case(argparse.Namespace(**{"training_share": 0.0, **data["args"]}), args.index)
     mpi = records[args.index]["mpi"]
     print(case.reproducer())
     timeout = args.mpi_timeout if mpi else args.timeout

@@ -5,6 +5,7 @@ Protocol: the parent writes one JSON request per line to the worker's stdin and 
 line from the worker's *original* stdout (the worker points fd 1 at stderr at start, so stray prints from
 C code cannot corrupt the protocol). Requests: `{"op": "case", "case": ..., "mpi": bool, "aot": bool,
 "corrupt": bool}`,
+`{"op": "training", "case": ..., "mpi": bool, "corrupt": bool}` (a training case, `training.py`),
 `{"op": "jit", "case": ...}`, and for the fuzzer's own tests `sleep` and `crash`.
 
 Parent side: `Worker.request(req, timeout)` returns an `Outcome` dict; a timeout kills the worker's whole
@@ -63,6 +64,11 @@ def _serve() -> None:
             if op == "case":
                 out = execute(Case.from_json(req["case"]), mpi=req.get("mpi", False), aot=req.get("aot", False),
                               corrupt=req.get("corrupt", False), mpi_timeout=req.get("mpi_timeout", 120.0))
+            elif op == "training":
+                from .training import TrainingCase, execute_training
+
+                out = execute_training(TrainingCase.from_json(req["case"]), mpi=req.get("mpi", False),
+                                       mpi_timeout=req.get("mpi_timeout", 120.0), corrupt=req.get("corrupt", False))
             elif op == "jit":
                 out = check_jit(Case.from_json(req["case"]))
             elif op == "sleep":

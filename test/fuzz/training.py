@@ -1,0 +1,247 @@
+"""Training-step fuzz cases: a small random model (an MLP or a convnet), loss, optimizer and strategy, trained
+for a few steps by Slicer and by torch eager, compared step by step (runs inside a worker, see `worker.py`).
+
+A case is JSON-able (`TrainingCase.to_json`) and drawn from a seed (`generate_training_case`), so a failure is
+replayed from its seed alone. The model is built by torch from the case's description:
+- `mlp`: 1-3 linear layers of widths from {4, 8, 12, 16}, an activation between them, optionally a LayerNorm
+  after the first, with or without biases; loss MSE against random targets or cross-entropy against random
+  labels;
+- `conv`: Conv2d (3x3, padding 1) and ReLU, optionally a second conv, then flatten and a linear classifier
+  (the flatten merges the channels with the pixels: Megatron's column split of the conv's output channels
+  becomes a split of the classifier's input features).
+Strategies (`slicer.strategies`): data parallel, ZeRO-1/2/3 over x of size 1, 2 or 4; Megatron over y of size 2
+or 4 (column and row alternating over the layers); data + Megatron on 2x2. Sizes divide the mesh.
+
+Classes as in `execute.py`: `ok`; `clean-error` (importing, a strategy helper or `slicer.compile` raised a
+documented SlicerError); `internal-error` (anything else, and any failure once compiled); `wrong` (a loss or
+final parameter differs from torch's by more than `TOLERANCE`, relative); `hang` (decided by the parent)."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+from .errors import signature
+from .execute import Outcome, _error
+
+TOLERANCE = 1e-4  # float32, different summation orders, a few optimizer steps
+STEPS = 3
+WIDTHS = (4, 8, 12, 16)
+
+
+@dataclass
+class TrainingCase:
+    model: dict  # {"kind": "mlp"|"conv", ...} see `build_model`
+    loss: str  # "mse" | "ce"
+    optimizer: dict  # {"name": "sgd"|"adamw", hyperparameters}
+    strategy: str  # "data" | "zero1" | "zero2" | "zero3" | "megatron" | "data+megatron"
+    mesh: dict[str, int]
+    batch: int
+    seed: int = 0
+    steps: int = STEPS
+    valid: bool = field(default=True, compare=False)  # schedules are drawn valid (sizes divide)
+
+    @property
+    def tactics(self) -> list[str]:
+        """The strategy (never empty: what the summary's "cases without tactics" counts)."""
+        return [self.strategy]
+
+    @property
+    def devices(self) -> int:
+        n = 1
+        for s in self.mesh.values():
+            n *= s
+        return n
+
+    def to_json(self) -> dict:
+        return {"training": asdict(self)}
+
+    @staticmethod
+    def from_json(d: dict) -> "TrainingCase":
+        return TrainingCase(**d["training"])
+
+    def reproducer(self) -> str:
+        return (f"training case (seed {self.seed}): model {self.model}, loss {self.loss}, optimizer {self.optimizer}, "
+                f"strategy {self.strategy} on {self.mesh}, batch {self.batch}, {self.steps} steps\n"
+                f"replay: python -c \"from fuzz.training import *; print(execute_training("
+                f"generate_training_case({self.seed})))\" (from test/)\n")
+
+
+def generate_training_case(seed: int) -> TrainingCase:
+    """The case of `seed`: every choice from one `random.Random(seed)`."""
+    rng = random.Random(f"training:{seed}")
+    strategy = rng.choice(["data", "zero1", "zero2", "zero3", "megatron", "megatron", "data+megatron"])
+    if strategy == "megatron":
+        mesh = {"y": rng.choice([2, 4])}
+    elif strategy == "data+megatron":
+        mesh = {"x": 2, "y": 2}
+    else:
+        mesh = {"x": rng.choice([1, 2, 4])}
+    y = mesh.get("y", 1)
+    if rng.random() < 0.7:
+        layers = rng.choice([1, 2, 2, 3]) if strategy not in ("megatron", "data+megatron") else rng.choice([2, 3])
+        widths = [rng.choice(WIDTHS) for _ in range(layers + 1)]
+        if y > 1:  # Megatron splits the hidden widths (the outputs of column layers)
+            widths[1:-1] = [w if w % y == 0 else 4 * y for w in widths[1:-1]]
+        model = {"kind": "mlp", "widths": widths, "activation": rng.choice(["tanh", "relu", "gelu", "sigmoid"]),
+                 "layernorm": rng.random() < 0.3, "bias": rng.random() < 0.8}
+    else:
+        model = {"kind": "conv", "channels": [rng.choice([1, 2, 3]), rng.choice([4, 8])],
+                 "second_conv": rng.random() < 0.4, "image": rng.choice([4, 6]), "classes": rng.choice([3, 4])}
+        if model["channels"][1] % y:
+            model["channels"][1] = 4 * y
+    loss = rng.choice(["mse", "ce"])
+    if rng.random() < 0.5:
+        optimizer = {"name": "sgd", "lr": rng.choice([0.1, 0.05]), "momentum": rng.choice([0.0, 0.9]),
+                     "weight_decay": rng.choice([0.0, 0.01])}
+    else:
+        optimizer = {"name": "adamw", "lr": rng.choice([0.01, 0.001]), "weight_decay": rng.choice([0.0, 0.1])}
+    batch = mesh.get("x", 1) * rng.choice([1, 2, 4])
+    return TrainingCase(model, loss, optimizer, strategy, mesh, batch, seed)
+
+
+def build(case: TrainingCase):
+    """(model, loss_fn, batch tensors, slicer optimizer, Megatron column/row patterns) of `case`."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    import slicer
+
+    torch.manual_seed(case.seed)
+    spec = case.model
+    if spec["kind"] == "mlp":
+        widths, layers = spec["widths"], []
+        act = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "sigmoid": nn.Sigmoid}[spec["activation"]]
+        for i in range(len(widths) - 1):
+            layers.append(nn.Linear(widths[i], widths[i + 1], bias=spec["bias"]))
+            if i < len(widths) - 2:
+                if i == 0 and spec["layernorm"]:
+                    layers.append(nn.LayerNorm(widths[1]))
+                layers.append(act())
+        model = nn.Sequential(*layers)
+        x = torch.randn(case.batch, widths[0])
+        out = widths[-1]
+        linears = [str(i) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
+    else:
+        c_in, c = spec["channels"]
+        image = spec["image"]
+        layers = [nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU()]
+        if spec["second_conv"]:
+            layers += [nn.Conv2d(c, c, 3, padding=1), nn.ReLU()]
+        layers += [nn.Flatten(), nn.Linear(c * image * image, spec["classes"])]
+        model = nn.Sequential(*layers)
+        x = torch.randn(case.batch, c_in, image, image)
+        out = spec["classes"]
+        linears = [str(i) for i, m in enumerate(model) if isinstance(m, (nn.Linear, nn.Conv2d))]
+    # Megatron: column (output features) then row (input features), alternating; the LayerNorm between a
+    # column layer and the next stays whole (it normalizes over the split features: a legal, gathered case).
+    column = [f"{name}.*" for name in linears[0:-1:2]]
+    row = [f"{name}.weight" for name in linears[1::2]]
+    if case.loss == "mse":
+        target = torch.randn(case.batch, out)
+
+        def loss_fn(model, x, y):
+            return F.mse_loss(model(x), y)
+    else:
+        target = torch.randint(0, out, (case.batch,))
+
+        def loss_fn(model, x, y):
+            return F.cross_entropy(model(x), y)
+    o = case.optimizer
+    optimizer = (slicer.SGD(o["lr"], momentum=o["momentum"], weight_decay=o["weight_decay"]) if o["name"] == "sgd"
+                 else slicer.AdamW(o["lr"], weight_decay=o["weight_decay"]))
+    return model, loss_fn, (x, target), optimizer, {"column": column, "row": row}
+
+
+def strategy_tactics(case: TrainingCase, step, megatron: dict):
+    import slicer
+    from slicer import strategies as st
+
+    if case.strategy == "data":
+        return st.data_parallel(step, "x")
+    if case.strategy.startswith("zero"):  # with the mesh: state whose dim 0 x does not divide stays whole
+        return st.zero(step, "x", stage=int(case.strategy[-1]), mesh=slicer.Mesh(**case.mesh))
+    tactics = st.megatron(step, "y", **megatron)
+    return st.data_parallel(step, "x") + tactics if case.strategy == "data+megatron" else tactics
+
+
+def torch_steps(model, loss_fn, batch, optimizer, steps: int):
+    """(losses, final parameters by name): torch eager with the torch.optim optimizer `optimizer` stands for."""
+    import copy
+
+    import torch
+
+    import slicer
+
+    model = copy.deepcopy(model)
+    params = list(model.parameters())
+    if isinstance(optimizer, slicer.SGD):
+        opt = torch.optim.SGD(params, optimizer.lr, momentum=optimizer.momentum,
+                              weight_decay=optimizer.weight_decay, foreach=False)
+    else:
+        opt = torch.optim.AdamW(params, optimizer.lr, betas=optimizer.betas, eps=optimizer.eps,
+                                weight_decay=optimizer.weight_decay, foreach=False)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+
+
+def relative_error(got, want) -> float:
+    import numpy as np
+
+    want = np.asarray(want, np.float64)
+    diff = float(np.linalg.norm(np.asarray(got, np.float64) - want))
+    norm = float(np.linalg.norm(want))
+    return diff / norm if norm else diff
+
+
+def execute_training(case: TrainingCase, *, mpi: bool = False, mpi_timeout: float = 120.0,
+                     corrupt: bool = False) -> Outcome:
+    """Train `case` with Slicer (simulator, and MPI ranks with `mpi`) and torch, classify the outcome.
+    `corrupt` perturbs Slicer's first loss (to check that the checker catches wrong answers)."""
+    start = time.perf_counter()
+    outcome = _execute(case, mpi=mpi, mpi_timeout=mpi_timeout, corrupt=corrupt)
+    outcome.seconds = round(time.perf_counter() - start, 3)
+    return outcome
+
+
+def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool) -> Outcome:
+    import slicer
+
+    model, loss_fn, batch, optimizer, megatron = build(case)
+    want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, case.steps)
+    try:
+        step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    except Exception as exc:  # noqa: BLE001 - classified
+        return _error(exc, "train-import")
+    try:
+        tactics = strategy_tactics(case, step, megatron)
+        prog = slicer.compile(step, mesh=slicer.Mesh(**case.mesh), tactics=tactics)
+    except Exception as exc:  # noqa: BLE001
+        return _error(exc, "train-compile")
+    arrays = [t.numpy() for t in batch]
+    for ranks in ([None, case.devices] if mpi else [None]):
+        stage = "mpi" if ranks else "sim"
+        try:
+            with prog.session(ranks=ranks, oversubscribe=True, timeout=mpi_timeout) as session:
+                losses = [float(session.step(*arrays)) for _ in range(case.steps)]
+                state = session.state_dict()
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc, f"train-run-{stage}", run_stage=True)
+        if corrupt:
+            losses[0] += 1e-2 * (1 + abs(losses[0]))
+        worst = max([relative_error(g, w) for g, w in zip(losses, want_losses)]
+                    + [relative_error(state[n], w) for n, w in want_params.items()])
+        if not worst <= TOLERANCE:
+            message = f"{case.reproducer().splitlines()[0]}: largest relative error {worst:.3g} (losses {losses} " \
+                      f"vs torch {want_losses})"
+            return Outcome("wrong", f"train-check-{stage}", "", message,
+                           signature("wrong", f"train-check-{stage}", "", ""), worst)
+    return Outcome("ok", "train-check-mpi" if mpi else "train-check-sim")
