@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -26,8 +27,8 @@ import numpy as np
 from mlir import ir
 
 from slicer.checking import check_equivalent
-from slicer.core.errors import (CompileError, InvalidTactic, KernelGraphError, ResourceError, RunError,
-                                SlicerError)
+from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
+                                ResourceError, RunError, SlicerError, TacticError)
 from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.progress import Progress
@@ -303,11 +304,15 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
 
 
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
-            entry: str | None = None, source_name: str | None = None) -> Program:
+            entry: str | None = None, source_name: str | None = None, strict: bool = False) -> Program:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
-    locations (provenance of collectives). Raises `CompileError`."""
+    locations (provenance of collectives). Raises `CompileError`.
+
+    A tactic whose split is lost (an op it should divide computed whole on every device, its value gathered:
+    e.g. 6 heads on y=4) is a `DegradedStrategy` warning, listed by `explain()` too; with `strict`, a
+    `TacticError`."""
     if isinstance(mesh, Mapping):
         try:
             mesh = Mesh(mesh)
@@ -337,6 +342,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
         except CompileError:
@@ -347,6 +353,17 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         progress.step("kernel graph")
         graph = build_kernel_graph(spmd, entry)
     return Program(original, spmd, graph, propagation, arg_names, imported)
+
+
+def _say_degraded(module: ir.Module, strict: bool) -> None:
+    """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), or raise with `strict`."""
+    notes = [note for notes in report(module).degraded.values() for note in notes]
+    if notes and strict:
+        raise TacticError([Located(module.operation.location, f"{note} (strict=True: compile without it to accept "
+                                                              "the replicated op, or change the tactic or mesh)")
+                           for note in notes])
+    for note in notes:
+        warnings.warn(DegradedStrategy(note), stacklevel=3)
 
 
 def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:
