@@ -45,7 +45,7 @@ from slicer.runtime.session import InJobSession, LaunchedSession, Session, Sessi
 from slicer.spmd import report
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
-from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
+from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class Program:
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
     _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
+    _names: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mesh(self) -> Mesh:
@@ -79,8 +80,10 @@ class Program:
             v = g.values[name]
             lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
                          f"(local {list(v.local_shape)})")
+        result_names = self._result_names()
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
-            lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
+            named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
+            lines.append(f"  result #{i}{named}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:
@@ -99,13 +102,22 @@ class Program:
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
-        return memory_report(self.graph, self.original, timings, roles)
+        return memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+
+    def value_names(self) -> dict[str, str]:
+        """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
+        model's input or parameter, `arg_names`), else its SSA name in the source ("%w1")."""
+        if self._names is None:
+            names = source_names(self.graph, self.original, self.arg_names, self._result_names())
+            object.__setattr__(self, "_names", names)
+        return dict(self._names)
 
     def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
         "result0", a value of the kernel graph ("%4", as `explain()` lists them) or a name from the source
-        ("w1"). `.text()` for terminals, `.png(path)` for a file (matplotlib). Raises `VizError`."""
-        return value_picture(self.graph, what, self.original, grid_dims=grid_dims)
+        ("w1"), or the name of an argument or result (a model's input "x" or parameter "fc1.weight"). `.text()`
+        for terminals, `.png(path)` for a file (matplotlib). Raises `VizError`."""
+        return value_picture(self.graph, what, self.original, names=self.value_names(), grid_dims=grid_dims)
 
     def show(self, what, *, png: str | Path | None = None, grid_dims: tuple[int, ...] | None = None) -> None:
         """Print the sharding picture of a value (see `sharding`); with `png`, also draw it into that file."""
