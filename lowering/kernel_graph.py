@@ -76,7 +76,7 @@ class KernelGraph:
     values: dict[str, Value]
     args: tuple[str, ...]
     results: tuple[str, ...]
-    result_sources: tuple[str, ...]  # "requested" or "default" per result
+    result_sources: tuple[str, ...]  # "requested", "default" or "tactic <label>" per result
     result_dists: tuple[DistType, ...]  # the function's result types (what the blocks assemble into)
     nodes: list = field(default_factory=list)
     kernels_mlir: str = ""

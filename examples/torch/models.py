@@ -1,5 +1,5 @@
-"""The PyTorch models of examples/torch, their partitioning strategies (tactics by parameter name) and their
-inputs: shared by `partition.py`, the tests (test/unit/frontends, test/mpi/test_torch_models.py) and
+"""The PyTorch models of examples/torch (a GPT-2 block, torch's nn.TransformerEncoderLayer, a ViT, a BERT
+encoder), their partitioning strategies (tactics by parameter name) and their inputs: shared by `partition.py`, the tests (test/unit/frontends, test/mpi/test_torch_models.py) and
 benchmarks/import_compile.py.
 
 Mesh axes: x for data, y for the model. Strategies, each a schedule of tactics in order:
@@ -10,6 +10,9 @@ Mesh axes: x for data, y for the model. Strategies, each a schedule of tactics i
 - sequence: the input's sequence dim over y. Every token-wise op stays local; attention needs every key and
   value, gathered once each (two all_gathers).
 - data: the input's batch dim over x. No collective.
+A model registers its factory in MODELS, its strategies in STRATEGIES and, where its list differs from the
+strategy's (two blocks: two all_reduces each), its collectives under (model, strategy) in COLLECTIVES;
+test/mpi/test_torch_models.py runs every model under each of its strategies on 2 MPI ranks against torch.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt2_block import GPT2Block  # noqa: E402
+import bert, vit  # noqa: E402  (the model zoo: each file has the model, its inputs and its Megatron tactics)
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -43,6 +47,7 @@ def encoder_layer(seed: int = 0):
 
 
 MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer}
+MODELS.update(vit=vit.tiny_vit, bert=bert.tiny_bert)  # gpt.py's tiny GPT has its own tests (test/mpi/test_gpt.py)
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
 STRATEGIES = {
@@ -56,6 +61,11 @@ STRATEGIES = {
         "sequence": ("src.1=y", "y"),
         "data": ("src.0=x", "x"),
     },
+    # ViT: 17 tokens (16 patches and the class token) do not divide y, so no sequence parallelism.
+    "vit": {"megatron": (vit.megatron(), "y"), "data": ("images.0=x", "x")},
+    # BERT: sequence parallelism is degraded (the position embedding's arange and the padding mask along the keys
+    # keep the embeddings and softmax whole: DegradedStrategy warnings), so it is not listed.
+    "bert": {"megatron": (bert.megatron(), "y"), "data": ("input_ids.0=x;token_type_ids.0=x;attention_mask.0=x", "x")},
 }
 
 # The collectives each strategy leaves in the forward pass (op names, in order).
@@ -63,7 +73,14 @@ COLLECTIVES = {
     "megatron": ["shard.all_reduce", "shard.all_reduce"],
     "sequence": ["shard.all_gather", "shard.all_gather"],
     "data": [],
+    # (model, strategy) for models whose list differs: two all_reduces per block of two-block models
+    ("vit", "megatron"): ["shard.all_reduce"] * 4, ("bert", "megatron"): ["shard.all_reduce"] * 4,
 }
+
+
+def collectives(model: str, strategy: str) -> list[str]:
+    """The collectives `strategy` leaves in `model`'s forward pass (op names, in order)."""
+    return COLLECTIVES.get((model, strategy), COLLECTIVES[strategy])
 
 
 def eager(model, inputs) -> "torch.Tensor":

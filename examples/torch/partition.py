@@ -1,5 +1,6 @@
-"""Partition PyTorch models with Slicer: a GPT-2 block and torch's own nn.TransformerEncoderLayer, each
-Megatron-style (heads and MLP hidden units over y), sequence-parallel and data-parallel.
+"""Partition PyTorch models with Slicer: the models of models.py (a GPT-2 block, torch's own
+nn.TransformerEncoderLayer, a ViT, a BERT encoder), each under its strategies: Megatron-style (heads and MLP
+hidden units over y), sequence-parallel and data-parallel.
 
     python examples/torch/partition.py               # collectives, per-device parameter bytes, vs torch eager
     python examples/torch/partition.py --ranks 4     # ... running each on 4 MPI ranks (default: simulator)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -26,8 +27,8 @@ import numpy as np
 from mlir import ir
 
 from slicer.checking import check_equivalent
-from slicer.core.errors import (CompileError, InvalidTactic, KernelGraphError, ResourceError, RunError,
-                                SlicerError)
+from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
+                                ResourceError, RunError, SlicerError, TacticError)
 from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.progress import Progress
@@ -44,7 +45,7 @@ from slicer.runtime.session import InJobSession, LaunchedSession, Session, Sessi
 from slicer.spmd import report
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
-from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
+from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Program:
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
     _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
+    _names: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mesh(self) -> Mesh:
@@ -78,8 +80,10 @@ class Program:
             v = g.values[name]
             lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
                          f"(local {list(v.local_shape)})")
+        result_names = self._result_names()
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
-            lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
+            named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
+            lines.append(f"  result #{i}{named}: {list(dist.shape)} as {dist} ({source})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:
@@ -98,13 +102,22 @@ class Program:
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
-        return memory_report(self.graph, self.original, timings, roles)
+        return memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+
+    def value_names(self) -> dict[str, str]:
+        """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
+        model's input or parameter, `arg_names`), else its SSA name in the source ("%w1")."""
+        if self._names is None:
+            names = source_names(self.graph, self.original, self.arg_names, self._result_names())
+            object.__setattr__(self, "_names", names)
+        return dict(self._names)
 
     def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
         "result0", a value of the kernel graph ("%4", as `explain()` lists them) or a name from the source
-        ("w1"). `.text()` for terminals, `.png(path)` for a file (matplotlib). Raises `VizError`."""
-        return value_picture(self.graph, what, self.original, grid_dims=grid_dims)
+        ("w1"), or the name of an argument or result (a model's input "x" or parameter "fc1.weight"). `.text()`
+        for terminals, `.png(path)` for a file (matplotlib). Raises `VizError`."""
+        return value_picture(self.graph, what, self.original, names=self.value_names(), grid_dims=grid_dims)
 
     def show(self, what, *, png: str | Path | None = None, grid_dims: tuple[int, ...] | None = None) -> None:
         """Print the sharding picture of a value (see `sharding`); with `png`, also draw it into that file."""
@@ -303,11 +316,15 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
 
 
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
-            entry: str | None = None, source_name: str | None = None) -> Program:
+            entry: str | None = None, source_name: str | None = None, strict: bool = False) -> Program:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
-    locations (provenance of collectives). Raises `CompileError`."""
+    locations (provenance of collectives). Raises `CompileError`.
+
+    A tactic whose split is lost (an op it should divide computed whole on every device, its value gathered:
+    e.g. 6 heads on y=4) is a `DegradedStrategy` warning, listed by `explain()` too; with `strict`, a
+    `TacticError`."""
     if isinstance(mesh, Mapping):
         try:
             mesh = Mesh(mesh)
@@ -337,6 +354,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
         except CompileError:
@@ -347,6 +365,17 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         progress.step("kernel graph")
         graph = build_kernel_graph(spmd, entry)
     return Program(original, spmd, graph, propagation, arg_names, imported)
+
+
+def _say_degraded(module: ir.Module, strict: bool) -> None:
+    """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), or raise with `strict`."""
+    notes = [note for notes in report(module).degraded.values() for note in notes]
+    if notes and strict:
+        raise TacticError([Located(module.operation.location, f"{note} (strict=True: compile without it to accept "
+                                                              "the replicated op, or change the tactic or mesh)")
+                           for note in notes])
+    for note in notes:
+        warnings.warn(DegradedStrategy(note), stacklevel=3)
 
 
 def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:

@@ -96,9 +96,10 @@
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
 
-// Annotated arguments and a result with two tiled dims (the later dim's loop wraps the earlier one's).
+// Annotated arguments and a result with two tiled dims (the later dim's loop wraps the earlier one's); the result
+// keeps the tactics that laid it out (slicer.tactic), which the partitioned function reports.
 // CHECK-LABEL: func.func @args
-// CHECK-SAME: (%[[A:[^:]*]]: tensor<8x16xf32>, %[[B:[^:]*]]: tensor<16x8xf32>) -> tensor<8x8xf32> {
+// CHECK-SAME: (%[[A:[^:]*]]: tensor<8x16xf32>, %[[B:[^:]*]]: tensor<16x8xf32>) -> (tensor<8x8xf32> {slicer.tactic = "Tile(result=0, dim=0, axes='x') from the slicer.sharding of result #0 of @args; Tile(result=0, dim=1, axes='y') from the slicer.sharding of result #0 of @args"}) {
 // CHECK-NEXT: %[[AT:.*]] = "slicer.loop"() ({
 // CHECK-NEXT: ^bb0(%[[R0:.*]]: !slicer.range<"x", 2 : i64>):
 // CHECK-NEXT: %[[S0:.*]] = "slicer.slice"(%[[A]], %[[R0]]) {dim = 0 : i64} : (tensor<8x16xf32>, !slicer.range<"x", 2 : i64>) -> tensor<4x16xf32>

@@ -33,6 +33,11 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
         ├── ResourceError   the job does not fit the host (cores, memory)
         ├── SimulationError the in-process simulator cannot run the program
         └── KernelAssertionError a run-time check of the program failed on its data
+
+Warnings (the program runs and is right, but not as asked; Python's `warnings`, not exceptions):
+
+    SlicerWarning
+    └── DegradedStrategy    a tactic's split was lost: its value gathered, an op computed whole on every device
 """
 
 from __future__ import annotations
@@ -198,7 +203,19 @@ class EntryError(CompileError):
     (the JIT, the kernel graph, partitioning) catch it and raise theirs with this message."""
 
 
+class SlicerWarning(UserWarning):
+    """Base of Slicer's warnings: the program compiles and computes the right answer, but not as asked (the
+    message says what was lost and what to change). Not a `SlicerError`: nothing stops."""
+
+
+class DegradedStrategy(SlicerWarning):
+    """A tactic's split was lost: an op it was meant to divide stays replicated (no rule, or a dim the devices do
+    not divide, e.g. 6 heads on y=4), so the tactic's value is gathered and every device computes that op whole.
+    `slicer.compile(..., strict=True)` raises a `TacticError` instead."""
+
+
 __all__ = [
+    "SlicerWarning", "DegradedStrategy",
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",

@@ -41,12 +41,19 @@ RULE_ATTR = "slicer.rule"
 """On loops: the propagation rule that made the loop."""
 CONFLICT_ATTR = "slicer.conflict"
 """Left by slicer-propagate on an op whose operand's tactics conflict; quoted in the collective's provenance."""
+BLOCKED_ATTR = "slicer.blocked"
+"""Left by slicer-propagate on an op a tactic's tiling could not enter (why: no rule, a dim not divisible); the
+partitioner quotes it when that op then gathers the tactic's value (a degraded strategy) and drops it."""
 
 # -- attributes on the SPMD program ----------------------------------------------------------------------------
 DIST_ATTR = "slicer.dist"
 """Distributed types: a string on func args/results, an array of strings (one per result) on ops."""
 DIST_SOURCE_ATTR = "slicer.dist_source"
-"""On SPMD function results: "requested" (a `slicer.sharding` asked for it) or "default" (propagated type)."""
+"""On SPMD function results: "requested" (a `slicer.sharding` asked for it), "default" (propagated type) or
+"tactic <label>" (a result tactic tiled it)."""
+DEGRADED_ATTR = "slicer.degraded"
+"""On an SPMD `func.func`: one string per place where a tactic's split was lost (its value gathered for an op
+computed replicated over the tactic's axes), said by `slicer.compile` as a `DegradedStrategy` warning."""
 SPMD_MESH_ATTR = "slicer.spmd_mesh"
 """On an SPMD `func.func`: the mesh it was partitioned over, as text (`x=2,y=4`, axes major to minor)."""
 AXES_ATTR = "slicer.axes"

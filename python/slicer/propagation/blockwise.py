@@ -9,7 +9,7 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
-from slicer.core.names import DIALECT_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
+from slicer.core.names import BLOCKED_ATTR, DIALECT_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims
 
@@ -32,7 +32,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
         return False
     if not outcome.ok or outcome_kind(outcome) != "tile":
         return False
-    if not _divisible(producer, outcome, rng.size):
+    if _indivisible(producer, outcome, rng.size):
         return False
     key = (op_id(producer), result_index(view.source), view.dim, _range_key(view.range_value))
     known = journal.blocks.get(key)
@@ -69,18 +69,20 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
     return {r: a.dim for r, a in enumerate(outcome.actions) if isinstance(a, TileAction)}
 
 
-def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
-    """Does every dim the outcome cuts have a static size divisible by `size`? (A dynamic dim is never cut:
-    programs with dynamic dims are partitioned along their static ones.)"""
-    for index, dim in outcome.slices:
-        type_ = ir.RankedTensorType(op.operands[index].type)
-        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
-            return False
-    for index, dim in _result_dims(outcome).items():
-        type_ = ir.RankedTensorType(op.results[index].type)
-        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
-            return False
-    return True
+def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str = "") -> str:
+    """Why a dim the outcome cuts cannot be cut in `size` blocks ("" when every one can): it is dynamic, or its
+    static size is not a multiple of `size`. (A dynamic dim is never cut: programs with dynamic dims are
+    partitioned along their static ones.)"""
+    cuts = [("operand", index, dim, op.operands[index].type) for index, dim in outcome.slices]
+    cuts += [("result", index, dim, op.results[index].type) for index, dim in _result_dims(outcome).items()]
+    for kind, index, dim, type_ in cuts:
+        type_ = ir.RankedTensorType(type_)
+        if type_.is_dynamic_dim(dim):
+            return f"{kind} #{index} dim {dim} of '{op.name}' is dynamic"
+        if type_.shape[dim] % size:
+            return (f"{kind} #{index} dim {dim} of '{op.name}' has size {type_.shape[dim]}, which {devices or size} "
+                    "does not divide")
+    return ""
 
 
 def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Value, size: int, ip) -> ir.Operation:
@@ -91,6 +93,8 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
         for index in outcome.zero_inits:
             operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
     clone = as_op(op.clone(ip=ip))
+    if BLOCKED_ATTR in clone.attributes:  # computed block-wise after all
+        del clone.attributes[BLOCKED_ATTR]
     for index, value in enumerate(operands):
         clone.operands[index] = value
     for index, dim in _result_dims(outcome).items():
@@ -196,19 +200,28 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
                 f"{', '.join(rng.axes)}, from {tactic_name(candidate.producer)}) through '{op.name}': {exc}. "
                 "Or replicate the operand before this op (slicer.Replicate / an all-empty slicer.annotate)"))) from None
         if not outcome.ok:
-            journal.blocked.append((op, outcome.blocked))
+            _blocked(op, f"operand #{candidate.operand} dim {candidate.dim} {outcome.blocked}", candidate, journal)
             continue
         if len(set(outcome.actions)) > 1:
-            journal.blocked.append((op, f"{op.name} results would be rebuilt with different actions {outcome.actions}"))
+            _blocked(op, f"its results would be rebuilt with different actions {outcome.actions}", candidate, journal)
             continue
-        if not _divisible(op, outcome, rng.size):
-            journal.blocked.append((op, f"{op.name}: a sliced dim is dynamic or not divisible by {rng.size} "
-                                        f"({', '.join(rng.axes)})"))
+        reason = _indivisible(op, outcome, rng.size, f"{','.join(rng.axes)}={rng.size}")
+        if reason:
+            _blocked(op, reason, candidate, journal)
             continue
         journal.rewriting(op)
         _make_loop(op, candidate, outcome, journal)
         return True
     return False
+
+
+def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journal) -> None:
+    """Record that the tiling of `candidate` could not enter `op`, in the journal and on the op
+    (`slicer.blocked`, shown by explain and quoted by the partitioner if the op then gathers the value)."""
+    rng = candidate.producer.range
+    note = f"the tiling over {','.join(rng.axes)} from {tactic_name(candidate.producer)} stops here: {reason}"
+    journal.blocked.append((op, note))
+    op.attributes[BLOCKED_ATTR] = ir.StringAttr.get(note)
 
 
 def _same_type_groups(values) -> list[list[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import builtin, func
 
-from slicer.core.names import CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
+from slicer.core.names import BLOCKED_ATTR, CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
 from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
@@ -36,5 +36,7 @@ def explain(module) -> str:
         loops = list(reversed(enclosing_loops(inner)))
         where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"
         conflict = f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        if BLOCKED_ATTR in inner.attributes:
+            conflict += f"  !! {ir.StringAttr(inner.attributes[BLOCKED_ATTR]).value}"
         lines.append(f"  {inner.name:<24} {where}{conflict}")
     return "\n".join(lines)

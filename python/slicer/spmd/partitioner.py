@@ -40,7 +40,7 @@ from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
 from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
+from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
                                FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
                                RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
                                YIELD)
@@ -49,6 +49,7 @@ from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, Sli
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
 from slicer.rules import linear_in
 
+from .degraded import Loss, loss, moves_data, record
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
@@ -118,6 +119,8 @@ class _Entry:
     context: frozenset[str]
     origin: str
     loc: ir.Location
+    tactic: str = ""  # the tactic whose loop tiled it (a degraded strategy names it when the value is gathered)
+    loss: Loss | None = None  # a gathered tactic value it was reshaped or copied from (slicer.spmd.degraded)
 
 
 @dataclass
@@ -129,6 +132,7 @@ class _FunctionPartitioner:
     cache: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)
     erase: list = field(default_factory=list)
+    degraded: list = field(default_factory=list)
     _coords: list | None = None
 
     @property
@@ -246,6 +250,10 @@ class _FunctionPartitioner:
             op.erase()
         self.func.attributes[ARG_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_arg_attrs])
         self.func.attributes[SPMD_MESH_ATTR] = ir.StringAttr.get(str(self.mesh))
+        record(self.func, self.degraded)
+        for op in walk_ops(self.func):
+            if BLOCKED_ATTR in op.attributes:  # propagation's note, quoted above where it mattered
+                del op.attributes[BLOCKED_ATTR]
 
     def process_block(self, block: ir.Block, context: frozenset[str]) -> None:
         for op in list(block.operations):
@@ -266,6 +274,7 @@ class _FunctionPartitioner:
     # -- plain ops -----------------------------------------------------------------------------------------
     def process_plain(self, op: ir.Operation, context: frozenset[str]) -> None:
         kept, partial = self.partial_terms(op, context)
+        losses = []
         for index, operand in enumerate(op.operands):
             if RangeType.is_range(operand.type):
                 raise self.fail(op, f"'{op.name}' uses a !slicer.range; only 'slicer.slice' may")
@@ -273,14 +282,21 @@ class _FunctionPartitioner:
             if entry is not None and index in kept:
                 op.operands[index] = entry.local
             elif entry is not None:
+                losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
         for nested in _nested_ops(op):
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
+                    losses += [entry.loss, loss(entry.tactic, op, f"a value '{nested.name}' reads", entry.type,
+                                                context, self.mesh)]
                     nested.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                           f"'{nested.name}' inside '{op.name}' reads it replicated")
+        losses = [found for found in losses if found is not None and set(found.axes) - context]
+        carried = losses[0] if losses and moves_data(op) else None
+        if carried is None:
+            self.degraded += [found.note(op) for found in losses]
         dists = []
         for result in op.results:
             shape = tensor_shape(result)
@@ -288,7 +304,7 @@ class _FunctionPartitioner:
                 continue
             t = DistType(shape, replicated(shape).dims, partial) if partial else replicated(shape)
             origin = f"'{op.name}'" + (f" of partial sums over [{','.join(partial)}]" if partial else "")
-            self.env[result] = _Entry(result, t, context, origin, op.location)
+            self.env[result] = _Entry(result, t, context, origin, op.location, loss=carried)
             dists.append(t)
         if dists:
             op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context)) for t in dists])
@@ -350,7 +366,7 @@ class _FunctionPartitioner:
         rest = tuple(wanted.dims[dim][len(axes):])
         dims = tuple(rest if i == dim else d for i, d in enumerate(wanted.dims))
         t = self.canon(DistType(result_shape, dims, wanted.partial), op.location)
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location)
+        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, entry.tactic)
         self.erase.append(op)
 
     def slice_own_member(self, op: ir.Operation, view: SliceOp, entry: _Entry, axes: tuple[str, ...],
@@ -370,7 +386,7 @@ class _FunctionPartitioner:
             local = emitter.local_block(local, dim, axes, where)
         t = self.canon(DistType(tensor_shape(view.result), whole.dims, whole.partial), op.location)
         local.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context))])
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location)
+        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, entry.tactic)
         self.erase.append(op)
 
     # -- loops ---------------------------------------------------------------------------------------------
@@ -410,7 +426,8 @@ class _FunctionPartitioner:
             t = self.canon(t, op.location)
             origin = ("partial sums of the " if isinstance(action, SumAction) else "result of the ") + kind
             origin += _provenance(op) + f" yielding {entry.origin}"
-            self.env[result] = _Entry(local, t, context, origin, ir.Location.fused([op.location, entry.loc]))
+            tactic = ir.StringAttr(op.attributes[TACTIC_ATTR]).value if TACTIC_ATTR in op.attributes else entry.tactic
+            self.env[result] = _Entry(local, t, context, origin, ir.Location.fused([op.location, entry.loc]), tactic)
         body_ops = [o.operation for o in loop.body.operations]
         for body_op in body_ops[:-1]:
             body_op.move_before(op)
@@ -433,7 +450,7 @@ class _FunctionPartitioner:
         target = DistType(entry.type.shape, sharding.dims, ())
         local = self.convert(entry, target, op, f"'slicer.annotate' requests {sharding}")
         self.env[view.result] = _Entry(local, self.canon(target, op.location), context, f"annotated {entry.origin}",
-                                       op.location)
+                                       op.location, entry.tactic)
         self.erase.append(op)
 
     def process_return(self, op: ir.Operation, context: frozenset[str]) -> None:
@@ -447,6 +464,7 @@ class _FunctionPartitioner:
                 result_types.append(value.type)
                 continue
             requested = attrs.pop(SHARDING_ATTR, None)
+            tactic = attrs.pop(TACTIC_ATTR, None)  # a result tactic's label (slicer-apply-tactics)
             if requested is not None:
                 sharding = Sharding.of(requested)
                 if sharding is None:
@@ -455,6 +473,10 @@ class _FunctionPartitioner:
                 target = DistType(entry.type.shape, sharding.dims, ())
                 why = f"result #{index} of @{self.fname} is requested as {sharding}"
                 source = "requested"
+            elif tactic is not None:  # the tactic's loop is the returned value: its type is the one asked for
+                target = DistType(entry.type.shape, entry.type.dims, ())
+                why = f"result #{index} of @{self.fname} is laid out by {ir.StringAttr(tactic).value}"
+                source = f"tactic {ir.StringAttr(tactic).value}"
             else:
                 target = DistType(entry.type.shape, entry.type.dims, ())
                 why = (f"result #{index} of @{self.fname} has no requested sharding: it keeps its propagated type "

@@ -26,6 +26,8 @@ from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, CO
                                GRID, GRID_ATTR, GRID_AXES_ATTR, PERMUTE, REDUCE_SCATTER, RES_ATTRS_ATTR, SHAPE_ATTR,
                                SPMD_MESH_ATTR, SYM_NAME_ATTR)
 
+from .degraded import notes_of
+
 
 @dataclass(frozen=True)
 class Place:
@@ -55,7 +57,7 @@ class ResultEntry:
     function: str
     index: int
     dist: str
-    source: str  # "requested" | "default"
+    source: str  # "requested" | "default" | "tactic <label>" (set by a result tactic)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Report:
     collectives: list[CollectiveEntry] = field(default_factory=list)
     results: list[ResultEntry] = field(default_factory=list)
     meshes: dict[str, str] = field(default_factory=dict)
+    degraded: dict[str, list[str]] = field(default_factory=dict)  # function -> its degraded-strategy notes
 
     @property
     def bytes_received_per_device(self) -> int:
@@ -74,8 +77,8 @@ class Report:
         for fn in functions:
             lines.append(f"@{fn} on mesh {self.meshes.get(fn, '?')}")
             for r in (r for r in self.results if r.function == fn):
-                how = ("requested" if r.source == "requested"
-                       else "default: the propagated type, partial sums reduced (no sharding was requested)")
+                how = r.source if r.source in ("requested",) or r.source.startswith("tactic ") \
+                    else "default: the propagated type, partial sums reduced (no sharding was requested)"
                 lines.append(f"  result #{r.index}: {r.dist} ({how})")
             mine = [c for c in self.collectives if c.function == fn]
             if not mine:
@@ -89,6 +92,8 @@ class Report:
                     lines.append(f"     at: {place}")
             total = sum(c.bytes_received_per_device for c in mine)
             lines.append(f"  total: {len(mine)} collectives, {total} B received per device")
+            for note in self.degraded.get(fn, ()):
+                lines.append(f"  warning: {note}")
         return "\n".join(lines)
 
 
@@ -155,6 +160,8 @@ def report(module: ir.Module | ir.Operation) -> Report:
             continue
         name = ir.StringAttr(func.attributes[SYM_NAME_ATTR]).value
         out.meshes[name] = ir.StringAttr(func.attributes[SPMD_MESH_ATTR]).value
+        if notes_of(func):
+            out.degraded[name] = notes_of(func)
         if RES_ATTRS_ATTR in func.attributes:
             for index, attrs in enumerate(ir.ArrayAttr(func.attributes[RES_ATTRS_ATTR])):
                 attrs = ir.DictAttr(attrs)

@@ -496,6 +496,7 @@ class _Rewrite:
             else:
                 new, _, _ = self.tile(request, value, loc, ir.InsertionPoint(term))
             term.operands[request.index] = new
+        _label_result(request.func, request.index, request.label)
 
     def tile(self, request: Request, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`loop tile<d> over range<axes> { yield slice(value, d, r) }` -> (result, loop op, slice op)."""
@@ -528,6 +529,18 @@ def _without_repeats(requests: list[Request]) -> list[Request]:
             seen.add(mark)
             kept.append(request)
     return kept
+
+
+def _label_result(func: ir.Operation, index: int, label: str) -> None:
+    """Record on result `index` (its `slicer.tactic`) the tactic that set its layout, so the partitioned
+    function says the result was asked for, not left to the default (labels of several tactics are joined)."""
+    count = len(function_type(func).results)
+    dicts = ([{a.name: a.attr for a in ir.DictAttr(d)} for d in ir.ArrayAttr(func.attributes[RES_ATTRS_ATTR])]
+             if RES_ATTRS_ATTR in func.attributes else [{} for _ in range(count)])
+    before = dicts[index].get(TACTIC_ATTR)
+    text = f"{ir.StringAttr(before).value}; {label}" if before is not None else label
+    dicts[index][TACTIC_ATTR] = ir.StringAttr.get(text)
+    func.attributes[RES_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
 def _drop_sharding_attrs(func: ir.Operation) -> None:

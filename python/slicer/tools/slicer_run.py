@@ -45,7 +45,7 @@ from slicer.runtime.timings import Timings
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
 from slicer.viz.sharding import load_pyplot
-from slicer.viz.value_lookup import describe, source_names
+from slicer.viz.value_lookup import describe
 
 from .cli import EXIT_OK, failure, unreadable, usage_error
 
@@ -171,7 +171,7 @@ def run(args, request: Request) -> int:
         print(f"== compiled {args.program} for mesh {mesh} in {time.perf_counter() - start:.2f} s")
         print(prog.explain() if args.explain else prog.explain().split("propagation:")[0].rstrip())
         for what in args.show:
-            print(value_picture(prog.graph, what, text).text())
+            print(prog.sharding(what).text())
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:
@@ -223,7 +223,7 @@ def _visualise(prog, args, text: str, timings: Timings) -> None:
     if args.trace:
         print(f"== trace (chrome://tracing, ui.perfetto.dev): {write_chrome_trace(timings, args.trace, g.mesh)}")
     if args.plot:
-        names = source_names(g, text)
+        names = prog.value_names()
         folder = Path(args.plot)
         for name in g.values:
             value_picture(g, name, text, names=names).png(folder / f"{describe(g, name, names).file_stem}.png")

@@ -216,10 +216,10 @@ def _type(graph: KernelGraph, name: str, dist=None) -> str:
 
 
 def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None = None,
-                  roles: tuple[str, ...] = ()) -> MemoryReport:
-    """The memory figures of `graph` (`source`: the program's text, for the arguments' names; `roles`: what each
-    argument is, for `MemoryReport.by_role`)."""
-    names = source_names(graph, source) if source else {}
+                  roles: tuple[str, ...] = (), names: dict[str, str] | None = None) -> MemoryReport:
+    """The memory figures of `graph` (`source`: the program's text, for the values' names, or `names` as
+    `value_lookup.source_names` gives them; `roles`: what each argument is, for `MemoryReport.by_role`)."""
+    names = names if names is not None else source_names(graph, source)
     itemsize = {name: v.numpy_dtype.itemsize for name, v in graph.values.items()}
 
     def whole(name: str, dist) -> int:

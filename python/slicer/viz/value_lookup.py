@@ -8,7 +8,8 @@ argument or defining op) and the source text. `resolve` accepts, in this order:
 - an `int` i: argument #i;
 - `"arg1"` / `"result0"`: argument #1 / result #0;
 - a kernel-graph name (`"%4"`);
-- a source name, with or without `%` (`"w1"`, `"%y"`).
+- a source name: an argument's or result's own name (`slicer.name`: a model's `"x"`, `"fc1.weight"`), or an
+  SSA name with or without `%` (`"w1"`, `"%y"`).
 
 `global_type` gives the distributed type a picture should draw. A value computed in a loop body (`varying`
 axes) is typed per member of the loop's family; when a collective consumes it, its block is that collective's
@@ -30,8 +31,19 @@ _ARG = re.compile(r"%[A-Za-z0-9_$.-]+")
 _INDEXED = re.compile(r"^\s*(arg|argument|result)\s*#?\s*(\d+)\s*$")
 
 
-def source_names(graph: KernelGraph, source: str) -> dict[str, str]:
-    """Kernel-graph value name -> its SSA name in `source` (e.g. `"%1": "%w1"`), where its location says."""
+def source_names(graph: KernelGraph, source: str, arg_names=(), result_names=()) -> dict[str, str]:
+    """Kernel-graph value name -> its name in the source: the name the program gives an argument or result
+    (`arg_names`, `result_names`: its `slicer.name`, e.g. a model's `"self_attn.q_proj.weight"` or input `"x"`),
+    else its SSA name in `source` (e.g. `"%1": "%w1"`), where its location says."""
+    found = _ssa_names(graph, source) if source else {}
+    for values, given in ((graph.args, arg_names), (graph.results, result_names)):
+        for name, label in zip(values, given or ()):
+            if label:
+                found[name] = label
+    return found
+
+
+def _ssa_names(graph: KernelGraph, source: str) -> dict[str, str]:
     lines = source.splitlines()
     found = {}
     for name, value in graph.values.items():
@@ -58,7 +70,7 @@ class Named:
 
     name: str  # the kernel graph's name, "%4"
     role: str  # "argument #1", "result #0", "intermediate"
-    source: str = ""  # the source's SSA name, "%w1", or ""
+    source: str = ""  # the source's name: a `slicer.name` ("fc1.weight"), an SSA name ("%w1"), or ""
 
     def __str__(self) -> str:
         source = f" {self.source}" if self.source else ""
@@ -71,7 +83,7 @@ class Named:
         """A file name for its picture: `arg1-w1`, `result0`, `v4-y`."""
         head = self.role.replace("argument #", "arg").replace("result #", "result")
         head = f"v{self.name[1:]}" if self.role == "intermediate" else head
-        tail = re.sub(r"[^A-Za-z0-9_.-]", "_", self.source[1:]) if self.source else ""
+        tail = re.sub(r"[^A-Za-z0-9_.-]", "_", self.source.lstrip("%")) if self.source else ""
         return f"{head}-{tail}" if tail else head
 
 
@@ -101,7 +113,8 @@ def resolve(graph: KernelGraph, what, names: dict[str, str] | None = None, sourc
     if what in graph.values:
         return what
     wanted = what if what.startswith("%") else f"%{what}"
-    matches = [name for name, source in names.items() if source == wanted]
+    matches = [name for name, given in names.items() if given in (what, wanted)]
+    matches += [name for name, ssa in (_ssa_names(graph, source) if source else {}).items() if ssa == wanted]
     if matches:
         return matches[0]
     choices = ", ".join(str(describe(graph, n, names)) for n in graph.values)

@@ -64,3 +64,14 @@ def test_the_simulator_compiles_once_across_runs(monkeypatch, tmp_path):
     again = slicer.compile(MLP, mesh=slicer.Mesh(y=4), tactics=MEGATRON)
     np.testing.assert_array_equal(again.run(*inputs), first)
     assert aot.TOOL_RUNS == tools and cache_stats().hits == hits + 1
+
+
+def test_a_result_laid_out_by_a_result_tactic_says_so():
+    """explain() labels a result a result tactic tiled with that tactic, not as the default layout."""
+    tiled = slicer.compile(MLP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(result=0, dim=0, axes="x")]).explain()
+    assert "result #0: [8, 16] as [[x],[]] (tactic Tile(result=0, dim=0, axes='x'))" in tiled
+    assert "    result #0: [[x],[]] (tactic Tile(result=0, dim=0, axes='x'))" in tiled
+    assert "no sharding was requested" not in tiled
+    default = slicer.compile(MLP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg=0, dim=0, axes="x")]).explain()
+    assert "result #0: [[x],[]] (default: the propagated type, partial sums reduced (no sharding was requested))" \
+        in default

@@ -38,7 +38,7 @@ def arg_dists(prog) -> dict[str, str]:
 
 
 def result_dists(prog) -> list[str]:
-    return re.findall(r"^  result #\d+: \[[\d, ]*\] as (\S+) ", prog.explain(), re.MULTILINE)
+    return re.findall(r"^  result #\d+(?: \([^)]*\))?: \[[\d, ]*\] as (\S+) ", prog.explain(), re.MULTILINE)
 
 
 def test_data_parallel_tiles_the_batch_and_all_reduces_each_gradient():

@@ -115,3 +115,14 @@ def test_no_exception_class_is_defined_outside_the_catalogue():
                                                        for b in node.bases):
                 offenders.append(f"{relative(path)}:{node.lineno}: class {node.name}")
     assert not offenders, "exception classes outside slicer/core/errors.py:\n" + "\n".join(offenders)
+
+
+def test_every_warning_class_is_documented_and_exported():
+    """The warnings (`SlicerWarning` and its subclasses, docs/errors.md "Warnings") are listed as `warning` rows and
+    exported from `slicer`; they are not errors."""
+    warnings = {name for name, value in vars(errors).items()
+                if isinstance(value, type) and issubclass(value, errors.SlicerWarning)}
+    assert warnings >= {"SlicerWarning", "DegradedStrategy"}
+    assert set(re.findall(r"^\| warning `(\w+)`", DOC.read_text(), flags=re.M)) == warnings
+    for name in warnings:
+        assert name in slicer.__all__ and not issubclass(getattr(errors, name), errors.SlicerError)
