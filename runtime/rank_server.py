@@ -9,6 +9,9 @@ answers requests, one at a time, all ranks the same sequence (requests that run 
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
+- ("save", directory, {arg: file}): write these resident blocks as checkpoint files (`runtime.checkpoint`),
+  reply with each file's size and sha256;
+- ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
 - ("close",): free the program and leave.
 
 Replies are ("ok", payload). A request that fails replies ("error", message) and the rank then aborts the
@@ -27,6 +30,7 @@ from multiprocessing.connection import Client
 from slicer.core.errors import InternalError, SlicerError
 from slicer.lowering import KernelGraph
 
+from .checkpoint import write_block
 from .rank import ABORT_GRACE_SECONDS, maybe_kill
 from .resident import ResidentRank
 
@@ -88,6 +92,14 @@ def _answer(request, program: ResidentRank | None, comm):
         return program.step(request[1]), program
     if kind == "get":
         return program.blocks(request[1]), program
+    if kind == "save":
+        _, directory, files = request
+        blocks = program.blocks(sorted(files))
+        return {file: write_block(directory, file, blocks[arg]) for arg, file in files.items()}, program
+    if kind == "restore":
+        _, checkpoint, wanted = request
+        program.put({arg: checkpoint.read(name, slices) for arg, (name, slices) in wanted.items()})
+        return None, program
     raise InternalError(f"unknown request {kind!r}")
 
 

@@ -32,7 +32,7 @@ _EXPORTS = {
     "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
     "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
-    "strategies": ".strategies",
+    "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
     "training_step": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},
 }
@@ -40,6 +40,6 @@ _EXPORTS = {
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    "strategies", "training_step", "SGD", "AdamW", *_ERRORS,
+    "strategies", "training_step", "SGD", "AdamW", "load_checkpoint", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
