@@ -111,10 +111,11 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise CheckpointError(f"cannot write '{path}': {exc}") from None
 
 
-def write_block(directory: str | Path, file: str, block: np.ndarray) -> dict:
-    """Write `block` as `directory/file` (temporary file, fsync, rename); its record: size and sha256."""
+def write_block(directory: str | Path, file: str, block: np.ndarray, shape: Sequence[int]) -> dict:
+    """Write `block` with its local `shape` (a rank may hold a 0-d value as one element) as `directory/file`
+    (temporary file, fsync, rename); its record: size and sha256."""
     buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(block), allow_pickle=False)
+    np.save(buffer, np.require(np.reshape(block, tuple(shape)), requirements="C"), allow_pickle=False)
     data = buffer.getvalue()
     _write_atomically(Path(directory) / file, data)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

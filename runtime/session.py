@@ -112,6 +112,10 @@ class SessionPlan:
         return [StateValue(i, self.arg_names[i], np.dtype(g.values[g.args[i]].numpy_dtype), g.values[g.args[i]].dist)
                 for i in sorted(self.state)]
 
+    def local_shape(self, index: int) -> tuple[int, ...]:
+        """The shape of each rank's block of argument `index`."""
+        return tuple(self.graph.values[self.graph.args[index]].local_shape)
+
     def restore_job(self, rank: int) -> dict[int, tuple[str, tuple[slice, ...]]]:
         """What `rank` reads from a checkpoint: argument index -> (state name, its block's index range)."""
         g = self.graph
@@ -204,7 +208,7 @@ class SimulatedSession(Session):
         return {self.plan.arg_names[i]: self.state[i].copy() for i in sorted(self.state)}
 
     def _write_blocks(self, directory, jobs):
-        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank))
+        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank), self.plan.local_shape(arg))
                 for rank, job in enumerate(jobs) for arg, file in job.items()}
 
     def _restore(self, checkpoint):
@@ -280,7 +284,8 @@ class InJobSession(Session):
         self._everywhere(lambda: begin(directory) if rank == 0 else None)
         jobs = save_jobs(self.plan.graph.mesh, values)
         blocks = self.rank_program.blocks(sorted(jobs[rank]))
-        written = self._everywhere(lambda: {f: write_block(directory, f, blocks[a]) for a, f in jobs[rank].items()})
+        written = self._everywhere(lambda: {f: write_block(directory, f, blocks[a], self.plan.local_shape(a))
+                                            for a, f in jobs[rank].items()})
         records = {file: record for part in written for file, record in part.items()}
         self._everywhere(lambda: write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
                          if rank == 0 else None)
