@@ -177,8 +177,13 @@ class Checkpoint:
             for v in values.values():
                 np.dtype(v["dtype"]), DistType.parse(v["dist"], [int(n) for n in v["shape"]], mesh)
                 for b in v["blocks"]:
-                    b["file"], b["sha256"], int(b["bytes"]), list(b["start"]), list(b["stop"])
+                    b["sha256"], int(b["bytes"]), list(b["start"]), list(b["stop"])
+                    if Path(b["file"]).name != b["file"] or b["file"] in ("", ".", ".."):
+                        raise CheckpointError(f"'{path}': block file {b['file']!r} of state '{v['name']}' is not a "
+                                              "file name in the checkpoint's directory")
             return cls(directory, int(manifest["step"]), str(manifest["mesh"]), values)
+        except CheckpointError:
+            raise
         except (ValueError, KeyError, TypeError, AttributeError, SlicerError) as exc:
             raise CheckpointError(f"'{path}' is not a valid checkpoint manifest: {type(exc).__name__}: {exc}") from None
 

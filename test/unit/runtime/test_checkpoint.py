@@ -116,8 +116,15 @@ def _corrupt_garbage_manifest(directory):
     return "not a readable checkpoint manifest"
 
 
+def _corrupt_outside(directory):
+    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest["values"][0]["blocks"][0]["file"] = "../elsewhere.npy"
+    (directory / MANIFEST).write_text(json.dumps(manifest))
+    return r"block file '../elsewhere.npy' of state 'w' is not a file name in the checkpoint's directory"
+
+
 @pytest.mark.parametrize("corrupt", [_corrupt_truncate, _corrupt_flip, _corrupt_no_manifest, _corrupt_missing_block,
-                                     _corrupt_shape, _corrupt_garbage_manifest])
+                                     _corrupt_shape, _corrupt_garbage_manifest, _corrupt_outside])
 def test_a_damaged_checkpoint_is_refused_and_nothing_is_loaded(saved_under, corrupt, tmp_path):
     checkpoint(saved_under, tmp_path / "ck")
     match = corrupt(tmp_path / "ck")
