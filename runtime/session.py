@@ -11,6 +11,9 @@ Three kinds, one interface:
 - `LaunchedSession` (ranks=N): a job of N ranks started once (`runtime.rank_job`), serving every step;
 - `InJobSession`: under the user's own `mpiexec -n N python train.py`, every rank of COMM_WORLD holds its
   blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
+
+Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
+blocks it holds and reads the ones it needs, whatever mesh or strategy saved them.
 """
 
 from __future__ import annotations
@@ -105,7 +108,6 @@ class SessionPlan:
         return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
                                             self.arg_names[i]) for i in sorted(self.state)}
 
-
     def state_values(self) -> list[StateValue]:
         """The state arguments as a checkpoint records them (index, name, dtype, distributed type)."""
         g = self.graph
@@ -120,7 +122,6 @@ class SessionPlan:
         """What `rank` reads from a checkpoint: argument index -> (state name, its block's index range)."""
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
-
 
 def load_program(job: RankJob, plan: SessionPlan) -> None:
     """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
