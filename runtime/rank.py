@@ -11,6 +11,7 @@ collective.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ proxy had not read yet: on a loaded machine the user then saw a failed job with 
 costs only failing jobs."""
 
 FAIL_RANK_ENV = "SLICER_TEST_KILL_RANK"  # test hook: "R" or "R:step" kills rank R (at that step)
+HANG_RANK_ENV = "SLICER_TEST_HANG_RANK"  # test hook: "R:step" stops rank R there (SIGSTOP), as a hung process
 
 
 def run_rank(main, comm=None) -> None:
@@ -45,7 +47,12 @@ def run_rank(main, comm=None) -> None:
 
 
 def maybe_kill(rank: int, step: str) -> None:
-    """Test hook: die abruptly (no cleanup, like a crashed process) when asked to."""
+    """Test hooks: die abruptly (no cleanup, like a crashed process), or stop (like a hung one), when asked to."""
+    hang = os.environ.get(HANG_RANK_ENV, "").partition(":")
+    if hang[0] and int(hang[0]) == rank and hang[2] == step:
+        sys.stderr.write(f"slicer rank {rank}: stopped by {HANG_RANK_ENV} at {step}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
     wanted = os.environ.get(FAIL_RANK_ENV)
     if not wanted:
         return

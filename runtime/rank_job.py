@@ -11,11 +11,16 @@ bytes on the wire, so a test can check that a step sends the batch and nothing e
 
 When a rank fails it replies with its error and aborts the job; the request then raises RunError with that
 message (or the job's stderr if the rank could not send it), the job is ended and every later request is
-refused. A request that gets no answer within `timeout` seconds ends the job the same way.
+refused. A rank that dies without replying (kill -9, a crash) is named by its process having ended (each
+rank says its pid when it connects); a rank that is hung or stopped is named by its silence: a rank answering
+a request sends a heartbeat every half second (`rank_server.Replies`), and one silent for `silence` seconds
+(default 5, $SLICER_RANK_SILENCE_SECONDS) ends the job. A request that gets no answer within `timeout`
+seconds ends the job the same way.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import secrets
 import shutil
@@ -37,6 +42,16 @@ from .mpiexec import end_job, start_spmd
 from .rank_server import KEY_ENV
 
 CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
+SILENCE_ENV = "SLICER_RANK_SILENCE_SECONDS"
+SILENCE_SECONDS = 5.0  # a rank that sends no heartbeat for this long while answering a request is hung
+
+
+def silence_limit() -> float:
+    """How long a busy rank may go without a heartbeat ($SLICER_RANK_SILENCE_SECONDS, default 5 s)."""
+    try:
+        return max(1.0, float(os.environ.get(SILENCE_ENV, SILENCE_SECONDS)))
+    except ValueError:
+        return SILENCE_SECONDS
 
 
 @dataclass
@@ -75,6 +90,8 @@ class RankJob:
                                   mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
         self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
         self.connections: list[Connection | None] = [None] * ranks
+        self.pids: list[int | None] = [None] * ranks  # each rank's process id (on its host)
+        self.silence = silence_limit()
         self._failed: str | None = None
         try:
             self._accept(server, key)
@@ -100,10 +117,10 @@ class RankJob:
             connection = Connection(sock.detach())
             deliver_challenge(connection, key)
             answer_challenge(connection, key)
-            kind, rank, size = connection.recv()
+            kind, rank, size, pid = connection.recv()
             if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
                 raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
-            self.connections[rank] = connection
+            self.connections[rank], self.pids[rank] = connection, pid
 
     @property
     def healthy(self) -> bool:
@@ -123,23 +140,35 @@ class RankJob:
             try:
                 connection.send_bytes(data)
             except OSError:
-                self._fail(self._first_error() or f"a rank went away:\n{self._stderr_tail()}")
+                lost = self._lost(self.connections.index(connection))
+                self._fail(self._first_error() or lost)
         return self._replies(self.timeout if timeout is None else timeout)
 
     def _replies(self, timeout: float) -> list:
         replies: dict[int, object] = {}
         index = {id(c): r for r, c in enumerate(self.connections)}
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        heard = [start] * self.ranks  # when each rank last said something (a heartbeat or its reply)
         while len(replies) < self.ranks:
             pending = [c for r, c in enumerate(self.connections) if r not in replies]
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - start > timeout:
                 self._fail(f"no answer from rank(s) {sorted(index[id(c)] for c in pending)} within {timeout:g} s")
+            silent = [r for r in range(self.ranks) if r not in replies and now - heard[r] > self.silence]
+            if silent:
+                self._fail(f"{_ranks(silent)} stopped answering: no heartbeat for {self.silence:g} s while "
+                           f"answering a request (the process is hung or stopped); the job of {self.ranks} ranks "
+                           f"was ended ({SILENCE_ENV} sets the limit)")
             for connection in wait(pending, timeout=0.5):
                 rank = index[id(connection)]
                 try:
                     status, payload = connection.recv()
                 except (EOFError, OSError):
-                    self._fail(self._first_error() or f"rank {rank} went away:\n{self._stderr_tail()}")
+                    lost = self._lost(rank)
+                    self._fail(self._first_error() or lost)
+                heard[rank] = time.monotonic()
+                if status == "beat":
+                    continue
                 if status == "error":
                     self._fail(payload)
                 replies[rank] = payload
@@ -159,6 +188,14 @@ class RankJob:
                 if status == "error":
                     return payload
         return None
+
+    def _lost(self, rank: int) -> str:
+        """What to say when rank `rank`'s connection closed without a reply: the ranks whose process is already
+        gone (looked at before mpiexec ends the others), else `rank`."""
+        gone = [r for r, pid in enumerate(self.pids) if pid is not None and not _alive(pid)]
+        named = gone if gone and len(gone) < self.ranks else [rank]
+        return (f"{_ranks(named)} of the job of {self.ranks} ranks went away (the process ended without replying: "
+                f"killed or crashed); the job was ended:\n{self._stderr_tail()}")
 
     def _fail(self, message: str):
         self._failed = message.splitlines()[0] if message else "failed"
@@ -187,6 +224,22 @@ class RankJob:
                 connection.close()
         self._failed = self._failed or "closed"
         self._finalizer()
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` (on this host) is running: not gone, not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return not Path("/proc").is_dir()
+        except OSError:
+            return False
 
 
 def _end(process: subprocess.Popen, directory: Path, stderr) -> None:

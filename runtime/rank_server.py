@@ -9,9 +9,13 @@ answers requests, one at a time, all ranks the same sequence (requests that run 
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
+- ("save", directory, {arg: file}): write these resident blocks as checkpoint files (`runtime.checkpoint`),
+  reply with each file's size and sha256;
+- ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
 - ("close",): free the program and leave.
 
-Replies are ("ok", payload). A request that fails replies ("error", message) and the rank then aborts the
+Replies are ("ok", payload); while a rank answers a request it also sends ("beat", None) every half second
+(`Replies`), which is how the driver tells a hung or stopped rank from a busy one. A request that fails replies ("error", message) and the rank then aborts the
 whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
 collective: the session reports the message and ends.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Client
@@ -27,22 +32,60 @@ from multiprocessing.connection import Client
 from slicer.core.errors import InternalError, SlicerError
 from slicer.lowering import KernelGraph
 
+from .checkpoint import write_block
 from .rank import ABORT_GRACE_SECONDS, maybe_kill
 from .resident import ResidentRank
 
 KEY_ENV = "SLICER_SESSION_KEY"
+BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
+
+
+class Replies:
+    """This rank's side of the connection: replies, and a heartbeat every `BEAT_SECONDS` while a request is
+    being answered, so the driver tells a rank that works (or waits in a collective) from one that is hung or
+    stopped (`RankJob`'s silence limit). Between requests the rank is quiet: nothing piles up unread."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.lock = threading.Lock()
+        self.busy = False
+        self.stopped = threading.Event()
+        threading.Thread(target=self._beat, daemon=True, name="slicer-heartbeat").start()
+
+    def working(self) -> None:
+        with self.lock:
+            self.busy = True
+
+    def send(self, message) -> None:
+        with self.lock:
+            self.busy = False
+            self.connection.send(message)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(BEAT_SECONDS):
+            with self.lock:
+                if self.busy:
+                    try:
+                        self.connection.send(("beat", None))
+                    except OSError:
+                        return
 
 
 def serve(address: str, comm) -> None:
     """Answer the driver's requests on this rank until it says "close" or goes away."""
     connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
-    connection.send(("hello", comm.Get_rank(), comm.Get_size()))
+    connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid()))
+    replies = Replies(connection)
     program: ResidentRank | None = None
     while True:
         try:
             request = connection.recv()
         except EOFError:  # the driver is gone: nothing left to answer
             break
+        replies.working()
         kind = request[0]
         try:
             reply, program = _answer(request, program, comm)
@@ -54,14 +97,15 @@ def serve(address: str, comm) -> None:
             sys.stderr.write(message + "\n")
             sys.stderr.flush()
             try:
-                connection.send(("error", message))
+                replies.send(("error", message))
             except OSError:
                 pass
             time.sleep(ABORT_GRACE_SECONDS)
             comm.Abort(1)
-        connection.send(("ok", reply))
+        replies.send(("ok", reply))
         if kind == "close":
             break
+    replies.stop()
     connection.close()
 
 
@@ -88,6 +132,16 @@ def _answer(request, program: ResidentRank | None, comm):
         return program.step(request[1]), program
     if kind == "get":
         return program.blocks(request[1]), program
+    if kind == "save":
+        _, directory, files = request
+        blocks = program.blocks(sorted(files))
+        g = program.graph
+        return {file: write_block(directory, file, blocks[arg], g.values[g.args[arg]].local_shape)
+                for arg, file in files.items()}, program
+    if kind == "restore":
+        _, checkpoint, wanted = request
+        program.put({arg: checkpoint.read(name, slices) for arg, (name, slices) in wanted.items()})
+        return None, program
     raise InternalError(f"unknown request {kind!r}")
 
 

@@ -11,21 +11,26 @@ Three kinds, one interface:
 - `LaunchedSession` (ranks=N): a job of N ranks started once (`runtime.rank_job`), serving every step;
 - `InJobSession`: under the user's own `mpiexec -n N python train.py`, every rank of COMM_WORLD holds its
   blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
+
+Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
+blocks it holds and reads the ones it needs, whatever mesh or strategy saved them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from slicer.core.arrays import as_array
-from slicer.core.errors import RunError
+from slicer.core.errors import CheckpointError, RunError
 from slicer.lowering import KernelGraph
 
-from .blocks import take_block
+from .blocks import rank_slices, take_block
+from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -103,6 +108,20 @@ class SessionPlan:
         return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
                                             self.arg_names[i]) for i in sorted(self.state)}
 
+    def state_values(self) -> list[StateValue]:
+        """The state arguments as a checkpoint records them (index, name, dtype, distributed type)."""
+        g = self.graph
+        return [StateValue(i, self.arg_names[i], np.dtype(g.values[g.args[i]].numpy_dtype), g.values[g.args[i]].dist)
+                for i in sorted(self.state)]
+
+    def local_shape(self, index: int) -> tuple[int, ...]:
+        """The shape of each rank's block of argument `index`."""
+        return tuple(self.graph.values[self.graph.args[index]].local_shape)
+
+    def restore_job(self, rank: int) -> dict[int, tuple[str, tuple[slice, ...]]]:
+        """What `rank` reads from a checkpoint: argument index -> (state name, its block's index range)."""
+        g = self.graph
+        return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
 def load_program(job: RankJob, plan: SessionPlan) -> None:
     """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
@@ -129,6 +148,24 @@ class Session(ABC):
     def state_dict(self) -> dict[str, np.ndarray]:
         """The state as global numpy arrays, by argument name."""
 
+    def save(self, directory) -> Path:
+        """Write a checkpoint of the state to `directory` (runtime/checkpoint.py): every rank its own blocks,
+        each file renamed into place once written, then the manifest (checksums, layout, step count)."""
+        values = self.plan.state_values()
+        directory = begin(directory)
+        records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
+        write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
+        return directory
+
+    def load(self, directory) -> None:
+        """Replace the state by the checkpoint in `directory`, saved on any mesh and strategy: every file is
+        checked against the manifest and the state's names, shapes and dtypes against this program before
+        anything is replaced (CheckpointError otherwise); then each rank reads its block from the saved blocks
+        that overlap it. The step count is the checkpoint's."""
+        checkpoint = open_checked(directory, self.plan.state_values())
+        self._restore(checkpoint)
+        self.steps = checkpoint.step
+
     def close(self) -> None:
         pass
 
@@ -141,6 +178,14 @@ class Session(ABC):
     @abstractmethod
     def _step(self, inputs: dict[int, np.ndarray]):
         """One step on the checked batch (argument index -> global array); the returned results."""
+
+    def _write_blocks(self, directory: Path, jobs: list[dict[int, str]]) -> dict[str, dict]:
+        """Write each rank's blocks `jobs[rank]` (argument index -> file); the files' records."""
+        raise CheckpointError(f"{type(self).__name__} cannot save checkpoints")
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Make the (checked) checkpoint's values the state."""
+        raise CheckpointError(f"{type(self).__name__} cannot load checkpoints")
 
 
 class SimulatedSession(Session):
@@ -162,6 +207,13 @@ class SimulatedSession(Session):
 
     def state_dict(self):
         return {self.plan.arg_names[i]: self.state[i].copy() for i in sorted(self.state)}
+
+    def _write_blocks(self, directory, jobs):
+        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank), self.plan.local_shape(arg))
+                for rank, job in enumerate(jobs) for arg, file in job.items()}
+
+    def _restore(self, checkpoint):
+        self.state = {i: checkpoint.read(name) for i, (name, _) in self.plan.restore_job(0).items()}
 
 
 class LaunchedSession(Session):
@@ -192,6 +244,15 @@ class LaunchedSession(Session):
     def state_dict(self):
         return self.plan.state_from(self.job.request([("get", sorted(self.plan.state))] * self.job.ranks))
 
+    def _write_blocks(self, directory, jobs):
+        records = {}
+        for written in self.job.request([("save", str(directory), job) for job in jobs]):
+            records.update(written)
+        return records
+
+    def _restore(self, checkpoint):
+        self.job.request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
+
     def close(self):
         self.job.close()
 
@@ -215,6 +276,44 @@ class InJobSession(Session):
     def state_dict(self):
         mine = self.rank_program.blocks(sorted(self.plan.state))
         return self.plan.state_from(self.comm.allgather(mine))
+
+    def save(self, directory) -> Path:
+        """As `Session.save`, collectively: every rank writes its blocks, rank 0 the manifest."""
+        values = self.plan.state_values()
+        directory = Path(directory)
+        rank = self.rank_program.rank
+        self._everywhere(lambda: begin(directory) if rank == 0 else None)
+        jobs = save_jobs(self.plan.graph.mesh, values)
+        blocks = self.rank_program.blocks(sorted(jobs[rank]))
+        written = self._everywhere(lambda: {f: write_block(directory, f, blocks[a], self.plan.local_shape(a))
+                                            for a, f in jobs[rank].items()})
+        records = {file: record for part in written for file, record in part.items()}
+        self._everywhere(lambda: write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
+                         if rank == 0 else None)
+        return directory
+
+    def load(self, directory) -> None:
+        """As `Session.load`, collectively: rank 0 checks the checkpoint, then every rank reads its blocks."""
+        values = self.plan.state_values()
+        rank = self.rank_program.rank
+        checkpoint = self._everywhere(lambda: open_checked(directory, values) if rank == 0 else None)[0]
+        job = self.plan.restore_job(rank)
+        mine: dict[int, np.ndarray] = {}
+        self._everywhere(lambda: mine.update({i: checkpoint.read(name, slices) for i, (name, slices) in job.items()}))
+        self.rank_program.put(mine)
+        self.steps = checkpoint.step
+
+    def _everywhere(self, work) -> list:
+        """Run `work` on every rank; every rank's result, or on every rank the first rank's CheckpointError."""
+        try:
+            outcome = ("ok", work())
+        except CheckpointError as exc:
+            outcome = ("error", f"rank {self.rank_program.rank}: {exc}")
+        outcomes = self.comm.allgather(outcome)
+        for status, payload in outcomes:
+            if status == "error":
+                raise CheckpointError(payload)
+        return [payload for _, payload in outcomes]
 
     def close(self):
         self.rank_program.close()

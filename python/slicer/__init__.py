@@ -32,14 +32,14 @@ _EXPORTS = {
     "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
     "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
-    "strategies": ".strategies",
-    "training_step": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
+    "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
+    "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},
 }
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    "strategies", "training_step", "SGD", "AdamW", *_ERRORS,
+    "strategies", "training_step", "SGD", "AdamW", "load_checkpoint", "torch_state", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

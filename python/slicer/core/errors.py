@@ -144,6 +144,11 @@ class ResourceError(RunError):
     """The job does not fit this host (too many ranks for its cores, or blocks larger than its memory)."""
 
 
+class CheckpointError(RunError):
+    """A checkpoint that cannot be written or loaded: a directory without a manifest, a file missing, truncated
+    or changed since it was written (checksums), or state that does not match the session's program."""
+
+
 class SimulationError(RunError):
     """The in-process simulator cannot run the SPMD function, or its devices disagree."""
 
@@ -219,6 +224,6 @@ __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
-    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "SimulationError",
+    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "CheckpointError", "SimulationError",
     "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError", "DialectError",
 ]
