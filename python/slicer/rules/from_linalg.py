@@ -24,6 +24,7 @@ from slicer.core.names import DIM_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
+from .gathers import table_uses
 from .table import DimUse, OpRule
 
 
@@ -66,7 +67,23 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
         f"operand #{k} ({'input' if k < num_inputs else 'init'} {k if k < num_inputs else k - num_inputs})"
         for k in range(len(operands))
     )
-    return OpRule(name, iterators, operands, results, combiners, _index_blocks(body), names)
+    tables = table_uses(generic, _loop_sizes(generic, maps, len(iterators)))
+    names += tuple(f"operand #{len(operands) + t} (the table the body reads with tensor.extract)"
+                   for t in range(len(tables.tables)))
+    blocks = tuple((d, why) for d, why in _index_blocks(body) if d not in tables.freed_loops)
+    return OpRule(name, iterators, operands + tables.uses, results, combiners, blocks, names, tables.gathers)
+
+
+def _loop_sizes(generic: ir.Operation, maps: list[ir.AffineMap], loops: int) -> list[int | None]:
+    """Each loop's static trip count, read from an operand dim that walks it plainly (None if none does)."""
+    sizes: list[int | None] = [None] * loops
+    for value, amap in zip(generic.operands, maps):
+        type_ = ir.RankedTensorType(value.type) if isinstance(value.type, ir.RankedTensorType) else None
+        for j, expr in enumerate(amap.results):
+            dim = loop_dim(expr)
+            if type_ is not None and dim is not None and sizes[dim] is None and not type_.is_dynamic_dim(j):
+                sizes[dim] = type_.shape[j]
+    return sizes
 
 
 def _dim_use(expr: ir.AffineExpr) -> DimUse:

@@ -17,6 +17,8 @@ the op combines into each result by addition (`OpRule.combiners`).
 - `zero_inits`: for a sum, the init (`outs`) operands each block must start from
   zero instead of from the init, which is added once after the sum (otherwise it
   would be added once per block);
+- `gather`: (operand, dim) when the tiled dim is a gathered table's indexed dim (`gathers.py`): each block
+  is a masked lookup in its block of the table (0 for the indices outside it), the results are sums;
 - or `blocked`: why the op cannot be tiled along that dim.
 
 Operands are numbered as the op's operands (for linalg: inputs then outputs);
@@ -63,6 +65,7 @@ class RuleOutcome:
     slices: tuple[tuple[int, int], ...] = ()
     zero_inits: tuple[int, ...] = ()
     blocked: str | None = None
+    gather: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,7 +96,8 @@ class OpRule:
 
     `combiners[r]` is None when result `r` is combined by an addition across a
     reduction loop, else the reason it is not. `loop_blocks[i]` blocks tiling
-    loop `i` whatever the dim (e.g. the body reads `linalg.index i`).
+    loop `i` whatever the dim (e.g. the body reads `linalg.index i`). `gathers` lists the (operand, dim)
+    pairs of gathered tables whose indexed dim a masked lookup may tile (`gathers.py`).
     """
 
     op_name: str
@@ -103,6 +107,7 @@ class OpRule:
     combiners: tuple[str | None, ...] = ()
     loop_blocks: tuple[tuple[int, str], ...] = ()
     operand_names: tuple[str, ...] = field(default=())
+    gathers: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.combiners:
@@ -121,6 +126,9 @@ class OpRule:
         if not 0 <= dim < len(uses):
             raise InternalError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
         use = uses[dim]
+        if operand is not None and (operand, dim) in self.gathers:
+            return RuleOutcome(actions=(SumAction(),) * len(self.results), slices=((operand, dim),),
+                               gather=(operand, dim))
         if use.loop is None:
             return RuleOutcome.block(f"{self.op_name}: {what} dim {dim} {use.reason}")
         return self.tile_loop(use.loop)
