@@ -138,37 +138,35 @@ def _index_loop(value: ir.Value) -> int | None:
 
 def _merged(apply: ir.Operation, loop_sizes: list[int | None]) -> tuple[int, int, int] | None:
     """(major, minor, minor size) when `apply` computes `minor + major * size(minor)` of two loop indices."""
-    amap = affine.AffineApplyOp(apply).map.value
+    amap = apply.opview.map.value
     if len(amap.results) != 1 or len(apply.operands) != 2:
         return None
     loops = [_index_loop(v) for v in apply.operands]
     if None in loops:
         return None
     expr = amap.results[0]
-    if not isinstance(expr, ir.AffineExpr) or not ir.AffineAddExpr.isinstance(expr):
+    if not isinstance(expr, ir.AffineAddExpr):
         return None
-    add = ir.AffineAddExpr(expr)
-    for plain, scaled in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+    for plain, scaled in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
         minor = _operand_position(plain, amap)
-        if minor is None or not ir.AffineMulExpr.isinstance(scaled):
+        if minor is None or not isinstance(scaled, ir.AffineMulExpr):
             continue
-        mul = ir.AffineMulExpr(scaled)
-        for var, factor in ((mul.lhs, mul.rhs), (mul.rhs, mul.lhs)):
+        for var, factor in ((scaled.lhs, scaled.rhs), (scaled.rhs, scaled.lhs)):
             major = _operand_position(var, amap)
-            if major is None or major == minor or not ir.AffineConstantExpr.isinstance(factor):
+            if major is None or major == minor or not isinstance(factor, ir.AffineConstantExpr):
                 continue
             size = loop_sizes[loops[minor]] if loops[minor] < len(loop_sizes) else None
-            if size is not None and ir.AffineConstantExpr(factor).value == size:
+            if size is not None and factor.value == size:
                 return loops[major], loops[minor], size
     return None
 
 
 def _operand_position(expr: ir.AffineExpr, amap: ir.AffineMap) -> int | None:
     """Which operand of an affine.apply a plain dim or symbol expression names."""
-    if ir.AffineDimExpr.isinstance(expr):
-        return ir.AffineDimExpr(expr).position
-    if ir.AffineSymbolExpr.isinstance(expr):
-        return amap.n_dims + ir.AffineSymbolExpr(expr).position
+    if isinstance(expr, ir.AffineDimExpr):
+        return expr.position
+    if isinstance(expr, ir.AffineSymbolExpr):
+        return amap.n_dims + expr.position
     return None
 
 
