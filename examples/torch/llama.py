@@ -121,11 +121,11 @@ class LlamaBlock(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-BATCH, SEQ, DIM, HEADS, KV_HEADS = 2, 8, 64, 4, 2
+BATCH, SEQ, DIM, HEADS, KV_HEADS = 4, 8, 64, 8, 4
 
 
 def llama_block(seed: int = 0, rope: str = "complex"):
-    """(model, example inputs): a LLaMA block (D=64, 4 heads, 2 KV heads, SwiGLU of 128) on [2, 8, 64]."""
+    """(model, example inputs): a LLaMA block (D=64, 8 heads, 4 KV heads, SwiGLU of 128) on [4, 8, 64]."""
     torch.manual_seed(seed)
     model = LlamaBlock(DIM, HEADS, KV_HEADS, SEQ, 2 * DIM, rope=rope).eval()
     with torch.no_grad():  # RMSNorm's weights start at one; random ones check that they are applied
@@ -135,4 +135,6 @@ def llama_block(seed: int = 0, rope: str = "complex"):
 
 
 MEGATRON = "attention.wo.weight.1=y;feed_forward.w1.weight.0=y;feed_forward.w3.weight.0=y;feed_forward.w2.weight.1=y"
-"""Heads over y: wo's input dim and the SwiGLU's hidden units; wq/wk/wv follow by propagation."""
+"""Megatron for this block: heads over y (wo's input dim) and the SwiGLU's hidden units; wq/wk/wv follow by
+propagation. (Sequence parallelism is not listed in models.py: with complex RoPE the complex
+`freqs_cis` values are still needed across a collective, and kernels hold real and integer elements only.)"""

@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt2_block import GPT2Block  # noqa: E402
+from llama import MEGATRON as LLAMA_MEGATRON, llama_block  # noqa: E402 (complex RoPE, GQA, SwiGLU)
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -42,7 +43,7 @@ def encoder_layer(seed: int = 0):
     return model, (torch.randn(BATCH, SEQ, D_MODEL), mask)
 
 
-MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer}
+MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer, "llama_block": llama_block}
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
 STRATEGIES = {
@@ -56,6 +57,7 @@ STRATEGIES = {
         "sequence": ("src.1=y", "y"),
         "data": ("src.0=x", "x"),
     },
+    "llama_block": {"megatron": (LLAMA_MEGATRON, "y"), "data": ("x.0=x", "x")},  # no sequence: see llama.py
 }
 
 # The collectives each strategy leaves in the forward pass (op names, in order).
