@@ -13,7 +13,7 @@ from slicer.core.names import DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPU
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
-from .gather_blocks import mask_lookup, range_starts, read_table_blocks
+from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
 from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
 from .loop_facts import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
@@ -92,10 +92,12 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     everything = rule_operands(op)
     operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(everything)]
     tables = {everything[i]: operands[i] for i in range(len(op.operands), len(everything)) if i in slices}
-    starts = None
+    starts = shift_starts = None
     if outcome.gather is not None:
         table, dim = outcome.gather
         starts = range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
+    if outcome.shift is not None:
+        shift_starts = range_starts(outcome.shift[1], size, range_value)
     if outcome_kind(outcome) == "sum":
         for index in outcome.zero_inits:
             operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
@@ -105,6 +107,8 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     read_table_blocks(clone, tables)
     if starts is not None:
         mask_lookup(clone, operands[outcome.gather[0]], outcome.gather[1], starts)
+    if shift_starts is not None:
+        shift_index(clone, outcome.shift[0], shift_starts)
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
         clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))

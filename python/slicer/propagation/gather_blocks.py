@@ -12,14 +12,19 @@ the row, the others are 0): the op becomes a `sum` loop, whose result the partit
 and reduces with one all_reduce where it is needed, as for any contraction over a tiled dim. Where its range
 starts is read from a constant of the blocks' offsets `[0, V/k, 2V/k, ...]` sliced by the loop's range
 (`range_starts`): a device's own block of a replicated value is a local slice, no communication.
+
+The same start makes a block of a reduction loop whose index the body reads compute with its global index
+(`shift_index`): the one-hot pick `sum_v where(target == v, logp, 0)` of a cross-entropy over logits tiled
+over the vocabulary is then a sum of blocks, one all_reduce of a [B, S] value.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, tensor
+from mlir.dialects import arith, linalg, tensor
 
+from slicer.core.names import DIM_ATTR
 from slicer.dialect import slice_
 
 
@@ -78,3 +83,19 @@ def _body_ops(op: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
     op.walk(lambda inner: found.append(inner.operation) or ir.WalkResult.ADVANCE)
     return [inner for inner in found if inner != op]
+
+
+def shift_index(clone: ir.Operation, loop: int, starts: ir.Value) -> None:
+    """Make `clone`'s body read loop `loop`'s global index: each `linalg.index loop` plus the block's start
+    (`starts`, a tensor<1xi64>), for a block of a reduction loop whose index the body compares (a one-hot
+    pick of a target among the vocabulary)."""
+    for read in _body_ops(clone):
+        if read.name != linalg.IndexOp.OPERATION_NAME or ir.IntegerAttr(read.attributes[DIM_ATTR]).value != loop:
+            continue
+        uses = list(read.results[0].uses)
+        with ir.InsertionPoint(_next(read)), read.location:
+            index = ir.IndexType.get()
+            start = arith.index_cast(index, tensor.extract(starts, [arith.constant(index, 0)]))
+            shifted = arith.addi(read.results[0], start)
+        for use in uses:
+            use.owner.operation.operands[use.operand_number] = shifted

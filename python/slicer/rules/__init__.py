@@ -17,6 +17,7 @@ from mlir import ir
 from slicer.core.errors import NoRule
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, is_linalg_op
 
+from .combiner import is_max_reduction
 from .explicit import explicit_rule, kept_dims
 from .from_linalg import linalg_rule
 from .gathers import gathered_tables, rule_operands
@@ -37,5 +38,5 @@ def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     return rule
 
 
-__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "gathered_tables", "kept_dims",
-           "linear_in", "rule_for", "rule_operands"]
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "gathered_tables",
+           "is_max_reduction", "kept_dims", "linear_in", "rule_for", "rule_operands"]

@@ -10,8 +10,10 @@ as every stage reads them (`slicer.core.linalg_facts`):
 For each operand (inputs then outputs) and result dim: a plain `d_i` walks loop
 `i`; any other affine expression (`d0 + d1`, a constant, a symbol, `d0 * 2`)
 blocks tiling that dim and the loops it mentions. Each result's reduction
-combiner is checked (`combiner.py`), and loops the body reads with `linalg.index`
-are blocked (a block would see indices shifted by its offset).
+combiner is checked (`combiner.py`), and parallel loops the body reads with `linalg.index`
+are blocked (a block would see indices shifted by its offset); a reduction loop read so may be split, each
+block reading its index plus its start (`OpRule.index_shifts`: the one-hot pick of a cross-entropy's target).
+Tables the body reads with `tensor.extract` are operands too (`gathers.py`).
 """
 
 from __future__ import annotations
@@ -67,11 +69,20 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
         f"operand #{k} ({'input' if k < num_inputs else 'init'} {k if k < num_inputs else k - num_inputs})"
         for k in range(len(operands))
     )
-    tables = table_uses(generic, _loop_sizes(generic, maps, len(iterators)))
-    names += tuple(f"operand #{len(operands) + t} (the table the body reads with tensor.extract)"
+    sizes = _loop_sizes(generic, maps, len(iterators))
+    tables = table_uses(generic, sizes)
+    names += tuple(f"operand #{len(operands) + t} (a table the body reads with tensor.extract)"
                    for t in range(len(tables.tables)))
-    blocks = tuple((d, why) for d, why in _index_blocks(body) if d not in tables.freed_loops)
-    return OpRule(name, iterators, operands + tables.uses, results, combiners, blocks, names, tables.gathers)
+    blocks, shifts = [], []
+    for d, why in _index_blocks(body):
+        if d in tables.freed_loops:
+            continue
+        if iterators[d] == REDUCTION and sizes[d] is not None:
+            shifts.append((d, sizes[d]))  # a block reads its global index: linalg.index + its start
+        else:
+            blocks.append((d, why))
+    return OpRule(name, iterators, operands + tables.uses, results, combiners, tuple(blocks), names,
+                  tables.gathers, tuple(shifts), len(tables.tables))
 
 
 def _loop_sizes(generic: ir.Operation, maps: list[ir.AffineMap], loops: int) -> list[int | None]:
