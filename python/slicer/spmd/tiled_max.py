@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import linalg
 
-from slicer.core.linalg_facts import REDUCTION, indexing_maps, input_count, is_linalg_op, iterator_kinds, loop_dim
+from slicer.core.linalg_facts import REDUCTION, indexing_maps, input_count, iterator_kinds, loop_dim
 from slicer.redistribution import AllReduce, DistType
 from slicer.rules import is_max_reduction
 
@@ -38,7 +39,8 @@ class TiledMax:
 def tiled_max(op: ir.Operation, input_type: DistType | None, context: frozenset[str]) -> TiledMax | None:
     """A `TiledMax` when `op` is a linalg reduction by maximum of one input whose distributed type
     `input_type` tiles only dims the op reduces (and is no partial sum), else None."""
-    if not is_linalg_op(op) or len(op.results) != 1 or input_count(op) != 1 or input_type is None:
+    if (op.name != linalg.GenericOp.OPERATION_NAME or len(op.results) != 1 or input_type is None
+            or input_count(op) != 1):
         return None
     shape = tensor_shape(op.results[0])
     if shape is None or input_type.partial or not any(input_type.dims):
