@@ -91,7 +91,8 @@ def table_uses(op: ir.Operation, loop_sizes: list[int | None]) -> TableUses:
         rank = ir.RankedTensorType(table.type).rank
         dims = []
         for j in range(rank):
-            kinds = {_classify(read.operands[1 + j], loop_sizes, inputs) for read in reads}
+            extent = ir.RankedTensorType(table.type).shape[j]
+            kinds = {_classify(read.operands[1 + j], extent, loop_sizes, inputs) for read in reads}
             use = kinds.pop() if len(kinds) == 1 else DimUse.blocked("is read at positions of different kinds "
                                                                     "by the body's tensor.extract ops")
             dims.append(use)
@@ -110,14 +111,18 @@ _GATHERED = DimUse.blocked("is indexed by data (a gather by index): the position
                            "op's inputs")
 
 
-def _classify(position: ir.Value, loop_sizes: list[int | None], inputs: list) -> DimUse:
+def _classify(position: ir.Value, extent: int, loop_sizes: list[int | None], inputs: list) -> DimUse:
+    """The use of a table dim of size `extent` read at `position`."""
     loop = _index_loop(position)
     if loop is not None:
+        if loop >= len(loop_sizes) or loop_sizes[loop] != extent:
+            return DimUse.blocked(f"is read at linalg.index {loop}, whose loop does not span the dim (of size "
+                                  f"{extent}): its blocks would not be the table's")
         return DimUse.walks(loop)
     owner = _owner(position)
     if owner is not None and owner.name == affine.AffineApplyOp.OPERATION_NAME:
         merged = _merged(owner, loop_sizes)
-        if merged is not None:
+        if merged is not None and loop_sizes[merged[0]] is not None and loop_sizes[merged[0]] * merged[2] == extent:
             major, minor, size = merged
             return DimUse(major, f"merges loops d{major} (major) and d{minor} (minor, of size {size}); only the "
                                  "major loop can be tiled", (minor,))

@@ -130,3 +130,10 @@ def test_a_parallel_loop_read_by_index_stays_blocked():
                                                         "linalg.yield %pick")
     outcome = rule_for(generic_of(body, "%target: tensor<16xi64>, %logp: tensor<16x512xf32>")).tile(operand=1, dim=1)
     assert not outcome.ok and "linalg.index 1" in outcome.blocked
+
+
+def test_a_loop_spanning_part_of_a_table_dim_cannot_tile_it():
+    """A read of columns 0..7 of a table with 16: the loop's blocks are not the table's blocks."""
+    body = EMBEDDING.replace("tensor<2x8x16xf32>", "tensor<2x8x8xf32>")
+    outcome = rule_for(embedding(body)).tile(result=0, dim=2)
+    assert not outcome.ok
