@@ -54,4 +54,4 @@ if __name__ == "__main__":
     prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=2),
                           tactics=slicer.parse_tactics(TACTICS))
     print(prog.explain())
-    print("loss", float(prog.run(*inputs)), "torch", float(model(*inputs)))
+    print("loss", float(prog.run(*inputs)), "torch", float(model(*inputs).detach()))

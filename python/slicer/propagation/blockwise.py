@@ -9,7 +9,8 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
-from slicer.core.names import DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
+from slicer.core.names import (DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR,
+                               VALUE_ATTR, YIELD)
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 

@@ -100,7 +100,7 @@ def table_uses(op: ir.Operation, loop_sizes: list[int | None]) -> TableUses:
                 for read in reads:
                     excused.setdefault(use.loop, []).append(read.operands[1 + j])
         uses.append(tuple(dims))
-        gathered = [j for j, use in enumerate(dims) if use is _GATHERED]
+        gathered = [j for j, use in enumerate(dims) if use == _GATHERED]
         if len(gathered) == 1 and _yields_reads(body, reads, num_inputs):
             gathers.append((first + t, gathered[0]))
     freed = frozenset(d for d, values in excused.items() if _only_positions(body, d, values))
