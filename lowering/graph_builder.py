@@ -7,6 +7,8 @@ need the MLIR bindings: only building one does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
@@ -17,7 +19,7 @@ from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE
                                SPMD_MESH_ATTR)
 from slicer.dialect import PermuteOp, make_context
 from slicer.redistribution import AllReduce, DistType, Mesh, Permute, subaxes
-from slicer.redistribution.steps import STEP_OF_IR
+from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
 from slicer.spmd.dist_types import parse_dist_text, varying_axes
 
 from .cut import cut
@@ -189,11 +191,14 @@ class _Builder:
         if kind is Permute:
             step = Permute(PermuteOp(op).pairs, after)
         else:
+            step = kind.from_ir(op.name, dim, group, after)
             if kind is AllReduce:
                 reduction = str(op.opview.reduction)
-                if "sum" not in reduction:
-                    raise KernelGraphError(f"'{op.name}' with reduction {reduction}: only sums are supported")
-            step = kind.from_ir(op.name, dim, group, after)
+                found = next((r for r in REDUCTIONS if f" {r}>" in reduction), None)
+                if found is None:
+                    raise KernelGraphError(f"'{op.name}' with reduction {reduction}: only "
+                                           f"{', '.join(REDUCTIONS)} are supported")
+                step = replace(step, reduction=found)
         source = op.operands[0]
         if self.name_of(source) not in self.values:
             raise KernelGraphError(f"'{op.name}' consumes a value no earlier node produces")

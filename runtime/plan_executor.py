@@ -140,6 +140,8 @@ class StepRunner:
         if reduce and mpi:
             self.mpi_type = _mpi_type(self.wide)
             self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.SUM
+            if getattr(step, "reduction", "sum") == "max":  # an all_reduce by maximum (steps.AllReduce)
+                self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.MAX
         if isinstance(step, AllSlice):
             self.chunks = Chunks(self.in_shape, step.slice_dim, self.k, self.dtype)
             self.index = ex.group_index(step.mesh_axes)

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from slicer.core.errors import RunError
-from slicer.redistribution.steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
+from slicer.redistribution.steps import REDUCTIONS, AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 
 from .mpi_packing import copy_runs
 
@@ -189,6 +189,7 @@ class ShmStep:
         self.kind = type(step)
         nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * dtype.itemsize
         self.small_reduce = False
+        self.combine = REDUCTIONS[getattr(step, "reduction", "sum")]  # all_reduce: np.add, or np.maximum
         region2 = 0
         if self.kind is AllReduce:
             n = int(np.prod(program.in_shape, dtype=np.int64))
@@ -272,12 +273,12 @@ class ShmStep:
             rows = _typed(seg.data[:, g * c:(g + 1) * c], dtype, (-1,))
             np.add.reduce(rows, axis=0, out=out.reshape(-1))
         elif self.small_reduce:
-            np.add.reduce(_typed(seg.data, dtype, (-1,)), axis=0, out=out.reshape(-1))
+            self.combine.reduce(_typed(seg.data, dtype, (-1,)), axis=0, out=out.reshape(-1))
         else:  # all_reduce in two phases: member j sums elements [j*c, (j+1)*c), then everyone gathers them
             n, c = out.size, self.chunk
             lo, hi = min(g * c, n), min((g + 1) * c, n)
             mine2 = seg.mine2.view(dtype)[: hi - lo]
-            np.add.reduce(_typed(seg.data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
+            self.combine.reduce(_typed(seg.data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
             seg.publish(ARRIVE2, e)
             seg.wait(ARRIVE2, e)
             flat = out.reshape(-1)

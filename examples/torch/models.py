@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt2_block import GPT2Block  # noqa: E402
 import bert, vit  # noqa: E402  (the model zoo: each file has the model, its inputs and its Megatron tactics)
+from llama import MEGATRON as LLAMA_MEGATRON, llama_block  # noqa: E402 (complex RoPE, GQA, SwiGLU)
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -46,7 +47,7 @@ def encoder_layer(seed: int = 0):
     return model, (torch.randn(BATCH, SEQ, D_MODEL), mask)
 
 
-MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer}
+MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer, "llama_block": llama_block}
 MODELS.update(vit=vit.tiny_vit, bert=bert.tiny_bert)  # gpt.py's tiny GPT has its own tests (test/mpi/test_gpt.py)
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
@@ -66,6 +67,7 @@ STRATEGIES = {
     # BERT: sequence parallelism is degraded (the position embedding's arange and the padding mask along the keys
     # keep the embeddings and softmax whole: DegradedStrategy warnings), so it is not listed.
     "bert": {"megatron": (bert.megatron(), "y"), "data": ("input_ids.0=x;token_type_ids.0=x;attention_mask.0=x", "x")},
+    "llama_block": {"megatron": (LLAMA_MEGATRON, "y"), "data": ("x.0=x", "x")},  # no sequence: see llama.py
 }
 
 # The collectives each strategy leaves in the forward pass (op names, in order).

@@ -385,3 +385,42 @@ func.func @own_block_inner_tiling(%a: tensor<4x8xf32>) -> (tensor<4x8xf32>, tens
   }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<4x8xf32>
   return %c, %l : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+// A gather by index (an embedding: the body reads the captured table at a token id) with the table tiled
+// over its vocabulary dim: a sum loop of masked lookups, each device reading its rows at the token id minus
+// its block's start (a slice of the constant starts [0, 8]), and 0 for the tokens outside its rows.
+// CHECK-LABEL: func.func @embedding_over_the_vocabulary
+// CHECK: %[[STARTS:.*]] = arith.constant dense<[0, 8]> : tensor<2xi64>
+// CHECK: "slicer.loop"() ({
+// CHECK: ^bb0(%[[R:.*]]: !slicer.range<"x"
+// CHECK-DAG: %[[ROWS:.*]] = "slicer.slice"(%arg1, %[[R]]) {dim = 0 : i64} {{.*}} -> tensor<8x4xf32>
+// CHECK-DAG: %[[START:.*]] = "slicer.slice"(%[[STARTS]], %[[R]]) {dim = 0 : i64} {{.*}} -> tensor<1xi64>
+// CHECK: linalg.generic
+// CHECK: tensor.extract %[[START]]
+// CHECK: %[[LOCAL:.*]] = arith.subi
+// CHECK: %[[IN:.*]] = arith.andi
+// CHECK: %[[SAFE:.*]] = arith.select %[[IN]], %[[LOCAL]]
+// CHECK: %[[ROW:.*]] = tensor.extract %[[ROWS]][%[[SAFE]], %{{.*}}] : tensor<8x4xf32>
+// CHECK: %[[MASKED:.*]] = arith.select %[[IN]], %[[ROW]]
+// CHECK: linalg.yield %[[MASKED]]
+// CHECK: }) {action = #slicer.sum
+func.func @embedding_over_the_vocabulary(%idx: tensor<3xi64>, %table: tensor<16x4xf32>) -> tensor<3x4xf32> {
+  %t = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%table, %r) {dim = 0 : i64} : (tensor<16x4xf32>, !slicer.range<"x", 2>) -> tensor<8x4xf32>
+    tosa.yield %b : tensor<8x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<16x4xf32>
+  %e = tensor.empty() : tensor<3x4xf32>
+  %o = linalg.generic {indexing_maps = [affine_map<(n, d) -> (n)>, affine_map<(n, d) -> (n, d)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%idx : tensor<3xi64>) outs(%e : tensor<3x4xf32>) {
+  ^bb0(%in: i64, %out: f32):
+    %row = arith.index_cast %in : i64 to index
+    %col = linalg.index 1 : index
+    %v = tensor.extract %t[%row, %col] : tensor<16x4xf32>
+    linalg.yield %v : f32
+  } -> tensor<3x4xf32>
+  return %o : tensor<3x4xf32>
+}

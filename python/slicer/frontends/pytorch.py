@@ -49,9 +49,10 @@ def _input_names(function, count: int) -> list[str]:
     return names + [f"input{i}" for i in range(len(names), count)]
 
 
-def _stateless(torch, model, names: list[str], num_inputs: int, kwargs: dict):
+def _stateless(torch, model, names: list[str], num_inputs: int, kwargs: dict, complex_names=frozenset()):
     """An nn.Module whose forward takes the inputs, then the values of `names` (parameters and buffers of
-    `model`, which it holds without registering them), and calls `model` with those values."""
+    `model`, which it holds without registering them), and calls `model` with those values. Those named in
+    `complex_names` arrive as their real view (`_real_view`) and are made complex again first."""
 
     class Stateless(torch.nn.Module):
         def __init__(self):
@@ -60,9 +61,17 @@ def _stateless(torch, model, names: list[str], num_inputs: int, kwargs: dict):
 
         def forward(self, *args):
             values = dict(zip(names, args[num_inputs:]))
+            values.update({n: torch.view_as_complex(values[n]) for n in complex_names})
             return torch.func.functional_call(self.__dict__["model"], values, tuple(args[:num_inputs]), kwargs)
 
     return Stateless()
+
+
+def _real_view(torch, value):
+    """A complex tensor as the real tensor Slicer can hold (`torch.view_as_real`: a trailing dim of 2, real and
+    imaginary parts; complex RoPE's `freqs_cis` buffer): kernels and collectives hold real and integer
+    elements only. Other tensors as they are."""
+    return torch.view_as_real(value.resolve_conj().contiguous()) if value.is_complex() else value
 
 
 def _function(torch, function, kwargs: dict):
@@ -97,7 +106,9 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
         named.update(buffers)
         roles += ["buffer"] * len(buffers)
         names, values = list(named), [v.detach() for v in named.values()]
-        wrapper = _stateless(torch, model, names, len(inputs), kwargs)
+        complex_names = frozenset(n for n, v in zip(names, values) if v.is_complex())
+        values = [_real_view(torch, v) for v in values]
+        wrapper = _stateless(torch, model, names, len(inputs), kwargs, complex_names)
         what = f"the {type(model).__module__}.{type(model).__qualname__} module"
         input_names = _input_names(model.forward, len(inputs))
     elif callable(model):

@@ -9,10 +9,12 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
-from slicer.core.names import BLOCKED_ATTR, DIALECT_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
+from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
+                               STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
-from slicer.rules import NoRule, RuleOutcome, kept_dims
+from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
+from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
 from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
 from .loop_facts import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
@@ -73,7 +75,8 @@ def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str
     """Why a dim the outcome cuts cannot be cut in `size` blocks ("" when every one can): it is dynamic, or its
     static size is not a multiple of `size`. (A dynamic dim is never cut: programs with dynamic dims are
     partitioned along their static ones.)"""
-    cuts = [("operand", index, dim, op.operands[index].type) for index, dim in outcome.slices]
+    operands = rule_operands(op)  # the op's operands, then the tables its body reads (rules/gathers.py)
+    cuts = [("operand", index, dim, operands[index].type) for index, dim in outcome.slices]
     cuts += [("result", index, dim, op.results[index].type) for index, dim in _result_dims(outcome).items()]
     for kind, index, dim, type_ in cuts:
         type_ = ir.RankedTensorType(type_)
@@ -86,17 +89,31 @@ def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str
 
 
 def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Value, size: int, ip) -> ir.Operation:
-    """A copy of `op` computing one block: sliced operands, block-typed results."""
+    """A copy of `op` computing one block: sliced operands (and tables its body reads by index), block-typed
+    results; a masked lookup for a gather tiled along its gathered dim (`gather_blocks`)."""
     slices = outcome.slice_map
-    operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(op.operands)]
+    everything = rule_operands(op)
+    operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(everything)]
+    tables = {everything[i]: operands[i] for i in range(len(op.operands), len(everything)) if i in slices}
+    starts = shift_starts = None
+    if outcome.gather is not None:
+        table, dim = outcome.gather
+        starts = range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
+    if outcome.shift is not None:
+        shift_starts = range_starts(outcome.shift[1], size, range_value)
     if outcome_kind(outcome) == "sum":
         for index in outcome.zero_inits:
             operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
     clone = as_op(op.clone(ip=ip))
     if BLOCKED_ATTR in clone.attributes:  # computed block-wise after all
         del clone.attributes[BLOCKED_ATTR]
-    for index, value in enumerate(operands):
+    for index, value in enumerate(operands[:len(op.operands)]):
         clone.operands[index] = value
+    read_table_blocks(clone, tables)
+    if starts is not None:
+        mask_lookup(clone, operands[outcome.gather[0]], outcome.gather[1], starts)
+    if shift_starts is not None:
+        shift_index(clone, outcome.shift[0], shift_starts)
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
         clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
@@ -137,11 +154,12 @@ class Candidate:
 
 
 def forward_candidates(op: ir.Operation) -> list[Candidate]:
-    """Operands of `op` produced by tile loops, earliest tactic first: a tile loop's result, or a device's own
-    block of one (`slice(loop_tile<d>_A(r -> M(r)), d, r)`) whose body yields the result of an inner tile loop
-    `M` over other axes (`own_block_tiling`)."""
+    """Operands of `op` (and tables its body reads by index, `slicer.rules.rule_operands`) produced by tile
+    loops, earliest tactic first: a tile loop's result, or a device's own block of one
+    (`slice(loop_tile<d>_A(r -> M(r)), d, r)`) whose body yields the result of an inner tile loop `M` over
+    other axes (`own_block_tiling`)."""
     found = []
-    for index, value in enumerate(op.operands):
+    for index, value in enumerate(rule_operands(op)):
         loop_and_result = tile_loop_of(value) or own_block_tiling(value)
         if loop_and_result is not None:
             producer, _ = loop_and_result
@@ -184,6 +202,8 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
 def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
     if op.name.startswith(DIALECT_PREFIX) or op.name in (func.ReturnOp.OPERATION_NAME, YIELD) or not op.results:
         return False
+    if op.parent is not None and op.parent.name.startswith(LINALG_PREFIX):
+        return False  # scalar code of a linalg body: the linalg op is pulled (its rule reads the body)
     candidates = forward_candidates(op)
     if not candidates:
         return False

@@ -28,6 +28,9 @@ def outcome_kind(outcome: RuleOutcome) -> str:
 
 
 def describe(op: ir.Operation, outcome: RuleOutcome) -> str:
+    if outcome.gather is not None:
+        return (f"{op.name}: a gather by index tiled along its table's indexed dim (operand #{outcome.gather[0]} "
+                f"dim {outcome.gather[1]}) -> sum of masked lookups")
     what = "a reduction with an additive combiner -> sum" if outcome_kind(outcome) == "sum" else "parallel -> tile"
     return f"{op.name}: d{outcome.loop} is {what}"
 

@@ -384,14 +384,33 @@ class Permute(Collective):
                                   "grid axes)")
 
 
+#: The reductions an all_reduce may combine blocks with (its IR attribute `#shard<partial ...>`): a sum, the
+#: reduction of every partial type, or a maximum, which the partitioner emits itself for a max over a tiled
+#: dim (log-softmax's, `spmd.partitioner`); plans never choose one.
+REDUCTIONS = {"sum": np.add, "max": np.maximum}
+
+
 @dataclass(frozen=True)
 class AllReduce(Collective):
-    """Sum over the group over the partial axes ``mesh_axes``; they stop being partial."""
+    """Sum (or, with ``reduction="max"``, maximum) over the group over the partial axes ``mesh_axes``; they
+    stop being partial."""
     mesh_axes: tuple[str, ...]
     type_after: DistType
+    reduction: str = "sum"
     op: ClassVar[str] = "all_reduce"
     phase: ClassVar[int | None] = None
     ir_name: ClassVar[str] = ALL_REDUCE
+
+    def __post_init__(self):
+        if self.reduction not in REDUCTIONS:
+            raise RedistributionError(f"all_reduce: unknown reduction '{self.reduction}'; one of "
+                                      f"{', '.join(REDUCTIONS)}")
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if self.reduction != "sum":
+            out["reduction"] = self.reduction
+        return out
 
     def rule(self, before: DistType, mesh: Mesh) -> DistType:
         rules.check_axes(mesh, self.mesh_axes, self.op)
@@ -402,6 +421,8 @@ class AllReduce(Collective):
         return True
 
     def numpy_group(self, layout: Layout, row, blocks: list) -> list:
+        if self.reduction == "max":
+            return [np.max(blocks, axis=0)] * len(row)
         total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
         return [total] * len(row)
 

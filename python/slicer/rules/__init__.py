@@ -3,7 +3,8 @@ docs/architecture.md).
 
 `rule_for(op)` gives the `OpRule` of an op: for linalg ops it is derived from the
 indexing maps, iterator types and body (`from_linalg.py`), so a new linalg op
-needs no new code; a few non-linalg ops have small explicit entries
+needs no new code (tables its body reads by index, as embeddings do, are operands
+too: `gathers.py`); a few non-linalg ops have small explicit entries
 (`explicit.py`). `OpRule.tile(operand=k | result=r, dim=j)` answers "this dim is
 tiled: which loop, which action, which operands are sliced, or why not"
 (`table.py`). Pure analysis: nothing here rewrites IR.
@@ -16,8 +17,10 @@ from mlir import ir
 from slicer.core.errors import NoRule
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, is_linalg_op
 
+from .combiner import is_max_reduction
 from .explicit import explicit_rule, kept_dims
 from .from_linalg import linalg_rule
+from .gathers import gathered_tables, rule_operands
 from .linearity import linear_in
 from .table import DimUse, OpRule, RuleOutcome
 
@@ -35,4 +38,5 @@ def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     return rule
 
 
-__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "kept_dims", "linear_in", "rule_for"]
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "gathered_tables",
+           "is_max_reduction", "kept_dims", "linear_in", "rule_for", "rule_operands"]

@@ -80,3 +80,20 @@ def _operands_including_nested(op: ir.Operation) -> list[ir.Value]:
             for inner in block.operations:
                 values.extend(_operands_including_nested(inner.operation))
     return values
+
+
+MAXIMA = (arith.MaximumFOp.OPERATION_NAME, arith.MaxNumFOp.OPERATION_NAME, arith.MaxSIOp.OPERATION_NAME,
+          arith.MaxUIOp.OPERATION_NAME)
+
+
+def is_max_reduction(body: ir.Block, result: int, num_inputs: int) -> bool:
+    """Does result `result` of a linalg body accumulate by maximum, `max(out, f(inputs))` (log-softmax's
+    max over the vocabulary)? A maximum is idempotent: blocks reduced on their own, then the maxima of all
+    blocks reduced again (an all_reduce by maximum), give the maximum of the whole, whatever the init."""
+    out = body.arguments[num_inputs + result]
+    ops = body.operations
+    yielded = ops[len(ops) - 1].operands[result]
+    if isinstance(yielded.owner, ir.Block) or yielded.owner.operation.name not in MAXIMA:
+        return False
+    found = combined_with(yielded, out)
+    return found is not None and not _depends_on(found[1], out, body)

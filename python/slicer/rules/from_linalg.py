@@ -10,8 +10,10 @@ as every stage reads them (`slicer.core.linalg_facts`):
 For each operand (inputs then outputs) and result dim: a plain `d_i` walks loop
 `i`; any other affine expression (`d0 + d1`, a constant, a symbol, `d0 * 2`)
 blocks tiling that dim and the loops it mentions. Each result's reduction
-combiner is checked (`combiner.py`), and loops the body reads with `linalg.index`
-are blocked (a block would see indices shifted by its offset).
+combiner is checked (`combiner.py`), and parallel loops the body reads with `linalg.index`
+are blocked (a block would see indices shifted by its offset); a reduction loop read so may be split, each
+block reading its index plus its start (`OpRule.index_shifts`: the one-hot pick of a cross-entropy's target).
+Tables the body reads with `tensor.extract` are operands too (`gathers.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from slicer.core.names import DIM_ATTR
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
+from .gathers import table_uses
 from .table import DimUse, OpRule
 
 
@@ -66,7 +69,32 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
         f"operand #{k} ({'input' if k < num_inputs else 'init'} {k if k < num_inputs else k - num_inputs})"
         for k in range(len(operands))
     )
-    return OpRule(name, iterators, operands, results, combiners, _index_blocks(body), names)
+    sizes = _loop_sizes(generic, maps, len(iterators))
+    tables = table_uses(generic, sizes)
+    names += tuple(f"operand #{len(operands) + t} (a table the body reads with tensor.extract)"
+                   for t in range(len(tables.tables)))
+    blocks, shifts = [], []
+    for d, why in _index_blocks(body):
+        if d in tables.freed_loops:
+            continue
+        if iterators[d] == REDUCTION and sizes[d] is not None:
+            shifts.append((d, sizes[d]))  # a block reads its global index: linalg.index + its start
+        else:
+            blocks.append((d, why))
+    return OpRule(name, iterators, operands + tables.uses, results, combiners, tuple(blocks), names,
+                  tables.gathers, tuple(shifts), len(tables.tables))
+
+
+def _loop_sizes(generic: ir.Operation, maps: list[ir.AffineMap], loops: int) -> list[int | None]:
+    """Each loop's static trip count, read from an operand dim that walks it plainly (None if none does)."""
+    sizes: list[int | None] = [None] * loops
+    for value, amap in zip(generic.operands, maps):
+        type_ = ir.RankedTensorType(value.type) if isinstance(value.type, ir.RankedTensorType) else None
+        for j, expr in enumerate(amap.results):
+            dim = loop_dim(expr)
+            if type_ is not None and dim is not None and sizes[dim] is None and not type_.is_dynamic_dim(j):
+                sizes[dim] = type_.shape[j]
+    return sizes
 
 
 def _dim_use(expr: ir.AffineExpr) -> DimUse:

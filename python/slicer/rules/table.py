@@ -17,6 +17,10 @@ the op combines into each result by addition (`OpRule.combiners`).
 - `zero_inits`: for a sum, the init (`outs`) operands each block must start from
   zero instead of from the init, which is added once after the sum (otherwise it
   would be added once per block);
+- `shift`: (loop, trip count) when the body reads the tiled reduction loop's index (`linalg.index`): each
+  block's copy must read its global index, the block-relative one plus the block's start;
+- `gather`: (operand, dim) when the tiled dim is a gathered table's indexed dim (`gathers.py`): each block
+  is a masked lookup in its block of the table (0 for the indices outside it), the results are sums;
 - or `blocked`: why the op cannot be tiled along that dim.
 
 Operands are numbered as the op's operands (for linalg: inputs then outputs);
@@ -63,6 +67,8 @@ class RuleOutcome:
     slices: tuple[tuple[int, int], ...] = ()
     zero_inits: tuple[int, ...] = ()
     blocked: str | None = None
+    gather: tuple[int, int] | None = None
+    shift: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,7 +99,11 @@ class OpRule:
 
     `combiners[r]` is None when result `r` is combined by an addition across a
     reduction loop, else the reason it is not. `loop_blocks[i]` blocks tiling
-    loop `i` whatever the dim (e.g. the body reads `linalg.index i`).
+    loop `i` whatever the dim (e.g. the body reads `linalg.index i`). `gathers` lists the (operand, dim)
+    pairs of gathered tables whose indexed dim a masked lookup may tile (`gathers.py`); `index_shifts` the
+    (loop, trip count) of reduction loops whose index the body reads (a one-hot pick compares it with a target):
+    a block reads it shifted by its start (`RuleOutcome.shift`). The last `tables` operands are the tables
+    the body reads by index.
     """
 
     op_name: str
@@ -103,6 +113,9 @@ class OpRule:
     combiners: tuple[str | None, ...] = ()
     loop_blocks: tuple[tuple[int, str], ...] = ()
     operand_names: tuple[str, ...] = field(default=())
+    gathers: tuple[tuple[int, int], ...] = ()
+    index_shifts: tuple[tuple[int, int], ...] = ()
+    tables: int = 0
 
     def __post_init__(self) -> None:
         if not self.combiners:
@@ -121,6 +134,9 @@ class OpRule:
         if not 0 <= dim < len(uses):
             raise InternalError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
         use = uses[dim]
+        if operand is not None and (operand, dim) in self.gathers:
+            return RuleOutcome(actions=(SumAction(),) * len(self.results), slices=((operand, dim),),
+                               gather=(operand, dim))
         if use.loop is None:
             return RuleOutcome.block(f"{self.op_name}: {what} dim {dim} {use.reason}")
         return self.tile_loop(use.loop)
@@ -157,9 +173,14 @@ class OpRule:
             if reason is not None:
                 return RuleOutcome.block(f"{name}: loop d{loop} is a reduction and result #{r}'s {reason}, "
                                          "so partial results cannot be added up", loop)
-        inits = tuple(len(self.operands) - len(self.results) + r for r in range(len(self.results)))
+        inits = tuple(self._num_own_operands() - len(self.results) + r for r in range(len(self.results)))
+        shift = next((s for s in self.index_shifts if s[0] == loop), None)
         return RuleOutcome(loop=loop, actions=(SumAction(),) * len(self.results), slices=tuple(slices),
-                           zero_inits=inits)
+                           zero_inits=inits, shift=shift)
+
+    def _num_own_operands(self) -> int:
+        """The op's own operands (inputs, then inits), without the tables its body reads (`gathers.py`)."""
+        return len(self.operands) - self.tables
 
     @staticmethod
     def _dims(table, index: int, kind: str) -> tuple[DimUse, ...]:

@@ -8,7 +8,7 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 | all_gather(d, M) | `shard.all_gather grid_axes = M gather_axis = d` | same semantics |
 | all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_axis = s concat_axis = c` | same semantics |
 | all_to_all(s, c, M, split order S) | `slicer.all_to_all grid_axes = M split_grid_axes = S ...` | `shard` numbers both sides the same way |
-| all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum) | same semantics |
+| all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum, or max when the step says) | same semantics |
 | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
@@ -42,7 +42,7 @@ from mlir import ir
 from mlir.dialects import arith, builtin, shard, tensor
 
 from slicer.core.errors import RedistributionError
-from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REFINES_ATTR
+from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REDUCTION_ATTR, REFINES_ATTR
 from slicer.dialect import permute
 from slicer.redistribution import AllSlice, AllToAll, Mesh, Permute, Plan
 from slicer.redistribution import subaxes
@@ -190,6 +190,8 @@ class PlanEmitter:
                 grid, indices = self.grid_axes(plan, *groups.values())
                 attrs = {key: _i16(ix) for key, ix in zip(groups, indices)}
                 attrs.update({key: _index_attr(dim) for key, dim in step.ir_dims().items()})
+                if getattr(step, "reduction", "sum") != "sum":  # an all_reduce by maximum (`AllReduce`)
+                    attrs[REDUCTION_ATTR] = ir.Attribute.parse(f"#shard<partial {step.reduction}>")
                 value = _collective(step.ir_op_name(), value, after, grid, attrs, where)
             value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.spec())])
         return value

@@ -16,7 +16,8 @@ NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --
 The typing rules (see docs/partition.md):
 - argument: its requested `slicer.sharding`, else inferred from its uses (`slicer.spmd.infer`);
 - plain op (context C): every tensor operand is converted to *replicated*; results are replicated;
-  except an elementwise op linear in two or more partial sums over the same axes (`slicer.rules.linear_in`):
+  except a maximum over dims its input is tiled on (`tiled_max`: the blocks reduced, then one all_reduce by
+  maximum), and an elementwise op linear in two or more partial sums over the same axes (`slicer.rules.linear_in`):
   it adds their terms on each device and its result is partial (one reduction of the sum, not one per term);
 - a value used in a deeper context than it was defined in first loses the axes of the new loops (its
   family member is the same for every index of those loops);
@@ -46,13 +47,14 @@ from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR
                                YIELD)
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
-from slicer.redistribution import DistType, Mesh, RedistributionError, plan
+from slicer.redistribution import DistType, Mesh, Plan, RedistributionError, plan
 from slicer.rules import linear_in
 
 from .degraded import Loss, loss, moves_data, record
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
+from .tiled_max import tiled_max
 
 
 def partition_module(module: ir.Operation, *, mesh: str = "", entry: str = "") -> None:
@@ -273,6 +275,8 @@ class _FunctionPartitioner:
 
     # -- plain ops -----------------------------------------------------------------------------------------
     def process_plain(self, op: ir.Operation, context: frozenset[str]) -> None:
+        if self.reduce_by_max(op, context):
+            return
         kept, partial = self.partial_terms(op, context)
         losses = []
         for index, operand in enumerate(op.operands):
@@ -308,6 +312,32 @@ class _FunctionPartitioner:
             dists.append(t)
         if dists:
             op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context)) for t in dists])
+
+    def reduce_by_max(self, op: ir.Operation, context: frozenset[str]) -> bool:
+        """A maximum over dims its input is tiled on (`tiled_max`): the op reduces its device's block, and one
+        all_reduce by maximum after it gives the replicated result. False (nothing done) for any other op."""
+        entry = self.lookup(op.operands[0]) if len(op.operands) else None
+        found = tiled_max(op, entry.type if entry is not None and entry.context == context else None, context)
+        if found is None:
+            return False
+        op.operands[0] = entry.local
+        init = self.lookup(op.operands[1])
+        if init is not None:
+            op.operands[1] = self.convert(init, replicated(init.type.shape), op,
+                                          f"the init of '{op.name}' (a maximum over tiled dims) is read replicated")
+        partial = self.canon(found.partial, op.location)
+        op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(partial, context))])
+        step = found.step()
+        p = Plan(self.mesh, partial, self.canon(found.reduced, op.location), (step,),
+                 dtype=str(ir.RankedTensorType(op.results[0].type).element_type))
+        origin = f"'{op.name}' (a maximum over dims tiled over [{','.join(found.axes)}])"
+        where = ir.Location.name(f"all_reduce: the maximum of the blocks over [{','.join(found.axes)}]; source: "
+                                 f"{origin} of {entry.origin}", childLoc=ir.Location.fused([op.location, entry.loc]))
+        ops = [o.operation for o in op.block.operations]
+        with ir.InsertionPoint(ops[ops.index(op) + 1]):
+            reduced = PlanEmitter(self.mesh, self.grid, self.coords).emit(op.results[0], p, lambda _: where)
+        self.env[op.results[0]] = _Entry(reduced, found.reduced, context, origin, op.location)
+        return True
 
     def partial_terms(self, op: ir.Operation, context: frozenset[str]) -> tuple[frozenset[int], tuple[str, ...]]:
         """(operands taken as they are, the axes the result is a partial sum over): an elementwise op linear in

@@ -47,8 +47,7 @@ def test_cleanup_leaves_what_partitions(imported):
     assert "tensor<96x32xf32> into tensor<3x32x32xf32>" in text
 
 
-@pytest.mark.parametrize("name", BLOCKS)
-@pytest.mark.parametrize("strategy", ["megatron", "sequence", "data"])
+@pytest.mark.parametrize("name, strategy", [(n, s) for n in BLOCKS for s in models.STRATEGIES[n]])
 def test_strategies_give_their_collectives_and_torch_results(imported, name, strategy):
     """Megatron: exactly two all_reduces in the forward pass; sequence: K and V gathered; data: nothing. The
     partitioned program, run by the simulator on the inputs only (torch tensors or numpy arrays), equals torch

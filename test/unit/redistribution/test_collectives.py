@@ -147,3 +147,20 @@ def test_unknown_mesh_axis_is_a_mesh_error_on_every_path():
     with pytest.raises(RedistributionError, match="sub-axis") as info:  # a bad part of a known axis is not
         AllGather(0, ("y:(3)2",), T("[[],[]]")).rule(T("[[x],[]]"), M)
     assert not isinstance(info.value, MeshError)
+
+
+def test_all_reduce_by_maximum():
+    """The all_reduce the partitioner emits for a maximum over a tiled dim (log-softmax's): each group's
+    blocks combined by maximum; its text form names the reduction (a sum's does not) and reads back."""
+    mesh = Mesh(x=2)
+    after = DistType.parse("[[]]", (3,), mesh)
+    step = AllReduce(("x",), after, reduction="max")
+    blocks = [np.array([1.0, -5.0, 2.0], np.float32), np.array([0.5, -4.0, 7.0], np.float32)]
+    out = step.numpy_blocks(Layout.get(mesh, (3,)), blocks)
+    np.testing.assert_array_equal(out[0], [1.0, -4.0, 7.0])
+    np.testing.assert_array_equal(out[1], out[0])
+    assert step.fields() == {"mesh_axes": ["x"], "reduction": "max"}
+    assert step_from_fields("all_reduce", step.fields(), after) == step
+    assert AllReduce(("x",), after).fields() == {"mesh_axes": ["x"]}
+    with pytest.raises(RedistributionError, match="unknown reduction 'min'"):
+        AllReduce(("x",), after, reduction="min")

@@ -1,0 +1,58 @@
+"""Vocabulary parallelism on MPI ranks (examples/torch/vocab_parallel.py): a tiny GPT-style language model
+(token embedding of 512 words, LM head, cross-entropy) with the vocabulary tiled over 2 and 4 ranks, imported
+with slicer.from_torch and as a training step (slicer.training_step, SGD), equal to torch eager on random
+tokens; the all_reduce by maximum runs over MPI. And the LLaMA block of examples/torch/llama.py with complex
+RoPE (view_as_complex, torch.polar) under Megatron and data parallelism on 2 ranks. (models.py lists the
+LLaMA block too: test_torch_models.py runs it on 2 and 4 ranks with the other models.)"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+from example_modules import collective_ops, load  # noqa: E402
+
+import slicer  # noqa: E402
+
+vp = load("torch/vocab_parallel.py", "vocab_parallel")
+llama = load("torch/llama.py", "llama")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_loss_with_the_vocabulary_tiled_equals_torch(ranks):
+    model, inputs = vp.tiny_lm(seed=ranks)
+    prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=ranks),
+                          tactics=slicer.parse_tactics(vp.TACTICS))
+    assert collective_ops(prog) == ["shard.all_reduce"] * 4
+    got = prog.run(*inputs, ranks=ranks, timeout=300)
+    np.testing.assert_allclose(got, model(*inputs).detach().numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_training_step_with_the_vocabulary_tiled_equals_torch(ranks):
+    model, inputs = vp.tiny_lm(seed=10 + ranks)
+    model.train()
+    step = slicer.training_step(model, vp.loss_fn, *inputs, optimizer=slicer.SGD(0.1))
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=ranks), tactics=slicer.parse_tactics(vp.TACTICS))
+    got = dict(zip(step.result_names, prog.run(*inputs, ranks=ranks, timeout=300)))
+    loss = model(*inputs)
+    loss.backward()
+    np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-5)
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(got[name], (param - 0.1 * param.grad).detach().numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("strategy, tactics, axis, expected", [
+    ("megatron", llama.MEGATRON, "y", ["shard.all_reduce"] * 2),
+    ("data", "x.0=x", "x", []),
+])
+def test_llama_block_with_complex_rope_equals_torch(strategy, tactics, axis, expected):
+    model, inputs = llama.llama_block(seed=7, rope="complex")
+    prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(**{axis: 2}),
+                          tactics=slicer.parse_tactics(tactics))
+    assert collective_ops(prog) == expected
+    got = prog.run(*inputs, ranks=2, timeout=300)
+    want = model(*inputs).detach().numpy()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-5
