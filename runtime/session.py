@@ -193,6 +193,7 @@ class SimulatedSession(Session):
 
     def __init__(self, plan: SessionPlan, simulator: Simulator):
         super().__init__(plan)
+        plan.check_layouts()  # global arrays need no matching layouts, but a program must run alike everywhere
         self.simulator = simulator
         self.state = {i: np.array(a) for i, a in plan.state.items()}
 

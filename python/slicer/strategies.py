@@ -193,26 +193,34 @@ def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[T
     optimizer state) as that argument, for every such result no tactic in `tactics` names: the argument's tiles
     copied to the result, or `Replicate(result=...)` when no tactic tiles the argument. `slicer.compile` adds
     them for a program whose results are named, so a result replaces its argument in place, block for block,
-    on every rank of a session (`Program.session`), whatever tactics the user wrote. Positions and patterns in
-    `tactics` are resolved on the step's names."""
+    on every rank of a session (`Program.session`), whatever tactics the user wrote. An argument no tactic names
+    is replicated too (`Replicate(arg=...)`): left free, propagation may give it the layout of the op that
+    reads it (a LayerNorm's weight after a column-parallel linear), which its replicated result would not
+    have. Positions and patterns in `tactics` are resolved on the step's names."""
     if not step.result_names:
         return []
     arg_names, result_names = tuple(step.arg_names), tuple(step.result_names)
     named_results: set[int] = set()
+    named_args: set[int] = set()
     arg_tiles: dict[int, list[Tile]] = {}
     for tactic in tactics:
         target = tactic.result if tactic.result is not None else None
         if target is not None:
             named_results.update([target] if isinstance(target, int) else matching(target, result_names))
-        elif isinstance(tactic, Tile) and tactic.arg is not None:
+        elif tactic.arg is not None:
             for index in [tactic.arg] if isinstance(tactic.arg, int) else matching(tactic.arg, arg_names):
-                arg_tiles.setdefault(index, []).append(tactic)
+                named_args.add(index)
+                if isinstance(tactic, Tile):
+                    arg_tiles.setdefault(index, []).append(tactic)
     follow: list[Tactic] = []
     for index, name in enumerate(result_names):
         if index in named_results or name not in arg_names:
             continue
-        tiles = arg_tiles.get(arg_names.index(name), [])
+        arg = arg_names.index(name)
+        tiles = arg_tiles.get(arg, [])
         follow += [Tile(result=name, dim=t.dim, axes=t.axes) for t in tiles] if tiles else [Replicate(result=name)]
+        if arg not in named_args:
+            follow.append(Replicate(arg=name))
     return follow
 
 

@@ -44,3 +44,15 @@ def test_a_data_parallel_convnet_trains_equal_to_torch():
     case = _first(lambda c: c.model["kind"] == "conv" and c.strategy == "data" and c.mesh["x"] == 2)
     outcome = execute_training(case)
     assert outcome.kind == "ok", outcome.message
+
+
+def test_a_layernorm_between_megatron_layers_keeps_its_weight_whole():
+    """The LayerNorm's weight is named by no tactic and read tiled (after the column-parallel layer): left free,
+    propagation tiled the argument while its next value stayed whole, and the session refused the program on
+    MPI ranks (found by the fuzzer). Now both stay whole (strategies.follow_arguments), on every session kind."""
+    case = TrainingCase(model={"kind": "mlp", "widths": [16, 16, 8], "activation": "tanh", "layernorm": True,
+                               "bias": True}, loss="mse", optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9,
+                                                                      "weight_decay": 0.0},
+                        strategy="megatron", mesh={"y": 2}, batch=2, seed=5)
+    outcome = execute_training(case)
+    assert outcome.kind == "ok", outcome.message
