@@ -41,6 +41,7 @@ def worker_env(cache_dir: str | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(TEST_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["SLICER_CACHE_DIR"] = cache_dir or default_cache_dir()
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a worker killed by a signal leaves its Python stack in its stderr
     return env
 
 
