@@ -94,14 +94,14 @@ class SessionPlan:
     def outputs(self, per_rank: list[dict[int, np.ndarray]]):
         """The returned results assembled from every rank's blocks (one array, or a tuple of several)."""
         g = self.graph
-        out = [assemble(g.mesh, g.result_dists[i], [blocks[i] for blocks in per_rank], self._result_name(i))
-               for i in self.returned()]
+        out = [assemble(g.mesh, g.result_dists[i], [blocks[i] for blocks in per_rank], self._result_name(i),
+                        g.result_shape(i)) for i in self.returned()]
         return out[0] if len(out) == 1 else tuple(out)
 
     def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
         g = self.graph
         return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
-                                            self.arg_names[i]) for i in sorted(self.state)}
+                                            self.arg_names[i], g.arg_shape(i)) for i in sorted(self.state)}
 
 
 def load_program(job: RankJob, plan: SessionPlan) -> None:

@@ -128,8 +128,8 @@ class Program:
             array = as_array(array)
             v = g.values[name]
             want = v.numpy_dtype
-            if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != want:
-                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(v.dist.shape)}, "
+            if tuple(array.shape) != g.arg_shape(i) or array.dtype != want:
+                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(g.arg_shape(i))}, "
                                f"got {array.dtype}{list(array.shape)}")
             checked.append(array)
         return checked
@@ -216,8 +216,8 @@ class Program:
             state[index] = as_array(value)
         for index, array in state.items():
             v = g.values[g.args[index]]
-            if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != v.numpy_dtype:
-                raise RunError(f"state '{names[index]}' must be {v.numpy_dtype}{list(v.dist.shape)}, got "
+            if tuple(array.shape) != g.arg_shape(index) or array.dtype != v.numpy_dtype:
+                raise RunError(f"state '{names[index]}' must be {v.numpy_dtype}{list(g.arg_shape(index))}, got "
                                f"{array.dtype}{list(array.shape)}")
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}

@@ -45,6 +45,9 @@ CONFLICT_ATTR = "slicer.conflict"
 # -- attributes on the SPMD program ----------------------------------------------------------------------------
 DIST_ATTR = "slicer.dist"
 """Distributed types: a string on func args/results, an array of strings (one per result) on ops."""
+LOGICAL_SHAPE_ATTR = "slicer.logical_shape"
+"""On SPMD function arguments and results whose dims do not divide their tiles: the value's true (logical)
+global shape; `slicer.dist`'s global shape is the padded one (docs/partition.md, "Uneven shapes")."""
 DIST_SOURCE_ATTR = "slicer.dist_source"
 """On SPMD function results: "requested" (a `slicer.sharding` asked for it) or "default" (propagated type)."""
 SPMD_MESH_ATTR = "slicer.spmd_mesh"

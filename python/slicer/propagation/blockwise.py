@@ -9,6 +9,8 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
+from slicer.core.linalg_facts import is_linalg_op
+from slicer.core.mesh import block_size
 from slicer.core.names import DIALECT_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR, STATIC_SIZES_ATTR, VALUE_ATTR, YIELD
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims
@@ -70,15 +72,19 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
 
 
 def _divisible(op: ir.Operation, outcome: RuleOutcome, size: int) -> bool:
-    """Does every dim the outcome cuts have a static size divisible by `size`? (A dynamic dim is never cut:
-    programs with dynamic dims are partitioned along their static ones.)"""
+    """May the outcome cut its dims into blocks of `size`? Every cut dim is static (a dynamic dim is never
+    cut: programs with dynamic dims are partitioned along their static ones) and divisible by `size`, except
+    in linalg ops: their dims are loop dims, so a padded block (docs/partition.md, "Uneven shapes") is the
+    same loop over fewer valid rows; the partitioner masks reductions over them. Other ops (reshapes,
+    slices) would mix padding into real rows."""
+    uneven_ok = is_linalg_op(op)
     for index, dim in outcome.slices:
         type_ = ir.RankedTensorType(op.operands[index].type)
-        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
+        if type_.is_dynamic_dim(dim) or (type_.shape[dim] % size and not uneven_ok):
             return False
     for index, dim in _result_dims(outcome).items():
         type_ = ir.RankedTensorType(op.results[index].type)
-        if type_.is_dynamic_dim(dim) or type_.shape[dim] % size:
+        if type_.is_dynamic_dim(dim) or (type_.shape[dim] % size and not uneven_ok):
             return False
     return True
 
@@ -95,7 +101,7 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
         clone.operands[index] = value
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
-        clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
+        clone.results[index].set_type(with_dim(old, dim, block_size(old.shape[dim], size)))
     _update_static_shapes(clone, op)
     return clone
 

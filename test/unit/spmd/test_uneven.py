@@ -1,0 +1,171 @@
+"""Dims that do not divide the mesh: padded blocks (docs/partition.md, "Uneven shapes").
+
+Each program is compiled with `slicer.compile` and run by the simulator on random data, against numpy (or the
+unpartitioned program through the JIT). The cases are those of issue 25: batch 3 on x=2 and 6 on x=4 (data
+parallel), an MLP hidden 250 on y=4 (Megatron: the row-parallel contraction over the padded dim, all_reduce),
+sequence 15 on y=2 under softmax and layer norm, reductions over a padded dim whose padding an elementwise op
+has turned into non-zeros (exp) or infinities (1/x): the masks must keep it out, and a value tiled unevenly
+then needed whole (all_gather, then trimmed).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import slicer
+from slicer.checking import random_inputs
+from slicer.core.errors import CompileError
+from slicer.lowering import compile_function
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+T, R = slicer.Tile, slicer.Replicate
+
+MLP = """
+func.func @mlp(%x: tensor<{B}x16xf32>, %w1: tensor<16x{H}xf32>, %b1: tensor<{H}xf32>,
+               %w2: tensor<{H}x16xf32>) -> tensor<{B}x16xf32> {{
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e1 = tensor.empty() : tensor<{B}x{H}xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<{B}x{H}xf32>) -> tensor<{B}x{H}xf32>
+  %h = linalg.matmul ins(%x, %w1 : tensor<{B}x16xf32>, tensor<16x{H}xf32>)
+                     outs(%f1 : tensor<{B}x{H}xf32>) -> tensor<{B}x{H}xf32>
+  %a = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>,
+                                        affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]}}
+      ins(%h, %b1 : tensor<{B}x{H}xf32>, tensor<{H}xf32>) outs(%e1 : tensor<{B}x{H}xf32>) {{
+  ^bb0(%hv: f32, %bv: f32, %o: f32):
+    %s = arith.addf %hv, %bv : f32
+    {ACT}
+  }} -> tensor<{B}x{H}xf32>
+  %e2 = tensor.empty() : tensor<{B}x16xf32>
+  %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<{B}x16xf32>) -> tensor<{B}x16xf32>
+  %y = linalg.matmul ins(%a, %w2 : tensor<{B}x{H}xf32>, tensor<{H}x16xf32>)
+                     outs(%f2 : tensor<{B}x16xf32>) -> tensor<{B}x16xf32>
+  return %y : tensor<{B}x16xf32>
+}}
+"""
+RELU = "%r = arith.maximumf %s, %zero : f32\n    linalg.yield %r : f32"
+RECIPROCAL = "%r = arith.divf %one, %s : f32\n    linalg.yield %r : f32"  # padding (0 + 0) becomes inf
+
+EXP_ROW_SUM = """
+func.func @exp_row_sum(%a: tensor<{R}x{C}xf32>) -> tensor<{R}xf32> {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{R}x{C}xf32>
+  %x = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]}}
+      ins(%a : tensor<{R}x{C}xf32>) outs(%e : tensor<{R}x{C}xf32>) {{
+  ^bb0(%v: f32, %o: f32):
+    %ex = math.exp %v : f32
+    linalg.yield %ex : f32
+  }} -> tensor<{R}x{C}xf32>
+  %r0 = tensor.empty() : tensor<{R}xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%r0 : tensor<{R}xf32>) -> tensor<{R}xf32>
+  %s = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                       iterator_types = ["parallel", "reduction"]}}
+      ins(%x : tensor<{R}x{C}xf32>) outs(%f : tensor<{R}xf32>) {{
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.addf %acc, %v : f32
+    linalg.yield %r : f32
+  }} -> tensor<{R}xf32>
+  return %s : tensor<{R}xf32>
+}}
+"""
+
+
+def mlp(batch: int, hidden: int, act: str = RELU) -> str:
+    return MLP.format(B=batch, H=hidden, ACT=act)
+
+
+def resized(name: str, rows: int, cols: int) -> str:
+    """An example program of shape 8x16 with its sizes changed to rows x cols."""
+    text = (EXAMPLES / f"{name}.mlir").read_text()
+    return text.replace("8x16", f"{rows}x{cols}").replace("<16x", f"<{cols}x").replace("<8x", f"<{rows}x") \
+        .replace("<16xf32>", f"<{cols}xf32>").replace("<8xf32>", f"<{rows}xf32>")
+
+
+def mlp_numpy(x, w1, b1, w2, act=RELU):
+    h = x @ w1 + b1
+    return (np.maximum(h, 0) if act == RELU else 1 / h) @ w2
+
+
+def mlp_inputs(batch: int, hidden: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s, dtype=np.float32) for s in ((batch, 16), (16, hidden), (hidden,), (hidden, 16))]
+
+
+def run_against_jit(text: str, tactics, mesh: dict, seed: int = 1):
+    """`text` compiled for `mesh` and simulated, and the unpartitioned program on the same random inputs."""
+    reference = compile_function(text)
+    inputs = random_inputs(reference.inputs, seed=seed)
+    expected = reference(*inputs)
+    actual = slicer.compile(text, mesh=mesh, tactics=tactics).run(*inputs)
+    return expected, actual
+
+
+@pytest.mark.parametrize("batch, mesh", [(3, {"x": 2}), (6, {"x": 4}), (5, {"x": 4})])
+def test_data_parallel_batch_that_does_not_divide(batch, mesh):
+    prog = slicer.compile(mlp(batch, 32), mesh=mesh, tactics=[T(arg=0, dim=0, axes="x")])
+    inputs = mlp_inputs(batch, 32)
+    out = prog.run(*inputs)
+    assert out.shape == (batch, 16)
+    np.testing.assert_allclose(out, mlp_numpy(*inputs), rtol=1e-5, atol=1e-5)
+    assert "all_gather" not in prog.spmd  # nothing is gathered: the result keeps its padded blocks
+
+
+def test_megatron_hidden_250_on_4_devices():
+    prog = slicer.compile(mlp(8, 250), mesh={"y": 4}, tactics=[T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y")])
+    inputs = mlp_inputs(8, 250, seed=2)
+    np.testing.assert_allclose(prog.run(*inputs), mlp_numpy(*inputs), rtol=1e-4, atol=1e-4)
+    assert prog.spmd.count("shard.all_reduce") == 1 and "all_gather" not in prog.spmd
+
+
+def test_contraction_over_padding_turned_into_infinities_is_masked():
+    """1/(x w1 + b1) is inf in the padding; the row-parallel contraction masks both operands there."""
+    tactics = [T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y")]
+    prog = slicer.compile(mlp(4, 10, RECIPROCAL), mesh={"y": 4}, tactics=tactics)  # blocks 3, 3, 3, 1
+    inputs = mlp_inputs(4, 10, seed=3)
+    out = prog.run(*inputs)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, mlp_numpy(*inputs, act=RECIPROCAL), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("cols, mesh", [(15, {"y": 4}), (7, {"y": 2}), (5, {"y": 4})])
+def test_sum_over_padding_turned_into_ones_is_masked(cols, mesh):
+    """exp(0) = 1 in the padding; the sum loop's reduction keeps its accumulator for the padded columns."""
+    text = EXP_ROW_SUM.format(R=4, C=cols)
+    expected, actual = run_against_jit(text, [T(arg=0, dim=1, axes="y")], mesh)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_sequence_15_on_2_devices_reduces_over_other_dims(name):
+    text = resized(name, 15, 16)
+    tactics = [T(arg=0, dim=0, axes="y")]
+    expected, actual = run_against_jit(text, tactics, {"y": 2})
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_over_the_padded_dim():
+    text = resized("softmax", 4, 15)
+    expected, actual = run_against_jit(text, [T(arg=0, dim=1, axes="y")], {"y": 4})
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_value_tiled_unevenly_then_needed_whole_is_gathered_and_trimmed():
+    prog = slicer.compile(mlp(3, 32), mesh={"x": 2}, tactics=[T(arg=0, dim=0, axes="x"), R(result=0)])
+    inputs = mlp_inputs(3, 32, seed=4)
+    np.testing.assert_allclose(prog.run(*inputs), mlp_numpy(*inputs), rtol=1e-5, atol=1e-5)
+    assert prog.spmd.count("shard.all_gather") == 1
+
+
+def test_uneven_2d_mesh_batch_and_hidden():
+    tactics = [T(arg=0, dim=0, axes="x"), T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y"), R(arg=2)]
+    prog = slicer.compile(mlp(3, 10), mesh={"x": 2, "y": 4}, tactics=tactics)
+    inputs = mlp_inputs(3, 10, seed=5)
+    np.testing.assert_allclose(prog.run(*inputs), mlp_numpy(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_uneven_dim_over_two_axes_is_a_clear_error():
+    with pytest.raises(CompileError, match="over one mesh axis"):
+        slicer.compile(mlp(3, 32), mesh={"x": 2, "y": 2}, tactics=[T(arg=0, dim=0, axes=("x", "y"))])
