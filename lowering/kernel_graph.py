@@ -183,16 +183,18 @@ class KernelGraph:
 
     def __str__(self) -> str:
         lines = [f"kernel graph of @{self.entry} on mesh {self.mesh}"]
-        for name in self.args:
-            lines.append(f"  arg {name}: {self._describe(name)}")
+        for i, name in enumerate(self.args):
+            logical = f" (logical {list(self.arg_shapes[i])}: padded blocks)" if i in self.arg_shapes else ""
+            lines.append(f"  arg {name}: {self._describe(name)}{logical}")
         for n in self.nodes:
             if isinstance(n, KernelNode):
                 coords = " + device coordinate" if n.needs_coords else ""
                 lines.append(f"  kernel {n.name}({', '.join(n.inputs)}{coords}) -> {', '.join(n.outputs) or '()'}")
             else:
                 lines.append(f"  {n.op} {n.input} -> {n.output}: {self._describe(n.output)}  {n.step.fields()}")
-        for name, dist, source in zip(self.results, self.result_dists, self.result_sources):
-            lines.append(f"  result {name}: {dist} ({source})")
+        for i, (name, dist, source) in enumerate(zip(self.results, self.result_dists, self.result_sources)):
+            logical = f", logical {list(self.result_shapes[i])}: padded blocks" if i in self.result_shapes else ""
+            lines.append(f"  result {name}: {dist} ({source}{logical})")
         return "\n".join(lines)
 
     def _describe(self, name: str) -> str:

@@ -45,6 +45,7 @@ from slicer.spmd import report
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, value_picture
+from slicer.viz.sharding import uneven_dims
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,12 @@ class Program:
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
-            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
-                         f"(local {list(v.local_shape)})")
+            uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, v.dist, g.arg_shape(i)))
+            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(g.arg_shape(i))} as {v.dist} "
+                         f"(local {list(v.local_shape)}{uneven})")
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
-            lines.append(f"  result #{i}: {list(dist.shape)} as {dist} ({source})")
+            uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, dist, g.result_shape(i)))
+            lines.append(f"  result #{i}: {list(g.result_shape(i))} as {dist} ({source}{uneven})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:

@@ -21,6 +21,13 @@ def block_size(size: int, count: int) -> int:
     return -(-size // count)
 
 
+def block_sizes(size: int, count: int) -> list[int]:
+    """The valid rows of each of the `count` blocks of a dim of `size` (``7, 4 -> [2, 2, 2, 1]``; a block may
+    hold none: ``6, 4 -> [2, 2, 2, 0]``)."""
+    c = block_size(size, count)
+    return [min(c, max(0, size - r * c)) for r in range(count)]
+
+
 def _whole_number(size) -> int | None:
     """`size` as an int when it is a whole number (``4.0``, a numpy integer), else None (``2.5``, a bool)."""
     if isinstance(size, bool):

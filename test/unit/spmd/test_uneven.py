@@ -169,3 +169,18 @@ def test_uneven_2d_mesh_batch_and_hidden():
 def test_uneven_dim_over_two_axes_is_a_clear_error():
     with pytest.raises(CompileError, match="over one mesh axis"):
         slicer.compile(mlp(3, 32), mesh={"x": 2, "y": 2}, tactics=[T(arg=0, dim=0, axes=("x", "y"))])
+
+
+def test_explain_memory_and_pictures_show_each_devices_block():
+    prog = slicer.compile(mlp(3, 10), mesh={"x": 2, "y": 4},
+                          tactics=[T(arg=0, dim=0, axes="x"), T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y")])
+    text = prog.explain()
+    assert "arg #0: f32[3, 16] as [[x],[]] (local [2, 16]; dim 0: 3 over x=2: blocks 2, 1 (each padded to 2))" in text
+    assert "dim 1: 10 over y=4: blocks 3, 3, 3, 1 (each padded to 3)" in text
+    assert "result #0: [3, 16] as [[x],[]] (default; dim 0: 3 over x=2: blocks 2, 1" in text
+    memory = prog.memory().text()
+    # a device holds its padded block (2 rows of 16 f32), the unpartitioned program the 3 logical rows
+    assert "128 B of 192 B" in memory
+    picture = prog.sharding("w1").text()
+    assert "f32[16, 10]" in picture and "4 blocks over y holding 3, 3, 3, 1, each padded to 3" in picture
+    assert "9:10" in picture  # the last block's rows end at the logical size
