@@ -184,3 +184,18 @@ def test_explain_memory_and_pictures_show_each_devices_block():
     picture = prog.sharding("w1").text()
     assert "f32[16, 10]" in picture and "4 blocks over y holding 3, 3, 3, 1, each padded to 3" in picture
     assert "9:10" in picture  # the last block's rows end at the logical size
+
+
+def test_torch_mlp_batch_3_data_parallel_and_hidden_30_megatron():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 30), torch.nn.GELU(), torch.nn.Linear(30, 8), torch.nn.LayerNorm(8))
+    x = torch.randn(3, 16)
+    program = slicer.from_torch(model, x)
+    want = model(x).detach().numpy()
+    data = slicer.compile(program, mesh={"x": 2}, tactics=slicer.parse_tactics("input.0=x"))
+    np.testing.assert_allclose(data.run(x), want, rtol=1e-5, atol=1e-5)
+    assert "shard.all_" not in data.spmd  # no collective at all
+    megatron = slicer.compile(program, mesh={"y": 4}, tactics=slicer.parse_tactics("0.weight.0=y;0.bias.0=y;2.weight.1=y"))
+    np.testing.assert_allclose(megatron.run(x), want, rtol=1e-5, atol=1e-5)  # hidden 30: blocks 8, 8, 8, 6
+    assert megatron.spmd.count("shard.all_reduce") == 1
