@@ -26,7 +26,7 @@ from typing import Callable
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from slicer.core.errors import RedistributionError
+from slicer.core.errors import RedistributionError, Unsupported
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, combined_with, indexing_maps, input_count, is_linalg_op, iterator_kinds, loop_dim
 from slicer.core.mesh import block_size
 from slicer.redistribution import DistType, Mesh, subaxes
@@ -100,10 +100,6 @@ class Pad:
         return f"size {self.size} cut over [{','.join(self.axes)}] into blocks of {self.block} ({k} blocks)"
 
 
-class PaddingError(Exception):
-    """An op that cannot compute on padded blocks (caught by the partitioner and located)."""
-
-
 def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, "Pad"]],
                  group_index: Callable[[tuple[str, ...]], ir.Value],
                  mark: Callable[[ir.Operation], None]) -> list[dict[int, "Pad"]]:
@@ -113,7 +109,7 @@ def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, "Pad"]],
     if not is_linalg_op(op):
         index, pads = next(iter(operand_pads.items()))
         dim, pad = next(iter(pads.items()))
-        raise PaddingError(f"operand #{index} holds padded blocks on dim {dim} ({pad.describe()}); only linalg "
+        raise Unsupported(f"operand #{index} holds padded blocks on dim {dim} ({pad.describe()}); only linalg "
                            "ops compute on padded blocks (a reshape or slice would mix padding into real rows): make "
                            "the size divisible by the tile count or do not tile this dim")
     loops = loop_pads(op, operand_pads)
@@ -132,10 +128,10 @@ def loop_pads(op: ir.Operation, operand_pads: dict[int, dict[int, Pad]]) -> dict
         for dim, pad in pads.items():
             loop = loop_dim(maps[index].results[dim])
             if loop is None:
-                raise PaddingError(f"operand #{index} is indexed by {maps[index].results[dim]} on its padded dim "
+                raise Unsupported(f"operand #{index} is indexed by {maps[index].results[dim]} on its padded dim "
                                    f"{dim} ({pad.describe()}); only plain loop dims may walk padded blocks")
             if found.get(loop, pad) != pad:
-                raise PaddingError(f"loop dim {loop} walks two differently padded dims ({found[loop].describe()}; "
+                raise Unsupported(f"loop dim {loop} walks two differently padded dims ({found[loop].describe()}; "
                                    f"{pad.describe()})")
             found[loop] = pad
     return found
@@ -200,7 +196,7 @@ def mask_reduction(op: ir.Operation, reduced: dict[int, Pad], valid_of: Callable
     block = op.regions[0].blocks[0] if op.regions and op.regions[0].blocks else None
     n_in = input_count(op)
     if block is None or not _is_contraction(block, n_in):
-        raise PaddingError(f"'{op.name}' reduces over a padded dim and is neither a linalg.generic nor a "
+        raise Unsupported(f"'{op.name}' reduces over a padded dim and is neither a linalg.generic nor a "
                            "contraction; write it as a linalg.generic or make the dim divisible")
     maps = indexing_maps(op)
     for index in range(n_in):

@@ -37,7 +37,7 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
-from slicer.core.errors import Located, PassFailure
+from slicer.core.errors import Located, PassFailure, Unsupported
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
 from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
 from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
@@ -52,7 +52,7 @@ from slicer.rules import linear_in
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
-from .padding import Pad, PaddingError, pad_with_zeros, padded_type, pads_through, trim
+from .padding import Pad, pad_with_zeros, padded_type, pads_through, trim
 
 
 def partition_module(module: ir.Operation, *, mesh: str = "", entry: str = "") -> None:
@@ -364,7 +364,7 @@ class _FunctionPartitioner:
 
         try:
             return pads_through(op, operand_pads, emitter.group_index, mark)
-        except PaddingError as exc:
+        except Unsupported as exc:
             raise self.fail(op, f"'{op.name}' cannot compute on padded blocks: {exc}") from None
 
     def partial_terms(self, op: ir.Operation, context: frozenset[str]) -> tuple[frozenset[int], tuple[str, ...]]:

@@ -199,3 +199,19 @@ def test_torch_mlp_batch_3_data_parallel_and_hidden_30_megatron():
     megatron = slicer.compile(program, mesh={"y": 4}, tactics=slicer.parse_tactics("0.weight.0=y;0.bias.0=y;2.weight.1=y"))
     np.testing.assert_allclose(megatron.run(x), want, rtol=1e-5, atol=1e-5)  # hidden 30: blocks 8, 8, 8, 6
     assert megatron.spmd.count("shard.all_reduce") == 1
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+def test_loop_programs_with_padded_blocks_run_sequentially(propagate):
+    """The loop program (before partitioning) keeps its sequential meaning: slices pad, tile loops trim, and
+    the sum loop's reduction over a padded block is masked (slicer-lower-to-loops, what --check-each-step runs)."""
+    from slicer.passes import transform
+    for text, tactics, mesh in ((EXP_ROW_SUM.format(R=4, C=7), [T(arg=0, dim=1, axes="y")], {"y": 4}),
+                                (mlp(3, 10, RECIPROCAL), [T(arg=0, dim=0, axes="x"), T(arg=1, dim=1, axes="y"),
+                                                          T(arg=3, dim=0, axes="y")], {"x": 2, "y": 4})):
+        loops = str(slicer.apply_tactics(text, tactics, mesh=mesh))
+        if propagate:
+            loops = transform(loops, "slicer-propagate")
+        reference, candidate = compile_function(text), compile_function(loops)
+        inputs = random_inputs(reference.inputs, seed=6)
+        np.testing.assert_allclose(candidate(*inputs), reference(*inputs), rtol=1e-5, atol=1e-4)
