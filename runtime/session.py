@@ -80,8 +80,9 @@ class SessionPlan:
         for index, array in zip(self.inputs, arrays):
             array = np.asarray(array)
             value = self.graph.values[self.graph.args[index]]
-            if tuple(array.shape) != tuple(value.dist.shape) or array.dtype != value.numpy_dtype:
-                raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(value.dist.shape)}, "
+            shape = self.graph.arg_shape(index)  # its logical shape (the type's is padded on uneven dims)
+            if tuple(array.shape) != shape or array.dtype != value.numpy_dtype:
+                raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(shape)}, "
                                f"got {array.dtype}{list(array.shape)}")
             checked[index] = array
         return checked
