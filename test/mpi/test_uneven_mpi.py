@@ -10,7 +10,7 @@ import numpy as np
 import slicer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "spmd"))
-from test_uneven import RECIPROCAL, mlp, mlp_inputs, mlp_numpy  # noqa: E402
+from test_uneven import EXP_ROW_SUM, RECIPROCAL, mlp, mlp_inputs, mlp_numpy  # noqa: E402
 
 T, R = slicer.Tile, slicer.Replicate
 
@@ -21,6 +21,13 @@ def test_batch_3_on_2_ranks_gathered_whole():
     out = prog.run(*inputs, ranks=2)
     assert out.shape == (3, 16)
     np.testing.assert_allclose(out, mlp_numpy(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_sum_over_padded_columns_on_2_ranks():
+    """exp(0) = 1 in the padding of 7 columns over y=2 (blocks 4, 3): the native kernel's masked reduction."""
+    prog = slicer.compile(EXP_ROW_SUM.format(R=5, C=7), mesh={"y": 2}, tactics=[T(arg=0, dim=1, axes="y")])
+    a = np.random.default_rng(14).standard_normal((5, 7), dtype=np.float32)
+    np.testing.assert_allclose(prog.run(a, ranks=2), np.exp(a).sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
 def test_batch_6_on_4_ranks():

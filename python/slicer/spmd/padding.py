@@ -27,7 +27,8 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.errors import RedistributionError, Unsupported
-from slicer.core.linalg_facts import PARALLEL, REDUCTION, combined_with, indexing_maps, input_count, is_linalg_op, iterator_kinds, loop_dim
+from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, has_operand_segments, indexing_maps,
+                                     input_count, is_linalg_op, iterator_kinds, loop_dim)
 from slicer.core.mesh import block_size
 from slicer.redistribution import DistType, Mesh, subaxes
 
@@ -139,7 +140,7 @@ def loop_pads(op: ir.Operation, operand_pads: dict[int, dict[int, Pad]]) -> dict
 
 def result_pads(op: ir.Operation, loops: dict[int, Pad]) -> list[dict[int, Pad]]:
     """For each result, its dims that carry padding (those its map names by a padded parallel loop dim)."""
-    maps, kinds, n_in = indexing_maps(op), _kinds(op), input_count(op)
+    maps, kinds, n_in = indexing_maps(op), _kinds(op), _inputs(op)
     out = []
     for r in range(len(op.results)):
         pads = {}
@@ -151,12 +152,17 @@ def result_pads(op: ir.Operation, loops: dict[int, Pad]) -> list[dict[int, Pad]]
     return out
 
 
+def _inputs(op: ir.Operation) -> int:
+    """How many operands are inputs (`linalg.reduce` has no operand segments: one init per result)."""
+    return input_count(op) if has_operand_segments(op) else len(op.operands) - len(op.results)
+
+
 def _kinds(op: ir.Operation) -> list[str]:
     """Each loop dim's iterator kind; a named op has none written: a dim no output map names is a reduction."""
     kinds = iterator_kinds(op)
     if kinds:
         return kinds
-    maps, n_in = indexing_maps(op), input_count(op)
+    maps, n_in = indexing_maps(op), _inputs(op)
     named = {loop_dim(e) for m in maps[n_in:] for e in m.results}
     return [PARALLEL if d in named else REDUCTION for d in range(maps[0].n_dims)]
 
@@ -190,11 +196,11 @@ def mask_reduction(op: ir.Operation, reduced: dict[int, Pad], valid_of: Callable
     `dist_attr`."""
     with ir.InsertionPoint(op):
         valid = {loop: valid_of(pad) for loop, pad in reduced.items()}
-    if op.name == linalg.GenericOp.OPERATION_NAME:
+    if op.name in (linalg.GenericOp.OPERATION_NAME, linalg.ReduceOp.OPERATION_NAME):  # bodies they print
         _mask_body(op, valid)
         return
     block = op.regions[0].blocks[0] if op.regions and op.regions[0].blocks else None
-    n_in = input_count(op)
+    n_in = _inputs(op)
     if block is None or not _is_contraction(block, n_in):
         raise Unsupported(f"'{op.name}' reduces over a padded dim and is neither a linalg.generic nor a "
                            "contraction; write it as a linalg.generic or make the dim divisible")
@@ -212,7 +218,7 @@ def mask_reduction(op: ir.Operation, reduced: dict[int, Pad], valid_of: Callable
 def _mask_body(op: ir.Operation, valid: dict[int, ir.Value]) -> None:
     """yield select(valid, new, acc) per output: invalid iterations leave the accumulator as it is."""
     block = op.regions[0].blocks[0]
-    n_in = input_count(op)
+    n_in = _inputs(op)
     terminator = list(block.operations)[-1]
     with ir.InsertionPoint(terminator), op.location:
         cond = _all_valid(valid)
