@@ -65,9 +65,12 @@ def _deep_ops(op: ir.Operation):
 
 def _rematerialisable(op: ir.Operation) -> bool:
     """Cheap ops recomputed in every kernel that uses them instead of being passed between kernels:
-    constants, `tensor.empty`, fills of constants, the device index and scalar `arith` on those."""
+    constants, `tensor.empty`, fills of constants (into a tensor that is itself re-materialisable: a fill
+    into a slice of another kernel's value must read that value), the device index and scalar `arith` on
+    those."""
     if op.name in _REMAT:
-        return True
+        return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
+                   or _rematerialisable(_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
 
 

@@ -78,6 +78,16 @@ def pad_with_zeros(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
     return [empty, filled, out]
 
 
+def resize(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
+    """`value` trimmed or padded with zeros along `dim` to `size` rows (the ops' results, the last the value);
+    a `tensor.empty` (no content to keep) is made again at the new size."""
+    owner = None if isinstance(value.owner, ir.Block) else value.owner
+    src = ir.RankedTensorType(value.type)
+    if owner is not None and owner.name == tensor.EmptyOp.OPERATION_NAME and not owner.operands:
+        return [tensor.empty([size if d == dim else n for d, n in enumerate(src.shape)], src.element_type)]
+    return [trim(value, dim, size)] if size < src.shape[dim] else pad_with_zeros(value, dim, size)
+
+
 def _zero_attr(element: ir.Type) -> ir.Attribute:
     if isinstance(element, ir.IntegerType):
         return ir.IntegerAttr.get(element, 0)

@@ -52,7 +52,7 @@ from slicer.rules import linear_in
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
-from .padding import Pad, pad_with_zeros, padded_type, pads_through, trim
+from .padding import Pad, padded_type, pads_through, resize
 
 
 def partition_module(module: ir.Operation, *, mesh: str = "", entry: str = "") -> None:
@@ -219,7 +219,7 @@ class _FunctionPartitioner:
                 shape[d] = size
                 with ir.InsertionPoint(before), ir.Location.name(f"padding of dim {d} to {size}",
                                                                  childLoc=before.location):
-                    made = [trim(local, d, size)] if size < ir.RankedTensorType(local.type).shape[d] else pad_with_zeros(local, d, size)
+                    made = resize(local, d, size)
                 text = dist_text(DistType(tuple(shape), whole.dims, whole.partial), entry.context)
                 for value in made:
                     value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(text)])

@@ -260,3 +260,30 @@ def test_partitioner_refuses_a_reshape_of_padded_blocks():
     with pytest.raises(ir.MLIRError, match="'tensor.collapse_shape' cannot compute on padded blocks: operand #0 "
                                             "holds padded blocks on dim 0 \\(size 3 cut over \\[x\\]"):
         transform(HAND_WRITTEN_RESHAPE, "slicer-partition")
+
+
+@pytest.mark.parametrize("batch", [5, 3])
+def test_reshard_between_two_uneven_tilings(batch):
+    """Batch tiled over x=2 by the tactic, the result requested over y=4: 5 rows are padded to 6 over x and to
+    8 over y (gathered whole, trimmed, padded again, sliced); 3 rows are padded to 4 either way (one plan)."""
+    tactics = [T(arg=0, dim=0, axes="x"), T(result=0, dim=0, axes="y")]
+    prog = slicer.compile(mlp(batch, 8), mesh={"x": 2, "y": 4}, tactics=tactics)
+    inputs = mlp_inputs(batch, 8, seed=7)
+    np.testing.assert_allclose(prog.run(*inputs), mlp_numpy(*inputs), rtol=1e-5, atol=1e-5)
+    assert ("shard.all_gather" in prog.spmd) == (batch == 5)  # 5: gathered whole, then trimmed and padded to 8
+
+
+def attention(seq: int) -> str:
+    text = (EXAMPLES / "attention.mlir").read_text()
+    return text.replace("16x8", "16xS").replace("8x16", "Sx16").replace("8x8", "SxS").replace("8xf32", "Sxf32") \
+        .replace("S", str(seq))
+
+
+@pytest.mark.parametrize("tactics, mesh", [
+    ([T(arg=0, dim=0, axes="y"), T(arg=1, dim=0, axes="y"), T(arg=2, dim=0, axes="y")], {"y": 2}),
+    ([T(arg=1, dim=0, axes="y"), T(arg=2, dim=0, axes="y")], {"y": 4}),  # softmax and p @ v over padded keys
+], ids=["sequence-parallel", "keys-and-values"])
+def test_attention_with_sequence_15(tactics, mesh):
+    """Fills into padded blocks of values used by later kernels once crossed a collective unexported."""
+    expected, actual = run_against_jit(attention(15), tactics, mesh)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
