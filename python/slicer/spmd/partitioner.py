@@ -427,11 +427,11 @@ class _FunctionPartitioner:
         result_shape = tensor_shape(view.result)
         rest = tuple(wanted.dims[dim][len(axes):])
         dims = tuple(rest if i == dim else d for i, d in enumerate(wanted.dims))
-        t = self.canon(DistType(result_shape, dims, wanted.partial), op.location)
+        t = self.target(result_shape, DistType(result_shape, dims, wanted.partial), op.location)  # other dims
         pads = dict(entry.pads)
         if wanted.shape[dim] != entry.shape[dim]:  # padded blocks: the device's tail rows are padding
             pads[dim] = Pad(entry.shape[dim], result_shape[dim], tuple(axes))
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, None, pads)
+        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, result_shape, pads)
         self.erase.append(op)
 
     def slice_own_member(self, op: ir.Operation, view: SliceOp, entry: _Entry, axes: tuple[str, ...],

@@ -287,3 +287,40 @@ def test_attention_with_sequence_15(tactics, mesh):
     """Fills into padded blocks of values used by later kernels once crossed a collective unexported."""
     expected, actual = run_against_jit(attention(15), tactics, mesh)
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def transpose(rows: int, cols: int) -> str:
+    text = (EXAMPLES / "transpose.mlir").read_text()
+    return text.replace("16x8", "CxR").replace("8x16", "RxC").replace("8x4", "Rx5").replace("16x4", "Cx5") \
+        .replace("R", str(rows)).replace("C", str(cols))
+
+
+UNEVEN_2D = {  # the 2-D strategies of test_partition_tactics_programs on 7 x 15 arrays over x=2, y=4
+    "layernorm": (lambda: resized("layernorm", 7, 15),
+                  [T(arg=0, dim=0, axes="x"), T(arg=0, dim=1, axes="y"), T(arg=1, dim=0, axes="y"), R(arg=2)]),
+    "reduction": (lambda: resized("reduction", 7, 15),
+                  [T(arg=0, dim=0, axes="x"), T(arg=0, dim=1, axes="y"), T(result=0, dim=0, axes="y")]),
+    "softmax": (lambda: resized("softmax", 7, 15),
+                [T(arg=0, dim=0, axes="x"), T(arg=0, dim=1, axes="y"), T(result=0, dim=1, axes="x")]),
+    "transpose": (lambda: transpose(7, 15), [T(arg=0, dim=0, axes="x"), T(arg=1, dim=1, axes="y")]),
+}
+
+
+@pytest.mark.parametrize("propagate", [False, True], ids=["tactics", "propagated"])
+@pytest.mark.parametrize("name", sorted(UNEVEN_2D))
+def test_uneven_2d_strategies_with_and_without_propagation(name, propagate):
+    """Rows 7 over x=2 (blocks 4, 3) and columns 15 over y=4 (blocks 4, 4, 4, 3): a tile loop's padded result
+    sliced again over another dim, reductions over padded columns (layer norm's mean and variance, the row
+    sums, softmax's max and sum) and results requested over other axes."""
+    from slicer.passes import transform
+    from slicer.runtime.oracle import compare
+    make, tactics = UNEVEN_2D[name]
+    text = make()
+    loops = str(slicer.apply_tactics(text, tactics, mesh={"x": 2, "y": 4}))
+    if propagate:
+        loops = transform(loops, "slicer-propagate")
+    reference = compile_function(text)
+    inputs = random_inputs(reference.inputs, seed=8)
+    result = compare(text, transform(loops, "slicer-partition"), inputs=inputs, reference=reference)
+    for e, a in zip(result.expected, result.actual):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
