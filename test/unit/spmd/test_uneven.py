@@ -103,7 +103,7 @@ def run_against_jit(text: str, tactics, mesh: dict, seed: int = 1):
     return expected, actual
 
 
-@pytest.mark.parametrize("batch, mesh", [(3, {"x": 2}), (6, {"x": 4}), (5, {"x": 4})])
+@pytest.mark.parametrize("batch, mesh", [(3, {"x": 2}), (6, {"x": 4})])  # blocks 2, 1 and 2, 2, 2, 0
 def test_data_parallel_batch_that_does_not_divide(batch, mesh):
     prog = slicer.compile(mlp(batch, 32), mesh=mesh, tactics=[T(arg=0, dim=0, axes="x")])
     inputs = mlp_inputs(batch, 32)
@@ -130,7 +130,7 @@ def test_contraction_over_padding_turned_into_infinities_is_masked():
     np.testing.assert_allclose(out, mlp_numpy(*inputs, act=RECIPROCAL), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("cols, mesh", [(15, {"y": 4}), (7, {"y": 2}), (5, {"y": 4})])
+@pytest.mark.parametrize("cols, mesh", [(15, {"y": 4}), (5, {"y": 4})])  # blocks 4, 4, 4, 3 and 2, 2, 1, 0
 def test_sum_over_padding_turned_into_ones_is_masked(cols, mesh):
     """exp(0) = 1 in the padding; the sum loop's reduction keeps its accumulator for the padded columns."""
     text = EXP_ROW_SUM.format(R=4, C=cols)
