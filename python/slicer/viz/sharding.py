@@ -261,9 +261,9 @@ class ShardingPicture:
         rows = self.counts[row_dim] if row_dim is not None else 1
         cols = self.counts[col_dim] if col_dim is not None else 1
         # each panel keeps the array's proportions (within 1:3), in block units
-        height_elems = self.dist.shape[row_dim] if row_dim is not None else max(1, self.dist.shape[col_dim] // 8
-                                                                                 if col_dim is not None else 1)
-        width_elems = self.dist.shape[col_dim] if col_dim is not None else 1
+        height_elems = self.shape[row_dim] if row_dim is not None else max(1, self.shape[col_dim] // 8
+                                                                           if col_dim is not None else 1)
+        width_elems = self.shape[col_dim] if col_dim is not None else 1
         ratio = min(3.0, max(1 / 3, height_elems / width_elems))
         ncols = min(len(facets), 4)
         nrows = (len(facets) + ncols - 1) // ncols
