@@ -13,7 +13,7 @@ from typing import Iterator, Mapping, Sequence
 from mlir import ir
 
 from slicer.core.functions import op_of as _op
-from slicer.core.mesh import Mesh
+from slicer.core.mesh import Mesh, block_size
 from slicer.core.errors import DialectError
 from slicer.core.names import (ANNOTATE, DIM_ATTR, LOOP, LOOP_ACTION_ATTR, LOOP_MESH_ATTR, MESH, MESH_AXES_ATTR,
                                 RANGE_PRODUCT, SHAPE_ATTR, SHARDING_OPERAND_ATTR, SLICE, SYM_NAME_ATTR, YIELD)
@@ -155,7 +155,7 @@ def yield_(values: Sequence[ir.Value], *, loc=None, ip=None) -> ir.Operation:
 def block_type(result_type: ir.RankedTensorType, action: Action, size: int) -> ir.RankedTensorType:
     """The block type a loop body yields for a loop result of `result_type`."""
     if isinstance(action, TileAction):
-        return with_dim(result_type, action.dim, result_type.shape[action.dim] // size)
+        return with_dim(result_type, action.dim, block_size(result_type.shape[action.dim], size))
     return result_type
 
 
@@ -203,7 +203,7 @@ def slice_(source: ir.Value, range_value: ir.Value, dim: int, *, loc=None, ip=No
     if rng is None:
         raise DialectError(f"slice_ needs a !slicer.range value, got {range_value.type}")
     src_type = ir.RankedTensorType(source.type)
-    result_type = with_dim(src_type, dim, src_type.shape[dim] // rng.size)
+    result_type = with_dim(src_type, dim, block_size(src_type.shape[dim], rng.size))
     op = ir.Operation.create(
         SLICE,
         results=[result_type],

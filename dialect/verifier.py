@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from slicer.core.errors import DialectError, MeshError
-from slicer.core.mesh import Mesh
+from slicer.core.mesh import Mesh, block_size
 from mlir.dialects import builtin, func
 
 from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, FUNCTION_TYPE_ATTR, LOOP, LOOP_ACTION_ATTR, MESH, RANGE_PRODUCT, RES_ATTRS_ATTR,
@@ -158,9 +158,7 @@ class _Verifier:
         if isinstance(action, TileAction):
             if not 0 <= action.dim < result.rank:
                 return self.error(op, f"'slicer.loop' tiles dim {action.dim} but result #{index} has rank {result.rank}")
-            if want[action.dim] % rng.size:
-                return self.error(op, f"'slicer.loop' result #{index} dim {action.dim} of size {want[action.dim]} is not divisible by the range size {rng.size}")
-            want[action.dim] //= rng.size
+            want[action.dim] = block_size(want[action.dim], rng.size)  # padded blocks when uneven
         if list(block.shape) != want or block.element_type != result.element_type:
             self.error(
                 op,
@@ -192,10 +190,8 @@ class _Verifier:
         dim = view.dim
         if not 0 <= dim < src.rank:
             return self.error(op, f"'slicer.slice' dim {dim} does not exist in {src} (rank {src.rank})")
-        if src.shape[dim] % rng.size:
-            return self.error(op, f"'slicer.slice' dim {dim} of size {src.shape[dim]} is not divisible by the range size {rng.size} ({', '.join(rng.axes)})")
         expected = list(src.shape)
-        expected[dim] //= rng.size
+        expected[dim] = block_size(expected[dim], rng.size)  # padded blocks when uneven
         if list(res.shape) != expected or res.element_type != src.element_type:
             self.error(
                 op,
@@ -268,8 +264,10 @@ class _Verifier:
             return
         for dim, axes in enumerate(sharding.dims):
             size = self.meshes[mesh].group_size(axes)
-            if tensor.shape[dim] % size:
-                return self.error(op, f"{what}: dim {dim} of size {tensor.shape[dim]} is not divisible by {size} (axes {', '.join(axes)})")
+            if tensor.shape[dim] % size and len(axes) != 1:  # one axis: padded blocks (docs/partition.md)
+                return self.error(op, f"{what}: dim {dim} of size {tensor.shape[dim]} is not divisible by {size} "
+                                      f"(axes {', '.join(axes)}); a dim that does not divide is tiled over one axis "
+                                      "only (padded blocks)")
 
 
 def _enclosing_loop_using(op: ir.Operation, axis: str) -> ir.Operation | None:

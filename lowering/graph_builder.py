@@ -15,7 +15,7 @@ from mlir.dialects import shard  # noqa: F401  (registers the op views read belo
 
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
-from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, MULTI_INDEX,
+from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
                                SPMD_MESH_ATTR)
 from slicer.dialect import PermuteOp, make_context
 from slicer.redistribution import AllReduce, DistType, Mesh, Permute, subaxes
@@ -67,9 +67,12 @@ def _deep_ops(op: ir.Operation):
 
 def _rematerialisable(op: ir.Operation) -> bool:
     """Cheap ops recomputed in every kernel that uses them instead of being passed between kernels:
-    constants, `tensor.empty`, fills of constants, the device index and scalar `arith` on those."""
+    constants, `tensor.empty`, fills of constants (into a tensor that is itself re-materialisable: a fill
+    into a slice of another kernel's value must read that value), the device index and scalar `arith` on
+    those."""
     if op.name in _REMAT:
-        return True
+        return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
+                   or _rematerialisable(_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
 
 
@@ -87,6 +90,8 @@ class _Builder:
         self.block = self.func.regions[0].blocks[0]
         self.grids = _grid_axes(module)
         self.names: dict = {}
+        self.arg_shapes: dict = {}
+        self.result_shapes: dict = {}
         self.values: dict[str, Value] = {}
         self.kernels = ir.Module.create()
 
@@ -119,6 +124,9 @@ class _Builder:
         if entry is None or DIST_ATTR not in entry:
             raise KernelGraphError(f"{which} #{index} of @{self.name} has no '{DIST_ATTR}' type")
         source = ir.StringAttr(entry[DIST_SOURCE_ATTR]).value if DIST_SOURCE_ATTR in entry else "requested"
+        if LOGICAL_SHAPE_ATTR in entry:
+            (self.arg_shapes if which == "arg" else self.result_shapes)[index] = tuple(
+                ir.DenseI64ArrayAttr(entry[LOGICAL_SHAPE_ATTR]))
         return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
 
     def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
@@ -151,7 +159,7 @@ class _Builder:
             sources.append(source)
             dists.append(dist)
         return KernelGraph(self.name, self.mesh, self.values, args, tuple(results), tuple(sources), tuple(dists),
-                           nodes, str(self.kernels))
+                           nodes, str(self.kernels), self.arg_shapes, self.result_shapes)
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""

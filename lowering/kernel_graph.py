@@ -80,6 +80,18 @@ class KernelGraph:
     result_dists: tuple[DistType, ...]  # the function's result types (what the blocks assemble into)
     nodes: list = field(default_factory=list)
     kernels_mlir: str = ""
+    # The logical global shapes of the arguments and results where they differ from their types' (padded)
+    # shapes: dims that do not divide their tiles (docs/partition.md, "Uneven shapes"); index -> shape.
+    arg_shapes: dict = field(default_factory=dict)
+    result_shapes: dict = field(default_factory=dict)
+
+    def arg_shape(self, index: int) -> tuple[int, ...]:
+        """The global shape the caller gives argument `index` in (its type's shape is padded if uneven)."""
+        return tuple(self.arg_shapes.get(index, self.values[self.args[index]].dist.shape))
+
+    def result_shape(self, index: int) -> tuple[int, ...]:
+        """The global shape result `index` is returned in (its type's shape is padded if uneven)."""
+        return tuple(self.result_shapes.get(index, self.result_dists[index].shape))
 
     # -- serialisation -----------------------------------------------------------------------------------
     def to_json(self) -> str:
@@ -99,6 +111,8 @@ class KernelGraph:
             "result_dists": [[str(d), list(d.shape)] for d in self.result_dists],
             "values": {name: value(v) for name, v in self.values.items()},
             "nodes": [node(n) for n in self.nodes], "kernels_mlir": self.kernels_mlir,
+            "arg_shapes": {str(i): list(s) for i, s in self.arg_shapes.items()},
+            "result_shapes": {str(i): list(s) for i, s in self.result_shapes.items()},
         }, indent=1)
 
     @staticmethod
@@ -118,8 +132,9 @@ class KernelGraph:
                 step = step_from_fields(n["op"], n["fields"], values[n["output"]].dist)
                 nodes.append(CollectiveNode(n["op"], step, n["input"], n["output"]))
         result_dists = tuple(DistType.parse(text, tuple(shape), mesh) for text, shape in data["result_dists"])
+        shapes = {key: {int(i): tuple(s) for i, s in data.get(key, {}).items()} for key in ("arg_shapes", "result_shapes")}
         return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
-                           tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"])
+                           tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"], **shapes)
 
     # -- memory ------------------------------------------------------------------------------------------
     def value_bytes(self, name: str) -> int:
@@ -168,16 +183,18 @@ class KernelGraph:
 
     def __str__(self) -> str:
         lines = [f"kernel graph of @{self.entry} on mesh {self.mesh}"]
-        for name in self.args:
-            lines.append(f"  arg {name}: {self._describe(name)}")
+        for i, name in enumerate(self.args):
+            logical = f" (logical {list(self.arg_shapes[i])}: padded blocks)" if i in self.arg_shapes else ""
+            lines.append(f"  arg {name}: {self._describe(name)}{logical}")
         for n in self.nodes:
             if isinstance(n, KernelNode):
                 coords = " + device coordinate" if n.needs_coords else ""
                 lines.append(f"  kernel {n.name}({', '.join(n.inputs)}{coords}) -> {', '.join(n.outputs) or '()'}")
             else:
                 lines.append(f"  {n.op} {n.input} -> {n.output}: {self._describe(n.output)}  {n.step.fields()}")
-        for name, dist, source in zip(self.results, self.result_dists, self.result_sources):
-            lines.append(f"  result {name}: {dist} ({source})")
+        for i, (name, dist, source) in enumerate(zip(self.results, self.result_dists, self.result_sources)):
+            logical = f", logical {list(self.result_shapes[i])}: padded blocks" if i in self.result_shapes else ""
+            lines.append(f"  result {name}: {dist} ({source}{logical})")
         return "\n".join(lines)
 
     def _describe(self, name: str) -> str:

@@ -73,7 +73,7 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
     executor.close()
     if rank != 0:
         return None
-    return [assemble(graph.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}")
+    return [assemble(graph.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}", graph.result_shape(i))
             for i, dist in enumerate(graph.result_dists)]
 
 

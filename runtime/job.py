@@ -50,9 +50,11 @@ def rank_inputs(graph: KernelGraph, job: dict, rank: int) -> list[np.ndarray]:
     for index, name in enumerate(graph.args):
         value = graph.values[name]
         if job.get("inputs"):
-            blocks.append(read_block(job["inputs"][index], value.dist, graph.mesh, rank, value.numpy_dtype))
+            blocks.append(read_block(job["inputs"][index], value.dist, graph.mesh, rank, value.numpy_dtype,
+                                     graph.arg_shape(index)))
         else:
-            blocks.append(random_block(job["seed"] + index, value.dist, graph.mesh, rank, value.numpy_dtype))
+            blocks.append(random_block(job["seed"] + index, value.dist, graph.mesh, rank, value.numpy_dtype,
+                                       graph.arg_shape(index)))
     return blocks
 
 
@@ -99,7 +101,8 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         return None
     outputs = []
     for index, (name, dist) in enumerate(zip(graph.results, graph.result_dists)):
-        array = assemble(graph.mesh, dist, [gathered[r][index] for r in range(len(gathered))], f"result #{index}")
+        array = assemble(graph.mesh, dist, [gathered[r][index] for r in range(len(gathered))], f"result #{index}",
+                         graph.result_shape(index))
         np.save(job_dir / f"result{index}.npy", array)
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)

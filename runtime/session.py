@@ -85,8 +85,9 @@ class SessionPlan:
         for index, array in zip(self.inputs, arrays):
             array = np.asarray(array)
             value = self.graph.values[self.graph.args[index]]
-            if tuple(array.shape) != tuple(value.dist.shape) or array.dtype != value.numpy_dtype:
-                raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(value.dist.shape)}, "
+            shape = self.graph.arg_shape(index)  # its logical shape (the type's is padded on uneven dims)
+            if tuple(array.shape) != shape or array.dtype != value.numpy_dtype:
+                raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(shape)}, "
                                f"got {array.dtype}{list(array.shape)}")
             checked[index] = array
         return checked
@@ -99,14 +100,14 @@ class SessionPlan:
     def outputs(self, per_rank: list[dict[int, np.ndarray]]):
         """The returned results assembled from every rank's blocks (one array, or a tuple of several)."""
         g = self.graph
-        out = [assemble(g.mesh, g.result_dists[i], [blocks[i] for blocks in per_rank], self._result_name(i))
-               for i in self.returned()]
+        out = [assemble(g.mesh, g.result_dists[i], [blocks[i] for blocks in per_rank], self._result_name(i),
+                        g.result_shape(i)) for i in self.returned()]
         return out[0] if len(out) == 1 else tuple(out)
 
     def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
         g = self.graph
         return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
-                                            self.arg_names[i]) for i in sorted(self.state)}
+                                            self.arg_names[i], g.arg_shape(i)) for i in sorted(self.state)}
 
     def state_values(self) -> list[StateValue]:
         """The state arguments as a checkpoint records them (index, name, dtype, distributed type)."""

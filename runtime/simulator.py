@@ -24,6 +24,7 @@ from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices, groups, initial_blocks, run_step
 
+from .blocks import pad_global
 from .executor import load_kernels
 
 
@@ -54,7 +55,8 @@ class Simulator:
         n = self.mesh.device_count
         env: dict[str, list[np.ndarray]] = {}
         for name, array in zip(graph.args, arrays):
-            env[name] = initial_blocks(self.mesh, graph.values[name].dist, np.asarray(array))
+            dist = graph.values[name].dist  # uneven dims: the array padded with zeros at their tails
+            env[name] = initial_blocks(self.mesh, dist, pad_global(np.asarray(array), dist.shape))
         for node in graph.nodes:
             if isinstance(node, CollectiveNode):
                 env[node.output] = self._collective(node, env[node.input])
@@ -68,7 +70,8 @@ class Simulator:
                 per_device.append(out if isinstance(out, tuple) else (out,))
             for index, value in enumerate(node.outputs):
                 env[value] = [per_device[rank][index] for rank in range(n)]
-        outputs = [self._assemble(t, env[v], i) for i, (v, t) in enumerate(zip(graph.results, graph.result_dists))]
+        outputs = [assemble(self.mesh, t, env[v], f"result #{i} of @{self.name}", graph.result_shape(i))
+                   for i, (v, t) in enumerate(zip(graph.results, graph.result_dists))]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _collective(self, node: CollectiveNode, blocks: list) -> list:
@@ -79,12 +82,10 @@ class Simulator:
             raise SimulationError(f"'{node.op}' produced blocks of shape {out[0].shape}, its result type says {local}")
         return out
 
-    def _assemble(self, t: DistType, blocks: list, index: int) -> np.ndarray:
-        return assemble(self.mesh, t, blocks, f"result #{index} of @{self.name}")
 
-
-def assemble(mesh, t: DistType, blocks: list, what: str) -> np.ndarray:
-    """The global array from every device's block (partial sums added up); replicas must agree."""
+def assemble(mesh, t: DistType, blocks: list, what: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The global array from every device's block (partial sums added up); replicas must agree. `shape`:
+    the logical shape, when `t`'s is padded (uneven dims): the padding at the tails is cut off."""
     layout = Layout.get(mesh, t.shape)
     if subaxes.group_size(mesh, t.partial) > 1:  # partial sums may be over parts of axes
         blocks = list(blocks)
@@ -102,6 +103,8 @@ def assemble(mesh, t: DistType, blocks: list, what: str) -> np.ndarray:
                                       f"from another replica of it under {t}")
         out[where] = blocks[rank]
         filled[where] = True
+    if shape is not None and tuple(shape) != tuple(t.shape):
+        out = np.ascontiguousarray(out[tuple(slice(0, n) for n in shape)])
     return out
 
 

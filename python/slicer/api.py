@@ -46,6 +46,7 @@ from slicer.spmd import report
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
+from slicer.viz.sharding import uneven_dims
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,14 @@ class Program:
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
-            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(v.dist.shape)} as {v.dist} "
-                         f"(local {list(v.local_shape)})")
+            uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, v.dist, g.arg_shape(i)))
+            lines.append(f"  arg #{i}{self._named(i)}: {v.dtype}{list(g.arg_shape(i))} as {v.dist} "
+                         f"(local {list(v.local_shape)}{uneven})")
         result_names = self._result_names()
         for i, (dist, source) in enumerate(zip(g.result_dists, g.result_sources)):
             named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
-            lines.append(f"  result #{i}{named}: {list(dist.shape)} as {dist} ({source})")
+            uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, dist, g.result_shape(i)))
+            lines.append(f"  result #{i}{named}: {list(g.result_shape(i))} as {dist} ({source}{uneven})")
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:
@@ -141,8 +144,8 @@ class Program:
             array = as_array(array)
             v = g.values[name]
             want = v.numpy_dtype
-            if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != want:
-                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(v.dist.shape)}, "
+            if tuple(array.shape) != g.arg_shape(i) or array.dtype != want:
+                raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(g.arg_shape(i))}, "
                                f"got {array.dtype}{list(array.shape)}")
             checked.append(array)
         return checked
@@ -229,8 +232,8 @@ class Program:
             state[index] = as_array(value)
         for index, array in state.items():
             v = g.values[g.args[index]]
-            if tuple(array.shape) != tuple(v.dist.shape) or array.dtype != v.numpy_dtype:
-                raise RunError(f"state '{names[index]}' must be {v.numpy_dtype}{list(v.dist.shape)}, got "
+            if tuple(array.shape) != g.arg_shape(index) or array.dtype != v.numpy_dtype:
+                raise RunError(f"state '{names[index]}' must be {v.numpy_dtype}{list(g.arg_shape(index))}, got "
                                f"{array.dtype}{list(array.shape)}")
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}

@@ -14,6 +14,20 @@ from .errors import MeshError
 _AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def block_size(size: int, count: int) -> int:
+    """The block of a dim of `size` tiled over `count` devices: ceil(size / count), torch.chunk's block.
+    Device r holds rows [r*c, min(size, (r+1)*c)), padded at its tail to c when `count` does not divide
+    `size` (docs/partition.md, "Uneven shapes")."""
+    return -(-size // count)
+
+
+def block_sizes(size: int, count: int) -> list[int]:
+    """The valid rows of each of the `count` blocks of a dim of `size` (``7, 4 -> [2, 2, 2, 1]``; a block may
+    hold none: ``6, 4 -> [2, 2, 2, 0]``)."""
+    c = block_size(size, count)
+    return [min(c, max(0, size - r * c)) for r in range(count)]
+
+
 def _whole_number(size) -> int | None:
     """`size` as an int when it is a whole number (``4.0``, a numpy integer), else None (``2.5``, a bool)."""
     if isinstance(size, bool):

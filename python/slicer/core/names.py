@@ -48,6 +48,9 @@ partitioner quotes it when that op then gathers the tactic's value (a degraded s
 # -- attributes on the SPMD program ----------------------------------------------------------------------------
 DIST_ATTR = "slicer.dist"
 """Distributed types: a string on func args/results, an array of strings (one per result) on ops."""
+LOGICAL_SHAPE_ATTR = "slicer.logical_shape"
+"""On SPMD function arguments and results whose dims do not divide their tiles: the value's true (logical)
+global shape; `slicer.dist`'s global shape is the padded one (docs/partition.md, "Uneven shapes")."""
 DIST_SOURCE_ATTR = "slicer.dist_source"
 """On SPMD function results: "requested" (a `slicer.sharding` asked for it), "default" (propagated type) or
 "tactic <label>" (a result tactic tiled it)."""

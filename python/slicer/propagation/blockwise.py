@@ -9,6 +9,8 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
+from slicer.core.linalg_facts import is_linalg_op
+from slicer.core.mesh import block_size
 from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
                                STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
@@ -72,9 +74,12 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
 
 
 def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str = "") -> str:
-    """Why a dim the outcome cuts cannot be cut in `size` blocks ("" when every one can): it is dynamic, or its
-    static size is not a multiple of `size`. (A dynamic dim is never cut: programs with dynamic dims are
-    partitioned along their static ones.)"""
+    """Why a dim the outcome cuts cannot be cut in `size` blocks ("" when every one can). A dynamic dim is never
+    cut (programs with dynamic dims are partitioned along their static ones). A static size that `size` does
+    not divide is cut in linalg ops only: their dims are loop dims, so a padded block (docs/partition.md,
+    "Uneven shapes") is the same loop over fewer valid rows, and the partitioner masks reductions over them;
+    other ops (reshapes, slices) would mix padding into real rows."""
+    uneven_ok = is_linalg_op(op)
     operands = rule_operands(op)  # the op's operands, then the tables its body reads (rules/gathers.py)
     cuts = [("operand", index, dim, operands[index].type) for index, dim in outcome.slices]
     cuts += [("result", index, dim, op.results[index].type) for index, dim in _result_dims(outcome).items()]
@@ -82,7 +87,7 @@ def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str
         type_ = ir.RankedTensorType(type_)
         if type_.is_dynamic_dim(dim):
             return f"{kind} #{index} dim {dim} of '{op.name}' is dynamic"
-        if type_.shape[dim] % size:
+        if type_.shape[dim] % size and not uneven_ok:
             return (f"{kind} #{index} dim {dim} of '{op.name}' has size {type_.shape[dim]}, which {devices or size} "
                     "does not divide")
     return ""
@@ -116,7 +121,7 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
         shift_index(clone, outcome.shift[0], shift_starts)
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
-        clone.results[index].set_type(with_dim(old, dim, old.shape[dim] // size))
+        clone.results[index].set_type(with_dim(old, dim, block_size(old.shape[dim], size)))
     _update_static_shapes(clone, op)
     return clone
 

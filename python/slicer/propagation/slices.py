@@ -61,6 +61,8 @@ def compose_slices(op: ir.Operation, journal: Journal) -> bool:
         return False
     if set(inner.range.axes) & set(outer.range.axes):
         return False
+    if ir.RankedTensorType(inner.source.type).shape[inner.dim] % (inner.range.size * outer.range.size):
+        return False  # padded blocks of padded blocks are not the padded blocks of the product range
     journal.rewriting(op)
     with ir.InsertionPoint(op), op.location:
         product = range_product(inner.range_value, outer.range_value)

@@ -15,6 +15,7 @@ from mlir import ir
 from slicer.core.names import ANNOTATE, SLICE
 from slicer.dialect import AnnotateOp, SliceOp
 from slicer.redistribution import DistType, Mesh, RedistributionError
+from .padding import padded_type
 
 
 def _owner(use) -> ir.Operation:
@@ -27,10 +28,11 @@ def infer_argument(value: ir.Value, mesh: Mesh) -> DistType | None:
     t = _infer(value)
     if t is None:
         return None
-    try:
-        return DistType.of(mesh, t.shape, t.dims, ())
+    try:  # uneven dims as padded blocks (checked on the padded shape; the caller pads it again)
+        checked = DistType.of(mesh, padded_type(mesh, t.shape, t).shape, t.dims, ())
     except RedistributionError:
         return None
+    return DistType(t.shape, checked.dims, ())
 
 
 def _infer(value: ir.Value) -> DistType | None:

@@ -38,23 +38,24 @@ from mlir import ir
 from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
-from slicer.core.errors import Located, PassFailure
+from slicer.core.errors import Located, PassFailure, Unsupported
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
 from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
 from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
-                               FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
+                               FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOGICAL_SHAPE_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
                                RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
                                YIELD)
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
-from slicer.redistribution import DistType, Mesh, Plan, RedistributionError, plan
+from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
 from slicer.rules import linear_in
 
 from .degraded import Loss, loss, moves_data, record
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
-from .tiled_max import tiled_max
+from .padding import Pad, padded_type, pads_through, repad
+from .tiled_max import reduce_by_max
 
 
 def partition_module(module: ir.Operation, *, mesh: str = "", entry: str = "") -> None:
@@ -121,8 +122,15 @@ class _Entry:
     context: frozenset[str]
     origin: str
     loc: ir.Location
+    logical: tuple[int, ...] | None = None  # the value's true shape when `type`'s is padded (uneven tiles)
+    pads: dict = field(default_factory=dict)  # in loop bodies: dim -> padding.Pad, dims of padded blocks
     tactic: str = ""  # the tactic whose loop tiled it (a degraded strategy names it when the value is gathered)
     loss: Loss | None = None  # a gathered tactic value it was reshaped or copied from (slicer.spmd.degraded)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The value's logical global shape (`type.shape` rounds uneven tiled dims up)."""
+        return self.logical or self.type.shape
 
 
 @dataclass
@@ -148,13 +156,21 @@ class _FunctionPartitioner:
         except RedistributionError as exc:
             raise PassFailure(Located(loc, f"slicer-partition: {exc}")) from None
 
-    def valid(self, t: DistType) -> bool:
-        """Does `t` divide its shape on this mesh?"""
+    def valid(self, entry: _Entry, t: DistType) -> bool:
+        """Can `entry`'s value take the tiling of `t` (dims that do not divide as padded blocks over one axis)?"""
         try:
+            t = padded_type(self.mesh, entry.shape, t)
             DistType.of(self.mesh, t.shape, t.dims, t.partial)
         except RedistributionError:
             return False
         return True
+
+    def target(self, logical: tuple[int, ...], t: DistType, loc: ir.Location) -> DistType:
+        """`t`'s tiling on a value of logical shape `logical`: canonical, uneven dims padded."""
+        try:
+            return self.canon(padded_type(self.mesh, logical, t), loc)
+        except RedistributionError as exc:
+            raise PassFailure(Located(loc, f"slicer-partition: {exc}")) from None
 
     def coords(self) -> list[ir.Value]:
         if self._coords is None:
@@ -171,8 +187,9 @@ class _FunctionPartitioner:
         return self.env.get(value)
 
     def convert(self, entry: _Entry, target: DistType, before: ir.Operation, why: str) -> ir.Value:
-        """`entry`'s local value redistributed to `target`, emitted before `before` (cached per target)."""
-        target = self.canon(target, before.location)
+        """`entry`'s local value redistributed to `target`'s tiling, emitted before `before` (cached per
+        target). The target's shape is recomputed from the value's logical shape (uneven dims padded)."""
+        target = self.target(entry.shape, target, before.location)
         if entry.type == target:
             return entry.local
         key = (entry.local, entry.type, target)
@@ -182,6 +199,16 @@ class _FunctionPartitioner:
         if dtypes.numpy_dtype(element) is None:
             raise PassFailure(Located(before.location, f"slicer-partition: cannot redistribute {entry.origin}: "
                                                        f"{dtypes.unsupported(element)}"))
+        source = entry
+        if target.shape != entry.type.shape:
+            source = repad(self, entry, target, before, why)
+        local = source.local if source.type == target else self.emit_plan(source, target, before, why)
+        self.cache[key] = local
+        return local
+
+    def emit_plan(self, entry: _Entry, target: DistType, before: ir.Operation, why: str) -> ir.Value:
+        """The synthesizer's plan from `entry`'s type to `target` (same padded shape), emitted before `before`."""
+        element = str(ir.RankedTensorType(entry.local.type).element_type)
         try:
             # Devices differing on the entry's loop axes hold different members of its family: the plan
             # must not communicate over those axes.
@@ -198,9 +225,7 @@ class _FunctionPartitioner:
             return ir.Location.name(f"{step.op}: {reason_base}", childLoc=child)
 
         with ir.InsertionPoint(before):
-            local = PlanEmitter(self.mesh, self.grid, self.coords).emit(entry.local, p, loc)
-        self.cache[key] = local
-        return local
+            return PlanEmitter(self.mesh, self.grid, self.coords).emit(entry.local, p, loc)
 
     def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
         if sharding.mesh != self.grid:
@@ -230,11 +255,13 @@ class _FunctionPartitioner:
                 t = DistType(shape, sharding.dims, ())
             else:
                 t = infer_argument(arg, self.mesh) or replicated(shape)
-            t = self.canon(t, self.func.location)
+            t = self.target(shape, t, self.func.location)
             element = ir.RankedTensorType(arg.type).element_type
             arg.set_type(local_type(t, self.mesh, element))
-            self.env[arg] = _Entry(arg, t, frozenset(), f"argument #{index} of @{self.fname}", arg.location)
+            self.env[arg] = _Entry(arg, t, frozenset(), f"argument #{index} of @{self.fname}", arg.location, shape)
             attrs[DIST_ATTR] = ir.StringAttr.get(t.spec())
+            if t.shape != shape:
+                attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(shape))
             new_arg_attrs.append(attrs)
         self.process_block(block, frozenset())
         nested = [op for name in (LOOP, SLICE, ANNOTATE) for op in walk_ops(self.func, name) if op not in self.erase]
@@ -275,14 +302,16 @@ class _FunctionPartitioner:
 
     # -- plain ops -----------------------------------------------------------------------------------------
     def process_plain(self, op: ir.Operation, context: frozenset[str]) -> None:
-        if self.reduce_by_max(op, context):
+        if reduce_by_max(self, op, context):
             return
         kept, partial = self.partial_terms(op, context)
-        losses = []
+        operand_pads, losses = {}, []
         for index, operand in enumerate(op.operands):
             if RangeType.is_range(operand.type):
                 raise self.fail(op, f"'{op.name}' uses a !slicer.range; only 'slicer.slice' may")
             entry = self.lookup(operand)
+            if entry is not None and entry.pads:
+                operand_pads[index] = entry.pads
             if entry is not None and index in kept:
                 op.operands[index] = entry.local
             elif entry is not None:
@@ -301,43 +330,34 @@ class _FunctionPartitioner:
         carried = losses[0] if losses and moves_data(op) else None
         if carried is None:
             self.degraded += [found.note(op) for found in losses]
+        padded = self.padded_results(op, context, operand_pads)
         dists = []
-        for result in op.results:
+        for index, result in enumerate(op.results):
             shape = tensor_shape(result)
             if shape is None:
                 continue
             t = DistType(shape, replicated(shape).dims, partial) if partial else replicated(shape)
             origin = f"'{op.name}'" + (f" of partial sums over [{','.join(partial)}]" if partial else "")
-            self.env[result] = _Entry(result, t, context, origin, op.location, loss=carried)
+            self.env[result] = _Entry(result, t, context, origin, op.location, None, padded[index], loss=carried)
             dists.append(t)
         if dists:
             op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context)) for t in dists])
 
-    def reduce_by_max(self, op: ir.Operation, context: frozenset[str]) -> bool:
-        """A maximum over dims its input is tiled on (`tiled_max`): the op reduces its device's block, and one
-        all_reduce by maximum after it gives the replicated result. False (nothing done) for any other op."""
-        entry = self.lookup(op.operands[0]) if len(op.operands) else None
-        found = tiled_max(op, entry.type if entry is not None and entry.context == context else None, context)
-        if found is None:
-            return False
-        op.operands[0] = entry.local
-        init = self.lookup(op.operands[1])
-        if init is not None:
-            op.operands[1] = self.convert(init, replicated(init.type.shape), op,
-                                          f"the init of '{op.name}' (a maximum over tiled dims) is read replicated")
-        partial = self.canon(found.partial, op.location)
-        op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(partial, context))])
-        step = found.step()
-        p = Plan(self.mesh, partial, self.canon(found.reduced, op.location), (step,),
-                 dtype=str(ir.RankedTensorType(op.results[0].type).element_type))
-        origin = f"'{op.name}' (a maximum over dims tiled over [{','.join(found.axes)}])"
-        where = ir.Location.name(f"all_reduce: the maximum of the blocks over [{','.join(found.axes)}]; source: "
-                                 f"{origin} of {entry.origin}", childLoc=ir.Location.fused([op.location, entry.loc]))
-        ops = [o.operation for o in op.block.operations]
-        with ir.InsertionPoint(ops[ops.index(op) + 1]):
-            reduced = PlanEmitter(self.mesh, self.grid, self.coords).emit(op.results[0], p, lambda _: where)
-        self.env[op.results[0]] = _Entry(reduced, found.reduced, context, origin, op.location)
-        return True
+    def padded_results(self, op: ir.Operation, context: frozenset[str], operand_pads: dict) -> list[dict]:
+        """The padded dims of each result of `op` (`operand_pads`: operand index -> its padded dims); an op
+        reducing over a padded dim is masked so the padding never reaches a real value (`padding.pads_through`)."""
+        if not operand_pads:
+            return [{} for _ in op.results]
+        emitter = PlanEmitter(self.mesh, self.grid, self.coords)
+
+        def mark(made: ir.Operation) -> None:
+            shape = tuple(ir.RankedTensorType(made.results[0].type).shape)
+            made.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(replicated(shape), context))])
+
+        try:
+            return pads_through(op, operand_pads, emitter.group_index, mark)
+        except Unsupported as exc:
+            raise self.fail(op, f"'{op.name}' cannot compute on padded blocks: {exc}") from None
 
     def partial_terms(self, op: ir.Operation, context: frozenset[str]) -> tuple[frozenset[int], tuple[str, ...]]:
         """(operands taken as they are, the axes the result is a partial sum over): an elementwise op linear in
@@ -382,21 +402,29 @@ class _FunctionPartitioner:
         if set(axes) & entry.context:
             self.slice_own_member(op, view, entry, axes, context)
             return
+        if dim in entry.pads:
+            raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] cuts dim {dim}, which already holds padded "
+                                f"blocks ({entry.pads[dim].describe()}); an uneven dim is cut over one axis only")
         new_axes = (context - entry.context)
         wanted = with_major(without_axes(entry.type, new_axes), dim, axes)
-        if not self.valid(wanted):
+        if not self.valid(entry, wanted):
             # Keeping the source's own tiles of dim `dim` as minor tiles under `axes` does not divide the
             # dim (another tactic tiled it over other axes): the slice needs dim `dim` over `axes` alone.
             wanted = DistType(wanted.shape, tuple(tuple(axes) if i == dim else d for i, d in enumerate(wanted.dims)),
                               wanted.partial)
+        wanted = self.target(entry.shape, wanted, op.location)
         local = self.convert(entry, wanted, op,
                              f"'slicer.slice' of dim {dim} over [{','.join(axes)}] needs the source tiled major by "
                              f"[{','.join(axes)}] on dim {dim}")
         result_shape = tensor_shape(view.result)
         rest = tuple(wanted.dims[dim][len(axes):])
         dims = tuple(rest if i == dim else d for i, d in enumerate(wanted.dims))
-        t = self.canon(DistType(result_shape, dims, wanted.partial), op.location)
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, entry.tactic)
+        t = self.target(result_shape, DistType(result_shape, dims, wanted.partial), op.location)  # other dims
+        pads = dict(entry.pads)
+        if wanted.shape[dim] != entry.shape[dim]:  # padded blocks: the device's tail rows are padding
+            pads[dim] = Pad(entry.shape[dim], result_shape[dim], tuple(axes))
+        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, result_shape, pads,
+                                       entry.tactic)
         self.erase.append(op)
 
     def slice_own_member(self, op: ir.Operation, view: SliceOp, entry: _Entry, axes: tuple[str, ...],
@@ -407,6 +435,10 @@ class _FunctionPartitioner:
             raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] of a value computed inside loops over only "
                                 "some of these axes is not supported; slice by one loop's range at a time")
         dim = view.dim
+        if entry.shape[dim] % subaxes.group_size(self.mesh, axes) or dim in entry.pads:
+            raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] of a value computed inside that loop cuts "
+                                f"dim {dim} of size {entry.shape[dim]} unevenly; padded blocks are cut from values "
+                                "defined outside the loop: make the size divisible or slice the loop's input")
         whole = without_axes(entry.type, context - entry.context)
         whole = DistType(whole.shape, tuple(() if i == dim else d for i, d in enumerate(whole.dims)), whole.partial)
         local = self.convert(entry, whole, op, f"'slicer.slice' of dim {dim} takes a block of the whole dim")
@@ -416,7 +448,7 @@ class _FunctionPartitioner:
             local = emitter.local_block(local, dim, axes, where)
         t = self.canon(DistType(tensor_shape(view.result), whole.dims, whole.partial), op.location)
         local.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context))])
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, entry.tactic)
+        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, tactic=entry.tactic)
         self.erase.append(op)
 
     # -- loops ---------------------------------------------------------------------------------------------
@@ -448,16 +480,27 @@ class _FunctionPartitioner:
             inner = without_axes(entry.type, body_context - entry.context)
             local = self.convert(entry, inner, terminator, f"yield #{index} of the {kind}")
             shape = tensor_shape(result)
+            pads = dict(entry.pads)
             if isinstance(action, TileAction):
                 dims = tuple(axes + inner.dims[action.dim] if i == action.dim else d for i, d in enumerate(inner.dims))
                 t = DistType(shape, dims, inner.partial)
+                pad = pads.pop(action.dim, None)
+                if pad is not None and (pad.axes != axes or pad.size != shape[action.dim]):
+                    raise self.fail(op, f"'slicer.loop' result #{index} assembles over [{','.join(axes)}] padded "
+                                        f"blocks of another cut ({pad.describe()}); tile it over one axis only")
             else:
                 t = DistType(shape, inner.dims, inner.partial + axes)
-            t = self.canon(t, op.location)
+            t = self.target(shape, t, op.location)
+            if t.local_shape(self.mesh) != inner.local_shape(self.mesh):
+                raise self.fail(op, f"'slicer.loop' result #{index} of type {result.type} is tiled as {t}, whose "
+                                    f"blocks are {t.local_shape(self.mesh)}, but the body yields {inner} blocks of "
+                                    f"{inner.local_shape(self.mesh)}: an uneven dim is cut into padded blocks over "
+                                    "one axis at a time (tile it over one axis)")
             origin = ("partial sums of the " if isinstance(action, SumAction) else "result of the ") + kind
             origin += _provenance(op) + f" yielding {entry.origin}"
             tactic = ir.StringAttr(op.attributes[TACTIC_ATTR]).value if TACTIC_ATTR in op.attributes else entry.tactic
-            self.env[result] = _Entry(local, t, context, origin, ir.Location.fused([op.location, entry.loc]), tactic)
+            self.env[result] = _Entry(local, t, context, origin, ir.Location.fused([op.location, entry.loc]),
+                                      shape, pads, tactic)
         body_ops = [o.operation for o in loop.body.operations]
         for body_op in body_ops[:-1]:
             body_op.move_before(op)
@@ -477,10 +520,10 @@ class _FunctionPartitioner:
         if used:
             raise self.fail(op, f"'slicer.annotate' inside a loop over '{used[0]}' requests a sharding over that axis; "
                                 "inside the loop the value is one block per index: annotate outside the loop")
-        target = DistType(entry.type.shape, sharding.dims, ())
+        target = self.target(entry.shape, DistType(entry.type.shape, sharding.dims, ()), op.location)
         local = self.convert(entry, target, op, f"'slicer.annotate' requests {sharding}")
-        self.env[view.result] = _Entry(local, self.canon(target, op.location), context, f"annotated {entry.origin}",
-                                       op.location, entry.tactic)
+        self.env[view.result] = _Entry(local, target, context, f"annotated {entry.origin}", op.location,
+                                       entry.logical, entry.pads, entry.tactic)
         self.erase.append(op)
 
     def process_return(self, op: ir.Operation, context: frozenset[str]) -> None:
@@ -512,10 +555,12 @@ class _FunctionPartitioner:
                 why = (f"result #{index} of @{self.fname} has no requested sharding: it keeps its propagated type "
                        f"{target} with the partial sums reduced")
                 source = "default"
-            target = self.canon(target, op.location)
+            target = self.target(entry.shape, target, op.location)
             local = self.convert(entry, target, op, why)
             op.operands[index] = local
             attrs[DIST_ATTR] = ir.StringAttr.get(target.spec())
+            if target.shape != entry.shape:
+                attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(entry.shape))
             attrs[DIST_SOURCE_ATTR] = ir.StringAttr.get(source)
             new_attrs.append(attrs)
             result_types.append(local.type)

@@ -38,7 +38,7 @@ attributes are removed once applied, so running the pass twice equals running it
 once.
 
 All requests are checked first (target exists, ranked static tensor, mesh and
-axes exist, dim in range and divisible, no dim tiled twice, no axis used twice
+axes exist, dim in range and divisible (or tiled over one axis: padded blocks), no dim tiled twice, no axis used twice
 on one value, no value both tiled and replicated); every problem is reported at
 the function or annotate op and names the tactic, and nothing is rewritten.
 A request repeating an earlier one (the same tile of the same value, or a second
@@ -399,10 +399,13 @@ class TacticRewriter:
         if type_.is_dynamic_dim(dim):
             return self.error(loc, f"{label}: dim {dim} of {what} ({type_}) is dynamic; only static dims can be tiled")
         size, blocks = type_.shape[dim], mesh.group_size(axes)
-        if size % blocks:
+        if size % blocks and len(axes) != 1:
+            # Uneven dims are padded blocks of ceil(size/k) (docs/partition.md, "Uneven shapes") over one axis.
             sizes = " * ".join(f"|{a}|={mesh.size(a)}" for a in axes)
             return self.error(loc, f"{label}: dim {dim} of {what} has size {size}, which is not divisible by "
-                                   f"{blocks} ({sizes}); choose axes whose sizes divide {size}")
+                                   f"{blocks} ({sizes}); a dim that does not divide is tiled over one mesh axis "
+                                   f"only (padded blocks): tile it over one axis or choose axes whose sizes "
+                                   f"divide {size}")
         if state.replicated:
             return self.error(loc, f"{label}: {what} is replicated by an earlier tactic; a value is either tiled "
                                    "or replicated, drop one of the two")

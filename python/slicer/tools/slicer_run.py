@@ -126,7 +126,7 @@ def _reference_inputs(prog, args) -> list[np.ndarray]:
     if args.inputs:
         return [np.load(path) for path in args.inputs.split(",")]
     seed = args.random or 0
-    return [random_global(seed + i, g.values[n].dist.shape, g.values[n].numpy_dtype) for i, n in enumerate(g.args)]
+    return [random_global(seed + i, g.arg_shape(i), g.values[n].numpy_dtype) for i, n in enumerate(g.args)]
 
 
 def _check_inputs_fit(prog, paths: list[str]) -> None:
@@ -137,9 +137,9 @@ def _check_inputs_fit(prog, paths: list[str]) -> None:
     for i, (path, name) in enumerate(zip(paths, g.args)):
         header = np.load(path, mmap_mode="r")
         v = g.values[name]
-        if tuple(header.shape) != tuple(v.dist.shape) or header.dtype != v.numpy_dtype:
+        if tuple(header.shape) != g.arg_shape(i) or header.dtype != v.numpy_dtype:
             raise InputError(f"input file '{path}' holds {header.dtype}{list(header.shape)}, but argument #{i} of "
-                             f"@{g.entry} is {v.numpy_dtype}{list(v.dist.shape)}")
+                             f"@{g.entry} is {v.numpy_dtype}{list(g.arg_shape(i))}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +181,9 @@ def run(args, request: Request) -> int:
     check_ranks(request.ranks, args.oversubscribe)
     reference = 0
     if args.check:  # the unpartitioned reference holds the whole arguments and results in this process
-        reference = sum(_global_bytes(prog.graph, n) for n in prog.graph.args + prog.graph.results)
+        g = prog.graph
+        reference = sum(_global_bytes(g, n, g.arg_shape(i)) for i, n in enumerate(g.args)) + \
+            sum(_global_bytes(g, n, g.result_shape(i)) for i, n in enumerate(g.results))
     check_memory(prog.graph, request.ranks, extra=reference)
     out = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -193,9 +195,9 @@ def run(args, request: Request) -> int:
     return _report(prog, args, text, out, results, timings)
 
 
-def _global_bytes(graph, name: str) -> int:
-    v = graph.values[name]
-    return int(np.prod(v.dist.shape, dtype=np.int64)) * v.numpy_dtype.itemsize
+def _global_bytes(graph, name: str, shape) -> int:
+    """Bytes of the whole value `name` of logical `shape` (its type's shape may be padded: uneven dims)."""
+    return int(np.prod(shape, dtype=np.int64)) * graph.values[name].numpy_dtype.itemsize
 
 
 def _report(prog, args, text, out, results, timings: Timings) -> int:

@@ -32,9 +32,14 @@ def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str
     varying = ()
     if dist is None:
         dist, varying = value.dist, value.varying
-    title = f"{describe(graph, name, names)}: {value.dtype}{list(dist.shape)} as {dist} on mesh {graph.mesh}"
+    shape = dist.shape  # arguments and results of uneven dims: their logical shape (the type's is padded)
+    if name in graph.results:
+        shape = graph.result_shape(graph.results.index(name))
+    elif name in graph.args:
+        shape = graph.arg_shape(graph.args.index(name))
+    title = f"{describe(graph, name, names)}: {value.dtype}{list(shape)} as {dist} on mesh {graph.mesh}"
     return ShardingPicture(graph.mesh, dist, title=title, notes=(note,) if note else (),
-                           dtype_size=_itemsize(value.dtype), grid_dims=grid_dims, varying=varying)
+                           dtype_size=_itemsize(value.dtype), grid_dims=grid_dims, varying=varying, shape=shape)
 
 
 def _itemsize(element_type: str) -> int | None:

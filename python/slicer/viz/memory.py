@@ -11,8 +11,10 @@ value whole and a collective's output the same value as its input, so both figur
 kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
 (`slicer.runtime.buffer_tracker`).
 
-Blocks are even (every dim divides by its tiles), so every device holds blocks of the same sizes: one figure
-per device. (A `permute` that leaves a device's block in place holds one block there, not two; the estimate
+Every device holds blocks of the same sizes: one figure per device. A dim that does not divide its tiles is
+cut into padded blocks (docs/partition.md, "Uneven shapes"): every device holds a block of ceil(n/k) rows, the
+padding included (what it really allocates), while the unpartitioned figures count the logical arrays; the
+arguments and results say each device's valid rows. (A `permute` that leaves a device's block in place holds one block there, not two; the estimate
 counts two.)
 """
 
@@ -27,6 +29,7 @@ from slicer.redistribution import AllReduce, ReduceScatter
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
+from .sharding import uneven_dims
 from .value_lookup import describe, source_names
 
 
@@ -182,9 +185,12 @@ def unpartitioned_peak(graph: KernelGraph) -> int:
             if isinstance(node.step, (AllReduce, ReduceScatter)):
                 reduced.add(node.input)
 
-    def whole(name: str) -> int:
+    logical = {name: graph.arg_shape(i) for i, name in enumerate(graph.args)}
+    logical.update({name: graph.result_shape(i) for i, name in enumerate(graph.results)})
+
+    def whole(name: str) -> int:  # arguments and results: their logical shapes (a type's may be padded)
         value = graph.values[name]
-        count = int(np.prod(value.dist.shape, dtype=np.int64)) * value.numpy_dtype.itemsize
+        count = int(np.prod(logical.get(name, value.dist.shape), dtype=np.int64)) * value.numpy_dtype.itemsize
         if value.varying and not value.dist.partial and name not in reduced:
             count *= int(np.prod([graph.mesh.size(a) for a in value.varying], dtype=np.int64))
         return count
@@ -209,10 +215,12 @@ def unpartitioned_peak(graph: KernelGraph) -> int:
     return peak
 
 
-def _type(graph: KernelGraph, name: str, dist=None) -> str:
+def _type(graph: KernelGraph, name: str, dist=None, shape=None) -> str:
     v = graph.values[name]
     dist = dist or v.dist
-    return f"{v.dtype}{list(dist.shape)} as {dist}"
+    shape = dist.shape if shape is None else shape
+    uneven = uneven_dims(graph.mesh, dist, shape)
+    return f"{v.dtype}{list(shape)} as {dist}" + (f" ({'; '.join(uneven)})" if uneven else "")
 
 
 def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None = None,
@@ -222,13 +230,15 @@ def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None 
     names = names if names is not None else source_names(graph, source)
     itemsize = {name: v.numpy_dtype.itemsize for name, v in graph.values.items()}
 
-    def whole(name: str, dist) -> int:
-        return int(np.prod(dist.shape, dtype=np.int64)) * itemsize[name]
+    def whole(name: str, shape) -> int:
+        return int(np.prod(shape, dtype=np.int64)) * itemsize[name]
 
-    arguments = tuple(Block(str(describe(graph, name, names)), _type(graph, name), graph.value_bytes(name),
-                            whole(name, graph.values[name].dist)) for name in graph.args)
-    results = tuple(Block(str(describe(graph, name, names)), _type(graph, name, dist), graph.value_bytes(name),
-                          whole(name, dist)) for name, dist in zip(graph.results, graph.result_dists))
+    arguments = tuple(Block(str(describe(graph, name, names)), _type(graph, name, shape=graph.arg_shape(i)),
+                            graph.value_bytes(name), whole(name, graph.arg_shape(i)))
+                      for i, name in enumerate(graph.args))
+    results = tuple(Block(str(describe(graph, name, names)), _type(graph, name, dist, graph.result_shape(i)),
+                          graph.value_bytes(name), whole(name, graph.result_shape(i)))
+                    for i, (name, dist) in enumerate(zip(graph.results, graph.result_dists)))
     timeline = list(graph.live_bytes_per_node())
     for index, node in enumerate(graph.nodes):
         if isinstance(node, CollectiveNode):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from slicer.core.errors import VizError
-from slicer.core.mesh import Mesh
+from slicer.core.mesh import Mesh, block_size, block_sizes
 from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout, complement
 
@@ -66,13 +66,28 @@ class Cell:
         return " + ".join(device_ranges(c) for c in self.contributions)
 
 
+def uneven_dims(mesh: Mesh, dist: DistType, shape) -> list[str]:
+    """Each dim whose logical size (`shape`) is less than `dist`'s padded one, with every device's valid rows:
+    ``dim 0: 3 over x=2: blocks 2, 1`` (docs/partition.md, "Uneven shapes")."""
+    out = []
+    for d, (n, padded, axes) in enumerate(zip(shape, dist.shape, dist.dims)):
+        if n != padded:
+            k = subaxes.group_size(mesh, axes)
+            over = ",".join(f"{a}={subaxes.size(mesh, a)}" for a in axes)
+            out.append(f"dim {d}: {n} over {over}: blocks {', '.join(map(str, block_sizes(n, k)))} "
+                       f"(each padded to {block_size(n, k)})")
+    return out
+
+
 class ShardingPicture:
-    """The blocks of an array of type `dist` on `mesh` and the devices holding each (module docstring)."""
+    """The blocks of an array of type `dist` on `mesh` and the devices holding each (module docstring).
+    `shape`: the array's logical shape when `dist`'s is padded (uneven dims: the last blocks hold fewer rows)."""
 
     def __init__(self, mesh: Mesh, dist: DistType, *, title: str = "", notes: tuple[str, ...] = (),
                  dtype_size: int | None = None, grid_dims: tuple[int, ...] | None = None,
-                 varying: tuple[str, ...] = ()):
+                 varying: tuple[str, ...] = (), shape: tuple[int, ...] | None = None):
         self.mesh, self.dist, self.title, self.notes, self.dtype_size = mesh, dist, title, tuple(notes), dtype_size
+        self.shape = tuple(dist.shape if shape is None else shape)
         self.varying = tuple(a for a in mesh.axis_names if a in varying)
         self.layout = Layout.get(mesh, dist.shape)
         self.counts = tuple(subaxes.group_size(mesh, d) for d in dist.dims)  # dims may use sub-axes (y:(2)2)
@@ -119,15 +134,19 @@ class ShardingPicture:
     def describe(self) -> list[str]:
         mesh, dist = self.mesh, self.dist
         dims = []
-        for d, (size, axes) in enumerate(zip(dist.shape, dist.dims)):
-            dims.append(f"dim {d} ({size}): " + (f"{self.counts[d]} blocks of {self.block[d]} over "
-                                                  f"{','.join(axes)}" if axes else "whole"))
+        for d, (size, axes) in enumerate(zip(self.shape, dist.dims)):
+            blocks = (f"{self.counts[d]} blocks of {self.block[d]} over {','.join(axes)}" if size == dist.shape[d]
+                      else f"{self.counts[d]} blocks over {','.join(axes)} holding "
+                           f"{', '.join(map(str, block_sizes(size, self.counts[d])))}, each padded to {self.block[d]}")
+            dims.append(f"dim {d} ({size}): " + (blocks if axes else "whole"))
         used = tuple(dist.used_axes() | set(self.varying))
         replicated = [a for a in complement(mesh, used) if subaxes.size(mesh, a) > 1]
         partial = [a for a in dist.partial if subaxes.size(mesh, a) > 1]
         block = (f"{self.block[0]}-element" if len(self.block) == 1 else "x".join(map(str, self.block))) or "scalar"
         size = f" ({int(np.prod(self.block, dtype=np.int64)) * self.dtype_size} B)" if self.dtype_size else ""
         holding = f"each device holds one {block} block{size}"
+        if self.shape != tuple(dist.shape):
+            holding += " (padding included: the last blocks of an uneven dim hold fewer rows)"
         copies = subaxes.group_size(mesh, replicated)
         holding += (f"; each block is on {copies} devices (replicated over {','.join(replicated)})" if replicated
                     else "; no two devices hold the same block")
@@ -156,7 +175,8 @@ class ShardingPicture:
 
     # -- facets --------------------------------------------------------------------------------------------
     def _span(self, dim: int, index: int) -> str:
-        return f"{index * self.block[dim]}:{(index + 1) * self.block[dim]}"
+        n = self.shape[dim]  # an uneven dim's last blocks end at its logical size
+        return f"{min(n, index * self.block[dim])}:{min(n, (index + 1) * self.block[dim])}"
 
     def _member_name(self, member: int) -> str:
         coords, rest = [], member
@@ -191,7 +211,7 @@ class ShardingPicture:
 
     # -- text ----------------------------------------------------------------------------------------------
     def text(self) -> str:
-        lines = [self.title or f"{list(self.dist.shape)} as {self.dist} on mesh {self.mesh}"]
+        lines = [self.title or f"{list(self.shape)} as {self.dist} on mesh {self.mesh}"]
         lines += ["  " + line for line in (*self.notes, *self.describe())]
         lines.append("  " + self.legend())
         facets = self.facets()
@@ -241,15 +261,15 @@ class ShardingPicture:
         rows = self.counts[row_dim] if row_dim is not None else 1
         cols = self.counts[col_dim] if col_dim is not None else 1
         # each panel keeps the array's proportions (within 1:3), in block units
-        height_elems = self.dist.shape[row_dim] if row_dim is not None else max(1, self.dist.shape[col_dim] // 8
-                                                                                 if col_dim is not None else 1)
-        width_elems = self.dist.shape[col_dim] if col_dim is not None else 1
+        height_elems = self.shape[row_dim] if row_dim is not None else max(1, self.shape[col_dim] // 8
+                                                                           if col_dim is not None else 1)
+        width_elems = self.shape[col_dim] if col_dim is not None else 1
         ratio = min(3.0, max(1 / 3, height_elems / width_elems))
         ncols = min(len(facets), 4)
         nrows = (len(facets) + ncols - 1) // ncols
         panel_w = min(6.0, 11.0 / ncols)
         panel_h = panel_w * ratio
-        header = [self.title or f"{list(self.dist.shape)} as {self.dist}", *self.notes, *self.describe(), self.legend()]
+        header = [self.title or f"{list(self.shape)} as {self.dist}", *self.notes, *self.describe(), self.legend()]
         header_h = 0.2 + 0.19 * len(header)
         width = ncols * (panel_w + 1.3) + 0.3
         height = header_h + nrows * (panel_h + 1.0)
@@ -282,10 +302,10 @@ class ShardingPicture:
                 ax.set_yticklabels([self._span(row_dim, r) for r in range(rows)], fontsize=8)
             ax.xaxis.tick_top()
             if col_dim is not None:
-                ax.set_xlabel(f"dim {col_dim} ({self.dist.shape[col_dim]}; "
+                ax.set_xlabel(f"dim {col_dim} ({self.shape[col_dim]}; "
                               f"{','.join(self.dist.dims[col_dim]) or 'whole'})", fontsize=9)
             if row_dim is not None:
-                ax.set_ylabel(f"dim {row_dim} ({self.dist.shape[row_dim]}; "
+                ax.set_ylabel(f"dim {row_dim} ({self.shape[row_dim]}; "
                               f"{','.join(self.dist.dims[row_dim]) or 'whole'})", fontsize=9)
             if title:
                 ax.set_title(title, fontsize=9, pad=18)

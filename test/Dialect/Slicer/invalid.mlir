@@ -174,10 +174,11 @@ func.func @slice_dim_missing(%a: tensor<8xf32>) -> tensor<8xf32> {
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 4>} : () -> ()
-func.func @slice_not_divisible(%a: tensor<6xf32>) -> tensor<6xf32> {
+func.func @slice_uneven_block(%a: tensor<6xf32>) -> tensor<6xf32> {
   %0 = "slicer.loop"() ({
   ^bb0(%r: !slicer.range<"x", 4>):
-    // expected-error@+1 {{'slicer.slice' dim 0 of size 6 is not divisible by the range size 4 (x)}}
+    // 6 over 4: padded blocks of ceil(6/4) = 2
+    // expected-error@+1 {{gives blocks of shape 2, but the result type is tensor<1xf32>}}
     %b = "slicer.slice"(%a, %r) {dim = 0 : i64} : (tensor<6xf32>, !slicer.range<"x", 4>) -> tensor<1xf32>
     tosa.yield %a : tensor<6xf32>
   }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<6xf32>
@@ -331,11 +332,12 @@ func.func @index_result(%a: tensor<4xf32>) -> index {
 // -----
 
 "slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 4>} : () -> ()
-func.func @result_not_divisible(%a: tensor<2xf32>) -> tensor<6xf32> {
-  // expected-error@+1 {{'slicer.loop' result #0 dim 0 of size 6 is not divisible by the range size 4}}
+func.func @result_uneven_block(%a: tensor<1xf32>) -> tensor<6xf32> {
+  // 6 over 4: padded blocks of ceil(6/4) = 2
+  // expected-error@+1 {{the body must yield blocks of shape 2xf32, but it yields tensor<1xf32>}}
   %0 = "slicer.loop"() ({
   ^bb0(%r: !slicer.range<"x", 4>):
-    tosa.yield %a : tensor<2xf32>
+    tosa.yield %a : tensor<1xf32>
   }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<6xf32>
   return %0 : tensor<6xf32>
 }

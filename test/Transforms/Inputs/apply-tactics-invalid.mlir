@@ -15,13 +15,6 @@ func.func @dim_out_of_range(%a: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<8x
   return %b : tensor<8xf32>
 }
 
-// -----
-
-"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 4>} : () -> ()
-// expected-error@+1 {{Tile(arg=1, dim=1, axes='y'): dim 1 of argument #1 of @not_divisible has size 6, which is not divisible by 4 (|y|=4); choose axes whose sizes divide 6}}
-func.func @not_divisible(%a: tensor<8x8xf32>, %b: tensor<4x6xf32>) -> tensor<4x6xf32> {
-  return %b : tensor<4x6xf32>
-}
 
 // -----
 

@@ -56,7 +56,8 @@ def test_errors_are_all_reported_and_nothing_is_rewritten():
         "Tile(arg=0, dim=2, axes='x'): dim 2 is out of range: argument #0 of @mlp has type tensor<8x16xf32> "
         "(rank 2, dims 0..1)",
         "Tile(arg=2, dim=0, axes=('x', 'y', 'w')): dim 0 of argument #2 of @mlp has size 32, which is not "
-        "divisible by 24 (|x|=2 * |y|=4 * |w|=3); choose axes whose sizes divide 32",
+        "divisible by 24 (|x|=2 * |y|=4 * |w|=3); a dim that does not divide is tiled over one mesh axis only "
+        "(padded blocks): tile it over one axis or choose axes whose sizes divide 32",
         "Tile(result=1, dim=0, axes='x'): @mlp has 1 result (valid: result=0..0)",
         "Tile(arg=1, dim=0, axes='y'): mesh axis 'y' already tiles dim 1 of argument #1 of @mlp; "
         "a value can be tiled over each mesh axis once",
@@ -127,12 +128,13 @@ def test_conflicts_between_tactics_on_one_value():
 def test_annotation_errors_name_their_origin():
     text = MESH + """
 func.func @f(%a: tensor<6x4xf32>) -> tensor<6x4xf32> {
-  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["y"], []]>} : (tensor<6x4xf32>) -> tensor<6x4xf32>
+  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["x", "y"], []]>} : (tensor<6x4xf32>) -> tensor<6x4xf32>
   return %b : tensor<6x4xf32>
 }"""
     assert errors_of(parse(text), []) == [
-        "Tile(dim=0, axes='y') from 'slicer.annotate': dim 0 of the 'slicer.annotate' value has size 6, which is "
-        "not divisible by 4 (|y|=4); choose axes whose sizes divide 6"
+        "Tile(dim=0, axes=('x', 'y')) from 'slicer.annotate': dim 0 of the 'slicer.annotate' value has size 6, "
+        "which is not divisible by 8 (|x|=2 * |y|=4); a dim that does not divide is tiled over one mesh axis only "
+        "(padded blocks): tile it over one axis or choose axes whose sizes divide 6"
     ]
     twice = MESH + """
 func.func @f(%a: tensor<8xf32> {slicer.sharding = #slicer.sharding<@mesh, [["x", "x"]]>}) -> tensor<8xf32> {
