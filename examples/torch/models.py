@@ -20,7 +20,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cnn import SmallCNN, randomized  # noqa: E402
 from gpt2_block import GPT2Block  # noqa: E402
+from moe import MoE  # noqa: E402
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -42,7 +44,23 @@ def encoder_layer(seed: int = 0):
     return model, (torch.randn(BATCH, SEQ, D_MODEL), mask)
 
 
+def moe(seed: int = 0, scatter: bool = False):
+    """(model, example inputs): a Mixtral-style MoE layer (4 SwiGLU experts, top-2 router); `scatter=True`
+    writes the gates with torch.scatter, which torch-mlir cannot lower (the import raises a FrontendError)."""
+    torch.manual_seed(seed)
+    return MoE(D_MODEL, 2 * D_MODEL, experts=4, top_k=2, scatter=scatter).eval(), (torch.randn(BATCH, SEQ, D_MODEL),)
+
+
+def cnn(seed: int = 0):
+    """(model, example inputs): a small CNN with BatchNorm in eval mode, on [B, 3, 8, 8] images."""
+    torch.manual_seed(seed)
+    return randomized(SmallCNN(), seed), (torch.randn(BATCH, 3, 8, 8),)
+
+
 MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer}
+
+# Models partitioned by their batch only (data parallelism: no collective), each with its input's name.
+DATA_PARALLEL_MODELS = {"moe": (moe, "x"), "cnn": (cnn, "x")}
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
 STRATEGIES = {

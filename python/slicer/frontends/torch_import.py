@@ -31,6 +31,7 @@ from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
 from .decompositions import decompositions
+from .torch_lowering import lower
 
 ENTRY = "forward"
 INSTALL = "pip install 'slicer[torch]' (torch==2.13.0, torch-mlir==20261001)"
@@ -68,18 +69,19 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
-def export(torch, fx, module, args) -> str:
-    """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`), through torch.export under
-    no_grad. Raises what torch.export or torch-mlir raise."""
+def export(torch, fx, module, args, what: str) -> str:
+    """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`; `what` in messages), through
+    torch.export under no_grad, lowered in a child process (`torch_lowering`). Raises what torch.export
+    raises, LoweringFailed, or FrontendError when torch-mlir crashes."""
     with torch.no_grad(), warnings.catch_warnings():
         # torch.export's own pytree code trips torch's deprecation of LeafSpec checks (torch 2.13): not ours
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         # torch.func transforms inside the function (grad_and_value) leave a lifted constant that "requires
         # gradient"; torch.export detaches it, which is what a traced step wants
         warnings.filterwarnings("ignore", message=r".*requires gradient. but it's not properly registered")
-        imported = fx.export_and_import(module, *args, output_type="linalg-on-tensors", func_name=ENTRY,
+        imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
                                         decomposition_table=decompositions(torch))
-    return str(imported)
+    return lower(imported, what)
 
 
 def trace(torch, function, args):
@@ -127,9 +129,10 @@ def _written_argument(node) -> int | None:
     return None
 
 
-def import_graph(fx, graph) -> str:
-    """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order)."""
-    return str(fx.stateless_fx_import(graph, output_type="linalg-on-tensors", model_name=ENTRY))
+def import_graph(fx, graph, what: str) -> str:
+    """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order),
+    lowered in a child process like `export`'s."""
+    return lower(fx.stateless_fx_import(graph, output_type="raw", model_name=ENTRY), what)
 
 
 def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False) -> str:
