@@ -34,3 +34,14 @@ def test_model_on_mpi_ranks_equals_torch(name, strategy, ranks):
     assert collective_ops(prog) == models.COLLECTIVES[strategy]
     got = prog.run(*inputs, ranks=ranks, timeout=300)
     assert models.relative_error(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("name", list(models.DATA_PARALLEL_MODELS))
+def test_data_parallel_model_on_2_ranks_equals_torch(name):
+    """A MoE layer (mask router) and a CNN with BatchNorm (eval): the batch over x=2, no collective."""
+    build, input_name = models.DATA_PARALLEL_MODELS[name]
+    model, inputs = build()
+    prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=2),
+                          tactics=[slicer.Tile(arg=input_name, dim=0, axes="x")])
+    assert collective_ops(prog) == []
+    assert models.relative_error(prog.run(*inputs, ranks=2, timeout=300), models.eager(model, inputs)) <= 1e-5
