@@ -64,7 +64,11 @@ class CompiledFunction:
             self.name, self.inputs, self.outputs = signature.name, list(signature.inputs), list(signature.outputs)
             self._assert_messages = take_messages(module)
             # The engine owns the compiled code: keep it alive as long as this object.
-            self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
+            try:
+                self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
+            except RuntimeError as exc:  # "Failure while creating the ExecutionEngine" (LLVM translation failed)
+                raise JitError(f"the JIT cannot compile @{self.name}: {exc} (an op with no LLVM lowering; the "
+                               "diagnostic is on stderr)") from None
             self._status = self._status_function() if self._assert_messages else None
 
     def _status_function(self):
