@@ -9,8 +9,9 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
-Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`) and names the
-entry function's arguments and results (`slicer.name`).
+Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
+entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
+line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -26,6 +27,7 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
+from slicer.core.source_lines import user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
@@ -159,7 +161,31 @@ def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = 
         func.attributes[ARG_ATTRS_ATTR] = _names(arg_names)
         if result_names:
             func.attributes[RES_ATTRS_ATTR] = _names(result_names)
-        return str(module)
+        source_locations(module.operation)
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def source_locations(module: ir.Operation) -> None:
+    """Give every op of `module` the location of the Python line that wrote it (`model.py:67`, the innermost
+    frame of torch's call stack outside torch, torch-mlir and Slicer: `slicer.core.source_lines`), or an unknown
+    location where it has none, so that every error about the program names that line (not a line of the
+    imported MLIR, which the user never saw)."""
+    unknown = ir.Location.unknown()
+    cache: dict[str, ir.Location] = {}
+
+    def simplified(location: ir.Location) -> ir.Location:
+        text = str(location)
+        if text not in cache:
+            frame = user_frame(text)
+            cache[text] = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
+        return cache[text]
+
+    for op in walk_ops(module):
+        op.location = simplified(op.location)
+        for region in op.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    argument.set_location(simplified(argument.location))
 
 
 def _names(names) -> ir.ArrayAttr:
@@ -187,4 +213,5 @@ def parse(text: str, what: str) -> ir.Module:
                             f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
-__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse", "trace"]
+__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse",
+           "source_locations", "trace"]
