@@ -21,6 +21,8 @@ import ctypes
 import os
 from functools import lru_cache
 
+import mlir.ir  # noqa: F401  (loads MLIR's LLVM: the question is about its bindings)
+
 #: A unique symbol code generation reads: the names of the runtime library calls (memcpy, flockfile, ...).
 TABLE = "_ZN4llvm5RTLIB19RuntimeLibcallsInfo34RuntimeLibcallImplNameTableStorageE"
 
@@ -45,8 +47,6 @@ def _mlir_llvm_library() -> str | None:
 def foreign_llvm_tables() -> bool:
     """True when MLIR's LLVM reads another LLVM's tables (see the module docstring): the ExecutionEngine must not
     generate code in this process. Asked once MLIR is loaded; False where the loader cannot say (not Linux)."""
-    import mlir.ir  # noqa: F401  (loads MLIR's LLVM: the question is about its bindings)
-
     path = _mlir_llvm_library()
     if path is None or not hasattr(os, "RTLD_NOLOAD"):
         return False

@@ -14,19 +14,20 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-#: One frame of a location's text: `"file":line:col`.
-_FRAME = re.compile(r'"([^"]+)":(\d+):\d+')
+#: One frame of a location's text: `"file":line:col` (or unquoted, as a diagnostic prints it).
+_FRAME = re.compile(r'"([^"]+)":(\d+):\d+|([^\s"():]+):(\d+):\d+')
 
 #: The packages whose frames are not the user's.
 _LIBRARIES = ("torch", "torch_mlir", "slicer")
 
 
 @lru_cache(maxsize=None)
-def _library_dirs() -> tuple[str, ...]:
+def _library_dirs(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
+    """The folders of the packages `names` (found without importing them), each ending in "/"."""
     dirs = []
-    for name in _LIBRARIES:
+    for name in names:
         try:
-            spec = importlib.util.find_spec(name)  # finds a top-level package without importing it
+            spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             spec = None
         for location in (spec.submodule_search_locations or []) if spec is not None else []:
@@ -36,25 +37,31 @@ def _library_dirs() -> tuple[str, ...]:
 
 def frames(location) -> list[tuple[str, int]]:
     """Every `(file, line)` of `location` (an `ir.Location` or its text), innermost first."""
-    return [(f, int(l)) for f, l in _FRAME.findall(str(location))]
+    return [(q or u, int(ql or ul)) for q, ql, u, ul in _FRAME.findall(str(location))]
 
 
 def user_frame(location) -> tuple[str, int] | None:
-    """The innermost frame of `location` in the user's code (outside torch, torch-mlir and Slicer), or None
-    when the location has no Python frame (a program written as MLIR text has `file.mlir:line:col`)."""
-    found = frames(location)
-    python = [(f, l) for f, l in found if f.endswith(".py")]
-    if not python:
-        return None
-    libraries = _library_dirs()
-    for file, line in python:
-        try:
-            resolved = str(Path(file).resolve())
-        except OSError:
-            resolved = file
+    """The innermost frame of `location` in the user's code (outside torch, torch-mlir and Slicer); else the
+    innermost frame of torch's own code (a function of torch imported as it is); None when the location has no
+    Python frame (a program written as MLIR text has `file.mlir:line:col`) or only Slicer's."""
+    libraries, slicer = _library_dirs(), _library_dirs(("slicer",))
+    candidates = []
+    for file, line in frames(location):
+        if not file.endswith(".py"):
+            continue
+        resolved = _resolved(file)
         if not resolved.startswith(libraries):
             return file, line
-    return python[0]  # only library frames (a function of torch's own): the innermost
+        if not resolved.startswith(slicer):
+            candidates.append((file, line))
+    return candidates[0] if candidates else None
+
+
+def _resolved(file: str) -> str:
+    try:
+        return str(Path(file).resolve())
+    except OSError:
+        return file
 
 
 def source_line(location) -> str | None:

@@ -74,7 +74,7 @@ def first_line(exc: BaseException) -> str:
 def export(torch, fx, module, args, what: str) -> str:
     """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`; `what` in messages), through
     torch.export under no_grad, lowered in a child process (`torch_lowering`). Raises what torch.export
-    raises, LoweringFailed, or FrontendError when torch-mlir crashes."""
+    raises, or FrontendError when torch-mlir fails or crashes."""
     with torch.no_grad(), warnings.catch_warnings():
         # torch.export's own pytree code trips torch's deprecation of LeafSpec checks (torch 2.13): not ours
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)

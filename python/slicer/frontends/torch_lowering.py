@@ -32,10 +32,6 @@ PIPELINE = ("builtin.module(func.func(torch-match-quantized-custom-ops),"
 _OP_CLASS = re.compile(r"Torch::((?:Aten|Prim|Torch)\w*?Op)\b")
 
 
-class LoweringFailed(RuntimeError):
-    """torch-mlir reported an error (its diagnostics are the message): the importer may try another trace."""
-
-
 def tool() -> Path:
     """The `torch-mlir-opt` executable of the installed torch-mlir (FrontendError if the wheel lacks it)."""
     from torch_mlir import _mlir_libs  # optional dependency, already loaded by the caller
@@ -49,8 +45,8 @@ def tool() -> Path:
 
 def lower(module, what: str) -> str:
     """Linalg-on-tensors MLIR text (with locations) for `module`, torch-mlir's raw torch-dialect import of
-    `what`. Raises LoweringFailed with torch-mlir's diagnostics when a pass fails, FrontendError naming the op
-    and its Python source line when torch-mlir crashes."""
+    `what`. Raises FrontendError: with torch-mlir's diagnostics (located at Python lines) when a pass fails,
+    naming the op and its Python source line when torch-mlir crashes."""
     text = module.operation.get_asm(enable_debug_info=True)
     done = subprocess.run([str(tool()), "--mlir-print-debuginfo", f"--pass-pipeline={PIPELINE}", "-"],
                           input=text, capture_output=True, text=True, check=False)
@@ -58,8 +54,22 @@ def lower(module, what: str) -> str:
         return done.stdout
     if done.returncode < 0 or "Stack dump" in done.stderr or "LLVM ERROR" in done.stderr:
         raise FrontendError(_crash_message(module, what, done.stderr, done.returncode))
-    diagnostics = [line for line in done.stderr.splitlines() if line.strip()]
-    raise LoweringFailed("torch-mlir could not lower the program to linalg: " + " ".join(diagnostics[:6]))
+    raise FrontendError(f"torch-mlir could not import {what}: {first_error(done.stderr)}")
+
+
+def first_error(stderr: str) -> str:
+    """torch-mlir-opt's first error diagnostic, at the Python line of its location (`where: error: what`)."""
+    for line in stderr.splitlines():
+        where, found, message = line.partition(" error: ")
+        if found:
+            at = source_line(where)
+            operator = re.search(r'name = "(torch\.[\w.]+)"', message)  # torch.operator: an op torch-mlir lacks
+            message = message.split(": %")[0]  # the op as printed, with its operands, types and location
+            message += f" ({operator.group(1)})" if operator else ""
+            message = message if len(message) <= 300 else message[:300] + " ..."
+            return f"{message} (at {at})" if at else message
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return lines[0] if lines else "no diagnostic"
 
 
 def _crash_message(module, what: str, stderr: str, returncode: int) -> str:
@@ -101,4 +111,4 @@ def _walk(op):
                 yield from _walk(inner.operation)
 
 
-__all__ = ["LoweringFailed", "PIPELINE", "crashing_op", "lower", "tool"]
+__all__ = ["PIPELINE", "crashing_op", "first_error", "lower", "tool"]
