@@ -7,9 +7,9 @@ softmax over their logits gives the gates, and each expert (a SwiGLU MLP) is wei
 
 Every expert runs on every token (dense dispatch: the gate is zero where an expert was not chosen), so the
 result equals routing tokens to their experts. Two routers build the same gates:
-- `scatter=True`: `torch.zeros_like(logits).scatter(-1, top_index, top_gates)` (how Mixtral's reference code and
-  many tutorials write it). torch-mlir lowers topk and scatter to its own `tm_tensor` dialect, which Slicer
-  cannot compile: importing this one is refused with a FrontendError naming the op and the source line.
+- `scatter=True`: `torch.zeros_like(logits).scatter(-1, top_index, top_gates)` (how many tutorials write it).
+  torch-mlir crashes converting that scatter (its lowering runs in a child process, so `slicer.from_torch`
+  raises a FrontendError naming `torch.aten.scatter.src` and the line of `forward` that routes).
 - `scatter=False`: a mask of the experts whose logit reaches the k-th largest (`logits >= kth`), softmax over the
   masked logits: only elementwise ops, a max and a sum, which import and partition.
 
