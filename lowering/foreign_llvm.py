@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 from functools import lru_cache
+from pathlib import Path
 
 import mlir.ir  # noqa: F401  (loads MLIR's LLVM: the question is about its bindings)
 
@@ -39,8 +40,9 @@ def _mlir_llvm_library() -> str | None:
             paths = {line.split()[-1] for line in maps if "/libLLVM" in line and ".so" in line}
     except OSError:
         return None
+    near = str(Path(mlir.__path__[0]).resolve().parent)  # MLIR's wheel puts its LLVM next to it (llvm/lib)
     ours = sorted(p for p in paths if "torch_mlir" not in p)
-    return ours[0] if ours else None
+    return next((p for p in ours if str(Path(p).resolve()).startswith(near)), ours[0] if ours else None)
 
 
 @lru_cache(maxsize=None)

@@ -46,7 +46,9 @@ def load_torch():
     run in the process, MLIR's LLVM (22) is loaded globally (the ExecutionEngine loads the runner utilities
     RTLD_GLOBAL), and torch-mlir's LLVM would register its command-line options into MLIR's registry: "Option
     'print-inst-addrs' registered more than once!", and the process aborts. Loaded with RTLD_DEEPBIND, torch-mlir's
-    libraries bind to their own LLVM first, so the two coexist in either order."""
+    libraries bind to their own LLVM first, so the two coexist in either order. (torch-mlir imported by the user
+    before Slicer's MLIR is the other order: then MLIR's LLVM reads torch-mlir's tables, and the JIT builds its
+    kernels with the LLVM tools instead, lowering/foreign_llvm.py.)"""
     try:
         import torch  # optional dependency: only the torch frontend needs it
     except ImportError as exc:
