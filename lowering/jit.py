@@ -10,7 +10,8 @@ the kernels' calling convention (`kernel_prepare.prepare_kernels`, as the AOT ke
 do), then the kernel pipeline without its vectorize stage (`JIT_PIPELINE`)
 bufferizes (results become out parameters so numpy owns every output buffer)
 and lowers to LLVM as scalar loops, and the ExecutionEngine (which targets the
-host CPU) compiles it.
+host CPU) compiles it. Where this process's LLVM cannot generate code (torch-mlir imported before Slicer's MLIR:
+`foreign_llvm.py`), the same scalar loops (`LOOPS_PIPELINE`) are built by the LLVM tools as an AOT kernel.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context
 
+from .aot import compile_kernel
 from .asserts import take_messages
+from .foreign_llvm import foreign_llvm_tables
 from .kernel import STATUS_FUNCTION, check_failed
 from .kernel_pipeline import LIBRARY_ALLOCATOR, LOOPS_PIPELINE
 from .kernel_prepare import prepare_kernels
@@ -56,6 +59,7 @@ class CompiledFunction:
         with self._context, ir.Location.unknown():
             module = ir.Module.parse(module_text)
             lower_loops(module.operation)
+            loops_text = str(module) if foreign_llvm_tables() else None
             try:
                 [signature] = prepare_kernels(module, [entry_function(module, entry)])
                 JIT_PIPELINE.run(module)
@@ -63,8 +67,16 @@ class CompiledFunction:
                 raise JitError(str(exc)) from None
             self.name, self.inputs, self.outputs = signature.name, list(signature.inputs), list(signature.outputs)
             self._assert_messages = take_messages(module)
+            self._kernel = None
+            if loops_text is not None:  # this process cannot generate code: the LLVM tools build the same loops
+                self._kernel, self._status = compile_kernel(loops_text, self.name, pipeline=LOOPS_PIPELINE), None
+                return
             # The engine owns the compiled code: keep it alive as long as this object.
-            self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
+            try:
+                self._engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runner_utils_libraries())
+            except RuntimeError as exc:  # "Failure while creating the ExecutionEngine" (LLVM translation failed)
+                raise JitError(f"the JIT cannot compile @{self.name}: {exc} (an op with no LLVM lowering; the "
+                               "diagnostic is on stderr)") from None
             self._status = self._status_function() if self._assert_messages else None
 
     def _status_function(self):
@@ -92,6 +104,8 @@ class CompiledFunction:
                     f"got {array.dtype}{list(array.shape)}"
                 )
             args.append(np.require(array, requirements="C"))  # ascontiguousarray would make 0-d arrays 1-d
+        if self._kernel is not None:
+            return self._kernel(*args)
         outputs = [np.empty(spec.shape, spec.dtype) for spec in self.outputs]
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)

@@ -52,8 +52,20 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         kernels = lowering.compile_kernels(graph.kernels_mlir)
         return {name: kernels[name] for name in names}, "aot"
     except KernelError as exc:
-        log.warning("AOT kernel compilation refused (%s); using the JIT", str(exc).splitlines()[0])
+        log.warning("AOT kernel compilation refused; using the JIT. The cause:\n%s", refusal_cause(exc))
         return _jit_kernels(graph), JIT
+
+
+#: The longest line of a refusal's cause kept whole ("see current operation" notes can print a whole kernel).
+CAUSE_LINE = 500
+
+
+def refusal_cause(exc: KernelError) -> str:
+    """Every line of why the AOT path refused (the pass pipeline's diagnostics and notes, which the MLIR error
+    carries after its first line "Failure while executing pass pipeline:"), indented, each cut at
+    `CAUSE_LINE` characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "\n".join(f"  {l if len(l) <= CAUSE_LINE else l[:CAUSE_LINE] + ' ...'}" for l in lines)
 
 
 def _jit_kernels(graph: KernelGraph) -> dict:

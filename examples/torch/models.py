@@ -23,9 +23,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cnn import SmallCNN, randomized  # noqa: E402
 from gpt2_block import GPT2Block  # noqa: E402
 import bert, vit  # noqa: E402  (the model zoo: each file has the model, its inputs and its Megatron tactics)
 from llama import MEGATRON as LLAMA_MEGATRON, llama_block  # noqa: E402 (complex RoPE, GQA, SwiGLU)
+from moe import MoE  # noqa: E402
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -47,8 +49,22 @@ def encoder_layer(seed: int = 0):
     return model, (torch.randn(BATCH, SEQ, D_MODEL), mask)
 
 
+def moe(seed: int = 0, scatter: bool = False):
+    """(model, example inputs): a Mixtral-style MoE layer (4 SwiGLU experts, top-2 router); `scatter=True`
+    writes the gates with torch.scatter, which torch-mlir cannot lower (the import raises a FrontendError)."""
+    torch.manual_seed(seed)
+    return MoE(D_MODEL, 2 * D_MODEL, experts=4, top_k=2, scatter=scatter).eval(), (torch.randn(BATCH, SEQ, D_MODEL),)
+
+
+def cnn(seed: int = 0):
+    """(model, example inputs): a small CNN with BatchNorm in eval mode, on [B, 3, 8, 8] images."""
+    torch.manual_seed(seed)
+    return randomized(SmallCNN(), seed), (torch.randn(BATCH, 3, 8, 8),)
+
+
 MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer, "llama_block": llama_block}
 MODELS.update(vit=vit.tiny_vit, bert=bert.tiny_bert)  # gpt.py's tiny GPT has its own tests (test/mpi/test_gpt.py)
+MODELS.update(moe=moe, cnn=cnn)  # the MoE with its mask router (the scatter one is refused at import)
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
 STRATEGIES = {
@@ -68,6 +84,10 @@ STRATEGIES = {
     # keep the embeddings and softmax whole: DegradedStrategy warnings), so it is not listed.
     "bert": {"megatron": (bert.megatron(), "y"), "data": ("input_ids.0=x;token_type_ids.0=x;attention_mask.0=x", "x")},
     "llama_block": {"megatron": (LLAMA_MEGATRON, "y"), "data": ("x.0=x", "x")},  # no sequence: see llama.py
+    # Partitioned by their batch only: data parallelism, no collective (BatchNorm's reciprocal asserts are
+    # dropped at import, so nothing reads the activations whole).
+    "moe": {"data": ("x.0=x", "x")},
+    "cnn": {"data": ("x.0=x", "x")},
 }
 
 # The collectives each strategy leaves in the forward pass (op names, in order).

@@ -1,5 +1,6 @@
 """The PyTorch model zoo of examples/torch (models.py: the GPT-2 block, torch's nn.TransformerEncoderLayer, a
-ViT, a BERT encoder with a padding mask, a tiny GPT, and whatever is registered there later) partitioned end to
+ViT, a BERT encoder with a padding mask, a LLaMA block, a Mixtral-style MoE layer, a CNN with BatchNorm,
+and whatever is registered there later) partitioned end to
 end on 2 MPI ranks under every strategy registered for it (Megatron: two all_reduces per block; sequence
 parallel: keys and values gathered; data parallel: no collective), each equal to torch eager (relative error
 <= 1e-5) and none a degraded strategy (strict=True). Every run goes to one warm job of 2 ranks

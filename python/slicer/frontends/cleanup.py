@@ -16,6 +16,13 @@ only once the program says which dims are which. The cleanup, upstream passes wh
    `expand_shape`s above propagated into their producers by expanding their loops (so the QKV weight is read
    as `[3, 16, D]`); `canonicalize`, `cse`.
 
+Before all of it, `drop_reciprocal_asserts`: torch-mlir guards every float reciprocal (BatchNorm's
+`1 / sqrt(var + eps)`) with `cf.assert %x != 0, "unimplemented: tensor with zero element"`. torch has no such
+check (its reciprocal of 0 is inf, which the division computes anyway), and the assert is a side effect that
+elementwise fusion cannot erase: it stays behind as a result-less `linalg.generic` per consumer, reading the conv
+output, which propagation leaves replicated and partitioning gathers (3 all_gathers in a small CNN under data
+parallelism). Dropping the asserts keeps torch's semantics and leaves no such op.
+
 Elementwise producers fused into a contraction are recomputed per output element of the contraction
 (layer norm inside the QKV matmul): the same program, partitionable as one op.
 """
@@ -23,7 +30,7 @@ Elementwise producers fused into a contraction are recomputed per output element
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import tensor
+from mlir.dialects import cf, tensor
 
 from slicer.core.names import STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
 from slicer.core.pipeline import run_pipeline
@@ -35,9 +42,23 @@ AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
 
 def clean_up(module: ir.Operation) -> None:
     """Run the import-time cleanup on `module` (in place, in its context)."""
+    drop_reciprocal_asserts(module)
     run_pipeline(module, BEFORE_SPLITS)
     split_into_pieces(module)
     run_pipeline(module, AFTER_SPLITS)
+
+
+#: The message of torch-mlir's check that a reciprocal's operand is not zero (see the module docstring).
+RECIPROCAL_ASSERT = "unimplemented: tensor with zero element"
+
+
+def drop_reciprocal_asserts(module: ir.Operation) -> int:
+    """Erase torch-mlir's `cf.assert`s of `RECIPROCAL_ASSERT` (see the module docstring); returns how many."""
+    found = [op for op in walk_ops(module, cf.AssertOp.OPERATION_NAME)
+             if ir.StringAttr(op.opview.msg).value == RECIPROCAL_ASSERT]
+    for op in found:
+        op.erase()
+    return len(found)
 
 
 def _static(op: ir.Operation, name: str) -> list[int]:
@@ -96,4 +117,4 @@ def split_into_pieces(module: ir.Operation) -> int:
     return sum(len(s) for s in groups.values())
 
 
-__all__ = ["AFTER_SPLITS", "BEFORE_SPLITS", "clean_up", "split_into_pieces"]
+__all__ = ["AFTER_SPLITS", "BEFORE_SPLITS", "RECIPROCAL_ASSERT", "clean_up", "drop_reciprocal_asserts", "split_into_pieces"]

@@ -132,12 +132,12 @@ def _import(torch, fx, module, args, what: str) -> str:
     through make_fx (with gradients enabled: a function that computes gradients traces this way). FrontendError
     quoting both failures when neither works, and pointing at `slicer.training_step` when gradients are why."""
     try:
-        return export(torch, fx, module, args)
+        return export(torch, fx, module, args, what)
     except FrontendError:
         raise
     except Exception as exported:  # torch.export and torch-mlir raise many kinds; the first line says what failed
         try:
-            return import_graph(fx, trace(torch, module, args))
+            return import_graph(fx, trace(torch, module, args), what)
         except FrontendError:
             raise
         except Exception as traced:

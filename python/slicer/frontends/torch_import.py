@@ -9,8 +9,9 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
-Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`) and names the
-entry function's arguments and results (`slicer.name`).
+Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
+entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
+line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -26,11 +27,13 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
+from slicer.core.source_lines import user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
 from .decompositions import decompositions
+from .torch_lowering import lower
 
 ENTRY = "forward"
 INSTALL = "pip install 'slicer[torch]' (torch==2.13.0, torch-mlir==20261001)"
@@ -43,7 +46,9 @@ def load_torch():
     run in the process, MLIR's LLVM (22) is loaded globally (the ExecutionEngine loads the runner utilities
     RTLD_GLOBAL), and torch-mlir's LLVM would register its command-line options into MLIR's registry: "Option
     'print-inst-addrs' registered more than once!", and the process aborts. Loaded with RTLD_DEEPBIND, torch-mlir's
-    libraries bind to their own LLVM first, so the two coexist in either order."""
+    libraries bind to their own LLVM first, so the two coexist in either order. (torch-mlir imported by the user
+    before Slicer's MLIR is the other order: then MLIR's LLVM reads torch-mlir's tables, and the JIT builds its
+    kernels with the LLVM tools instead, lowering/foreign_llvm.py.)"""
     try:
         import torch  # optional dependency: only the torch frontend needs it
     except ImportError as exc:
@@ -68,18 +73,19 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
-def export(torch, fx, module, args) -> str:
-    """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`), through torch.export under
-    no_grad. Raises what torch.export or torch-mlir raise."""
+def export(torch, fx, module, args, what: str) -> str:
+    """torch-mlir's linalg for `module` (an nn.Module whose forward takes `args`; `what` in messages), through
+    torch.export under no_grad, lowered in a child process (`torch_lowering`). Raises what torch.export
+    raises, or FrontendError when torch-mlir fails or crashes."""
     with torch.no_grad(), warnings.catch_warnings():
         # torch.export's own pytree code trips torch's deprecation of LeafSpec checks (torch 2.13): not ours
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         # torch.func transforms inside the function (grad_and_value) leave a lifted constant that "requires
         # gradient"; torch.export detaches it, which is what a traced step wants
         warnings.filterwarnings("ignore", message=r".*requires gradient. but it's not properly registered")
-        imported = fx.export_and_import(module, *args, output_type="linalg-on-tensors", func_name=ENTRY,
+        imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
                                         decomposition_table=decompositions(torch))
-    return str(imported)
+    return lower(imported, what)
 
 
 def trace(torch, function, args):
@@ -127,9 +133,10 @@ def _written_argument(node) -> int | None:
     return None
 
 
-def import_graph(fx, graph) -> str:
-    """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order)."""
-    return str(fx.stateless_fx_import(graph, output_type="linalg-on-tensors", model_name=ENTRY))
+def import_graph(fx, graph, what: str) -> str:
+    """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order),
+    lowered in a child process like `export`'s."""
+    return lower(fx.stateless_fx_import(graph, output_type="raw", model_name=ENTRY), what)
 
 
 def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False) -> str:
@@ -156,7 +163,31 @@ def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = 
         func.attributes[ARG_ATTRS_ATTR] = _names(arg_names)
         if result_names:
             func.attributes[RES_ATTRS_ATTR] = _names(result_names)
-        return str(module)
+        source_locations(module.operation)
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def source_locations(module: ir.Operation) -> None:
+    """Give every op of `module` the location of the Python line that wrote it (`model.py:67`, the innermost
+    frame of torch's call stack outside torch, torch-mlir and Slicer: `slicer.core.source_lines`), or an unknown
+    location where it has none, so that every error about the program names that line (not a line of the
+    imported MLIR, which the user never saw)."""
+    unknown = ir.Location.unknown()
+    cache: dict[str, ir.Location] = {}
+
+    def simplified(location: ir.Location) -> ir.Location:
+        text = str(location)
+        if text not in cache:
+            frame = user_frame(text)
+            cache[text] = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
+        return cache[text]
+
+    for op in walk_ops(module):
+        op.location = simplified(op.location)
+        for region in op.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    argument.set_location(simplified(argument.location))
 
 
 def _names(names) -> ir.ArrayAttr:
@@ -184,4 +215,5 @@ def parse(text: str, what: str) -> ir.Module:
                             f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
-__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse", "trace"]
+__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse",
+           "source_locations", "trace"]

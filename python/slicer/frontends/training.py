@@ -58,7 +58,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     values = [t.detach() for t in (*params.values(), *buffers.values())] + list(state.values())
     what = f"the training step of {_what(model)}"
     try:
-        text = import_graph(fx, trace(torch, step, [*example_batch, *values]))
+        text = import_graph(fx, trace(torch, step, [*example_batch, *values]), what)
     except FrontendError:
         raise
     except Exception as exc:  # torch's tracing and torch-mlir raise many kinds; the first line says what failed

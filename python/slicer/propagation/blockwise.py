@@ -13,6 +13,7 @@ from slicer.core.linalg_facts import is_linalg_op
 from slicer.core.mesh import block_size
 from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
                                STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
+from slicer.core.source_lines import source_line
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
@@ -220,10 +221,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
         try:
             outcome = tile_outcome(op, operand=candidate.operand, dim=candidate.dim)
         except NoRule as exc:
-            raise PassFailure(Located(op.location, (
-                f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over "
-                f"{', '.join(rng.axes)}, from {tactic_name(candidate.producer)}) through '{op.name}': {exc}. "
-                "Or replicate the operand before this op (slicer.Replicate / an all-empty slicer.annotate)"))) from None
+            raise PassFailure(Located(op.location, _no_rule_message(op, candidate, exc))) from None
         if not outcome.ok:
             _blocked(op, f"operand #{candidate.operand} dim {candidate.dim} {outcome.blocked}", candidate, journal)
             continue
@@ -247,6 +245,22 @@ def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journ
     note = f"the tiling over {','.join(rng.axes)} from {tactic_name(candidate.producer)} stops here: {reason}"
     journal.blocked.append((op, note))
     op.attributes[BLOCKED_ATTR] = ir.StringAttr.get(note)
+
+
+def _no_rule_message(op: ir.Operation, candidate, exc: NoRule) -> str:
+    """Why a tiling stops at `op`, and what to change: for an op of an imported model (its location is a line
+    of Python), in the model's terms (the line, the tactic's argument); for MLIR text, in the program's."""
+    axes, tactic = ", ".join(candidate.producer.range.axes), tactic_name(candidate.producer)
+    what = (f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over {axes}, from "
+            f"{tactic}) through '{op.name}'")
+    line = source_line(op.location)
+    if line is None:
+        return (f"{what}: {exc}. Or replicate the operand before this op (slicer.Replicate / an all-empty "
+                "slicer.annotate)")
+    return (f"{what}, which the model computes at {line}: Slicer cannot partition that op ({op.name} has no "
+            f"propagation rule). Change the tactics so the values this line reads stay whole (drop or change "
+            f"{tactic}, or add slicer.Replicate for the argument it reads), or write that line with ops that "
+            "partition (elementwise ops, matmuls, reductions)")
 
 
 def _same_type_groups(values) -> list[list[int]]:

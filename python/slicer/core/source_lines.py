@@ -1,0 +1,73 @@
+"""The Python source line behind an op of an imported model, from its MLIR location.
+
+torch-mlir's fx importer gives every op the call stack torch.export recorded for it, as nested call-site
+locations: `callsite("torch/nn/modules/linear.py":134:0 at callsite("model.py":67:0 at ...))`, innermost frame
+first. The line a user wrote is the innermost frame outside torch, torch-mlir and Slicer (`model.py:67`, not
+`linear.py:134`). Read from the location's text, so it works for a location of any MLIR build (Slicer's, or
+torch-mlir's own bindings), and needs no torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from functools import lru_cache
+from pathlib import Path
+
+#: One frame of a location's text: `"file":line:col` (or unquoted, as a diagnostic prints it).
+_FRAME = re.compile(r'"([^"]+)":(\d+):\d+|([^\s"():]+):(\d+):\d+')
+
+#: The packages whose frames are not the user's.
+_LIBRARIES = ("torch", "torch_mlir", "slicer")
+
+
+@lru_cache(maxsize=None)
+def _library_dirs(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
+    """The folders of the packages `names` (found without importing them), each ending in "/"."""
+    dirs = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            dirs.append(str(Path(location).resolve()) + "/")
+    return tuple(dirs)
+
+
+def frames(location) -> list[tuple[str, int]]:
+    """Every `(file, line)` of `location` (an `ir.Location` or its text), innermost first."""
+    return [(q or u, int(ql or ul)) for q, ql, u, ul in _FRAME.findall(str(location))]
+
+
+def user_frame(location) -> tuple[str, int] | None:
+    """The innermost frame of `location` in the user's code (outside torch, torch-mlir and Slicer); else the
+    innermost frame of torch's own code (a function of torch imported as it is); None when the location has no
+    Python frame (a program written as MLIR text has `file.mlir:line:col`) or only Slicer's."""
+    libraries, slicer = _library_dirs(), _library_dirs(("slicer",))
+    candidates = []
+    for file, line in frames(location):
+        if not file.endswith(".py"):
+            continue
+        resolved = _resolved(file)
+        if not resolved.startswith(libraries):
+            return file, line
+        if not resolved.startswith(slicer):
+            candidates.append((file, line))
+    return candidates[0] if candidates else None
+
+
+def _resolved(file: str) -> str:
+    try:
+        return str(Path(file).resolve())
+    except OSError:
+        return file
+
+
+def source_line(location) -> str | None:
+    """`file:line` of the user's frame of `location` (see `user_frame`), or None."""
+    frame = user_frame(location)
+    return f"{frame[0]}:{frame[1]}" if frame else None
+
+
+__all__ = ["frames", "source_line", "user_frame"]
