@@ -56,3 +56,30 @@ def test_llama_block_with_complex_rope_equals_torch(strategy, tactics, axis, exp
     got = prog.run(*inputs, ranks=2, timeout=300)
     want = model(*inputs).detach().numpy()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-5
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_gpt2_vocabulary_of_50257_tiled_unevenly_equals_torch(ranks):
+    """GPT-2's vocabulary (50257 = 2 * 25128 + 1, a prime) over 2 and 4 ranks: padded blocks of ceil(V/k) rows,
+    the lookups masked by the blocks' starts, the logits tiled through the reshape that merges batch and
+    sequence (it leaves the vocabulary alone), the maximum skipping the padding; the same collectives as an
+    even vocabulary, forward and training step, equal to torch (the last token id and target included)."""
+    torch.manual_seed(ranks)
+    model = vp.TinyLM(vocab=50257, d_model=8)
+    idx, targets = torch.randint(0, 50257, (2, 8)), torch.randint(0, 50257, (2, 8))
+    idx[0, 0] = targets[1, 1] = 50256
+    mesh, tactics = slicer.Mesh(x=ranks), slicer.parse_tactics(vp.TACTICS)
+    forward = slicer.compile(slicer.from_torch(model, idx, targets), mesh=mesh, tactics=tactics)
+    assert collective_ops(forward) == ["shard.all_reduce"] * 4
+    np.testing.assert_allclose(forward.run(idx, targets, ranks=ranks, timeout=300, oversubscribe=True),
+                               model(idx, targets).detach().numpy(), rtol=1e-5)
+    step = slicer.training_step(model, vp.loss_fn, idx, targets, optimizer=slicer.SGD(0.1))
+    prog = slicer.compile(step, mesh=mesh, tactics=tactics)
+    assert "shard.all_gather" not in collective_ops(prog)
+    got = dict(zip(step.result_names, prog.run(idx, targets, ranks=ranks, timeout=300, oversubscribe=True)))
+    loss = model(idx, targets)
+    loss.backward()
+    np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-5)
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(got[name], (param - 0.1 * param.grad).detach().numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)

@@ -11,10 +11,10 @@ are). The answers are plain facts; each caller decides what a "no" means for it.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import linalg, tensor
 
 from .errors import InternalError
-from .names import ITERATOR_TYPES_ATTR, LINALG_PREFIX, OPERAND_SEGMENT_SIZES_ATTR
+from .names import ITERATOR_TYPES_ATTR, LINALG_PREFIX, OPERAND_SEGMENT_SIZES_ATTR, REASSOCIATION_ATTR
 
 PARALLEL = "parallel"
 REDUCTION = "reduction"
@@ -114,3 +114,21 @@ def defined_in(value: ir.Value, op: ir.Operation) -> bool:
         return value.owner.owner.operation == op.operation
     parent = value.owner.operation.parent
     return parent is not None and parent.operation == op.operation
+
+
+_COLLAPSE, _EXPAND = tensor.CollapseShapeOp.OPERATION_NAME, tensor.ExpandShapeOp.OPERATION_NAME
+
+
+def reshape_kept_dims(op: ir.Operation) -> dict[int, int] | None:
+    """For a `tensor.collapse_shape` / `tensor.expand_shape`: operand dim -> result dim for every dim the reshape
+    leaves alone (its reassociation group holds it alone: its rows are the same rows, in the same order, so a
+    padded block of it stays one). None for any other op."""
+    if op.name not in (_COLLAPSE, _EXPAND) or REASSOCIATION_ATTR not in op.attributes:
+        return None
+    groups = [[ir.IntegerAttr(d).value for d in group] for group in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
+    # collapse: group i lists the operand dims forming result dim i; expand: the result dims of operand dim i
+    kept = {}
+    for i, group in enumerate(groups):
+        if len(group) == 1:
+            kept.update({group[0]: i} if op.name == _COLLAPSE else {i: group[0]})
+    return kept

@@ -9,7 +9,7 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.errors import Located, PassFailure
-from slicer.core.linalg_facts import is_linalg_op
+from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
 from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
                                STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
@@ -77,10 +77,11 @@ def _result_dims(outcome: RuleOutcome) -> dict[int, int]:
 def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str = "") -> str:
     """Why a dim the outcome cuts cannot be cut in `size` blocks ("" when every one can). A dynamic dim is never
     cut (programs with dynamic dims are partitioned along their static ones). A static size that `size` does
-    not divide is cut in linalg ops only: their dims are loop dims, so a padded block (docs/partition.md,
-    "Uneven shapes") is the same loop over fewer valid rows, and the partitioner masks reductions over them;
-    other ops (reshapes, slices) would mix padding into real rows."""
-    uneven_ok = is_linalg_op(op)
+    not divide is cut only in linalg ops (their dims are loop dims, so a padded block, docs/partition.md
+    "Uneven shapes", is the same loop over fewer valid rows; the partitioner masks reductions over them) and in
+    reshapes that leave the dim alone; other ops (reshapes of that dim, slices) would mix padding into real
+    rows."""
+    kept = reshape_kept_dims(op)  # a reshape leaving a dim alone keeps its padded blocks as they are
     operands = rule_operands(op)  # the op's operands, then the tables its body reads (rules/gathers.py)
     cuts = [("operand", index, dim, operands[index].type) for index, dim in outcome.slices]
     cuts += [("result", index, dim, op.results[index].type) for index, dim in _result_dims(outcome).items()]
@@ -88,6 +89,7 @@ def _indivisible(op: ir.Operation, outcome: RuleOutcome, size: int, devices: str
         type_ = ir.RankedTensorType(type_)
         if type_.is_dynamic_dim(dim):
             return f"{kind} #{index} dim {dim} of '{op.name}' is dynamic"
+        uneven_ok = is_linalg_op(op) or (kept is not None and dim in (kept if kind == "operand" else kept.values()))
         if type_.shape[dim] % size and not uneven_ok:
             return (f"{kind} #{index} dim {dim} of '{op.name}' has size {type_.shape[dim]}, which {devices or size} "
                     "does not divide")

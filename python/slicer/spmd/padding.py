@@ -28,7 +28,7 @@ from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.errors import RedistributionError, Unsupported
 from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, has_operand_segments, indexing_maps,
-                                     input_count, is_linalg_op, iterator_kinds, loop_dim)
+                                     input_count, is_linalg_op, iterator_kinds, loop_dim, reshape_kept_dims)
 from slicer.core.mesh import block_size
 from slicer.core.names import DIST_ATTR
 from slicer.redistribution import DistType, Mesh, subaxes
@@ -120,6 +120,9 @@ def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, "Pad"]],
     """The padded dims of each result of `op` whose operands hold padded blocks (`operand_pads`: operand
     index -> dim -> Pad), masking the op where it reduces over them; `group_index(axes)` gives the device's
     block index, `mark(op)` types the tensor ops emitted before `op`."""
+    kept = reshape_kept_dims(op)
+    if kept is not None and all(d in kept for pads in operand_pads.values() for d in pads):
+        return [{kept[d]: pad for d, pad in operand_pads[0].items()}]  # the dims it leaves alone keep their rows
     if not is_linalg_op(op):
         index, pads = next(iter(operand_pads.items()))
         dim, pad = next(iter(pads.items()))

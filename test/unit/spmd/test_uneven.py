@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import slicer
+from example_modules import collective_ops
 from slicer.checking import random_inputs
 from slicer.core.errors import CompileError
 from slicer.lowering import compile_function
@@ -238,6 +239,32 @@ def test_reshape_merging_a_padded_dim_takes_it_whole():
     on padded blocks, and the collapse reads the value gathered whole and trimmed."""
     expected, actual = run_against_jit(COLLAPSE, [T(arg=0, dim=0, axes="x")], {"x": 2})
     np.testing.assert_allclose(actual, expected, rtol=1e-6)
+
+
+KEEPS_PADDED_DIM = """
+func.func @f(%a: tensor<2x3x7xf32>) -> tensor<6x7xf32> {
+  %c = tensor.collapse_shape %a [[0, 1], [2]] : tensor<2x3x7xf32> into tensor<6x7xf32>
+  %e = tensor.empty() : tensor<6x7xf32>
+  %x = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%c : tensor<6x7xf32>) outs(%e : tensor<6x7xf32>) {
+  ^bb0(%v: f32, %o: f32):
+    %ex = math.exp %v : f32
+    linalg.yield %ex : f32
+  } -> tensor<6x7xf32>
+  return %x : tensor<6x7xf32>
+}
+"""
+
+
+def test_reshape_leaving_the_padded_dim_alone_keeps_its_blocks():
+    """A collapse of the other dims (an LM head's [B, S, V] logits into [B*S, V], V tiled unevenly) passes the
+    padded blocks through: no collective, the result still tiled."""
+    prog = slicer.compile(KEEPS_PADDED_DIM, mesh={"x": 2}, tactics=[T(arg=0, dim=2, axes="x")])
+    assert collective_ops(prog) == []
+    assert "dim 1: 7 over x=2: blocks 4, 3" in prog.explain()
+    a = np.random.default_rng(0).standard_normal((2, 3, 7), dtype=np.float32)
+    np.testing.assert_allclose(prog.run(a), np.exp(a.reshape(6, 7)), rtol=1e-6)
 
 
 HAND_WRITTEN_RESHAPE = """
