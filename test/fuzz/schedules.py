@@ -5,7 +5,9 @@ schedule is 0-4 tactics, each `slicer.Tile(arg=i|result=i, dim=d, axes=...)` or
 `slicer.Replicate(...)`, kept here as plain `TacticSpec` values (JSON-able,
 buildable into slicer's values). About 85% of the tactics are *valid*: the
 target exists, the dim exists, the axes exist and are distinct, and their
-product divides the dim. The others are wrong in one of several ways, to
+product divides the dim, or the dim is tiled over one axis that does not divide
+it (padded blocks of ceil(n/k): docs/partition.md, "Uneven shapes"; about a
+fifth of the valid tiles). The others are wrong in one of several ways, to
 exercise the error paths. `schedule_valid` recomputes validity from the
 program and mesh alone.
 """
@@ -86,8 +88,8 @@ def tactic_problem(program: Program, mesh: dict[str, int], t: TacticSpec) -> str
     if any(a not in mesh for a in t.axes):
         return "unknown axis"
     product = math.prod(mesh[a] for a in t.axes)
-    if shape[t.dim] % product:
-        return f"size {shape[t.dim]} not divisible by {product}"
+    if shape[t.dim] % product and len(t.axes) > 1:
+        return f"size {shape[t.dim]} not divisible by {product} (uneven over more than one axis)"
     return None
 
 
@@ -108,7 +110,7 @@ def conflict(earlier, t: TacticSpec) -> str | None:
 
 
 def schedule_valid(program: Program, mesh: dict[str, int], tactics) -> bool:
-    """Every tactic well-formed and dividing its dim, and the tactics on each value compatible."""
+    """Every tactic well-formed (dividing its dim, or over one axis), and the tactics on each value compatible."""
     return all(tactic_problem(program, mesh, t) is None and conflict(tactics[:i], t) is None
                for i, t in enumerate(tactics))
 
@@ -140,15 +142,22 @@ def generate_tactic(src: Source, program: Program, mesh: dict[str, int], earlier
         return TacticSpec("replicate", kind, i)
     tuples = _axis_tuples(mesh)
 
+    uneven = src.boolean(0.2)  # a valid tile over one axis that does not divide the dim (padded blocks)
+
     def divisible(shape, dim, kind=None, i=None):
-        return [a for a in tuples if shape[dim] % math.prod(mesh[x] for x in a) == 0
+        return [a for a in tuples if (shape[dim] % math.prod(mesh[x] for x in a) != 0 if uneven
+                                      else shape[dim] % math.prod(mesh[x] for x in a) == 0)
+                and (not uneven or len(a) == 1)
                 and (kind is None or conflict(earlier, TacticSpec("tile", kind, i, dim, a)) is None)]
 
     def indivisible(shape, dim):
-        return [a for a in tuples if shape[dim] % math.prod(mesh[x] for x in a) != 0]
+        return [a for a in tuples if shape[dim] % math.prod(mesh[x] for x in a) != 0 and len(a) > 1]
 
     if not src.boolean(0.15):  # valid
         options = [(k, i, s) for k, i, s in tg if any(divisible(s, d, k, i) for d in range(len(s)))]
+        if not options and uneven:  # no dim that one axis leaves uneven: an even tile instead
+            uneven = False
+            options = [(k, i, s) for k, i, s in tg if any(divisible(s, d, k, i) for d in range(len(s)))]
         if options:
             kind, i, shape = src.choice(options)
             dim = src.choice([d for d in range(len(shape)) if divisible(shape, d, kind, i)])
