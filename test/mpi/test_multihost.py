@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +139,20 @@ def test_a_training_session_across_two_hosts_equals_torch(two_hosts):
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for name, want in want_params.items():
         assert train.relative_error(state[name], want) < 1e-5, name
+
+
+def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two_hosts, tmp_path):
+    """`slicer-plan --calibrate --mesh x=2,y=2 --mpiexec <two hosts>`: x crosses the hosts (the veth pair, TCP),
+    y stays on one (shared memory): the stored cost model has figures per axis, x's link the slower, and a plan
+    on that mesh reads them."""
+    from slicer.redistribution.costs import CostModel
+
+    out = tmp_path / "cost_model.json"
+    done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "-n", "4", "--mesh",
+                           "x=2,y=2", "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    model = CostModel.load(out)
+    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
+    assert dict(model.axis_latency).keys() >= {"x", "y"}
+    assert x_latency > y_latency or x_bandwidth < y_bandwidth, str(model)

@@ -4,9 +4,10 @@ Example: ``slicer-plan --mesh x=2,y=4 --shape 1024x1024 --src '[[x],[y]]' --dst 
 Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistribution.md). ``--cost bytes``
 minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
 ``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
-``slicer-plan --calibrate [-n/--ranks 8] [--mesh x=2,y=4] [-o/--output FILE]`` measures the figures with the
-MPI executor on this machine and stores them where every plan finds them
-(``$XDG_CACHE_HOME/slicer/cost_model.json``, or ``--output``).
+``slicer-plan --calibrate [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]`` measures the
+figures with the MPI executor on this machine, or on the hosts the given mpiexec starts ranks on (per axis
+with ``--mesh``: an axis across hosts gets its own, slower, figures), and stores them where every plan finds
+them (``$XDG_CACHE_HOME/slicer/cost_model.json``, or ``--output``).
 Exit codes as every tool (``slicer.tools.cli``): 0 ok; 1 no plan, a failed ``--check`` or calibration run;
 2 a bad command line (a flag, mesh, shape, type or cost-model file that cannot be used), with
 ``slicer-plan: error: <message>`` on stderr (never a traceback).
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure latency and bandwidth with the MPI executor and store them (see --ranks, --output)")
     p.add_argument("-n", "--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
     p.add_argument("-o", "--output", metavar="FILE", help="where --calibrate stores the figures (default: the user cache)")
+    p.add_argument("--mpiexec", help="mpiexec for --calibrate (default: beside this Python, then PATH); a wrapper "
+                                     "that starts ranks on several hosts calibrates the links between them")
     return p
 
 
@@ -126,7 +129,7 @@ def calibrate(args, mesh: Mesh | None) -> int:
     argv = [sys.executable, "-m", "slicer.runtime.calibration"]
     if mesh is not None:
         argv += ["--mesh", str(mesh)]
-    done = run_spmd(args.ranks, argv, timeout=900)
+    done = run_spmd(args.ranks, argv, mpiexec=args.mpiexec, timeout=900)
     if done.returncode != 0:
         raise RedistributionError(f"the calibration run on {args.ranks} ranks failed (exit {done.returncode}):\n"
                                   f"{done.stderr.strip()[-2000:]}")
