@@ -1,0 +1,198 @@
+"""The GPT training step on 2 cores: Slicer (data parallel, FSDP, Megatron on 2 MPI ranks) against PyTorch (one
+process with 2 threads; DDP and FSDP2 over gloo with 2 processes) and JAX `jit` on 2 CPU devices with the same
+shardings, all training the GPT of examples/training/model.py from the same initial parameters on the same
+batches with AdamW.
+
+    python benchmarks/training.py                         # 4 layers, D=512, 8 heads, seq 256, batch 8, f32
+    python benchmarks/training.py --json training.json    # the same, and the results as JSON
+    python benchmarks/training.py --small                 # toy sizes, few steps (the suite's smoke test)
+    python benchmarks/training.py --contenders slicer_data,torch_ddp --layers 2 --steps 20
+
+Every contender runs in processes of its own (training_torch.py, training_jax.py, training_slicer.py), one
+after another, so each one's peak memory (VmHWM per process) is its own and none competes with another for
+the cores. Per contender: the median and min wall time of the timed steps (after `--warmup` untimed ones),
+tokens/s (batch * seq / median), peak memory per process, the loss of step 1 and of the last step. The run
+fails (exit 1, after the table) when a contender failed or its step-1 loss differs from torch's (the
+one-process contender) by more than 1e-4 relative: same parameters, same batch, the same loss up to rounding.
+JAX is skipped, with a message, where it is not installed (`pip install -e '.[bench]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from training_common import OPENBLAS_VARIABLES, ROOT, SMALL, Sizes  # noqa: E402
+
+STRATEGIES = ("data", "fsdp", "megatron")
+TORCH = ("torch_threads", "torch_ddp", "torch_fsdp2")
+JAX = tuple(f"jax_{s}" for s in STRATEGIES)
+SLICER = tuple(f"slicer_{s}" for s in STRATEGIES)
+CONTENDERS = TORCH + JAX + SLICER
+REFERENCE = "torch_threads"
+FIRST_LOSS_RTOL = 1e-4
+WORKER_TIMEOUT = 3600
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default = Sizes()
+    parser.add_argument("--small", action="store_true", help="toy sizes and few steps (smoke test)")
+    for flag, field in (("--layers", "n_layer"), ("--d-model", "d_model"), ("--heads", "n_head"), ("--seq", "seq"),
+                        ("--batch", "batch"), ("--vocab", "vocab"), ("--warmup", "warmup"), ("--steps", "steps")):
+        parser.add_argument(flag, type=int, dest=field, help=f"default {getattr(default, field)} "
+                            f"({getattr(SMALL, field)} with --small)")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated, from: " + ", ".join(CONTENDERS))
+    parser.add_argument("--no-jax", action="store_true", help="leave JAX out even where it is installed")
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args(argv)
+    chosen = [c for c in args.contenders.split(",") if c]
+    unknown = sorted(set(chosen) - set(CONTENDERS))
+    if unknown:
+        parser.error(f"unknown contender(s) {', '.join(unknown)}: choose from {', '.join(CONTENDERS)}")
+    args.contenders = [c for c in CONTENDERS if c in chosen]
+    base = SMALL if args.small else default
+    args.sizes = replace(base, **{k: v for k, v in vars(args).items() if k in asdict(base) and v is not None})
+    s = args.sizes
+    if s.d_model % s.n_head or s.n_head % 2 or s.batch % 2 or s.seq % 2:
+        parser.error(f"need an even batch, seq and number of heads (Megatron splits the heads over 2), and the "
+                     f"heads dividing d_model (got {s})")
+    return args
+
+
+def _run(argv: list[str], env: dict[str, str], label: str) -> tuple[dict | None, str | None]:
+    """Run one worker; its JSON result, or None and why it failed."""
+    with tempfile.TemporaryDirectory(prefix="training-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        print(f"running {label} ...", flush=True)
+        try:
+            done = subprocess.run([sys.executable, *argv, str(out)], env=env, capture_output=True, text=True,
+                                  timeout=WORKER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return None, f"{label} did not finish within {WORKER_TIMEOUT} s"
+        if done.returncode != 0 or not out.exists():
+            return None, f"{label} failed (exit {done.returncode}):\n{(done.stderr or done.stdout)[-3000:]}"
+        return json.loads(out.read_text()), None
+
+
+def run_all(args) -> tuple[dict, dict, list[str]]:
+    """Every chosen contender's record, the skipped ones (name -> why), the failures."""
+    sizes, results, skipped, failures = args.sizes.to_json(), {}, {}, []
+    environment = dict(os.environ)
+    torch_env = {k: v for k, v in environment.items() if k not in OPENBLAS_VARIABLES}
+    for name in (c for c in args.contenders if c in TORCH):
+        result, error = _run([str(HERE / "training_torch.py"), name.removeprefix("torch_"), sizes], torch_env, name)
+        results[name] = result
+        failures += [error] if error else []
+    jax_names = [c for c in args.contenders if c in JAX]
+    reason = "--no-jax" if args.no_jax else None if importlib.util.find_spec("jax") else \
+        "jax is not installed (pip install -e '.[bench]')"
+    for name in jax_names:
+        if reason:
+            skipped[name] = reason
+            continue
+        result, error = _run([str(HERE / "training_jax.py"), name.removeprefix("jax_"), sizes], environment, name)
+        results[name] = result
+        failures += [error] if error else []
+    if reason and jax_names:
+        print(f"JAX skipped: {reason}", flush=True)
+    slicer_names = [c for c in args.contenders if c in SLICER]
+    if slicer_names:
+        path = os.pathsep.join(p for p in (str(ROOT / "python"), environment.get("PYTHONPATH")) if p)
+        strategies = ",".join(n.removeprefix("slicer_") for n in slicer_names)
+        result, error = _run([str(HERE / "training_slicer.py"), strategies, sizes], {**environment, "PYTHONPATH": path},
+                             "slicer (" + strategies + ")")
+        failures += [error] if error else []
+        for name in slicer_names:
+            results[name] = result["results"][name] if result else None
+        if result:
+            results["_slicer_driver_peak_rss_mib"] = result["driver_peak_rss_mib"]
+    driver = results.pop("_slicer_driver_peak_rss_mib", None)
+    return {k: v for k, v in results.items() if v is not None}, {"skipped": skipped, "slicer_driver_peak_rss_mib": driver}, failures
+
+
+def check_losses(results: dict) -> tuple[str | None, list[str]]:
+    """The reference contender and the step-1 loss mismatches (each a message)."""
+    reference = REFERENCE if REFERENCE in results else next(iter(results), None)
+    if reference is None:
+        return None, []
+    want = results[reference]["losses"][0]
+    bad = []
+    for name, entry in results.items():
+        got = entry["losses"][0]
+        entry["first_loss_rel_diff"] = abs(got - want) / abs(want)
+        entry["final_loss_rel_diff"] = abs(entry["losses"][-1] - results[reference]["losses"][-1]) / \
+            abs(results[reference]["losses"][-1])
+        if entry["first_loss_rel_diff"] > FIRST_LOSS_RTOL:
+            bad.append(f"{name}: step-1 loss {got:.7g} differs from {reference}'s {want:.7g} by "
+                       f"{entry['first_loss_rel_diff']:.2e} relative (more than {FIRST_LOSS_RTOL:g})")
+    return reference, bad
+
+
+def ratios(results: dict) -> dict:
+    """Per Slicer (and JAX) contender: tokens/s over the best PyTorch contender's, and over JAX's of the same
+    strategy."""
+    torch_best = max((results[n]["tokens_per_s"], n) for n in TORCH if n in results) if \
+        any(n in results for n in TORCH) else None
+    out = {}
+    for name in (n for n in SLICER + JAX if n in results):
+        tps, strategy = results[name]["tokens_per_s"], name.split("_", 1)[1]
+        entry = {}
+        if torch_best:
+            entry["vs_best_torch"] = tps / torch_best[0]
+            entry["best_torch"] = torch_best[1]
+        jax_name = f"jax_{strategy}"
+        if name.startswith("slicer_") and jax_name in results:
+            entry["vs_jax"] = tps / results[jax_name]["tokens_per_s"]
+        out[name] = entry
+    return out
+
+
+def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None) -> str:
+    head = (f"GPT training step: {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, seq {sizes.seq}, "
+            f"batch {sizes.batch}, vocab {sizes.vocab}, f32, AdamW; median of {sizes.steps} steps after "
+            f"{sizes.warmup} warm-up; peak memory = VmHWM per process; losses vs {reference}")
+    rows = ["| contender | procs | median ms | min ms | tokens/s | peak MiB per process | step-1 loss | "
+            "final loss | final vs ref | vs best torch | vs JAX |", "|" + "---|" * 11]
+    for name in (n for n in CONTENDERS if n in results):
+        e, r = results[name], ratio.get(name, {})
+        vs = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
+        rows.append(f"| {name} | {e['processes']} | {e['median_s'] * 1e3:.1f} | {e['min_s'] * 1e3:.1f} | "
+                    f"{e['tokens_per_s']:.0f} | {', '.join(f'{m:.0f}' for m in e['peak_rss_mib'])} | "
+                    f"{e['losses'][0]:.6f} | {e['losses'][-1]:.6f} | {e['final_loss_rel_diff']:.1e} | "
+                    f"{vs('vs_best_torch')} | {vs('vs_jax')} |")
+    return head + "\n" + "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    sizes = args.sizes
+    results, notes, failures = run_all(args)
+    reference, mismatches = check_losses(results)
+    ratio = ratios(results)
+    if results:
+        print(table(sizes, results, ratio, reference))
+    for name, why in notes["skipped"].items():
+        print(f"{name}: skipped ({why})")
+    failures += mismatches
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "sizes": asdict(sizes), "tokens_per_step": sizes.tokens, "cores": os.cpu_count(),
+            "load_average": os.getloadavg(), "reference": reference, "first_loss_rtol": FIRST_LOSS_RTOL,
+            "contenders": results, "ratios": ratio, **notes, "failures": failures}, indent=1))
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
