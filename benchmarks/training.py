@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -73,12 +74,15 @@ def _run(argv: list[str], env: dict[str, str], label: str) -> tuple[dict | None,
     """Run one worker; its JSON result, or None and why it failed."""
     with tempfile.TemporaryDirectory(prefix="training-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        print(f"running {label} ...", flush=True)
+        print(f"running {label} ...", end=" ", flush=True)
+        start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, *argv, str(out)], env=env, capture_output=True, text=True,
                                   timeout=WORKER_TIMEOUT)
         except subprocess.TimeoutExpired:
+            print("timed out", flush=True)
             return None, f"{label} did not finish within {WORKER_TIMEOUT} s"
+        print(f"{time.perf_counter() - start:.1f} s", flush=True)
         if done.returncode != 0 or not out.exists():
             return None, f"{label} failed (exit {done.returncode}):\n{(done.stderr or done.stdout)[-3000:]}"
         return json.loads(out.read_text()), None
@@ -96,15 +100,16 @@ def run_all(args) -> tuple[dict, dict, list[str]]:
     jax_names = [c for c in args.contenders if c in JAX]
     reason = "--no-jax" if args.no_jax else None if importlib.util.find_spec("jax") else \
         "jax is not installed (pip install -e '.[bench]')"
-    for name in jax_names:
-        if reason:
-            skipped[name] = reason
-            continue
-        result, error = _run([str(HERE / "training_jax.py"), name.removeprefix("jax_"), sizes], environment, name)
-        results[name] = result
-        failures += [error] if error else []
     if reason and jax_names:
+        skipped.update((name, reason) for name in jax_names)
         print(f"JAX skipped: {reason}", flush=True)
+    # a process per strategy, so each one's peak memory is its own; --small runs them in one to start faster
+    groups = [jax_names] if args.small else [[name] for name in jax_names]
+    for group in ([] if reason else [g for g in groups if g]):
+        strategies = ",".join(n.removeprefix("jax_") for n in group)
+        result, error = _run([str(HERE / "training_jax.py"), strategies, sizes], environment, f"jax ({strategies})")
+        results.update(result["results"] if result else {})
+        failures += [error] if error else []
     slicer_names = [c for c in args.contenders if c in SLICER]
     if slicer_names:
         path = os.pathsep.join(p for p in (str(ROOT / "python"), environment.get("PYTHONPATH")) if p)

@@ -2,6 +2,7 @@
 (loss, gradients, AdamW as torch computes it) under `jax.jit` on 2 CPU devices of one process.
 
     python benchmarks/training_jax.py data|fsdp|megatron SIZES_JSON OUT
+    python benchmarks/training_jax.py data,fsdp,megatron SIZES_JSON OUT    # one process for all (`--small`)
 
 The port starts from the torch model's own initial parameters (`build_model`, copied as numpy arrays) and
 keeps its layout (a linear's weight is [out, in]), so the shardings read as Slicer's strategies do:
@@ -115,7 +116,9 @@ def specs(strategy: str, params: dict) -> tuple[str, dict, P]:
     return "y", out, P()
 
 
-def run(strategy: str, sizes: Sizes, out: str) -> None:
+def run(strategy: str, sizes: Sizes, shared: bool) -> dict:
+    """Train with `strategy`'s shardings; the contender's record (`shared`: other strategies ran in this
+    process too, so its peak memory is theirs as well)."""
     model = build_model(sizes)
     params = {k: t.detach().numpy().copy() for k, t in model.named_parameters()}
     axis, param_specs, batch_spec = specs(strategy, params)
@@ -136,9 +139,14 @@ def run(strategy: str, sizes: Sizes, out: str) -> None:
         value = float(loss)
         times.append(time.perf_counter() - start)
         losses.append(value)
-    write(out, record(f"jax_{strategy}", sizes, times, losses, [peak_rss_mib()], processes=1, devices=2,
-                      jax=jax.__version__))
+    return record(f"jax_{strategy}", sizes, times, losses, [peak_rss_mib()], processes=1, devices=2,
+                  jax=jax.__version__, shared_process=shared)
+
+
+def main(argv: list[str]) -> None:
+    names, sizes = argv[0].split(","), Sizes.from_json(argv[1])
+    write(argv[2], {"results": {f"jax_{name}": run(name, sizes, len(names) > 1) for name in names}})
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], Sizes.from_json(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1:])

@@ -1,7 +1,7 @@
 """PyTorch contenders of `training.py`, as a user runs them on a 2-core machine: each a worker process.
 
     python benchmarks/training_torch.py threads SIZES_JSON OUT   # one process, torch.set_num_threads(2)
-    python benchmarks/training_torch.py ddp SIZES_JSON OUT       # DistributedDataParallel, gloo, 2 processes
+    python benchmarks/training_torch.py ddp SIZES_JSON OUT       # DistributedDataParallel, gloo, 2 processes (forked)
     python benchmarks/training_torch.py fsdp2 SIZES_JSON OUT     # fully_shard (FSDP2) per block + root, gloo, 2
 
 A step is `zero_grad`, the loss of examples/training/model.py, `backward`, `torch.optim.AdamW.step` (the
@@ -95,7 +95,9 @@ def distributed(kind: str, sizes: Sizes, out: str) -> None:
         raise SystemExit(f"{kind} splits the batch over 2 processes: give an even --batch (got {sizes.batch})")
     import torch.multiprocessing as mp
 
-    mp.spawn(_distributed_rank, args=(kind, sizes, _free_port(), out), nprocs=2)
+    # fork: the ranks start from this process's imports (torch imported once, not three times); no torch
+    # thread pool has started here yet, so forking is safe
+    mp.start_processes(_distributed_rank, args=(kind, sizes, _free_port(), out), nprocs=2, start_method="fork")
 
 
 def main(argv: list[str]) -> None:
