@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,7 +53,10 @@ def parse(argv=None) -> argparse.Namespace:
                         ("--batch", "batch"), ("--vocab", "vocab"), ("--warmup", "warmup"), ("--steps", "steps")):
         parser.add_argument(flag, type=int, dest=field, help=f"default {getattr(default, field)} "
                             f"({getattr(SMALL, field)} with --small)")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated, from: " + ", ".join(CONTENDERS))
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help="comma-separated, from: " + ", ".join(CONTENDERS))
+    parser.add_argument("--rounds", type=int, default=1, help="run every contender this many times, in turn; "
+                        "the timed steps of all rounds are pooled (default 1)")
     parser.add_argument("--no-jax", action="store_true", help="leave JAX out even where it is installed")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)
@@ -61,6 +65,8 @@ def parse(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown contender(s) {', '.join(unknown)}: choose from {', '.join(CONTENDERS)}")
     args.contenders = [c for c in CONTENDERS if c in chosen]
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
     base = SMALL if args.small else default
     args.sizes = replace(base, **{k: v for k, v in vars(args).items() if k in asdict(base) and v is not None})
     s = args.sizes
@@ -122,7 +128,8 @@ def run_all(args) -> tuple[dict, dict, list[str]]:
         if result:
             results["_slicer_driver_peak_rss_mib"] = result["driver_peak_rss_mib"]
     driver = results.pop("_slicer_driver_peak_rss_mib", None)
-    return {k: v for k, v in results.items() if v is not None}, {"skipped": skipped, "slicer_driver_peak_rss_mib": driver}, failures
+    notes = {"skipped": skipped, "slicer_driver_peak_rss_mib": driver}
+    return {k: v for k, v in results.items() if v is not None}, notes, failures
 
 
 def check_losses(results: dict) -> tuple[str | None, list[str]]:
@@ -162,10 +169,11 @@ def ratios(results: dict) -> dict:
     return out
 
 
-def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None) -> str:
+def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, rounds: int = 1) -> str:
     head = (f"GPT training step: {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, seq {sizes.seq}, "
             f"batch {sizes.batch}, vocab {sizes.vocab}, f32, AdamW; median of {sizes.steps} steps after "
-            f"{sizes.warmup} warm-up; peak memory = VmHWM per process; losses vs {reference}")
+            f"{sizes.warmup} warm-up{f' x {rounds} rounds' if rounds > 1 else ''}; peak memory = VmHWM per "
+            f"process; losses vs {reference}")
     rows = ["| contender | procs | median ms | min ms | tokens/s | peak MiB per process | step-1 loss | "
             "final loss | final vs ref | vs best torch | vs JAX |", "|" + "---|" * 11]
     for name in (n for n in CONTENDERS if n in results):
@@ -178,22 +186,49 @@ def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None) -> st
     return head + "\n" + "\n".join(rows)
 
 
+def pooled(rounds: list[dict], sizes: Sizes) -> dict:
+    """The contenders' records of several rounds as one: every round's timed steps pooled (median, min and
+    tokens/s over them), the highest peak memory of each process, the losses of the first round (checked
+    equal in every round: same start, same batches) and each round's median apart (`round_medians_s`)."""
+    out = {}
+    for name in rounds[0]:
+        runs = [r[name] for r in rounds if name in r]
+        times = [t for run in runs for t in run["times"]]
+        median = statistics.median(times)
+        out[name] = {**runs[0], "times": times, "median_s": median, "min_s": min(times),
+                     "tokens_per_s": sizes.tokens / median, "round_medians_s": [run["median_s"] for run in runs],
+                     "peak_rss_mib": [max(peaks) for peaks in zip(*(run["peak_rss_mib"] for run in runs))]}
+    return out
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     sizes = args.sizes
-    results, notes, failures = run_all(args)
+    rounds, failures = [], []
+    for i in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {i + 1} of {args.rounds}", flush=True)
+        results, notes, failed = run_all(args)
+        rounds.append(results)
+        failures += failed
+        for name, entry in results.items():
+            first = rounds[0].get(name, entry)["losses"]
+            if any(abs(a - b) > 1e-6 * abs(b) for a, b in zip(entry["losses"], first)):
+                failures.append(f"{name}: round {i + 1}'s losses differ from round 1's (same start, same data)")
+    results = pooled(rounds, sizes)
     reference, mismatches = check_losses(results)
     ratio = ratios(results)
     if results:
-        print(table(sizes, results, ratio, reference))
+        print(table(sizes, results, ratio, reference, args.rounds))
     for name, why in notes["skipped"].items():
         print(f"{name}: skipped ({why})")
     failures += mismatches
     if args.json:
         Path(args.json).write_text(json.dumps({
             "sizes": asdict(sizes), "tokens_per_step": sizes.tokens, "cores": os.cpu_count(),
-            "load_average": os.getloadavg(), "reference": reference, "first_loss_rtol": FIRST_LOSS_RTOL,
-            "contenders": results, "ratios": ratio, **notes, "failures": failures}, indent=1))
+            "load_average": os.getloadavg(), "rounds": args.rounds, "reference": reference,
+            "first_loss_rtol": FIRST_LOSS_RTOL, "contenders": results, "ratios": ratio, **notes,
+            "failures": failures}, indent=1))
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     return 1 if failures else 0
