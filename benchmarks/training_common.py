@@ -84,12 +84,18 @@ def batches(sizes: Sizes):
     return [make(generator, sizes.batch, sizes.seq, sizes.vocab) for _ in range(sizes.warmup + sizes.steps)]
 
 
-def peak_rss_mib(pid: int | str = "self") -> float:
-    """The peak resident set of a process (`VmHWM` of /proc/<pid>/status), MiB."""
+def status_mib(pid: int | str, field: str) -> float:
+    """A memory field of /proc/<pid>/status (kB there), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """The peak resident set of a process (`VmHWM` of /proc/<pid>/status), MiB. It counts the pages of shared
+    memory the process touched too (an MPI shared-memory window of a Slicer rank: `RssShmem` now)."""
+    return status_mib(pid, "VmHWM")
 
 
 def record(name: str, sizes: Sizes, times: list[float], losses: list[float], peak_mib: list[float],

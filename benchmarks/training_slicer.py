@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from training_common import (ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib, record,  # noqa: E402
-                             write)
+                             status_mib, write)
 
 import slicer  # noqa: E402
 from slicer import strategies  # noqa: E402
@@ -49,9 +49,9 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def rank_peaks(root: int) -> list[float]:
-    """VmHWM (MiB) of every rank process under the job started as `root` (mpiexec, whose own command line
-    names the rank program too), in pid order."""
+def rank_memory(root: int) -> list[tuple[float, float]]:
+    """(VmHWM, RssShmem) in MiB of every rank process under the job started as `root` (mpiexec, whose own
+    command line names the rank program too), in pid order."""
     tree, peaks = _children(), []
     pending = list(tree.get(root, ()))
     while pending:
@@ -62,8 +62,8 @@ def rank_peaks(root: int) -> list[float]:
         except OSError:
             continue
         if RANK_PROGRAM.encode() in command:
-            peaks.append((pid, peak_rss_mib(pid)))
-    return [peak for _, peak in sorted(peaks)]
+            peaks.append((pid, (peak_rss_mib(pid), status_mib(pid, "RssShmem"))))
+    return [memory for _, memory in sorted(peaks)]
 
 
 def run_strategy(step, strategy: str, sizes: Sizes, data) -> dict:
@@ -79,11 +79,12 @@ def run_strategy(step, strategy: str, sizes: Sizes, data) -> dict:
             loss = float(session.step(idx, targets))
             times.append(time.perf_counter() - begin)
             losses.append(loss)
-        peaks = rank_peaks(session.job.process.pid)
-    if len(peaks) != 2:
-        raise SystemExit(f"found {len(peaks)} rank processes of the {strategy} session, expected 2")
-    return record(f"slicer_{strategy}", sizes, times, losses, peaks, processes=2, mesh=str(mesh),
-                  partition_s=partitioned, session_start_s=started)
+        memory = rank_memory(session.job.process.pid)
+    if len(memory) != 2:
+        raise SystemExit(f"found {len(memory)} rank processes of the {strategy} session, expected 2")
+    return record(f"slicer_{strategy}", sizes, times, losses, [peak for peak, _ in memory], processes=2,
+                  shared_memory_mib=[shared for _, shared in memory], mesh=str(mesh), partition_s=partitioned,
+                  session_start_s=started)
 
 
 def main(argv: list[str]) -> None:
