@@ -45,3 +45,18 @@ def test_training_benchmark_smoke(tmp_path):
     assert all("vs_best_torch" in results["ratios"][name] for name in SLICER)
     assert all(("vs_jax" in results["ratios"][name]) == has_jax for name in SLICER)
     assert "| slicer_fsdp | 2 |" in done.stdout
+
+
+def test_a_first_step_loss_off_by_more_than_the_tolerance_fails_the_run():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import training
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    entry = lambda losses: {"losses": losses}  # noqa: E731
+    results = {"torch_threads": entry([2.0, 1.5]), "slicer_data": entry([2.0 * (1 + 5e-5), 1.6]),
+               "jax_fsdp": entry([2.0 * (1 + 3e-4), 1.5])}
+    reference, bad = training.check_losses(results)
+    assert reference == "torch_threads"
+    assert len(bad) == 1 and bad[0].startswith("jax_fsdp: step-1 loss")
+    assert results["slicer_data"]["final_loss_rel_diff"] == pytest.approx(0.1 / 1.5)
