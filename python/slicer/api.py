@@ -245,7 +245,8 @@ class Program:
             return self.imported.result_names
         with make_context():
             try:
-                func = entry_function(parse_source(self.original, "<text>"), self.graph.entry)
+                module = parse_source(self.original, "<text>")  # held: the bindings do not keep it alive for `func`
+                func = entry_function(module, self.graph.entry)
             except EntryError:
                 return ()
             return tuple(n or "" for n in value_names(func, "result"))

@@ -86,7 +86,11 @@ def _read_step(step, helper: str) -> _Step:
                             "ImportedProgram with arg_roles")
     with make_context():
         try:
-            func = entry_function(ir.Module.parse(step.text), step.entry)
+            # The module held in a variable while its function is read: the bindings do not keep a parsed module
+            # alive for the ops found in it, and a collected module left `func` dangling (a segfault, found by the
+            # fuzzer's training cases).
+            module = ir.Module.parse(step.text)
+            func = entry_function(module, step.entry)
         except (ir.MLIRError, EntryError) as exc:
             raise InvalidTactic(f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}") from None
         shapes = tuple(tuple(t.shape) if isinstance(t, ir.RankedTensorType) and t.has_static_shape else None
