@@ -24,8 +24,9 @@ lit: $(STAMP) bytecode
 	$(VENV)/bin/lit -sv test
 
 # pytest on every core (pytest-xdist workers; test/conftest.py shares one kernel cache between them). A worker
-# that runs out of tests takes some of another's (worksteal): the long tests do not all end up on one.
-PYTEST := $(VENV)/bin/python -m pytest -n auto --dist worksteal
+# that runs out of tests takes some of another's (worksteal): the long tests do not all end up on one. The
+# slowest tests are listed at the end, so every run shows where the suite's time goes.
+PYTEST := $(VENV)/bin/python -m pytest -n auto --dist worksteal --durations=25
 
 pytest: $(STAMP) bytecode
 	$(PYTEST)
