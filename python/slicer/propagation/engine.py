@@ -265,10 +265,7 @@ class _Worklist(RewriteListener):
         it touched: `_changed_at`). Without it, each fusion made the late phase walk and ask every loop again
         (quadratic: most of a ZeRO training step's propagation time)."""
         settled = self.late_settled_before
-        for op in _loops_in(self.function):
-            end = self.key.get(op_id(_last_inside(op)))
-            if end is not None and end < settled:
-                continue
+        for op in self._unsettled_loops(settled):
             key = self.key.get(op_id(op))
             self.late_settled_before = key if key is not None else -math.inf  # lowered by the rewrite's changes
             if _ask(op, journal, LATE_LAWS):
@@ -276,6 +273,30 @@ class _Worklist(RewriteListener):
                 return True
             self.late_settled_before = settled
         return False
+
+    def _unsettled_loops(self, settled: float) -> list[ir.Operation]:
+        """The loops nested in the function, in pre-order, but those whose subtree ends before `settled`, found
+        without entering them (a loop's subtree ends after its nested loops', so those are settled too; most of a
+        training step's loops are, once the late phase has walked them). Nor are the bodies of linalg ops
+        entered: they hold scalar code and no loop, and are most of a program's ops."""
+        found: list[ir.Operation] = []
+        root = self.function
+
+        def visit(op):
+            name = op.name
+            if name == LOOP:
+                loop_op = as_op(op)
+                if loop_op != root:
+                    end = self.key.get(op_id(_last_inside(loop_op)))
+                    if end is not None and end < settled:
+                        return ir.WalkResult.SKIP
+                    found.append(loop_op)
+            elif name.startswith(LINALG_PREFIX):
+                return ir.WalkResult.SKIP
+            return ir.WalkResult.ADVANCE
+
+        as_op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
+        return found
 
     def _changed_at(self, key: float) -> None:
         """A rewrite changed the program at `key` (an op erased, moved, made or given new operands there)."""
@@ -386,23 +407,6 @@ class _Worklist(RewriteListener):
             self.key[op_id(op)] = key
             bisect.insort(self.keys, key)
         return fresh
-
-
-def _loops_in(root: ir.Operation) -> list[ir.Operation]:
-    """The loops nested in `root`, in pre-order (what `walk_ops(root, LOOP)` finds), without entering the
-    bodies of linalg ops, which hold scalar code and no loop: most of a program's ops."""
-    found: list[ir.Operation] = []
-
-    def visit(op):
-        name = op.name
-        if name == LOOP:
-            found.append(as_op(op))
-        elif name.startswith(LINALG_PREFIX):
-            return ir.WalkResult.SKIP
-        return ir.WalkResult.ADVANCE
-
-    as_op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
-    return [op for op in found if op != root]
 
 
 def _last_inside(op: ir.Operation) -> ir.Operation:
