@@ -92,6 +92,8 @@ class TwoHosts:
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
+    # Two "hosts" need network namespaces, which only root can make (issue 27: skipped elsewhere, with the reason;
+    # this machine and CI run as root, so the test runs there).
     reason = _why_not()
     if reason:
         pytest.skip(f"multi-host test {reason}")
@@ -99,7 +101,7 @@ def two_hosts(tmp_path_factory):
     try:
         try:
             hosts.create()
-        except OSError as exc:
+        except OSError as exc:  # root in a container without CAP_NET_ADMIN: `ip netns add` fails, nothing to test on
             pytest.skip(f"network namespaces are not available here: {exc}")
         yield hosts
     finally:
