@@ -93,7 +93,7 @@ class TwoHosts:
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
     # Two "hosts" need network namespaces, which only root can make (issue 27: skipped elsewhere, with the reason;
-    # this machine and CI run as root, so the test runs there).
+    # this machine runs its tests as root, so the test runs here).
     reason = _why_not()
     if reason:
         pytest.skip(f"multi-host test {reason}")
