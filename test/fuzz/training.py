@@ -18,6 +18,8 @@ final parameter differs from torch's by more than `TOLERANCE`, relative); `hang`
 
 from __future__ import annotations
 
+import functools
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -49,10 +51,7 @@ class TrainingCase:
 
     @property
     def devices(self) -> int:
-        n = 1
-        for s in self.mesh.values():
-            n *= s
-        return n
+        return math.prod(self.mesh.values())
 
     def to_json(self) -> dict:
         return {"training": asdict(self)}
@@ -167,39 +166,13 @@ def strategy_tactics(case: TrainingCase, step, megatron: dict):
     return st.data_parallel(step, "x") + tactics if case.strategy == "data+megatron" else tactics
 
 
-def torch_steps(model, loss_fn, batch, optimizer, steps: int):
-    """(losses, final parameters by name): torch eager with the torch.optim optimizer `optimizer` stands for."""
-    import copy
+@functools.lru_cache(maxsize=None)
+def reference():
+    """examples/torch/train_step.py: the torch eager steps (`torch_steps`, with the torch.optim optimizer a slicer
+    optimizer stands for) and the error measure (`relative_error`) the training tests use too."""
+    from example_modules import load  # test/: on the worker's path
 
-    import torch
-
-    import slicer
-
-    model = copy.deepcopy(model)
-    params = list(model.parameters())
-    if isinstance(optimizer, slicer.SGD):
-        opt = torch.optim.SGD(params, optimizer.lr, momentum=optimizer.momentum,
-                              weight_decay=optimizer.weight_decay, foreach=False)
-    else:
-        opt = torch.optim.AdamW(params, optimizer.lr, betas=optimizer.betas, eps=optimizer.eps,
-                                weight_decay=optimizer.weight_decay, foreach=False)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
-
-
-def relative_error(got, want) -> float:
-    import numpy as np
-
-    want = np.asarray(want, np.float64)
-    diff = float(np.linalg.norm(np.asarray(got, np.float64) - want))
-    norm = float(np.linalg.norm(want))
-    return diff / norm if norm else diff
+    return load("torch/train_step.py", "train_step")
 
 
 def execute_training(case: TrainingCase, *, mpi: bool = False, mpi_timeout: float = 120.0,
@@ -216,7 +189,7 @@ def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool
     import slicer
 
     model, loss_fn, batch, optimizer, megatron = build(case)
-    want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, case.steps)
+    want_losses, want_params = reference().torch_steps(model, loss_fn, batch, optimizer, case.steps)
     try:
         step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
     except Exception as exc:  # noqa: BLE001 - classified
@@ -237,8 +210,9 @@ def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool
             return _error(exc, f"train-run-{stage}", run_stage=True)
         if corrupt:
             losses[0] += 1e-2 * (1 + abs(losses[0]))
-        worst = max([relative_error(g, w) for g, w in zip(losses, want_losses)]
-                    + [relative_error(state[n], w) for n, w in want_params.items()])
+        error = reference().relative_error
+        worst = max([error(g, w) for g, w in zip(losses, want_losses)]
+                    + [error(state[n], w) for n, w in want_params.items()])
         if not worst <= TOLERANCE:
             message = f"{case.reproducer().splitlines()[0]}: largest relative error {worst:.3g} (losses {losses} " \
                       f"vs torch {want_losses})"
