@@ -191,11 +191,15 @@ class RankJob:
 
     def _lost(self, rank: int) -> str:
         """What to say when rank `rank`'s connection closed without a reply: the ranks whose process is already
-        gone (looked at before mpiexec ends the others), else `rank`."""
+        gone, else `rank`. Looked at before mpiexec ends the others, this names the rank that died; on a loaded
+        machine mpiexec may have ended the others already, and which died first cannot be told from outside
+        (their processes are mpiexec's children, both were killed), so every gone rank is named."""
         gone = [r for r, pid in enumerate(self.pids) if pid is not None and not _alive(pid)]
-        named = gone if gone and len(gone) < self.ranks else [rank]
-        return (f"{_ranks(named)} of the job of {self.ranks} ranks went away (the process ended without replying: "
-                f"killed or crashed); the job was ended:\n{self._stderr_tail()}")
+        named = gone or [rank]
+        what = ("the process ended without replying: killed or crashed" if len(named) == 1 else
+                "their processes ended without replying: one was killed or crashed and mpiexec ended the others")
+        return (f"{_ranks(named)} of the job of {self.ranks} ranks went away ({what}); the job was ended:\n"
+                f"{self._stderr_tail()}")
 
     def _fail(self, message: str):
         self._failed = message.splitlines()[0] if message else "failed"
