@@ -122,9 +122,10 @@ def _toolchain_fingerprint() -> str:
     return ";".join(parts)
 
 
-_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel_graph.py"})
+_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel.py", "kernel_graph.py"})
 """Modules of this package that do not shape a compiled kernel (cutting programs into kernels, the JIT, the
-cache's storage); every other module does, including modules added later (the safe default)."""
+cache's storage, calling a loaded kernel); every other module does, including modules added later (the safe
+default)."""
 _SHAPING_ELSEWHERE = (linalg_facts,)
 """Modules outside this package whose code shapes a kernel: the linalg facts the generators classify ops by."""
 

@@ -101,6 +101,24 @@ def test_descriptor_cache_follows_the_arrays_passed(library):
     np.testing.assert_array_equal(scale(a, a), a * a)
 
 
+def test_descriptor_cache_keeps_no_array_alive(library):
+    """A slot remembers its arrays weakly: the blocks a runtime passes once (every intermediate of a training
+    step) are freed when the caller drops them, and a new array at a freed address computes on its own data."""
+    import gc
+    import weakref
+
+    scale = library["scale"]
+    a = np.full((4, 6), 2.0, np.float32)
+    out = scale(a, a)
+    refs = [weakref.ref(a), weakref.ref(out)]
+    del a, out
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    for value in range(3):
+        x = np.full((4, 6), value, np.float32)
+        np.testing.assert_array_equal(scale(x, x), x * x)
+
+
 def test_uncached_call_matches(library):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     out = np.empty_like(a)
