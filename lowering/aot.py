@@ -429,7 +429,9 @@ def _link(obj: Path, library: Path) -> None:
     # The kernels' allocator (workspace.py): large temporaries are reused across calls.
     workspace = obj.with_name("workspace.c")
     workspace.write_text(WORKSPACE_SOURCE)
-    args = ["-shared", "-O2", "-fPIC", "-o", str(library), str(obj), str(workspace), "-lpthread"]
+    # -Bsymbolic: a kernel's calls of its own functions bind inside the library. Without it a kernel named
+    # like a function of an already loaded library (`times`, `exp` of libc) called that one instead.
+    args = ["-shared", "-O2", "-fPIC", "-Wl,-Bsymbolic", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)

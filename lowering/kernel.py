@@ -24,6 +24,7 @@ step's last 4 runs alive, most of a rank's 2.5-3.1 GiB.
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from slicer.core.errors import KernelAssertionError, KernelError
+
+from .workspace import WORKSPACE_SHARE, WORKSPACE_STATE
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
 SLOT_CACHE_SIZE = 4
@@ -251,6 +254,27 @@ class BoundCall:
             self._check(self.kernel.name)
 
 
+_workspace: list[int] = []  # the address of the process's temporaries cache (the first library's)
+_workspace_lock = threading.Lock()
+
+
+def share_workspace(handle: ctypes.CDLL) -> None:
+    """Make a loaded library's allocator use the process's one cache of temporaries (workspace.py): the first
+    library's, which every later one is pointed at. Libraries built before the cache was shared have no hook
+    and keep their own."""
+    try:
+        state, share = getattr(handle, WORKSPACE_STATE), getattr(handle, WORKSPACE_SHARE)
+    except AttributeError:
+        return
+    state.argtypes, state.restype = [], ctypes.c_void_p
+    share.argtypes, share.restype = [ctypes.c_void_p], None
+    with _workspace_lock:
+        if not _workspace:
+            _workspace.append(state())
+        else:
+            share(_workspace[0])
+
+
 class KernelLibrary:
     """The kernels of one compiled module, loaded from one shared object."""
 
@@ -264,6 +288,7 @@ class KernelLibrary:
             self.handle = ctypes.CDLL(str(self.path))
         except OSError as exc:
             raise KernelError(f"cannot load {self.path}: {exc}") from None
+        share_workspace(self.handle)
         self.assert_messages: tuple[str, ...] = tuple(meta.get("asserts", ()))
         self.check_asserts = self._status_checker() if self.assert_messages else None
         self.kernels: dict[str, Kernel] = {}
