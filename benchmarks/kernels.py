@@ -53,6 +53,11 @@ def parse_args() -> argparse.Namespace:
 ARGS = parse_args()
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(ARGS.numpy_threads)
+# Set on some machines for old OpenBLAS builds, these make a current one run an older, slower kernel (AVX2
+# Haswell instead of AVX-512 SkylakeX: numpy at ~125 instead of ~215-265 GFLOP/s); numpy runs without them,
+# as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/kernels.py` would. Unset before numpy
+# loads OpenBLAS, which reads them once; the JSON records what was unset and the core OpenBLAS chose.
+UNSET_OPENBLAS = {_var: os.environ.pop(_var) for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if _var in os.environ}
 
 import numpy as np  # noqa: E402 - after the thread limits
 
@@ -230,11 +235,29 @@ def contraction_cases(quick: bool) -> list[tuple]:
 # ---------------------------------------------------------------------------------------------------
 
 
+def openblas_core() -> str:
+    """The kernel family numpy's OpenBLAS runs on this CPU (e.g. SkylakeX, Haswell), or "unknown"."""
+    import ctypes
+    import glob
+
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
+        library = ctypes.CDLL(path)
+        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            function = getattr(library, symbol, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return "unknown"
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     results: dict = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": ARGS.reps,
                      "numpy_threads": ARGS.numpy_threads, "clock": "thread cpu" if CLOCK is time.thread_time else "wall",
-                     "load_average": os.getloadavg(), "contractions": [], "chains": [], "other": []}
+                     "load_average": os.getloadavg(), "openblas_unset": UNSET_OPENBLAS,
+                     "openblas_core": openblas_core(), "contractions": [], "chains": [], "other": []}
+    print(f"numpy's OpenBLAS core: {results['openblas_core']}" +
+          (f" (unset for this run: {', '.join(f'{k}={v}' for k, v in UNSET_OPENBLAS.items())})" if UNSET_OPENBLAS else ""))
     cases = contraction_cases(ARGS.quick)
     elements = 1 << 22 if ARGS.quick else 1 << 24
     rows, cols = elements // 1024, 1024

@@ -122,9 +122,10 @@ def _toolchain_fingerprint() -> str:
     return ";".join(parts)
 
 
-_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel_graph.py"})
+_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel.py", "kernel_graph.py"})
 """Modules of this package that do not shape a compiled kernel (cutting programs into kernels, the JIT, the
-cache's storage); every other module does, including modules added later (the safe default)."""
+cache's storage, calling a loaded kernel); every other module does, including modules added later (the safe
+default)."""
 _SHAPING_ELSEWHERE = (linalg_facts,)
 """Modules outside this package whose code shapes a kernel: the linalg facts the generators classify ops by."""
 
@@ -428,7 +429,9 @@ def _link(obj: Path, library: Path) -> None:
     # The kernels' allocator (workspace.py): large temporaries are reused across calls.
     workspace = obj.with_name("workspace.c")
     workspace.write_text(WORKSPACE_SOURCE)
-    args = ["-shared", "-O2", "-fPIC", "-o", str(library), str(obj), str(workspace), "-lpthread"]
+    # -Bsymbolic: a kernel's calls of its own functions bind inside the library. Without it a kernel named
+    # like a function of an already loaded library (`times`, `exp` of libc) called that one instead.
+    args = ["-shared", "-O2", "-fPIC", "-Wl,-Bsymbolic", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)

@@ -13,10 +13,10 @@ Collectives are nonblocking (`schedule`): each starts as soon as its input is re
 where its output is first needed, so it overlaps the kernels in between (in sequence-parallel attention, the
 gather of V runs while the scores are computed from Q and the gathered K). The schedule is computed once per
 graph and is the same on every rank, so every rank starts the collectives of a communicator in the same order,
-as MPI requires. While collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
-progresses them (MPICH has no progress thread). Each collective node has its own buffers (a
-`StepRunner`), reused by every run; a collective's output block is reused too unless it is a result of the
-graph. Results are the same bits as with `overlap=False` (every collective waited for where it stands):
+as MPI requires. While MPI collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
+progresses them (MPICH has no progress thread); shared-memory ones need no progress calls. Each collective
+node has its own buffers (a `StepRunner`), reused by every run; a collective's output block is reused too
+unless it is a result of the graph. Results are the same bits as with `overlap=False` (every collective waited for where it stands):
 data movement is exact, and reductions use the same nonblocking MPI call either way.
 """
 
@@ -98,6 +98,12 @@ def kernels_from_sources(graph: KernelGraph, sources: dict) -> tuple[dict, str]:
             libraries[key] = KernelLibrary(entry.library, entry.meta, cache_hit=True, compile_seconds=0.0)
         kernels[name] = libraries[key][source["kernel"]]
     return kernels, sources["backend"]
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """`array` when C-contiguous (almost always: kernels and collectives write fresh contiguous blocks), else
+    a contiguous copy; cheaper than `np.require` on the hot path."""
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
 @dataclass(frozen=True)
@@ -205,21 +211,22 @@ class RankExecutor:
         events = []
         self.buffers.start(env)
         in_flight: dict[int, object] = {}
+        progressed: dict[int, object] = {}  # the MPI ones: shared-memory steps move their data in wait()
         nodes, labels, perf = graph.nodes, self.labels, time.perf_counter
         for action in self.actions:
             index = action.node
             node = nodes[index]
             start = perf()
             if action.kind == KERNEL:
-                args = [np.require(env[v], requirements="C") for v in node.inputs]
+                args = [_contiguous(env[v]) for v in node.inputs]
                 if node.needs_coords:
                     args.append(self.coords)
                 out = self.kernels[node.name](*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
                 end = perf()
-                if in_flight:  # let MPI progress the collectives in flight
-                    for pending in in_flight.values():
+                if progressed:  # let MPI progress the collectives in flight
+                    for pending in progressed.values():
                         pending.test()
                 events.append(Event(index, labels[index], KERNEL, start, end))
                 self.buffers.step(index, env)
@@ -228,12 +235,15 @@ class RankExecutor:
                     self.comm.Barrier()
                 waited = perf()
                 program = self.programs[index]
-                in_flight[index] = program.start(np.require(env[node.input], requirements="C"), program.owned_out)
+                pending = in_flight[index] = program.start(_contiguous(env[node.input]), program.owned_out)
+                if pending.requests:
+                    progressed[index] = pending
                 end = perf()
                 parts = {"skew": waited - start, "pack": end - waited} if timed else {"pack": end - waited}
                 events.append(Event(index, labels[index], START, start, end, parts))
             else:
                 pending = in_flight.pop(index)
+                progressed.pop(index, None)
                 env[node.output] = pending.wait()
                 events.append(Event(index, labels[index], WAIT, start, perf(),
                                     {"transfer": pending.phases.transfer, "unpack": pending.phases.unpack}))

@@ -33,6 +33,7 @@ class ResidentRank:
         self.rank = self.executor.rank
         self.resident: dict[int, np.ndarray] = {}
         self.steps = 0
+        self.events: list = []  # the last step's timeline (`timings.Event`s), for profiles
 
     def put(self, blocks: Mapping[int, np.ndarray]) -> None:
         """Make these argument blocks resident (replacing any held), checked against their local shapes."""
@@ -51,7 +52,7 @@ class ResidentRank:
             else:
                 raise InputError(f"rank {self.rank}: argument #{index} ({self.graph.args[index]}) is neither "
                                  "resident nor given to this step")
-        results, _ = self.executor.run(blocks)
+        results, self.events = self.executor.run(blocks)
         self.steps += 1
         returned = {}
         for index, block in enumerate(results):

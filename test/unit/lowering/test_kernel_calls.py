@@ -101,6 +101,24 @@ def test_descriptor_cache_follows_the_arrays_passed(library):
     np.testing.assert_array_equal(scale(a, a), a * a)
 
 
+def test_descriptor_cache_keeps_no_array_alive(library):
+    """A slot remembers its arrays weakly: the blocks a runtime passes once (every intermediate of a training
+    step) are freed when the caller drops them, and a new array at a freed address computes on its own data."""
+    import gc
+    import weakref
+
+    scale = library["scale"]
+    a = np.full((4, 6), 2.0, np.float32)
+    out = scale(a, a)
+    refs = [weakref.ref(a), weakref.ref(out)]
+    del a, out
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    for value in range(3):
+        x = np.full((4, 6), value, np.float32)
+        np.testing.assert_array_equal(scale(x, x), x * x)
+
+
 def test_uncached_call_matches(library):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     out = np.empty_like(a)
@@ -158,3 +176,39 @@ func.func @twice(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor
     if shutil.which("nm"):
         exported = subprocess.run(["nm", "-D", "--defined-only", str(library.path)], capture_output=True, text=True).stdout
         assert "_mlir_memref_to_llvm_alloc" not in exported
+
+
+def test_libraries_share_one_cache_of_temporaries(cache_dir):
+    """Every loaded library's allocator uses the process's one cache (workspace.py): a 4 MiB temporary freed
+    by one library's kernel is handed to another library's kernel, and both compute right. `times` is also
+    the name of a libc function: the kernel calls its own (linked -Bsymbolic), not libc's, which wrote into
+    its input."""
+    import ctypes
+
+    from slicer.lowering import compile_library
+    from slicer.lowering.workspace import WORKSPACE_STATE
+
+    template = """
+func.func @{name}(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {{
+  %t = arith.{op} %a, %b : tensor<1024x1024xf32>
+  %e = tensor.empty() : tensor<1024x1024xf32>
+  %tt = linalg.transpose ins(%t : tensor<1024x1024xf32>) outs(%e : tensor<1024x1024xf32>) permutation = [1, 0]
+  %r = arith.addf %tt, %a : tensor<1024x1024xf32>
+  return %r : tensor<1024x1024xf32>
+}}
+"""
+    plus = compile_library(template.format(name="plus", op="addf"), cache_dir=cache_dir)
+    times = compile_library(template.format(name="times", op="mulf"), cache_dir=cache_dir)
+    assert plus.path != times.path
+    states = []
+    for library in (plus, times):
+        state = getattr(library.handle, WORKSPACE_STATE)
+        state.restype = ctypes.c_void_p
+        states.append(state())
+    assert states[0] == states[1]
+    a, b = np.random.default_rng(4).standard_normal((2, 1024, 1024), dtype=np.float32)
+    a0 = a.copy()
+    for _ in range(2):
+        np.testing.assert_array_equal(plus["plus"](a, b), (a0 + b).T + a0)
+        np.testing.assert_array_equal(times["times"](a, b), (a0 * b).T + a0)
+    np.testing.assert_array_equal(a, a0)

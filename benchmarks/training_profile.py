@@ -1,0 +1,300 @@
+"""Where the GPT training step of `training.py` spends its time on Slicer's ranks, per kernel kind, next to
+torch's per-op profile of the same step.
+
+    python benchmarks/training_profile.py data [--steps 5] [--json profile.json]
+    python benchmarks/training_profile.py data,fsdp,megatron --torch     # and torch's profile (1 process, 1 thread,
+                                                                         # half the batch: a DDP rank's work)
+
+The driver imports and partitions the step as `training_slicer.py` does, compiles its kernels, then runs it on
+2 MPI ranks (this file's `--worker` mode: a `ResidentRank` per rank, as a session's rank runs it) and reads
+each step's timeline (`ResidentRank.events`: one event per kernel, collective start and wait). Per kernel kind
+(`kernel_kinds`: contractions, row kernels, the optimizer's elementwise update, other elementwise or copies;
+the kind read from the kernel's MLIR), collective (start, i.e. packing and publishing; wait, i.e. transfer
+and unpacking) and the Python time between actions (the executor's own overhead), the median over steps of
+rank 0's seconds; plus each rank's VmHWM and what the executor holds (collective buffers, shared windows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib  # noqa: E402
+
+_FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
+
+
+def kernel_bodies(mlir: str) -> dict[str, str]:
+    """Each function of the kernel module's text by name."""
+    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(mlir)]
+    return {name: mlir[s:(starts[i + 1][0] if i + 1 < len(starts) else len(mlir))]
+            for i, (s, name) in enumerate(starts)}
+
+
+def kernel_kind(body: str) -> str:
+    """What a kernel mostly does, from its MLIR: "contraction" (a reduction over a product of two
+    operands), "optimizer" (sqrt and division over many operands: AdamW's update), "row" (a reduction that
+    is not a contraction: softmax, layernorm, their backward, sums of gradients over rows), "elementwise"
+    (a map with arithmetic), "copy" (data movement only: transposes, slices, concatenations)."""
+    reduction = "reduction" in body
+    contraction = reduction and bool(re.search(r"arith\.mulf[^\n]*\n[^\n]*arith\.addf", body))
+    if "linalg.matmul" in body or "linalg.batch_matmul" in body or contraction:
+        return "contraction"
+    if "math.sqrt" in body and "arith.divf" in body and not reduction:
+        return "optimizer"
+    if reduction:
+        return "row"
+    if re.search(r"arith\.(mulf|addf|subf|divf)|math\.", body):
+        return "elementwise"
+    return "copy"
+
+
+# -- driver ------------------------------------------------------------------------------------------------
+def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
+    """The strategy's program partitioned, its kernels compiled, and what the ranks need, as a picklable job.
+    `split_ops`: one kernel per linalg op (`lowering.cut` forced to cut after every op), so that each kernel
+    event is one op of the step (elementwise chains lose their fusion)."""
+    import slicer
+    from slicer.lowering import CollectiveNode, cut
+    from slicer.runtime.executor import kernel_sources, load_kernels
+    from training_slicer import tactics_for
+
+    saved = cut.MAX_OPS
+    cut.MAX_OPS = 1 if split_ops else saved
+    try:
+        mesh, tactics = tactics_for(step, strategy)
+        program = slicer.compile(step, mesh=mesh, tactics=tactics)
+    finally:
+        cut.MAX_OPS = saved
+    plan = program._session_plan(None)
+    graph = plan.graph
+    start = time.perf_counter()
+    kernels, backend = load_kernels(graph)
+    compiled = time.perf_counter() - start
+    bodies = kernel_bodies(graph.kernels_mlir)
+    kinds = {n.name: kernel_kind(bodies.get(n.name, "")) for n in graph.nodes if not isinstance(n, CollectiveNode)}
+    ranks = graph.mesh.device_count
+    return {"graph": graph.to_json(), "sources": kernel_sources(kernels, backend), "feeds": dict(plan.feeds),
+            "kinds": kinds, "compile_s": compiled, "bodies": bodies,
+            "state": [{i: plan.block(a, i, r) for i, a in plan.state.items()} for r in range(ranks)],
+            "batches": [[{i: plan.block(a, i, r) for i, a in plan.checked_inputs([b.numpy() for b in batch]).items()}
+                         for r in range(ranks)] for batch in data]}
+
+
+def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
+    """Run `job` on its ranks; every rank's report (`worker`)."""
+    from slicer.runtime.mpiexec import run_spmd
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "job.pickle"
+        path.write_bytes(pickle.dumps({**job, "warmup": warmup, "clock": clock}))
+        done = run_spmd(2, [sys.executable, str(Path(__file__).resolve()), "--worker", str(path)], timeout=3600)
+        if done.returncode != 0:
+            raise SystemExit(f"the profile's ranks failed:\n{str(done.stderr)[-4000:]}")
+        return [json.loads(Path(f"{path}.{r}.json").read_text()) for r in range(2)]
+
+
+# -- ranks -------------------------------------------------------------------------------------------------
+def held_bytes(rank_program) -> dict:
+    """What the rank's executor holds besides the blocks of values: collective output blocks it owns, MPI
+    pack/receive buffers, shared-memory windows (this rank's part); and the resident state's blocks."""
+    owned = packed = shared = 0
+    for program in rank_program.executor.programs.values():
+        owned += program.owned_out.nbytes if program.owned_out is not None else 0
+        packed += sum(b.nbytes for b in (program.send, program.recv) if b is not None)
+        if program.shm is not None:
+            shared += sum(s.data.shape[1] + s.data2.shape[1] + 192 for s in program.shm.segments)
+    state = sum(b.nbytes for b in rank_program.resident.values())
+    return {"collective_out_mib": owned / 2**20, "packed_mib": packed / 2**20, "shared_mib": shared / 2**20,
+            "state_mib": state / 2**20, "executor_peak_mib": rank_program.executor.buffers.peak / 2**20}
+
+
+def worker(path: str) -> None:
+    from mpi4py import MPI
+
+    from slicer.lowering import KernelGraph
+    from slicer.runtime.resident import ResidentRank
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    job = pickle.loads(Path(path).read_bytes())
+    if job.get("clock") == "cpu":  # every timestamp of this rank (the executor's events too) in its CPU time
+        time.perf_counter = time.thread_time
+    program = ResidentRank(KernelGraph.from_json(job["graph"]), comm, feeds=job["feeds"], kernel_sources=job["sources"])
+    program.put(job["state"][rank])
+    steps = []
+    for number, batch in enumerate(job["batches"]):
+        comm.Barrier()
+        start = time.perf_counter()
+        program.step(batch[rank])
+        end = time.perf_counter()
+        if number >= job["warmup"]:
+            steps.append({"seconds": end - start, "events": [(e.label, e.kind, e.start - start, e.end - start)
+                                                             for e in program.events]})
+    report = {"rank": rank, "steps": steps, "peak_rss_mib": peak_rss_mib(), "held": held_bytes(program)}
+    Path(f"{path}.{rank}.json").write_text(json.dumps(report))
+    program.close()
+
+
+def categories(step: dict, kinds: dict[str, str]) -> dict[str, float]:
+    """One step's seconds by category: each kernel kind, each collective op's start and wait, and the
+    executor's own time between actions ("python")."""
+    out: dict[str, float] = defaultdict(float)
+    busy = 0.0
+    for label, kind, start, end in step["events"]:
+        busy += end - start
+        if kind == "kernel":
+            out[f"kernel {kinds.get(label, '?')}"] += end - start
+        else:
+            out[f"{label.split()[0]} {kind}"] += end - start
+    out["python between actions"] = step["seconds"] - busy
+    out["total"] = step["seconds"]
+    return out
+
+
+def summary(reports: list[dict], kinds: dict[str, str]) -> dict[str, list[float]]:
+    """Per category, per rank: the median over steps of its seconds."""
+    table: dict[str, list[float]] = {}
+    for r, report in enumerate(reports):
+        per_step = [categories(s, kinds) for s in report["steps"]]
+        for key in set().union(*per_step):
+            table.setdefault(key, [0.0] * len(reports))[r] = statistics.median(p.get(key, 0.0) for p in per_step)
+    return table
+
+
+def top_kernels(reports: list[dict], kinds: dict[str, str], count: int = 30) -> list[tuple[str, str, float]]:
+    """The `count` kernels taking the most time on rank 0 (median over steps, summed over their calls)."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for step in reports[0]["steps"]:
+        sums: dict[str, float] = defaultdict(float)
+        for label, kind, start, end in step["events"]:
+            sums[f"{label} ({kind})"] += end - start
+        for key, value in sums.items():
+            per[key].append(value)
+    ranked = sorted(((k, statistics.median(v)) for k, v in per.items()), key=lambda kv: -kv[1])[:count]
+    return [(k, kinds.get(k.split(" (")[0], "collective"), v) for k, v in ranked]
+
+
+# -- torch -------------------------------------------------------------------------------------------------
+_TORCH_KINDS = (("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
+                ("optimizer", ("_foreach", "adam", "lerp", "addcdiv", "addcmul", "sqrt")),
+                ("row", ("softmax", "layer_norm", "log_softmax", "nll_loss", "sum", "mean", "cross_entropy")),
+                ("copy", ("copy_", "clone", "contiguous", "cat", "index", "embedding", "masked_fill", "fill_",
+                          "zero_", "t", "transpose", "view", "reshape", "permute", "expand", "empty", "slice")))
+
+
+def torch_kind(name: str) -> str:
+    bare = name.removeprefix("aten::")
+    for kind, words in _TORCH_KINDS:
+        substring = kind in ("optimizer", "row")  # their names vary (_foreach_addcdiv_, softmax_backward_data)
+        if any(w in bare if substring else bare in (w, w + "_") for w in words):
+            return kind
+    return "elementwise"
+
+
+def torch_profile(sizes: Sizes, data, steps: int) -> dict:
+    """torch's step (zero_grad, loss, backward, AdamW) on half the batch in one thread (a DDP rank's work but
+    the gradients' all_reduce): self CPU time per op and per kind, median step wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    model = build_model(sizes)
+    optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
+    loss_fn, half = example_module().loss_fn, sizes.batch // 2
+
+    def one(idx, targets):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model, idx[:half], targets[:half])
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for idx, targets in data[:2]:
+        one(idx, targets)
+    times, cpu = [], []
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for idx, targets in data[2:2 + steps]:
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            one(idx, targets)
+            times.append(time.perf_counter() - start)
+            cpu.append(time.thread_time() - start_cpu)
+    ops, kinds = {}, defaultdict(float)
+    for event in prof.key_averages():
+        seconds = event.self_cpu_time_total / 1e6 / len(times)
+        if seconds > 0:
+            ops[event.key] = seconds
+            kinds[torch_kind(event.key)] += seconds
+    return {"step_s": statistics.median(times), "step_cpu_s": statistics.median(cpu), "kinds": dict(kinds),
+            "top": sorted(ops.items(), key=lambda kv: -kv[1])[:20]}
+
+
+def print_profile(name: str, result: dict) -> None:
+    table = result["table"]
+    total = table["total"][0]
+    print(f"\n{name}: median step {total * 1e3:.1f} ms on rank 0 ({table['total'][1] * 1e3:.1f} on rank 1); "
+          f"{len(result['kinds'])} kernels, compiled in {result['compile_s']:.1f} s")
+    print("| category | rank 0 ms | rank 1 ms | share |\n|---|---|---|---|")
+    for key in sorted(table, key=lambda k: -table[k][0]):
+        if key != "total":
+            print(f"| {key} | {table[key][0] * 1e3:.1f} | {table[key][1] * 1e3:.1f} | {table[key][0] / total:.0%} |")
+    print("top kernels / collectives on rank 0:")
+    for label, kind, seconds in result["top"]:
+        print(f"  {seconds * 1e3:8.2f} ms  {label}  [{kind}]")
+    for r, report in enumerate(result["ranks"]):
+        held = ", ".join(f"{k} {v:.0f}" for k, v in report["held"].items())
+        print(f"rank {r}: VmHWM {report['peak_rss_mib']:.0f} MiB; {held}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("strategies", nargs="?", default="data", help="comma-separated: data, fsdp, megatron")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--split-ops", action="store_true", help="one kernel per linalg op (per-op profile)")
+    parser.add_argument("--torch", action="store_true", help="also torch's per-op profile of the same step")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the ranks' thread CPU time (robust to other load; waiting asleep counts 0), and "
+                        "torch's step in CPU time too")
+    parser.add_argument("--json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    import slicer
+
+    sizes = Sizes(warmup=2, steps=args.steps)
+    data = batches(sizes)
+    out = {"load": os.getloadavg()}
+    if args.torch:
+        out["torch"] = torch_profile(sizes, data, args.steps)
+        print(f"torch, 1 thread, half batch: {out['torch']['step_s'] * 1e3:.1f} ms wall, "
+              f"{out['torch']['step_cpu_s'] * 1e3:.1f} ms CPU; by kind (profiler, wall ms): " +
+              ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(out["torch"]["kinds"].items(), key=lambda kv: -kv[1])))
+        for key, seconds in out["torch"]["top"]:
+            print(f"  {seconds * 1e3:8.2f} ms  {key}")
+    optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
+    step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=optimizer)
+    for strategy in args.strategies.split(","):
+        job = prepare(strategy, sizes, data, step, args.split_ops)
+        reports = run_job(job, sizes.warmup, args.clock)
+        result = {"table": summary(reports, job["kinds"]), "top": top_kernels(reports, job["kinds"]),
+                  "kinds": job["kinds"], "compile_s": job["compile_s"], "ranks": reports}
+        print_profile(strategy, result)
+        out[strategy] = {k: v for k, v in result.items() if k != "ranks"} | {"bodies": job["bodies"]} | {
+            "ranks": [{k: v for k, v in r.items() if k != "steps"} for r in reports]}
+    if args.json:
+        Path(args.json).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
