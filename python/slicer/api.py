@@ -43,6 +43,7 @@ from slicer.runtime.rank_pool import keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
+from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.collective_matmul import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
@@ -375,10 +376,14 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
 
 def _overlap_passes(module: ir.Module) -> None:
     """The schedule's rewrites of the SPMD program, each unless its environment variable turns it off:
-    contractions split so their collectives overlap (`SLICER_COLLECTIVE_MATMUL`, slicer-collective-matmul)."""
+    contractions split so their collectives overlap (`SLICER_COLLECTIVE_MATMUL`, slicer-collective-matmul), then
+    all_reduces bucketed (`SLICER_BUCKETS`, slicer-bucket-collectives)."""
     chunks = collective_matmul_env()
     if chunks is not None:
         run_pipeline(module, f"slicer-collective-matmul{{chunks={chunks}}}")
+    bucket = bucket_env()
+    if bucket is not None:
+        run_pipeline(module, f"slicer-bucket-collectives{{bucket-bytes={bucket}}}")
 
 
 def _say_degraded(module: ir.Module, strict: bool) -> None:

@@ -82,6 +82,11 @@ def set_dist(op, text: str | None) -> None:
         op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(text)])
 
 
+def as_op(x) -> ir.Operation:
+    """An `ir.Operation` from an op view or an operation."""
+    return x.operation if isinstance(x, ir.OpView) else x
+
+
 def owner_op(value: ir.Value) -> ir.Operation | None:
     if isinstance(value.owner, ir.Block):
         return None
