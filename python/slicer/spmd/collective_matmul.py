@@ -156,7 +156,7 @@ def decide(found: Candidate, grid_table: dict, model: CostModel, forced: int) ->
         return latency + (whole - latency) / k
 
     def extra_of(k: int) -> float:
-        copies = 2 * tensor_bytes(result) + (k - 1) * reread
+        copies = tensor_bytes(result) + (k - 1) * reread  # the assembly, and operands packed again
         return copies / MEMORY_BANDWIDTH + 2 * (k - 1) * KERNEL_OVERHEAD
 
     return choose_chunks(flops / KERNEL_FLOPS, comm_of, extra_of, candidates).chunks
