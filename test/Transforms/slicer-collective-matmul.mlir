@@ -1,5 +1,7 @@
 // RUN: slicer-opt %s -split-input-file -p 'slicer-collective-matmul{chunks=2}' | FileCheck %s
 // The cost model (built-in figures) splits a large contraction and leaves a tiny one whole:
+// Chunks stay apart when all_reduces are bucketed afterwards:
+// RUN: slicer-opt %s -split-input-file -p 'slicer-collective-matmul{chunks=2},slicer-bucket-collectives' | FileCheck %s
 // RUN: env SLICER_COST_MODEL=builtin slicer-opt %s -split-input-file -p slicer-collective-matmul | FileCheck %s --check-prefix=AUTO
 
 // A Megatron second matmul: the partial sums [8, 16] all_reduced over y. Chunked along the output dim whose
@@ -9,7 +11,7 @@
 // CHECK: %[[E0:.*]] = tensor.empty() {{.*}} : tensor<8x8xf32>
 // CHECK: %[[F0:.*]] = linalg.fill {{.*}} outs(%[[E0]] : tensor<8x8xf32>)
 // CHECK: %[[P0:.*]] = linalg.matmul {slicer.dist = ["{{\[\[}}],[]] partial=[y]"]} ins(%arg0, %[[B0]] : tensor<8x16xf32>, tensor<16x8xf32>) outs(%[[F0]]
-// CHECK: %[[R0:.*]] = shard.all_reduce %[[P0]] on @mesh grid_axes = [0] {{.*}} : tensor<8x8xf32> -> tensor<8x8xf32>
+// CHECK: %[[R0:.*]] = shard.all_reduce %[[P0]] on @mesh grid_axes = [0] {slicer.chunk, slicer.dist = {{.*}}} : tensor<8x8xf32> -> tensor<8x8xf32>
 // CHECK: %[[B1:.*]] = tensor.extract_slice %arg1[0, 8] [16, 8] [1, 1]
 // CHECK: %[[P1:.*]] = linalg.matmul {{.*}} ins(%arg0, %[[B1]]
 // CHECK: %[[R1:.*]] = shard.all_reduce %[[P1]] {{.*}} : tensor<8x8xf32> -> tensor<8x8xf32>

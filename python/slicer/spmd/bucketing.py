@@ -28,7 +28,7 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core.errors import OptionError
-from slicer.core.names import ALL_REDUCE, GRID_ATTR, GRID_AXES_ATTR, REDUCTION_ATTR, SPMD_MESH_ATTR
+from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCTION_ATTR, SPMD_MESH_ATTR
 from slicer.redistribution import CostModel
 
 from .overlap_ir import as_op, dist_of, owner_op, set_dist, tensor_bytes, top_level
@@ -84,7 +84,9 @@ def _whole_blocks(value: ir.Value) -> bool:
 
 def _key(op: ir.Operation) -> tuple | None:
     """What members of one bucket share (grid, axes, reduction, element type), or None when `op` cannot join
-    one: a scalar, a dynamic or tiled block."""
+    one: a scalar, a dynamic or tiled block, a chunk of a split contraction (`CHUNK_ATTR`)."""
+    if CHUNK_ATTR in op.attributes:
+        return None
     source = op.operands[0]
     t = source.type
     if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape or t.rank == 0:

@@ -31,7 +31,7 @@ from mlir.dialects import linalg, tensor
 
 from slicer.core.errors import OptionError
 from slicer.core.linalg_facts import indexing_maps, input_count, is_linalg_op, projected_dims
-from slicer.core.names import ALL_REDUCE, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
+from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
 from slicer.redistribution import CostModel
 
 from .overlap_ir import (KERNEL_FLOPS, KERNEL_OVERHEAD, MEMORY_BANDWIDTH, collective_seconds, dist_of, grids,
@@ -219,6 +219,7 @@ def split(found: Candidate, chunks: int) -> None:
             part.results[0].set_type(chunk_type)
             reduced = collective.clone(ir.InsertionPoint(collective))
             reduced.operands[0] = part.results[0]
+            reduced.attributes[CHUNK_ATTR] = ir.UnitAttr.get()
             shape = [size if d == dim else n for d, n in enumerate(out_type.shape)]
             reduced.results[0].set_type(ir.RankedTensorType.get(shape, out_type.element_type))
             pieces.append(reduced.results[0])
