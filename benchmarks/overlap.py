@@ -1,8 +1,11 @@
 """The schedule's rewrites measured side by side: the Megatron MLP (end_to_end.py's gelu MLP) on 2 ranks with its
 second matmul whole or split into chunks (`slicer-collective-matmul`, `SLICER_COLLECTIVE_MATMUL`), in turn, each
-`--reps` timed runs per round; and each variant's timeline (PNG and text) of its last run.
+`--reps` timed runs per round; and each variant's timeline (PNG and text) of its last run. With `--training`,
+the GPT training step of training.py (data parallel or FSDP on 2 ranks) with its all_reduces bucketed or not
+(`slicer-bucket-collectives`, `SLICER_BUCKETS`), each variant's session in turn, and the bucketed step's timeline.
 
     python benchmarks/overlap.py --rounds 3 --reps 15 --pictures benchmarks/images
+    python benchmarks/overlap.py --training data --layers 2 --d-model 256 --rounds 2 --pictures benchmarks/images
     python benchmarks/overlap.py --small --reps 2          # toy sizes (runs)
 
 Times are the runtime's (`Timings.seconds`: median over runs of the slowest rank's wall time).
@@ -15,6 +18,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +38,45 @@ def compile_variant(text: str, setting: str):
     return slicer.compile(text, mesh=slicer.Mesh(y=2), tactics=tactics)
 
 
+def training(args) -> None:
+    """Data parallel (or FSDP) GPT steps with SLICER_BUCKETS=0 and the cost model's buckets, sessions in turn."""
+    from training_common import ADAMW, Sizes, batches, build_model, example_module  # noqa: PLC0415
+    from training_slicer import tactics_for  # noqa: PLC0415
+
+    sizes = Sizes(n_layer=args.layers, d_model=args.d_model, warmup=1, steps=args.reps)
+    data = batches(sizes)
+    step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=slicer.AdamW(**ADAMW))
+    programs = {}
+    for name, setting in (("unbucketed", "0"), ("bucketed", "auto")):
+        os.environ["SLICER_BUCKETS"] = setting
+        mesh, tactics = tactics_for(step, args.training)
+        programs[name] = slicer.compile(step, mesh=mesh, tactics=tactics)
+    times, losses = {name: [] for name in programs}, {}
+    for _ in range(args.rounds):
+        for name, program in programs.items():
+            with program.session(ranks=2) as session:
+                run = []
+                for i, (idx, targets) in enumerate(data):
+                    begin = time.perf_counter()
+                    run.append(float(session.step(idx, targets)))
+                    if i >= sizes.warmup:
+                        times[name].append(time.perf_counter() - begin)
+                losses.setdefault(name, run)
+    print(f"GPT step {args.training} on 2 ranks, {sizes}; load average {os.getloadavg()[0]:.1f}")
+    print("| variant | collectives | median ms | vs unbucketed | losses |\n|---|---|---|---|---|")
+    base = statistics.median(times["unbucketed"])
+    for name, program in programs.items():
+        count = sum(hasattr(n, "step") for n in program.graph.nodes)
+        median = statistics.median(times[name])
+        print(f"| {name} | {count} | {median * 1e3:.1f} | {base / median:.3f}x | {losses[name]} |")
+    if args.pictures:
+        from slicer.viz.timeline import timeline_png  # noqa: PLC0415
+
+        for name, program in programs.items():
+            _, timings = program.run(*data[0], ranks=2, repeat=3, return_timings=True)
+            print(timeline_png(timings, Path(args.pictures) / f"overlap_{args.training}_{name}.png"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="384,768,3072", help="B,D,H of the MLP")
@@ -43,7 +86,12 @@ def main() -> None:
     parser.add_argument("--pictures", metavar="DIR", help="write each variant's timeline PNG there")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--small", action="store_true", help="B,D,H = 16,32,64")
+    parser.add_argument("--training", choices=("data", "fsdp"), help="the GPT step's gradients, bucketed or not")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--d-model", type=int, default=256)
     args = parser.parse_args()
+    if args.training:
+        return training(args)
     b, d, h = (16, 32, 64) if args.small else map(int, args.sizes.split(","))
     text = mlp_text(b, d, h, "gelu")
     rng = np.random.default_rng(0)

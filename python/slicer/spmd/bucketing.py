@@ -28,15 +28,17 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core.errors import OptionError
-from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCTION_ATTR, SPMD_MESH_ATTR
+from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
+                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
 from slicer.redistribution import CostModel
 
-from .overlap_ir import as_op, dist_of, owner_op, set_dist, tensor_bytes, top_level
+from .overlap_ir import as_op, dist_of, grids, group_of, owner_op, set_dist, tensor_bytes, top_level
 
 ENV = "SLICER_BUCKETS"  # "0": off; a number of bytes: that bucket size; else the cost model's
 LATENCY_MULTIPLE = 25  # a full bucket moves this many latencies' worth of bytes (latency: 4% of its time)
 MIN_BUCKET = 256 << 10
 MAX_BUCKET = 25 << 20  # DDP's default
+KINDS = (ALL_REDUCE, REDUCE_SCATTER)
 
 
 def bucket_bytes(model: CostModel) -> int:
@@ -82,22 +84,36 @@ def _whole_blocks(value: ir.Value) -> bool:
     return text is not None and _dims_text(text)[0].replace("[]", "").replace(",", "") == "[]"
 
 
+def _scattered_dim0(value: ir.Value) -> bool:
+    """The block of a reduce_scatter's result: dim 0 tiled, every other dim whole."""
+    text = dist_of(value)
+    if text is None:
+        return False
+    dims = _dims_text(text)[0]
+    head = dims[1:dims.index("]") + 1]
+    return head != "[]" and dims[len(head) + 1:].replace("[]", "").replace(",", "") == "]"
+
+
 def _key(op: ir.Operation) -> tuple | None:
-    """What members of one bucket share (grid, axes, reduction, element type), or None when `op` cannot join
-    one: a scalar, a dynamic or tiled block, a chunk of a split contraction (`CHUNK_ATTR`)."""
+    """What members of one bucket share (kind, grid, axes, reduction, element type), or None when `op` cannot
+    join one: a scalar, a dynamic or tiled block, a reduce_scatter of another dim than 0, a chunk of a split
+    contraction (`CHUNK_ATTR`)."""
     if CHUNK_ATTR in op.attributes:
         return None
     source = op.operands[0]
     t = source.type
-    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape or t.rank == 0:
+    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape or t.rank == 0 or not _whole_blocks(source):
         return None
-    if not (_whole_blocks(source) and _whole_blocks(op.results[0])):
+    if op.name == REDUCE_SCATTER:
+        if ir.IntegerAttr(op.attributes[SCATTER_AXIS_ATTR]).value != 0 or not _scattered_dim0(op.results[0]):
+            return None
+    elif not _whole_blocks(op.results[0]):
         return None
     owner = owner_op(source)
-    if owner is not None and owner.name == ALL_REDUCE:
+    if owner is not None and owner.name in KINDS:
         return None  # its producer may itself be bucketed away
     reduction = str(op.attributes[REDUCTION_ATTR]) if REDUCTION_ATTR in op.attributes else ""
-    return (str(op.attributes[GRID_ATTR]), str(op.attributes[GRID_AXES_ATTR]), reduction, str(t.element_type))
+    return (op.name, str(op.attributes[GRID_ATTR]), str(op.attributes[GRID_AXES_ATTR]), reduction, str(t.element_type))
 
 
 def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
@@ -117,7 +133,7 @@ def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
 
     groups = defaultdict(list)
     for op in ops:
-        if op.name == ALL_REDUCE and (key := _key(op)) is not None:
+        if op.name in KINDS and (key := _key(op)) is not None:
             groups[key].append(op)
     buckets = []
     for members in groups.values():
@@ -137,12 +153,19 @@ def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
     return [b for b in buckets if len(b.members) > 1]
 
 
-def _flat(value: ir.Value) -> ir.Value:
+def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
+    """`value` (contiguous) reshaped to `shape` through its flat form (collapse, then expand)."""
     t = ir.RankedTensorType(value.type)
-    if t.rank == 1:
+    if list(t.shape) == shape:
         return value
-    flat = ir.RankedTensorType.get([_count(t)], t.element_type)
-    return tensor.collapse_shape(flat, value, [list(range(t.rank))])
+    if t.rank != 1:
+        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
+        set_dist(owner_op(value), None)
+    if len(shape) == 1:
+        return value
+    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)
+    set_dist(owner_op(out), text)
+    return out
 
 
 def _count(t: ir.RankedTensorType) -> int:
@@ -152,59 +175,87 @@ def _count(t: ir.RankedTensorType) -> int:
     return n
 
 
-def rewrite(bucket: Bucket, block: ir.Block) -> None:
-    """Replace the bucket's all_reduces by one over their flattened inputs (after op `bucket.ready`) and a
-    slice of its result before each member's first use."""
+@dataclass(frozen=True)
+class Layout:
+    """How a bucket lays out its members: all_reduce: one flat row; reduce_scatter over `rows` devices: `rows`
+    rows, each member's row block `i` (what device `i` keeps) in row `i` at the member's offset."""
+
+    rows: int
+    in_text: str  # the bucket input's `slicer.dist`
+    out_text: str  # the bucket result's
+    piece_text: str  # a member's flat piece of the result
+
+    def shape(self, columns: int) -> list[int]:
+        return [columns] if self.rows == 1 else [self.rows, columns]
+
+    def out_shape(self, columns: int) -> list[int]:
+        return [columns] if self.rows == 1 else [1, columns]
+
+
+def _layout(first: ir.Operation, grid_table: dict) -> Layout:
+    in_rest = _dims_text(dist_of(first.operands[0]))[1]
+    out_dims, out_rest = _dims_text(dist_of(first.results[0]))
+    if first.name == ALL_REDUCE:
+        return Layout(1, "[[]]" + in_rest, "[[]]" + out_rest, "[[]]" + out_rest)
+    head = out_dims[1:out_dims.index("]") + 1]
+    return Layout(group_of(first, grid_table)[1], "[[],[]]" + in_rest, f"[{head},[]]" + out_rest,
+                  f"[{head}]" + out_rest)
+
+
+def rewrite(bucket: Bucket, block: ir.Block, grid_table: dict) -> None:
+    """Replace the bucket's collectives by one over their inputs laid out side by side (after op
+    `bucket.after`), and a slice of its result before each member's first use."""
     first = bucket.members[0]
     element = ir.RankedTensorType(first.operands[0].type).element_type
-    total = sum(_count(ir.RankedTensorType(m.operands[0].type)) for m in bucket.members)
+    layout = _layout(first, grid_table)
+    total = sum(_count(ir.RankedTensorType(m.operands[0].type)) for m in bucket.members) // layout.rows
     anchor = ir.InsertionPoint.at_block_begin(block) if bucket.after is None else ir.InsertionPoint.after(bucket.after)
-    in_rest = _dims_text(dist_of(first.operands[0]))[1]
-    out_rest = _dims_text(dist_of(first.results[0]))[1]
     offsets = []
     with anchor, first.location:
-        flat = tensor.empty([total], element)
-        set_dist(owner_op(flat), "[[]]" + in_rest)
+        whole = tensor.empty(layout.shape(total), element)
+        set_dist(owner_op(whole), layout.in_text)
         offset = 0
         for member in bucket.members:
-            piece = _flat(member.operands[0])
-            count = ir.RankedTensorType(piece.type).shape[0]
-            flat = tensor.insert_slice(piece, flat, [], [], [], [offset], [count], [1])
-            set_dist(owner_op(flat), "[[]]" + in_rest)
-            offsets.append((offset, count))
-            offset += count
+            columns = _count(ir.RankedTensorType(member.operands[0].type)) // layout.rows
+            piece = _reshape(member.operands[0], layout.shape(columns), layout.in_text)
+            at = [offset] if layout.rows == 1 else [0, offset]
+            whole = tensor.insert_slice(piece, whole, [], [], [], at, layout.shape(columns), [1] * len(at))
+            set_dist(owner_op(whole), layout.in_text)
+            offsets.append((offset, columns))
+            offset += columns
         reduced = first.clone()
-        reduced.operands[0] = flat
-        reduced.results[0].set_type(ir.RankedTensorType.get([total], element))
-        set_dist(reduced, "[[]]" + out_rest)
-    for member, (offset, count) in zip(bucket.members, offsets):
-        _split_out(member, reduced.results[0], offset, count, block, "[[]]" + out_rest)
+        reduced.operands[0] = whole
+        reduced.results[0].set_type(ir.RankedTensorType.get(layout.out_shape(total), element))
+        set_dist(reduced, layout.out_text)
+    for member, (offset, columns) in zip(bucket.members, offsets):
+        _split_out(member, reduced.results[0], offset, columns, block, layout)
 
 
-def _split_out(member: ir.Operation, flat: ir.Value, offset: int, count: int, block: ir.Block, flat_text: str) -> None:
-    """Member `member`'s result as a slice of the bucket's `flat` result, made right before its first use."""
+def _split_out(member: ir.Operation, whole: ir.Value, offset: int, columns: int, block: ir.Block,
+               layout: Layout) -> None:
+    """Member `member`'s result as a slice of the bucket's result `whole`, made right before its first use."""
     result = member.results[0]
     users = [top_level(as_op(u.owner), block) for u in result.uses]
     ops = [op.operation for op in block.operations]
     first = min(users, key=ops.index)
     t = ir.RankedTensorType(result.type)
+    shape = layout.out_shape(columns)
     with ir.InsertionPoint(first), member.location:
-        piece = tensor.extract_slice(ir.RankedTensorType.get([count], t.element_type), flat, [], [], [], [offset],
-                                     [count], [1])
-        set_dist(owner_op(piece), flat_text)
-        if t.rank != 1:
-            piece = tensor.expand_shape(t, piece, [list(range(t.rank))], [], list(t.shape))
-            set_dist(owner_op(piece), dist_of(result))
+        piece = tensor.extract_slice(ir.RankedTensorType.get(shape, t.element_type), whole, [], [], [],
+                                     [offset] if len(shape) == 1 else [0, offset], shape, [1] * len(shape))
+        set_dist(owner_op(piece), layout.out_text)
+        piece = _reshape(piece, list(t.shape), dist_of(result))
     result.replace_all_uses_with(piece)
     member.erase()
 
 
 def bucket_all_reduces(module: ir.Operation, *, cap: int = 0, model: CostModel | None = None) -> int:
-    """Bucket the all_reduces of every SPMD function of `module` (`cap` bytes per bucket; 0: the cost model's
-    `bucket_bytes`). Returns how many buckets were made."""
+    """Bucket the all_reduces, and the reduce_scatters of dim 0, of every SPMD function of `module` (`cap`
+    bytes per bucket; 0: the cost model's `bucket_bytes`). Returns how many buckets were made."""
     if cap < 0:
         raise OptionError(f"bucket size {cap}: use 0 (the cost model's) or a number of bytes")
     cap = cap or bucket_bytes(model or CostModel.default())
+    grid_table = grids(module)
     made = 0
     for func in module.regions[0].blocks[0].operations:
         func = func.operation
@@ -212,6 +263,6 @@ def bucket_all_reduces(module: ir.Operation, *, cap: int = 0, model: CostModel |
             continue
         block = func.regions[0].blocks[0]
         for bucket in plan_buckets(block, cap):
-            rewrite(bucket, block)
+            rewrite(bucket, block, grid_table)
             made += 1
     return made
