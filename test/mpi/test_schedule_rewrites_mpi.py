@@ -37,7 +37,7 @@ def test_split_second_matmul_overlaps_its_first_all_reduce(monkeypatch):
 
 
 def test_bucketed_gradients_on_two_ranks(monkeypatch):
-    text = GRADS[GRADS.index('func.func @grads'):GRADS.index('}"""')] + "}"
+    text = GRADS[GRADS.index('func.func @grads'):GRADS.index('}"""')] + "}"  # test_bucketing.py's program
     tactics = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
     plain = compiled(text, {"x": 2}, tactics, monkeypatch, SLICER_BUCKETS="0")
     bucketed = compiled(text, {"x": 2}, tactics, monkeypatch, SLICER_BUCKETS="8192")

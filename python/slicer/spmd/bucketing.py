@@ -154,13 +154,15 @@ def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
 
 
 def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
-    """`value` (contiguous) reshaped to `shape` through its flat form (collapse, then expand)."""
+    """`value` (contiguous) reshaped to `shape` through its flat form (collapse, then expand); the last op gets
+    the `slicer.dist` text `text` (the others stay inside the kernel that makes them)."""
     t = ir.RankedTensorType(value.type)
     if list(t.shape) == shape:
         return value
     if t.rank != 1:
         value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
-        set_dist(owner_op(value), None)
+        if len(shape) == 1:  # the last op: its result may cross into another kernel
+            set_dist(owner_op(value), text)
     if len(shape) == 1:
         return value
     out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)

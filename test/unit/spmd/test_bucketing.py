@@ -14,7 +14,7 @@ from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
 from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_all_reduces, bucket_bytes, env_bucket, plan_buckets
 
-STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text()
+STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text().split("// -----")[0]
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"
 
 
@@ -47,9 +47,7 @@ def test_environment_switch(monkeypatch):
         env_bucket()
 
 
-def test_bucketed_gradients_are_bit_identical_on_the_simulator(monkeypatch):
-    """Data parallel MLP gradients (dw1, db1, dw2 as all_reduced contractions of a batch tiled over x)."""
-    text = """
+GRADS = """
 func.func @grads(%x: tensor<8x16xf32>, %dh: tensor<8x32xf32>, %a: tensor<8x32xf32>, %dy: tensor<8x16xf32>)
     -> (tensor<16x32xf32>, tensor<32xf32>, tensor<32x16xf32>) {
   %zero = arith.constant 0.0 : f32
@@ -73,16 +71,25 @@ func.func @grads(%x: tensor<8x16xf32>, %dh: tensor<8x32xf32>, %a: tensor<8x32xf3
   %dw2 = linalg.matmul ins(%at, %dy : tensor<32x8xf32>, tensor<8x16xf32>) outs(%f3 : tensor<32x16xf32>) -> tensor<32x16xf32>
   return %dw1, %db1, %dw2 : tensor<16x32xf32>, tensor<32xf32>, tensor<32x16xf32>
 }"""
-    tactics = slicer.parse_tactics("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x")
+BATCH = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
+
+
+@pytest.mark.parametrize("results,kind", [("", "all_reduce"), (";result0.0=x;result1.0=x;result2.0=x", "reduce_scatter")])
+def test_bucketed_gradients_are_bit_identical_on_the_simulator(monkeypatch, results, kind):
+    """Data parallel MLP gradients (dw1, db1, dw2 as contractions of a batch tiled over x) all_reduced, or
+    reduce_scattered over dim 0 as FSDP keeps them."""
+    text = GRADS
+    tactics = slicer.parse_tactics(BATCH + results)
     rng = np.random.default_rng(5)
     inputs = [rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 32), (8, 32), (8, 16))]
     runs = {}
     for setting in ("0", "8192"):
         monkeypatch.setenv("SLICER_BUCKETS", setting)
         prog = slicer.compile(text, mesh=slicer.Mesh(x=4), tactics=tactics)
-        collectives = [n for n in prog.graph.nodes if isinstance(n, CollectiveNode)]
-        assert len(collectives) == (3 if setting == "0" else 1)
+        collectives = [n.op for n in prog.graph.nodes if isinstance(n, CollectiveNode)]
+        assert collectives == [kind] * (3 if setting == "0" else 1)
         runs[setting] = prog.run(*inputs)
     for plain, bucketed in zip(runs["0"], runs["8192"]):
         assert plain.tobytes() == bucketed.tobytes()
     np.testing.assert_allclose(runs["8192"][0], inputs[0].T @ inputs[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runs["8192"][1], inputs[1].sum(0), rtol=1e-5, atol=1e-5)
