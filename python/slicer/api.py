@@ -43,6 +43,8 @@ from slicer.runtime.rank_pool import keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
+from slicer.spmd.bucketing import env_bucket as bucket_env
+from slicer.spmd.collective_matmul import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
@@ -358,6 +360,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            _overlap_passes(parsed)
             _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
@@ -369,6 +372,18 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         progress.step("kernel graph")
         graph = build_kernel_graph(spmd, entry)
     return Program(original, spmd, graph, propagation, arg_names, imported)
+
+
+def _overlap_passes(module: ir.Module) -> None:
+    """The schedule's rewrites of the SPMD program, each unless its environment variable turns it off:
+    contractions split so their collectives overlap (`SLICER_COLLECTIVE_MATMUL`, slicer-collective-matmul), then
+    all_reduces bucketed (`SLICER_BUCKETS`, slicer-bucket-collectives)."""
+    chunks = collective_matmul_env()
+    if chunks is not None:
+        run_pipeline(module, f"slicer-collective-matmul{{chunks={chunks}}}")
+    bucket = bucket_env()
+    if bucket is not None:
+        run_pipeline(module, f"slicer-bucket-collectives{{bucket-bytes={bucket}}}")
 
 
 def _say_degraded(module: ir.Module, strict: bool) -> None:

@@ -57,6 +57,9 @@ DIST_SOURCE_ATTR = "slicer.dist_source"
 DEGRADED_ATTR = "slicer.degraded"
 """On an SPMD `func.func`: one string per place where a tactic's split was lost (its value gathered for an op
 computed replicated over the tactic's axes), said by `slicer.compile` as a `DegradedStrategy` warning."""
+CHUNK_ATTR = "slicer.chunk"
+"""On a collective of one chunk of a contraction split by slicer-collective-matmul (unit): its place in the
+pipeline is the point, so slicer-bucket-collectives never combines it with others."""
 SPMD_MESH_ATTR = "slicer.spmd_mesh"
 """On an SPMD `func.func`: the mesh it was partitioned over, as text (`x=2,y=4`, axes major to minor)."""
 AXES_ATTR = "slicer.axes"

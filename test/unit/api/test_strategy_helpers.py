@@ -13,6 +13,13 @@ from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_prog
 from slicer import strategies as st
 
 ARRAYS = random_arrays()
+
+
+@pytest.fixture(autouse=True)
+def _partitioner_collectives(monkeypatch):
+    """The collectives counted here are the partitioner's, one per gradient: the schedule's bucketing (on by
+    default, test/unit/spmd/test_bucketing.py) would combine them."""
+    monkeypatch.setenv("SLICER_BUCKETS", "0")
 STEP = step_program(ARRAYS)
 COLUMN, ROW = ["fc1.*"], ["fc2.*"]
 

@@ -55,7 +55,10 @@ def collectives(prog):
 
 
 @pytest.mark.parametrize("strategy", tp.STRATEGIES)
-def test_collectives_per_strategy(strategy):
+def test_collectives_per_strategy(strategy, monkeypatch):
+    """The partitioner's collectives, before the schedule's rewrites (bucketing would combine them)."""
+    monkeypatch.setenv("SLICER_BUCKETS", "0")
+    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "0")
     model, imported = step()
     tactics, mesh = tp.strategy_tactics(strategy, imported, "mlp")
     prog = slicer.compile(imported, mesh=slicer.Mesh(**mesh), tactics=tactics)
@@ -68,3 +71,13 @@ def test_collectives_per_strategy(strategy):
         assert sum(c.bytes_received_per_device for c in found) == param_bytes + 4
     if strategy == "data":  # the activations halve: no more than the unpartitioned step holds
         assert prog.memory().peak <= prog.memory().unpartitioned_peak
+
+
+def test_data_parallel_gradients_in_one_bucket():
+    """With the schedule's rewrites (the default), the 4 gradients' all_reduces are one bucket moving the same
+    bytes; the loss's scalar all_reduce stays apart."""
+    model, imported = step()
+    tactics, mesh = tp.strategy_tactics("data", imported, "mlp")
+    found = collectives(slicer.compile(imported, mesh=slicer.Mesh(**mesh), tactics=tactics))
+    assert Counter((c.op.split(".")[-1], ",".join(c.mesh_axes)) for c in found) == {("all_reduce", "x"): 2}
+    assert sum(c.bytes_received_per_device for c in found) == sum(p.numel() * 4 for p in model.parameters()) + 4

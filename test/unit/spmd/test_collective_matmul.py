@@ -1,0 +1,89 @@
+"""The collective-matmul rewrite: when the cost model splits a contraction (never for tiny tensors, only where
+the collective is worth hiding), which dim it cuts, and that the split program computes the same bits."""
+
+import numpy as np
+import pytest
+from mlir import ir
+
+import slicer
+from slicer.core.errors import OptionError
+from slicer.dialect import make_context
+from slicer.lowering import CollectiveNode
+from slicer.redistribution import CostModel
+from slicer.spmd.collective_matmul import candidate, choose_chunks, collective_matmul, decide, env_chunks, pipeline_seconds
+from slicer.spmd.overlap_ir import grids
+
+MODEL = CostModel()  # the built-in figures: 30 us, 2 GB/s
+
+
+def megatron(m: int, k: int, n: int) -> str:
+    return f"""
+module {{
+  shard.grid @mesh(shape = 2) {{slicer.axes = ["y"]}}
+  func.func @f(%a: tensor<{m}x{k}xf32> {{slicer.dist = "[[],[y]]"}}, %b: tensor<{k}x{n}xf32> {{slicer.dist = "[[y],[]]"}})
+      -> (tensor<{m}x{n}xf32> {{slicer.dist = "[[],[]]"}}) attributes {{slicer.spmd_mesh = "y=2"}} {{
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() {{slicer.dist = ["[[],[]]"]}} : tensor<{m}x{n}xf32>
+    %1 = linalg.fill {{slicer.dist = ["[[],[]]"]}} ins(%cst : f32) outs(%0 : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+    %2 = linalg.matmul {{slicer.dist = ["[[],[]] partial=[y]"]}} ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%1 : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+    %3 = shard.all_reduce %2 on @mesh grid_axes = [0] {{slicer.dist = ["[[],[]]"]}} : tensor<{m}x{n}xf32> -> tensor<{m}x{n}xf32>
+    return %3 : tensor<{m}x{n}xf32>
+  }}
+}}"""
+
+
+def chunks_for(m: int, k: int, n: int) -> tuple[int, int]:
+    """(chunks the model chooses, the output dim cut) for the all_reduced [m, k] x [k, n] partial product."""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(megatron(m, k, n))
+        func = module.body.operations[1]
+        collective = [op.operation for op in func.regions[0].blocks[0].operations][-2]
+        found = candidate(collective)
+        return decide(found, grids(module.operation), MODEL, 0), found.dim
+
+
+def test_pipeline_hides_all_but_the_last_chunks_collective():
+    assert pipeline_seconds(4.0, 0.5, 4, 0.0) == pytest.approx(4.5)
+    assert pipeline_seconds(1.0, 2.0, 2, 0.0) == pytest.approx(0.5 + 2.0 + 2.0)  # collective-bound
+
+
+def test_choice_needs_a_real_gain():
+    assert choose_chunks(1e-3, lambda k: 1e-5, lambda k: 0.0, [2, 4]).chunks == 1  # nothing worth hiding
+    assert choose_chunks(4e-3, lambda k: 30e-6 + 1e-3 / k, lambda k: 0.0, [2, 4]).chunks == 4
+    assert choose_chunks(4e-3, lambda k: 30e-6 + 1e-3 / k, lambda k: 5e-3, [2, 4]).chunks == 1  # split too costly
+
+
+def test_tiny_tensors_stay_whole_and_a_large_collective_is_split():
+    assert chunks_for(8, 16, 16)[0] == 1
+    chunks, dim = chunks_for(256, 256, 2048)
+    assert chunks == 4 and dim == 1  # A (256x256) re-read per chunk is cheaper than B (256x2048)
+    assert chunks_for(2048, 256, 256)[1] == 0  # rows: B is now the smaller operand
+
+
+def test_environment_switch(monkeypatch):
+    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "0")
+    assert env_chunks() is None
+    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "3")
+    assert env_chunks() == 3
+    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "many")
+    with pytest.raises(OptionError, match="SLICER_COLLECTIVE_MATMUL"):
+        env_chunks()
+    with make_context(), ir.Location.unknown(), pytest.raises(OptionError, match="chunks=1"):
+        collective_matmul(ir.Module.parse(megatron(8, 8, 8)).operation, chunks=1)
+
+
+def test_split_mlp_is_bit_identical_on_the_simulator(monkeypatch):
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
+    tactics = slicer.parse_tactics("arg0.0=x;arg1.1=y;arg3.0=y")
+    rng = np.random.default_rng(3)
+    runs = {}
+    for setting in ("0", "4"):
+        monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", setting)
+        prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=tactics)
+        if setting == "0":
+            inputs = [rng.standard_normal(prog.graph.arg_shape(i)).astype(np.float32) for i in range(len(prog.graph.args))]
+        runs[setting] = prog.run(*inputs)
+        collectives = sum(isinstance(n, CollectiveNode) for n in prog.graph.nodes)
+        assert collectives == (1 if setting == "0" else 4)
+    assert runs["0"].tobytes() == runs["4"].tobytes()
