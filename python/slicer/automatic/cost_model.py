@@ -1,0 +1,266 @@
+"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch`, priced with
+this machine's kernel and collective figures.
+
+Each op takes the tilings its operands bring, in the order of the tactics they come from (an earlier argument
+wins, as propagation's earlier tactic does): a tiled operand dim tiles the loop it walks, unless that loop or
+that axis is already taken, or the dim walks no loop; then the operand is all_gathered. An operand that is a
+partial sum is all_reduced before the op, or reduce_scattered when the op's loop it walks is tiled over the
+same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
+leave laid out as an argument (a training step's next parameters) are converted at the end.
+
+Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or its bytes at
+the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
+`CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
+`slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
+collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
+serial link overlaps the kernels in between, the rest is exposed. Memory: the bytes of live blocks at each op
+(arguments from the start, results to the end, a gathered copy while its op runs), as the kernel graph counts
+them but without fusion (values inside one kernel count too: an upper bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slicer.core.mesh import Mesh
+from slicer.redistribution.costs import CostModel
+from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
+
+from .sketch import OpSketch, Sketch
+
+Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One device's kernel figures: contractions in FLOP/s, other ops in FLOP/s and bytes/s, and a cost per op
+    (a call and its loop set-up). Defaults: benchmarks/README.md, `kernels.py` on the development machine
+    (packed GEMMs 180-250 GFLOP/s at 256-2048; fused row kernels ~35 GB/s), scaled down for the small blocks a
+    partitioned program runs."""
+
+    contraction_flops: float = 1.2e11
+    vector_flops: float = 8.0e9
+    bandwidth: float = 2.0e10
+    op_seconds: float = 1.5e-6
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective the model expects: its kind, axes, bytes the busiest device receives, time, the op."""
+
+    kind: str
+    axes: tuple[str, ...]
+    busiest_bytes: int
+    seconds: float
+    where: str
+
+
+@dataclass
+class Estimate:
+    """Predicted seconds (compute, communication exposed and overlapped) and peak bytes per device."""
+
+    compute: float = 0.0
+    exposed: float = 0.0
+    overlapped: float = 0.0
+    peak_bytes: int = 0
+    collectives: list[Collective] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.exposed
+
+
+class Evaluator:
+    """Prices layouts of one sketch's arguments on one mesh (see the module docstring)."""
+
+    def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
+                 follow: dict[int, int] | None = None):
+        self.sketch, self.mesh = sketch, mesh
+        self.comm = comm or CostModel.default()
+        self.machine = machine or Machine()
+        self.follow = follow or {}  # result index -> the argument whose layout it leaves in
+        self.last_use = _last_uses(sketch)
+
+    def group(self, axes) -> int:
+        return self.mesh.group_size(axes) if axes else 1
+
+    def local_bytes(self, value: int, layout: Layout) -> int:
+        return self.sketch.nbytes(value) // max(1, math.prod(self.group(a) for a in layout))
+
+    def _collective(self, est: Estimate, kind, axes, local: int, where: str) -> float:
+        k = self.group(axes)
+        if k <= 1:
+            return 0.0
+        step = {"all_gather": AllGather, "all_reduce": AllReduce, "reduce_scatter": ReduceScatter}[kind]
+        busiest = step.busiest(k, local)
+        seconds = self.comm.seconds(_mesh_order(self.mesh, axes), busiest)
+        est.collectives.append(Collective(kind, _mesh_order(self.mesh, axes), busiest, seconds, where))
+        return seconds
+
+    def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
+        """The estimate of the program with argument `i` laid out as `layouts[i]`."""
+        run = _Run(self, layouts)
+        for index, op in enumerate(self.sketch.ops):
+            run.op(index, op)
+        run.finish()
+        return run.est
+
+
+class _Run:
+    """One evaluation: each value's layout, partial axes and priority; the clock, the link and live bytes."""
+
+    def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
+        self.ev, self.est = ev, Estimate()
+        sk = ev.sketch
+        self.layout: dict[int, Layout] = {}
+        self.partial: dict[int, frozenset[str]] = {}
+        self.prio: dict[int, int] = {}
+        self.ready: dict[int, float] = {}
+        self.live: dict[int, int] = {}
+        for i in range(sk.num_args):
+            self.layout[i] = layouts[i] if i < len(layouts) else ((),) * len(sk.shapes[i])
+            self.partial[i], self.prio[i], self.ready[i] = frozenset(), i, 0.0
+            self.live[i] = ev.local_bytes(i, self.layout[i])
+        self.clock = self.link = 0.0
+        self.peak = sum(self.live.values())
+        self.gathered: set = set()
+
+    def lay(self, v: int) -> Layout:
+        return self.layout.get(v) or ((),) * len(self.ev.sketch.shapes[v])
+
+    def communicate(self, v: int, kind: str, axes, local: int, where: str) -> None:
+        seconds = self.ev._collective(self.est, kind, axes, local, where)
+        if seconds <= 0:
+            return
+        start = max(self.ready.get(v, 0.0), self.link)
+        self.link = start + seconds
+        if self.link > self.clock:
+            self.est.exposed += self.link - self.clock
+            self.est.overlapped += seconds - (self.link - self.clock)
+            self.clock = self.link
+        else:
+            self.est.overlapped += seconds
+
+    def assign_loops(self, op: OpSketch):
+        """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
+        the axes of tiled table dims (partial sums)."""
+        wanted = []
+        for k, v in enumerate(op.operands):
+            if v < 0:
+                continue
+            for d, axes in enumerate(self.lay(v)):
+                if axes:
+                    wanted.append((self.prio.get(v, 0), -self.ev.sketch.nbytes(v), k, d, axes))
+        loops: dict[int, tuple[str, ...]] = {}
+        used: set[str] = set()
+        gathers, table_axes = [], set()
+        for _, _, k, d, axes in sorted(wanted):
+            loop = op.operand_loops[k][d] if op.ruled and d < len(op.operand_loops[k]) else None
+            if (k, d) in op.gathers and not used & set(axes):
+                table_axes |= set(axes)
+                used |= set(axes)
+            elif loop is not None and loops.get(loop) == axes:
+                continue
+            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable):
+                gathers.append((k, d, axes))
+            else:
+                loops[loop] = axes
+                used |= set(axes)
+        return loops, gathers, table_axes
+
+    def op(self, index: int, op: OpSketch) -> None:
+        ev, sk = self.ev, self.ev.sketch
+        loops, gathers, table_axes = self.assign_loops(op)
+        transient = 0
+        for k, d, axes in gathers:
+            v = op.operands[k]
+            if (v, d) not in self.gathered:
+                local = ev.local_bytes(v, self.lay(v))
+                self.communicate(v, "all_gather", axes, local, op.line)
+                self.gathered.add((v, d))
+                transient += local * ev.group(axes)
+        for k, v in enumerate(op.operands):
+            self.reduce_operand(op, k, v, loops)
+        divide = math.prod(ev.group(a) for a in loops.values()) or 1
+        prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
+        produced = 0
+        for r, v in enumerate(op.results):
+            if v < 0:
+                continue
+            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
+            layout = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(sk.shapes[v])
+            self.layout[v], self.prio[v] = layout, prio
+            reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
+            self.partial[v] = frozenset(reduced | table_axes)
+            self.live[v] = ev.local_bytes(v, layout)
+            produced += self.live[v]
+        self.compute(op, divide, produced)
+        for v in op.results:
+            if v >= 0:
+                self.ready[v] = self.clock
+        self.peak = max(self.peak, sum(self.live.values()) + transient)
+        for v in [v for v in self.live if ev.last_use.get(v, -1) <= index]:
+            del self.live[v]
+
+    def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
+        partial = self.partial.get(v, frozenset()) if v >= 0 else frozenset()
+        if not partial:
+            return
+        axes = _mesh_order(self.ev.mesh, partial)
+        local = self.ev.local_bytes(v, self.lay(v))
+        uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
+        scatter = any(u is not None and loops.get(u) == axes and not self.lay(v)[d] for d, u in enumerate(uses))
+        self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes, local, op.line)
+        self.partial[v] = frozenset()
+
+    def compute(self, op: OpSketch, divide: int, produced: int) -> None:
+        m = self.ev.machine
+        if not op.flops and not produced:
+            return
+        flops = op.flops / divide
+        if op.contraction:
+            seconds = flops / m.contraction_flops
+        else:
+            seconds = max(flops / m.vector_flops, 2 * produced / m.bandwidth)
+        seconds += m.op_seconds if op.flops else 0.0
+        self.est.compute += seconds
+        self.clock += seconds
+
+    def finish(self) -> None:
+        ev, sk = self.ev, self.ev.sketch
+        for r, v in enumerate(sk.results):
+            if v < 0:
+                continue
+            want = self.ev_layout_of_result(r, v)
+            partial = self.partial.get(v, frozenset())
+            if partial:
+                axes = _mesh_order(ev.mesh, partial)
+                scatter = any(set(w) == set(axes) for w in want)
+                self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes,
+                                 ev.local_bytes(v, self.lay(v)), "the results")
+            for d, axes in enumerate(self.lay(v)):
+                if axes and (d >= len(want) or want[d] != axes) and not partial:
+                    self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
+        self.est.peak_bytes = int(self.peak)
+
+    def ev_layout_of_result(self, r: int, v: int) -> Layout:
+        arg = self.ev.follow.get(r)
+        if arg is None:
+            return self.lay(v)  # a free result leaves as computed
+        return self.lay(arg)
+
+
+def _last_uses(sketch: Sketch) -> dict[int, int]:
+    last = {}
+    for index, op in enumerate(sketch.ops):
+        for v in op.operands:
+            if v >= 0:
+                last[v] = index
+    for v in sketch.results:
+        last[v] = len(sketch.ops)
+    return last
+
+
+def _mesh_order(mesh: Mesh, axes) -> tuple[str, ...]:
+    return tuple(a for a in mesh.axis_names if a in set(axes))
