@@ -13,7 +13,7 @@ the memory bandwidth, whichever is slower, on the device's block of its loop nes
 `CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
 `slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
 collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
-serial link overlaps the kernels in between, the rest is exposed. Memory: the bytes of live blocks at each op
+serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed. Memory: the bytes of live blocks at each op
 (arguments from the start, results to the end, a gathered copy while its op runs), as the kernel graph counts
 them but without fusion (values inside one kernel count too: an upper bound).
 """
@@ -43,6 +43,8 @@ class Machine:
     vector_flops: float = 8.0e9
     bandwidth: float = 2.0e10
     op_seconds: float = 1.5e-6
+    overlap: float = 0.5  # the share of a collective kernels can hide: ranks progress MPI between kernels, and
+    #                       shared-memory copies run on the same cores as the kernels
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,10 @@ class _Run:
             return
         start = max(self.ready.get(v, 0.0), self.link)
         self.link = start + seconds
-        if self.link > self.clock:
-            self.est.exposed += self.link - self.clock
-            self.est.overlapped += seconds - (self.link - self.clock)
-            self.clock = self.link
-        else:
-            self.est.overlapped += seconds
+        exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * seconds, 0.0)
+        self.est.exposed += exposed
+        self.est.overlapped += seconds - exposed
+        self.clock += exposed
 
     def assign_loops(self, op: OpSketch):
         """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
@@ -193,7 +193,7 @@ class _Run:
             self.layout[v], self.prio[v] = layout, prio
             reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
             self.partial[v] = frozenset(reduced | table_axes)
-            self.live[v] = ev.local_bytes(v, layout)
+            self.live[v] = 0 if op.cheap else ev.local_bytes(v, layout)
             produced += self.live[v]
         self.compute(op, divide, produced)
         for v in op.results:
@@ -216,7 +216,7 @@ class _Run:
 
     def compute(self, op: OpSketch, divide: int, produced: int) -> None:
         m = self.ev.machine
-        if not op.flops and not produced:
+        if op.cheap or (not op.flops and not produced):
             return
         flops = op.flops / divide
         if op.contraction:

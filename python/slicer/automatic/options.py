@@ -64,5 +64,5 @@ def check_objective(objective) -> str:
 def format_bytes(count: float) -> str:
     for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if count >= size:
-            return f"{count / size:.3g} {unit}"
+            return f"{count / size:.4g} {unit}"
     return f"{int(count)} B"

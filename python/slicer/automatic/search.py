@@ -1,10 +1,10 @@
 """The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each
 layout priced by `cost_model.Evaluator`.
 
-From every argument replicated, each sweep tries every value of every variable (larger groups first, so a
+From every argument replicated, and from the data tiled over each set of axes (`Search.seeds`), each sweep tries every value of every variable (larger groups first, so a
 model's weights are decided before its small inputs when they dominate, and the other way round) and keeps a
-change as soon as it lowers the objective; sweeps repeat until none helps. A second descent visits the
-variables in argument order (inputs first, as data parallelism would); the better end point wins. The objective
+change as soon as it lowers the objective; sweeps repeat until none helps. One more descent visits the
+variables in argument order (inputs first, as data parallelism would); the best end point wins. The objective
 is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory ("memory").
 Every layout is priced once (a cache by choice).
 """
@@ -101,14 +101,29 @@ class Search:
     def run(self) -> tuple[dict, Estimate]:
         sizes = {v: self.sketch.nbytes(self.groups[v[0]].members[0]) * len(self.groups[v[0]].members)
                  for v in self.variables}
-        orders = [sorted(self.variables, key=lambda v: -sizes[v]), list(self.variables)]
-        ends = [self.descend(order, {}) for order in orders]
+        by_size = sorted(self.variables, key=lambda v: -sizes[v])
+        ends = [self.descend(list(self.variables), {})] + [self.descend(by_size, seed) for seed in self.seeds()]
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
         est = self.estimate(choice)
         if self.budget is not None and est.peak_bytes > self.budget:
-            smallest = self.descend(orders[0], choice, objective_memory=True)
-            self.refuse(smallest)
+            smallest = [self.descend(by_size, end, objective_memory=True) for end in ends]
+            self.refuse(min(smallest, key=lambda c: self.estimate(c).peak_bytes))
         return choice, est
+
+    def seeds(self) -> list[dict]:
+        """Starting points: nothing tiled, and the data tiled on dim 0 over each non-empty set of axes (the
+        data: the groups of role "input", or without roles the first argument's group), so that the descent
+        can complete data parallelism over some axes with model parallelism over the others."""
+        data = [g for g, group in enumerate(self.groups) if group.role == "input"] or \
+            [g for g, group in enumerate(self.groups) if 0 in group.members]
+        axes = [a for a in self.mesh.axis_names if self.mesh.size(a) > 1]
+        seeds = [{}]
+        for mask in range(1, 2 ** len(axes)):
+            chosen = [a for i, a in enumerate(axes) if mask >> i & 1]
+            seed = {(g, a): 0 for g in data for a in chosen if 0 in options(self.groups[g], self.mesh, a)}
+            if seed and self.estimate(seed) is not None:
+                seeds.append(seed)
+        return seeds
 
     def refuse(self, choice: dict) -> None:
         est = self.estimate(choice)

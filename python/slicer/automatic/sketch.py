@@ -19,6 +19,8 @@ from slicer.core.linalg_facts import REDUCTION, is_linalg_op
 from slicer.dialect import make_context, parse_source
 from slicer.rules import rule_for, rule_operands
 
+#: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
+_CHEAP = ("tensor.empty", "arith.constant")
 #: Ops that only give a tensor a new shape or name: no work.
 _VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.empty", "arith.constant", "tensor.cast")
 
@@ -43,6 +45,7 @@ class OpSketch:
     contraction: bool
     ruled: bool = True
     line: str = ""
+    cheap: bool = False  # a constant, empty tensor or fill of one: recomputed in each kernel, never stored
 
 
 @dataclass(frozen=True)
@@ -145,10 +148,11 @@ class _Reader:
                                   for u in uses)
         reductions = frozenset(i for i, kind in enumerate(rule.iterator_types) if kind == REDUCTION)
         flops, contraction = _work(op, sizes, reductions)
+        cheap = op.name in _CHEAP or (op.name == "linalg.fill" and operands[:1] == (-1,))
         self.ops.append(OpSketch(op.name, operands, results, tuple(walk(u) for u in rule.operands),
                                  tuple(walk(u) for u in rule.results), tuple(sizes), reductions,
                                  frozenset(rule.gathers), all(c is None for c in rule.combiners), flops,
-                                 contraction, line=line))
+                                 contraction, line=line, cheap=cheap))
 
 
 def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tuple[float, bool]:
