@@ -20,11 +20,12 @@ from slicer.dialect import make_context
 from slicer.lowering.passes import LOWERING_PASSES
 
 from .apply_tactics import SlicerApplyTactics
+from .auto import SlicerAuto
 from .partition import SlicerPartition
 from .propagate import SlicerPropagate
 from .verify import SlicerVerify
 
-PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerPropagate, SlicerPartition, *LOWERING_PASSES)
+PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerAuto, SlicerPropagate, SlicerPartition, *LOWERING_PASSES)
 """Every pass class, imported (hence registered) here: `PASSES` holds exactly these, by name."""
 
 
