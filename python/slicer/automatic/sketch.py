@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import arith, func as func_d, linalg, tensor
 
 from slicer.core.errors import CompileError, NoRule
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
@@ -20,9 +21,10 @@ from slicer.dialect import make_context, parse_source
 from slicer.rules import rule_for, rule_operands
 
 #: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
-_CHEAP = ("tensor.empty", "arith.constant")
+_CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
 #: Ops that only give a tensor a new shape or name: no work.
-_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.empty", "arith.constant", "tensor.cast")
+_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME,
+          *_CHEAP)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def read_sketch(text: str, entry: str | None = None, arg_names=(), result_names=
         results: tuple[int, ...] = ()
         for op in func.regions[0].blocks[0].operations:
             op = op.operation
-            if op.name == "func.return":
+            if op.name == func_d.ReturnOp.OPERATION_NAME:
                 results = tuple(reader.ids.get(_key(v), -1) for v in op.operands)
                 continue
             reader.op(op)
@@ -148,7 +150,7 @@ class _Reader:
                                   for u in uses)
         reductions = frozenset(i for i, kind in enumerate(rule.iterator_types) if kind == REDUCTION)
         flops, contraction = _work(op, sizes, reductions)
-        cheap = op.name in _CHEAP or (op.name == "linalg.fill" and operands[:1] == (-1,))
+        cheap = op.name in _CHEAP or (op.name == linalg.FillOp.OPERATION_NAME and operands[:1] == (-1,))
         self.ops.append(OpSketch(op.name, operands, results, tuple(walk(u) for u in rule.operands),
                                  tuple(walk(u) for u in rule.results), tuple(sizes), reductions,
                                  frozenset(rule.gathers), all(c is None for c in rule.combiners), flops,
@@ -162,7 +164,7 @@ def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tup
     body_ops, multiplies = 1, False
     if is_linalg_op(op) and op.regions and op.regions[0].blocks:
         names = [o.operation.name for o in op.regions[0].blocks[0].operations]
-        body_ops = max(1, sum(1 for n in names if n != "linalg.yield"))
-        multiplies = any(n in ("arith.mulf", "arith.muli") for n in names)
+        body_ops = max(1, sum(1 for n in names if n != linalg.YieldOp.OPERATION_NAME))
+        multiplies = any(n in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME) for n in names)
     inputs = sum(1 for v in op.operands if isinstance(v.type, ir.RankedTensorType)) - len(op.results)
     return float(math.prod(sizes) * body_ops), bool(reductions) and multiplies and inputs >= 2
