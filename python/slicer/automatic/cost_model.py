@@ -13,9 +13,9 @@ the memory bandwidth, whichever is slower, on the device's block of its loop nes
 `CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
 `slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
 collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
-serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed. Memory: the bytes of live blocks at each op
-(arguments from the start, results to the end, a gathered copy while its op runs), as the kernel graph counts
-them but without fusion (values inside one kernel count too: an upper bound).
+serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed.
+Memory: as the kernel graph counts it (`memory.py`: arguments, results and the values that cross kernels; a
+gathered copy while its op runs).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
 
+from .memory import MemoryTrace
 from .sketch import OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
@@ -119,13 +120,12 @@ class _Run:
         self.partial: dict[int, frozenset[str]] = {}
         self.prio: dict[int, int] = {}
         self.ready: dict[int, float] = {}
-        self.live: dict[int, int] = {}
+        self.memory = MemoryTrace(len(sk.ops))
         for i in range(sk.num_args):
             self.layout[i] = layouts[i] if i < len(layouts) else ((),) * len(sk.shapes[i])
             self.partial[i], self.prio[i], self.ready[i] = frozenset(), i, 0.0
-            self.live[i] = ev.local_bytes(i, self.layout[i])
+            self.memory.argument(i, ev.local_bytes(i, self.layout[i]))
         self.clock = self.link = 0.0
-        self.peak = sum(self.live.values())
         self.gathered: set = set()
 
     def lay(self, v: int) -> Layout:
@@ -135,6 +135,7 @@ class _Run:
         seconds = self.ev._collective(self.est, kind, axes, local, where)
         if seconds <= 0:
             return
+        self.memory.boundary()
         start = max(self.ready.get(v, 0.0), self.link)
         self.link = start + seconds
         exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * seconds, 0.0)
@@ -172,16 +173,19 @@ class _Run:
     def op(self, index: int, op: OpSketch) -> None:
         ev, sk = self.ev, self.ev.sketch
         loops, gathers, table_axes = self.assign_loops(op)
-        transient = 0
         for k, d, axes in gathers:
             v = op.operands[k]
+            local = ev.local_bytes(v, self.lay(v))
             if (v, d) not in self.gathered:
-                local = ev.local_bytes(v, self.lay(v))
                 self.communicate(v, "all_gather", axes, local, op.line)
                 self.gathered.add((v, d))
-                transient += local * ev.group(axes)
+            self.memory.copy(index, local * ev.group(axes))
         for k, v in enumerate(op.operands):
             self.reduce_operand(op, k, v, loops)
+        self.memory.op_kernel[index] = self.memory.kernel
+        for v in op.operands:
+            if v >= 0:
+                self.memory.use(v)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
         produced = 0
@@ -193,15 +197,15 @@ class _Run:
             self.layout[v], self.prio[v] = layout, prio
             reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
             self.partial[v] = frozenset(reduced | table_axes)
-            self.live[v] = 0 if op.cheap else ev.local_bytes(v, layout)
-            produced += self.live[v]
+            nbytes = 0 if op.cheap else ev.local_bytes(v, layout)
+            self.memory.produce(index, v, nbytes)
+            produced += nbytes
         self.compute(op, divide, produced)
+        if op.flops and not op.cheap:
+            self.memory.computed()
         for v in op.results:
             if v >= 0:
                 self.ready[v] = self.clock
-        self.peak = max(self.peak, sum(self.live.values()) + transient)
-        for v in [v for v in self.live if ev.last_use.get(v, -1) <= index]:
-            del self.live[v]
 
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
         partial = self.partial.get(v, frozenset()) if v >= 0 else frozenset()
@@ -242,7 +246,7 @@ class _Run:
             for d, axes in enumerate(self.lay(v)):
                 if axes and (d >= len(want) or want[d] != axes) and not partial:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
-        self.est.peak_bytes = int(self.peak)
+        self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results))
 
     def ev_layout_of_result(self, r: int, v: int) -> Layout:
         arg = self.ev.follow.get(r)

@@ -4,7 +4,9 @@ layout priced by `cost_model.Evaluator`.
 From every argument replicated, and from the data tiled over each set of axes (`Search.seeds`), each sweep tries every value of every variable (larger groups first, so a
 model's weights are decided before its small inputs when they dominate, and the other way round) and keeps a
 change as soon as it lowers the objective; sweeps repeat until none helps. One more descent visits the
-variables in argument order (inputs first, as data parallelism would); the best end point wins. The objective
+variables in argument order (inputs first, as data parallelism would), and one decides the model's arguments
+with the data kept whole before freeing the data (so tiling the data first does not block tensor parallelism
+that needs it whole); the best end point wins. The objective
 is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory ("memory").
 Every layout is priced once (a cache by choice).
 """
@@ -102,7 +104,10 @@ class Search:
         sizes = {v: self.sketch.nbytes(self.groups[v[0]].members[0]) * len(self.groups[v[0]].members)
                  for v in self.variables}
         by_size = sorted(self.variables, key=lambda v: -sizes[v])
-        ends = [self.descend(list(self.variables), {})] + [self.descend(by_size, seed) for seed in self.seeds()]
+        data = set(self.data_groups())
+        model_only = self.descend([v for v in by_size if v[0] not in data], {})
+        ends = [self.descend(list(self.variables), {}), self.descend(by_size, model_only)]
+        ends += [self.descend(by_size, seed) for seed in self.seeds()]
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
         est = self.estimate(choice)
         if self.budget is not None and est.peak_bytes > self.budget:
@@ -110,12 +115,16 @@ class Search:
             self.refuse(min(smallest, key=lambda c: self.estimate(c).peak_bytes))
         return choice, est
 
+    def data_groups(self) -> list[int]:
+        """The groups of the data: role "input", or without roles the first argument's group."""
+        return [g for g, group in enumerate(self.groups) if group.role == "input"] or \
+            [g for g, group in enumerate(self.groups) if 0 in group.members]
+
     def seeds(self) -> list[dict]:
         """Starting points: nothing tiled, and the data tiled on dim 0 over each non-empty set of axes (the
         data: the groups of role "input", or without roles the first argument's group), so that the descent
         can complete data parallelism over some axes with model parallelism over the others."""
-        data = [g for g, group in enumerate(self.groups) if group.role == "input"] or \
-            [g for g, group in enumerate(self.groups) if 0 in group.members]
+        data = self.data_groups()
         axes = [a for a in self.mesh.axis_names if self.mesh.size(a) > 1]
         seeds = [{}]
         for mask in range(1, 2 ** len(axes)):
