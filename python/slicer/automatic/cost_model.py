@@ -35,15 +35,17 @@ Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to mi
 
 @dataclass(frozen=True)
 class Machine:
-    """One device's kernel figures: contractions in FLOP/s, other ops in FLOP/s and bytes/s, and a cost per op
-    (a call and its loop set-up). Defaults: benchmarks/README.md, `kernels.py` on the development machine
-    (packed GEMMs 180-250 GFLOP/s at 256-2048; fused row kernels ~35 GB/s), scaled down for the small blocks a
-    partitioned program runs."""
+    """One device's kernel figures: contractions in FLOP/s, other ops in FLOP/s and bytes/s, a cost per op (a
+    call and its loop set-up) and per run. Defaults: benchmarks/README.md, `kernels.py` on the development
+    machine (packed GEMMs 180-250 GFLOP/s at 256-2048; fused row kernels ~35 GB/s), scaled to what whole
+    programs of benchmarks/auto.py measured on 2 ranks (torch linears' transposed weights, small blocks, fused
+    bias and activation passes: ~90 GFLOP/s)."""
 
-    contraction_flops: float = 1.2e11
+    contraction_flops: float = 9.0e10
     vector_flops: float = 8.0e9
     bandwidth: float = 2.0e10
     op_seconds: float = 1.5e-6
+    run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (barriers, argument blocks, the first call)
     overlap: float = 0.5  # the share of a collective kernels can hide: ranks progress MPI between kernels, and
     #                       shared-memory copies run on the same cores as the kernels
 
@@ -107,6 +109,7 @@ class Evaluator:
         for index, op in enumerate(self.sketch.ops):
             run.op(index, op)
         run.finish()
+        run.est.compute += self.machine.run_seconds
         return run.est
 
 

@@ -158,7 +158,9 @@ class _Reader:
 
 
 def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tuple[float, bool]:
-    """(FLOPs, is a contraction) of one op: its body's arithmetic ops once per point of its loop nest."""
+    """(FLOPs, is a contraction) of one op: its body's arithmetic ops once per point of its loop nest; for a
+    contraction, a multiply and an add per point, and the rest of its body (elementwise ops fused into an
+    operand, a gelu before a matmul) once per element of its largest input, as packing applies them."""
     if op.name in _VIEWS or not sizes:
         return 0.0, False
     body_ops, multiplies = 1, False
@@ -166,5 +168,8 @@ def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tup
         names = [o.operation.name for o in op.regions[0].blocks[0].operations]
         body_ops = max(1, sum(1 for n in names if n != linalg.YieldOp.OPERATION_NAME))
         multiplies = any(n in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME) for n in names)
-    inputs = sum(1 for v in op.operands if isinstance(v.type, ir.RankedTensorType)) - len(op.results)
-    return float(math.prod(sizes) * body_ops), bool(reductions) and multiplies and inputs >= 2
+    inputs = [v for v in op.operands if isinstance(v.type, ir.RankedTensorType)][:max(0, len(op.operands) - len(op.results))]
+    if reductions and multiplies and len(inputs) >= 2:
+        largest = max(math.prod(ir.RankedTensorType(v.type).shape) for v in inputs)
+        return float(2 * math.prod(sizes) + max(0, body_ops - 2) * largest), True
+    return float(math.prod(sizes) * body_ops), False
