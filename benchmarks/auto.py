@@ -156,7 +156,8 @@ def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict) -
                      **_verdict(auto, hand, budget, measure)})
         print(_line(rows[-1]), flush=True)
     if not forcing:
-        print(f"| {case} | {mesh_name} | (no budget forces parameter sharding: data parallelism has the smallest peak) |")
+        print(f"| {case} | {mesh_name} | (no budget forces parameter sharding: data parallelism has the smallest "
+              "peak) |")
     for row in rows:
         for entry in [row.get("auto", {}), *row.get("hand", {}).values()]:
             entry.pop("spmd", None)
@@ -183,8 +184,9 @@ def _line(row: dict) -> str:
     ratio = f"{row['ratio']:.2f}x {row['best_hand']} ({row['ratio_of'][:-2]})" if "ratio" in row else "-"
     measured = f"{a['measured_s'] * 1e3:.2f}" if "measured_s" in a else "-"
     budget = f"{row['budget'] / 2 ** 20:.2f} MiB" if row["budget"] else "none"
+    over = "" if row["within_budget"] else " (over the budget)"
     return (f"| {row['case']} | {row['mesh']} | {budget} | `{a['tactics'] or '(replicated)'}` | {a['search_s']:.2f} | "
-            f"{a['predicted_s'] * 1e3:.2f} | {measured} | {a.get('peak_bytes', 0) / 2 ** 20:.2f} | {ratio} |")
+            f"{a['predicted_s'] * 1e3:.2f} | {measured} | {a.get('peak_bytes', 0) / 2 ** 20:.2f}{over} | {ratio} |")
 
 
 def main(argv=None) -> int:

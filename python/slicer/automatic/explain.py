@@ -45,7 +45,8 @@ class AutoResult:
                  f"{self.evaluations} layouts priced in {self.search_seconds:.2f} s",
                  f"tactics: {self.text() or '(none: everything replicated)'}",
                  f"predicted per run: {_ms(p.total)} = compute {_ms(p.compute)} + communication exposed "
-                 f"{_ms(p.exposed)} (overlapped {_ms(p.overlapped)}); peak {format_bytes(self.memory_bytes)} per device"]
+                 f"{_ms(p.exposed)} (overlapped {_ms(p.overlapped)}); "
+                 f"peak {format_bytes(self.memory_bytes)} per device"]
         if self.replicated is not None:
             r = self.replicated
             lines.append(f"everything replicated would take {_ms(r.total)} and {format_bytes(r.peak_bytes)} per "

@@ -1,9 +1,10 @@
 """Peak bytes per device of a priced layout, counted as the kernel graph counts them (`KernelGraph.
-live_bytes_per_node`): arguments from the start to their last use, results to the end, and otherwise only the
-values that cross from one kernel to another; a value made and used inside one kernel lives in registers and
-scratch rows, not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the model's collectives) and, in long
-collective-free stretches, about every `CUT_OPS` compute ops (`lowering/cut.py` cuts content-defined between 24
-and 96 compute ops, about every 8 past 24); a gathered copy counts while the op that needs it runs."""
+live_bytes_per_node`): arguments from the start to their last use, results to the end, and otherwise only the values
+that cross from one kernel to another; a value made and used inside one kernel lives in registers and scratch rows,
+not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is
+(the model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops
+(`lowering/cut.py` cuts content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy counts
+while the op that needs it runs."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each
-layout priced by `cost_model.Evaluator`.
+"""The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each layout
+priced by `cost_model.Evaluator`.
 
-From every argument replicated, and from the data tiled over each set of axes (`Search.seeds`), each sweep tries every value of every variable (larger groups first, so a
-model's weights are decided before its small inputs when they dominate, and the other way round) and keeps a
-change as soon as it lowers the objective; sweeps repeat until none helps. One more descent visits the
-variables in argument order (inputs first, as data parallelism would), and one decides the model's arguments
-with the data kept whole before freeing the data (so tiling the data first does not block tensor parallelism
-that needs it whole); the best end point wins. The objective
-is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory ("memory").
-Every layout is priced once (a cache by choice).
-"""
+From every argument replicated, and from the data tiled over each set of axes (`Search.seeds`), each sweep tries
+every value of every variable (larger groups first, so a model's weights are decided before its small inputs when
+they dominate, and the other way round) and keeps a change as soon as it lowers the objective; sweeps repeat until
+none helps. One more descent visits the variables in argument order (inputs first, as data parallelism would), and
+one decides the model's arguments with the data kept whole before freeing the data (so tiling the data first does not
+block tensor parallelism that needs it whole); the best end point wins. The objective is lexicographic: first the
+bytes above the budget, then time (objective "time") or peak memory ("memory"). Every layout is priced once (a cache
+by choice)."""
 
 from __future__ import annotations
 

@@ -168,7 +168,8 @@ def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tup
         names = [o.operation.name for o in op.regions[0].blocks[0].operations]
         body_ops = max(1, sum(1 for n in names if n != linalg.YieldOp.OPERATION_NAME))
         multiplies = any(n in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME) for n in names)
-    inputs = [v for v in op.operands if isinstance(v.type, ir.RankedTensorType)][:max(0, len(op.operands) - len(op.results))]
+    ins = list(op.operands)[:max(0, len(op.operands) - len(op.results))]
+    inputs = [v for v in ins if isinstance(v.type, ir.RankedTensorType)]
     if reductions and multiplies and len(inputs) >= 2:
         largest = max(math.prod(ir.RankedTensorType(v.type).shape) for v in inputs)
         return float(2 * math.prod(sizes) + max(0, body_ops - 2) * largest), True

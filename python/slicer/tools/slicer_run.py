@@ -1,14 +1,15 @@
 """`slicer-run`: partition a program and run it on N local MPI ranks.
 
-    slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]] [-n/--ranks N]
+    slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
+               [-n/--ranks N]
                [--inputs a.npy,b.npy | --random SEED] [-o/--output DIR] [--check] [--entry NAME]
                [--mpiexec PATH] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
-to minor); `argI=replicated`; `resultI.D=AXES` for results. Each rank reads or
-creates only its own block of each input; `--auto` searches the tactics (`slicer.auto`: the `--tactic`s
-given first, completed), within `--memory-budget` bytes per device, and prints them with its reasons; rank 0 assembles the results into
+to minor); `argI=replicated`; `resultI.D=AXES` for results. `--auto` searches the tactics (`slicer.auto`:
+the `--tactic`s given first, completed) within `--memory-budget` bytes per device and prints them with its
+reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
 `--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
 program run in one process (slicer.core.compare). Under `mpiexec -n N python -m slicer.runtime ...`
 the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
