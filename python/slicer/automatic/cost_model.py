@@ -86,12 +86,23 @@ class Evaluator:
         self.machine = machine or Machine()
         self.follow = follow or {}  # result index -> the argument whose layout it leaves in
         self.last_use = _last_uses(sketch)
+        self._groups: dict = {(): 1}
+        self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
+        self._local: dict = {}
+        self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
 
     def group(self, axes) -> int:
-        return self.mesh.group_size(axes) if axes else 1
+        found = self._groups.get(axes)
+        if found is None:
+            found = self._groups[axes] = self.mesh.group_size(axes)
+        return found
 
     def local_bytes(self, value: int, layout: Layout) -> int:
-        return self.sketch.nbytes(value) // max(1, math.prod(self.group(a) for a in layout))
+        key = (value, layout)
+        found = self._local.get(key)
+        if found is None:
+            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in layout))
+        return found
 
     def _collective(self, est: Estimate, kind, axes, local: int, where: str) -> float:
         k = self.group(axes)
@@ -119,7 +130,8 @@ class _Run:
     def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
         self.ev, self.est = ev, Estimate()
         sk = ev.sketch
-        self.layout: dict[int, Layout] = {}
+        self.layout: dict[int, Layout] = dict(ev.replicated)
+        self.distributed: set[int] = set()  # values tiled or partial: the others take the fast path
         self.partial: dict[int, frozenset[str]] = {}
         self.prio: dict[int, int] = {}
         self.ready: dict[int, float] = {}
@@ -128,11 +140,13 @@ class _Run:
             self.layout[i] = layouts[i] if i < len(layouts) else ((),) * len(sk.shapes[i])
             self.partial[i], self.prio[i], self.ready[i] = frozenset(), i, 0.0
             self.memory.argument(i, ev.local_bytes(i, self.layout[i]))
+            if any(self.layout[i]):
+                self.distributed.add(i)
         self.clock = self.link = 0.0
         self.gathered: set = set()
 
     def lay(self, v: int) -> Layout:
-        return self.layout.get(v) or ((),) * len(self.ev.sketch.shapes[v])
+        return self.layout[v]
 
     def communicate(self, v: int, kind: str, axes, local: int, where: str) -> None:
         seconds = self.ev._collective(self.est, kind, axes, local, where)
@@ -155,7 +169,7 @@ class _Run:
                 continue
             for d, axes in enumerate(self.lay(v)):
                 if axes:
-                    wanted.append((self.prio.get(v, 0), -self.ev.sketch.nbytes(v), k, d, axes))
+                    wanted.append((self.prio.get(v, 0), -self.ev._nbytes[v], k, d, axes))
         loops: dict[int, tuple[str, ...]] = {}
         used: set[str] = set()
         gathers, table_axes = [], set()
@@ -175,6 +189,9 @@ class _Run:
 
     def op(self, index: int, op: OpSketch) -> None:
         ev, sk = self.ev, self.ev.sketch
+        if self.distributed.isdisjoint(op.operands):
+            self.replicated_op(index, op)
+            return
         loops, gathers, table_axes = self.assign_loops(op)
         for k, d, axes in gathers:
             v = op.operands[k]
@@ -200,6 +217,8 @@ class _Run:
             self.layout[v], self.prio[v] = layout, prio
             reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
             self.partial[v] = frozenset(reduced | table_axes)
+            if self.partial[v] or any(layout):
+                self.distributed.add(v)
             nbytes = 0 if op.cheap else ev.local_bytes(v, layout)
             self.memory.produce(index, v, nbytes)
             produced += nbytes
@@ -210,8 +229,28 @@ class _Run:
             if v >= 0:
                 self.ready[v] = self.clock
 
+    def replicated_op(self, index: int, op: OpSketch) -> None:
+        """An op none of whose operands is tiled or partial: whole on every device, no collective."""
+        memory, ev = self.memory, self.ev
+        memory.op_kernel[index] = memory.kernel
+        for v in op.operands:
+            if v >= 0:
+                memory.use(v)
+        produced = 0
+        for v in op.results:
+            if v >= 0:
+                nbytes = 0 if op.cheap else ev._nbytes[v]
+                memory.produce(index, v, nbytes)
+                produced += nbytes
+        self.compute(op, 1, produced)
+        if op.flops and not op.cheap:
+            memory.computed()
+        for v in op.results:
+            if v >= 0:
+                self.ready[v] = self.clock
+
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
-        partial = self.partial.get(v, frozenset()) if v >= 0 else frozenset()
+        partial = self.partial.get(v) if v >= 0 else None
         if not partial:
             return
         axes = _mesh_order(self.ev.mesh, partial)
