@@ -96,7 +96,7 @@ def budget_forcing_sharding(hand: dict) -> int | None:
     """A budget data parallelism misses but a strategy sharding the parameters meets: the smallest kernel-graph
     peak of `megatron`, `fsdp` and `data_megatron`, plus 2%, when that is below data parallelism's peak (else
     None: at this size sharding the parameters lowers no peak, the activations dominate)."""
-    data = hand["data"].get("peak_bytes")
+    data = hand.get("data", {}).get("peak_bytes")
     sharded = [e["peak_bytes"] for n, e in hand.items() if n != "data" and "peak_bytes" in e]
     if data is None or not sharded or min(sharded) * 1.02 >= data:
         return None
@@ -126,14 +126,14 @@ def contender(program, mesh, tactics, inputs, measure: bool, repeat: int) -> dic
     return entry
 
 
-def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict) -> list[dict]:
+def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, only=None) -> list[dict]:
     import slicer
 
     program, inputs = built.setdefault(case, build(case, sizes))
     mesh = slicer.Mesh(MESHES[mesh_name])
     measure = mesh.device_count == 2
     hand = {name: contender(program, mesh, tactics, inputs, measure, repeat)
-            for name, tactics in strategies(program, mesh).items()}
+            for name, tactics in strategies(program, mesh).items() if only is None or name in only}
     rows = []
     forcing = budget_forcing_sharding(hand)
     for budget in (None, forcing) if forcing else (None,):
@@ -195,6 +195,7 @@ def main(argv=None) -> int:
     parser.add_argument("--meshes", default=",".join(MESHES))
     parser.add_argument("--small", action="store_true", help="toy sizes (the smoke test)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--hand", help="only these hand-written contenders (comma-separated; default: all)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     sizes = SIZES["small" if args.small else "full"]
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
         for mesh_name in args.meshes.split(","):
             if case == "gpt4_step" and mesh_name in ("8", "2x4") and not args.small:
                 continue  # a 4-layer training step on 8 devices compiles for minutes per contender; not timed anyway
-            rows += run_case(case, mesh_name, sizes, args.repeat, built)
+            rows += run_case(case, mesh_name, sizes, args.repeat, built, args.hand.split(",") if args.hand else None)
     if args.json:
         Path(args.json).write_text(json.dumps({"sizes": sizes, "rows": rows}, indent=1))
     return 0
