@@ -30,7 +30,7 @@ _ERRORS = [name for name in _errors if name != "Located" and name not in _INTERN
 _EXPORTS = {
     "Mesh": ".core.mesh",
     "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
-    "compile": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
+    "compile": ".api", "auto": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
     "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
@@ -39,7 +39,7 @@ _EXPORTS = {
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
-    "compile", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
+    "compile", "auto", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
     "strategies", "training_step", "SGD", "AdamW", "load_checkpoint", "torch_state", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,7 +10,8 @@ explain and run; `apply_tactics` and `propagate` run single stages.
     out = prog.run_in_mpi(x, w1, b1, w2)      # already under mpiexec: each rank takes its blocks
 
 Compilation is tactics -> propagation -> partitioning -> kernel extraction; the stages are the passes
-`slicer-opt` runs, so any stage can be reproduced there. Every compile-time problem raises `CompileError`
+`slicer-opt` runs, so any stage can be reproduced there. `slicer.auto(program, mesh, memory_budget=...)`
+searches the tactics instead (`slicer.automatic`). Every compile-time problem raises `CompileError`
 (or a subclass, e.g. `TacticError`), every run-time problem `RunError`.
 """
 
@@ -26,6 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from mlir import ir
 
+from slicer.automatic import AutoResult, search_tactics
 from slicer.checking import check_equivalent
 from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
                                 ResourceError, RunError, SlicerError, TacticError)
@@ -386,6 +388,22 @@ def _overlap_passes(module: ir.Module) -> None:
         run_pipeline(module, f"slicer-bucket-collectives{{bucket-bytes={bucket}}}")
 
 
+def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), objective: str = "time",
+         entry: str | None = None) -> AutoResult:
+    """Search the tactics that partition `program` (text, IR, or an `ImportedProgram` from `slicer.from_torch` or
+    `slicer.training_step`) on `mesh` fastest within `memory_budget` (bytes per device, or "2GiB"; None: no
+    limit); `tactics` are the user's own, kept first and completed; `objective` "time" or "memory". Returns an
+    `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`, `.memory_bytes`, `.explain()`, `.text()`
+    (the text form). Raises `AutoError` for a bad mesh, budget or objective and when nothing fits the budget."""
+    if isinstance(program, ImportedProgram):
+        return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
+                              entry=entry or program.entry, arg_names=program.arg_names,
+                              arg_roles=program.arg_roles, result_names=program.result_names,
+                              follow_results=bool(program.result_names))
+    text = program if isinstance(program, str) else str(program)
+    return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry)
+
+
 def _say_degraded(module: ir.Module, strict: bool) -> None:
     """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), or raise with `strict`."""
     notes = [note for notes in report(module).degraded.values() for note in notes]
@@ -424,4 +442,4 @@ _DYNAMIC = ("slicer.compile partitions and runs programs whose shapes are known 
             "slicer.propagate accept dynamic dims and tile the static ones only.")
 
 
-__all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]
+__all__ = ["Program", "Timings", "apply_tactics", "auto", "compile", "propagate"]

@@ -75,6 +75,15 @@ def test_cli_with_input_files_out_dir_and_check(tmp_path):
     np.testing.assert_allclose(np.load(out / "result0.npy"), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_auto_searches_the_tactics_and_runs_them(tmp_path):
+    """--auto on 2 ranks: the batch of the MLP in test/Transforms/slicer-auto.mlir is large, so data parallel."""
+    done = slicer_run(str(ROOT / "test" / "Transforms" / "slicer-auto.mlir"), "--mesh", "x=2", "--auto", "--random", "3",
+                      "--check")
+    assert done.returncode == 0, done.stderr
+    assert "== slicer.auto chose: arg0.0=x" in done.stdout and "runner-up" in done.stdout
+    assert "results match the unpartitioned program" in done.stdout
+
+
 def test_missing_input_file(tmp_path):
     done = slicer_run(str(EXAMPLES / "reduction.mlir"), "--mesh", "x=2", "--tactic", "arg0.0=x", "--inputs",
                       str(tmp_path / "nope.npy"))

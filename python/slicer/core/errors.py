@@ -12,6 +12,7 @@ wrong (naming the op, axis, dim, tactic or file, and where) and what would fix i
     │   │   └── OptionError     a pass option that does not exist, does not parse or is out of range
     │   ├── EntryError      no function, or several, match the function a request names
     │   ├── StepMismatch    check-each-step: a step changed what the program computes
+    │   ├── AutoError       automatic partitioning cannot search as asked, or nothing fits the budget
     │   ├── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
     │   │   │               converge, a kernel that does not compile in time); names where, saves a reproducer
     │   │   └── PropagationError  propagation exceeded its rewrite budget
@@ -86,6 +87,11 @@ class PipelineError(CompileError):
 
 class StepMismatch(CompileError):
     """check-each-step: the program after a step computes something else than before it."""
+
+
+class AutoError(CompileError):
+    """Automatic partitioning (`slicer.auto`) cannot search as asked: a bad mesh, memory budget or objective, or
+    no partitioning it found fits the memory budget (the message names the smallest peak found)."""
 
 
 class BudgetExceeded(CompileError):
@@ -222,7 +228,7 @@ class DegradedStrategy(SlicerWarning):
 __all__ = [
     "SlicerWarning", "DegradedStrategy",
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
-    "BudgetExceeded",
+    "BudgetExceeded", "AutoError",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
     "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "CheckpointError", "SimulationError",
     "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError", "DialectError",

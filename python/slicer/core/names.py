@@ -34,6 +34,8 @@ SHARDING_ATTR = "slicer.sharding"
 ARG_NAME_ATTR = "slicer.name"
 """A function argument's name (e.g. a model parameter's), so tactics can name it instead of its position."""
 TACTIC_ATTR = "slicer.tactic"
+# On the entry function after `slicer-auto`: the chosen tactics in their text form (slicer.parse_tactics reads it).
+AUTO_TACTICS_ATTR = "slicer.auto_tactics"
 """On loops: the tactic that started them."""
 PRIORITY_ATTR = "slicer.priority"
 """On loops: the tactic's place in the schedule (earlier tactics win conflicts)."""

@@ -20,13 +20,14 @@ from slicer.dialect import make_context
 from slicer.lowering.passes import LOWERING_PASSES
 
 from .apply_tactics import SlicerApplyTactics
+from .auto import SlicerAuto
 from .bucket_collectives import SlicerBucketCollectives
 from .collective_matmul import SlicerCollectiveMatmul
 from .partition import SlicerPartition
 from .propagate import SlicerPropagate
 from .verify import SlicerVerify
 
-PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerPropagate, SlicerPartition, SlicerCollectiveMatmul,
+PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerAuto, SlicerPropagate, SlicerPartition, SlicerCollectiveMatmul,
                 SlicerBucketCollectives, *LOWERING_PASSES)
 """Every pass class, imported (hence registered) here: `PASSES` holds exactly these, by name."""
 

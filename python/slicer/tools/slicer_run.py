@@ -1,13 +1,15 @@
 """`slicer-run`: partition a program and run it on N local MPI ranks.
 
-    slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [-n/--ranks N]
+    slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
+               [-n/--ranks N]
                [--inputs a.npy,b.npy | --random SEED] [-o/--output DIR] [--check] [--entry NAME]
                [--mpiexec PATH] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
-to minor); `argI=replicated`; `resultI.D=AXES` for results. Each rank reads or
-creates only its own block of each input; rank 0 assembles the results into
+to minor); `argI=replicated`; `resultI.D=AXES` for results. `--auto` searches the tactics (`slicer.auto`:
+the `--tactic`s given first, completed) within `--memory-budget` bytes per device and prints them with its
+reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
 `--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
 program run in one process (slicer.core.compare). Under `mpiexec -n N python -m slicer.runtime ...`
 the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
@@ -31,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.api import compile
+from slicer.api import auto, compile
+from slicer.automatic.options import parse_budget
 from slicer.checking import as_tuple
 from slicer.core.compare import difference, same_result
 from slicer.core.errors import InputError, RunError, SlicerError
@@ -57,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("program")
     p.add_argument("--mesh", required=True, help="named axes with sizes, major to minor, e.g. x=2,y=2")
     p.add_argument("--tactic", action="append", default=[], help="argI.D=AXES | argI=replicated | resultI.D=AXES")
+    p.add_argument("--auto", action="store_true",
+                   help="search the tactics (slicer.auto), after any --tactic given, and print them with the reasons")
+    p.add_argument("--memory-budget", metavar="BYTES",
+                   help="with --auto: peak bytes per device the tactics must fit (e.g. 2GiB, 512MiB, 1000000)")
     p.add_argument("-n", "--ranks", type=int, default=None, help="number of ranks (default: the mesh's device count)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--inputs", help="comma-separated .npy files, one per argument")
@@ -102,6 +109,10 @@ def read_command_line(args) -> Request:
     here is a usage error (exit 2)."""
     mesh = Mesh.parse(args.mesh)
     tactics = parse_tactics(";".join(args.tactic))
+    if args.memory_budget is not None:
+        if not args.auto:
+            raise RunError("--memory-budget is a bound for the search: give --auto with it")
+        parse_budget(args.memory_budget)
     text = Path(args.program).read_text()
     comm = job_comm()
     if comm is not None:
@@ -163,8 +174,15 @@ def run(args, request: Request) -> int:
     `--check` finds a difference."""
     mesh, text, comm = request.mesh, request.text, request.comm
     start = time.perf_counter()
-    prog = compile(text, mesh=mesh, tactics=request.tactics, entry=args.entry, source_name=args.program)
+    tactics = request.tactics
     lead = comm is None or comm.Get_rank() == 0
+    if args.auto:
+        found = auto(text, mesh, memory_budget=args.memory_budget, tactics=tactics, entry=args.entry)
+        tactics = found.tactics
+        if lead:
+            print(f"== slicer.auto chose: {found.text() or '(nothing: everything replicated)'}")
+            print(found.explain())
+    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program)
     if args.plot:
         load_pyplot()  # no matplotlib: say so before running anything
     if lead:

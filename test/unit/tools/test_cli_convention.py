@@ -53,6 +53,8 @@ def test_one_spelling_per_flag(tool):
     ("slicer-run", [MLP, "--mesh", "y=0"], "size 0"),
     ("slicer-run", [MLP, "--mesh", "y=4", "-n", "2"], "use -n 4"),
     ("slicer-run", [MLP, "--mesh", "y=4", "--inputs", "/nonexistent/a.npy"], "does not exist"),
+    ("slicer-run", [MLP, "--mesh", "y=4", "--memory-budget", "1GiB"], "give --auto with it"),
+    ("slicer-run", [MLP, "--mesh", "y=4", "--auto", "--memory-budget", "lots"], "memory budget 'lots' does not parse"),
 ])
 def test_a_command_line_that_cannot_be_used_exits_2(tool, argv, words, capsys):
     assert exit_code(tool, argv) == EXIT_USAGE
@@ -68,6 +70,9 @@ def test_failures_exit_1(tmp_path, monkeypatch, capsys):
     # A tactic naming an axis the mesh does not have: the program does not compile.
     assert exit_code("slicer-run", [MLP, "--mesh", "y=4", "--tactic", "arg1.1=z"]) == EXIT_FAILURE
     assert "slicer-run: error:" in capsys.readouterr().err
+    # --auto with a budget nothing fits: the search fails, naming the smallest peak it found.
+    assert exit_code("slicer-run", [MLP, "--mesh", "y=4", "--auto", "--memory-budget", "64"]) == EXIT_FAILURE
+    assert "the smallest peak found is" in capsys.readouterr().err
 
     def wrong(plan):
         raise RedistributionError("device 0 holds the wrong block")

@@ -1,0 +1,64 @@
+"""Automatic partitioning (docs/tactics.md, "Automatic partitioning"): search the tactics of a program on a mesh
+under a memory budget, and explain the choice.
+
+`search_tactics` reads the program once (`sketch.py`), groups its arguments (`candidates.py`), prices layouts
+with a model of propagation, partitioning, kernels and collectives (`cost_model.py`) in a greedy descent
+(`search.py`), and returns an `AutoResult` (`explain.py`). `slicer.auto` (the API) accepts imported programs
+too; `slicer-auto` is the pass.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from slicer.core.errors import CompileError, InvalidTactic
+from slicer.tactics import Replicate, Tile
+
+from .cost_model import Estimate, Evaluator, Machine
+from .explain import AutoResult
+from .options import check_mesh, check_objective, parse_budget
+from .search import Predicted, Search, timed_search
+from .sketch import Sketch, read_sketch
+
+
+def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective: str = "time", entry=None,
+                   arg_names=(), arg_roles=(), result_names=(), follow_results: bool = False) -> AutoResult:
+    """Search the tactics of `text` (MLIR) on `mesh`; see `slicer.auto`. `follow_results`: results named like
+    an argument leave laid out as that argument (what `slicer.compile` asks of an imported program)."""
+    mesh, budget, objective = check_mesh(mesh), parse_budget(memory_budget), check_objective(objective)
+    tactics = tuple(tactics)
+    for tactic in tactics:
+        if not isinstance(tactic, (Tile, Replicate)):
+            raise InvalidTactic(f"{tactic!r} is not a tactic; use slicer.Tile(...) or slicer.Replicate(...)")
+    sketch = read_sketch(text, entry, arg_names, result_names)
+    follow = {}
+    if follow_results:
+        names = sketch.arg_names
+        follow = {r: names.index(n) for r, n in enumerate(sketch.result_names) if n and n in names}
+    evaluator = Evaluator(sketch, mesh, follow=follow)
+    search = Search(sketch, mesh, roles=arg_roles, budget=budget, tactics=tactics, objective=objective,
+                    evaluator=evaluator)
+    _check_user_tactics(search, tactics)
+    choice, est, seconds = timed_search(search)
+    found = tuple(search.tactics(choice))
+    counts: dict = collections.defaultdict(lambda: [0, 0.0])
+    for c in est.collectives:
+        counts[(c.kind, c.axes)][0] += 1
+        counts[(c.kind, c.axes)][1] += c.seconds
+    return AutoResult(tactics + found, Predicted.of(est), est.peak_bytes, mesh, budget, objective, seconds,
+                      len(search.cache), tuple(search.decisions(choice)), len(tactics), search.estimate({}),
+                      tuple((k, tuple(v)) for k, v in counts.items()))
+
+
+def _check_user_tactics(search: Search, tactics) -> None:
+    """CompileError for a user tactic naming an axis the mesh lacks (the rewriter would say so after the
+    search; saying it first saves the search)."""
+    for tactic in tactics:
+        for axis in getattr(tactic, "axes", ()):
+            if not search.mesh.has_axis(axis):
+                raise CompileError(f"slicer.auto: tactic {tactic} names axis '{axis}', which mesh {search.mesh} does "
+                                   f"not have (axes: {', '.join(search.mesh.axis_names)})")
+
+
+__all__ = ["AutoResult", "Estimate", "Evaluator", "Machine", "Predicted", "Search", "Sketch", "read_sketch",
+           "search_tactics"]

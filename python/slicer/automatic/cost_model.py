@@ -1,0 +1,312 @@
+"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch`, priced with
+this machine's kernel and collective figures.
+
+Each op takes the tilings its operands bring, in the order of the tactics they come from (an earlier argument
+wins, as propagation's earlier tactic does): a tiled operand dim tiles the loop it walks, unless that loop or
+that axis is already taken, or the dim walks no loop; then the operand is all_gathered. An operand that is a
+partial sum is all_reduced before the op, or reduce_scattered when the op's loop it walks is tiled over the
+same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
+leave laid out as an argument (a training step's next parameters) are converted at the end.
+
+Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or its bytes at
+the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
+`CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
+`slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
+collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
+serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed.
+Memory: as the kernel graph counts it (`memory.py`: arguments, results and the values that cross kernels; a
+gathered copy while its op runs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slicer.core.mesh import Mesh
+from slicer.redistribution.costs import CostModel
+from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
+
+from .memory import MemoryTrace
+from .sketch import OpSketch, Sketch
+
+Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One device's kernel figures: contractions in FLOP/s, other ops in FLOP/s and bytes/s, a cost per op (a
+    call and its loop set-up) and per run. Defaults: benchmarks/README.md, `kernels.py` on the development
+    machine (packed GEMMs 180-250 GFLOP/s at 256-2048; fused row kernels ~35 GB/s), scaled to what whole
+    programs of benchmarks/auto.py measured on 2 ranks (torch linears' transposed weights, small blocks, fused
+    bias and activation passes: ~90 GFLOP/s)."""
+
+    contraction_flops: float = 9.0e10
+    vector_flops: float = 8.0e9
+    bandwidth: float = 2.0e10
+    op_seconds: float = 1.5e-6
+    run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (barriers, argument blocks, the first call)
+    overlap: float = 0.5  # the share of a collective kernels can hide: ranks progress MPI between kernels, and
+    #                       shared-memory copies run on the same cores as the kernels
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective the model expects: its kind, axes, bytes the busiest device receives, time, the op."""
+
+    kind: str
+    axes: tuple[str, ...]
+    busiest_bytes: int
+    seconds: float
+    where: str
+
+
+@dataclass
+class Estimate:
+    """Predicted seconds (compute, communication exposed and overlapped) and peak bytes per device."""
+
+    compute: float = 0.0
+    exposed: float = 0.0
+    overlapped: float = 0.0
+    peak_bytes: int = 0
+    collectives: list[Collective] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.exposed
+
+
+class Evaluator:
+    """Prices layouts of one sketch's arguments on one mesh (see the module docstring)."""
+
+    def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
+                 follow: dict[int, int] | None = None):
+        self.sketch, self.mesh = sketch, mesh
+        self.comm = comm or CostModel.default()
+        self.machine = machine or Machine()
+        self.follow = follow or {}  # result index -> the argument whose layout it leaves in
+        self.last_use = _last_uses(sketch)
+        self._groups: dict = {(): 1}
+        self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
+        self._local: dict = {}
+        self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
+
+    def group(self, axes) -> int:
+        found = self._groups.get(axes)
+        if found is None:
+            found = self._groups[axes] = self.mesh.group_size(axes)
+        return found
+
+    def local_bytes(self, value: int, layout: Layout) -> int:
+        key = (value, layout)
+        found = self._local.get(key)
+        if found is None:
+            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in layout))
+        return found
+
+    def _collective(self, est: Estimate, kind, axes, local: int, where: str) -> float:
+        k = self.group(axes)
+        if k <= 1:
+            return 0.0
+        step = {"all_gather": AllGather, "all_reduce": AllReduce, "reduce_scatter": ReduceScatter}[kind]
+        busiest = step.busiest(k, local)
+        seconds = self.comm.seconds(_mesh_order(self.mesh, axes), busiest)
+        est.collectives.append(Collective(kind, _mesh_order(self.mesh, axes), busiest, seconds, where))
+        return seconds
+
+    def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
+        """The estimate of the program with argument `i` laid out as `layouts[i]`."""
+        run = _Run(self, layouts)
+        for index, op in enumerate(self.sketch.ops):
+            run.op(index, op)
+        run.finish()
+        run.est.compute += self.machine.run_seconds
+        return run.est
+
+
+class _Run:
+    """One evaluation: each value's layout, partial axes and priority; the clock, the link and live bytes."""
+
+    def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
+        self.ev, self.est = ev, Estimate()
+        sk = ev.sketch
+        self.layout: dict[int, Layout] = dict(ev.replicated)
+        self.distributed: set[int] = set()  # values tiled or partial: the others take the fast path
+        self.partial: dict[int, frozenset[str]] = {}
+        self.prio: dict[int, int] = {}
+        self.ready: dict[int, float] = {}
+        self.memory = MemoryTrace(len(sk.ops))
+        for i in range(sk.num_args):
+            self.layout[i] = layouts[i] if i < len(layouts) else ((),) * len(sk.shapes[i])
+            self.partial[i], self.prio[i], self.ready[i] = frozenset(), i, 0.0
+            self.memory.argument(i, ev.local_bytes(i, self.layout[i]))
+            if any(self.layout[i]):
+                self.distributed.add(i)
+        self.clock = self.link = 0.0
+        self.gathered: set = set()
+
+    def lay(self, v: int) -> Layout:
+        return self.layout[v]
+
+    def communicate(self, v: int, kind: str, axes, local: int, where: str) -> None:
+        seconds = self.ev._collective(self.est, kind, axes, local, where)
+        if seconds <= 0:
+            return
+        self.memory.boundary()
+        start = max(self.ready.get(v, 0.0), self.link)
+        self.link = start + seconds
+        exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * seconds, 0.0)
+        self.est.exposed += exposed
+        self.est.overlapped += seconds - exposed
+        self.clock += exposed
+
+    def assign_loops(self, op: OpSketch):
+        """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
+        the axes of tiled table dims (partial sums)."""
+        wanted = []
+        for k, v in enumerate(op.operands):
+            if v < 0:
+                continue
+            for d, axes in enumerate(self.lay(v)):
+                if axes:
+                    wanted.append((self.prio.get(v, 0), -self.ev._nbytes[v], k, d, axes))
+        loops: dict[int, tuple[str, ...]] = {}
+        used: set[str] = set()
+        gathers, table_axes = [], set()
+        for _, _, k, d, axes in sorted(wanted):
+            loop = op.operand_loops[k][d] if op.ruled and d < len(op.operand_loops[k]) else None
+            if (k, d) in op.gathers and not used & set(axes):
+                table_axes |= set(axes)
+                used |= set(axes)
+            elif loop is not None and loops.get(loop) == axes:
+                continue
+            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable):
+                gathers.append((k, d, axes))
+            else:
+                loops[loop] = axes
+                used |= set(axes)
+        return loops, gathers, table_axes
+
+    def op(self, index: int, op: OpSketch) -> None:
+        ev, sk = self.ev, self.ev.sketch
+        if self.distributed.isdisjoint(op.operands):
+            self.replicated_op(index, op)
+            return
+        loops, gathers, table_axes = self.assign_loops(op)
+        for k, d, axes in gathers:
+            v = op.operands[k]
+            local = ev.local_bytes(v, self.lay(v))
+            if (v, d) not in self.gathered:
+                self.communicate(v, "all_gather", axes, local, op.line)
+                self.gathered.add((v, d))
+            self.memory.copy(index, local * ev.group(axes))
+        for k, v in enumerate(op.operands):
+            self.reduce_operand(op, k, v, loops)
+        self.memory.op_kernel[index] = self.memory.kernel
+        for v in op.operands:
+            if v >= 0:
+                self.memory.use(v)
+        divide = math.prod(ev.group(a) for a in loops.values()) or 1
+        prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
+        produced = 0
+        for r, v in enumerate(op.results):
+            if v < 0:
+                continue
+            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
+            layout = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(sk.shapes[v])
+            self.layout[v], self.prio[v] = layout, prio
+            reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
+            self.partial[v] = frozenset(reduced | table_axes)
+            if self.partial[v] or any(layout):
+                self.distributed.add(v)
+            nbytes = 0 if op.cheap else ev.local_bytes(v, layout)
+            self.memory.produce(index, v, nbytes)
+            produced += nbytes
+        self.compute(op, divide, produced)
+        if op.flops and not op.cheap:
+            self.memory.computed()
+        for v in op.results:
+            if v >= 0:
+                self.ready[v] = self.clock
+
+    def replicated_op(self, index: int, op: OpSketch) -> None:
+        """An op none of whose operands is tiled or partial: whole on every device, no collective."""
+        memory, ev = self.memory, self.ev
+        memory.op_kernel[index] = memory.kernel
+        for v in op.operands:
+            if v >= 0:
+                memory.use(v)
+        produced = 0
+        for v in op.results:
+            if v >= 0:
+                nbytes = 0 if op.cheap else ev._nbytes[v]
+                memory.produce(index, v, nbytes)
+                produced += nbytes
+        self.compute(op, 1, produced)
+        if op.flops and not op.cheap:
+            memory.computed()
+        for v in op.results:
+            if v >= 0:
+                self.ready[v] = self.clock
+
+    def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
+        partial = self.partial.get(v) if v >= 0 else None
+        if not partial:
+            return
+        axes = _mesh_order(self.ev.mesh, partial)
+        local = self.ev.local_bytes(v, self.lay(v))
+        uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
+        scatter = any(u is not None and loops.get(u) == axes and not self.lay(v)[d] for d, u in enumerate(uses))
+        self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes, local, op.line)
+        self.partial[v] = frozenset()
+
+    def compute(self, op: OpSketch, divide: int, produced: int) -> None:
+        m = self.ev.machine
+        if op.cheap or (not op.flops and not produced):
+            return
+        flops = op.flops / divide
+        if op.contraction:
+            seconds = flops / m.contraction_flops
+        else:
+            seconds = max(flops / m.vector_flops, 2 * produced / m.bandwidth)
+        seconds += m.op_seconds if op.flops else 0.0
+        self.est.compute += seconds
+        self.clock += seconds
+
+    def finish(self) -> None:
+        ev, sk = self.ev, self.ev.sketch
+        for r, v in enumerate(sk.results):
+            if v < 0:
+                continue
+            want = self.ev_layout_of_result(r, v)
+            partial = self.partial.get(v, frozenset())
+            if partial:
+                axes = _mesh_order(ev.mesh, partial)
+                scatter = any(set(w) == set(axes) for w in want)
+                self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes,
+                                 ev.local_bytes(v, self.lay(v)), "the results")
+            for d, axes in enumerate(self.lay(v)):
+                if axes and (d >= len(want) or want[d] != axes) and not partial:
+                    self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
+        self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results))
+
+    def ev_layout_of_result(self, r: int, v: int) -> Layout:
+        arg = self.ev.follow.get(r)
+        if arg is None:
+            return self.lay(v)  # a free result leaves as computed
+        return self.lay(arg)
+
+
+def _last_uses(sketch: Sketch) -> dict[int, int]:
+    last = {}
+    for index, op in enumerate(sketch.ops):
+        for v in op.operands:
+            if v >= 0:
+                last[v] = index
+    for v in sketch.results:
+        last[v] = len(sketch.ops)
+    return last
+
+
+def _mesh_order(mesh: Mesh, axes) -> tuple[str, ...]:
+    return tuple(a for a in mesh.axis_names if a in set(axes))

@@ -1,0 +1,75 @@
+"""Peak bytes per device of a priced layout, counted as the kernel graph counts them (`KernelGraph.
+live_bytes_per_node`): arguments from the start to their last use, results to the end, and otherwise only the values
+that cross from one kernel to another; a value made and used inside one kernel lives in registers and scratch rows,
+not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is
+(the model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops
+(`lowering/cut.py` cuts content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy counts
+while the op that needs it runs."""
+
+from __future__ import annotations
+
+CUT_OPS = 32
+
+
+class MemoryTrace:
+    """Where each value is born (op, kernel, bytes), which values are stored, and the transient copies."""
+
+    def __init__(self, num_ops: int):
+        self.num_ops = num_ops
+        self.kernel = 0
+        self.compute_ops = 0
+        self.born: dict[int, tuple[int, int, int]] = {}
+        self.stored: set[int] = set()
+        self.transient = [0] * (num_ops + 2)
+        self.op_kernel = [0] * num_ops
+
+    def argument(self, value: int, nbytes: int) -> None:
+        self.born[value] = (-1, -1, nbytes)
+        self.stored.add(value)
+
+    def boundary(self) -> None:
+        """A collective: the kernel before it ends."""
+        self.kernel += 1
+        self.compute_ops = 0
+
+    def use(self, value: int) -> None:
+        found = self.born.get(value)
+        if found is not None and found[1] != self.kernel:
+            self.stored.add(value)
+
+    def produce(self, index: int, value: int, nbytes: int) -> None:
+        self.born[value] = (index, self.kernel, nbytes)
+        self.op_kernel[index] = self.kernel
+
+    def computed(self) -> None:
+        self.compute_ops += 1
+        if self.compute_ops >= CUT_OPS:
+            self.boundary()
+
+    def copy(self, index: int, nbytes: int) -> None:
+        """A gathered copy held while op `index` runs."""
+        self.transient[index + 1] += nbytes
+
+    def peak(self, last_use: dict[int, int], results) -> int:
+        """The most bytes held at once: a stored value from the start of the kernel that makes it to the end of
+        the kernel that last reads it (a kernel holds all its inputs and outputs while it runs), transients at
+        their op."""
+        stored = self.stored | {v for v in results if v in self.born}
+        first, last = {}, {}
+        for index, kernel in enumerate(self.op_kernel):
+            first.setdefault(kernel, index)
+            last[kernel] = index
+        diff = [0] * (self.num_ops + 3)
+        for v in stored:
+            born, kernel, nbytes = self.born[v]
+            end = max(last_use.get(v, born), born)
+            if end < self.num_ops:
+                end = last.get(self.op_kernel[end], end)
+            born = first.get(kernel, born) if born >= 0 else born
+            diff[born + 1] += nbytes
+            diff[end + 2] -= nbytes
+        peak = running = 0
+        for position in range(self.num_ops + 2):
+            running += diff[position]
+            peak = max(peak, running + self.transient[position])
+        return peak

@@ -1,0 +1,176 @@
+"""The program read once into plain data for the search: every value's shape and element size, every top-level
+op of the entry function as the loops its operands and results walk (from the rule table, `slicer.rules`), its
+work (FLOPs, bytes) and whether it is a contraction.
+
+The search evaluates thousands of layouts; reading the IR and deriving rules once makes each evaluation a walk
+over Python tuples (`cost_model.evaluate`), with no MLIR and no rewriting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, func as func_d, linalg, tensor
+
+from slicer.core.errors import CompileError, NoRule
+from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.core.linalg_facts import REDUCTION, is_linalg_op
+from slicer.dialect import make_context, parse_source
+from slicer.rules import rule_for, rule_operands
+
+#: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
+_CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
+#: Ops that only give a tensor a new shape or name: no work.
+_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME,
+          *_CHEAP)
+
+
+@dataclass(frozen=True)
+class OpSketch:
+    """One op as the cost model sees it. `operand_loops[k][d]` is the loop dim `d` of operand `k` walks (None:
+    it walks none, so tiling it forces a gather); `gathers` the (operand, dim) pairs of tables whose tiled dim
+    gives partial sums; `summable`: its reductions add (a tiled reduction loop leaves partial sums, else the
+    operand is gathered); `ruled`: False for an op without a rule (every operand is used whole)."""
+
+    name: str
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    operand_loops: tuple[tuple[int | None, ...], ...]
+    result_loops: tuple[tuple[int | None, ...], ...]
+    loop_sizes: tuple[int, ...]
+    reductions: frozenset[int]
+    gathers: frozenset[tuple[int, int]]
+    summable: bool
+    flops: float
+    contraction: bool
+    ruled: bool = True
+    line: str = ""
+    cheap: bool = False  # a constant, empty tensor or fill of one: recomputed in each kernel, never stored
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """The entry function as data: value shapes and element sizes (arguments first), its ops in order, its
+    results, and the names of its arguments and results."""
+
+    entry: str
+    shapes: tuple[tuple[int, ...], ...]
+    itemsizes: tuple[int, ...]
+    num_args: int
+    ops: tuple[OpSketch, ...]
+    results: tuple[int, ...]
+    arg_names: tuple[str, ...]
+    result_names: tuple[str, ...]
+
+    def nbytes(self, value: int) -> int:
+        return math.prod(self.shapes[value]) * self.itemsizes[value]
+
+
+def read_sketch(text: str, entry: str | None = None, arg_names=(), result_names=()) -> Sketch:
+    """The sketch of `entry` in `text` (MLIR); CompileError if it does not parse or has dynamic shapes."""
+    with make_context():
+        try:
+            module = parse_source(text, "<program>")  # held: the function's ops live as long as the module
+            func = entry_function(module, entry)
+        except (ir.MLIRError, EntryError) as exc:
+            raise CompileError(f"slicer.auto: cannot read the program: {exc}") from None
+        reader = _Reader()
+        for arg in func.regions[0].blocks[0].arguments:
+            reader.value(arg)
+        results: tuple[int, ...] = ()
+        for op in func.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name == func_d.ReturnOp.OPERATION_NAME:
+                results = tuple(reader.ids.get(_key(v), -1) for v in op.operands)
+                continue
+            reader.op(op)
+        names = tuple(arg_names) or tuple(n or f"arg{i}" for i, n in enumerate(value_names(func)))
+        rnames = tuple(result_names) or tuple(n or "" for n in value_names(func, "result"))
+        count = len(function_type(func).inputs)
+        return Sketch(function_name(func), tuple(reader.shapes), tuple(reader.itemsizes), count, tuple(reader.ops),
+                      results, names, rnames)
+
+
+def _key(value: ir.Value):
+    return value
+
+
+class _Reader:
+    """Numbers tensor values and turns ops into `OpSketch`es."""
+
+    def __init__(self):
+        self.ids: dict = {}
+        self.shapes: list[tuple[int, ...]] = []
+        self.itemsizes: list[int] = []
+        self.ops: list[OpSketch] = []
+
+    def value(self, value: ir.Value) -> int:
+        if not isinstance(value.type, ir.RankedTensorType):
+            return -1
+        found = self.ids.get(value)
+        if found is not None:
+            return found
+        type_ = ir.RankedTensorType(value.type)
+        if not type_.has_static_shape:
+            raise CompileError(f"slicer.auto: a value of type {type_} has a dynamic shape: the search prices "
+                               "blocks of known sizes; give the program static shapes")
+        width = type_.element_type.width if hasattr(type_.element_type, "width") else 32
+        self.ids[value] = len(self.shapes)
+        self.shapes.append(tuple(type_.shape))
+        self.itemsizes.append(max(1, (width + 7) // 8))
+        return self.ids[value]
+
+    def op(self, op: ir.Operation) -> None:
+        results = tuple(self.value(r) for r in op.results)
+        if all(r < 0 for r in results):
+            return
+        try:
+            rule = rule_for(op)
+            values = rule_operands(op)
+        except NoRule:
+            rule, values = None, list(op.operands)
+        operands = tuple(self.value(v) for v in values)
+        line = str(op.location)
+        if rule is None:
+            self.ops.append(OpSketch(op.name, operands, results, tuple(() for _ in operands),
+                                     tuple(() for _ in results), (), frozenset(), frozenset(), False, 0.0, False,
+                                     ruled=False, line=line))
+            return
+        loops = len(rule.iterator_types)
+        sizes = [1] * loops
+        for k, uses in enumerate(rule.operands + rule.results):
+            v = (operands + results)[k] if k < len(operands + results) else -1
+            for d, use in enumerate(uses):
+                if v >= 0 and use.loop is not None and d < len(self.shapes[v]):
+                    sizes[use.loop] = max(sizes[use.loop], self.shapes[v][d])
+        blocked = {b for b, _ in rule.loop_blocks}
+        walk = lambda uses: tuple(u.loop if u.loop is not None and u.loop not in blocked else None  # noqa: E731
+                                  for u in uses)
+        reductions = frozenset(i for i, kind in enumerate(rule.iterator_types) if kind == REDUCTION)
+        flops, contraction = _work(op, sizes, reductions)
+        cheap = op.name in _CHEAP or (op.name == linalg.FillOp.OPERATION_NAME and operands[:1] == (-1,))
+        self.ops.append(OpSketch(op.name, operands, results, tuple(walk(u) for u in rule.operands),
+                                 tuple(walk(u) for u in rule.results), tuple(sizes), reductions,
+                                 frozenset(rule.gathers), all(c is None for c in rule.combiners), flops,
+                                 contraction, line=line, cheap=cheap))
+
+
+def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tuple[float, bool]:
+    """(FLOPs, is a contraction) of one op: its body's arithmetic ops once per point of its loop nest; for a
+    contraction, a multiply and an add per point, and the rest of its body (elementwise ops fused into an
+    operand, a gelu before a matmul) once per element of its largest input, as packing applies them."""
+    if op.name in _VIEWS or not sizes:
+        return 0.0, False
+    body_ops, multiplies = 1, False
+    if is_linalg_op(op) and op.regions and op.regions[0].blocks:
+        names = [o.operation.name for o in op.regions[0].blocks[0].operations]
+        body_ops = max(1, sum(1 for n in names if n != linalg.YieldOp.OPERATION_NAME))
+        multiplies = any(n in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME) for n in names)
+    ins = list(op.operands)[:max(0, len(op.operands) - len(op.results))]
+    inputs = [v for v in ins if isinstance(v.type, ir.RankedTensorType)]
+    if reductions and multiplies and len(inputs) >= 2:
+        largest = max(math.prod(ir.RankedTensorType(v.type).shape) for v in inputs)
+        return float(2 * math.prod(sizes) + max(0, body_ops - 2) * largest), True
+    return float(math.prod(sizes) * body_ops), False
