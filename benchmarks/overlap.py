@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from end_to_end import mlp_text  # noqa: E402
 
 import slicer  # noqa: E402
-from slicer.spmd.collective_matmul import ENV  # noqa: E402
+from slicer.spmd.chunked_contractions import ENV  # noqa: E402
 
 VARIANTS = {"whole": "0", "chunks2": "2", "chunks4": "4", "auto": "auto"}
 

@@ -15,9 +15,9 @@ from slicer.core.errors import CompileError, InvalidTactic
 from slicer.tactics import Replicate, Tile
 
 from .cost_model import Estimate, Evaluator, Machine
-from .explain import AutoResult
+from .explanation import AutoResult
 from .options import check_mesh, check_objective, parse_budget
-from .search import Predicted, Search, timed_search
+from .descent import Predicted, Search, timed_search
 from .sketch import Sketch, read_sketch
 
 

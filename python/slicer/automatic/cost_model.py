@@ -27,7 +27,7 @@ from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
 
-from .memory import MemoryTrace
+from .peak_memory import MemoryTrace
 from .sketch import OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor

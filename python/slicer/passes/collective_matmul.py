@@ -1,6 +1,6 @@
 """`slicer-collective-matmul`: a contraction feeding an all_reduce or reduce_scatter split into chunks whose
 collectives overlap the next chunk's compute, where the cost model says it pays
-(`slicer.spmd.collective_matmul`, docs/runtime.md, "Overlap")."""
+(`slicer.spmd.chunked_contractions`, docs/runtime.md, "Overlap")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from slicer.core.passes import ModulePass, register_pass
-from slicer.spmd.collective_matmul import collective_matmul
+from slicer.spmd.chunked_contractions import collective_matmul
 
 
 @register_pass

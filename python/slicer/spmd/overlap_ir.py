@@ -1,4 +1,4 @@
-"""What the overlap rewrites of an SPMD function (`collective_matmul.py`, `bucketing.py`) read from its IR:
+"""What the overlap rewrites of an SPMD function (`chunked_contractions.py`, `bucketing.py`) read from its IR:
 the collectives' groups and what they move, the `slicer.dist` text of any value, and the one estimate of a
 collective's and a contraction's time both rewrites decide with.
 

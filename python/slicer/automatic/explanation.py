@@ -10,7 +10,7 @@ from slicer.tactics import Tactic, format_tactics
 
 from .cost_model import Estimate
 from .options import format_bytes
-from .search import Decision, Predicted
+from .descent import Decision, Predicted
 
 
 @dataclass(frozen=True)
