@@ -64,7 +64,7 @@ def pytest_unconfigure(config):
 # (pytest-xdist hands out tests in collection order) a long test started last would leave the other workers
 # idle while it finishes. A prefix that matches nothing only loses this ordering.
 LONG_FIRST = (
-    "test/unit/fuzz/test_differential.py::test_differential",  # 500 hypothesis cases
+    "test/unit/fuzz/test_differential.py::test_differential",  # 200 hypothesis cases
     "test/unit/redistribution/test_properties.py::test_random_redistributions",  # 2,250 random reshards
     "test/mpi/test_end_to_end_benchmark.py",
     "test/mpi/test_demo.py",

@@ -18,7 +18,7 @@ from fuzz.shrink import replay, shrink
 from fuzz.source import RandomSource, ReplaySource
 from slicer.dialect import make_context
 
-JIT_CASES = int(os.environ.get("SLICER_FUZZ_JIT_CASES", "150"))
+JIT_CASES = int(os.environ.get("SLICER_FUZZ_JIT_CASES", "600" if os.environ.get("SLICER_NIGHTLY") == "1" else "60"))
 
 
 def test_programs_parse_and_verify():
