@@ -53,8 +53,12 @@ def _iterator_kind(attr: ir.Attribute) -> str:
 
 
 def input_count(op: ir.Operation) -> int:
-    """How many of the op's operands are inputs (the rest are outputs), from its operand segments."""
-    return list(ir.DenseI32ArrayAttr(op.attributes[OPERAND_SEGMENT_SIZES_ATTR]))[0]
+    """How many of the op's operands are inputs (the rest are outputs): from its operand segments, or, for a
+    linalg op on tensors without them (`linalg.reduce`, `linalg.transpose` keep theirs as properties the
+    bindings do not show), its operands but one init per result (destination style)."""
+    if OPERAND_SEGMENT_SIZES_ATTR in op.attributes:
+        return list(ir.DenseI32ArrayAttr(op.attributes[OPERAND_SEGMENT_SIZES_ATTR]))[0]
+    return len(op.operands) - len(op.results)
 
 
 def has_operand_segments(op: ir.Operation) -> bool:
