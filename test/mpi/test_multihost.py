@@ -150,11 +150,19 @@ def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two
     from slicer.redistribution.costs import CostModel
 
     out = tmp_path / "cost_model.json"
-    done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "-n", "4", "--mesh",
-                           "x=2,y=2", "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    model = CostModel.load(out)
-    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
-    assert dict(model.axis_latency).keys() >= {"x", "y"}
-    assert x_latency > y_latency or x_bandwidth < y_bandwidth, str(model)
+    models = []
+    # Up to 3 calibrations: 4 ranks on 2 cores beside the suite's other tests can measure the scheduler more
+    # than the links (once both axes came out at ~0.7 ms and ~1 GB/s); every one must give each axis figures.
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "-n", "4", "--mesh",
+                               "x=2,y=2", "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        model = CostModel.load(out)
+        assert dict(model.axis_latency).keys() >= {"x", "y"}
+        models.append(model)
+        (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
+        if x_latency > y_latency or x_bandwidth < y_bandwidth:
+            break
+    else:
+        pytest.fail("x (across the hosts) was never the slower axis:\n" + "\n".join(map(str, models)))
