@@ -285,13 +285,24 @@ def slicer_worker(job: str) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+# Set on some machines for old OpenBLAS builds (the env notes): they make a current numpy run a slower kernel, so
+# every contender runs without them (JAX and Slicer do not read them), as `env -u ... python` would.
+OPENBLAS_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def contender_environment(extra: dict | None) -> dict:
+    """This process's environment without `OPENBLAS_VARIABLES`, plus `extra`, unbuffered."""
+    base = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARIABLES}
+    return dict(base, **(extra or {}), PYTHONUNBUFFERED="1")
+
+
 class Contender:
     """A running worker: `run()` times one run of it."""
 
     def __init__(self, label: str, command: list[str], env: dict | None = None, fifos: list[Path] = ()):
         self.label = label
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1"),
+                                        text=True, env=contender_environment(env),
                                         start_new_session=True)
         # FIFOs opened read-write: never blocks, and the ranks' reads see a writer at once.
         self.fifos = [os.fdopen(os.open(f, os.O_RDWR), "w") for f in fifos]
