@@ -93,6 +93,31 @@ def read_sketch(text: str, entry: str | None = None, arg_names=(), result_names=
                       results, names, rnames)
 
 
+def read_kernels(text: str) -> dict[str, Sketch]:
+    """Every function of `text` (a kernel graph's `kernels_mlir`) as a sketch, by function name: what the
+    compiled program's kernels compute, priced like the program's ops (`graph_cost.py`)."""
+    found = {}
+    with make_context():
+        try:
+            module = parse_source(text, "<kernels>")
+        except ir.MLIRError as exc:
+            raise CompileError(f"slicer.auto: cannot read the compiled kernels: {exc}") from None
+        for func in module.regions[0].blocks[0].operations:
+            if func.operation.name != func_d.FuncOp.OPERATION_NAME:
+                continue
+            reader = _Reader()
+            for arg in func.regions[0].blocks[0].arguments:
+                reader.value(arg)
+            count = len(reader.shapes)
+            for op in func.regions[0].blocks[0].operations:
+                if op.operation.name != func_d.ReturnOp.OPERATION_NAME:
+                    reader.op(op.operation)
+            name = function_name(func)
+            found[name] = Sketch(name, tuple(reader.shapes), tuple(reader.itemsizes), count, tuple(reader.ops), (),
+                                 (), ())
+    return found
+
+
 def _key(value: ir.Value):
     return value
 
