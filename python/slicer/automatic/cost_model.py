@@ -29,7 +29,7 @@ from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
 from slicer.spmd.bucketing import bucket_bytes
 
 from .peak_memory import MemoryTrace
-from .sketch import OpSketch, Sketch
+from .sketch import VIEW_OPS, OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
@@ -108,7 +108,8 @@ class Evaluator:
         self.comm = comm or CostModel.default()
         self.machine = machine or Machine()
         self.follow = follow or {}  # result index -> the argument whose layout it leaves in
-        self.last_use = _last_uses(sketch)
+        self.root = _view_roots(sketch)  # a view's result -> the value whose bytes it shares
+        self.last_use = _last_uses(sketch, self.root)
         self.bucket_limit = bucket_bytes(self.comm)
         self._groups: dict = {(): 1}
         self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
@@ -246,7 +247,7 @@ class _Run:
         self.memory.op_kernel[index] = self.memory.kernel
         for v in op.operands:
             if v >= 0:
-                self.memory.use(v)
+                self.memory.use(ev.root.get(v, v))
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
         produced = 0
@@ -260,7 +261,7 @@ class _Run:
             self.partial[v] = frozenset(reduced | table_axes)
             if self.partial[v] or any(layout):
                 self.distributed.add(v)
-            nbytes = 0 if op.cheap else ev.local_bytes(v, layout)
+            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, layout)
             self.memory.produce(index, v, nbytes)
             produced += nbytes
         self.compute(op, divide, produced)
@@ -276,11 +277,11 @@ class _Run:
         memory.op_kernel[index] = memory.kernel
         for v in op.operands:
             if v >= 0:
-                memory.use(v)
+                memory.use(ev.root.get(v, v))
         produced = 0
         for v in op.results:
             if v >= 0:
-                nbytes = 0 if op.cheap else ev._nbytes[v]
+                nbytes = 0 if op.cheap or v in ev.root else ev._nbytes[v]
                 memory.produce(index, v, nbytes)
                 produced += nbytes
         self.compute(op, 1, produced)
@@ -332,14 +333,30 @@ class _Run:
         return self.lay(arg)
 
 
-def _last_uses(sketch: Sketch) -> dict[int, int]:
+def _view_roots(sketch: Sketch) -> dict[int, int]:
+    """Each view's result (expand_shape, collapse_shape, cast) -> the value whose bytes it shares (a view of a
+    view: the first value), so its uses keep that value alive and it stores nothing of its own."""
+    roots: dict[int, int] = {}
+    for op in sketch.ops:
+        if op.name in VIEW_OPS and op.operands and op.operands[0] >= 0:
+            for v in op.results:
+                if v >= 0:
+                    roots[v] = roots.get(op.operands[0], op.operands[0])
+    return roots
+
+
+def _last_uses(sketch: Sketch, roots: dict[int, int]) -> dict[int, int]:
+    """The index of the last op that reads each value, a view's reads counted for the value it shares
+    (results: past the last op)."""
     last = {}
     for index, op in enumerate(sketch.ops):
         for v in op.operands:
             if v >= 0:
                 last[v] = index
+                last[roots.get(v, v)] = index
     for v in sketch.results:
         last[v] = len(sketch.ops)
+        last[roots.get(v, v)] = len(sketch.ops)
     return last
 
 

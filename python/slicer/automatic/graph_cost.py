@@ -16,7 +16,7 @@ from __future__ import annotations
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 
 from .cost_model import Collective, Estimate, Machine
-from .sketch import Sketch, read_kernels
+from .sketch import VIEW_OPS, Sketch, read_kernels
 
 
 def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
@@ -81,7 +81,7 @@ def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
     if kernel is None:
         return seconds
     for op in kernel.ops:
-        if op.cheap:
+        if op.cheap or op.name in VIEW_OPS:
             continue
         produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
         if op.flops or produced:

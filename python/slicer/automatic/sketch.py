@@ -22,9 +22,9 @@ from slicer.rules import rule_for, rule_operands
 
 #: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
 _CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
-#: Ops that only give a tensor a new shape or name: no work.
-_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME,
-          *_CHEAP)
+#: Ops that only give a tensor a new shape or type: no work, and their result is the same bytes as their operand.
+VIEW_OPS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
+_VIEWS = (*VIEW_OPS, *_CHEAP)
 
 
 @dataclass(frozen=True)
