@@ -152,7 +152,8 @@ def measure(progs: dict, entries: dict, inputs, repeat: int, rounds: int) -> Non
         entries[name]["measured_s"] = statistics.median(entries[name]["measured_rounds_s"])
 
 
-def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, only=None, rounds: int = 3) -> list[dict]:
+def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, only=None,
+             rounds: int = 3) -> list[dict]:
     import slicer
 
     program, inputs = built.setdefault(case, build(case, sizes))
@@ -239,7 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument("--meshes", default=",".join(MESHES))
     parser.add_argument("--small", action="store_true", help="toy sizes (the smoke test)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of timing on 2 ranks (the median counts)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of timing on 2 ranks (the median counts)")
     parser.add_argument("--hand", help="only these hand-written contenders (comma-separated; default: all)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)

@@ -394,8 +394,9 @@ def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), o
     `slicer.training_step`) on `mesh` fastest within `memory_budget` (bytes per device, or "2GiB"; None: no
     limit); `tactics` are the user's own, kept first and completed; `objective` "time" or "memory". The search's
     best few candidates are compiled and ranked again by their kernel graphs' cost and exact peak memory
-    (automatic/verification.py). Returns an `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`, `.memory_bytes`, `.explain()`, `.text()`
-    (the text form). Raises `AutoError` for a bad mesh, budget or objective and when nothing fits the budget."""
+    (automatic/verification.py). Returns an `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`,
+    `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
+    objective and when nothing fits the budget."""
     if isinstance(program, ImportedProgram):
         return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
                               entry=entry or program.entry, arg_names=program.arg_names,

@@ -4,8 +4,8 @@ under a memory budget, and explain the choice.
 `search_tactics` reads the program once (`sketch.py`), groups its arguments (`candidates.py`), prices layouts
 with a model of propagation, partitioning, kernels and collectives (`cost_model.py`) in a greedy descent
 (`descent.py`), compiles its best few candidates when given the pipeline and ranks them again by the compiled
-programs' cost (`verification.py`, `graph_cost.py`), and returns an `AutoResult` (`explanation.py`). `slicer.auto` (the API) accepts imported programs
-too; `slicer-auto` is the pass.
+programs' cost (`verification.py`, `graph_cost.py`), and returns an `AutoResult` (`explanation.py`).
+`slicer.auto` (the API) accepts imported programs too; `slicer-auto` is the pass.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def _refuse_compiled(search: Search, chosen) -> None:
     tiles = format_tactics(chosen.tactics) or "everything replicated"
     raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(search.budget)} per device on "
                     f"mesh {search.mesh}: the smallest peak found is {format_bytes(chosen.estimate.peak_bytes)} "
-                    f"({chosen.estimate.peak_bytes} bytes, with {tiles}, compiled); raise the budget to at least that or use a larger mesh")
+                    f"({chosen.estimate.peak_bytes} bytes, with {tiles}, compiled); raise the budget to at least that "
+                    "or use a larger mesh")
 
 
 def _check_user_tactics(search: Search, tactics) -> None:
