@@ -9,10 +9,13 @@ data parallelism minus half of what sharding the parameters (and optimizer state
 
 Contenders: `auto`, and by hand (`slicer.strategies`): `data` (the inputs' dim 0 over every axis), `megatron`
 (heads and MLP hidden units over every axis), `fsdp` (data + parameters sharded, ZeRO-3), and `data_megatron`
-(data over x, Megatron over y) on 2-D meshes. For each: the tactics, the search time, the predicted time and peak
-(the same cost model prices the hand-written tactics), the kernel graph's peak per device, and on 2 devices the
-time measured on 2 MPI ranks (median of `--repeat` runs of the slowest rank). The machine has 2 cores: cases of
-4 and 8 devices are predicted and compiled (memory from the kernel graph) but not timed.
+(data over x, Megatron over y) on 2-D meshes. For each: the tactics, the search time (auto's includes compiling
+its best candidates), the predicted time and peak of the compiled program (its kernel graph priced as
+`slicer.auto` prices the candidates it compiles, `slicer.automatic.graph_cost`; `model_s` is the search model's
+figure before compiling), the kernel graph's peak per device, and on 2 devices the time measured on 2 MPI ranks
+(`--rounds` interleaved rounds, each the median of `--repeat` runs of the slowest rank; the median round counts).
+The machine has 2 cores: cases of 4 and 8 devices are predicted and compiled (memory from the kernel graph) but
+not timed.
 
     python benchmarks/auto.py --json auto.json                 # every case (~15 min)
     python benchmarks/auto.py --small --cases mlp --meshes 2   # the smoke test's size
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 import warnings
@@ -79,7 +83,8 @@ def strategies(program, mesh) -> dict:
 
 
 def price(program, mesh, tactics):
-    """The cost model's (predicted seconds, peak bytes) of `tactics` (what the search would say of them)."""
+    """The search model's (predicted seconds, peak bytes) of `tactics` (what the search's descent says of them,
+    before compiling)."""
     from slicer.automatic import Evaluator, read_sketch
     from slicer.automatic.candidates import resolve_fixed
 
@@ -89,6 +94,17 @@ def price(program, mesh, tactics):
     fixed = resolve_fixed(sketch, tuple(tactics))
     layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
     est = Evaluator(sketch, mesh, follow=follow).evaluate(layouts)
+    return est.total, est.peak_bytes
+
+
+def price_compiled(graph):
+    """(predicted seconds, peak bytes) of a compiled program: its kernel graph priced as `slicer.auto` prices
+    the candidates it compiles (`slicer.automatic.graph_cost`)."""
+    from slicer.automatic import Machine
+    from slicer.automatic.graph_cost import price_graph
+    from slicer.redistribution.costs import CostModel
+
+    est = price_graph(graph, Machine(), CostModel.default())
     return est.total, est.peak_bytes
 
 
@@ -103,12 +119,12 @@ def budget_forcing_sharding(hand: dict) -> int | None:
     return int(min(sharded) * 1.02)
 
 
-def contender(program, mesh, tactics, inputs, measure: bool, repeat: int) -> dict:
-    """Compile `tactics`; kernel-graph peak, predicted figures and (on 2 ranks) the measured time."""
+def contender(program, mesh, tactics) -> tuple[dict, object]:
+    """Compile `tactics`: (entry with the kernel-graph peak and the predicted figures, the program or None)."""
     import slicer
 
     entry = {"tactics": slicer.format_tactics(tactics)}
-    entry["predicted_s"], entry["predicted_peak_bytes"] = price(program, mesh, tactics)
+    entry["model_s"], entry["model_peak_bytes"] = price(program, mesh, tactics)
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -116,44 +132,73 @@ def contender(program, mesh, tactics, inputs, measure: bool, repeat: int) -> dic
             prog = slicer.compile(program, mesh=mesh, tactics=tactics)
     except slicer.SlicerError as exc:
         entry["error"] = str(exc).splitlines()[0][:300]
-        return entry
+        return entry, None
     entry["compile_s"] = time.perf_counter() - start
     entry["peak_bytes"] = prog.graph.peak_bytes_per_device()[0]
+    entry["predicted_s"], entry["predicted_peak_bytes"] = price_compiled(prog.graph)
     entry["spmd"] = prog.spmd
-    if measure:
-        _, timings = prog.run(*inputs, ranks=2, repeat=repeat, return_timings=True)
-        entry["measured_s"] = timings.seconds
-    return entry
+    return entry, prog
 
 
-def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, only=None) -> list[dict]:
+def measure(progs: dict, entries: dict, inputs, repeat: int, rounds: int) -> None:
+    """Time every compiled contender on 2 ranks, `rounds` rounds interleaved (the machine is shared: load comes
+    and goes within a minute, so each contender sees most of it); each round the median of `repeat` runs of the
+    slowest rank; the median round counts (`measured_s`), every round is kept (`measured_rounds_s`)."""
+    for _ in range(rounds):
+        for name, prog in progs.items():
+            _, timings = prog.run(*inputs, ranks=2, repeat=repeat, return_timings=True)
+            entries[name].setdefault("measured_rounds_s", []).append(timings.seconds)
+    for name in progs:
+        entries[name]["measured_s"] = statistics.median(entries[name]["measured_rounds_s"])
+
+
+def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, only=None,
+             rounds: int = 3) -> list[dict]:
     import slicer
 
     program, inputs = built.setdefault(case, build(case, sizes))
     mesh = slicer.Mesh(MESHES[mesh_name])
-    measure = mesh.device_count == 2
-    hand = {name: contender(program, mesh, tactics, inputs, measure, repeat)
-            for name, tactics in strategies(program, mesh).items() if only is None or name in only}
-    rows = []
+    measure_it = mesh.device_count == 2
+    hand, progs = {}, {}
+    for name, tactics in strategies(program, mesh).items():
+        if only is None or name in only:
+            hand[name], prog = contender(program, mesh, tactics)
+            if prog is not None:
+                progs[name] = prog
     forcing = budget_forcing_sharding(hand)
+    autos = []
     for budget in (None, forcing) if forcing else (None,):
         start = time.perf_counter()
         try:
             found = slicer.auto(program, mesh, memory_budget=budget)
         except slicer.AutoError as exc:
-            rows.append({"case": case, "mesh": mesh_name, "budget": budget, "error": str(exc)})
-            print(f"| {case} | {mesh_name} | {budget} | {exc} |", flush=True)
+            autos.append((budget, {"error": str(exc)}, None))
             continue
         seconds = time.perf_counter() - start
-        same = next((n for n, e in hand.items() if e.get("tactics") == slicer.format_tactics(found.tactics)), None)
-        auto = dict(hand[same]) if same else contender(program, mesh, found.tactics, inputs, measure, repeat)
+        text = slicer.format_tactics(found.tactics)
+        same = next((n for n, e in hand.items() if e.get("tactics") == text), None)
+        auto, prog = (dict(hand[same]), None) if same else contender(program, mesh, found.tactics)
         same = same or next((n for n, e in hand.items() if e.get("spmd") and e.get("spmd") == auto.get("spmd")), None)
-        if same:  # the same SPMD program as a hand-written one: its measurement (no second sample of the noise)
-            auto.update({k: v for k, v in hand[same].items() if k in ("measured_s", "peak_bytes")}, same_as=same)
         auto.update(search_s=seconds, evaluations=found.evaluations, predicted_s=found.predicted_seconds.total,
-                    predicted_peak_bytes=found.memory_bytes)
+                    predicted_peak_bytes=found.memory_bytes, compiled_candidates=len(found.compiled))
+        if same:  # the same SPMD program as a hand-written one: its measurement (no second sample of the noise)
+            auto["same_as"] = same
+        elif prog is not None:
+            progs[f"auto{len(autos)}"] = prog
+        autos.append((budget, auto, same))
+    if measure_it:
+        entries = {**hand, **{f"auto{i}": a for i, (_, a, same) in enumerate(autos) if not same}}
+        measure(progs, entries, inputs, repeat, rounds)
+    rows = []
+    for budget, auto, same in autos:
+        if "error" in auto and "tactics" not in auto:
+            rows.append({"case": case, "mesh": mesh_name, "budget": budget, "error": auto["error"]})
+            print(f"| {case} | {mesh_name} | {budget} | {auto['error']} |", flush=True)
+            continue
+        if same:
+            auto.update({k: v for k, v in hand[same].items() if k.startswith("measured")})
         rows.append({"case": case, "mesh": mesh_name, "budget": budget, "auto": auto, "hand": hand,
-                     **_verdict(auto, hand, budget, measure)})
+                     **_verdict(auto, hand, budget, measure_it)})
         print(_line(rows[-1]), flush=True)
     if not forcing:
         print(f"| {case} | {mesh_name} | (no budget forces parameter sharding: data parallelism has the smallest "
@@ -195,6 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument("--meshes", default=",".join(MESHES))
     parser.add_argument("--small", action="store_true", help="toy sizes (the smoke test)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of timing on 2 ranks (the median counts)")
     parser.add_argument("--hand", help="only these hand-written contenders (comma-separated; default: all)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
@@ -206,7 +253,8 @@ def main(argv=None) -> int:
         for mesh_name in args.meshes.split(","):
             if case == "gpt4_step" and mesh_name in ("8", "2x4") and not args.small:
                 continue  # a 4-layer training step on 8 devices compiles for minutes per contender; not timed anyway
-            rows += run_case(case, mesh_name, sizes, args.repeat, built, args.hand.split(",") if args.hand else None)
+            rows += run_case(case, mesh_name, sizes, args.repeat, built, args.hand.split(",") if args.hand else None,
+                             args.rounds)
     if args.json:
         Path(args.json).write_text(json.dumps({"sizes": sizes, "rows": rows}, indent=1))
     return 0

@@ -392,16 +392,29 @@ def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), o
          entry: str | None = None) -> AutoResult:
     """Search the tactics that partition `program` (text, IR, or an `ImportedProgram` from `slicer.from_torch` or
     `slicer.training_step`) on `mesh` fastest within `memory_budget` (bytes per device, or "2GiB"; None: no
-    limit); `tactics` are the user's own, kept first and completed; `objective` "time" or "memory". Returns an
-    `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`, `.memory_bytes`, `.explain()`, `.text()`
-    (the text form). Raises `AutoError` for a bad mesh, budget or objective and when nothing fits the budget."""
+    limit); `tactics` are the user's own, kept first and completed; `objective` "time" or "memory". The search's
+    best few candidates are compiled and ranked again by their kernel graphs' cost and exact peak memory
+    (automatic/verification.py). Returns an `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`,
+    `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
+    objective and when nothing fits the budget."""
     if isinstance(program, ImportedProgram):
         return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
                               entry=entry or program.entry, arg_names=program.arg_names,
                               arg_roles=program.arg_roles, result_names=program.result_names,
-                              follow_results=bool(program.result_names))
+                              follow_results=bool(program.result_names), compile_graph=_graph_of(program, entry))
     text = program if isinstance(program, str) else str(program)
-    return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry)
+    return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry,
+                          compile_graph=_graph_of(text, entry))
+
+
+def _graph_of(program, entry):
+    """The real pipeline for `auto`'s verification: `program` compiled with some tactics -> its kernel graph
+    (a lost split is a warning `compile` gives; the candidate is priced as it compiles, so it is not repeated)."""
+    def compile_graph(tactics, mesh) -> KernelGraph:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegradedStrategy)
+            return compile(program, mesh=mesh, tactics=tactics, entry=entry).graph
+    return compile_graph
 
 
 def _say_degraded(module: ir.Module, strict: bool) -> None:

@@ -26,28 +26,51 @@ from dataclasses import dataclass, field
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
+from slicer.spmd.bucketing import bucket_bytes
 
 from .peak_memory import MemoryTrace
-from .sketch import OpSketch, Sketch
+from .sketch import VIEW_OPS, OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
 
 @dataclass(frozen=True)
 class Machine:
-    """One device's kernel figures: contractions in FLOP/s, other ops in FLOP/s and bytes/s, a cost per op (a
-    call and its loop set-up) and per run. Defaults: benchmarks/README.md, `kernels.py` on the development
-    machine (packed GEMMs 180-250 GFLOP/s at 256-2048; fused row kernels ~35 GB/s), scaled to what whole
-    programs of benchmarks/auto.py measured on 2 ranks (torch linears' transposed weights, small blocks, fused
-    bias and activation passes: ~90 GFLOP/s)."""
+    """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
+    other ops in FLOP/s and bytes/s, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
+    (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer
+    (`sync_seconds`: the ranks meet, so it waits for the slower one; ranks drift apart by about this much
+    between collectives on a shared 2-core machine).
 
-    contraction_flops: float = 9.0e10
+    Fitted to whole programs measured on this machine's 2 ranks (benchmarks/auto.py's 4-layer GPT forward and
+    AdamW training step, each with `data`, `megatron` and `fsdp`: the total of `prog.run(..., ranks=2,
+    return_timings=True)`, best of 3 interleaved rounds of 5 runs, at load average 2 and again at 7; the
+    kernel graphs priced by `graph_cost.price_graph`): these figures put all six within 20% at load 2 and
+    within 30% at load 7. The packed GEMMs of these programs (256-512 rows by 128-512, fused with their
+    neighbours into kernels of 10-50 ops, the ranks sharing the 2 cores with other jobs) average ~30 GFLOP/s
+    where benchmarks/README.md's single large contractions reach 90-250; each op of a fused kernel costs
+    ~30 us beyond its FLOPs (its loop nest, its result buffer). A collective's meeting of the ranks costs
+    ~0.3 ms beyond its alpha/beta transfer (`slicer-plan --calibrate` on 2 ranks: 14 us, 6.4 GB/s), most
+    of it the skew of ranks sharing cores; under heavier load it grows to 1-4 ms (megatron's 256 KiB
+    all_reduces at load 7), which these figures do not follow."""
+
+    contraction_flops: float = 3.0e10
     vector_flops: float = 8.0e9
     bandwidth: float = 2.0e10
-    op_seconds: float = 1.5e-6
-    run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (barriers, argument blocks, the first call)
-    overlap: float = 0.5  # the share of a collective kernels can hide: ranks progress MPI between kernels, and
-    #                       shared-memory copies run on the same cores as the kernels
+    op_seconds: float = 3.0e-5
+    kernel_seconds: float = 3.5e-5
+    run_seconds: float = 2.0e-4  # a run's fixed cost on the ranks (barriers, argument blocks, the first call)
+    sync_seconds: float = 3.0e-4
+    overlap: float = 0.5  # the share of a collective's transfer kernels can hide: ranks progress MPI between
+    #                       kernels, and shared-memory copies run on the same cores as the kernels
+
+    def op_time(self, flops: float, contraction: bool, produced: int) -> float:
+        """Seconds of one op doing `flops` (a contraction's, or other) and storing `produced` bytes."""
+        if contraction:
+            seconds = flops / self.contraction_flops
+        else:
+            seconds = max(flops / self.vector_flops, 2 * produced / self.bandwidth)
+        return seconds + (self.op_seconds if flops else 0.0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +108,9 @@ class Evaluator:
         self.comm = comm or CostModel.default()
         self.machine = machine or Machine()
         self.follow = follow or {}  # result index -> the argument whose layout it leaves in
-        self.last_use = _last_uses(sketch)
+        self.root = _view_roots(sketch)  # a view's result -> the value whose bytes it shares
+        self.last_use = _last_uses(sketch, self.root)
+        self.bucket_limit = bucket_bytes(self.comm)
         self._groups: dict = {(): 1}
         self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
         self._local: dict = {}
@@ -104,14 +129,21 @@ class Evaluator:
             found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in layout))
         return found
 
-    def _collective(self, est: Estimate, kind, axes, local: int, where: str) -> float:
+    def _collective(self, est: Estimate, kind, axes, local: int, where: str, bucketed: bool = False) -> float:
+        """Record one collective; its transfer seconds (alpha/beta; a member of a bucket: beta only) plus, unless
+        bucketed, the machine's `sync_seconds`."""
         k = self.group(axes)
         if k <= 1:
             return 0.0
         step = {"all_gather": AllGather, "all_reduce": AllReduce, "reduce_scatter": ReduceScatter}[kind]
         busiest = step.busiest(k, local)
-        seconds = self.comm.seconds(_mesh_order(self.mesh, axes), busiest)
-        est.collectives.append(Collective(kind, _mesh_order(self.mesh, axes), busiest, seconds, where))
+        ordered = _mesh_order(self.mesh, axes)
+        seconds = self.comm.seconds(ordered, busiest)
+        if bucketed:
+            seconds -= self.comm.seconds(ordered, 0)
+        else:
+            seconds += self.machine.sync_seconds
+        est.collectives.append(Collective(kind, ordered, busiest, seconds, where))
         return seconds
 
     def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
@@ -120,7 +152,7 @@ class Evaluator:
         for index, op in enumerate(self.sketch.ops):
             run.op(index, op)
         run.finish()
-        run.est.compute += self.machine.run_seconds
+        run.est.compute += self.machine.run_seconds + self.machine.kernel_seconds * (run.memory.kernel + 1)
         return run.est
 
 
@@ -144,20 +176,30 @@ class _Run:
                 self.distributed.add(i)
         self.clock = self.link = 0.0
         self.gathered: set = set()
+        self.bucket: tuple = (None, 0)  # the open bucket: (kind, axes), bytes
 
     def lay(self, v: int) -> Layout:
         return self.layout[v]
 
     def communicate(self, v: int, kind: str, axes, local: int, where: str) -> None:
-        seconds = self.ev._collective(self.est, kind, axes, local, where)
+        """A collective of value `v`: started when `v` is ready and the link free, waited for now. All_reduces
+        (reduce_scatters) of whole blocks computed earlier join one bucket up to the bucket size, as
+        `spmd/bucketing.py` combines them (one latency and one meeting of the ranks per bucket)."""
+        key = (kind, tuple(axes))
+        join = kind != "all_gather" and not any(self.lay(v)) and self.ready.get(v, 0.0) < self.clock
+        bucketed = join and self.bucket[0] == key and self.bucket[1] + local <= self.ev.bucket_limit
+        seconds = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if seconds <= 0:
             return
-        self.memory.boundary()
+        self.bucket = (key, self.bucket[1] + local) if bucketed else ((key, local) if join else (None, 0))
+        sync = 0.0 if bucketed else self.ev.machine.sync_seconds
+        if not bucketed:
+            self.memory.boundary()
         start = max(self.ready.get(v, 0.0), self.link)
-        self.link = start + seconds
-        exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * seconds, 0.0)
+        self.link = start + seconds - sync
+        exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * (seconds - sync), 0.0) + sync
         self.est.exposed += exposed
-        self.est.overlapped += seconds - exposed
+        self.est.overlapped += max(0.0, seconds - exposed)
         self.clock += exposed
 
     def assign_loops(self, op: OpSketch):
@@ -205,7 +247,7 @@ class _Run:
         self.memory.op_kernel[index] = self.memory.kernel
         for v in op.operands:
             if v >= 0:
-                self.memory.use(v)
+                self.memory.use(ev.root.get(v, v))
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
         produced = 0
@@ -219,7 +261,7 @@ class _Run:
             self.partial[v] = frozenset(reduced | table_axes)
             if self.partial[v] or any(layout):
                 self.distributed.add(v)
-            nbytes = 0 if op.cheap else ev.local_bytes(v, layout)
+            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, layout)
             self.memory.produce(index, v, nbytes)
             produced += nbytes
         self.compute(op, divide, produced)
@@ -235,11 +277,11 @@ class _Run:
         memory.op_kernel[index] = memory.kernel
         for v in op.operands:
             if v >= 0:
-                memory.use(v)
+                memory.use(ev.root.get(v, v))
         produced = 0
         for v in op.results:
             if v >= 0:
-                nbytes = 0 if op.cheap else ev._nbytes[v]
+                nbytes = 0 if op.cheap or v in ev.root else ev._nbytes[v]
                 memory.produce(index, v, nbytes)
                 produced += nbytes
         self.compute(op, 1, produced)
@@ -261,15 +303,9 @@ class _Run:
         self.partial[v] = frozenset()
 
     def compute(self, op: OpSketch, divide: int, produced: int) -> None:
-        m = self.ev.machine
         if op.cheap or (not op.flops and not produced):
             return
-        flops = op.flops / divide
-        if op.contraction:
-            seconds = flops / m.contraction_flops
-        else:
-            seconds = max(flops / m.vector_flops, 2 * produced / m.bandwidth)
-        seconds += m.op_seconds if op.flops else 0.0
+        seconds = self.ev.machine.op_time(op.flops / divide, op.contraction, produced)
         self.est.compute += seconds
         self.clock += seconds
 
@@ -297,14 +333,30 @@ class _Run:
         return self.lay(arg)
 
 
-def _last_uses(sketch: Sketch) -> dict[int, int]:
+def _view_roots(sketch: Sketch) -> dict[int, int]:
+    """Each view's result (expand_shape, collapse_shape, cast) -> the value whose bytes it shares (a view of a
+    view: the first value), so its uses keep that value alive and it stores nothing of its own."""
+    roots: dict[int, int] = {}
+    for op in sketch.ops:
+        if op.name in VIEW_OPS and op.operands and op.operands[0] >= 0:
+            for v in op.results:
+                if v >= 0:
+                    roots[v] = roots.get(op.operands[0], op.operands[0])
+    return roots
+
+
+def _last_uses(sketch: Sketch, roots: dict[int, int]) -> dict[int, int]:
+    """The index of the last op that reads each value, a view's reads counted for the value it shares
+    (results: past the last op)."""
     last = {}
     for index, op in enumerate(sketch.ops):
         for v in op.operands:
             if v >= 0:
                 last[v] = index
+                last[roots.get(v, v)] = index
     for v in sketch.results:
         last[v] = len(sketch.ops)
+        last[roots.get(v, v)] = len(sketch.ops)
     return last
 
 

@@ -99,7 +99,9 @@ class Search:
                 break
         return choice
 
-    def run(self) -> tuple[dict, Estimate]:
+    def run(self, refuse: bool = True) -> tuple[dict, Estimate]:
+        """The best end point of the descents; over the budget, the smallest peak found (an `AutoError` with
+        `refuse`, else returned for the compiled programs to decide: the model's peaks are estimates)."""
         sizes = {v: self.sketch.nbytes(self.groups[v[0]].members[0]) * len(self.groups[v[0]].members)
                  for v in self.variables}
         by_size = sorted(self.variables, key=lambda v: -sizes[v])
@@ -111,7 +113,10 @@ class Search:
         est = self.estimate(choice)
         if self.budget is not None and est.peak_bytes > self.budget:
             smallest = [self.descend(by_size, end, objective_memory=True) for end in ends]
-            self.refuse(min(smallest, key=lambda c: self.estimate(c).peak_bytes))
+            choice = min(smallest, key=lambda c: self.estimate(c).peak_bytes)
+            if refuse:
+                self.refuse(choice)
+            est = self.estimate(choice)
         return choice, est
 
     def data_groups(self) -> list[int]:
@@ -157,7 +162,7 @@ class Search:
         return found
 
 
-def timed_search(search: Search) -> tuple[dict, Estimate, float]:
+def timed_search(search: Search, refuse: bool = True) -> tuple[dict, Estimate, float]:
     start = time.perf_counter()
-    choice, est = search.run()
+    choice, est = search.run(refuse)
     return choice, est, time.perf_counter() - start

@@ -16,8 +16,9 @@ from .descent import Decision, Predicted
 @dataclass(frozen=True)
 class AutoResult:
     """What `slicer.auto` chose: `tactics` (ordinary tactics, the user's own first), `predicted_seconds`
-    (compute, communication exposed and overlapped, total), `memory_bytes` (predicted peak per device), the
-    search's own figures, and `explain()`. `text()` is the tactics' text form (`slicer.parse_tactics` reads it)."""
+    (compute, communication exposed and overlapped, total), `memory_bytes` (peak per device: the compiled kernel
+    graph's when the candidates were compiled, `compiled`, else the model's), the search's own figures, and
+    `explain()`. `text()` is the tactics' text form (`slicer.parse_tactics` reads it)."""
 
     tactics: tuple[Tactic, ...]
     predicted_seconds: Predicted
@@ -31,6 +32,7 @@ class AutoResult:
     user_tactics: int = 0
     replicated: Estimate | None = field(default=None, repr=False)
     collectives: tuple = field(default=(), repr=False)
+    compiled: tuple = field(default=(), repr=False)  # verification.Compiled, in the order compiled
 
     def text(self) -> str:
         return format_tactics(self.tactics)
@@ -57,11 +59,27 @@ class AutoResult:
         chosen = self._estimate()
         for d in self.decisions:
             lines.append("  " + self._decision(d, chosen))
+        lines += self._compiled()
         if self.collectives:
-            lines.append("collectives expected:")
+            where = "in the compiled program" if self.compiled else "expected"
+            lines.append(f"collectives {where}:")
             lines += [f"  {kind} over {','.join(axes)}: {count} x, {_ms(seconds)} in all"
                       for (kind, axes), (count, seconds) in sorted(self.collectives)]
         return "\n".join(lines)
+
+    def _compiled(self) -> list[str]:
+        """What compiling the best candidates said: each one's compiled cost against the model's."""
+        if not self.compiled:
+            return ["(not compiled: the figures are the search model's)"]
+        lines = [f"compiled and priced on their kernel graphs ({len(self.compiled)} best candidates; the model's "
+                 "figure in brackets):"]
+        for c in self.compiled:
+            e, m = c.estimate, c.model
+            model = f" [model {_ms(m.total)}, {format_bytes(m.peak_bytes)}]" if m is not None else ""
+            fits = "" if self._fits(e) else " (over the budget)"
+            lines.append(f"  {format_tactics(c.tactics) or '(replicated)'}: {_ms(e.total)}, "
+                         f"{format_bytes(e.peak_bytes)}{fits}{model}; compiled in {c.seconds:.2f} s")
+        return lines
 
     def _estimate(self) -> Estimate:
         p = self.predicted_seconds

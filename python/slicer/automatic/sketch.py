@@ -22,9 +22,9 @@ from slicer.rules import rule_for, rule_operands
 
 #: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
 _CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
-#: Ops that only give a tensor a new shape or name: no work.
-_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME,
-          *_CHEAP)
+#: Ops that only give a tensor a new shape or type: no work, and their result is the same bytes as their operand.
+VIEW_OPS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
+_VIEWS = (*VIEW_OPS, *_CHEAP)
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,31 @@ def read_sketch(text: str, entry: str | None = None, arg_names=(), result_names=
         count = len(function_type(func).inputs)
         return Sketch(function_name(func), tuple(reader.shapes), tuple(reader.itemsizes), count, tuple(reader.ops),
                       results, names, rnames)
+
+
+def read_kernels(text: str) -> dict[str, Sketch]:
+    """Every function of `text` (a kernel graph's `kernels_mlir`) as a sketch, by function name: what the
+    compiled program's kernels compute, priced like the program's ops (`graph_cost.py`)."""
+    found = {}
+    with make_context():
+        try:
+            module = parse_source(text, "<kernels>")
+        except ir.MLIRError as exc:
+            raise CompileError(f"slicer.auto: cannot read the compiled kernels: {exc}") from None
+        for func in module.regions[0].blocks[0].operations:
+            if func.operation.name != func_d.FuncOp.OPERATION_NAME:
+                continue
+            reader = _Reader()
+            for arg in func.regions[0].blocks[0].arguments:
+                reader.value(arg)
+            count = len(reader.shapes)
+            for op in func.regions[0].blocks[0].operations:
+                if op.operation.name != func_d.ReturnOp.OPERATION_NAME:
+                    reader.op(op.operation)
+            name = function_name(func)
+            found[name] = Sketch(name, tuple(reader.shapes), tuple(reader.itemsizes), count, tuple(reader.ops), (),
+                                 (), ())
+    return found
 
 
 def _key(value: ir.Value):

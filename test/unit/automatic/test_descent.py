@@ -111,10 +111,13 @@ def test_fsdp_for_a_training_step_when_the_budget_forbids_replicated_parameters(
     result = slicer.auto(step, mesh, memory_budget=budget)
     tiled = {t.arg for t in result.tactics}
     assert "x" in tiled and {"0.weight", "2.weight"} <= tiled, result.text()
-    assert all(t.dim == 0 for t in result.tactics), result.text()  # sharded along the data axis, ZeRO-3 style
+    # ZeRO-3: the parameters and their state sharded over the data axis (on the dim whose compiled program holds
+    # less: for these weights dim 1, 3.5 MiB against 4.0 for dim 0), the batch over it on dim 0, nothing else.
+    assert all(t.axes == ("x",) for t in result.tactics), result.text()
+    assert all(t.dim == 0 for t in result.tactics if t.arg in ("x", "y")), result.text()
     assert result.memory_bytes <= budget
     prog = slicer.compile(step, mesh=mesh, tactics=result.tactics)
-    assert prog.graph.peak_bytes_per_device()[0] <= budget
+    assert prog.graph.peak_bytes_per_device()[0] == result.memory_bytes  # the compiled program's own count
     loss, *new = prog.run(x.numpy(), y.numpy())
     want = loss_fn(model, x, y)
     assert float(loss) == pytest.approx(float(want.detach()), rel=1e-4)

@@ -1,0 +1,89 @@
+"""What a compiled program costs: its kernel graph (`slicer.lowering.KernelGraph`) priced with the figures the
+search's model uses (`cost_model.Machine`, the collectives' `CostModel`), so the two agree where the model's
+picture of propagation and partitioning is right, and the compiled program decides where it is not.
+
+Each kernel: a call (`Machine.kernel_seconds`) plus each of its ops (`Machine.op_time`: the op's FLOPs and stored
+bytes read from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops and the
+optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
+bytes, `redistribution.steps`) over its axes, started when its input exists and the link is free, waited for
+where its output is first read (up to `Machine.overlap` of the transfer hidden by the kernels in between), plus
+the ranks' meeting (`Machine.sync_seconds`). Peak memory: `KernelGraph.peak_bytes_per_device`, exactly what the
+compiled program holds by the graph's count.
+"""
+
+from __future__ import annotations
+
+from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
+
+from .cost_model import Collective, Estimate, Machine
+from .sketch import VIEW_OPS, Sketch, read_kernels
+
+
+def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
+    """The estimate of running `graph` once: compute, communication exposed and overlapped, its collectives and
+    its peak bytes per device."""
+    kernels = read_kernels(graph.kernels_mlir) if graph.kernels_mlir else {}
+    est = Estimate()
+    clock = link = 0.0
+    ready: dict[str, float] = {}
+    pending: dict[str, tuple[float, float]] = {}  # collective output -> (transfer done, transfer seconds)
+
+    def wait(names) -> None:
+        nonlocal clock
+        for name in names:
+            found = pending.pop(name, None)
+            if found is not None:
+                exposed = max(found[0] - clock, (1 - machine.overlap) * found[1], 0.0)
+                est.exposed += exposed
+                est.overlapped += max(0.0, found[1] - exposed)
+                clock += exposed
+
+    for node in graph.nodes:
+        if isinstance(node, CollectiveNode):
+            seconds, busiest, axes = collective_seconds(graph, node, comm)
+            if seconds <= 0:
+                ready[node.output] = ready.get(node.input, 0.0)
+                continue
+            start = max(ready.get(node.input, 0.0), link)
+            link = start + seconds
+            pending[node.output] = (link, seconds)
+            ready[node.output] = link
+            clock += machine.sync_seconds
+            est.exposed += machine.sync_seconds
+            where = graph.values[node.output].loc or graph.values[node.input].loc
+            est.collectives.append(Collective(node.op, axes, busiest, seconds + machine.sync_seconds, where))
+            continue
+        wait(node.inputs)
+        seconds = kernel_seconds(kernels.get(node.name), machine)
+        est.compute += seconds
+        clock += seconds
+        for name in node.outputs:
+            ready[name] = clock
+    wait(graph.results)
+    est.compute += machine.run_seconds
+    est.peak_bytes = int(graph.peak_bytes_per_device()[0])
+    return est
+
+
+def collective_seconds(graph: KernelGraph, node: CollectiveNode, comm) -> tuple[float, int, tuple[str, ...]]:
+    """(alpha/beta seconds, busiest device's bytes, axes) of one collective of `graph`."""
+    step = node.step
+    axes = tuple(getattr(step, "mesh_axes", ()) or ())
+    if not axes:
+        return 0.0, 0, axes
+    busiest = type(step).busiest(graph.mesh.group_size(axes), graph.value_bytes(node.input))
+    return (comm.seconds(axes, busiest) if busiest else 0.0), busiest, axes
+
+
+def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
+    """One kernel's call plus its ops, priced as the search's model prices the program's ops."""
+    seconds = machine.kernel_seconds
+    if kernel is None:
+        return seconds
+    for op in kernel.ops:
+        if op.cheap or op.name in VIEW_OPS:
+            continue
+        produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
+        if op.flops or produced:
+            seconds += machine.op_time(op.flops, op.contraction, produced)
+    return seconds

@@ -1,0 +1,79 @@
+"""The search's answer checked on the real pipeline: its best few distinct layouts compiled (tactics, propagation,
+partitioning, the schedule's rewrites, the kernel graph: whatever `compile_graph` does, `slicer.compile` for
+`slicer.auto`) and ranked again by the compiled programs' own cost (`graph_cost.price_graph`: their kernels'
+FLOPs and bytes, their collectives, their exact peak memory), so the memory budget is checked on what will run
+and the explanation names the collectives the program really has.
+
+Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
+(expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
+from the search's start); the first is always compiled, and more past the limit only while none compiled fits the
+budget (at most `TOP`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from slicer.core.errors import SlicerError
+from slicer.tactics import format_tactics
+
+from .cost_model import Estimate
+from .graph_cost import price_graph
+
+TOP = 3
+TIME_LIMIT = 10.0
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One candidate compiled: its choice (the search's variables), its tactics and its cost priced on the
+    kernel graph; `model` the search model's estimate of the same layout."""
+
+    choice: dict
+    tactics: tuple
+    estimate: Estimate
+    model: Estimate
+    seconds: float
+
+
+def candidates(search, choice: dict, count: int = TOP) -> list[dict]:
+    """The search's choice, then the best other layouts it priced whose tactics differ, best first."""
+    def key(c):
+        return tuple(sorted((k, v) for k, v in c.items() if v is not None))
+
+    ranked = sorted((k for k, e in search.cache.items() if e is not None), key=lambda k: search.score(search.cache[k]))
+    found, seen = [], set()
+    for k in [key(choice)] + ranked:
+        text = format_tactics(search.tactics(dict(k)))
+        if text not in seen:
+            seen.add(text)
+            found.append(dict(k))
+        if len(found) == count:
+            break
+    return found
+
+
+def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: float) -> list[Compiled]:
+    """Compile the best candidates (see the module docstring); each a `Compiled`, in the order compiled.
+    A candidate the pipeline refuses (a `SlicerError`) is skipped."""
+    found: list[Compiled] = []
+    machine, comm = search.evaluator.machine, search.evaluator.comm
+    for cand in candidates(search, choice):
+        fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
+        if found and fits and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT:
+            break  # the next compile (about as long as the slowest so far) would end past the limit
+        tactics = tuple(user_tactics) + tuple(search.tactics(cand))
+        start = time.perf_counter()
+        try:
+            graph = compile_graph(tactics)
+        except SlicerError:
+            continue
+        est = price_graph(graph, machine, comm)
+        found.append(Compiled(cand, tactics, est, search.estimate(cand), time.perf_counter() - start))
+    return found
+
+
+def best(search, found: list[Compiled]) -> Compiled:
+    """The compiled candidate the search's objective prefers by its compiled cost (over the budget last)."""
+    return min(found, key=lambda c: search.score(c.estimate))

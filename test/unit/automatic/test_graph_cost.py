@@ -1,0 +1,86 @@
+"""The search's model against the compiled program (`graph_cost.py`, `verification.py`): the model's work and its
+collectives are those of the real kernel graph, the compiled program's peak is reported exactly, and `slicer.auto`
+reports the compiled program it chose."""
+
+import collections
+
+import pytest
+
+import slicer
+from slicer import Tile
+from slicer.automatic import Evaluator, Machine, read_sketch
+from slicer.automatic.candidates import resolve_fixed
+from slicer.automatic.graph_cost import price_graph
+from slicer.automatic.sketch import read_kernels
+from slicer.lowering.kernel_graph import CollectiveNode
+from slicer.redistribution.costs import CostModel
+
+
+@pytest.fixture(scope="module")
+def step():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
+    x, y = torch.randn(256, 64), torch.randn(256, 64)
+    loss_fn = lambda m, x, y: torch.nn.functional.mse_loss(m(x), y)  # noqa: E731
+    return slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=0.01))
+
+
+def model_estimate(step, mesh, tactics):
+    sketch = read_sketch(step.text, step.entry, step.arg_names, step.result_names)
+    names = sketch.arg_names
+    follow = {r: names.index(n) for r, n in enumerate(sketch.result_names) if n and n in names}
+    fixed = resolve_fixed(sketch, tuple(tactics))
+    layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
+    return sketch, Evaluator(sketch, mesh, follow=follow).evaluate(layouts)
+
+
+def meetings(collectives, sync):
+    """Collectives by kind that meet the ranks (a bucket's members after the first ride along)."""
+    return collections.Counter(c.kind for c in collectives if c.seconds >= sync)
+
+
+@pytest.mark.parametrize("tactics", [
+    [Tile(arg="x", dim=0, axes="x"), Tile(arg="y", dim=0, axes="x")],  # data parallel: gradients bucketed
+    [Tile(arg="0.weight", dim=0, axes="x"), Tile(arg="2.weight", dim=1, axes="x")],  # Megatron
+], ids=["data", "megatron"])
+def test_the_models_work_and_collectives_are_the_compiled_programs(step, tactics):
+    """The backward pass and the optimizer included: each device's contraction FLOPs as the compiled kernels
+    count them, and the same collectives meeting the ranks, of the same kinds."""
+    mesh = slicer.Mesh(x=2)
+    sketch, est = model_estimate(step, mesh, tactics)
+    graph = slicer.compile(step, mesh=mesh, tactics=tactics).graph
+    kernels = read_kernels(graph.kernels_mlir)
+    real = sum(op.flops for k in kernels.values() for op in k.ops if op.contraction and not op.cheap)
+    assert real > 0
+    modelled = sum(op.flops for op in sketch.ops if op.contraction) / 2  # every contraction split over x=2
+    assert modelled == pytest.approx(real, rel=0.05)
+    compiled = price_graph(graph, Machine(), CostModel.default())
+    sync = Machine().sync_seconds
+    assert meetings(est.collectives, sync) == meetings(compiled.collectives, sync)
+    assert len(compiled.collectives) == sum(isinstance(n, CollectiveNode) for n in graph.nodes)
+    assert est.total == pytest.approx(compiled.total, rel=0.25)
+
+
+def test_the_compiled_cost_counts_the_graphs_own_peak(step):
+    graph = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[Tile(arg="x", dim=0, axes="x")]).graph
+    est = price_graph(graph, Machine(), CostModel.default())
+    assert est.peak_bytes == graph.peak_bytes_per_device()[0]
+    assert est.compute > 0 and est.exposed > 0 and est.total == pytest.approx(est.compute + est.exposed)
+
+
+def test_auto_reports_the_compiled_program_it_chose(step):
+    mesh = slicer.Mesh(x=2)
+    result = slicer.auto(step, mesh)
+    assert result.compiled and len(result.compiled) <= 3
+    graph = slicer.compile(step, mesh=mesh, tactics=result.tactics).graph
+    assert result.memory_bytes == graph.peak_bytes_per_device()[0]
+    real = collections.Counter(n.op for n in graph.nodes if isinstance(n, CollectiveNode))
+    reported = {kind: count for (kind, _), (count, _) in result.collectives}
+    assert reported == dict(real)
+    text = result.explain()
+    assert "compiled and priced on their kernel graphs" in text
+    assert ("collectives in the compiled program" in text) == bool(real)
+    chosen = min(result.compiled, key=lambda c: c.estimate.total)
+    assert result.predicted_seconds.total == pytest.approx(chosen.estimate.total)
