@@ -368,22 +368,21 @@ class _Worklist(RewriteListener):
         seen: set[int] = set()
         while stack:
             op = stack.pop()
-            if op_id(op) in seen:
+            i = op_id(op)
+            if i in seen:
                 continue
-            seen.add(op_id(op))
-            if not self.known(op):
-                top = op
-                while True:
-                    parent = top.parent
-                    if parent is None or as_op(parent) == self.function or self.known(as_op(parent)):
-                        break
-                    top = as_op(parent)
-                tops.setdefault(op_id(top), top)
-            # A known op's operands may be new (a user of the rewritten op); a new op's body may use new ops.
-            for value in (op.operands if self.known(op) else captured_values(op)):
-                producer = defining_op(value)
-                if producer is not None and not self.known(producer):
-                    stack.append(producer)
+            seen.add(i)
+            if i in self.key:  # a known op's operands may be new (a user of the rewritten op)
+                stack += [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
+                continue
+            top = op
+            while True:
+                parent = top.parent
+                if parent is None or as_op(parent) == self.function or self.known(as_op(parent)):
+                    break
+                top = as_op(parent)
+            tops.setdefault(op_id(top), top)
+            stack += self._new_producers(op)  # a new op's body may use new ops
         tops = list(tops.values())
         if not tops:
             return []
@@ -405,6 +404,32 @@ class _Worklist(RewriteListener):
                 self.loops[i] = op
             bisect.insort(self.keys, key)
         return fresh
+
+    def _new_producers(self, op: ir.Operation) -> list[ir.Operation]:
+        """The ops without a key producing what `op` (itself without one) reads: its operands and the values its
+        regions use from outside it (those of `captured_values`, found in one walk without listing the values
+        of ops with a key, which are most of them)."""
+        key, found = self.key, [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
+        if not len(op.regions):
+            return found
+        root = op_id(op)
+        inside = {root}
+
+        def visit(inner):
+            inner_id = op_id(inner)
+            if inner_id != root:
+                for operand in inner.operands:
+                    if isinstance(operand, ir.BlockArgument):
+                        continue  # (no producer)
+                    owner = operand.owner
+                    owner_id = op_id(owner)
+                    if owner_id not in key and owner_id not in inside:
+                        found.append(as_op(owner))
+                inside.add(inner_id)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(visit, ir.WalkOrder.PRE_ORDER)
+        return found
 
 
 def _loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:
