@@ -82,10 +82,13 @@ class RangeType:
     @staticmethod
     def of(type_: ir.Type) -> "RangeType | None":
         """The view of `type_`, or None if it is not a range type."""
-        text = str(type_)
-        if text not in _RANGES:
-            _RANGES[text] = _parse_range(text, type_.context)
-        return _RANGES[text]
+        found = _RANGE_OF.get(type_, _UNKNOWN)
+        if found is _UNKNOWN:
+            text = str(type_)
+            if text not in _RANGES:
+                _RANGES[text] = _parse_range(text, type_.context)
+            found = _remember(_RANGE_OF, type_, _RANGES[text])
+        return found
 
     @staticmethod
     def is_range(type_: ir.Type) -> bool:
@@ -99,6 +102,20 @@ class RangeType:
 # again and again: each text is parsed once.
 _RANGES: dict[str, "RangeType | None"] = {}
 _ACTIONS: dict[str, "Action | None"] = {}
+# Printing is most of that cost: the views are also kept by the type or attribute itself (hashed and compared
+# by address, uniqued in its context). A key holds its context alive, so these are emptied past
+# `_BY_VALUE_LIMIT` entries (one compile uses a handful of ranges and actions).
+_RANGE_OF: dict[ir.Type, "RangeType | None"] = {}
+_ACTION_OF: dict[ir.Attribute, "Action | None"] = {}
+_BY_VALUE_LIMIT = 256
+_UNKNOWN = object()
+
+
+def _remember(table: dict, key, view):
+    if len(table) >= _BY_VALUE_LIMIT:
+        table.clear()
+    table[key] = view
+    return view
 
 
 def _parse_range(text: str, context: ir.Context) -> RangeType | None:
@@ -145,10 +162,13 @@ Action = TileAction | SumAction
 
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
-    text = str(attr)
-    if text not in _ACTIONS:
-        _ACTIONS[text] = _parse_action(text, attr.context)
-    return _ACTIONS[text]
+    found = _ACTION_OF.get(attr, _UNKNOWN)
+    if found is _UNKNOWN:
+        text = str(attr)
+        if text not in _ACTIONS:
+            _ACTIONS[text] = _parse_action(text, attr.context)
+        found = _remember(_ACTION_OF, attr, _ACTIONS[text])
+    return found
 
 
 def _parse_action(text: str, context: ir.Context) -> Action | None:
