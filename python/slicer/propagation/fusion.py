@@ -64,15 +64,22 @@ def _candidates(op: ir.Operation, captured: list[ir.Value]) -> list[ir.Operation
     """`fusion_candidates` of `op`, given its captured values."""
     found: dict[int, ir.Operation] = {}
     seen: set[int] = set()
+    arguments: set[ir.Value] = set()  # block arguments asked already (values hash by address)
+    block = op.block
     for value in captured:
         producer = defining_op(value)
-        if producer is not None and (producer.name in _SHARED_FOR_NOTHING or op_id(producer) in seen):
-            continue
-        if producer is not None:
-            seen.add(op_id(producer))
+        if producer is None:
+            if value in arguments:
+                continue
+            arguments.add(value)
+        else:
+            producer_id = op_id(producer)
+            if producer_id in seen or producer.name in _SHARED_FOR_NOTHING:
+                continue
+            seen.add(producer_id)
         if not isinstance(value.type, ir.RankedTensorType):
             continue
-        for other in lift_all([as_op(use.owner) for use in value.uses], op.block):
+        for other in lift_all([as_op(use.owner) for use in value.uses], block):
             if other.name == LOOP:
                 found.setdefault(op_id(other), other)
     return earlier_in_block(op, found.values())
