@@ -13,7 +13,9 @@ Axis order convention everywhere in Slicer: axes are listed **major to minor**
 
 from __future__ import annotations
 
+import ctypes
 import re
+import weakref
 from dataclasses import dataclass
 
 from mlir import ir
@@ -82,12 +84,13 @@ class RangeType:
     @staticmethod
     def of(type_: ir.Type) -> "RangeType | None":
         """The view of `type_`, or None if it is not a range type."""
-        found = _RANGE_OF.get(type_, _UNKNOWN)
+        table, key = _views_of(type_), ("range", _capsule_pointer(type_._CAPIPtr, _TYPE_CAPSULE))
+        found = table.get(key, _UNKNOWN)
         if found is _UNKNOWN:
             text = str(type_)
             if text not in _RANGES:
                 _RANGES[text] = _parse_range(text, type_.context)
-            found = _remember(_RANGE_OF, type_, _RANGES[text])
+            found = table[key] = _RANGES[text]
         return found
 
     @staticmethod
@@ -102,20 +105,22 @@ class RangeType:
 # again and again: each text is parsed once.
 _RANGES: dict[str, "RangeType | None"] = {}
 _ACTIONS: dict[str, "Action | None"] = {}
-# Printing is most of that cost: the views are also kept by the type or attribute itself (hashed and compared
-# by address, uniqued in its context). A key holds its context alive, so these are emptied past
-# `_BY_VALUE_LIMIT` entries (one compile uses a handful of ranges and actions).
-_RANGE_OF: dict[ir.Type, "RangeType | None"] = {}
-_ACTION_OF: dict[ir.Attribute, "Action | None"] = {}
-_BY_VALUE_LIMIT = 256
+# Printing is most of that cost: the views are also kept per context by the address of the type or attribute
+# (uniqued in its context, never freed while it lives). The context is held weakly: a view table goes with its
+# context, and no type or attribute is held (holding one would keep its context, constants included, alive).
+_BY_ADDRESS: "weakref.WeakKeyDictionary[ir.Context, dict[tuple[str, int], object]]" = weakref.WeakKeyDictionary()
 _UNKNOWN = object()
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_TYPE_CAPSULE, _ATTRIBUTE_CAPSULE = b"mlir.ir.Type._CAPIPtr", b"mlir.ir.Attribute._CAPIPtr"
 
 
-def _remember(table: dict, key, view):
-    if len(table) >= _BY_VALUE_LIMIT:
-        table.clear()
-    table[key] = view
-    return view
+def _views_of(value) -> dict:
+    """The views known in the context of `value` (a type or an attribute), by kind and address."""
+    table = _BY_ADDRESS.get(value.context)
+    if table is None:
+        table = _BY_ADDRESS[value.context] = {}
+    return table
 
 
 def _parse_range(text: str, context: ir.Context) -> RangeType | None:
@@ -162,12 +167,13 @@ Action = TileAction | SumAction
 
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
-    found = _ACTION_OF.get(attr, _UNKNOWN)
+    table, key = _views_of(attr), ("action", _capsule_pointer(attr._CAPIPtr, _ATTRIBUTE_CAPSULE))
+    found = table.get(key, _UNKNOWN)
     if found is _UNKNOWN:
         text = str(attr)
         if text not in _ACTIONS:
             _ACTIONS[text] = _parse_action(text, attr.context)
-        found = _remember(_ACTION_OF, attr, _ACTIONS[text])
+        found = table[key] = _ACTIONS[text]
     return found
 
 
