@@ -13,7 +13,9 @@ Axis order convention everywhere in Slicer: axes are listed **major to minor**
 
 from __future__ import annotations
 
+import ctypes
 import re
+import weakref
 from dataclasses import dataclass
 
 from mlir import ir
@@ -82,10 +84,14 @@ class RangeType:
     @staticmethod
     def of(type_: ir.Type) -> "RangeType | None":
         """The view of `type_`, or None if it is not a range type."""
-        text = str(type_)
-        if text not in _RANGES:
-            _RANGES[text] = _parse_range(text, type_.context)
-        return _RANGES[text]
+        table, key = _views_of(type_), ("range", _capsule_pointer(type_._CAPIPtr, _TYPE_CAPSULE))
+        found = table.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            text = str(type_)
+            if text not in _RANGES:
+                _RANGES[text] = _parse_range(text, type_.context)
+            found = table[key] = _RANGES[text]
+        return found
 
     @staticmethod
     def is_range(type_: ir.Type) -> bool:
@@ -99,6 +105,22 @@ class RangeType:
 # again and again: each text is parsed once.
 _RANGES: dict[str, "RangeType | None"] = {}
 _ACTIONS: dict[str, "Action | None"] = {}
+# Printing is most of that cost: the views are also kept per context by the address of the type or attribute
+# (uniqued in its context, never freed while it lives). The context is held weakly: a view table goes with its
+# context, and no type or attribute is held (holding one would keep its context, constants included, alive).
+_BY_ADDRESS: "weakref.WeakKeyDictionary[ir.Context, dict[tuple[str, int], object]]" = weakref.WeakKeyDictionary()
+_UNKNOWN = object()
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_TYPE_CAPSULE, _ATTRIBUTE_CAPSULE = b"mlir.ir.Type._CAPIPtr", b"mlir.ir.Attribute._CAPIPtr"
+
+
+def _views_of(value) -> dict:
+    """The views known in the context of `value` (a type or an attribute), by kind and address."""
+    table = _BY_ADDRESS.get(value.context)
+    if table is None:
+        table = _BY_ADDRESS[value.context] = {}
+    return table
 
 
 def _parse_range(text: str, context: ir.Context) -> RangeType | None:
@@ -145,10 +167,14 @@ Action = TileAction | SumAction
 
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
-    text = str(attr)
-    if text not in _ACTIONS:
-        _ACTIONS[text] = _parse_action(text, attr.context)
-    return _ACTIONS[text]
+    table, key = _views_of(attr), ("action", _capsule_pointer(attr._CAPIPtr, _ATTRIBUTE_CAPSULE))
+    found = table.get(key, _UNKNOWN)
+    if found is _UNKNOWN:
+        text = str(attr)
+        if text not in _ACTIONS:
+            _ACTIONS[text] = _parse_action(text, attr.context)
+        found = table[key] = _ACTIONS[text]
+    return found
 
 
 def _parse_action(text: str, context: ir.Context) -> Action | None:

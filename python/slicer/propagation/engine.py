@@ -40,7 +40,7 @@ from mlir.dialects import builtin
 from slicer.core.errors import Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
 from slicer.core.reproducer import save_reproducer
-from slicer.core.names import CONFLICT_ATTR, LINALG_PREFIX, LOOP, SLICE
+from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import SliceOp, walk_ops
 
@@ -184,6 +184,8 @@ class _Worklist(RewriteListener):
         self.function = function
         self.key: dict[int, float] = {}  # op_id -> key
         self.keys: list[float] = []
+        self.op_at: dict[float, ir.Operation] = {}  # key -> op (for the late phase's loops, `_unsettled_loops`)
+        self.loops: dict[int, ir.Operation] = {}  # op_id -> op, for every keyed loop
         self.heap: list[tuple[float, int, _Entry]] = []
         self.queued: dict[int, _Entry] = {}  # op_id -> its live entry
         self.counter = 0
@@ -205,6 +207,8 @@ class _Worklist(RewriteListener):
         self.late_settled_before = -math.inf  # keys change: nothing is known settled
         self.key = {i: float(n) for n, i in enumerate(ids)}
         self.keys = list(self.key.values())
+        self.op_at = dict(zip(self.keys, ops))
+        self.loops = {i: op for op, i in zip(ops, ids) if op.name == LOOP}
         for entry in self.queued.values():
             entry.live = False
         self.heap, self.queued = [], {}
@@ -232,7 +236,9 @@ class _Worklist(RewriteListener):
             if entry is not None:
                 entry.live = False
             key = self.key.pop(i, None)
+            self.loops.pop(i, None)
             if key is not None:
+                del self.op_at[key]
                 del self.keys[bisect.bisect_left(self.keys, key)]
                 self._changed_at(key)
             if erased and self._step is not None:
@@ -275,28 +281,17 @@ class _Worklist(RewriteListener):
         return False
 
     def _unsettled_loops(self, settled: float) -> list[ir.Operation]:
-        """The loops nested in the function, in pre-order, but those whose subtree ends before `settled`, found
-        without entering them (a loop's subtree ends after its nested loops', so those are settled too; most of a
-        training step's loops are, once the late phase has walked them). Nor are the bodies of linalg ops
-        entered: they hold scalar code and no loop, and are most of a program's ops."""
-        found: list[ir.Operation] = []
-        root = self.function
-
-        def visit(op):
-            name = op.name
-            if name == LOOP:
-                loop_op = as_op(op)
-                if loop_op != root:
-                    end = self.key.get(op_id(_last_inside(loop_op)))
-                    if end is not None and end < settled:
-                        return ir.WalkResult.SKIP
-                    found.append(loop_op)
-            elif name.startswith(LINALG_PREFIX):
-                return ir.WalkResult.SKIP
-            return ir.WalkResult.ADVANCE
-
-        as_op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
-        return found
+        """The loops nested in the function whose subtree does not end before `settled`, in pre-order: the
+        loops at or after `settled` and the loops around the first op there (a loop's subtree is the run of
+        keys from its own to its last op's). Found from the keys (`loops`, `op_at`) rather than by walking the
+        function, which visited every op outside the settled loops at each late step."""
+        index = bisect.bisect_left(self.keys, settled)
+        if index == len(self.keys):
+            return []
+        first = self.op_at[self.keys[index]]
+        around = [a for a in reversed(_loops_around(first, self.function)) if a.name == LOOP]
+        later = sorted((self.key[i], i) for i in self.loops if self.key[i] >= settled)
+        return around + [self.loops[i] for _, i in later]
 
     def _changed_at(self, key: float) -> None:
         """A rewrite changed the program at `key` (an op erased, moved, made or given new operands there)."""
@@ -373,22 +368,21 @@ class _Worklist(RewriteListener):
         seen: set[int] = set()
         while stack:
             op = stack.pop()
-            if op_id(op) in seen:
+            i = op_id(op)
+            if i in seen:
                 continue
-            seen.add(op_id(op))
-            if not self.known(op):
-                top = op
-                while True:
-                    parent = top.parent
-                    if parent is None or as_op(parent) == self.function or self.known(as_op(parent)):
-                        break
-                    top = as_op(parent)
-                tops.setdefault(op_id(top), top)
-            # A known op's operands may be new (a user of the rewritten op); a new op's body may use new ops.
-            for value in (op.operands if self.known(op) else captured_values(op)):
-                producer = defining_op(value)
-                if producer is not None and not self.known(producer):
-                    stack.append(producer)
+            seen.add(i)
+            if i in self.key:  # a known op's operands may be new (a user of the rewritten op)
+                stack += [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
+                continue
+            top = op
+            while True:
+                parent = top.parent
+                if parent is None or as_op(parent) == self.function or self.known(as_op(parent)):
+                    break
+                top = as_op(parent)
+            tops.setdefault(op_id(top), top)
+            stack += self._new_producers(op)  # a new op's body may use new ops
         tops = list(tops.values())
         if not tops:
             return []
@@ -403,24 +397,39 @@ class _Worklist(RewriteListener):
             self._renumber()
             return [op for op in walk_ops(self.function) if op_id(op) in self.queued]
         for n, op in enumerate(fresh, start=1):
-            key = lo + gap * n
-            self.key[op_id(op)] = key
+            key, i = lo + gap * n, op_id(op)
+            self.key[i] = key
+            self.op_at[key] = op
+            if op.name == LOOP:
+                self.loops[i] = op
             bisect.insort(self.keys, key)
         return fresh
 
+    def _new_producers(self, op: ir.Operation) -> list[ir.Operation]:
+        """The ops without a key producing what `op` (itself without one) reads: its operands and the values its
+        regions use from outside it (those of `captured_values`, found in one walk without listing the values
+        of ops with a key, which are most of them)."""
+        key, found = self.key, [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
+        if not len(op.regions):
+            return found
+        root = op_id(op)
+        inside = {root}
 
-def _last_inside(op: ir.Operation) -> ir.Operation:
-    """The last op of `op`'s subtree in pre-order (`op` itself when its regions are empty)."""
-    while len(op.regions):
-        region = op.regions[len(op.regions) - 1]
-        blocks = region.blocks
-        if not len(blocks):
-            break
-        operations = blocks[len(blocks) - 1].operations
-        if not len(operations):
-            break
-        op = as_op(operations[len(operations) - 1])
-    return op
+        def visit(inner):
+            inner_id = op_id(inner)
+            if inner_id != root:
+                for operand in inner.operands:
+                    if isinstance(operand, ir.BlockArgument):
+                        continue  # (no producer)
+                    owner = operand.owner
+                    owner_id = op_id(owner)
+                    if owner_id not in key and owner_id not in inside:
+                        found.append(as_op(owner))
+                inside.add(inner_id)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(visit, ir.WalkOrder.PRE_ORDER)
+        return found
 
 
 def _loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:

@@ -24,8 +24,9 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
     if op.name != LOOP:
         return False
     second = LoopOp(op)
-    earlier_loops = fusion_candidates(op)
-    for earlier in earlier_loops:
+    captured = captured_values(op)
+    producers = None  # the producers in `op`'s block of what it reads (`_producers_in_block`), once asked
+    for earlier in _candidates(op, captured):
         first = LoopOp(earlier)
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
                 or first.mesh != second.mesh):
@@ -33,18 +34,19 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         types = [r.type for r in first.results + second.results]
         if any(t != types[0] for t in types[1:]):
             continue  # a loop's results share one type (see _make_loop)
+        # The fused loop stands where the second one is if nothing between them uses the first's results,
+        # else where the first is if the second needs nothing defined between. Neither: no fusion, and the
+        # (costlier) dependence walk is not needed (most candidates of a training step's loops end here).
+        used_between = any(_used_between(r, earlier, op) for r in first.results)
+        if used_between:
+            producers = _producers_in_block(op, captured) if producers is None else producers
+            if any(earlier.is_before_in_block(p) for p in producers):
+                continue
         if _depends_on(op, earlier):
             continue
-        # The fused loop stands where the second one is if nothing between them uses the
-        # first's results, else where the first is if the second needs nothing defined between.
-        if not any(_used_between(r, earlier, op) for r in first.results):
-            journal.rewriting(op)
-            _fuse(first, second, journal, at=op)
-            return True
-        if not _needs_values_after(op, earlier):
-            journal.rewriting(op, anchor=earlier)
-            _fuse(first, second, journal, at=earlier)
-            return True
+        journal.rewriting(op, anchor=earlier if used_between else op)
+        _fuse(first, second, journal, at=earlier if used_between else op)
+        return True
     return False
 
 
@@ -55,17 +57,29 @@ _SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp
 def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
     """The loops before `op` in its block that read a value `op` reads, first first: a value from outside
     both that is computed (not a constant, an empty tensor, a fill or a range)."""
+    return _candidates(op, captured_values(op))
+
+
+def _candidates(op: ir.Operation, captured: list[ir.Value]) -> list[ir.Operation]:
+    """`fusion_candidates` of `op`, given its captured values."""
     found: dict[int, ir.Operation] = {}
     seen: set[int] = set()
-    for value in captured_values(op):
+    arguments: set[ir.Value] = set()  # block arguments asked already (values hash by address)
+    block = op.block
+    for value in captured:
         producer = defining_op(value)
-        if producer is not None and (producer.name in _SHARED_FOR_NOTHING or op_id(producer) in seen):
-            continue
-        if producer is not None:
-            seen.add(op_id(producer))
+        if producer is None:
+            if value in arguments:
+                continue
+            arguments.add(value)
+        else:
+            producer_id = op_id(producer)
+            if producer_id in seen or producer.name in _SHARED_FOR_NOTHING:
+                continue
+            seen.add(producer_id)
         if not isinstance(value.type, ir.RankedTensorType):
             continue
-        for other in lift_all([as_op(use.owner) for use in value.uses], op.block):
+        for other in lift_all([as_op(use.owner) for use in value.uses], block):
             if other.name == LOOP:
                 found.setdefault(op_id(other), other)
     return earlier_in_block(op, found.values())
@@ -111,12 +125,11 @@ def _used_between(value: ir.Value, first: ir.Operation, second: ir.Operation) ->
     return False
 
 
-def _needs_values_after(op: ir.Operation, earlier: ir.Operation) -> bool:
-    for value in captured_values(op):
-        owner = defining_op(value)
-        if owner is not None and owner.block == op.block and earlier.is_before_in_block(owner):
-            return True
-    return False
+def _producers_in_block(op: ir.Operation, captured: list[ir.Value]) -> list[ir.Operation]:
+    """The ops of `op`'s block defining values `op` reads (`captured`): `op` may not move before any of them."""
+    block = op.block
+    owners = (defining_op(value) for value in captured)
+    return [owner for owner in owners if owner is not None and owner.block == block]
 
 
 def _fuse(first: LoopOp, second: LoopOp, journal: Journal, *, at: ir.Operation) -> None:

@@ -10,7 +10,7 @@ from slicer.core.names import LOOP, PRIORITY_ATTR, RANGE_PRODUCT, RULE_ATTR, SLI
 from slicer.dialect import LoopOp, SumAction, TileAction
 from slicer.rules import RuleOutcome, rule_for
 
-from .ir_utils import BlockOrder, as_op, defining_op, result_index
+from .ir_utils import BlockOrder, as_op, defining_op, op_id, result_index
 from .journal import Journal
 
 NO_PRIORITY = 1 << 30
@@ -140,10 +140,15 @@ def lift(op: ir.Operation, block: ir.Block) -> ir.Operation | None:
 
 
 def lift_all(ops, block: ir.Block) -> list[ir.Operation]:
-    """Each of `ops` lifted to its ancestor in `block` (ops not inside `block` dropped), without repeats."""
-    lifted = []
+    """Each of `ops` lifted to its ancestor in `block` (ops not inside `block` dropped), without repeats (told
+    apart by address: a list membership test compared each op with every earlier one, and a value's users
+    are often many)."""
+    lifted, seen = [], set()
     for candidate in ops:
         candidate = lift(candidate, block)
-        if candidate is not None and candidate not in lifted:
-            lifted.append(candidate)
+        if candidate is not None:
+            i = op_id(candidate)
+            if i not in seen:
+                seen.add(i)
+                lifted.append(candidate)
     return lifted

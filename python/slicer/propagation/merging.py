@@ -29,7 +29,8 @@ def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     if value is None:
         return [as_op(o) for o in op.block.operations if as_op(o) != op and as_op(o).name == op.name]
     users = [as_op(use.owner) for use in value.uses]
-    return [u for u in lift_all(users, op.block) if u != op and u.name == op.name]
+    name = op.name
+    return [u for u in lift_all(users, op.block) if u.name == name and u != op]
 
 
 def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
