@@ -78,6 +78,9 @@ _BUFFERIZE: Stage = (
         # Boolean tensors become byte tensors: no i1 buffer reaches the LLVM lowering (see widen_i1.py).
         "slicer-kernel-widen-i1",
         "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
+        # Distinct tensors can bufferize to one buffer (an undefined slice and an op computed into it): again,
+        # on buffers, before buffer-results-to-out-params sees one returned twice.
+        "slicer-kernel-distinct-results",
         # Results become out-params: numpy allocates outputs, the kernel writes into them.
         "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
         "canonicalize",

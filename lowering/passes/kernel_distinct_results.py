@@ -16,7 +16,7 @@ from ..results import distinct_results
 @dataclass(frozen=True)
 class SlicerKernelDistinctResults(ModulePass):
     name = "slicer-kernel-distinct-results"
-    description = "Copy every returned tensor that is returned twice, or is an argument, into a fresh tensor"
+    description = "Copy every returned tensor or buffer that is returned twice, or is an argument, into a fresh one"
 
     def apply(self, module: ir.Operation) -> None:
         distinct_results(module.opview)

@@ -25,3 +25,19 @@ func.func @distinct(%a: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
   %m = arith.mulf %a, %a : tensor<8xf32>
   return %n, %m : tensor<8xf32>, tensor<8xf32>
 }
+
+// After bufferization (the pipeline runs the step again there): one buffer returned twice, or an argument
+// returned, is copied into a fresh allocation. (An undefined slice of a tensor.empty and an op computed into it
+// bufferize to one memref.alloc; buffer-results-to-out-params crashed on it.)
+// CHECK-LABEL: func.func @one_buffer_twice
+// CHECK-SAME: (%[[B:.*]]: memref<1x3xi32>)
+// CHECK: %[[A:.*]] = memref.alloc() {{.*}}: memref<1x3xi32>
+// CHECK: %[[C1:.*]] = memref.alloc() : memref<1x3xi32>
+// CHECK: memref.copy %[[A]], %[[C1]]
+// CHECK: %[[C2:.*]] = memref.alloc() : memref<1x3xi32>
+// CHECK: memref.copy %[[B]], %[[C2]]
+// CHECK: return %[[A]], %[[C1]], %[[C2]] : memref<1x3xi32>, memref<1x3xi32>, memref<1x3xi32>
+func.func @one_buffer_twice(%b: memref<1x3xi32>) -> (memref<1x3xi32>, memref<1x3xi32>, memref<1x3xi32>) {
+  %a = memref.alloc() {alignment = 64 : i64} : memref<1x3xi32>
+  return %a, %a, %b : memref<1x3xi32>, memref<1x3xi32>, memref<1x3xi32>
+}

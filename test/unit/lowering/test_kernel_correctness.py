@@ -1,5 +1,8 @@
 """Compiled kernels (vectorized default pipeline) equal numpy on matmuls, chains, reductions."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -273,3 +276,52 @@ def test_narrow_buffers_left_are_a_clear_error_not_a_crash():
         module = ir.Module.parse("func.func @f(%m: memref<8xi1>) { return }")
         with pytest.raises(KernelError, match=r"buffers of i1 elements \(memref<8xi1>"):
             reject_narrow_memrefs(module)
+
+
+# A kernel of an uneven partition (fuzzer seed 2026, case 638): its first result is an undefined slice of a
+# tensor.empty, its second an add computed into that slice; bufferized, both were one memref.alloc returned twice,
+# and buffer-results-to-out-params crashed the process (a segfault). Each result now gets its own buffer.
+UNDEFINED_SLICE_AND_ITS_UPDATE = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @kernel(%a: tensor<1x3xi32>, %b: tensor<1x3xi32>, %c: tensor<2x3xi32>, %d: tensor<2x3xi32>, %rows: tensor<2xi64>)
+    -> (tensor<1x3xi32>, tensor<1x3xi32>, tensor<3x3xi32>) {
+  %zero = arith.constant 0 : i32
+  %c1 = arith.constant 1 : index
+  %i = tensor.extract %rows[%c1] : tensor<2xi64>
+  %r = arith.index_cast %i : i64 to index
+  %whole = tensor.empty() : tensor<3x3xi32>
+  %slot = tensor.extract_slice %whole[%r, 0] [1, 3] [1, 1] : tensor<3x3xi32> to tensor<1x3xi32>
+  %e = tensor.empty() : tensor<1x3xi32>
+  %neg = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%a : tensor<1x3xi32>) outs(%e : tensor<1x3xi32>) {
+  ^bb0(%in: i32, %out: i32):
+    %n = arith.subi %zero, %in : i32
+    linalg.yield %n : i32
+  } -> tensor<1x3xi32>
+  %s1 = linalg.add ins(%b, %neg : tensor<1x3xi32>, tensor<1x3xi32>) outs(%slot : tensor<1x3xi32>) -> tensor<1x3xi32>
+  %zeros = linalg.fill ins(%zero : i32) outs(%whole : tensor<3x3xi32>) -> tensor<3x3xi32>
+  %padded = tensor.insert_slice %c into %zeros[0, 0] [2, 3] [1, 1] : tensor<2x3xi32> into tensor<3x3xi32>
+  %row = tensor.extract_slice %padded[%r, 0] [1, 3] [1, 1] : tensor<3x3xi32> to tensor<1x3xi32>
+  %s2 = linalg.add ins(%s1, %row : tensor<1x3xi32>, tensor<1x3xi32>) outs(%slot : tensor<1x3xi32>) -> tensor<1x3xi32>
+  %e2 = tensor.empty() : tensor<3x3xi32>
+  %zeros2 = linalg.fill ins(%zero : i32) outs(%e2 : tensor<3x3xi32>) -> tensor<3x3xi32>
+  %padded2 = tensor.insert_slice %d into %zeros2[0, 0] [2, 3] [1, 1] : tensor<2x3xi32> into tensor<3x3xi32>
+  return %slot, %s2, %padded2 : tensor<1x3xi32>, tensor<1x3xi32>, tensor<3x3xi32>
+}
+"""
+
+
+def test_an_undefined_slice_returned_beside_its_update_gets_its_own_buffer(tmp_path):
+    source = tmp_path / "kernel.mlir"
+    source.write_text(UNDEFINED_SLICE_AND_ITS_UPDATE)
+    script = ("import sys; from slicer.lowering import compile_kernel; "
+              "compile_kernel(open(sys.argv[1]).read(), cache_dir=sys.argv[2])")
+    built = subprocess.run([sys.executable, "-c", script, str(source), str(tmp_path / "cache")],
+                           capture_output=True, text=True, timeout=300)  # a crash must not take pytest with it
+    assert built.returncode == 0, built.stderr[-2000:]
+    kernel = compile_kernel(UNDEFINED_SLICE_AND_ITS_UPDATE, cache_dir=tmp_path / "cache")
+    a, b = np.array([[1, 2, 3]], np.int32), np.array([[10, 20, 30]], np.int32)
+    c, d = np.arange(6, dtype=np.int32).reshape(2, 3), np.arange(6, 12, dtype=np.int32).reshape(2, 3)
+    _, total, padded = kernel(a, b, c, d, np.array([0, 1], dtype=np.int64))
+    np.testing.assert_array_equal(total, b - a + c[1:2])
+    np.testing.assert_array_equal(padded, np.concatenate([d, np.zeros((1, 3), np.int32)]))
