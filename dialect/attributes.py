@@ -13,13 +13,13 @@ Axis order convention everywhere in Slicer: axes are listed **major to minor**
 
 from __future__ import annotations
 
-import ctypes
 import re
 import weakref
 from dataclasses import dataclass
 
 from mlir import ir
 
+from slicer.core.capsules import ATTRIBUTE_CAPSULE, TYPE_CAPSULE, capsule_pointer
 from slicer.core.errors import DialectError
 
 AxisNames = tuple[str, ...]
@@ -84,14 +84,7 @@ class RangeType:
     @staticmethod
     def of(type_: ir.Type) -> "RangeType | None":
         """The view of `type_`, or None if it is not a range type."""
-        table, key = _views_of(type_), ("range", _capsule_pointer(type_._CAPIPtr, _TYPE_CAPSULE))
-        found = table.get(key, _UNKNOWN)
-        if found is _UNKNOWN:
-            text = str(type_)
-            if text not in _RANGES:
-                _RANGES[text] = _parse_range(text, type_.context)
-            found = table[key] = _RANGES[text]
-        return found
+        return _view(type_, capsule_pointer(type_._CAPIPtr, TYPE_CAPSULE), _RANGES, _parse_range)
 
     @staticmethod
     def is_range(type_: ir.Type) -> bool:
@@ -108,19 +101,24 @@ _ACTIONS: dict[str, "Action | None"] = {}
 # Printing is most of that cost: the views are also kept per context by the address of the type or attribute
 # (uniqued in its context, never freed while it lives). The context is held weakly: a view table goes with its
 # context, and no type or attribute is held (holding one would keep its context, constants included, alive).
-_BY_ADDRESS: "weakref.WeakKeyDictionary[ir.Context, dict[tuple[str, int], object]]" = weakref.WeakKeyDictionary()
+_BY_ADDRESS: "weakref.WeakKeyDictionary[ir.Context, dict[tuple[dict, int], object]]" = weakref.WeakKeyDictionary()
 _UNKNOWN = object()
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-_TYPE_CAPSULE, _ATTRIBUTE_CAPSULE = b"mlir.ir.Type._CAPIPtr", b"mlir.ir.Attribute._CAPIPtr"
 
 
-def _views_of(value) -> dict:
-    """The views known in the context of `value` (a type or an attribute), by kind and address."""
+def _view(value, address: int, by_text: dict, parse):
+    """The view of `value` (a type or an attribute at `address`) from its context's table, else from `by_text`
+    (the kind's views by printed text, `parse(text, context)` filling it), remembered in both."""
     table = _BY_ADDRESS.get(value.context)
     if table is None:
         table = _BY_ADDRESS[value.context] = {}
-    return table
+    key = (id(by_text), address)
+    found = table.get(key, _UNKNOWN)
+    if found is _UNKNOWN:
+        text = str(value)
+        if text not in by_text:
+            by_text[text] = parse(text, value.context)
+        found = table[key] = by_text[text]
+    return found
 
 
 def _parse_range(text: str, context: ir.Context) -> RangeType | None:
@@ -167,14 +165,7 @@ Action = TileAction | SumAction
 
 def action_of(attr: ir.Attribute) -> Action | None:
     """The loop action `attr` denotes, or None if it is not one."""
-    table, key = _views_of(attr), ("action", _capsule_pointer(attr._CAPIPtr, _ATTRIBUTE_CAPSULE))
-    found = table.get(key, _UNKNOWN)
-    if found is _UNKNOWN:
-        text = str(attr)
-        if text not in _ACTIONS:
-            _ACTIONS[text] = _parse_action(text, attr.context)
-        found = table[key] = _ACTIONS[text]
-    return found
+    return _view(attr, capsule_pointer(attr._CAPIPtr, ATTRIBUTE_CAPSULE), _ACTIONS, _parse_action)
 
 
 def _parse_action(text: str, context: ir.Context) -> Action | None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
-
 from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
+from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.names import LINALG_PREFIX, LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
 from slicer.dialect import LoopOp
 
@@ -14,17 +13,11 @@ from slicer.dialect import LoopOp
 PURE_PREFIXES = (LINALG_PREFIX, "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
 
 
-# PyCapsule_GetPointer through a prototype (no per-call argtypes conversion): about 30% cheaper per call
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-_OPERATION_CAPSULE = b"mlir.ir.Operation._CAPIPtr"
-
-
 def op_id(op: ir.Operation) -> int:
     """The address of `op`: its identity while it lives. (The bindings' `hash(op)` is not an identity: it
     changes when the op's operands do, so ops cannot be dictionary keys across rewrites.) An OpView's
     capsule is its operation's: no `as_op` needed (called about a million times per training step)."""
-    return _capsule_pointer(op._CAPIPtr, _OPERATION_CAPSULE)
+    return capsule_pointer(op._CAPIPtr, OPERATION_CAPSULE)
 
 
 def as_op(op) -> ir.Operation:
