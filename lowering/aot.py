@@ -1,12 +1,13 @@
 """Ahead-of-time compilation of a module's kernels to a cached shared object.
 
 `compile_library(module)` runs the kernel pipeline (`kernel_pipeline.py`) on a
-fresh copy of the module, then the LLVM tools of this install:
+fresh copy of the module, then generates code as these tools would:
 
     mlir-translate --mlir-to-llvmir      LLVM dialect -> LLVM IR
     llc -O3 -mcpu=native -relocation-model=pic -filetype=obj
     cc -shared                           object -> kernels.so (+ MLIR C runner utils)
 
+The first two run in this process where it can (`llvm_codegen.py`), as the tools otherwise.
 `-mcpu=native` matters: llc's default (generic x86-64) was measured 4.5x slower
 on matmul than the host's AVX-512. The ExecutionEngine picks the host CPU by
 itself; an object file does not. The result is cached on disk
@@ -24,6 +25,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
+from . import llvm_codegen
 from .asserts import take_messages
 from .cache import LIBRARY, KernelCache, cache_key
 from .emitter import TARGET_AVX512, host_has_avx512
@@ -52,8 +55,10 @@ from .workspace import SOURCE as WORKSPACE_SOURCE
 
 log = logging.getLogger("slicer.kernels")
 
-# Every external tool run in this process, by tool name: tests assert a cache hit ran none.
+# Every external tool run in this process, by tool name, and every code generation in it (`llvm-codegen`):
+# tests assert a cache hit ran none.
 TOOL_RUNS: dict[str, int] = {}
+IN_PROCESS_CODEGEN = "llvm-codegen"
 
 
 @dataclass(frozen=True)
@@ -325,31 +330,77 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         if TARGET_AVX512 in module.operation.attributes:
             del module.operation.attributes[TARGET_AVX512]
         assert_messages = take_messages(module)
-        llvm_dialect = str(module)
-    timings["pipeline"] = time.perf_counter() - start
-    (directory / "source.mlir").write_text(text)
-
+        timings["pipeline"] = time.perf_counter() - start
+        (directory / "source.mlir").write_text(text)
+        obj = directory / "kernels.o"
+        if llvm_codegen.available():
+            _generate_in_process(module, text, target, obj, timings, progress)
+        else:
+            _generate_with_tools(str(module), text, target, obj, timings, progress)
     start = time.perf_counter()
-    progress.step("mlir-translate")
-    llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect, source=text)
+    progress.step("link")
+    _link(obj, directory / LIBRARY)
+    timings["link"] = time.perf_counter() - start
+    obj.unlink()
+    return {"kernels": kernels, "asserts": list(assert_messages), "pipeline": pipeline.text(),
+            "target": target.fingerprint()[:200], "timings": timings}
+
+
+def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Path, timings: dict,
+                         progress: Progress) -> None:
+    """LLVM dialect to an object file in this process (`llvm_codegen`: the tools' work without printing and
+    parsing the module twice). Code generation runs in a thread so that the time limit still holds: past it
+    the build stops with BudgetExceeded, and the abandoned thread finishes and frees its module alone (LLVM
+    cannot be interrupted)."""
+    start = time.perf_counter()
+    progress.step("translate to LLVM IR")
+    TOOL_RUNS[IN_PROCESS_CODEGEN] = TOOL_RUNS.get(IN_PROCESS_CODEGEN, 0) + 1
+    try:
+        llvm_module = llvm_codegen.translate(module)
+    except KernelError:
+        # An op the pipeline left unlowered: this translation names the cast around it, mlir-translate (which
+        # does not know the op's dialect) the op itself. The tools' error is the one to show.
+        _generate_with_tools(str(module), source, target, obj, timings, progress)
+        return
     timings["translate"] = time.perf_counter() - start
     start = time.perf_counter()
-    (directory / "kernels.ll").write_text(llvm_ir)
+    progress.step("code generation (as llc -O3)")
+    outcome: list[BaseException | None] = []
+
+    def generate() -> None:
+        try:
+            llvm_codegen.emit(llvm_module, target.cpu, target.features, obj)
+            outcome.append(None)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            outcome.append(exc)
+
+    worker = threading.Thread(target=generate, name="slicer-codegen", daemon=True)
+    worker.start()
+    limit = compile_time_limit()
+    worker.join(limit)
+    if not outcome:
+        raise BudgetExceeded(_over_limit("code generation", limit, f"{obj.name}'s module", source))
+    if outcome[0] is not None:
+        raise outcome[0]
+    timings["codegen"] = time.perf_counter() - start
+
+
+def _generate_with_tools(llvm_dialect: str, source: str, target: Target, obj: Path, timings: dict,
+                         progress: Progress) -> None:
+    """LLVM dialect to an object file with the tools as processes: mlir-translate, then llc."""
+    start = time.perf_counter()
+    progress.step("mlir-translate")
+    llvm_ir = _run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=llvm_dialect, source=source)
+    timings["translate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    (obj.parent / "kernels.ll").write_text(llvm_ir)
     progress.step("llc -O3")
     _run_tool(
         "llc",
-        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(directory / "kernels.ll"), "-o", str(directory / "kernels.o")],
-        source=text,
+        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(obj.parent / "kernels.ll"), "-o", str(obj)],
+        source=source,
     )
-    timings["llc"] = time.perf_counter() - start
-    start = time.perf_counter()
-    progress.step("link")
-    _link(directory / "kernels.o", directory / LIBRARY)
-    timings["link"] = time.perf_counter() - start
-    (directory / "kernels.o").unlink()
-    (directory / "workspace.c").unlink()
-    return {"kernels": kernels, "asserts": list(assert_messages), "pipeline": pipeline.text(),
-            "target": target.fingerprint()[:200], "timings": timings}
+    timings["codegen"] = time.perf_counter() - start
 
 
 def _prepare(module: ir.Module) -> list[dict]:
@@ -414,31 +465,60 @@ def _run_tool(name: str, args: list[str], stdin: str | None = None, source: str 
     except subprocess.TimeoutExpired:
         size = (f"{len(stdin):,} characters of input" if stdin else
                 next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")), "its input"))
-        largest = describe_largest(source) if source else "no source given"
-        raise BudgetExceeded(f"internal error: kernel compilation stopped: '{name}' did not finish within {limit:g} s "
-                             f"(${COMPILE_SECONDS_ENV}) on {size}; {largest}. Please report it with that kernel.") from None
+        raise BudgetExceeded(_over_limit(f"'{name}'", limit, size, source)) from None
     if result.returncode != 0:
         raise KernelError(f"{name} failed (exit {result.returncode}): {result.stderr.strip()[:4000]}")
     return result.stdout
 
 
+def _over_limit(what: str, limit: float, size: str, source: str | None) -> str:
+    largest = describe_largest(source) if source else "no source given"
+    return (f"internal error: kernel compilation stopped: {what} did not finish within {limit:g} s "
+            f"(${COMPILE_SECONDS_ENV}) on {size}; {largest}. Please report it with that kernel.")
+
+
 def _link(obj: Path, library: Path) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
+    compiler = _compiler()
     # The kernels' allocator (workspace.py): large temporaries are reused across calls.
-    workspace = obj.with_name("workspace.c")
-    workspace.write_text(WORKSPACE_SOURCE)
+    workspace = _workspace_object(compiler, obj.parent.parent)
     # -Bsymbolic: a kernel's calls of its own functions bind inside the library. Without it a kernel named
     # like a function of an already loaded library (`times`, `exp` of libc) called that one instead.
-    args = ["-shared", "-O2", "-fPIC", "-Wl,-Bsymbolic", "-o", str(library), str(obj), str(workspace), "-lpthread"]
+    args = ["-shared", "-Wl,-Bsymbolic", "-o", str(library), str(obj), str(workspace), "-lpthread"]
     # memref.copy of non-contiguous views calls memrefCopy from the MLIR C runner utils.
     for lib in runner_utils_libraries():
         folder = str(Path(lib).parent)
         args += [f"-L{folder}", f"-Wl,-rpath,{folder}", "-lmlir_c_runner_utils"]
     args.append("-lm")  # convert-math-to-libm: erff, ... for what the kernels do not expand
+    _run_compiler(compiler, args, f"linking {library.name}")
+
+
+def _compiler() -> str:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
+    return compiler
+
+
+def _workspace_object(compiler: str, folder: Path) -> Path:
+    """The allocator's object file, compiled once per cache (named by a hash of its source and the compiler)
+    and shared by every library linked there: compiling it again for each library was half of each link."""
+    digest = hashlib.sha256(f"{compiler}\n{WORKSPACE_SOURCE}".encode()).hexdigest()[:16]
+    path = folder / f"workspace-{digest}.o"
+    if not path.is_file():
+        staging = Path(tempfile.mkdtemp(prefix=".workspace-", dir=folder))
+        try:
+            (staging / "workspace.c").write_text(WORKSPACE_SOURCE)
+            _run_compiler(compiler, ["-c", "-O2", "-fPIC", "-o", str(staging / path.name), str(staging / "workspace.c")],
+                          "compiling the kernels' allocator")
+            os.replace(staging / path.name, path)  # atomic: concurrent builders publish the same bytes
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def _run_compiler(compiler: str, args: list[str], what: str) -> None:
     name = Path(compiler).name
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     result = subprocess.run([compiler, *args], capture_output=True, text=True)
     if result.returncode != 0:
-        raise KernelError(f"linking {library.name} with {compiler} failed: {result.stderr.strip()[:4000]}")
+        raise KernelError(f"{what} with {compiler} failed: {result.stderr.strip()[:4000]}")

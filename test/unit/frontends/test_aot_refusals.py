@@ -13,7 +13,8 @@ from slicer.runtime.executor import load_kernels
 
 REFUSED = "AOT kernel compilation refused"
 
-# complex.exp has no lowering in the kernel pipeline: mlir-translate refuses it, over several lines
+# complex.exp has no lowering in the kernel pipeline: mlir-translate refuses it, over several lines (the
+# translation in this process fails first, and the tools are run for their error, which names the op)
 COMPLEX = """func.func @k(%a: tensor<16xf32>) -> tensor<16xf32> {
   %e = tensor.empty() : tensor<16xf32>
   %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],

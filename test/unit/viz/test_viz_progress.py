@@ -5,7 +5,7 @@ import io
 import pytest
 
 from slicer.core.progress import PROGRESS_ENV, Progress
-from slicer.lowering import compile_library
+from slicer.lowering import compile_library, llvm_codegen
 
 
 class Terminal(io.StringIO):
@@ -44,9 +44,11 @@ def test_only_on_terminals(stream, env, drawn, monkeypatch):
     assert bool(stream.getvalue()) == drawn
 
 
-def test_compiling_a_kernel_library_shows_its_stages(tmp_path, monkeypatch):
+@pytest.mark.parametrize("codegen", ["in-process", "tools"])
+def test_compiling_a_kernel_library_shows_its_stages(tmp_path, monkeypatch, codegen):
     terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
+    monkeypatch.setenv(llvm_codegen.CODEGEN_ENV, codegen)
     module = """
     func.func @double(%a: tensor<4xf32>) -> tensor<4xf32> {
       %0 = arith.addf %a, %a : tensor<4xf32>
@@ -54,6 +56,10 @@ def test_compiling_a_kernel_library_shows_its_stages(tmp_path, monkeypatch):
     }"""
     compile_library(module, cache_dir=tmp_path)
     text = terminal.getvalue()
-    for stage in ("[1/4] kernel pipeline", "[2/4] mlir-translate", "[3/4] llc -O3", "[4/4] link"):
-        assert f"compiling 1 kernel {stage}" in text
+    # In this process when it can generate code (llvm_codegen.available), else with the tools.
+    middle = (("translate to LLVM IR", "code generation (as llc -O3)") if llvm_codegen.available() else
+              ("mlir-translate", "llc -O3"))
+    stages = ("kernel pipeline", *middle, "link")
+    for index, stage in enumerate(stages, start=1):
+        assert f"compiling 1 kernel [{index}/4] {stage}" in text
     assert text.endswith("\r\x1b[K")
