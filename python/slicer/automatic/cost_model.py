@@ -176,6 +176,7 @@ class _Run:
                 self.distributed.add(i)
         self.clock = self.link = 0.0
         self.gathered: set = set()
+        self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
         self.bucket: tuple = (None, 0)  # the open bucket: (kind, axes), bytes
 
     def lay(self, v: int) -> Layout:
@@ -244,6 +245,9 @@ class _Run:
             self.memory.copy(index, local * ev.group(axes))
         for k, v in enumerate(op.operands):
             self.reduce_operand(op, k, v, loops)
+            if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
+                uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
+                self.make_fill(ev.root.get(v, v), math.prod(ev.group(loops[u]) for u in uses if u in loops))
         self.memory.op_kernel[index] = self.memory.kernel
         for v in op.operands:
             if v >= 0:
@@ -278,18 +282,31 @@ class _Run:
         for v in op.operands:
             if v >= 0:
                 memory.use(ev.root.get(v, v))
+                if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
+                    self.make_fill(ev.root.get(v, v), 1)
         produced = 0
         for v in op.results:
             if v >= 0:
                 nbytes = 0 if op.cheap or v in ev.root else ev._nbytes[v]
                 memory.produce(index, v, nbytes)
                 produced += nbytes
+                if op.fill:
+                    self.fills[v] = (op, nbytes)
+        if op.fill:
+            return  # made (and priced) where it is first read, in that op's block
         self.compute(op, 1, produced)
         if op.flops and not op.cheap:
             memory.computed()
         for v in op.results:
             if v >= 0:
                 self.ready[v] = self.clock
+
+    def make_fill(self, v: int, divide: int) -> None:
+        """Fill `v` is first read by an op that walks it in blocks of 1/`divide`: the partitioner makes each
+        device's block there (a fill has no data to keep whole), so it is stored and written at that size."""
+        op, nbytes = self.fills.pop(v)
+        self.memory.resize(v, nbytes // divide)
+        self.compute(op, divide, nbytes // divide)
 
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
         partial = self.partial.get(v) if v >= 0 else None

@@ -41,6 +41,11 @@ class MemoryTrace:
         self.born[value] = (index, self.kernel, nbytes)
         self.op_kernel[index] = self.kernel
 
+    def resize(self, value: int, nbytes: int) -> None:
+        """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
+        index, kernel, _ = self.born[value]
+        self.born[value] = (index, kernel, nbytes)
+
     def computed(self) -> None:
         self.compute_ops += 1
         if self.compute_ops >= CUT_OPS:

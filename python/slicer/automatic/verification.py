@@ -6,8 +6,9 @@ and the explanation names the collectives the program really has.
 
 Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
 (expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
-from the search's start); the first is always compiled, and more past the limit only while none compiled fits the
-budget (at most `TOP`).
+from the search's start), at most `TOP`; the first is always compiled. While none compiled fits the budget (the
+model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
+are tried, and past `TOP` only within the time limit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .cost_model import Estimate
 from .graph_cost import price_graph
 
 TOP = 3
+TOP_OVER = 8
 TIME_LIMIT = 10.0
 
 
@@ -59,9 +61,10 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
     A candidate the pipeline refuses (a `SlicerError`) is skipped."""
     found: list[Compiled] = []
     machine, comm = search.evaluator.machine, search.evaluator.comm
-    for cand in candidates(search, choice):
+    for cand in candidates(search, choice, TOP_OVER if search.budget is not None else TOP):
         fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
-        if found and fits and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT:
+        late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
+        if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP):
             break  # the next compile (about as long as the slowest so far) would end past the limit
         tactics = tuple(user_tactics) + tuple(search.tactics(cand))
         start = time.perf_counter()
