@@ -177,7 +177,7 @@ class _Run:
         self.clock = self.link = 0.0
         self.gathered: set = set()
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
-        self.bucket: tuple = (None, 0)  # the open bucket: (kind, axes), bytes
+        self.bucket: tuple = (None, 0, -1)  # the open bucket: (kind, axes), bytes, its last member's op
 
     def lay(self, v: int) -> Layout:
         return self.layout[v]
@@ -192,7 +192,11 @@ class _Run:
         seconds = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if seconds <= 0:
             return
-        self.bucket = (key, self.bucket[1] + local) if bucketed else ((key, local) if join else (None, 0))
+        made = self.memory.born.get(v, (-1,))[0]
+        self.bucket = (key, self.bucket[1] + local, max(self.bucket[2], made)) if bucketed else \
+            ((key, local, made) if join else (None, 0, -1))
+        if bucketed:  # the bucket packs its members side by side after the last is made: one more copy
+            self.memory.pack(self.bucket[2], self.bucket[1])
         sync = 0.0 if bucketed else self.ev.machine.sync_seconds
         if not bucketed:
             self.memory.boundary()

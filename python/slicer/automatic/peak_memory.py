@@ -21,6 +21,7 @@ class MemoryTrace:
         self.born: dict[int, tuple[int, int, int]] = {}
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
+        self.packed = [0] * (num_ops + 2)
         self.op_kernel = [0] * num_ops
 
     def argument(self, value: int, nbytes: int) -> None:
@@ -40,6 +41,12 @@ class MemoryTrace:
     def produce(self, index: int, value: int, nbytes: int) -> None:
         self.born[value] = (index, self.kernel, nbytes)
         self.op_kernel[index] = self.kernel
+
+    def pack(self, index: int, nbytes: int) -> None:
+        """A bucket of `nbytes` packed after op `index` (its members copied side by side, all_reduced together:
+        `spmd/bucketing.py`); a later, larger count of the same bucket replaces an earlier one."""
+        if index >= 0:
+            self.packed[index + 1] = max(self.packed[index + 1], nbytes)
 
     def resize(self, value: int, nbytes: int) -> None:
         """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
@@ -76,5 +83,5 @@ class MemoryTrace:
         peak = running = 0
         for position in range(self.num_ops + 2):
             running += diff[position]
-            peak = max(peak, running + self.transient[position])
+            peak = max(peak, running + self.transient[position] + self.packed[position])
         return peak

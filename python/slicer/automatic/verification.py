@@ -8,7 +8,9 @@ Compiling a 4-layer GPT training step takes seconds, so candidates are compiled 
 (expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
 from the search's start), at most `TOP`; the first is always compiled. While none compiled fits the budget (the
 model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
-are tried, and past `TOP` only within the time limit.
+are tried, and past `TOP` only within the time limit. Once one fits, a candidate is skipped when the model prices it
+exactly as one compiled (the same program as far as the model sees: a tiled bias that changes nothing) or more
+than `PRUNE` times slower than the best compiled one's model figure (compiling it would not change the choice).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .graph_cost import price_graph
 
 TOP = 3
 TOP_OVER = 8
+PRUNE = 1.05
 TIME_LIMIT = 10.0
 
 
@@ -66,6 +69,10 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
         late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
         if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP):
             break  # the next compile (about as long as the slowest so far) would end past the limit
+        model = search.estimate(cand)
+        if fits and (any(_same(model, c.model) for c in found)
+                     or model.total > PRUNE * min(c.model.total for c in found)):
+            continue
         tactics = tuple(user_tactics) + tuple(search.tactics(cand))
         start = time.perf_counter()
         try:
@@ -73,10 +80,16 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
         except SlicerError:
             continue
         est = price_graph(graph, machine, comm)
-        found.append(Compiled(cand, tactics, est, search.estimate(cand), time.perf_counter() - start))
+        found.append(Compiled(cand, tactics, est, model, time.perf_counter() - start))
     return found
+
+
+def _same(a: Estimate, b: Estimate, tolerance: float = 1e-3) -> bool:
+    """Two model estimates alike in time and peak (within `tolerance`: a tiled bias moves a few hundred bytes)."""
+    return abs(a.peak_bytes - b.peak_bytes) <= tolerance * max(a.peak_bytes, b.peak_bytes) \
+        and abs(a.total - b.total) <= tolerance * max(a.total, b.total)
 
 
 def best(search, found: list[Compiled]) -> Compiled:
     """The compiled candidate the search's objective prefers by its compiled cost (over the budget last)."""
-    return min(found, key=lambda c: search.score(c.estimate))
+    return min(found, key=lambda c: search.score(c.estimate, exact=True))
