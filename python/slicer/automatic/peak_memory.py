@@ -22,6 +22,7 @@ class MemoryTrace:
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
         self.packed = [0] * (num_ops + 2)
+        self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops
 
     def argument(self, value: int, nbytes: int) -> None:
@@ -59,8 +60,13 @@ class MemoryTrace:
             self.boundary()
 
     def copy(self, index: int, nbytes: int) -> None:
-        """A gathered copy held while op `index` runs."""
+        """A copy held while op `index` runs."""
         self.transient[index + 1] += nbytes
+
+    def hold(self, index: int, last: int, nbytes: int) -> None:
+        """A copy made for op `index` (a gathered block) and read again up to op `last`: stored from the start of
+        the kernel of `index` to the end of the kernel of `last`."""
+        self.held.append((index, self.kernel, last, nbytes))
 
     def peak(self, last_use: dict[int, int], results) -> int:
         """The most bytes held at once: a stored value from the start of the kernel that makes it to the end of
@@ -80,6 +86,10 @@ class MemoryTrace:
             born = first.get(kernel, born) if born >= 0 else born
             diff[born + 1] += nbytes
             diff[end + 2] -= nbytes
+        for index, kernel, end, nbytes in self.held:
+            end = last.get(self.op_kernel[min(end, self.num_ops - 1)], end) if end < self.num_ops else end
+            diff[first.get(kernel, index) + 1] += nbytes
+            diff[max(end, index) + 2] -= nbytes
         peak = running = 0
         for position in range(self.num_ops + 2):
             running += diff[position]
