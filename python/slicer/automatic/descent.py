@@ -122,7 +122,9 @@ class Search:
         est = self.estimate(choice)
         if self.budget is not None and est.peak_bytes > self.planning:
             smallest = [self.descend(by_size, end, objective_memory=True) for end in ends]
-            choice = min(smallest, key=lambda c: self.estimate(c).peak_bytes)
+            within = [c for c in ends + smallest if self.estimate(c).peak_bytes <= self.budget]  # in the margin
+            choice = min(within, key=lambda c: self.score(self.estimate(c), exact=True)) if within else \
+                min(smallest, key=lambda c: self.estimate(c).peak_bytes)
             if refuse and self.estimate(choice).peak_bytes > self.budget:
                 self.refuse(choice)
             est = self.estimate(choice)

@@ -16,7 +16,7 @@ than `PRUNE` times slower than the best compiled one's model figure (compiling i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slicer.core.errors import SlicerError
 from slicer.tactics import format_tactics
@@ -42,14 +42,19 @@ class Compiled:
     seconds: float
 
 
-def candidates(search, choice: dict, count: int = TOP) -> list[dict]:
-    """The search's choice, then the best other layouts it priced whose tactics differ, best first."""
+def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1.0) -> list[dict]:
+    """The search's choice, then the best other layouts it priced whose tactics differ (and are not in `seen`),
+    best first by the search's objective with every modelled peak times `scale`."""
     def key(c):
         return tuple(sorted((k, v) for k, v in c.items() if v is not None))
 
-    ranked = sorted((k for k, e in search.cache.items() if e is not None), key=lambda k: search.score(search.cache[k]))
-    found, seen = [], set()
-    for k in [key(choice)] + ranked:
+    def score(k):
+        est = search.cache[k]
+        return search.score(replace(est, peak_bytes=int(est.peak_bytes * scale)) if scale != 1.0 else est)
+
+    ranked = sorted((k for k, e in search.cache.items() if e is not None), key=score)
+    found, seen = [], set(seen)
+    for k in ([key(choice)] if scale == 1.0 else []) + ranked:
         text = format_tactics(search.tactics(dict(k)))
         if text not in seen:
             seen.add(text)
@@ -61,19 +66,24 @@ def candidates(search, choice: dict, count: int = TOP) -> list[dict]:
 
 def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: float) -> list[Compiled]:
     """Compile the best candidates (see the module docstring); each a `Compiled`, in the order compiled.
-    A candidate the pipeline refuses (a `SlicerError`) is skipped."""
+    A candidate the pipeline refuses (a `SlicerError`) is skipped. After a candidate compiles over the budget,
+    the rest are ranked again with the model's peaks scaled by the largest compiled/modelled ratio seen."""
     found: list[Compiled] = []
     machine, comm = search.evaluator.machine, search.evaluator.comm
-    for cand in candidates(search, choice, TOP_OVER if search.budget is not None else TOP):
+    queue = candidates(search, choice, TOP_OVER if search.budget is not None else TOP)
+    tried, scale = set(), 1.0
+    while queue:
+        cand = queue.pop(0)
+        tactics = tuple(user_tactics) + tuple(search.tactics(cand))
+        tried.add(format_tactics(tactics[len(user_tactics):]))
         fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
         late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
-        if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP):
+        if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP) or len(found) >= TOP_OVER:
             break  # the next compile (about as long as the slowest so far) would end past the limit
         model = search.estimate(cand)
         if fits and (any(_same(model, c.model) for c in found)
                      or model.total > PRUNE * min(c.model.total for c in found)):
             continue
-        tactics = tuple(user_tactics) + tuple(search.tactics(cand))
         start = time.perf_counter()
         try:
             graph = compile_graph(tactics)
@@ -81,6 +91,9 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
             continue
         est = price_graph(graph, machine, comm)
         found.append(Compiled(cand, tactics, est, model, time.perf_counter() - start))
+        if search.budget is not None and est.peak_bytes > search.budget and model.peak_bytes:
+            scale = max(scale, est.peak_bytes / model.peak_bytes)
+            queue = candidates(search, choice, TOP_OVER, tried, scale)
     return found
 
 
