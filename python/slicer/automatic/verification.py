@@ -8,9 +8,10 @@ Compiling a 4-layer GPT training step takes seconds, so candidates are compiled 
 (expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
 from the search's start), at most `TOP`; the first is always compiled. While none compiled fits the budget (the
 model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
-are tried, and past `TOP` only within the time limit. Once one fits, a candidate is skipped when the model prices it
-exactly as one compiled (the same program as far as the model sees: a tiled bias that changes nothing) or more
-than `PRUNE` times slower than the best compiled one's model figure (compiling it would not change the choice).
+are tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked
+again with the model's peaks scaled by the compiled/modelled ratio seen, alternating with the search's own ranking. Once one fits, a candidate is
+skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can tell: a
+tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .cost_model import Estimate
 from .graph_cost import price_graph
 
 TOP = 3
-TOP_OVER = 8
+TOP_OVER = 16
 PRUNE = 1.05
 TIME_LIMIT = 10.0
 
@@ -67,14 +68,18 @@ def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1
 def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: float) -> list[Compiled]:
     """Compile the best candidates (see the module docstring); each a `Compiled`, in the order compiled.
     A candidate the pipeline refuses (a `SlicerError`) is skipped. After a candidate compiles over the budget,
-    the rest are ranked again with the model's peaks scaled by the largest compiled/modelled ratio seen."""
+    the next ones alternate between the search's ranking and one with the model's peaks scaled by the smallest
+    compiled/modelled ratio of those over the budget (the model's error differs from layout to layout)."""
     found: list[Compiled] = []
     machine, comm = search.evaluator.machine, search.evaluator.comm
-    queue = candidates(search, choice, TOP_OVER if search.budget is not None else TOP)
-    tried, scale = set(), 1.0
-    while queue:
-        cand = queue.pop(0)
+    queues = [candidates(search, choice, TOP_OVER if search.budget is not None else TOP), []]
+    tried, scale, turn = set(), 1.0, 0
+    while queues[0] or queues[1]:
+        turn = 1 - turn if queues[1 - turn] else turn
+        cand = queues[turn].pop(0)
         tactics = tuple(user_tactics) + tuple(search.tactics(cand))
+        if format_tactics(tactics[len(user_tactics):]) in tried:
+            continue
         tried.add(format_tactics(tactics[len(user_tactics):]))
         fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
         late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
@@ -92,8 +97,9 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
         est = price_graph(graph, machine, comm)
         found.append(Compiled(cand, tactics, est, model, time.perf_counter() - start))
         if search.budget is not None and est.peak_bytes > search.budget and model.peak_bytes:
-            scale = max(scale, est.peak_bytes / model.peak_bytes)
-            queue = candidates(search, choice, TOP_OVER, tried, scale)
+            ratio = est.peak_bytes / model.peak_bytes
+            scale = ratio if scale == 1.0 else min(scale, ratio)
+            queues[1] = candidates(search, choice, TOP_OVER, tried, scale)
     return found
 
 
