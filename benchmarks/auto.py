@@ -192,7 +192,7 @@ def run_case(case: str, mesh_name: str, sizes: dict, repeat: int, built: dict, o
     rows = []
     for budget, auto, same in autos:
         if "error" in auto and "tactics" not in auto:
-            rows.append({"case": case, "mesh": mesh_name, "budget": budget, "error": auto["error"]})
+            rows.append({"case": case, "mesh": mesh_name, "budget": budget, "error": auto["error"], "hand": hand})
             print(f"| {case} | {mesh_name} | {budget} | {auto['error']} |", flush=True)
             continue
         if same:

@@ -38,29 +38,31 @@ Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to mi
 class Machine:
     """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
     other ops in FLOP/s and bytes/s, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
-    (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer
-    (`sync_seconds`: the ranks meet, so it waits for the slower one; ranks drift apart by about this much
-    between collectives on a shared 2-core machine).
+    (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer: the
+    other ranks post it up to `sync_seconds` later (ranks sharing cores drift apart; hidden when it is posted
+    long before it is needed, `wait_for`) and the rank's own work on it (`collective_seconds`: packing, issuing,
+    unpacking, on the core the kernels need).
 
-    Fitted to whole programs measured on this machine's 2 ranks (benchmarks/auto.py's 4-layer GPT forward and
-    AdamW training step, each with `data`, `megatron` and `fsdp`: the total of `prog.run(..., ranks=2,
-    return_timings=True)`, best of 3 interleaved rounds of 5 runs, at load average 2 and again at 7; the
-    kernel graphs priced by `graph_cost.price_graph`): these figures put all six within 20% at load 2 and
-    within 30% at load 7. The packed GEMMs of these programs (256-512 rows by 128-512, fused with their
-    neighbours into kernels of 10-50 ops, the ranks sharing the 2 cores with other jobs) average ~30 GFLOP/s
-    where benchmarks/README.md's single large contractions reach 90-250; each op of a fused kernel costs
-    ~30 us beyond its FLOPs (its loop nest, its result buffer). A collective's meeting of the ranks costs
-    ~0.3 ms beyond its alpha/beta transfer (`slicer-plan --calibrate` on 2 ranks: 14 us, 6.4 GB/s), most
-    of it the skew of ranks sharing cores; under heavier load it grows to 1-4 ms (megatron's 256 KiB
-    all_reduces at load 7), which these figures do not follow."""
+    Fitted to whole programs measured on this machine's 2 ranks on 2026-11-27 (load average 1.6-2.4): the 15
+    hand-written contenders of benchmarks/auto.py on mesh 2 (mlp, attention, GPT-2 block, 4-layer GPT forward and
+    AdamW training step, each with `data`, `megatron` and `fsdp`; the median of 3 interleaved rounds of 5 runs),
+    their kernel graphs priced by `graph_cost.price_graph`, the figures chosen on a grid to minimise the worst
+    relative error: every one of the 15 within 21% (the forwards of the GPT and the block within 0-19%, the
+    training steps 17-21% low: their backward kernels run slower per FLOP than the forward's, which one rate per
+    kind of op does not follow). The packed GEMMs run at ~150 GFLOP/s when the cores are free (~85 at load 4,
+    ~30 before the kernel throughput work); each op of a fused kernel costs ~5 us beyond its work, each kernel call
+    ~20 us; a collective ~0.1 ms of the rank's own work. Under heavier load every figure worsens (the GPT forward
+    measured 11.7 ms at load 4 against 6.9 at load 2; a collective's lag grows to 1-4 ms at load 7), which these
+    figures do not follow."""
 
-    contraction_flops: float = 3.0e10
-    vector_flops: float = 8.0e9
-    bandwidth: float = 2.0e10
-    op_seconds: float = 3.0e-5
-    kernel_seconds: float = 3.5e-5
-    run_seconds: float = 2.0e-4  # a run's fixed cost on the ranks (barriers, argument blocks, the first call)
-    sync_seconds: float = 3.0e-4
+    contraction_flops: float = 1.5e11
+    vector_flops: float = 3.0e9
+    bandwidth: float = 4.0e10
+    op_seconds: float = 5.0e-6
+    kernel_seconds: float = 2.0e-5
+    run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (argument and result blocks, the first call)
+    sync_seconds: float = 5.0e-5
+    collective_seconds: float = 1.0e-4
     overlap: float = 0.5  # the share of a collective's transfer kernels can hide: ranks progress MPI between
     #                       kernels, and shared-memory copies run on the same cores as the kernels
 
@@ -99,6 +101,24 @@ class Estimate:
         return self.compute + self.exposed
 
 
+def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: float, bucketed: bool = False) -> float:
+    """A collective posted at `posted` (when its input exists: the runtime starts it then, `runtime/executor.py`)
+    and waited for at `run.clock`, its transfer on the serial link `run.link` (advanced): the seconds the rank
+    waits, added to `est` (exposed; the rest of its cost overlapped). The other ranks post it up to
+    `machine.sync_seconds` later (they drift apart), so the transfer begins then; a collective posted well before
+    it is needed (a prefetched all_gather of a parameter) hides that lag, one waited for right away does not.
+    Up to `machine.overlap` of the transfer hides behind kernels; `machine.collective_seconds` (packing, issuing,
+    unpacking on the rank's core) never does. A bucket's later members ride along: no lag, no packing of their
+    own."""
+    lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
+    start = max(posted + lag, run.link)
+    run.link = start + transfer
+    exposed = max(run.link - run.clock, (1 - machine.overlap) * transfer, 0.0) + cpu
+    est.exposed += exposed
+    est.overlapped += max(0.0, transfer + lag + cpu - exposed)
+    return exposed
+
+
 class Evaluator:
     """Prices layouts of one sketch's arguments on one mesh (see the module docstring)."""
 
@@ -130,8 +150,8 @@ class Evaluator:
         return found
 
     def _collective(self, est: Estimate, kind, axes, local: int, where: str, bucketed: bool = False) -> float:
-        """Record one collective; its transfer seconds (alpha/beta; a member of a bucket: beta only) plus, unless
-        bucketed, the machine's `sync_seconds`."""
+        """Record one collective; return its transfer seconds (alpha/beta; a member of a bucket: beta only). Its
+        recorded cost adds, unless bucketed, the machine's `sync_seconds` and `collective_seconds`."""
         k = self.group(axes)
         if k <= 1:
             return 0.0
@@ -141,9 +161,8 @@ class Evaluator:
         seconds = self.comm.seconds(ordered, busiest)
         if bucketed:
             seconds -= self.comm.seconds(ordered, 0)
-        else:
-            seconds += self.machine.sync_seconds
-        est.collectives.append(Collective(kind, ordered, busiest, seconds, where))
+        extra = 0.0 if bucketed else self.machine.sync_seconds + self.machine.collective_seconds
+        est.collectives.append(Collective(kind, ordered, busiest, seconds + extra, where))
         return seconds
 
     def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
@@ -176,7 +195,8 @@ class _Run:
                 self.distributed.add(i)
         self.clock = self.link = 0.0
         self.gathered: set = set()
-        self.bucket: tuple = (None, 0)  # the open bucket: (kind, axes), bytes
+        self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
+        self.bucket: tuple = (None, 0, -1)  # the open bucket: (kind, axes), bytes, its last member's op
 
     def lay(self, v: int) -> Layout:
         return self.layout[v]
@@ -188,19 +208,17 @@ class _Run:
         key = (kind, tuple(axes))
         join = kind != "all_gather" and not any(self.lay(v)) and self.ready.get(v, 0.0) < self.clock
         bucketed = join and self.bucket[0] == key and self.bucket[1] + local <= self.ev.bucket_limit
-        seconds = self.ev._collective(self.est, kind, axes, local, where, bucketed)
-        if seconds <= 0:
+        transfer = self.ev._collective(self.est, kind, axes, local, where, bucketed)
+        if transfer <= 0:
             return
-        self.bucket = (key, self.bucket[1] + local) if bucketed else ((key, local) if join else (None, 0))
-        sync = 0.0 if bucketed else self.ev.machine.sync_seconds
+        made = self.memory.born.get(v, (-1,))[0]
+        self.bucket = (key, self.bucket[1] + local, max(self.bucket[2], made)) if bucketed else \
+            ((key, local, made) if join else (None, 0, -1))
+        if bucketed:  # the bucket packs its members side by side after the last is made: one more copy
+            self.memory.pack(self.bucket[2], self.bucket[1])
         if not bucketed:
             self.memory.boundary()
-        start = max(self.ready.get(v, 0.0), self.link)
-        self.link = start + seconds - sync
-        exposed = max(self.link - self.clock, (1 - self.ev.machine.overlap) * (seconds - sync), 0.0) + sync
-        self.est.exposed += exposed
-        self.est.overlapped += max(0.0, seconds - exposed)
-        self.clock += exposed
+        self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 
     def assign_loops(self, op: OpSketch):
         """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
@@ -241,9 +259,13 @@ class _Run:
             if (v, d) not in self.gathered:
                 self.communicate(v, "all_gather", axes, local, op.line)
                 self.gathered.add((v, d))
-            self.memory.copy(index, local * ev.group(axes))
+                # the gathered copy serves every later use (a weight's forward and backward): it lives till the last
+                self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), local * ev.group(axes))
         for k, v in enumerate(op.operands):
             self.reduce_operand(op, k, v, loops)
+            if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
+                uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
+                self.make_fill(ev.root.get(v, v), math.prod(ev.group(loops[u]) for u in uses if u in loops))
         self.memory.op_kernel[index] = self.memory.kernel
         for v in op.operands:
             if v >= 0:
@@ -278,18 +300,31 @@ class _Run:
         for v in op.operands:
             if v >= 0:
                 memory.use(ev.root.get(v, v))
+                if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
+                    self.make_fill(ev.root.get(v, v), 1)
         produced = 0
         for v in op.results:
             if v >= 0:
                 nbytes = 0 if op.cheap or v in ev.root else ev._nbytes[v]
                 memory.produce(index, v, nbytes)
                 produced += nbytes
+                if op.fill:
+                    self.fills[v] = (op, nbytes)
+        if op.fill:
+            return  # made (and priced) where it is first read, in that op's block
         self.compute(op, 1, produced)
         if op.flops and not op.cheap:
             memory.computed()
         for v in op.results:
             if v >= 0:
                 self.ready[v] = self.clock
+
+    def make_fill(self, v: int, divide: int) -> None:
+        """Fill `v` is first read by an op that walks it in blocks of 1/`divide`: the partitioner makes each
+        device's block there (a fill has no data to keep whole), so it is stored and written at that size."""
+        op, nbytes = self.fills.pop(v)
+        self.memory.resize(v, nbytes // divide)
+        self.compute(op, divide, nbytes // divide)
 
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
         partial = self.partial.get(v) if v >= 0 else None

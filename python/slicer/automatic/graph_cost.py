@@ -6,8 +6,10 @@ Each kernel: a call (`Machine.kernel_seconds`) plus each of its ops (`Machine.op
 bytes read from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops and the
 optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
 bytes, `redistribution.steps`) over its axes, started when its input exists and the link is free, waited for
-where its output is first read (up to `Machine.overlap` of the transfer hidden by the kernels in between), plus
-the ranks' meeting (`Machine.sync_seconds`). Peak memory: `KernelGraph.peak_bytes_per_device`, exactly what the
+where its output is first read (up to `Machine.overlap` of the transfer hidden by the kernels in between); the
+other ranks post it up to `Machine.sync_seconds` later (hidden when it is posted long before it is needed, as a
+prefetched all_gather is) and the rank's own work on it (`Machine.collective_seconds`) is never hidden
+(`cost_model.wait_for`). Peak memory: `KernelGraph.peak_bytes_per_device`, exactly what the
 compiled program holds by the graph's count.
 """
 
@@ -35,7 +37,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
             if found is not None:
                 exposed = max(found[0] - clock, (1 - machine.overlap) * found[1], 0.0)
                 est.exposed += exposed
-                est.overlapped += max(0.0, found[1] - exposed)
+                est.overlapped += max(0.0, found[1] + machine.sync_seconds - exposed)
                 clock += exposed
 
     for node in graph.nodes:
@@ -44,14 +46,16 @@ def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
             if seconds <= 0:
                 ready[node.output] = ready.get(node.input, 0.0)
                 continue
-            start = max(ready.get(node.input, 0.0), link)
+            # posted when its input exists; the other ranks up to `sync_seconds` later (see cost_model.wait_for)
+            start = max(ready.get(node.input, 0.0) + machine.sync_seconds, link)
             link = start + seconds
             pending[node.output] = (link, seconds)
             ready[node.output] = link
-            clock += machine.sync_seconds
-            est.exposed += machine.sync_seconds
+            clock += machine.collective_seconds
+            est.exposed += machine.collective_seconds
             where = graph.values[node.output].loc or graph.values[node.input].loc
-            est.collectives.append(Collective(node.op, axes, busiest, seconds + machine.sync_seconds, where))
+            extra = machine.sync_seconds + machine.collective_seconds
+            est.collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
             continue
         wait(node.inputs)
         seconds = kernel_seconds(kernels.get(node.name), machine)

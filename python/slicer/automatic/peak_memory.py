@@ -21,6 +21,8 @@ class MemoryTrace:
         self.born: dict[int, tuple[int, int, int]] = {}
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
+        self.packed = [0] * (num_ops + 2)
+        self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops
 
     def argument(self, value: int, nbytes: int) -> None:
@@ -41,14 +43,30 @@ class MemoryTrace:
         self.born[value] = (index, self.kernel, nbytes)
         self.op_kernel[index] = self.kernel
 
+    def pack(self, index: int, nbytes: int) -> None:
+        """A bucket of `nbytes` packed after op `index` (its members copied side by side, all_reduced together:
+        `spmd/bucketing.py`); a later, larger count of the same bucket replaces an earlier one."""
+        if index >= 0:
+            self.packed[index + 1] = max(self.packed[index + 1], nbytes)
+
+    def resize(self, value: int, nbytes: int) -> None:
+        """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
+        index, kernel, _ = self.born[value]
+        self.born[value] = (index, kernel, nbytes)
+
     def computed(self) -> None:
         self.compute_ops += 1
         if self.compute_ops >= CUT_OPS:
             self.boundary()
 
     def copy(self, index: int, nbytes: int) -> None:
-        """A gathered copy held while op `index` runs."""
+        """A copy held while op `index` runs."""
         self.transient[index + 1] += nbytes
+
+    def hold(self, index: int, last: int, nbytes: int) -> None:
+        """A copy made for op `index` (a gathered block) and read again up to op `last`: stored from the start of
+        the kernel of `index` to the end of the kernel of `last`."""
+        self.held.append((index, self.kernel, last, nbytes))
 
     def peak(self, last_use: dict[int, int], results) -> int:
         """The most bytes held at once: a stored value from the start of the kernel that makes it to the end of
@@ -68,8 +86,12 @@ class MemoryTrace:
             born = first.get(kernel, born) if born >= 0 else born
             diff[born + 1] += nbytes
             diff[end + 2] -= nbytes
+        for index, kernel, end, nbytes in self.held:
+            end = last.get(self.op_kernel[min(end, self.num_ops - 1)], end) if end < self.num_ops else end
+            diff[first.get(kernel, index) + 1] += nbytes
+            diff[max(end, index) + 2] -= nbytes
         peak = running = 0
         for position in range(self.num_ops + 2):
             running += diff[position]
-            peak = max(peak, running + self.transient[position])
+            peak = max(peak, running + self.transient[position] + self.packed[position])
         return peak

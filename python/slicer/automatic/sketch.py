@@ -48,6 +48,8 @@ class OpSketch:
     ruled: bool = True
     line: str = ""
     cheap: bool = False  # a constant, empty tensor or fill of one: recomputed in each kernel, never stored
+    fill: bool = False  # a generic op writing a constant into an empty tensor: no data in, so the partitioner
+    #                     makes each device's block where its consumer needs it (stored at the consumer's layout)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class _Reader:
         self.shapes: list[tuple[int, ...]] = []
         self.itemsizes: list[int] = []
         self.ops: list[OpSketch] = []
+        self.cheap: set[int] = set()  # values of cheap ops (empty tensors, constants, fills of them)
 
     def value(self, value: ir.Value) -> int:
         if not isinstance(value.type, ir.RankedTensorType):
@@ -158,6 +161,9 @@ class _Reader:
             rule, values = None, list(op.operands)
         operands = tuple(self.value(v) for v in values)
         line = str(op.location)
+        cheap = op.name in _CHEAP or (op.name == linalg.FillOp.OPERATION_NAME and operands[:1] == (-1,))
+        if cheap:
+            self.cheap.update(r for r in results if r >= 0)
         if rule is None:
             self.ops.append(OpSketch(op.name, operands, results, tuple(() for _ in operands),
                                      tuple(() for _ in results), (), frozenset(), frozenset(), False, 0.0, False,
@@ -175,11 +181,23 @@ class _Reader:
                                   for u in uses)
         reductions = frozenset(i for i, kind in enumerate(rule.iterator_types) if kind == REDUCTION)
         flops, contraction = _work(op, sizes, reductions)
-        cheap = op.name in _CHEAP or (op.name == linalg.FillOp.OPERATION_NAME and operands[:1] == (-1,))
+        fill = not cheap and _is_fill(op) and all(v < 0 or v in self.cheap for v in operands)
         self.ops.append(OpSketch(op.name, operands, results, tuple(walk(u) for u in rule.operands),
                                  tuple(walk(u) for u in rule.results), tuple(sizes), reductions,
                                  frozenset(rule.gathers), all(c is None for c in rule.combiners), flops,
-                                 contraction, line=line, cheap=cheap))
+                                 contraction, line=line, cheap=cheap, fill=fill))
+
+
+def _is_fill(op: ir.Operation) -> bool:
+    """A `linalg.generic` that yields a value from outside its body (a constant) at every point: it reads no
+    element of its operands (the importer's zero init of a matmul's accumulator)."""
+    if op.name != linalg.GenericOp.OPERATION_NAME or not op.regions or not op.regions[0].blocks:
+        return False
+    body = op.regions[0].blocks[0]
+    inner = [o.operation for o in body.operations]
+    if any(o.name not in (linalg.YieldOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME) for o in inner):
+        return False
+    return not any(isinstance(v.owner, ir.Block) for v in inner[-1].operands)
 
 
 def _work(op: ir.Operation, sizes: list[int], reductions: frozenset[int]) -> tuple[float, bool]:

@@ -6,14 +6,18 @@ and the explanation names the collectives the program really has.
 
 Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
 (expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
-from the search's start); the first is always compiled, and more past the limit only while none compiled fits the
-budget (at most `TOP`).
+from the search's start), at most `TOP`; the first is always compiled. While none compiled fits the budget (the
+model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
+are tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked
+again with the model's peaks scaled by the compiled/modelled ratio seen, alternating with the search's own ranking. Once one fits, a candidate is
+skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can tell: a
+tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slicer.core.errors import SlicerError
 from slicer.tactics import format_tactics
@@ -22,6 +26,8 @@ from .cost_model import Estimate
 from .graph_cost import price_graph
 
 TOP = 3
+TOP_OVER = 16
+PRUNE = 1.05
 TIME_LIMIT = 10.0
 
 
@@ -37,14 +43,19 @@ class Compiled:
     seconds: float
 
 
-def candidates(search, choice: dict, count: int = TOP) -> list[dict]:
-    """The search's choice, then the best other layouts it priced whose tactics differ, best first."""
+def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1.0) -> list[dict]:
+    """The search's choice, then the best other layouts it priced whose tactics differ (and are not in `seen`),
+    best first by the search's objective with every modelled peak times `scale`."""
     def key(c):
         return tuple(sorted((k, v) for k, v in c.items() if v is not None))
 
-    ranked = sorted((k for k, e in search.cache.items() if e is not None), key=lambda k: search.score(search.cache[k]))
-    found, seen = [], set()
-    for k in [key(choice)] + ranked:
+    def score(k):
+        est = search.cache[k]
+        return search.score(replace(est, peak_bytes=int(est.peak_bytes * scale)) if scale != 1.0 else est)
+
+    ranked = sorted((k for k, e in search.cache.items() if e is not None), key=score)
+    found, seen = [], set(seen)
+    for k in ([key(choice)] if scale == 1.0 else []) + ranked:
         text = format_tactics(search.tactics(dict(k)))
         if text not in seen:
             seen.add(text)
@@ -56,24 +67,49 @@ def candidates(search, choice: dict, count: int = TOP) -> list[dict]:
 
 def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: float) -> list[Compiled]:
     """Compile the best candidates (see the module docstring); each a `Compiled`, in the order compiled.
-    A candidate the pipeline refuses (a `SlicerError`) is skipped."""
+    A candidate the pipeline refuses (a `SlicerError`) is skipped. After a candidate compiles over the budget,
+    the next ones alternate between the search's ranking and one with the model's peaks scaled by the smallest
+    compiled/modelled ratio of those over the budget (the model's error differs from layout to layout)."""
     found: list[Compiled] = []
     machine, comm = search.evaluator.machine, search.evaluator.comm
-    for cand in candidates(search, choice):
-        fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
-        if found and fits and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT:
-            break  # the next compile (about as long as the slowest so far) would end past the limit
+    queues = [candidates(search, choice, TOP_OVER if search.budget is not None else TOP), []]
+    tried, scale, turn = set(), 1.0, 0
+    while queues[0] or queues[1]:
+        turn = 1 - turn if queues[1 - turn] else turn
+        cand = queues[turn].pop(0)
         tactics = tuple(user_tactics) + tuple(search.tactics(cand))
+        if format_tactics(tactics[len(user_tactics):]) in tried:
+            continue
+        tried.add(format_tactics(tactics[len(user_tactics):]))
+        fits = any(search.budget is None or c.estimate.peak_bytes <= search.budget for c in found)
+        late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
+        if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP) or len(found) >= TOP_OVER:
+            break  # the next compile (about as long as the slowest so far) would end past the limit
+        model = search.estimate(cand)
+        if fits and (any(_same(model, c.model) for c in found)
+                     or model.total > PRUNE * min(c.model.total for c in found)):
+            continue
         start = time.perf_counter()
         try:
             graph = compile_graph(tactics)
         except SlicerError:
             continue
         est = price_graph(graph, machine, comm)
-        found.append(Compiled(cand, tactics, est, search.estimate(cand), time.perf_counter() - start))
+        found.append(Compiled(cand, tactics, est, model, time.perf_counter() - start))
+        if search.budget is not None and est.peak_bytes > search.budget and model.peak_bytes:
+            ratio = est.peak_bytes / model.peak_bytes
+            scale = ratio if scale == 1.0 else min(scale, ratio)
+            queues[1] = candidates(search, choice, TOP_OVER, tried, scale)
     return found
+
+
+def _same(a: Estimate, b: Estimate, tolerance: float = 0.01) -> bool:
+    """Two model estimates alike in time and peak within `tolerance` (a tiled bias, a sharded position table: ties
+    the compiled programs would not separate beyond the noise of a measurement)."""
+    return abs(a.peak_bytes - b.peak_bytes) <= tolerance * max(a.peak_bytes, b.peak_bytes) \
+        and abs(a.total - b.total) <= tolerance * max(a.total, b.total)
 
 
 def best(search, found: list[Compiled]) -> Compiled:
     """The compiled candidate the search's objective prefers by its compiled cost (over the budget last)."""
-    return min(found, key=lambda c: search.score(c.estimate))
+    return min(found, key=lambda c: search.score(c.estimate, exact=True))

@@ -84,3 +84,32 @@ def test_auto_reports_the_compiled_program_it_chose(step):
     assert ("collectives in the compiled program" in text) == bool(real)
     chosen = min(result.compiled, key=lambda c: c.estimate.total)
     assert result.predicted_seconds.total == pytest.approx(chosen.estimate.total)
+
+
+def test_a_prefetched_collective_hides_the_ranks_lag_one_waited_for_at_once_does_not():
+    """`wait_for`: the other ranks post a collective up to `sync_seconds` late; posted long before its use (an
+    all_gather of a parameter) that lag and half the transfer hide behind kernels, posted at its use nothing does;
+    the rank's own work on it (`collective_seconds`) never hides."""
+    from types import SimpleNamespace
+    from slicer.automatic.cost_model import Estimate, wait_for
+
+    machine = Machine(sync_seconds=1e-3, collective_seconds=1e-4, overlap=0.5)
+    early, late = Estimate(), Estimate()
+    prefetched = wait_for(early, machine, 0.0, SimpleNamespace(clock=5e-3, link=0.0), 2e-4)
+    at_once = wait_for(late, machine, 5e-3, SimpleNamespace(clock=5e-3, link=0.0), 2e-4)
+    assert prefetched == pytest.approx(0.5 * 2e-4 + 1e-4)
+    assert at_once == pytest.approx(1e-3 + 2e-4 + 1e-4)
+    assert early.overlapped == pytest.approx(1e-3 + 2e-4 + 1e-4 - prefetched)
+    assert late.overlapped == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_fsdps_gathered_weights_are_held_from_forward_to_backward(step, dim):
+    """A weight gathered for the forward matmul serves the backward too (the compiled program keeps the copy):
+    the model's peak of ZeRO-3 on the AdamW step is the compiled program's within 10% (held only while the
+    forward op runs, the model said 14% low for dim 0: 395528 against 461324 bytes)."""
+    mesh = slicer.Mesh(x=2)
+    tactics = [Tile(arg="x", dim=0, axes="x"), Tile(arg="y", dim=0, axes="x"), Tile(arg="*weight", dim=dim, axes="x")]
+    _, est = model_estimate(step, mesh, tactics)
+    compiled = slicer.compile(step, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
+    assert est.peak_bytes == pytest.approx(compiled, rel=0.10)
