@@ -191,8 +191,10 @@ class Search:
         """Starting points composed per mesh axis: every assignment of a 1-D pattern (`axis_patterns`) to each
         axis, priced, and the best kept for each set of axes the data is tiled over (as data over x with Megatron
         over y: distinct patterns on two axes, which a descent moving one variable at a time does not reach from
-        data over both). On a 1-D mesh these are 1-D end points themselves."""
+        data over both). None on a 1-D mesh: the descents over its axis are the search's own."""
         axes = [a for a in self.mesh.axis_names if any(v[1] == a for v in self.variables)]
+        if len(axes) < 2:
+            return []  # one axis: the descents over it are the search's own
         patterns = self.axis_patterns(by_size)
         starts: list[dict] = []
         for combo in itertools.product(range(len(patterns)), repeat=len(axes)):
