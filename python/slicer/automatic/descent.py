@@ -1,17 +1,22 @@
 """The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each layout
 priced by `cost_model.Evaluator`.
 
-From every argument replicated, and from the data tiled over each set of axes (`Search.seeds`), each sweep tries
-every value of every variable (larger groups first, so a model's weights are decided before its small inputs when
-they dominate, and the other way round) and keeps a change as soon as it lowers the objective; sweeps repeat until
-none helps. One more descent visits the variables in argument order (inputs first, as data parallelism would), and
-one decides the model's arguments with the data kept whole before freeing the data (so tiling the data first does not
-block tensor parallelism that needs it whole); the best end point wins. The objective is lexicographic: first the
-bytes above the budget, then time (objective "time") or peak memory ("memory"). Every layout is priced once (a cache
-by choice)."""
+Each sweep tries every value of every variable (larger groups first, so a model's weights are decided before its
+small inputs when they dominate, and the other way round) and keeps a change as soon as it lowers the objective;
+sweeps repeat until none helps. Descents start from: the model's arguments decided with the data kept whole (so
+tiling the data first does not block tensor parallelism that needs it whole); nothing tiled and the data tiled over
+each set of axes (`Search.seeds`); and starting points composed per mesh axis (`Search.composed`): 1-D patterns,
+the end points of descents over one axis's variables alone (by the objective, by time ignoring the budget, by
+memory, from the data tiled, with the data whole), assigned to each axis in every combination, the best kept for
+each set of axes the data is tiled over. A descent changes one variable at a time, so from data over both axes of
+a 2-D mesh it never reaches data over one axis with Megatron over the other (several variables must change at
+once, each change alone raising the peak); the composed start is that layout. The best end point wins. The
+objective is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory
+("memory"). Every layout is priced once (a cache by choice)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -90,9 +95,16 @@ class Search:
             return (over, est.peak_bytes, est.total, comm)
         return (0, est.total, comm, est.peak_bytes)
 
-    def descend(self, order: list, choice: dict, objective_memory: bool = False) -> dict:
+    def descend(self, order: list, choice: dict, objective_memory: bool = False, free: bool = False) -> dict:
+        """Greedy descent from `choice` over the variables `order`; by peak memory (`objective_memory`), by time
+        ignoring the budget (`free`), else by the search's objective."""
         choice = dict(choice)
-        score = (lambda e: (e.peak_bytes, e.total) if e else (float("inf"),)) if objective_memory else self.score
+        if objective_memory:
+            score = lambda e: (e.peak_bytes, e.total) if e else (float("inf"),)  # noqa: E731
+        elif free:
+            score = lambda e: (e.total, e.peak_bytes) if e else (float("inf"),)  # noqa: E731
+        else:
+            score = self.score
         best = score(self.estimate(choice))
         for _ in range(MAX_SWEEPS):
             improved = False
@@ -116,8 +128,10 @@ class Search:
         by_size = sorted(self.variables, key=lambda v: -sizes[v])
         data = set(self.data_groups())
         model_only = self.descend([v for v in by_size if v[0] not in data], {})
-        ends = [self.descend(list(self.variables), {}), self.descend(by_size, model_only)]
-        ends += [self.descend(by_size, seed) for seed in self.seeds()]
+        ends = [self.descend(by_size, model_only)]
+        starts = self.seeds()
+        starts += [c for c in self.composed(by_size) if c not in starts]
+        ends += [self.descend(by_size, start) for start in starts]
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
         est = self.estimate(choice)
         if self.budget is not None and est.peak_bytes > self.planning:
@@ -148,6 +162,59 @@ class Search:
             if seed and self.estimate(seed) is not None:
                 seeds.append(seed)
         return seeds
+
+    def axis_patterns(self, by_size: list) -> list[dict]:
+        """1-D patterns {group: dim}: the end points of descents over one mesh axis's variables alone (the others
+        left unused), by the search's objective, by time ignoring the budget (data parallelism, typically), by
+        peak memory, from the data tiled over that axis, and with the data kept whole (tensor parallelism); the
+        empty pattern first. A pattern found on one axis is a candidate on every axis."""
+        data = set(self.data_groups())
+        found: list[dict] = [{}]
+        done: set[int] = set()
+        for axis in self.mesh.axis_names:
+            own = [v for v in by_size if v[1] == axis]
+            if not own or self.mesh.size(axis) in done:
+                continue  # an axis of the same size as one done: the same descents, the same patterns
+            done.add(self.mesh.size(axis))
+            start = {(g, axis): 0 for g in data if 0 in options(self.groups[g], self.mesh, axis)}
+            ends = [self.descend(own, {}), self.descend(own, {}, free=True), self.descend(own, {}, True),
+                    self.descend([v for v in own if v[0] not in data], {})]
+            if start and self.estimate(start) is not None:
+                ends.append(self.descend(own, start))
+            for end in ends:
+                pattern = {g: d for (g, _), d in end.items() if d is not None}
+                if pattern not in found:
+                    found.append(pattern)
+        return found
+
+    def composed(self, by_size: list) -> list[dict]:
+        """Starting points composed per mesh axis: every assignment of a 1-D pattern (`axis_patterns`) to each
+        axis, priced, and the best kept for each set of axes the data is tiled over (as data over x with Megatron
+        over y: distinct patterns on two axes, which a descent moving one variable at a time does not reach from
+        data over both). None on a 1-D mesh: the descents over its axis are the search's own."""
+        axes = [a for a in self.mesh.axis_names if any(v[1] == a for v in self.variables)]
+        if len(axes) < 2:
+            return []  # one axis: the descents over it are the search's own
+        patterns = self.axis_patterns(by_size)
+        starts: list[dict] = []
+        for combo in itertools.product(range(len(patterns)), repeat=len(axes)):
+            start = {}
+            for axis, p in zip(axes, combo):
+                for g, d in patterns[p].items():
+                    if d not in options(self.groups[g], self.mesh, axis):
+                        break
+                    start[(g, axis)] = d
+                else:
+                    continue
+                start = None
+                break
+            if start is not None and self.estimate(start) is not None and start not in starts:
+                starts.append(start)
+        starts.sort(key=lambda c: self.score(self.estimate(c)))
+        data, best = set(self.data_groups()), {}
+        for start in starts:  # the best per set of axes the data is tiled over (the structural choice)
+            best.setdefault(frozenset(a for (g, a) in start if g in data), start)
+        return list(best.values())
 
     def refuse(self, choice: dict) -> None:
         est = self.estimate(choice)
