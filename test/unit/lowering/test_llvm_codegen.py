@@ -10,7 +10,7 @@ import pytest
 
 from slicer.core.errors import KernelError
 from slicer.core.toolchain import find_tool
-from slicer.lowering import compile_library, llvm_codegen
+from slicer.lowering import Target, compile_library, llvm_codegen
 
 # A contraction (the packed GEMM and its micro-kernel), a row-wise softmax (vector exp, reductions) and a
 # remainder that is not a multiple of the vector width: every code generator of the pipeline.
@@ -38,7 +38,9 @@ def _text_section(library_dir: Path) -> list[str]:
     return [line.split("\t", 1)[-1] for line in listing.splitlines() if line.startswith(" ")]
 
 
-def test_the_object_made_in_this_process_is_the_one_llc_makes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("target", [Target(), Target(cpu="x86-64", features="+avx2,+fma")],
+                         ids=["native", "x86-64+avx2"])
+def test_the_object_made_in_this_process_is_the_one_llc_makes(tmp_path, monkeypatch, target):
     if not llvm_codegen.available():
         pytest.skip("code generation cannot run in this process (another LLVM was loaded first)")
     a = np.linspace(-1, 1, 24 * 40, dtype=np.float32).reshape(24, 40)
@@ -46,7 +48,7 @@ def test_the_object_made_in_this_process_is_the_one_llc_makes(tmp_path, monkeypa
     results = {}
     for codegen in ("in-process", "tools"):
         monkeypatch.setenv(llvm_codegen.CODEGEN_ENV, codegen)
-        library = compile_library(PROGRAM, cache_dir=tmp_path / codegen)
+        library = compile_library(PROGRAM, cache_dir=tmp_path / codegen, target=target)
         results[codegen] = library["k"](a, b)
     np.testing.assert_allclose(results["in-process"], np.tanh(np.exp(a @ b)), rtol=1e-5)
     assert np.array_equal(results["in-process"], results["tools"])
