@@ -44,7 +44,8 @@ from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import SliceOp, walk_ops
 
-from .ir_utils import BlockOrder, ancestors, as_op, op_id, captured_values, defining_op, enclosing_loops
+from .ir_utils import (BlockOrder, ancestors, as_op, captured_values, defining_op, enclosing_loops, op_id,
+                       walk_captured)
 from .laws import LATE_LAWS, LAWS, Journal, RewriteListener, duplicate_candidates, tactic_name, tile_loop_of
 
 REWRITES_PER_OP = 64
@@ -407,28 +408,18 @@ class _Worklist(RewriteListener):
 
     def _new_producers(self, op: ir.Operation) -> list[ir.Operation]:
         """The ops without a key producing what `op` (itself without one) reads: its operands and the values its
-        regions use from outside it (those of `captured_values`, found in one walk without listing the values
-        of ops with a key, which are most of them)."""
+        regions use from outside it (`walk_captured`, without listing the values of ops with a key, which are
+        most of them)."""
         key, found = self.key, [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
         if not len(op.regions):
             return found
-        root = op_id(op)
-        inside = {root}
 
-        def visit(inner):
-            inner_id = op_id(inner)
-            if inner_id != root:
-                for operand in inner.operands:
-                    if isinstance(operand, ir.BlockArgument):
-                        continue  # (no producer)
-                    owner = operand.owner
-                    owner_id = op_id(owner)
-                    if owner_id not in key and owner_id not in inside:
-                        found.append(as_op(owner))
-                inside.add(inner_id)
-            return ir.WalkResult.ADVANCE
+        def take(value: ir.Value, owner_id) -> bool:
+            if not isinstance(value, ir.BlockArgument) and owner_id not in key:  # (a block argument: no producer)
+                found.append(as_op(value.owner))
+            return False
 
-        op.walk(visit, ir.WalkOrder.PRE_ORDER)
+        walk_captured(op, take)
         return found
 
 

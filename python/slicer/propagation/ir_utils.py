@@ -76,15 +76,28 @@ def defined_inside(value: ir.Value, region_op: ir.Operation) -> bool:
 
 def captured_values(op: ir.Operation, limit: int | None = None) -> list[ir.Value]:
     """Operands of `op` and values its regions use from outside `op` (pre-order); with `limit`, the first
-    `limit` of them only, found without walking the rest of the regions.
+    `limit` of them only, found without walking the rest of the regions."""
+    values = list(op.operands)[:limit]
+    if not len(op.regions) or (limit is not None and len(values) >= limit):
+        return values
+
+    def take(value: ir.Value, _owner_id) -> bool:
+        values.append(value)
+        return limit is not None and len(values) >= limit
+
+    walk_captured(op, take)
+    return values
+
+
+def walk_captured(op: ir.Operation, take) -> None:
+    """Call `take(value, owner_id)` for each value the regions of `op` use from outside `op`, in pre-order
+    (`owner_id`: the `op_id` of the op defining the value or owning its block, None for none); stop when it
+    returns True.
 
     One walk: the ops visited so far inside `op` (by address) define everything used inside that is not
     captured, since a definition comes before its uses in pre-order (SSA dominance); a block argument belongs
     to the op owning its block, visited before that block's ops. (Asking `defined_inside` of every operand walked
     up the parents for each: most of the propagation's time on a training step.)"""
-    values = list(op.operands)[:limit]
-    if not len(op.regions) or (limit is not None and len(values) >= limit):
-        return values
     root = op_id(op)
     inside = {root}
 
@@ -93,15 +106,13 @@ def captured_values(op: ir.Operation, limit: int | None = None) -> list[ir.Value
         if inner_id != root:
             for operand in inner.operands:
                 owner = operand.owner.owner if isinstance(operand, ir.BlockArgument) else operand.owner
-                if owner is None or op_id(owner) not in inside:
-                    values.append(operand)
-                    if limit is not None and len(values) >= limit:
-                        return ir.WalkResult.INTERRUPT
+                owner_id = None if owner is None else op_id(owner)
+                if owner_id not in inside and take(operand, owner_id):
+                    return ir.WalkResult.INTERRUPT
             inside.add(inner_id)
         return ir.WalkResult.ADVANCE
 
     op.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return values
 
 
 def is_pure(op: ir.Operation) -> bool:

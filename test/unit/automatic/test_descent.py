@@ -29,6 +29,18 @@ func.func @mlp(%x: tensor<BxDxf32>, %w1: tensor<DxHxf32>, %b1: tensor<Hxf32>, %w
 """
 
 
+def adamw_mlp_step(batch: int, width: int, hidden: int):
+    """(model, loss_fn, x, y, step): a torch MLP (width -> hidden, tanh, -> width) regressing random targets, and
+    its AdamW training step."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, width))
+    x, y = torch.randn(batch, width), torch.randn(batch, width)
+    loss_fn = lambda m, x, y: torch.nn.functional.mse_loss(m(x), y)  # noqa: E731
+    return model, loss_fn, x, y, slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=0.01))
+
+
 def mlp(b: int, d: int, h: int) -> str:
     return ROOT_MLP.replace("B", str(b)).replace("D", str(d)).replace("H", str(h))
 
@@ -95,12 +107,7 @@ def test_fsdp_for_a_training_step_when_the_budget_forbids_replicated_parameters(
     """A large batch (data parallel, not tensor parallel) and AdamW: under a budget data parallelism misses, the
     parameters and their optimizer state are sharded over the data axis too (ZeRO-3)."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("torch_mlir")
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256))
-    x, y = torch.randn(1024, 256), torch.randn(1024, 256)
-    loss_fn = lambda m, x, y: torch.nn.functional.mse_loss(m(x), y)  # noqa: E731
-    step = slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=0.01))
+    model, loss_fn, x, y, step = adamw_mlp_step(batch=1024, width=256, hidden=256)
     mesh = slicer.Mesh(x=2)
     free = slicer.auto(step, mesh)
     assert Tile(arg="x", dim=0, axes="x") in free.tactics

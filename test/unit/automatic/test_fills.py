@@ -3,7 +3,6 @@ accumulator) has no data: the partitioner makes each device's block where its co
 model stores it at its consumer's layout, never replicated; with that, a budget only Megatron meets is met."""
 
 import numpy as np
-import pytest
 
 import slicer
 from slicer import Tile

@@ -14,17 +14,12 @@ from slicer.automatic.graph_cost import price_graph
 from slicer.automatic.sketch import read_kernels
 from slicer.lowering.kernel_graph import CollectiveNode
 from slicer.redistribution.costs import CostModel
+from test_descent import adamw_mlp_step
 
 
 @pytest.fixture(scope="module")
 def step():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torch_mlir")
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
-    x, y = torch.randn(256, 64), torch.randn(256, 64)
-    loss_fn = lambda m, x, y: torch.nn.functional.mse_loss(m(x), y)  # noqa: E731
-    return slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=0.01))
+    return adamw_mlp_step(batch=256, width=64, hidden=128)[-1]
 
 
 def model_estimate(step, mesh, tactics):
