@@ -79,10 +79,12 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
     while queues[0] or queues[1] or others:
         turn = 1 - turn if queues[1 - turn] else turn
         cand = others.pop(0) if others else queues[turn].pop(0)
-        tactics = tuple(user_tactics) + tuple(search.tactics(cand))
-        if format_tactics(tactics[len(user_tactics):]) in tried:
+        chosen = tuple(search.tactics(cand))
+        text = format_tactics(chosen)
+        if text in tried:
             continue
-        tried.add(format_tactics(tactics[len(user_tactics):]))
+        tried.add(text)
+        tactics = tuple(user_tactics) + chosen
         fits = any(_within(search, c) for c in found)
         late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
         if (fits and (late or len(found) >= TOP)) or (late and len(found) >= TOP) or len(found) >= TOP_OVER:
