@@ -13,6 +13,8 @@ from mlir import ir
 from mlir._mlir_libs import _mlir
 from mlir.dialects import irdl
 
+from slicer.core.names import BUILT_DIALECTS
+
 IRDL_PATH = Path(__file__).with_name("slicer.irdl.mlir")
 
 # Let the bindings find a Python module for the dialect (dialect/python_bindings/slicer.py says why).
@@ -36,7 +38,8 @@ def load_dialect(context: ir.Context | None = None) -> ir.Context:
 
 
 def make_context() -> ir.Context:
-    """A fresh context with every upstream dialect and the `slicer` dialect loaded."""
-    context = ir.Context()
+    """A fresh context with the dialects Slicer builds ops of and the `slicer` dialect loaded; every other
+    registered dialect loads on first use (parsing, a pass's dependent dialects)."""
+    context = ir.Context(load_on_create_dialects=BUILT_DIALECTS)
     load_dialect(context)
     return context

@@ -17,6 +17,7 @@ from ..vectorize import VectorizeOptions, vectorize_module
 class SlicerKernelVectorize(ModulePass, VectorizeOptions):
     name = "slicer-kernel-vectorize"
     description = "Tile and vectorize every linalg.generic with the transform dialect (ops it cannot take stay)"
+    dependent_dialects = ("transform",)  # the generated script is parsed while the pass runs
 
     def apply(self, module: ir.Operation) -> None:
         vectorize_module(module.opview, self)

@@ -81,6 +81,15 @@ ALL_SLICE = "shard.all_slice"
 COLLECTIVE_OPS = (ALL_GATHER, ALL_TO_ALL, ALL_REDUCE, REDUCE_SCATTER, ALL_SLICE, PERMUTE, REORDERING_ALL_TO_ALL)
 """Every op that communicates between devices in an SPMD program."""
 
+# -- upstream dialects --------------------------------------------------------------------------------------------
+BUILT_DIALECTS = ("func", "arith", "linalg", "tensor", "math", "memref", "scf", "cf", "affine", "bufferization",
+                  "vector", "x86vector", "llvm", "shard", "tosa")
+"""The dialects Slicer builds ops of (through the bindings' builders or `ir.Operation.create`; `tosa` for
+`YIELD`), loaded into every context it makes (`dialect.make_context`). Others load when first used: a user's
+`index` or `complex` when parsed, `transform` when the kernel vectorizer parses its script, a pass's dependent
+dialects when it runs. Loading all ~60 registered dialects, as a default `ir.Context()` does, cost ~5 ms per
+context (thousands per test run); these cost ~2."""
+
 # -- upstream attributes Slicer reads or writes (op names come from the bindings: `linalg.GenericOp.OPERATION_NAME`)
 SYM_NAME_ATTR = "sym_name"
 SYM_VISIBILITY_ATTR = "sym_visibility"

@@ -41,6 +41,10 @@ class ModulePass(abc.ABC):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    dependent_dialects: ClassVar[tuple[str, ...]] = ()
+    """Dialects the pass creates ops of, not otherwise loaded (`core.names.BUILT_DIALECTS` are): loaded when the
+    pass is added to a pass manager, as MLIR's `getDependentDialects` does, since a dialect cannot load while
+    passes run (multi-threaded)."""
 
     @abc.abstractmethod
     def apply(self, module: ir.Operation) -> None:

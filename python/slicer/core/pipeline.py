@@ -148,7 +148,10 @@ def build_pass_manager(pipeline: str, context: ir.Context | None = None,
         return pm
     for element in module_elements(pipeline):
         if element.name in passes:
-            add_slicer_pass(pm, instantiate(element, passes))
+            instance = instantiate(element, passes)
+            for dialect in instance.dependent_dialects:
+                context.dialects[dialect]  # loads it (a lookup of a registered dialect loads it)
+            add_slicer_pass(pm, instance)
             continue
         if element.name.startswith("slicer-"):
             known = ", ".join(sorted(passes)) or "none in this pipeline"
