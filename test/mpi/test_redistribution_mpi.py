@@ -6,7 +6,6 @@ timeout."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.runtime.mpiexec import wait_environment
+from slicer.runtime.mpiexec import spmd_command
 from slicer.lowering import build_kernel_graph
 from slicer.passes import transform
 from slicer.runtime.launch import launch
@@ -26,23 +25,16 @@ WORKER = Path(__file__).with_name("redistribution_worker.py")
 RANDOM = 40  # random reshards with sub-axes per rank count
 
 
-def find_mpiexec():
-    local = Path(sys.executable).with_name("mpiexec")
-    if local.exists():
-        return str(local)
-    return shutil.which("mpiexec")
+def run_workers(ranks: int, argv: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
+    """`argv` on `ranks` ranks, started as the launcher starts a job (`spmd_command`: mpich's mpiexec, which is
+    a dependency, so a missing one fails the test; oversubscribed ranks wait sleeping; one BLAS thread each)."""
+    command, environment = spmd_command(ranks, [sys.executable, *argv], env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 @pytest.mark.parametrize("ranks", [4, 8])
 def test_mpi_executor_matches_simulator(ranks):
-    mpiexec = find_mpiexec()
-    # mpich is a dependency of slicer, so a missing mpiexec is a broken install, not a reason to skip.
-    assert mpiexec is not None, "mpiexec not found next to the interpreter nor on PATH: pip install mpich"
-    # hydra oversubscribes by default (8 ranks on 2 cores is fine); it needs no flags as root. Oversubscribed
-    # ranks wait sleeping, as the launcher runs them.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **wait_environment(ranks))
-    proc = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), "--bytes", str(1 << 14),
-                           "--random", str(RANDOM)], capture_output=True, text=True, timeout=240, env=env)
+    proc = run_workers(ranks, [str(WORKER), "--bytes", str(1 << 14), "--random", str(RANDOM)], timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ranks"] == ranks
@@ -63,12 +55,10 @@ def test_every_step_kind_matches_simulator(ranks, strategy):
     in flight at once) and with reused buffers, bit for bit against the simulator; blocks over 64 KiB with
     float sums (bit for bit over shared memory, which sums in the simulator's order; close over MPI; the
     same bits on every rank either way). Both transports: shared memory and MPI."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", SLICER_COLLECTIVES=strategy, **wait_environment(ranks))
     # Random cases per kind, mesh and dtype: 3 on 4 and 8 ranks (oversubscribed, every case waits on all of
     # them: 12 s of the suite for 6), 6 on 2 and in the nightly run (SLICER_NIGHTLY=1).
     cases = 6 if ranks == 2 or os.environ.get("SLICER_NIGHTLY") == "1" else 3
-    proc = subprocess.run([find_mpiexec(), "-n", str(ranks), sys.executable, str(STEP_WORKER), "--cases", str(cases)],
-                          capture_output=True, text=True, timeout=180, env=env)
+    proc = run_workers(ranks, [str(STEP_WORKER), "--cases", str(cases)], timeout=180, SLICER_COLLECTIVES=strategy)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     expected_kinds = {"all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute"}
