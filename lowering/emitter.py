@@ -189,3 +189,27 @@ class Emitter:
 
     def indices(self, values) -> str:
         return ", ".join(self.idx(v) for v in values)
+
+
+class GeneratedFunctions:
+    """The private functions a code generator adds to a module, one per distinct body: a generator writes each
+    function's text with `SELF` as its name, and asks `name_of` for the symbol to call. Identical bodies (the
+    same row loop or GEMM in several kernels of a module: kernels are built together, `aot`) get one function:
+    a 2-block GPT training step's 46 kernels had 331 functions after generation, 109 of them copies, which the
+    rest of the pipeline and LLVM's code generation compiled again each time (a third of the object code)."""
+
+    SELF = "__slicer_generated_self"
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.names: dict[str, str] = {}  # text with SELF as its name -> the function's symbol
+
+    def name_of(self, text: str) -> str:
+        name = self.names.get(text)
+        if name is None:
+            name = self.names[text] = f"{self.prefix}{len(self.names)}"
+        return name
+
+    def texts(self) -> list[str]:
+        """Each distinct function's text under its own name."""
+        return [text.replace(f"@{self.SELF}(", f"@{name}(", 1) for text, name in self.names.items()]

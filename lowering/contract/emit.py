@@ -18,7 +18,7 @@ from mlir.dialects import linalg
 
 from slicer.dialect.ops import walk_ops
 
-from ..emitter import Index, module_avx512
+from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import NT_BYTES, VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze
 from .blocking import ContractOptions
@@ -200,7 +200,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     avx512 = module_avx512(module)
     replaced: list[str] = []
     ukernels: dict[str, str] = {}
-    texts: list[tuple[ir.Operation, Contraction, str]] = []
+    functions = GeneratedFunctions("__slicer_contract_")
+    calls: list[tuple[ir.Operation, Contraction, str]] = []
     for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
         try:
             c = analyze(op)
@@ -215,15 +216,13 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
         if uk not in ukernels:
             ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
-        name = f"__slicer_contract_{len(texts)}"
-        texts.append((op, c, contraction_text(c, options, name, uk, avx512)))
-    if not texts:
+        calls.append((op, c, functions.name_of(contraction_text(c, options, GeneratedFunctions.SELF, uk, avx512))))
+    if not calls:
         return replaced
-    generated = ir.Module.parse("\n".join(list(ukernels.values()) + [t for _, _, t in texts]), context)
+    generated = ir.Module.parse("\n".join(list(ukernels.values()) + functions.texts()), context)
     for fn in list(generated.body.operations):
         module.body.append(fn.operation)
-    for index, (op, c, _) in enumerate(texts):
-        name = f"__slicer_contract_{index}"
+    for op, c, name in calls:
         with ir.InsertionPoint(op), op.location:
             operands = [o.value for o in c.inputs] + [c.output.value] + list(c.captured)
             func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), operands)

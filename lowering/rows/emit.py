@@ -10,7 +10,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from ..emitter import Index, module_avx512
+from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import VECTOR_BYTES, byte_width
 from .analysis import RowOp
 from .buffers import RowsOptions
@@ -113,20 +113,21 @@ def rows_module(module: ir.Module, options: RowsOptions = RowsOptions()) -> list
         groups += find_groups(block)
     if not groups:
         return []
-    texts = []
-    for index, (ops, rows) in enumerate(groups):
-        gen = RowsGen(ops, rows, options, f"__slicer_rows_{index}")
+    functions = GeneratedFunctions("__slicer_rows_")
+    calls = []
+    for ops, rows in groups:
+        gen = RowsGen(ops, rows, options, GeneratedFunctions.SELF)
         gen.e.avx512 = avx512
-        texts.append((gen, gen.generate()))
-    generated = ir.Module.parse("\n".join(t for _, t in texts), context)
+        calls.append((gen, functions.name_of(gen.generate())))
+    generated = ir.Module.parse("\n".join(functions.texts()), context)
     for fn in list(generated.body.operations):
         module.body.append(fn.operation)
     report = []
-    for index, ((ops, rows), (gen, _)) in enumerate(zip(groups, texts)):
+    for (ops, rows), (gen, name) in zip(groups, calls):
         last = ops[-1].op
         with ir.InsertionPoint(last), last.location:
-            func_d.CallOp([], ir.FlatSymbolRefAttr.get(gen.name), list(gen.params))
+            func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), list(gen.params))
         for op in ops:
             op.op.erase()
-        report.append(f"@{gen.name}: {len(ops)} op(s), {rows} row dim(s)")
+        report.append(f"@{name}: {len(ops)} op(s), {rows} row dim(s)")
     return report

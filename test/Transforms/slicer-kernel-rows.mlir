@@ -18,6 +18,10 @@
 // CHECK-LABEL: func.func @add
 // CHECK-NOT: linalg.generic
 // CHECK: call @[[ROWS1:__slicer_rows_[0-9]+]]
+// The same add in another function calls the same generated loop: one function per distinct body.
+// CHECK-LABEL: func.func @add_again
+// CHECK: call @[[ROWS1]]
+// CHECK-NOT: func.func private @__slicer_rows_2
 // CHECK: func.func private @[[ROWS0]]
 // CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step
 // CHECK: %[[ACC:.*]]:2 = scf.for %[[COL:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[A0:.*]] = %{{.*}}, %[[A1:.*]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
@@ -55,6 +59,15 @@ module attributes {slicer.target_avx512 = false} {
     return
   }
   func.func @add(%a: memref<4x64xf32>, %b: memref<4x64xf32>, %c: memref<4x64xf32>) {
+    linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a, %b : memref<4x64xf32>, memref<4x64xf32>) outs(%c : memref<4x64xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %s = arith.addf %in, %in_0 : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+  func.func @add_again(%a: memref<4x64xf32>, %b: memref<4x64xf32>, %c: memref<4x64xf32>) {
     linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
         ins(%a, %b : memref<4x64xf32>, memref<4x64xf32>) outs(%c : memref<4x64xf32>) {
     ^bb0(%in: f32, %in_0: f32, %out: f32):
