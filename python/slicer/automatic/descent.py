@@ -75,6 +75,7 @@ class Search:
                           if len(options(self.groups[g], mesh, a)) > 1]
         self.evaluator = evaluator or Evaluator(sketch, mesh)
         self.cache: dict = {}
+        self._tactics: dict = {}
 
     def estimate(self, choice: dict) -> Estimate | None:
         key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
@@ -225,9 +226,13 @@ class Search:
                         "mesh")
 
     def tactics(self, choice: dict) -> list[Tactic]:
-        layouts = layouts_of(self.sketch, self.mesh, self.groups, choice, self.fixed)
-        named = any(not n.startswith("arg") or not n[3:].isdigit() for n in self.sketch.arg_names)
-        return tactics_of(self.sketch, self.groups, layouts, named)
+        """The tactics of `choice` (remembered: verification formats the same candidates' tactics repeatedly)."""
+        key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
+        if key not in self._tactics:
+            layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
+            named = any(not n.startswith("arg") or not n[3:].isdigit() for n in self.sketch.arg_names)
+            self._tactics[key] = tuple(tactics_of(self.sketch, self.groups, layouts, named))
+        return list(self._tactics[key])
 
     def decisions(self, choice: dict) -> list[Decision]:
         """Every variable with its value and its alternatives' estimates (for `explain`)."""
