@@ -27,6 +27,10 @@ from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
 _RETURN = func.ReturnOp.OPERATION_NAME
+#: Ops that only give a tensor another shape or type: a kernel that reads one made elsewhere takes its source and
+#: applies the view again, so no kernel returns a view beside its source (two blocks of the same bytes, both
+#: counted and both stored: a GPT training step returned each MLP input as [8,64,128] and as its [512,128]).
+_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
 
 
 def location_text(location: ir.Location) -> str:
@@ -66,13 +70,17 @@ def _deep_ops(op: ir.Operation):
 
 
 def _rematerialisable(op: ir.Operation) -> bool:
-    """Cheap ops recomputed in every kernel that uses them instead of being passed between kernels:
-    constants, `tensor.empty`, fills of constants (into a tensor that is itself re-materialisable: a fill
-    into a slice of another kernel's value must read that value), the device index and scalar `arith` on
-    those."""
+    """Ops recomputed in every kernel that uses them instead of being passed between kernels: views (`_VIEWS`: the
+    kernel takes their source) and cheap ops (`_cheap`)."""
+    return op.name in _VIEWS or _cheap(op)
+
+
+def _cheap(op: ir.Operation) -> bool:
+    """Constants, `tensor.empty`, fills of constants (into a tensor that is itself cheap: a fill into a slice of
+    another kernel's value must read that value), the device index and scalar `arith` on those."""
     if op.name in _REMAT:
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
-                   or _rematerialisable(_op(v.owner)) for v in op.operands)
+                   or _cheap(_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
 
 
@@ -248,7 +256,8 @@ class _Builder:
                 users = [self.top_level(_op(u.owner)) for u in result.uses]
                 if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + (_RETURN,) for u in users):
                     continue  # recomputed by the kernels that use it
-                if any(u not in kernel_ops for u in users):
+                if any(u not in kernel_ops or (u.name in _VIEWS and self.viewed_elsewhere(u, kernel_ops))
+                       for u in users):
                     outputs.append(result)
         if not outputs:
             return None
@@ -258,6 +267,19 @@ class _Builder:
         for value in outputs:
             self.record(value, self.op_dist(_op(value.owner), value))
         return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+
+    def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
+        """Whether a kernel other than the one of `kernel_ops` (where the view op `view` is) applies `view` again:
+        it is read outside them other than by a collective or the return (which take the view itself), directly
+        or through further views. Its source is then that kernel's input, so an output here."""
+        for result in view.results:
+            for use in result.uses:
+                user = self.top_level(_op(use.owner))
+                if user.name in COLLECTIVE_OPS + (_RETURN,):
+                    continue
+                if user not in kernel_ops or (user.name in _VIEWS and self.viewed_elsewhere(user, kernel_ops)):
+                    return True
+        return False
 
     def top_level(self, op: ir.Operation) -> ir.Operation:
         while _op(op.parent) != self.func:
