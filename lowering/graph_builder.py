@@ -78,10 +78,23 @@ def _rematerialisable(op: ir.Operation) -> bool:
 def _cheap(op: ir.Operation) -> bool:
     """Constants, `tensor.empty`, fills of constants (into a tensor that is itself cheap: a fill into a slice of
     another kernel's value must read that value), the device index and scalar `arith` on those."""
-    if op.name in _REMAT:
+    if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
                    or _cheap(_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+
+
+def _constant_generic(op: ir.Operation) -> bool:
+    """A `linalg.generic` with no inputs yielding a constant at every point (a fill in generic form: the
+    importer's zero init of a matmul's accumulator). Passed between kernels it was made where the partitioner
+    hoists it, at the top of the function, and stored from there to its use: a GPT-2 block's fc1 accumulator,
+    0.5 MiB a device under data parallelism, from the first kernel to the MLP's."""
+    if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) != len(op.results) or len(op.regions) != 1:
+        return False
+    inner = [_op(o) for o in op.regions[0].blocks[0].operations]
+    if not inner or any(o.name not in (linalg.YieldOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME) for o in inner):
+        return False
+    return all(not isinstance(v.owner, ir.Block) and _cheap(_op(v.owner)) for v in inner[-1].operands)
 
 
 class _Builder:
@@ -232,6 +245,10 @@ class _Builder:
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
+                for deep in list(_deep_ops(owner))[1:]:  # what its body reads from the function (a constant)
+                    for operand in deep.operands:
+                        if operand in self.position:
+                            need(operand)
                 if owner not in remat:
                     remat.append(owner)
                 return

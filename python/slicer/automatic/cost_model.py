@@ -361,9 +361,11 @@ class _Run:
 
     def make_fill(self, v: int, divide: int) -> None:
         """Fill `v` is first read by an op that walks it in blocks of 1/`divide`: the partitioner makes each
-        device's block there (a fill has no data to keep whole), so it is stored and written at that size."""
+        device's block there (a fill has no data to keep whole), and the kernel graph makes it again in each kernel
+        that reads it (a constant generic is re-materialised, `lowering/graph_builder.py`), into the buffer of the
+        op it initialises: written at that size, never stored between kernels."""
         op, nbytes = self.fills.pop(v)
-        self.memory.resize(v, nbytes // divide)
+        self.memory.resize(v, 0)
         self.compute(op, divide, nbytes // divide)
 
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
