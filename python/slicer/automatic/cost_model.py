@@ -292,6 +292,8 @@ class _Run:
                 # the gathered copy serves every later use (a weight's forward and backward): it lives till the last
                 self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), local * ev.group(axes))
         partial, fills, roots = self.partial, self.fills, ev.op_roots[index]
+        if gathers:
+            self.read_by_gathers(index, {k for k, _, _ in gathers}, roots)
         for k, v in enumerate(op.operands):
             if v >= 0 and partial.get(v):
                 self.reduce_operand(op, k, v, loops)
@@ -329,6 +331,15 @@ class _Run:
         for v in op.results:
             if v >= 0:
                 self.ready[v] = self.clock
+
+    def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
+        """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
+        only through them, is last read by the all_gathers before the op's kernel, and freed there (the kernel
+        graph frees FSDP's shard of a weight at its all_gather, not after the op using the whole weight)."""
+        for k in gathered:
+            r = roots[k]
+            if self.ev.last_use.get(r) == index and all(roots[j] != r or j in gathered for j in range(len(roots))):
+                self.memory.read_until(r, index - 1)
 
     def replicated_op(self, index: int, op: OpSketch) -> None:
         """An op none of whose operands is tiled or partial: whole on every device, no collective."""

@@ -128,3 +128,18 @@ def test_fsdps_gathered_weights_are_held_from_forward_to_backward(step, dim):
     _, est = model_estimate(step, mesh, tactics)
     compiled = slicer.compile(step, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
     assert est.peak_bytes == pytest.approx(compiled, rel=0.10)
+
+
+def test_a_weights_shard_is_freed_at_its_all_gather():
+    """A forward program under ZeRO-3 (an MLP, data and weights over x): each weight's last reader uses its gathered
+    copy, so the kernel graph frees the shard at the all_gather; the model's peak is the compiled program's (it
+    kept the shard to the end of the reader's kernel: a GPT-2 block on 2x2 690 KiB modelled against 628)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    model, x = _mlp(torch, 256, 128)
+    program = slicer.from_torch(model, x)
+    mesh = slicer.Mesh(x=2)
+    tactics = strategies.zero(program, ("x",), stage=3, mesh=mesh)
+    _, est = model_estimate(program, mesh, tactics)
+    compiled = slicer.compile(program, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
+    assert est.peak_bytes == pytest.approx(compiled, rel=0.01)
