@@ -161,6 +161,7 @@ class _Builder:
         args = tuple(self.record(a, self.func_dist("arg", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
         ops = [_op(o) for o in self.block.operations]
         ret = ops[-1]
+        ops = self.sink_views(ops[:-1]) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
         nodes = []
         for item in self.segment(ops[:-1]):
@@ -181,6 +182,34 @@ class _Builder:
             dists.append(dist)
         return KernelGraph(self.name, self.mesh, self.values, args, tuple(results), tuple(sources), tuple(dists),
                            nodes, str(self.kernels), self.arg_shapes, self.result_shapes)
+
+    def sink_views(self, ops: list) -> list:
+        """`ops` with each view read only by collectives moved after the last collective before its first reader:
+        a collective reads a kernel's output, so a view made early (the partitioner hoists the views of arguments
+        to the top: a weight reshaped per head before its all_gather) was returned by the first kernel and stored
+        beside its source until the collective; made in the kernel just before it, it is stored only across it."""
+        where = {op: i for i, op in enumerate(ops)}
+        later: dict[int, list] = {}
+        moved = set()
+        for i, op in enumerate(ops):
+            if op.name not in _VIEWS:
+                continue
+            users = [self.top_level(_op(u.owner)) for r in op.results for u in r.uses]
+            if not users or not all(u.name in COLLECTIVE_OPS and u in where for u in users):
+                continue
+            first = min(where[u] for u in users)
+            last = max((j for j in range(i + 1, first) if ops[j].name in COLLECTIVE_OPS), default=None)
+            if last is not None:
+                later.setdefault(last, []).append(op)
+                moved.add(i)
+        if not moved:
+            return ops
+        found = []
+        for i, op in enumerate(ops):
+            if i not in moved:
+                found.append(op)
+            found += later.get(i, [])
+        return found
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
