@@ -27,6 +27,10 @@ from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
 _RETURN = func.ReturnOp.OPERATION_NAME
+#: Ops that only give a tensor another shape or type: a kernel that reads one made elsewhere takes its source and
+#: applies the view again, so no kernel returns a view beside its source (two blocks of the same bytes, both
+#: counted and both stored: a GPT training step returned each MLP input as [8,64,128] and as its [512,128]).
+_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
 
 
 def location_text(location: ir.Location) -> str:
@@ -66,14 +70,31 @@ def _deep_ops(op: ir.Operation):
 
 
 def _rematerialisable(op: ir.Operation) -> bool:
-    """Cheap ops recomputed in every kernel that uses them instead of being passed between kernels:
-    constants, `tensor.empty`, fills of constants (into a tensor that is itself re-materialisable: a fill
-    into a slice of another kernel's value must read that value), the device index and scalar `arith` on
-    those."""
-    if op.name in _REMAT:
+    """Ops recomputed in every kernel that uses them instead of being passed between kernels: views (`_VIEWS`: the
+    kernel takes their source) and cheap ops (`_cheap`)."""
+    return op.name in _VIEWS or _cheap(op)
+
+
+def _cheap(op: ir.Operation) -> bool:
+    """Constants, `tensor.empty`, fills of constants (into a tensor that is itself cheap: a fill into a slice of
+    another kernel's value must read that value), the device index and scalar `arith` on those."""
+    if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
-                   or _rematerialisable(_op(v.owner)) for v in op.operands)
+                   or _cheap(_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+
+
+def _constant_generic(op: ir.Operation) -> bool:
+    """A `linalg.generic` with no inputs yielding a constant at every point (a fill in generic form: the
+    importer's zero init of a matmul's accumulator). Passed between kernels it was made where the partitioner
+    hoists it, at the top of the function, and stored from there to its use: a GPT-2 block's fc1 accumulator,
+    0.5 MiB a device under data parallelism, from the first kernel to the MLP's."""
+    if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) != len(op.results) or len(op.regions) != 1:
+        return False
+    inner = [_op(o) for o in op.regions[0].blocks[0].operations]
+    if not inner or any(o.name not in (linalg.YieldOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME) for o in inner):
+        return False
+    return all(not isinstance(v.owner, ir.Block) and _cheap(_op(v.owner)) for v in inner[-1].operands)
 
 
 class _Builder:
@@ -140,6 +161,7 @@ class _Builder:
         args = tuple(self.record(a, self.func_dist("arg", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
         ops = [_op(o) for o in self.block.operations]
         ret = ops[-1]
+        ops = self.sink_views(ops[:-1]) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
         nodes = []
         for item in self.segment(ops[:-1]):
@@ -160,6 +182,34 @@ class _Builder:
             dists.append(dist)
         return KernelGraph(self.name, self.mesh, self.values, args, tuple(results), tuple(sources), tuple(dists),
                            nodes, str(self.kernels), self.arg_shapes, self.result_shapes)
+
+    def sink_views(self, ops: list) -> list:
+        """`ops` with each view read only by collectives moved after the last collective before its first reader:
+        a collective reads a kernel's output, so a view made early (the partitioner hoists the views of arguments
+        to the top: a weight reshaped per head before its all_gather) was returned by the first kernel and stored
+        beside its source until the collective; made in the kernel just before it, it is stored only across it."""
+        where = {op: i for i, op in enumerate(ops)}
+        later: dict[int, list] = {}
+        moved = set()
+        for i, op in enumerate(ops):
+            if op.name not in _VIEWS:
+                continue
+            users = [self.top_level(_op(u.owner)) for r in op.results for u in r.uses]
+            if not users or not all(u.name in COLLECTIVE_OPS and u in where for u in users):
+                continue
+            first = min(where[u] for u in users)
+            last = max((j for j in range(i + 1, first) if ops[j].name in COLLECTIVE_OPS), default=None)
+            if last is not None:
+                later.setdefault(last, []).append(op)
+                moved.add(i)
+        if not moved:
+            return ops
+        found = []
+        for i, op in enumerate(ops):
+            if i not in moved:
+                found.append(op)
+            found += later.get(i, [])
+        return found
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
@@ -224,6 +274,10 @@ class _Builder:
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
+                for deep in list(_deep_ops(owner))[1:]:  # what its body reads from the function (a constant)
+                    for operand in deep.operands:
+                        if operand in self.position:
+                            need(operand)
                 if owner not in remat:
                     remat.append(owner)
                 return
@@ -248,7 +302,8 @@ class _Builder:
                 users = [self.top_level(_op(u.owner)) for u in result.uses]
                 if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + (_RETURN,) for u in users):
                     continue  # recomputed by the kernels that use it
-                if any(u not in kernel_ops for u in users):
+                if any(u not in kernel_ops or (u.name in _VIEWS and self.viewed_elsewhere(u, kernel_ops))
+                       for u in users):
                     outputs.append(result)
         if not outputs:
             return None
@@ -258,6 +313,19 @@ class _Builder:
         for value in outputs:
             self.record(value, self.op_dist(_op(value.owner), value))
         return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+
+    def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
+        """Whether a kernel other than the one of `kernel_ops` (where the view op `view` is) applies `view` again:
+        it is read outside them other than by a collective or the return (which take the view itself), directly
+        or through further views. Its source is then that kernel's input, so an output here."""
+        for result in view.results:
+            for use in result.uses:
+                user = self.top_level(_op(use.owner))
+                if user.name in COLLECTIVE_OPS + (_RETURN,):
+                    continue
+                if user not in kernel_ops or (user.name in _VIEWS and self.viewed_elsewhere(user, kernel_ops)):
+                    return True
+        return False
 
     def top_level(self, op: ir.Operation) -> ir.Operation:
         while _op(op.parent) != self.func:

@@ -5,8 +5,8 @@ Nodes, in program order:
   whose arguments are the tensors it needs (plus the device coordinate as a
   `tensor<n x i64>` when the segment uses `shard.process_multi_index`) and whose
   results are the tensors later nodes or the function's results use. Cheap values
-  (constants, `tensor.empty`, fills of constants, the device index) are recomputed
-  in each kernel instead of being passed around.
+  (constants, `tensor.empty`, fills of constants and generics yielding one, the device index) are recomputed
+  in each kernel instead of being passed around, and views (reshapes, casts) applied again to their source.
 - `CollectiveNode`: one collective, as the redistribution step it performs
   (`slicer.redistribution` semantics, so the numpy simulator and the MPI executor
   share one definition).

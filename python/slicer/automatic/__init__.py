@@ -66,7 +66,7 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
         counts[(c.kind, c.axes)][0] += 1
         counts[(c.kind, c.axes)][1] += c.seconds
     return AutoResult(tactics + found, Predicted.of(est), est.peak_bytes, mesh, budget, objective,
-                      time.perf_counter() - started, len(search.cache), tuple(search.decisions(choice)),
+                      time.perf_counter() - started, len(search.cache), lambda: search.decisions(choice),
                       len(tactics), search.estimate({}), tuple((k, tuple(v)) for k, v in counts.items()), compiled)
 
 

@@ -107,16 +107,20 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
     waits, added to `est` (exposed; the rest of its cost overlapped). The other ranks post it up to
     `machine.sync_seconds` later (they drift apart), so the transfer begins then; a collective posted well before
     it is needed (a prefetched all_gather of a parameter) hides that lag, one waited for right away does not.
-    Up to `machine.overlap` of the transfer hides behind kernels; `machine.collective_seconds` (packing, issuing,
-    unpacking on the rank's core) never does. A bucket's later members ride along: no lag, no packing of their
-    own."""
+    The rank's own work on it (`machine.collective_seconds`: packing, issuing) is never hidden; it runs while
+    the others catch up, and the rank then waits for what is left of the transfer, at least `1 - machine.overlap`
+    of it (the rest hides behind kernels). This is how `graph_cost.price_graph` prices a compiled program's
+    collectives (the figures of `Machine` were fitted there), so the search ranks layouts as the compiled programs
+    are ranked: waiting for the lag and then doing the rank's work put every collective used at once 0.1 ms
+    above its compiled price (a GPT-2 block's Megatron all_reduces on 2x2: 1.52 ms modelled, 1.33 compiled).
+    A bucket's later members ride along: no lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
     start = max(posted + lag, run.link)
     run.link = start + transfer
-    exposed = max(run.link - run.clock, (1 - machine.overlap) * transfer, 0.0) + cpu
-    est.exposed += exposed
-    est.overlapped += max(0.0, transfer + lag + cpu - exposed)
-    return exposed
+    waited = max(run.link - run.clock - cpu, (1 - machine.overlap) * transfer, 0.0)
+    est.exposed += cpu + waited
+    est.overlapped += max(0.0, transfer + lag - waited)
+    return cpu + waited
 
 
 class Evaluator:
@@ -134,7 +138,13 @@ class Evaluator:
         self._groups: dict = {(): 1}
         self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
         self._local: dict = {}
+        self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
+        self._orders: dict = {}
         self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
+        # Per op, read once for the thousands of evaluations: each operand's root (-1 for none) and whether the
+        # op is a view (it makes no fill).
+        self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
+        self.op_views = [op.name in VIEW_OPS for op in sketch.ops]
 
     def group(self, axes) -> int:
         found = self._groups.get(axes)
@@ -152,18 +162,37 @@ class Evaluator:
     def _collective(self, est: Estimate, kind, axes, local: int, where: str, bucketed: bool = False) -> float:
         """Record one collective; return its transfer seconds (alpha/beta; a member of a bucket: beta only). Its
         recorded cost adds, unless bucketed, the machine's `sync_seconds` and `collective_seconds`."""
+        key = (kind, axes, local, bucketed)
+        found = self._priced.get(key)
+        if found is None:
+            found = self._priced[key] = self._price_collective(kind, axes, local, bucketed)
+        if found[0] is None:
+            return 0.0
+        ordered, busiest, seconds, extra = found
+        est.collectives.append(Collective(kind, ordered, busiest, seconds + extra, where))
+        return seconds
+
+    def _price_collective(self, kind, axes, local: int, bucketed: bool) -> tuple:
+        """(axes in mesh order, the busiest device's bytes, transfer seconds, the machine's extra seconds) of one
+        collective (see `_collective`), or (None,) for a group of one device (no collective)."""
         k = self.group(axes)
         if k <= 1:
-            return 0.0
+            return (None,)
         step = {"all_gather": AllGather, "all_reduce": AllReduce, "reduce_scatter": ReduceScatter}[kind]
         busiest = step.busiest(k, local)
-        ordered = _mesh_order(self.mesh, axes)
+        ordered = self.mesh_order(axes)
         seconds = self.comm.seconds(ordered, busiest)
         if bucketed:
             seconds -= self.comm.seconds(ordered, 0)
         extra = 0.0 if bucketed else self.machine.sync_seconds + self.machine.collective_seconds
-        est.collectives.append(Collective(kind, ordered, busiest, seconds + extra, where))
-        return seconds
+        return ordered, busiest, seconds, extra
+
+    def mesh_order(self, axes) -> tuple[str, ...]:
+        """`axes` (any order, a set) in the mesh's order."""
+        found = self._orders.get(axes)
+        if found is None:
+            found = self._orders[axes] = _mesh_order(self.mesh, axes)
+        return found
 
     def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
         """The estimate of the program with argument `i` laid out as `layouts[i]`."""
@@ -224,12 +253,13 @@ class _Run:
         """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
         the axes of tiled table dims (partial sums)."""
         wanted = []
+        layout, prio, nbytes = self.layout, self.prio, self.ev._nbytes
         for k, v in enumerate(op.operands):
             if v < 0:
                 continue
-            for d, axes in enumerate(self.lay(v)):
+            for d, axes in enumerate(layout[v]):
                 if axes:
-                    wanted.append((self.prio.get(v, 0), -self.ev._nbytes[v], k, d, axes))
+                    wanted.append((prio.get(v, 0), -nbytes[v], k, d, axes))
         loops: dict[int, tuple[str, ...]] = {}
         used: set[str] = set()
         gathers, table_axes = [], set()
@@ -261,30 +291,39 @@ class _Run:
                 self.gathered.add((v, d))
                 # the gathered copy serves every later use (a weight's forward and backward): it lives till the last
                 self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), local * ev.group(axes))
+        partial, fills, roots = self.partial, self.fills, ev.op_roots[index]
+        if gathers:
+            self.read_by_gathers(index, {k for k, _, _ in gathers}, roots)
         for k, v in enumerate(op.operands):
-            self.reduce_operand(op, k, v, loops)
-            if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
+            if v >= 0 and partial.get(v):
+                self.reduce_operand(op, k, v, loops)
+            if roots[k] in fills and not ev.op_views[index]:
                 uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
-                self.make_fill(ev.root.get(v, v), math.prod(ev.group(loops[u]) for u in uses if u in loops))
-        self.memory.op_kernel[index] = self.memory.kernel
-        for v in op.operands:
-            if v >= 0:
-                self.memory.use(ev.root.get(v, v))
+                self.make_fill(roots[k], math.prod(ev.group(loops[u]) for u in uses if u in loops))
+        memory = self.memory
+        memory.op_kernel[index] = kernel = memory.kernel
+        born, stored = memory.born, memory.stored
+        for r in roots:
+            if r >= 0:
+                found = born.get(r)
+                if found is not None and found[1] != kernel:
+                    stored.add(r)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
-        prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(self.lay(v))] or [10 ** 9])
+        layout = self.layout
+        prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
+        reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
         produced = 0
         for r, v in enumerate(op.results):
             if v < 0:
                 continue
             uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
-            layout = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(sk.shapes[v])
-            self.layout[v], self.prio[v] = layout, prio
-            reduced = {a for loop, axes in loops.items() if loop in op.reductions for a in axes}
-            self.partial[v] = frozenset(reduced | table_axes)
-            if self.partial[v] or any(layout):
+            result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(sk.shapes[v])
+            layout[v], self.prio[v] = result, prio
+            partial[v] = reduced
+            if reduced or any(result):
                 self.distributed.add(v)
-            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, layout)
-            self.memory.produce(index, v, nbytes)
+            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
+            memory.produce(index, v, nbytes)
             produced += nbytes
         self.compute(op, divide, produced)
         if op.flops and not op.cheap:
@@ -293,15 +332,27 @@ class _Run:
             if v >= 0:
                 self.ready[v] = self.clock
 
+    def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
+        """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
+        only through them, is last read by the all_gathers before the op's kernel, and freed there (the kernel
+        graph frees FSDP's shard of a weight at its all_gather, not after the op using the whole weight)."""
+        for k in gathered:
+            r = roots[k]
+            if self.ev.last_use.get(r) == index and all(roots[j] != r or j in gathered for j in range(len(roots))):
+                self.memory.read_until(r, index - 1)
+
     def replicated_op(self, index: int, op: OpSketch) -> None:
         """An op none of whose operands is tiled or partial: whole on every device, no collective."""
         memory, ev = self.memory, self.ev
-        memory.op_kernel[index] = memory.kernel
-        for v in op.operands:
-            if v >= 0:
-                memory.use(ev.root.get(v, v))
-                if ev.root.get(v, v) in self.fills and op.name not in VIEW_OPS:
-                    self.make_fill(ev.root.get(v, v), 1)
+        memory.op_kernel[index] = kernel = memory.kernel
+        born, stored, fills, view = memory.born, memory.stored, self.fills, ev.op_views[index]
+        for r in ev.op_roots[index]:
+            if r >= 0:
+                found = born.get(r)
+                if found is not None and found[1] != kernel:
+                    stored.add(r)
+                if r in fills and not view:
+                    self.make_fill(r, 1)
         produced = 0
         for v in op.results:
             if v >= 0:
@@ -321,16 +372,18 @@ class _Run:
 
     def make_fill(self, v: int, divide: int) -> None:
         """Fill `v` is first read by an op that walks it in blocks of 1/`divide`: the partitioner makes each
-        device's block there (a fill has no data to keep whole), so it is stored and written at that size."""
+        device's block there (a fill has no data to keep whole), and the kernel graph makes it again in each kernel
+        that reads it (a constant generic is re-materialised, `lowering/graph_builder.py`), into the buffer of the
+        op it initialises: written at that size, never stored between kernels."""
         op, nbytes = self.fills.pop(v)
-        self.memory.resize(v, nbytes // divide)
+        self.memory.resize(v, 0)
         self.compute(op, divide, nbytes // divide)
 
     def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
         partial = self.partial.get(v) if v >= 0 else None
         if not partial:
             return
-        axes = _mesh_order(self.ev.mesh, partial)
+        axes = self.ev.mesh_order(partial)
         local = self.ev.local_bytes(v, self.lay(v))
         uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
         scatter = any(u is not None and loops.get(u) == axes and not self.lay(v)[d] for d, u in enumerate(uses))
@@ -352,7 +405,7 @@ class _Run:
             want = self.ev_layout_of_result(r, v)
             partial = self.partial.get(v, frozenset())
             if partial:
-                axes = _mesh_order(ev.mesh, partial)
+                axes = ev.mesh_order(partial)
                 scatter = any(set(w) == set(axes) for w in want)
                 self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes,
                                  ev.local_bytes(v, self.lay(v)), "the results")

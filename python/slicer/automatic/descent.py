@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slicer.core.errors import AutoError
 from slicer.core.mesh import Mesh
@@ -75,10 +75,17 @@ class Search:
                           if len(options(self.groups[g], mesh, a)) > 1]
         self.evaluator = evaluator or Evaluator(sketch, mesh)
         self.cache: dict = {}
+        self._tactics: dict = {}
+        self.symmetries = [] if self.fixed else axis_symmetries(mesh, self.evaluator.comm)
 
     def estimate(self, choice: dict) -> Estimate | None:
         key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
         if key not in self.cache:
+            for rename in self.symmetries:  # a mirror image priced already: the same figures
+                mirror = tuple(sorted(((g, rename[a]), d) for (g, a), d in key))
+                if mirror in self.cache:
+                    self.cache[key] = _renamed(self.cache[mirror], rename, self.mesh)
+                    return self.cache[key]
             layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
             self.cache[key] = None if layouts is None else self.evaluator.evaluate(layouts)
         return self.cache[key]
@@ -225,9 +232,13 @@ class Search:
                         "mesh")
 
     def tactics(self, choice: dict) -> list[Tactic]:
-        layouts = layouts_of(self.sketch, self.mesh, self.groups, choice, self.fixed)
-        named = any(not n.startswith("arg") or not n[3:].isdigit() for n in self.sketch.arg_names)
-        return tactics_of(self.sketch, self.groups, layouts, named)
+        """The tactics of `choice` (remembered: verification formats the same candidates' tactics repeatedly)."""
+        key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
+        if key not in self._tactics:
+            layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
+            named = any(not n.startswith("arg") or not n[3:].isdigit() for n in self.sketch.arg_names)
+            self._tactics[key] = tuple(tactics_of(self.sketch, self.groups, layouts, named))
+        return list(self._tactics[key])
 
     def decisions(self, choice: dict) -> list[Decision]:
         """Every variable with its value and its alternatives' estimates (for `explain`)."""
@@ -238,6 +249,34 @@ class Search:
                                  if value != choice.get(var))
             found.append(Decision(self.groups[var[0]], var[1], choice.get(var), alternatives))
         return found
+
+
+def axis_symmetries(mesh: Mesh, comm) -> list[dict[str, str]]:
+    """The renamings of the mesh's axes that change no figure of the model: axes of the same size and the same
+    link figures exchanged (on a 2x2 mesh, x for y). A layout and its image under one cost the same (the model
+    orders axes only by the mesh, breaks no tie by an axis's name), so the search prices one of each pair: the
+    descents from data over x and from data over y are mirror images, step for step. None with more than 5
+    axes (the permutations would cost more than they save) or none of the same size."""
+    axes = tuple(mesh.axis_names)
+    if len(axes) > 5 or len({mesh.size(a) for a in axes}) == len(axes):
+        return []
+    found = []
+    for image in itertools.permutations(axes):
+        rename = dict(zip(axes, image))
+        if image != axes and all(mesh.size(a) == mesh.size(b) and comm.axis_figures(a) == comm.axis_figures(b)
+                                 for a, b in rename.items()):
+            found.append(rename)
+    return found
+
+
+def _renamed(est: Estimate | None, rename: dict[str, str], mesh: Mesh) -> Estimate | None:
+    """The estimate of a layout's mirror image: the same figures, its collectives over the renamed axes."""
+    if est is None:
+        return None
+    order = mesh.axis_names
+    collectives = [replace(c, axes=tuple(a for a in order if a in {rename[b] for b in c.axes}))
+                   for c in est.collectives]
+    return replace(est, collectives=collectives)
 
 
 def timed_search(search: Search, refuse: bool = True) -> tuple[dict, Estimate, float]:

@@ -3,7 +3,9 @@ and for each decision what it saves against replicating and what the runner-up w
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Callable
 
 from slicer.core.mesh import Mesh
 from slicer.tactics import Tactic, format_tactics
@@ -28,11 +30,17 @@ class AutoResult:
     objective: str
     search_seconds: float
     evaluations: int
-    decisions: tuple[Decision, ...] = field(default=(), repr=False)
+    decide: Callable[[], tuple[Decision, ...]] | None = field(default=None, repr=False, compare=False)
     user_tactics: int = 0
     replicated: Estimate | None = field(default=None, repr=False)
     collectives: tuple = field(default=(), repr=False)
     compiled: tuple = field(default=(), repr=False)  # verification.Compiled, in the order compiled
+
+    @functools.cached_property
+    def decisions(self) -> tuple[Decision, ...]:
+        """Every variable of the search with its value and its alternatives' estimates, priced when first asked
+        (for `explain`: up to a hundred layouts on a training step, ~1 s the answer need not wait for)."""
+        return tuple(self.decide()) if self.decide is not None else ()
 
     def text(self) -> str:
         return format_tactics(self.tactics)

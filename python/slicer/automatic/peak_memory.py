@@ -24,6 +24,7 @@ class MemoryTrace:
         self.packed = [0] * (num_ops + 2)
         self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops
+        self.ends: dict[int, int] = {}  # value -> its last read, where earlier than its last reader (`read_until`)
 
     def argument(self, value: int, nbytes: int) -> None:
         self.born[value] = (-1, -1, nbytes)
@@ -63,6 +64,10 @@ class MemoryTrace:
         """A copy held while op `index` runs."""
         self.transient[index + 1] += nbytes
 
+    def read_until(self, value: int, index: int) -> None:
+        """`value` is last read at op `index` (its last reader reads a copy of it made before: -1, none)."""
+        self.ends[value] = index
+
     def hold(self, index: int, last: int, nbytes: int) -> None:
         """A copy made for op `index` (a gathered block) and read again up to op `last`: stored from the start of
         the kernel of `index` to the end of the kernel of `last`."""
@@ -80,8 +85,8 @@ class MemoryTrace:
         diff = [0] * (self.num_ops + 3)
         for v in stored:
             born, kernel, nbytes = self.born[v]
-            end = max(last_use.get(v, born), born)
-            if end < self.num_ops:
+            end = max(self.ends.get(v, last_use.get(v, born)), born)
+            if end < self.num_ops and (end >= 0 or v not in self.ends):  # (read only before the first op: no kernel)
                 end = last.get(self.op_kernel[end], end)
             born = first.get(kernel, born) if born >= 0 else born
             diff[born + 1] += nbytes

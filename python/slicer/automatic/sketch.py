@@ -49,7 +49,7 @@ class OpSketch:
     line: str = ""
     cheap: bool = False  # a constant, empty tensor or fill of one: recomputed in each kernel, never stored
     fill: bool = False  # a generic op writing a constant into an empty tensor: no data in, so the partitioner
-    #                     makes each device's block where its consumer needs it (stored at the consumer's layout)
+    #                     makes each device's block where its consumer needs it (made in each kernel reading it)
 
 
 @dataclass(frozen=True)

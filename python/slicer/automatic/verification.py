@@ -121,15 +121,17 @@ def other_families(search, compiled: list[dict], tried: set) -> list[dict]:
     training step, 3% high for FSDP and 3% low for Megatron), so a layout of another kind the model puts just over
     the budget may fit where those of the kind compiled do not."""
     seen = {family(search, c) for c in compiled}
-    best: dict = {}
+    by_family: dict = {}
     for key, est in search.cache.items():
-        choice = dict(key)
-        fam = family(search, choice)
-        if est is None or fam in seen or format_tactics(search.tactics(choice)) in tried:
-            continue
-        if fam not in best or est.peak_bytes < search.cache[best[fam]].peak_bytes:
-            best[fam] = key
-    return [dict(k) for k in sorted(best.values(), key=lambda k: search.cache[k].peak_bytes)]
+        if est is not None:
+            fam = family(search, dict(key))
+            if fam not in seen:
+                by_family.setdefault(fam, []).append(key)
+    best = []
+    for keys in by_family.values():  # the smallest of each family not tried (tactics formatted only as needed)
+        keys.sort(key=lambda k: search.cache[k].peak_bytes)
+        best += [next((k for k in keys if format_tactics(search.tactics(dict(k))) not in tried), None)]
+    return [dict(k) for k in sorted((k for k in best if k is not None), key=lambda k: search.cache[k].peak_bytes)]
 
 
 def _within(search, c: Compiled) -> bool:

@@ -1,6 +1,7 @@
 """A fill (a `linalg.generic` writing a constant into an empty tensor, as the importer initialises a matmul's
-accumulator) has no data: the partitioner makes each device's block where its consumer needs it, so the search's
-model stores it at its consumer's layout, never replicated; with that, a budget only Megatron meets is met."""
+accumulator) has no data: the partitioner makes each device's block where its consumer needs it and the kernel graph
+makes it again in each kernel that reads it, so the search's model never stores it (never replicated, never between
+kernels); with that, a budget only Megatron meets is met."""
 
 import numpy as np
 
