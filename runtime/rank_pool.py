@@ -5,7 +5,9 @@ here) before any work; a notebook or a test suite that runs many small programs 
 With `SLICER_KEEP_RANKS=1` in the environment, `Program.run(..., ranks=N)` (one untimed run: no
 `return_timings`, `repeat=1`) runs on a job of N ranks kept for the rest of the process (`RankJob` serving
 `rank_server`, as a training session does): each call loads its program on the ranks (kernels from the
-cache, as a launched job does), sends every rank its blocks of the arguments and assembles the results.
+cache, as a launched job does), sends every rank its blocks of the arguments and assembles the results. A
+session (`Program.session(ranks=N)`) borrows the kept job while it is open (`borrow`, `give_back`): its state stays
+on those ranks, and a run or another session meanwhile gets a job of its own.
 
 A job is kept per number of ranks and `mpiexec`, and only for the environment it was started in: a call
 made under other `SLICER_*`/`MPIR_*` settings (which the ranks read when they start) replaces it. A job whose
@@ -29,6 +31,7 @@ from .session import SessionPlan, load_program
 
 KEEP_RANKS_ENV = "SLICER_KEEP_RANKS"
 _JOBS: dict[tuple, RankJob] = {}
+_LENT: set[int] = set()  # id() of the kept jobs a session holds (`borrow`): no other call may load a program there
 
 
 def keeping_ranks() -> bool:
@@ -57,19 +60,51 @@ def warm_job(ranks: int, mpiexec: str | None, timeout: float) -> RankJob:
     return job
 
 
+def _lent(ranks: int, mpiexec: str | None) -> bool:
+    job = _JOBS.get((ranks, mpiexec))
+    return job is not None and id(job) in _LENT
+
+
+def borrow(ranks: int, mpiexec: str | None, timeout: float) -> RankJob | None:
+    """The kept job of `ranks` ranks for a session to hold until it closes (`give_back`), when ranks are kept
+    (`SLICER_KEEP_RANKS=1`) and no other session holds it; else None (the session starts a job of its own). A
+    session step after step is what warm ranks are for: starting its ranks was most of a short session's CPU."""
+    if not keeping_ranks() or _lent(ranks, mpiexec):
+        return None
+    job = warm_job(ranks, mpiexec, timeout)
+    _LENT.add(id(job))
+    return job
+
+
+def give_back(job: RankJob) -> None:
+    """A session is done with `job` (from `borrow`): kept for the next call, or dropped if a rank failed."""
+    _LENT.discard(id(job))
+    if not job.healthy:
+        for key, kept in list(_JOBS.items()):
+            if kept is job:
+                del _JOBS[key]
+        job.close(graceful=False)
+
+
 def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mpiexec: str | None = None,
              timeout: float = 600):
     """Run `graph` once on the kept job of `ranks` ranks with the global `arrays`; the global results (one
-    array, or a tuple), as a session's step returns them."""
+    array, or a tuple), as a session's step returns them. While a session holds the kept job, on a job of
+    its own."""
     plan = SessionPlan.stateless(graph)
-    job = warm_job(ranks, mpiexec, timeout)
+    own = _lent(ranks, mpiexec)
+    job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout) if own else warm_job(ranks, mpiexec, timeout)
     try:
         load_program(job, plan)
         replies = job.request([("step", {i: plan.block(a, i, r) for i, a in enumerate(arrays)})
                                for r in range(ranks)])
     except RunError:
-        _JOBS.pop((ranks, mpiexec), None)
+        if not own:
+            _JOBS.pop((ranks, mpiexec), None)
         raise
+    finally:
+        if own:
+            job.close()
     return plan.outputs(replies)
 
 
@@ -81,4 +116,4 @@ def close_all() -> None:
         job.close()
 
 
-__all__ = ["KEEP_RANKS_ENV", "close_all", "keeping_ranks", "run_warm"]
+__all__ = ["KEEP_RANKS_ENV", "borrow", "close_all", "give_back", "keeping_ranks", "run_warm"]

@@ -19,9 +19,9 @@ blocks it holds and reads the ones it needs, whatever mesh or strategy saved the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -219,23 +219,30 @@ class SimulatedSession(Session):
 
 
 class LaunchedSession(Session):
-    """The session on a job of `ranks` MPI ranks started for it: the state stays on the ranks."""
+    """The session on a job of `ranks` MPI ranks: the state stays on the ranks. The job is started for it, or
+    `lent` by the caller (a kept job, `rank_pool.borrow`) and handed back with `give_back` when the session
+    closes, the ranks up for the next user (its `load` replaces this program)."""
 
-    def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600):
+    def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
+                 lent: RankJob | None = None, give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
-        self.job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+        self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+        self._give_back = give_back if lent is not None else None
+        self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         try:
             load_program(self.job, plan)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)
+            if self._give_back is not None:
+                self._give_back(self.job)  # an ended job: dropped from the pool
             raise
 
     @property
     def sent(self) -> Sent:
         """What the session sent to the ranks so far (array bytes and bytes on the wire)."""
-        return self.job.sent
+        return Sent(self.job.sent.payload - self._sent_before.payload, self.job.sent.message - self._sent_before.message)
 
     def _step(self, inputs):
         ranks = self.job.ranks
@@ -256,7 +263,11 @@ class LaunchedSession(Session):
         self.job.request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
 
     def close(self):
-        self.job.close()
+        if self._give_back is None:
+            self.job.close()
+        else:
+            give_back, self._give_back = self._give_back, None
+            give_back(self.job)
 
 
 class InJobSession(Session):

@@ -41,7 +41,7 @@ from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
-from slicer.runtime.rank_pool import keeping_ranks, run_warm
+from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
@@ -220,7 +220,8 @@ class Program:
                            f"ranks={self.mesh.device_count}")
         check_ranks(ranks, oversubscribe)
         check_memory(self.graph, ranks)
-        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout)
+        lent = borrow(ranks, mpiexec, timeout)  # the kept job, with SLICER_KEEP_RANKS=1
+        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, lent=lent, give_back=give_back)
 
     def _session_plan(self, given: Mapping | None) -> SessionPlan:
         g = self.graph

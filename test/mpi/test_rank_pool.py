@@ -1,5 +1,6 @@
 """Warm ranks (`SLICER_KEEP_RANKS=1`): Program.run reuses one job per rank count and environment, a failed job
-is dropped, and without the setting every run launches its own job."""
+is dropped, a session borrows the kept job (one session at a time; runs meanwhile get a job of their own), and
+without the setting every run launches its own job."""
 
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from slicer.runtime import rank_pool
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import compiled, data  # noqa: E402
+from session_programs import compiled, data, expected  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,29 @@ def test_another_environment_gets_another_job_and_a_failed_job_is_dropped(prog, 
     monkeypatch.delenv(FAIL_RANK_ENV)
     y, _ = prog.run(x, w, ranks=2)
     np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+
+
+def test_a_session_borrows_the_kept_job_and_others_meanwhile_get_their_own(prog, monkeypatch):
+    monkeypatch.setenv(rank_pool.KEEP_RANKS_ENV, "1")
+    x, w0 = data()
+    prog.run(x, w0, ranks=2)
+    kept = kept_job()
+    outs, w_final = expected(x, w0, 2)
+    with prog.session(ranks=2, state={"w": w0}) as first:
+        assert first.job is kept and first.sent.payload == 2 * w0.nbytes  # counted from the borrowing
+        with prog.session(ranks=2, state={"w": 3 * w0}) as second:  # the kept job is held: a job of its own
+            assert second.job is not kept
+            np.testing.assert_allclose(second.step(x), x @ (3 * w0), rtol=1e-5)
+        y, w2 = prog.run(x, w0, ranks=2)  # on a job of its own too: the session's program stays loaded
+        np.testing.assert_allclose(y, x @ w0, rtol=1e-5)
+        for want in outs:
+            np.testing.assert_allclose(first.step(x), want, rtol=1e-5)
+        np.testing.assert_array_equal(first.state_dict()["w"], w_final)
+    assert not second.job.healthy and kept.healthy and kept_job() is kept  # given back, up for the next call
+    y, _ = prog.run(2 * x, w0, ranks=2)
+    np.testing.assert_allclose(y, 2 * x @ w0, rtol=1e-5)
+    with prog.session(ranks=2, state={"w": w0}) as again:
+        assert again.job is kept
 
 
 def test_without_the_setting_a_run_launches_its_own_job(prog, monkeypatch):
