@@ -61,7 +61,12 @@ def warm_job(ranks: int, mpiexec: str | None, timeout: float) -> RankJob:
 
 
 def _lent(ranks: int, mpiexec: str | None) -> bool:
+    """Whether a session holds the kept job of `ranks` ranks; one whose ranks failed is taken back (its session
+    can only fail now) and dropped."""
     job = _JOBS.get((ranks, mpiexec))
+    if job is not None and id(job) in _LENT and not job.healthy:
+        give_back(job)
+        return False
     return job is not None and id(job) in _LENT
 
 

@@ -18,6 +18,7 @@ blocks it holds and reads the ones it needs, whatever mesh or strategy saved the
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -220,15 +221,17 @@ class SimulatedSession(Session):
 
 class LaunchedSession(Session):
     """The session on a job of `ranks` MPI ranks: the state stays on the ranks. The job is started for it, or
-    `lent` by the caller (a kept job, `rank_pool.borrow`) and handed back with `give_back` when the session
-    closes, the ranks up for the next user (its `load` replaces this program)."""
+    lent by `borrow` (a kept job, `rank_pool.borrow`; None: none to lend) and handed back with `give_back` when the
+    session closes or is dropped, the ranks up for the next user (its `load` replaces this program)."""
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
-                 lent: RankJob | None = None, give_back: Callable[[RankJob], None] | None = None):
+                 borrow: Callable[[], RankJob | None] | None = None, give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
+        lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
-        self._give_back = give_back if lent is not None else None
+        # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
+        self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         try:
             load_program(self.job, plan)
@@ -236,7 +239,7 @@ class LaunchedSession(Session):
         except BaseException:
             self.job.close(graceful=False)
             if self._give_back is not None:
-                self._give_back(self.job)  # an ended job: dropped from the pool
+                self._give_back()  # an ended job: dropped from the pool
             raise
 
     @property
@@ -266,8 +269,7 @@ class LaunchedSession(Session):
         if self._give_back is None:
             self.job.close()
         else:
-            give_back, self._give_back = self._give_back, None
-            give_back(self.job)
+            self._give_back()  # once: a finalizer runs at most once
 
 
 class InJobSession(Session):

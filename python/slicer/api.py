@@ -220,8 +220,8 @@ class Program:
                            f"ranks={self.mesh.device_count}")
         check_ranks(ranks, oversubscribe)
         check_memory(self.graph, ranks)
-        lent = borrow(ranks, mpiexec, timeout)  # the kept job, with SLICER_KEEP_RANKS=1
-        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, lent=lent, give_back=give_back)
+        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, give_back=give_back,
+                               borrow=lambda: borrow(ranks, mpiexec, timeout))  # the kept job (SLICER_KEEP_RANKS=1)
 
     def _session_plan(self, given: Mapping | None) -> SessionPlan:
         g = self.graph

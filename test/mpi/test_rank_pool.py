@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import slicer
+
 from slicer.core.errors import RunError
 from slicer.runtime import rank_pool
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import compiled, data, expected  # noqa: E402
+from session_programs import STEP, compiled, data, expected  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +75,19 @@ def test_a_session_borrows_the_kept_job_and_others_meanwhile_get_their_own(prog,
     np.testing.assert_allclose(y, 2 * x @ w0, rtol=1e-5)
     with prog.session(ranks=2, state={"w": w0}) as again:
         assert again.job is kept
+
+
+def test_a_refused_session_leaves_the_kept_job_to_the_next(prog, monkeypatch):
+    monkeypatch.setenv(rank_pool.KEEP_RANKS_ENV, "1")
+    x, w0 = data()
+    prog.run(x, w0, ranks=2)
+    kept = kept_job()
+    bad = slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="w", dim=0, axes="x"),
+                                                               slicer.Replicate(result="w")])
+    with pytest.raises(RunError, match="laid out as"):
+        bad.session(ranks=2, state={"w": w0})
+    with prog.session(ranks=2, state={"w": w0}) as s:
+        assert s.job is kept
 
 
 def test_without_the_setting_a_run_launches_its_own_job(prog, monkeypatch):
