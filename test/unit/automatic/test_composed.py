@@ -20,13 +20,19 @@ def _mlp(torch, rows: int, width: int):
     return model.eval(), x
 
 
-def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
+def mlp_on_2x2():
+    """(model, x, program, mesh, by_hand): the 512x128 MLP imported, a 2x2 mesh, and its textbook 2-D strategy
+    (data over x, Megatron over y); skips where torch or torch-mlir is missing."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
     model, x = _mlp(torch, 512, 128)
     program = slicer.from_torch(model, x)
-    mesh = slicer.Mesh(x=2, y=2)
     by_hand = strategies.data_parallel(program, "x") + strategies.megatron(program, "y", ["*fc1.*"], ["*fc2.weight"])
+    return model, x, program, slicer.Mesh(x=2, y=2), by_hand
+
+
+def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
+    model, x, program, mesh, by_hand = mlp_on_2x2()
     budget = int(slicer.compile(program, mesh=mesh, tactics=by_hand).graph.peak_bytes_per_device()[0] * 1.02)
     data = slicer.compile(program, mesh=mesh, tactics=strategies.data_parallel(program, ("x", "y")))
     assert data.graph.peak_bytes_per_device()[0] > budget  # data over both axes does not fit
@@ -51,11 +57,7 @@ def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
 def test_composed_starts_pair_distinct_one_axis_patterns():
     """The starting points are 1-D patterns assigned per axis: on 2x2 they include data on one axis with the
     weights sharded on the other."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torch_mlir")
-    model, x = _mlp(torch, 512, 128)
-    program = slicer.from_torch(model, x)
-    mesh = slicer.Mesh(x=2, y=2)
+    _, _, program, mesh, _ = mlp_on_2x2()
     sketch = read_sketch(program.text, program.entry, program.arg_names, program.result_names)
     search = Search(sketch, mesh, budget=540_000)
     patterns = search.axis_patterns(list(search.variables))

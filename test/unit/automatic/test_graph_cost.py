@@ -14,7 +14,7 @@ from slicer.automatic.graph_cost import price_graph
 from slicer.automatic.sketch import read_kernels
 from slicer.lowering.kernel_graph import CollectiveNode
 from slicer.redistribution.costs import CostModel
-from test_composed import _mlp
+from test_composed import _mlp, mlp_on_2x2
 from test_descent import adamw_mlp_step
 
 
@@ -104,12 +104,7 @@ def test_the_model_prices_collectives_used_at_once_as_the_compiled_program_does(
     bias add): the search model's communication exposed and overlapped are the compiled kernel graph's (the model
     did the rank's work on a collective after waiting for the lag: 0.25 ms exposed against 0.15; a GPT-2 block's
     two all_reduces 1.52 ms in all against 1.33), and its time within 5%."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torch_mlir")
-    model, x = _mlp(torch, 512, 128)
-    program = slicer.from_torch(model, x)
-    mesh = slicer.Mesh(x=2, y=2)
-    tactics = strategies.data_parallel(program, "x") + strategies.megatron(program, "y", ["*fc1.*"], ["*fc2.weight"])
+    _, _, program, mesh, tactics = mlp_on_2x2()
     _, est = model_estimate(program, mesh, tactics)
     compiled = price_graph(slicer.compile(program, mesh=mesh, tactics=tactics).graph, Machine(), CostModel.default())
     assert [c.kind for c in est.collectives] == [c.kind for c in compiled.collectives] == ["all_reduce"]
