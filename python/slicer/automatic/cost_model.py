@@ -140,6 +140,7 @@ class Evaluator:
         self._local: dict = {}
         self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
         self._orders: dict = {}
+        self._shapes: dict = {}  # (op index, its operands' layouts and priorities) -> `_Run.shape_of`
         self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
         # Per op, read once for the thousands of evaluations: each operand's root (-1 for none) and whether the
         # op is a view (it makes no fill).
@@ -278,14 +279,19 @@ class _Run:
         return loops, gathers, table_axes
 
     def op(self, index: int, op: OpSketch) -> None:
-        ev, sk = self.ev, self.ev.sketch
+        ev = self.ev
         if self.distributed.isdisjoint(op.operands):
             self.replicated_op(index, op)
             return
-        loops, gathers, table_axes = self.assign_loops(op)
+        layout, prio = self.layout, self.prio
+        key = (index, *[(layout[v], prio.get(v, 0)) if v >= 0 else None for v in op.operands])
+        shape = ev._shapes.get(key)
+        if shape is None:
+            shape = ev._shapes[key] = self.shape_of(op)
+        loops, gathers, divide, result_prio, reduced, results = shape
         for k, d, axes in gathers:
             v = op.operands[k]
-            local = ev.local_bytes(v, self.lay(v))
+            local = ev.local_bytes(v, layout[v])
             if (v, d) not in self.gathered:
                 self.communicate(v, "all_gather", axes, local, op.line)
                 self.gathered.add((v, d))
@@ -308,21 +314,12 @@ class _Run:
                 found = born.get(r)
                 if found is not None and found[1] != kernel:
                     stored.add(r)
-        divide = math.prod(ev.group(a) for a in loops.values()) or 1
-        layout = self.layout
-        prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
-        reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
         produced = 0
-        for r, v in enumerate(op.results):
-            if v < 0:
-                continue
-            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
-            result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(sk.shapes[v])
-            layout[v], self.prio[v] = result, prio
+        for v, result, nbytes, distributed in results:
+            layout[v], prio[v] = result, result_prio
             partial[v] = reduced
-            if reduced or any(result):
+            if distributed:
                 self.distributed.add(v)
-            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
             memory.produce(index, v, nbytes)
             produced += nbytes
         self.compute(op, divide, produced)
@@ -331,6 +328,27 @@ class _Run:
         for v in op.results:
             if v >= 0:
                 self.ready[v] = self.clock
+
+    def shape_of(self, op: OpSketch) -> tuple:
+        """What `op` does with its operands' current layouts and priorities, and only those (the evaluator
+        remembers it by them, `Evaluator._shapes`: a search prices thousands of layouts that differ in one
+        group, so most ops see the same operand layouts again): its loops' axes, the operand dims it gathers,
+        the share of its loop nest a device walks, its results' priority and partial axes, and per result
+        (value, layout, bytes per device, tiled or partial)."""
+        ev, layout = self.ev, self.layout
+        loops, gathers, table_axes = self.assign_loops(op)
+        divide = math.prod(ev.group(a) for a in loops.values()) or 1
+        result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
+        reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
+        results = []
+        for r, v in enumerate(op.results):
+            if v < 0:
+                continue
+            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
+            result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(ev.sketch.shapes[v])
+            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
+            results.append((v, result, nbytes, bool(reduced or any(result))))
+        return loops, tuple(gathers), divide, result_prio, reduced, tuple(results)
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
