@@ -229,13 +229,18 @@ class _Worklist(RewriteListener):
     def known(self, op: ir.Operation) -> bool:
         return op_id(op) in self.key
 
-    def _drop_tree(self, op: ir.Operation, erased: bool) -> None:
-        """`op` and its nested ops lose their keys (erased, or moved to get new ones)."""
+    def _drop_tree(self, op: ir.Operation, erased: bool, settled: bool = False) -> None:
+        """`op` and its nested ops lose their keys (erased, or moved to get new ones; `settled`: moved without
+        being asked again, see `RewriteListener.moving`, so those queued are queued again once keyed)."""
         for inner in walk_ops(op):
             i = op_id(inner)
             entry = self.queued.pop(i, None)
             if entry is not None:
                 entry.live = False
+                if settled:
+                    self._step["requeue"].append((inner, i))
+            if settled:
+                self._step["settled_ids"].add(i)
             key = self.key.pop(i, None)
             self.loops.pop(i, None)
             if key is not None:
@@ -318,14 +323,15 @@ class _Worklist(RewriteListener):
         held = lambda ops: [(o, op_id(o)) for o in ops]  # noqa: E731
         self._step = {"op": held([op]), "anchor_block": anchor.block, "lo": lo, "hi": hi,
                       "producers": held(producers), "users": held(users),
-                      "outer": held(_loops_around(op, self.function)), "moved": [], "erased": set()}
+                      "outer": held(_loops_around(op, self.function)), "moved": [], "erased": set(),
+                      "settled": [], "settled_ids": set(), "requeue": []}
 
     def erasing(self, op: ir.Operation) -> None:
         self._drop_tree(op, erased=True)
 
-    def moving(self, op: ir.Operation) -> None:
-        self._drop_tree(op, erased=False)
-        self._step["moved"].append((op, op_id(op)))
+    def moving(self, op: ir.Operation, settled: bool = False) -> None:
+        self._drop_tree(op, erased=False, settled=settled)
+        self._step["settled" if settled else "moved"].append((op, op_id(op)))
 
     def after(self, asked: tuple[ir.Operation, int] | None = None) -> None:
         """The rewrite is done: key the new and moved ops, queue what may now rewrite. `asked`: the op the laws
@@ -336,8 +342,14 @@ class _Worklist(RewriteListener):
         erased = step["erased"]
         alive = lambda held: [o for o, h in held if h not in erased]  # noqa: E731
         seeds = alive(step["users"]) + alive(step["moved"]) + alive(step["op"]) + alive([asked] if asked else [])
-        fresh = self._key_new_ops(seeds, step)
-        touched = list(fresh)
+        settled = alive(step["settled"])
+        fresh = self._key_new_ops(seeds + settled, step)
+        # Ops moved `settled` are keyed again but asked again only by the laws merging duplicates: the slices and
+        # loops among them (with their possible duplicates, below), and any that were queued already.
+        settled_ids = step["settled_ids"]
+        touched = [o for o in fresh if op_id(o) not in settled_ids] if settled_ids else list(fresh)
+        touched += [o for o in settled if o.name in (SLICE, LOOP)]
+        touched += [o for o, i in step["requeue"] if i not in erased]
         for producer in alive(step["producers"]):
             touched.append(producer)
             if producer.name in (SLICE, LOOP):
@@ -346,6 +358,8 @@ class _Worklist(RewriteListener):
         for user in seeds:
             touched.append(user)
             around.update((op_id(o), o) for o in _loops_around(user, self.function))
+        for parent in {op_id(o.parent): o for o in settled}.values():  # the loops they joined
+            around.update((op_id(o), o) for o in _loops_around(parent, self.function))
         for loop_op in around.values():  # each once: the seeds of a big rewrite share their loops
             touched.append(loop_op)
             users = [as_op(use.owner) for result in loop_op.results for use in result.uses]

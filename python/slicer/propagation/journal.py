@@ -22,8 +22,10 @@ class RewriteListener:
     def erasing(self, op: ir.Operation) -> None:
         """`op` (and everything nested in it) is about to be erased."""
 
-    def moving(self, op: ir.Operation) -> None:
-        """`op` is about to move to the rewrite's insertion point (before the anchor)."""
+    def moving(self, op: ir.Operation, settled: bool = False) -> None:
+        """`op` is about to move to the rewrite's insertion point (before the anchor). `settled`: the move
+        changes no law's answer at `op` or inside it except the laws merging duplicates (it joins a loop over
+        the same range with the same action: `fusion`), so only its position is new."""
 
 
 @dataclass
@@ -64,6 +66,6 @@ class Journal:
         for named in (key[0], key[3][0], op_id(clone)):
             self._keys_of.setdefault(named, []).append(key)
 
-    def move_before(self, op: ir.Operation, anchor: ir.Operation) -> None:
-        self.listener.moving(op)
+    def move_before(self, op: ir.Operation, anchor: ir.Operation, settled: bool = False) -> None:
+        self.listener.moving(op, settled)
         op.move_before(anchor)

@@ -61,16 +61,18 @@ def tile_loop_of(value: ir.Value) -> tuple[LoopOp, int] | None:
     return (view, result_index(value)) if isinstance(view.action, TileAction) else None
 
 
-def move_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal | None, *, before: ir.Operation) -> list[ir.Value]:
+def move_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal | None, *, before: ir.Operation,
+              settled: bool = False) -> list[ir.Value]:
     """Move `loop_op`'s body (its range replaced by `range_value`) before `before`; the yielded values.
-    `journal` is told of each move (None: the loop is a copy made by this rewrite)."""
+    `journal` is told of each move (None: the loop is a copy made by this rewrite; `settled`: see
+    `RewriteListener.moving`)."""
     loop_op.range_arg.replace_all_uses_with(range_value)
     body = [as_op(o) for o in loop_op.body.operations]
     for inner in body[:-1]:
         if journal is None:
             inner.move_before(before)
         else:
-            journal.move_before(inner, before)
+            journal.move_before(inner, before, settled)
     return list(body[-1].operands)
 
 

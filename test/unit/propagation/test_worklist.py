@@ -62,3 +62,20 @@ def test_worklist_on_imported_models():
                 continue
             assert propagated(text, tactics, {axis: 4}, True) == propagated(text, tactics, {axis: 4}, False), \
                 (name, tactics)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_worklist_on_a_training_step(stage):
+    """An AdamW step of the training MLP under ZeRO-1 and ZeRO-3: the optimizer's loops fuse one after another,
+    and the bodies a fusion moves are not asked again (`fusion._fuse`, moved `settled`): the same program."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    from slicer import strategies
+
+    train = example_modules.load("torch/train_step.py", "train_step")
+    model, loss_fn, batch = train.mlp()
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.AdamW(0.01))
+    tactics = slicer.format_tactics(strategies.zero(step, "x", stage=stage))
+    incremental = propagated(step.text, tactics, {"x": 2}, True)
+    assert "fusion of sibling loops" in incremental
+    assert incremental == propagated(step.text, tactics, {"x": 2}, False)
