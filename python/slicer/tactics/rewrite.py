@@ -147,6 +147,16 @@ class TacticRewriter:
         self.errors: list[Located] = []
         self.meshes: dict[str, Mesh] = {}  # declared meshes by symbol name
         self.new_mesh: Mesh | None = None  # to insert as `slicer.mesh @mesh`
+        self._names: dict[tuple[str, str], list[str | None]] = {}  # (function, "arg"/"result") -> `names`
+
+    def names(self, func: ir.Operation, kind: str) -> list[str | None]:
+        """`value_names(func, kind)`, read once per function and kind: every named tactic resolves against them
+        (a training step's schedule names hundreds of arguments, and reading the attributes again for each cost
+        a tenth of its compile)."""
+        key = (function_name(func), kind)
+        if key not in self._names:
+            self._names[key] = value_names(func, kind)
+        return self._names[key]
 
     def error(self, location: ir.Location, message: str) -> None:
         self.errors.append(Located(location, message))
@@ -249,7 +259,7 @@ class TacticRewriter:
     def expand_pattern(self, func: ir.Operation, kind: str, pattern: str, label: str) -> list[tuple[int, str]]:
         """The (position, name) of every argument (or result) of `func` whose name `pattern` matches, in order; an
         empty list after reporting a pattern that matches nothing (naming the closest names)."""
-        names = value_names(func, kind)
+        names = self.names(func, kind)
         found = [(i, names[i]) for i in matching(pattern, names)]
         if found:
             return found
@@ -271,7 +281,7 @@ class TacticRewriter:
     def resolve_name(self, func: ir.Operation, kind: str, name: str, label: str) -> int | None:
         """The position of the argument (or result) of `func` named `name` (`slicer.name`), or None after
         reporting why there is none (listing the names there are)."""
-        names = value_names(func, kind)
+        names = self.names(func, kind)
         noun = "argument" if kind == "arg" else "result"
         where = f"@{function_name(func)}"
         positions = [i for i, n in enumerate(names) if n == name]
@@ -439,6 +449,7 @@ class _Rewrite:
         self.consumed: list[ir.Operation] = []
         self.replicated: set[tuple] = set()
         self.order = 0  # position of the request being applied in the schedule
+        self.result_labels: dict[str, tuple[ir.Operation, dict[int, list[str]]]] = {}  # function name -> labels
 
     def apply(self, requests: list[Request], after_each=None) -> None:
         """Apply `requests` in order; `after_each(request)` runs after each one (check-each-step)."""
@@ -455,11 +466,19 @@ class _Rewrite:
                 else:
                     self.rewrite_value(request, loc)
             if after_each is not None:
+                self.label_results()
                 after_each(request)
+        self.label_results()
         for op in self.consumed:
             view = AnnotateOp(op)
             view.result.replace_all_uses_with(view.source)
             op.erase()
+
+    def label_results(self) -> None:
+        """Write the labels of the results rewritten so far (`_label_results`)."""
+        for func, labels in self.result_labels.values():
+            _label_results(func, labels)
+        self.result_labels = {}
 
     def rewrite_value(self, request: Request, loc: ir.Location) -> None:
         """Wrap a function argument (at the function top) or an annotated value (after the annotation)."""
@@ -499,7 +518,8 @@ class _Rewrite:
             else:
                 new, _, _ = self.tile(request, value, loc, ir.InsertionPoint(term))
             term.operands[request.index] = new
-        _label_result(request.func, request.index, request.label)
+        name = function_name(request.func)
+        self.result_labels.setdefault(name, (request.func, {}))[1].setdefault(request.index, []).append(request.label)
 
     def tile(self, request: Request, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`loop tile<d> over range<axes> { yield slice(value, d, r) }` -> (result, loop op, slice op)."""
@@ -534,15 +554,17 @@ def _without_repeats(requests: list[Request]) -> list[Request]:
     return kept
 
 
-def _label_result(func: ir.Operation, index: int, label: str) -> None:
-    """Record on result `index` (its `slicer.tactic`) the tactic that set its layout, so the partitioned
-    function says the result was asked for, not left to the default (labels of several tactics are joined)."""
+def _label_results(func: ir.Operation, labels: dict[int, list[str]]) -> None:
+    """Record on each result (its `slicer.tactic`) the tactics that set its layout, so the partitioned function
+    says the result was asked for, not left to the default (labels of several tactics are joined, after any the
+    result had). All at once: the result attributes are one array, rebuilt whole for any change."""
     count = len(function_type(func).results)
     dicts = ([{a.name: a.attr for a in ir.DictAttr(d)} for d in ir.ArrayAttr(func.attributes[RES_ATTRS_ATTR])]
              if RES_ATTRS_ATTR in func.attributes else [{} for _ in range(count)])
-    before = dicts[index].get(TACTIC_ATTR)
-    text = f"{ir.StringAttr(before).value}; {label}" if before is not None else label
-    dicts[index][TACTIC_ATTR] = ir.StringAttr.get(text)
+    for index, texts in labels.items():
+        before = dicts[index].get(TACTIC_ATTR)
+        text = "; ".join(([ir.StringAttr(before).value] if before is not None else []) + texts)
+        dicts[index][TACTIC_ATTR] = ir.StringAttr.get(text)
     func.attributes[RES_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
 
 
