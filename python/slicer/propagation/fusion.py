@@ -26,7 +26,7 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
     second = LoopOp(op)
     captured = captured_values(op)
     producers = None  # the producers in `op`'s block of what it reads (`_producers_in_block`), once asked
-    for earlier in _candidates(op, captured):
+    for earlier in _candidates(op, captured, journal.unchanged):
         first = LoopOp(earlier)
         if (first.range_arg.type != second.range_arg.type or first.action != second.action
                 or first.mesh != second.mesh):
@@ -60,8 +60,11 @@ def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
     return _candidates(op, captured_values(op))
 
 
-def _candidates(op: ir.Operation, captured: list[ir.Value]) -> list[ir.Operation]:
-    """`fusion_candidates` of `op`, given its captured values."""
+def _candidates(op: ir.Operation, captured: list[ir.Value], memo: dict | None = None) -> list[ir.Operation]:
+    """`fusion_candidates` of `op`, given its captured values; `memo` (`Journal.unchanged`) keeps each value's
+    loops in the block until the IR changes (the late phase asks every loop after a fusion, and the loops of a
+    training step read the same activations and parameters)."""
+    memo = {} if memo is None else memo
     found: dict[int, ir.Operation] = {}
     seen: set[int] = set()
     arguments: set[ir.Value] = set()  # block arguments asked already (values hash by address)
@@ -79,9 +82,12 @@ def _candidates(op: ir.Operation, captured: list[ir.Value]) -> list[ir.Operation
             seen.add(producer_id)
         if not isinstance(value.type, ir.RankedTensorType):
             continue
-        for other in lift_all([as_op(use.owner) for use in value.uses], block):
-            if other.name == LOOP:
-                found.setdefault(op_id(other), other)
+        key = ("loops reading", value, block)
+        loops = memo.get(key)
+        if loops is None:
+            loops = memo[key] = [o for o in lift_all([as_op(use.owner) for use in value.uses], block) if o.name == LOOP]
+        for other in loops:
+            found.setdefault(op_id(other), other)
     return earlier_in_block(op, found.values())
 
 

@@ -48,9 +48,13 @@ class Journal:
     # values doubled the work (exponential in depth). Entries are dropped when an op they name is erased.
     blocks: dict[tuple, tuple[ir.Operation, int]] = field(default_factory=dict)
     _keys_of: dict[int, list[tuple]] = field(default_factory=dict)
+    # Answers to questions about the IR that laws ask again and again between two rewrites (the late phase asks
+    # every loop after a fusion, and many read the same values), kept until the next rewrite (`rewriting`).
+    unchanged: dict = field(default_factory=dict)
 
     def rewriting(self, op: ir.Operation, anchor: ir.Operation | None = None) -> None:
         """About to rewrite at `op` (the op the law matched); new ops go right before `anchor` (default `op`)."""
+        self.unchanged.clear()
         self.listener.before(op, op if anchor is None else anchor)
 
     def erase(self, op: ir.Operation) -> None:
