@@ -280,32 +280,34 @@ class _Run:
 
     def op(self, index: int, op: OpSketch) -> None:
         ev = self.ev
-        if self.distributed.isdisjoint(op.operands):
+        operands = op.operands
+        if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return
-        layout, prio = self.layout, self.prio
-        key = (index, *[(layout[v], prio.get(v, 0)) if v >= 0 else None for v in op.operands])
+        layout, prio, partial = self.layout, self.prio, self.partial
+        key = (index, *[(layout[v], prio.get(v, 0), partial.get(v)) if v >= 0 else None for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
             shape = ev._shapes[key] = self.shape_of(op)
-        loops, gathers, divide, result_prio, reduced, results = shape
-        for k, d, axes in gathers:
-            v = op.operands[k]
-            local = ev.local_bytes(v, layout[v])
-            if (v, d) not in self.gathered:
-                self.communicate(v, "all_gather", axes, local, op.line)
-                self.gathered.add((v, d))
-                # the gathered copy serves every later use (a weight's forward and backward): it lives till the last
-                self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), local * ev.group(axes))
-        partial, fills, roots = self.partial, self.fills, ev.op_roots[index]
+        gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, seconds = shape
+        roots = ev.op_roots[index]
         if gathers:
-            self.read_by_gathers(index, {k for k, _, _ in gathers}, roots)
-        for k, v in enumerate(op.operands):
-            if v >= 0 and partial.get(v):
-                self.reduce_operand(op, k, v, loops)
-            if roots[k] in fills and not ev.op_views[index]:
-                uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
-                self.make_fill(roots[k], math.prod(ev.group(loops[u]) for u in uses if u in loops))
+            for v, d, axes, local, held in gathers:
+                if (v, d) not in self.gathered:
+                    self.communicate(v, "all_gather", axes, local, op.line)
+                    self.gathered.add((v, d))
+                    # the gathered copy serves every later use (a weight's forward and backward): it lives till the
+                    # last
+                    self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), held)
+            self.read_by_gathers(index, gathered_operands, roots)
+        fills = self.fills if not ev.op_views[index] else ()
+        for k, v in enumerate(operands):
+            reduction = reductions[k]
+            if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
+                self.communicate(v, reduction[0], reduction[1], reduction[2], op.line)
+                partial[v] = frozenset()
+            if roots[k] in fills:
+                self.make_fill(roots[k], fill_divides[k])
         memory = self.memory
         memory.op_kernel[index] = kernel = memory.kernel
         born, stored = memory.born, memory.stored
@@ -314,33 +316,50 @@ class _Run:
                 found = born.get(r)
                 if found is not None and found[1] != kernel:
                     stored.add(r)
-        produced = 0
         for v, result, nbytes, distributed in results:
             layout[v], prio[v] = result, result_prio
             partial[v] = reduced
             if distributed:
                 self.distributed.add(v)
-            memory.produce(index, v, nbytes)
-            produced += nbytes
-        self.compute(op, divide, produced)
+            born[v] = (index, kernel, nbytes)  # (MemoryTrace.produce)
+        if seconds is not None:
+            self.est.compute += seconds
+            self.clock += seconds
         if op.flops and not op.cheap:
-            self.memory.computed()
-        for v in op.results:
-            if v >= 0:
-                self.ready[v] = self.clock
+            memory.computed()
+        ready, clock = self.ready, self.clock
+        for v, _, _, _ in results:
+            ready[v] = clock
 
     def shape_of(self, op: OpSketch) -> tuple:
-        """What `op` does with its operands' current layouts and priorities, and only those (the evaluator
-        remembers it by them, `Evaluator._shapes`: a search prices thousands of layouts that differ in one
-        group, so most ops see the same operand layouts again): its loops' axes, the operand dims it gathers,
-        the share of its loop nest a device walks, its results' priority and partial axes, and per result
-        (value, layout, bytes per device, tiled or partial)."""
+        """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
+        evaluator remembers it by them, `Evaluator._shapes`: a search prices thousands of layouts that differ in
+        one group, so most ops see the same operands again): the operand dims it gathers (value, dim, axes, block
+        bytes, gathered bytes) and those operands' positions, per operand the reduction of a partial sum (kind,
+        axes, block bytes) and the share of a fill it makes, its results' priority and partial axes, per result
+        (value, layout, bytes per device, tiled or partial), and its seconds (None: no work)."""
         ev, layout = self.ev, self.layout
         loops, gathers, table_axes = self.assign_loops(op)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
         reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
-        results = []
+        gathered = []
+        for k, d, axes in gathers:
+            v = op.operands[k]
+            local = ev.local_bytes(v, layout[v])
+            gathered.append((v, d, axes, local, local * ev.group(axes)))
+        reductions, fill_divides = [], []
+        for k, v in enumerate(op.operands):
+            uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
+            fill_divides.append(math.prod(ev.group(loops[u]) for u in uses if u in loops))
+            partial = self.partial.get(v) if v >= 0 else None
+            if not partial:
+                reductions.append(None)
+                continue
+            axes = ev.mesh_order(partial)
+            scatter = any(u is not None and loops.get(u) == axes and not layout[v][d] for d, u in enumerate(uses))
+            reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v])))
+        results, produced = [], 0
         for r, v in enumerate(op.results):
             if v < 0:
                 continue
@@ -348,7 +367,12 @@ class _Run:
             result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(ev.sketch.shapes[v])
             nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
             results.append((v, result, nbytes, bool(reduced or any(result))))
-        return loops, tuple(gathers), divide, result_prio, reduced, tuple(results)
+            produced += nbytes
+        seconds = None
+        if not (op.cheap or (not op.flops and not produced)):
+            seconds = ev.machine.op_time(op.flops / divide, op.contraction, produced)
+        return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions), tuple(fill_divides), result_prio,
+                reduced, tuple(results), seconds)
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
@@ -396,17 +420,6 @@ class _Run:
         op, nbytes = self.fills.pop(v)
         self.memory.resize(v, 0)
         self.compute(op, divide, nbytes // divide)
-
-    def reduce_operand(self, op: OpSketch, k: int, v: int, loops) -> None:
-        partial = self.partial.get(v) if v >= 0 else None
-        if not partial:
-            return
-        axes = self.ev.mesh_order(partial)
-        local = self.ev.local_bytes(v, self.lay(v))
-        uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
-        scatter = any(u is not None and loops.get(u) == axes and not self.lay(v)[d] for d, u in enumerate(uses))
-        self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes, local, op.line)
-        self.partial[v] = frozenset()
 
     def compute(self, op: OpSketch, divide: int, produced: int) -> None:
         if op.cheap or (not op.flops and not produced):
