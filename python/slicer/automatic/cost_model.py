@@ -211,18 +211,17 @@ class _Run:
     def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
         self.ev, self.est = ev, Estimate()
         sk = ev.sketch
+        n = sk.num_args
+        args = tuple(layouts[:n]) + tuple(ev.replicated[i] for i in range(len(layouts), n))
         self.layout: dict[int, Layout] = dict(ev.replicated)
-        self.distributed: set[int] = set()  # values tiled or partial: the others take the fast path
-        self.partial: dict[int, frozenset[str]] = {}
-        self.prio: dict[int, int] = {}
-        self.ready: dict[int, float] = {}
+        self.layout.update(enumerate(args))
+        # values tiled or partial: the others take the fast path
+        self.distributed: set[int] = {i for i, layout in enumerate(args) if any(layout)}
+        self.partial: dict[int, frozenset[str]] = dict.fromkeys(range(n), frozenset())
+        self.prio: dict[int, int] = {i: i for i in range(n)}
+        self.ready: dict[int, float] = dict.fromkeys(range(n), 0.0)
         self.memory = MemoryTrace(len(sk.ops))
-        for i in range(sk.num_args):
-            self.layout[i] = layouts[i] if i < len(layouts) else ((),) * len(sk.shapes[i])
-            self.partial[i], self.prio[i], self.ready[i] = frozenset(), i, 0.0
-            self.memory.argument(i, ev.local_bytes(i, self.layout[i]))
-            if any(self.layout[i]):
-                self.distributed.add(i)
+        self.memory.arguments([ev.local_bytes(i, layout) for i, layout in enumerate(args)])
         self.clock = self.link = 0.0
         self.gathered: set = set()
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)

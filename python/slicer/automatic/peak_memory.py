@@ -29,9 +29,10 @@ class MemoryTrace:
         self.op_kernel = [0] * num_ops
         self.ends: dict[int, int] = {}  # value -> its last read, where earlier than its last reader (`read_until`)
 
-    def argument(self, value: int, nbytes: int) -> None:
-        self.born[value] = (-1, -1, nbytes)
-        self.stored.add(value)
+    def arguments(self, sizes: list[int]) -> None:
+        """The arguments 0, 1, ... hold `sizes` bytes from the start."""
+        self.born.update((value, (-1, -1, nbytes)) for value, nbytes in enumerate(sizes))
+        self.stored.update(range(len(sizes)))
 
     def boundary(self) -> None:
         """A collective: the kernel before it ends."""
@@ -80,18 +81,31 @@ class MemoryTrace:
         """The most bytes held at once: a stored value from the start of the kernel that makes it to the end of
         the kernel that last reads it (a kernel holds all its inputs and outputs while it runs), transients at
         their op."""
-        stored = self.stored | {v for v in results if v in self.born}
-        first, last = {}, {}
-        for index, kernel in enumerate(self.op_kernel):
-            first.setdefault(kernel, index)
-            last[kernel] = index
-        diff = [0] * (self.num_ops + 3)
+        all_born, ends, op_kernel, num_ops = self.born, self.ends, self.op_kernel, self.num_ops
+        stored = self.stored | {v for v in results if v in all_born}
+        # Each kernel's first and last op: kernels are numbered in op order, each one run of ops.
+        first, last, index = {}, {}, 0
+        for kernel, run in itertools.groupby(op_kernel):
+            first[kernel] = index
+            index += len(list(run))
+            last[kernel] = index - 1
+        diff = [0] * (num_ops + 3)
         for v in stored:
-            born, kernel, nbytes = self.born[v]
-            end = max(self.ends.get(v, last_use.get(v, born)), born)
-            if end < self.num_ops and (end >= 0 or v not in self.ends):  # (read only before the first op: no kernel)
-                end = last.get(self.op_kernel[end], end)
-            born = first.get(kernel, born) if born >= 0 else born
+            born, kernel, nbytes = all_born[v]
+            end = ends.get(v)
+            if end is None:
+                end = last_use.get(v, born)
+                if end < born:
+                    end = born
+                if end < num_ops:
+                    end = last.get(op_kernel[end], end)
+            else:
+                if end < born:
+                    end = born
+                if 0 <= end < num_ops:  # (read only before the first op: no kernel)
+                    end = last.get(op_kernel[end], end)
+            if born >= 0:
+                born = first.get(kernel, born)
             diff[born + 1] += nbytes
             diff[end + 2] -= nbytes
         for index, kernel, end, nbytes in self.held:
