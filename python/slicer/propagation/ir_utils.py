@@ -120,7 +120,10 @@ def is_pure(op: ir.Operation) -> bool:
 
 
 def is_unused(op: ir.Operation) -> bool:
-    return all(not list(r.uses) for r in op.results)
+    for result in op.results:
+        for _ in result.uses:  # (the first use answers: no list of them all)
+            return False
+    return True
 
 
 def is_zero_tensor(value: ir.Value) -> bool:
