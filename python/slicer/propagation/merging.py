@@ -29,8 +29,10 @@ def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     if value is None:
         return [as_op(o) for o in op.block.operations if as_op(o) != op and as_op(o).name == op.name]
     users = [as_op(use.owner) for use in value.uses]
-    name = op.name
-    return [u for u in lift_all(users, op.block) if u.name == name and u != op]
+    name, block = op.name, op.block
+    if name == SLICE:  # a slice has no region: only slices reading `value` right in the block are candidates
+        return [u for u in users if u.name == name and u != op and u.block == block]
+    return [u for u in lift_all(users, block) if u.name == name and u != op]
 
 
 def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
