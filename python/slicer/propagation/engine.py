@@ -381,6 +381,7 @@ class _Worklist(RewriteListener):
         tops: dict[int, ir.Operation] = {}
         stack = list(seeds)
         seen: set[int] = set()
+        settled = step["settled_ids"]  # moved `settled`: without a key, but reading nothing new
         while stack:
             op = stack.pop()
             i = op_id(op)
@@ -397,7 +398,8 @@ class _Worklist(RewriteListener):
                     break
                 top = as_op(parent)
             tops.setdefault(op_id(top), top)
-            stack += self._new_producers(op)  # a new op's body may use new ops
+            if i not in settled:
+                stack += self._new_producers(op, settled)  # a new op's body may use new ops
         tops = list(tops.values())
         if not tops:
             return []
@@ -420,10 +422,10 @@ class _Worklist(RewriteListener):
             bisect.insort(self.keys, key)
         return fresh
 
-    def _new_producers(self, op: ir.Operation) -> list[ir.Operation]:
+    def _new_producers(self, op: ir.Operation, settled: set[int]) -> list[ir.Operation]:
         """The ops without a key producing what `op` (itself without one) reads: its operands and the values its
         regions use from outside it (`walk_captured`, without listing the values of ops with a key, which are
-        most of them)."""
+        most of them, nor entering the ops moved `settled`: a fused loop's bodies)."""
         key, found = self.key, [p for p in map(defining_op, op.operands) if p is not None and not self.known(p)]
         if not len(op.regions):
             return found
@@ -433,7 +435,7 @@ class _Worklist(RewriteListener):
                 found.append(as_op(value.owner))
             return False
 
-        walk_captured(op, take)
+        walk_captured(op, take, settled)
         return found
 
 

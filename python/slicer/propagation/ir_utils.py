@@ -89,10 +89,10 @@ def captured_values(op: ir.Operation, limit: int | None = None) -> list[ir.Value
     return values
 
 
-def walk_captured(op: ir.Operation, take) -> None:
+def walk_captured(op: ir.Operation, take, skip: set[int] | frozenset = frozenset()) -> None:
     """Call `take(value, owner_id)` for each value the regions of `op` use from outside `op`, in pre-order
     (`owner_id`: the `op_id` of the op defining the value or owning its block, None for none); stop when it
-    returns True.
+    returns True. The ops in `skip` (by address) are not entered: what they define counts as captured.
 
     One walk: the ops visited so far inside `op` (by address) define everything used inside that is not
     captured, since a definition comes before its uses in pre-order (SSA dominance); a block argument belongs
@@ -103,6 +103,8 @@ def walk_captured(op: ir.Operation, take) -> None:
 
     def visit(inner):
         inner_id = op_id(inner)
+        if inner_id in skip:
+            return ir.WalkResult.SKIP
         if inner_id != root:
             for operand in inner.operands:
                 owner = operand.owner.owner if isinstance(operand, ir.BlockArgument) else operand.owner
