@@ -169,7 +169,8 @@ class _Worklist(RewriteListener):
     it puts new ops (right before its anchor): new ops are found from the uses the rewrite changed (the users
     of the rewritten op's results, walked back through ops without a key) and the moved ops, and get keys
     between the anchor's predecessor and the anchor. Then the ops whose laws may answer differently are
-    queued again (`after`): the new and moved ops; the producers of what the rewritten op used (fewer uses:
+    queued again (`after`): the new and moved ops (of ops moved `settled`, a fused loop's bodies, only the
+    slices and loops: `RewriteListener.moving`); the producers of what the rewritten op used (fewer uses:
     dead code, a single-use loop or slice) and their other users; the users of its results (their operands
     changed) and the loops around those users and around the rewritten op (their bodies changed) with those
     loops' users (deforestation reads the body); and, for every slice and loop among them, the slices and
