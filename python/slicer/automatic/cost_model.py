@@ -146,6 +146,9 @@ class Evaluator:
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
         self.op_views = [op.name in VIEW_OPS for op in sketch.ops]
+        # Each value's last reading op (a view's reads counted for its root): a value is stored between kernels
+        # when that op is in a later kernel than the one making it (kernels are numbered in op order).
+        self.last_reader = {r: index for index, roots in enumerate(self.op_roots) for r in roots if r >= 0}
 
     def group(self, axes) -> int:
         found = self._groups.get(axes)
@@ -309,12 +312,7 @@ class _Run:
                 self.make_fill(roots[k], fill_divides[k])
         memory = self.memory
         memory.op_kernel[index] = kernel = memory.kernel
-        born, stored = memory.born, memory.stored
-        for r in roots:
-            if r >= 0:
-                found = born.get(r)
-                if found is not None and found[1] != kernel:
-                    stored.add(r)
+        born = memory.born
         for v, result, nbytes, distributed in results:
             layout[v], prio[v] = result, result_prio
             partial[v] = reduced
@@ -385,14 +383,11 @@ class _Run:
     def replicated_op(self, index: int, op: OpSketch) -> None:
         """An op none of whose operands is tiled or partial: whole on every device, no collective."""
         memory, ev = self.memory, self.ev
-        memory.op_kernel[index] = kernel = memory.kernel
-        born, stored, fills, view = memory.born, memory.stored, self.fills, ev.op_views[index]
-        for r in ev.op_roots[index]:
-            if r >= 0:
-                found = born.get(r)
-                if found is not None and found[1] != kernel:
-                    stored.add(r)
-                if r in fills and not view:
+        memory.op_kernel[index] = memory.kernel
+        fills = self.fills
+        if fills and not ev.op_views[index]:
+            for r in ev.op_roots[index]:
+                if r in fills:
                     self.make_fill(r, 1)
         produced = 0
         for v in op.results:
@@ -442,7 +437,7 @@ class _Run:
             for d, axes in enumerate(self.lay(v)):
                 if axes and (d >= len(want) or want[d] != axes) and not partial:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
-        self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results))
+        self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results, ev.last_reader))
 
     def ev_layout_of_result(self, r: int, v: int) -> Layout:
         arg = self.ev.follow.get(r)

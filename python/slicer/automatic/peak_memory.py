@@ -39,11 +39,6 @@ class MemoryTrace:
         self.kernel += 1
         self.compute_ops = 0
 
-    def use(self, value: int) -> None:
-        found = self.born.get(value)
-        if found is not None and found[1] != self.kernel:
-            self.stored.add(value)
-
     def produce(self, index: int, value: int, nbytes: int) -> None:
         self.born[value] = (index, self.kernel, nbytes)
         self.op_kernel[index] = self.kernel
@@ -77,12 +72,17 @@ class MemoryTrace:
         the kernel of `index` to the end of the kernel of `last`."""
         self.held.append((index, self.kernel, last, nbytes))
 
-    def peak(self, last_use: dict[int, int], results) -> int:
+    def peak(self, last_use: dict[int, int], results, last_reader: dict[int, int]) -> int:
         """The most bytes held at once: a stored value from the start of the kernel that makes it to the end of
         the kernel that last reads it (a kernel holds all its inputs and outputs while it runs), transients at
-        their op."""
+        their op. Stored: the arguments, the results, and the values whose last reading op (`last_reader`) runs in
+        a later kernel than the one making them."""
         all_born, ends, op_kernel, num_ops = self.born, self.ends, self.op_kernel, self.num_ops
         stored = self.stored | {v for v in results if v in all_born}
+        for v, reader in last_reader.items():
+            found = all_born.get(v)
+            if found is not None and found[1] != op_kernel[reader]:
+                stored.add(v)
         # Each kernel's first and last op: kernels are numbered in op order, each one run of ops.
         first, last, index = {}, {}, 0
         for kernel, run in itertools.groupby(op_kernel):
