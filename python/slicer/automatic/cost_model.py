@@ -140,8 +140,12 @@ class Evaluator:
         self._local: dict = {}
         self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
         self._orders: dict = {}
-        self._shapes: dict = {}  # (op index, its operands' layouts and priorities) -> `_Run.shape_of`
+        self._shapes: dict = {}  # (op index, its operands' states) -> `_Run.shape_of`
+        # A value's state (layout, priority, partial axes) as a small number, so that an op's key is a tuple of
+        # numbers, not of nested tuples of axis names hashed at every read; each value starts replicated.
+        self._state_ids: dict[tuple, int] = {}
         self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
+        self.default_states = {v: self.state_id(layout, 0, None) for v, layout in self.replicated.items()}
         # Per op, read once for the thousands of evaluations: each operand's root (-1 for none) and whether the
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
@@ -154,6 +158,14 @@ class Evaluator:
         found = self._groups.get(axes)
         if found is None:
             found = self._groups[axes] = self.mesh.group_size(axes)
+        return found
+
+    def state_id(self, layout: Layout, prio: int, partial) -> int:
+        """The number of a value's state: its layout, priority and partial axes (None: never set)."""
+        key = (layout, prio, partial)
+        found = self._state_ids.get(key)
+        if found is None:
+            found = self._state_ids[key] = len(self._state_ids)
         return found
 
     def local_bytes(self, value: int, layout: Layout) -> int:
@@ -223,6 +235,9 @@ class _Run:
         self.partial: dict[int, frozenset[str]] = dict.fromkeys(range(n), frozenset())
         self.prio: dict[int, int] = {i: i for i in range(n)}
         self.ready: dict[int, float] = dict.fromkeys(range(n), 0.0)
+        self.state: dict[int, int] = dict(ev.default_states)  # each value's `Evaluator.state_id`
+        empty = frozenset()
+        self.state.update((i, ev.state_id(layout, i, empty)) for i, layout in enumerate(args))
         self.memory = MemoryTrace(len(sk.ops))
         self.memory.arguments([ev.local_bytes(i, layout) for i, layout in enumerate(args)])
         self.clock = self.link = 0.0
@@ -286,8 +301,8 @@ class _Run:
         if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return
-        layout, prio, partial = self.layout, self.prio, self.partial
-        key = (index, *[(layout[v], prio.get(v, 0), partial.get(v)) if v >= 0 else None for v in operands])
+        layout, prio, partial, state = self.layout, self.prio, self.partial, self.state
+        key = (index, *[state[v] if v >= 0 else -1 for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
             shape = ev._shapes[key] = self.shape_of(op)
@@ -308,13 +323,14 @@ class _Run:
             if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
                 self.communicate(v, reduction[0], reduction[1], reduction[2], op.line)
                 partial[v] = frozenset()
+                state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
             if roots[k] in fills:
                 self.make_fill(roots[k], fill_divides[k])
         memory = self.memory
         memory.op_kernel[index] = kernel = memory.kernel
         born = memory.born
-        for v, result, nbytes, distributed in results:
-            layout[v], prio[v] = result, result_prio
+        for v, result, nbytes, distributed, result_state in results:
+            layout[v], prio[v], state[v] = result, result_prio, result_state
             partial[v] = reduced
             if distributed:
                 self.distributed.add(v)
@@ -325,16 +341,16 @@ class _Run:
         if op.flops and not op.cheap:
             memory.computed()
         ready, clock = self.ready, self.clock
-        for v, _, _, _ in results:
+        for v, *_ in results:
             ready[v] = clock
 
     def shape_of(self, op: OpSketch) -> tuple:
         """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
-        evaluator remembers it by them, `Evaluator._shapes`: a search prices thousands of layouts that differ in
+        evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of layouts that differ in
         one group, so most ops see the same operands again): the operand dims it gathers (value, dim, axes, block
         bytes, gathered bytes) and those operands' positions, per operand the reduction of a partial sum (kind,
         axes, block bytes) and the share of a fill it makes, its results' priority and partial axes, per result
-        (value, layout, bytes per device, tiled or partial), and its seconds (None: no work)."""
+        (value, layout, bytes per device, tiled or partial, state), and its seconds (None: no work)."""
         ev, layout = self.ev, self.layout
         loops, gathers, table_axes = self.assign_loops(op)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
@@ -363,7 +379,7 @@ class _Run:
             uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
             result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(ev.sketch.shapes[v])
             nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
-            results.append((v, result, nbytes, bool(reduced or any(result))))
+            results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
             produced += nbytes
         seconds = None
         if not (op.cheap or (not op.flops and not produced)):
