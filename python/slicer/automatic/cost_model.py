@@ -318,14 +318,19 @@ class _Run:
                     self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), held)
             self.read_by_gathers(index, gathered_operands, roots)
         fills = self.fills if not ev.op_views[index] else ()
-        for k, v in enumerate(operands):
-            reduction = reductions[k]
-            if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
-                self.communicate(v, reduction[0], reduction[1], reduction[2], op.line)
-                partial[v] = frozenset()
-                state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
-            if roots[k] in fills:
-                self.make_fill(roots[k], fill_divides[k])
+        if reductions:
+            for k, v in enumerate(operands):
+                reduction = reductions[k]
+                if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
+                    self.communicate(v, reduction[0], reduction[1], reduction[2], op.line)
+                    partial[v] = frozenset()
+                    state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
+                if roots[k] in fills:
+                    self.make_fill(roots[k], fill_divides[k])
+        elif fills:
+            for k, r in enumerate(roots):
+                if r in fills:
+                    self.make_fill(r, fill_divides[k])
         memory = self.memory
         memory.op_kernel[index] = kernel = memory.kernel
         born = memory.born
@@ -346,11 +351,12 @@ class _Run:
 
     def shape_of(self, op: OpSketch) -> tuple:
         """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
-        evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of layouts that differ in
-        one group, so most ops see the same operands again): the operand dims it gathers (value, dim, axes, block
-        bytes, gathered bytes) and those operands' positions, per operand the reduction of a partial sum (kind,
-        axes, block bytes) and the share of a fill it makes, its results' priority and partial axes, per result
-        (value, layout, bytes per device, tiled or partial, state), and its seconds (None: no work)."""
+        evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
+        layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
+        (value, dim, axes, block bytes, gathered bytes) and those operands' positions; per operand the reduction
+        of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
+        results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
+        and its seconds (None: no work)."""
         ev, layout = self.ev, self.layout
         loops, gathers, table_axes = self.assign_loops(op)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
@@ -384,8 +390,8 @@ class _Run:
         seconds = None
         if not (op.cheap or (not op.flops and not produced)):
             seconds = ev.machine.op_time(op.flops / divide, op.contraction, produced)
-        return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions), tuple(fill_divides), result_prio,
-                reduced, tuple(results), seconds)
+        return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
+                tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
