@@ -251,8 +251,6 @@ def main(argv=None) -> int:
     rows, built = [], {}
     for case in args.cases.split(","):
         for mesh_name in args.meshes.split(","):
-            if case == "gpt4_step" and mesh_name in ("8", "2x4") and not args.small:
-                continue  # a 4-layer training step on 8 devices compiles for minutes per contender; not timed anyway
             rows += run_case(case, mesh_name, sizes, args.repeat, built, args.hand.split(",") if args.hand else None,
                              args.rounds)
     if args.json:

@@ -92,7 +92,7 @@ _FREE_OPS = frozenset({SLICE, RANGE_PRODUCT, YIELD, arith.ConstantOp.OPERATION_N
 def _single_use(loop_op: LoopOp) -> bool:
     """Is there exactly one use of all of `loop_op`'s results together?"""
     uses = 0
-    for result in loop_op.results:
+    for result in loop_op.operation.results:  # (lazily: a fused loop has many results, the answer comes early)
         for _ in result.uses:
             uses += 1
             if uses > 1:
