@@ -3,7 +3,8 @@ this machine's kernel and collective figures.
 
 Each op takes the tilings its operands bring, in the order of the tactics they come from (an earlier argument
 wins, as propagation's earlier tactic does): a tiled operand dim tiles the loop it walks, unless that loop or
-that axis is already taken, or the dim walks no loop; then the operand is all_gathered. An operand that is a
+that axis is already taken, the dim walks no loop, or the op has a dim on that loop the tiling does not divide and
+cannot pad (`OpSketch.even_sizes`); then the operand is all_gathered. An operand that is a
 partial sum is all_reduced before the op, or reduce_scattered when the op's loop it walks is tiled over the
 same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
 leave laid out as an argument (a training step's next parameters) are converted at the end.
@@ -288,8 +289,9 @@ class _Run:
                 used |= set(axes)
             elif loop is not None and loops.get(loop) == axes:
                 continue
-            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable):
-                gathers.append((k, d, axes))
+            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable) \
+                    or (op.even_sizes and op.even_sizes[loop] % self.ev.group(axes)):
+                gathers.append((k, d, axes))  # (the last: a dim the tiling does not divide, where it cannot be padded)
             else:
                 loops[loop] = axes
                 used |= set(axes)

@@ -16,7 +16,7 @@ from mlir.dialects import arith, func as func_d, linalg, tensor
 
 from slicer.core.errors import CompileError, NoRule
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
-from slicer.core.linalg_facts import REDUCTION, is_linalg_op
+from slicer.core.linalg_facts import REDUCTION, is_linalg_op, reshape_kept_dims
 from slicer.dialect import make_context, parse_source
 from slicer.rules import rule_for, rule_operands
 
@@ -50,6 +50,10 @@ class OpSketch:
     cheap: bool = False  # a constant, empty tensor or fill of one: recomputed in each kernel, never stored
     fill: bool = False  # a generic op writing a constant into an empty tensor: no data in, so the partitioner
     #                     makes each device's block where its consumer needs it (made in each kernel reading it)
+    # Per loop, the sizes a tiling of it must divide (their gcd; 0: none): the dims it walks that propagation cuts
+    # only evenly (`propagation.blockwise._indivisible`: any dim of an op that is neither a linalg op nor a reshape
+    # leaving that dim alone, such as the heads dim a reshape makes). A tiling that does not divide one stops there.
+    even_sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,26 @@ class _Reader:
         self.ops.append(OpSketch(op.name, operands, results, tuple(walk(u) for u in rule.operands),
                                  tuple(walk(u) for u in rule.results), tuple(sizes), reductions,
                                  frozenset(rule.gathers), all(c is None for c in rule.combiners), flops,
-                                 contraction, line=line, cheap=cheap, fill=fill))
+                                 contraction, line=line, cheap=cheap, fill=fill,
+                                 even_sizes=self.even_sizes(op, rule, operands, results, loops)))
+
+    def even_sizes(self, op: ir.Operation, rule, operands, results, loops: int) -> tuple[int, ...]:
+        """`OpSketch.even_sizes` of `op`: per loop, the gcd of the sizes of the dims walking it that propagation
+        cuts only evenly (none in a linalg op; a reshape's dims but those it leaves alone)."""
+        if is_linalg_op(op):
+            return ()
+        kept = reshape_kept_dims(op)
+        even = [0] * loops
+        for k, uses in enumerate(rule.operands + rule.results):
+            v = (operands + results)[k] if k < len(operands + results) else -1
+            operand = k < len(rule.operands)
+            for d, use in enumerate(uses):
+                if v < 0 or use.loop is None or d >= len(self.shapes[v]):
+                    continue
+                if kept is not None and d in (kept if operand else kept.values()):
+                    continue
+                even[use.loop] = math.gcd(even[use.loop], self.shapes[v][d])
+        return tuple(even) if any(even) else ()
 
 
 def _is_fill(op: ir.Operation) -> bool:
