@@ -15,6 +15,7 @@ from mlir.dialects import shard  # noqa: F401  (registers the op views read belo
 
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
+from slicer.core.linalg_facts import VIEW_OPS
 from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
                                SPMD_MESH_ATTR)
 from slicer.dialect import PermuteOp, make_context
@@ -27,10 +28,6 @@ from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
 _RETURN = func.ReturnOp.OPERATION_NAME
-#: Ops that only give a tensor another shape or type: a kernel that reads one made elsewhere takes its source and
-#: applies the view again, so no kernel returns a view beside its source (two blocks of the same bytes, both
-#: counted and both stored: a GPT training step returned each MLP input as [8,64,128] and as its [512,128]).
-_VIEWS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
 
 
 def location_text(location: ir.Location) -> str:
@@ -70,9 +67,11 @@ def _deep_ops(op: ir.Operation):
 
 
 def _rematerialisable(op: ir.Operation) -> bool:
-    """Ops recomputed in every kernel that uses them instead of being passed between kernels: views (`_VIEWS`: the
-    kernel takes their source) and cheap ops (`_cheap`)."""
-    return op.name in _VIEWS or _cheap(op)
+    """Ops recomputed in every kernel that uses them instead of being passed between kernels: views (`VIEW_OPS`: the
+    kernel takes their source and applies the view again, so no kernel returns a view beside its source, two
+    blocks of the same bytes both stored: a GPT training step returned each MLP input as [8,64,128] and as its
+    [512,128]) and cheap ops (`_cheap`)."""
+    return op.name in VIEW_OPS or _cheap(op)
 
 
 def _cheap(op: ir.Operation) -> bool:
@@ -192,7 +191,7 @@ class _Builder:
         later: dict[int, list] = {}
         moved = set()
         for i, op in enumerate(ops):
-            if op.name not in _VIEWS:
+            if op.name not in VIEW_OPS:
                 continue
             users = [self.top_level(_op(u.owner)) for r in op.results for u in r.uses]
             if not users or not all(u.name in COLLECTIVE_OPS and u in where for u in users):
@@ -302,7 +301,7 @@ class _Builder:
                 users = [self.top_level(_op(u.owner)) for u in result.uses]
                 if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + (_RETURN,) for u in users):
                     continue  # recomputed by the kernels that use it
-                if any(u not in kernel_ops or (u.name in _VIEWS and self.viewed_elsewhere(u, kernel_ops))
+                if any(u not in kernel_ops or (u.name in VIEW_OPS and self.viewed_elsewhere(u, kernel_ops))
                        for u in users):
                     outputs.append(result)
         if not outputs:
@@ -323,7 +322,7 @@ class _Builder:
                 user = self.top_level(_op(use.owner))
                 if user.name in COLLECTIVE_OPS + (_RETURN,):
                     continue
-                if user not in kernel_ops or (user.name in _VIEWS and self.viewed_elsewhere(user, kernel_ops)):
+                if user not in kernel_ops or (user.name in VIEW_OPS and self.viewed_elsewhere(user, kernel_ops)):
                     return True
         return False
 

@@ -334,17 +334,14 @@ class _Run:
                 if r in fills:
                     self.make_fill(r, fill_divides[k])
         memory = self.memory
-        memory.op_kernel[index] = kernel = memory.kernel
-        born = memory.born
+        memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:
             layout[v], prio[v], state[v] = result, result_prio, result_state
             partial[v] = reduced
             if distributed:
                 self.distributed.add(v)
-            born[v] = (index, kernel, nbytes)  # (MemoryTrace.produce)
-        if seconds is not None:
-            self.est.compute += seconds
-            self.clock += seconds
+            memory.produce(index, v, nbytes)
+        self.spend(seconds)
         if op.flops and not op.cheap:
             memory.computed()
         ready, clock = self.ready, self.clock
@@ -389,9 +386,7 @@ class _Run:
             nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
             results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
             produced += nbytes
-        seconds = None
-        if not (op.cheap or (not op.flops and not produced)):
-            seconds = ev.machine.op_time(op.flops / divide, op.contraction, produced)
+        seconds = _op_seconds(ev.machine, op, divide, produced)
         return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
                 tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
 
@@ -440,11 +435,13 @@ class _Run:
         self.compute(op, divide, nbytes // divide)
 
     def compute(self, op: OpSketch, divide: int, produced: int) -> None:
-        if op.cheap or (not op.flops and not produced):
-            return
-        seconds = self.ev.machine.op_time(op.flops / divide, op.contraction, produced)
-        self.est.compute += seconds
-        self.clock += seconds
+        self.spend(_op_seconds(self.ev.machine, op, divide, produced))
+
+    def spend(self, seconds: float | None) -> None:
+        """The rank computes for `seconds` (None: nothing to do)."""
+        if seconds is not None:
+            self.est.compute += seconds
+            self.clock += seconds
 
     def finish(self) -> None:
         ev, sk = self.ev, self.ev.sketch
@@ -468,6 +465,14 @@ class _Run:
         if arg is None:
             return self.lay(v)  # a free result leaves as computed
         return self.lay(arg)
+
+
+def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int) -> float | None:
+    """Seconds of `op` walking 1/`divide` of its loop nest and storing `produced` bytes; None when it does no work
+    (a cheap op, or one neither computing nor storing)."""
+    if op.cheap or (not op.flops and not produced):
+        return None
+    return machine.op_time(op.flops / divide, op.contraction, produced)
 
 
 def _view_roots(sketch: Sketch) -> dict[int, int]:

@@ -92,18 +92,10 @@ class MemoryTrace:
         diff = [0] * (num_ops + 3)
         for v in stored:
             born, kernel, nbytes = all_born[v]
-            end = ends.get(v)
-            if end is None:
-                end = last_use.get(v, born)
-                if end < born:
-                    end = born
-                if end < num_ops:
-                    end = last.get(op_kernel[end], end)
-            else:
-                if end < born:
-                    end = born
-                if 0 <= end < num_ops:  # (read only before the first op: no kernel)
-                    end = last.get(op_kernel[end], end)
+            read_early = ends.get(v)  # (`read_until`: -1, read only before the first op, so in no kernel)
+            end = max(last_use.get(v, born) if read_early is None else read_early, born)
+            if end < num_ops and (end >= 0 or read_early is None):
+                end = last.get(op_kernel[end], end)
             if born >= 0:
                 born = first.get(kernel, born)
             diff[born + 1] += nbytes

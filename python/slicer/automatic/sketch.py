@@ -16,14 +16,13 @@ from mlir.dialects import arith, func as func_d, linalg, tensor
 
 from slicer.core.errors import CompileError, NoRule
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
-from slicer.core.linalg_facts import REDUCTION, is_linalg_op, reshape_kept_dims
+from slicer.core.linalg_facts import REDUCTION, VIEW_OPS, is_linalg_op, reshape_kept_dims
 from slicer.dialect import make_context, parse_source
 from slicer.rules import rule_for, rule_operands
 
 #: Ops the kernel graph recomputes in each kernel that needs them (never passed between kernels).
 _CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
 #: Ops that only give a tensor a new shape or type: no work, and their result is the same bytes as their operand.
-VIEW_OPS = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERATION_NAME, tensor.CastOp.OPERATION_NAME)
 _VIEWS = (*VIEW_OPS, *_CHEAP)
 
 

@@ -121,6 +121,8 @@ def defined_in(value: ir.Value, op: ir.Operation) -> bool:
 
 
 _COLLAPSE, _EXPAND = tensor.CollapseShapeOp.OPERATION_NAME, tensor.ExpandShapeOp.OPERATION_NAME
+VIEW_OPS = (_EXPAND, _COLLAPSE, tensor.CastOp.OPERATION_NAME)
+"""Ops that only give a tensor another shape or type: their result shares their source's bytes."""
 
 
 def reshape_kept_dims(op: ir.Operation) -> dict[int, int] | None:

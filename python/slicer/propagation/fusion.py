@@ -85,7 +85,8 @@ def _candidates(op: ir.Operation, captured: list[ir.Value], memo: dict | None = 
         key = ("loops reading", value, block)
         loops = memo.get(key)
         if loops is None:
-            loops = memo[key] = [o for o in lift_all([as_op(use.owner) for use in value.uses], block) if o.name == LOOP]
+            users = lift_all([as_op(use.owner) for use in value.uses], block)
+            loops = memo[key] = [o for o in users if o.name == LOOP]
         for other in loops:
             found.setdefault(op_id(other), other)
     return earlier_in_block(op, found.values())
