@@ -378,7 +378,9 @@ def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Pa
     worker.start()
     limit = compile_time_limit()
     worker.join(limit)
-    if not outcome:
+    # Over the limit whether or not the thread is done: on a loaded machine the waiting thread may be woken
+    # only after code generation ended late, and a limit must not depend on when the scheduler runs it.
+    if not outcome or time.perf_counter() - start > limit:
         raise BudgetExceeded(_over_limit("code generation", limit, f"{obj.name}'s module", source))
     if outcome[0] is not None:
         raise outcome[0]
