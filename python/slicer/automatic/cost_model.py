@@ -22,7 +22,7 @@ gathered copy while its op runs).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
@@ -95,11 +95,16 @@ class Estimate:
     exposed: float = 0.0
     overlapped: float = 0.0
     peak_bytes: int = 0
-    collectives: list[Collective] = field(default_factory=list)
+    collectives: list[Collective] | None = field(default_factory=list)  # None: not kept (`figures`)
 
     @property
     def total(self) -> float:
         return self.compute + self.exposed
+
+    def figures(self) -> "Estimate":
+        """The figures alone, its collectives not kept (None): what the search ranks layouts by, and what a
+        forked search process sends back (`parallel.run_tasks`; hundreds of collectives per layout)."""
+        return replace(self, collectives=None)
 
 
 def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: float, bucketed: bool = False) -> float:

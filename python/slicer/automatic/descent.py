@@ -12,10 +12,12 @@ each set of axes the data is tiled over. A descent changes one variable at a tim
 a 2-D mesh it never reaches data over one axis with Megatron over the other (several variables must change at
 once, each change alone raising the peak); the composed start is that layout. The best end point wins. The
 objective is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory
-("memory"). Every layout is priced once (a cache by choice)."""
+("memory"). Every layout is priced once (a cache by choice). The descents from different starts are
+independent: they run side by side, one forked process per core (`parallel.py`), with the same answers."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass, replace
@@ -27,6 +29,7 @@ from slicer.tactics import Tactic, format_tactics
 from .candidates import Group, layouts_of, make_groups, options, resolve_fixed, tactics_of
 from .cost_model import Estimate, Evaluator
 from .options import format_bytes
+from .parallel import run_tasks
 from .sketch import Sketch
 
 MAX_SWEEPS = 6
@@ -76,19 +79,36 @@ class Search:
         self.evaluator = evaluator or Evaluator(sketch, mesh)
         self.cache: dict = {}
         self._tactics: dict = {}
+        self._pricing = [0, 0.0]  # layouts priced here and their seconds: what a descent is expected to cost
         self.symmetries = [] if self.fixed else axis_symmetries(mesh, self.evaluator.comm)
 
-    def estimate(self, choice: dict) -> Estimate | None:
+    def estimate(self, choice: dict, complete: bool = False) -> Estimate | None:
+        """The model's estimate of the layout `choice` (priced once); `complete`: with its collectives, which a
+        layout priced by a forked process (`descents`) comes back without."""
         key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
-        if key not in self.cache:
-            for rename in self.symmetries:  # a mirror image priced already: the same figures
-                mirror = tuple(sorted(((g, rename[a]), d) for (g, a), d in key))
-                if mirror in self.cache:
-                    self.cache[key] = _renamed(self.cache[mirror], rename, self.mesh)
-                    return self.cache[key]
-            layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
-            self.cache[key] = None if layouts is None else self.evaluator.evaluate(layouts)
+        usable = lambda est: not complete or est is None or est.collectives is not None  # noqa: E731
+        if key in self.cache and usable(self.cache[key]):
+            return self.cache[key]
+        for rename in self.symmetries:  # a mirror image priced already: the same figures
+            mirror = tuple(sorted(((g, rename[a]), d) for (g, a), d in key))
+            if mirror in self.cache and usable(self.cache[mirror]):
+                self.cache[key] = _renamed(self.cache[mirror], rename, self.mesh)
+                return self.cache[key]
+        started = time.perf_counter()
+        layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
+        self.cache[key] = None if layouts is None else self.evaluator.evaluate(layouts)
+        self._pricing[0] += 1
+        self._pricing[1] += time.perf_counter() - started
         return self.cache[key]
+
+    def descents(self, tasks: list) -> list[dict]:
+        """The end points of independent descents (`tasks`, each a call of `descend`), side by side on the
+        machine's cores (`parallel.run_tasks`; the same answers as one after another). A descent is expected
+        to price a sweep's worth of layouts at the mean cost of those priced so far."""
+        count, seconds = self._pricing
+        per_layout = seconds / count if count else 0.0
+        return run_tasks(tasks, self.cache, per_layout * 2 * len(self.variables),
+                         compact=lambda est: None if est is None else est.figures())
 
     def score(self, est: Estimate | None, exact: bool = False) -> tuple:
         """The objective of an estimate, least best: bytes over the budget (the planning budget for the model's
@@ -134,21 +154,23 @@ class Search:
                  for v in self.variables}
         by_size = sorted(self.variables, key=lambda v: -sizes[v])
         data = set(self.data_groups())
-        model_only = self.descend([v for v in by_size if v[0] not in data], {})
-        ends = [self.descend(by_size, model_only)]
         starts = self.seeds()
-        starts += [c for c in self.composed(by_size) if c not in starts]
-        ends += [self.descend(by_size, start) for start in starts]
+        model_only = [v for v in by_size if v[0] not in data]
+        first, composed = self.descents([lambda: self.descend(by_size, self.descend(model_only, {})),
+                                         lambda: self.composed(by_size)])
+        starts += [c for c in composed if c not in starts]
+        ends = [first] + self.descents([functools.partial(self.descend, by_size, start) for start in starts])
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
-        est = self.estimate(choice)
+        est = self.estimate(choice, complete=True)
         if self.budget is not None and est.peak_bytes > self.planning:
-            smallest = [self.descend(by_size, end, objective_memory=True) for end in ends]
+            smallest = self.descents([functools.partial(self.descend, by_size, end, objective_memory=True)
+                                      for end in ends])
             within = [c for c in ends + smallest if self.estimate(c).peak_bytes <= self.budget]  # in the margin
             choice = min(within, key=lambda c: self.score(self.estimate(c), exact=True)) if within else \
                 min(smallest, key=lambda c: self.estimate(c).peak_bytes)
             if refuse and self.estimate(choice).peak_bytes > self.budget:
                 self.refuse(choice)
-            est = self.estimate(choice)
+            est = self.estimate(choice, complete=True)
         return choice, est
 
     def data_groups(self) -> list[int]:
@@ -271,8 +293,8 @@ def axis_symmetries(mesh: Mesh, comm) -> list[dict[str, str]]:
 
 def _renamed(est: Estimate | None, rename: dict[str, str], mesh: Mesh) -> Estimate | None:
     """The estimate of a layout's mirror image: the same figures, its collectives over the renamed axes."""
-    if est is None:
-        return None
+    if est is None or est.collectives is None:
+        return est
     order = mesh.axis_names
     collectives = [replace(c, axes=tuple(a for a in order if a in {rename[b] for b in c.axes}))
                    for c in est.collectives]
