@@ -3,6 +3,7 @@ run one after another, in order; the layouts the children priced join the cache 
 when the chosen layout needs its collectives); a child that dies has its tasks run by the parent; and the
 setting that limits the processes is checked."""
 
+import multiprocessing
 import os
 import time
 
@@ -17,9 +18,24 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (o
 needs_two_cores = pytest.mark.skipif(CORES < 2 or not hasattr(os, "fork"), reason="one core, or no os.fork")
 
 
-def _task(index: int, cache: dict):
+class ChildTakes:
+    """Makes sure a forked child takes a task, however loaded the machine: this process's tasks wait (up to 60 s)
+    until a child has begun one (an Event in shared memory, inherited by the fork)."""
+
+    def __init__(self):
+        self.parent, self.event = os.getpid(), multiprocessing.get_context("fork").Event()
+
+    def in_child(self) -> bool:
+        if os.getpid() != self.parent:
+            self.event.set()
+            return True
+        self.event.wait(60)
+        return False
+
+
+def _task(index: int, cache: dict, taken: ChildTakes):
     def run():
-        time.sleep(0.05)  # long enough for a child to start and take some
+        taken.in_child()
         cache[("priced", index)] = {"by": os.getpid(), "detail": list(range(index))}
         return index, os.getpid()
     return run
@@ -28,7 +44,8 @@ def _task(index: int, cache: dict):
 @needs_two_cores
 def test_tasks_run_in_children_answer_in_order_and_fill_the_cache():
     cache: dict = {}
-    tasks = [_task(i, cache) for i in range(12)]
+    taken = ChildTakes()
+    tasks = [_task(i, cache, taken) for i in range(12)]
     results = parallel.run_tasks(tasks, cache, seconds_per_task=1.0,
                                  compact=lambda entry: {"by": entry["by"]})  # the detail is not sent back
     assert [index for index, _ in results] == list(range(12))
@@ -43,11 +60,11 @@ def test_tasks_run_in_children_answer_in_order_and_fill_the_cache():
 
 @needs_two_cores
 def test_a_child_that_dies_has_its_tasks_run_by_the_parent():
-    parent = os.getpid()
+    taken = ChildTakes()
 
     def dies_in_a_child(index):
         def run():
-            if os.getpid() != parent:
+            if taken.in_child():
                 os._exit(3)
             return index
         return run
@@ -97,12 +114,11 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
 @needs_two_cores
 def test_a_child_that_hangs_is_killed_and_its_tasks_run_here(monkeypatch):
     monkeypatch.setattr(parallel, "WAIT_SECONDS", 0.5)
-    parent = os.getpid()
+    taken = ChildTakes()
 
     def hangs_in_a_child(index):
         def run():
-            time.sleep(0.05)
-            if os.getpid() != parent:
+            if taken.in_child():
                 time.sleep(3600)
             return index
         return run
@@ -126,13 +142,13 @@ def test_garbage_holding_an_mlir_context_does_not_hang_a_child():
     cycle = [context, module]
     cycle.append(cycle)  # garbage for the collector only
     del cycle, context, module
-    parent = os.getpid()
+    taken = ChildTakes()
 
     def allocates(index):
         def run():
-            time.sleep(0.05)
+            in_child = taken.in_child()
             junk = [[i] for i in range(200_000)]  # enough new containers to start an automatic collection
-            return index, os.getpid() != parent and len(junk)
+            return index, in_child and len(junk)
         return run
 
     results = parallel.run_tasks([allocates(i) for i in range(6)], {}, seconds_per_task=1.0)
