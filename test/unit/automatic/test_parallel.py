@@ -18,6 +18,13 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (o
 needs_two_cores = pytest.mark.skipif(CORES < 2 or not hasattr(os, "fork"), reason="one core, or no os.fork")
 
 
+@pytest.fixture(autouse=True)
+def forking_allowed(monkeypatch):
+    """The suite's in-process MPI tests may have initialised MPI in this worker before, where the search does not
+    fork (`parallel._mpi_initialised`, tested below); the children here never call MPI."""
+    monkeypatch.setattr(parallel, "_mpi_initialised", lambda: False)
+
+
 class ChildTakes:
     """Makes sure a forked child takes a task, however loaded the machine: this process's tasks wait (up to 60 s)
     until a child has begun one (an Event in shared memory, inherited by the fork)."""
@@ -29,7 +36,7 @@ class ChildTakes:
         if os.getpid() != self.parent:
             self.event.set()
             return True
-        self.event.wait(60)
+        assert self.event.wait(60), "no forked child began a task within 60 s"
         return False
 
 
@@ -77,6 +84,11 @@ def test_small_tasks_and_the_setting_keep_the_work_in_this_process(monkeypatch):
     assert parallel.run_tasks(tasks, {}, seconds_per_task=parallel.MIN_SECONDS / 10) == [os.getpid()] * 4
     monkeypatch.setenv(parallel.PROCESSES_ENV, "1")
     assert parallel.run_tasks(tasks, {}, seconds_per_task=1.0) == [os.getpid()] * 4
+
+
+def test_a_process_with_mpi_initialised_does_not_fork(monkeypatch):
+    monkeypatch.setattr(parallel, "_mpi_initialised", lambda: True)
+    assert parallel.processes(4, 1.0) == 1
 
 
 @pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
