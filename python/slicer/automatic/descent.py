@@ -156,8 +156,11 @@ class Search:
         data = set(self.data_groups())
         starts = self.seeds()
         model_only = [v for v in by_size if v[0] not in data]
-        first, composed = self.descents([lambda: self.descend(by_size, self.descend(model_only, {})),
-                                         lambda: self.composed(by_size)])
+        composing = len(self.composed_axes()) >= 2
+        # The descents to the 1-D patterns the composed starts are made of go side by side with the first one.
+        first, *pattern_ends = self.descents([lambda: self.descend(by_size, self.descend(model_only, {})),
+                                              *(self.pattern_descents(by_size) if composing else [])])
+        composed = self.composed(by_size, self.axis_patterns(by_size, pattern_ends)) if composing else []
         starts += [c for c in composed if c not in starts]
         ends = [first] + self.descents([functools.partial(self.descend, by_size, start) for start in starts])
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
@@ -192,39 +195,53 @@ class Search:
                 seeds.append(seed)
         return seeds
 
-    def axis_patterns(self, by_size: list) -> list[dict]:
+    def axis_patterns(self, by_size: list, ends: list | None = None) -> list[dict]:
         """1-D patterns {group: dim}: the end points of descents over one mesh axis's variables alone (the others
-        left unused), by the search's objective, by time ignoring the budget (data parallelism, typically), by
-        peak memory, from the data tiled over that axis, and with the data kept whole (tensor parallelism); the
-        empty pattern first. A pattern found on one axis is a candidate on every axis."""
-        data = set(self.data_groups())
+        left unused; `pattern_descents`, or their `ends` when run already), by the search's objective, by time
+        ignoring the budget (data parallelism, typically), by peak memory, from the data tiled over that axis, and
+        with the data kept whole (tensor parallelism); the empty pattern first. A pattern found on one axis is a
+        candidate on every axis."""
+        ends = [descent() for descent in self.pattern_descents(by_size)] if ends is None else ends
         found: list[dict] = [{}]
+        for end in ends:
+            pattern = {g: d for (g, _), d in end.items() if d is not None}
+            if pattern not in found:
+                found.append(pattern)
+        return found
+
+    def pattern_descents(self, by_size: list) -> list:
+        """The descents whose end points are the 1-D patterns (`axis_patterns`), as calls of `descend`, in order:
+        per mesh axis (one of each size: an axis of the same size as one done has the same descents), by the
+        objective, by time alone, by memory, over the model's variables alone, and from the data tiled."""
+        data = set(self.data_groups())
+        descents: list = []
         done: set[int] = set()
         for axis in self.mesh.axis_names:
             own = [v for v in by_size if v[1] == axis]
             if not own or self.mesh.size(axis) in done:
-                continue  # an axis of the same size as one done: the same descents, the same patterns
+                continue
             done.add(self.mesh.size(axis))
             start = {(g, axis): 0 for g in data if 0 in options(self.groups[g], self.mesh, axis)}
-            ends = [self.descend(own, {}), self.descend(own, {}, free=True), self.descend(own, {}, True),
-                    self.descend([v for v in own if v[0] not in data], {})]
+            descents += [functools.partial(self.descend, own, {}), functools.partial(self.descend, own, {}, free=True),
+                         functools.partial(self.descend, own, {}, True),
+                         functools.partial(self.descend, [v for v in own if v[0] not in data], {})]
             if start and self.estimate(start) is not None:
-                ends.append(self.descend(own, start))
-            for end in ends:
-                pattern = {g: d for (g, _), d in end.items() if d is not None}
-                if pattern not in found:
-                    found.append(pattern)
-        return found
+                descents.append(functools.partial(self.descend, own, start))
+        return descents
 
-    def composed(self, by_size: list) -> list[dict]:
-        """Starting points composed per mesh axis: every assignment of a 1-D pattern (`axis_patterns`) to each
-        axis, priced, and the best kept for each set of axes the data is tiled over (as data over x with Megatron
-        over y: distinct patterns on two axes, which a descent moving one variable at a time does not reach from
-        data over both). None on a 1-D mesh: the descents over its axis are the search's own."""
-        axes = [a for a in self.mesh.axis_names if any(v[1] == a for v in self.variables)]
+    def composed_axes(self) -> list[str]:
+        """The mesh axes starting points are composed over (`composed`): those with a variable."""
+        return [a for a in self.mesh.axis_names if any(v[1] == a for v in self.variables)]
+
+    def composed(self, by_size: list, patterns: list[dict] | None = None) -> list[dict]:
+        """Starting points composed per mesh axis: every assignment of a 1-D pattern (`axis_patterns`, unless
+        given) to each axis, priced, and the best kept for each set of axes the data is tiled over (as data over x
+        with Megatron over y: distinct patterns on two axes, which a descent moving one variable at a time does
+        not reach from data over both). None on a 1-D mesh: the descents over its axis are the search's own."""
+        axes = self.composed_axes()
         if len(axes) < 2:
             return []  # one axis: the descents over it are the search's own
-        patterns = self.axis_patterns(by_size)
+        patterns = self.axis_patterns(by_size) if patterns is None else patterns
         starts: list[dict] = []
         for combo in itertools.product(range(len(patterns)), repeat=len(axes)):
             start = {}
