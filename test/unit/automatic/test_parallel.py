@@ -94,8 +94,9 @@ def test_a_process_with_mpi_initialised_does_not_fork(monkeypatch):
 @pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
 def test_a_bad_process_count_is_refused(monkeypatch, value):
     monkeypatch.setenv(parallel.PROCESSES_ENV, value)
-    with pytest.raises(AutoError, match=parallel.PROCESSES_ENV):
-        parallel.processes(4, 1.0)
+    for tasks, seconds in ((4, 1.0), (1, 0.0)):  # refused even where the search would not fork
+        with pytest.raises(AutoError, match=parallel.PROCESSES_ENV):
+            parallel.processes(tasks, seconds)
 
 
 @needs_two_cores
