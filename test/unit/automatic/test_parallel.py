@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from slicer.automatic import Search, parallel, read_sketch
+from slicer.automatic import Search, descent, parallel, read_sketch
 from slicer.core.errors import AutoError
 
 from test_composed import mlp_on_2x2
@@ -111,6 +111,18 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
 
     monkeypatch.setattr(parallel, "MIN_SECONDS", 0.0)  # this small search would not pay for a fork
     alone, alone_choice, alone_est = searched("1")
+    real_run_tasks = parallel.run_tasks
+
+    def with_a_child(tasks, cache, seconds, **options):
+        """The search's own tasks, this process's waiting until a child began one (the descents of this small
+        search are quick enough for this process to take them all on a loaded machine)."""
+        if parallel.processes(len(tasks), seconds) == 1:
+            return real_run_tasks(tasks, cache, seconds, **options)
+        taken = ChildTakes()
+        return real_run_tasks([lambda task=task: (taken.in_child(), task())[1] for task in tasks], cache, seconds,
+                              **options)
+
+    monkeypatch.setattr(descent, "run_tasks", with_a_child)
     forked, forked_choice, forked_est = searched("2")
     assert forked_choice == alone_choice and forked_est == alone_est  # the chosen estimate in full
     assert forked_est.collectives  # re-priced here if a child had priced it
