@@ -37,6 +37,20 @@ def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
     return [] if maps is None else [ir.AffineMapAttr(m).value for m in maps]
 
 
+def loop_sizes(op: ir.Operation, maps: list[ir.AffineMap] | None = None) -> list[int | None]:
+    """Each loop dim's static trip count, read from an operand dim that walks it plainly (None where none does
+    or that dim is dynamic); `maps`: the op's indexing maps when the caller has them already."""
+    maps = indexing_maps(op) if maps is None else maps
+    sizes: list[int | None] = [None] * (maps[0].n_dims if maps else 0)
+    for value, amap in zip(op.operands, maps):
+        type_ = ir.RankedTensorType(value.type) if isinstance(value.type, ir.RankedTensorType) else None
+        for j, expr in enumerate(amap.results):
+            dim = loop_dim(expr)
+            if type_ is not None and dim is not None and sizes[dim] is None and not type_.is_dynamic_dim(j):
+                sizes[dim] = type_.shape[j]
+    return sizes
+
+
 def iterator_kinds(op: ir.Operation) -> list[str]:
     """`PARALLEL` or `REDUCTION` for each loop dim of a `linalg.generic`; [] for an op without iterator types
     (a named op carries none: generalize it first)."""

@@ -128,12 +128,14 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     """make_fx's graph of `function(*args)`, in the first of `modes` that traces it with static shapes (see
     `TRACING_MODES`); the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself), else as it is (its aten graph traced again, see `trace`)."""
+    from torch._subclasses import fake_tensor  # optional dependency, like torch itself
+
     options = {"decomposition_table": decompositions(torch)} if grad else {}
     context = torch.enable_grad if grad else contextlib.nullcontext
     modes = TRACING_MODES
     for mode in modes[:-1]:
         try:
-            with context(), _quiet(FAKE_TENSOR_LOGGER):
+            with context(), _quiet(fake_tensor.__name__):
                 graph = make_fx(function, tracing_mode=mode, **options)(*args)
         except FrontendError:
             raise  # the function's own checks (the loss is not a scalar...): the same in every mode
@@ -145,13 +147,11 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
         return make_fx(function, tracing_mode=modes[-1], **options)(*args)
 
 
-FAKE_TENSOR_LOGGER = "torch._subclasses.fake_tensor"
-"""torch's logger of fake tensors, which logs an op it cannot run on them as an error before raising: quiet while
-a mode that may fail is tried (the next mode traces the function, or raises what is wrong with it)."""
-
-
 @contextlib.contextmanager
 def _quiet(name: str):
+    """The logger `name` quiet: torch's logger of fake tensors logs an op it cannot run on them as an error before
+    raising, which is no error while a mode that may fail is tried (the next mode traces the function, or
+    raises what is wrong with it)."""
     logger = logging.getLogger(name)
     level = logger.level
     logger.setLevel(logging.CRITICAL)

@@ -21,7 +21,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim, mentioned_dims
+from slicer.core.linalg_facts import (PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim, loop_sizes,
+                                     mentioned_dims)
 from slicer.core.names import DIM_ATTR
 from slicer.core.pipeline import run_pipeline
 
@@ -69,7 +70,7 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
         f"operand #{k} ({'input' if k < num_inputs else 'init'} {k if k < num_inputs else k - num_inputs})"
         for k in range(len(operands))
     )
-    sizes = _loop_sizes(generic, maps, len(iterators))
+    sizes = loop_sizes(generic, maps)
     tables = table_uses(generic, sizes)
     names += tuple(f"operand #{len(operands) + t} (a table the body reads with tensor.extract)"
                    for t in range(len(tables.tables)))
@@ -83,18 +84,6 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
             blocks.append((d, why))
     return OpRule(name, iterators, operands + tables.uses, results, combiners, tuple(blocks), names,
                   tables.gathers, tuple(shifts), len(tables.tables))
-
-
-def _loop_sizes(generic: ir.Operation, maps: list[ir.AffineMap], loops: int) -> list[int | None]:
-    """Each loop's static trip count, read from an operand dim that walks it plainly (None if none does)."""
-    sizes: list[int | None] = [None] * loops
-    for value, amap in zip(generic.operands, maps):
-        type_ = ir.RankedTensorType(value.type) if isinstance(value.type, ir.RankedTensorType) else None
-        for j, expr in enumerate(amap.results):
-            dim = loop_dim(expr)
-            if type_ is not None and dim is not None and sizes[dim] is None and not type_.is_dynamic_dim(j):
-                sizes[dim] = type_.shape[j]
-    return sizes
 
 
 def _dim_use(expr: ir.AffineExpr) -> DimUse:
