@@ -5,6 +5,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
+from slicer.core.capsules import TYPE_CAPSULE, capsule_pointer
 from slicer.core.names import LOOP, RANGE_PRODUCT
 from slicer.dialect import LoopOp, loop, yield_
 
@@ -48,6 +49,23 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         _fuse(first, second, journal, at=earlier if used_between else op)
         return True
     return False
+
+
+MIXED = "mixed"
+"""`sibling_facts`' result type of a loop whose results differ in type: it fuses with no loop."""
+
+
+def sibling_facts(op: ir.Operation) -> tuple[tuple, object]:
+    """What `fuse_sibling_loops` asks two loops to share before anything else, as (key, result type): the key is
+    their block (its owner's address), range type, action and mesh; the type is their results' one type (by
+    address: types are uniqued), None without results (which matches any), `MIXED` when they differ. Two loops
+    fuse only if their keys are equal and their types match. Fixed while the loop stays in its block."""
+    view = LoopOp(op)
+    types = {capsule_pointer(r.type._CAPIPtr, TYPE_CAPSULE) for r in op.results}
+    result_type = MIXED if len(types) > 1 else next(iter(types), None)
+    key = (op_id(as_op(op.parent)), capsule_pointer(view.range_arg.type._CAPIPtr, TYPE_CAPSULE), view.action,
+           view.mesh)
+    return key, result_type
 
 
 _SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME,

@@ -79,3 +79,48 @@ def test_worklist_on_a_training_step(stage):
     incremental = propagated(step.text, tactics, {"x": 2}, True)
     assert "fusion of sibling loops" in incremental
     assert incremental == propagated(step.text, tactics, {"x": 2}, False)
+
+
+def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(monkeypatch):
+    """An AdamW step of the training MLP under data + Megatron on 2x2 (loops over x around loops over y): the late
+    phase asks the fusion law only about loops with an earlier loop in their block of the same range type,
+    action, mesh and result type (`_Worklist._earliest_siblings`; the law refuses the others), and the program
+    is still the one asking every op gives."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    from slicer import strategies
+    from slicer.propagation import engine
+    from slicer.propagation.fusion import MIXED, sibling_facts
+
+    def has_earlier_sibling(op) -> bool:
+        group, result_type = sibling_facts(op)
+        for other in op.block.operations:
+            other = other.operation
+            if other == op:
+                return False
+            if other.name == op.name:
+                other_group, other_type = sibling_facts(other)
+                same_type = None in (result_type, other_type) or other_type == result_type
+                if other_group == group and MIXED not in (result_type, other_type) and same_type:
+                    return True
+        return False
+
+    asked, ask = [], engine._ask
+
+    def recording(op, journal, laws):
+        if laws is engine.LATE_LAWS:
+            asked.append(has_earlier_sibling(op))
+        return ask(op, journal, laws)
+
+    train = example_modules.load("torch/train_step.py", "train_step")
+    model, loss_fn, batch = train.mlp()
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.AdamW(0.01))
+    tactics = slicer.format_tactics(strategies.data_parallel(step, "x") +
+                                    strategies.megatron(step, "y", column=["0.*"], row=["2.weight"]))
+    mesh = {"x": 2, "y": 2}
+    monkeypatch.setattr(engine, "_ask", recording)
+    incremental = propagated(step.text, tactics, mesh, True)
+    monkeypatch.setattr(engine, "_ask", ask)
+    assert "fusion of sibling loops" in incremental
+    assert asked and all(asked), f"{asked.count(False)} of {len(asked)} loops asked had no sibling to fuse with"
+    assert incremental == propagated(step.text, tactics, mesh, False)
