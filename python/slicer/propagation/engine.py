@@ -46,8 +46,8 @@ from slicer.dialect import SliceOp, walk_ops
 
 from .ir_utils import (BlockOrder, ancestors, as_op, captured_values, defining_op, enclosing_loops, op_id,
                        walk_captured)
-from .laws import (LATE_LAWS, LAWS, MIXED, Journal, RewriteListener, duplicate_candidates, sibling_facts, tactic_name,
-                   tile_loop_of)
+from .laws import (LATE_LAWS, LAWS, MIXED, Journal, RewriteListener, duplicate_candidates, may_fuse, sibling_facts,
+                   tactic_name, tile_loop_of)
 
 REWRITES_PER_OP = 64
 """The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop
@@ -320,13 +320,10 @@ class _Worklist(RewriteListener):
         return earliest
 
     def _has_earlier_sibling(self, op: ir.Operation, key: float, earliest: dict[tuple, dict]) -> bool:
-        group, result_type = self._facts(op_id(op), op)
-        found = earliest.get(group)
-        if not found or result_type == MIXED:
-            return False
-        if result_type is None:  # no results: any type matches
-            return min(found.values()) < key
-        return min(found.get(result_type, math.inf), found.get(None, math.inf)) < key
+        facts = self._facts(op_id(op), op)
+        group = facts[0]
+        return any(first < key and may_fuse((group, result_type), facts)
+                   for result_type, first in earliest.get(group, {}).items())
 
     def _unsettled_loops(self, settled: float) -> list[ir.Operation]:
         """The loops nested in the function whose subtree does not end before `settled`, in pre-order: the

@@ -14,6 +14,30 @@ from .journal import Journal
 from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
 
 
+MIXED = "mixed"
+"""`sibling_facts`' result type of a loop whose results differ in type: it fuses with no loop."""
+
+
+def sibling_facts(op: ir.Operation) -> tuple[tuple, object]:
+    """What `fuse_sibling_loops` asks two loops to share before anything else, as (key, result type): the key is
+    their block (its owner's address), range type, action and mesh; the type is their results' one type (by
+    address: types are uniqued), None without results (which matches any), `MIXED` when they differ. Two loops
+    fuse only if these match (`may_fuse`). Fixed while the loop stays in its block."""
+    view = LoopOp(op)
+    types = {capsule_pointer(r.type._CAPIPtr, TYPE_CAPSULE) for r in op.results}
+    result_type = MIXED if len(types) > 1 else next(iter(types), None)
+    key = (op_id(as_op(op.parent)), capsule_pointer(view.range_arg.type._CAPIPtr, TYPE_CAPSULE), view.action,
+           view.mesh)
+    return key, result_type
+
+
+def may_fuse(a: tuple[tuple, object], b: tuple[tuple, object]) -> bool:
+    """Do two loops' `sibling_facts` allow fusing them: the same key, and results of one type between them (a
+    loop's results share one type, see `_make_loop`)?"""
+    (key_a, type_a), (key_b, type_b) = a, b
+    return key_a == key_b and MIXED not in (type_a, type_b) and (None in (type_a, type_b) or type_a == type_b)
+
+
 def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
     """Two loops in one block over the same range with the same action, neither using the other's results,
     that read a common value, are one loop with both bodies and all results.
@@ -24,21 +48,16 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
     and asking every pair of a block made the late phase quadratic in the number of loops."""
     if op.name != LOOP:
         return False
-    second = LoopOp(op)
+    facts = sibling_facts(op)
     captured = captured_values(op)
     producers = None  # the producers in `op`'s block of what it reads (`_producers_in_block`), once asked
     for earlier in _candidates(op, captured, journal.unchanged):
-        first = LoopOp(earlier)
-        if (first.range_arg.type != second.range_arg.type or first.action != second.action
-                or first.mesh != second.mesh):
+        if not may_fuse(sibling_facts(earlier), facts):
             continue
-        types = [r.type for r in first.results + second.results]
-        if any(t != types[0] for t in types[1:]):
-            continue  # a loop's results share one type (see _make_loop)
         # The fused loop stands where the second one is if nothing between them uses the first's results,
         # else where the first is if the second needs nothing defined between. Neither: no fusion, and the
         # (costlier) dependence walk is not needed (most candidates of a training step's loops end here).
-        used_between = any(_used_between(r, earlier, op) for r in first.results)
+        used_between = any(_used_between(r, earlier, op) for r in earlier.results)
         if used_between:
             producers = _producers_in_block(op, captured) if producers is None else producers
             if any(earlier.is_before_in_block(p) for p in producers):
@@ -46,26 +65,9 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
         if _depends_on(op, earlier):
             continue
         journal.rewriting(op, anchor=earlier if used_between else op)
-        _fuse(first, second, journal, at=earlier if used_between else op)
+        _fuse(LoopOp(earlier), LoopOp(op), journal, at=earlier if used_between else op)
         return True
     return False
-
-
-MIXED = "mixed"
-"""`sibling_facts`' result type of a loop whose results differ in type: it fuses with no loop."""
-
-
-def sibling_facts(op: ir.Operation) -> tuple[tuple, object]:
-    """What `fuse_sibling_loops` asks two loops to share before anything else, as (key, result type): the key is
-    their block (its owner's address), range type, action and mesh; the type is their results' one type (by
-    address: types are uniqued), None without results (which matches any), `MIXED` when they differ. Two loops
-    fuse only if their keys are equal and their types match. Fixed while the loop stays in its block."""
-    view = LoopOp(op)
-    types = {capsule_pointer(r.type._CAPIPtr, TYPE_CAPSULE) for r in op.results}
-    result_type = MIXED if len(types) > 1 else next(iter(types), None)
-    key = (op_id(as_op(op.parent)), capsule_pointer(view.range_arg.type._CAPIPtr, TYPE_CAPSULE), view.action,
-           view.mesh)
-    return key, result_type
 
 
 _SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME,

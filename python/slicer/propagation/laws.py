@@ -33,7 +33,7 @@ Provenance: loops made by the laws carry `slicer.rule` (which rule) and inherit
 from __future__ import annotations
 
 from .blockwise import Candidate, forward_candidates, pull_op_into_loop, push_slice_into_producer
-from .fusion import MIXED, fuse_sibling_loops, fusion_candidates, sibling_facts
+from .fusion import MIXED, fuse_sibling_loops, fusion_candidates, may_fuse, sibling_facts
 from .journal import Journal, RewriteListener
 from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
 from .merging import duplicate_candidates, eliminate_dead, hoist_invariant, merge_duplicate_loop, merge_duplicate_slice
@@ -57,6 +57,6 @@ LATE_LAWS = (fuse_sibling_loops,)
 __all__ = [
     "LAWS", "LATE_LAWS", "MIXED", "NO_PRIORITY", "Candidate", "Journal", "RewriteListener", "commute_slice_into_loop",
     "compose_slices", "deforest", "duplicate_candidates", "eliminate_dead", "forward_candidates", "fuse_sibling_loops",
-    "fusion_candidates", "hoist_invariant", "merge_duplicate_loop", "merge_duplicate_slice", "order_slices",
+    "fusion_candidates", "hoist_invariant", "may_fuse", "merge_duplicate_loop", "merge_duplicate_slice", "order_slices",
     "priority", "pull_op_into_loop", "push_slice_into_producer", "sibling_facts", "tactic_name", "tile_loop_of",
 ]
