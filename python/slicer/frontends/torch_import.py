@@ -93,8 +93,9 @@ def export(torch, fx, module, args, what: str) -> str:
 
 def trace(torch, function, args):
     """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it with gradients enabled
-    (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the graph writes into one of its arguments (a buffer
-    updated in training mode: Slicer's programs are functions of their arguments), else what tracing raises.
+    (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the
+    graph writes into one of its arguments (a buffer updated in training mode: Slicer's programs are functions of
+    their arguments), else what tracing raises.
 
     In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
@@ -125,8 +126,8 @@ example's, which is what Slicer's static shapes need."""
 
 
 def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
-    """make_fx's graph of `function(*args)`, in the first of `modes` that traces it with static shapes (see
-    `TRACING_MODES`); the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
+    """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
+    the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself), else as it is (its aten graph traced again, see `trace`)."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
 
@@ -163,13 +164,9 @@ def _quiet(name: str):
 
 def _has_symbolic_shapes(torch, graph) -> bool:
     """Does a value of `graph` have a size that is a symbol (a data-dependent shape, traced on fake tensors)?"""
-    for node in graph.graph.nodes:
-        for value in torch.utils._pytree.tree_leaves(node.meta.get("val")):
-            if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
-                return True
-            if isinstance(value, torch.SymInt):
-                return True
-    return False
+    values = (v for node in graph.graph.nodes for v in torch.utils._pytree.tree_leaves(node.meta.get("val")))
+    return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and
+                                                 any(isinstance(d, torch.SymInt) for d in v.shape)) for v in values)
 
 
 def _schema(node):
