@@ -90,20 +90,15 @@ def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(mon
     pytest.importorskip("torch_mlir")
     from slicer import strategies
     from slicer.propagation import engine
-    from slicer.propagation.fusion import MIXED, sibling_facts
+    from slicer.propagation.fusion import may_fuse, sibling_facts
 
     def has_earlier_sibling(op) -> bool:
-        group, result_type = sibling_facts(op)
+        earlier = []
         for other in op.block.operations:
-            other = other.operation
-            if other == op:
-                return False
-            if other.name == op.name:
-                other_group, other_type = sibling_facts(other)
-                same_type = None in (result_type, other_type) or other_type == result_type
-                if other_group == group and MIXED not in (result_type, other_type) and same_type:
-                    return True
-        return False
+            if other.operation == op:
+                break
+            earlier.append(other.operation)
+        return any(o.name == op.name and may_fuse(sibling_facts(o), sibling_facts(op)) for o in earlier)
 
     asked, ask = [], engine._ask
 
