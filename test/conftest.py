@@ -30,6 +30,8 @@ import pytest
 os.environ.setdefault("SLICER_OVERSUBSCRIBE", "1")
 # Plans must not depend on this machine's `slicer-plan --calibrate` figures (redistribution.costs).
 os.environ.setdefault("SLICER_COST_MODEL", "builtin")
+# Nor the search's choices on its kernel figures (slicer.automatic.machine, `slicer-plan --calibrate kernels`).
+os.environ.setdefault("SLICER_MACHINE", "builtin")
 # MPI ranks share the cores with the other test worker: a waiting rank sleeps instead of spinning.
 os.environ.setdefault("SLICER_MPI_YIELD", "1")
 # Program.run reuses a job per rank count (slicer.runtime.rank_pool) instead of starting ranks for every call:

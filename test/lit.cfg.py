@@ -33,3 +33,4 @@ config.environment["PYTHONUNBUFFERED"] = "1"
 config.environment["PYTHONPATH"] = os.path.join(repo, "python")
 # Plans must not depend on this machine's `slicer-plan --calibrate` figures.
 config.environment["SLICER_COST_MODEL"] = "builtin"
+config.environment["SLICER_MACHINE"] = "builtin"

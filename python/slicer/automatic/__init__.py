@@ -16,7 +16,8 @@ import time
 from slicer.core.errors import AutoError, CompileError, InvalidTactic
 from slicer.tactics import Replicate, Tile, format_tactics
 
-from .cost_model import Estimate, Evaluator, Machine
+from .cost_model import Estimate, Evaluator
+from .machine import Machine
 from .explanation import AutoResult
 from .options import check_mesh, check_objective, parse_budget
 from .descent import Predicted, Search, timed_search

@@ -29,51 +29,11 @@ from slicer.redistribution.costs import CostModel
 from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
 from slicer.spmd.bucketing import bucket_bytes
 
+from .machine import Machine
 from .peak_memory import MemoryTrace
 from .sketch import VIEW_OPS, OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
-
-
-@dataclass(frozen=True)
-class Machine:
-    """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
-    other ops in FLOP/s and bytes/s, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
-    (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer: the
-    other ranks post it up to `sync_seconds` later (ranks sharing cores drift apart; hidden when it is posted
-    long before it is needed, `wait_for`) and the rank's own work on it (`collective_seconds`: packing, issuing,
-    unpacking, on the core the kernels need).
-
-    Fitted to whole programs measured on this machine's 2 ranks on 2026-11-27 (load average 1.6-2.4): the 15
-    hand-written contenders of benchmarks/auto.py on mesh 2 (mlp, attention, GPT-2 block, 4-layer GPT forward and
-    AdamW training step, each with `data`, `megatron` and `fsdp`; the median of 3 interleaved rounds of 5 runs),
-    their kernel graphs priced by `graph_cost.price_graph`, the figures chosen on a grid to minimise the worst
-    relative error: every one of the 15 within 21% (the forwards of the GPT and the block within 0-19%, the
-    training steps 17-21% low: their backward kernels run slower per FLOP than the forward's, which one rate per
-    kind of op does not follow). The packed GEMMs run at ~150 GFLOP/s when the cores are free (~85 at load 4,
-    ~30 before the kernel throughput work); each op of a fused kernel costs ~5 us beyond its work, each kernel call
-    ~20 us; a collective ~0.1 ms of the rank's own work. Under heavier load every figure worsens (the GPT forward
-    measured 11.7 ms at load 4 against 6.9 at load 2; a collective's lag grows to 1-4 ms at load 7), which these
-    figures do not follow."""
-
-    contraction_flops: float = 1.5e11
-    vector_flops: float = 3.0e9
-    bandwidth: float = 4.0e10
-    op_seconds: float = 5.0e-6
-    kernel_seconds: float = 2.0e-5
-    run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (argument and result blocks, the first call)
-    sync_seconds: float = 5.0e-5
-    collective_seconds: float = 1.0e-4
-    overlap: float = 0.5  # the share of a collective's transfer kernels can hide: ranks progress MPI between
-    #                       kernels, and shared-memory copies run on the same cores as the kernels
-
-    def op_time(self, flops: float, contraction: bool, produced: int) -> float:
-        """Seconds of one op doing `flops` (a contraction's, or other) and storing `produced` bytes."""
-        if contraction:
-            seconds = flops / self.contraction_flops
-        else:
-            seconds = max(flops / self.vector_flops, 2 * produced / self.bandwidth)
-        return seconds + (self.op_seconds if flops else 0.0)
 
 
 @dataclass(frozen=True)
@@ -136,7 +96,7 @@ class Evaluator:
                  follow: dict[int, int] | None = None):
         self.sketch, self.mesh = sketch, mesh
         self.comm = comm or CostModel.default()
-        self.machine = machine or Machine()
+        self.machine = machine or Machine.default()
         self.follow = follow or {}  # result index -> the argument whose layout it leaves in
         self.root = _view_roots(sketch)  # a view's result -> the value whose bytes it shares
         self.last_use = _last_uses(sketch, self.root)

@@ -25,13 +25,13 @@ time, then total bytes.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slicer.core.errors import RedistributionError
+from slicer.core.figure_files import chosen_figures, read_figures, write_figures
 from slicer.core.mesh import Mesh
 
 from . import subaxes
@@ -43,7 +43,6 @@ DEFAULT_BANDWIDTH = 2.0e9
 FS = 10 ** 15  # search time unit: femtoseconds
 OBJECTIVES = ("time", "bytes")
 ENV = "SLICER_COST_MODEL"
-_LOADED: dict = {}  # (path, modification time) -> the model read from it
 
 
 @dataclass(frozen=True)
@@ -96,43 +95,18 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CostModel":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise RedistributionError(f"cannot read the cost model {path}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise RedistributionError(f"cost model {path} is not JSON ({exc}); rerun slicer-plan --calibrate") from None
-        if not isinstance(data, dict):
-            raise RedistributionError(f"cost model {path} is not a JSON object; rerun slicer-plan --calibrate")
+        data = read_figures(path, "the cost model", RedistributionError, "slicer-plan --calibrate")
         return cls.from_dict(data, str(path))
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
-        path = Path(path) if path is not None else calibration_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        return path
+        return write_figures(Path(path) if path is not None else calibration_path(), self.to_dict())
 
     @classmethod
     def default(cls) -> "CostModel":
         """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
         the calibration file if there is one, else the built-in figures. A file is read again only when it
         changes (plans ask for the default model every time)."""
-        chosen = os.environ.get(ENV, "")
-        if chosen == "builtin":
-            return cls()
-        path = Path(chosen) if chosen else calibration_path()
-        try:
-            stamp = path.stat().st_mtime_ns
-        except OSError:
-            if chosen:
-                return cls.load(path)  # raises, naming the file
-            return cls()
-        key = (str(path), stamp)
-        if key not in _LOADED:
-            _LOADED.clear()
-            _LOADED[key] = cls.load(path)
-        return _LOADED[key]
+        return chosen_figures(ENV, calibration_path(), cls, cls.load)
 
     def with_objective(self, objective: str) -> "CostModel":
         return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)

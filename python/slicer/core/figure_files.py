@@ -1,0 +1,56 @@
+"""Figures measured on this machine and stored in a file (the links' `redistribution.costs.CostModel`, the kernels'
+`automatic.machine.Machine`): which file a process uses, read once per change."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+_LOADED: dict = {}  # (kind, path, modification time) -> the figures read from it
+
+
+def chosen_figures(env: str, calibrated: Path, builtin: Callable[[], T], load: Callable[[Path], T]) -> T:
+    """`$env` (a path, or `builtin` for the built-in figures), else the `calibrated` file if there is one, else the
+    built-in figures. A file is read again only when it changes (callers ask for their figures at every use); a
+    file `$env` names that cannot be read raises, as `load` says."""
+    chosen = os.environ.get(env, "")
+    if chosen == "builtin":
+        return builtin()
+    path = Path(chosen) if chosen else calibrated
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        if chosen:
+            return load(path)  # raises, naming the file
+        return builtin()
+    key = (env, str(path), stamp)
+    if key not in _LOADED:
+        for old in [k for k in _LOADED if k[0] == env]:
+            del _LOADED[old]
+        _LOADED[key] = load(path)
+    return _LOADED[key]
+
+
+def read_figures(path: Path, what: str, error: type[Exception], rerun: str) -> dict:
+    """The JSON object stored at `path`; `error` naming `what` (e.g. "the cost model") and the command that
+    writes a good file (`rerun`) when it cannot be read or is not a JSON object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} {path} is not JSON ({exc}); rerun {rerun}") from None
+    if not isinstance(data, dict):
+        raise error(f"{what} {path} is not a JSON object; rerun {rerun}")
+    return data
+
+
+def write_figures(path: Path, data: dict) -> Path:
+    """Store `data` at `path` as JSON (its folder made if needed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
