@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 
-from .cost_model import Collective, Estimate, Machine
+from .cost_model import Collective, Estimate
+from .machine import Machine
 from .sketch import VIEW_OPS, Sketch, read_kernels
 
 
-def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
+def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None = None) -> Estimate:
     """The estimate of running `graph` once: compute, communication exposed and overlapped, its collectives and
-    its peak bytes per device."""
-    kernels = read_kernels(graph.kernels_mlir) if graph.kernels_mlir else {}
+    its peak bytes per device. `kernels`: the graph's `graph_kernels`, when read already (a calibration prices
+    the same graphs with many sets of figures)."""
+    kernels = graph_kernels(graph) if kernels is None else kernels
     est = Estimate()
     clock = link = 0.0
     ready: dict[str, float] = {}
@@ -67,6 +69,11 @@ def price_graph(graph: KernelGraph, machine: Machine, comm) -> Estimate:
     est.compute += machine.run_seconds
     est.peak_bytes = int(graph.peak_bytes_per_device()[0])
     return est
+
+
+def graph_kernels(graph: KernelGraph) -> dict[str, Sketch]:
+    """Each kernel of `graph` read as the model reads a program (`sketch.read_kernels`), by name."""
+    return read_kernels(graph.kernels_mlir) if graph.kernels_mlir else {}
 
 
 def collective_seconds(graph: KernelGraph, node: CollectiveNode, comm) -> tuple[float, int, tuple[str, ...]]:

@@ -4,10 +4,14 @@ Example: ``slicer-plan --mesh x=2,y=4 --shape 1024x1024 --src '[[x],[y]]' --dst 
 Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistribution.md). ``--cost bytes``
 minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
 ``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
-``slicer-plan --calibrate [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]`` measures the
-figures with the MPI executor on this machine, or on the hosts the given mpiexec starts ranks on (per axis
-with ``--mesh``: an axis across hosts gets its own, slower, figures), and stores them where every plan finds
-them (``$XDG_CACHE_HOME/slicer/cost_model.json``, or ``--output``).
+``slicer-plan --calibrate [all|links|kernels] [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]
+[--machine-output FILE]`` measures this machine's figures and stores them where every plan and search finds them:
+the links' latency and bandwidth with the MPI executor on this machine, or on the hosts the given mpiexec starts
+ranks on (per axis with ``--mesh``: an axis across hosts gets its own, slower, figures), in
+``$XDG_CACHE_HOME/slicer/cost_model.json`` (or ``--output``); and the kernels' figures `slicer.auto` prices
+programs with (`slicer.automatic.Machine`: probe programs compiled and run on one rank per core, at most
+``--ranks``; `slicer.tools.machine_probes`), in ``machine.json`` beside it (or ``--machine-output``). ``all``
+(the default) measures the links first, so the kernels' fit prices the probes' collectives with them.
 Exit codes as every tool (``slicer.tools.cli``): 0 ok; 1 no plan, a failed ``--check`` or calibration run;
 2 a bad command line (a flag, mesh, shape, type or cost-model file that cannot be used), with
 ``slicer-plan: error: <message>`` on stderr (never a traceback).
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.automatic.machine import machine_path
 from slicer.core.dtypes import NUMPY_DTYPES
 from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
@@ -31,8 +36,11 @@ from slicer.runtime.calibration import model_from
 from slicer.runtime.mpiexec import run_spmd
 
 from .cli import EXIT_FAILURE, EXIT_OK, failure, usage_error
+from .machine_probes import calibrate_machine, default_ranks
 
 PROG = "slicer-plan"
+
+CALIBRATIONS = ("all", "links", "kernels")
 
 #: Above this many elements ``--check`` simulates on a smaller array with the same types.
 CHECK_LIMIT = 1 << 24
@@ -58,10 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--axis-bandwidth", action="append", default=[], metavar="AXIS=BYTES_PER_S",
                    help="bandwidth of the links of one axis (repeatable)")
     p.add_argument("--cost-model", help="read the figures from this JSON file instead")
-    p.add_argument("--calibrate", action="store_true",
-                   help="measure latency and bandwidth with the MPI executor and store them (see --ranks, --output)")
+    p.add_argument("--calibrate", nargs="?", const="all", choices=CALIBRATIONS,
+                   help="measure this machine's figures and store them: the links' latency and bandwidth (links), the "
+                        "kernels' figures slicer.auto uses (kernels), or both (all, the default; see --ranks, --output)")
     p.add_argument("-n", "--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
-    p.add_argument("-o", "--output", metavar="FILE", help="where --calibrate stores the figures (default: the user cache)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where --calibrate stores the links' figures (default: the user cache)")
+    p.add_argument("--machine-output", metavar="FILE",
+                   help="where --calibrate stores the kernels' figures (default: machine.json in the user cache)")
     p.add_argument("--mpiexec", help="mpiexec for --calibrate (default: beside this Python, then PATH); a wrapper "
                                      "that starts ranks on several hosts calibrates the links between them")
     return p
@@ -125,7 +137,30 @@ def calibration_mesh(args) -> Mesh | None:
 
 
 def calibrate(args, mesh: Mesh | None) -> int:
-    """``--calibrate``: run the measurement on ``--ranks`` ranks, fit, store, print."""
+    """``--calibrate``: the links' figures, then the kernels', as asked (see the module docstring)."""
+    if args.calibrate in ("all", "links"):
+        calibrate_links(args, mesh)
+    if args.calibrate in ("all", "kernels"):
+        calibrate_kernels(args)
+    return EXIT_OK
+
+
+def calibrate_kernels(args) -> None:
+    """The kernels' figures: the probes run on one rank per core (at most ``--ranks``), fitted, stored, printed
+    with each probe's measured time and the fitted figures' error on it."""
+    ranks = max(1, min(args.ranks, default_ranks()))
+    path = Path(args.machine_output) if args.machine_output else machine_path()
+    machine, measured, errors = calibrate_machine(ranks, mpiexec=args.mpiexec,
+                                                  source=f"calibrated on {ranks} rank(s), {path}")
+    machine.save(path)
+    for probe, error in zip(measured, errors):
+        print(f"  {probe.probe.name}: {probe.seconds * 1e3:.3f} ms measured, {error:+.0%} fitted")
+    print(f"kernels: {machine}")
+    print(f"stored in {path}")
+
+
+def calibrate_links(args, mesh: Mesh | None) -> None:
+    """The links' figures: the measurement on ``--ranks`` ranks, fitted, stored, printed."""
     argv = [sys.executable, "-m", "slicer.runtime.calibration"]
     if mesh is not None:
         argv += ["--mesh", str(mesh)]
@@ -142,7 +177,6 @@ def calibrate(args, mesh: Mesh | None) -> int:
     model.save(path)
     print(f"cost model: {model}")
     print(f"stored in {path}")
-    return EXIT_OK
 
 
 def read_command_line(args) -> tuple[Mesh, tuple[int, ...], DistType, DistType, CostModel]:

@@ -2,6 +2,7 @@
 errors."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_cost_options():
 
 def test_calibrate_stores_figures_that_plans_use(tmp_path):
     out = tmp_path / "model.json"
-    r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "-n", "2",
+    r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "links", "-n", "2",
                         "--mesh", "x=2", "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
@@ -106,3 +107,24 @@ def test_calibrate_stores_figures_that_plans_use(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "--ranks", "4",
                           "--mesh", "x=2"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "has 2 devices but --ranks is 4" in bad.stderr
+
+
+def test_calibrate_kernels_stores_the_figures_the_search_reads(tmp_path):
+    """`--calibrate kernels`: the probes run on the ranks, the fitted figures are stored and read back by
+    `Machine.default` through $SLICER_MACHINE; each probe is reported with the fit's error on it."""
+    from slicer.automatic.machine import FIGURES, Machine
+
+    out = tmp_path / "machine.json"
+    r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "kernels", "-n", "2",
+                        "--machine-output", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    stored = json.loads(out.read_text())
+    assert set(FIGURES) <= set(stored) and all(stored[name] > 0 for name in FIGURES)
+    assert "matmul 512^3:" in r.stdout and f"stored in {out}" in r.stdout
+    env = {**os.environ, "SLICER_MACHINE": str(out)}
+    read = subprocess.run([sys.executable, "-c", "from slicer.automatic import Machine; "
+                           "print(Machine.default().contraction_flops)"], capture_output=True, text=True, env=env)
+    assert float(read.stdout) == stored["contraction_flops"] != Machine().contraction_flops
+    bad = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "everything"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'everything'" in bad.stderr

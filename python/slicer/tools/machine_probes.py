@@ -1,0 +1,227 @@
+"""Measuring this machine's kernel figures (`slicer.automatic.Machine`) for `slicer-plan --calibrate kernels`.
+
+Small programs, each leaning on one or two figures, are compiled by the real pipeline (`slicer.compile`) and run on
+the machine's MPI ranks, one per core (what the search's programs do); their kernel graphs and median times go to
+`automatic.machine_fit.fit_machine`, which finds the figures that price them as measured. The probes (sizes per
+rank; the first dim is tiled over the ranks):
+
+- matmuls of 512^3, 128x256x256 and 32x64x64: the contraction rate, and the per-run, per-kernel and per-op costs
+  the small one is made of;
+- a tanh-GELU over 512x1024: the other ops' arithmetic rate;
+- a transpose of 1024x1024: the bandwidth (no arithmetic);
+- a chain of 16 small elementwise ops: the per-op cost;
+- on more than one rank, a matmul whose contraction is split (an all_reduce of its 128x128 result) and one whose
+  weight is sharded (an all_gather of it before the op): a collective's own work and lag.
+
+Each probe's time is the median of `rounds` rounds, interleaved (the machine's load comes and goes), each the
+median of `repeat` runs of the slowest rank.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from slicer.automatic.machine import Machine
+from slicer.automatic.machine_fit import fit_machine, relative_errors
+from slicer.core.mesh import Mesh
+from slicer.redistribution.costs import CostModel
+from slicer.tactics import parse_tactics
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe program: its name, MLIR text (global shapes for `ranks` ranks), tactics, argument shapes, and
+    whether it needs more than one rank (its point is a collective)."""
+
+    name: str
+    text: str
+    tactics: str
+    shapes: tuple[tuple[int, ...], ...]
+    collective: bool = False
+
+
+def _func(args: list[tuple[str, str]], result: str, body: str) -> str:
+    signature = ", ".join(f"%{name}: {type_}" for name, type_ in args)
+    return f"func.func @main({signature}) -> {result} {{\n{body}}}\n"
+
+
+def _matmul(name: str, m: int, k: int, n: int, tactics: str, collective: bool = False) -> Probe:
+    a, b, c = f"tensor<{m}x{k}xf32>", f"tensor<{k}x{n}xf32>", f"tensor<{m}x{n}xf32>"
+    body = (f"  %zero = arith.constant 0.0 : f32\n  %e = tensor.empty() : {c}\n"
+            f"  %init = linalg.fill ins(%zero : f32) outs(%e : {c}) -> {c}\n"
+            f"  %r = linalg.matmul ins(%a, %b : {a}, {b}) outs(%init : {c}) -> {c}\n  return %r : {c}\n")
+    return Probe(name, _func([("a", a), ("b", b)], c, body), tactics, ((m, k), (k, n)), collective)
+
+
+def _generic(out: str, maps: list[str], iterators: list[str], ins: list[tuple[str, str]], init: tuple[str, str],
+             body: list[str], result: str, dims: str = "(i, j)") -> str:
+    """One linalg.generic assigning `out`: `ins` and `init` (value, type) with `maps` (the last for the init),
+    `body` lines over block arguments %a0.. (inputs) and %acc (the init), yielding %y."""
+    args = ", ".join([f"%a{k}: f32" for k in range(len(ins))] + ["%acc: f32"])
+    maps_text = ", ".join(f"affine_map<{dims} -> {m}>" for m in maps)
+    iterators_text = ", ".join(f'"{i}"' for i in iterators)
+    lines = "".join(f"    {line}\n" for line in body)
+    return (f"  {out} = linalg.generic {{indexing_maps = [{maps_text}], iterator_types = [{iterators_text}]}} "
+            f"ins({', '.join(v for v, _ in ins)} : {', '.join(t for _, t in ins)}) outs({init[0]} : {init[1]}) {{\n"
+            f"  ^bb0({args}):\n{lines}    linalg.yield %y : f32\n  }} -> {result}\n")
+
+
+def _mlp(name: str, rows: int, d: int, hidden: int, tactics: str, collective: bool = False) -> Probe:
+    """A transformer MLP as PyTorch's import writes it: each linear a transposed weight, a matmul into a zero
+    accumulator and a broadcast bias; a tanh-GELU between (the mix of ops whole programs are made of)."""
+    x, w1, b1, w2, b2 = (f"tensor<{rows}x{d}xf32>", f"tensor<{hidden}x{d}xf32>", f"tensor<{hidden}xf32>",
+                         f"tensor<{d}x{hidden}xf32>", f"tensor<{d}xf32>")
+    body = ["  %zero = arith.constant 0.0 : f32\n"]
+
+    def linear(out, inp, in_type, weight, w_type, bias, b_type, k, n):
+        t_type, r_type = f"tensor<{k}x{n}xf32>", f"tensor<{rows}x{n}xf32>"
+        return (f"  %{out}_te = tensor.empty() : {t_type}\n"
+                f"  %{out}_t = linalg.transpose ins({weight} : {w_type}) outs(%{out}_te : {t_type}) "
+                "permutation = [1, 0]\n"
+                f"  %{out}_e = tensor.empty() : {r_type}\n"
+                f"  %{out}_z = linalg.fill ins(%zero : f32) outs(%{out}_e : {r_type}) -> {r_type}\n"
+                f"  %{out}_m = linalg.matmul ins({inp}, %{out}_t : {in_type}, {t_type}) outs(%{out}_z : {r_type}) "
+                f"-> {r_type}\n"
+                + _generic(f"%{out}", ["(i, j)", "(j)", "(i, j)"], ["parallel", "parallel"],
+                           [(f"%{out}_m", r_type), (bias, b_type)], (f"%{out}_e", r_type),
+                           ["%y = arith.addf %a0, %a1 : f32"], r_type))
+
+    h_type = f"tensor<{rows}x{hidden}xf32>"
+    body.append(linear("h", "%x", x, "%w1", w1, "%b1", b1, d, hidden))
+    body.append(_generic("%g", ["(i, j)", "(i, j)"], ["parallel", "parallel"], [("%h", h_type)], ("%h_e", h_type),
+                         ["%c0 = arith.constant 0.044715 : f32", "%c1 = arith.constant 0.7978846 : f32",
+                          "%half = arith.constant 0.5 : f32", "%one = arith.constant 1.0 : f32",
+                          "%x2 = arith.mulf %a0, %a0 : f32", "%x3 = arith.mulf %x2, %a0 : f32",
+                          "%s = arith.mulf %x3, %c0 : f32", "%u = arith.addf %a0, %s : f32",
+                          "%w = arith.mulf %u, %c1 : f32", "%th = math.tanh %w : f32",
+                          "%p = arith.addf %th, %one : f32", "%h2 = arith.mulf %a0, %half : f32",
+                          "%y = arith.mulf %h2, %p : f32"], h_type))
+    body.append(linear("o", "%g", h_type, "%w2", w2, "%b2", b2, hidden, d))
+    body.append(f"  return %o : {x}\n")
+    text = _func([("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)], x, "".join(body))
+    return Probe(name, text, tactics, ((rows, d), (hidden, d), (hidden,), (d, hidden), (d,)), collective)
+
+
+def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, collective: bool = False) -> Probe:
+    """A linear layer's backward as a training step has it: the input's gradient (dy @ W), the weight's (dy^T @ x,
+    a contraction over the rows: partial sums when the rows are tiled, all_reduced) and the bias's (dy's column
+    sums, a reduction over the rows), then an Adam-like update of the weight (sqrt, division) by its gradient."""
+    x, dy, w = f"tensor<{rows}x{d}xf32>", f"tensor<{rows}x{hidden}xf32>", f"tensor<{hidden}x{d}xf32>"
+    dyt, b = f"tensor<{hidden}x{rows}xf32>", f"tensor<{hidden}xf32>"
+    body = ("  %zero = arith.constant 0.0 : f32\n"
+            f"  %xe = tensor.empty() : {x}\n  %xz = linalg.fill ins(%zero : f32) outs(%xe : {x}) -> {x}\n"
+            f"  %dx = linalg.matmul ins(%dy, %w : {dy}, {w}) outs(%xz : {x}) -> {x}\n"
+            f"  %te = tensor.empty() : {dyt}\n"
+            f"  %dyt = linalg.transpose ins(%dy : {dy}) outs(%te : {dyt}) permutation = [1, 0]\n"
+            f"  %we = tensor.empty() : {w}\n  %wz = linalg.fill ins(%zero : f32) outs(%we : {w}) -> {w}\n"
+            f"  %dw = linalg.matmul ins(%dyt, %x : {dyt}, {x}) outs(%wz : {w}) -> {w}\n"
+            f"  %be = tensor.empty() : {b}\n  %bz = linalg.fill ins(%zero : f32) outs(%be : {b}) -> {b}\n"
+            + _generic("%db", ["(i, j)", "(j)"], ["reduction", "parallel"], [("%dy", dy)], ("%bz", b),
+                       ["%y = arith.addf %acc, %a0 : f32"], b)
+            + _generic("%nw", ["(i, j)", "(i, j)", "(i, j)"], ["parallel", "parallel"], [("%w", w), ("%dw", w)],
+                       ("%we", w), ["%lr = arith.constant 1.0e-03 : f32", "%eps = arith.constant 1.0e-08 : f32",
+                                    "%g2 = arith.mulf %a1, %a1 : f32", "%r = math.sqrt %g2 : f32",
+                                    "%den = arith.addf %r, %eps : f32", "%q = arith.divf %a1, %den : f32",
+                                    "%s = arith.mulf %q, %lr : f32", "%y = arith.subf %a0, %s : f32"], w)
+            + f"  return %dx, %nw, %db : {x}, {w}, {b}\n")
+    return Probe(name, _func([("x", x), ("dy", dy), ("w", w)], f"({x}, {w}, {b})", body), tactics,
+                 ((rows, d), (rows, hidden), (hidden, d)), collective)
+
+
+def _norm_softmax(rows: int, cols: int) -> Probe:
+    """A layer norm then a softmax over each row: row reductions (sums, a max), broadcasts, sqrt, exp, divisions."""
+    t, r = f"tensor<{rows}x{cols}xf32>", f"tensor<{rows}xf32>"
+    row, full, red, par = "(i)", "(i, j)", ["parallel", "reduction"], ["parallel", "parallel"]
+    body = ("  %zero = arith.constant 0.0 : f32\n  %low = arith.constant -3.0e+38 : f32\n"
+            f"  %re = tensor.empty() : {r}\n  %e = tensor.empty() : {t}\n"
+            f"  %z = linalg.fill ins(%zero : f32) outs(%re : {r}) -> {r}\n"
+            f"  %l = linalg.fill ins(%low : f32) outs(%re : {r}) -> {r}\n"
+            + _generic("%sum", [full, row], red, [("%x", t)], ("%z", r), ["%y = arith.addf %acc, %a0 : f32"], r)
+            + _generic("%c", [full, row, full], par, [("%x", t), ("%sum", r)], ("%e", t),
+                       [f"%n = arith.constant {float(cols)} : f32", "%m = arith.divf %a1, %n : f32",
+                        "%y = arith.subf %a0, %m : f32"], t)
+            + _generic("%sq", [full, row], red, [("%c", t)], ("%z", r),
+                       ["%q = arith.mulf %a0, %a0 : f32", "%y = arith.addf %acc, %q : f32"], r)
+            + _generic("%n", [full, row, full], par, [("%c", t), ("%sq", r)], ("%e", t),
+                       [f"%k = arith.constant {float(cols)} : f32", "%eps = arith.constant 1.0e-05 : f32",
+                        "%v = arith.divf %a1, %k : f32", "%ve = arith.addf %v, %eps : f32",
+                        "%sd = math.sqrt %ve : f32", "%y = arith.divf %a0, %sd : f32"], t)
+            + _generic("%mx", [full, row], red, [("%n", t)], ("%l", r), ["%y = arith.maximumf %acc, %a0 : f32"], r)
+            + _generic("%ex", [full, row, full], par, [("%n", t), ("%mx", r)], ("%e", t),
+                       ["%d = arith.subf %a0, %a1 : f32", "%y = math.exp %d : f32"], t)
+            + _generic("%den", [full, row], red, [("%ex", t)], ("%z", r), ["%y = arith.addf %acc, %a0 : f32"], r)
+            + _generic("%p", [full, row, full], par, [("%ex", t), ("%den", r)], ("%e", t),
+                       ["%y = arith.divf %a0, %a1 : f32"], t)
+            + f"  return %p : {t}\n")
+    return Probe("layer norm + softmax 256x512", _func([("x", t)], t, body), "arg0.0=x", ((rows, cols),))
+
+
+def probes(ranks: int) -> list[Probe]:
+    """The probe programs for `ranks` ranks (global shapes: the first dim tiled over them; see the module
+    docstring); the collective ones only on more than one rank."""
+    found = [_matmul("matmul 512^3", 512 * ranks, 512, 512, "arg0.0=x"),
+             _matmul("matmul 32x64x64", 32 * ranks, 64, 64, "arg0.0=x"),
+             _mlp("MLP 256x128x512, data", 256 * ranks, 128, 512, "arg0.0=x"),
+             _mlp("MLP 32x64x256, data", 32 * ranks, 64, 256, "arg0.0=x"),
+             _norm_softmax(256 * ranks, 512),
+             _linear_backward("linear backward 256x128x512", 256 * ranks, 128, 512, "arg0.0=x;arg1.0=x",
+                              ranks > 1)]
+    if ranks > 1:
+        found += [_mlp("MLP 256x128x512, Megatron", 256, 128, 512 * ranks, "arg1.0=x;arg2.0=x;arg3.1=x", True),
+                  _matmul("matmul, weight gathered", 128 * ranks, 128, 128 * ranks, "arg0.0=x;arg1.1=x", True)]
+    return found
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A probe's compiled program and its median seconds per run."""
+
+    probe: Probe
+    graph: object  # slicer.lowering.KernelGraph
+    seconds: float
+    rounds: tuple[float, ...]
+
+
+def default_ranks() -> int:
+    """One rank per core of this process (the search prices a device as one rank on one core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None) -> list[Measured]:
+    """Compile every probe for `ranks` ranks and time them (see the module docstring)."""
+    from slicer.api import compile  # imported here: slicer-plan's other uses do not need the whole pipeline
+
+    mesh = Mesh({"x": ranks})
+    rng = np.random.default_rng(0)
+    compiled = []
+    for probe in probes(ranks):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = compile(probe.text, mesh=mesh, tactics=parse_tactics(probe.tactics))
+        inputs = [rng.standard_normal(shape, dtype=np.float32) for shape in probe.shapes]
+        compiled.append((probe, program, inputs))
+    times: list[list[float]] = [[] for _ in compiled]
+    for _ in range(rounds):
+        for i, (_, program, inputs) in enumerate(compiled):
+            _, timings = program.run(*inputs, ranks=ranks, repeat=repeat, mpiexec=mpiexec, return_timings=True)
+            times[i].append(timings.seconds)
+    return [Measured(probe, program.graph, statistics.median(t), tuple(t))
+            for (probe, program, _), t in zip(compiled, times)]
+
+
+def calibrate_machine(ranks: int | None = None, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None,
+                      comm: CostModel | None = None, source: str = "") -> tuple[Machine, list[Measured], list[float]]:
+    """This machine's figures fitted to the probes measured on `ranks` ranks (default: one per core), priced with
+    the links' figures `comm` (default: calibrated or built-in); (figures, measurements, each probe's
+    predicted/measured - 1 under them)."""
+    ranks = ranks or default_ranks()
+    comm = comm or CostModel.default()
+    measured = measure(ranks, repeat, rounds, mpiexec)
+    samples = [(m.graph, m.seconds) for m in measured]
+    machine = fit_machine(samples, comm, Machine(), source or f"calibrated on {ranks} rank(s)")
+    return machine, measured, relative_errors(samples, machine, comm)
