@@ -15,7 +15,9 @@ its best candidates), the predicted time and peak of the compiled program (its k
 figure before compiling), the kernel graph's peak per device, and on 2 devices the time measured on 2 MPI ranks
 (`--rounds` interleaved rounds, each the median of `--repeat` runs of the slowest rank; the median round counts).
 The machine has 2 cores: cases of 4 and 8 devices are predicted and compiled (memory from the kernel graph) but
-not timed.
+not timed. Predictions use this machine's figures when calibrated (`slicer-plan --calibrate -n 2` first: the links
+between 2 ranks and the kernels' figures, `slicer.automatic.Machine`), else the built-in ones; the figures used
+are printed and stored in the JSON.
 
     python benchmarks/auto.py --json auto.json                 # every case (~15 min)
     python benchmarks/auto.py --small --cases mlp --meshes 2   # the smoke test's size
@@ -104,7 +106,7 @@ def price_compiled(graph):
     from slicer.automatic.graph_cost import price_graph
     from slicer.redistribution.costs import CostModel
 
-    est = price_graph(graph, Machine(), CostModel.default())
+    est = price_graph(graph, Machine.default(), CostModel.default())
     return est.total, est.peak_bytes
 
 
@@ -246,6 +248,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     sizes = SIZES["small" if args.small else "full"]
+    from slicer.automatic import Machine
+    from slicer.redistribution.costs import CostModel
+
+    figures = {"machine": str(Machine.default()), "links": str(CostModel.default())}
+    print(f"figures: kernels {figures['machine']}; links {figures['links']}\n")
     print("| case | mesh | budget | auto's tactics | search s | predicted ms | measured ms | peak MiB | vs best hand |")
     print("|---|---|---|---|---|---|---|---|---|")
     rows, built = [], {}
@@ -254,7 +261,7 @@ def main(argv=None) -> int:
             rows += run_case(case, mesh_name, sizes, args.repeat, built, args.hand.split(",") if args.hand else None,
                              args.rounds)
     if args.json:
-        Path(args.json).write_text(json.dumps({"sizes": sizes, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"sizes": sizes, "figures": figures, "rows": rows}, indent=1))
     return 0
 
 
