@@ -94,7 +94,9 @@ class Machine:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Machine":
-        data = read_figures(path, "the machine figures", AutoError, "slicer-plan --calibrate kernels")
+        data, problem = read_figures(path, "the machine figures", "slicer-plan --calibrate kernels")
+        if problem:
+            raise AutoError(problem)
         return cls.from_dict(data, str(path))
 
     def save(self, path: str | os.PathLike | None = None) -> Path:

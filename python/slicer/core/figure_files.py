@@ -34,18 +34,18 @@ def chosen_figures(env: str, calibrated: Path, builtin: Callable[[], T], load: C
     return _LOADED[key]
 
 
-def read_figures(path: Path, what: str, error: type[Exception], rerun: str) -> dict:
-    """The JSON object stored at `path`; `error` naming `what` (e.g. "the cost model") and the command that
-    writes a good file (`rerun`) when it cannot be read or is not a JSON object."""
+def read_figures(path: Path, what: str, rerun: str) -> tuple[dict, str]:
+    """(the JSON object stored at `path`, ""), or ({}, what is wrong with the file: naming `what`, e.g. "the cost
+    model", and the command that writes a good one, `rerun`) for the caller to raise as its own error."""
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        return {}, f"cannot read {what} {path}: {exc.strerror or exc}"
     except json.JSONDecodeError as exc:
-        raise error(f"{what} {path} is not JSON ({exc}); rerun {rerun}") from None
+        return {}, f"{what} {path} is not JSON ({exc}); rerun {rerun}"
     if not isinstance(data, dict):
-        raise error(f"{what} {path} is not a JSON object; rerun {rerun}")
-    return data
+        return {}, f"{what} {path} is not a JSON object; rerun {rerun}"
+    return data, ""
 
 
 def write_figures(path: Path, data: dict) -> Path:

@@ -95,7 +95,9 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CostModel":
-        data = read_figures(path, "the cost model", RedistributionError, "slicer-plan --calibrate")
+        data, problem = read_figures(path, "the cost model", "slicer-plan --calibrate")
+        if problem:
+            raise RedistributionError(problem)
         return cls.from_dict(data, str(path))
 
     def save(self, path: str | os.PathLike | None = None) -> Path:

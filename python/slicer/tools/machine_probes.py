@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slicer.api import compile
 from slicer.automatic.machine import Machine
 from slicer.automatic.machine_fit import fit_machine, relative_errors
 from slicer.core.mesh import Mesh
@@ -194,8 +195,6 @@ def default_ranks() -> int:
 
 def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None) -> list[Measured]:
     """Compile every probe for `ranks` ranks and time them (see the module docstring)."""
-    from slicer.api import compile  # imported here: slicer-plan's other uses do not need the whole pipeline
-
     mesh = Mesh({"x": ranks})
     rng = np.random.default_rng(0)
     compiled = []
