@@ -276,13 +276,13 @@ class _Run:
         gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, seconds = shape
         roots = ev.op_roots[index]
         if gathers:
-            for v, d, axes, local, held in gathers:
+            for v, d, axes, local, held, whole in gathers:
                 if (v, d) not in self.gathered:
                     self.communicate(v, "all_gather", axes, local, op.line)
                     self.gathered.add((v, d))
                     # the gathered copy serves every later use (a weight's forward and backward): it lives till the
-                    # last
-                    self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), held)
+                    # last; a partly gathered one (the first of two dims) only until the next all_gather, here
+                    self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index) if whole else index, held)
             self.read_by_gathers(index, gathered_operands, roots)
         fills = self.fills if not ev.op_views[index] else ()
         if reductions:
@@ -317,7 +317,8 @@ class _Run:
         """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
         evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
         layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
-        (value, dim, axes, block bytes, gathered bytes) and those operands' positions; per operand the reduction
+        (value, dim, axes, block bytes, gathered bytes, whether it is the value's last, whole copy: a value gathered on
+        two dims is gathered one dim after the other) and those operands' positions; per operand the reduction
         of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
         results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
         and its seconds (None: no work)."""
@@ -326,11 +327,17 @@ class _Run:
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
         reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
-        gathered = []
-        for k, d, axes in gathers:
+        gathered, running = [], {}
+        axis_order = ev.mesh.axis_names.index
+        # a value gathered on several dims: one all_gather after another, over the mesh's axes in order (as the
+        # partitioner gathers them)
+        for k, d, axes in sorted(gathers, key=lambda g: (g[0], axis_order(g[2][0]))):
             v = op.operands[k]
-            local = ev.local_bytes(v, layout[v])
-            gathered.append((v, d, axes, local, local * ev.group(axes)))
+            local = running.get(v) or ev.local_bytes(v, layout[v])
+            running[v] = local * ev.group(axes)
+            gathered.append((v, d, axes, local, running[v]))
+        last = {g[0]: i for i, g in enumerate(gathered)}
+        gathered = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + the value's last (whole) copy
         reductions, fill_divides = [], []
         for k, v in enumerate(op.operands):
             uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
