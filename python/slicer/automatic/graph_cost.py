@@ -16,6 +16,7 @@ compiled program holds by the graph's count.
 from __future__ import annotations
 
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
+from slicer.redistribution import subaxes
 
 from .cost_model import Collective, Estimate
 from .machine import Machine
@@ -82,7 +83,8 @@ def collective_seconds(graph: KernelGraph, node: CollectiveNode, comm) -> tuple[
     axes = tuple(getattr(step, "mesh_axes", ()) or ())
     if not axes:
         return 0.0, 0, axes
-    busiest = type(step).busiest(graph.mesh.group_size(axes), graph.value_bytes(node.input))
+    # a plan's collective may run over part of an axis (y:(2)2, the minor half of y: redistribution/subaxes.py)
+    busiest = type(step).busiest(subaxes.group_size(graph.mesh, axes), graph.value_bytes(node.input))
     return (comm.seconds(axes, busiest) if busiest else 0.0), busiest, axes
 
 

@@ -138,3 +138,26 @@ def test_a_weights_shard_is_freed_at_its_all_gather():
     _, est = model_estimate(program, mesh, tactics)
     compiled = slicer.compile(program, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
     assert est.peak_bytes == pytest.approx(compiled, rel=0.01)
+
+
+def test_a_collective_over_part_of_an_axis_is_priced():
+    """A compiled program's collective may run over a sub-axis (y:(2)2, what plans with sub-axes emit; the GPT
+    forward on 2x4 under its budget compiled one): priced over the devices of that part, never a MeshError."""
+    import dataclasses
+
+    from slicer.automatic.graph_cost import collective_seconds
+    from slicer.lowering.kernel_graph import CollectiveNode
+
+    from test_gathers import MLP
+
+    mesh = slicer.Mesh({"x": 2, "y": 4})
+    graph = slicer.compile(MLP, mesh=mesh, tactics=slicer.parse_tactics("arg1.1=y")).graph
+    node = next(n for n in graph.nodes if isinstance(n, CollectiveNode))
+    comm = CostModel.default()
+    whole = collective_seconds(graph, node, comm)
+    part = collective_seconds(graph, dataclasses.replace(node, step=dataclasses.replace(node.step,
+                                                                                        mesh_axes=("y:(2)2",))), comm)
+    assert whole[2] == ("y",) and part[2] == ("y:(2)2",)
+    step_type, nbytes = type(node.step), graph.value_bytes(node.input)
+    assert whole[1] == step_type.busiest(4, nbytes) and part[1] == step_type.busiest(2, nbytes)  # 2 devices, not 4
+    assert 0 < part[0] < whole[0]
