@@ -1,9 +1,10 @@
-"""A weight tiled on two dims, both of which its op cannot use, is all_gathered one dim after the other (as the
-partitioner does: over the mesh's axes in order): the search's model counts the whole copy the second all_gather
-makes and the partly gathered one before it, so its peak is the compiled program's within 5% (over, never under).
-It counted each dim's gather from the shard (the "whole" copy a quarter of its size on 2x4): a 2-D sharded MLP
-21-31% under its compiled peak, and a GPT-2 block on 2x4 left without a layout its budget admits
-(benchmarks/auto.py: the search's choice modelled at 404,736 bytes compiled to 494,080)."""
+"""A weight tiled on two dims its op cannot use is all_gathered one dim after the other, into the whole weight:
+the search's model counts that whole copy, as for the weight tiled on one dim over both axes. It counted each
+dim's gather from the shard: a "whole" copy of 6/8 of the weight on 2x4 (2/8 + 4/8), which put a GPT-2 block's 2-D
+sharded MLP 22% under its compiled peak and left the block on 2x4 without a layout its budget admits
+(benchmarks/auto.py: the choice modelled at 404,736 bytes compiled to 494,080). The copy gathered over the first
+axis lives only until the second all_gather, between kernels, which the model's trace does not count (nor the
+moment of an all_gather, when its input and output both live: the compiled peaks here are 5-15% higher)."""
 
 import pytest
 
@@ -47,13 +48,20 @@ func.func @mlp(%x: tensor<64x128xf32>, %w1: tensor<128x512xf32>, %w2: tensor<512
 """
 
 
-@pytest.mark.parametrize("weights", ["arg1.0=x;arg1.1=y", "arg1.0=x;arg1.1=y;arg2.0=y;arg2.1=x", "arg1.0=y;arg1.1=x"])
-def test_the_model_counts_a_two_dim_gather_as_compiled(weights):
-    mesh = slicer.Mesh({"x": 2, "y": 4})
-    tactics = slicer.parse_tactics(f"arg0.0=x,y;{weights}")
+def _peak(mesh, tactics: str) -> int:
     sketch = read_sketch(MLP)
-    fixed = resolve_fixed(sketch, tuple(tactics))
+    fixed = resolve_fixed(sketch, tuple(slicer.parse_tactics(tactics)))
     layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
-    modelled = Evaluator(sketch, mesh).evaluate(layouts).peak_bytes
-    compiled = slicer.compile(MLP, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
-    assert compiled <= modelled <= 1.05 * compiled
+    return Evaluator(sketch, mesh).evaluate(layouts).peak_bytes
+
+
+@pytest.mark.parametrize("two_dims, one_dim", [
+    ("arg1.0=x;arg1.1=y", "arg1.1=x,y"),
+    ("arg1.0=y;arg1.1=x", "arg1.0=x,y"),
+    ("arg1.0=x;arg1.1=y;arg2.0=y;arg2.1=x", "arg1.1=x,y;arg2.0=x,y"),
+])
+def test_a_weight_gathered_on_two_dims_is_counted_whole(two_dims, one_dim):
+    mesh = slicer.Mesh({"x": 2, "y": 4})
+    assert _peak(mesh, f"arg0.0=x,y;{two_dims}") == _peak(mesh, f"arg0.0=x,y;{one_dim}")
+    compiled = slicer.compile(MLP, mesh=mesh, tactics=slicer.parse_tactics(f"arg0.0=x,y;{two_dims}"))
+    assert compiled.graph.peak_bytes_per_device()[0] >= _peak(mesh, f"arg0.0=x,y;{two_dims}")
