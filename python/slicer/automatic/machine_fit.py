@@ -3,12 +3,14 @@ what `slicer-plan --calibrate kernels` fits to the probe programs it runs on thi
 
 The fit is on the price the search itself uses for compiled programs, not on a formula of its own, so whatever
 the pricing counts (a kernel's ops as compiled, the collectives' lag and work, the max of an op's FLOPs and bytes)
-is fitted as it is charged. It minimises the squared log-ratios of predicted to measured times (relative errors:
-a 30 us probe and a 3 ms one count alike) over the figures' logarithms (they stay positive), with a weak pull
-towards the starting figures (`PRIOR`): a figure no probe exercises (on one rank, the collectives') keeps its
-value instead of drifting. Levenberg-Marquardt with a forward-difference Jacobian: eight figures and a few
-probes, so a few hundred pricings of small graphs; numpy has no non-linear least squares and SciPy is not a
-dependency for this one use.
+is fitted as it is charged. It scales the starting (built-in) figures in four groups (`SCALED_TOGETHER`: the
+contraction rate, the other ops' rates, the fixed costs, a collective's own costs), keeping the ratios within a
+group, which came from whole programs: a handful of probes pins four scales down from run to run, not eight
+figures. It minimises the squared log-ratios of predicted to measured times (relative errors: a 30 us probe and a
+3 ms one count alike) over the scales' logarithms, with a weak pull towards the starting figures (`PRIOR`): a
+group no probe exercises (on one rank, the collectives') keeps its figures. Levenberg-Marquardt with a
+forward-difference Jacobian: four scales and a few probes, so a few hundred pricings of small graphs; numpy has no
+non-linear least squares and SciPy is not a dependency for this one use.
 """
 
 from __future__ import annotations
@@ -25,10 +27,16 @@ from slicer.lowering.kernel_graph import KernelGraph
 from .graph_cost import graph_kernels, price_graph
 from .machine import FIGURES, Machine
 
-#: The weight of the pull towards the starting figures, per figure, against one probe's squared log-ratio.
+#: The weight of the pull towards the starting figures, per group, against one probe's squared log-ratio.
 PRIOR = 1e-4
 ITERATIONS = 200
-STEP = 1e-4  # the Jacobian's step in log-figures
+STEP = 1e-4  # the Jacobian's step in log-scales
+#: The figures fitted as one scale per group: the contraction rate, the other ops' rates (arithmetic and bytes),
+#: the fixed costs (per op, kernel and run), a collective's own costs. The built-in figures' ratios within a group come
+#: from whole programs (GPT forwards and training steps); a few probes cannot separate them (the fit of every figure
+#: on its own swung from run to run of the same probes, 60-270 GFLOP/s for the other ops).
+SCALED_TOGETHER = (("contraction_flops",), ("vector_flops", "bandwidth"),
+                   ("op_seconds", "kernel_seconds", "run_seconds"), ("sync_seconds", "collective_seconds"))
 
 
 def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machine | None = None,
@@ -43,10 +51,13 @@ def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machi
         if not (math.isfinite(seconds) and seconds > 0):
             raise AutoError(f"a measured time of {seconds!r} s cannot be fitted: give positive seconds per run")
     read = [(graph, graph_kernels(graph), seconds) for graph, seconds in samples]
-    origin = np.log([getattr(start, name) for name in FIGURES])
+    base = np.log([getattr(start, name) for name in FIGURES])
+    group_of = [next(i for i, group in enumerate(SCALED_TOGETHER) if name in group) for name in FIGURES]
+    origin = np.zeros(len(SCALED_TOGETHER))
 
     def machine(x) -> Machine:
-        return replace(start, source=source, **{name: float(math.exp(v)) for name, v in zip(FIGURES, x)})
+        return replace(start, source=source, **{name: float(math.exp(b + x[g]))
+                                                for name, b, g in zip(FIGURES, base, group_of)})
 
     def residuals(x) -> np.ndarray:
         m = machine(x)

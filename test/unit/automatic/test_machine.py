@@ -13,7 +13,7 @@ import pytest
 import slicer
 from slicer.automatic.graph_cost import price_graph
 from slicer.automatic.machine import ENV, FIGURES, Machine
-from slicer.automatic.machine_fit import fit_machine, relative_errors
+from slicer.automatic.machine_fit import SCALED_TOGETHER, fit_machine, relative_errors
 from slicer.core.errors import AutoError
 from slicer.redistribution.costs import CostModel
 from slicer.tools.machine_probes import probes
@@ -91,5 +91,6 @@ def test_bad_samples_are_refused(probe_graphs):
         fit_machine([(probe_graphs[0], 0.0)], CostModel())
 
 
-def test_figures_are_the_machines_fields():
+def test_figures_are_the_machines_fields_each_fitted_in_one_group():
     assert set(FIGURES) == set(Machine().to_dict()) - {"overlap"}
+    assert sorted(name for group in SCALED_TOGETHER for name in group) == sorted(FIGURES)
