@@ -9,8 +9,8 @@ partial sum is all_reduced before the op, or reduce_scattered when the op's loop
 same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
 leave laid out as an argument (a training step's next parameters) are converted at the end.
 
-Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or its bytes at
-the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
+Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or the bytes it reads
+and stores at the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
 `CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
 `slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
 collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
@@ -116,6 +116,11 @@ class Evaluator:
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
         self.op_views = [op.name in VIEW_OPS for op in sketch.ops]
+        # The bytes each op reads whole (replicated), and which values are made in place (cheap: empty tensors,
+        # constants and their fills), never read from memory.
+        self.cheap_values = {v for op in sketch.ops if op.cheap for v in op.results if v >= 0}
+        self.op_read = [sum(self._nbytes[v] for v in op.operands if v >= 0 and v not in self.cheap_values)
+                        for op in sketch.ops]
         # Each value's last reading op (a view's reads counted for its root): a value is stored between kernels
         # when that op is in a later kernel than the one making it (kernels are numbered in op order).
         self.last_reader = {r: index for index, roots in enumerate(self.op_roots) for r in roots if r >= 0}
@@ -361,7 +366,9 @@ class _Run:
             nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
             results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
             produced += nbytes
-        seconds = _op_seconds(ev.machine, op, divide, produced)
+        read = sum(ev._nbytes[v] // share for v, share in zip(op.operands, fill_divides)
+                   if v >= 0 and v not in ev.cheap_values)  # each operand's block the device walks
+        seconds = _op_seconds(ev.machine, op, divide, produced, read)
         return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
                 tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
 
@@ -393,7 +400,7 @@ class _Run:
                     self.fills[v] = (op, nbytes)
         if op.fill:
             return  # made (and priced) where it is first read, in that op's block
-        self.compute(op, 1, produced)
+        self.compute(op, 1, produced, ev.op_read[index])
         if op.flops and not op.cheap:
             memory.computed()
         for v in op.results:
@@ -407,10 +414,10 @@ class _Run:
         op it initialises: written at that size, never stored between kernels."""
         op, nbytes = self.fills.pop(v)
         self.memory.resize(v, 0)
-        self.compute(op, divide, nbytes // divide)
+        self.compute(op, divide, nbytes // divide, 0)
 
-    def compute(self, op: OpSketch, divide: int, produced: int) -> None:
-        self.spend(_op_seconds(self.ev.machine, op, divide, produced))
+    def compute(self, op: OpSketch, divide: int, produced: int, read: int) -> None:
+        self.spend(_op_seconds(self.ev.machine, op, divide, produced, read))
 
     def spend(self, seconds: float | None) -> None:
         """The rank computes for `seconds` (None: nothing to do)."""
@@ -442,12 +449,12 @@ class _Run:
         return self.lay(arg)
 
 
-def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int) -> float | None:
-    """Seconds of `op` walking 1/`divide` of its loop nest and storing `produced` bytes; None when it does no work
-    (a cheap op, or one neither computing nor storing)."""
+def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read: int) -> float | None:
+    """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` bytes and storing `produced`; None when
+    it does no work (a cheap op, or one neither computing nor storing)."""
     if op.cheap or (not op.flops and not produced):
         return None
-    return machine.op_time(op.flops / divide, op.contraction, produced)
+    return machine.op_time(op.flops / divide, op.contraction, produced, read)
 
 
 def _view_roots(sketch: Sketch) -> dict[int, int]:

@@ -2,9 +2,9 @@
 search's model uses (`cost_model.Machine`, the collectives' `CostModel`), so the two agree where the model's
 picture of propagation and partitioning is right, and the compiled program decides where it is not.
 
-Each kernel: a call (`Machine.kernel_seconds`) plus each of its ops (`Machine.op_time`: the op's FLOPs and stored
-bytes read from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops and the
-optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
+Each kernel: a call (`Machine.kernel_seconds`) plus each of its ops (`Machine.op_time`: the op's FLOPs and the
+bytes it reads and stores, from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops
+and the optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
 bytes, `redistribution.steps`) over its axes, started when its input exists and the link is free, waited for
 where its output is first read (up to `Machine.overlap` of the transfer hidden by the kernels in between); the
 other ranks post it up to `Machine.sync_seconds` later (hidden when it is posted long before it is needed, as a
@@ -93,10 +93,12 @@ def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
     seconds = machine.kernel_seconds
     if kernel is None:
         return seconds
+    cheap = {v for op in kernel.ops if op.cheap for v in op.results}  # made in place, never read from memory
     for op in kernel.ops:
         if op.cheap or op.name in VIEW_OPS:
             continue
         produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
         if op.flops or produced:
-            seconds += machine.op_time(op.flops, op.contraction, produced)
+            read = sum(kernel.nbytes(v) for v in op.operands if v >= 0 and v not in cheap)
+            seconds += machine.op_time(op.flops, op.contraction, produced, read)
     return seconds

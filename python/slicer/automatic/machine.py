@@ -63,17 +63,19 @@ class Machine:
         if not 0 <= self.overlap <= 1:
             raise AutoError(f"machine figure overlap = {self.overlap!r} ({self.source}): give a share between 0 and 1")
 
-    def op_time(self, flops: float, contraction: bool, produced: int) -> float:
-        """Seconds of one op doing `flops` (a contraction's, or other) and storing `produced` bytes."""
+    def op_time(self, flops: float, contraction: bool, produced: int, read: int) -> float:
+        """Seconds of one op doing `flops` (a contraction's, or other), reading `read` bytes and storing `produced`:
+        a contraction at its rate; another op at its arithmetic rate or at the bandwidth its bytes need, the slower
+        (an optimizer's update reads three or four parameter-sized tensors for each it stores)."""
         if contraction:
             seconds = flops / self.contraction_flops
         else:
-            seconds = max(flops / self.vector_flops, 2 * produced / self.bandwidth)
+            seconds = max(flops / self.vector_flops, (read + produced) / self.bandwidth)
         return seconds + (self.op_seconds if flops else 0.0)
 
     # -- stored figures -------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in (*FIGURES, "overlap")}
+        return {name: getattr(self, name) for name in STORED}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "") -> "Machine":
@@ -81,10 +83,10 @@ class Machine:
         if not isinstance(data, dict):
             raise AutoError(f"machine figures {source or 'data'} are not a JSON object; rerun slicer-plan --calibrate "
                             "kernels")
-        unknown = sorted(set(data) - {*FIGURES, "overlap"})
+        unknown = sorted(set(data) - set(STORED))
         if unknown:
             raise AutoError(f"machine figures {source or 'data'} name {', '.join(unknown)}, which are not figures "
-                            f"(known: {', '.join((*FIGURES, 'overlap'))}); rerun slicer-plan --calibrate kernels")
+                            f"(known: {', '.join(STORED)}); rerun slicer-plan --calibrate kernels")
         try:
             values = {name: float(value) for name, value in data.items()}
         except (TypeError, ValueError) as exc:
@@ -117,8 +119,9 @@ class Machine:
 
 
 #: The figures a calibration fits (all but `overlap`, a share the probes cannot separate from the links' own
-#: figures), in the order of `Machine`'s fields.
+#: figures), in the order of `Machine`'s fields; and every figure a file holds.
 FIGURES = tuple(f.name for f in fields(Machine) if f.name not in ("overlap", "source"))
+STORED = (*FIGURES, "overlap")
 
 
 def machine_path() -> Path:

@@ -3,14 +3,14 @@ what `slicer-plan --calibrate kernels` fits to the probe programs it runs on thi
 
 The fit is on the price the search itself uses for compiled programs, not on a formula of its own, so whatever
 the pricing counts (a kernel's ops as compiled, the collectives' lag and work, the max of an op's FLOPs and bytes)
-is fitted as it is charged. It scales the starting (built-in) figures in four groups (`SCALED_TOGETHER`: the
-contraction rate, the other ops' rates, the fixed costs, a collective's own costs), keeping the ratios within a
-group, which came from whole programs: a handful of probes pins four scales down from run to run, not eight
-figures. It minimises the squared log-ratios of predicted to measured times (relative errors: a 30 us probe and a
-3 ms one count alike) over the scales' logarithms, with a weak pull towards the starting figures (`PRIOR`): a
-group no probe exercises (on one rank, the collectives') keeps its figures. Levenberg-Marquardt with a
-forward-difference Jacobian: four scales and a few probes, so a few hundred pricings of small graphs; numpy has no
-non-linear least squares and SciPy is not a dependency for this one use.
+is fitted as it is charged. It scales the starting (built-in) figures in five groups (`SCALED_TOGETHER`: the
+contraction rate, the other ops' arithmetic rate, the bandwidth, the fixed costs, a collective's own costs),
+keeping the ratios within a group, which came from whole programs: a handful of probes pins five scales down from
+run to run, not eight figures. It minimises the squared log-ratios of predicted to
+measured times (relative errors: a 30 us probe and a 3 ms one count alike) over the scales' logarithms, with a
+weak pull towards the starting figures (`PRIOR`): a group no probe exercises (on one rank, the collectives') keeps
+its figures. Levenberg-Marquardt with a forward-difference Jacobian: five scales and a few probes, so a few hundred
+pricings of small graphs; numpy has no non-linear least squares and SciPy is not a dependency for this one use.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from .machine import FIGURES, Machine
 PRIOR = 1e-4
 ITERATIONS = 200
 STEP = 1e-4  # the Jacobian's step in log-scales
-#: The figures fitted as one scale per group: the contraction rate, the other ops' rates (arithmetic and bytes),
-#: the fixed costs (per op, kernel and run), a collective's own costs. The built-in figures' ratios within a group come
-#: from whole programs (GPT forwards and training steps); a few probes cannot separate them (the fit of every figure
-#: on its own swung from run to run of the same probes, 60-270 GFLOP/s for the other ops).
-SCALED_TOGETHER = (("contraction_flops",), ("vector_flops", "bandwidth"),
+#: The figures fitted as one scale per group: the contraction rate, the other ops' arithmetic rate, the
+#: bandwidth, the fixed costs (per op, kernel and run), a collective's own costs. The built-in
+#: figures' ratios within a group come from whole programs (GPT forwards and training steps); a few probes cannot
+#: separate them (the fit of every figure on its own swung from run to run of the same probes, 60-270 GFLOP/s for
+#: the other ops).
+SCALED_TOGETHER = (("contraction_flops",), ("vector_flops",), ("bandwidth",),
                    ("op_seconds", "kernel_seconds", "run_seconds"), ("sync_seconds", "collective_seconds"))
 
 

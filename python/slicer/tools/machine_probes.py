@@ -1,17 +1,22 @@
 """Measuring this machine's kernel figures (`slicer.automatic.Machine`) for `slicer-plan --calibrate kernels`.
 
-Small programs, each leaning on one or two figures, are compiled by the real pipeline (`slicer.compile`) and run on
-the machine's MPI ranks, one per core (what the search's programs do); their kernel graphs and median times go to
-`automatic.machine_fit.fit_machine`, which finds the figures that price them as measured. The probes (sizes per
+Small programs of the kinds whole programs are made of are compiled by the real pipeline (`slicer.compile`) and run
+on the machine's MPI ranks, one per core (what the search's programs do); their kernel graphs and median times go
+to `automatic.machine_fit.fit_machine`, which finds the figures that price them as measured. The probes (sizes per
 rank; the first dim is tiled over the ranks):
 
-- matmuls of 512^3, 128x256x256 and 32x64x64: the contraction rate, and the per-run, per-kernel and per-op costs
-  the small one is made of;
-- a tanh-GELU over 512x1024: the other ops' arithmetic rate;
-- a transpose of 1024x1024: the bandwidth (no arithmetic);
-- a chain of 16 small elementwise ops: the per-op cost;
-- on more than one rank, a matmul whose contraction is split (an all_reduce of its 128x128 result) and one whose
-  weight is sharded (an all_gather of it before the op): a collective's own work and lag.
+- matmuls of 512^3 and 32x64x64: the contraction rate, and the fixed costs the small one is made of;
+- MLPs as PyTorch's import writes them (transposed weights, broadcast biases, a tanh-GELU), 256x128x512 and
+  32x64x256, under data parallelism;
+- a layer norm then a softmax over 256x512 rows: row reductions, exp, sqrt, divisions;
+- an Adam update of 1024x1024 parameters: the bandwidth, past the caches;
+- a linear layer's backward (the weight's gradient a contraction over the rows, the bias's a column sum) and an
+  Adam-like step of the weight;
+- on more than one rank, the MLP under Megatron (an all_reduce) and a matmul whose weight is sharded (an
+  all_gather before it): a collective's own work and lag.
+
+Probes of single ops fit whole programs worse: a 20x slower transpose set the bandwidth for every op, and fast
+elementwise ops in cache gave other ops a rate three times what they reach in a model.
 
 Each probe's time is the median of `rounds` rounds, interleaved (the machine's load comes and goes), each the
 median of `repeat` runs of the slowest rank.
@@ -134,6 +139,31 @@ def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, co
                  ((rows, d), (rows, hidden), (hidden, d)), collective)
 
 
+def _adam(rows: int, cols: int) -> Probe:
+    """An Adam update as an imported training step has it: the two moments and the parameter, each a pass over
+    parameter-sized tensors (4 MiB a rank: past the caches) reading two or three of them for the one it stores;
+    memory-bound, as a training step's optimizer kernels are."""
+    t = f"tensor<{rows}x{cols}xf32>"
+    full, par = "(i, j)", ["parallel", "parallel"]
+    body = (f"  %e = tensor.empty() : {t}\n"
+            + _generic("%m", [full] * 3, par, [("%m0", t), ("%g", t)], ("%e", t),
+                       ["%b = arith.constant 0.9 : f32", "%c = arith.constant 0.1 : f32",
+                        "%x = arith.mulf %a0, %b : f32", "%z = arith.mulf %a1, %c : f32",
+                        "%y = arith.addf %x, %z : f32"], t)
+            + _generic("%v", [full] * 3, par, [("%v0", t), ("%g", t)], ("%e", t),
+                       ["%b = arith.constant 0.999 : f32", "%c = arith.constant 0.001 : f32",
+                        "%x = arith.mulf %a0, %b : f32", "%q = arith.mulf %a1, %a1 : f32",
+                        "%z = arith.mulf %q, %c : f32", "%y = arith.addf %x, %z : f32"], t)
+            + _generic("%p", [full] * 4, par, [("%p0", t), ("%m", t), ("%v", t)], ("%e", t),
+                       ["%lr = arith.constant 1.0e-03 : f32", "%eps = arith.constant 1.0e-08 : f32",
+                        "%r = math.sqrt %a2 : f32", "%d = arith.addf %r, %eps : f32",
+                        "%u = arith.divf %a1, %d : f32", "%s = arith.mulf %u, %lr : f32",
+                        "%y = arith.subf %a0, %s : f32"], t)
+            + f"  return %p, %m, %v : {t}, {t}, {t}\n")
+    text = _func([("p0", t), ("g", t), ("m0", t), ("v0", t)], f"({t}, {t}, {t})", body)
+    return Probe("Adam update 1024x1024", text, "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", ((rows, cols),) * 4)
+
+
 def _norm_softmax(rows: int, cols: int) -> Probe:
     """A layer norm then a softmax over each row: row reductions (sums, a max), broadcasts, sqrt, exp, divisions."""
     t, r = f"tensor<{rows}x{cols}xf32>", f"tensor<{rows}xf32>"
@@ -169,7 +199,7 @@ def probes(ranks: int) -> list[Probe]:
              _matmul("matmul 32x64x64", 32 * ranks, 64, 64, "arg0.0=x"),
              _mlp("MLP 256x128x512, data", 256 * ranks, 128, 512, "arg0.0=x"),
              _mlp("MLP 32x64x256, data", 32 * ranks, 64, 256, "arg0.0=x"),
-             _norm_softmax(256 * ranks, 512),
+             _norm_softmax(256 * ranks, 512), _adam(1024 * ranks, 1024),
              _linear_backward("linear backward 256x128x512", 256 * ranks, 128, 512, "arg0.0=x;arg1.0=x",
                               ranks > 1)]
     if ranks > 1:

@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bandwidth of the links of one axis (repeatable)")
     p.add_argument("--cost-model", help="read the figures from this JSON file instead")
     p.add_argument("--calibrate", nargs="?", const="all", choices=CALIBRATIONS,
-                   help="measure this machine's figures and store them: the links' latency and bandwidth (links), the "
-                        "kernels' figures slicer.auto uses (kernels), or both (all, the default; see --ranks, --output)")
+                   help="measure this machine's figures and store them: the links' latency and bandwidth (links), "
+                        "the kernels' figures slicer.auto uses (kernels), or both (all, the default; see --ranks, "
+                        "--output)")
     p.add_argument("-n", "--ranks", type=int, default=8, help="MPI ranks for --calibrate (default 8)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="where --calibrate stores the links' figures (default: the user cache)")
