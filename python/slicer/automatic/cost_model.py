@@ -31,7 +31,7 @@ from slicer.spmd.bucketing import bucket_bytes
 
 from .machine import Machine
 from .peak_memory import MemoryTrace
-from .sketch import VIEW_OPS, OpSketch, Sketch
+from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
@@ -119,7 +119,7 @@ class Evaluator:
         # The bytes each op reads whole (replicated), and which values are made in place (cheap: empty tensors,
         # constants and their fills), never read from memory.
         self.cheap_values = {v for op in sketch.ops if op.cheap for v in op.results if v >= 0}
-        self.op_read = [sum(self._nbytes[v] for v in op.operands if v >= 0 and v not in self.cheap_values)
+        self.op_read = [[self._nbytes[v] if v >= 0 and v not in self.cheap_values else 0 for v in op.operands]
                         for op in sketch.ops]
         # Each value's last reading op (a view's reads counted for its root): a value is stored between kernels
         # when that op is in a later kernel than the one making it (kernels are numbered in op order).
@@ -366,8 +366,8 @@ class _Run:
             nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
             results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
             produced += nbytes
-        read = sum(ev._nbytes[v] // share for v, share in zip(op.operands, fill_divides)
-                   if v >= 0 and v not in ev.cheap_values)  # each operand's block the device walks
+        read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
+                for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
         seconds = _op_seconds(ev.machine, op, divide, produced, read)
         return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
                 tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
@@ -414,9 +414,9 @@ class _Run:
         op it initialises: written at that size, never stored between kernels."""
         op, nbytes = self.fills.pop(v)
         self.memory.resize(v, 0)
-        self.compute(op, divide, nbytes // divide, 0)
+        self.compute(op, divide, nbytes // divide, ())
 
-    def compute(self, op: OpSketch, divide: int, produced: int, read: int) -> None:
+    def compute(self, op: OpSketch, divide: int, produced: int, read) -> None:
         self.spend(_op_seconds(self.ev.machine, op, divide, produced, read))
 
     def spend(self, seconds: float | None) -> None:
@@ -449,12 +449,16 @@ class _Run:
         return self.lay(arg)
 
 
-def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read: int) -> float | None:
-    """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` bytes and storing `produced`; None when
-    it does no work (a cheap op, or one neither computing nor storing)."""
-    if op.cheap or (not op.flops and not produced):
+def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read) -> float | None:
+    """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` (bytes per operand) and storing
+    `produced` bytes; None when it does no work (a cheap op, a view or slice read in place, or one neither computing
+    nor storing). An insert_slice moves its source's bytes only (`sketch.INSERT_SLICE`)."""
+    if op.cheap or op.name in FREE_OPS or (not op.flops and not produced):
         return None
-    return machine.op_time(op.flops / divide, op.contraction, produced, read)
+    if op.name == INSERT_SLICE:
+        produced = read[0] if read else 0
+        return machine.op_time(op.flops / divide, op.contraction, produced, produced)
+    return machine.op_time(op.flops / divide, op.contraction, produced, sum(read))
 
 
 def _view_roots(sketch: Sketch) -> dict[int, int]:

@@ -20,7 +20,7 @@ from slicer.redistribution import subaxes
 
 from .cost_model import Collective, Estimate
 from .machine import Machine
-from .sketch import VIEW_OPS, Sketch, read_kernels
+from .sketch import FREE_OPS, INSERT_SLICE, Sketch, read_kernels
 
 
 def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None = None) -> Estimate:
@@ -95,10 +95,13 @@ def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
         return seconds
     cheap = {v for op in kernel.ops if op.cheap for v in op.results}  # made in place, never read from memory
     for op in kernel.ops:
-        if op.cheap or op.name in VIEW_OPS:
+        if op.cheap or op.name in FREE_OPS:
             continue
-        produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
-        if op.flops or produced:
+        if op.name == INSERT_SLICE:
+            produced = read = kernel.nbytes(op.operands[0]) if op.operands and op.operands[0] >= 0 else 0
+        else:
+            produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
             read = sum(kernel.nbytes(v) for v in op.operands if v >= 0 and v not in cheap)
+        if op.flops or produced:
             seconds += machine.op_time(op.flops, op.contraction, produced, read)
     return seconds

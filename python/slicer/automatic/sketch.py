@@ -24,6 +24,12 @@ from slicer.rules import rule_for, rule_operands
 _CHEAP = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
 #: Ops that only give a tensor a new shape or type: no work, and their result is the same bytes as their operand.
 _VIEWS = (*VIEW_OPS, *_CHEAP)
+#: Ops a compiled kernel runs without moving data: views (reshapes, casts) and slices read in place (bufferized to
+#: subviews of their source). The pricing charges them nothing (`cost_model`, `graph_cost`).
+FREE_OPS = frozenset({*VIEW_OPS, tensor.ExtractSliceOp.OPERATION_NAME})
+#: An insert_slice writes its source into its destination's buffer in place: it moves its source's bytes, however
+#: large the destination (a gradient bucket packing its members).
+INSERT_SLICE = tensor.InsertSliceOp.OPERATION_NAME
 
 
 @dataclass(frozen=True)
