@@ -368,7 +368,7 @@ class _Run:
             produced += nbytes
         read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
                 for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
-        seconds = _op_seconds(ev.machine, op, divide, produced, read)
+        seconds = op_seconds(ev.machine, op, divide, produced, read)
         return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
                 tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
 
@@ -417,7 +417,7 @@ class _Run:
         self.compute(op, divide, nbytes // divide, ())
 
     def compute(self, op: OpSketch, divide: int, produced: int, read) -> None:
-        self.spend(_op_seconds(self.ev.machine, op, divide, produced, read))
+        self.spend(op_seconds(self.ev.machine, op, divide, produced, read))
 
     def spend(self, seconds: float | None) -> None:
         """The rank computes for `seconds` (None: nothing to do)."""
@@ -449,10 +449,11 @@ class _Run:
         return self.lay(arg)
 
 
-def _op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read) -> float | None:
+def op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read) -> float | None:
     """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` (bytes per operand) and storing
     `produced` bytes; None when it does no work (a cheap op, a view or slice read in place, or one neither computing
-    nor storing). An insert_slice moves its source's bytes only (`sketch.INSERT_SLICE`)."""
+    nor storing). An insert_slice moves its source's bytes only (`sketch.INSERT_SLICE`). The one rule for an op's
+    time: the search's model and the compiled programs' price (`graph_cost.kernel_seconds`) both ask it."""
     if op.cheap or op.name in FREE_OPS or (not op.flops and not produced):
         return None
     if op.name == INSERT_SLICE:

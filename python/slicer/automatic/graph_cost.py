@@ -18,9 +18,9 @@ from __future__ import annotations
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution import subaxes
 
-from .cost_model import Collective, Estimate
+from .cost_model import Collective, Estimate, op_seconds
 from .machine import Machine
-from .sketch import FREE_OPS, INSERT_SLICE, Sketch, read_kernels
+from .sketch import Sketch, read_kernels
 
 
 def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None = None) -> Estimate:
@@ -95,13 +95,7 @@ def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
         return seconds
     cheap = {v for op in kernel.ops if op.cheap for v in op.results}  # made in place, never read from memory
     for op in kernel.ops:
-        if op.cheap or op.name in FREE_OPS:
-            continue
-        if op.name == INSERT_SLICE:
-            produced = read = kernel.nbytes(op.operands[0]) if op.operands and op.operands[0] >= 0 else 0
-        else:
-            produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
-            read = sum(kernel.nbytes(v) for v in op.operands if v >= 0 and v not in cheap)
-        if op.flops or produced:
-            seconds += machine.op_time(op.flops, op.contraction, produced, read)
+        produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
+        read = [kernel.nbytes(v) if v >= 0 and v not in cheap else 0 for v in op.operands]
+        seconds += op_seconds(machine, op, 1, produced, read) or 0.0
     return seconds
