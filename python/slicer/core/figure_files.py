@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
-_LOADED: dict = {}  # (kind, path, modification time) -> the figures read from it
+_LOADED: dict = {}  # environment variable -> ((path, modification time), the figures read from it)
 
 
 def chosen_figures(env: str, calibrated: Path, builtin: Callable[[], T], load: Callable[[Path], T]) -> T:
@@ -26,12 +26,10 @@ def chosen_figures(env: str, calibrated: Path, builtin: Callable[[], T], load: C
         if chosen:
             return load(path)  # raises, naming the file
         return builtin()
-    key = (env, str(path), stamp)
-    if key not in _LOADED:
-        for old in [k for k in _LOADED if k[0] == env]:
-            del _LOADED[old]
-        _LOADED[key] = load(path)
-    return _LOADED[key]
+    cached = _LOADED.get(env)
+    if cached is None or cached[0] != (str(path), stamp):
+        cached = _LOADED[env] = ((str(path), stamp), load(path))
+    return cached[1]
 
 
 def read_figures(path: Path, what: str, rerun: str) -> tuple[dict, str]:

@@ -154,8 +154,8 @@ def calibrate_kernels(args) -> None:
     machine, measured, errors = calibrate_machine(ranks, mpiexec=args.mpiexec,
                                                   source=f"calibrated on {ranks} rank(s), {path}")
     machine.save(path)
-    for probe, error in zip(measured, errors):
-        print(f"  {probe.probe.name}: {probe.seconds * 1e3:.3f} ms measured, {error:+.0%} fitted")
+    for found, error in zip(measured, errors):
+        print(f"  {found.probe.name}: {found.seconds * 1e3:.3f} ms measured, {error:+.0%} fitted")
     print(f"kernels: {machine}")
     print(f"stored in {path}")
 
