@@ -56,11 +56,27 @@ def _func(args: list[tuple[str, str]], result: str, body: str) -> str:
     return f"func.func @main({signature}) -> {result} {{\n{body}}}\n"
 
 
+def _zeros(out: str, type_: str) -> str:
+    """`out`, a zero tensor of `type_` (an empty tensor filled with %zero, which the body defines)."""
+    return (f"  {out}_e = tensor.empty() : {type_}\n"
+            f"  {out} = linalg.fill ins(%zero : f32) outs({out}_e : {type_}) -> {type_}\n")
+
+
+def _matmul_op(out: str, a: str, a_type: str, b: str, b_type: str, c_type: str) -> str:
+    """`out` = `a` @ `b`, accumulated into zeros (as the importer writes a matmul)."""
+    return (_zeros(f"{out}_z", c_type)
+            + f"  {out} = linalg.matmul ins({a}, {b} : {a_type}, {b_type}) outs({out}_z : {c_type}) -> {c_type}\n")
+
+
+def _transpose_op(out: str, src: str, src_type: str, type_: str) -> str:
+    """`out`, the 2-D `src` transposed."""
+    return (f"  {out}_e = tensor.empty() : {type_}\n"
+            f"  {out} = linalg.transpose ins({src} : {src_type}) outs({out}_e : {type_}) permutation = [1, 0]\n")
+
+
 def _matmul(name: str, m: int, k: int, n: int, tactics: str, collective: bool = False) -> Probe:
     a, b, c = f"tensor<{m}x{k}xf32>", f"tensor<{k}x{n}xf32>", f"tensor<{m}x{n}xf32>"
-    body = (f"  %zero = arith.constant 0.0 : f32\n  %e = tensor.empty() : {c}\n"
-            f"  %init = linalg.fill ins(%zero : f32) outs(%e : {c}) -> {c}\n"
-            f"  %r = linalg.matmul ins(%a, %b : {a}, {b}) outs(%init : {c}) -> {c}\n  return %r : {c}\n")
+    body = "  %zero = arith.constant 0.0 : f32\n" + _matmul_op("%r", "%a", a, "%b", b, c) + f"  return %r : {c}\n"
     return Probe(name, _func([("a", a), ("b", b)], c, body), tactics, ((m, k), (k, n)), collective)
 
 
@@ -86,13 +102,9 @@ def _mlp(name: str, rows: int, d: int, hidden: int, tactics: str, collective: bo
 
     def linear(out, inp, in_type, weight, w_type, bias, b_type, k, n):
         t_type, r_type = f"tensor<{k}x{n}xf32>", f"tensor<{rows}x{n}xf32>"
-        return (f"  %{out}_te = tensor.empty() : {t_type}\n"
-                f"  %{out}_t = linalg.transpose ins({weight} : {w_type}) outs(%{out}_te : {t_type}) "
-                "permutation = [1, 0]\n"
-                f"  %{out}_e = tensor.empty() : {r_type}\n"
-                f"  %{out}_z = linalg.fill ins(%zero : f32) outs(%{out}_e : {r_type}) -> {r_type}\n"
-                f"  %{out}_m = linalg.matmul ins({inp}, %{out}_t : {in_type}, {t_type}) outs(%{out}_z : {r_type}) "
-                f"-> {r_type}\n"
+        return (_transpose_op(f"%{out}_t", weight, w_type, t_type)
+                + _matmul_op(f"%{out}_m", inp, in_type, f"%{out}_t", t_type, r_type)
+                + f"  %{out}_e = tensor.empty() : {r_type}\n"
                 + _generic(f"%{out}", ["(i, j)", "(j)", "(i, j)"], ["parallel", "parallel"],
                            [(f"%{out}_m", r_type), (bias, b_type)], (f"%{out}_e", r_type),
                            ["%y = arith.addf %a0, %a1 : f32"], r_type))
@@ -120,13 +132,10 @@ def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, co
     x, dy, w = f"tensor<{rows}x{d}xf32>", f"tensor<{rows}x{hidden}xf32>", f"tensor<{hidden}x{d}xf32>"
     dyt, b = f"tensor<{hidden}x{rows}xf32>", f"tensor<{hidden}xf32>"
     body = ("  %zero = arith.constant 0.0 : f32\n"
-            f"  %xe = tensor.empty() : {x}\n  %xz = linalg.fill ins(%zero : f32) outs(%xe : {x}) -> {x}\n"
-            f"  %dx = linalg.matmul ins(%dy, %w : {dy}, {w}) outs(%xz : {x}) -> {x}\n"
-            f"  %te = tensor.empty() : {dyt}\n"
-            f"  %dyt = linalg.transpose ins(%dy : {dy}) outs(%te : {dyt}) permutation = [1, 0]\n"
-            f"  %we = tensor.empty() : {w}\n  %wz = linalg.fill ins(%zero : f32) outs(%we : {w}) -> {w}\n"
-            f"  %dw = linalg.matmul ins(%dyt, %x : {dyt}, {x}) outs(%wz : {w}) -> {w}\n"
-            f"  %be = tensor.empty() : {b}\n  %bz = linalg.fill ins(%zero : f32) outs(%be : {b}) -> {b}\n"
+            + _matmul_op("%dx", "%dy", dy, "%w", w, x)
+            + _transpose_op("%dyt", "%dy", dy, dyt)
+            + _matmul_op("%dw", "%dyt", dyt, "%x", x, w)
+            + _zeros("%bz", b) + f"  %we = tensor.empty() : {w}\n"
             + _generic("%db", ["(i, j)", "(j)"], ["reduction", "parallel"], [("%dy", dy)], ("%bz", b),
                        ["%y = arith.addf %acc, %a0 : f32"], b)
             + _generic("%nw", ["(i, j)", "(i, j)", "(i, j)"], ["parallel", "parallel"], [("%w", w), ("%dw", w)],
