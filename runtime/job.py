@@ -25,6 +25,7 @@ from slicer.lowering import KernelGraph, cache_stats
 
 from .blocks import random_block, read_block
 from .executor import RankExecutor
+from .heap import keep_freed_memory
 from .rank import maybe_kill, run_rank
 from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings, reduce_runs
@@ -114,6 +115,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
 
 def main(argv: list[str] | None = None) -> None:
     job_dir = Path((argv or sys.argv[1:])[0])
+    keep_freed_memory()
     run_rank(lambda comm: run_job(job_dir, comm))
 
 

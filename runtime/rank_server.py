@@ -33,6 +33,7 @@ from slicer.core.errors import InternalError, SlicerError
 from slicer.lowering import KernelGraph
 
 from .checkpoint import write_block
+from .heap import keep_freed_memory
 from .rank import ABORT_GRACE_SECONDS, maybe_kill
 from .resident import ResidentRank
 
@@ -148,6 +149,7 @@ def _answer(request, program: ResidentRank | None, comm):
 def main(argv: list[str] | None = None) -> None:
     from mpi4py import MPI  # the rank of an MPI job
 
+    keep_freed_memory()
     serve((argv or sys.argv[1:])[0], MPI.COMM_WORLD)
 
 

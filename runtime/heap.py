@@ -1,0 +1,43 @@
+"""A rank process keeps the memory it frees for its next blocks instead of handing it back to the kernel.
+
+Every kernel call writes into fresh output arrays (numpy's, through malloc), and a rank frees each block after
+its last use: a training step allocates and frees the same parameter-sized blocks on every step. glibc's
+malloc returns a freed block above its mmap threshold (dynamic, at most 32 MiB) to the kernel and trims the
+heap's top beyond its trim threshold (twice that), so the next block of that size is a fresh mapping whose
+every page faults and is zeroed on first touch. Measured on this machine, an Adam update of 1024x1024
+parameters (three 4 MiB results) ran its kernel in 2.9 ms that way and in 0.83 ms with the heap kept; a
+4-layer GPT's training step on 2 ranks in 20.6 ms and 17.2 ms.
+
+`keep_freed_memory()` fixes both thresholds (`mallopt`), as PyTorch's CPU performance guide gets by
+preloading jemalloc or tcmalloc, which this package cannot depend on. It is called by the processes Slicer
+starts as ranks (`runtime.job`, `runtime.rank_server`), not in a user's own process. The cost: a rank holds
+on to its peak of live blocks until it exits, which it reaches on every run anyway. Blocks above 32 MiB (the
+largest threshold glibc accepts) are still fresh mappings. Elsewhere than glibc nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+"""`mallopt` parameters, from glibc's <malloc.h>."""
+
+MMAP_THRESHOLD_BYTES = 32 << 20
+"""Blocks up to this size come from the heap: glibc's largest accepted value (`DEFAULT_MMAP_THRESHOLD_MAX`)."""
+TRIM_THRESHOLD_BYTES = 2**31 - 1
+"""Free memory at the heap's top is trimmed only past 2 GiB (`mallopt` takes an int: its largest value)."""
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's malloc reuse the memory it frees (see the module docstring); True if it took
+    effect (glibc), False where there is no `mallopt`."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
