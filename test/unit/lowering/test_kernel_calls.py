@@ -212,3 +212,26 @@ func.func @{name}(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tenso
         np.testing.assert_array_equal(plus["plus"](a, b), (a0 + b).T + a0)
         np.testing.assert_array_equal(times["times"](a, b), (a0 * b).T + a0)
     np.testing.assert_array_equal(a, a0)
+
+
+def test_outputs_made_by_the_call_are_new_aligned_arrays_it_does_not_remember(library):
+    """Without out=, each call writes new 64-byte aligned arrays (a training step's optimizer kernels make dozens)
+    and keeps no descriptor of them: a later call cannot write into an array an earlier one returned."""
+    two = library["two"]
+    two.clear_descriptor_cache()
+    x = np.arange(5, dtype=np.int32)
+    first = two(x)
+    second = two(x + 1)
+    for array in (*first, *second):
+        assert array.ctypes.data % 64 == 0 and array.flags.c_contiguous and array.flags.writeable
+    assert len({array.ctypes.data for array in (*first, *second)}) == 4
+    np.testing.assert_array_equal(first[0], x + x)
+    np.testing.assert_array_equal(second[1], (x + 1) * (x + 1))
+    assert all(not slot.entries for slot in two._out_slots)
+    scalar = compile_library("""
+func.func @half(%a: tensor<f32>) -> tensor<f32> {
+  %c = arith.constant dense<0.5> : tensor<f32>
+  %h = arith.mulf %a, %c : tensor<f32>
+  return %h : tensor<f32>
+}""", cache_dir=library["two"].library.path.parent)["half"]
+    assert scalar(np.array(3.0, np.float32)).item() == 1.5
