@@ -29,6 +29,7 @@ from slicer.redistribution.costs import CostModel
 from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
 from slicer.spmd.bucketing import bucket_bytes
 
+from .cache_reads import CacheClock
 from .machine import Machine
 from .peak_memory import MemoryTrace
 from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
@@ -210,7 +211,9 @@ class _Run:
         empty = frozenset()
         self.state.update((i, ev.state_id(layout, i, empty)) for i, layout in enumerate(args))
         self.memory = MemoryTrace(len(sk.ops))
-        self.memory.arguments([ev.local_bytes(i, layout) for i, layout in enumerate(args)])
+        argument_bytes = [ev.local_bytes(i, layout) for i, layout in enumerate(args)]
+        self.memory.arguments(argument_bytes)
+        self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
         self.clock = self.link = 0.0
         self.gathered: set = set()
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
@@ -278,7 +281,7 @@ class _Run:
         shape = ev._shapes.get(key)
         if shape is None:
             shape = ev._shapes[key] = self.shape_of(op)
-        gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, seconds = shape
+        gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, work = shape
         roots = ev.op_roots[index]
         if gathers:
             for v, d, axes, local, held, whole in gathers:
@@ -305,6 +308,9 @@ class _Run:
             for k, r in enumerate(roots):
                 if r in fills:
                     self.make_fill(r, fill_divides[k])
+        # the copies its collectives made for it (gathered, reduced) are in cache
+        fresh = gathered_operands | {k for k, reduction in enumerate(reductions) if reduction is not None}
+        seconds = self.op_seconds(index, op, *work, fresh)
         memory = self.memory
         memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:
@@ -313,6 +319,7 @@ class _Run:
             if distributed:
                 self.distributed.add(v)
             memory.produce(index, v, nbytes)
+        self.made(index, op, results)
         self.spend(seconds)
         if op.flops and not op.cheap:
             memory.computed()
@@ -328,7 +335,7 @@ class _Run:
         is gathered one dim after the other) and those operands' positions; per operand the reduction
         of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
         results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
-        and its seconds (None: no work)."""
+        and its work for `op_seconds` (the share of its loop nest, bytes stored, bytes read per operand)."""
         ev, layout = self.ev, self.layout
         loops, gathers, table_axes = self.assign_loops(op)
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
@@ -368,9 +375,8 @@ class _Run:
             produced += nbytes
         read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
                 for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
-        seconds = op_seconds(ev.machine, op, divide, produced, read)
         return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
-                tuple(fill_divides), result_prio, reduced, tuple(results), seconds)
+                tuple(fill_divides), result_prio, reduced, tuple(results), (divide, produced, tuple(read)))
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
@@ -390,17 +396,20 @@ class _Run:
             for r in ev.op_roots[index]:
                 if r in fills:
                     self.make_fill(r, 1)
-        produced = 0
+        produced, made = 0, []
         for v in op.results:
             if v >= 0:
                 nbytes = 0 if op.cheap or v in ev.root else ev._nbytes[v]
                 memory.produce(index, v, nbytes)
                 produced += nbytes
+                made.append((v, None, nbytes))
                 if op.fill:
                     self.fills[v] = (op, nbytes)
         if op.fill:
             return  # made (and priced) where it is first read, in that op's block
-        self.compute(op, 1, produced, ev.op_read[index])
+        seconds = self.op_seconds(index, op, 1, produced, ev.op_read[index])
+        self.made(index, op, made)
+        self.spend(seconds)
         if op.flops and not op.cheap:
             memory.computed()
         for v in op.results:
@@ -414,10 +423,34 @@ class _Run:
         op it initialises: written at that size, never stored between kernels."""
         op, nbytes = self.fills.pop(v)
         self.memory.resize(v, 0)
-        self.compute(op, divide, nbytes // divide, ())
+        self.spend(op_seconds(self.ev.machine, op, divide, nbytes // divide, ()))
+        if self.cache is not None:
+            self.cache.made(v, nbytes // divide)
 
-    def compute(self, op: OpSketch, divide: int, produced: int, read) -> None:
-        self.spend(op_seconds(self.ev.machine, op, divide, produced, read))
+    def op_seconds(self, index: int, op: OpSketch, divide: int, produced: int, read, fresh=()) -> float | None:
+        """`op_seconds` of op `index`, its reads from memory told by the cache clock (`cache_reads.py`); the
+        operands `fresh` (positions) are copies made for it, in cache."""
+        roots = self.ev.op_roots[index]
+        if op.name in FREE_OPS:  # read in place: what reads the result reads the operand's bytes
+            return None
+        cold = 0
+        if self.cache is not None:
+            keys = [None if k in fresh or r < 0 else r for k, r in enumerate(roots)]
+            cold = self.cache.read(keys, read[:1] if op.name == INSERT_SLICE else read)
+        return op_seconds(self.ev.machine, op, divide, produced, read, cold)
+
+    def made(self, index: int, op: OpSketch, results) -> None:
+        """Op `index` stored `results` ((value, _, bytes per device) each): the cache clock's account; a slice read
+        in place stands for its operand's bytes."""
+        if self.cache is None:
+            return
+        if op.name in FREE_OPS:
+            source = self.ev.op_roots[index][0]
+            for v, *_ in results:
+                self.cache.share(v, source)
+            return
+        for v, _, nbytes, *_ in results:
+            self.cache.made(v, nbytes)
 
     def spend(self, seconds: float | None) -> None:
         """The rank computes for `seconds` (None: nothing to do)."""
@@ -449,17 +482,18 @@ class _Run:
         return self.lay(arg)
 
 
-def op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read) -> float | None:
-    """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` (bytes per operand) and storing
-    `produced` bytes; None when it does no work (a cheap op, a view or slice read in place, or one neither computing
-    nor storing). An insert_slice moves its source's bytes only (`sketch.INSERT_SLICE`). The one rule for an op's
-    time: the search's model and the compiled programs' price (`graph_cost.kernel_seconds`) both ask it."""
+def op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read, cold: int = 0) -> float | None:
+    """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` (bytes per operand; `cold` bytes of them
+    from memory, `cache_reads.py`) and storing `produced` bytes; None when it does no work (a cheap op, a view or
+    slice read in place, or one neither computing nor storing). An insert_slice moves its source's bytes only
+    (`sketch.INSERT_SLICE`). The one rule for an op's time: the search's model and the compiled programs' price
+    (`graph_cost.kernel_seconds`) both ask it."""
     if op.cheap or op.name in FREE_OPS or (not op.flops and not produced):
         return None
     if op.name == INSERT_SLICE:
         produced = read[0] if read else 0
-        return machine.op_time(op.flops / divide, op.contraction, produced, produced)
-    return machine.op_time(op.flops / divide, op.contraction, produced, sum(read))
+        return machine.op_time(op.flops / divide, op.contraction, produced, produced, min(cold, produced))
+    return machine.op_time(op.flops / divide, op.contraction, produced, sum(read), cold)
 
 
 def _view_roots(sketch: Sketch) -> dict[int, int]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution import subaxes
 
+from .cache_reads import CacheClock
 from .cost_model import Collective, Estimate, op_seconds
 from .machine import Machine
-from .sketch import Sketch, read_kernels
+from .sketch import FREE_OPS, INSERT_SLICE, Sketch, read_kernels
 
 
 def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None = None) -> Estimate:
@@ -32,6 +33,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
     clock = link = 0.0
     ready: dict[str, float] = {}
     pending: dict[str, tuple[float, float]] = {}  # collective output -> (transfer done, transfer seconds)
+    cache = CacheClock.of(machine, sum(graph.value_bytes(name) for name in graph.args))
 
     def wait(names) -> None:
         nonlocal clock
@@ -56,12 +58,14 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             ready[node.output] = link
             clock += machine.collective_seconds
             est.exposed += machine.collective_seconds
+            if cache is not None:
+                cache.made(node.output, graph.value_bytes(node.output))
             where = graph.values[node.output].loc or graph.values[node.input].loc
             extra = machine.sync_seconds + machine.collective_seconds
             est.collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
             continue
         wait(node.inputs)
-        seconds = kernel_seconds(kernels.get(node.name), machine)
+        seconds = kernel_seconds(kernels.get(node.name), machine, cache, node)
         est.compute += seconds
         clock += seconds
         for name in node.outputs:
@@ -88,14 +92,42 @@ def collective_seconds(graph: KernelGraph, node: CollectiveNode, comm) -> tuple[
     return (comm.seconds(axes, busiest) if busiest else 0.0), busiest, axes
 
 
-def kernel_seconds(kernel: Sketch | None, machine: Machine) -> float:
-    """One kernel's call plus its ops, priced as the search's model prices the program's ops."""
+def kernel_seconds(kernel: Sketch | None, machine: Machine, cache: CacheClock | None = None, node=None) -> float:
+    """One kernel's call plus its ops, priced as the search's model prices the program's ops. `cache`: the run's
+    cache clock, which tells the reads from memory (`cache_reads.py`), and `node` the graph's call (its input and
+    output values); without them, a kernel alone with its arguments in cache."""
     seconds = machine.kernel_seconds
     if kernel is None:
         return seconds
+    cache = cache or CacheClock.of(machine, 0)  # None: its reads are priced alike, whatever their distance
+    inputs, outputs = (node.inputs, node.outputs) if node is not None else ((), ())
+    tag = object() if node is None else node.name
+
+    def key(v: int):  # a kernel argument is a value of the graph; the others are the kernel's own
+        if v < kernel.num_args:
+            return inputs[v] if v < len(inputs) else (tag, v)
+        return (tag, v)
+
     cheap = {v for op in kernel.ops if op.cheap for v in op.results}  # made in place, never read from memory
     for op in kernel.ops:
+        if op.name in FREE_OPS:  # read in place (a view, a slice): its result stands for the operand's bytes
+            if cache is not None and op.operands and op.operands[0] >= 0:
+                for v in op.results:
+                    if v >= 0:
+                        cache.share(key(v), key(op.operands[0]))
+            continue
         produced = sum(kernel.nbytes(v) for v in op.results if v >= 0)
         read = [kernel.nbytes(v) if v >= 0 and v not in cheap else 0 for v in op.operands]
-        seconds += op_seconds(machine, op, 1, produced, read) or 0.0
+        cold = 0
+        if cache is not None:
+            keys = [key(v) if v >= 0 else None for v in op.operands]
+            cold = cache.read(keys, read[:1] if op.name == INSERT_SLICE else read)
+            for v in op.results:
+                if v >= 0 and not op.cheap:
+                    cache.made(key(v), kernel.nbytes(v))
+        seconds += op_seconds(machine, op, 1, produced, read, cold) or 0.0
+    if cache is not None:
+        for v, name in zip(kernel.results, outputs):  # what later kernels read
+            if v >= 0:
+                cache.share(name, key(v))
     return seconds

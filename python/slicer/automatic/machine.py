@@ -28,7 +28,8 @@ ENV = "SLICER_MACHINE"
 @dataclass(frozen=True)
 class Machine:
     """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
-    other ops in FLOP/s and bytes/s, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
+    other ops in FLOP/s and bytes/s (of data in cache, and of data read from memory: a value last touched more
+    than `cache_bytes` ago, `cache_reads.py`), a cost per op (its loop nest's set-up, the fused body's passes), per kernel
     (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer: the
     other ranks post it up to `sync_seconds` later (ranks sharing cores drift apart; hidden when it is posted
     long before it is needed, `cost_model.wait_for`) and the rank's own work on it (`collective_seconds`:
@@ -45,11 +46,13 @@ class Machine:
     contraction_flops: float = 1.5e11
     vector_flops: float = 3.0e9
     bandwidth: float = 4.0e10
+    memory_bandwidth: float = 4.0e10  # bytes/s of the reads that miss the cache (`cache_reads.py`)
     op_seconds: float = 5.0e-6
     kernel_seconds: float = 2.0e-5
     run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (argument and result blocks, the first call)
     sync_seconds: float = 5.0e-5
     collective_seconds: float = 1.0e-4
+    cache_bytes: float = 16 * 2**20  # one device's share of the largest cache: measured, not fitted
     overlap: float = 0.5  # the share of a collective's transfer kernels can hide: ranks progress MPI between
     #                       kernels, and shared-memory copies run on the same cores as the kernels
     source: str = field(default="built-in", compare=False)
@@ -60,17 +63,22 @@ class Machine:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise AutoError(f"machine figure {name} = {value!r} ({self.source}): give a positive number; rerun "
                                 "slicer-plan --calibrate kernels")
+        if not (isinstance(self.cache_bytes, (int, float)) and math.isfinite(self.cache_bytes) and self.cache_bytes > 0):
+            raise AutoError(f"machine figure cache_bytes = {self.cache_bytes!r} ({self.source}): give a positive "
+                            "number of bytes; rerun slicer-plan --calibrate kernels")
         if not 0 <= self.overlap <= 1:
             raise AutoError(f"machine figure overlap = {self.overlap!r} ({self.source}): give a share between 0 and 1")
 
-    def op_time(self, flops: float, contraction: bool, produced: int, read: int) -> float:
-        """Seconds of one op doing `flops` (a contraction's, or other), reading `read` bytes and storing `produced`:
-        a contraction at its rate; another op at its arithmetic rate or at the bandwidth its bytes need, the slower
+    def op_time(self, flops: float, contraction: bool, produced: int, read: int, cold: int = 0) -> float:
+        """Seconds of one op doing `flops` (a contraction's, or other), reading `read` bytes (`cold` of them from
+        memory, not the cache: `cache_reads.py`) and storing `produced`: a contraction at its rate (it reuses each
+        byte it reads many times); another op at its arithmetic rate or at the bandwidth its bytes need, the slower
         (an optimizer's update reads three or four parameter-sized tensors for each it stores)."""
         if contraction:
             seconds = flops / self.contraction_flops
         else:
-            seconds = max(flops / self.vector_flops, (read + produced) / self.bandwidth)
+            moved = (read - cold + produced) / self.bandwidth + cold / self.memory_bandwidth
+            seconds = max(flops / self.vector_flops, moved)
         return seconds + (self.op_seconds if flops else 0.0)
 
     # -- stored figures -------------------------------------------------------------------------------------
@@ -112,7 +120,8 @@ class Machine:
 
     def __str__(self) -> str:
         return (f"contractions {self.contraction_flops / 1e9:.3g} GFLOP/s, other ops {self.vector_flops / 1e9:.3g} "
-                f"GFLOP/s and {self.bandwidth / 1e9:.3g} GB/s, {self.op_seconds * 1e6:.3g} us per op, "
+                f"GFLOP/s and {self.bandwidth / 1e9:.3g} GB/s ({self.memory_bandwidth / 1e9:.3g} GB/s from memory past "
+                f"{self.cache_bytes / 2**20:.3g} MiB of cache), {self.op_seconds * 1e6:.3g} us per op, "
                 f"{self.kernel_seconds * 1e6:.3g} us per kernel, {self.run_seconds * 1e6:.3g} us per run, "
                 f"{self.collective_seconds * 1e6:.3g} us per collective + {self.sync_seconds * 1e6:.3g} us lag "
                 f"({self.source})")
@@ -120,8 +129,8 @@ class Machine:
 
 #: The figures a calibration fits (all but `overlap`, a share the probes cannot separate from the links' own
 #: figures), in the order of `Machine`'s fields; and every figure a file holds.
-FIGURES = tuple(f.name for f in fields(Machine) if f.name not in ("overlap", "source"))
-STORED = (*FIGURES, "overlap")
+FIGURES = tuple(f.name for f in fields(Machine) if f.name not in ("cache_bytes", "overlap", "source"))
+STORED = (*FIGURES, "cache_bytes", "overlap")
 
 
 def machine_path() -> Path:

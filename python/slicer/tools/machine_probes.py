@@ -9,7 +9,9 @@ rank; the first dim is tiled over the ranks):
 - MLPs as PyTorch's import writes them (transposed weights, broadcast biases, a tanh-GELU), 256x128x512 and
   32x64x256, under data parallelism;
 - a layer norm then a softmax over 256x512 rows: row reductions, exp, sqrt, divisions;
-- an Adam update of 1024x1024 parameters: the bandwidth, past the caches;
+- Adam updates of 128x1024 and 2048x1024 parameters: the bandwidth of data in the caches and of data past them
+  (a training step's optimizer reads its parameters and moments from memory), and the largest cache's share of a
+  rank, read from the system (`cache_share`), decides which reads are which (`automatic/cache_reads.py`);
 - a linear layer's backward (the weight's gradient a contraction over the rows, the bias's a column sum) and an
   Adam-like step of the weight;
 - on more than one rank, the MLP under Megatron (an all_reduce) and a matmul whose weight is sharded (an
@@ -27,7 +29,8 @@ from __future__ import annotations
 import os
 import statistics
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +40,9 @@ from slicer.automatic.machine_fit import fit_machine, relative_errors
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
 from slicer.tactics import parse_tactics
+
+CPU0 = Path("/sys/devices/system/cpu/cpu0")
+"""Where Linux describes the first CPU's caches (`cache_share`)."""
 
 
 @dataclass(frozen=True)
@@ -148,10 +154,12 @@ def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, co
                  ((rows, d), (rows, hidden), (hidden, d)), collective)
 
 
-def _adam(rows: int, cols: int) -> Probe:
+def _adam(name: str, rows: int, cols: int) -> Probe:
     """An Adam update as an imported training step has it: the two moments and the parameter, each a pass over
-    parameter-sized tensors (4 MiB a rank: past the caches) reading two or three of them for the one it stores;
-    memory-bound, as a training step's optimizer kernels are."""
+    parameter-sized tensors reading two or three of them for the one it stores; memory-bound, as a training step's
+    optimizer kernels are. Two sizes: one whose tensors stay in the caches from run to run (its seven tensors 3.5
+    MiB a rank), one past them (56 MiB a rank), as a training step's optimizer finds its parameters and moments
+    after the forward and backward (`automatic/cache_reads.py`): the bandwidth of each kind of read."""
     t = f"tensor<{rows}x{cols}xf32>"
     full, par = "(i, j)", ["parallel", "parallel"]
     body = (f"  %e = tensor.empty() : {t}\n"
@@ -170,7 +178,7 @@ def _adam(rows: int, cols: int) -> Probe:
                         "%y = arith.subf %a0, %s : f32"], t)
             + f"  return %p, %m, %v : {t}, {t}, {t}\n")
     text = _func([("p0", t), ("g", t), ("m0", t), ("v0", t)], f"({t}, {t}, {t})", body)
-    return Probe("Adam update 1024x1024", text, "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", ((rows, cols),) * 4)
+    return Probe(name, text, "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", ((rows, cols),) * 4)
 
 
 def _norm_softmax(rows: int, cols: int) -> Probe:
@@ -208,7 +216,8 @@ def probes(ranks: int) -> list[Probe]:
              _matmul("matmul 32x64x64", 32 * ranks, 64, 64, "arg0.0=x"),
              _mlp("MLP 256x128x512, data", 256 * ranks, 128, 512, "arg0.0=x"),
              _mlp("MLP 32x64x256, data", 32 * ranks, 64, 256, "arg0.0=x"),
-             _norm_softmax(256 * ranks, 512), _adam(1024 * ranks, 1024),
+             _norm_softmax(256 * ranks, 512), _adam("Adam update 128x1024, in cache", 128 * ranks, 1024),
+             _adam("Adam update 2048x1024, from memory", 2048 * ranks, 1024),
              _linear_backward("linear backward 256x128x512", 256 * ranks, 128, 512, "arg0.0=x;arg1.0=x",
                               ranks > 1)]
     if ranks > 1:
@@ -252,6 +261,40 @@ def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = 
             for (probe, program, _), t in zip(compiled, times)]
 
 
+def cache_share(ranks: int, cpu: Path = CPU0) -> float | None:
+    """One rank's share of this machine's largest data cache, in bytes (`Machine.cache_bytes`): its size over the
+    ranks that share it (one per core); None where the system does not say (Linux's sysfs)."""
+    largest = None
+    for index in sorted(cpu.glob("cache/index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _bytes((index / "size").read_text().strip())
+            sharing = _count_cpus((index / "shared_cpu_list").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction" and (largest is None or level > largest[0]):
+            largest = (level, size, sharing)
+    if largest is None:
+        return None
+    return largest[1] / max(1, min(largest[2], ranks))
+
+
+def _bytes(text: str) -> int:
+    """A sysfs cache size ("32768K", "1M") in bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
+
+
+def _count_cpus(text: str) -> int:
+    """How many CPUs a sysfs list ("0-3,8-11") names."""
+    count = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
+
+
 def calibrate_machine(ranks: int | None = None, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None,
                       comm: CostModel | None = None, source: str = "") -> tuple[Machine, list[Measured], list[float]]:
     """This machine's figures fitted to the probes measured on `ranks` ranks (default: one per core), priced with
@@ -261,5 +304,7 @@ def calibrate_machine(ranks: int | None = None, repeat: int = 9, rounds: int = 3
     comm = comm or CostModel.default()
     measured = measure(ranks, repeat, rounds, mpiexec)
     samples = [(m.graph, m.seconds) for m in measured]
-    machine = fit_machine(samples, comm, Machine(), source or f"calibrated on {ranks} rank(s)")
+    share = cache_share(ranks)
+    start = Machine() if share is None else replace(Machine(), cache_bytes=share)
+    machine = fit_machine(samples, comm, start, source or f"calibrated on {ranks} rank(s)")
     return machine, measured, relative_errors(samples, machine, comm)
