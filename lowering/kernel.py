@@ -193,6 +193,9 @@ class Kernel:
         self._function = function
         self._check = library.check_asserts  # None when the module makes no run-time checks
         self._in_slots = [_Slot(name, i, "input", s) for i, s in enumerate(inputs)]
+        # the buffer addresses of the outputs the last call without out= made (for the runtime's count of what it
+        # holds, `runtime/buffer_tracker.py`); None after a call with out=
+        self.addresses: list[int] | None = None
         self._out_slots = [_Slot(name, i, "output", s) for i, s in enumerate(outputs)]
 
     def __repr__(self) -> str:
@@ -213,7 +216,9 @@ class Kernel:
             made = [slot.fresh() for slot in self._out_slots]
             outputs = [array for array, _ in made]
             addresses += [ctypes.addressof(desc) for _, desc in made]  # (`made` keeps them alive over the call)
+            self.addresses = [desc.aligned for _, desc in made]
         else:
+            self.addresses = None
             outputs = [out] if isinstance(out, np.ndarray) else list(out)
             if len(outputs) != len(self._out_slots):
                 raise KernelError(f"kernel @{self.name} has {len(self._out_slots)} outputs, out= gives {len(outputs)}")

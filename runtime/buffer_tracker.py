@@ -10,6 +10,8 @@ scratch that `slicer.viz.memory` adds).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from slicer.lowering import CollectiveNode, KernelGraph
@@ -55,11 +57,23 @@ class BufferTracker:
         self.held = 0
         self._buffers: dict[tuple[int, int], int] = {}  # (address, bytes) -> names holding it
         self._keys: dict[str, tuple[int, int]] = {}
+        # The addresses of the arrays that come back run after run (the argument blocks, collectives' own output
+        # buffers), by identity: reading an address from numpy costs ~1 us, and a training step's optimizer
+        # kernels take and return hundreds of blocks.
+        self._addresses: dict[int, tuple[weakref.ref, int]] = {}
 
-    def _add(self, name: str, array) -> None:
+    def _address(self, array: np.ndarray) -> int:
+        found = self._addresses.get(id(array))
+        if found is not None and found[0]() is array:
+            return found[1]
+        address = array.__array_interface__["data"][0]
+        self._addresses[id(array)] = (weakref.ref(array), address)
+        return address
+
+    def _add(self, name: str, array, address: int | None = None) -> None:
         if not isinstance(array, np.ndarray) or name in self._keys:
             return
-        key = (array.__array_interface__["data"][0], array.nbytes)
+        key = (self._address(array) if address is None else address, array.nbytes)
         self._keys[name] = key
         holders = self._buffers.get(key, 0)
         self._buffers[key] = holders + 1
@@ -81,15 +95,17 @@ class BufferTracker:
         self.held = 0
         self._buffers.clear()
         self._keys.clear()
+        self._addresses = {key: found for key, found in self._addresses.items() if found[0]() is not None}
         for name, array in env.items():
             self._add(name, array)
         self.peak = max(self.peak, self.held)
 
-    def step(self, index: int, env: dict) -> None:
-        """After node `index` produced its outputs: count what is held, then drop what no later node reads."""
-        for name in self.outputs[index]:
+    def step(self, index: int, env: dict, addresses=None) -> None:
+        """After node `index` produced its outputs: count what is held, then drop what no later node reads.
+        `addresses`: its outputs' buffer addresses, when the kernel that made them says (`Kernel.addresses`)."""
+        for i, name in enumerate(self.outputs[index]):
             if name in env:
-                self._add(name, env[name])
+                self._add(name, env[name], addresses[i] if addresses else None)
         self.peak = max(self.peak, self.held)
         for name in self.release[index]:
             if env.pop(name, None) is not None:

@@ -221,7 +221,8 @@ class RankExecutor:
                 args = [_contiguous(env[v]) for v in node.inputs]
                 if node.needs_coords:
                     args.append(self.coords)
-                out = self.kernels[node.name](*args)
+                kernel = self.kernels[node.name]
+                out = kernel(*args)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
                 end = perf()
@@ -229,7 +230,7 @@ class RankExecutor:
                     for pending in progressed.values():
                         pending.test()
                 events.append(Event(index, labels[index], KERNEL, start, end))
-                self.buffers.step(index, env)
+                self.buffers.step(index, env, getattr(kernel, "addresses", None))
             elif action.kind == START:
                 if timed:
                     self.comm.Barrier()

@@ -83,6 +83,33 @@ def test_the_buffer_tracker_drops_dead_values_and_counts_the_same_as_the_estimat
     assert tracker.peak == g.peak_bytes_per_device()[0]
 
 
+def test_the_buffer_tracker_counts_a_block_once_however_its_address_is_learnt():
+    """Run after run, with the addresses of the argument blocks remembered and those of kernel outputs given by
+    the kernel: a block held under two names (an output passed on unchanged) still counts once, and a block
+    that was freed does not lend its remembered address to a new one."""
+    prog = compile_example("mlp", {"x": 2, "y": 2}, "arg0.0=x;arg1.1=y;arg3.0=y")
+    g = prog.graph
+    tracker = BufferTracker(g)
+    args = {name: np.zeros(g.values[name].local_shape, g.values[name].numpy_dtype) for name in g.args}
+    for _ in range(3):
+        env = dict(args)
+        tracker.start(env)
+        for index, node in enumerate(g.nodes):
+            outputs = (node.output,) if hasattr(node, "step") else node.outputs
+            arrays = [np.zeros(g.values[out].local_shape, g.values[out].numpy_dtype) for out in outputs]
+            env.update(zip(outputs, arrays))
+            tracker.step(index, env, [a.__array_interface__["data"][0] for a in arrays])
+        assert tracker.peak == g.peak_bytes_per_device()[0]
+    block = np.zeros(16, np.float32)
+    tracker.start({"%a": block})
+    tracker._add("%b", block.reshape(4, 4))  # the same buffer under a second name
+    assert tracker.held == 64
+    del block
+    fresh = {"%c": np.zeros(16, np.float32)}
+    tracker.start(fresh)
+    assert tracker.held == 64
+
+
 def test_live_bytes_counts_a_shared_block_once():
     a = np.zeros((4, 4), np.float32)
     assert live_bytes({"%0": a, "%1": a, "%2": np.ones(3, np.int8)}) == 64 + 3
