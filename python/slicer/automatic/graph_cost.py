@@ -2,7 +2,7 @@
 search's model uses (`cost_model.Machine`, the collectives' `CostModel`), so the two agree where the model's
 picture of propagation and partitioning is right, and the compiled program decides where it is not.
 
-Each kernel: a call (`Machine.kernel_seconds`) plus each of its ops (`Machine.op_time`: the op's FLOPs and the
+Each kernel: a call (`Machine.kernel_seconds`), each array it takes or returns (`Machine.array_seconds`), and each of its ops (`Machine.op_time`: the op's FLOPs and the
 bytes it reads and stores, from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops
 and the optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
 bytes, `redistribution.steps`) over its axes, started when its input exists and the link is free, waited for
@@ -66,6 +66,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             continue
         wait(node.inputs)
         seconds = kernel_seconds(kernels.get(node.name), machine, cache, node)
+        seconds += machine.array_seconds * (len(node.inputs) + len(node.outputs))
         est.compute += seconds
         clock += seconds
         for name in node.outputs:

@@ -29,7 +29,7 @@ ENV = "SLICER_MACHINE"
 class Machine:
     """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
     other ops in FLOP/s and bytes/s (of data in cache, and of data read from memory: a value last touched more
-    than `cache_bytes` ago, `cache_reads.py`), a cost per op (its loop nest's set-up, the fused body's passes), per kernel
+    than `cache_bytes` ago, `cache_reads.py`), a cost per array a kernel takes or returns, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
     (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer: the
     other ranks post it up to `sync_seconds` later (ranks sharing cores drift apart; hidden when it is posted
     long before it is needed, `cost_model.wait_for`) and the rank's own work on it (`collective_seconds`:
@@ -49,6 +49,9 @@ class Machine:
     memory_bandwidth: float = 4.0e10  # bytes/s of the reads that miss the cache (`cache_reads.py`)
     op_seconds: float = 5.0e-6
     kernel_seconds: float = 2.0e-5
+    array_seconds: float = 1.0e-6  # per array a kernel call is given or returns (its descriptor, its output's
+    #                                allocation, the runtime's count of what it holds): a training step's optimizer
+    #                                kernels take and return hundreds
     run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (argument and result blocks, the first call)
     sync_seconds: float = 5.0e-5
     collective_seconds: float = 1.0e-4
@@ -122,7 +125,7 @@ class Machine:
         return (f"contractions {self.contraction_flops / 1e9:.3g} GFLOP/s, other ops {self.vector_flops / 1e9:.3g} "
                 f"GFLOP/s and {self.bandwidth / 1e9:.3g} GB/s ({self.memory_bandwidth / 1e9:.3g} GB/s from memory past "
                 f"{self.cache_bytes / 2**20:.3g} MiB of cache), {self.op_seconds * 1e6:.3g} us per op, "
-                f"{self.kernel_seconds * 1e6:.3g} us per kernel, {self.run_seconds * 1e6:.3g} us per run, "
+                f"{self.kernel_seconds * 1e6:.3g} us per kernel, {self.array_seconds * 1e6:.3g} us per array, {self.run_seconds * 1e6:.3g} us per run, "
                 f"{self.collective_seconds * 1e6:.3g} us per collective + {self.sync_seconds * 1e6:.3g} us lag "
                 f"({self.source})")
 

@@ -3,14 +3,14 @@ what `slicer-plan --calibrate kernels` fits to the probe programs it runs on thi
 
 The fit is on the price the search itself uses for compiled programs, not on a formula of its own, so whatever
 the pricing counts (a kernel's ops as compiled, the collectives' lag and work, the max of an op's FLOPs and bytes)
-is fitted as it is charged. It scales the starting (built-in) figures in six groups (`SCALED_TOGETHER`: the
+is fitted as it is charged. It scales the starting (built-in) figures in seven groups (`SCALED_TOGETHER`: the
 contraction rate, the other ops' arithmetic rate, the bandwidth of data in cache, that of data read from memory
-(`cache_reads.py`), the fixed costs, a collective's own costs),
-keeping the ratios within a group, which came from whole programs: a handful of probes pins six scales down from
+(`cache_reads.py`), the fixed costs, the cost per array a kernel takes or returns, a collective's own costs),
+keeping the ratios within a group, which came from whole programs: a handful of probes pins seven scales down from
 run to run, not eight figures. It minimises the squared log-ratios of predicted to
 measured times (relative errors: a 30 us probe and a 3 ms one count alike) over the scales' logarithms, with a
 weak pull towards the starting figures (`PRIOR`): a group no probe exercises (on one rank, the collectives') keeps
-its figures. Levenberg-Marquardt with a forward-difference Jacobian, from 16 starts (`fit_machine`): six scales
+its figures. Levenberg-Marquardt with a forward-difference Jacobian, from 16 starts (`fit_machine`): seven scales
 and a few probes, so a few thousand pricings of small graphs (a second); numpy has no non-linear least squares and
 SciPy is not a dependency for this one use.
 """
@@ -35,12 +35,13 @@ PRIOR = 1e-4
 ITERATIONS = 200
 STEP = 1e-4  # the Jacobian's step in log-scales
 #: The figures fitted as one scale per group: the contraction rate, the other ops' arithmetic rate, the
-#: bandwidths of data in cache and from memory, the fixed costs (per op, kernel and run), a collective's own costs. The built-in
+#: bandwidths of data in cache and from memory, the fixed costs, the cost per kernel array (per op, kernel and run), a collective's own costs. The built-in
 #: figures' ratios within a group come from whole programs (GPT forwards and training steps); a few probes cannot
 #: separate them (the fit of every figure on its own swung from run to run of the same probes, 60-270 GFLOP/s for
 #: the other ops).
 SCALED_TOGETHER = (("contraction_flops",), ("vector_flops",), ("bandwidth",), ("memory_bandwidth",),
-                   ("op_seconds", "kernel_seconds", "run_seconds"), ("sync_seconds", "collective_seconds"))
+                   ("op_seconds", "kernel_seconds", "run_seconds"), ("array_seconds",),
+                   ("sync_seconds", "collective_seconds"))
 
 
 def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machine | None = None,

@@ -12,6 +12,8 @@ rank; the first dim is tiled over the ranks):
 - Adam updates of 128x1024 and 2048x1024 parameters: the bandwidth of data in the caches and of data past them
   (a training step's optimizer reads its parameters and moments from memory), and the largest cache's share of a
   rank, read from the system (`cache_share`), decides which reads are which (`automatic/cache_reads.py`);
+- an Adam update of 48 small parameters: a kernel taking 192 arrays and returning 144, as a training step's
+  optimizer kernels do (the runtime's cost per array);
 - a linear layer's backward (the weight's gradient a contraction over the rows, the bias's a column sum) and an
   Adam-like step of the weight;
 - on more than one rank, the MLP under Megatron (an all_reduce) and a matmul whose weight is sharded (an
@@ -154,31 +156,46 @@ def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, co
                  ((rows, d), (rows, hidden), (hidden, d)), collective)
 
 
-def _adam(name: str, rows: int, cols: int) -> Probe:
-    """An Adam update as an imported training step has it: the two moments and the parameter, each a pass over
-    parameter-sized tensors reading two or three of them for the one it stores; memory-bound, as a training step's
-    optimizer kernels are. Two sizes: one whose tensors stay in the caches from run to run (its seven tensors 3.5
-    MiB a rank), one past them (56 MiB a rank), as a training step's optimizer finds its parameters and moments
-    after the forward and backward (`automatic/cache_reads.py`): the bandwidth of each kind of read."""
-    t = f"tensor<{rows}x{cols}xf32>"
+def _adam_update(suffix: str, t: str) -> str:
+    """The three passes of one parameter's Adam update (its moments %m, %v and the parameter %p, each with
+    `suffix`), from %p0, %g, %m0, %v0 (with `suffix`) of type `t`, into the empty tensor %e."""
     full, par = "(i, j)", ["parallel", "parallel"]
-    body = (f"  %e = tensor.empty() : {t}\n"
-            + _generic("%m", [full] * 3, par, [("%m0", t), ("%g", t)], ("%e", t),
-                       ["%b = arith.constant 0.9 : f32", "%c = arith.constant 0.1 : f32",
-                        "%x = arith.mulf %a0, %b : f32", "%z = arith.mulf %a1, %c : f32",
-                        "%y = arith.addf %x, %z : f32"], t)
-            + _generic("%v", [full] * 3, par, [("%v0", t), ("%g", t)], ("%e", t),
+
+    def v(name: str) -> str:
+        return f"%{name}{suffix}"
+
+    return (_generic(v("m"), [full] * 3, par, [(v("m0"), t), (v("g"), t)], ("%e", t),
+                     ["%b = arith.constant 0.9 : f32", "%c = arith.constant 0.1 : f32",
+                      "%x = arith.mulf %a0, %b : f32", "%z = arith.mulf %a1, %c : f32",
+                      "%y = arith.addf %x, %z : f32"], t)
+            + _generic(v("v"), [full] * 3, par, [(v("v0"), t), (v("g"), t)], ("%e", t),
                        ["%b = arith.constant 0.999 : f32", "%c = arith.constant 0.001 : f32",
                         "%x = arith.mulf %a0, %b : f32", "%q = arith.mulf %a1, %a1 : f32",
                         "%z = arith.mulf %q, %c : f32", "%y = arith.addf %x, %z : f32"], t)
-            + _generic("%p", [full] * 4, par, [("%p0", t), ("%m", t), ("%v", t)], ("%e", t),
+            + _generic(v("p"), [full] * 4, par, [(v("p0"), t), (v("m"), t), (v("v"), t)], ("%e", t),
                        ["%lr = arith.constant 1.0e-03 : f32", "%eps = arith.constant 1.0e-08 : f32",
                         "%r = math.sqrt %a2 : f32", "%d = arith.addf %r, %eps : f32",
                         "%u = arith.divf %a1, %d : f32", "%s = arith.mulf %u, %lr : f32",
-                        "%y = arith.subf %a0, %s : f32"], t)
-            + f"  return %p, %m, %v : {t}, {t}, {t}\n")
-    text = _func([("p0", t), ("g", t), ("m0", t), ("v0", t)], f"({t}, {t}, {t})", body)
-    return Probe(name, text, "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x", ((rows, cols),) * 4)
+                        "%y = arith.subf %a0, %s : f32"], t))
+
+
+def _adam(name: str, rows: int, cols: int, count: int = 1) -> Probe:
+    """An Adam update as an imported training step has it, of `count` parameters of rows x cols: the two moments
+    and the parameter, each a pass over parameter-sized tensors reading two or three of them for the one it
+    stores; memory-bound, as a training step's optimizer kernels are. One parameter in two sizes: one whose
+    tensors stay in the caches from run to run (its seven tensors 3.5 MiB a rank), one past them (56 MiB a rank),
+    as a training step's optimizer finds its parameters and moments after the forward and backward
+    (`automatic/cache_reads.py`): the bandwidth of each kind of read. And many small parameters, as a model's
+    biases and norms are: a kernel taking and returning hundreds of arrays (`Machine.array_seconds`)."""
+    t = f"tensor<{rows}x{cols}xf32>"
+    suffixes = [f"_{i}" if count > 1 else "" for i in range(count)]
+    body = f"  %e = tensor.empty() : {t}\n" + "".join(_adam_update(s, t) for s in suffixes)
+    results = [f"%{name}{s}" for s in suffixes for name in ("p", "m", "v")]
+    body += f"  return {', '.join(results)} : {', '.join([t] * len(results))}\n"
+    args = [(f"{name}{s}", t) for s in suffixes for name in ("p0", "g", "m0", "v0")]
+    text = _func(args, f"({', '.join([t] * len(results))})", body)
+    tactics = ";".join(f"arg{i}.0=x" for i in range(len(args)))
+    return Probe(name, text, tactics, ((rows, cols),) * len(args))
 
 
 def _norm_softmax(rows: int, cols: int) -> Probe:
@@ -218,6 +235,7 @@ def probes(ranks: int) -> list[Probe]:
              _mlp("MLP 32x64x256, data", 32 * ranks, 64, 256, "arg0.0=x"),
              _norm_softmax(256 * ranks, 512), _adam("Adam update 128x1024, in cache", 128 * ranks, 1024),
              _adam("Adam update 2048x1024, from memory", 2048 * ranks, 1024),
+             _adam("Adam update of 48 parameters of 2x128", 2 * ranks, 128, count=48),
              _linear_backward("linear backward 256x128x512", 256 * ranks, 128, 512, "arg0.0=x;arg1.0=x",
                               ranks > 1)]
     if ranks > 1:

@@ -1,0 +1,48 @@
+"""The runtime's cost per array a kernel takes or returns (`Machine.array_seconds`): the compiled price charges
+each kernel node's inputs and outputs, and the search's model each value that crosses into or out of a kernel,
+so both see an optimizer of many small parameters costing its arrays, not only its bytes."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import pytest
+
+import slicer
+from slicer.automatic import Evaluator, read_sketch
+from slicer.automatic.graph_cost import price_graph
+from slicer.automatic.machine import Machine
+from slicer.lowering.kernel_graph import CollectiveNode
+from slicer.redistribution.costs import CostModel
+from slicer.tools.machine_probes import _adam
+
+PARAMETERS = 12
+
+
+@pytest.fixture(scope="module")
+def many():
+    probe = _adam("many", 2, 128, count=PARAMETERS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = slicer.compile(probe.text, mesh=slicer.Mesh({"x": 1}), tactics=[])
+    return probe, program
+
+
+def test_both_prices_charge_every_array_a_kernel_takes_and_returns(many):
+    probe, program = many
+    comm, base = CostModel(), Machine()
+    dear = replace(base, array_seconds=base.array_seconds + 1e-3)
+    graph = program.graph
+    arrays = sum(len(n.inputs) + len(n.outputs) for n in graph.nodes if not isinstance(n, CollectiveNode))
+    assert arrays >= 7 * PARAMETERS  # four arguments and three results per parameter, at least
+    assert price_graph(graph, dear, comm).compute - price_graph(graph, base, comm).compute == \
+        pytest.approx(arrays * 1e-3)
+    sketch = read_sketch(probe.text)
+    layouts = tuple(((), ()) for _ in probe.shapes)
+
+    def model(machine):
+        return Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(layouts).compute
+
+    # the model's kernels are cut where the compiled ones may not be: its count agrees within a few arrays
+    assert (model(dear) - model(base)) / 1e-3 == pytest.approx(arrays, abs=0.1 * arrays)
