@@ -214,8 +214,6 @@ class _Run:
         argument_bytes = [ev.local_bytes(i, layout) for i, layout in enumerate(args)]
         self.memory.arguments(argument_bytes)
         self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
-        self.passed: set = set()  # (value, kernel): a kernel's inputs, each an array the runtime passes it
-        self.returned: set[int] = set()  # values a kernel returns (read by a later kernel, a collective, the caller)
         self.clock = self.link = 0.0
         self.gathered: set = set()
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
@@ -234,7 +232,6 @@ class _Run:
         transfer = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if transfer <= 0:
             return
-        self.spend(self.returned_by_kernel(self.ev.root.get(v, v)) * self.ev.machine.array_seconds)
         made = self.memory.born.get(v, (-1,))[0]
         self.bucket = (key, self.bucket[1] + local, max(self.bucket[2], made)) if bucketed else \
             ((key, local, made) if join else (None, 0, -1))
@@ -314,7 +311,6 @@ class _Run:
         # the copies its collectives made for it (gathered, reduced) are in cache
         fresh = gathered_operands | {k for k, reduction in enumerate(reductions) if reduction is not None}
         seconds = self.op_seconds(index, op, *work, fresh)
-        self.pass_arrays(roots, fresh)
         memory = self.memory
         memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:
@@ -412,7 +408,6 @@ class _Run:
         if op.fill:
             return  # made (and priced) where it is first read, in that op's block
         seconds = self.op_seconds(index, op, 1, produced, ev.op_read[index])
-        self.pass_arrays(ev.op_roots[index])
         self.made(index, op, made)
         self.spend(seconds)
         if op.flops and not op.cheap:
@@ -443,37 +438,6 @@ class _Run:
             keys = [None if k in fresh or r < 0 else r for k, r in enumerate(roots)]
             cold = self.cache.read(keys, read[:1] if op.name == INSERT_SLICE else read)
         return op_seconds(self.ev.machine, op, divide, produced, read, cold)
-
-    def pass_arrays(self, roots, fresh=()) -> None:
-        """An op of the current kernel reads `roots`: each value made outside the kernel (an argument, an earlier
-        kernel's result, a collective's copy: positions `fresh`) is an array the runtime passes the kernel once, and
-        one an earlier kernel returned (`Machine.array_seconds` each, as `graph_cost` charges a kernel node's
-        inputs and outputs)."""
-        kernel, born, cheap = self.memory.kernel, self.memory.born, self.ev.cheap_values
-        count = 0
-        for k, r in enumerate(roots):
-            if r < 0 or r in cheap:
-                continue
-            made = born.get(r)
-            if k not in fresh and (made is None or made[1] == kernel):
-                continue
-            key = (r, kernel, k in fresh)
-            if key in self.passed:
-                continue
-            self.passed.add(key)
-            count += 1
-            if k not in fresh:
-                count += self.returned_by_kernel(r)
-        if count:
-            self.spend(count * self.ev.machine.array_seconds)
-
-    def returned_by_kernel(self, v: int) -> int:
-        """1 if value `v`, made by a kernel, is now first read outside it (so the kernel returns it), else 0."""
-        made = self.memory.born.get(v)
-        if made is None or made[1] < 0 or v in self.returned:
-            return 0
-        self.returned.add(v)
-        return 1
 
     def made(self, index: int, op: OpSketch, results) -> None:
         """Op `index` stored `results` ((value, _, bytes per device) each): the cache clock's account; a slice read
@@ -509,7 +473,6 @@ class _Run:
             for d, axes in enumerate(self.lay(v)):
                 if axes and (d >= len(want) or want[d] != axes) and not partial:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
-            self.spend(self.returned_by_kernel(ev.root.get(v, v)) * ev.machine.array_seconds)
         self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results, ev.last_reader))
 
     def ev_layout_of_result(self, r: int, v: int) -> Layout:

@@ -2,16 +2,15 @@
 search's model uses (`cost_model.Machine`, the collectives' `CostModel`), so the two agree where the model's
 picture of propagation and partitioning is right, and the compiled program decides where it is not.
 
-Each kernel: a call (`Machine.kernel_seconds`), each array it takes or returns (`Machine.array_seconds`), and each of its ops (`Machine.op_time`: the op's FLOPs and the
-bytes it reads and stores, from the kernel's own IR, `sketch.read_kernels`, so backward kernels, fused generic ops
-and the optimizer count as compiled). Each collective: the alpha/beta time of the step it performs (its busiest device's
-bytes, `redistribution.steps`) over its axes, started when its input exists and the link is free, waited for
-where its output is first read (up to `Machine.overlap` of the transfer hidden by the kernels in between); the
-other ranks post it up to `Machine.sync_seconds` later (hidden when it is posted long before it is needed, as a
-prefetched all_gather is) and the rank's own work on it (`Machine.collective_seconds`) is never hidden
-(`cost_model.wait_for`). Peak memory: `KernelGraph.peak_bytes_per_device`, exactly what the
-compiled program holds by the graph's count.
-"""
+Each kernel: a call (`Machine.kernel_seconds`), each array it takes or returns (`Machine.array_seconds`), and each
+of its ops (`Machine.op_time`: the op's FLOPs and the bytes it reads and stores, from the kernel's own IR,
+`sketch.read_kernels`, so backward kernels, fused generic ops and the optimizer count as compiled). Each
+collective: the alpha/beta time of the step it performs (its busiest device's bytes, `redistribution.steps`) over
+its axes, started when its input exists and the link is free, waited for where its output is first read (up to
+`Machine.overlap` of the transfer hidden by the kernels in between); the other ranks post it up to
+`Machine.sync_seconds` later (hidden when it is posted long before it is needed, as a prefetched all_gather is) and
+the rank's own work on it (`Machine.collective_seconds`) is never hidden (`cost_model.wait_for`). Peak memory:
+`KernelGraph.peak_bytes_per_device`, exactly what the compiled program holds by the graph's count. """
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The runtime's cost per array a kernel takes or returns (`Machine.array_seconds`): the compiled price charges
-each kernel node's inputs and outputs, and the search's model each value that crosses into or out of a kernel,
-so both see an optimizer of many small parameters costing its arrays, not only its bytes."""
+each kernel node's inputs and outputs, so an optimizer of many small parameters costs its arrays, not only its
+bytes; the search's model leaves it out (see `Machine.array_seconds`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def many():
     return probe, program
 
 
-def test_both_prices_charge_every_array_a_kernel_takes_and_returns(many):
+def test_the_compiled_price_charges_every_array_a_kernel_takes_and_returns(many):
     probe, program = many
     comm, base = CostModel(), Machine()
     dear = replace(base, array_seconds=base.array_seconds + 1e-3)
@@ -44,5 +44,4 @@ def test_both_prices_charge_every_array_a_kernel_takes_and_returns(many):
     def model(machine):
         return Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(layouts).compute
 
-    # the model's kernels are cut where the compiled ones may not be: its count agrees within a few arrays
-    assert (model(dear) - model(base)) / 1e-3 == pytest.approx(arrays, abs=0.1 * arrays)
+    assert model(dear) == model(base)
