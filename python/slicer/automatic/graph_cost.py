@@ -10,7 +10,8 @@ its axes, started when its input exists and the link is free, waited for where i
 `Machine.overlap` of the transfer hidden by the kernels in between); the other ranks post it up to
 `Machine.sync_seconds` later (hidden when it is posted long before it is needed, as a prefetched all_gather is) and
 the rank's own work on it (`Machine.collective_seconds`) is never hidden (`cost_model.wait_for`). Peak memory:
-`KernelGraph.peak_bytes_per_device`, exactly what the compiled program holds by the graph's count. """
+`KernelGraph.peak_bytes_per_device`, exactly what the compiled program holds by the graph's count.
+"""
 
 from __future__ import annotations
 
