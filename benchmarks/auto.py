@@ -13,13 +13,14 @@ Contenders: `auto`, and by hand (`slicer.strategies`): `data` (the inputs' dim 0
 its best candidates), the predicted time and peak of the compiled program (its kernel graph priced as
 `slicer.auto` prices the candidates it compiles, `slicer.automatic.graph_cost`; `model_s` is the search model's
 figure before compiling), the kernel graph's peak per device, and on 2 devices the time measured on 2 MPI ranks
-(`--rounds` interleaved rounds, each the median of `--repeat` runs of the slowest rank; the median round counts).
+(`--rounds` interleaved rounds, each the median of `--repeat` runs of the slowest rank; the median round counts;
+`paired_ratio` is also the median over rounds of auto's time over the best hand-written one's in the same round).
 The machine has 2 cores: cases of 4 and 8 devices are predicted and compiled (memory from the kernel graph) but
 not timed. Predictions use this machine's figures when calibrated (`slicer-plan --calibrate -n 2` first: the links
 between 2 ranks and the kernels' figures, `slicer.automatic.Machine`), else the built-in ones; the figures used
 are printed and stored in the JSON.
 
-    python benchmarks/auto.py --json auto.json                 # every case (~15 min)
+    python benchmarks/auto.py --json auto.json                 # every case (~4 min)
     python benchmarks/auto.py --small --cases mlp --meshes 2   # the smoke test's size
 """
 
@@ -221,6 +222,11 @@ def _verdict(auto: dict, hand: dict, budget, measure: bool) -> dict:
     if fits and key in auto:
         best = min(fits, key=lambda n: fits[n][key])
         out.update(best_hand=best, ratio=auto[key] / fits[best][key], ratio_of=key)
+        rounds = auto.get("measured_rounds_s"), fits[best].get("measured_rounds_s")
+        if measure and rounds[0] and rounds[1] and len(rounds[0]) == len(rounds[1]):
+            # Paired by round (the contenders of a round run one after the other, under the same load): the load
+            # of this 2-core machine drifts by 10-20% between rounds, which the ratio of the medians carries.
+            out["paired_ratio"] = statistics.median(a / b for a, b in zip(*rounds))
     if measure and "measured_s" in auto:
         out["predicted_error"] = auto["predicted_s"] / auto["measured_s"] - 1
     return out
@@ -229,6 +235,8 @@ def _verdict(auto: dict, hand: dict, budget, measure: bool) -> dict:
 def _line(row: dict) -> str:
     a = row["auto"]
     ratio = f"{row['ratio']:.2f}x {row['best_hand']} ({row['ratio_of'][:-2]})" if "ratio" in row else "-"
+    if "paired_ratio" in row:
+        ratio += f", {row['paired_ratio']:.2f}x paired by round"
     measured = f"{a['measured_s'] * 1e3:.2f}" if "measured_s" in a else "-"
     budget = f"{row['budget'] / 2 ** 20:.2f} MiB" if row["budget"] else "none"
     over = "" if row["within_budget"] else " (over the budget)"
