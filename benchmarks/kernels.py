@@ -388,6 +388,7 @@ def main() -> None:
         results["call_overhead_us"] = {
             "bound_call": _per_call_us(tiny.bind(*v, out=o), calls),
             "cached_descriptors": _per_call_us(lambda: tiny(*v, out=o), calls),
+            "fresh_outputs": _per_call_us(lambda: tiny(*v), calls),
             "fresh_descriptors": _per_call_us(lambda: tiny.call_uncached(*v, out=[o]), calls // 4),
             "jit_execution_engine": _per_call_us(lambda: jit(*v), calls // 40),
         }
@@ -451,7 +452,7 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         f"Call overhead (16-element kernel, us per call): bound call {o['bound_call']:.2f}, "
-        f"cached descriptors {o['cached_descriptors']:.2f}, "
+        f"cached descriptors {o['cached_descriptors']:.2f}, outputs made by the call {o['fresh_outputs']:.2f}, "
         f"fresh descriptors {o['fresh_descriptors']:.2f}, JIT (ExecutionEngine, mlir.runtime descriptors) {o['jit_execution_engine']:.2f}.",
         f"Compile of the {s['kernels']} kernels above: cold {s['cold']:.2f} s "
         f"({', '.join(f'{k} {v:.2f}' for k, v in s['cold_breakdown'].items())}), "
