@@ -149,6 +149,8 @@ def test_aligned_empty(shape, dtype):
     array = aligned_empty(shape, dtype)
     assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
     assert array.ctypes.data % 64 == 0 or array.size == 0
+    if len(shape) == 1:  # a length, as np.empty takes it
+        assert aligned_empty(shape[0], dtype).shape == shape
 
 
 def test_large_temporaries_are_reused_correctly_across_calls(cache_dir):
