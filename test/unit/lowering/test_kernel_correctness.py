@@ -325,3 +325,55 @@ def test_an_undefined_slice_returned_beside_its_update_gets_its_own_buffer(tmp_p
     _, total, padded = kernel(a, b, c, d, np.array([0, 1], dtype=np.int64))
     np.testing.assert_array_equal(total, b - a + c[1:2])
     np.testing.assert_array_equal(padded, np.concatenate([d, np.zeros((1, 3), np.int32)]))
+
+
+# Transposes are tiled in square blocks (vectorize.py's `_transposed_loop`) and lowered by 16x16 shuffles:
+# multiples of the block, remainders in either dim, a block smaller than the tile, 3-D and 4-D permutations
+# (attention's heads), a transpose fused with an elementwise op, and element types of other widths.
+TRANSPOSES = [
+    ((64, 32), (1, 0), "f32"), ((100, 37), (1, 0), "f32"), ((5, 3), (1, 0), "f32"), ((17, 16), (1, 0), "f64"),
+    ((48, 33), (1, 0), "i32"), ((4, 24, 40), (0, 2, 1), "f32"), ((3, 40, 5, 18), (0, 2, 1, 3), "f32"),
+    ((2, 18, 4, 20), (0, 3, 1, 2), "f32"),
+]
+
+
+def transpose_fn(name, shape, perm, dtype):
+    src = "x".join(map(str, shape)) + f"x{dtype}"
+    dst = "x".join(str(shape[p]) for p in perm) + f"x{dtype}"
+    return f"""
+func.func @{name}(%a: tensor<{src}>) -> tensor<{dst}> {{
+  %e = tensor.empty() : tensor<{dst}>
+  %t = linalg.transpose ins(%a : tensor<{src}>) outs(%e : tensor<{dst}>) permutation = [{", ".join(map(str, perm))}]
+  return %t : tensor<{dst}>
+}}
+"""
+
+
+def test_transposes_of_many_shapes_equal_numpy(cache_dir):
+    names = [f"t{i}" for i in range(len(TRANSPOSES))]
+    library = compile_library("\n".join(transpose_fn(n, *case) for n, case in zip(names, TRANSPOSES)),
+                              cache_dir=cache_dir)
+    numpy_type = {"f32": np.float32, "f64": np.float64, "i32": np.int32}
+    for name, (shape, perm, dtype) in zip(names, TRANSPOSES):
+        a = (RNG.standard_normal(shape) * 100).astype(numpy_type[dtype])
+        np.testing.assert_array_equal(library[name](a), np.transpose(a, perm), err_msg=f"{shape} {perm} {dtype}")
+
+
+def test_a_transpose_fused_with_an_add_equals_numpy(cache_dir):
+    text = """
+#in = affine_map<(i, j) -> (j, i)>
+#out = affine_map<(i, j) -> (i, j)>
+func.func @tadd(%a: tensor<70x45xf32>, %b: tensor<45x70xf32>) -> tensor<45x70xf32> {
+  %e = tensor.empty() : tensor<45x70xf32>
+  %r = linalg.generic {indexing_maps = [#in, #out, #out], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<70x45xf32>, tensor<45x70xf32>) outs(%e : tensor<45x70xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<45x70xf32>
+  return %r : tensor<45x70xf32>
+}
+"""
+    a = RNG.standard_normal((70, 45), dtype=np.float32)
+    b = RNG.standard_normal((45, 70), dtype=np.float32)
+    np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["tadd"](a, b), a.T + b, rtol=1e-6)
