@@ -78,10 +78,12 @@ class Machine:
     def op_time(self, flops: float, contraction: bool, produced: int, read: int, cold: int = 0) -> float:
         """Seconds of one op doing `flops` (a contraction's, or other), reading `read` bytes (`cold` of them from
         memory, not the cache: `cache_reads.py`) and storing `produced`: a contraction at its rate (it reuses each
-        byte it reads many times); another op at its arithmetic rate or at the bandwidth its bytes need, the slower
-        (an optimizer's update reads three or four parameter-sized tensors for each it stores)."""
+        byte it reads many times from the cache) plus its cold bytes at the memory's bandwidth (its blocks are
+        packed from memory first: a backward block of the GPT step ran 20-30% slower with its caches flushed than
+        run over and over); another op at its arithmetic rate or at the bandwidth its bytes need, the slower (an
+        optimizer's update reads three or four parameter-sized tensors for each it stores)."""
         if contraction:
-            seconds = flops / self.contraction_flops
+            seconds = flops / self.contraction_flops + cold / self.memory_bandwidth
         else:
             moved = (read - cold + produced) / self.bandwidth + cold / self.memory_bandwidth
             seconds = max(flops / self.vector_flops, moved)

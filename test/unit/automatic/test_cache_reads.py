@@ -107,3 +107,10 @@ def test_the_cache_share_of_a_rank_is_read_from_sysfs(tmp_path):
     level("index3", 3, "Unified", "32768K", "0-3,8-11")
     assert cache_share(2, tmp_path) == 16 * MIB  # 8 CPUs share it, 2 ranks run
     assert cache_share(16, tmp_path) == 4 * MIB
+
+
+def test_a_contraction_pays_for_the_bytes_it_reads_from_memory():
+    machine = replace(Machine(), memory_bandwidth=1e10)
+    warm = machine.op_time(2e9, True, produced=MIB, read=4 * MIB)
+    assert warm == pytest.approx(2e9 / machine.contraction_flops + machine.op_seconds)
+    assert machine.op_time(2e9, True, produced=MIB, read=4 * MIB, cold=3 * MIB) == pytest.approx(warm + 3 * MIB / 1e10)
