@@ -6,7 +6,7 @@
 // (lowering/vectorize.py); named ops such as linalg.fill are left as they are.
 
 // COUNT: slicer-opt: error: pass 'slicer-kernel-vectorize' option 'matmul' takes 3 comma-separated values, got '4,16'
-// UNKNOWN: slicer-opt: error: pass 'slicer-kernel-vectorize' has no option 'tiles' (options: parallel, matmul, kc)
+// UNKNOWN: slicer-opt: error: pass 'slicer-kernel-vectorize' has no option 'tiles' (options: parallel, matmul, kc, transpose)
 
 // A contraction, tiled twice: columns by matmul[1] = 16 and the reduction by kc = 16, then rows by
 // matmul[0] = 4 and the reduction by matmul[2] = 8; the 4x8 and 8x16 tiles become outer products (vector.fma).
@@ -32,6 +32,16 @@
 // CHECK: vector.transfer_write %[[SUM]]
 // CHECK-NOT: linalg.generic
 
+// A transpose (the input read across its rows): square blocks of `transpose` = 16 over the result's innermost
+// loop and the loop the input walks along its rows, each read as a 16x16 block and transposed by shuffles.
+// CHECK-LABEL: func.func @transpose
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[T:.*]] {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[T]] {
+// CHECK: vector.transfer_read {{.*}} : memref<16x16xf32, {{.*}}>, vector<16x16xf32>
+// CHECK: vector.shuffle
+// CHECK: vector.transfer_write {{.*}} : vector<16x16xf32>, memref<16x16xf32, {{.*}}>
+// CHECK-NOT: linalg.generic
+
 #id = affine_map<(d0, d1) -> (d0, d1)>
 module {
   func.func @matmul(%a: memref<16x32xf32>, %b: memref<32x64xf32>, %c: memref<16x64xf32>) {
@@ -54,6 +64,14 @@ module {
     ^bb0(%in: f32, %in_0: f32, %out: f32):
       %s = arith.addf %in, %in_0 : f32
       linalg.yield %s : f32
+    }
+    return
+  }
+  func.func @transpose(%a: memref<64x32xf32>, %c: memref<32x64xf32>) {
+    linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a : memref<64x32xf32>) outs(%c : memref<32x64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
     }
     return
   }
