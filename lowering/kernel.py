@@ -194,10 +194,10 @@ class Kernel:
         self._function = function
         self._check = library.check_asserts  # None when the module makes no run-time checks
         self._in_slots = [_Slot(name, i, "input", s) for i, s in enumerate(inputs)]
+        self._out_slots = [_Slot(name, i, "output", s) for i, s in enumerate(outputs)]
         # the buffer addresses of the outputs the last call without out= made (for the runtime's count of what it
         # holds, `runtime/buffer_tracker.py`); None after a call with out=
         self.addresses: list[int] | None = None
-        self._out_slots = [_Slot(name, i, "output", s) for i, s in enumerate(outputs)]
 
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))

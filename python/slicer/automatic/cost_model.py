@@ -436,7 +436,7 @@ class _Run:
         cold = 0
         if self.cache is not None:
             keys = [None if k in fresh or r < 0 else r for k, r in enumerate(roots)]
-            cold = self.cache.read(keys, read[:1] if op.name == INSERT_SLICE else read)
+            cold = self.cache.read(keys, moved_reads(op, read))
         return op_seconds(self.ev.machine, op, divide, produced, read, cold)
 
     def made(self, index: int, op: OpSketch, results) -> None:
@@ -486,14 +486,20 @@ def op_seconds(machine: Machine, op: OpSketch, divide: int, produced: int, read,
     """Seconds of `op` walking 1/`divide` of its loop nest, reading `read` (bytes per operand; `cold` bytes of them
     from memory, `cache_reads.py`) and storing `produced` bytes; None when it does no work (a cheap op, a view or
     slice read in place, or one neither computing nor storing). An insert_slice moves its source's bytes only
-    (`sketch.INSERT_SLICE`). The one rule for an op's time: the search's model and the compiled programs' price
+    (`moved_reads`). The one rule for an op's time: the search's model and the compiled programs' price
     (`graph_cost.kernel_seconds`) both ask it."""
     if op.cheap or op.name in FREE_OPS or (not op.flops and not produced):
         return None
+    read = moved_reads(op, read)
     if op.name == INSERT_SLICE:
-        produced = read[0] if read else 0
-        return machine.op_time(op.flops / divide, op.contraction, produced, produced, min(cold, produced))
+        produced = sum(read)
     return machine.op_time(op.flops / divide, op.contraction, produced, sum(read), cold)
+
+
+def moved_reads(op: OpSketch, read) -> list[int]:
+    """Of `read` (bytes per operand), what `op` moves: an insert_slice its source's only (`sketch.INSERT_SLICE`:
+    the destination is updated in place); what the cache clock counts and `op_seconds` charges."""
+    return list(read[:1]) if op.name == INSERT_SLICE else list(read)
 
 
 def _view_roots(sketch: Sketch) -> dict[int, int]:

@@ -19,9 +19,9 @@ from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution import subaxes
 
 from .cache_reads import CacheClock
-from .cost_model import Collective, Estimate, op_seconds
+from .cost_model import Collective, Estimate, moved_reads, op_seconds
 from .machine import Machine
-from .sketch import FREE_OPS, INSERT_SLICE, Sketch, read_kernels
+from .sketch import FREE_OPS, Sketch, read_kernels
 
 
 def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None = None) -> Estimate:
@@ -66,7 +66,6 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             continue
         wait(node.inputs)
         seconds = kernel_seconds(kernels.get(node.name), machine, cache, node)
-        seconds += machine.array_seconds * (len(node.inputs) + len(node.outputs))
         est.compute += seconds
         clock += seconds
         for name in node.outputs:
@@ -94,10 +93,13 @@ def collective_seconds(graph: KernelGraph, node: CollectiveNode, comm) -> tuple[
 
 
 def kernel_seconds(kernel: Sketch | None, machine: Machine, cache: CacheClock | None = None, node=None) -> float:
-    """One kernel's call plus its ops, priced as the search's model prices the program's ops. `cache`: the run's
-    cache clock, which tells the reads from memory (`cache_reads.py`), and `node` the graph's call (its input and
-    output values); without them, a kernel alone with its arguments in cache."""
+    """One kernel's call, the arrays it takes and returns, and its ops, priced as the search's model prices the
+    program's ops. `cache`: the run's cache clock, which tells the reads from memory (`cache_reads.py`), and `node`
+    the graph's call (its input and output values, the arrays); without them, a kernel alone with its arguments in
+    cache."""
     seconds = machine.kernel_seconds
+    if node is not None:
+        seconds += machine.array_seconds * (len(node.inputs) + len(node.outputs))
     if kernel is None:
         return seconds
     cache = cache or CacheClock.of(machine, 0)  # None: its reads are priced alike, whatever their distance
@@ -122,7 +124,7 @@ def kernel_seconds(kernel: Sketch | None, machine: Machine, cache: CacheClock | 
         cold = 0
         if cache is not None:
             keys = [key(v) if v >= 0 else None for v in op.operands]
-            cold = cache.read(keys, read[:1] if op.name == INSERT_SLICE else read)
+            cold = cache.read(keys, moved_reads(op, read))
             for v in op.results:
                 if v >= 0 and not op.cheap:
                     cache.made(key(v), kernel.nbytes(v))
