@@ -42,7 +42,9 @@ def test_a_rank_dying_mid_step_ends_the_session_with_its_message(prog, monkeypat
     address = s.job.process.args[-1]  # the job's own socket: in the command line of mpiexec and of every rank
     assert len(_processes_with(address)) >= 3
     s.step(x)
-    with pytest.raises(RunError, match="rank 1"):
+    # rank 1 is named; on a loaded machine mpiexec may have ended rank 0 before the driver looks, and then both
+    # are (`RankJob._lost`: which died first cannot be told from outside)
+    with pytest.raises(RunError, match=r"(rank 1|ranks 0, 1) of the job of 2 ranks went away"):
         s.step(x)
     with pytest.raises(RunError, match="has ended"):
         s.step(x)
