@@ -46,7 +46,7 @@ def test_another_environment_gets_another_job_and_a_failed_job_is_dropped(prog, 
     prog.run(x, w, ranks=2)
     first = kept_job()
     monkeypatch.setenv(FAIL_RANK_ENV, "1:step0")  # ranks read it when they start: a new job must serve
-    with pytest.raises(RunError, match="rank 1"):
+    with pytest.raises(RunError, match=r"rank 1|ranks 0, 1"):  # both when mpiexec ended rank 0 first (RankJob._lost)
         prog.run(x, w, ranks=2)
     assert not first.healthy and kept_job() is None  # replaced, and the failed one dropped
     monkeypatch.delenv(FAIL_RANK_ENV)
