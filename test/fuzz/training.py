@@ -14,7 +14,13 @@ or 4 (column and row alternating over the layers); data + Megatron on 2x2. Sizes
 
 Classes as in `execute.py`: `ok`; `clean-error` (importing, a strategy helper or `slicer.compile` raised a
 documented SlicerError); `internal-error` (anything else, and any failure once compiled); `wrong` (a loss or
-final parameter differs from torch's by more than `TOLERANCE`, relative); `hang` (decided by the parent)."""
+final parameter differs from torch's by more than `TOLERANCE`, relative, and from torch's in float64 by more
+than torch's own float32 run does, twice over, `CONDITIONING`); `hang` (decided by the parent).
+
+The float64 check: AdamW divides a gradient by its root mean square plus 1e-8, so a gradient at rounding level
+(a ReLU unit just past zero) moves its weights by up to the learning rate on rounding alone. Seed 4747014836 (an
+MLP, Megatron on y=2) differed from torch float32 by 1.1e-3, unpartitioned as much as partitioned; torch float32
+itself differed from float64 by 8.8e-4, and Slicer from float64 by 2.0e-4: torch's rounding, not a wrong answer."""
 
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from .errors import signature
 from .execute import Outcome, _error
 
 TOLERANCE = 1e-4  # float32, different summation orders, a few optimizer steps
+CONDITIONING = 2.0  # past TOLERANCE: Slicer's error against float64 torch, over torch float32's own
 STEPS = 3
 WIDTHS = (4, 8, 12, 16)
 
@@ -185,6 +192,23 @@ def execute_training(case: TrainingCase, *, mpi: bool = False, mpi_timeout: floa
     return outcome
 
 
+def _within_torch_rounding(case: TrainingCase, losses, state, torch32) -> bool:
+    """Slicer's losses and parameters are as close to torch's in float64 as `CONDITIONING` times torch float32's
+    own (see the module docstring): the case is ill-conditioned in float32, not wrongly partitioned."""
+    import copy
+
+    model, loss_fn, batch, optimizer, _ = build(case)
+    batch64 = tuple(t.double() if t.is_floating_point() else t for t in batch)
+    want = reference().torch_steps(copy.deepcopy(model).double(), loss_fn, batch64, optimizer, case.steps)
+    error = reference().relative_error
+
+    def distance(losses_, params):
+        return max([error(g, w) for g, w in zip(losses_, want[0])]
+                   + [error(params[n], w) for n, w in want[1].items()])
+
+    return distance(losses, state) <= CONDITIONING * max(distance(*torch32), TOLERANCE)
+
+
 def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool) -> Outcome:
     import slicer
 
@@ -213,7 +237,7 @@ def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool
         error = reference().relative_error
         worst = max([error(g, w) for g, w in zip(losses, want_losses)]
                     + [error(state[n], w) for n, w in want_params.items()])
-        if not worst <= TOLERANCE:
+        if not worst <= TOLERANCE and not _within_torch_rounding(case, losses, state, (want_losses, want_params)):
             message = f"{case.reproducer().splitlines()[0]}: largest relative error {worst:.3g} (losses {losses} " \
                       f"vs torch {want_losses})"
             return Outcome("wrong", f"train-check-{stage}", "", message,

@@ -56,3 +56,13 @@ def test_a_layernorm_between_megatron_layers_keeps_its_weight_whole():
                         strategy="megatron", mesh={"y": 2}, batch=2, seed=5)
     outcome = execute_training(case)
     assert outcome.kind == "ok", outcome.message
+
+
+def test_an_adamw_step_on_rounding_level_gradients_is_judged_against_float64_torch():
+    """Seed 4747014836: a ReLU unit just past zero gets a gradient at rounding level, which AdamW turns into an
+    update of up to the learning rate; Slicer differs from torch float32 by 1.1e-3 but is closer to torch in
+    float64 than torch float32 is: ok. A corrupted loss in the same case is still wrong."""
+    case = generate_training_case(4747014836)
+    assert execute_training(case).kind == "ok"
+    wrong = execute_training(case, corrupt=True)
+    assert wrong.kind == "wrong" and wrong.stage == "train-check-sim"
