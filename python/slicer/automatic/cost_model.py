@@ -125,6 +125,7 @@ class Evaluator:
         # Each value's last reading op (a view's reads counted for its root): a value is stored between kernels
         # when that op is in a later kernel than the one making it (kernels are numbered in op order).
         self.last_reader = {r: index for index, roots in enumerate(self.op_roots) for r in roots if r >= 0}
+        self.copy_until = _copy_reads(sketch, self.op_roots)
 
     def group(self, axes) -> int:
         found = self._groups.get(axes)
@@ -215,29 +216,39 @@ class _Run:
         self.memory.arguments(argument_bytes)
         self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
         self.clock = self.link = 0.0
-        self.gathered: set = set()
+        self.gathered: dict = {}  # (value, dim) gathered -> its copy in the memory trace (-1: a partial copy)
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
-        self.bucket: tuple = (None, 0, -1)  # the open bucket: (kind, axes), bytes, its last member's op
+        # the open bucket per (kind, axes): its bytes, its last member's op, the op reading its first member, its
+        # number in the memory trace
+        self.buckets: dict[tuple, tuple[int, int, int, int]] = {}
+        self.at = 0  # the op being priced
 
     def lay(self, v: int) -> Layout:
         return self.layout[v]
 
-    def communicate(self, v: int, kind: str, axes, local: int, where: str) -> None:
+    def communicate(self, v: int, kind: str, axes, local: int, where: str, bucketable: bool = False) -> None:
         """A collective of value `v`: started when `v` is ready and the link free, waited for now. All_reduces
-        (reduce_scatters) of whole blocks computed earlier join one bucket up to the bucket size, as
-        `spmd/bucketing.py` combines them (one latency and one meeting of the ranks per bucket)."""
+        (reduce_scatters of dim 0: `bucketable`) of whole blocks, not scalars, computed earlier join the open
+        bucket of their kind and axes up to the bucket size, as `spmd/bucketing.py` combines them (one latency and
+        one meeting of the ranks per bucket; collectives of other kinds in between do not close it), if made
+        before the bucket's first member is read: the bucket's collective runs after its last member is made."""
         key = (kind, tuple(axes))
-        join = kind != "all_gather" and not any(self.lay(v)) and self.ready.get(v, 0.0) < self.clock
-        bucketed = join and self.bucket[0] == key and self.bucket[1] + local <= self.ev.bucket_limit
+        made = self.memory.born.get(v, (-1,))[0]
+        join = bucketable and self.ev.sketch.shapes[v] != () and not any(self.lay(v)) and \
+            self.ready.get(v, 0.0) < self.clock
+        bucket = self.buckets.get(key) if join else None
+        bucketed = bucket is not None and bucket[0] + local <= self.ev.bucket_limit and made < bucket[2]
         transfer = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if transfer <= 0:
             return
-        made = self.memory.born.get(v, (-1,))[0]
-        self.bucket = (key, self.bucket[1] + local, max(self.bucket[2], made)) if bucketed else \
-            ((key, local, made) if join else (None, 0, -1))
+        result = local // self.ev.group(axes) if kind == "reduce_scatter" else local
         if bucketed:  # the bucket packs its members side by side after the last is made: one more copy
-            self.memory.pack(self.bucket[2], self.bucket[1])
-        if not bucketed:
+            nbytes, last, first_read, number = bucket
+            self.buckets[key] = (nbytes + local, max(last, made), first_read, number)
+            self.memory.pack(number, v, max(last, made), nbytes + local, self.memory.buckets[number][2] + result)
+        else:
+            if join:
+                self.buckets[key] = (local, made, self.at, self.memory.new_bucket(v, made, local, result))
             self.memory.boundary()
         self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 
@@ -273,6 +284,7 @@ class _Run:
     def op(self, index: int, op: OpSketch) -> None:
         ev = self.ev
         operands = op.operands
+        self.at = index
         if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return
@@ -285,21 +297,23 @@ class _Run:
         roots = ev.op_roots[index]
         if gathers:
             for v, d, axes, local, held, whole in gathers:
-                if (v, d) not in self.gathered:
+                copy = self.gathered.get((v, d))
+                if copy is None:
                     self.communicate(v, "all_gather", axes, local, op.line)
-                    self.gathered.add((v, d))
-                    # the gathered copy serves every later use (a weight's forward and backward): it lives till the
-                    # last; a partly gathered one (the first of two dims) only until the next all_gather, between
-                    # kernels, which the trace does not count (test_gathers.py)
-                    if whole:
-                        self.memory.hold(index, ev.last_use.get(ev.root.get(v, v), index), held)
+                    # the gathered copy serves every later op that reads the value gathered (a weight's forward and
+                    # backward): it lives till the last of those; a partly gathered one (the first of two dims) only
+                    # until the next all_gather, between kernels, which the trace does not count (test_gathers.py)
+                    until = max(index, ev.copy_until.get(ev.root.get(v, v), index))
+                    self.gathered[(v, d)] = self.memory.hold(index, until, held) if whole else -1
+                elif copy >= 0:
+                    self.memory.read_held(copy, index)
             self.read_by_gathers(index, gathered_operands, roots)
         fills = self.fills if not ev.op_views[index] else ()
         if reductions:
             for k, v in enumerate(operands):
                 reduction = reductions[k]
                 if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
-                    self.communicate(v, reduction[0], reduction[1], reduction[2], op.line)
+                    self.communicate(v, *reduction[:3], op.line, bucketable=reduction[3])
                     partial[v] = frozenset()
                     state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
                 if roots[k] in fills:
@@ -362,8 +376,10 @@ class _Run:
                 reductions.append(None)
                 continue
             axes = ev.mesh_order(partial)
-            scatter = any(u is not None and loops.get(u) == axes and not layout[v][d] for d, u in enumerate(uses))
-            reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v])))
+            scatter = [d for d, u in enumerate(uses) if u is not None and loops.get(u) == axes and not layout[v][d]]
+            # (`spmd/bucketing.py` buckets a reduce_scatter of dim 0 only)
+            reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v]),
+                               not scatter or scatter[0] == 0))
         results, produced = [], 0
         for r, v in enumerate(op.results):
             if v < 0:
@@ -460,6 +476,7 @@ class _Run:
 
     def finish(self) -> None:
         ev, sk = self.ev, self.ev.sketch
+        self.at = len(sk.ops)
         for r, v in enumerate(sk.results):
             if v < 0:
                 continue
@@ -467,9 +484,9 @@ class _Run:
             partial = self.partial.get(v, frozenset())
             if partial:
                 axes = ev.mesh_order(partial)
-                scatter = any(set(w) == set(axes) for w in want)
+                scatter = [d for d, w in enumerate(want) if set(w) == set(axes)]
                 self.communicate(v, "reduce_scatter" if scatter else "all_reduce", axes,
-                                 ev.local_bytes(v, self.lay(v)), "the results")
+                                 ev.local_bytes(v, self.lay(v)), "the results", bucketable=scatter[:1] in ([], [0]))
             for d, axes in enumerate(self.lay(v)):
                 if axes and (d >= len(want) or want[d] != axes) and not partial:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
@@ -512,6 +529,22 @@ def _view_roots(sketch: Sketch) -> dict[int, int]:
                 if v >= 0:
                     roots[v] = roots.get(op.operands[0], op.operands[0])
     return roots
+
+
+def _copy_reads(sketch: Sketch, op_roots: list[tuple[int, ...]]) -> dict[int, int]:
+    """Per value, the last op that may read a gathered copy of it: any reader but one that reads it element for
+    element into a result of the same loops (an optimizer's update of a weight: it runs on the weight's own
+    block). The compiled program keeps the copy a value's first all_gather makes for every later such reader:
+    the backward's transposes and products of a weight read the forward's copy."""
+    until = {}
+    for index, (op, roots) in enumerate(zip(sketch.ops, op_roots)):
+        for k, r in enumerate(roots):
+            if r < 0:
+                continue
+            loops = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else None
+            if loops is None or op.reductions or loops not in op.result_loops:
+                until[r] = index
+    return until
 
 
 def _last_uses(sketch: Sketch, roots: dict[int, int]) -> dict[int, int]:

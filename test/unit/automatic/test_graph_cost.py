@@ -116,13 +116,43 @@ def test_the_model_prices_collectives_used_at_once_as_the_compiled_program_does(
 @pytest.mark.parametrize("dim", [0, 1])
 def test_fsdps_gathered_weights_are_held_from_forward_to_backward(step, dim):
     """A weight gathered for the forward matmul serves the backward too (the compiled program keeps the copy):
-    the model's peak of ZeRO-3 on the AdamW step is the compiled program's within 10% (held only while the
-    forward op runs, the model said 14% low for dim 0: 395528 against 461324 bytes)."""
+    the model's peak of ZeRO-3 on the AdamW step is the compiled program's (held only while the forward op runs,
+    the model said 14% low for dim 0: 395528 against 461324 bytes; held to the optimizer's update and with the
+    packed gradients counted beside the gradients, 3-7% high)."""
     mesh = slicer.Mesh(x=2)
     tactics = [Tile(arg="x", dim=0, axes="x"), Tile(arg="y", dim=0, axes="x"), Tile(arg="*weight", dim=dim, axes="x")]
     _, est = model_estimate(step, mesh, tactics)
     compiled = slicer.compile(step, mesh=mesh, tactics=tactics).graph.peak_bytes_per_device()[0]
-    assert est.peak_bytes == pytest.approx(compiled, rel=0.10)
+    assert est.peak_bytes == pytest.approx(compiled, rel=0.01)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_zero3_peaks_of_a_deeper_step_are_the_compiled_programs(dim):
+    """Three layers under ZeRO-3 on 4 devices, weights split by rows (dim 0) or columns (dim 1). What the compiled
+    program does and the model follows:
+    - each gathered weight is kept until the backward's last product reading it, not until the optimizer's
+      update, which reads the shard (it was 25% high on dim 1);
+    - gradients reduce_scattered by rows are packed into one bucket where the last is made, and each is
+      last read there: the bucket's collective ends the kernel (it was 7-14% high);
+    - a reduce_scatter by columns is not bucketed (`spmd/bucketing.py`), and the biases' all_reduces between
+      the weights' reduce_scatters do not close their bucket."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_mlir")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 64))
+    x, y = torch.randn(128, 64), torch.randn(128, 64)
+    step = slicer.training_step(model, lambda m, x, y: torch.nn.functional.mse_loss(m(x), y), x, y,
+                                optimizer=slicer.AdamW(lr=0.01))
+    mesh = slicer.Mesh(x=4)
+    tactics = [Tile(arg="x", dim=0, axes="x"), Tile(arg="y", dim=0, axes="x"), Tile(arg="*weight", dim=dim, axes="x")]
+    _, est = model_estimate(step, mesh, tactics)
+    graph = slicer.compile(step, mesh=mesh, tactics=tactics).graph
+    assert est.peak_bytes == pytest.approx(graph.peak_bytes_per_device()[0], rel=0.01)
+    scatters = [n for n in graph.nodes if isinstance(n, CollectiveNode) and n.op == "reduce_scatter"]
+    modelled = [c for c in est.collectives if c.kind == "reduce_scatter"]
+    assert len(scatters) == (1 if dim == 0 else 3)
+    assert sum(c.seconds >= Machine.default().sync_seconds for c in modelled) == len(scatters)
 
 
 def test_a_weights_shard_is_freed_at_its_all_gather():
