@@ -15,9 +15,10 @@ gather of V runs while the scores are computed from Q and the gathered K). The s
 graph and is the same on every rank, so every rank starts the collectives of a communicator in the same order,
 as MPI requires. While MPI collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
 progresses them (MPICH has no progress thread); shared-memory ones need no progress calls. Each collective
-node has its own buffers (a `StepRunner`), reused by every run; a collective's output block is reused too
-unless it is a result of the graph. Results are the same bits as with `overlap=False` (every collective waited for where it stands):
-data movement is exact, and reductions use the same nonblocking MPI call either way.
+node has its own packing buffers and shared memory (a `StepRunner`), reused by every run; its output block is
+new at every run and dropped after its last use, as a kernel's (`BufferTracker`). Results are the same bits as
+with `overlap=False` (every collective waited for where it stands): data movement is exact, and reductions use the
+same nonblocking MPI call either way.
 """
 
 from __future__ import annotations
@@ -181,21 +182,15 @@ class RankExecutor:
         self.compile_seconds = time.perf_counter() - start
         self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
         self.actions = schedule(graph, overlap)
+        # Each collective node has its own program (its packing buffers and shared-memory segments), but no output
+        # block of its own: every run's output is a new block, dropped after its last use like a kernel's, so a
+        # rank holds a gathered weight only while the kernel graph says (FSDP), not from one run to the next
+        # (glibc hands the freed block to the next allocation of its size: `heap.keep_freed_memory`).
         self.programs: dict[int, object] = {}
-        results = set(graph.results)
         for index, node in enumerate(graph.nodes):
             if isinstance(node, CollectiveNode):
                 value = graph.values[node.input]
-                program = self.mesh_exec.program(node.step, value.local_shape, value.numpy_dtype)
-                if node.output not in results:
-                    program.owned_out = program.new_out()
-                self.programs[index] = program
-        self._owned = [p.owned_out for p in self.programs.values() if p.owned_out is not None]
-        # The results a collective makes, which may be (or view) a buffer the next run overwrites; kernels write
-        # fresh arrays and arguments are the caller's: comparing every result with every owned buffer cost ~1 ms
-        # per run of a training step returning 200 parameters and moments.
-        made_by_collective = {node.output for node in graph.nodes if isinstance(node, CollectiveNode)}
-        self._may_be_owned = [i for i, v in enumerate(graph.results) if v in made_by_collective]
+                self.programs[index] = self.mesh_exec.program(node.step, value.local_shape, value.numpy_dtype)
         self.labels = {index: (f"{node.op} {node.step.fields()}" if isinstance(node, CollectiveNode) else node.name)
                        for index, node in enumerate(graph.nodes)}
 
@@ -241,7 +236,7 @@ class RankExecutor:
                     self.comm.Barrier()
                 waited = perf()
                 program = self.programs[index]
-                pending = in_flight[index] = program.start(_contiguous(env[node.input]), program.owned_out)
+                pending = in_flight[index] = program.start(_contiguous(env[node.input]))
                 if pending.requests:
                     progressed[index] = pending
                 end = perf()
@@ -255,8 +250,4 @@ class RankExecutor:
                                     {"transfer": pending.phases.transfer, "unpack": pending.phases.unpack}))
                 # A collective's input is released only once it completed: the transfer may read it until then.
                 self.buffers.step(index, env)
-        results = [env[v] for v in graph.results]
-        for i in self._may_be_owned if self._owned else ():  # a result must not be a buffer the next run overwrites
-            if any(np.may_share_memory(results[i], buffer) for buffer in self._owned):
-                results[i] = results[i].copy()
-        return results, events
+        return [env[v] for v in graph.results], events

@@ -200,11 +200,9 @@ class StepRunner:
         step = self.step
         requests = []
         recv = None
-        if self.shm is not None:
+        if self.shm is not None:  # (the output block is made when the data is copied out: `finish`)
             if isinstance(step, Permute) and self.source is None:
                 out = block
-            elif out is None:
-                out = self.new_out()
             self.shm.start(block)
             return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
         if isinstance(step, Permute):
@@ -294,6 +292,7 @@ class StepRunner:
         """Unpack what a completed transfer received into the output block."""
         out, recv = pending.out, pending.recv
         if self.shm is not None:
+            out = self.new_out() if out is None else out
             self.shm.finish(out, pending.block)
             return out
         if recv is None or recv is out:
