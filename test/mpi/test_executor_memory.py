@@ -4,7 +4,6 @@ per collective held every layer's whole weight at once, which the memory budget 
 not (the GPT training step on 2 ranks: 51-76 MiB per rank)."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
