@@ -11,7 +11,7 @@ each step's timeline (`ResidentRank.events`: one event per kernel, collective st
 (`kernel_kinds`: contractions, row kernels, the optimizer's elementwise update, other elementwise or copies;
 the kind read from the kernel's MLIR), collective (start, i.e. packing and publishing; wait, i.e. transfer
 and unpacking) and the Python time between actions (the executor's own overhead), the median over steps of
-rank 0's seconds; plus each rank's VmHWM and what the executor holds (collective buffers, shared windows).
+rank 0's seconds; plus each rank's VmHWM and what the executor holds (packing buffers, shared windows).
 """
 
 from __future__ import annotations
@@ -106,16 +106,16 @@ def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
 
 # -- ranks -------------------------------------------------------------------------------------------------
 def held_bytes(rank_program) -> dict:
-    """What the rank's executor holds besides the blocks of values: collective output blocks it owns, MPI
-    pack/receive buffers, shared-memory windows (this rank's part); and the resident state's blocks."""
-    owned = packed = shared = 0
+    """What the rank's executor holds besides the blocks of values: MPI pack/receive buffers, shared-memory
+    windows (this rank's part); and the resident state's blocks. (Collective outputs are blocks of values, new at
+    every run: `runtime/executor.py`.)"""
+    packed = shared = 0
     for program in rank_program.executor.programs.values():
-        owned += program.owned_out.nbytes if program.owned_out is not None else 0
         packed += sum(b.nbytes for b in (program.send, program.recv) if b is not None)
         if program.shm is not None:
             shared += sum(s.data.shape[1] + s.data2.shape[1] + 192 for s in program.shm.segments)
     state = sum(b.nbytes for b in rank_program.resident.values())
-    return {"collective_out_mib": owned / 2**20, "packed_mib": packed / 2**20, "shared_mib": shared / 2**20,
+    return {"packed_mib": packed / 2**20, "shared_mib": shared / 2**20,
             "state_mib": state / 2**20, "executor_peak_mib": rank_program.executor.buffers.peak / 2**20}
 
 
