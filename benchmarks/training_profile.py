@@ -109,11 +109,12 @@ def held_bytes(rank_program) -> dict:
     """What the rank's executor holds besides the blocks of values: MPI pack/receive buffers, shared-memory
     windows (this rank's part); and the resident state's blocks. (Collective outputs are blocks of values, new at
     every run: `runtime/executor.py`.)"""
-    packed = shared = 0
+    packed, slots = 0, {}
     for program in rank_program.executor.programs.values():
         packed += sum(b.nbytes for b in (program.send, program.recv) if b is not None)
-        if program.shm is not None:
-            shared += sum(s.data.shape[1] + s.data2.shape[1] + 192 for s in program.shm.segments)
+        if program.shm is not None:  # (collectives never in flight together share a slot)
+            slots[id(program.shm.slot)] = program.shm.slot
+    shared = sum(s.data.shape[1] + s.data2.shape[1] + 192 for slot in slots.values() for s in slot.segments)
     state = sum(b.nbytes for b in rank_program.resident.values())
     return {"packed_mib": packed / 2**20, "shared_mib": shared / 2**20,
             "state_mib": state / 2**20, "executor_peak_mib": rank_program.executor.buffers.peak / 2**20}

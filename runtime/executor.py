@@ -9,14 +9,15 @@ objects (`kernels_from_sources`), without importing the MLIR bindings or the ker
 `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
-Collectives are nonblocking (`schedule`): each starts as soon as its input is ready and is waited for only
-where its output is first needed, so it overlaps the kernels in between (in sequence-parallel attention, the
+Collectives are nonblocking (`schedule`): each starts as soon as its input is ready, at most one kernel ahead of
+its place, and is waited for only where its output is first needed, so it overlaps the kernels in between (in sequence-parallel attention, the
 gather of V runs while the scores are computed from Q and the gathered K). The schedule is computed once per
 graph and is the same on every rank, so every rank starts the collectives of a communicator in the same order,
 as MPI requires. While MPI collectives are in flight, each kernel is followed by an `MPI_Testall` so that MPI
 progresses them (MPICH has no progress thread); shared-memory ones need no progress calls. Each collective
-node has its own packing buffers and shared memory (a `StepRunner`), reused by every run; its output block is
-new at every run and dropped after its last use, as a kernel's (`BufferTracker`). Results are the same bits as
+node has its own packing buffers (a `StepRunner`), reused by every run, and shared memory in a slot it shares with
+the collectives never in flight at the same time (`MeshExecutor.pooled_programs`); its output block is new at
+every run and dropped after its last use, as a kernel's (`BufferTracker`). Results are the same bits as
 with `overlap=False` (every collective waited for where it stands): data movement is exact, and reductions use the
 same nonblocking MPI call either way.
 """
@@ -118,10 +119,13 @@ class Action:
 def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
     """The order in which a rank runs the nodes of `graph`.
 
-    With `overlap`, a collective starts as soon as its input exists (at the beginning for arguments, right
-    after the kernel or the wait producing it otherwise; several in program order) and is waited for just
-    before the first node using its output (a kernel, or a collective whose input it is), or at the end for
-    results. Without, every collective is started and waited for at its place in program order."""
+    With `overlap`, a collective starts as soon as its input exists and the rank is about to run the last kernel
+    before the collective's place in the graph (several in program order), and is waited for just before the first
+    node using its output (a kernel, or a collective whose input it is), or at the end for results. So it overlaps
+    the kernel before it and any after it up to its first reader: as PyTorch FSDP prefetches one layer's all_gather,
+    not every layer's at the start, a rank holds the collectives in flight of about one kernel, not of the whole
+    program (an argument's all_gather started at the beginning held its block, and its shared memory, for the
+    whole run). Without, every collective is started and waited for at its place in program order."""
     nodes = graph.nodes
     actions: list[Action] = []
     if not overlap:
@@ -131,13 +135,22 @@ def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
             else:
                 actions.append(Action(KERNEL, index))
         return tuple(actions)
+    kernels, gate, last = [], {}, -1  # gate: per collective, the last kernel before it (-1: none)
+    for index, node in enumerate(nodes):
+        if isinstance(node, CollectiveNode):
+            gate[index] = last
+        else:
+            kernels.append(index)
+            last = index
     ready = set(graph.args)
     started: set[int] = set()
     pending: list[int] = []  # started, not waited for, in start order
+    upcoming = iter(kernels + [len(nodes)])
+    reached = next(upcoming)  # the next kernel to run
 
     def start_ready() -> None:
-        for index, node in enumerate(nodes):
-            if isinstance(node, CollectiveNode) and index not in started and node.input in ready:
+        for index, limit in gate.items():
+            if index not in started and limit <= reached and nodes[index].input in ready:
                 started.add(index)
                 pending.append(index)
                 actions.append(Action(START, index))
@@ -158,6 +171,7 @@ def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
         wait_for(set(node.inputs))
         actions.append(Action(KERNEL, index))
         ready.update(node.outputs)
+        reached = next(upcoming)
         start_ready()
     wait_for({nodes[i].output for i in pending})
     return tuple(actions)
@@ -182,15 +196,20 @@ class RankExecutor:
         self.compile_seconds = time.perf_counter() - start
         self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
         self.actions = schedule(graph, overlap)
-        # Each collective node has its own program (its packing buffers and shared-memory segments), but no output
-        # block of its own: every run's output is a new block, dropped after its last use like a kernel's, so a
-        # rank holds a gathered weight only while the kernel graph says (FSDP), not from one run to the next
-        # (glibc hands the freed block to the next allocation of its size: `heap.keep_freed_memory`).
-        self.programs: dict[int, object] = {}
-        for index, node in enumerate(graph.nodes):
-            if isinstance(node, CollectiveNode):
-                value = graph.values[node.input]
-                self.programs[index] = self.mesh_exec.program(node.step, value.local_shape, value.numpy_dtype)
+        # Each collective node has its own program (its packing buffers; shared-memory segments shared with the
+        # collectives never in flight at the same time by the schedule), but no output block of its own: every
+        # run's output is a new block, dropped after its last use like a kernel's, so a rank holds a gathered
+        # weight only while the kernel graph says (FSDP), not from one run to the next (glibc hands the freed
+        # block to the next allocation of its size: `heap.keep_freed_memory`).
+        spans: dict[int, list[int]] = {}
+        for position, action in enumerate(self.actions):
+            if action.kind != KERNEL:
+                spans.setdefault(action.node, []).append(position)
+        indices = [i for i, node in enumerate(graph.nodes) if isinstance(node, CollectiveNode)]
+        steps = [(graph.nodes[i].step, graph.values[graph.nodes[i].input].local_shape,
+                  graph.values[graph.nodes[i].input].numpy_dtype) for i in indices]
+        programs = self.mesh_exec.pooled_programs(steps, [tuple(spans[i]) for i in indices])
+        self.programs: dict[int, object] = dict(zip(indices, programs))
         self.labels = {index: (f"{node.op} {node.step.fields()}" if isinstance(node, CollectiveNode) else node.name)
                        for index, node in enumerate(graph.nodes)}
 

@@ -112,8 +112,12 @@ class StepRunner:
     the blocking form. ``out`` is the output block to fill (a fresh array when None): it must not be in use.
     The block must stay unchanged until the step completes."""
 
-    def __init__(self, ex: "MeshExecutor", step: Step, in_shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, ex: "MeshExecutor", step: Step, in_shape: tuple[int, ...], dtype: np.dtype, *,
+                 pooled: bool = False):
+        """`pooled`: over shared memory, the step's segments come later (`attach_slot`), shared with steps never in
+        flight at the same time (`MeshExecutor.pooled_programs`); `pooled_comm` says on which group, None: not."""
         self.step, self.in_shape, self.dtype = step, tuple(in_shape), np.dtype(dtype)
+        self.pooled_comm = None
         self.out_shape = tuple(step.type_after.local_shape(ex.mesh))
         self.op = step.op
         self.send = self.recv = None  # packed buffers (None: the block / the output is the buffer)
@@ -171,8 +175,14 @@ class StepRunner:
                 self.recv = np.empty(self.out_shape, self.wide)
         else:  # pragma: no cover - exhaustive over Step
             raise RedistributionError(f"unknown step {step!r}")
-        if use_shm:
+        if use_shm and pooled:
+            self.pooled_comm = self.comm
+        elif use_shm:
             self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
+
+    def attach_slot(self, slot, spins: int) -> None:
+        """Run over shared memory in `slot` (a pooled program: see `__init__`)."""
+        self.shm = shm_collectives.ShmStep(self, self.pooled_comm, spins=spins, slot=slot)
 
     def _init_permute(self, ex: "MeshExecutor") -> None:
         self.comm = ex.cart
@@ -366,6 +376,7 @@ class MeshExecutor:
         self._plans: OrderedDict = OrderedDict()
         self._pools: dict = {}  # start(): programs not in flight, per step
         self._programs: list = []  # every program made, freed by close()
+        self._slots: list = []  # shared-memory slots of pooled programs, freed by close()
         self._on_host: dict = {}
         self.strategy = strategy or shm_collectives.wanted()
         self.spins = shm_collectives.spins_for(comm)
@@ -404,6 +415,9 @@ class MeshExecutor:
         for program in self._programs:
             program.free()
         self._programs.clear()
+        for slot in self._slots:
+            slot.free()
+        self._slots.clear()
         for comm in self._subs.values():
             comm.Free()
         self._subs.clear()
@@ -413,12 +427,44 @@ class MeshExecutor:
         self.cart.Free()
 
     # -- programs -----------------------------------------------------------------------------------------
-    def program(self, step: Step, shape: tuple[int, ...], dtype) -> StepRunner:
+    def program(self, step: Step, shape: tuple[int, ...], dtype, *, pooled: bool = False) -> StepRunner:
         """A new program of ``step`` for blocks of ``shape`` and ``dtype`` (its own buffers: give each step
-        that may be in flight at the same time its own program)."""
-        program = StepRunner(self, step, tuple(shape), np.dtype(dtype))
+        that may be in flight at the same time its own program; `pooled`: see `pooled_programs`)."""
+        program = StepRunner(self, step, tuple(shape), np.dtype(dtype), pooled=pooled)
         self._programs.append(program)
         return program
+
+    def pooled_programs(self, steps: list[tuple[Step, tuple[int, ...], object]],
+                        spans: list[tuple[int, int]]) -> list[StepRunner]:
+        """Programs of `steps` ((step, block shape, dtype) each), step i in flight from position `spans[i][0]` to
+        `spans[i][1]` of a schedule every rank follows. Steps over shared memory on the same group (Permute aside)
+        share segments when never in flight together, each slot as large as its largest step (`Slot`): a rank
+        running a training step held one pair of segments per collective, about twice its FSDP shards and its
+        gradients, for the executor's life. Slots are handed out in schedule order, the same on every rank, and
+        allocated in that order (each allocation is collective over its group)."""
+        programs = [self.program(step, shape, dtype, pooled=True) for step, shape, dtype in steps]
+        slots: dict[int, list[list]] = {}  # per group: [free from (its last step's end), bytes, bytes, programs]
+        order = []
+        for i in sorted(range(len(steps)), key=lambda i: spans[i]):
+            program = programs[i]
+            if program.pooled_comm is None:
+                continue
+            region, region2 = shm_collectives.regions(program, program.pooled_comm.Get_size())
+            free = [slot for slot in slots.setdefault(id(program.pooled_comm), []) if slot[0] < spans[i][0]]
+            fits = [slot for slot in free if slot[1] >= region and slot[2] >= region2]
+            slot = min(fits, key=lambda s: s[1] + s[2]) if fits else max(free, key=lambda s: s[1] + s[2], default=None)
+            if slot is None:
+                slot = [0, 0, 0, []]
+                slots[id(program.pooled_comm)].append(slot)
+                order.append(slot)
+            slot[0], slot[1], slot[2] = spans[i][1], max(slot[1], region), max(slot[2], region2)
+            slot[3].append(program)
+        for _, region, region2, members in order:
+            shared = shm_collectives.Slot(members[0].pooled_comm, region, region2, spins=self.spins)
+            self._slots.append(shared)
+            for program in members:
+                program.attach_slot(shared, self.spins)
+        return programs
 
     def _cached_step(self, step: Step, block: np.ndarray) -> StepRunner:
         key = (step, block.shape, block.dtype.str)

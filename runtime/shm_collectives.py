@@ -15,7 +15,8 @@ segment has an epoch ``e`` (1, 2, ...): a member publishes its region by storing
 and waking the futex waiters on it; readers wait until every member's ARRIVE is ``e``, copy, then store ``e``
 in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
 ``e - 1``; steps with blocks up to 4 MiB alternate between two segments, so that a step run back to back
-rarely waits for that. Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in
+rarely waits for that. Several steps never in flight at the same time may share segments (a `Slot`, as large as
+the largest of them): the epochs then count the uses of all of them, in the order every rank starts them. Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in
 flight together and complete in any order (the same argument as for MPI's nonblocking collectives: every
 wait depends only on starts that precede it in every rank's schedule).
 
@@ -48,6 +49,7 @@ _SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20
+_SMALL_REDUCE = 1 << 16  # an all_reduce of at most this many bytes runs in one phase
 _STRATEGY_ENV = "SLICER_COLLECTIVES"  # "mpi" / "shm" / unset: shared memory when the group is on one host
 
 
@@ -180,36 +182,66 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
     return rows.view(dtype).reshape((rows.shape[0],) + tuple(shape))
 
 
-class ShmStep:
-    """The shared-memory form of one step on this rank (see `plan_executor.StepRunner`, which owns it)."""
+def regions(program, k: int) -> tuple[int, int]:
+    """The bytes per member of a step's first and second region (`Segment`): its input block, and for a large
+    all_reduce over `k` members the chunk each one sums (0 otherwise)."""
+    nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * program.dtype.itemsize
+    if type(program.step) is AllReduce and nbytes > _SMALL_REDUCE:
+        return nbytes, -(-int(np.prod(program.in_shape, dtype=np.int64)) // k) * program.dtype.itemsize
+    return nbytes, 0
 
-    def __init__(self, program, comm, *, spins: int = _SPINS):
-        self.p = program
-        step, dtype = program.step, program.dtype
-        self.kind = type(step)
-        nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * dtype.itemsize
-        self.small_reduce = False
-        self.combine = REDUCTIONS[getattr(step, "reduction", "sum")]  # all_reduce: np.add, or np.maximum
-        region2 = 0
-        if self.kind is AllReduce:
-            n = int(np.prod(program.in_shape, dtype=np.int64))
-            k = comm.Get_size()
-            self.small_reduce = nbytes <= 1 << 16  # one phase: every member sums every contribution
-            if not self.small_reduce:
-                self.chunk = -(-n // k)
-                region2 = self.chunk * dtype.itemsize
-        # two segments used in turn, so that a step run back to back need not wait for the readers of its
-        # previous run (measured: 8 ranks on 2 cores, 25% faster back to back); one for large blocks
-        count = 2 if nbytes + region2 <= _DOUBLE_BUFFER_BYTES else 1
-        self.win, self.segments = Segment.allocate(comm, nbytes, region2, count, spins=spins)
-        self.segment = self.segments[0]
+
+class Slot:
+    """Segments for one step or for several that are never in flight together (`plan_executor.MeshExecutor.
+    pooled_programs`), each step using the start of their regions. Two segments used in turn, so that a step run
+    back to back, or the next step of the slot, need not wait for the readers of the previous use (measured: 8
+    ranks on 2 cores, 25% faster back to back); one for large blocks. Collective over `comm`."""
+
+    def __init__(self, comm, region: int, region2: int, *, spins: int = _SPINS):
+        count = 2 if region + region2 <= _DOUBLE_BUFFER_BYTES else 1
+        self.win, self.segments = Segment.allocate(comm, region, region2, count, spins=spins)
         self.uses = 0
+
+    def next(self) -> "Segment":
+        """The segment the next use takes."""
+        segment = self.segments[self.uses % len(self.segments)]
+        self.uses += 1
+        return segment
+
+    def free(self) -> None:
+        if self.win is not None:
+            self.win.Free()
+            self.win = None
+
+
+class ShmStep:
+    """The shared-memory form of one step on this rank (see `plan_executor.StepRunner`, which owns it), in its own
+    `Slot` or in one it shares with steps never in flight at the same time (`slot`; not Permute's, whose members
+    read only their source)."""
+
+    def __init__(self, program, comm, *, spins: int = _SPINS, slot: Slot | None = None):
+        self.p = program
+        step = program.step
+        self.kind = type(step)
+        self.combine = REDUCTIONS[getattr(step, "reduction", "sum")]  # all_reduce: np.add, or np.maximum
+        self.nbytes, self.region2 = regions(program, comm.Get_size())
+        # an all_reduce of a small block in one phase: every member sums every contribution
+        self.small_reduce = self.kind is AllReduce and not self.region2
+        if self.region2:
+            self.chunk = self.region2 // program.dtype.itemsize
+        self.owned = slot is None
+        self.slot = Slot(comm, self.nbytes, self.region2, spins=spins) if slot is None else slot
+        self.segment = self.slot.segments[0]
         self.k, self.me = self.segment.k, self.segment.me
         if self.kind is Permute:
             self.readers = [program.target] if program.target is not None else []
             self.source = program.source
         else:
             self.readers = None  # every member reads every member's region
+
+    @property
+    def segments(self) -> list:
+        return self.slot.segments
 
     def test(self) -> bool:
         seg = self.segment
@@ -219,8 +251,7 @@ class ShmStep:
 
     def start(self, block: np.ndarray) -> None:
         """Copy this member's block into its region (packed by chunks where the step needs it) and publish it."""
-        self.segment = self.segments[self.uses % len(self.segments)]
-        self.uses += 1
+        self.segment = self.slot.next()
         seg, p = self.segment, self.p
         seg.epoch += 1
         e = seg.epoch
@@ -229,7 +260,7 @@ class ShmStep:
             return
         if e > 1:  # the readers of the previous epoch are done with this region
             seg.wait(DONE, e - 1, self.readers)
-        mine = seg.mine.view(p.dtype)
+        mine = seg.mine[:self.nbytes].view(p.dtype)
         if self.kind is AllToAll:  # every chunk but this rank's own, which finish() copies directly
             chunks = p.send_chunks
             if p.order is not None:  # a reordering all-to-all: member j reads chunk order[j]
@@ -251,39 +282,40 @@ class ShmStep:
         seg, p = self.segment, self.p
         e = seg.epoch
         dtype = p.dtype
+        data = seg.data[:, :self.nbytes]  # (k, this step's bytes): the segment may be larger (a shared slot)
         if self.kind is Permute:
             if self.source is not None:
                 seg.wait(ARRIVE, e, [self.source])
-                np.copyto(out.reshape(-1), seg.data[self.source].view(dtype))
+                np.copyto(out.reshape(-1), data[self.source].view(dtype))
             seg.publish(DONE, e)
             return
         seg.wait(ARRIVE, e)
         k, g = self.k, self.me
         if self.kind is AllGather:
-            rows = _typed(seg.data, dtype, (-1,))  # (k, block elements): member j's block = chunk j of out
+            rows = _typed(data, dtype, (-1,))  # (k, block elements): member j's block = chunk j of out
             p.chunks.unpack_rows(rows, out)
         elif self.kind is AllToAll:
-            c = seg.region // k
-            rows = seg.data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
+            c = self.nbytes // k
+            rows = data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
             p.chunks.unpack_rows(_typed(rows, dtype, (-1,)), out, skip=g)
             own = g if p.order is None else p.order[g]
             copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, own))
         elif self.kind is ReduceScatter:
-            c = seg.region // k
-            rows = _typed(seg.data[:, g * c:(g + 1) * c], dtype, (-1,))
+            c = self.nbytes // k
+            rows = _typed(data[:, g * c:(g + 1) * c], dtype, (-1,))
             np.add.reduce(rows, axis=0, out=out.reshape(-1))
         elif self.small_reduce:
-            self.combine.reduce(_typed(seg.data, dtype, (-1,)), axis=0, out=out.reshape(-1))
+            self.combine.reduce(_typed(data, dtype, (-1,)), axis=0, out=out.reshape(-1))
         else:  # all_reduce in two phases: member j sums elements [j*c, (j+1)*c), then everyone gathers them
             n, c = out.size, self.chunk
             lo, hi = min(g * c, n), min((g + 1) * c, n)
-            mine2 = seg.mine2.view(dtype)[: hi - lo]
-            self.combine.reduce(_typed(seg.data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
+            mine2 = seg.mine2[:self.region2].view(dtype)[: hi - lo]
+            self.combine.reduce(_typed(data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
             seg.publish(ARRIVE2, e)
             seg.wait(ARRIVE2, e)
             flat = out.reshape(-1)
             full = n // c  # members whose chunk is whole
-            rows2 = _typed(seg.data2, dtype, (-1,))
+            rows2 = _typed(seg.data2[:, :self.region2], dtype, (-1,))
             if full:
                 np.copyto(flat[: full * c].reshape(full, c), rows2[:full, :c])
             if full < k and n > full * c:
@@ -291,6 +323,6 @@ class ShmStep:
         seg.publish(DONE, e)
 
     def free(self) -> None:
-        if self.win is not None:
-            self.win.Free()
-            self.win = None
+        """Free this step's slot, unless it shares one (`MeshExecutor` frees those)."""
+        if self.owned:
+            self.slot.free()

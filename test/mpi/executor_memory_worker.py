@@ -1,6 +1,7 @@
 """Runs under mpiexec: a kernel graph (JSON, argv[1]) run twice by `RankExecutor` on this rank's blocks of ones;
 then, its results dropped, rank 0 prints one JSON line: the bytes of the numpy arrays the executor still reaches
-(of its own memory: shared-memory segments aside) and the largest of them."""
+(of its own memory: shared-memory segments aside) and the largest of them, the distinct values of the results, and
+how many collectives run over shared memory in how many slots."""
 
 import gc
 import json
@@ -38,11 +39,16 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     executor = RankExecutor(graph, comm)
     blocks = [np.ones(graph.values[a].local_shape, graph.values[a].numpy_dtype) for a in graph.args]
+    values = set()
     for _ in range(2):
         results, _ = executor.run(blocks)
+        values |= {float(v) for r in results for v in np.unique(r)}
     del results
     arrays = [a for a in reachable_arrays(executor) if a.nbytes >= 1024]
-    report = {"held": sum(a.nbytes for a in arrays), "largest": max((a.nbytes for a in arrays), default=0)}
+    slots = {id(p.shm.slot) for p in executor.programs.values() if p.shm is not None}
+    report = {"held": sum(a.nbytes for a in arrays), "largest": max((a.nbytes for a in arrays), default=0),
+              "values": sorted(values), "collectives": len(executor.programs), "shared_slots": len(slots),
+              "over_shared_memory": sum(p.shm is not None for p in executor.programs.values())}
     executor.close()
     if comm.Get_rank() == 0:
         print(json.dumps(report), flush=True)

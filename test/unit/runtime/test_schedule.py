@@ -1,5 +1,6 @@
-"""The rank schedule: collectives start as soon as their input exists and are waited for where their output is
-first needed; every schedule is a valid execution of the graph; timings per step from a timeline."""
+"""The rank schedule: collectives start as soon as their input exists, at most one kernel ahead of their place,
+and are waited for where their output is first needed; every schedule is a valid execution of the graph; timings
+per step from a timeline."""
 
 import numpy as np
 import pytest
@@ -41,6 +42,16 @@ def test_sequence_parallel_attention_gathers_v_while_scores_are_computed():
 def test_collective_of_an_argument_starts_first_and_overlaps_independent_kernels():
     g = graph(["a", "b"], [("k", "k0", ["b"], ["z"]), ("c", "a", "A"), ("k", "k1", ["A", "z"], ["o"])], ["o"])
     assert names(g, schedule(g)) == ["start A", "kernel k0", "wait A", "kernel k1"]
+
+
+def test_a_collective_starts_at_most_one_kernel_ahead_of_its_place():
+    # FSDP: each layer's weight gathered just before the kernel using it; the gather of the last layer's weight
+    # overlaps the kernel before it, it is not started (and its block held) from the beginning
+    g = graph(["w0", "w1", "w2", "x"], [("c", "w0", "W0"), ("k", "l0", ["x", "W0"], ["h0"]), ("c", "w1", "W1"),
+                                        ("k", "l1", ["h0", "W1"], ["h1"]), ("c", "w2", "W2"),
+                                        ("k", "l2", ["h1", "W2"], ["h2"])], ["h2"])
+    assert names(g, schedule(g)) == ["start W0", "start W1", "wait W0", "kernel l0", "start W2", "wait W1",
+                                     "kernel l1", "wait W2", "kernel l2"]
 
 
 def test_chained_collectives_wait_for_their_producer_where_the_chain_stands():
