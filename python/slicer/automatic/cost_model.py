@@ -69,8 +69,8 @@ class Estimate:
 
 
 def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: float, bucketed: bool = False) -> float:
-    """A collective posted at `posted` (when its input exists: the runtime starts it then, `runtime/executor.py`)
-    and waited for at `run.clock`, its transfer on the serial link `run.link` (advanced): the seconds the rank
+    """A collective posted at `posted` (when its input exists: the runtime starts it then, but at most one kernel
+    ahead of its place, `runtime/executor.py`: not before `run.gate`) and waited for at `run.clock`, its transfer on the serial link `run.link` (advanced): the seconds the rank
     waits, added to `est` (exposed; the rest of its cost overlapped). The other ranks post it up to
     `machine.sync_seconds` later (they drift apart), so the transfer begins then; a collective posted well before
     it is needed (a prefetched all_gather of a parameter) hides that lag, one waited for right away does not.
@@ -82,7 +82,7 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
     above its compiled price (a GPT-2 block's Megatron all_reduces on 2x2: 1.52 ms modelled, 1.33 compiled).
     A bucket's later members ride along: no lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
-    start = max(posted + lag, run.link)
+    start = max(max(posted, run.gate) + lag, run.link)
     run.link = start + transfer
     waited = max(run.link - run.clock - cpu, (1 - machine.overlap) * transfer, 0.0)
     est.exposed += cpu + waited
@@ -222,6 +222,8 @@ class _Run:
         # number in the memory trace
         self.buckets: dict[tuple, tuple[int, int, int, int]] = {}
         self.at = 0  # the op being priced
+        # when the current kernel began (its first op): a collective after it starts no earlier (`wait_for`)
+        self.gate, self.gate_kernel = 0.0, 0
 
     def lay(self, v: int) -> Layout:
         return self.layout[v]
@@ -285,6 +287,8 @@ class _Run:
         ev = self.ev
         operands = op.operands
         self.at = index
+        if self.memory.kernel != self.gate_kernel:
+            self.gate, self.gate_kernel = self.clock, self.memory.kernel
         if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return

@@ -31,6 +31,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
     kernels = graph_kernels(graph) if kernels is None else kernels
     est = Estimate()
     clock = link = 0.0
+    gate = 0.0  # when the rank is about to run the last kernel so far: a collective starts no earlier (`schedule`)
     ready: dict[str, float] = {}
     pending: dict[str, tuple[float, float]] = {}  # collective output -> (transfer done, transfer seconds)
     cache = CacheClock.of(machine, sum(graph.value_bytes(name) for name in graph.args))
@@ -51,8 +52,9 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             if seconds <= 0:
                 ready[node.output] = ready.get(node.input, 0.0)
                 continue
-            # posted when its input exists; the other ranks up to `sync_seconds` later (see cost_model.wait_for)
-            start = max(ready.get(node.input, 0.0) + machine.sync_seconds, link)
+            # posted when its input exists, at most one kernel ahead of its place (`runtime.executor.schedule`); the
+            # other ranks up to `sync_seconds` later (see cost_model.wait_for)
+            start = max(max(ready.get(node.input, 0.0), gate) + machine.sync_seconds, link)
             link = start + seconds
             pending[node.output] = (link, seconds)
             ready[node.output] = link
@@ -64,6 +66,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             extra = machine.sync_seconds + machine.collective_seconds
             est.collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
             continue
+        gate = clock
         wait(node.inputs)
         seconds = kernel_seconds(kernels.get(node.name), machine, cache, node)
         est.compute += seconds

@@ -18,6 +18,23 @@ from test_composed import _mlp, mlp_on_2x2
 from test_descent import adamw_mlp_step
 
 
+THREE_LAYERS = """
+func.func @mlp(%x: tensor<16x256xf32>, %w1: tensor<256x256xf32>, %w2: tensor<256x256xf32>, %w3: tensor<256x256xf32>)
+    -> tensor<16x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<16x256xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x256xf32>) -> tensor<16x256xf32>
+  %h1 = linalg.matmul ins(%x, %w1 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
+      -> tensor<16x256xf32>
+  %h2 = linalg.matmul ins(%h1, %w2 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
+      -> tensor<16x256xf32>
+  %h3 = linalg.matmul ins(%h2, %w3 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
+      -> tensor<16x256xf32>
+  return %h3 : tensor<16x256xf32>
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def step():
     return adamw_mlp_step(batch=256, width=64, hidden=128)[-1]
@@ -91,12 +108,39 @@ def test_a_prefetched_collective_hides_the_ranks_lag_one_waited_for_at_once_does
 
     machine = Machine(sync_seconds=1e-3, collective_seconds=1e-4, overlap=0.5)
     early, late = Estimate(), Estimate()
-    prefetched = wait_for(early, machine, 0.0, SimpleNamespace(clock=5e-3, link=0.0), 2e-4)
-    at_once = wait_for(late, machine, 5e-3, SimpleNamespace(clock=5e-3, link=0.0), 2e-4)
+    prefetched = wait_for(early, machine, 0.0, SimpleNamespace(clock=5e-3, link=0.0, gate=0.0), 2e-4)
+    at_once = wait_for(late, machine, 5e-3, SimpleNamespace(clock=5e-3, link=0.0, gate=0.0), 2e-4)
     assert prefetched == pytest.approx(0.5 * 2e-4 + 1e-4)
     assert at_once == pytest.approx(1e-3 + 2e-4)  # the work (1e-4) ran while the lag (1e-3) passed
     assert early.overlapped == pytest.approx(1e-3 + 2e-4 - 0.5 * 2e-4)
     assert late.overlapped == pytest.approx(1e-4)
+    # the runtime starts it at most one kernel ahead (`run.gate`: when the kernel before it began), so an
+    # argument's all_gather needed at 5 ms, its kernel begun at 4.9 ms, does not hide the lag
+    gated = wait_for(Estimate(), machine, 0.0, SimpleNamespace(clock=5e-3, link=0.0, gate=4.9e-3), 2e-4)
+    assert gated == pytest.approx(4.9e-3 + 1e-3 + 2e-4 - 5e-3)  # the lag and the whole transfer
+
+
+def test_an_arguments_all_gather_is_priced_from_the_kernel_before_it():
+    """The compiled price follows the rank's schedule (`runtime.executor.schedule`): an argument's all_gather starts
+    when the kernel before it does, not at the start of the run. ZeRO-3 on three layers with two more kernels
+    before the last; kernels of 50 ms (their ops left out: only the cost per call), gathers of 130 ms on one
+    link."""
+    import dataclasses
+
+    from slicer.lowering.kernel_graph import KernelNode
+
+    graph = slicer.compile(THREE_LAYERS, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(
+        "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x")).graph
+    nodes = list(graph.nodes)
+    assert [type(n).__name__ for n in nodes] == ["CollectiveNode", "KernelNode"] * 3
+    nodes[4:4] = [KernelNode("extra_0", (), (), False), KernelNode("extra_1", (), (), False)]
+    graph = dataclasses.replace(graph, nodes=nodes, kernels_mlir="")
+    comm = CostModel(latency=1e-9, bandwidth=131072 / 0.13)
+    tiny = dict(sync_seconds=1e-9, collective_seconds=1e-9, array_seconds=1e-9, run_seconds=1e-9)
+    est = price_graph(graph, Machine(kernel_seconds=0.05, overlap=1.0, **tiny), comm)
+    # the link: gathers at 0-0.13 and 0.13-0.26 s; kernels at 0.13, 0.26, 0.31, 0.36 s; the last gather starts
+    # with the kernel before it, at 0.36 s, and is waited for 0.08 s at 0.41 s (from the start it was done by 0.39)
+    assert est.exposed == pytest.approx(0.13 + 0.08 + 0.08, rel=1e-3)
 
 
 def test_the_model_prices_collectives_used_at_once_as_the_compiled_program_does():
