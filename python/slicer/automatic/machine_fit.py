@@ -55,7 +55,7 @@ def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machi
     for _, seconds in samples:
         if not (math.isfinite(seconds) and seconds > 0):
             raise AutoError(f"a measured time of {seconds!r} s cannot be fitted: give positive seconds per run")
-    read = [(graph, graph_kernels(graph), seconds) for graph, seconds in samples]
+    read = [(graph, graph_kernels(graph), graph.peak_bytes_per_device()[0], seconds) for graph, seconds in samples]
     base = np.log([getattr(start, name) for name in FIGURES])
     group_of = [next(i for i, group in enumerate(SCALED_TOGETHER) if name in group) for name in FIGURES]
     origin = np.zeros(len(SCALED_TOGETHER))
@@ -66,7 +66,7 @@ def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machi
 
     def residuals(x) -> np.ndarray:
         m = machine(x)
-        errors = [math.log(price_graph(g, m, comm, kernels).total / seconds) for g, kernels, seconds in read]
+        errors = [math.log(price_graph(g, m, comm, kernels, peak).total / seconds) for g, kernels, peak, seconds in read]
         return np.concatenate([errors, math.sqrt(PRIOR) * (x - origin)])
 
     # An op other than a contraction costs the slower of its arithmetic and its bytes, so the fit has a valley

@@ -5,12 +5,13 @@ Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistributio
 minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
 ``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
 ``slicer-plan --calibrate [all|links|kernels] [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]
-[--machine-output FILE]`` measures this machine's figures and stores them where every plan and search finds them:
+[--machine-output FILE] [--rounds 3]`` measures this machine's figures and stores them where every plan and search finds them:
 the links' latency and bandwidth with the MPI executor on this machine, or on the hosts the given mpiexec starts
 ranks on (per axis with ``--mesh``: an axis across hosts gets its own, slower, figures), in
 ``$XDG_CACHE_HOME/slicer/cost_model.json`` (or ``--output``); and the kernels' figures `slicer.auto` prices
 programs with (`slicer.automatic.Machine`: probe programs compiled and run on one rank per core, at most
-``--ranks``; `slicer.tools.machine_probes`), in ``machine.json`` beside it (or ``--machine-output``). ``all``
+``--ranks``; `slicer.tools.machine_probes`; each probe the median of ``--rounds`` interleaved rounds), in
+``machine.json`` beside it (or ``--machine-output``). ``all``
 (the default) measures the links first, so the kernels' fit prices the probes' collectives with them.
 Exit codes as every tool (``slicer.tools.cli``): 0 ok; 1 no plan, a failed ``--check`` or calibration run;
 2 a bad command line (a flag, mesh, shape, type or cost-model file that cannot be used), with
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where --calibrate stores the links' figures (default: the user cache)")
     p.add_argument("--machine-output", metavar="FILE",
                    help="where --calibrate stores the kernels' figures (default: machine.json in the user cache)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="--calibrate kernels: interleaved rounds of the probes, the median counts (default 3; 1 is "
+                        "three times as fast and follows the machine's load more)")
     p.add_argument("--mpiexec", help="mpiexec for --calibrate (default: beside this Python, then PATH); a wrapper "
                                      "that starts ranks on several hosts calibrates the links between them")
     return p
@@ -129,6 +133,8 @@ def calibration_mesh(args) -> Mesh | None:
     line does not fit (a usage error)."""
     if args.ranks < 2:
         raise RedistributionError(f"--ranks {args.ranks}: calibrating needs at least 2 ranks")
+    if args.rounds < 1:
+        raise RedistributionError(f"--rounds {args.rounds}: give 1 or more rounds of the probes")
     if not args.mesh:
         return None
     mesh = Mesh.parse(args.mesh)
@@ -151,7 +157,7 @@ def calibrate_kernels(args) -> None:
     with each probe's measured time and the fitted figures' error on it."""
     ranks = max(1, min(args.ranks, default_ranks()))
     path = Path(args.machine_output) if args.machine_output else machine_path()
-    machine, measured, errors = calibrate_machine(ranks, mpiexec=args.mpiexec,
+    machine, measured, errors = calibrate_machine(ranks, rounds=args.rounds, mpiexec=args.mpiexec,
                                                   source=f"calibrated on {ranks} rank(s), {path}")
     machine.save(path)
     for found, error in zip(measured, errors):

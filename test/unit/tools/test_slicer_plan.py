@@ -111,12 +111,13 @@ def test_calibrate_stores_figures_that_plans_use(tmp_path):
 
 def test_calibrate_kernels_stores_the_figures_the_search_reads(tmp_path):
     """`--calibrate kernels`: the probes run on the ranks, the fitted figures are stored and read back by
-    `Machine.default` through $SLICER_MACHINE; each probe is reported with the fit's error on it."""
+    `Machine.default` through $SLICER_MACHINE; each probe is reported with the fit's error on it. (One round of
+    the probes: the default three took 45 s of the suite under its load.)"""
     from slicer.automatic.machine import FIGURES, Machine
 
     out = tmp_path / "machine.json"
     r = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "kernels", "-n", "2",
-                        "--machine-output", str(out)], capture_output=True, text=True, timeout=600)
+                        "--rounds", "1", "--machine-output", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     stored = json.loads(out.read_text())
     assert set(FIGURES) <= set(stored) and all(stored[name] > 0 for name in FIGURES)
@@ -128,3 +129,6 @@ def test_calibrate_kernels_stores_the_figures_the_search_reads(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "everything"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice: 'everything'" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "kernels", "--rounds", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--rounds 0: give 1 or more rounds" in bad.stderr, bad.stderr
