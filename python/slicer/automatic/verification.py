@@ -9,10 +9,10 @@ Compiling a 4-layer GPT training step takes seconds, so candidates are compiled 
 from the search's start), at most `TOP`; the first is always compiled. While none compiled fits the budget (the
 model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
 are tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked
-again with the model's peaks scaled by the compiled/modelled ratio seen, the best of that ranking compiled next
-(the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.7x slower), then
-alternating with the search's own ranking, after the smallest modelled peak of each family of layouts none
-compiled belongs to (the axes the data's batch is
+again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking
+is compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x
+slower); then the smallest modelled peak of each family of layouts none compiled belongs to (the GPT forward on 2x4:
+the first two 37% and 7% over, FSDP's layout fits), then both rankings in turn (the axes the data's batch is
 tiled over: the model's peak errs per family, low for Megatron's and high for FSDP's on the GPT training step). Once one fits, a candidate is
 skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can tell: a
 tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
@@ -80,7 +80,7 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
     tried, scale, turn, others, rescaled = set(), 1.0, 0, [], False
     while queues[0] or queues[1] or others:
         turn = 1 - turn if queues[1 - turn] else turn
-        if rescaled and queues[1]:  # after one over the budget: first the best the rescaled peaks let in
+        if rescaled and queues[1]:  # after the first over the budget: the best the rescaled peaks let in
             cand, rescaled = queues[1].pop(0), False
         else:
             cand = others.pop(0) if others else queues[turn].pop(0)
@@ -109,7 +109,7 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
             ratio = est.peak_bytes / model.peak_bytes
             scale = ratio if scale == 1.0 else min(scale, ratio)
             queues[1] = candidates(search, choice, TOP_OVER, tried, scale)
-            rescaled = True
+            rescaled = len(found) == 1
             if not any(_within(search, c) for c in found):
                 others = other_families(search, [c.choice for c in found], tried)
     return found
