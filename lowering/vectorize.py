@@ -110,6 +110,12 @@ def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePla
     kinds = iterator_kinds(op)
     parallel = [i for i, k in enumerate(kinds) if k == PARALLEL]
     reduction = [i for i, k in enumerate(kinds) if k == REDUCTION]
+    if not parallel and _broadcast_input(op, len(kinds)):
+        # A reduction of everything to one element, one input not walking every loop (sum(x * w) with w
+        # broadcast over a dim of x): its vectorized multi-reduction becomes a vector.contract that MLIR 22's
+        # contraction lowering aborts on (a failed cast in `lowerParallel`: the process dies, no error to
+        # catch). It stays a scalar loop nest.
+        return None
     order = list(range(len(ranges)))
     if len(parallel) >= 2 and reduction:
         i, j, k = parallel[-2], parallel[-1], reduction[-1]
@@ -163,6 +169,12 @@ def _transposed_loop(op: ir.Operation, kinds) -> int | None:
         if last is not None and last != inner and kinds[last] == PARALLEL and inner in dims:
             found = last if found is None else max(found, last)
     return found
+
+
+def _broadcast_input(op: ir.Operation, loops: int) -> bool:
+    """An input of `op` does not walk every one of its `loops` loops."""
+    maps = indexing_maps(op)
+    return any({loop_dim(e) for e in amap.results} != set(range(loops)) for amap in maps[:-1])
 
 
 def _has_i1_operand(op: ir.Operation) -> bool:

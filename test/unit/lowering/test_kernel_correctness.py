@@ -377,3 +377,39 @@ func.func @tadd(%a: tensor<70x45xf32>, %b: tensor<45x70xf32>) -> tensor<45x70xf3
     a = RNG.standard_normal((70, 45), dtype=np.float32)
     b = RNG.standard_normal((45, 70), dtype=np.float32)
     np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["tadd"](a, b), a.T + b, rtol=1e-6)
+
+
+def test_a_reduction_to_one_element_of_a_broadcast_product_equals_numpy(cache_dir, tmp_path):
+    """sum(a * b^T broadcast over a's first dim) to a scalar: vectorized, MLIR's contraction lowering aborted the
+    process (fuzz seed 4848, case 11); it stays a scalar loop nest and equals numpy."""
+    text = """
+#a = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#b = affine_map<(d0, d1, d2) -> (d2, d1)>
+#r = affine_map<(d0, d1, d2) -> ()>
+func.func @dot(%a: tensor<4x32x32xf32>, %b: tensor<32x32xf32>) -> tensor<f32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #r], iterator_types = ["reduction", "reduction", "reduction"]}
+      ins(%a, %b : tensor<4x32x32xf32>, tensor<32x32xf32>) outs(%f : tensor<f32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %m, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<f32>
+  return %r : tensor<f32>
+}
+"""
+    a = RNG.standard_normal((4, 32, 32), dtype=np.float32)
+    b = RNG.standard_normal((32, 32), dtype=np.float32)
+    # in a subprocess: an abort would end the test run, not fail a test
+    code = (f"import numpy as np; from slicer.lowering import compile_library; "
+            f"lib = compile_library({text!r}, cache_dir={str(cache_dir)!r}); "
+            f"a = np.load({str(tmp_path / 'a.npy')!r}); b = np.load({str(tmp_path / 'b.npy')!r}); "
+            f"print(float(lib['dot'](a, b)))")
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = float((a.astype(np.float64) * b.T[None].astype(np.float64)).sum())
+    assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(expected, rel=1e-4, abs=1e-3)
