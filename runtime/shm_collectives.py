@@ -16,9 +16,10 @@ and waking the futex waiters on it; readers wait until every member's ARRIVE is 
 in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
 ``e - 1``; steps with blocks up to 4 MiB alternate between two segments, so that a step run back to back
 rarely waits for that. Several steps never in flight at the same time may share segments (a `Slot`, as large as
-the largest of them): the epochs then count the uses of all of them, in the order every rank starts them. Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in
-flight together and complete in any order (the same argument as for MPI's nonblocking collectives: every
-wait depends only on starts that precede it in every rank's schedule).
+the largest of them): the epochs then count the uses of all of them, in the order every rank starts them.
+Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in flight together
+and complete in any order (the same argument as for MPI's nonblocking collectives: every wait depends only on
+starts that precede it in every rank's schedule).
 
 Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype,
 exactly as the numpy simulator does (`np.sum(axis=0)`): the results are the simulator's bits, and every
@@ -185,9 +186,10 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
 def regions(program, k: int) -> tuple[int, int]:
     """The bytes per member of a step's first and second region (`Segment`): its input block, and for a large
     all_reduce over `k` members the chunk each one sums (0 otherwise)."""
-    nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * program.dtype.itemsize
+    count = int(np.prod(program.in_shape, dtype=np.int64))
+    nbytes = count * program.dtype.itemsize
     if type(program.step) is AllReduce and nbytes > _SMALL_REDUCE:
-        return nbytes, -(-int(np.prod(program.in_shape, dtype=np.int64)) // k) * program.dtype.itemsize
+        return nbytes, -(-count // k) * program.dtype.itemsize
     return nbytes, 0
 
 

@@ -69,18 +69,18 @@ class Estimate:
 
 
 def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: float, bucketed: bool = False) -> float:
-    """A collective posted at `posted` (when its input exists: the runtime starts it then, but at most one kernel
-    ahead of its place, `runtime/executor.py`: not before `run.gate`) and waited for at `run.clock`, its transfer on the serial link `run.link` (advanced): the seconds the rank
-    waits, added to `est` (exposed; the rest of its cost overlapped). The other ranks post it up to
-    `machine.sync_seconds` later (they drift apart), so the transfer begins then; a collective posted well before
-    it is needed (a prefetched all_gather of a parameter) hides that lag, one waited for right away does not.
-    The rank's own work on it (`machine.collective_seconds`: packing, issuing) is never hidden; it runs while
-    the others catch up, and the rank then waits for what is left of the transfer, at least `1 - machine.overlap`
-    of it (the rest hides behind kernels). This is how `graph_cost.price_graph` prices a compiled program's
-    collectives (the figures of `Machine` were fitted there), so the search ranks layouts as the compiled programs
-    are ranked: waiting for the lag and then doing the rank's work put every collective used at once 0.1 ms
-    above its compiled price (a GPT-2 block's Megatron all_reduces on 2x2: 1.52 ms modelled, 1.33 compiled).
-    A bucket's later members ride along: no lag, no work of their own."""
+    """A collective posted at `posted` (when its input exists: the runtime starts it then, but at most one kernel ahead
+    of its place, `runtime/executor.py`: not before `run.gate`) and waited for at `run.clock`, its transfer on the
+    serial link `run.link` (advanced): the seconds the rank waits, added to `est` (exposed; the rest of its cost
+    overlapped). The other ranks post it up to `machine.sync_seconds` later (they drift apart), so the transfer
+    begins then; a collective posted well before it is needed (a prefetched all_gather of a parameter) hides that
+    lag, one waited for right away does not. The rank's own work on it (`machine.collective_seconds`: packing,
+    issuing) is never hidden; it runs while the others catch up, and the rank then waits for what is left of the
+    transfer, at least `1 - machine.overlap` of it (the rest hides behind kernels). This is how
+    `graph_cost.price_graph` prices a compiled program's collectives (the figures of `Machine` were fitted there),
+    so the search ranks layouts as the compiled programs are ranked: waiting for the lag and then doing the rank's
+    work put every collective used at once 0.1 ms above its compiled price (a GPT-2 block's Megatron all_reduces on
+    2x2: 1.52 ms modelled, 1.33 compiled). A bucket's later members ride along: no lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
     start = max(max(posted, run.gate) + lag, run.link)
     run.link = start + transfer

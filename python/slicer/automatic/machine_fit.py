@@ -66,7 +66,8 @@ def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machi
 
     def residuals(x) -> np.ndarray:
         m = machine(x)
-        errors = [math.log(price_graph(g, m, comm, kernels, peak).total / seconds) for g, kernels, peak, seconds in read]
+        errors = [math.log(price_graph(g, m, comm, kernels, peak).total / seconds)
+                  for g, kernels, peak, seconds in read]
         return np.concatenate([errors, math.sqrt(PRIOR) * (x - origin)])
 
     # An op other than a contraction costs the slower of its arithmetic and its bytes, so the fit has a valley

@@ -1,12 +1,12 @@
 """Peak bytes per device of a priced layout, counted as the kernel graph counts them (`KernelGraph.
 live_bytes_per_node`): arguments from the start to their last use, results to the end, and otherwise only the values
 that cross from one kernel to another; a value made and used inside one kernel lives in registers and scratch rows,
-not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is
-(the model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops
-(`lowering/cut.py` cuts content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy is held
-from the op that needs it to the last that may read it (`cost_model._copy_reads`). A gradient bucket (`spmd/bucketing.py`) packs its members after the last is made,
-which is their last read, and its collective ends the kernel there; the reduced bucket is held to its members' last
-use."""
+not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the
+model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops (`lowering/cut.py` cuts
+content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy is held from the op that needs
+it to the last that may read it (`cost_model._copy_reads`). A gradient bucket (`spmd/bucketing.py`) packs its members
+after the last is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held
+to its members' last use."""
 
 from __future__ import annotations
 

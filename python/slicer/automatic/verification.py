@@ -122,10 +122,10 @@ def family(search, choice: dict) -> frozenset:
 
 
 def other_families(search, compiled: list[dict], tried: set) -> list[dict]:
-    """After every candidate compiled so far is over the budget: the best layout by the budget itself not tried,
-    then the smallest modelled peak of each family (`family`) none of them belongs to, smallest first. The model's peak errs per kind of layout (on the GPT
-    training step, 3% high for FSDP and 3% low for Megatron), so a layout of another kind the model puts just over
-    the budget may fit where those of the kind compiled do not."""
+    """After every candidate compiled so far is over the budget: the best layout by the budget itself not tried, then
+    the smallest modelled peak of each family (`family`) none of them belongs to, smallest first. The model's peak
+    errs per kind of layout (on the GPT training step, 3% high for FSDP and 3% low for Megatron), so a layout of
+    another kind the model puts just over the budget may fit where those of the kind compiled do not."""
     seen = {family(search, c) for c in compiled}
     by_family: dict = {}
     for key, est in search.cache.items():

@@ -5,14 +5,14 @@ Types may name sub-axes (``y:(1)2``, the major half of y; see docs/redistributio
 minimises the bytes received instead of the estimated time; ``--latency``, ``--bandwidth``,
 ``--axis-latency x=SECONDS`` and ``--axis-bandwidth x=BYTES_PER_S`` override the time model's figures.
 ``slicer-plan --calibrate [all|links|kernels] [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]
-[--machine-output FILE] [--rounds 3]`` measures this machine's figures and stores them where every plan and search finds them:
-the links' latency and bandwidth with the MPI executor on this machine, or on the hosts the given mpiexec starts
-ranks on (per axis with ``--mesh``: an axis across hosts gets its own, slower, figures), in
+[--machine-output FILE] [--rounds 3]`` measures this machine's figures and stores them where every plan and search
+finds them: the links' latency and bandwidth with the MPI executor on this machine, or on the hosts the given
+mpiexec starts ranks on (per axis with ``--mesh``: an axis across hosts gets its own, slower, figures), in
 ``$XDG_CACHE_HOME/slicer/cost_model.json`` (or ``--output``); and the kernels' figures `slicer.auto` prices
 programs with (`slicer.automatic.Machine`: probe programs compiled and run on one rank per core, at most
 ``--ranks``; `slicer.tools.machine_probes`; each probe the median of ``--rounds`` interleaved rounds), in
-``machine.json`` beside it (or ``--machine-output``). ``all``
-(the default) measures the links first, so the kernels' fit prices the probes' collectives with them.
+``machine.json`` beside it (or ``--machine-output``). ``all`` (the default) measures the links first, so the
+kernels' fit prices the probes' collectives with them.
 Exit codes as every tool (``slicer.tools.cli``): 0 ok; 1 no plan, a failed ``--check`` or calibration run;
 2 a bad command line (a flag, mesh, shape, type or cost-model file that cannot be used), with
 ``slicer-plan: error: <message>`` on stderr (never a traceback).
