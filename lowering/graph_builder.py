@@ -59,6 +59,19 @@ def _grid_axes(module: ir.Module) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _moved(ops: list, after: dict[int, list], gone: set[int]) -> list:
+    """`ops` without the ones at positions `gone`, and with `after[i]` (ops, in order) right after position `i`
+    (whether the op there stays or is moved itself)."""
+    if not gone:
+        return ops
+    found = []
+    for i, op in enumerate(ops):
+        if i not in gone:
+            found.append(op)
+        found += after.get(i, [])
+    return found
+
+
 def _deep_ops(op: ir.Operation):
     yield op
     for region in op.regions:
@@ -193,7 +206,7 @@ class _Builder:
         and their cuts stay as they were; the runtime starts it one kernel ahead (`runtime.executor.schedule`)."""
         where = {op: i for i, op in enumerate(ops)}
         collectives = [i for i, op in enumerate(ops) if op.name in COLLECTIVE_OPS]
-        before: dict[int, list[int]] = {}  # position -> the ops moved to just before it, in program order
+        after: dict[int, list[int]] = {}  # a collective's position -> the ops moved after it
         gone: set[int] = set()
         for i in collectives:
             if i in gone or not self.from_arguments(ops[i].operands[0]):
@@ -212,18 +225,10 @@ class _Builder:
             last = bisect.bisect_left(collectives, first) - 1  # the last collective before the first reader
             if last < 0 or collectives[last] <= max(c for c in chain if c < first):
                 continue  # none comes between: it stays
-            target = collectives[last] + 1
-            chain = sorted(c for c in set(chain) if c < target)
-            before.setdefault(target, []).extend(chain)
+            chain = [c for c in set(chain) if c <= collectives[last]]
+            after.setdefault(collectives[last], []).extend(chain)
             gone.update(chain)
-        if not before:
-            return ops
-        found = []
-        for i, op in enumerate(ops):
-            found += [ops[j] for j in sorted(before.get(i, ()))]
-            if i not in gone:
-                found.append(op)
-        return found + [ops[j] for j in sorted(before.get(len(ops), ()))]
+        return _moved(ops, {i: [ops[j] for j in sorted(moved)] for i, moved in after.items()}, gone)
 
     def from_arguments(self, value: ir.Value) -> bool:
         """`value` is a function argument or a view of one."""
@@ -244,7 +249,7 @@ class _Builder:
         to the top: a weight reshaped per head before its all_gather) was returned by the first kernel and stored
         beside its source until the collective; made in the kernel just before it, it is stored only across it."""
         where = {op: i for i, op in enumerate(ops)}
-        later: dict[int, list] = {}
+        later: dict[int, list] = {}  # a collective's position -> the views moved after it
         moved = set()
         for i, op in enumerate(ops):
             if op.name not in VIEW_OPS:
@@ -257,14 +262,7 @@ class _Builder:
             if last is not None:
                 later.setdefault(last, []).append(op)
                 moved.add(i)
-        if not moved:
-            return ops
-        found = []
-        for i, op in enumerate(ops):
-            if i not in moved:
-                found.append(op)
-            found += later.get(i, [])
-        return found
+        return _moved(ops, later, moved)
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
