@@ -12,27 +12,13 @@ import slicer
 from slicer.lowering.kernel_graph import CollectiveNode
 from slicer.runtime.mpiexec import run_spmd
 
-WORKER = Path(__file__).with_name("executor_memory_worker.py")
+from example_modules import THREE_LAYERS, ZERO3
 
-MLP = """
-func.func @mlp(%x: tensor<16x256xf32>, %w1: tensor<256x256xf32>, %w2: tensor<256x256xf32>, %w3: tensor<256x256xf32>)
-    -> tensor<16x256xf32> {
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<16x256xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x256xf32>) -> tensor<16x256xf32>
-  %h1 = linalg.matmul ins(%x, %w1 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  %h2 = linalg.matmul ins(%h1, %w2 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  %h3 = linalg.matmul ins(%h2, %w3 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  return %h3 : tensor<16x256xf32>
-}
-"""
+WORKER = Path(__file__).with_name("executor_memory_worker.py")
 
 
 def test_a_rank_keeps_no_gathered_weight_between_runs(tmp_path):
-    prog = slicer.compile(MLP, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"))
+    prog = slicer.compile(THREE_LAYERS, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(ZERO3))
     graph = prog.graph
     gathered = [graph.value_bytes(n.output) for n in graph.nodes if isinstance(n, CollectiveNode)]
     assert len(gathered) == 3 and min(gathered) == 256 * 256 * 4
@@ -50,7 +36,7 @@ def test_collectives_never_in_flight_together_share_their_shared_memory(tmp_path
     """The schedule starts each all_gather at most one kernel ahead (`executor.schedule`): the first layer's and
     the last layer's are never in flight together, so they share one slot of shared memory (over MPI, without
     shared memory, nothing is pooled)."""
-    prog = slicer.compile(MLP, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"))
+    prog = slicer.compile(THREE_LAYERS, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(ZERO3))
     path = tmp_path / "graph.json"
     path.write_text(prog.graph.to_json())
     for strategy, slots in (("shm", 2), ("mpi", 0)):

@@ -17,22 +17,7 @@ from slicer.redistribution.costs import CostModel
 from test_composed import _mlp, mlp_on_2x2
 from test_descent import adamw_mlp_step
 
-
-THREE_LAYERS = """
-func.func @mlp(%x: tensor<16x256xf32>, %w1: tensor<256x256xf32>, %w2: tensor<256x256xf32>, %w3: tensor<256x256xf32>)
-    -> tensor<16x256xf32> {
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<16x256xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x256xf32>) -> tensor<16x256xf32>
-  %h1 = linalg.matmul ins(%x, %w1 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  %h2 = linalg.matmul ins(%h1, %w2 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  %h3 = linalg.matmul ins(%h2, %w3 : tensor<16x256xf32>, tensor<256x256xf32>) outs(%f : tensor<16x256xf32>)
-      -> tensor<16x256xf32>
-  return %h3 : tensor<16x256xf32>
-}
-"""
+from example_modules import THREE_LAYERS, ZERO3
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +114,7 @@ def test_an_arguments_all_gather_is_priced_from_the_kernel_before_it():
 
     from slicer.lowering.kernel_graph import KernelNode
 
-    graph = slicer.compile(THREE_LAYERS, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(
-        "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x")).graph
+    graph = slicer.compile(THREE_LAYERS, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(ZERO3)).graph
     nodes = list(graph.nodes)
     assert [type(n).__name__ for n in nodes] == ["CollectiveNode", "KernelNode"] * 3
     nodes[4:4] = [KernelNode("extra_0", (), (), False), KernelNode("extra_1", (), (), False)]
