@@ -218,9 +218,9 @@ class _Run:
         self.clock = self.link = 0.0
         self.gathered: dict = {}  # (value, dim) gathered -> its copy in the memory trace (-1: a partial copy)
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
-        # the open bucket per (kind, axes): its bytes, its last member's op, the op reading its first member, its
-        # number in the memory trace
-        self.buckets: dict[tuple, tuple[int, int, int, int]] = {}
+        # the open bucket per (kind, axes): the op reading its first member, its number in the memory trace (which
+        # counts its members and bytes)
+        self.buckets: dict[tuple, tuple[int, int]] = {}
         self.at = 0  # the op being priced
         # when the current kernel began (its first op): a collective after it starts no earlier (`wait_for`)
         self.gate, self.gate_kernel = 0.0, 0
@@ -239,18 +239,17 @@ class _Run:
         join = bucketable and self.ev.sketch.shapes[v] != () and not any(self.lay(v)) and \
             self.ready.get(v, 0.0) < self.clock
         bucket = self.buckets.get(key) if join else None
-        bucketed = bucket is not None and bucket[0] + local <= self.ev.bucket_limit and made < bucket[2]
+        bucketed = bucket is not None and made < bucket[0] and \
+            self.memory.buckets[bucket[1]][1] + local <= self.ev.bucket_limit
         transfer = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if transfer <= 0:
             return
         result = local // self.ev.group(axes) if kind == "reduce_scatter" else local
         if bucketed:  # the bucket packs its members side by side after the last is made: one more copy
-            nbytes, last, first_read, number = bucket
-            self.buckets[key] = (nbytes + local, max(last, made), first_read, number)
-            self.memory.pack(number, v, max(last, made), nbytes + local, self.memory.buckets[number][2] + result)
+            self.memory.pack(bucket[1], v, made, local, result)
         else:
             if join:
-                self.buckets[key] = (local, made, self.at, self.memory.new_bucket(v, made, local, result))
+                self.buckets[key] = (self.at, self.memory.new_bucket(v, made, local, result))
             self.memory.boundary()
         self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 

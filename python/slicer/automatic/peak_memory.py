@@ -55,11 +55,10 @@ class MemoryTrace:
         return len(self.buckets) - 1
 
     def pack(self, bucket: int, member: int, index: int, nbytes: int, result: int) -> None:
-        """Value `member` joins bucket `bucket`, now packing `nbytes` after op `index` (its members copied side by
-        side, reduced together: `spmd/bucketing.py`), where its last member is made; the reduced bucket holds
-        `result` bytes."""
-        *_, members = self.buckets[bucket]
-        self.buckets[bucket] = (index, nbytes, result, members + (member,))
+        """Value `member`, made at op `index`, of `nbytes` (`result` reduced), joins bucket `bucket`: the bucket
+        packs its members side by side after its last is made and reduces them together (`spmd/bucketing.py`)."""
+        last, total, reduced, members = self.buckets[bucket]
+        self.buckets[bucket] = (max(last, index), total + nbytes, reduced + result, members + (member,))
 
     def resize(self, value: int, nbytes: int) -> None:
         """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
