@@ -254,7 +254,7 @@ class _Builder:
         for i, op in enumerate(ops):
             if op.name not in VIEW_OPS:
                 continue
-            users = [self.top_level(_op(u.owner)) for r in op.results for u in r.uses]
+            users = self.users(op)
             if not users or not all(u.name in COLLECTIVE_OPS and u in where for u in users):
                 continue
             first = min(where[u] for u in users)
