@@ -57,8 +57,8 @@ class BufferTracker:
         self.held = 0
         self._buffers: dict[tuple[int, int], int] = {}  # (address, bytes) -> names holding it
         self._keys: dict[str, tuple[int, int]] = {}
-        # The addresses of the arrays that come back run after run (the argument blocks), by identity: reading an address from numpy costs ~1 us, and a training step's optimizer
-        # kernels take and return hundreds of blocks.
+        # The addresses of the arrays that come back run after run (the argument blocks), by identity: reading an
+        # address from numpy costs ~1 us, and a training step's optimizer kernels take and return hundreds of blocks.
         self._addresses: dict[int, tuple[weakref.ref, int]] = {}
 
     def _address(self, array: np.ndarray) -> int:
