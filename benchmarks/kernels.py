@@ -27,6 +27,7 @@ aligned (`aligned_empty`) and shared by both sides.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -383,8 +384,10 @@ def main() -> None:
         tiny = compile_library(tiny_text, cache_dir=cache)["tiny"]
         jit = compile_function(tiny_text)
         v = [np.ones(16, np.float32) for _ in range(3)]
+        rotating = [[np.ones(16, np.float32) for _ in range(3)] for _ in range(8)]  # new arrays, as a runtime's
         o = np.empty(16, np.float32)
         calls = 20000
+        turn = itertools.count()
         # a kernel returning 48 arrays, as a training step's optimizer kernels do (one per parameter and moment)
         outs = ", ".join(["tensor<16xf32>"] * 48)
         many = compile_library(
@@ -393,7 +396,8 @@ def main() -> None:
             + f"  return {', '.join(f'%r{i}' for i in range(48))} : {outs}\n}}\n", cache_dir=cache)["many"]
         results["call_overhead_us"] = {
             "bound_call": _per_call_us(tiny.bind(*v, out=o), calls),
-            "cached_descriptors": _per_call_us(lambda: tiny(*v, out=o), calls),
+            "same_arrays": _per_call_us(lambda: tiny(*v, out=o), calls),
+            "other_arrays": _per_call_us(lambda: tiny(*rotating[next(turn) % 8], out=o), calls),
             "fresh_outputs": _per_call_us(lambda: tiny(*v), calls),
             "fresh_outputs_48": _per_call_us(lambda: many(v[0]), calls // 10),
             "fresh_descriptors": _per_call_us(lambda: tiny.call_uncached(*v, out=[o]), calls // 4),
@@ -459,9 +463,10 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         f"Call overhead (16-element kernel, us per call): bound call {o['bound_call']:.2f}, "
-        f"cached descriptors {o['cached_descriptors']:.2f}, outputs made by the call {o['fresh_outputs']:.2f} "
+        f"same arrays {o['same_arrays']:.2f}, other arrays every call {o['other_arrays']:.2f}, outputs made by the call "
+        f"{o['fresh_outputs']:.2f} "
         f"(48 of them: {o['fresh_outputs_48']:.2f}), "
-        f"fresh descriptors {o['fresh_descriptors']:.2f}, JIT (ExecutionEngine, mlir.runtime descriptors) {o['jit_execution_engine']:.2f}.",
+        f"descriptor objects built per call {o['fresh_descriptors']:.2f}, JIT (ExecutionEngine, mlir.runtime descriptors) {o['jit_execution_engine']:.2f}.",
         f"Compile of the {s['kernels']} kernels above: cold {s['cold']:.2f} s "
         f"({', '.join(f'{k} {v:.2f}' for k, v in s['cold_breakdown'].items())}), "
         f"cached {s['cached_same_process'] * 1e3:.1f} ms in the same process, {s['cached_fresh_process'] * 1e3:.1f} ms in a fresh one.",

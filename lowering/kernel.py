@@ -11,14 +11,16 @@ share) and reads their signatures as `ArraySpec`s; this module imports no MLIR, 
 an MPI rank loads its compiled kernels without the bindings.
 
 Why not `mlir.runtime.get_ranked_memref_descriptor` per call: it defines a new
-ctypes class per call (~200 us measured). Here there is one descriptor class
-per rank, and each argument slot remembers the descriptors of the last few
-arrays it saw: a repeated call with the same arrays costs ~4 us (measured;
-Python checks of shape/dtype per argument), and `Kernel.bind` takes the checks
-out of the loop: ~1 us, one ctypes call. A slot holds its arrays weakly (a
-descriptor is used only while its array is alive, so a reused address cannot
-match a dead array's): holding them kept every intermediate block of a training
-step's last 4 runs alive, most of a rank's 2.5-3.1 GiB.
+ctypes class per call (~200 us measured). Here a kernel's shapes are static, so its
+descriptors differ from call to call only in their two buffer addresses: each call copies
+the kernel's one template of all its descriptors (`_Frame`, one ctypes buffer) and writes
+the addresses in, each read through the buffer protocol (`ctypes.c_char.from_buffer`,
+0.2 us, where numpy's `.ctypes.data` takes 0.7-0.8). An argument then costs ~0.5 us and a
+new output ~0.7 us; a runtime passes new arrays at every call (each run's blocks are new),
+where the weak per-argument cache of descriptors this replaced missed and took ~2 us per
+array: 2.3-2.5 ms of a GPT training step's 14.5 ms on 2 ranks (measured). The call keeps
+no reference to its arrays. `Kernel.bind` takes the checks out of the loop: ~1 us, one
+ctypes call.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from slicer.core.errors import KernelAssertionError, KernelError
 from .workspace import WORKSPACE_SHARE, WORKSPACE_STATE
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
-SLOT_CACHE_SIZE = 4
+ALIGN = 64
+"""The byte boundary the arrays a kernel call makes start on (`aligned_empty`: a cache line)."""
 
 STATUS_FUNCTION = "__slicer_failed_assert"
 """The exported function a caller calls after a kernel: the number of the last failed check, then reset (the
@@ -70,7 +73,7 @@ class ArraySpec:
         return f"{self.dtype.name}[{'x'.join(map(str, self.shape))}]"
 
 
-def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
+def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
     """An uninitialised C-contiguous array whose buffer starts on an `align`-byte boundary.
 
     numpy's own buffers are only 16-byte aligned; full-cache-line (64-byte) alignment keeps AVX-512
@@ -80,14 +83,21 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     return _aligned_empty_at(shape, np.dtype(dtype), align)[0]
 
 
-def _aligned_empty_at(shape: tuple, dtype: np.dtype, align: int = 64) -> tuple[np.ndarray, int]:
-    """`aligned_empty` and its buffer's address (what a descriptor points at), read once: ~1.5 us where
-    slicing, viewing and reshaping a byte buffer took ~4 us, per output of every kernel call."""
+def _aligned_empty_at(shape: tuple, dtype: np.dtype, align: int = ALIGN) -> tuple[np.ndarray, int]:
+    """`aligned_empty` and its buffer's address (what a descriptor points at)."""
     count = math.prod(shape)
-    raw = np.empty(count * dtype.itemsize + align, np.uint8)
-    base = raw.ctypes.data
-    start = (-base) % align
-    return np.ndarray(shape, dtype, buffer=raw, offset=start), base + start
+    return _aligned_block(count * dtype.itemsize + align, dtype, count, shape, align)
+
+
+def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple, align: int = ALIGN) -> tuple[np.ndarray, int]:
+    """A new array of `count` elements of `shape` starting on an `align`-byte boundary of a new `nbytes` buffer
+    (`count` elements and `align` bytes), and its address: ~0.6 us per output of every kernel call (the address
+    through the buffer protocol, the view by `np.frombuffer`), where `.ctypes.data` and `np.ndarray(buffer=)` took
+    ~1.7."""
+    raw = np.empty(nbytes, np.uint8)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # writable and never empty (`align` bytes at least)
+    start = -base % align
+    return np.frombuffer(raw, dtype, count, start).reshape(shape), base + start
 
 
 def descriptor_class(rank: int) -> type[ctypes.Structure]:
@@ -109,54 +119,58 @@ def make_descriptor(array: np.ndarray) -> ctypes.Structure:
     desc.allocated = desc.aligned = address
     desc.offset = 0
     if array.ndim:
-        stride = 1
-        strides = []
-        for size in reversed(array.shape):
-            strides.append(stride)
-            stride *= size
         desc.sizes[:] = list(array.shape)
-        desc.strides[:] = strides[::-1]
+        desc.strides[:] = row_major_strides(array.shape)
     return desc
 
 
+def row_major_strides(shape: tuple[int, ...]) -> list[int]:
+    """A C-contiguous array's strides, in elements (as memref descriptors count them)."""
+    strides, stride = [], 1
+    for size in reversed(shape):
+        strides.append(stride)
+        stride *= size
+    return strides[::-1]
+
+
 class _Slot:
-    """One argument position: its spec and the descriptors of the last arrays passed there."""
+    """One argument position: its spec and where its descriptor's buffer addresses stand in a call's frame."""
 
-    __slots__ = ("kernel", "index", "role", "spec", "shape", "dtype", "entries", "template")
+    __slots__ = ("kernel", "index", "role", "spec", "shape", "dtype", "word", "count", "block_bytes", "remembered")
 
-    def __init__(self, kernel: str, index: int, role: str, spec: ArraySpec):
+    def __init__(self, kernel: str, index: int, role: str, spec: ArraySpec, word: int):
         self.kernel, self.index, self.role, self.spec = kernel, index, role, spec
         self.shape, self.dtype = spec.shape, spec.dtype
-        self.entries: list[tuple[weakref.ref, ctypes.Structure, int]] = []
-        self.template = make_descriptor(np.empty(spec.shape, spec.dtype))  # sizes and strides of `fresh`'s
-        self.template.allocated = self.template.aligned = None
+        self.word = word  # the frame word of its descriptor's `allocated` field (`aligned` is the next)
+        self.count = math.prod(spec.shape)
+        self.block_bytes = self.count * spec.dtype.itemsize + ALIGN
+        self.remembered: tuple[weakref.ref, int] | None = None  # the last input `address` read the slow way
 
-    def fresh(self) -> tuple[np.ndarray, ctypes.Structure]:
-        """A new 64-byte aligned array of this slot's spec and a descriptor viewing it, not remembered (a kernel's
-        outputs are new at every call): ~2 us where allocating, checking and caching one took ~6 us, which made
-        most of the time of a training step's optimizer kernels (49 outputs each)."""
-        array, address = _aligned_empty_at(self.shape, self.dtype)
-        desc = type(self.template).from_buffer_copy(self.template)
-        desc.allocated = desc.aligned = address
-        return array, desc
+    def fresh(self) -> tuple[np.ndarray, int]:
+        """A new 64-byte aligned array of this slot's spec and its buffer's address (a kernel's outputs are new at
+        every call)."""
+        return _aligned_block(self.block_bytes, self.dtype, self.count, self.shape)
 
     def address(self, array) -> int:
-        """The descriptor address for `array` (hot path: a few `is` and tuple comparisons)."""
-        for cached, _, pointer in self.entries:
-            if cached() is array:
-                # Same object, same buffer; shape/dtype can still be reassigned in place.
-                if array.shape != self.shape or (array.dtype is not self.dtype and array.dtype != self.dtype):
-                    self._check(array)
-                return pointer
-        return self._miss(array)
-
-    def _miss(self, array) -> int:
+        """`array`'s buffer address once it is checked against the spec. Hot path: a plain writable array, read
+        through the buffer protocol (an identity test, two tuple comparisons, 0.2 us), which refuses a
+        non-contiguous, read-only or empty buffer. Those take `_check`, which names the fault or accepts the array,
+        and numpy's `.ctypes.data` (~2.5 us in all); an input among them is remembered (weakly: the memo keeps
+        nothing alive) until another comes, as a runtime passes its read-only argument blocks at every run."""
+        remembered = self.remembered
+        if (remembered is not None and remembered[0]() is array and array.shape == self.shape
+                and array.dtype is self.dtype):
+            return remembered[1]
+        if type(array) is np.ndarray and array.shape == self.shape and array.dtype is self.dtype:
+            try:
+                return ctypes.addressof(ctypes.c_char.from_buffer(array))
+            except (TypeError, ValueError, BufferError):
+                pass
         self._check(array)
-        desc = make_descriptor(array)
-        pointer = ctypes.addressof(desc)
-        self.entries.insert(0, (weakref.ref(array), desc, pointer))
-        del self.entries[SLOT_CACHE_SIZE:]
-        return pointer
+        address = array.ctypes.data
+        if self.role == "input":
+            self.remembered = (weakref.ref(array), address)
+        return address
 
     def _check(self, array) -> None:
         what = f"{self.role} #{self.index} of kernel @{self.kernel}"
@@ -173,8 +187,23 @@ class _Slot:
         if self.role == "output" and not array.flags.writeable:
             raise KernelError(f"{what} is read-only; pass a writeable array")
 
-    def clear(self) -> None:
-        self.entries.clear()
+
+class _Frame:
+    """The memref descriptors of one kernel's arguments, inputs then outputs, back to back in int64 words (the
+    layout of `descriptor_class`: allocated, aligned, offset, sizes, strides): the sizes and strides are written
+    once here (the shapes are static); a call copies `template` and writes only the buffer addresses."""
+
+    __slots__ = ("type", "template", "words", "offsets")
+
+    def __init__(self, specs: list[ArraySpec]):
+        words: list[int] = []
+        self.words: list[int] = []  # per argument, the word of its `allocated` field
+        for spec in specs:
+            self.words.append(len(words))
+            words += [0, 0, 0, *spec.shape, *row_major_strides(spec.shape)]
+        self.type = ctypes.c_int64 * max(1, len(words))
+        self.template = bytes(self.type(*words))
+        self.offsets = [word * 8 for word in self.words]  # each descriptor's byte offset in the frame
 
 
 class Kernel:
@@ -193,8 +222,10 @@ class Kernel:
         function.restype = None
         self._function = function
         self._check = library.check_asserts  # None when the module makes no run-time checks
-        self._in_slots = [_Slot(name, i, "input", s) for i, s in enumerate(inputs)]
-        self._out_slots = [_Slot(name, i, "output", s) for i, s in enumerate(outputs)]
+        self._frame = _Frame(self.inputs + self.outputs)
+        words = self._frame.words
+        self._in_slots = [_Slot(name, i, "input", s, words[i]) for i, s in enumerate(inputs)]
+        self._out_slots = [_Slot(name, i, "output", s, words[len(inputs) + i]) for i, s in enumerate(outputs)]
         # the buffer addresses of the outputs the last call without out= made (for the runtime's count of what it
         # holds, `runtime/buffer_tracker.py`); None after a call with out=
         self.addresses: list[int] | None = None
@@ -212,19 +243,25 @@ class Kernel:
         """Run on `inputs`; returns the output array (tuple if several). Outputs must not alias inputs."""
         if len(inputs) != len(self._in_slots):
             raise KernelError(f"kernel @{self.name} takes {len(self._in_slots)} input arrays, got {len(inputs)}")
-        addresses = [slot.address(a) for slot, a in zip(self._in_slots, inputs)]
+        frame_layout = self._frame
+        frame = frame_layout.type.from_buffer_copy(frame_layout.template)
+        for slot, array in zip(self._in_slots, inputs):
+            frame[slot.word] = frame[slot.word + 1] = slot.address(array)
         if out is None:
-            made = [slot.fresh() for slot in self._out_slots]
-            outputs = [array for array, _ in made]
-            addresses += [ctypes.addressof(desc) for _, desc in made]  # (`made` keeps them alive over the call)
-            self.addresses = [desc.aligned for _, desc in made]
+            outputs, self.addresses = [], []
+            for slot in self._out_slots:
+                array, address = slot.fresh()
+                outputs.append(array)
+                self.addresses.append(address)
+                frame[slot.word] = frame[slot.word + 1] = address
         else:
             self.addresses = None
             outputs = [out] if isinstance(out, np.ndarray) else list(out)
             if len(outputs) != len(self._out_slots):
                 raise KernelError(f"kernel @{self.name} has {len(self._out_slots)} outputs, out= gives {len(outputs)}")
-            addresses += [slot.address(array) for slot, array in zip(self._out_slots, outputs)]
-        self._function(*addresses)
+            for slot, array in zip(self._out_slots, outputs):
+                frame[slot.word] = frame[slot.word + 1] = slot.address(array)  # a read-only one is refused
+        self._function(*map(ctypes.addressof(frame).__add__, frame_layout.offsets))  # `frame` lives over the call
         if self._check is not None:
             self._check(self.name)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -253,11 +290,6 @@ class Kernel:
             slot._check(array)
             descriptors.append(make_descriptor(array))
         self._function(*[ctypes.addressof(d) for d in descriptors])
-
-    def clear_descriptor_cache(self) -> None:
-        """Drop the remembered descriptors (and the references to the arrays they view)."""
-        for slot in self._in_slots + self._out_slots:
-            slot.clear()
 
 
 class BoundCall:

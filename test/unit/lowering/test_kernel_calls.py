@@ -1,10 +1,9 @@
-"""Calling kernels: outputs written in place, clear argument errors, the descriptor cache."""
+"""Calling kernels: outputs written in place, clear argument errors, each call's descriptors."""
 
 import numpy as np
 import pytest
 
 from slicer.lowering import KernelError, compile_library
-from slicer.lowering.kernel import SLOT_CACHE_SIZE
 
 PROGRAM = """
 func.func @scale(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>) -> tensor<4x6xf32> {
@@ -73,22 +72,22 @@ def test_bad_outputs_are_named(library):
         library["nope"]
 
 
-def test_descriptor_cache_follows_the_arrays_passed(library):
+def test_each_call_follows_the_arrays_passed(library):
     scale = library["scale"]
     rng = np.random.default_rng(1)
-    arrays = [rng.standard_normal((4, 6), dtype=np.float32) for _ in range(SLOT_CACHE_SIZE + 3)]
+    arrays = [rng.standard_normal((4, 6), dtype=np.float32) for _ in range(7)]
     outs = [np.empty((4, 6), np.float32) for _ in range(2)]
-    # Cycle through more arrays than a slot remembers, several times, with alternating outputs.
+    # Cycle through the arrays several times, in two orders, with alternating outputs.
     for step in range(3 * len(arrays)):
         a, b = arrays[step % len(arrays)], arrays[(step * 5 + 1) % len(arrays)]
         out = outs[step % 2]
         scale(a, b, out=out)
         np.testing.assert_array_equal(out, a * b)
-    # Contents changed in place: same descriptors, new values.
+    # Contents changed in place: same buffers, new values.
     a = arrays[0]
     a[...] = 3.0
     np.testing.assert_array_equal(scale(a, a, out=outs[0]), np.full((4, 6), 9.0, np.float32))
-    # Shape reassigned in place on a cached array: rejected, not silently reused.
+    # Shape reassigned in place on an array passed before: rejected.
     a.shape = (6, 4)
     with pytest.raises(KernelError, match="must have shape"):
         scale(a, a)
@@ -97,23 +96,38 @@ def test_descriptor_cache_follows_the_arrays_passed(library):
     for value in range(5):
         x = np.full((4, 6), value, np.float32)
         np.testing.assert_array_equal(scale(x, x), x * x)
-    scale.clear_descriptor_cache()
-    np.testing.assert_array_equal(scale(a, a), a * a)
+    # A read-only input (ctypes reads its address another way) and a dtype equal to the spec's but another object.
+    frozen = np.full((4, 6), 2.0, np.float32)
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(scale(frozen, frozen), np.full((4, 6), 4.0, np.float32))
+    other = np.full((4, 6), 3.0, dtype=np.dtype("<f4").newbyteorder("="))
+    np.testing.assert_array_equal(scale(other, frozen), np.full((4, 6), 6.0, np.float32))
+    # The read-only input is remembered: passed again, with new contents, or reshaped in place.
+    frozen.flags.writeable = True
+    frozen[...] = 5.0
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(scale(other, frozen), np.full((4, 6), 15.0, np.float32))
+    frozen.shape = (6, 4)
+    with pytest.raises(KernelError, match="input #1 of kernel @scale must have shape"):
+        scale(other, frozen)
 
 
-def test_descriptor_cache_keeps_no_array_alive(library):
-    """A slot remembers its arrays weakly: the blocks a runtime passes once (every intermediate of a training
-    step) are freed when the caller drops them, and a new array at a freed address computes on its own data."""
+def test_a_call_keeps_no_array_alive(library):
+    """A kernel remembers no array it was given or made: the blocks a runtime passes once (every intermediate of a
+    training step) are freed when the caller drops them, and a new array at a freed address computes on its own
+    data."""
     import gc
     import weakref
 
     scale = library["scale"]
     a = np.full((4, 6), 2.0, np.float32)
-    out = scale(a, a)
-    refs = [weakref.ref(a), weakref.ref(out)]
-    del a, out
+    frozen = np.full((4, 6), 3.0, np.float32)
+    frozen.flags.writeable = False  # read another way, and remembered
+    out = scale(a, frozen)
+    refs = [weakref.ref(a), weakref.ref(frozen), weakref.ref(out)]
+    del a, frozen, out
     gc.collect()
-    assert [r() for r in refs] == [None, None]
+    assert [r() for r in refs] == [None, None, None]
     for value in range(3):
         x = np.full((4, 6), value, np.float32)
         np.testing.assert_array_equal(scale(x, x), x * x)
@@ -220,7 +234,6 @@ def test_outputs_made_by_the_call_are_new_aligned_arrays_it_does_not_remember(li
     """Without out=, each call writes new 64-byte aligned arrays (a training step's optimizer kernels make dozens)
     and keeps no descriptor of them: a later call cannot write into an array an earlier one returned."""
     two = library["two"]
-    two.clear_descriptor_cache()
     x = np.arange(5, dtype=np.int32)
     first = two(x)
     second = two(x + 1)
@@ -229,7 +242,6 @@ def test_outputs_made_by_the_call_are_new_aligned_arrays_it_does_not_remember(li
     assert len({array.ctypes.data for array in (*first, *second)}) == 4
     np.testing.assert_array_equal(first[0], x + x)
     np.testing.assert_array_equal(second[1], (x + 1) * (x + 1))
-    assert all(not slot.entries for slot in two._out_slots)
     scalar = compile_library("""
 func.func @half(%a: tensor<f32>) -> tensor<f32> {
   %c = arith.constant dense<0.5> : tensor<f32>
