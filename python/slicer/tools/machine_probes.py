@@ -16,8 +16,9 @@ rank; the first dim is tiled over the ranks):
   optimizer kernels do (the runtime's cost per array);
 - a linear layer's backward (the weight's gradient a contraction over the rows, the bias's a column sum) and an
   Adam-like step of the weight;
-- on more than one rank, the MLP under Megatron (an all_reduce) and a matmul whose weight is sharded (an
-  all_gather before it): a collective's own work and lag.
+- on more than one rank, the MLP under Megatron (an all_reduce), a matmul whose weight is sharded (an
+  all_gather before it), and a chain of 8 matmuls each gathering its weight while the previous one runs, as
+  FSDP does: a collective's own work and lag, alone and hidden in part behind kernels.
 
 Probes of single ops fit whole programs worse: a 20x slower transpose set the bandwidth for every op, and fast
 elementwise ops in cache gave other ops a rate three times what they reach in a model.
@@ -133,6 +134,22 @@ def _mlp(name: str, rows: int, d: int, hidden: int, tactics: str, collective: bo
     return Probe(name, text, tactics, ((rows, d), (hidden, d), (hidden,), (d, hidden), (d,)), collective)
 
 
+def _gathered_chain(name: str, rows: int, d: int, layers: int, tactics: str) -> Probe:
+    """`layers` matmuls in a row, h = h @ W_i, each weight's columns tiled where the rows of h are: each weight is
+    all_gathered before its matmul, while the previous one runs (the runtime starts a collective one kernel ahead),
+    as FSDP gathers each layer's weights: many collectives, each partly hidden, where one probe's single
+    collective costs its whole transfer and the ranks' drift."""
+    h, w = f"tensor<{rows}x{d}xf32>", f"tensor<{d}x{d}xf32>"
+    body = "  %zero = arith.constant 0.0 : f32\n"
+    current = "%x"
+    for i in range(layers):
+        body += _matmul_op(f"%h{i}", current, h, f"%w{i}", w, h)
+        current = f"%h{i}"
+    body += f"  return {current} : {h}\n"
+    args = [("x", h)] + [(f"w{i}", w) for i in range(layers)]
+    return Probe(name, _func(args, h, body), tactics, ((rows, d),) + ((d, d),) * layers, True)
+
+
 def _linear_backward(name: str, rows: int, d: int, hidden: int, tactics: str, collective: bool = False) -> Probe:
     """A linear layer's backward as a training step has it: the input's gradient (dy @ W), the weight's (dy^T @ x,
     a contraction over the rows: partial sums when the rows are tiled, all_reduced) and the bias's (dy's column
@@ -240,7 +257,9 @@ def probes(ranks: int) -> list[Probe]:
                               ranks > 1)]
     if ranks > 1:
         found += [_mlp("MLP 256x128x512, Megatron", 256, 128, 512 * ranks, "arg1.0=x;arg2.0=x;arg3.1=x", True),
-                  _matmul("matmul, weight gathered", 128 * ranks, 128, 128 * ranks, "arg0.0=x;arg1.1=x", True)]
+                  _matmul("matmul, weight gathered", 128 * ranks, 128, 128 * ranks, "arg0.0=x;arg1.1=x", True),
+                  _gathered_chain("8 matmuls 64x256x256, each weight gathered", 64 * ranks, 256, 8,
+                                  ";".join(["arg0.0=x"] + [f"arg{i}.1=x" for i in range(1, 9)]))]
     return found
 
 
