@@ -10,11 +10,16 @@ from test_descent import mlp
 
 
 def _search(budget):
+    return _searched(budget)[0]
+
+
+def _searched(budget):
+    """The search on an MLP over 2x2 and its choice."""
     text = mlp(64, 128, 512)
     sketch = read_sketch(text)
     search = Search(sketch, slicer.Mesh(x=2, y=2), budget=budget)
-    search.run(refuse=False)
-    return search
+    choice, _ = search.run(refuse=False)
+    return search, choice
 
 
 def test_family_is_the_axes_of_the_batch():
@@ -41,3 +46,18 @@ def test_other_families_skip_the_compiled_ones_and_pick_each_familys_smallest_pe
     for c, fam in zip(found, families):  # each the smallest of its family among the layouts priced
         same = [e.peak_bytes for k, e in search.cache.items() if e is not None and family(search, dict(k)) == fam]
         assert search.estimate(c).peak_bytes == min(same)
+
+
+def test_distinct_candidates_leave_out_the_layouts_priced_like_one_before():
+    """Without a budget, verification compiles the best layouts the model tells apart: of layouts priced alike
+    (within 1% in time and peak: a tiled bias), only the best is listed; the plain ranking lists them all."""
+    from slicer.automatic.verification import _same, candidates
+
+    search, choice = _searched(None)
+    plain = candidates(search, choice, 8)
+    distinct = candidates(search, choice, 8, distinct=True)
+    estimates = [search.estimate(c) for c in distinct]
+    assert all(not _same(a, b) for i, a in enumerate(estimates) for b in estimates[:i])
+    assert distinct[0] == plain[0]
+    plain_estimates = [search.estimate(c) for c in plain]
+    assert any(_same(a, b) for i, a in enumerate(plain_estimates) for b in plain_estimates[:i])  # the case arises
