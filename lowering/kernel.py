@@ -89,7 +89,8 @@ def _aligned_empty_at(shape: tuple, dtype: np.dtype, align: int = ALIGN) -> tupl
     return _aligned_block(count * dtype.itemsize + align, dtype, count, shape, align)
 
 
-def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple, align: int = ALIGN) -> tuple[np.ndarray, int]:
+def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple,
+                   align: int = ALIGN) -> tuple[np.ndarray, int]:
     """A new array of `count` elements of `shape` starting on an `align`-byte boundary of a new `nbytes` buffer
     (`count` elements and `align` bytes), and its address: ~0.6 us per output of every kernel call (the address
     through the buffer protocol, the view by `np.frombuffer`), where `.ctypes.data` and `np.ndarray(buffer=)` took

@@ -7,8 +7,8 @@ and the explanation names the collectives the program really has.
 Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
 (expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
 from the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct
-layouts: not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits the budget (the
-model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
+layouts: not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits
+the budget (the model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
 are tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked
 again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking
 is compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x
@@ -48,7 +48,8 @@ class Compiled:
     seconds: float
 
 
-def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1.0, distinct: bool = False) -> list[dict]:
+def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1.0,
+               distinct: bool = False) -> list[dict]:
     """The search's choice, then the best other layouts it priced whose tactics differ (and are not in `seen`),
     best first by the search's objective with every modelled peak times `scale`; with `distinct`, none the model
     prices alike (`_same`) with one before it: the verification's few compiles go to different programs, not to
