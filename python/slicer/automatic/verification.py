@@ -5,18 +5,18 @@ FLOPs and bytes, their collectives, their exact peak memory), so the memory budg
 and the explanation names the collectives the program really has.
 
 Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
-(expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted
-from the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct
-layouts: not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits
-the budget (the model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER`
-are tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked
-again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking
-is compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x
-slower); then the smallest modelled peak of each family of layouts none compiled belongs to (the GPT forward on 2x4:
-the first two 37% and 7% over, FSDP's layout fits), then both rankings in turn (the axes the data's batch is
-tiled over: the model's peak errs per family, low for Megatron's and high for FSDP's on the GPT training step). Once one fits, a candidate is
-skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can tell: a
-tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
+(expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted from
+the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct layouts:
+not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits the budget (the
+model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER` are
+tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked again
+with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
+compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x slower);
+then the smallest modelled peak of each family of layouts none compiled belongs to (the GPT forward on 2x4: the first
+two 37% and 7% over, FSDP's layout fits), then both rankings in turn (the axes the data's batch is tiled over: the
+model's peak errs per family, low for Megatron's and high for FSDP's on the GPT training step). Once one fits, a
+candidate is skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can
+tell: a tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
 """
 
 from __future__ import annotations
