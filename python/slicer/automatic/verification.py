@@ -9,14 +9,17 @@ Compiling a 4-layer GPT training step takes seconds, so candidates are compiled 
 the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct layouts:
 not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits the budget (the
 model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER` are
-tried, and past `TOP` only within the time limit; after each that compiles over the budget the rest are ranked again
-with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
+tried, past the time limit too (a refusal where a layout fits is worse than a slow answer: the GPT step on 2x2 under
+its budget, with this machine's calibrated figures, was refused after three compiles 0.6-1.9% over, where FSDP's
+layout fits); a candidate the model prices within 1% of one compiled is skipped (the same program as far as the model
+tells: over the budget, it would compile over it too); after each that compiles over the budget the rest are ranked
+again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
 compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x slower);
-then the smallest modelled peak of each family of layouts none compiled belongs to (the GPT forward on 2x4: the first
-two 37% and 7% over, FSDP's layout fits), then both rankings in turn (the axes the data's batch is tiled over: the
-model's peak errs per family, low for Megatron's and high for FSDP's on the GPT training step). Once one fits, a
-candidate is skipped when the model prices it within 1% of one compiled (the same program as far as a measurement can
-tell: a tiled bias) or more than `PRUNE` times slower than the best compiled one's model figure.
+then the best layout by the budget itself and the smallest modelled peak of each family of layouts, fastest first
+(`other_families`: the GPT forward on 2x4, the first two 37% and 7% over, FSDP's layout fits), then both rankings in
+turn (the axes the data's batch is tiled over: the model's peak errs per family, low for Megatron's and high for
+FSDP's on the GPT training step). Once one fits, a candidate is also skipped when its model figure is more than
+`PRUNE` times slower than the best compiled one's.
 """
 
 from __future__ import annotations
