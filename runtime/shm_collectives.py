@@ -241,10 +241,6 @@ class ShmStep:
         else:
             self.readers = None  # every member reads every member's region
 
-    @property
-    def segments(self) -> list:
-        return self.slot.segments
-
     def test(self) -> bool:
         seg = self.segment
         if self.kind is Permute:
