@@ -57,6 +57,18 @@ def test_expected_shapes(src, dst, expected):
         assert p.steps[0].mesh_axes == ("x", "y")
 
 
+@pytest.mark.parametrize("shape", [(128, 128), (128, 4, 32), (512, 128)])
+@pytest.mark.parametrize("axes", ["x,y", "y,x"])
+def test_partial_sums_over_two_axes_scatter_in_one_reduce_scatter(shape, axes):
+    """Partial over both axes of 2x2, tiled over both on dim 0: one reduce_scatter. The search tried one axis per
+    step; two in a row pay the latency twice, so for blocks of tens of KB (FSDP's weight gradients) it chose an
+    all_reduce and a local slice, moving twice the bytes of the one reduce_scatter."""
+    rest = ",[]" * (len(shape) - 1)
+    p = P(Mesh(x=2, y=2), shape, f"[[]{rest}] partial=[x,y]", f"[[{axes}]{rest}]")
+    assert ops(p) == ["reduce_scatter"] and p.steps[0].mesh_axes == tuple(axes.split(","))
+    simulate(P(Mesh(x=2, y=2), (8,) + shape[1:], f"[[]{rest}] partial=[x,y]", f"[[{axes}]{rest}]"))
+
+
 def test_size_one_axes_are_relabelled_for_free():
     p = P(Mesh(x=1, y=2), (4, 4), "[[x],[y]]", "[[y],[x]]")
     assert p.bytes_received_total == 0 or p.reaches_lower_bound
