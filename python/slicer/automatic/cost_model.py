@@ -117,6 +117,7 @@ class Evaluator:
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
         self.op_views = [op.name in VIEW_OPS for op in sketch.ops]
+        self.view_readers = _view_readers(sketch, self.op_views)
         # The bytes each op reads whole (replicated), and which values are made in place (cheap: empty tensors,
         # constants and their fills), never read from memory.
         self.cheap_values = {v for op in sketch.ops if op.cheap for v in op.results if v >= 0}
@@ -292,10 +293,15 @@ class _Run:
             self.replicated_op(index, op)
             return
         layout, prio, partial, state = self.layout, self.prio, self.partial, self.state
-        key = (index, *[state[v] if v >= 0 else -1 for v in operands])
+        # A view of partial sums read by an op tiled over some axes: propagation takes the view into that op's loop
+        # nest, which slices the partial sums themselves, so they are reduced there (FSDP's weight gradients, each
+        # reshaped from its per-head layout, are reduced at the optimizer's update of the weight's shard, not in the
+        # backward pass); read by ops computed whole, the view is one of them and reduces its operand.
+        through = ev.op_views[index] and bool(partial.get(operands[0])) and self.tiled_reader(index)
+        key = (index, through, *[state[v] if v >= 0 else -1 for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
-            shape = ev._shapes[key] = self.shape_of(op)
+            shape = ev._shapes[key] = self.shape_of(op, through)
         gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, work = shape
         roots = ev.op_roots[index]
         if gathers:
@@ -344,7 +350,14 @@ class _Run:
         for v, *_ in results:
             ready[v] = clock
 
-    def shape_of(self, op: OpSketch) -> tuple:
+    def tiled_reader(self, index: int) -> bool:
+        """A reader of view `index`'s result (through further views) has an operand already tiled: an argument's
+        block (a weight's shard under its update) or a value made before the view."""
+        layout = self.layout
+        return any(u >= 0 and u in self.distributed and any(layout[u])
+                   for reader in self.ev.view_readers[index] for u in self.ev.sketch.ops[reader].operands)
+
+    def shape_of(self, op: OpSketch, through: bool = False) -> tuple:
         """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
         evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
         layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
@@ -375,6 +388,9 @@ class _Run:
             uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
             fill_divides.append(math.prod(ev.group(loops[u]) for u in uses if u in loops))
             partial = self.partial.get(v) if v >= 0 else None
+            if partial and k == 0 and through:
+                reduced |= partial  # the view's reader slices the partial sums: reduced there (see `op`)
+                partial = None
             if not partial:
                 reductions.append(None)
                 continue
@@ -532,6 +548,21 @@ def _view_roots(sketch: Sketch) -> dict[int, int]:
                 if v >= 0:
                     roots[v] = roots.get(op.operands[0], op.operands[0])
     return roots
+
+
+def _view_readers(sketch: Sketch, views: list[bool]) -> dict[int, tuple[int, ...]]:
+    """Per view op, the ops other than views that read its result, directly or through more views."""
+    readers: dict[int, list[int]] = {}
+    for index, op in enumerate(sketch.ops):
+        for v in op.operands:
+            if v >= 0:
+                readers.setdefault(v, []).append(index)
+    found: dict[int, tuple[int, ...]] = {}
+    for index in reversed(range(len(sketch.ops))):  # a view's reader views come later: already found
+        if views[index]:
+            found[index] = tuple(r2 for v in sketch.ops[index].results if v >= 0 for r in readers.get(v, ())
+                                 for r2 in (found.get(r, ()) if views[r] else (r,)))
+    return found
 
 
 def _copy_reads(sketch: Sketch, op_roots: list[tuple[int, ...]]) -> dict[int, int]:
