@@ -190,7 +190,7 @@ class Evaluator:
         for index, op in enumerate(self.sketch.ops):
             run.op(index, op)
         run.finish()
-        run.est.compute += self.machine.run_seconds + self.machine.kernel_seconds * (run.memory.kernel + 1)
+        run.est.compute += self.machine.run_seconds + self.machine.kernel_seconds * run.memory.kernels
         return run.est
 
 
@@ -212,15 +212,14 @@ class _Run:
         self.state: dict[int, int] = dict(ev.default_states)  # each value's `Evaluator.state_id`
         empty = frozenset()
         self.state.update((i, ev.state_id(layout, i, empty)) for i, layout in enumerate(args))
-        self.memory = MemoryTrace(len(sk.ops))
+        self.memory = MemoryTrace(len(sk.ops), ev.bucket_limit)
         argument_bytes = [ev.local_bytes(i, layout) for i, layout in enumerate(args)]
         self.memory.arguments(argument_bytes)
         self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
         self.clock = self.link = 0.0
         self.gathered: dict = {}  # (value, dim) gathered -> its copy in the memory trace (-1: a partial copy)
         self.fills: dict[int, tuple[OpSketch, int]] = {}  # a fill's value not yet read -> (its op, its bytes)
-        # the open bucket per (kind, axes): the op reading its first member, its number in the memory trace (which
-        # counts its members and bytes)
+        # the open bucket per (kind, axes), as the clock prices it: the op reading its first member, its bytes
         self.buckets: dict[tuple, tuple[int, int]] = {}
         self.at = 0  # the op being priced
         # when the current kernel began (its first op): a collective after it starts no earlier (`wait_for`)
@@ -234,24 +233,27 @@ class _Run:
         (reduce_scatters of dim 0: `bucketable`) of whole blocks, not scalars, computed earlier join the open
         bucket of their kind and axes up to the bucket size, as `spmd/bucketing.py` combines them (one latency and
         one meeting of the ranks per bucket; collectives of other kinds in between do not close it), if made
-        before the bucket's first member is read: the bucket's collective runs after its last member is made."""
+        before the bucket's first member is read: the bucket's collective runs after its last member is made. The
+        clock prices the buckets so, in the order their members are read; the memory trace forms them as the compiled
+        program does, in the order the members are made (`MemoryTrace.buckets`), which places their collectives."""
         key = (kind, tuple(axes))
         made = self.memory.born.get(v, (-1,))[0]
         join = bucketable and self.ev.sketch.shapes[v] != () and not any(self.lay(v)) and \
             self.ready.get(v, 0.0) < self.clock
         bucket = self.buckets.get(key) if join else None
-        bucketed = bucket is not None and made < bucket[0] and \
-            self.memory.buckets[bucket[1]][1] + local <= self.ev.bucket_limit
+        bucketed = bucket is not None and made < bucket[0] and bucket[1] + local <= self.ev.bucket_limit
         transfer = self.ev._collective(self.est, kind, axes, local, where, bucketed)
         if transfer <= 0:
             return
-        result = local // self.ev.group(axes) if kind == "reduce_scatter" else local
-        if bucketed:  # the bucket packs its members side by side after the last is made: one more copy
-            self.memory.pack(bucket[1], v, made, local, result)
-        else:
-            if join:
-                self.buckets[key] = (self.at, self.memory.new_bucket(v, made, local, result))
+        if join:  # the memory trace packs the buckets as the compiled program does, in the order they are made
+            result = local // self.ev.group(axes) if kind == "reduce_scatter" else local
+            self.memory.bucket_member(key, v, made, local, result, self.at)
+        else:  # a collective of its own, before its reader
             self.memory.boundary()
+        if bucketed:
+            self.buckets[key] = (bucket[0], bucket[1] + local)
+        elif join:
+            self.buckets[key] = (self.at, local)
         self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 
     def assign_loops(self, op: OpSketch):

@@ -4,9 +4,11 @@ that cross from one kernel to another; a value made and used inside one kernel l
 not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the
 model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops (`lowering/cut.py` cuts
 content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy is held from the op that needs
-it to the last that may read it (`cost_model._copy_reads`). A gradient bucket (`spmd/bucketing.py`) packs its members
-after the last is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held
-to its members' last use."""
+it to the last that may read it (`cost_model._copy_reads`). Gradient buckets are formed as `spmd/bucketing.py` forms them:
+the collectives that may join one, per kind and axes, in the order their inputs are made, each bucket filled up to the
+bucket size while no member's result is read before its last member is made; a bucket packs its members after the last
+is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held to its members'
+last use. A collective left alone stays before its reader, and ends the kernel there."""
 
 from __future__ import annotations
 
@@ -21,18 +23,20 @@ CUT_OPS = 32
 class MemoryTrace:
     """Where each value is born (op, kernel, bytes), which values are stored, and the transient copies."""
 
-    def __init__(self, num_ops: int):
+    def __init__(self, num_ops: int, bucket_bytes: int = 0):
         self.num_ops = num_ops
+        self.bucket_bytes = bucket_bytes
         self.kernel = 0
         self.compute_ops = 0
         self.born: dict[int, tuple[int, int, int]] = {}
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
-        # each gradient bucket: packed after op, its bytes, its reduced block's bytes, its members
-        self.buckets: list[tuple[int, int, int, tuple[int, ...]]] = []
+        # per (kind, axes), the collectives that may join a bucket: (made at op, value, bytes, reduced bytes, read at op)
+        self.members: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
         self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops
         self.ends: dict[int, int] = {}  # value -> its last read, where earlier than its last reader (`read_until`)
+        self.kernels = 1  # how many kernels, once `peak` has placed the buckets' collectives
 
     def arguments(self, sizes: list[int]) -> None:
         """The arguments 0, 1, ... hold `sizes` bytes from the start."""
@@ -48,17 +52,28 @@ class MemoryTrace:
         self.born[value] = (index, self.kernel, nbytes)
         self.op_kernel[index] = self.kernel
 
-    def new_bucket(self, member: int, index: int, nbytes: int, result: int) -> int:
-        """A gradient bucket opened by value `member`, made at op `index`, of `nbytes` (its reduced block:
-        `result` bytes); returns the bucket's number (`pack`)."""
-        self.buckets.append((index, nbytes, result, (member,)))
-        return len(self.buckets) - 1
+    def bucket_member(self, key: tuple, value: int, index: int, nbytes: int, result: int, reader: int) -> None:
+        """Value `value`, made at op `index`, of `nbytes` (`result` once reduced), is reduced by a collective of
+        `key` (kind, axes) that may join a gradient bucket (`spmd/bucketing.py`); op `reader` reads the result."""
+        self.members.setdefault(key, []).append((index, value, nbytes, result, reader))
 
-    def pack(self, bucket: int, member: int, index: int, nbytes: int, result: int) -> None:
-        """Value `member`, made at op `index`, of `nbytes` (`result` reduced), joins bucket `bucket`: the bucket
-        packs its members side by side after its last is made and reduces them together (`spmd/bucketing.py`)."""
-        last, total, reduced, members = self.buckets[bucket]
-        self.buckets[bucket] = (max(last, index), total + nbytes, reduced + result, members + (member,))
+    def buckets(self) -> list[tuple[int, int, int, tuple[int, ...], int]]:
+        """The buckets as `spmd/bucketing.py` plans them: per kind and axes, members in the order they are made,
+        each bucket filled while within `bucket_bytes` and no member is read before the last is made. Each as
+        (packed after op, bytes, reduced bytes, members, first reader): a bucket of one is not packed."""
+        found = []
+        for members in self.members.values():
+            current, size, ready, first = [], 0, -1, self.num_ops
+            for index, value, nbytes, result, reader in sorted(members):
+                fits = size + nbytes <= self.bucket_bytes and min(first, reader) > max(ready, index)
+                if current and not fits:
+                    found.append(_bucket(current, ready, first))
+                    current, size, ready, first = [], 0, -1, self.num_ops
+                current.append((value, nbytes, result))
+                size, ready, first = size + nbytes, max(ready, index), min(first, reader)
+            if current:
+                found.append(_bucket(current, ready, first))
+        return found
 
     def resize(self, value: int, nbytes: int) -> None:
         """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
@@ -98,13 +113,18 @@ class MemoryTrace:
         all_born, ends, op_kernel, num_ops = self.born, self.ends, self.op_kernel, self.num_ops
         stored = self.stored | {v for v in results if v in all_born}
         # A bucket of several members: each member is last read where the bucket packs it, after its last member
-        # is made; the reduced bucket is held from there to its members' last use (a bucket of one stays where
-        # it is, its member read by its collective's consumer).
+        # is made; the reduced bucket is held from there to its members' last use. The bucket's collective ends the
+        # kernel packing it, and a collective left alone the kernel before its reader: kernels renumbered with a cut
+        # there.
         packed = [0] * (num_ops + 2)  # buckets packed after the same op are reduced one after the other
-        reduced, read_at = [], {}
-        for index, nbytes, result, members in self.buckets:
-            if len(members) < 2 or index < 0:
+        reduced, read_at, cuts = [], {}, set()
+        for index, nbytes, result, members, reader in self.buckets():
+            if len(members) < 2:
+                cuts.add(reader)
                 continue
+            if index < 0:
+                continue
+            cuts.add(index + 1)
             packed[index + 1] = max(packed[index + 1], nbytes)
             read_at.update(dict.fromkeys(members, index))
             reduced.append((index, max(last_use.get(v, index) for v in members), result))
@@ -112,12 +132,12 @@ class MemoryTrace:
         if read_at:
             ends = {**ends, **read_at}
             last_reader = {**last_reader, **read_at}
-            # the bucket's collective ends the kernel packing it: kernels renumbered with a cut after each pack
-            cuts = sorted({index + 1 for index, *_ in reduced})
-            after = functools.partial(bisect.bisect_right, cuts)
+        if cuts:
+            after = functools.partial(bisect.bisect_right, sorted(cuts))
             op_kernel = [k + after(i) for i, k in enumerate(op_kernel)]
             all_born = {v: (i, k + after(i) if i >= 0 else k, b) for v, (i, k, b) in all_born.items()}
             held = [(i, k + after(i), end, b) for i, k, end, b in held]
+        self.kernels = self.kernel + 1 + len(cuts)
         for v, reader in last_reader.items():
             found = all_born.get(v)
             if found is not None and found[1] != op_kernel[reader]:
@@ -152,3 +172,8 @@ class MemoryTrace:
         copies = map(operator.add, self.transient, packed)
         held = itertools.accumulate(diff[:self.num_ops + 2])
         return max(0, max(map(operator.add, held, copies), default=0))
+
+
+def _bucket(members: list[tuple[int, int, int]], ready: int, reader: int) -> tuple:
+    """(packed after op `ready`, bytes, reduced bytes, member values, first reader) of one bucket."""
+    return (ready, sum(m[1] for m in members), sum(m[2] for m in members), tuple(m[0] for m in members), reader)
