@@ -343,7 +343,7 @@ class Bounds:
         with more, the choice-free bound of ``resolution``. Each move narrows the choices and lowers the
         resolution term by at most its own cost, so the bound stays consistent (each of its parts is the
         least over the choices on its own). Steps: as for a constant-size node, plus one reduce-scatter
-        per axis a choice reduce-scatters."""
+        per dim a choice reduce-scatters onto."""
         info = self.info[dims]
         unused = info.unused(self.problem)
         unresolved, resolve_all = self.resolution(partial)
@@ -375,7 +375,8 @@ class Bounds:
     def _resolution_choices(self, products: tuple, unresolved: tuple) -> list:
         """(products after the reduce-scatters, resolution cost as a fraction of ``n L``, steps, the axes left
         to the all-reduce) for each way of resolving ``unresolved``: each axis reduce-scattered onto one of
-        the dims (a step each) or left to one all-reduce (one step for all of them)."""
+        the dims (one step per dim: a reduce-scatter may take several axes at once) or left to one all-reduce
+        (one step for all of them)."""
         out = []
         rank, sizes = len(products), self.problem.sizes
         for where in itertools.product(range(-1, rank), repeat=len(unresolved)):
@@ -387,7 +388,7 @@ class Bounds:
                 else:
                     grown[d] *= k
                     scattered += k - 1
-            steps = sum(d >= 0 for d in where) + (reduced > 1)
+            steps = len({d for d in where if d >= 0}) + (reduced > 1)  # axes onto one dim: one reduce-scatter
             left = tuple(a for a, d in zip(unresolved, where) if d < 0)
             out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced), steps, left))
         return out
