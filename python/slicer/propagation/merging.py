@@ -35,6 +35,12 @@ def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     return [u for u in lift_all(users, block) if u.name == name and u != op]
 
 
+def duplicate_slices(op: ir.Operation) -> list[ir.Operation]:
+    """The slices of `op`'s block identical to the slice `op` (same source, range and dim)."""
+    view = SliceOp(op)
+    return [c for c in duplicate_candidates(op) if _same_slice(SliceOp(c), view)]
+
+
 def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
     """Two identical slices (same source, range and dim) in one block are one value: the later one is merged
     into the earlier, whichever of the two is asked (asked at the earlier one, it takes the later ones in:
@@ -45,7 +51,7 @@ def merge_duplicate_slice(op: ir.Operation, journal: Journal) -> bool:
     if op.name != SLICE:
         return False
     view = SliceOp(op)
-    same = [c for c in duplicate_candidates(op) if _same_slice(SliceOp(c), view)]
+    same = duplicate_slices(op)
     earlier = earlier_in_block(op, same)
     if earlier:
         keep, drop = SliceOp(earlier[0]), op
