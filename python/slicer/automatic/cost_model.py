@@ -33,6 +33,7 @@ from .cache_reads import CacheClock
 from .machine import Machine
 from .peak_memory import MemoryTrace
 from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
+from .value_uses import copy_reads, last_uses, view_readers, view_roots
 
 Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
@@ -99,8 +100,8 @@ class Evaluator:
         self.comm = comm or CostModel.default()
         self.machine = machine or Machine.default()
         self.follow = follow or {}  # result index -> the argument whose layout it leaves in
-        self.root = _view_roots(sketch)  # a view's result -> the value whose bytes it shares
-        self.last_use = _last_uses(sketch, self.root)
+        self.root = view_roots(sketch)  # a view's result -> the value whose bytes it shares
+        self.last_use = last_uses(sketch, self.root)
         self.bucket_limit = bucket_bytes(self.comm)
         self._groups: dict = {(): 1}
         self._nbytes = [sketch.nbytes(v) for v in range(len(sketch.shapes))]
@@ -117,7 +118,7 @@ class Evaluator:
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
         self.op_views = [op.name in VIEW_OPS for op in sketch.ops]
-        self.view_readers = _view_readers(sketch, self.op_views)
+        self.view_readers = view_readers(sketch, self.op_views)
         # The bytes each op reads whole (replicated), and which values are made in place (cheap: empty tensors,
         # constants and their fills), never read from memory.
         self.cheap_values = {v for op in sketch.ops if op.cheap for v in op.results if v >= 0}
@@ -126,7 +127,7 @@ class Evaluator:
         # Each value's last reading op (a view's reads counted for its root): a value is stored between kernels
         # when that op is in a later kernel than the one making it (kernels are numbered in op order).
         self.last_reader = {r: index for index, roots in enumerate(self.op_roots) for r in roots if r >= 0}
-        self.copy_until = _copy_reads(sketch, self.op_roots)
+        self.copy_until = copy_reads(sketch, self.op_roots)
 
     def group(self, axes) -> int:
         found = self._groups.get(axes)
@@ -538,64 +539,6 @@ def moved_reads(op: OpSketch, read) -> list[int]:
     """Of `read` (bytes per operand), what `op` moves: an insert_slice its source's only (`sketch.INSERT_SLICE`:
     the destination is updated in place); what the cache clock counts and `op_seconds` charges."""
     return list(read[:1]) if op.name == INSERT_SLICE else list(read)
-
-
-def _view_roots(sketch: Sketch) -> dict[int, int]:
-    """Each view's result (expand_shape, collapse_shape, cast) -> the value whose bytes it shares (a view of a
-    view: the first value), so its uses keep that value alive and it stores nothing of its own."""
-    roots: dict[int, int] = {}
-    for op in sketch.ops:
-        if op.name in VIEW_OPS and op.operands and op.operands[0] >= 0:
-            for v in op.results:
-                if v >= 0:
-                    roots[v] = roots.get(op.operands[0], op.operands[0])
-    return roots
-
-
-def _view_readers(sketch: Sketch, views: list[bool]) -> dict[int, tuple[int, ...]]:
-    """Per view op, the ops other than views that read its result, directly or through more views."""
-    readers: dict[int, list[int]] = {}
-    for index, op in enumerate(sketch.ops):
-        for v in op.operands:
-            if v >= 0:
-                readers.setdefault(v, []).append(index)
-    found: dict[int, tuple[int, ...]] = {}
-    for index in reversed(range(len(sketch.ops))):  # a view's reader views come later: already found
-        if views[index]:
-            found[index] = tuple(r2 for v in sketch.ops[index].results if v >= 0 for r in readers.get(v, ())
-                                 for r2 in (found.get(r, ()) if views[r] else (r,)))
-    return found
-
-
-def _copy_reads(sketch: Sketch, op_roots: list[tuple[int, ...]]) -> dict[int, int]:
-    """Per value, the last op that may read a gathered copy of it: any reader but one that reads it element for
-    element into a result of the same loops (an optimizer's update of a weight: it runs on the weight's own
-    block). The compiled program keeps the copy a value's first all_gather makes for every later such reader:
-    the backward's transposes and products of a weight read the forward's copy."""
-    until = {}
-    for index, (op, roots) in enumerate(zip(sketch.ops, op_roots)):
-        for k, r in enumerate(roots):
-            if r < 0:
-                continue
-            loops = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else None
-            if loops is None or op.reductions or loops not in op.result_loops:
-                until[r] = index
-    return until
-
-
-def _last_uses(sketch: Sketch, roots: dict[int, int]) -> dict[int, int]:
-    """The index of the last op that reads each value, a view's reads counted for the value it shares
-    (results: past the last op)."""
-    last = {}
-    for index, op in enumerate(sketch.ops):
-        for v in op.operands:
-            if v >= 0:
-                last[v] = index
-                last[roots.get(v, v)] = index
-    for v in sketch.results:
-        last[v] = len(sketch.ops)
-        last[roots.get(v, v)] = len(sketch.ops)
-    return last
 
 
 def _mesh_order(mesh: Mesh, axes) -> tuple[str, ...]:

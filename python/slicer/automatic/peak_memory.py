@@ -4,7 +4,7 @@ that cross from one kernel to another; a value made and used inside one kernel l
 not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the
 model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops (`lowering/cut.py` cuts
 content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy is held from the op that needs
-it to the last that may read it (`cost_model._copy_reads`). Gradient buckets are formed as `spmd/bucketing.py` forms them:
+it to the last that may read it (`value_uses.copy_reads`). Gradient buckets are formed as `spmd/bucketing.py` forms them:
 the collectives that may join one, per kind and axes, in the order their inputs are made, each bucket filled up to the
 bucket size while no member's result is read before its last member is made; a bucket packs its members after the last
 is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held to its members'
