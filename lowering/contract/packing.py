@@ -135,7 +135,10 @@ class Packer(Loops):
         def unit_body(linear, dims, width):
             base = e.mul(linear, e.mul(kc, regs))
             point0 = {**fixed_dims, **dims}
-            full = e.cmp("eq", width, regs) if not isinstance(width, int) else True
+            # A tile narrower than the panel (static or not) packs its rows one by one and zeros the rest: the
+            # full paths load `regs` rows, past the operand's edge (a 3-class linear layer's 3 weight rows read
+            # as 32: its kernel read 29 rows past the weight and faulted where those were not mapped).
+            full = e.cmp("eq", width, regs) if not isinstance(width, int) else width == regs
 
             def vector_path():
                 def k_body(klin, kdims, _):
@@ -180,6 +183,8 @@ class Packer(Loops):
 
             if full is True:
                 full_path()
+            elif full is False:
+                scalar_path(width)
             else:
                 then, otherwise = e.if_else(full)
                 with then:
