@@ -12,7 +12,8 @@ Classes (`Outcome.kind`):
 
 Stages: `tactic` (building slicer.Tile/Replicate), `compile`, `run-sim`/`check-sim` (the in-process SPMD
 simulator, `ranks=None`, whose kernels are JIT-compiled), `run-aot`/`check-aot` (the simulator again with the
-kernels the MPI ranks load: AOT-compiled by the vectorizing pipeline, `slicer.runtime.executor.load_kernels`;
+kernels the MPI ranks load: AOT-compiled by the vectorizing pipeline, `slicer.runtime.executor.load_kernels`, each
+on copies of its inputs against a page with no access, so that a read past an operand faults: `guarded.py`;
 as cheap as the simulator, so many more cases test that pipeline than MPI could), `run-mpi`/`check-mpi`
 (`ranks=N` MPI ranks).
 """
@@ -27,6 +28,7 @@ import numpy as np
 
 from .cases import Case
 from .errors import is_clean, signature
+from .guarded import GuardedInputs
 from .programs import compare
 
 KINDS = ("ok", "clean-error", "internal-error", "wrong", "hang")
@@ -106,10 +108,13 @@ def execute(case: Case, *, mpi: bool = False, aot: bool = False, corrupt: bool =
 
 
 def _run_aot(prog, inputs):
-    """The simulator with the MPI ranks' kernels (AOT, or the JIT where the runtime falls back to it)."""
+    """The simulator with the MPI ranks' kernels (AOT, or the JIT where the runtime falls back to it), each kernel
+    on copies of its inputs against a page with no access (`guarded.py`): a read past an operand faults."""
     from slicer.runtime import Simulator
 
-    return Simulator(prog.graph, backend="native")(*inputs)
+    simulator = Simulator(prog.graph, backend="native")
+    simulator.kernels = {name: GuardedInputs(kernel) for name, kernel in simulator.kernels.items()}
+    return simulator(*inputs)
 
 
 def _execute(case: Case, *, mpi: bool, aot: bool, corrupt: bool, mpi_timeout: float) -> Outcome:

@@ -218,3 +218,32 @@ def test_generation_never_fails():
 def test_aot_stage_runs(fuzz_pool):
     out = fuzz_pool.request({"op": "case", "case": _row_sum_case().to_json(), "aot": True}, 240)
     assert out["kind"] == "ok" and out["stage"] == "check-aot", out
+
+
+GUARD_CHILD = """
+import ctypes, sys
+import numpy as np
+from fuzz.guarded import guarded_copy
+keep = []
+array = np.arange(7, dtype=np.float32).reshape(7, 1)
+copy = guarded_copy(array, sys.argv[1] == "after", keep)
+assert np.array_equal(copy, array) and copy.flags.c_contiguous
+address = copy.ctypes.data
+print(ctypes.c_float.from_address(address).value, ctypes.c_float.from_address(address + 24).value, flush=True)
+outside = address + 28 if sys.argv[1] == "after" else address - 4
+print(ctypes.c_float.from_address(outside).value, flush=True)
+"""
+
+
+@pytest.mark.parametrize("side", ["after", "before"])
+def test_guarded_copies_fault_on_a_read_past_them(side):
+    """The AOT stage's guarded inputs (`fuzz/guarded.py`): the copy reads as the array, a read one element past its
+    edge faults (a kernel reading past an operand crashes its case)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    test_dir = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", GUARD_CHILD, side], capture_output=True, text=True,
+                          cwd=test_dir, timeout=60)
+    assert done.stdout.splitlines() == ["0.0 6.0"] and done.returncode == -11, (done.returncode, done.stderr[-500:])
