@@ -20,7 +20,7 @@ _LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 def guarded_copy(array: np.ndarray, at_end: bool, keep: list) -> np.ndarray:
     """A C-contiguous copy of `array` whose last byte (`at_end`) or first byte comes right before or after a page
     with no access; its mapping is appended to `keep`, which must outlive the copy's use."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")  # (not ascontiguousarray: it makes a 0-d array 1-d)
     if array.nbytes == 0:
         return array
     page = mmap.PAGESIZE

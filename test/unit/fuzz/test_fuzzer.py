@@ -15,7 +15,7 @@ from fuzz.errors import is_clean, key_line, normalize, signature
 from fuzz.programs import Op, Program, compare, generate
 from fuzz.schedules import TacticSpec, schedule_valid
 from fuzz.shrink import replay, shrink
-from fuzz.source import RandomSource, ReplaySource
+from fuzz.source import RandomSource
 from slicer.dialect import make_context
 
 JIT_CASES = int(os.environ.get("SLICER_FUZZ_JIT_CASES", "600" if os.environ.get("SLICER_NIGHTLY") == "1" else "60"))
@@ -247,3 +247,15 @@ def test_guarded_copies_fault_on_a_read_past_them(side):
     done = subprocess.run([sys.executable, "-c", GUARD_CHILD, side], capture_output=True, text=True,
                           cwd=test_dir, timeout=60)
     assert done.stdout.splitlines() == ["0.0 6.0"] and done.returncode == -11, (done.returncode, done.stderr[-500:])
+
+
+def test_guarded_copies_keep_shape_and_values():
+    """0-d blocks (a loss), transposed views and empty blocks are copied as they are (kernels check shapes)."""
+    from fuzz.guarded import guarded_copy
+
+    keep = []
+    for array in (np.full((), 3.0, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3).T,
+                  np.zeros((0, 3), np.float32)):
+        for at_end in (True, False):
+            copy = guarded_copy(array, at_end, keep)
+            assert copy.shape == array.shape and copy.flags.c_contiguous and np.array_equal(copy, array)
