@@ -4,11 +4,11 @@ that cross from one kernel to another; a value made and used inside one kernel l
 not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the
 model's collectives) and, in long collective-free stretches, about every `CUT_OPS` compute ops (`lowering/cut.py` cuts
 content-defined between 24 and 96 compute ops, about every 8 past 24); a gathered copy is held from the op that needs
-it to the last that may read it (`value_uses.copy_reads`). Gradient buckets are formed as `spmd/bucketing.py` forms them:
-the collectives that may join one, per kind and axes, in the order their inputs are made, each bucket filled up to the
-bucket size while no member's result is read before its last member is made; a bucket packs its members after the last
-is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held to its members'
-last use. A collective left alone stays before its reader, and ends the kernel there."""
+it to the last that may read it (`value_uses.copy_reads`). Gradient buckets are formed as `spmd/bucketing.py` forms
+them: the collectives that may join one, per kind and axes, in the order their inputs are made, each bucket filled up
+to the bucket size while no member's result is read before its last member is made; a bucket packs its members after
+the last is made, which is their last read, and its collective ends the kernel there; the reduced bucket is held to its
+members' last use. A collective left alone stays before its reader, and ends the kernel there."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ class MemoryTrace:
         self.born: dict[int, tuple[int, int, int]] = {}
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
-        # per (kind, axes), the collectives that may join a bucket: (made at op, value, bytes, reduced bytes, read at op)
+        # per (kind, axes), the collectives that may join a bucket:
+        # (made at op, value, bytes, reduced bytes, read at op)
         self.members: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
         self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops

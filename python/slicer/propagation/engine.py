@@ -173,10 +173,11 @@ class _Worklist(RewriteListener):
     between the anchor's predecessor and the anchor. Then the ops whose laws may answer differently are
     queued again (`after`): the new and moved ops (of ops moved `settled`, a fused loop's bodies, only the
     loops and the slices that now have an identical one: `RewriteListener.moving`); the producers of what the
-    rewritten op used (fewer uses: dead code, a single-use loop or slice) and their user when one is left; the users of its results (their operands
-    changed) and the loops around those users and around the rewritten op (their bodies changed) with those
-    loops' users (deforestation reads the body); and, for every slice and loop among them, the slices and
-    loops that may now be its duplicates (through use lists: `laws.duplicate_candidates`).
+    rewritten op used (fewer uses: dead code, a single-use loop or slice) and their user when one is left; the
+    users of its results (their operands changed) and the loops around those users and around the rewritten op
+    (their bodies changed) with those loops' users (deforestation reads the body); and, for every slice and
+    loop among them, the slices and loops that may now be its duplicates (through use lists:
+    `laws.duplicate_candidates`).
 
     Ops are known by address (`op_id`; the bindings' hash changes with an op's operands). Erased ops are
     never touched again (their Python objects raise once invalidated): the listener drops them from every

@@ -18,7 +18,8 @@ func.func @{name}(%x: tensor<{m}x{k}xf32>, %w: tensor<{wshape}xf32>) -> tensor<{
   %e = tensor.empty() : tensor<{m}x{n}xf32>
   %f = linalg.fill ins(%zero : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
   %y = linalg.generic {{indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> ({b})>,
-                                      affine_map<(i, j, k) -> (i, j)>], iterator_types = ["parallel", "parallel", "reduction"]}}
+                                      affine_map<(i, j, k) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}}
       ins(%x, %w : tensor<{m}x{k}xf32>, tensor<{wshape}xf32>) outs(%f : tensor<{m}x{n}xf32>) {{
   ^bb0(%u: f32, %v: f32, %acc: f32):
     %p = arith.mulf %u, %v : f32
@@ -43,7 +44,8 @@ func.func @{name}(%x: tensor<{m}x{n}xf32>, %y: tensor<{m}x{n}xf32>) -> (tensor<{
   }} -> tensor<{m}x{n}xf32>
   %er = tensor.empty() : tensor<{m}xf32>
   %fr = linalg.fill ins(%zero : f32) outs(%er : tensor<{m}xf32>) -> tensor<{m}xf32>
-  %s = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}}
+  %s = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                       iterator_types = ["parallel", "reduction"]}}
       ins(%t : tensor<{m}x{n}xf32>) outs(%fr : tensor<{m}xf32>) {{
   ^bb0(%u: f32, %acc: f32):
     %a = arith.addf %acc, %u : f32
