@@ -81,8 +81,9 @@ class Packer(Loops):
         return self.vectorizable(side, k0) and self.steppable(self.kb, self.lanes)
 
     def transposed_rows(self, side: Side, point0: dict, lane_dim: int, k0: int, kdims: dict, klin: Index,
-                        base: Index, regs: int, buffer: str) -> None:
-        """Pack `regs` rows x L k's: vector loads along K0, a perfect-shuffle transpose, L contiguous stores.
+                        base: Index, regs: int, buffer: str, rows: int | None = None) -> None:
+        """Pack `regs` rows x L k's: vector loads along K0, a perfect-shuffle transpose, L contiguous stores. Only
+        the first `rows` rows are loaded (default all): the others are zeros (a panel narrower than the tile).
 
         Rows go in groups of G = min(regs, L); log2(G) stages pair vector i with i + G/2 and interleave
         lane by lane (`vector.shuffle`, one vpermt2ps each); afterwards vector j holds the k-major chunk j
@@ -94,6 +95,9 @@ class Packer(Loops):
         for g in range(regs // group):
             vectors = []
             for r in range(group):
+                if rows is not None and g * group + r >= rows:
+                    vectors.append(e.value(f"arith.constant dense<0.0> : {self.vt}"))
+                    continue
                 point = {**point0, **kdims}
                 point[lane_dim] = e.add(point0[lane_dim], g * group + r)
                 vectors.append(self.side_value(side, point, k0))
@@ -140,9 +144,14 @@ class Packer(Loops):
             # as 32: its kernel read 29 rows past the weight and faulted where those were not mapped).
             full = e.cmp("eq", width, regs) if not isinstance(width, int) else width == regs
 
-            def vector_path():
+            def vector_path(chunks: int = regs // vwidth):
                 def k_body(klin, kdims, _):
                     for v in range(regs // vwidth):
+                        if v >= chunks:  # past a narrower panel's edge: zeros
+                            offset = e.add(e.add(base, e.mul(klin, regs)), v * vwidth)
+                            e.line(f"vector.store {e.value(f'arith.constant dense<0.0> : vector<{vwidth}x{self.t}>')}, "
+                                   f"{buffer}[{e.idx(offset)}] : memref<?x{self.t}>, vector<{vwidth}x{self.t}>")
+                            continue
                         point = {**point0, **kdims}
                         point[lane_dim] = e.add(dims[lane_dim], v * vwidth)
                         value = self.side_value(side, point, lane_dim, vwidth)
@@ -166,12 +175,21 @@ class Packer(Loops):
                             e.line(f"memref.store {zero}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>")
                         self.enumerate(self.kb, kblock, z_body)
 
-            def transposed_path():
+            def transposed_path(rows: int | None = None):
                 k0 = self.kb.dims[-1]
 
                 def k_body(klin, kdims, _):
-                    self.transposed_rows(side, point0, lane_dim, k0, kdims, klin, base, regs, buffer)
+                    self.transposed_rows(side, point0, lane_dim, k0, kdims, klin, base, regs, buffer, rows)
                 self.enumerate(self.kb, kblock, k_body, step=self.lanes)
+
+            def narrow_path(rows: int):
+                """A panel of a static width below the tile's: the fast paths on its rows only, zeros past them."""
+                if transposed:
+                    transposed_path(rows)
+                elif vector and rows % vwidth == 0:
+                    vector_path(rows // vwidth)
+                else:
+                    scalar_path(rows)
 
             def full_path():
                 if vector:
@@ -184,7 +202,7 @@ class Packer(Loops):
             if full is True:
                 full_path()
             elif full is False:
-                scalar_path(width)
+                narrow_path(width)
             else:
                 then, otherwise = e.if_else(full)
                 with then:

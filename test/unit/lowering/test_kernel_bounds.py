@@ -55,8 +55,9 @@ func.func @{name}(%x: tensor<{m}x{n}xf32>, %y: tensor<{m}x{n}xf32>) -> (tensor<{
 }}
 """
 
-# (m, n, k): edge tiles on each side (the register tile is 8 x 32 in f32), a panel narrower than the tile, exact tiles
-CONTRACTIONS = [(1, 3, 288), (4, 3, 288), (8, 5, 64), (16, 16, 16), (17, 33, 5), (3, 257, 7), (64, 64, 64)]
+# (m, n, k): edge tiles on each side (the register tile is 8 x 32 in f32), panels narrower than the tile (of 3, 5, 16
+# and 1 rows), exact tiles
+CONTRACTIONS = [(1, 3, 288), (4, 3, 288), (8, 5, 64), (16, 16, 16), (9, 48, 40), (17, 33, 5), (3, 257, 7), (64, 64, 64)]
 ROW_SHAPES = [(3, 37), (5, 45), (7, 13), (1, 16)]
 
 CHILD = textwrap.dedent('''
