@@ -125,7 +125,9 @@ class Packer(Loops):
 
         Three ways, fastest first: vectors along the group's innermost dim when the side's inputs are
         contiguous along it (B[k, n] row-major); vectors along K0 transposed in registers when they are
-        contiguous along K0 (A[m, k] row-major, B[n, k]); scalar loads otherwise and for edge tiles.
+        contiguous along K0 (A[m, k] row-major, B[n, k]); scalar loads otherwise and for edge tiles of a width
+        known only at run time. A panel of a static width below `regs` loads its rows only (`narrow_path`): reading
+        the whole panel would read past the operand.
         """
         e = self.e
         lane_dim = group.dims[-1]
