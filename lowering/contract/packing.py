@@ -126,7 +126,7 @@ class Packer(Loops):
         Three ways, fastest first: vectors along the group's innermost dim when the side's inputs are
         contiguous along it (B[k, n] row-major); vectors along K0 transposed in registers when they are
         contiguous along K0 (A[m, k] row-major, B[n, k]); scalar loads otherwise and for edge tiles of a width
-        known only at run time. A panel of a static width below `regs` loads its rows only (`narrow_path`): reading
+        known only at run time. A panel of a static width below `regs` loads its rows only (`fast_path`): reading
         the whole panel would read past the operand.
         """
         e = self.e
@@ -141,23 +141,17 @@ class Packer(Loops):
         def unit_body(linear, dims, width):
             base = e.mul(linear, e.mul(kc, regs))
             point0 = {**fixed_dims, **dims}
-            # A tile narrower than the panel (static or not) packs its rows one by one and zeros the rest: the
-            # full paths load `regs` rows, past the operand's edge (a 3-class linear layer's 3 weight rows read
-            # as 32: its kernel read 29 rows past the weight and faulted where those were not mapped).
-            full = e.cmp("eq", width, regs) if not isinstance(width, int) else width == regs
 
-            def vector_path(chunks: int = regs // vwidth):
+            def vector_path(chunks: int):  # the first `chunks` vectors of each k row; zeros past them
                 def k_body(klin, kdims, _):
                     for v in range(regs // vwidth):
-                        if v >= chunks:  # past a narrower panel's edge: zeros
-                            offset = e.add(e.add(base, e.mul(klin, regs)), v * vwidth)
-                            e.line(f"vector.store {e.value(f'arith.constant dense<0.0> : vector<{vwidth}x{self.t}>')}, "
-                                   f"{buffer}[{e.idx(offset)}] : memref<?x{self.t}>, vector<{vwidth}x{self.t}>")
-                            continue
-                        point = {**point0, **kdims}
-                        point[lane_dim] = e.add(dims[lane_dim], v * vwidth)
-                        value = self.side_value(side, point, lane_dim, vwidth)
                         offset = e.add(e.add(base, e.mul(klin, regs)), v * vwidth)
+                        if v >= chunks:  # past a narrower panel's edge: zeros
+                            value = e.value(f"arith.constant dense<0.0> : vector<{vwidth}x{self.t}>")
+                        else:
+                            point = {**point0, **kdims}
+                            point[lane_dim] = e.add(dims[lane_dim], v * vwidth)
+                            value = self.side_value(side, point, lane_dim, vwidth)
                         e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, vector<{vwidth}x{self.t}>")
                 self.enumerate(self.kb, kblock, k_body)
 
@@ -184,31 +178,23 @@ class Packer(Loops):
                     self.transposed_rows(side, point0, lane_dim, k0, kdims, klin, base, regs, buffer, rows)
                 self.enumerate(self.kb, kblock, k_body, step=self.lanes)
 
-            def narrow_path(rows: int):
-                """A panel of a static width below the tile's: the fast paths on its rows only, zeros past them."""
+            def fast_path(rows: int):
+                """The panel's first `rows` rows (all: `regs`) the fastest way the layout allows, zeros past them:
+                loading whole panels of a narrower one read past the operand (a 3-class linear layer's 3 weight
+                rows read as 32, which faulted where the memory after the weight was not mapped)."""
                 if transposed:
-                    transposed_path(rows)
+                    transposed_path(None if rows == regs else rows)
                 elif vector and rows % vwidth == 0:
                     vector_path(rows // vwidth)
                 else:
                     scalar_path(rows)
 
-            def full_path():
-                if vector:
-                    vector_path()
-                elif transposed:
-                    transposed_path()
-                else:
-                    scalar_path(regs)
-
-            if full is True:
-                full_path()
-            elif full is False:
-                narrow_path(width)
-            else:
-                then, otherwise = e.if_else(full)
+            if isinstance(width, int):
+                fast_path(width)
+            else:  # the last panel's width is known at run time: the narrower one packs row by row
+                then, otherwise = e.if_else(e.cmp("eq", width, regs))
                 with then:
-                    full_path()
+                    fast_path(regs)
                 with otherwise:
                     scalar_path(width)
 
