@@ -81,9 +81,9 @@ class Packer(Loops):
         return self.vectorizable(side, k0) and self.steppable(self.kb, self.lanes)
 
     def transposed_rows(self, side: Side, point0: dict, lane_dim: int, k0: int, kdims: dict, klin: Index,
-                        base: Index, regs: int, buffer: str, rows: int | None = None) -> None:
+                        base: Index, regs: int, buffer: str, rows: int) -> None:
         """Pack `regs` rows x L k's: vector loads along K0, a perfect-shuffle transpose, L contiguous stores. Only
-        the first `rows` rows are loaded (default all): the others are zeros (a panel narrower than the tile).
+        the first `rows` rows are loaded: the others are zeros (a panel narrower than the tile).
 
         Rows go in groups of G = min(regs, L); log2(G) stages pair vector i with i + G/2 and interleave
         lane by lane (`vector.shuffle`, one vpermt2ps each); afterwards vector j holds the k-major chunk j
@@ -95,7 +95,7 @@ class Packer(Loops):
         for g in range(regs // group):
             vectors = []
             for r in range(group):
-                if rows is not None and g * group + r >= rows:
+                if g * group + r >= rows:
                     vectors.append(e.value(f"arith.constant dense<0.0> : {self.vt}"))
                     continue
                 point = {**point0, **kdims}
@@ -171,7 +171,7 @@ class Packer(Loops):
                             e.line(f"memref.store {zero}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>")
                         self.enumerate(self.kb, kblock, z_body)
 
-            def transposed_path(rows: int | None = None):
+            def transposed_path(rows: int):
                 k0 = self.kb.dims[-1]
 
                 def k_body(klin, kdims, _):
@@ -183,7 +183,7 @@ class Packer(Loops):
                 loading whole panels of a narrower one read past the operand (a 3-class linear layer's 3 weight
                 rows read as 32, which faulted where the memory after the weight was not mapped)."""
                 if transposed:
-                    transposed_path(None if rows == regs else rows)
+                    transposed_path(rows)
                 elif vector and rows % vwidth == 0:
                     vector_path(rows // vwidth)
                 else:

@@ -47,8 +47,7 @@ from slicer.dialect import SliceOp, walk_ops
 from .ir_utils import (BlockOrder, ancestors, as_op, captured_values, defining_op, enclosing_loops, op_id,
                        walk_captured)
 from .laws import (LATE_LAWS, LAWS, MIXED, Journal, RewriteListener, duplicate_candidates, duplicate_slices, may_fuse,
-                   sibling_facts,
-                   tactic_name, tile_loop_of)
+                   sibling_facts, tactic_name, tile_loop_of)
 
 REWRITES_PER_OP = 64
 """The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop

@@ -11,6 +11,7 @@ The kernels run in a child process: a fault there is a failed test naming the ca
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 CONTRACTION = """
 func.func @{name}(%x: tensor<{m}x{k}xf32>, %w: tensor<{wshape}xf32>) -> tensor<{m}x{n}xf32> {{
@@ -61,27 +62,12 @@ CONTRACTIONS = [(1, 3, 288), (4, 3, 288), (8, 5, 64), (16, 16, 16), (9, 48, 40),
 ROW_SHAPES = [(3, 37), (5, 45), (7, 13), (1, 16)]
 
 CHILD = textwrap.dedent('''
-    import ctypes, mmap, sys
+    import sys
     import numpy as np
+    from fuzz.guarded import guarded_copy  # (the fuzzer's AOT stage guards every kernel's inputs the same way)
     from slicer.lowering import compile_library
 
-    LIBC = ctypes.CDLL(None)
-    LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     KEEP = []
-
-    def guarded(array, at_end):
-        """A copy of `array` whose last byte (at_end) or first byte (else) touches a page with no access."""
-        nbytes, page = array.nbytes, mmap.PAGESIZE
-        pages = (nbytes + page - 1) // page + 1
-        buffer = mmap.mmap(-1, pages * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-        guard = base + (pages - 1) * page if at_end else base
-        start = guard - nbytes if at_end else base + page
-        copy = np.frombuffer(buffer, dtype=array.dtype, count=array.size, offset=start - base).reshape(array.shape)
-        copy[...] = array
-        assert LIBC.mprotect(ctypes.c_void_p(guard), page, 0) == 0
-        KEEP.append(buffer)
-        return copy
 
     library = compile_library(sys.stdin.read(), cache_dir=sys.argv[1])
     rng = np.random.default_rng(0)
@@ -91,7 +77,7 @@ CHILD = textwrap.dedent('''
         want = kernel(*inputs)
         for at_end in (True, False):
             print(name, "guard", "after" if at_end else "before", flush=True)
-            got = kernel(*[guarded(a, at_end) for a in inputs])
+            got = kernel(*[guarded_copy(a, at_end, KEEP) for a in inputs])
             for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     print("done", flush=True)
@@ -115,7 +101,7 @@ def _programs() -> tuple[str, list[str]]:
 def test_kernels_read_nothing_outside_their_operands(cache_dir):
     text, names = _programs()
     done = subprocess.run([sys.executable, "-c", CHILD, str(cache_dir), *names], input=text, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])  # test/: the fuzz package
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and lines[-1:] == ["done"], (
         f"the kernels faulted or failed (exit {done.returncode}) at: {lines[-1] if lines else 'the start'}\n"
