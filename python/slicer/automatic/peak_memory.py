@@ -17,6 +17,8 @@ import functools
 import itertools
 import operator
 
+from slicer.spmd.bucketing import greedy_buckets
+
 CUT_OPS = 32
 
 
@@ -31,8 +33,8 @@ class MemoryTrace:
         self.born: dict[int, tuple[int, int, int]] = {}
         self.stored: set[int] = set()
         self.transient = [0] * (num_ops + 2)
-        # per (kind, axes), the collectives that may join a bucket:
-        # (made at op, value, bytes, reduced bytes, read at op)
+        # per (kind, axes), the collectives that may join a bucket, as `greedy_buckets` takes them:
+        # (made at op, value, read at op, bytes, reduced bytes)
         self.members: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
         self.held: list[tuple[int, int, int, int]] = []  # (op, its kernel, last op reading it, bytes)
         self.op_kernel = [0] * num_ops
@@ -56,25 +58,15 @@ class MemoryTrace:
     def bucket_member(self, key: tuple, value: int, index: int, nbytes: int, result: int, reader: int) -> None:
         """Value `value`, made at op `index`, of `nbytes` (`result` once reduced), is reduced by a collective of
         `key` (kind, axes) that may join a gradient bucket (`spmd/bucketing.py`); op `reader` reads the result."""
-        self.members.setdefault(key, []).append((index, value, nbytes, result, reader))
+        self.members.setdefault(key, []).append((index, value, reader, nbytes, result))
 
     def buckets(self) -> list[tuple[int, int, int, tuple[int, ...], int]]:
-        """The buckets as `spmd/bucketing.py` plans them: per kind and axes, members in the order they are made,
-        each bucket filled while within `bucket_bytes` and no member is read before the last is made. Each as
-        (packed after op, bytes, reduced bytes, members, first reader): a bucket of one is not packed."""
-        found = []
-        for members in self.members.values():
-            current, size, ready, first = [], 0, -1, self.num_ops
-            for index, value, nbytes, result, reader in sorted(members):
-                fits = size + nbytes <= self.bucket_bytes and min(first, reader) > max(ready, index)
-                if current and not fits:
-                    found.append(_bucket(current, ready, first))
-                    current, size, ready, first = [], 0, -1, self.num_ops
-                current.append((value, nbytes, result))
-                size, ready, first = size + nbytes, max(ready, index), min(first, reader)
-            if current:
-                found.append(_bucket(current, ready, first))
-        return found
+        """The buckets as `spmd/bucketing.py` plans them (`greedy_buckets`: per kind and axes, members in the order
+        they are made, each bucket filled while within `bucket_bytes` and no member is read before the last is made),
+        each as (packed after op, bytes, reduced bytes, members, first reader): a bucket of one is not packed."""
+        return [(max(m[0] for m in group), sum(m[3] for m in group), sum(m[4] for m in group),
+                 tuple(m[1] for m in group), min(m[2] for m in group))
+                for members in self.members.values() for group in greedy_buckets(members, self.bucket_bytes)]
 
     def resize(self, value: int, nbytes: int) -> None:
         """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
@@ -173,8 +165,3 @@ class MemoryTrace:
         copies = map(operator.add, self.transient, packed)
         held = itertools.accumulate(diff[:self.num_ops + 2])
         return max(0, max(map(operator.add, held, copies), default=0))
-
-
-def _bucket(members: list[tuple[int, int, int]], ready: int, reader: int) -> tuple:
-    """(packed after op `ready`, bytes, reduced bytes, member values, first reader) of one bucket."""
-    return (ready, sum(m[1] for m in members), sum(m[2] for m in members), tuple(m[0] for m in members), reader)

@@ -116,6 +116,22 @@ def _key(op: ir.Operation) -> tuple | None:
     return (op.name, str(op.attributes[GRID_ATTR]), str(op.attributes[GRID_AXES_ATTR]), reduction, str(t.element_type))
 
 
+def greedy_buckets(members, cap: int) -> list[list]:
+    """`members`, each (ready, order, first use, bytes, item), packed in the order (ready, order) into buckets: a
+    member joins the open bucket while the bucket stays within `cap` bytes and no member's result is used before the
+    new member's input exists (every first use after its ready). The one rule of bucketing: `plan_buckets` applies it
+    to the IR, the search's memory trace to its model of a program (`automatic/peak_memory.py`)."""
+    buckets, current, size, first = [], [], 0, 0
+    for member in sorted(members, key=lambda m: m[:2]):
+        ready, _, use, nbytes, _ = member
+        if current and not (size + nbytes <= cap and min(first, use) > ready):
+            buckets.append(current)
+            current = []
+        size, first = (size + nbytes, min(first, use)) if current else (nbytes, use)
+        current.append(member)
+    return buckets + [current] if current else buckets
+
+
 def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
     """The buckets of the all_reduces of `block` (of 2 members or more), members in the order their inputs
     are computed: a member joins the open bucket while the bucket stays within `cap` bytes and no member's
@@ -137,17 +153,9 @@ def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
             groups[key].append(op)
     buckets = []
     for members in groups.values():
-        members.sort(key=lambda op: (ready(op), position[op]))
-        current = Bucket()
-        for op in members:
-            size, at = tensor_bytes(op.operands[0]), ready(op)
-            fits = current.size + size <= cap and all(first_use(m) > at for m in current.members + [op])
-            if current.members and not fits:
-                buckets.append(current)
-                current = Bucket()
-            current.members.append(op)
-            current.ready, current.size = max(current.ready, at), current.size + size
-        buckets.append(current)
+        items = [(ready(op), position[op], first_use(op), tensor_bytes(op.operands[0]), op) for op in members]
+        buckets += [Bucket([m[4] for m in group], max(m[0] for m in group), sum(m[3] for m in group))
+                    for group in greedy_buckets(items, cap)]
     for bucket in buckets:
         bucket.after = ops[bucket.ready] if bucket.ready >= 0 else None
     return [b for b in buckets if len(b.members) > 1]
