@@ -27,7 +27,7 @@ one value over different axes are refused by the rewriter (`TacticError`: a dim 
 `zero(..., after=tactics)` takes the tactics it comes after: a parameter whose dim 0 they tile is sharded on its
 first dim they leave free (a column-parallel weight [out, in] tiled on out over y: FSDP over x tiles in, and the
 x all_gather rebuilds exactly the y block Megatron computes with), and a value they already tile over `axis` is
-left alone. Values whose sharded dim the axis does not divide (known when `mesh` is given) and 0-d state
+left alone. A sharded dim the axis does not divide is cut into padded blocks; dims of size 1 and 0-d state
 (`step`) stay replicated; so does a parameter with no dim left free. Below stage 3, the result of a parameter
 that `after` tiles gets no Replicate (it would conflict with their tile): its layout over `axis` is then the
 propagated one (sharded, as its update), not its argument's.
@@ -125,12 +125,13 @@ def zero(step: ImportedProgram, axis: str | Sequence[str], stage: int = 1, *,
          mesh: Mesh | Mapping[str, int] | None = None, after: Sequence[Tactic] = ()) -> list[Tactic]:
     """ZeRO over `axis`: data parallel, plus each parameter's optimizer state sharded (stages 1 and 2), plus
     the parameters themselves (stage 3, FSDP), arguments and results alike, on dim 0 (or, next to the tactics
-    `after`, on the first dim they leave free). With `mesh`, values whose dim the axis does not divide stay
-    replicated (without it the rewriter reports them)."""
+    `after`, on the first dim they leave free). A dim the axis does not divide (GPT-2's 50257-row embedding) is
+    cut into padded blocks of ceil(n/k) rows, as every tiled dim is; a dim of size 1 and 0-d state (`step`) stay
+    replicated. `mesh`, when given, is checked to have the axis."""
     if stage not in (1, 2, 3) or isinstance(stage, bool):
         raise InvalidTactic(f"strategies.zero: stage={stage!r} must be 1, 2 or 3 (3 shards the parameters: FSDP)")
     info, axes = _read_step(step, "zero"), _axes(axis, "zero")
-    size = _axis_size(mesh, axes)
+    _check_mesh(mesh, axes)
     taken = _tiled_dims(info, after, "zero")
     tactics = data_parallel(step, axes)
     sharded_args: dict[str, int] = {}
@@ -141,9 +142,8 @@ def zero(step: ImportedProgram, axis: str | Sequence[str], stage: int = 1, *,
         values = ([param] if stage == 3 else []) + info.state_of(param)
         for name in values:
             shape, used = info.shape(name), taken.get(name, {})
-            if shape and dim < len(shape) and dim not in used and not set(axes) & _axes_of(used) \
-                    and (size is None or shape[dim] % size == 0):
-                sharded_args[name] = dim
+            if shape and dim < len(shape) and shape[dim] > 1 and dim not in used and not set(axes) & _axes_of(used):
+                sharded_args[name] = dim  # a dim the axis does not divide is cut into padded blocks
     ordered = [n for n in info.arg_names if n in sharded_args]  # parameters before state: the program's order
     tactics += info.tiles(ordered, sharded_args, axes)
     # Stages 1 and 2: a parameter updated on shards leaves whole (all-gathered), as it came in, unless the tactics
@@ -228,10 +228,10 @@ def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[T
     return follow
 
 
-def _axis_size(mesh, axes: tuple[str, ...]) -> int | None:
-    """The number of blocks `axes` cut a dim into on `mesh` (None without a mesh)."""
+def _check_mesh(mesh, axes: tuple[str, ...]) -> None:
+    """InvalidTactic unless `mesh` (None: not given) is a mesh with every axis of `axes`."""
     if mesh is None:
-        return None
+        return
     try:
         mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
     except MeshError as exc:
@@ -240,7 +240,6 @@ def _axis_size(mesh, axes: tuple[str, ...]) -> int | None:
         if not mesh.has_axis(axis):
             raise InvalidTactic(f"strategies.zero: unknown mesh axis '{axis}' (the mesh has axes "
                                 f"{', '.join(mesh.axis_names)})")
-    return mesh.group_size(axes)
 
 
 def _tiled_dims(info: _Step, tactics: Sequence[Tactic], helper: str) -> dict[str, dict[int, tuple[str, ...]]]:

@@ -79,13 +79,19 @@ def test_zero_3_is_fsdp_parameters_gathered_gradients_reduce_scattered():
     assert collectives(prog) == Counter({("all_gather", "x"): 4, ("reduce_scatter", "x"): 4, ("all_reduce", "x"): 1})
 
 
-def test_zero_leaves_replicated_what_the_axis_does_not_divide_and_0d_state():
-    tactics = st.zero(STEP, "x", stage=3, mesh={"x": 16})
-    tiled = {t.arg for t in tactics if t.arg is not None}
-    # fc1 has 16 rows, fc2 8, which |x|=16 does not divide; step is 0-d
-    assert tiled == {"x", "t", "fc1.weight", "fc1.bias", "momentum.fc1.weight", "momentum.fc1.bias"}
-    assert st.zero(STEP, "x", stage=1, mesh={"x": 16})[-2:] == [slicer.Replicate(result="fc1.weight"),
-                                                                 slicer.Replicate(result="fc1.bias")]
+def test_zero_shards_dims_the_axis_does_not_divide_in_padded_blocks_and_leaves_0d_state():
+    for mesh in ({"x": 16}, None):
+        tactics = st.zero(STEP, "x", stage=3, mesh=mesh)
+        tiled = {t.arg for t in tactics if t.arg is not None}
+        # fc1 has 16 rows, fc2 8, which |x|=16 does not divide: padded blocks all the same; step is 0-d
+        assert "step" not in tiled and {"fc2.weight", "momentum.fc2.weight", "fc2.bias"} <= tiled, mesh
+
+
+def test_zero_3_on_dims_the_axis_does_not_divide_equals_numpy():
+    tactics = st.zero(STEP, "x", stage=3, mesh={"x": 3})  # 16 and 8 rows on 3 devices: padded blocks
+    assert {"fc1.weight", "fc2.weight", "momentum.fc2.weight"} <= {t.arg for t in tactics}
+    dists = arg_dists(compiled(tactics, x=3))  # checked against numpy
+    assert dists["fc1.weight"] == dists["fc2.weight"] == "[[x],[]]"
 
 
 def test_megatron_splits_columns_and_rows_with_their_state_and_results():
