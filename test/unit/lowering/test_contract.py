@@ -95,6 +95,22 @@ def test_einsum_contractions_equal_numpy(cache_dir, dtype):
         np.testing.assert_allclose(library[f"c{i}"](*arrays), expected, rtol=tol, atol=tol * 10, err_msg=_ids(CASES[i]))
 
 
+def test_a_long_contraction_sums_its_k_blocks_in_two_levels(cache_dir):
+    """K = 4096 over K blocks of 256: each block summed from zero accumulators, then added to C (as BLAS does).
+    One chain of 4096 additions (C loaded into the accumulators) has about 2.4x the rounding error of the
+    two-level sum (sqrt(4096) / (sqrt(256) + sqrt(16))), which this bound rejects; numpy's float32 matmul
+    (OpenBLAS, blocked alike) is the yardstick."""
+    library = compile_library(einsum_fn("long", "mk,kn->mn", dict(m=64, k=4096, n=64)), cache_dir=cache_dir)
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 4096), (4096, 64)))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+
+    def error(got):
+        return np.linalg.norm(got - exact) / np.linalg.norm(exact)
+
+    assert error(library["long"](a, b)) < 1.6 * error(a @ b)
+
+
 def test_scaled_contraction_applies_the_scale_once(cache_dir):
     text = einsum_fn("scores", "hse,hte->hst", dict(h=3, s=21, e=19, t=35), scale=0.125)
     q = RNG.standard_normal((3, 21, 19), dtype=np.float32)
