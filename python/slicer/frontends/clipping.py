@@ -134,7 +134,7 @@ class LossGuard:
             self._patch(module, "clip_grad_value_", self._clip_value)
             for name in self._REFUSED:
                 if hasattr(module, name):
-                    self._patch(module, name, self._refuse(f"torch.nn.utils.{name}", _CLIP_ADVICE))
+                    self._patch(module, name, self._refuse(f"{name} of torch.nn.utils", _CLIP_ADVICE))
         self._patch(torch.Tensor, "backward", self._refuse("Tensor.backward()", "return the loss; the step computes "
                                                            "its gradients and the optimizer's update"))
         self._patch(torch.Tensor, "grad", property(self._grad, self._grad))

@@ -40,14 +40,23 @@ from slicer.core.errors import FrontendError, InputError
 Setting = Union[float, Callable[[int], float]]
 
 
-def _number(owner: str, name: str, value, *, low: float = 0.0, low_open: bool = False, high: float | None = None,
-            advice: str = "", error: type = FrontendError) -> float:
-    """`value` as a float, checked in range; `error` naming the option and what to pass otherwise."""
+def _problem(owner: str, name: str, value, *, low: float = 0.0, low_open: bool = False,
+             high: float | None = None, advice: str = "") -> str | None:
+    """What is wrong with `value` as the option `name` (a finite number in range), naming what to pass; None
+    when nothing is."""
     bound = f"{'>' if low_open else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise error(f"{owner}: {name} must be a finite number {bound}, got {value!r}{advice}")
+        return f"{owner}: {name} must be a finite number {bound}, got {value!r}{advice}"
     if value < low or (low_open and value == low) or (high is not None and value >= high):
-        raise error(f"{owner}: {name} must be {bound}, got {value!r}{advice}")
+        return f"{owner}: {name} must be {bound}, got {value!r}{advice}"
+    return None
+
+
+def _number(owner: str, name: str, value, **bounds) -> float:
+    """`value` as a float, checked in range (`_problem`); FrontendError otherwise."""
+    problem = _problem(owner, name, value, **bounds)
+    if problem is not None:
+        raise FrontendError(problem)
     return float(value)
 
 
@@ -64,21 +73,18 @@ RANGES = {"lr": {}, "weight_decay": {}, "momentum": {"high": 1.0}, "beta1": {"hi
 class _Optimizer:
     """What both optimizers share: hyperparameters as runtime scalars, and gradient clipping."""
 
-    def hyperparameters(self) -> dict[str, Setting]:
-        """The step's hyperparameters by name (the "hyper" arguments), each a number or a schedule."""
-        raise NotImplementedError
-
     def hyperparameter_values(self, step: int, given: Mapping[str, object] | None = None, *,
-                              error: type = InputError) -> dict[str, float]:
-        """The value of every hyperparameter at step `step` (0 for the first): `given[name]` where given
-        (`session.step(lr=...)`), else its schedule's value at `step`, else its number. `error` (InputError by
-        default) for a name that is none of them, or a value that is not a finite number in its range."""
+                              at_import: bool = False) -> dict[str, float]:
+        """The value of every hyperparameter (`hyperparameters()`: name -> number or schedule, the "hyper"
+        arguments) at step `step` (0 for the first): `given[name]` where given (`session.step(lr=...)`), else
+        its schedule's value at `step`, else its number. InputError (FrontendError `at_import`) for a name that
+        is none of them, or a value that is not a finite number in its range."""
         settings, given = self.hyperparameters(), dict(given or {})
         owner = type(self).__name__
         unknown = sorted(set(given) - set(settings))
         if unknown:
-            raise error(f"{owner} has no hyperparameter {', '.join(map(repr, unknown))}: a step takes "
-                        f"{', '.join(settings)} (e.g. session.step(*batch, lr=1e-3))")
+            raise InputError(f"{owner} has no hyperparameter {', '.join(map(repr, unknown))}: a step takes "
+                             f"{', '.join(settings)} (e.g. session.step(*batch, lr=1e-3))")
         values = {}
         for name, setting in settings.items():
             if name in given:
@@ -87,7 +93,12 @@ class _Optimizer:
                 value, source = setting(step), f"{name} (its schedule {setting!r} at step {step})"
             else:
                 value, source = setting, name
-            values[name] = _number(owner, source, value, error=error, **RANGES[name])
+            problem = _problem(owner, source, value, **RANGES[name])
+            if problem is not None and at_import:
+                raise FrontendError(problem)
+            if problem is not None:
+                raise InputError(problem)
+            values[name] = float(value)
         return values
 
     def _check_clipping(self) -> None:

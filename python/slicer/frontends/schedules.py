@@ -37,7 +37,7 @@ def _check(what: str, name: str, value, *, low: float = 0.0, low_open: bool = Fa
     if bad_type or not math.isfinite(value) or value < low or (low_open and value == low) \
             or (high is not None and value > high):
         bound = f"{'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
-        raise FrontendError(f"slicer.schedules.{what}: {name} must be {kind} {bound}, got {value!r}")
+        raise FrontendError(f"schedules {what}: {name} must be {kind} {bound}, got {value!r}")
     return value if integer else float(value)
 
 
@@ -113,7 +113,7 @@ def cosine(lr: float, total_steps: int, warmup_steps: int = 0, min_lr: float = 0
     total = _check("cosine", "total_steps", total_steps, low_open=True, integer=True)
     warmup = _check("cosine", "warmup_steps", warmup_steps, integer=True)
     if warmup >= total:
-        raise FrontendError(f"slicer.schedules.cosine: warmup_steps ({warmup}) must be less than total_steps "
+        raise FrontendError(f"schedules cosine: warmup_steps ({warmup}) must be less than total_steps "
                             f"({total}): the cosine decay runs from the end of the warmup to total_steps")
     return _Cosine(lr, warmup, _check("cosine", "start_factor", start_factor, high=1.0), total,
                    _check("cosine", "min_lr", min_lr, high=lr))

@@ -58,7 +58,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     state = {n: torch.zeros_like(params[p].detach()) for p in trained for n in optimizer.state_names(p)}
     state.update({n: torch.zeros((), dtype=torch.float32) for n in optimizer.shared_state()})
     hyper = {n: torch.tensor(v, dtype=torch.float64)
-             for n, v in optimizer.hyperparameter_values(0, error=FrontendError).items()}
+             for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
     names = [*params, *buffers, *state, *hyper]
     batch_names = _batch_names(loss_fn, len(example_batch), set(names) | {LOSS})
     clash = sorted((set(params) | set(buffers)) & (set(state) | set(hyper) | {LOSS}))

@@ -246,7 +246,7 @@ def _foreign(model, x, y):
     (_grad_scale, r"the loss function reads the .grad of parameter '0.weight'"),
     (_backward, r"calls Tensor.backward\(\), which Slicer does not honour there: return the loss"),
     (_optimizer_step, r"calls a torch.optim optimizer's step\(\).*give the optimizer's settings to slicer.SGD"),
-    (_total_norm, r"calls torch.nn.utils.get_total_norm, which Slicer does not honour"),
+    (_total_norm, r"calls get_total_norm of torch.nn.utils, which Slicer does not honour"),
     (_one_norm, r"clip_grad_norm_ in the loss function: Slicer clips by the 2-norm only"),
     (_foreign, r"clip_grad_norm_ in the loss function: got a tensor that is not a parameter of the model"),
 ])
