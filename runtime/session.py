@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from slicer.core.arrays import as_array
-from slicer.core.errors import CheckpointError, RunError
+from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices, take_block
@@ -43,7 +43,9 @@ class SessionPlan:
     """How a program runs as a session: which arguments are inputs of each step (`inputs`, argument indexes
     in order), the state's initial global values (`state`: argument index -> array), which result replaces
     which argument (`feeds`: result index -> argument index) and the names to report (`arg_names`,
-    `result_names`)."""
+    `result_names`). A training step's hyperparameters (`hyper`: argument index -> name, e.g. "lr") are inputs
+    the session sets before every step from `hyper_values(step number, given) -> name -> float` (the
+    optimizer's settings and schedules, what `step(lr=...)` gives first; `ImportedProgram.hyperparameters`)."""
 
     graph: KernelGraph
     inputs: tuple[int, ...]
@@ -51,6 +53,8 @@ class SessionPlan:
     feeds: Mapping[int, int]
     arg_names: tuple[str, ...]
     result_names: tuple[str, ...] = field(default=())
+    hyper: Mapping[int, str] = field(default_factory=dict)
+    hyper_values: Callable[[int, Mapping[str, object]], Mapping[str, float]] | None = None
 
     @classmethod
     def stateless(cls, graph: KernelGraph) -> "SessionPlan":
@@ -92,6 +96,18 @@ class SessionPlan:
                                f"got {array.dtype}{list(array.shape)}")
             checked[index] = array
         return checked
+
+    def hyper_inputs(self, step: int, given: Mapping[str, object]) -> dict[int, np.ndarray]:
+        """The hyperparameters of step number `step` as argument index -> 0-d array: `given` where given, else
+        the optimizer's; InputError for a program without them, an unknown name or a bad value."""
+        if not self.hyper or self.hyper_values is None:
+            if given:
+                raise InputError(f"this program has no hyperparameters (no 'hyper' arguments: a training step's "
+                                 f"lr, weight_decay, ...): pass the batch only, not {', '.join(given)}=")
+            return {}
+        values = self.hyper_values(step, given)
+        g = self.graph
+        return {i: np.asarray(values[name], dtype=g.values[g.args[i]].numpy_dtype) for i, name in self.hyper.items()}
 
     def block(self, array: np.ndarray, index: int, rank: int) -> np.ndarray:
         """`rank`'s block of argument `index` taken from its global value."""
@@ -139,10 +155,13 @@ class Session(ABC):
         self.plan = plan
         self.steps = 0
 
-    def step(self, *batch):
+    def step(self, *batch, **hyperparameters):
         """Run one step on `batch` (numpy arrays or torch tensors); returns the results that replace no
-        argument (the loss): one array, or a tuple."""
-        outputs = self._step(self.plan.checked_inputs([as_array(b) for b in batch]))
+        argument (the loss): one array, or a tuple. A training step's `hyperparameters` (e.g. `lr=1e-4`) hold
+        for this step only; the others are the optimizer's settings, or their schedules' values at `steps`."""
+        inputs = self.plan.checked_inputs([as_array(b) for b in batch])
+        inputs.update(self.plan.hyper_inputs(self.steps, hyperparameters))
+        outputs = self._step(inputs)
         self.steps += 1
         return outputs
 

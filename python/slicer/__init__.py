@@ -12,6 +12,7 @@ The public API (docs/architecture.md shows the layers behind it):
     out = prog.run(x, ranks=4)                      # the model's inputs only
 
     step = slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=1e-3))   # loss, backward, update
+    opt = slicer.AdamW(lr=slicer.schedules.cosine(1e-3, total_steps=1000, warmup_steps=100), clip_grad_norm=1.0)
     loss, *new = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")]).run(x, y)
     tactics = slicer.strategies.zero(step, "x", stage=3)  # a training step (ImportedProgram with roles): FSDP
 
@@ -34,12 +35,13 @@ _EXPORTS = {
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
     "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
+    "schedules": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},
 }
 
 __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "auto", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
-    "strategies", "training_step", "SGD", "AdamW", "load_checkpoint", "torch_state", *_ERRORS,
+    "strategies", "training_step", "SGD", "AdamW", "schedules", "load_checkpoint", "torch_state", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

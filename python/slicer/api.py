@@ -227,13 +227,17 @@ class Program:
         g = self.graph
         names = tuple(n or f"arg{i}" for i, n in enumerate(self.arg_names or (None,) * len(g.args)))
         state: dict[int, np.ndarray] = {}
+        roles = self.imported.arg_roles if self.imported is not None else ()
+        hyper = {i: names[i] for i, role in enumerate(roles) if role == "hyper"}  # set at each step, not held
         if self.imported is not None:
-            state = {self.imported.num_inputs + i: as_array(v) for i, v in enumerate(self.imported.parameters)}
+            state = {self.imported.num_inputs + i: as_array(v) for i, v in enumerate(self.imported.parameters)
+                     if self.imported.num_inputs + i not in hyper}
         for key, value in (given or {}).items():
             index = names.index(key) if key in names else key
-            if not isinstance(index, int) or not 0 <= index < len(g.args):
-                raise RunError(f"state names {key!r}, which is not an argument of @{g.entry} "
-                               f"(arguments: {', '.join(names)})")
+            if not isinstance(index, int) or not 0 <= index < len(g.args) or index in hyper:
+                what = "a hyperparameter: pass it to session.step(..., name=value)" if index in hyper else \
+                    f"not an argument of @{g.entry} (arguments: {', '.join(names)})"
+                raise RunError(f"state names {key!r}, which is {what}")
             state[index] = as_array(value)
         for index, array in state.items():
             v = g.values[g.args[index]]
@@ -242,8 +246,9 @@ class Program:
                                f"{array.dtype}{list(array.shape)}")
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
-        inputs = tuple(i for i in range(len(g.args)) if i not in state)
-        return SessionPlan(g, inputs, state, feeds, names, result_names)
+        inputs = tuple(i for i in range(len(g.args)) if i not in state and i not in hyper)
+        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper,
+                           self.imported.hyperparameters if hyper else None)
 
     def _result_names(self) -> tuple[str, ...]:
         if self.imported is not None and self.imported.result_names:

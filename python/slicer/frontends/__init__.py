@@ -1,9 +1,10 @@
 """Programs from frameworks (layer 13 of docs/architecture.md, under `slicer.strategies` and `slicer.api`):
 `from_torch` imports a PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with
 named arguments and the parameters bound), `training_step` a whole training step (loss, backward and the update
-of an optimizer, `SGD` or `AdamW`), both cleaned up for partitioning (`cleanup.py`). The frameworks are
+of an optimizer, `SGD` or `AdamW`, whose hyperparameters may follow `schedules`), both cleaned up for partitioning (`cleanup.py`). The frameworks are
 optional dependencies, imported when first used."""
 
+from . import schedules
 from .cleanup import clean_up, split_into_pieces
 from .optimizers import SGD, AdamW
 from .program import ARG_ROLES, ImportedProgram, as_array
@@ -11,5 +12,6 @@ from .pytorch import from_torch
 from .torch_state import torch_state
 from .training import training_step
 
-__all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "from_torch", "split_into_pieces",
+__all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "from_torch", "schedules",
+           "split_into_pieces",
            "torch_state", "training_step"]

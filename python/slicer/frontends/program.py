@@ -8,7 +8,7 @@ by its methods (`as_array`), so this layer stays importable without the optional
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,8 +17,9 @@ from slicer.core.errors import RunError, UnknownName
 
 #: What an argument of an imported program is: a model input or a batch tensor ("input"), a parameter of the
 #: module ("parameter", `model.named_parameters()`), a buffer ("buffer", `named_buffers()`), or optimizer state
-#: ("state": `momentum.<param>`, `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`).
-ARG_ROLES = ("input", "parameter", "buffer", "state")
+#: ("state": `momentum.<param>`, `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`), or a hyperparameter of the
+#: optimizer ("hyper": `lr`, `weight_decay`, ..., a float64 scalar a session sets before each step).
+ARG_ROLES = ("input", "parameter", "buffer", "state", "hyper")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class ImportedProgram:
     `result_names` name the results when the import names them (a training step: "loss", then the new
     parameters and optimizer state under their arguments' names; `slicer.name` in the function's `res_attrs`
     too); a result named like an argument is that argument's next value (a session replaces it in place).
-    `arg_roles` says what each argument is, one of `ARG_ROLES` (empty: not known)."""
+    `arg_roles` says what each argument is, one of `ARG_ROLES` (empty: not known). `hyperparameters`, for a
+    step with "hyper" arguments, gives their values at a step number: `hyperparameters(step, given)` -> name ->
+    float, `given` (`session.step(lr=...)`) first, else the optimizer's setting or schedule (InputError for an
+    unknown name or a bad value); the bound values are those of step 0."""
 
     text: str
     arg_names: tuple[str, ...]
@@ -43,6 +47,7 @@ class ImportedProgram:
     source: str = "an imported program"
     result_names: tuple[str, ...] = ()
     arg_roles: tuple[str, ...] = ()
+    hyperparameters: Callable[..., dict[str, float]] | None = None
 
     def names_with_role(self, role: str) -> tuple[str, ...]:
         """The names of the arguments whose role is `role` (one of `ARG_ROLES`)."""

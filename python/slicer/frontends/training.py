@@ -12,11 +12,20 @@ Arguments, each named (`slicer.name`) and with a role (`ImportedProgram.arg_role
     parameters  `model.named_parameters()`                                                               "parameter"
     buffers     `model.named_buffers()` (read, not updated)                                            "buffer"
     state       `momentum.<param>` (SGD with momentum); `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`  "state"
+    hyper       the optimizer's hyperparameters, float64 scalars: `lr`, `weight_decay`, then `momentum`     "hyper"
+                (SGD with momentum) or `beta1`, `beta2` (AdamW); set by the session at each step
 
 Results: `loss`, then the new value of every trained parameter and of every state tensor, named like their
 arguments (`result_names`, and `slicer.name` in the entry function's `res_attrs`): feed result `w` back as
 argument `w` for the next step. The bound values (`parameters`) are the module's own tensors and the initial
-state (zeros, step 0). Parameters with `requires_grad=False` are arguments but neither trained nor returned.
+state (zeros, step 0), and the hyperparameters' values at step 0 (`optimizers.py`: a number, or a schedule's
+first value; a session sets them before every step, `session.step(*batch, lr=...)`). Parameters with
+`requires_grad=False` are arguments but neither trained nor returned.
+
+Gradient clipping (`clipping.py`) runs between the backward pass and the update: the optimizer's
+`clip_grad_norm=`, or `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called in the loss function, which
+is traced under a guard that records those calls and refuses what the step would not honour (`.grad`,
+`backward()`, a torch optimizer's `step()`).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import inspect
 
 from slicer.core.errors import FrontendError
 
+from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
 from .torch_import import ENTRY, finish, first_line, import_graph, load_torch, trace
@@ -47,15 +57,18 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
         raise FrontendError(f"{_what(model)} has no parameter that requires grad: nothing to train")
     state = {n: torch.zeros_like(params[p].detach()) for p in trained for n in optimizer.state_names(p)}
     state.update({n: torch.zeros((), dtype=torch.float32) for n in optimizer.shared_state()})
-    names = [*params, *buffers, *state]
+    hyper = {n: torch.tensor(v, dtype=torch.float64)
+             for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
+    names = [*params, *buffers, *state, *hyper]
     batch_names = _batch_names(loss_fn, len(example_batch), set(names) | {LOSS})
-    clash = sorted((set(params) | set(buffers)) & (set(state) | {LOSS}))
+    clash = sorted((set(params) | set(buffers)) & (set(state) | set(hyper) | {LOSS}))
     if clash:
-        raise FrontendError(f"{_what(model)} has parameters or buffers named like the optimizer's state or the loss "
+        raise FrontendError(f"{_what(model)} has parameters or buffers named like the optimizer's state, its "
+                            "hyperparameters or the loss "
                             f"({', '.join(clash)}), which name the step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
-                          trained, list(state))
-    values = [t.detach() for t in (*params.values(), *buffers.values())] + list(state.values())
+                          trained, list(state), list(hyper))
+    values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     what = f"the training step of {_what(model)}"
     try:
         text = import_graph(fx, trace(torch, step, [*example_batch, *values]), what)
@@ -69,9 +82,10 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     result_names = (LOSS, *trained, *state)
     text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
-             + ("state",) * len(state))
+             + ("state",) * len(state) + ("hyper",) * len(hyper))
     return ImportedProgram(text, arg_names, len(batch_names), tuple(values), ENTRY, what,
-                           result_names=result_names, arg_roles=roles)
+                           result_names=result_names, arg_roles=roles,
+                           hyperparameters=optimizer.hyperparameter_values)
 
 
 def _what(model) -> str:
@@ -114,10 +128,12 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
-                   trained: list[str], state: list[str]):
-    """The step as a function of tensors (batch, parameters, buffers, state) -> (loss, new trained parameters,
-    new state), for make_fx. The model runs through `torch.func.functional_call` with the given tensors, inside
-    a module that calls `loss_fn(model, *batch)`, so the loss function may use the model as it likes."""
+                   trained: list[str], state: list[str], hyper: list[str]):
+    """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters) -> (loss, new
+    trained parameters, new state), for make_fx. The model runs through `torch.func.functional_call` with the
+    given tensors, inside a module that calls `loss_fn(model, *batch)` under the `LossGuard`, so the loss
+    function may use the model as it likes; the clipping it asks for applies to the gradients."""
+    guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
         def __init__(self):
@@ -125,16 +141,19 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
             self.model = model
 
         def forward(self, *batch):
-            return loss_fn(self.model, *batch)
+            with guard:
+                return loss_fn(self.model, *batch)
 
     wrapper = Loss()
 
     def step(*args):
         batch = args[:num_batch]
-        values = dict(zip(params + buffers + state, args[num_batch:]))
+        values = dict(zip(params + buffers + state + hyper, args[num_batch:]))
+        guard.clips = []  # this trace's requests (a trace may be retried)
         fixed = {f"model.{n}": values[n] for n in params + buffers if n not in trained}
 
         def loss_of(weights: dict):
+            guard.weights = weights
             loss = torch.func.functional_call(wrapper, {**fixed, **{f"model.{n}": w for n, w in weights.items()}},
                                               batch)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
@@ -145,8 +164,10 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
             return loss
 
         grads, loss = torch.func.grad_and_value(loss_of)({n: values[n] for n in trained})
+        for clip in guard.clips + optimizer_clip(optimizer):
+            grads = clip.apply(torch, grads)
         new_params, new_state = optimizer.update({n: values[n] for n in trained}, grads,
-                                                 {n: values[n] for n in state})
+                                                 {n: values[n] for n in state}, {n: values[n] for n in hyper})
         return (loss, *(new_params[n] for n in trained), *(new_state[n] for n in state))
 
     return step

@@ -43,7 +43,8 @@ class Block:
     global_bytes: int
 
 
-ROLE_TITLES = {"input": "batch", "parameter": "parameters", "buffer": "buffers", "state": "optimizer state"}
+ROLE_TITLES = {"input": "batch", "parameter": "parameters", "buffer": "buffers", "state": "optimizer state",
+               "hyper": "hyperparameters"}
 
 
 @dataclass(frozen=True)

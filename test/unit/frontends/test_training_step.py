@@ -59,11 +59,12 @@ def test_arguments_results_and_bound_values_are_named():
     params = ("0.weight", "0.bias", "2.weight", "2.bias")
     state = ("exp_avg.0.weight", "exp_avg_sq.0.weight", "exp_avg.0.bias", "exp_avg_sq.0.bias",
              "exp_avg.2.weight", "exp_avg_sq.2.weight", "step")
-    assert step.arg_names == ("x", "y", *params, *state)
-    assert step.arg_roles == ("input",) * 2 + ("parameter",) * 4 + ("state",) * 7
+    hyper = ("lr", "weight_decay", "beta1", "beta2")
+    assert step.arg_names == ("x", "y", *params, *state, *hyper)
+    assert step.arg_roles == ("input",) * 2 + ("parameter",) * 4 + ("state",) * 7 + ("hyper",) * 4
     assert step.names_with_role("state") == state
     assert step.result_names == ("loss", *params[:3], *state)
-    assert step.num_inputs == 2 and step.parameter_names == (*params, *state)
+    assert step.num_inputs == 2 and step.parameter_names == (*params, *state, *hyper)
     values = dict(zip(step.parameter_names, step.parameters))
     assert values["0.weight"] is not model[0].weight and np.array_equal(values["0.weight"], model[0].weight.detach())
     assert not values["exp_avg.0.weight"].any() and values["step"].shape == () and float(values["step"]) == 0
@@ -89,8 +90,8 @@ def test_sgd_without_momentum_keeps_no_state_and_buffers_are_read():
     model = Scaled()
     step = slicer.training_step(model, lambda m, *b: (m(b[0]) ** 2).mean(), torch.randn(4, 4),
                                 optimizer=slicer.SGD(0.1))
-    assert step.arg_names == ("input0", "fc.weight", "fc.bias", "scale")
-    assert step.arg_roles == ("input", "parameter", "parameter", "buffer")
+    assert step.arg_names == ("input0", "fc.weight", "fc.bias", "scale", "lr", "weight_decay")
+    assert step.arg_roles == ("input", "parameter", "parameter", "buffer", "hyper", "hyper")
     assert step.result_names == ("loss", "fc.weight", "fc.bias")
 
 
@@ -162,8 +163,8 @@ def test_bad_models_losses_and_batches_are_clear_errors():
         slicer.training_step(train.mlp()[0].requires_grad_(False), loss_fn, *batch, optimizer=sgd)
     clashing = train.mlp()[0]
     clashing.register_parameter("step", torch.nn.Parameter(torch.ones(())))
-    with pytest.raises(slicer.FrontendError, match=r"parameters or buffers named like the optimizer's state or the "
-                                                   r"loss \(step\).*rename them"):
+    with pytest.raises(slicer.FrontendError, match=r"parameters or buffers named like the optimizer's state, its "
+                                                   r"hyperparameters or the loss \(step\).*rename them"):
         slicer.training_step(clashing, loss_fn, *batch, optimizer=slicer.AdamW(1e-3))
     with pytest.raises(TypeError, match="optimizer"):
         slicer.training_step(model, loss_fn, *batch)  # keyword-only, required
