@@ -36,6 +36,7 @@ counter advanced, so a session advances it every step and its checkpoints carry 
 from __future__ import annotations
 
 import contextlib
+import re
 import traceback
 
 import numpy as np
@@ -161,8 +162,6 @@ def _where() -> str:
 
 def _frames(text: str) -> list[tuple[str, int]]:
     """(file, line) of a Python traceback's text, innermost first."""
-    import re
-
     found = re.findall(r'File "([^"]+)", line (\d+)', text)
     return [(file, int(line)) for file, line in reversed(found)]
 
