@@ -35,9 +35,19 @@ def stateful_decompositions(torch) -> dict:
             return _batch_norm_training(torch, input, weight, bias, running_mean, running_var, momentum, eps)
         return evaluation(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
-    table = {**torch_table, aten.native_batch_norm.default: native_batch_norm}
+    table = {**torch_table, aten.native_batch_norm.default: native_batch_norm, aten.squeeze.dims: _squeeze_dims}
     table.update(random_decompositions(torch))
     return table
+
+
+def _squeeze_dims(self, dims):
+    """`aten.squeeze.dims` as a reshape. torch-mlir's table makes it `prims.squeeze`, an op functionalization
+    refuses ("a custom (non-ATen) operator whose output has alias annotations"), and a step is functionalized
+    whenever it writes a temporary: dropout's `bernoulli_`, batch norm's running statistics (SDPA with
+    dropout_p squeezes, and failed so)."""
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = {d % self.dim() for d in dims} if self.dim() else set()
+    return self.reshape([n for d, n in enumerate(self.shape) if not (d in dims and n == 1)])
 
 
 def _batch_norm_training(torch, input, weight, bias, running_mean, running_var, momentum: float, eps: float):
