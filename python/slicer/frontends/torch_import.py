@@ -89,8 +89,11 @@ def export(torch, fx, module, args, what: str) -> str:
         # torch.func transforms inside the function (grad_and_value) leave a lifted constant that "requires
         # gradient"; torch.export detaches it, which is what a traced step wants
         warnings.filterwarnings("ignore", message=r".*requires gradient. but it's not properly registered")
-        imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
-                                        decomposition_table=tracing_table(torch))
+        try:
+            imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
+                                            decomposition_table=tracing_table(torch))
+        except FrontendError as exc:  # a decomposition's refusal; torch.export appends the node it ran
+            raise FrontendError(str(exc).split("\n\nWhile executing")[0]) from None
     return lower(imported, what)
 
 
