@@ -9,9 +9,9 @@ from .cleanup import clean_up, split_into_pieces
 from .optimizers import SGD, AdamW
 from .program import ARG_ROLES, ImportedProgram, as_array
 from .pytorch import from_torch
+from .randomness import dropout_mask
 from .torch_state import torch_state
 from .training import training_step
 
-__all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "from_torch", "schedules",
-           "split_into_pieces",
-           "torch_state", "training_step"]
+__all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "dropout_mask", "from_torch",
+           "schedules", "split_into_pieces", "torch_state", "training_step"]

@@ -9,7 +9,8 @@ Two ways from Python to an aten graph:
   example tensors (shapes and dtypes only; on the tensors themselves where that fails, `TRACING_MODES`): the
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
-Both decompose with `decompositions.py`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
+Both decompose with `decompositions.py` and `stateful.py` (batch norm in both modes, dropout from the step's own
+random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
 Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
 entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
 line (so errors about the program name the line of the user's model).
@@ -36,6 +37,8 @@ from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
 from .decompositions import decompositions
+from .randomness import check_no_random_ops
+from .stateful import stateful_decompositions
 from .torch_lowering import lower
 
 ENTRY = "forward"
@@ -86,16 +89,26 @@ def export(torch, fx, module, args, what: str) -> str:
         # torch.func transforms inside the function (grad_and_value) leave a lifted constant that "requires
         # gradient"; torch.export detaches it, which is what a traced step wants
         warnings.filterwarnings("ignore", message=r".*requires gradient. but it's not properly registered")
-        imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
-                                        decomposition_table=decompositions(torch))
+        try:
+            imported = fx.export_and_import(module, *args, output_type="raw", func_name=ENTRY,
+                                            decomposition_table=tracing_table(torch))
+        except FrontendError as exc:  # a decomposition's refusal; torch.export appends the node it ran
+            raise FrontendError(str(exc).split("\n\nWhile executing")[0]) from None
     return lower(imported, what)
 
 
-def trace(torch, function, args):
+def tracing_table(torch) -> dict:
+    """The decompositions both ways of tracing apply: `decompositions.py`'s, then `stateful.py`'s."""
+    return {**decompositions(torch), **stateful_decompositions(torch)}
+
+
+def trace(torch, function, args, what: str = "the traced program"):
     """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it with gradients enabled
     (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the
     graph writes into one of its arguments (a buffer updated in training mode: Slicer's programs are functions of
-    their arguments), else what tracing raises.
+    their arguments; `training_step` passes the model copies of its buffers and returns them) or draws from
+    torch's random generator (`randomness.check_no_random_ops`; `what` in the message), else what tracing
+    raises.
 
     In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
@@ -107,9 +120,11 @@ def trace(torch, function, args):
     for node in mutating:
         written = _written_argument(node)
         if written is not None:
-            raise FrontendError(f"the traced program writes into its argument #{written} ({node.target}, e.g. "
-                                "batch norm's running statistics in training mode); call .eval() on such modules, "
-                                "or compute the new value and return it")
+            raise FrontendError(f"{what} writes into its argument #{written} ({node.target}, e.g. batch norm's "
+                                "running statistics in training mode); call .eval() on such modules, train them "
+                                "with slicer.training_step (which returns the new buffers), or compute the new "
+                                "value and return it")
+    check_no_random_ops(torch, graph, what)
     if mutating:
         graph = _make_fx(torch, make_fx, torch.func.functionalize(graph, remove="mutations"), args, grad=False)
     return graph
@@ -131,7 +146,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     function itself), else as it is (its aten graph traced again, see `trace`)."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
 
-    options = {"decomposition_table": decompositions(torch)} if grad else {}
+    options = {"decomposition_table": tracing_table(torch)} if grad else {}
     context = torch.enable_grad if grad else contextlib.nullcontext
     modes = TRACING_MODES
     for mode in modes[:-1]:
@@ -204,7 +219,8 @@ def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = 
         module = parse(text, what)
         stateful = next((op for op in walk_ops(module.operation) if op.name.startswith("ml_program.")), None)
         if stateful is not None:
-            hint = " (it is in training mode: call .eval() first)" if training else ""
+            hint = (" (it is in training mode: call .eval() first, or train it with slicer.training_step, which "
+                    "computes dropout's masks in the program)") if training else ""
             raise FrontendError(f"{what} keeps state between calls ('{stateful.name}', e.g. the random number "
                                 f"generator of dropout){hint}; Slicer partitions functions of their inputs")
         fn_type = function_type(entry_function(module.operation, ENTRY))
@@ -273,4 +289,4 @@ def parse(text: str, what: str) -> ir.Module:
 
 
 __all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse",
-           "source_locations", "trace"]
+           "source_locations", "trace", "tracing_table"]

@@ -15,12 +15,20 @@ Arguments, each named (`slicer.name`) and with a role (`ImportedProgram.arg_role
     hyper       the optimizer's hyperparameters, float64 scalars: `lr`, `weight_decay`, then `momentum`     "hyper"
                 (SGD with momentum) or `beta1`, `beta2` (AdamW); set by the session at each step
 
-Results: `loss`, then the new value of every trained parameter and of every state tensor, named like their
-arguments (`result_names`, and `slicer.name` in the entry function's `res_attrs`): feed result `w` back as
-argument `w` for the next step. The bound values (`parameters`) are the module's own tensors and the initial
-state (zeros, step 0), and the hyperparameters' values at step 0 (`optimizers.py`: a number, or a schedule's
-first value; a session sets them before every step, `session.step(*batch, lr=...)`). Parameters with
-`requires_grad=False` are arguments but neither trained nor returned.
+    rng         int64 [seed, step counter], when the forward draws dropout masks (`randomness.py`)      "state"
+
+Results: `loss`, then the new value of every trained parameter, of every buffer the forward writes (batch norm's
+running statistics and `num_batches_tracked` in training mode, `stateful.py`), of every state tensor and of
+`rng` (the counter plus one), named like their arguments (`result_names`, and `slicer.name` in the entry
+function's `res_attrs`): feed result `w` back as argument `w` for the next step. The bound values (`parameters`)
+are the module's own tensors, the initial state (zeros, step 0, `[seed, 0]`) and the hyperparameters' values at
+step 0 (`optimizers.py`: a number, or a schedule's first value; a session sets them before every step,
+`session.step(*batch, lr=...)`). Parameters with `requires_grad=False` are arguments but neither trained nor
+returned.
+
+The model runs as it is (`model.training` says which mode): in training mode dropout drops elements by masks
+computed in the program from `seed` (`slicer.dropout_mask` reproduces them) and batch norm normalizes by the
+batch's statistics and updates its running ones; in eval mode neither.
 
 Gradient clipping (`clipping.py`) runs between the backward pass and the update: the optimizer's
 `clip_grad_norm=`, or `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called in the loss function, which
@@ -37,19 +45,23 @@ from slicer.core.errors import FrontendError
 from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
+from .randomness import RNG, random_stream
+from .stateful import prune_outputs
 from .torch_import import ENTRY, finish, first_line, import_graph, load_torch, trace
 
 LOSS = "loss"
 
 
-def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = True) -> ImportedProgram:
+def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, cleanup: bool = True) -> ImportedProgram:
     """Import one training step of `model` (a torch.nn.Module): the loss `loss_fn(model, *batch)` (a scalar
     tensor), its gradients with respect to the parameters and the update `optimizer` (`slicer.SGD` or
-    `slicer.AdamW`) makes, traced on `example_batch` (tensors; their shapes are the program's). See the module
-    docstring for the arguments and results. Raises FrontendError for a bad model, loss function, batch or
-    optimizer, and when the step cannot be traced or imported."""
+    `slicer.AdamW`) makes, traced on `example_batch` (tensors; their shapes are the program's). `seed` (an
+    integer in [0, 2^63)) keys dropout's masks. See the module docstring for the arguments and results. Raises
+    FrontendError for a bad model, loss function, batch, optimizer or seed, and when the step cannot be traced or
+    imported."""
     torch, fx = load_torch()
     _check(torch, model, loss_fn, example_batch, optimizer)
+    _check_seed(seed)
     params = dict(model.named_parameters())
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
     trained = [n for n, p in params.items() if p.requires_grad]
@@ -60,30 +72,38 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     hyper = {n: torch.tensor(v, dtype=torch.float64)
              for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
     names = [*params, *buffers, *state, *hyper]
-    batch_names = _batch_names(loss_fn, len(example_batch), set(names) | {LOSS})
-    clash = sorted((set(params) | set(buffers)) & (set(state) | set(hyper) | {LOSS}))
+    batch_names = _batch_names(loss_fn, len(example_batch), set(names) | {LOSS, RNG})
+    clash = sorted((set(params) | set(buffers)) & (set(state) | set(hyper) | {LOSS, RNG}))
     if clash:
         raise FrontendError(f"{_what(model)} has parameters or buffers named like the optimizer's state, its "
-                            "hyperparameters or the loss "
-                            f"({', '.join(clash)}), which name the step's arguments and results; rename them")
+                            f"hyperparameters, the loss or the random state ({', '.join(clash)}), which name the "
+                            "step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
                           trained, list(state), list(hyper))
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
+    rng = torch.tensor([seed, 0], dtype=torch.int64)
     what = f"the training step of {_what(model)}"
+    args = [*example_batch, *values, rng]
     try:
-        text = import_graph(fx, trace(torch, step, [*example_batch, *values]), what)
+        graph = trace(torch, step, args, what)
+        # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
+        first = 1 + len(trained)
+        copies = {first + i: len(example_batch) + len(params) + i for i in range(len(buffers))}
+        kept, random = prune_outputs(torch, graph, copies, len(args) - 1)
+        text = import_graph(fx, graph, what)
     except FrontendError:
         raise
     except Exception as exc:  # torch's tracing and torch-mlir raise many kinds; the first line says what failed
         raise FrontendError(f"{what} could not be traced and imported: {first_line(exc)} (the loss function must "
-                            "compute a scalar loss from the model's outputs with torch operations, and modules "
-                            "that update buffers in training mode, e.g. batch norm, need .eval())") from exc
-    arg_names = (*batch_names, *names)
-    result_names = (LOSS, *trained, *state)
+                            "compute a scalar loss from the model's outputs with torch operations)") from exc
+    written = tuple(list(buffers)[o - first] for o in kept)
+    arg_names = (*batch_names, *names, *((RNG,) if random else ()))
+    result_names = (LOSS, *trained, *(b for b in buffers if b in written), *state, *((RNG,) if random else ()))
     text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
-             + ("state",) * len(state) + ("hyper",) * len(hyper))
-    return ImportedProgram(text, arg_names, len(batch_names), tuple(values), ENTRY, what,
+             + ("state",) * len(state) + ("hyper",) * len(hyper) + ("state",) * random)
+    bound = (*values, rng) if random else tuple(values)
+    return ImportedProgram(text, arg_names, len(batch_names), bound, ENTRY, what,
                            result_names=result_names, arg_roles=roles,
                            hyperparameters=optimizer.hyperparameter_values)
 
@@ -129,10 +149,14 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
                    trained: list[str], state: list[str], hyper: list[str]):
-    """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters) -> (loss, new
-    trained parameters, new state), for make_fx. The model runs through `torch.func.functional_call` with the
-    given tensors, inside a module that calls `loss_fn(model, *batch)` under the `LossGuard`, so the loss
-    function may use the model as it likes; the clipping it asks for applies to the gradients."""
+    """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters, rng) -> (loss, new
+    trained parameters, every buffer's new value, new state[, new rng]), for make_fx. The model runs through
+    `torch.func.functional_call` with the given tensors, inside a module that calls `loss_fn(model, *batch)`
+    under the `LossGuard`, so the loss function may use the model as it likes; the clipping it asks for applies
+    to the gradients. Its buffers are copies, which a module in training mode may write (batch norm); dropout
+    draws from `rng` (`randomness.random_stream`), which comes back advanced when it did. The gradients are
+    autograd's (`torch.autograd.grad`), not functorch's: inside `torch.func.grad` a module may not write a tensor
+    from outside the transform, and the buffers are."""
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -147,30 +171,41 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     wrapper = Loss()
 
     def step(*args):
-        batch = args[:num_batch]
-        values = dict(zip(params + buffers + state + hyper, args[num_batch:]))
+        batch, rng = args[:num_batch], args[-1]
+        values = dict(zip(params + buffers + state + hyper, args[num_batch:-1]))
         guard.clips = []  # this trace's requests (a trace may be retried)
-        fixed = {f"model.{n}": values[n] for n in params + buffers if n not in trained}
-
-        def loss_of(weights: dict):
-            guard.weights = weights
-            loss = torch.func.functional_call(wrapper, {**fixed, **{f"model.{n}": w for n, w in weights.items()}},
-                                              batch)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
-                got = (f"a {type(loss).__name__}" if not isinstance(loss, torch.Tensor)
-                       else f"a {loss.dtype} tensor of shape {list(loss.shape)}")
-                raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
-                                    f"got {got}; reduce it (e.g. .mean())")
-            return loss
-
-        grads, loss = torch.func.grad_and_value(loss_of)({n: values[n] for n in trained})
+        weights = {n: values[n].detach().requires_grad_() for n in trained}
+        guard.weights = weights
+        copies = {n: values[n].clone() for n in buffers}
+        tensors = {**{n: values[n] for n in params}, **weights, **copies}
+        with random_stream(rng) as stream:
+            loss = torch.func.functional_call(wrapper, {f"model.{n}": t for n, t in tensors.items()}, batch)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
+            got = (f"a {type(loss).__name__}" if not isinstance(loss, torch.Tensor)
+                   else f"a {loss.dtype} tensor of shape {list(loss.shape)}")
+            raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
+                                f"got {got}; reduce it (e.g. .mean())")
+        if loss.requires_grad:
+            grads = torch.autograd.grad(loss, list(weights.values()), allow_unused=True, materialize_grads=True)
+        else:  # no trained parameter reaches the loss
+            grads = [torch.zeros_like(w) for w in weights.values()]
+        grads = dict(zip(trained, grads))
         for clip in guard.clips + optimizer_clip(optimizer):
             grads = clip.apply(torch, grads)
         new_params, new_state = optimizer.update({n: values[n] for n in trained}, grads,
                                                  {n: values[n] for n in state}, {n: values[n] for n in hyper})
-        return (loss, *(new_params[n] for n in trained), *(new_state[n] for n in state))
+        advanced = (stream.advanced(torch),) if stream.sites else ()
+        return (loss.detach(), *(new_params[n] for n in trained), *(copies[n] for n in buffers),
+                *(new_state[n] for n in state), *advanced)
 
     return step
+
+
+def _check_seed(seed) -> None:
+    """FrontendError unless `seed` is an integer in [0, 2^63) (the first word of the int64 random state)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 63:
+        raise FrontendError(f"training_step: seed must be an integer in [0, 2^63), got {seed!r} (it keys the "
+                            "dropout masks the step computes, slicer.dropout_mask)")
 
 
 __all__ = ["LOSS", "training_step"]

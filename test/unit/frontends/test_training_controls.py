@@ -200,44 +200,49 @@ def test_bad_settings_are_clear_errors(make, message):
         make()
 
 
+MSE = train.mlp()[1]
+"""The MLP's loss function, made once: the helpers below call it inside the traced loss function, where building a
+model (torch's random initialisation) would be refused as a random draw."""
+
+
 def _grad_write(model, x, y):
-    loss = train.mlp()[1](model, x, y)
+    loss = MSE(model, x, y)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     return loss
 
 
 def _grad_scale(model, x, y):
-    loss = train.mlp()[1](model, x, y)
+    loss = MSE(model, x, y)
     model[0].weight.grad.mul_(0.5)
     return loss
 
 
 def _backward(model, x, y):
-    loss = train.mlp()[1](model, x, y)
+    loss = MSE(model, x, y)
     loss.backward()
     return loss
 
 
 def _optimizer_step(model, x, y):
-    loss = train.mlp()[1](model, x, y)
+    loss = MSE(model, x, y)
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     return loss
 
 
 def _total_norm(model, x, y):
     torch.nn.utils.get_total_norm([p for p in model.parameters()])
-    return train.mlp()[1](model, x, y)
+    return MSE(model, x, y)
 
 
 def _one_norm(model, x, y):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, norm_type=1)
-    return train.mlp()[1](model, x, y)
+    return MSE(model, x, y)
 
 
 def _foreign(model, x, y):
     torch.nn.utils.clip_grad_norm_([torch.ones(2)], 1.0)
-    return train.mlp()[1](model, x, y)
+    return MSE(model, x, y)
 
 
 @pytest.mark.parametrize("loss_fn, message", [

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
 from example_modules import load  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 import slicer  # noqa: E402
 
@@ -164,10 +165,15 @@ def test_bad_models_losses_and_batches_are_clear_errors():
     clashing = train.mlp()[0]
     clashing.register_parameter("step", torch.nn.Parameter(torch.ones(())))
     with pytest.raises(slicer.FrontendError, match=r"parameters or buffers named like the optimizer's state, its "
-                                                   r"hyperparameters or the loss \(step\).*rename them"):
+                                                   r"hyperparameters, the loss or the random state \(step\).*rename"):
         slicer.training_step(clashing, loss_fn, *batch, optimizer=slicer.AdamW(1e-3))
     with pytest.raises(TypeError, match="optimizer"):
         slicer.training_step(model, loss_fn, *batch)  # keyword-only, required
-    dropout = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Dropout(0.5)).train()
-    with pytest.raises(slicer.FrontendError, match=r"keeps state between calls.*\(it is in training mode"):
-        slicer.training_step(dropout, loss_fn, *batch, optimizer=sgd)
+    with pytest.raises(slicer.FrontendError, match=r"seed must be an integer in \[0, 2\^63\), got -1"):
+        slicer.training_step(model, loss_fn, *batch, optimizer=sgd, seed=-1)
+    # torch's generator is state a program cannot hold: refused, naming the op and the line (dropout is not:
+    # test_training_modes.py)
+    noisy = lambda m, x, y: F.mse_loss(m(x + torch.randn_like(x)), y)  # noqa: E731
+    with pytest.raises(slicer.FrontendError, match=r"aten\.randn_like\.default at .*test_training_step\.py:\d+ "
+                                                   r"draws random numbers, but a Slicer program keeps no random"):
+        slicer.training_step(model, noisy, *batch, optimizer=sgd)
