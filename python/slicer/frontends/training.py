@@ -27,7 +27,8 @@ from slicer.core.errors import FrontendError
 
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
-from .torch_import import ENTRY, finish, first_line, import_graph, load_torch, trace
+from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, mark_backward, record_lines_of,
+                           trace)
 
 LOSS = "loss"
 
@@ -57,6 +58,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
                           trained, list(state))
     values = [t.detach() for t in (*params.values(), *buffers.values())] + list(state.values())
     what = f"the training step of {_what(model)}"
+    record_lines_of(torch, loss_fn)
     try:
         text = import_graph(fx, trace(torch, step, [*example_batch, *values]), what)
     except FrontendError:
@@ -142,6 +144,7 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
                        else f"a {loss.dtype} tensor of shape {list(loss.shape)}")
                 raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
                                     f"got {got}; reduce it (e.g. .mean())")
+            mark_backward(torch, loss)  # the backward's ops located at the lines of the forward's
             return loss
 
         grads, loss = torch.func.grad_and_value(loss_of)({n: values[n] for n in trained})
