@@ -44,7 +44,7 @@ from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
-from .pieces import split_into_pieces
+from .pieces import concat_as_stack, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
@@ -55,6 +55,7 @@ def clean_up(module: ir.Operation) -> None:
     checked_step(module, "drop_reciprocal_asserts", drop_reciprocal_asserts)
     checked_step(module, BEFORE_SPLITS, lambda m: run_pipeline(m, BEFORE_SPLITS))
     checked_step(module, "split_into_pieces", split_into_pieces)
+    checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
 
 

@@ -23,7 +23,7 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core.errors import InternalError
-from slicer.core.names import STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
+from slicer.core.names import DIM_ATTR, STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
 from slicer.dialect import walk_ops
 
 
@@ -117,4 +117,46 @@ def split_into_pieces(module: ir.Operation) -> int:
     return len(replaced)
 
 
-__all__ = ["aligned_piece", "split_into_pieces"]
+def equal_pieces(op: ir.Operation) -> tuple[int, int] | None:
+    """(dim, size) if `op` is a tensor.concat of two or more static operands of one size (other than 1) along
+    its dim, else None."""
+    if op.name != tensor.ConcatOp.OPERATION_NAME or len(op.operands) < 2:
+        return None
+    types = [op_.type for op_ in op.operands]
+    if not all(isinstance(t, ir.RankedTensorType) and t.has_static_shape for t in types):
+        return None
+    dim = ir.IntegerAttr(op.attributes[DIM_ATTR]).value
+    sizes = {t.shape[dim] for t in types}
+    return (dim, sizes.pop()) if len(sizes) == 1 and 1 not in sizes else None
+
+
+def concat_as_stack(module: ir.Operation) -> int:
+    """Rewrite each concat of equal pieces along a dim (`equal_pieces`: the backward of a split, `cat(q, k, v)`)
+    as the collapse of a concat along a new dim of the pieces (`[.., n, s, ..] -> [.., n * s, ..]`): the
+    pieces' dim is then a dim of its own, which propagation can tile through the concat (the concatenated dim
+    cannot be: its blocks would mix the pieces), and elementwise fusion pushes the collapse into the concat's
+    consumers (which read the pieces as `[.., n, s, ..]`, as `split_into_pieces` makes the forward read
+    them). Returns how many concats were rewritten; each new op has the concat's location."""
+    count = 0
+    for op in walk_ops(module, tensor.ConcatOp.OPERATION_NAME):
+        found = equal_pieces(op)
+        if found is None:
+            continue
+        dim, size = found
+        shape = list(op.results[0].type.shape)
+        element = op.results[0].type.element_type
+        piece_shape = shape[:dim] + [1, size] + shape[dim + 1:]
+        reassociation = [[d] for d in range(dim)] + [[dim, dim + 1]] + [[d + 1] for d in range(dim + 1, len(shape))]
+        with ir.InsertionPoint(op), op.location:
+            pieces = [tensor.expand_shape(ir.RankedTensorType.get(piece_shape, element), value, reassociation, [],
+                                          piece_shape) for value in op.operands]
+            stacked = tensor.concat(ir.RankedTensorType.get(shape[:dim] + [len(pieces), size] + shape[dim + 1:],
+                                                            element), dim, pieces)
+            whole = tensor.collapse_shape(op.results[0].type, stacked, reassociation)
+        op.results[0].replace_all_uses_with(whole)
+        op.erase()
+        count += 1
+    return count
+
+
+__all__ = ["aligned_piece", "concat_as_stack", "equal_pieces", "split_into_pieces"]
