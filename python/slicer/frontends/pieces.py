@@ -152,8 +152,10 @@ def concat_as_stack(module: ir.Operation) -> int:
                                           piece_shape) for value in op.operands]
             stacked = tensor.concat(ir.RankedTensorType.get(shape[:dim] + [len(pieces), size] + shape[dim + 1:],
                                                             element), dim, pieces)
-            whole = tensor.collapse_shape(op.results[0].type, stacked, reassociation)
-        op.results[0].replace_all_uses_with(whole)
+            for use in list(op.results[0].uses):  # a collapse per use: fusion folds only single-use reshapes
+                owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+                owner.operands[use.operand_number] = tensor.collapse_shape(op.results[0].type, stacked,
+                                                                           reassociation)
         op.erase()
         count += 1
     return count

@@ -6,12 +6,14 @@ rotate_half's halves out of that. Each rewrite leaves a module that verifies and
 import pytest
 from mlir import ir
 
+import slicer
+
 from slicer.checking import check_equivalent
 from slicer.core.errors import InternalError
 from slicer.dialect import make_context, walk_ops
 from slicer.frontends import split_into_pieces
 from slicer.frontends.cleanup import checked_step, clean_up
-from slicer.frontends.pieces import aligned_piece
+from slicer.frontends.pieces import aligned_piece, concat_as_stack
 
 # A [4, 48] projection cut into q, k, v of 16; q's first 4 columns rotated (q[:, :4]) and its other 12 passed
 # (unaligned: left alone); rotate_half of the rotated part: cat(-x2, x1) of its halves of 2. k is cut after
@@ -107,3 +109,67 @@ func.func @f(%t: tensor<4x8xf32>) -> tensor<4x2xf32> {
     message = str(caught.value)
     assert "'tensor.extract_slice' at model.py:5" in message and "does not dominate" in message
     assert "step 'misplace'" in message and "cleanup=False" in message
+
+
+# The backward of `q, k, v = qkv.split(16, dim=1)`: the gradients of the pieces concatenated, then the weight's
+# gradient (a contraction over the rows) and the input's (over the columns).
+CONCAT = """
+func.func @backward(%dq: tensor<8x16xf32>, %dk: tensor<8x16xf32>, %dv: tensor<8x16xf32>, %x: tensor<8x4xf32>,
+                    %w: tensor<48x4xf32>) -> (tensor<48x4xf32>, tensor<8x4xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %d = tensor.concat dim(1) %dq, %dk, %dv : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x48xf32>
+  %e = tensor.empty() : tensor<48x8xf32>
+  %dt = linalg.transpose ins(%d : tensor<8x48xf32>) outs(%e : tensor<48x8xf32>) permutation = [1, 0]
+  %ew = tensor.empty() : tensor<48x4xf32>
+  %fw = linalg.fill ins(%zero : f32) outs(%ew : tensor<48x4xf32>) -> tensor<48x4xf32>
+  %dw = linalg.matmul ins(%dt, %x : tensor<48x8xf32>, tensor<8x4xf32>) outs(%fw : tensor<48x4xf32>) -> tensor<48x4xf32>
+  %ex = tensor.empty() : tensor<8x4xf32>
+  %fx = linalg.fill ins(%zero : f32) outs(%ex : tensor<8x4xf32>) -> tensor<8x4xf32>
+  %dx = linalg.matmul ins(%d, %w : tensor<8x48xf32>, tensor<48x4xf32>) outs(%fx : tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %dw, %dx : tensor<48x4xf32>, tensor<8x4xf32>
+}
+"""
+
+
+def test_a_concat_of_equal_pieces_becomes_a_stack_that_both_consumers_read():
+    """Each consumer gets a collapse of its own (fusion folds single-use reshapes only), so after the cleanup both
+    contractions read the stack `[8, 3, 16]`: the pieces' dim is a loop of each, and the weight is read as
+    `[3, 16, 4]` (its gradient computed as `[3, 16, 4]`, collapsed at the end)."""
+    with make_context():
+        module = ir.Module.parse(CONCAT)
+        assert concat_as_stack(module.operation) == 1
+        assert module.operation.verify()
+        assert "(tensor<8x1x16xf32>, tensor<8x1x16xf32>, tensor<8x1x16xf32>) -> tensor<8x3x16xf32>" in str(module)
+        module = ir.Module.parse(CONCAT)
+        clean_up(module.operation)
+        cleaned = str(module)
+        contractions = [op for op in walk_ops(module.operation, "linalg.generic") if len(op.operands) == 3]
+        assert len(contractions) == 2 and all("8x3x16" in str(op.operands[0].type) for op in contractions)
+    check_equivalent(CONCAT, cleaned, step="clean_up")
+
+
+def test_propagation_tiles_the_pieces_dim_through_the_stack():
+    """The pieces' gradients tiled on their columns (the heads): as a concat, the concatenated dim could not be
+    tiled and the pieces were gathered; as a stack nothing is gathered (the input's gradient sums over the tiled
+    columns: one all_reduce)."""
+    text = CONCAT.replace("(tensor<48x4xf32>, tensor<8x4xf32>) {", "tensor<8x4xf32> {").replace(
+        "return %dw, %dx : tensor<48x4xf32>, tensor<8x4xf32>", "return %dx : tensor<8x4xf32>")
+    with make_context():
+        module = ir.Module.parse(text)
+        clean_up(module.operation)
+        cleaned = str(module)
+    tactics = slicer.parse_tactics("arg0.1=y;arg1.1=y;arg2.1=y")
+    explained = slicer.compile(cleaned, mesh=slicer.Mesh(y=2), tactics=tactics).explain()
+    assert "all_gather" not in explained and "total: 1 collectives" in explained
+
+
+def test_concats_of_unequal_or_unit_pieces_are_left_alone():
+    text = """
+func.func @f(%a: tensor<4x2xf32>, %b: tensor<4x6xf32>, %c: tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<4x2xf32>) {
+  %u = tensor.concat dim(1) %a, %b : (tensor<4x2xf32>, tensor<4x6xf32>) -> tensor<4x8xf32>
+  %v = tensor.concat dim(1) %c, %c : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<4x2xf32>
+  return %u, %v : tensor<4x8xf32>, tensor<4x2xf32>
+}
+"""
+    with make_context():
+        assert concat_as_stack(ir.Module.parse(text).operation) == 0
