@@ -3,7 +3,9 @@
     python test/fuzz/run.py --cases 5000 --seed 0 --jobs 2 --mpi-share 0.01 --json out.json
     python test/fuzz/run.py --replay out.json --index 17          # one case again, verbosely
 
-A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
+A share of the cases (`--slicing-share`, default 1%) are slicing chains instead (`slicing.py`: a projection
+cut by random slices, splits, unbinds and concats, forward and training step, data parallel, against torch
+eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
 or convnet, loss, optimizer and strategy, a few steps against torch eager); they are not shrunk (their
 description is already small) and need torch and torch-mlir (without them the share is 0).
 
@@ -33,6 +35,7 @@ from fuzz.cases import Case, generate_case  # noqa: E402
 from fuzz.programs import Features  # noqa: E402
 from fuzz.execute import FAILURES, KINDS  # noqa: E402
 from fuzz.shrink import shrink, shrink_structure  # noqa: E402
+from fuzz.slicing import SlicingCase, generate_slicing_case  # noqa: E402
 from fuzz.source import RandomSource  # noqa: E402
 from fuzz.training import TrainingCase, generate_training_case  # noqa: E402
 from fuzz.worker import Pool  # noqa: E402
@@ -66,8 +69,15 @@ def training_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "torch_mlir"))
 
 
+def wants_slicing(seed: int, index: int, share: float) -> bool:
+    return share > 0 and random.Random(f"slicing:{seed}:{index}").random() < share
+
+
 def make_any_case(args, index: int):
-    """The case of `index`: a training case for a `--training-share` of the indices, else a program case."""
+    """The case of `index`: a slicing case for a `--slicing-share` of the indices, a training case for a
+    `--training-share` of the others, else a program case."""
+    if wants_slicing(args.seed, index, getattr(args, "slicing_share", 0.0)):
+        return generate_slicing_case(case_seed(args.seed, index))
     if wants_training(args.seed, index, getattr(args, "training_share", 0.0)):
         return generate_training_case(case_seed(args.seed, index))
     return make_case(args.seed, index, args.max_ops, features_of(args))
@@ -77,8 +87,8 @@ def wants_aot(seed: int, index: int, share: float) -> bool:
     return share > 0 and random.Random(f"aot:{seed}:{index}").random() < share
 
 
-def request(case: Case | TrainingCase, mpi: bool, timeout: float, aot: bool = False) -> dict:
-    op = "training" if isinstance(case, TrainingCase) else "case"
+def request(case: Case | TrainingCase | SlicingCase, mpi: bool, timeout: float, aot: bool = False) -> dict:
+    op = "training" if isinstance(case, TrainingCase) else "slicing" if isinstance(case, SlicingCase) else "case"
     return {"op": op, "case": case.to_json(), "mpi": mpi, "aot": aot, "mpi_timeout": max(30.0, timeout - 10)}
 
 
@@ -97,6 +107,8 @@ def main(argv=None) -> int:
                     help="share of the cases also run by the simulator with the ranks' AOT kernels")
     ap.add_argument("--training-share", type=float, default=0.02,
                     help="share of the cases that are training steps (random MLPs and convnets vs torch)")
+    ap.add_argument("--slicing-share", type=float, default=0.01,
+                    help="share of the cases that are slicing chains (slice, split, unbind, cat vs torch)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case (simulator)")
     ap.add_argument("--mpi-timeout", type=float, default=240.0, help="seconds per case run on MPI ranks")
     ap.add_argument("--max-ops", type=int, default=8)
@@ -113,9 +125,9 @@ def main(argv=None) -> int:
     ap.add_argument("--replay", help="a --json file: run its case --index again and print it")
     ap.add_argument("--index", type=int)
     args = ap.parse_args(argv)
-    if args.training_share and not training_available():
-        _log("torch or torch-mlir is not installed: no training cases")
-        args.training_share = 0.0
+    if (args.training_share or args.slicing_share) and not training_available():
+        _log("torch or torch-mlir is not installed: no training or slicing cases")
+        args.training_share = args.slicing_share = 0.0
 
     if args.replay:
         return replay_one(args)
@@ -140,6 +152,7 @@ def main(argv=None) -> int:
         records.append({"index": i, "kind": out["kind"], "stage": out["stage"], "signature": out["signature"],
                         "valid": c.valid, "mpi": req["mpi"], "aot": req["aot"], "seconds": out.get("seconds"),
                         "devices": c.devices, "training": isinstance(c, TrainingCase),
+                        "slicing": isinstance(c, SlicingCase),
                         **({"dtype": c.program.dtype, "ops": len(c.program.ops)} if isinstance(c, Case) else {})})
         if out["kind"] in FAILURES or out["kind"] == "fuzzer-error":
             _log(f"[{i}] {out['kind']}: {out['signature'][:160]}")
@@ -282,7 +295,8 @@ def replay_one(args) -> int:
     if args.index not in records:
         print(f"no case {args.index} in {args.replay}")
         return 2
-    case = make_any_case(argparse.Namespace(**{"training_share": 0.0, **data["args"]}), args.index)
+    case = make_any_case(argparse.Namespace(**{"training_share": 0.0, "slicing_share": 0.0, **data["args"]}),
+                         args.index)
     mpi = records[args.index]["mpi"]
     print(case.reproducer())
     timeout = args.mpi_timeout if mpi else args.timeout

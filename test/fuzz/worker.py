@@ -6,6 +6,7 @@ line from the worker's *original* stdout (the worker points fd 1 at stderr at st
 C code cannot corrupt the protocol). Requests: `{"op": "case", "case": ..., "mpi": bool, "aot": bool,
 "corrupt": bool}`,
 `{"op": "training", "case": ..., "mpi": bool, "corrupt": bool}` (a training case, `training.py`),
+`{"op": "slicing", "case": ...}` (a slicing case, `slicing.py`),
 `{"op": "jit", "case": ...}`, and for the fuzzer's own tests `sleep` and `crash`.
 
 Parent side: `Worker.request(req, timeout)` returns an `Outcome` dict; a timeout kills the worker's whole
@@ -70,6 +71,10 @@ def _serve() -> None:
 
                 out = execute_training(TrainingCase.from_json(req["case"]), mpi=req.get("mpi", False),
                                        mpi_timeout=req.get("mpi_timeout", 120.0), corrupt=req.get("corrupt", False))
+            elif op == "slicing":
+                from .slicing import SlicingCase, execute_slicing
+
+                out = execute_slicing(SlicingCase.from_json(req["case"]))
             elif op == "jit":
                 out = check_jit(Case.from_json(req["case"]))
             elif op == "sleep":

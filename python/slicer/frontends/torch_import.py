@@ -145,22 +145,64 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself), else as it is (its aten graph traced again, see `trace`)."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
+    from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
     options = {"decomposition_table": tracing_table(torch)} if grad else {}
+    options["record_stack_traces"] = True  # the model's lines (`located_backward`)
     context = torch.enable_grad if grad else contextlib.nullcontext
     modes = TRACING_MODES
     for mode in modes[:-1]:
         try:
-            with context(), _quiet(fake_tensor.__name__):
+            with context(), fx_traceback.preserve_node_meta(), _quiet(fake_tensor.__name__):
                 graph = make_fx(function, tracing_mode=mode, **options)(*args)
         except FrontendError:
             raise  # the function's own checks (the loss is not a scalar...): the same in every mode
         except Exception:  # noqa: BLE001 - torch raises many kinds; the next mode raises what it cannot trace
             continue
         if not _has_symbolic_shapes(torch, graph):
-            return graph
-    with context():
-        return make_fx(function, tracing_mode=modes[-1], **options)(*args)
+            return _locate_backward(graph)
+    with context(), fx_traceback.preserve_node_meta():
+        return _locate_backward(make_fx(function, tracing_mode=modes[-1], **options)(*args))
+
+
+def mark_backward(torch, loss) -> None:
+    """Before autograd differentiates `loss` (inside the traced function): hooks on its graph that tag each op
+    of the backward with the sequence number of the forward op it differentiates (torch's own hooks, which
+    AOTAutograd installs for the same purpose), so that `_locate_backward` can give it that op's line."""
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+
+    if loss.grad_fn is not None:
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+
+
+def record_lines_of(torch, function) -> None:
+    """Make tracing record the lines of `function` (a loss function) too: make_fx keeps only the frames of
+    functions named `forward` in its stack traces, and those it is told are the user's (torch's anchors)."""
+    register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if register is not None:
+        register(function)
+
+
+def _locate_backward(graph):
+    """`graph` with every node that has no stack trace of its own (the backward: autograd runs it, not the
+    model's code) given the stack trace of the forward node of the same sequence number (`mark_backward`), so
+    the backward of `q, k, v = qkv.split(D, 2)` (a concat) is located at that line, like its forward."""
+    forward: dict[int, str] = {}
+    for node in graph.graph.nodes:
+        number = node.meta.get("seq_nr")
+        if node.stack_trace and number is not None and not node.meta.get("autograd_backward"):
+            forward.setdefault(number, node.stack_trace)
+    for node in graph.graph.nodes:
+        number = node.meta.get("seq_nr")
+        if node.op == "call_function" and not _has_frames(node.stack_trace) and number in forward:
+            node.stack_trace = forward[number]
+    return graph
+
+
+def _has_frames(stack_trace) -> bool:
+    """Does `stack_trace` (a node's, or None) name a Python frame (torch's marker of gradient accumulation
+    alone does not)?"""
+    return bool(stack_trace) and 'File "' in stack_trace
 
 
 @contextlib.contextmanager
@@ -288,5 +330,5 @@ def parse(text: str, what: str) -> ir.Module:
                             f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
-__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse",
-           "source_locations", "trace", "tracing_table"]
+__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "mark_backward",
+           "parse", "record_lines_of", "source_locations", "trace", "tracing_table"]

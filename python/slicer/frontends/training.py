@@ -47,7 +47,8 @@ from .optimizers import SGD, AdamW
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
 from .stateful import prune_outputs
-from .torch_import import ENTRY, finish, first_line, import_graph, load_torch, trace
+from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, mark_backward, record_lines_of,
+                           trace)
 
 LOSS = "loss"
 
@@ -84,6 +85,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, clea
     rng = torch.tensor([seed, 0], dtype=torch.int64)
     what = f"the training step of {_what(model)}"
     args = [*example_batch, *values, rng]
+    record_lines_of(torch, loss_fn)
     try:
         graph = trace(torch, step, args, what)
         # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
@@ -186,6 +188,7 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
             raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
                                 f"got {got}; reduce it (e.g. .mean())")
         if loss.requires_grad:
+            mark_backward(torch, loss)  # the backward's ops located at the lines of the forward's
             grads = torch.autograd.grad(loss, list(weights.values()), allow_unused=True, materialize_grads=True)
         else:  # no trained parameter reaches the loss
             grads = [torch.zeros_like(w) for w in weights.values()]
