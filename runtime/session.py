@@ -129,7 +129,8 @@ def load_program(job: RankJob, plan: SessionPlan) -> None:
     """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
     once, and only loaded by the ranks."""
     kernels, backend = load_kernels(plan.graph)
-    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds))] * job.ranks)
+    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds),
+                  plan.arg_names)] * job.ranks)
 
 
 class Session(ABC):
@@ -138,6 +139,7 @@ class Session(ABC):
     def __init__(self, plan: SessionPlan):
         self.plan = plan
         self.steps = 0
+        self.checkpoint: tuple[str, Path, int] | None = None  # the last one saved or loaded: (how, where, step)
 
     def step(self, *batch):
         """Run one step on `batch` (numpy arrays or torch tensors); returns the results that replace no
@@ -157,6 +159,7 @@ class Session(ABC):
         directory = begin(directory)
         records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
         write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
+        self.checkpoint = ("saved", directory, self.steps)
         return directory
 
     def load(self, directory) -> None:
@@ -167,9 +170,24 @@ class Session(ABC):
         checkpoint = open_checked(directory, self.plan.state_values())
         self._restore(checkpoint)
         self.steps = checkpoint.step
+        self.checkpoint = ("loaded", Path(directory), checkpoint.step)
 
     def close(self) -> None:
         pass
+
+    def lost_state(self) -> str:
+        """What is lost when the session's ranks are gone: the steps since the last checkpoint saved or loaded
+        (or since the session started), and how to go on."""
+        if self.checkpoint is None:
+            if not self.steps:
+                return "no step had run and no checkpoint was saved: only the initial state is lost"
+            return (f"no checkpoint was saved: the state of {_steps(1, self.steps)} since the session started is "
+                    "lost (session.save(directory) every few steps keeps it)")
+        how, directory, step = self.checkpoint
+        where = f"the checkpoint {how} at step {step} in {directory}"
+        lost = f"the state of {_steps(step + 1, self.steps)} since {where} is lost" if self.steps > step else \
+            f"no step since {where} is lost"
+        return f"{lost}: load it in a new session (session.load('{directory}')) to go on from step {step}"
 
     def __enter__(self):
         return self
@@ -188,6 +206,10 @@ class Session(ABC):
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Make the (checked) checkpoint's values the state."""
         raise CheckpointError(f"{type(self).__name__} cannot load checkpoints")
+
+
+def _steps(first: int, last: int) -> str:
+    return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
 class SimulatedSession(Session):
@@ -249,21 +271,32 @@ class LaunchedSession(Session):
 
     def _step(self, inputs):
         ranks = self.job.ranks
-        replies = self.job.request([("step", {i: self.plan.block(a, i, r) for i, a in inputs.items()})
-                                    for r in range(ranks)])
+        replies = self._request([("step", {i: self.plan.block(a, i, r) for i, a in inputs.items()})
+                                 for r in range(ranks)])
         return self.plan.outputs(replies)
 
     def state_dict(self):
-        return self.plan.state_from(self.job.request([("get", sorted(self.plan.state))] * self.job.ranks))
+        return self.plan.state_from(self._request([("get", sorted(self.plan.state))] * self.job.ranks))
 
     def _write_blocks(self, directory, jobs):
         records = {}
-        for written in self.job.request([("save", str(directory), job) for job in jobs]):
+        for written in self._request([("save", str(directory), job) for job in jobs]):
             records.update(written)
         return records
 
     def _restore(self, checkpoint):
-        self.job.request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
+        self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
+
+    def _request(self, messages: list[tuple]) -> list:
+        """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
+        is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
+        and the state as it was: that error passes as it is."""
+        try:
+            return self.job.request(messages)
+        except RunError as exc:
+            if self.job.healthy:
+                raise
+            raise RunError(f"{exc}\n{self.lost_state()}") from None
 
     def close(self):
         if self._give_back is None:
@@ -279,7 +312,7 @@ class InJobSession(Session):
         super().__init__(plan)
         plan.check_layouts()
         self.comm = comm
-        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds)
+        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank
         self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()})
 
