@@ -31,7 +31,8 @@ from slicer.core.errors import CheckpointError, RunError
 from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices, take_block
-from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest
+from .checkpoint import (Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest,
+                         writers)
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -105,10 +106,37 @@ class SessionPlan:
                         g.result_shape(i)) for i in self.returned()]
         return out[0] if len(out) == 1 else tuple(out)
 
-    def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
+    def state_jobs(self) -> list[list[int]]:
+        """Which state blocks each rank sends for a state dict: every distinct block once, from its lowest rank
+        (as a checkpoint writes them, `checkpoint.writers`), every rank's of a partial sum. A replicated state
+        (data parallel) then crosses the wire once, not once per rank."""
         g = self.graph
-        return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
-                                            self.arg_names[i], g.arg_shape(i)) for i in sorted(self.state)}
+        jobs: list[list[int]] = [[] for _ in range(g.mesh.device_count)]
+        for value in self.state_values():
+            ranks = range(g.mesh.device_count) if value.dist.partial else writers(g.mesh, value)
+            for rank in ranks:
+                jobs[rank].append(value.argument)
+        return jobs
+
+    def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The global state from the blocks `state_jobs` asked each rank for."""
+        g, state = self.graph, {}
+        for value in self.state_values():
+            i, shape = value.argument, self.graph.arg_shape(value.argument)
+            if value.dist.partial:
+                state[value.name] = assemble(g.mesh, value.dist, [b[i] for b in per_rank], value.name, shape)
+                continue
+            blocks = {rank: per_rank[rank][i] for rank in writers(g.mesh, value)}
+            if len(blocks) == 1:  # one block holds it all: no copy unless read-only (an in-band pickle's)
+                whole = next(iter(blocks.values())).reshape(value.dist.shape)
+                whole = whole if whole.flags.writeable else whole.copy()
+            else:
+                whole = np.empty(value.dist.shape, value.dtype)
+                for rank, slices in writers(g.mesh, value).items():
+                    whole[slices] = blocks[rank]
+            cut = tuple(slice(0, n) for n in shape)
+            state[value.name] = whole if tuple(shape) == whole.shape else np.ascontiguousarray(whole[cut])
+        return state
 
     def state_values(self) -> list[StateValue]:
         """The state arguments as a checkpoint records them (index, name, dtype, distributed type)."""
@@ -276,7 +304,7 @@ class LaunchedSession(Session):
         return self.plan.outputs(replies)
 
     def state_dict(self):
-        return self.plan.state_from(self._request([("get", sorted(self.plan.state))] * self.job.ranks))
+        return self.plan.state_from(self._request([("get", job) for job in self.plan.state_jobs()]))
 
     def _write_blocks(self, directory, jobs):
         records = {}
@@ -322,7 +350,7 @@ class InJobSession(Session):
         return self.plan.outputs(self.comm.allgather(returned))
 
     def state_dict(self):
-        mine = self.rank_program.blocks(sorted(self.plan.state))
+        mine = self.rank_program.blocks(self.plan.state_jobs()[self.rank_program.rank])
         return self.plan.state_from(self.comm.allgather(mine))
 
     def save(self, directory) -> Path:
