@@ -150,9 +150,7 @@ class RankJob:
         replies = self._replies(self.timeout if timeout is None else timeout)
         refused = [payload for status, payload in replies if status == "refused"]
         if refused:
-            name, message = refused[0]
-            error = getattr(errors, name, None)
-            raise (error if isinstance(error, type) and issubclass(error, errors.SlicerError) else RunError)(message)
+            raise _refusal(*refused[0])
         return [payload for _, payload in replies]
 
     def _replies(self, timeout: float) -> list[tuple]:
@@ -247,6 +245,15 @@ class RankJob:
                 connection.close()
         self._failed = self._failed or "closed"
         self._finalizer()
+
+
+def _refusal(name: str, message: str) -> RunError:
+    """The error a rank refused a request with: its catalogue class by `name` (a Slicer error raised there,
+    e.g. KernelAssertionError or CheckpointError), RunError for anything else."""
+    error = getattr(errors, name, None)
+    if isinstance(error, type) and issubclass(error, RunError):
+        return error(message)
+    return RunError(message if error is None else f"{name}: {message}")
 
 
 def _ranks(ranks: list[int]) -> str:

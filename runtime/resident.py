@@ -9,7 +9,7 @@ serves a rank of a job the session started (`runtime.rank_server`) and a rank of
 
 A step is all or nothing. A run-time check that fails on the step's data (a token id past an embedding's table)
 on some rank does not stop that rank mid-step: every rank finishes the step (`RankExecutor.run`), then the ranks
-agree (one small allreduce, only for programs that make checks) and, if any check failed, every rank drops the
+agree (an allreduce of one integer) and, if any check failed, every rank drops the
 step's results and raises the same KernelAssertionError: the state stays bit for bit what it was, and the next
 step runs as if the failed one had not been asked. Why not check the inputs before the step instead: the checks
 are arbitrary conditions inside kernels (an embedding's bound, a gather's, a user's assert), on values the
@@ -42,7 +42,7 @@ class ResidentRank:
         self.feeds = dict(feeds)
         self.names = tuple(names)
         self.comm = comm
-        self.checks = "cf.assert" in graph.kernels_mlir  # whether any kernel checks its data at run time
+        self._failures = np.zeros(2, np.int32)  # the agreement's buffers: this rank's failed checks, every rank's
         self.executor = RankExecutor(graph, comm, kernel_sources=kernel_sources)
         self.rank = self.executor.rank
         self.resident: dict[int, np.ndarray] = {}
@@ -79,8 +79,6 @@ class ResidentRank:
     def _agreed_run(self, blocks: list[np.ndarray], inputs: Mapping[int, np.ndarray]):
         """The executor's run of the step, unless a check failed on any rank: then KernelAssertionError on
         every rank (nothing replaced), saying which rank, kernel and check, and which inputs it depends on."""
-        if not self.checks:
-            return self.executor.run(blocks)
         failure = None
         try:
             outcome = self.executor.run(blocks)
@@ -90,7 +88,9 @@ class ResidentRank:
             node, error = self.executor.failed
             failure = (self.rank, self.graph.nodes[node].name, getattr(error, "check", str(error)),
                        self._inputs_of(node, inputs))
-        if not self.comm.allreduce(failure is not None):
+        self._failures[0] = failure is not None
+        self.comm.Allreduce(self._failures[:1], self._failures[1:])  # the sum over the ranks (MPI's default op)
+        if not self._failures[1]:
             return outcome
         rank, kernel, check, names = next(f for f in self.comm.allgather(failure) if f is not None)
         on = f"on the step's input(s) {', '.join(map(repr, names))}" if names else "on the state"
