@@ -1,6 +1,7 @@
 """Run under mpiexec by test_session_safety_mpi.py: a bad batch (a token id past the embedding's table, in rank
 1's half) in a small GPT's training step inside the user's MPI job raises KernelAssertionError on every rank,
-the state stays bit for bit as before, and the next good step equals torch's."""
+the state stays bit for bit as before, and the next good step equals torch's; `Program.run_in_mpi` of the bad
+batch raises on every rank too."""
 
 import sys
 from pathlib import Path
@@ -39,6 +40,11 @@ def main():
         assert s.steps == 1 and all(np.array_equal(after[n], before[n]) for n in before)
         losses.append(float(s.step(*batch)))
         final = s.state_dict()
+    try:  # a plain run under the job (Program.run_in_mpi) fails alike on every rank, none left waiting
+        prog.run_in_mpi(bad, targets)
+        raise AssertionError("a token id past the table was taken")
+    except KernelAssertionError as exc:
+        assert "rank 1" in str(exc) and "index must be smaller than dim size" in str(exc), exc
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     assert all(train.relative_error(final[n], w) < 1e-5 for n, w in want_params.items())
     print("refused ok")
