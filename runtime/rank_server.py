@@ -20,8 +20,8 @@ stopped rank from a busy one.
 
 A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
 state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
-step and agreed not to apply it), and a put, get, save or restore that failed (no collective: the other ranks
-wait for nobody). Any other failure replies ("error", message) and the rank then aborts the whole job (as
+step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
+the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the whole job (as
 `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a collective: the
 session reports the message and ends.
 """
@@ -46,7 +46,7 @@ from .wire import Receiver, send
 
 KEY_ENV = "SLICER_SESSION_KEY"
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
-LOCAL_REQUESTS = ("put", "get", "save", "restore")  # no collective: a rank failing one leaves no rank waiting
+READ_ONLY_REQUESTS = ("get", "save")  # no collective, no state replaced: a rank failing one harms nothing
 
 
 class Replies:
@@ -106,7 +106,8 @@ def serve(address: str, comm) -> None:
             else:
                 message = f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}"
             if _harmless(kind, exc):
-                replies.send(("refused", (type(exc).__name__, str(exc) if isinstance(exc, SlicerError) else message)))
+                said = str(exc) if kind == "step" else f"rank {comm.Get_rank()}: {exc}"
+                replies.send(("refused", (type(exc).__name__, said if isinstance(exc, SlicerError) else message)))
                 continue
             _abort(replies, comm, message)
         replies.send(("ok", reply))
@@ -119,10 +120,11 @@ def serve(address: str, comm) -> None:
 def _harmless(kind: str, exc: BaseException) -> bool:
     """Whether request `kind` failing with `exc` left this rank's state, and every other rank, as they were
     (the rank then serves on): a step refused by every rank (`ResidentRank.step` raises KernelAssertionError
-    only once all agreed), or a request without collectives that failed before replacing anything."""
+    only once all agreed), or a request that reads the state without collectives (a put or restore failing on
+    one rank only would leave the ranks' states out of step: that ends the job)."""
     if kind == "step":
         return isinstance(exc, KernelAssertionError)
-    return kind in LOCAL_REQUESTS and isinstance(exc, Exception)
+    return kind in READ_ONLY_REQUESTS and isinstance(exc, Exception)
 
 
 def _abort(replies: Replies, comm, message: str) -> None:

@@ -8,6 +8,7 @@
   the bad id in rank 1's half while rank 0 waits in the gradients' all_reduce) raises KernelAssertionError
   naming the input, and the session goes on: the state bit for bit as before, the next good step equal to
   torch's. In a launched job and inside the user's own mpiexec job (safety_worker.py).
+- A save a rank cannot write raises CheckpointError and the session goes on.
 - Only a rank's death ends the session, and its RunError says which steps' state is lost since which
   checkpoint.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 import slicer
-from slicer.core.errors import KernelAssertionError, RunError
+from slicer.core.errors import CheckpointError, KernelAssertionError, RunError
 from slicer.runtime.checkpoint import Checkpoint
 from slicer.runtime.mpiexec import run_spmd
 from slicer.runtime.rank import FAIL_RANK_ENV
@@ -27,7 +28,7 @@ from slicer.runtime.rank_job import SILENCE_ENV
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "unit" / "runtime"))
-from session_programs import compiled, data  # noqa: E402
+from session_programs import STEP, compiled, data  # noqa: E402
 
 ROWS, COLUMNS = 16384, 16384  # an int32 state of 1 GiB, its rows split over the 2 ranks
 
@@ -108,6 +109,21 @@ def test_a_bad_batch_inside_an_mpiexec_job_is_refused_on_every_rank():
     done = run_spmd(2, [sys.executable, str(HERE / "safety_worker.py")], timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("refused ok") == 2
+
+
+def test_a_save_a_rank_cannot_write_is_refused_and_the_session_goes_on(tmp_path):
+    x, w0 = data()
+    split = slicer.compile(STEP, mesh=slicer.Mesh(x=2), tactics=[
+        slicer.Tile(arg="w", dim=0, axes="x"), slicer.Tile(result="w", dim=0, axes="x")])
+    (tmp_path / "ck" / "001.w.r1.npy").mkdir(parents=True)  # rank 1's block file cannot be renamed into place
+    with split.session(ranks=2, state={"w": w0}) as s:
+        s.step(x)
+        with pytest.raises(CheckpointError, match=r"rank 1: cannot write .*001\.w\.r1\.npy"):
+            s.save(tmp_path / "ck")
+        assert s.job.healthy and not (tmp_path / "ck" / "manifest.json").exists()
+        s.step(x)
+        s.save(tmp_path / "ok")
+        assert np.array_equal(slicer.load_checkpoint(tmp_path / "ok")["w"], w0 * 4)
 
 
 def test_a_rank_dying_says_which_steps_are_lost_since_the_checkpoint(tmp_path, monkeypatch):
