@@ -21,9 +21,9 @@ stopped rank from a busy one.
 A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
 state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
 step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
-the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the whole job (as
-`runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a collective: the
-session reports the message and ends.
+the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the
+whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
+collective: the session reports the message and ends.
 """
 
 from __future__ import annotations
