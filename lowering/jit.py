@@ -122,9 +122,10 @@ class CompiledFunction:
         outputs = [np.empty(spec.shape, spec.dtype) for spec in self.outputs]
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)
+        result = outputs[0] if len(outputs) == 1 else tuple(outputs)
         if self._status is not None and (number := self._status()):
-            raise check_failed(self.name, number, self._assert_messages)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            raise check_failed(self.name, number, self._assert_messages, result)
+        return result
 
 
 def compile_function(module: ir.Module | ir.Operation | str, entry: str | None = None, *,

@@ -47,12 +47,16 @@ STATUS_FUNCTION = "__slicer_failed_assert"
 module gains it from `asserts.checked_asserts`)."""
 
 
-def check_failed(kernel: str, number: int, messages: tuple[str, ...]) -> KernelAssertionError:
-    """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`."""
+def check_failed(kernel: str, number: int, messages: tuple[str, ...], outputs=None) -> KernelAssertionError:
+    """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`. Its
+    `outputs` are what the call wrote (it ran to the end: gathers read clamped indices, `asserts.py`), so a
+    rank running a step with other ranks can finish the step before failing it (`runtime/executor.py`)."""
     message = messages[number - 1] if 0 < number <= len(messages) else f"check #{number}"
-    return KernelAssertionError(
+    error = KernelAssertionError(
         f"a run-time check of the program failed in kernel @{kernel}: '{message}'. The program checks this on "
         f"its input data (for example token ids within an embedding's table, as PyTorch does); fix the inputs")
+    error.check, error.outputs = message, outputs
+    return error
 
 
 @dataclass(frozen=True)
@@ -258,9 +262,10 @@ class Kernel:
             for slot, array in zip(self._out_slots, outputs):
                 frame[slot.word] = frame[slot.word + 1] = slot.address(array)  # a read-only one is refused
         self._function(*map(ctypes.addressof(frame).__add__, frame_layout.offsets))  # `frame` lives over the call
+        result = outputs[0] if len(outputs) == 1 else tuple(outputs)
         if self._check is not None:
-            self._check(self.name)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            self._check(self.name, result)
+        return result
 
     def bind(self, *inputs: np.ndarray, out) -> "BoundCall":
         """Validate once and return a no-argument callable running this kernel on these exact arrays.
@@ -349,7 +354,8 @@ class KernelLibrary:
             self.kernels[item["name"]] = Kernel(self, item["name"], inputs, outputs)
 
     def _status_checker(self):
-        """`check(kernel_name)`: raise KernelAssertionError if a check failed in the last kernel call."""
+        """`check(kernel_name, outputs)`: raise KernelAssertionError (carrying the call's `outputs`) if a check
+        failed in the last kernel call."""
         try:
             status = getattr(self.handle, STATUS_FUNCTION)
         except AttributeError:
@@ -357,10 +363,10 @@ class KernelLibrary:
         status.argtypes, status.restype = [], ctypes.c_int32
         messages = self.assert_messages
 
-        def check(kernel: str) -> None:
+        def check(kernel: str, outputs=None) -> None:
             number = status()
             if number:
-                raise check_failed(kernel, number, messages)
+                raise check_failed(kernel, number, messages, outputs)
 
         return check
 

@@ -20,6 +20,13 @@ it shares with the collectives never in flight at the same time (`MeshExecutor.p
 is new at every run and dropped after its last use, as a kernel's (`BufferTracker`). Results are the same bits as
 with `overlap=False` (every collective waited for where it stands): data movement is exact, and reductions use the
 same nonblocking MPI call either way.
+
+A run-time check of the program that fails in a kernel (`KernelAssertionError`: a token id past an embedding's
+table) does not stop the rank where it stands, which would leave the other ranks waiting for it in the next
+collective: the kernel finished (its gathers read clamped indices), so the rank runs the rest of the step, every
+collective included, and raises the first failure at the end (`failed` says which kernel). Arguments are never
+written (every kernel and collective output is a new block), so the caller can drop the step's results and keep
+the state it had (`resident.ResidentRank.step` does, once every rank agreed).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slicer import lowering
-from slicer.core.errors import InputError, KernelError
+from slicer.core.errors import InputError, KernelAssertionError, KernelError
 from slicer.lowering import CollectiveNode, KernelCache, KernelGraph, KernelLibrary
 
 from .buffer_tracker import BufferTracker
@@ -212,6 +219,7 @@ class RankExecutor:
         self.programs: dict[int, object] = dict(zip(indices, programs))
         self.labels = {index: (f"{node.op} {node.step.fields()}" if isinstance(node, CollectiveNode) else node.name)
                        for index, node in enumerate(graph.nodes)}
+        self.failed: tuple[int, KernelAssertionError] | None = None  # the last run's first failed check: (node, error)
 
     def close(self) -> None:
         """Free the collectives' shared memory and communicators (collective: every rank calls it)."""
@@ -220,8 +228,10 @@ class RankExecutor:
     def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
         """This rank's argument blocks -> (its result blocks, its timeline: one `Event` per action, in
         `time.perf_counter()` seconds). With `timed`, every collective starts after a barrier of the whole job,
-        which separates waiting for the other ranks (the event's "skew") from the transfer."""
+        which separates waiting for the other ranks (the event's "skew") from the transfer. A failed check
+        raises at the end of the run (see the module docstring)."""
         graph = self.graph
+        self.failed = None
         env = dict(zip(graph.args, blocks))
         for name, block in env.items():
             expected = graph.values[name].local_shape
@@ -241,7 +251,12 @@ class RankExecutor:
                 if node.needs_coords:
                     args.append(self.coords)
                 kernel = self.kernels[node.name]
-                out = kernel(*args)
+                try:
+                    out = kernel(*args)
+                except KernelAssertionError as exc:  # finish the step: the other ranks wait for our collectives
+                    if getattr(exc, "outputs", None) is None:
+                        raise
+                    out, self.failed = exc.outputs, self.failed or (index, exc)
                 for value, array in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                     env[value] = array
                 end = perf()
@@ -269,4 +284,6 @@ class RankExecutor:
                                     {"transfer": pending.phases.transfer, "unpack": pending.phases.unpack}))
                 # A collective's input is released only once it completed: the transfer may read it until then.
                 self.buffers.step(index, env)
+        if self.failed is not None:
+            raise self.failed[1]
         return [env[v] for v in graph.results], events

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.core.errors import RunError
+from slicer.core.errors import KernelAssertionError, RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 
@@ -67,10 +67,18 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
     executor = RankExecutor(graph, comm)
     rank = executor.rank
     blocks = [take_block(a, graph.values[n].dist, graph.mesh, rank) for a, n in zip(arrays, graph.args)]
-    results, _ = executor.run(blocks)
+    try:
+        results, failed = executor.run(blocks)[0], None
+    except KernelAssertionError as exc:  # a check failed on this rank's data: every rank still ran the whole run
+        if executor.failed is None:
+            raise
+        results, failed = None, f"rank {rank}: {exc}"
     gathered = comm.gather(results, root=0)
     # Collective, so only on success: a rank that failed must not wait in it for ranks still running.
     executor.close()
+    failures = [f for f in comm.allgather(failed) if f is not None]
+    if failures:  # on every rank alike, so no rank waits for another
+        raise KernelAssertionError(failures[0])
     if rank != 0:
         return None
     return [assemble(graph.mesh, dist, [blocks_[i] for blocks_ in gathered], f"result #{i}", graph.result_shape(i))

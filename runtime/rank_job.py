@@ -5,23 +5,26 @@ Unix socket in a private directory (mode 0700, and the connection is authenticat
 `multiprocessing.connection` does it), and `request` sends one message to each rank and waits for every reply.
 A training session keeps its parameters on such a job and sends only the batch at each step.
 
-The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's, rather than a
-protocol of our own). `sent` counts what went to the ranks: `payload` the bytes of the arrays, `message` the
-bytes on the wire, so a test can check that a step sends the batch and nothing else.
+The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's), large
+messages in chunks (`runtime.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
+`message` the bytes on the wire, so a test can check that a step sends the batch and nothing else.
 
-When a rank fails it replies with its error and aborts the job; the request then raises RunError with that
+A request the ranks refused without harm (`rank_server`: a step whose run-time check failed on its data, a save
+that could not write) raises that error, of its catalogue class, and the job serves on with its state. When a
+rank fails otherwise it replies with its error and aborts the job; the request then raises RunError with that
 message (or the job's stderr if the rank could not send it), the job is ended and every later request is
 refused. A rank that dies without replying (kill -9, a crash) is named by its process having ended (each
 rank says its pid when it connects); a rank that is hung or stopped is named by its silence: a rank answering
-a request sends a heartbeat every half second (`rank_server.Replies`), and one silent for `silence` seconds
-(default 5, $SLICER_RANK_SILENCE_SECONDS) ends the job. A request that gets no answer within `timeout`
-seconds ends the job the same way.
+a request sends a heartbeat every half second (`rank_server.Replies`), every frame of its reply counts as well,
+and one from which nothing has come for `silence` seconds (default 5, $SLICER_RANK_SILENCE_SECONDS), nor is
+waiting to be read, ends the job. The driver reads the ranks a frame at a time, so a large reply from one rank
+(a state dict of gigabytes) never keeps another's heartbeats unread. A request that gets no answer within
+`timeout` seconds ends the job the same way.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import secrets
 import shutil
 import socket
@@ -36,10 +39,12 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core import errors
 from slicer.core.errors import LaunchError, RunError
 
 from .mpiexec import end_job, start_spmd
 from .rank_server import KEY_ENV
+from .wire import Receiver, send
 
 CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
 SILENCE_ENV = "SLICER_RANK_SILENCE_SECONDS"
@@ -90,6 +95,7 @@ class RankJob:
                                   mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
         self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
         self.connections: list[Connection | None] = [None] * ranks
+        self.receivers: list[Receiver | None] = [None] * ranks
         self.pids: list[int | None] = [None] * ranks  # each rank's process id (on its host)
         self.silence = silence_limit()
         self._failed: str | None = None
@@ -121,6 +127,7 @@ class RankJob:
             if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
                 raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
             self.connections[rank], self.pids[rank] = connection, pid
+            self.receivers[rank] = Receiver(connection)
 
     @property
     def healthy(self) -> bool:
@@ -128,51 +135,61 @@ class RankJob:
         return self._failed is None and self.process.poll() is None
 
     def request(self, messages: list[tuple], *, timeout: float | None = None) -> list:
-        """Send `messages[r]` to rank r (for every rank), then wait for every reply; returns the payloads."""
+        """Send `messages[r]` to rank r (for every rank), then wait for every reply; returns the payloads. A
+        request the ranks refused raises their error (the job serves on)."""
         if self._failed is not None:
             raise RunError(f"this job of {self.ranks} ranks has ended: {self._failed}")
         if self.process.poll() is not None:
             self._fail(f"the job of {self.ranks} ranks has stopped:\n{self._stderr_tail()}")
-        for connection, message in zip(self.connections, messages):
-            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        for rank, (connection, message) in enumerate(zip(self.connections, messages)):
             self.sent.payload += _array_bytes(message)
-            self.sent.message += len(data)
             try:
-                connection.send_bytes(data)
+                self.sent.message += send(connection, message)
             except OSError:
-                lost = self._lost(self.connections.index(connection))
-                self._fail(self._first_error() or lost)
-        return self._replies(self.timeout if timeout is None else timeout)
+                self._fail(self._first_error() or self._lost(rank))
+        replies = self._replies(self.timeout if timeout is None else timeout)
+        refused = [payload for status, payload in replies if status == "refused"]
+        if refused:
+            raise _refusal(*refused[0])
+        return [payload for _, payload in replies]
 
-    def _replies(self, timeout: float) -> list:
-        replies: dict[int, object] = {}
+    def _replies(self, timeout: float) -> list[tuple]:
+        """Every rank's (status, payload), read a frame at a time from whichever rank has one (see the module
+        docstring); the job is ended on an error, a rank gone or silent, or `timeout`."""
+        replies: dict[int, tuple] = {}
         index = {id(c): r for r, c in enumerate(self.connections)}
         start = time.monotonic()
-        heard = [start] * self.ranks  # when each rank last said something (a heartbeat or its reply)
+        heard = [start] * self.ranks  # when each rank last said something (a heartbeat or a frame of its reply)
         while len(replies) < self.ranks:
             pending = [c for r, c in enumerate(self.connections) if r not in replies]
-            now = time.monotonic()
-            if now - start > timeout:
+            if time.monotonic() - start > timeout:
                 self._fail(f"no answer from rank(s) {sorted(index[id(c)] for c in pending)} within {timeout:g} s")
-            silent = [r for r in range(self.ranks) if r not in replies and now - heard[r] > self.silence]
+            for connection in wait(pending, timeout=0.5):
+                rank = index[id(connection)]
+                try:
+                    done, message = self.receivers[rank].frame()
+                except (EOFError, OSError):
+                    self._fail(self._first_error() or self._lost(rank))
+                heard[rank] = time.monotonic()
+                if done and message[0] == "error":
+                    self._fail(message[1])
+                if done and message[0] != "beat":
+                    replies[rank] = message
+            self._check_silence([r for r in range(self.ranks) if r not in replies], heard)
+        return [replies[r] for r in range(self.ranks)]
+
+    def _check_silence(self, pending: list[int], heard: list[float]) -> None:
+        """End the job if a rank of `pending` said nothing for `silence` seconds and has nothing waiting to be
+        read (what waits unread is life the driver has not looked at yet, not silence)."""
+        now = time.monotonic()
+        quiet = [r for r in pending if now - heard[r] > self.silence]
+        if quiet:
+            waiting = wait([self.connections[r] for r in quiet], timeout=0)
+            silent = [r for r in quiet if self.connections[r] not in waiting]
             if silent:
                 self._fail(f"{_ranks(silent)} stopped answering: no heartbeat for {self.silence:g} s while "
                            f"answering a request (the process is hung or stopped); the job of {self.ranks} ranks "
                            f"was ended ({SILENCE_ENV} sets the limit)")
-            for connection in wait(pending, timeout=0.5):
-                rank = index[id(connection)]
-                try:
-                    status, payload = connection.recv()
-                except (EOFError, OSError):
-                    lost = self._lost(rank)
-                    self._fail(self._first_error() or lost)
-                heard[rank] = time.monotonic()
-                if status == "beat":
-                    continue
-                if status == "error":
-                    self._fail(payload)
-                replies[rank] = payload
-        return [replies[r] for r in range(self.ranks)]
 
     def _first_error(self) -> str | None:
         """An error message a rank sent before the job ended, if one arrives within a moment."""
@@ -181,12 +198,12 @@ class RankJob:
         while live and time.monotonic() < deadline:
             for connection in wait(live, timeout=0.2):
                 try:
-                    status, payload = connection.recv()
+                    done, message = self.receivers[self.connections.index(connection)].frame()
                 except (EOFError, OSError):
                     live.remove(connection)
                     continue
-                if status == "error":
-                    return payload
+                if done and message[0] == "error":
+                    return message[1]
         return None
 
     def _lost(self, rank: int) -> str:
@@ -218,7 +235,7 @@ class RankJob:
         if graceful and self._failed is None and self.process.poll() is None and all(self.connections):
             try:
                 for connection in self.connections:
-                    connection.send_bytes(pickle.dumps(("close",)))
+                    send(connection, ("close",))
                 self._replies(30.0)
                 self.process.wait(timeout=10)
             except (RunError, OSError, subprocess.TimeoutExpired):
@@ -228,6 +245,15 @@ class RankJob:
                 connection.close()
         self._failed = self._failed or "closed"
         self._finalizer()
+
+
+def _refusal(name: str, message: str) -> RunError:
+    """The error a rank refused a request with: its catalogue class by `name` (a Slicer error raised there,
+    e.g. KernelAssertionError or CheckpointError), RunError for anything else."""
+    error = getattr(errors, name, None)
+    if isinstance(error, type) and issubclass(error, RunError):
+        return error(message)
+    return RunError(message if error is None else f"{name}: {message}")
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -104,7 +104,7 @@ def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mp
         replies = job.request([("step", {i: plan.block(a, i, r) for i, a in enumerate(arrays)})
                                for r in range(ranks)])
     except RunError:
-        if not own:
+        if not own and not job.healthy:  # a step refused on its data (KernelAssertionError) leaves it serving
             _JOBS.pop((ranks, mpiexec), None)
         raise
     finally:

@@ -4,8 +4,8 @@ The process that started the job (`runtime.rank_job.RankJob`) listens on ADDRESS
 authenticated with the key in `SLICER_SESSION_KEY`); every rank connects, says which rank it is, and then
 answers requests, one at a time, all ranks the same sequence (requests that run the program are collective):
 
-- ("load", graph_json, kernel_sources, feeds): the program this job runs (`ResidentRank`): the kernels are
-  loaded once, the collectives' communicators and buffers set up once;
+- ("load", graph_json, kernel_sources, feeds, arg_names): the program this job runs (`ResidentRank`): the
+  kernels are loaded once, the collectives' communicators and buffers set up once;
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
@@ -14,8 +14,14 @@ answers requests, one at a time, all ranks the same sequence (requests that run 
 - ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
 - ("close",): free the program and leave.
 
-Replies are ("ok", payload); while a rank answers a request it also sends ("beat", None) every half second
-(`Replies`), which is how the driver tells a hung or stopped rank from a busy one. A request that fails replies ("error", message) and the rank then aborts the
+Messages go through `runtime.wire` (large ones in chunks). Replies are ("ok", payload); while a rank answers a
+request it also sends ("beat", None) every half second (`Replies`), which is how the driver tells a hung or
+stopped rank from a busy one.
+
+A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
+state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
+step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
+the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the
 whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
 collective: the session reports the message and ends.
 """
@@ -29,16 +35,18 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
-from slicer.core.errors import InternalError, SlicerError
+from slicer.core.errors import InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
 from .checkpoint import write_block
 from .heap import keep_freed_memory
 from .rank import ABORT_GRACE_SECONDS, maybe_kill
 from .resident import ResidentRank
+from .wire import Receiver, send
 
 KEY_ENV = "SLICER_SESSION_KEY"
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
+READ_ONLY_REQUESTS = ("get", "save")  # no collective, no state replaced: a rank failing one harms nothing
 
 
 class Replies:
@@ -58,9 +66,11 @@ class Replies:
             self.busy = True
 
     def send(self, message) -> None:
+        """Send the reply (in chunks when large, `wire.send`: the driver counts every chunk as a sign of life,
+        so no heartbeat goes in between) and stop beating until the next request."""
         with self.lock:
             self.busy = False
-            self.connection.send(message)
+            send(self.connection, message)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -79,30 +89,27 @@ def serve(address: str, comm) -> None:
     """Answer the driver's requests on this rank until it says "close" or goes away."""
     connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid()))
-    replies = Replies(connection)
+    replies, receiver = Replies(connection), Receiver(connection)
     program: ResidentRank | None = None
     while True:
         try:
-            request = connection.recv()
+            request = receiver.receive()
         except EOFError:  # the driver is gone: nothing left to answer
             break
         replies.working()
         kind = request[0]
         try:
             reply, program = _answer(request, program, comm)
-        except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver, then stop the job
+        except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
             if isinstance(exc, SlicerError):
                 message = f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}"
             else:
                 message = f"slicer rank {comm.Get_rank()} failed:\n{traceback.format_exc()}"
-            sys.stderr.write(message + "\n")
-            sys.stderr.flush()
-            try:
-                replies.send(("error", message))
-            except OSError:
-                pass
-            time.sleep(ABORT_GRACE_SECONDS)
-            comm.Abort(1)
+            if _harmless(kind, exc):
+                said = str(exc) if kind == "step" else f"rank {comm.Get_rank()}: {exc}"
+                replies.send(("refused", (type(exc).__name__, said if isinstance(exc, SlicerError) else message)))
+                continue
+            _abort(replies, comm, message)
         replies.send(("ok", reply))
         if kind == "close":
             break
@@ -110,13 +117,36 @@ def serve(address: str, comm) -> None:
     connection.close()
 
 
+def _harmless(kind: str, exc: BaseException) -> bool:
+    """Whether request `kind` failing with `exc` left this rank's state, and every other rank, as they were
+    (the rank then serves on): a step refused by every rank (`ResidentRank.step` raises KernelAssertionError
+    only once all agreed), or a request that reads the state without collectives (a put or restore failing on
+    one rank only would leave the ranks' states out of step: that ends the job)."""
+    if kind == "step":
+        return isinstance(exc, KernelAssertionError)
+    return kind in READ_ONLY_REQUESTS and isinstance(exc, Exception)
+
+
+def _abort(replies: Replies, comm, message: str) -> None:
+    """Report `message` to the driver and stderr, then end the whole job (other ranks may wait for this one)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    try:
+        replies.send(("error", message))
+    except OSError:
+        pass
+    time.sleep(ABORT_GRACE_SECONDS)
+    comm.Abort(1)
+
+
 def _answer(request, program: ResidentRank | None, comm):
     kind = request[0]
     if kind == "load":
-        _, graph_json, sources, feeds = request
+        _, graph_json, sources, feeds, *names = request  # names: the arguments' (older drivers send none)
         if program is not None:
             program.close()
-        program = ResidentRank(KernelGraph.from_json(graph_json), comm, feeds=feeds, kernel_sources=sources)
+        program = ResidentRank(KernelGraph.from_json(graph_json), comm, feeds=feeds, kernel_sources=sources,
+                               names=names[0] if names else ())
         maybe_kill(program.rank, "compiled")
         return None, program
     if kind == "close":

@@ -31,7 +31,8 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices, take_block
-from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest
+from .checkpoint import (Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest,
+                         writers)
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -121,10 +122,37 @@ class SessionPlan:
                         g.result_shape(i)) for i in self.returned()]
         return out[0] if len(out) == 1 else tuple(out)
 
-    def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
+    def state_jobs(self) -> list[list[int]]:
+        """Which state blocks each rank sends for a state dict: every distinct block once, from its lowest rank
+        (as a checkpoint writes them, `checkpoint.writers`), every rank's of a partial sum. A replicated state
+        (data parallel) then crosses the wire once, not once per rank."""
         g = self.graph
-        return {self.arg_names[i]: assemble(g.mesh, g.values[g.args[i]].dist, [blocks[i] for blocks in per_rank],
-                                            self.arg_names[i], g.arg_shape(i)) for i in sorted(self.state)}
+        jobs: list[list[int]] = [[] for _ in range(g.mesh.device_count)]
+        for value in self.state_values():
+            ranks = range(g.mesh.device_count) if value.dist.partial else writers(g.mesh, value)
+            for rank in ranks:
+                jobs[rank].append(value.argument)
+        return jobs
+
+    def state_from(self, per_rank: list[dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The global state from the blocks `state_jobs` asked each rank for."""
+        g, state = self.graph, {}
+        for value in self.state_values():
+            i, shape = value.argument, self.graph.arg_shape(value.argument)
+            if value.dist.partial:
+                state[value.name] = assemble(g.mesh, value.dist, [b[i] for b in per_rank], value.name, shape)
+                continue
+            blocks = {rank: per_rank[rank][i] for rank in writers(g.mesh, value)}
+            if len(blocks) == 1:  # one block holds it all: no copy unless read-only (an in-band pickle's)
+                whole = next(iter(blocks.values())).reshape(value.dist.shape)
+                whole = whole if whole.flags.writeable else whole.copy()
+            else:
+                whole = np.empty(value.dist.shape, value.dtype)
+                for rank, slices in writers(g.mesh, value).items():
+                    whole[slices] = blocks[rank]
+            cut = tuple(slice(0, n) for n in shape)
+            state[value.name] = whole if tuple(shape) == whole.shape else np.ascontiguousarray(whole[cut])
+        return state
 
     def state_values(self) -> list[StateValue]:
         """The state arguments as a checkpoint records them (index, name, dtype, distributed type)."""
@@ -145,7 +173,8 @@ def load_program(job: RankJob, plan: SessionPlan) -> None:
     """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
     once, and only loaded by the ranks."""
     kernels, backend = load_kernels(plan.graph)
-    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds))] * job.ranks)
+    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds),
+                  plan.arg_names)] * job.ranks)
 
 
 class Session(ABC):
@@ -154,6 +183,7 @@ class Session(ABC):
     def __init__(self, plan: SessionPlan):
         self.plan = plan
         self.steps = 0
+        self.checkpoint: tuple[str, Path, int] | None = None  # the last one saved or loaded: (how, where, step)
 
     def step(self, *batch, **hyperparameters):
         """Run one step on `batch` (numpy arrays or torch tensors); returns the results that replace no
@@ -176,6 +206,7 @@ class Session(ABC):
         directory = begin(directory)
         records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
         write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
+        self.checkpoint = ("saved", directory, self.steps)
         return directory
 
     def load(self, directory) -> None:
@@ -186,9 +217,24 @@ class Session(ABC):
         checkpoint = open_checked(directory, self.plan.state_values())
         self._restore(checkpoint)
         self.steps = checkpoint.step
+        self.checkpoint = ("loaded", Path(directory), checkpoint.step)
 
     def close(self) -> None:
         pass
+
+    def lost_state(self) -> str:
+        """What is lost when the session's ranks are gone: the steps since the last checkpoint saved or loaded
+        (or since the session started), and how to go on."""
+        if self.checkpoint is None:
+            if not self.steps:
+                return "no step had run and no checkpoint was saved: only the initial state is lost"
+            return (f"no checkpoint was saved: the state of {_steps(1, self.steps)} since the session started is "
+                    "lost (session.save(directory) every few steps keeps it)")
+        how, directory, step = self.checkpoint
+        where = f"the checkpoint {how} at step {step} in {directory}"
+        lost = f"the state of {_steps(step + 1, self.steps)} since {where} is lost" if self.steps > step else \
+            f"no step since {where} is lost"
+        return f"{lost}: load it in a new session (session.load('{directory}')) to go on from step {step}"
 
     def __enter__(self):
         return self
@@ -207,6 +253,10 @@ class Session(ABC):
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Make the (checked) checkpoint's values the state."""
         raise CheckpointError(f"{type(self).__name__} cannot load checkpoints")
+
+
+def _steps(first: int, last: int) -> str:
+    return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
 class SimulatedSession(Session):
@@ -268,21 +318,32 @@ class LaunchedSession(Session):
 
     def _step(self, inputs):
         ranks = self.job.ranks
-        replies = self.job.request([("step", {i: self.plan.block(a, i, r) for i, a in inputs.items()})
-                                    for r in range(ranks)])
+        replies = self._request([("step", {i: self.plan.block(a, i, r) for i, a in inputs.items()})
+                                 for r in range(ranks)])
         return self.plan.outputs(replies)
 
     def state_dict(self):
-        return self.plan.state_from(self.job.request([("get", sorted(self.plan.state))] * self.job.ranks))
+        return self.plan.state_from(self._request([("get", job) for job in self.plan.state_jobs()]))
 
     def _write_blocks(self, directory, jobs):
         records = {}
-        for written in self.job.request([("save", str(directory), job) for job in jobs]):
+        for written in self._request([("save", str(directory), job) for job in jobs]):
             records.update(written)
         return records
 
     def _restore(self, checkpoint):
-        self.job.request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
+        self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
+
+    def _request(self, messages: list[tuple]) -> list:
+        """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
+        is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
+        and the state as it was: that error passes as it is."""
+        try:
+            return self.job.request(messages)
+        except RunError as exc:
+            if self.job.healthy:
+                raise
+            raise RunError(f"{exc}\n{self.lost_state()}") from None
 
     def close(self):
         if self._give_back is None:
@@ -298,7 +359,7 @@ class InJobSession(Session):
         super().__init__(plan)
         plan.check_layouts()
         self.comm = comm
-        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds)
+        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank
         self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()})
 
@@ -308,7 +369,7 @@ class InJobSession(Session):
         return self.plan.outputs(self.comm.allgather(returned))
 
     def state_dict(self):
-        mine = self.rank_program.blocks(sorted(self.plan.state))
+        mine = self.rank_program.blocks(self.plan.state_jobs()[self.rank_program.rank])
         return self.plan.state_from(self.comm.allgather(mine))
 
     def save(self, directory) -> Path:

@@ -93,3 +93,15 @@ def test_gathers_without_checks_stay_in_bounds(cache_dir):
         np.testing.assert_array_equal(got[0, 1], TABLE[9])
         np.testing.assert_array_equal(got[1, 0], TABLE[0])
         np.testing.assert_array_equal(got[0, 0], TABLE[0])
+
+
+@pytest.mark.parametrize("backend", ["jit", "aot"])
+def test_a_failed_check_carries_what_the_call_wrote(cache_dir, backend):
+    """The kernel ran to the end (gathers clamped): a rank finishes its step with these outputs before failing
+    it, so the other ranks are not left waiting in a collective (runtime/executor.py)."""
+    ids = GOOD.copy()
+    ids[0, 1] = 12
+    with pytest.raises(KernelAssertionError) as caught:
+        kernels(cache_dir)[backend](ids, TABLE)
+    assert caught.value.check == "index must be smaller than dim size"
+    np.testing.assert_array_equal(caught.value.outputs, TABLE[np.clip(ids, 0, 9)])
