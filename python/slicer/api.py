@@ -45,6 +45,7 @@ from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
+from slicer.spmd.degraded import by_cause
 from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
@@ -424,8 +425,9 @@ def _graph_of(program, entry):
 
 
 def _say_degraded(module: ir.Module, strict: bool) -> None:
-    """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), or raise with `strict`."""
-    notes = [note for notes in report(module).degraded.values() for note in notes]
+    """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), once per cause (a tactic lost
+    in every layer for one reason is one warning: `by_cause`), or raise with `strict`."""
+    notes = by_cause([note for notes in report(module).degraded.values() for note in notes])
     if notes and strict:
         raise TacticError([Located(module.operation.location, f"{note} (strict=True: compile without it to accept "
                                                               "the replicated op, or change the tactic or mesh)")

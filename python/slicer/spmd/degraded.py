@@ -104,6 +104,48 @@ def record(func: ir.Operation, notes: list[str]) -> None:
         func.attributes[DEGRADED_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])
 
 
+_SPLIT = " instead of split over "
+_STOPS = " stops here: "
+
+
+def cause(note: str) -> str:
+    """What degrades the strategy at the place `note` (a `Loss.note`) describes, without naming the tactic or the
+    place: the reason propagation gave ("... has size 3, which y=2 does not divide"), so that the notes of one
+    cause (every layer's heads, forward and backward) can be said once."""
+    _, found, rest = note.partition(_SPLIT)
+    why = rest.partition(" (")[2].removesuffix(")") if found else note
+    return why.partition(_STOPS)[2] or why
+
+
+def by_cause(notes: list[str]) -> list[str]:
+    """The notes said once per cause (`cause`): a note alone as it is; several as one text that gives the cause,
+    the first note in full, then the tactics and the places of the others (a few of each, and how many more)."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        groups.setdefault(cause(note), []).append(note)
+    said = []
+    for reason, group in groups.items():
+        if len(group) == 1:
+            said.append(group[0])
+            continue
+        tactics = list(dict.fromkeys(n.partition(" is degraded:")[0] for n in group))
+        places = list(dict.fromkeys(_place(n) for n in group))
+        said.append(f"{len(group)} places lose a tactic's split for one cause: {reason}. The first: {group[0]}. "
+                    f"Tactics: {_few(tactics)}; places: {_few(places)}")
+    return said
+
+
+def _place(note: str) -> str:
+    """The op a note says is computed whole, with its location ("'linalg.generic' at model.py:30:0")."""
+    head = note.partition(_SPLIT)[0]
+    return head.rpartition(", and ")[2].removesuffix(" is computed whole on every device")
+
+
+def _few(items: list[str], shown: int = 4) -> str:
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def notes_of(func: ir.Operation) -> list[str]:
     """The degradation notes `record` wrote on an SPMD function."""
     if DEGRADED_ATTR not in func.attributes:

@@ -52,3 +52,23 @@ def test_the_textbook_megatron_block_says_nothing(devices):
     _, _, imported = block(32, 4)
     prog, said = compiled(imported, devices, strict=True)
     assert said == [] and "warning:" not in prog.explain()
+
+
+def test_a_cause_in_every_layer_is_one_warning_whatever_the_depth():
+    """3 heads on y=2 in every block of a GPT's training step: the weights of every layer lose their split, forward
+    and backward, for the same reason. One warning per reason (naming every tactic and place), not per layer."""
+    train = load("torch/train_step.py", "train_step")
+    counts = []
+    for layers in (1, 3):
+        model, loss_fn, batch = train.gpt(n_head=3, d_model=24, n_layer=layers)
+        step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))
+        tactics = slicer.strategies.megatron(step, "y", column=["blocks.*.attn.c_attn.*"],
+                                             row=["blocks.*.attn.c_proj.weight"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            slicer.compile(step, mesh=slicer.Mesh(y=2), tactics=tactics)
+        said = [str(w.message) for w in caught if issubclass(w.category, slicer.DegradedStrategy)]
+        assert said and all("which y=2 does not divide" in m for m in said)
+        counts.append(len(said))
+    assert counts[0] == counts[1]
+    assert "blocks.0.attn.c_attn.weight" in said[0] and " more" in said[0] and "gpt2_block.py:" in said[0]
