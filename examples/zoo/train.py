@@ -1,4 +1,4 @@
-"""Train the zoo (models.py) for a few AdamW steps under each strategy and compare with torch eager.
+"""Train the zoo (zoo_models.py) for a few AdamW steps under each strategy and compare with torch eager.
 
     python examples/zoo/train.py                       # every model, data / ZeRO-3 / Megatron, simulator
     python examples/zoo/train.py --ranks 2             # the same on 2 MPI ranks
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import ZOO  # noqa: E402
+from zoo_models import ZOO  # noqa: E402
 
 import slicer  # noqa: E402
 from slicer import strategies as st  # noqa: E402

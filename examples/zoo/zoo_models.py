@@ -544,7 +544,7 @@ class T5(nn.Module):
             x, bias = layer(x, bias)
         memory = self.encoder_norm(x)
         T = decoder_input_ids.shape[1]
-        causal = torch.triu(torch.full((T, T), torch.finfo(memory.dtype).min), diagonal=1)
+        causal = torch.triu(torch.full((T, T), torch.finfo(memory.dtype).min, dtype=memory.dtype), diagonal=1)
         y, bias = self.shared(decoder_input_ids), None
         for layer in self.decoder:
             y, bias = layer(y, bias, causal, memory)
