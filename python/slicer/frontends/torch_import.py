@@ -35,6 +35,7 @@ from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
+from .composites import decomposed_composites
 from .decompositions import decompositions
 from .torch_lowering import lower
 
@@ -128,11 +129,20 @@ example's, which is what Slicer's static shapes need."""
 def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
-    function itself), else as it is (its aten graph traced again, see `trace`)."""
+    function itself: the aten table and the composite functions, `composites.py`), else as it is (its aten
+    graph traced again, see `trace`)."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
 
     options = {"decomposition_table": decompositions(torch)} if grad else {}
-    context = torch.enable_grad if grad else contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def context():
+        with contextlib.ExitStack() as stack:
+            if grad:
+                stack.enter_context(torch.enable_grad())
+                stack.enter_context(decomposed_composites(torch))
+            yield
+
     modes = TRACING_MODES
     for mode in modes[:-1]:
         try:
