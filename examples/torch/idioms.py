@@ -5,8 +5,8 @@
   attention with `enable_gqa=True` or with the keys and values repeated by `repeat_interleave`), separate q, k, v
   projections (Megatron splits them by heads: `MEGATRON`), a gelu MLP, an LM head, cross-entropy.
 - `MixtralMoE`: a Mixtral-style top-2 mixture of experts: a linear router, softmax, `torch.topk(2)`, the two
-  gates renormalised, dispatch and combine as `F.one_hot` masks (or the gates written with `scatter`, or read
-  back with `gather`), stacked expert weights `[E, D, H]` applied with `torch.einsum` and silu (SwiGLU), and the
+  gates renormalised, dispatch and combine as `F.one_hot` masks (or the top probabilities read back with
+  `gather` and the gates written with `scatter`), stacked expert weights `[E, D, H]` applied with `torch.einsum` and silu (SwiGLU), and the
   Switch/Mixtral load-balancing loss `E * sum_e f_e * P_e` added to the task's.
 
     python examples/torch/idioms.py      # every flavour: 3 AdamW steps on the simulator against torch
@@ -29,10 +29,11 @@ import train_step  # noqa: E402
 import slicer  # noqa: E402
 from slicer import strategies  # noqa: E402
 
-ATTENTION = ("causal", "bool_mask", "float_mask", "scale", "gqa", "repeat_interleave")
-"""The ways `NanoGPT` writes its attention (see `Attention.forward`)."""
+ATTENTION = {"causal": ("causal", "scale", "gqa", "repeat_interleave"), "masked": ("bool_mask", "float_mask")}
+"""`NanoGPT`s by the ways their blocks write attention (see `Attention.forward`), one block per way: the causal
+ones, and those given a padding mask."""
 
-ROUTERS = ("one_hot", "scatter", "gather")
+ROUTERS = ("one_hot", "scatter_gather")
 """The ways `MixtralMoE` builds its gates (see `MixtralMoE.gates`)."""
 
 MEGATRON = {"column": ["blocks.*.attn.q.*", "blocks.*.attn.k.*", "blocks.*.attn.v.*", "blocks.*.fc1.*"],
@@ -61,6 +62,8 @@ class Attention(nn.Module):
         if self.flavor == "repeat_interleave":  # LLaMA's repeat_kv, as many codebases write it
             k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
             v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        if self.flavor == "float_mask":  # BERT's additive mask: -10000 where a key is padding
+            mask = (~mask).to(q.dtype) * -10000.0
         options = {"is_causal": mask is None}
         if self.flavor == "scale":
             options["scale"] = 0.3
@@ -83,12 +86,15 @@ class Block(nn.Module):
 
 
 class NanoGPT(nn.Module):
-    def __init__(self, vocab: int = 32, seq: int = 8, d_model: int = 16, n_head: int = 4, n_layer: int = 2,
-                 flavor: str = "causal"):
+    """Blocks whose attention is written the ways `flavors` name (one block each: `ATTENTION`)."""
+
+    def __init__(self, vocab: int = 32, seq: int = 8, d_model: int = 16, n_head: int = 4,
+                 flavors: tuple[str, ...] = ("causal",)):
         super().__init__()
-        n_kv_head = n_head // 2 if flavor in ("gqa", "repeat_interleave") else n_head
         self.wte, self.wpe = nn.Embedding(vocab, d_model), nn.Embedding(seq, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_head, n_kv_head, flavor) for _ in range(n_layer))
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_head, n_head // 2 if flavor in ("gqa", "repeat_interleave") else n_head, flavor)
+            for flavor in flavors)
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab, bias=False)
 
@@ -99,23 +105,22 @@ class NanoGPT(nn.Module):
         return self.lm_head(self.ln_f(h))
 
 
-def nano_gpt(flavor: str = "causal", seed: int = 0, *, batch: int = 4, seq: int = 8, vocab: int = 32, **sizes):
-    """(model, loss_fn, batch): `NanoGPT` with attention `flavor` predicting the next token of random sequences;
-    the mask flavours add a padding mask [B, 1, 1, S] to the batch (the last two tokens of odd sequences
-    padded), boolean (True: attend) or additive (BERT's -10000 at the padding)."""
+def nano_gpt(kind: str = "causal", seed: int = 0, *, batch: int = 4, seq: int = 8, vocab: int = 32, **sizes):
+    """(model, loss_fn, batch): the `NanoGPT` of `ATTENTION[kind]` predicting the next token of random sequences.
+    The masked kind takes a padding mask [B, 1, 1, S] with the batch, as BERT is given one (True: attend; the
+    last two tokens of odd sequences are padding), which its additive block turns into -10000s."""
     torch.manual_seed(seed)
-    model = NanoGPT(vocab, seq, flavor=flavor, **sizes)
+    model = NanoGPT(vocab, seq, flavors=ATTENTION[kind], **sizes)
     tokens = torch.randint(0, vocab, (batch, seq + 1))
     idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    if flavor not in ("bool_mask", "float_mask"):
+    if kind != "masked":
         def loss_fn(model, idx, targets):
             logits = model(idx)
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
         return model, loss_fn, (idx, targets)
-    keep = torch.ones(batch, 1, 1, seq, dtype=torch.bool)
-    keep[1::2, ..., -2:] = False
-    mask = keep if flavor == "bool_mask" else (~keep).float() * -10000.0
+    mask = torch.ones(batch, 1, 1, seq, dtype=torch.bool)
+    mask[1::2, ..., -2:] = False
 
     def masked_loss_fn(model, idx, targets, mask):
         logits = model(idx, mask)
@@ -141,11 +146,11 @@ class MixtralMoE(nn.Module):
     def gates(self, probs):
         """([T, E] gates, [T, k, E] one-hot dispatch): the top-k probabilities renormalised to sum to 1."""
         top_p, top_i = torch.topk(probs, self.top_k, dim=-1)
-        if self.router_kind == "gather":
+        if self.router_kind == "scatter_gather":  # the probabilities read back by index
             top_p = probs.gather(-1, top_i)
         top_p = top_p / top_p.sum(-1, keepdim=True)
         dispatch = F.one_hot(top_i, self.experts).to(probs.dtype)
-        if self.router_kind == "scatter":
+        if self.router_kind == "scatter_gather":  # the gates written at the chosen experts
             return torch.zeros_like(probs).scatter(-1, top_i, top_p), dispatch
         return torch.einsum("tke,tk->te", dispatch, top_p), dispatch
 
@@ -190,7 +195,7 @@ def mixtral_moe(router: str = "one_hot", seed: int = 0, *, batch: int = 4, seq: 
 
 def main() -> None:
     optimizer = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
-    cases = [(f"nanoGPT {f}", nano_gpt(f)) for f in ATTENTION] + [(f"MoE {r}", mixtral_moe(r)) for r in ROUTERS]
+    cases = [(f"nanoGPT {k}", nano_gpt(k)) for k in ATTENTION] + [(f"MoE {r}", mixtral_moe(r)) for r in ROUTERS]
     for name, (model, loss_fn, batch) in cases:
         step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
         prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=strategies.data_parallel(step, "x"))

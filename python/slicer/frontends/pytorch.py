@@ -33,7 +33,8 @@ import re
 from slicer.core.errors import FrontendError
 
 from .program import ImportedProgram
-from .torch_import import ENTRY, export, finish, first_line, import_graph, load_torch, trace
+from .torch_import import (ENTRY, data_dependent_error, export, finish,
+                           first_line, import_graph, load_torch, trace)
 
 #: What an error of torch.export or make_fx says when gradients are what it could not trace.
 GRADIENTS = re.compile(r"grad|TensorWrapper|functorch", re.IGNORECASE)
@@ -141,6 +142,9 @@ def _import(torch, fx, module, args, what: str) -> str:
         except FrontendError:
             raise
         except Exception as traced:
+            data_dependent = data_dependent_error(traced, what)
+            if data_dependent is not None:
+                raise data_dependent from traced
             if GRADIENTS.search(f"{exported}\n{traced}"):
                 raise FrontendError(
                     f"torch-mlir could not import {what}: it computes gradients, which torch.export cannot trace "

@@ -24,13 +24,14 @@ import logging
 import os
 import re
 import sys
+import traceback
 import warnings
 
 from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.source_lines import user_frame
+from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
@@ -92,18 +93,43 @@ def export(torch, fx, module, args, what: str) -> str:
     return lower(imported, what)
 
 
-def trace(torch, function, args):
+#: What torch raises where tracing reads a tensor's value: make_fx's `aten._local_scalar_dense`, torch.export's
+#: guard on a data-dependent symbol.
+DATA_DEPENDENT = re.compile(r"_local_scalar_dense|GuardOnDataDependentSymNode|data-dependent")
+
+
+def data_dependent_error(exc: BaseException, what: str) -> FrontendError | None:
+    """A FrontendError naming the Python line at which tracing `what` read a tensor's value (`exc`, what torch
+    raised there), or None when `exc` is another error."""
+    if not DATA_DEPENDENT.search(f"{type(exc).__name__}: {exc}"):
+        return None
+    stack = [(frame.filename, frame.lineno) for frame in reversed(traceback.extract_tb(exc.__traceback__))]
+    frame = first_user_frame(stack)
+    where = f" at {frame[0]}:{frame[1]}" if frame else ""
+    return FrontendError(
+        f"{what} reads the value of a tensor while it is traced{where} (aten._local_scalar_dense: .item(), "
+        "int(tensor), or a function whose result's size depends on the data, e.g. F.one_hot without "
+        "num_classes, torch.topk with k read from a tensor, nonzero, indexing with a boolean mask). Slicer's "
+        "programs have static shapes: give such sizes as Python ints (F.one_hot(index, num_classes), "
+        "torch.topk(x, k) with an int k), or compute that part outside the model")
+
+
+def trace(torch, function, args, *, stack_traces: bool = False):
     """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it with gradients enabled
     (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the
     graph writes into one of its arguments (a buffer updated in training mode: Slicer's programs are functions of
-    their arguments), else what tracing raises.
+    their arguments), else what tracing raises. `stack_traces`: record each op's Python stack (torch-mlir makes
+    it the op's location, which errors about the program quote), at a cost (a fourth of a GPT step's import).
 
     In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
-    functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused."""
-    from torch.fx.experimental.proxy_tensor import make_fx  # optional dependency, like torch itself
+    functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused. The graph
+    runs node by node (`torch.fx.Interpreter`) with its nodes' metadata preserved, so the new nodes keep the
+    stacks of the ones they come from."""
+    from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
+    from torch.fx.experimental.proxy_tensor import make_fx
 
-    graph = _make_fx(torch, make_fx, function, args)
+    graph = _make_fx(torch, make_fx, function, args, stack_traces=stack_traces)
     mutating = [node for node in graph.graph.nodes if _schema(node) is not None and _schema(node).is_mutable]
     for node in mutating:
         written = _written_argument(node)
@@ -112,7 +138,9 @@ def trace(torch, function, args):
                                 "batch norm's running statistics in training mode); call .eval() on such modules, "
                                 "or compute the new value and return it")
     if mutating:
-        graph = _make_fx(torch, make_fx, torch.func.functionalize(graph, remove="mutations"), args, grad=False)
+        run = torch.fx.Interpreter(graph).run
+        with fx_traceback.preserve_node_meta():
+            graph = _make_fx(torch, make_fx, torch.func.functionalize(run, remove="mutations"), args, grad=False)
     return graph
 
 
@@ -126,7 +154,7 @@ depends on the data (a boolean mask): there the fake graph has a symbolic size w
 example's, which is what Slicer's static shapes need."""
 
 
-def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
+def _make_fx(torch, make_fx, function, args, *, grad: bool = True, stack_traces: bool = False):
     """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself: the aten table and the composite functions, `composites.py`), else as it is (its aten
@@ -147,7 +175,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     for mode in modes[:-1]:
         try:
             with context(), _quiet(fake_tensor.__name__):
-                graph = make_fx(function, tracing_mode=mode, **options)(*args)
+                graph = make_fx(function, tracing_mode=mode, record_stack_traces=stack_traces, **options)(*args)
         except FrontendError:
             raise  # the function's own checks (the loss is not a scalar...): the same in every mode
         except Exception:  # noqa: BLE001 - torch raises many kinds; the next mode raises what it cannot trace
@@ -155,7 +183,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
         if not _has_symbolic_shapes(torch, graph):
             return graph
     with context():
-        return make_fx(function, tracing_mode=modes[-1], **options)(*args)
+        return make_fx(function, tracing_mode=modes[-1], record_stack_traces=stack_traces, **options)(*args)
 
 
 @contextlib.contextmanager
@@ -272,15 +300,41 @@ def parse(text: str, what: str) -> ir.Module:
         unknown = re.search(r"Dialect `([\w.]+)' not found for custom op '([\w.]+)'", message)
         if unknown:
             dialect, op = unknown.groups()
+            line = _op_source_line(text, op)
             raise FrontendError(
-                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
-                "sort, topk, scatter and index_put that way) which MLIR's linalg cannot express and Slicer cannot "
-                "compile; compute that part outside the imported model, or write it with ops that lower to linalg"
+                f"{what} uses '{op}'{f' (at {line})' if line else ''}, an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
+                "sort, scatter with a reduction, and index_put with a mask or several indices that way) which "
+                "MLIR's linalg cannot express and Slicer cannot compile; compute that part outside the imported "
+                "model, or write it with ops that lower to linalg (comparisons, one-hot masks, sums)"
             ) from None
         lines = [line.strip() for line in message.splitlines() if line.strip()]
         raise FrontendError(f"the MLIR torch-mlir produced for {what} does not parse with this MLIR: "
                             f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
-__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "parse",
-           "source_locations", "trace"]
+def _op_source_line(text: str, op: str) -> str | None:
+    """`file:line` of the first `op` in torch-mlir's printed `text` (read from its location: the `loc(#locN)`
+    on the op's line, or on the line closing its regions, with the `#locN = loc(...)` aliases expanded)."""
+    start = re.search(rf"^( *).*\b{re.escape(op)}\b", text, re.MULTILINE)
+    if start is None:
+        return None
+    indent = len(start.group(1))
+    location = None
+    for line in text[start.start():].splitlines():
+        found = re.search(r"(loc\(.*\))\s*$", line)
+        if found and len(line) - len(line.lstrip(" ")) == indent:
+            location = found.group(1)
+            break
+    if location is None:
+        return None
+    aliases = dict(re.findall(r"^(#loc\d*) = (loc\(.*\))$", text, re.MULTILINE))
+    for _ in range(64):  # nested call sites: each expansion names the aliases of its frames
+        expanded = re.sub(r"#loc\d*", lambda m: aliases.get(m.group(0), m.group(0)), location)
+        if expanded == location:
+            break
+        location = expanded
+    return source_line(location)
+
+
+__all__ = ["DATA_DEPENDENT", "ENTRY", "INSTALL", "data_dependent_error", "export", "finish", "first_line",
+           "import_graph", "load_torch", "parse", "source_locations", "trace"]
