@@ -6,10 +6,11 @@
   projections (Megatron splits them by heads: `MEGATRON`), a gelu MLP, an LM head, cross-entropy.
 - `MixtralMoE`: a Mixtral-style top-2 mixture of experts: a linear router, softmax, `torch.topk(2)`, the two
   gates renormalised, dispatch and combine as `F.one_hot` masks (or the top probabilities read back with
-  `gather` and the gates written with `scatter`), stacked expert weights `[E, D, H]` applied with `torch.einsum` and silu (SwiGLU), and the
-  Switch/Mixtral load-balancing loss `E * sum_e f_e * P_e` added to the task's.
+  `gather` and the gates written with `scatter`), stacked expert weights `[E, D, H]` applied with
+  `torch.einsum` and silu (SwiGLU), and the Switch/Mixtral load-balancing loss `E * sum_e f_e * P_e` (divided
+  by k) added to the task's.
 
-    python examples/torch/idioms.py      # every flavour: 3 AdamW steps on the simulator against torch
+    python examples/torch/idioms.py      # each model: 3 AdamW steps on the simulator against torch
 
 Used by test/unit/frontends/test_training_idioms.py and test/mpi/test_training_idioms.py.
 """

@@ -18,17 +18,24 @@ terms as torch, in another order. `scatter` without accumulation where an index 
 (one of the writes wins); here the writes add up.
 
 `topk(x, k)` for a static k is k rounds of: the largest value not yet taken (a max), the first index holding it
-(a min over the positions that do), that position marked taken. Ties come out in increasing index order, as
-torch's CPU kernel gives them (a stable descending sort); NaN counts as larger than every number, as in torch
-(first with `largest=True`, last with `largest=False`). With `sorted=False` the result is sorted all the same
-(torch leaves that order unspecified). Its cost is k passes over the dim: meant for a router's small k, not for
-a sort.
+(a min over the positions that do), that position marked taken. The values are torch's, NaN counted as larger
+than every number as in torch (first with `largest=True`, last with `largest=False`). Among equal values the
+indices come in increasing order; torch's CPU kernel returns equal values in the order its selection algorithm
+leaves them, which is not the index order (`topk([2, 2, 0, ...], 2)` gives indices [1, 0], and for k=1 often not
+the first maximum), so with ties the indices (and the entry a gradient flows back to) may name other entries
+of the same value than torch's. With `sorted=False` the result is sorted all the same (torch leaves that order
+unspecified). Its cost is k passes over the dim: meant for a router's small k, not for a sort.
 
 Indices must be in range (torch raises for out-of-range ones; here they pick or write nothing), except that
 `index_put` (`x[i] = v`, `x[i] += v`) wraps negative indices as Python indexing does.
 """
 
 from __future__ import annotations
+
+import traceback
+
+from slicer.core.errors import FrontendError
+from slicer.core.source_lines import first_user_frame
 
 
 def indexing_decompositions(torch) -> dict:
@@ -44,6 +51,13 @@ def indexing_decompositions(torch) -> dict:
         aten.index_add.default: _index_add,
         aten.index_put.default: _index_put,
     }
+
+
+def _called_at() -> str:
+    """` at file:line`, the model's line whose op is being decomposed (the innermost frame of the user's code on
+    the stack), or "" if there is none."""
+    frame = first_user_frame([(f.filename, f.lineno) for f in reversed(traceback.extract_stack())])
+    return f" at {frame[0]}:{frame[1]}" if frame else ""
 
 
 def _torch():
@@ -141,8 +155,7 @@ def _added_rows(self, dim, index, source):
 def _index_add(self, dim, index, source, *, alpha=1):
     if self.dim() == 0:
         return NotImplemented
-    added = _added_rows(self, dim, index, source.reshape(self.shape[:dim % self.dim()] + (-1,) +
-                                                       self.shape[dim % self.dim() + 1:]))
+    added = _added_rows(self, dim, index, source)
     return self + (added if alpha == 1 else alpha * added)
 
 
@@ -175,6 +188,9 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
         return self.clone(), torch.zeros((), dtype=torch.long, device=self.device)
     x = self.movedim(dim % self.dim(), -1)
     n = x.shape[-1]
+    if not 0 <= k <= n:
+        raise FrontendError(f"torch.topk{_called_at()}: k={k} is not between 0 and the {n} entries along dim {dim} "
+                            "(torch raises 'selected index k out of range'); pass a k within the dim's size")
     key = x if largest else -x
     nan = torch.isnan(x)
     positions = torch.arange(n, device=x.device)

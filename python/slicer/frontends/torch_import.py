@@ -301,8 +301,9 @@ def parse(text: str, what: str) -> ir.Module:
         if unknown:
             dialect, op = unknown.groups()
             line = _op_source_line(text, op)
+            at = f"at {line}; " if line else ""
             raise FrontendError(
-                f"{what} uses '{op}'{f' (at {line})' if line else ''}, an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
+                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect ({at}torch-mlir lowers cumsum, "
                 "sort, scatter with a reduction, and index_put with a mask or several indices that way) which "
                 "MLIR's linalg cannot express and Slicer cannot compile; compute that part outside the imported "
                 "model, or write it with ops that lower to linalg (comparisons, one-hot masks, sums)"
