@@ -114,12 +114,12 @@ def data_dependent_error(exc: BaseException, what: str) -> FrontendError | None:
         "torch.topk(x, k) with an int k), or compute that part outside the model")
 
 
-def trace(torch, function, args, *, stack_traces: bool = False):
+def trace(torch, function, args):
     """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it with gradients enabled
     (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the
     graph writes into one of its arguments (a buffer updated in training mode: Slicer's programs are functions of
-    their arguments), else what tracing raises. `stack_traces`: record each op's Python stack (torch-mlir makes
-    it the op's location, which errors about the program quote), at a cost (a fourth of a GPT step's import).
+    their arguments), else what tracing raises. Each op's Python stack is recorded (torch-mlir makes it the op's
+    location, which errors about the program quote: a fourth of the time of tracing a GPT's step).
 
     In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
@@ -129,7 +129,7 @@ def trace(torch, function, args, *, stack_traces: bool = False):
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    graph = _make_fx(torch, make_fx, function, args, stack_traces=stack_traces)
+    graph = _make_fx(torch, make_fx, function, args)
     mutating = [node for node in graph.graph.nodes if _schema(node) is not None and _schema(node).is_mutable]
     for node in mutating:
         written = _written_argument(node)
@@ -154,7 +154,7 @@ depends on the data (a boolean mask): there the fake graph has a symbolic size w
 example's, which is what Slicer's static shapes need."""
 
 
-def _make_fx(torch, make_fx, function, args, *, grad: bool = True, stack_traces: bool = False):
+def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself: the aten table and the composite functions, `composites.py`), else as it is (its aten
@@ -175,7 +175,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True, stack_traces:
     for mode in modes[:-1]:
         try:
             with context(), _quiet(fake_tensor.__name__):
-                graph = make_fx(function, tracing_mode=mode, record_stack_traces=stack_traces, **options)(*args)
+                graph = make_fx(function, tracing_mode=mode, record_stack_traces=True, **options)(*args)
         except FrontendError:
             raise  # the function's own checks (the loss is not a scalar...): the same in every mode
         except Exception:  # noqa: BLE001 - torch raises many kinds; the next mode raises what it cannot trace
@@ -183,7 +183,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True, stack_traces:
         if not _has_symbolic_shapes(torch, graph):
             return graph
     with context():
-        return make_fx(function, tracing_mode=modes[-1], record_stack_traces=stack_traces, **options)(*args)
+        return make_fx(function, tracing_mode=modes[-1], record_stack_traces=True, **options)(*args)
 
 
 @contextlib.contextmanager

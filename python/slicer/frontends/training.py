@@ -27,8 +27,7 @@ from slicer.core.errors import FrontendError
 
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
-from .torch_import import (ENTRY, data_dependent_error, finish, first_line,
-                           import_graph, load_torch, trace)
+from .torch_import import ENTRY, data_dependent_error, finish, first_line, import_graph, load_torch, trace
 
 LOSS = "loss"
 
@@ -58,54 +57,23 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
                           trained, list(state))
     values = [t.detach() for t in (*params.values(), *buffers.values())] + list(state.values())
     what = f"the training step of {_what(model)}"
+    try:
+        text = import_graph(fx, trace(torch, step, [*example_batch, *values]), what)
+    except FrontendError:
+        raise
+    except Exception as exc:  # torch's tracing and torch-mlir raise many kinds; the first line says what failed
+        if data_dependent_error(exc, what) is not None:  # .item() and the like: say at which line
+            raise data_dependent_error(exc, what) from exc
+        raise FrontendError(f"{what} could not be traced and imported: {first_line(exc)} (the loss function must "
+                            "compute a scalar loss from the model's outputs with torch operations, and modules "
+                            "that update buffers in training mode, e.g. batch norm, need .eval())") from exc
     arg_names = (*batch_names, *names)
     result_names = (LOSS, *trained, *state)
-
-    def finished(text: str) -> str:
-        return finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training)
-
-    text = _import_step(torch, fx, step, [*example_batch, *values], what, finished)
+    text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
              + ("state",) * len(state))
     return ImportedProgram(text, arg_names, len(batch_names), tuple(values), ENTRY, what,
                            result_names=result_names, arg_roles=roles)
-
-
-def _import_step(torch, fx, step, args, what: str, finished) -> str:
-    """`finished(linalg text)` of the step function `step` traced on `args`. Traced without the Python stack
-    of each op first (recording it takes a fourth of the import time of a GPT's step); where the import or
-    `finished` then fails without naming a line (an op torch-mlir cannot lower, or lowers to tm_tensor), traced
-    again with it, so that the error names the line of the model that wrote the op."""
-    graph = _traced(torch, step, args, what, located=False)
-    try:
-        return finished(_imported(fx, graph, what))
-    except FrontendError as error:
-        if "(at " in str(error):
-            raise
-    return finished(_imported(fx, _traced(torch, step, args, what, located=True), what))
-
-
-def _traced(torch, step, args, what: str, *, located: bool):
-    try:
-        return trace(torch, step, args, stack_traces=located)
-    except FrontendError:
-        raise
-    except Exception as exc:  # torch's tracing raises many kinds; the first line says what failed
-        data_dependent = data_dependent_error(exc, what)
-        if data_dependent is not None:
-            raise data_dependent from exc
-        raise FrontendError(f"{what} could not be traced: {first_line(exc)} (the loss function must compute a "
-                            "scalar loss from the model's outputs with torch operations, and modules that update "
-                            "buffers in training mode, e.g. batch norm, need .eval())") from exc
-
-
-def _imported(fx, graph, what: str) -> str:
-    try:
-        return import_graph(fx, graph, what)
-    except FrontendError:
-        raise
-    except Exception as exc:  # torch-mlir's importer raises many kinds; the first line says what failed
-        raise FrontendError(f"torch-mlir could not import {what}: {first_line(exc)}") from exc
 
 
 def _what(model) -> str:
