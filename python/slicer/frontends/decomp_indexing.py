@@ -189,7 +189,7 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
     x = self.movedim(dim % self.dim(), -1)
     n = x.shape[-1]
     if not 0 <= k <= n:
-        raise FrontendError(f"torch.topk{_called_at()}: k={k} is not between 0 and the {n} entries along dim {dim} "
+        raise FrontendError(f"topk{_called_at()}: k={k} is not between 0 and the {n} entries along dim {dim} "
                             "(torch raises 'selected index k out of range'); pass a k within the dim's size")
     key = x if largest else -x
     nan = torch.isnan(x)

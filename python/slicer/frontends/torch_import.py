@@ -98,20 +98,20 @@ def export(torch, fx, module, args, what: str) -> str:
 DATA_DEPENDENT = re.compile(r"_local_scalar_dense|GuardOnDataDependentSymNode|data-dependent")
 
 
-def data_dependent_error(exc: BaseException, what: str) -> FrontendError | None:
-    """A FrontendError naming the Python line at which tracing `what` read a tensor's value (`exc`, what torch
-    raised there), or None when `exc` is another error."""
+def raise_if_data_dependent(exc: BaseException, what: str) -> None:
+    """Raise a FrontendError naming the Python line at which tracing `what` read a tensor's value, if `exc`
+    (what torch raised) says so; return otherwise."""
     if not DATA_DEPENDENT.search(f"{type(exc).__name__}: {exc}"):
-        return None
+        return
     stack = [(frame.filename, frame.lineno) for frame in reversed(traceback.extract_tb(exc.__traceback__))]
     frame = first_user_frame(stack)
     where = f" at {frame[0]}:{frame[1]}" if frame else ""
-    return FrontendError(
+    raise FrontendError(
         f"{what} reads the value of a tensor while it is traced{where} (aten._local_scalar_dense: .item(), "
         "int(tensor), or a function whose result's size depends on the data, e.g. F.one_hot without "
         "num_classes, torch.topk with k read from a tensor, nonzero, indexing with a boolean mask). Slicer's "
         "programs have static shapes: give such sizes as Python ints (F.one_hot(index, num_classes), "
-        "torch.topk(x, k) with an int k), or compute that part outside the model")
+        "torch.topk(x, k) with an int k), or compute that part outside the model") from exc
 
 
 def trace(torch, function, args):
@@ -337,5 +337,5 @@ def _op_source_line(text: str, op: str) -> str | None:
     return source_line(location)
 
 
-__all__ = ["DATA_DEPENDENT", "ENTRY", "INSTALL", "data_dependent_error", "export", "finish", "first_line",
-           "import_graph", "load_torch", "parse", "source_locations", "trace"]
+__all__ = ["DATA_DEPENDENT", "ENTRY", "INSTALL", "export", "finish", "first_line",
+           "import_graph", "load_torch", "parse", "raise_if_data_dependent", "source_locations", "trace"]

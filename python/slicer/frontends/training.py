@@ -27,7 +27,8 @@ from slicer.core.errors import FrontendError
 
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
-from .torch_import import ENTRY, data_dependent_error, finish, first_line, import_graph, load_torch, trace
+from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
+                           trace)
 
 LOSS = "loss"
 
@@ -62,8 +63,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, cleanup: bool = Tru
     except FrontendError:
         raise
     except Exception as exc:  # torch's tracing and torch-mlir raise many kinds; the first line says what failed
-        if data_dependent_error(exc, what) is not None:  # .item() and the like: say at which line
-            raise data_dependent_error(exc, what) from exc
+        raise_if_data_dependent(exc, what)  # .item() and the like: say at which line
         raise FrontendError(f"{what} could not be traced and imported: {first_line(exc)} (the loss function must "
                             "compute a scalar loss from the model's outputs with torch operations, and modules "
                             "that update buffers in training mode, e.g. batch norm, need .eval())") from exc
