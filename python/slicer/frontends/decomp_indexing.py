@@ -90,7 +90,7 @@ def _gather(self, dim, index, sparse_grad=False):
         return self.expand(index.shape).clone()
     dim = dim % self.dim()
     source = _leading(self, index.shape, dim).movedim(dim, -1).unsqueeze(dim)  # [.., 1 at dim, .., n]
-    return torch.where(_one_hot(index, self.shape[dim]), source, _zero(self)).sum(-1)
+    return torch.where(_one_hot(index, self.shape[dim]), source, _zero(self)).sum(-1).to(self.dtype)
 
 
 def _scattered(self, dim, index, src):
@@ -137,7 +137,7 @@ def _index_select(self, dim, index):
     rows = self.movedim(dim, 0).unsqueeze(0)  # [1, n, *rest]
     onehot = _one_hot(index.reshape(-1), self.shape[dim])  # [m, n]
     onehot = onehot.reshape(*onehot.shape, *([1] * (self.dim() - 1)))
-    picked = torch.where(onehot, rows, _zero(self)).sum(1)  # [m, *rest]
+    picked = torch.where(onehot, rows, _zero(self)).sum(1).to(self.dtype)  # [m, *rest] (sum widens ints)
     return picked.movedim(0, dim)
 
 
@@ -149,7 +149,7 @@ def _added_rows(self, dim, index, source):
     rows = source.movedim(dim, 0).unsqueeze(1)  # [m, 1, *rest]
     onehot = _one_hot(index.reshape(-1), self.shape[dim])  # [m, n]
     onehot = onehot.reshape(*onehot.shape, *([1] * (self.dim() - 1)))
-    return torch.where(onehot, rows, _zero(self)).sum(0).movedim(0, dim)
+    return torch.where(onehot, rows, _zero(self)).sum(0).movedim(0, dim).to(self.dtype)
 
 
 def _index_add(self, dim, index, source, *, alpha=1):

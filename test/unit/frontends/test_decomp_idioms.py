@@ -165,3 +165,14 @@ def test_topk_with_k_past_the_dim_is_an_error_naming_the_line():
         slicer.training_step(torch.nn.Linear(8, 4), lambda m, x: pick(m(x)).sum(), torch.randn(2, 8),
                              optimizer=slicer.SGD(0.1))
     assert line_of("topk_k") in str(error.value)
+
+
+def test_integer_and_boolean_tensors_keep_their_dtype():
+    x = torch.randint(-5, 5, (4, 6), dtype=torch.int32)
+    index = torch.randint(0, 6, (4, 3))
+    rows = torch.tensor([2, 0, 2])
+    assert torch.equal(TABLE[aten.gather.default](x, 1, index), torch.gather(x, 1, index))
+    assert torch.equal(TABLE[aten.gather.default](x > 0, 1, index), torch.gather(x > 0, 1, index))
+    assert torch.equal(TABLE[aten.index_select.default](x, 0, rows), torch.index_select(x, 0, rows))
+    assert torch.equal(TABLE[aten.index_add.default](x, 0, rows, x[:3]), x.index_add(0, rows, x[:3]))
+    assert torch.equal(TABLE[aten.scatter_add.default](x, 1, index, x), x.scatter_add(1, index, x))
