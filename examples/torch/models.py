@@ -51,7 +51,7 @@ def encoder_layer(seed: int = 0):
 
 def moe(seed: int = 0, scatter: bool = False):
     """(model, example inputs): a Mixtral-style MoE layer (4 SwiGLU experts, top-2 router); `scatter=True`
-    writes the gates with torch.scatter, which torch-mlir cannot lower (the import raises a FrontendError)."""
+    writes the gates with torch.topk and torch.scatter (imported as one-hot forms), else with a mask."""
     torch.manual_seed(seed)
     return MoE(D_MODEL, 2 * D_MODEL, experts=4, top_k=2, scatter=scatter).eval(), (torch.randn(BATCH, SEQ, D_MODEL),)
 
@@ -64,7 +64,7 @@ def cnn(seed: int = 0):
 
 MODELS = {"gpt2_block": gpt2_block, "encoder_layer": encoder_layer, "llama_block": llama_block}
 MODELS.update(vit=vit.tiny_vit, bert=bert.tiny_bert)  # gpt.py's tiny GPT has its own tests (test/mpi/test_gpt.py)
-MODELS.update(moe=moe, cnn=cnn)  # the MoE with its mask router (the scatter one is refused at import)
+MODELS.update(moe=moe, cnn=cnn)  # the MoE with its mask router (the scatter one: test_torch_lowering.py)
 
 # model -> strategy -> (tactics in order, the mesh axis it uses)
 STRATEGIES = {

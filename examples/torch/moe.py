@@ -7,11 +7,11 @@ softmax over their logits gives the gates, and each expert (a SwiGLU MLP) is wei
 
 Every expert runs on every token (dense dispatch: the gate is zero where an expert was not chosen), so the
 result equals routing tokens to their experts. Two routers build the same gates:
-- `scatter=True`: `torch.zeros_like(logits).scatter(-1, top_index, top_gates)` (how many tutorials write it).
-  torch-mlir crashes converting that scatter (its lowering runs in a child process, so `slicer.from_torch`
-  raises a FrontendError naming `torch.aten.scatter.src` and the line of `forward` that routes).
+- `scatter=True`: `torch.topk`, then `torch.zeros_like(logits).scatter(-1, top_index, top_gates)` (how many
+  tutorials write it). torch-mlir alone would lower topk and scatter to its own `tm_tensor` ops (or crash on
+  the scatter); Slicer's import writes both as one-hot comparisons and sums (slicer/frontends/decomp_indexing.py).
 - `scatter=False`: a mask of the experts whose logit reaches the k-th largest (`logits >= kth`), softmax over the
-  masked logits: only elementwise ops, a max and a sum, which import and partition.
+  masked logits: only elementwise ops, a max and a sum. Both import, partition and equal torch.
 
 Parameters (names as tactics use them): router.weight ([E, D]), experts.<e>.w1.weight, experts.<e>.w3.weight
 ([H, D]: gate and up projections), experts.<e>.w2.weight ([D, H]: down projection).

@@ -44,9 +44,15 @@ def user_frame(location) -> tuple[str, int] | None:
     """The innermost frame of `location` in the user's code (outside torch, torch-mlir and Slicer); else the
     innermost frame of torch's own code (a function of torch imported as it is); None when the location has no
     Python frame (a program written as MLIR text has `file.mlir:line:col`) or only Slicer's."""
+    return first_user_frame(frames(location))
+
+
+def first_user_frame(stack) -> tuple[str, int] | None:
+    """The first `(file, line)` of `stack` (innermost first, e.g. a traceback's frames reversed) in the user's
+    code, else the first in torch's own code, else None (see `user_frame`)."""
     libraries, slicer = _library_dirs(), _library_dirs(("slicer",))
     candidates = []
-    for file, line in frames(location):
+    for file, line in stack:
         if not file.endswith(".py"):
             continue
         resolved = _resolved(file)
@@ -70,4 +76,4 @@ def source_line(location) -> str | None:
     return f"{frame[0]}:{frame[1]}" if frame else None
 
 
-__all__ = ["frames", "source_line", "user_frame"]
+__all__ = ["first_user_frame", "frames", "source_line", "user_frame"]

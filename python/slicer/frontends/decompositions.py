@@ -21,6 +21,9 @@ torch-mlir's own table (`get_decomposition_table`) is the base. On top of it:
 
 from __future__ import annotations
 
+from .decomp_indexing import indexing_decompositions
+from .decomp_prims import prims_decompositions
+
 # torch.nn's reductions as aten passes them (torch/_decomp: Reduction)
 NONE, MEAN, SUM = 0, 1, 2
 
@@ -37,6 +40,8 @@ def decompositions(torch) -> dict:
     table[aten.nll_loss_forward.default] = _nll_loss_forward
     table[aten.nll_loss_backward.default] = _nll_loss_backward
     table[aten.pow.Tensor_Scalar] = _pow_tensor_scalar
+    table.update(prims_decompositions(torch))  # prims views and copies as aten ops (decomp_prims.py)
+    table.update(indexing_decompositions(torch))  # topk, gather, scatter, index_* one-hot (decomp_indexing.py)
     return table
 
 

@@ -33,7 +33,8 @@ import re
 from slicer.core.errors import FrontendError
 
 from .program import ImportedProgram
-from .torch_import import ENTRY, export, finish, first_line, import_graph, load_torch, trace
+from .torch_import import (ENTRY, export, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
+                           trace)
 
 #: What an error of torch.export or make_fx says when gradients are what it could not trace.
 GRADIENTS = re.compile(r"grad|TensorWrapper|functorch", re.IGNORECASE)
@@ -141,6 +142,7 @@ def _import(torch, fx, module, args, what: str) -> str:
         except FrontendError:
             raise
         except Exception as traced:
+            raise_if_data_dependent(traced, what)
             if GRADIENTS.search(f"{exported}\n{traced}"):
                 raise FrontendError(
                     f"torch-mlir could not import {what}: it computes gradients, which torch.export cannot trace "

@@ -25,17 +25,19 @@ import logging
 import os
 import re
 import sys
+import traceback
 import warnings
 
 from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.source_lines import user_frame
+from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
 from .cleanup import clean_up
+from .composites import decomposed_composites
 from .decompositions import decompositions
 from .randomness import check_no_random_ops
 from .stateful import stateful_decompositions
@@ -97,6 +99,27 @@ def export(torch, fx, module, args, what: str) -> str:
     return lower(imported, what)
 
 
+#: What torch raises where tracing reads a tensor's value: make_fx's `aten._local_scalar_dense`, torch.export's
+#: guard on a data-dependent symbol.
+DATA_DEPENDENT = re.compile(r"_local_scalar_dense|GuardOnDataDependentSymNode|data-dependent")
+
+
+def raise_if_data_dependent(exc: BaseException, what: str) -> None:
+    """Raise a FrontendError naming the Python line at which tracing `what` read a tensor's value, if `exc`
+    (what torch raised) says so; return otherwise."""
+    if not DATA_DEPENDENT.search(f"{type(exc).__name__}: {exc}"):
+        return
+    stack = [(frame.filename, frame.lineno) for frame in reversed(traceback.extract_tb(exc.__traceback__))]
+    frame = first_user_frame(stack)
+    where = f" at {frame[0]}:{frame[1]}" if frame else ""
+    raise FrontendError(
+        f"{what} reads the value of a tensor while it is traced{where} (aten._local_scalar_dense: .item(), "
+        "int(tensor), or a function whose result's size depends on the data, e.g. F.one_hot without "
+        "num_classes, torch.topk with k read from a tensor, nonzero, indexing with a boolean mask). Slicer's "
+        "programs have static shapes: give such sizes as Python ints (F.one_hot(index, num_classes), "
+        "torch.topk(x, k) with an int k), or compute that part outside the model") from exc
+
+
 def tracing_table(torch) -> dict:
     """The decompositions both ways of tracing apply: `decompositions.py`'s, then `stateful.py`'s."""
     return {**decompositions(torch), **stateful_decompositions(torch)}
@@ -112,8 +135,11 @@ def trace(torch, function, args, what: str = "the traced program"):
 
     In-place ops on temporaries (dropout's scaling), which torch-mlir's importer cannot take, are made ops with
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
-    functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused."""
-    from torch.fx.experimental.proxy_tensor import make_fx  # optional dependency, like torch itself
+    functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused. The graph
+    runs node by node (`torch.fx.Interpreter`) with its nodes' metadata preserved, so the new nodes keep the
+    stacks of the ones they come from."""
+    from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     graph = _make_fx(torch, make_fx, function, args)
     mutating = [node for node in graph.graph.nodes if _schema(node) is not None and _schema(node).is_mutable]
@@ -126,7 +152,9 @@ def trace(torch, function, args, what: str = "the traced program"):
                                 "value and return it")
     check_no_random_ops(torch, graph, what)
     if mutating:
-        graph = _make_fx(torch, make_fx, torch.func.functionalize(graph, remove="mutations"), args, grad=False)
+        run = torch.fx.Interpreter(graph).run
+        with fx_traceback.preserve_node_meta():
+            graph = _make_fx(torch, make_fx, torch.func.functionalize(run, remove="mutations"), args, grad=False)
     return graph
 
 
@@ -143,13 +171,22 @@ example's, which is what Slicer's static shapes need."""
 def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
-    function itself), else as it is (its aten graph traced again, see `trace`)."""
+    function itself: the aten table and the composite functions, `composites.py`), else as it is (its aten
+    graph traced again, see `trace`)."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
     options = {"decomposition_table": tracing_table(torch)} if grad else {}
     options["record_stack_traces"] = True  # the model's lines (`located_backward`)
-    context = torch.enable_grad if grad else contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def context():
+        with contextlib.ExitStack() as stack:
+            if grad:
+                stack.enter_context(torch.enable_grad())
+                stack.enter_context(decomposed_composites(torch))
+            yield
+
     modes = TRACING_MODES
     for mode in modes[:-1]:
         try:
@@ -320,15 +357,43 @@ def parse(text: str, what: str) -> ir.Module:
         unknown = re.search(r"Dialect `([\w.]+)' not found for custom op '([\w.]+)'", message)
         if unknown:
             dialect, op = unknown.groups()
+            line = _op_source_line(text, op)
+            at = f"at {line}; " if line else ""
             raise FrontendError(
-                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect (torch-mlir lowers cumsum, "
-                "sort, topk, scatter and index_put that way) which MLIR's linalg cannot express and Slicer cannot "
-                "compile; compute that part outside the imported model, or write it with ops that lower to linalg"
+                f"{what} uses '{op}', an op of torch-mlir's own '{dialect}' dialect ({at}torch-mlir lowers cumsum, "
+                "sort, scatter with a reduction, and index_put with a mask or several indices that way) which "
+                "MLIR's linalg cannot express and Slicer cannot compile; compute that part outside the imported "
+                "model, or write it with ops that lower to linalg (comparisons, one-hot masks, sums)"
             ) from None
         lines = [line.strip() for line in message.splitlines() if line.strip()]
         raise FrontendError(f"the MLIR torch-mlir produced for {what} does not parse with this MLIR: "
                             f"{' '.join(lines[1:3]) or lines[0]}") from None
 
 
-__all__ = ["ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch", "mark_backward",
-           "parse", "record_lines_of", "source_locations", "trace", "tracing_table"]
+def _op_source_line(text: str, op: str) -> str | None:
+    """`file:line` of the first `op` in torch-mlir's printed `text` (read from its location: the `loc(#locN)`
+    on the op's line, or on the line closing its regions, with the `#locN = loc(...)` aliases expanded)."""
+    start = re.search(rf"^( *).*\b{re.escape(op)}\b", text, re.MULTILINE)
+    if start is None:
+        return None
+    indent = len(start.group(1))
+    location = None
+    for line in text[start.start():].splitlines():
+        found = re.search(r"(loc\(.*\))\s*$", line)
+        if found and len(line) - len(line.lstrip(" ")) == indent:
+            location = found.group(1)
+            break
+    if location is None:
+        return None
+    aliases = dict(re.findall(r"^(#loc\d*) = (loc\(.*\))$", text, re.MULTILINE))
+    for _ in range(64):  # nested call sites: each expansion names the aliases of its frames
+        expanded = re.sub(r"#loc\d*", lambda m: aliases.get(m.group(0), m.group(0)), location)
+        if expanded == location:
+            break
+        location = expanded
+    return source_line(location)
+
+
+__all__ = ["DATA_DEPENDENT", "ENTRY", "INSTALL", "export", "finish", "first_line", "import_graph", "load_torch",
+           "mark_backward", "parse", "raise_if_data_dependent", "record_lines_of", "source_locations", "trace",
+           "tracing_table"]

@@ -47,8 +47,8 @@ from .optimizers import SGD, AdamW
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
 from .stateful import prune_outputs
-from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, mark_backward, record_lines_of,
-                           trace)
+from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, mark_backward,
+                           raise_if_data_dependent, record_lines_of, trace)
 
 LOSS = "loss"
 
@@ -96,6 +96,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, clea
     except FrontendError:
         raise
     except Exception as exc:  # torch's tracing and torch-mlir raise many kinds; the first line says what failed
+        raise_if_data_dependent(exc, what)  # .item() and the like: say at which line
         raise FrontendError(f"{what} could not be traced and imported: {first_line(exc)} (the loss function must "
                             "compute a scalar loss from the model's outputs with torch operations)") from exc
     written = tuple(list(buffers)[o - first] for o in kept)

@@ -1,8 +1,7 @@
 """torch-mlir's lowering runs in a child process (frontends/torch_lowering.py): a model on which torch-mlir
-crashes (a MoE router writing its gates with torch.scatter) raises a FrontendError naming the op and the Python
-source line, and this process lives on; the same MoE with a mask router imports and equals torch."""
-
-import re
+crashes (a scatter_reduce) raises a FrontendError naming the op and the Python source line, and this process
+lives on. A MoE router writing its gates with torch.topk and torch.scatter (on which torch-mlir alone crashes)
+imports as one-hot forms, as its mask router does, and both equal torch."""
 
 import numpy as np
 import pytest
@@ -18,24 +17,38 @@ from slicer.core.source_lines import source_line, user_frame  # noqa: E402
 models = load("torch/models.py", "torch_models")
 
 
-def test_scatter_router_is_a_frontend_error_in_a_live_process():
-    model, inputs = models.moe(scatter=True)
+class ScatterReduce(torch.nn.Module):
+    """The largest of each row's logits per bucket: `scatter_reduce` with amax, which torch-mlir crashes on."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x, buckets):
+        return torch.zeros(x.shape[0], 3).scatter_reduce(-1, buckets, self.linear(x), reduce="amax")  # CRASHES
+
+
+def test_a_torch_mlir_crash_is_a_frontend_error_in_a_live_process():
     with pytest.raises(slicer.FrontendError) as caught:
-        slicer.from_torch(model, *inputs)
+        slicer.from_torch(ScatterReduce(), torch.randn(2, 8), torch.randint(0, 3, (2, 4)))
     message = str(caught.value)
-    assert "torch.aten.scatter.src" in message and "crashed" in message
-    assert re.search(r"examples/torch/moe\.py:\d+", message)  # the user's line, not torch's linear.py
+    assert "torch.aten.scatter_reduce.two" in message and "crashed" in message
+    with open(__file__) as source:
+        line = next(i for i, text in enumerate(source, 1) if text.rstrip().endswith("# CRASHES"))
+    assert f"test_torch_lowering.py:{line}" in message  # the user's line, not torch's linear.py
     assert "linear.py" not in message
     # still alive: the next import works
     program = slicer.from_torch(lambda a: torch.tanh(a), torch.randn(4))
     assert program.arg_names == ("a",)
 
 
-def test_mask_router_imports_and_equals_torch():
-    model, inputs = models.moe(scatter=False)
+@pytest.mark.parametrize("scatter", [False, True])
+def test_moe_routers_import_and_equal_torch(scatter):
+    model, inputs = models.moe(scatter=scatter)
     want = models.eager(model, inputs)
-    prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=2),
-                          tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
+    program = slicer.from_torch(model, *inputs)
+    assert "tm_tensor" not in program.text
+    prog = slicer.compile(program, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
     assert collective_ops(prog) == []
     assert models.relative_error(prog.run(*inputs), want) <= 1e-5
 

@@ -1,0 +1,48 @@
+"""Decompositions of torch's composite functions, applied above autograd while a program is traced.
+
+A decomposition table (`decompositions.py`) rewrites aten ops as make_fx records them: below autograd. That is
+too late for a function whose kernel has its own derivative: autograd has recorded the kernel's backward, which
+no table entry reaches (`F.scaled_dot_product_attention`'s fused CPU kernel, see `decomp_attention.py`), and for
+a function whose kernel checks its input's values before any op is recorded (`F.one_hot` reads the indices'
+range: "aten._local_scalar_dense", see `decomp_indexing.one_hot`). These functions are replaced where the user
+calls them, through a `torch.overrides.TorchFunctionMode` active while the function is traced: autograd then
+derives the backward of the replacement's ops. A replacement returns NotImplemented to leave a call as it is
+(torch then reports what it cannot trace, e.g. one_hot without num_classes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .decomp_attention import scaled_dot_product_attention
+from .decomp_indexing import one_hot
+
+
+def composite_decompositions(torch) -> dict:
+    """{torch function: its replacement while tracing} (see the module docstring)."""
+    functional = torch.nn.functional
+    return {functional.scaled_dot_product_attention: scaled_dot_product_attention, functional.one_hot: one_hot}
+
+
+@contextlib.contextmanager
+def decomposed_composites(torch):
+    """While active, the functions of `composite_decompositions` run as their replacements."""
+    from torch.overrides import TorchFunctionMode  # optional dependency, like torch itself
+
+    table = composite_decompositions(torch)
+
+    class Replaced(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            replacement = table.get(func)
+            if replacement is not None:
+                result = replacement(*args, **kwargs)
+                if result is not NotImplemented:
+                    return result
+            return func(*args, **kwargs)
+
+    with Replaced():
+        yield
+
+
+__all__ = ["composite_decompositions", "decomposed_composites"]
