@@ -9,9 +9,9 @@ scratch, and so on up to the output: the chain at every level has at most `CASCA
 error grows like log(R), which is what torch's `cascade_sum` (blocks of 16) and numpy's pairwise sum get.
 
 The iterations are linearized over the reduction dims in loop order: a dim longer than the block is
-split into nested loops of at most `CASCADE_BLOCK` trips (`[i, min(i + 16**(j+1), n))` step `16**j`),
-and consecutive loops whose trips multiply to at most the block share one level. The scratch of a level
-is the output's part the nest covers at one parallel point: a row along the lane (a column sum) or one
+split into nested loops of at most `CASCADE_BLOCK` trips (`[i, min(i + 16**(j+1), n))` step `16**j`;
+a dim of at most `UNSPLIT_EXTENT` stays one loop), and consecutive loops whose trips multiply to at most
+the block share one level. The scratch of a level is the output's part the nest covers at one parallel point: a row along the lane (a column sum) or one
 scalar (the lane is reduced, or fixed by the group's rows). It is allocated on the stack at function
 entry, and only where it stays small (`CASCADE_SCRATCH_BYTES`); an op past that keeps the single chain.
 
@@ -40,6 +40,10 @@ from .point import PointEmitter
 CASCADE_BLOCK = 16
 """The most terms a chain of the cascade adds (torch's `cascade_sum` uses 16 too)."""
 
+UNSPLIT_EXTENT = 2 * CASCADE_BLOCK
+"""A dim this short stays one loop (its own level): a chain of up to 32 terms costs little accuracy, where
+splitting it would cost a second, clipped loop (BatchNorm's 28 rows)."""
+
 CASCADE_SCRATCH_BYTES = 64 * 1024
 """The most stack scratch one op's cascade may take (its levels' rows); past it the op keeps one chain."""
 
@@ -49,7 +53,7 @@ _FLOATS = (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)
 @dataclass(frozen=True)
 class _Loop:
     """One loop of the cascade nest: `dim` from the enclosing loop of the same dim (or 0) over `span`
-    elements (clipped to the dim's extent) in steps of `step`; at most `CASCADE_BLOCK` trips."""
+    elements (clipped to the dim's extent) in steps of `step`."""
 
     dim: int
     step: int
@@ -75,7 +79,9 @@ class Cascade:
 
 
 def _loops(dim: int, extent: int) -> list[_Loop]:
-    """`dim`'s loops, outermost first, each with at most `CASCADE_BLOCK` trips."""
+    """`dim`'s loops, outermost first, each with at most `CASCADE_BLOCK` trips (or one up to `UNSPLIT_EXTENT`)."""
+    if extent <= UNSPLIT_EXTENT:
+        return [_Loop(dim, 1, extent, extent)]
     levels = 1
     while CASCADE_BLOCK ** levels < extent:
         levels += 1
@@ -137,17 +143,19 @@ def plan_cascade(op: RowOp, fixed: set[int]) -> Cascade | None:
 class CascadeEmitter(PointEmitter):
     """Emits an op's outer reduction dims as a cascade (see the module docstring)."""
 
-    def allocate_cascade(self, cascade: Cascade) -> None:
-        """The scratch of every level but the outermost, on the stack at function entry (before any loop)."""
+    def allocate_cascade(self, op: RowOp, cascade: Cascade) -> None:
+        """The scratch of every level but the outermost, on the stack and zeroed at function entry (before any
+        loop); a level's sum is added into the next one out with one sweep that zeroes it again."""
         for level in range(1, len(cascade.levels)):
             for k, _ in cascade.outputs:
                 cascade.scratch[(level, k)] = self.e.value(
                     f"memref.alloca() {{alignment = 64 : i64}} : {cascade.types[k]}", "s")
+            self._sweep(op, cascade, {}, level, into=None)
 
     def emit_cascade(self, op: RowOp, cascade: Cascade, point: dict, level: int = 0) -> None:
         """Level `level`'s loops of `op`'s reduction nest at `point` (its parallel dims fixed). In each
-        iteration the next level is summed into its zeroed scratch, which is then added into this level's
-        sum (the output itself at level 0); the innermost level runs the op, its sums redirected."""
+        iteration the next level is summed into its (zero) scratch, which is then added into this level's
+        sum (the output itself at level 0) and zeroed; the innermost level runs the op, its sums redirected."""
         e, loops = self.e, cascade.levels[level]
 
         def nest(i: int, point: dict) -> None:
@@ -166,14 +174,13 @@ class CascadeEmitter(PointEmitter):
                 finally:
                     self.redirect = saved
             else:
-                self._sweep(op, cascade, point, level + 1, into=None)
                 self.emit_cascade(op, cascade, point, level + 1)
                 self._sweep(op, cascade, point, level + 1, into=level)
 
         nest(0, point)
 
     def _sweep(self, op: RowOp, cascade: Cascade, point: dict, level: int, into: int | None) -> None:
-        """Zero level `level`'s scratch (`into` None), or add it into level `into`'s sum."""
+        """Zero level `level`'s scratch (`into` None), or add it into level `into`'s sum and zero it."""
         e = self.e
         length = op.ranges[cascade.lane] if cascade.lane is not None else 1
         lanes = min(op.lanes, length) if cascade.lane is not None else None
@@ -184,11 +191,11 @@ class CascadeEmitter(PointEmitter):
 
             def one(offset: Index, width: int | None) -> None:
                 here = cascade.scratch[(level, k)]
-                if into is None:
-                    scratch.store(e.value(f"arith.constant {'dense<0.0>' if width else '0.0'} : {scratch.vtype(width)}"),
-                                  here, offset, width)
+                part = None if into is None else scratch.load(here, offset, width)
+                scratch.store(e.value(f"arith.constant {'dense<0.0>' if width else '0.0'} : {scratch.vtype(width)}"),
+                              here, offset, width)
+                if part is None:
                     return
-                part = scratch.load(here, offset, width)
                 if into == 0:
                     at = {**point, cascade.lane: offset} if cascade.lane is not None else point
                     self.store(self.combine(red, self.load(mem, at, width), part, width), mem, at, width)

@@ -33,7 +33,7 @@ class RowsGen(CascadeEmitter):
         for index, op in enumerate(self.ops):
             cascade = plan_cascade(op, set(op.row_prefix[: self.rows]))
             if cascade is not None:
-                self.allocate_cascade(cascade)
+                self.allocate_cascade(op, cascade)
                 self.cascades[index] = cascade
 
         def nest(level: int, values: list) -> None:
