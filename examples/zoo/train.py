@@ -7,7 +7,8 @@
 Each row says whether the step imported, compiled without a `slicer.DegradedStrategy` warning and trained equal
 to torch (torch.optim.AdamW, foreach=False, on a copy of the model): the largest relative error of the losses
 and of the final parameters (and buffers, for BatchNorm's running statistics), or the first line of the error.
-Equal means within `TOLERANCE` of torch float32, or as close to torch float64 as torch float32 is.
+Equal means within `TOLERANCE` of torch float32, or the whole state within 1.5x of torch float32's distance
+from a float64 run.
 """
 
 from __future__ import annotations
@@ -71,23 +72,30 @@ def relative_error(got, want) -> float:
 
 
 TOLERANCE = 1e-5
-"""Equal: within this of torch float32 (relative), or no farther from torch float64 than twice torch float32 is:
-where AdamW divides a gradient's rounding noise by its own magnitude (weights of a convolution before a train-mode
-BatchNorm, whose gradients nearly cancel), torch float32 itself is 1e-5 from float64, and the two float32 runs
-differ by as much as each differs from the exact one."""
+"""Equal: every tensor within this of torch float32 (relative), or the whole state no farther from a torch float64
+run than `FLOAT64_FACTOR` times torch float32 is (the issue's measure, `benchmarks/numerics.py`'s): where AdamW
+divides a gradient's rounding noise by its own magnitude (weights and biases whose gradients nearly cancel under a
+train-mode BatchNorm), torch float32 itself ends 1e-5 from float64, and two orders of summation differ as much."""
+
+FLOAT64_FACTOR = 1.5
 
 
-def state_error(got: dict, want32: dict, want64: dict) -> float:
-    """The largest error of `got` over the tensors, each measured against torch float32, or 0 where it is within
-    the float64 bound of `TOLERANCE`'s docstring."""
-    worst = 0.0
-    for name, want in want32.items():
-        if name in got:
-            error = relative_error(got[name], want)
-            if error > TOLERANCE and relative_error(got[name], want64[name]) <= 2 * relative_error(want, want64[name]):
-                error = 0.0
-            worst = max(worst, error)
-    return worst
+def _distance(state: dict, exact: dict, initial: dict) -> float:
+    """||state - exact|| / ||exact - initial|| over every tensor: the error of what training changed."""
+    error = sum(float(np.sum((np.asarray(state[n], np.float64) - exact[n]) ** 2)) for n in exact)
+    moved = sum(float(np.sum((exact[n] - initial[n]) ** 2)) for n in exact)
+    return (error / moved) ** 0.5 if moved else error ** 0.5
+
+
+def state_error(got: dict, want32: dict, want64: dict, initial: dict) -> tuple[float, float | None]:
+    """(the largest relative error of `got`'s tensors against torch float32, and, when that is over `TOLERANCE`,
+    the whole state's distance from float64 over torch float32's, else None; see `TOLERANCE`)."""
+    names = [n for n in want32 if n in got]
+    worst = max(relative_error(got[n], want32[n]) for n in names)
+    if worst <= TOLERANCE:
+        return worst, None
+    exact = {n: want64[n] for n in names}
+    return worst, _distance(got, exact, initial) / _distance(want32, exact, initial)
 
 
 def run_case(case, kind: str, step, ranks, steps: int) -> str:
@@ -103,13 +111,16 @@ def run_case(case, kind: str, step, ranks, steps: int) -> str:
     degraded = [w for w in caught if issubclass(w.category, slicer.DegradedStrategy)]
     want_losses, want_state = torch_steps(case, steps)
     _, exact_state = torch_steps(case, steps, torch.float64)
+    _, initial = torch_steps(case, 0)
     with prog.session(ranks=ranks, timeout=300) as session:
         losses = [float(session.step(*case.batch)) for _ in range(steps)]
         state = session.state_dict()
     loss_error = max(relative_error(g, w) for g, w in zip(losses, want_losses))
-    worst = state_error(state, want_state, exact_state)
-    verdict = "equal" if loss_error <= TOLERANCE and worst <= TOLERANCE else "DIFFERENT"
-    line = f"{verdict} (loss {loss_error:.1e}, state {worst:.1e})"
+    worst, ratio = state_error(state, want_state, exact_state, initial)
+    state_ok = ratio is None or ratio <= FLOAT64_FACTOR
+    verdict = "equal" if loss_error <= TOLERANCE and state_ok else "DIFFERENT"
+    versus = f", {ratio:.2f}x torch float32's distance from float64" if ratio is not None else ""
+    line = f"{verdict} (loss {loss_error:.1e}, state {worst:.1e}{versus})"
     if degraded:
         line += f"; DEGRADED x{len(degraded)}: {str(degraded[0].message).splitlines()[0][:120]}"
     return line
