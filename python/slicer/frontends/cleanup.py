@@ -49,6 +49,7 @@ from mlir.dialects import func as func_d
 
 from slicer.core.errors import InternalError
 from slicer.core.functions import entry_function, function_type
+from slicer.core.names import FUNCTION_TYPE_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
@@ -81,7 +82,7 @@ def drop_last_results(func: ir.Operation, count: int) -> None:
         func_d.ReturnOp(kept)
     returned.erase()
     old = function_type(func)
-    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(old.inputs, old.results[:len(kept)]))
+    func.attributes[FUNCTION_TYPE_ATTR] = ir.TypeAttr.get(ir.FunctionType.get(old.inputs, old.results[:len(kept)]))
 
 
 def checked_step(module: ir.Operation, name: str, step) -> None:
