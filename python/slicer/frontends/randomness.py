@@ -29,6 +29,9 @@ kernel makes of it: `input * (bernoulli(1 - p) / (1 - p))`, so an element is kep
 Every `bernoulli_` / `bernoulli(p)` / dropout call of the forward is one site (numbered in call order), so
 `nn.Dropout`, `F.dropout` and `nn.Dropout2d` (a mask of [N, C, 1, 1]) all draw from the stream.
 
+A step accumulating gradients over micro-batches (`accumulation.py`) numbers each micro-batch's sites from 0
+and indexes its elements in the whole batch (`micro_batch_index`), so its masks are the whole batch's.
+
 The seed and the step counter are the step's state `rng` (int64 [seed, step]); the step returns `rng` with the
 counter advanced, so a session advances it every step and its checkpoints carry it (`training.py`).
 """
