@@ -91,15 +91,20 @@ def dropout_mlp(seed: int = 0, batch: int = 8):
 
 class ReplayedDropout(nn.Module):
     """A stand-in for `nn.Dropout` in torch's reference: the mask Slicer's step draws at this site and step
-    (`slicer.dropout_mask`), applied as torch's CPU dropout applies its own."""
+    (`slicer.dropout_mask`), applied as torch's CPU dropout applies its own. `micro` = (i, k): the input is
+    micro-batch i of k (rows i, i + k, ... of the batch, `training_step(..., microbatches=k)`), whose mask is
+    those rows of the whole batch's."""
 
     def __init__(self, p: float, seed: int, site: int):
         super().__init__()
         self.p, self.seed, self.site, self.step = p, seed, site, 0
+        self.micro = (0, 1)
 
     def forward(self, x):
-        mask = torch.from_numpy(slicer.dropout_mask(self.seed, self.step, self.site, x.shape, self.p))
-        return x * (mask.to(x.dtype) / (1 - self.p))
+        micro, count = self.micro
+        shape = (x.shape[0] * count, *x.shape[1:])
+        mask = slicer.dropout_mask(self.seed, self.step, self.site, shape, self.p)[micro::count]
+        return x * (torch.from_numpy(np.ascontiguousarray(mask)).to(x.dtype) / (1 - self.p))
 
 
 def replayed(model: nn.Module, seed: int) -> nn.Module:

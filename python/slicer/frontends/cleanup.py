@@ -28,6 +28,13 @@ Each step ends with the module verified. The input is a valid module (torch-mlir
 leaves an invalid one is a bug in Slicer: an `InternalError` naming the step, the op and the model's Python
 line (and `cleanup=False`, which imports without the cleanup), never a raw `MLIRError`.
 
+Fences. Elementwise fusion fuses a producer into its consumer when the consumer is its only user, which merges
+a chain of adds `a1 = g0 + g1; a2 = a1 + g2; ...` into one op reading every `g` at the end of the chain: where
+the chain is meant to be computed step by step (gradient accumulation, `accumulation.py`: each micro-batch's
+gradient added as soon as it exists, so that it dies), the fused op would keep all of them live. A traced
+function returns such values as extra trailing results, the "fences" (a second user, so they stay separate ops);
+`clean_up(module, fences=n)` drops its last n results once the fusion ran.
+
 Elementwise producers fused into a contraction are recomputed per output element of the contraction
 (layer norm inside the QKV matmul): the same program, partitionable as one op.
 """
@@ -38,8 +45,11 @@ import re
 
 from mlir import ir
 from mlir.dialects import cf
+from mlir.dialects import func as func_d
 
 from slicer.core.errors import InternalError
+from slicer.core.functions import entry_function, function_type
+from slicer.core.names import FUNCTION_TYPE_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
@@ -50,13 +60,29 @@ BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-d
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
 
 
-def clean_up(module: ir.Operation) -> None:
-    """Run the import-time cleanup on `module` (in place, in its context)."""
+def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0) -> None:
+    """Run the import-time cleanup on `module` (in place, in its context); then drop the last `fences` results
+    of its function `entry` (see "Fences" in the module docstring)."""
     checked_step(module, "drop_reciprocal_asserts", drop_reciprocal_asserts)
     checked_step(module, BEFORE_SPLITS, lambda m: run_pipeline(m, BEFORE_SPLITS))
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
+    if fences:
+        checked_step(module, "drop_fences", lambda m: drop_last_results(entry_function(m, entry), fences))
+
+
+def drop_last_results(func: ir.Operation, count: int) -> None:
+    """Make `func` (a `func.func` of one block) return all but its last `count` results; the values that only
+    they used are left to the next dead-code elimination."""
+    body = func.regions[0].blocks[0]
+    returned = body.operations[len(body.operations) - 1]
+    kept = list(returned.operands)[:len(returned.operands) - count]
+    with ir.InsertionPoint(returned), returned.location:
+        func_d.ReturnOp(kept)
+    returned.erase()
+    old = function_type(func)
+    func.attributes[FUNCTION_TYPE_ATTR] = ir.TypeAttr.get(ir.FunctionType.get(old.inputs, old.results[:len(kept)]))
 
 
 def checked_step(module: ir.Operation, name: str, step) -> None:
@@ -103,5 +129,5 @@ def drop_reciprocal_asserts(module: ir.Operation) -> int:
     return len(found)
 
 
-__all__ = ["AFTER_SPLITS", "BEFORE_SPLITS", "RECIPROCAL_ASSERT", "checked_step", "clean_up", "drop_reciprocal_asserts",
-           "split_into_pieces"]
+__all__ = ["AFTER_SPLITS", "BEFORE_SPLITS", "RECIPROCAL_ASSERT", "checked_step", "clean_up", "drop_last_results",
+           "drop_reciprocal_asserts", "split_into_pieces"]

@@ -29,6 +29,9 @@ kernel makes of it: `input * (bernoulli(1 - p) / (1 - p))`, so an element is kep
 Every `bernoulli_` / `bernoulli(p)` / dropout call of the forward is one site (numbered in call order), so
 `nn.Dropout`, `F.dropout` and `nn.Dropout2d` (a mask of [N, C, 1, 1]) all draw from the stream.
 
+A step accumulating gradients over micro-batches (`accumulation.py`) numbers each micro-batch's sites from 0
+and indexes its elements in the whole batch (`micro_batch_index`), so its masks are the whole batch's.
+
 The seed and the step counter are the step's state `rng` (int64 [seed, step]); the step returns `rng` with the
 counter advanced, so a session advances it every step and its checkpoints carry it (`training.py`).
 """
@@ -109,18 +112,50 @@ def global_index(torch, shape):
     return index.expand(tuple(shape)) if shape else index
 
 
+def micro_batch_index(torch, shape, micro: int, count: int, rows: int):
+    """The element indices of a tensor of `shape` computed from micro-batch `micro` of `count` (`rows` samples
+    each, taken as rows `micro`, `micro + count`, ... of the batch: `accumulation.py`), in the tensor the whole
+    batch would give. Where dim 0 holds whole samples (its size a multiple of `rows`: c rows per sample, e.g.
+    [B, S, D] or [B * S, D]), its row p is row ((p // c) * count + micro) * c + p % c of the whole batch's, so
+    the masks are the whole batch's masks at this micro-batch's samples. Elsewhere (dim 0 not the batch's, or a
+    0-d tensor) the indices are `micro * numel + index`: distinct draws, but not the whole batch's mask."""
+    shape = tuple(shape)
+    if not shape or shape[0] % rows:
+        return global_index(torch, shape) + micro * int(np.prod(shape, dtype=np.int64))
+    per_sample, rest = shape[0] // rows, int(np.prod(shape[1:], dtype=np.int64))
+    row = torch.arange(shape[0], dtype=torch.int64)
+    if per_sample == 1:
+        row = row * count + micro
+    else:
+        row = (torch.div(row, per_sample, rounding_mode="floor") * count + micro) * per_sample + row % per_sample
+    index = row.reshape([shape[0]] + [1] * (len(shape) - 1)) * rest
+    if len(shape) > 1:
+        index = index + global_index(torch, shape[1:])
+    return index.expand(shape)
+
+
 class RandomStream:
     """The random numbers of one traced step: reads `rng` (the traced int64 [seed, step] argument) and numbers
-    the dropout sites in the order the forward calls them."""
+    the dropout sites in the order the forward calls them. A step accumulating gradients over micro-batches
+    calls `start_micro_batch` before each forward: its sites are numbered from 0 again and its elements indexed
+    in the whole batch (`micro_batch_index`)."""
 
     def __init__(self, rng):
         self.rng = rng
         self.sites = 0
+        self.drawn = False
+        self.micro: tuple[int, int, int] | None = None
+
+    def start_micro_batch(self, micro: int, count: int, rows: int) -> None:
+        """Number the next forward's sites from 0, for micro-batch `micro` of `count` of `rows` samples each."""
+        self.sites, self.micro = 0, (micro, count, rows)
 
     def draw(self, torch, shape, p: float):
         """The next site's draws: a bool tensor of `shape`, each True with probability `p`."""
-        site, self.sites = self.sites, self.sites + 1
-        return _draw(global_index(torch, shape), self.rng[0], self.rng[1], site, p)
+        site, self.sites, self.drawn = self.sites, self.sites + 1, True
+        index = (global_index(torch, shape) if self.micro is None or self.micro[1] == 1
+                 else micro_batch_index(torch, shape, *self.micro))
+        return _draw(index, self.rng[0], self.rng[1], site, p)
 
     def advanced(self, torch):
         """`rng` after this step: the same seed, the counter plus one."""
@@ -259,5 +294,5 @@ def check_no_random_ops(torch, graph, what: str) -> None:
             raise FrontendError(f"{what}: {_refused(target, line)}")
 
 
-__all__ = ["RNG", "RandomStream", "check_no_random_ops", "dropout_mask", "global_index", "philox4x32",
-           "random_decompositions", "random_stream", "threshold"]
+__all__ = ["RNG", "RandomStream", "check_no_random_ops", "dropout_mask", "global_index", "micro_batch_index",
+           "philox4x32", "random_decompositions", "random_stream", "threshold"]

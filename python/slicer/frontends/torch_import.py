@@ -36,7 +36,7 @@ from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
-from .cleanup import clean_up
+from .cleanup import clean_up, drop_last_results
 from .composites import decomposed_composites
 from .decompositions import decompositions
 from .randomness import check_no_random_ops
@@ -290,10 +290,13 @@ def import_graph(fx, graph, what: str) -> str:
     return lower(fx.stateless_fx_import(graph, output_type="raw", model_name=ENTRY), what)
 
 
-def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False) -> str:
+def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False,
+           fences: int = 0) -> str:
     """torch-mlir's output `text` for `what`, cleaned up, its entry function's arguments named `arg_names` and
-    (if given) its results `result_names`. FrontendError if it does not parse, keeps state (`training`: the
-    model is in training mode, say so), or its arguments or results are not as many as the names."""
+    (if given) its results `result_names`, after which come `fences` results that only keep values apart
+    during the cleanup and are then dropped (`cleanup.py`, "Fences"). FrontendError if it does not parse, keeps
+    state (`training`: the model is in training mode, say so), or its arguments or results are not as many as
+    the names."""
     with make_context():
         module = parse(text, what)
         stateful = next((op for op in walk_ops(module.operation) if op.name.startswith("ml_program.")), None)
@@ -306,11 +309,14 @@ def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = 
         if len(fn_type.inputs) != len(arg_names):
             raise FrontendError(f"torch-mlir gave @{ENTRY} {len(fn_type.inputs)} arguments for the "
                                 f"{len(arg_names)} of {what} ({', '.join(arg_names)})")
-        if result_names and len(fn_type.results) != len(result_names):
+        if result_names and len(fn_type.results) != len(result_names) + fences:
             raise FrontendError(f"torch-mlir gave @{ENTRY} {len(fn_type.results)} results for the "
-                                f"{len(result_names)} of {what} ({', '.join(result_names)})")
+                                f"{len(result_names) + fences} of {what} ({', '.join(result_names)}"
+                                f"{f' and {fences} fences' if fences else ''})")
         if cleanup:
-            clean_up(module.operation)
+            clean_up(module.operation, entry=ENTRY, fences=fences)
+        elif fences:
+            drop_last_results(entry_function(module.operation, ENTRY), fences)
         func = entry_function(module.operation, ENTRY)
         func.attributes[ARG_ATTRS_ATTR] = _names(arg_names)
         if result_names:

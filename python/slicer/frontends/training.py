@@ -30,6 +30,11 @@ The model runs as it is (`model.training` says which mode): in training mode dro
 computed in the program from `seed` (`slicer.dropout_mask` reproduces them) and batch norm normalizes by the
 batch's statistics and updates its running ones; in eval mode neither.
 
+Gradient accumulation (`accumulation.py`): with `microbatches=k` the step runs the forward and backward passes
+over k micro-batches (rows i, i + k, ... of the batch), one after the other, accumulates their gradients (of
+`loss_i / k`, as torch's accumulation loop does) and makes one update; the loss is the mean of the micro-batch
+losses. The peak memory holds one micro-batch's activations.
+
 Gradient clipping (`clipping.py`) runs between the backward pass and the update: the optimizer's
 `clip_grad_norm=`, or `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called in the loss function, which
 is traced under a guard that records those calls and refuses what the step would not honour (`.grad`,
@@ -42,27 +47,32 @@ import inspect
 
 from slicer.core.errors import FrontendError
 
+from .accumulation import accumulated_gradients, check_microbatches
 from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
 from .stateful import prune_outputs
-from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, mark_backward,
-                           raise_if_data_dependent, record_lines_of, trace)
+from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
+                           record_lines_of, trace)
 
 LOSS = "loss"
 
 
-def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, cleanup: bool = True) -> ImportedProgram:
+def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, microbatches: int = 1,
+                  cleanup: bool = True) -> ImportedProgram:
     """Import one training step of `model` (a torch.nn.Module): the loss `loss_fn(model, *batch)` (a scalar
     tensor), its gradients with respect to the parameters and the update `optimizer` (`slicer.SGD` or
     `slicer.AdamW`) makes, traced on `example_batch` (tensors; their shapes are the program's). `seed` (an
-    integer in [0, 2^63)) keys dropout's masks. See the module docstring for the arguments and results. Raises
-    FrontendError for a bad model, loss function, batch, optimizer or seed, and when the step cannot be traced or
-    imported."""
+    integer in [0, 2^63)) keys dropout's masks. `microbatches` (k >= 1, dividing dim 0 of every batch tensor):
+    the step accumulates the gradients of k micro-batches, forward and backward one after the other, before its
+    one update, so it holds one micro-batch's activations at a time (`accumulation.py`). See the module
+    docstring for the arguments and results. Raises FrontendError for a bad model, loss function, batch,
+    optimizer, seed or microbatches, and when the step cannot be traced or imported."""
     torch, fx = load_torch()
     _check(torch, model, loss_fn, example_batch, optimizer)
     _check_seed(seed)
+    check_microbatches(microbatches, example_batch)
     params = dict(model.named_parameters())
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
     trained = [n for n, p in params.items() if p.requires_grad]
@@ -80,7 +90,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, clea
                             f"hyperparameters, the loss or the random state ({', '.join(clash)}), which name the "
                             "step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
-                          trained, list(state), list(hyper))
+                          trained, list(state), list(hyper), microbatches)
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     rng = torch.tensor([seed, 0], dtype=torch.int64)
     what = f"the training step of {_what(model)}"
@@ -102,7 +112,8 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, clea
     written = tuple(list(buffers)[o - first] for o in kept)
     arg_names = (*batch_names, *names, *((RNG,) if random else ()))
     result_names = (LOSS, *trained, *(b for b in buffers if b in written), *state, *((RNG,) if random else ()))
-    text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training)
+    fences = (microbatches - 2) * len(trained) if microbatches > 2 else 0  # accumulation.accumulated_gradients
+    text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training, fences=fences)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
              + ("state",) * len(state) + ("hyper",) * len(hyper) + ("state",) * random)
     bound = (*values, rng) if random else tuple(values)
@@ -151,15 +162,17 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
-                   trained: list[str], state: list[str], hyper: list[str]):
+                   trained: list[str], state: list[str], hyper: list[str], microbatches: int):
     """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters, rng) -> (loss, new
-    trained parameters, every buffer's new value, new state[, new rng]), for make_fx. The model runs through
+    trained parameters, every buffer's new value, new state[, new rng], the accumulation's fences), for
+    make_fx. The model runs through
     `torch.func.functional_call` with the given tensors, inside a module that calls `loss_fn(model, *batch)`
     under the `LossGuard`, so the loss function may use the model as it likes; the clipping it asks for applies
     to the gradients. Its buffers are copies, which a module in training mode may write (batch norm); dropout
     draws from `rng` (`randomness.random_stream`), which comes back advanced when it did. The gradients are
     autograd's (`torch.autograd.grad`), not functorch's: inside `torch.func.grad` a module may not write a tensor
-    from outside the transform, and the buffers are."""
+    from outside the transform, and the buffers are. With `microbatches` > 1 they are accumulated over the
+    micro-batches (`accumulation.py`)."""
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -176,33 +189,38 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     def step(*args):
         batch, rng = args[:num_batch], args[-1]
         values = dict(zip(params + buffers + state + hyper, args[num_batch:-1]))
-        guard.clips = []  # this trace's requests (a trace may be retried)
         weights = {n: values[n].detach().requires_grad_() for n in trained}
         guard.weights = weights
         copies = {n: values[n].clone() for n in buffers}
         tensors = {**{n: values[n] for n in params}, **weights, **copies}
+        named = {f"model.{n}": t for n, t in tensors.items()}
+
+        def loss_of(*micro_batch):
+            return _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
+
         with random_stream(rng) as stream:
-            loss = torch.func.functional_call(wrapper, {f"model.{n}": t for n, t in tensors.items()}, batch)
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
-            got = (f"a {type(loss).__name__}" if not isinstance(loss, torch.Tensor)
-                   else f"a {loss.dtype} tensor of shape {list(loss.shape)}")
-            raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
-                                f"got {got}; reduce it (e.g. .mean())")
-        if loss.requires_grad:
-            mark_backward(torch, loss)  # the backward's ops located at the lines of the forward's
-            grads = torch.autograd.grad(loss, list(weights.values()), allow_unused=True, materialize_grads=True)
-        else:  # no trained parameter reaches the loss
-            grads = [torch.zeros_like(w) for w in weights.values()]
+            loss, grads, fences = accumulated_gradients(torch, loss_of, batch, list(weights.values()),
+                                                        microbatches, stream, guard)
         grads = dict(zip(trained, grads))
         for clip in guard.clips + optimizer_clip(optimizer):
             grads = clip.apply(torch, grads)
         new_params, new_state = optimizer.update({n: values[n] for n in trained}, grads,
                                                  {n: values[n] for n in state}, {n: values[n] for n in hyper})
-        advanced = (stream.advanced(torch),) if stream.sites else ()
-        return (loss.detach(), *(new_params[n] for n in trained), *(copies[n] for n in buffers),
-                *(new_state[n] for n in state), *advanced)
+        advanced = (stream.advanced(torch),) if stream.drawn else ()
+        return (loss, *(new_params[n] for n in trained), *(copies[n] for n in buffers),
+                *(new_state[n] for n in state), *advanced, *fences)
 
     return step
+
+
+def _checked_loss(torch, loss):
+    """`loss`, if it is a scalar floating tensor; else a FrontendError saying how to reduce it."""
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
+        got = (f"a {type(loss).__name__}" if not isinstance(loss, torch.Tensor)
+               else f"a {loss.dtype} tensor of shape {list(loss.shape)}")
+        raise FrontendError(f"training_step: loss_fn must return the loss as a scalar floating tensor, "
+                            f"got {got}; reduce it (e.g. .mean())")
+    return loss
 
 
 def _check_seed(seed) -> None:
