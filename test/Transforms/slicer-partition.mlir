@@ -321,3 +321,69 @@ func.func @partial_terms_multiplied(%x: tensor<4x8xf32>, %wa: tensor<8x8xf32>, %
   } -> tensor<4x8xf32>
   return %s : tensor<4x8xf32>
 }
+
+// -----
+
+// A sum of partial sums inside a longer op (elementwise fusion put gradient clipping's sum of squares into the
+// op taking its square root): the op is split into the sum, whose terms each device adds up (a and b partial
+// over y, c over x, the replicated r once: each held by the first device over the axes it is not partial
+// over, a local select), and the rest, reading the sum after ONE all_reduce over x and y (not one per term).
+// CHECK-LABEL: func.func @partial_sum_in_a_longer_op
+// CHECK-NOT: shard.all
+// CHECK-COUNT-4: arith.select
+// CHECK-NOT: shard.all
+// CHECK: %[[S:.*]] = linalg.generic {{.*}}slicer.dist = ["[] partial=[x,y]"]
+// CHECK-NOT: math.sqrt
+// CHECK: linalg.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[R:.*]] = shard.all_reduce %[[S]] on @mesh grid_axes = [0, 1]
+// CHECK-NEXT: linalg.generic {{.*}} ins(%arg0, %[[R]], %[[R]], %[[R]] :
+// CHECK: math.sqrt
+// CHECK-NOT: shard.
+// CHECK: return
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 2>} : () -> ()
+func.func @partial_sum_in_a_longer_op(%r: tensor<f32>, %w: tensor<8xf32>, %v: tensor<8xf32>) -> tensor<f32> {
+  %zero = arith.constant dense<0.0> : tensor<f32>
+  %a = "slicer.loop"() ({
+  ^bb0(%ry: !slicer.range<"y", 2>):
+    %wb = "slicer.slice"(%w, %ry) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"y", 2>) -> tensor<4xf32>
+    %s = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> ()>], iterator_types = ["reduction"]} ins(%wb : tensor<4xf32>) outs(%zero : tensor<f32>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sq = arith.mulf %in, %in : f32
+      %t = arith.addf %sq, %acc : f32
+      linalg.yield %t : f32
+    } -> tensor<f32>
+    tosa.yield %s : tensor<f32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<f32>
+  %b = "slicer.loop"() ({
+  ^bb0(%ry: !slicer.range<"y", 2>):
+    %vb = "slicer.slice"(%v, %ry) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"y", 2>) -> tensor<4xf32>
+    %s = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> ()>], iterator_types = ["reduction"]} ins(%vb : tensor<4xf32>) outs(%zero : tensor<f32>) {
+    ^bb0(%in: f32, %acc: f32):
+      %t = arith.addf %in, %acc : f32
+      linalg.yield %t : f32
+    } -> tensor<f32>
+    tosa.yield %s : tensor<f32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<f32>
+  %c = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %wb = "slicer.slice"(%w, %rx) {dim = 0 : i64} : (tensor<8xf32>, !slicer.range<"x", 2>) -> tensor<4xf32>
+    %s = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> ()>], iterator_types = ["reduction"]} ins(%wb : tensor<4xf32>) outs(%zero : tensor<f32>) {
+    ^bb0(%in: f32, %acc: f32):
+      %t = arith.addf %in, %acc : f32
+      linalg.yield %t : f32
+    } -> tensor<f32>
+    tosa.yield %s : tensor<f32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<f32>
+  %e = tensor.empty() : tensor<f32>
+  %n = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%r, %a, %b, %c : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>) outs(%e : tensor<f32>) {
+  ^bb0(%ir: f32, %ia: f32, %ib: f32, %ic: f32, %o: f32):
+    %t = arith.addf %ir, %ia : f32
+    %u = arith.addf %t, %ib : f32
+    %s = arith.subf %u, %ic : f32
+    %q = math.sqrt %s : f32
+    %k = arith.mulf %q, %ir : f32
+    linalg.yield %k : f32
+  } -> tensor<f32>
+  return %n : tensor<f32>
+}

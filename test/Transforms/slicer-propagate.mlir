@@ -424,3 +424,80 @@ func.func @embedding_over_the_vocabulary(%idx: tensor<3xi64>, %table: tensor<16x
   } -> tensor<3x4xf32>
   return %o : tensor<3x4xf32>
 }
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
+// A partial sum (a sum loop's result: a gradient under ZeRO) read by an update on its rows' blocks
+// (a reduce_scatter) and by a sum of squares whole (an all_reduce): the sum of squares reads the same blocks
+// instead (shared layout), a sum loop over x of its blocks' sums; an elementwise reader (no reduction over the
+// rows) still reads it whole.
+// CHECK-LABEL: func.func @shared_blocks_of_a_partial_sum
+// CHECK: %[[G:[0-9]+]] = "slicer.loop"
+// CHECK: action = #slicer.sum
+// CHECK: action = #slicer.tile<0
+// CHECK: "slicer.loop"() ({
+// CHECK-NEXT: ^bb0(%[[R:.*]]: !slicer.range<"x"
+// CHECK-NEXT: %[[B:.*]] = "slicer.slice"(%[[G]], %[[R]]) {dim = 0 : i64} {{.*}} -> tensor<2x4xf32>
+// CHECK-NEXT: linalg.generic {{.*}} ins(%[[B]] : tensor<2x4xf32>)
+// CHECK: }) {action = #slicer.sum, {{.*}}slicer.rule = "forward: linalg.generic: d0 is a reduction
+// CHECK: arith.negf %[[G]] : tensor<4x4xf32>
+func.func @shared_blocks_of_a_partial_sum(%w: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<f32>, tensor<4x4xf32>) {
+  %g = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %e = math.exp %w : tensor<4x4xf32>
+    tosa.yield %e : tensor<4x4xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x4xf32>
+  %u = "slicer.loop"() ({
+  ^bb0(%r: !slicer.range<"x", 2>):
+    %b = "slicer.slice"(%g, %r) {dim = 0 : i64} : (tensor<4x4xf32>, !slicer.range<"x", 2>) -> tensor<2x4xf32>
+    %n = math.sqrt %b : tensor<2x4xf32>
+    tosa.yield %n : tensor<2x4xf32>
+  }) {action = #slicer.tile<0>, mesh = @mesh} : () -> tensor<4x4xf32>
+  %zero = arith.constant dense<0.0> : tensor<f32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> ()>],
+                       iterator_types = ["reduction", "reduction"]} ins(%g : tensor<4x4xf32>) outs(%zero : tensor<f32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %sq = arith.mulf %in, %in : f32
+    %t = arith.addf %sq, %acc : f32
+    linalg.yield %t : f32
+  } -> tensor<f32>
+  %neg = arith.negf %g : tensor<4x4xf32>
+  return %u, %s, %neg : tensor<4x4xf32>, tensor<f32>, tensor<4x4xf32>
+}
+
+// -----
+
+"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y"], shape = array<i64: 2, 2>} : () -> ()
+// A partial sum over x whose terms are tiled over y (data parallel x Megatron: a sum loop yielding a tile
+// loop): a reduction over the tiled dim reads each device's own block (a sum loop over y), not the whole value
+// (which would all-gather it over y).
+// CHECK-LABEL: func.func @shared_blocks_of_a_tiled_partial_sum
+// CHECK: %[[G:[0-9]+]] = "slicer.loop"
+// CHECK: action = #slicer.sum
+// CHECK: "slicer.loop"() ({
+// CHECK-NEXT: ^bb0(%[[R:.*]]: !slicer.range<"y"
+// CHECK-NEXT: %[[B:.*]] = "slicer.slice"(%[[G]], %[[R]]) {dim = 1 : i64} {{.*}} -> tensor<4x2xf32>
+// CHECK-NEXT: linalg.generic {{.*}} ins(%[[B]] : tensor<4x2xf32>)
+// CHECK: }) {action = #slicer.sum
+func.func @shared_blocks_of_a_tiled_partial_sum(%w: tensor<4x4xf32>) -> tensor<f32> {
+  %g = "slicer.loop"() ({
+  ^bb0(%rx: !slicer.range<"x", 2>):
+    %m = "slicer.loop"() ({
+    ^bb0(%ry: !slicer.range<"y", 2>):
+      %wb = "slicer.slice"(%w, %ry) {dim = 1 : i64} : (tensor<4x4xf32>, !slicer.range<"y", 2>) -> tensor<4x2xf32>
+      %e = math.exp %wb : tensor<4x2xf32>
+      tosa.yield %e : tensor<4x2xf32>
+    }) {action = #slicer.tile<1>, mesh = @mesh} : () -> tensor<4x4xf32>
+    tosa.yield %m : tensor<4x4xf32>
+  }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<4x4xf32>
+  %zero = arith.constant dense<0.0> : tensor<f32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> ()>],
+                       iterator_types = ["reduction", "reduction"]} ins(%g : tensor<4x4xf32>) outs(%zero : tensor<f32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %sq = arith.mulf %in, %in : f32
+    %t = arith.addf %sq, %acc : f32
+    linalg.yield %t : f32
+  } -> tensor<f32>
+  return %s : tensor<f32>
+}

@@ -1,6 +1,6 @@
 """The controls of a training step on 2 MPI ranks: 20 steps of AdamW on the MLP with a warmup + cosine learning
-rate schedule and gradient clipping, under data parallel and ZeRO-3, equal to torch eager (torch.optim.AdamW
-foreach=False, LambdaLR, clip_grad_norm_); the rate given to every session.step under ZeRO-3 with the clipping
+rate schedule and gradient clipping, under data parallel, ZeRO-3 and Megatron, equal to torch eager
+(torch.optim.AdamW foreach=False, LambdaLR, clip_grad_norm_); the rate given to every session.step under ZeRO-3 with the clipping
 asked by the loss function (torch.nn.utils.clip_grad_norm_). The same on the simulator, and the errors:
 test/unit/frontends/test_training_controls.py, whose torch reference this reuses."""
 
@@ -20,7 +20,10 @@ import test_training_controls as controls  # noqa: E402
 
 STEPS = controls.STEPS
 TACTICS = {"data": lambda step: strategies.data_parallel(step, "x"),
-           "zero3": lambda step: strategies.zero(step, "x", stage=3)}
+           "zero3": lambda step: strategies.zero(step, "x", stage=3),
+           # the sum of squares adds replicated terms (layer 0's) to partial ones (layer 2's): one all_reduce,
+           # each replicated term held by the first rank (spmd.partial_terms)
+           "megatron": lambda step: strategies.megatron(step, "x", column=["2.*"])}
 
 
 def run(step, strategy, batch, lrs=None):

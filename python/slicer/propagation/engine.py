@@ -47,7 +47,7 @@ from slicer.dialect import SliceOp, walk_ops
 from .ir_utils import (BlockOrder, ancestors, as_op, captured_values, defining_op, enclosing_loops, op_id,
                        walk_captured)
 from .laws import (LATE_LAWS, LAWS, MIXED, Journal, RewriteListener, duplicate_candidates, duplicate_slices, may_fuse,
-                   sibling_facts, tactic_name, tile_loop_of)
+                   sibling_facts, sum_loop_of, tactic_name, tile_loop_of)
 
 REWRITES_PER_OP = 64
 """The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop
@@ -414,6 +414,9 @@ class _Worklist(RewriteListener):
             # A consumer of a device's own block may now see an inner tiling (blockwise.own_block_tiling).
             touched += [as_op(use.owner) for user in users if user.name == SLICE
                         for result in user.results for use in result.uses]
+        # A new slice of a partial sum may let its whole readers read its blocks (`reduce_shared_blocks`).
+        touched += [as_op(use.owner) for o in fresh if o.name == SLICE and sum_loop_of(SliceOp(o).source) is not None
+                    for use in SliceOp(o).source.uses]
         for op in {op_id(o): o for o in touched}.values():
             if self.known(op):
                 self.push(op)

@@ -19,11 +19,13 @@ In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
   blocks of its operands, when the rule table says so.
 - `pull_op_into_loop` (forward): an op consuming a tile loop's result becomes a
   loop (tile or sum, by the rule table) over the same range computing it block-wise.
+- `reduce_shared_blocks` (shared layout): a reduction reading a partial sum whole reads, when another reader
+  slices it over the same axes, those blocks instead (one reduce_scatter for both, `shared_layout`).
 - `hoist_invariant`: a pure op in a loop body that uses nothing from the body
   moves before the loop.
 - `fuse_sibling_loops`: independent loops over the same range with the same
   action and one result type in one block become one loop.
-Where they live: `merging` (dead code, duplicates, hoisting), `slices` (ordering, composing, deforestation,
+Where they live: `merging` (dead code, duplicates, hoisting), `shared_layout` (shared layout), `slices` (ordering, composing, deforestation,
 commuting), `blockwise` (backward and forward through the rule table), `fusion` (sibling loops); what they
 share about loops in `loops`, the record they keep in `journal`.
 Provenance: loops made by the laws carry `slicer.rule` (which rule) and inherit
@@ -38,6 +40,7 @@ from .journal import Journal, RewriteListener
 from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
 from .merging import (duplicate_candidates, duplicate_slices, eliminate_dead, hoist_invariant, merge_duplicate_loop,
                       merge_duplicate_slice)
+from .shared_layout import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 
 LAWS = (
@@ -50,6 +53,7 @@ LAWS = (
     commute_slice_into_loop,
     push_slice_into_producer,
     pull_op_into_loop,
+    reduce_shared_blocks,
     hoist_invariant,
 )
 # Fusion runs only when no other law applies, so it sees the loops propagation settled on.
@@ -59,6 +63,6 @@ __all__ = [
     "LAWS", "LATE_LAWS", "MIXED", "NO_PRIORITY", "Candidate", "Journal", "RewriteListener", "commute_slice_into_loop",
     "compose_slices", "deforest", "duplicate_candidates", "duplicate_slices", "eliminate_dead", "forward_candidates",
     "fuse_sibling_loops", "fusion_candidates", "hoist_invariant", "may_fuse", "merge_duplicate_loop",
-    "merge_duplicate_slice", "order_slices", "priority", "pull_op_into_loop", "push_slice_into_producer",
-    "sibling_facts", "tactic_name", "tile_loop_of",
+    "merge_duplicate_slice", "order_slices", "priority", "pull_op_into_loop", "push_slice_into_producer", "reduce_shared_blocks",
+    "sibling_facts", "sum_loop_of", "tactic_name", "tile_loop_of",
 ]

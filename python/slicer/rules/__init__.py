@@ -21,7 +21,7 @@ from .combiner import is_max_reduction
 from .explicit import explicit_rule, kept_dims
 from .from_linalg import linalg_rule
 from .gathers import gathered_tables, rule_operands
-from .linearity import linear_in
+from .linearity import constant_term_inputs, linear_at, linear_in
 from .table import DimUse, OpRule, RuleOutcome
 
 
@@ -38,5 +38,5 @@ def rule_for(op: ir.Operation | ir.OpView) -> OpRule:
     return rule
 
 
-__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "gathered_tables",
-           "is_max_reduction", "kept_dims", "linear_in", "rule_for", "rule_operands"]
+__all__ = ["DimUse", "NoRule", "OpRule", "PARALLEL", "REDUCTION", "RuleOutcome", "constant_term_inputs",
+           "gathered_tables", "is_max_reduction", "kept_dims", "linear_at", "linear_in", "rule_for", "rule_operands"]

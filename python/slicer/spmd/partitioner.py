@@ -48,13 +48,13 @@ from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
-from slicer.rules import linear_in
 
 from .degraded import Loss, loss, moves_data, record
 from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
 from .emit_collectives import PlanEmitter
 from .infer import infer_argument
 from .padding import Pad, padded_type, pads_through, repad
+from .partial_terms import first_device_term, partial_terms, split_linear_sum
 from .tiled_max import reduce_by_max
 
 
@@ -304,7 +304,13 @@ class _FunctionPartitioner:
     def process_plain(self, op: ir.Operation, context: frozenset[str]) -> None:
         if reduce_by_max(self, op, context):
             return
-        kept, partial = self.partial_terms(op, context)
+        split = split_linear_sum(self, op, context)
+        if split is not None:  # the partial sums it adds up, then the rest of it (`partial_terms`)
+            for part in split:
+                self.process_plain(part, context)
+            return
+        terms = partial_terms(self, op, context)
+        first, partial = dict(terms.first), terms.axes
         operand_pads, losses = {}, []
         for index, operand in enumerate(op.operands):
             if RangeType.is_range(operand.type):
@@ -312,7 +318,9 @@ class _FunctionPartitioner:
             entry = self.lookup(operand)
             if entry is not None and entry.pads:
                 operand_pads[index] = entry.pads
-            if entry is not None and index in kept:
+            if entry is not None and index in first:
+                op.operands[index] = first_device_term(self, entry.local, first[index], op)
+            elif entry is not None and index in terms.kept:
                 op.operands[index] = entry.local
             elif entry is not None:
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
@@ -358,34 +366,6 @@ class _FunctionPartitioner:
             return pads_through(op, operand_pads, emitter.group_index, mark)
         except Unsupported as exc:
             raise self.fail(op, f"'{op.name}' cannot compute on padded blocks: {exc}") from None
-
-    def partial_terms(self, op: ir.Operation, context: frozenset[str]) -> tuple[frozenset[int], tuple[str, ...]]:
-        """(operands taken as they are, the axes the result is a partial sum over): an elementwise op linear in
-        two or more inputs that are partial sums over the same axes (replicated otherwise, of the result's
-        shape) adds their terms on each device, and its result is a partial sum (`slicer.rules.linear_in`):
-        one reduction of the sum instead of one per term (Megatron's backward: dq Wq + dk Wk + dv Wv). Only
-        when it saves a reduction: fewer of those inputs than there are have other users (each of those is
-        reduced anyway). Else nothing is kept: every operand is converted to replicated."""
-        none = (frozenset(), ())
-        if not is_linalg_op(op) or not has_operand_segments(op) or len(op.results) != 1 or tensor_shape(op.results[0]) is None:
-            return none
-        shape = tensor_shape(op.results[0])
-        terms: dict[int, _Entry] = {}
-        for index in range(input_count(op)):
-            entry = self.lookup(op.operands[index])
-            if entry is not None and entry.type.partial:
-                terms[index] = entry
-        if len(terms) < 2:
-            return none
-        axes = next(iter(terms.values())).type.partial
-        for entry in terms.values():
-            if (entry.type.partial != axes or entry.type.shape != shape or any(entry.type.dims)
-                    or not entry.context <= context or set(axes) & context):
-                return none
-        reused = sum(1 for i in terms if any(use.owner.operation != op for use in op.operands[i].uses))
-        if reused >= len(terms) or linear_in(op, set(terms)) is not None:
-            return none
-        return frozenset(terms), axes
 
     # -- slices --------------------------------------------------------------------------------------------
     def process_slice(self, op: ir.Operation, context: frozenset[str]) -> None:
