@@ -12,7 +12,7 @@
 
     python examples/torch/idioms.py      # each model: 3 AdamW steps on the simulator against torch
 
-Used by test/unit/frontends/test_training_idioms.py and test/mpi/test_training_idioms.py.
+Used by test/unit/frontends/test_training_idioms.py and test/mpi/test_training_idioms_mpi.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Modules in training mode inside `slicer.training_step`: batch norm (running statistics updated by the step) and
 dropout (masks computed in the program from the step's seed), compared with torch eager step after step.
 
-Shared by the tests (test/unit/frontends/test_training_modes.py, test/mpi/test_training_modes.py) and runnable:
+Shared by the tests (test/unit/frontends/test_training_modes.py, test/mpi/test_training_modes_mpi.py) and runnable:
 
     python examples/torch/train_modes.py                # the simulator, data parallel over 2 devices
     python examples/torch/train_modes.py --ranks 2      # the same on 2 MPI ranks

@@ -3,7 +3,7 @@ dropout; GPT-NeoX's partial rotary; timm's ViT; ResNet-18 with train-mode BatchN
 one_hot; BERT with a padding mask; T5) train AdamW steps under data parallel, ZeRO-3 and Megatron (where the model
 has heads) on 2 MPI ranks, equal to torch (examples/zoo/train.py's verdict: within 1e-5 of torch float32, or as
 close to float64 as torch float32 is), with no `slicer.DegradedStrategy` warning. Dropout compares against torch
-replaying Slicer's masks (`slicer.dropout_mask`), in test/mpi/test_training_modes.py; here the models run with
+replaying Slicer's masks (`slicer.dropout_mask`), in test/mpi/test_training_modes_mpi.py; here the models run with
 dropout off so that torch eager is the reference as it is."""
 
 import functools

@@ -43,6 +43,7 @@ is traced under a guard that records those calls and refuses what the step would
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 from slicer.core.errors import FrontendError
@@ -97,7 +98,8 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
     try:
-        graph = trace(torch, step, args, what)
+        with _attributes_kept(torch, model):
+            graph = trace(torch, step, args, what)
         # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
         first = 1 + len(trained)
         copies = {first + i: len(example_batch) + len(params) + i for i in range(len(buffers))}
@@ -120,6 +122,24 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     return ImportedProgram(text, arg_names, len(batch_names), bound, ENTRY, what,
                            result_names=result_names, arg_roles=roles,
                            hyperparameters=optimizer.hyperparameter_values)
+
+
+@contextlib.contextmanager
+def _attributes_kept(torch, model):
+    """Leave `model`'s plain tensor attributes as they were before tracing: a forward that stores a tensor on its
+    module (an MoE layer's `self.aux_loss`) would otherwise leave a traced tensor there, which no later call can
+    use (`copy.deepcopy(model)` refuses it; a torch forward overwrites it anyway)."""
+    kept = [(module, dict(module.__dict__)) for module in model.modules()]
+    try:
+        yield
+    finally:
+        for module, before in kept:
+            for key, value in list(module.__dict__.items()):
+                if isinstance(value, torch.Tensor) and before.get(key) is not value:
+                    if key in before:
+                        module.__dict__[key] = before[key]
+                    else:
+                        del module.__dict__[key]
 
 
 def _what(model) -> str:

@@ -4,7 +4,7 @@ training steps (`slicer.training_step` with AdamW), partitioned data-parallel on
 a Mixtral-style top-2 mixture of experts (topk, one_hot, scatter, gather, einsum over stacked expert weights
 with silu, a load-balancing loss), and indexed reads and writes (index_select, index_add, scatter_add, gather).
 Their decompositions against the aten ops: test_decomp_idioms.py; on 2 MPI ranks under data parallel and
-Megatron: test/mpi/test_training_idioms.py."""
+Megatron: test/mpi/test_training_idioms_mpi.py."""
 
 import pytest
 

@@ -4,7 +4,7 @@ under data parallel: SyncBatchNorm over the global batch), dropout's masks come 
 stream (the Random123 known answers; the same masks on 1 device and tiled over 2, on any dim; 5 AdamW steps equal
 torch replaying `slicer.dropout_mask`), the random state advances every step and is checkpointed, eval-mode
 batch norm imports, and what still cannot be honoured is a FrontendError naming the op and the line. (The same on
-2 MPI ranks, data parallel and ZeRO-3: test/mpi/test_training_modes.py.)"""
+2 MPI ranks, data parallel and ZeRO-3: test/mpi/test_training_modes_mpi.py.)"""
 
 import numpy as np
 import pytest

@@ -3,6 +3,8 @@ program with named arguments and results, partitioned data-parallel and run step
 equal to torch eager with torch.optim (foreach=False); from_torch on functions that compute gradients; every bad
 input a FrontendError that says what to pass. (The same on 2 MPI ranks: test/mpi/test_training_step.py.)"""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,26 @@ def test_bad_models_losses_and_batches_are_clear_errors():
     with pytest.raises(slicer.FrontendError, match=r"aten\.randn_like\.default at .*test_training_step\.py:\d+ "
                                                    r"draws random numbers, but a Slicer program keeps no random"):
         slicer.training_step(model, noisy, *batch, optimizer=sgd)
+
+
+def test_tensors_a_forward_stores_on_its_modules_are_not_left_traced():
+    """An MoE layer keeps its auxiliary loss as `self.aux_loss`: tracing must leave the module as it was (a traced
+    tensor there would make the model unusable, e.g. by copy.deepcopy)."""
+
+    class Keeps(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+            self.before = torch.ones(1)
+
+        def forward(self, x):
+            out = self.fc(x)
+            self.aux = out.square().mean()
+            self.before = out.sum()
+            return out
+
+    model = Keeps()
+    original = model.before
+    slicer.training_step(model, lambda m, x: m(x).sum() + m.aux, torch.randn(3, 4), optimizer=slicer.SGD(0.1))
+    assert not hasattr(model, "aux") and model.before is original
+    copy.deepcopy(model)(torch.randn(3, 4))
