@@ -2,7 +2,8 @@
 
 Modules, by concern: `analysis` (what a row op is: lane, reductions), `grouping` (which ops fuse),
 `buffers` (parameters, row scratch, non-temporal stores, prefetches), `point` (one op's vector loop at a
-point), `emit` (the driver: one function per group, and the pass over a module).
+point), `cascade` (sums over outer, non-lane dims in a cascade of blocks of 16, as torch's sum), `emit`
+(the driver: one function per group, and the pass over a module).
 
 After bufferization, a program's non-contraction ops are `linalg.generic`s (fills, elementwise chains
 already fused by `linalg-fuse-elementwise-ops`, reductions) and `memref.copy`s. This step generates

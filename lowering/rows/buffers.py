@@ -50,6 +50,8 @@ class RowBuffers:
                 if not defined_in(operand, op.op) and operand not in self.params:
                     self.params.append(operand)
         self.names = {v: f"%p{i}" for i, v in enumerate(self.params)}
+        # Buffers whose accesses go elsewhere for a while: value -> (name, type, dims) (cascade.py's scratch).
+        self.redirect: dict = {}
 
         self.plan_buffers()
 
@@ -141,6 +143,8 @@ class RowBuffers:
 
     def target(self, mem: MemAccess, write: bool) -> tuple[str, str, tuple[int, ...], bool]:
         """Where the current op reads or writes `mem`: (name, type, dims, non-temporal)."""
+        if mem.value in self.redirect:
+            return (*self.redirect[mem.value], False)
         plan = self.scratch.get(mem.value)
         i = self.op_index
         if plan is not None:

@@ -15,10 +15,10 @@ from ..memref_facts import VECTOR_BYTES, byte_width
 from .analysis import RowOp
 from .buffers import RowsOptions
 from .grouping import find_groups
-from .point import PointEmitter
+from .cascade import CascadeEmitter, plan_cascade
 
 
-class RowsGen(PointEmitter):
+class RowsGen(CascadeEmitter):
     """The generated function of one row group."""
 
     def generate(self) -> str:
@@ -29,6 +29,12 @@ class RowsGen(PointEmitter):
         for value, (f, l, _, type_) in list(self.scratch.items()):
             name = e.value(f"memref.alloca() {{alignment = 64 : i64}} : {type_}", "s")
             self.scratch[value] = (f, l, name, type_)
+        self.cascades = {}
+        for index, op in enumerate(self.ops):
+            cascade = plan_cascade(op, set(op.row_prefix[: self.rows]))
+            if cascade is not None:
+                self.allocate_cascade(op, cascade)
+                self.cascades[index] = cascade
 
         def nest(level: int, values: list) -> None:
             if level == self.rows:
@@ -75,12 +81,19 @@ class RowsGen(PointEmitter):
         e = self.e
         lane = op.lane if op.lane not in fixed else None
         outer = [d for d in range(len(op.ranges)) if d not in fixed and d != lane]
-        # Parallel dims outside reduction dims (any order is correct: reductions go through memory).
+        # Parallel dims outside reduction dims (any order is correct: reductions go through memory), which
+        # run as a cascade of short sums where the op has one (cascade.py).
+        cascade = self.cascades.get(self.op_index)
         outer.sort(key=lambda d: (d not in op.parallel, d))
+        if cascade is not None:
+            outer = [d for d in outer if d in op.parallel]
 
         def nest(level: int, point: dict) -> None:
             if level == len(outer):
-                self.emit_point(op, point, lane)
+                if cascade is not None:
+                    self.emit_cascade(op, cascade, point)
+                else:
+                    self.emit_point(op, point, lane)
                 return
             with e.loop(0, op.ranges[outer[level]]) as v:
                 nest(level + 1, {**point, outer[level]: v})
