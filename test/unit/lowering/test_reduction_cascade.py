@@ -123,3 +123,48 @@ def test_a_cascade_runs_under_a_fused_groups_rows(cache_dir):
     exact = x.astype(np.float64).mean((1, 2))
     got = compile_library(MEAN_OVER_ROWS, cache_dir=cache_dir)["mean"](x)
     assert relative(got, exact) < 1.6 * relative(pairwise(x, (1, 2)) / np.float32(65536), exact)
+
+
+BATCHNORM_MEAN = """
+func.func @mean(%x: tensor<{n}x{c}x{h}x{w}xf32>) -> tensor<{c}xf32> {{
+  %z = arith.constant 0.0 : f32
+  %count = arith.constant {count}.0 : f32
+  %e = tensor.empty() : tensor<{c}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{c}xf32>) -> tensor<{c}xf32>
+  %s = linalg.generic {{indexing_maps = [affine_map<(n, c, h, w) -> (n, c, h, w)>, affine_map<(n, c, h, w) -> (c)>],
+                       iterator_types = ["reduction", "parallel", "reduction", "reduction"]}}
+      ins(%x : tensor<{n}x{c}x{h}x{w}xf32>) outs(%f : tensor<{c}xf32>) {{
+  ^bb0(%v: f32, %o: f32):
+    %a = arith.addf %o, %v : f32
+    linalg.yield %a : f32
+  }} -> tensor<{c}xf32>
+  %m = linalg.generic {{indexing_maps = [affine_map<(c) -> (c)>, affine_map<(c) -> (c)>], iterator_types = ["parallel"]}}
+      ins(%s : tensor<{c}xf32>) outs(%e : tensor<{c}xf32>) {{
+  ^bb0(%v: f32, %o: f32):
+    %d = arith.divf %v, %count : f32
+    linalg.yield %d : f32
+  }} -> tensor<{c}xf32>
+  return %m : tensor<{c}xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("shape", [
+    (2, 8, 16, 16),   # a data-parallel ResNet's first BatchNorm on one of 2 devices: levels [n (2 trips)], [h (16)]
+    (4, 8, 16, 16),   # the same on one device
+    (3, 4, 40, 12),   # an odd outer level and a clipped inner one (h = 40: loops of 16, 16, 8)
+])
+def test_batchnorm_statistics_under_channel_rows_sum_every_element_exactly_once(cache_dir, shape):
+    """BatchNorm's per-channel mean of an NCHW tensor, the sum fused with the division over the channel rows
+    (the op a ResNet's train-mode BatchNorm lowers to). Integers 1..8 (no zeros, every partial sum exact in
+    float32, and the count a power of two or exactly divided) make the expected mean exact: one term dropped,
+    doubled or left over in a scratch from the previous channel changes it by at least 1 / count."""
+    n, c, h, w = shape
+    text = BATCHNORM_MEAN.format(n=n, c=c, h=h, w=w, count=n * h * w)
+    assert fused_groups(text) == ["@__slicer_rows_0: 3 op(s), 1 row dim(s)"]
+    mean = compile_library(text, cache_dir=cache_dir)["mean"]
+    for _ in range(3):
+        x = RNG.integers(1, 9, shape).astype(np.float32)
+        np.testing.assert_array_equal(mean(x), (x.astype(np.float64).sum((0, 2, 3)) / (n * h * w)).astype(np.float32))
+    x = (RNG.standard_normal(shape) + 1).astype(np.float32)
+    np.testing.assert_allclose(mean(x), x.astype(np.float64).mean((0, 2, 3)), rtol=2e-6)
