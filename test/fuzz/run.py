@@ -6,7 +6,8 @@
 A share of the cases (`--slicing-share`, default 1%) are slicing chains instead (`slicing.py`: a projection
 cut by random slices, splits, unbinds and concats, forward and training step, data parallel, against torch
 eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
-or convnet, loss, optimizer and strategy, a few steps against torch eager); they are not shrunk (their
+or convnet, loss, optimizer and strategy, with or without dropout, gradient clipping, micro-batches and a
+learning-rate schedule, a few steps against torch eager); they are not shrunk (their
 description is already small) and need torch and torch-mlir (without them the share is 0).
 
 Each case (program + mesh + tactics) is compiled with `slicer.compile`, run by the simulator (and, for a

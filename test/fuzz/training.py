@@ -11,6 +11,11 @@ replayed from its seed alone. The model is built by torch from the case's descri
   becomes a split of the classifier's input features).
 Strategies (`slicer.strategies`): data parallel, ZeRO-1/2/3 over x of size 1, 2 or 4; Megatron over y of size 2
 or 4 (column and row alternating over the layers); data + Megatron on 2x2. Sizes divide the mesh.
+Around the model (`training_steps.py`, each in about a third of the cases, drawn from their own random stream so
+that a seed draws the same model as before): dropout in training mode (the reference replays Slicer's masks),
+gradient clipping (the optimizer's `clip_grad_norm=`, or torch's clipping helpers called in the loss function),
+gradient accumulation (`microbatches=k`, the batch a multiple of k times the data devices) and a learning-rate
+schedule (`slicer.schedules` against torch's LambdaLR). The reference is torch eager's loop with all of them.
 
 Classes as in `execute.py`: `ok`; `clean-error` (importing, a strategy helper or `slicer.compile` raised a
 documented SlicerError); `internal-error` (anything else, and any failure once compiled); `wrong` (a loss or
@@ -28,10 +33,12 @@ import functools
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
 
 from .errors import signature
 from .execute import Outcome, _error
+from .training_steps import clipping_loss, draw_step_features, make_schedule, torch_reference
 
 TOLERANCE = 1e-4  # float32, different summation orders, a few optimizer steps
 CONDITIONING = 2.0  # past TOLERANCE: Slicer's error against float64 torch, over torch float32's own
@@ -50,6 +57,11 @@ class TrainingCase:
     seed: int = 0
     steps: int = STEPS
     valid: bool = field(default=True, compare=False)  # schedules are drawn valid (sizes divide)
+    # The step's features (`training_steps.py`); the defaults are a case drawn before they existed.
+    dropout: float = 0.0  # p of the nn.Dropout after each activation (0: none)
+    clip: dict | None = None  # {"where": "optimizer"|"loss", "kind": "norm"|"value", "limit": x}
+    microbatches: int = 1  # training_step(..., microbatches=k); batch a multiple of k times the data devices
+    schedule: dict | None = None  # the learning rate's schedule (`training_steps.make_schedule`)
 
     @property
     def tactics(self) -> list[str]:
@@ -68,8 +80,10 @@ class TrainingCase:
         return TrainingCase(**d["training"])
 
     def reproducer(self) -> str:
+        extras = "".join(f", {name} {getattr(self, name)}" for name in ("dropout", "clip", "microbatches", "schedule")
+                         if getattr(self, name) not in (0.0, None, 1))
         return (f"training case (seed {self.seed}): model {self.model}, loss {self.loss}, optimizer {self.optimizer}, "
-                f"strategy {self.strategy} on {self.mesh}, batch {self.batch}, {self.steps} steps\n"
+                f"strategy {self.strategy} on {self.mesh}, batch {self.batch}, {self.steps} steps{extras}\n"
                 f"replay: python -c \"from fuzz.training import *; print(execute_training("
                 f"generate_training_case({self.seed})))\" (from test/)\n")
 
@@ -104,43 +118,32 @@ def generate_training_case(seed: int) -> TrainingCase:
     else:
         optimizer = {"name": "adamw", "lr": rng.choice([0.01, 0.001]), "weight_decay": rng.choice([0.0, 0.1])}
     batch = mesh.get("x", 1) * rng.choice([1, 2, 4])
-    return TrainingCase(model, loss, optimizer, strategy, mesh, batch, seed)
+    case = TrainingCase(model, loss, optimizer, strategy, mesh, batch, seed)
+    return replace(case, **draw_step_features(seed, mesh.get("x", 1)))
 
 
-def build(case: TrainingCase):
-    """(model, loss_fn, batch tensors, slicer optimizer, Megatron column/row patterns) of `case`."""
+class Built(NamedTuple):
+    """What `build` makes of a case: the model (training mode), the loss function Slicer traces (`loss_fn`,
+    with the case's clipping call if it clips in the loss) and the plain one torch's reference runs (`plain`),
+    the batch tensors, the slicer optimizer, and the Megatron column/row patterns."""
+
+    model: object
+    loss_fn: object
+    plain: object
+    batch: tuple
+    optimizer: object
+    megatron: dict
+
+
+def build(case: TrainingCase) -> Built:
+    """The model, loss functions, batch and slicer optimizer of `case` (`Built`)."""
     import torch
-    from torch import nn
     from torch.nn import functional as F
 
     import slicer
 
     torch.manual_seed(case.seed)
-    spec = case.model
-    if spec["kind"] == "mlp":
-        widths, layers = spec["widths"], []
-        act = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "sigmoid": nn.Sigmoid}[spec["activation"]]
-        for i in range(len(widths) - 1):
-            layers.append(nn.Linear(widths[i], widths[i + 1], bias=spec["bias"]))
-            if i < len(widths) - 2:
-                if i == 0 and spec["layernorm"]:
-                    layers.append(nn.LayerNorm(widths[1]))
-                layers.append(act())
-        model = nn.Sequential(*layers)
-        x = torch.randn(case.batch, widths[0])
-        out = widths[-1]
-        linears = [str(i) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
-    else:
-        c_in, c = spec["channels"]
-        image = spec["image"]
-        layers = [nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU()]
-        if spec["second_conv"]:
-            layers += [nn.Conv2d(c, c, 3, padding=1), nn.ReLU()]
-        layers += [nn.Flatten(), nn.Linear(c * image * image, spec["classes"])]
-        model = nn.Sequential(*layers)
-        x = torch.randn(case.batch, c_in, image, image)
-        out = spec["classes"]
-        linears = [str(i) for i, m in enumerate(model) if isinstance(m, (nn.Linear, nn.Conv2d))]
+    model, x, out, linears = _mlp(case) if case.model["kind"] == "mlp" else _conv(case)
     # Megatron: column (output features) then row (input features), alternating; the LayerNorm between a
     # column layer and the next stays whole (it normalizes over the split features: a legal, gathered case).
     column = [f"{name}.*" for name in linears[0:-1:2]]
@@ -156,9 +159,54 @@ def build(case: TrainingCase):
         def loss_fn(model, x, y):
             return F.cross_entropy(model(x), y)
     o = case.optimizer
-    optimizer = (slicer.SGD(o["lr"], momentum=o["momentum"], weight_decay=o["weight_decay"]) if o["name"] == "sgd"
-                 else slicer.AdamW(o["lr"], weight_decay=o["weight_decay"]))
-    return model, loss_fn, (x, target), optimizer, {"column": column, "row": row}
+    lr = make_schedule(o["lr"], case.schedule)
+    norm = case.clip["limit"] if case.clip and case.clip["where"] == "optimizer" else None
+    optimizer = (slicer.SGD(lr, momentum=o["momentum"], weight_decay=o["weight_decay"], clip_grad_norm=norm)
+                 if o["name"] == "sgd" else slicer.AdamW(lr, weight_decay=o["weight_decay"], clip_grad_norm=norm))
+    return Built(model, clipping_loss(loss_fn, case.clip), loss_fn, (x, target), optimizer,
+                 {"column": column, "row": row})
+
+
+def _mlp(case: TrainingCase):
+    """(model, input batch, output width, names of the linear layers) of an MLP case: `nn.Dropout` after each
+    activation (before the only linear layer of a 1-layer MLP) when the case drops out."""
+    import torch
+    from torch import nn
+
+    spec = case.model
+    widths, layers = spec["widths"], []
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "sigmoid": nn.Sigmoid}[spec["activation"]]
+    if case.dropout and len(widths) == 2:
+        layers.append(nn.Dropout(case.dropout))
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1], bias=spec["bias"]))
+        if i < len(widths) - 2:
+            if i == 0 and spec["layernorm"]:
+                layers.append(nn.LayerNorm(widths[1]))
+            layers.append(act())
+            if case.dropout:
+                layers.append(nn.Dropout(case.dropout))
+    model = nn.Sequential(*layers).train()
+    linears = [str(i) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
+    return model, torch.randn(case.batch, widths[0]), widths[-1], linears
+
+
+def _conv(case: TrainingCase):
+    """(model, input batch, classes, names of the conv and linear layers) of a convnet case: `nn.Dropout`
+    after each ReLU when the case drops out (masks over [B, C, H, W])."""
+    import torch
+    from torch import nn
+
+    spec = case.model
+    (c_in, c), image = spec["channels"], spec["image"]
+    drop = [nn.Dropout(case.dropout)] if case.dropout else []
+    layers = [nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU(), *drop]
+    if spec["second_conv"]:
+        layers += [nn.Conv2d(c, c, 3, padding=1), nn.ReLU(), *([nn.Dropout(case.dropout)] if drop else [])]
+    layers += [nn.Flatten(), nn.Linear(c * image * image, spec["classes"])]
+    model = nn.Sequential(*layers).train()
+    linears = [str(i) for i, m in enumerate(model) if isinstance(m, (nn.Linear, nn.Conv2d))]
+    return model, torch.randn(case.batch, c_in, image, image), spec["classes"], linears
 
 
 def strategy_tactics(case: TrainingCase, step, megatron: dict):
@@ -195,11 +243,9 @@ def execute_training(case: TrainingCase, *, mpi: bool = False, mpi_timeout: floa
 def _within_torch_rounding(case: TrainingCase, losses, state, torch32) -> bool:
     """Slicer's losses and parameters are as close to torch's in float64 as `CONDITIONING` times torch float32's
     own (see the module docstring): the case is ill-conditioned in float32, not wrongly partitioned."""
-    import copy
-
-    model, loss_fn, batch, optimizer, _ = build(case)
-    batch64 = tuple(t.double() if t.is_floating_point() else t for t in batch)
-    want = reference().torch_steps(copy.deepcopy(model).double(), loss_fn, batch64, optimizer, case.steps)
+    built = build(case)
+    batch64 = tuple(t.double() if t.is_floating_point() else t for t in built.batch)
+    want = torch_reference(case, built.model.double(), built.plain, batch64)
     error = reference().relative_error
 
     def distance(losses_, params):
@@ -212,10 +258,11 @@ def _within_torch_rounding(case: TrainingCase, losses, state, torch32) -> bool:
 def _execute(case: TrainingCase, *, mpi: bool, mpi_timeout: float, corrupt: bool) -> Outcome:
     import slicer
 
-    model, loss_fn, batch, optimizer, megatron = build(case)
-    want_losses, want_params = reference().torch_steps(model, loss_fn, batch, optimizer, case.steps)
+    model, loss_fn, plain, batch, optimizer, megatron = build(case)
+    want_losses, want_params = torch_reference(case, model, plain, batch)
     try:
-        step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+        step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer, seed=case.seed,
+                                    microbatches=case.microbatches)
     except Exception as exc:  # noqa: BLE001 - classified
         return _error(exc, "train-import")
     try:
