@@ -75,11 +75,7 @@ def test_batch_norm_normalizes_each_micro_batch_and_updates_the_running_statisti
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, microbatches=2)
     loss_error, state_error, got = accumulation.compare(model, loss_fn, batch, ADAMW, data_parallel(step), 2)
     assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
-    assert int(got["bn1.num_batches_tracked"]) == 6
-    # per-micro-batch statistics differ from the whole batch's: the plain step's running mean is another
-    whole = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)
-    _, plain = train_step.slicer_steps(data_parallel(whole), batch, 3)
-    assert train_step.relative_error(plain["bn1.running_var"], got["bn1.running_var"]) > 1e-3
+    assert int(got["bn1.num_batches_tracked"]) == 6  # torch's loop normalizes each micro-batch by its statistics
 
 
 def test_a_bad_microbatches_is_a_clear_error():
