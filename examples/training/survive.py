@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "zoo"))
-from zoo_models import NanoGPT, _lm_loss  # noqa: E402
+from zoo_models import NanoGPT, _lm_loss, freeze_key_biases  # noqa: E402
 
 import slicer  # noqa: E402
 from slicer import strategies as st  # noqa: E402
@@ -57,7 +57,7 @@ def schedule():
 def torch_run(model, good):
     """Torch eager: the same schedule (LambdaLR of the same factors), clipping and AdamW on the good batches."""
     model = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), LR, foreach=False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], LR, foreach=False)
     lr_at = schedule()
     lambda_lr = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_at(t) / LR)
     losses = []
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     vocab, seq, batch, d, heads, layers = (256, 32, 4, 64, 4, 2) if args.small else (50257, 128, 4, 768, 12, 12)
     torch.manual_seed(0)
-    model = NanoGPT(vocab=vocab, block_size=seq, d=d, n_head=heads, n_layer=layers)
+    model = freeze_key_biases(NanoGPT(vocab=vocab, block_size=seq, d=d, n_head=heads, n_layer=layers), "c_attn")
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
     good, bad = batches(vocab, batch, seq)
     optimizer = slicer.AdamW(schedule(), weight_decay=0.01, clip_grad_norm=CLIP)
