@@ -120,20 +120,16 @@ def replayed(model: nn.Module, seed: int) -> nn.Module:
 def torch_steps(model, loss_fn, batch, optimizer, steps: int):
     """(losses, final parameters and buffers by name): `steps` steps of torch eager (torch.optim,
     foreach=False) on a copy of `model`, in its mode; replayed dropouts advance their step."""
-    model = copy.deepcopy(model)
-    opt = train_step.torch_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        for module in model.modules():
+
+    def advance(trained):
+        for module in trained.modules():
             if isinstance(module, ReplayedDropout):
                 module.step += 1
-    state = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
-    state.update({n: b.numpy().copy() for n, b in model.named_buffers()})
+
+    trained: list = []
+    losses, state = train_step.torch_steps(model, loss_fn, batch, optimizer, steps, after_step=advance,
+                                           model_out=trained)
+    state.update({n: b.numpy().copy() for n, b in trained[0].named_buffers()})
     return losses, state
 
 

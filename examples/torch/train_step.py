@@ -72,8 +72,9 @@ def torch_optimizer(optimizer, params):
                              weight_decay=optimizer.weight_decay, foreach=False)
 
 
-def torch_steps(model, loss_fn, batch, optimizer, steps: int):
-    """(losses, final parameters by name): `steps` steps of torch eager on a copy of `model`."""
+def torch_steps(model, loss_fn, batch, optimizer, steps: int, *, after_step=None, model_out: list | None = None):
+    """(losses, final parameters by name): `steps` steps of torch eager on a copy of `model`. `after_step(copy)`
+    runs after each step (e.g. advancing replayed dropout masks); `model_out` receives the trained copy."""
     model = copy.deepcopy(model)
     opt = torch_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
     losses = []
@@ -83,6 +84,10 @@ def torch_steps(model, loss_fn, batch, optimizer, steps: int):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if after_step is not None:
+            after_step(model)
+    if model_out is not None:
+        model_out.append(model)
     return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
 
 

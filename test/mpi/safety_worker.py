@@ -17,13 +17,20 @@ from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import KernelAssertionError  # noqa: E402
 
 
-def main():
+def gpt_step():
+    """(examples/torch/train_step.py, model, loss_fn, batch, optimizer, the step compiled data-parallel on x=2):
+    the small GPT both this worker and test_session_safety_mpi.py train."""
     train = load("torch/train_step.py", "train_step")
     adamw = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
     model, loss_fn, batch = train.gpt()
     train.freeze_attention_bias(model)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=adamw)
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
+    return train, model, loss_fn, batch, adamw, prog
+
+
+def main():
+    train, model, loss_fn, batch, adamw, prog = gpt_step()
     want_losses, want_params = train.torch_steps(model, loss_fn, batch, adamw, 2)
     idx, targets = batch
     bad = idx.clone()
@@ -50,4 +57,5 @@ def main():
     print("refused ok")
 
 
-main()
+if __name__ == "__main__":
+    main()

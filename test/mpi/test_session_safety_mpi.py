@@ -70,16 +70,9 @@ def test_state_dict_and_save_of_a_gibibyte_of_state_keep_the_job(tmp_path, monke
 def gpt():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
-    from example_modules import load
-    from slicer import strategies as st
+    from safety_worker import gpt_step  # test/mpi: the worker's own GPT
 
-    train = load("torch/train_step.py", "train_step")
-    adamw = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
-    model, loss_fn, batch = train.gpt()
-    train.freeze_attention_bias(model)
-    step = slicer.training_step(model, loss_fn, *batch, optimizer=adamw)
-    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
-    return torch, train, model, loss_fn, batch, adamw, prog
+    return (torch, *gpt_step())
 
 
 def test_a_bad_batch_is_refused_and_the_session_trains_on_as_torch(gpt):
