@@ -80,7 +80,7 @@ train-mode BatchNorm), torch float32 itself ends 1e-5 from float64, and two orde
 FLOAT64_FACTOR = 1.5
 
 
-def _distance(state: dict, exact: dict, initial: dict) -> float:
+def distance(state: dict, exact: dict, initial: dict) -> float:
     """||state - exact|| / ||exact - initial|| over every tensor: the error of what training changed."""
     error = sum(float(np.sum((np.asarray(state[n], np.float64) - exact[n]) ** 2)) for n in exact)
     moved = sum(float(np.sum((exact[n] - initial[n]) ** 2)) for n in exact)
@@ -95,7 +95,7 @@ def state_error(got: dict, want32: dict, want64: dict, initial: dict) -> tuple[f
     if worst <= TOLERANCE:
         return worst, None
     exact = {n: want64[n] for n in names}
-    return worst, _distance(got, exact, initial) / _distance(want32, exact, initial)
+    return worst, distance(got, exact, initial) / distance(want32, exact, initial)
 
 
 def run_case(case, kind: str, step, ranks, steps: int) -> str:
