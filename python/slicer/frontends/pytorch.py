@@ -101,6 +101,7 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
                                     "(or numpy arrays) positionally, and fixed options as keyword arguments") from None
         inputs.append(value)
     if isinstance(model, torch.nn.Module):
+        _check_inference(torch, model)
         named = dict(model.named_parameters())
         roles = ["parameter"] * len(named)
         buffers = {n: b for n, b in model.named_buffers() if n not in named}
@@ -126,6 +127,19 @@ def from_torch(model, *example_inputs, cleanup: bool = True, **kwargs) -> Import
     text = finish(text, what, arg_names, cleanup=cleanup, training=getattr(model, "training", False))
     return ImportedProgram(text, arg_names, len(inputs), tuple(values), ENTRY, what,
                            arg_roles=("input",) * len(inputs) + tuple(roles))
+
+
+def _check_inference(torch, model) -> None:
+    """FrontendError naming the first normalization layer of `model` that is in training mode with running
+    statistics (BatchNorm, InstanceNorm with track_running_stats): its forward updates them, which a program of
+    its inputs would return as extra, unnamed results. `from_torch` imports inference."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._NormBase) and module.training \
+                and module.track_running_stats:
+            raise FrontendError(f"from_torch imports a model for inference, but {type(module).__name__} "
+                                f"'{name or type(model).__name__}' is in training mode and updates its running "
+                                "statistics; call model.eval() first, or train it with slicer.training_step (which "
+                                "returns the statistics as results of the step)")
 
 
 def _import(torch, fx, module, args, what: str) -> str:

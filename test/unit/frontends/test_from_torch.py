@@ -181,3 +181,14 @@ def test_a_small_cnn_over_the_batch():
         assert models.relative_error(prog.run(images), want) <= 1e-5, tactics
     # data parallel: every op stays on its images, no collective (the result stays split over the batch)
     assert collectives(slicer.compile(imported, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("input.0=x"))) == []
+
+
+def test_a_batch_norm_in_training_mode_is_refused_by_name():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    x = torch.randn(2, 3, 6, 6)
+    with pytest.raises(slicer.FrontendError, match=r"BatchNorm2d '1' is in training mode and updates its running "
+                                                   r"statistics; call model.eval\(\) first, or train it with "
+                                                   r"slicer.training_step"):
+        slicer.from_torch(model, x)
+    got = slicer.compile(slicer.from_torch(model.eval(), x), mesh=slicer.Mesh(x=1), tactics=[]).run(x)
+    assert float(abs(got - model(x).detach().numpy()).max()) < 1e-5
