@@ -61,6 +61,12 @@ def micro_batch(tensor, micro: int, count: int):
     return tensor.reshape(tensor.shape[0] // count, count, *tensor.shape[1:])[:, micro]
 
 
+def fence_count(count: int, weights: int) -> int:
+    """How many fences `accumulated_gradients` returns for `count` micro-batches of `weights` gradients: the
+    partial sums after micro-batches 2 .. count-1 (none for one or two micro-batches)."""
+    return max(0, count - 2) * weights
+
+
 def accumulated_gradients(torch, loss_of, batch, weights: list, count: int, stream, guard):
     """(the step's loss, the gradient of each of `weights`, the fences) over `count` micro-batches of `batch`,
     as torch's accumulation loop computes them (module docstring): `loss_of(*micro_batch)` runs the forward
@@ -90,4 +96,4 @@ def accumulated_gradients(torch, loss_of, batch, weights: list, count: int, stre
     return total, grads, fences[len(weights):]
 
 
-__all__ = ["accumulated_gradients", "check_microbatches", "micro_batch"]
+__all__ = ["accumulated_gradients", "check_microbatches", "fence_count", "micro_batch"]

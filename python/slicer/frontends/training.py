@@ -14,7 +14,6 @@ Arguments, each named (`slicer.name`) and with a role (`ImportedProgram.arg_role
     state       `momentum.<param>` (SGD with momentum); `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`  "state"
     hyper       the optimizer's hyperparameters, float64 scalars: `lr`, `weight_decay`, then `momentum`     "hyper"
                 (SGD with momentum) or `beta1`, `beta2` (AdamW); set by the session at each step
-
     rng         int64 [seed, step counter], when the forward draws dropout masks (`randomness.py`)      "state"
 
 Results: `loss`, then the new value of every trained parameter, of every buffer the forward writes (batch norm's
@@ -48,7 +47,7 @@ import inspect
 
 from slicer.core.errors import FrontendError
 
-from .accumulation import accumulated_gradients, check_microbatches
+from .accumulation import accumulated_gradients, check_microbatches, fence_count
 from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
@@ -114,8 +113,8 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     written = tuple(list(buffers)[o - first] for o in kept)
     arg_names = (*batch_names, *names, *((RNG,) if random else ()))
     result_names = (LOSS, *trained, *(b for b in buffers if b in written), *state, *((RNG,) if random else ()))
-    fences = (microbatches - 2) * len(trained) if microbatches > 2 else 0  # accumulation.accumulated_gradients
-    text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training, fences=fences)
+    text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training,
+                  fences=fence_count(microbatches, len(trained)))
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
              + ("state",) * len(state) + ("hyper",) * len(hyper) + ("state",) * random)
     bound = (*values, rng) if random else tuple(values)
