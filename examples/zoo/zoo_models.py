@@ -22,13 +22,26 @@ model without heads). The idioms are the point, not the sizes (all tiny, so a te
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+
+def _example(relative: str, name: str):
+    """The module of examples/<relative>, loaded by path (examples/ holds scripts, not packages)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+neox_block = _example("torch/neox.py", "neox_block")
 
 
 @dataclass
@@ -136,59 +149,14 @@ def nanogpt(seed=0, dropout=0.0, batch=4, seq=8, vocab=64):
 
 
 # ---------------------------------------------------------------------------------------------- GPT-NeoX
-def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-class NeoXAttention(nn.Module):
-    def __init__(self, d, n_head, seq, rotary_pct=0.25):
-        super().__init__()
-        self.n_head, self.hd = n_head, d // n_head
-        self.rot = int(self.hd * rotary_pct)
-        self.query_key_value = nn.Linear(d, 3 * d)
-        self.dense = nn.Linear(d, d)
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.rot, 2).float() / self.rot))
-        freqs = torch.outer(torch.arange(seq).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
-        self.register_buffer("bias", torch.tril(torch.ones(seq, seq, dtype=torch.bool)), persistent=False)
-
-    def forward(self, x):
-        B, T, _ = x.shape
-        qkv = self.query_key_value(x).view(B, T, self.n_head, 3 * self.hd).permute(0, 2, 1, 3)
-        q, k, v = qkv[..., : self.hd], qkv[..., self.hd: 2 * self.hd], qkv[..., 2 * self.hd:]
-        q_rot, q_pass = q[..., : self.rot], q[..., self.rot:]
-        k_rot, k_pass = k[..., : self.rot], k[..., self.rot:]
-        cos, sin = self.cos[:T], self.sin[:T]
-        q = torch.cat((q_rot * cos + rotate_half(q_rot) * sin, q_pass), dim=-1)
-        k = torch.cat((k_rot * cos + rotate_half(k_rot) * sin, k_pass), dim=-1)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
-        scores = scores.masked_fill(~self.bias[:T, :T], torch.finfo(scores.dtype).min)
-        y = torch.softmax(scores, dim=-1) @ v
-        return self.dense(y.permute(0, 2, 1, 3).reshape(B, T, -1))
-
-
-class NeoXLayer(nn.Module):
-    def __init__(self, d, n_head, seq):
-        super().__init__()
-        self.input_layernorm = nn.LayerNorm(d)
-        self.post_attention_layernorm = nn.LayerNorm(d)
-        self.attention = NeoXAttention(d, n_head, seq)
-        self.dense_h_to_4h = nn.Linear(d, 4 * d)
-        self.dense_4h_to_h = nn.Linear(4 * d, d)
-
-    def forward(self, x):  # parallel residual
-        mlp = self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(self.post_attention_layernorm(x))))
-        return x + self.attention(self.input_layernorm(x)) + mlp
-
-
 class NeoX(nn.Module):
+    """Embedding, GPT-NeoX blocks (examples/torch/neox.py: the fused per-head QKV cut by slicing, partial rotary,
+    parallel residual), final norm and LM head."""
+
     def __init__(self, vocab=64, seq=8, d=32, n_head=4, n_layer=2):
         super().__init__()
         self.embed_in = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList([NeoXLayer(d, n_head, seq) for _ in range(n_layer)])
+        self.layers = nn.ModuleList([neox_block.Block(d, n_head, seq) for _ in range(n_layer)])
         self.final_layer_norm = nn.LayerNorm(d)
         self.embed_out = nn.Linear(d, vocab, bias=False)
 
@@ -203,8 +171,7 @@ def neox(seed=0, batch=4, seq=8, vocab=64):
     torch.manual_seed(seed)
     return ZooCase("neox", freeze_key_biases(NeoX(vocab=vocab, seq=seq), "query_key_value"), _lm_loss,
                    _tokens(torch.Generator().manual_seed(seed), batch, seq, vocab),
-                   {"column": ["layers.*.attention.query_key_value.*", "layers.*.dense_h_to_4h.*"],
-                    "row": ["layers.*.attention.dense.weight", "layers.*.dense_4h_to_h.weight"]})
+                   {kind: [f"layers.*.{p}" for p in patterns] for kind, patterns in neox_block.MEGATRON.items()})
 
 
 # ---------------------------------------------------------------------------------------------- ViT (timm)
