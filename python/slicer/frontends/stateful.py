@@ -15,9 +15,17 @@ inverse deviation typed `tensor<0xf32>` (torch's kernel returns empty tensors th
 'tensor<0xf32>' are cast incompatible". torch's own decompositions of `native_batch_norm` and its backward
 (torch._decomp) write both modes in elementwise ops and reductions, with no such outputs left for torch-mlir
 to type; `stateful_decompositions` adds them (and dropout's, `randomness.py`) to the tracing table.
+
+Cumulative averages. With `momentum=None` batch norm's running statistics are the plain average over the batches
+seen: torch's module computes the factor `1 / num_batches_tracked` with `float(tensor)`, a read of a tensor's value
+that a trace cannot record. `cumulative_averages` gives such modules, while the step is traced, a forward that
+keeps the factor a tensor (same formula, so the statistics are torch's).
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
 
 from .randomness import random_decompositions
 
@@ -77,6 +85,36 @@ def _batch_norm_training(torch, input, weight, bias, running_mean, running_var, 
     return output.to(input.dtype), save_mean.to(input.dtype), save_rstd.to(input.dtype)
 
 
+@contextlib.contextmanager
+def cumulative_averages(torch, model):
+    """While tracing, batch norm modules of `model` in training mode with `momentum=None` compute their cumulative
+    average factor as a tensor (`_cumulative_batch_norm`) instead of reading it with `float()`."""
+    patched = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+               and m.training and m.momentum is None and m.track_running_stats and m.running_mean is not None]
+    for module in patched:
+        module.forward = functools.partial(_cumulative_batch_norm, torch, module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def _cumulative_batch_norm(torch, module, input):
+    """`_BatchNorm.forward` in training mode with `momentum=None`: the batch's statistics (`F.batch_norm` with
+    momentum 1 into zeroed buffers), then running = factor * batch + (1 - factor) * running, factor =
+    1 / num_batches_tracked, as torch computes it with the factor read as a Python float."""
+    module._check_input_dim(input)
+    module.num_batches_tracked.add_(1)
+    factor = 1.0 / module.num_batches_tracked
+    batch_mean, batch_var = torch.zeros_like(module.running_mean), torch.zeros_like(module.running_var)
+    output = torch.nn.functional.batch_norm(input, batch_mean, batch_var, module.weight, module.bias, True, 1.0,
+                                            module.eps)
+    module.running_mean.copy_(factor * batch_mean + (1 - factor) * module.running_mean)
+    module.running_var.copy_(factor * batch_var + (1 - factor) * module.running_var)
+    return output
+
+
 def _is_copy_of(torch, node, placeholder) -> bool:
     """Is `node` `clone(placeholder)` (through aliases): a copy of the argument nobody wrote?"""
     aten = torch.ops.aten
@@ -107,4 +145,4 @@ def prune_outputs(torch, graph, copies: dict[int, int], random_arg: int) -> tupl
     return [o for o in copies if o not in dropped], used
 
 
-__all__ = ["prune_outputs", "stateful_decompositions"]
+__all__ = ["cumulative_averages", "prune_outputs", "stateful_decompositions"]

@@ -52,7 +52,7 @@ from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
-from .stateful import prune_outputs
+from .stateful import cumulative_averages, prune_outputs
 from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
                            record_lines_of, trace)
 
@@ -97,7 +97,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
     try:
-        with _attributes_kept(torch, model):
+        with _attributes_kept(torch, model), cumulative_averages(torch, model):
             graph = trace(torch, step, args, what)
         # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
         first = 1 + len(trained)

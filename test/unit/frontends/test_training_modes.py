@@ -73,6 +73,19 @@ def test_resnet_with_batch_norm_in_training_mode_steps_equal_torch():
     assert int(got["bn1.num_batches_tracked"]) == 5 and got["bn1.running_mean"].any()
 
 
+def test_batch_norm_with_cumulative_averages_steps_equal_torch():
+    """`momentum=None`: the running statistics are the average over the batches seen (torch reads the factor
+    1 / num_batches_tracked with float(); the traced step keeps it a tensor)."""
+    model, loss_fn, batch = modes.resnet()
+    for module in (model.bn1, model.bn2):
+        module.momentum = None
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)
+    loss_error, state_error, got = modes.compare(model, loss_fn, batch, ADAMW, data_parallel(step), steps=3)
+    assert loss_error <= 1e-5 and state_error <= 1e-5
+    assert int(got["bn2.num_batches_tracked"]) == 3 and got["bn2.running_var"].any()
+    assert model.bn1.forward.__func__ is nn.BatchNorm2d.forward  # the module is left as it was
+
+
 def test_dropout_steps_equal_torch_replaying_the_masks_and_the_random_state_is_checkpointed(tmp_path):
     model, loss_fn, batch = modes.dropout_mlp()
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, seed=1234)
