@@ -36,6 +36,7 @@ import numpy as np
 
 from slicer.core.errors import KernelAssertionError, KernelError
 
+from .amx_permission import request_amx
 from .workspace import WORKSPACE_SHARE, WORKSPACE_STATE
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
@@ -340,6 +341,8 @@ class KernelLibrary:
         self.cache_hit = cache_hit
         self.compile_seconds = compile_seconds
         self.meta = meta
+        if meta.get("amx"):
+            request_amx()  # before any kernel runs: else the first tile instruction is a SIGILL
         try:
             self.handle = ctypes.CDLL(str(self.path))
         except OSError as exc:

@@ -117,8 +117,9 @@ _TO_LLVM: Stage = (
         # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
         "convert-math-to-llvm",
         "convert-math-to-libm",
-        # x86vector ops (vscalef in the generated exp) only appear when the target has AVX-512.
-        "convert-vector-to-llvm{enable-x86vector}",
+        # x86vector ops (vscalef in the generated exp, vdpbf16ps) only appear when the target has AVX-512, amx
+        # ops (the bf16 GEMM's tiles) when it has AMX (lowering/contract/matrix_units.py).
+        "convert-vector-to-llvm{enable-x86vector enable-amx}",
         # Allocations call the library's own allocator, which reuses large blocks (workspace.py).
         LIBRARY_ALLOCATOR,
         "convert-to-llvm",

@@ -15,11 +15,15 @@ from slicer.core.passes import OptionError
 from ..emitter import Emitter, Index
 from ..memref_facts import VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction
+from .matrix_units import AUTO, BF16_UNITS
 
 
 @dataclass(frozen=True)
 class ContractOptions:
-    """Register tile (`mr` rows x `nv` vectors), cache blocks (`mc` rows, `nc` columns, `kc` depth), k unroll."""
+    """Register tile (`mr` rows x `nv` vectors), cache blocks (`mc` rows, `nc` columns, `kc` depth), k unroll;
+    the units of contractions of bf16 operands (`bf16_units`: `auto`, the target's best, or one forced:
+    `amx`, `avx512bf16`, `f32`; see `matrix_units.py`). The sizes are the f32 GEMM's; the bf16 GEMM has its own
+    blocks (`bf16_gemm.BF16_BLOCKS`) and takes `unroll` only."""
 
     mr: int = 8
     nv: int = 2
@@ -27,11 +31,15 @@ class ContractOptions:
     nc: int = 1024
     kc: int = 256
     unroll: int = 4
+    bf16_units: str = AUTO
 
     def __post_init__(self) -> None:
         if self.mr < 1 or self.nv < 1 or self.unroll < 1 or min(self.mc, self.nc, self.kc) < 1:
             options = {k: getattr(self, k) for k in ("mr", "nv", "mc", "nc", "kc", "unroll")}
             raise OptionError(f"slicer-kernel-contract: sizes must be positive, got {options}")
+        if self.bf16_units not in (AUTO, *BF16_UNITS):
+            raise OptionError(f"slicer-kernel-contract: bf16-units must be one of {', '.join((AUTO, *BF16_UNITS))}, "
+                              f"got '{self.bf16_units}'")
 
 
 @dataclass

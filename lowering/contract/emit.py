@@ -16,12 +16,16 @@ from mlir import ir
 from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
+from slicer.core.names import USES_AMX_ATTR
 from slicer.dialect.ops import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import NT_BYTES, VECTOR_BYTES
-from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze
+from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
+from .bf16_gemm import bf16_gemm_text
+from .bf16_ukernels import bf16_ukernel_text
 from .blocking import ContractOptions
+from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
 from .ukernel import ukernel_text
 from .zero_init import zero_before
@@ -194,7 +198,9 @@ def contraction_text(c: Contraction, options: ContractOptions, name: str, ukerne
 def contract_module(module: ir.Module, options: ContractOptions = ContractOptions()) -> list[str]:
     """Replace every contraction generic of `module` by a call to a generated packed GEMM.
 
-    Returns one line per replaced op (its classification); ops the analysis rejects stay.
+    Returns one line per replaced op (its classification); ops the analysis rejects stay. Contractions of
+    bf16 operands get the bf16 GEMM (`bf16_gemm.py`) on the units `options.bf16_units` chooses; the module
+    then records whether it holds AMX code (`USES_AMX_ATTR`: its loader must ask for the tile state).
     """
     context = module.context
     avx512 = module_avx512(module)
@@ -202,9 +208,13 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     ukernels: dict[str, str] = {}
     functions = GeneratedFunctions("__slicer_contract_")
     calls: list[tuple[ir.Operation, Contraction, str]] = []
+    units = None
     for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
         try:
             c = analyze(op)
+            operands = bf16_operands(c) if reads_bf16(c) else None
+            if reads_bf16(c) and operands is None and c.element != "f32":
+                raise NotAContraction("a bf16 C whose sides are not bf16 inputs as they are")
         except NotAContraction as why:
             log.debug("not a contraction (%s): %s", why, op.location)
             continue
@@ -213,15 +223,25 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
             c.zero_init = True
             if fill is not None:
                 fill.erase()
-        uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
-        if uk not in ukernels:
-            ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
-        calls.append((op, c, functions.name_of(contraction_text(c, options, GeneratedFunctions.SELF, uk, avx512))))
+        if operands is not None:
+            units = units or chosen_units(options.bf16_units, module_units(module))
+            uk = f"__slicer_ukernel_bf16_{units}_u{options.unroll}"
+            if uk not in ukernels:
+                ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll)
+            text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, uk, units, *operands)
+        else:
+            uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
+            if uk not in ukernels:
+                ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
+            text = contraction_text(c, options, GeneratedFunctions.SELF, uk, avx512)
+        calls.append((op, c, functions.name_of(text)))
     if not calls:
         return replaced
     generated = ir.Module.parse("\n".join(list(ukernels.values()) + functions.texts()), context)
     for fn in list(generated.body.operations):
         module.body.append(fn.operation)
+    if units == AMX:
+        module.operation.attributes[USES_AMX_ATTR] = ir.UnitAttr.get(context)
     for op, c, name in calls:
         with ir.InsertionPoint(op), op.location:
             operands = [o.value for o in c.inputs] + [c.output.value] + list(c.captured)

@@ -1,0 +1,180 @@
+"""Packing bf16 operands into the panels of the bf16 micro-kernels (`bf16_ukernels.py`).
+
+`Ap[tile][row][k]`: MR rows of the block's k, contiguous along k (an AMX A tile is 16 rows x 32 k of it;
+the vector kernels broadcast a pair (k, k+1) of a row). `Bp[panel][k / 2][column][k % 2]`: 32 columns, the
+pair (k, k + 1) of each column side by side (VNNI). Both are padded with zeros: k up to `kcp` (a multiple of
+32 for AMX, of 2 otherwise), rows and columns past the operand's edge.
+
+Operands are bf16 inputs read as they are (the analysis checks each side is one bf16 input, maybe widened
+by `extf`): packing copies bits, it never rounds. Ways, fastest first: A contiguous along k copies rows with
+vectors; B contiguous along N loads two k rows and interleaves them with one shuffle per 32 values; B
+contiguous along k (a Linear layer's [out, in] weight) copies pairs as 32-bit words; any other layout copies
+element by element.
+"""
+
+from __future__ import annotations
+
+from ..emitter import Index
+from .blocking import Block, Blocking, Loops
+
+VEC = 32
+"""bf16 elements per vector of the copies (64 bytes)."""
+
+
+class Bf16Packer(Loops):
+    """The packing loops of a bf16 contraction: set `units`, `a_input`, `b_input`, `pad` before use."""
+
+    a_input: int
+    b_input: int
+    pad: int
+
+    def round_up(self, value: Index, to: int) -> Index:
+        e = self.e
+        if isinstance(value, int):
+            return -(-value // to) * to
+        bumped = e.add(value, to - 1)
+        return e.value(f"arith.muli {e.value(f'arith.divui {bumped}, {e.idx(to)} : index')}, {e.idx(to)} : index")
+
+    def _load(self, index: int, point: dict[int, Index], width: int | None = None) -> str:
+        e = self.e
+        operand = self.c.inputs[index]
+        coords = e.indices(point[d] for d in operand.dims)
+        if width is None:
+            return e.value(f"memref.load {self.args[index]}[{coords}] : {operand.type_text}")
+        return e.value(f"vector.load {self.args[index]}[{coords}] : {operand.type_text}, vector<{width}xbf16>")
+
+    def _zero_unit(self, buffer: str, base: Index, end: Index, condition: bool | str) -> None:
+        """buffer[base : base + end] = 0 when `condition` (static, or i1): an edge unit, or a k not padded."""
+        if condition is False:
+            return
+        e = self.e
+        zeros = e.value("arith.constant dense<0.0> : vector<16xbf16>")
+
+        def fill():
+            with e.loop(0, end, 16) as offset:
+                e.line(f"vector.store {zeros}, {buffer}[{e.idx(e.add(base, offset))}] : memref<?xbf16>, vector<16xbf16>")
+
+        if condition is True:
+            fill()
+        else:
+            with e.if_(condition):
+                fill()
+
+    def _offset(self, is_a: bool, base: Index, lane: Index, k: Index, kcp: Index) -> Index:
+        """Where element (lane, k) of a unit goes: A row-major along k, B in pairs along k."""
+        e = self.e
+        if is_a:
+            return e.add(e.add(base, e.mul(lane, kcp)), k)
+        if isinstance(k, int):
+            pair, parity = k // 2, k % 2
+        else:
+            pair = e.value(f"arith.divui {k}, {e.idx(2)} : index")
+            parity = e.value(f"arith.remui {k}, {e.idx(2)} : index")
+        return e.add(e.add(base, e.mul(pair, 2 * self.nr)), e.add(e.mul(lane, 2), parity))
+
+    def pack_bf16(self, is_a: bool, group: Blocking, block: Block, kblock: Block, buffer: str, kc: Index,
+                  kcp: Index, fixed: dict[int, Index]) -> None:
+        """The panels of one side for one (M or N block, K block): buffer[unit] as the module docstring says."""
+        e = self.e
+        index = self.a_input if is_a else self.b_input
+        operand = self.c.inputs[index]
+        unit = self.mr if is_a else self.nr
+        lane_dim = group.dims[-1]
+        k0 = self.kb.dims[-1]
+        single_k = len(self.kb.dims) == 1
+        along_k = single_k and operand.stride_of(k0) == 1
+        along_lane = single_k and operand.stride_of(lane_dim) == 1
+
+        def unit_body(linear, dims, width):
+            base = e.mul(linear, e.mul(unit, kcp))
+            point0 = {**fixed, **dims}
+            partial, unpadded = e.cmp("ne", width, unit), e.cmp("ne", kc, kcp)
+            self._zero_unit(buffer, base, e.mul(unit, kcp), _either(e, partial, unpadded))
+            kstart = self._k_start(kblock)
+            if not is_a and along_lane and isinstance(width, int) and width == unit:
+                self._interleaved_rows(index, point0, lane_dim, k0, kstart, kc, buffer, base)
+                return
+            with e.loop(0, width) as lane:
+                point = {**point0, lane_dim: e.add(dims[lane_dim], lane)}
+                if along_k:
+                    self._copy_along_k(is_a, index, point, k0, kstart, kc, kcp, buffer, base, lane)
+                else:
+                    self._copy_elements(is_a, index, point, kblock, kcp, buffer, base, lane)
+
+        self.enumerate(group, block, unit_body)
+
+    def _k_start(self, kblock: Block) -> Index:
+        """The first k of a block of a single K dim (its units are elements)."""
+        return kblock.start
+
+    def _copy_elements(self, is_a, index, point0, kblock, kcp, buffer, base, lane) -> None:
+        e = self.e
+
+        def k_body(klin, kdims, _):
+            value = self._load(index, {**point0, **kdims})
+            offset = self._offset(is_a, base, lane, klin, kcp)
+            e.line(f"memref.store {value}, {buffer}[{e.idx(offset)}] : memref<?xbf16>")
+
+        self.enumerate(self.kb, kblock, k_body)
+
+    def _copy_along_k(self, is_a, index, point0, k0, kstart, kc, kcp, buffer, base, lane) -> None:
+        """One row (A) or column (B) contiguous along k: A in vectors of 32, B in 32-bit pairs; the rest singly."""
+        e = self.e
+        chunk = VEC if is_a else 2
+        full = e.mul(e.value(f"arith.divui {e.idx(kc)}, {e.idx(chunk)} : index"), chunk) if isinstance(kc, str) \
+            else kc // chunk * chunk
+        if full != 0:
+            with e.loop(0, full, chunk) as k:
+                value = self._load(index, {**point0, k0: e.add(kstart, k)}, chunk)
+                offset = self._offset(is_a, base, lane, k, kcp)
+                e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, vector<{chunk}xbf16>")
+        if isinstance(kc, int) and full == kc:
+            return
+        with e.loop(full, kc) as k:
+            value = self._load(index, {**point0, k0: e.add(kstart, k)})
+            e.line(f"memref.store {value}, {buffer}[{e.idx(self._offset(is_a, base, lane, k, kcp))}] : memref<?xbf16>")
+
+    def _interleaved_rows(self, index, point0, lane_dim, k0, kstart, kc, buffer, base) -> None:
+        """A full B panel contiguous along N: rows k and k + 1 (32 columns each) interleaved into the pair layout."""
+        e = self.e
+        lo = ", ".join(f"{j}, {j + VEC}" for j in range(VEC // 2))
+        hi = ", ".join(f"{j}, {j + VEC}" for j in range(VEC // 2, VEC))
+        vt = f"vector<{VEC}xbf16>"
+
+        def store_pair(p, first: str, second: str):
+            for half, mask in enumerate((lo, hi)):
+                mixed = e.value(f"vector.shuffle {first}, {second} [{mask}] : {vt}, {vt}")
+                offset = e.add(e.add(base, e.mul(p, 2 * self.nr)), half * VEC)
+                e.line(f"vector.store {mixed}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, {vt}")
+
+        pairs = kc // 2 if isinstance(kc, int) else e.value(f"arith.divui {kc}, {e.idx(2)} : index")
+        if pairs != 0:
+            with e.loop(0, pairs) as p:
+                k = e.add(kstart, e.mul(p, 2))
+                first = self._load(index, {**point0, k0: k}, VEC)
+                second = self._load(index, {**point0, k0: e.add(k, 1)}, VEC)
+                store_pair(p, first, second)
+        odd = kc % 2 == 1 if isinstance(kc, int) else e.cmp("ne", e.value(f"arith.remui {kc}, {e.idx(2)} : index"), 0)
+        if odd is False:
+            return
+
+        def last():
+            first = self._load(index, {**point0, k0: e.add(kstart, e.sub(kc, 1))}, VEC)
+            store_pair(pairs, first, e.value(f"arith.constant dense<0.0> : {vt}"))
+
+        if odd is True:
+            last()
+        else:
+            with e.if_(odd):
+                last()
+
+
+def _either(e, a: bool | str, b: bool | str) -> bool | str:
+    """a or b, folded where static."""
+    if a is True or b is True:
+        return True
+    if a is False:
+        return b
+    if b is False:
+        return a
+    return e.value(f"arith.ori {a}, {b} : i1", "b")

@@ -1,0 +1,189 @@
+"""The micro-kernels of bf16 contractions: C[MR x 32] (f32) += Ap[tile] * Bp[panel] over a block's k.
+
+All three read the same packed panels (`bf16_packing.py`): `Ap[tile]` holds MR rows of `kcp` bf16 (k
+contiguous, `kcp` the block's k padded with zeros), `Bp[panel]` holds `kcp / 2` rows of 32 columns x 2: the
+pair (k, k+1) of each column side by side (the VNNI layout of AMX's B tile and of `vdpbf16ps`). C is an f32
+tile (a view of the output, or a scratch tile the driver converts); `%zero` starts it from zeros.
+
+- `amx` (MR = 32): 2 x 2 C tiles of 16 x 16 f32 in tile registers, 2 A tiles (16 rows x 32 k) and 2 B tiles
+  (16 k pairs x 16 columns x 2): the 8 tile registers, as oneDNN blocks them; each 32-deep k step is four
+  `tdpbf16ps`. LLVM cannot carry a tile value across a loop's back edge (an `x86_amx` phi fails instruction
+  selection), so the C tiles are loaded and stored around each group of `unroll` k steps (one basic block):
+  with `unroll` = 8, 8 tile moves of C per 32 tile products.
+- `avx512bf16` (MR = 8): the tile in 8 x 2 zmm accumulators; per k pair, two vectors of B (16 columns x 2)
+  and MR broadcast pairs of A, each `x86vector.avx512.dot` (`vdpbf16ps`) adding both products of a pair.
+- `f32` (MR = 8): the same loop where the pairs are widened to f32 (bf16 is the top half of an f32: a shift
+  and a mask) and multiplied by FMAs: any CPU with vector FMAs.
+"""
+
+from __future__ import annotations
+
+from ..emitter import Emitter
+from .matrix_units import AMX, AVX512BF16
+
+NR = 32
+"""Columns of a C tile (two AMX tiles, two f32 vectors) and of a packed B panel."""
+LANES = 16
+VT = f"vector<{LANES}xf32>"
+
+
+def bf16_mr(units: str) -> int:
+    """Rows of the C tile of `units`."""
+    return 32 if units == AMX else 8
+
+
+def k_padding(units: str) -> int:
+    """What a block's k is padded to in the panels: an AMX tile's 32, else a pair."""
+    return 32 if units == AMX else 2
+
+
+def _head(name: str, mr: int) -> str:
+    tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
+    return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %bp: memref<?xbf16>, %boff: index, "
+            f"%c: {tile}, %kcp: index, %zero: i1) {{")
+
+
+def bf16_ukernel_text(name: str, units: str, unroll: int) -> str:
+    """The micro-kernel of `units` (`matrix_units.BF16_UNITS`) as a private function named `name`."""
+    mr = bf16_mr(units)
+    body = _amx_body(mr, unroll) if units == AMX else _vector_body(mr, unroll, units == AVX512BF16)
+    return "\n".join([_head(name, mr), body, "  return", "}"])
+
+
+def _zero_c(e: Emitter, mr: int) -> None:
+    tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
+    zeros = e.value(f"arith.constant dense<0.0> : {VT}")
+    with e.if_("%zero"):
+        for i in range(mr):
+            for v in range(NR // LANES):
+                e.line(f"vector.store {zeros}, %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}")
+
+
+def _amx_body(mr: int, unroll: int) -> str:
+    e = Emitter("u")
+    tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
+    a_type = f"memref<{mr}x?xbf16, strided<[?, 1], offset: ?>>"
+    b_type = f"memref<?x{2 * NR}xbf16, strided<[{2 * NR}, 1], offset: ?>>"
+    c_tile, ab_tile = "!amx.tile<16x16xf32>", "!amx.tile<16x32xbf16>"
+    _zero_c(e, mr)
+    pairs = e.value("arith.divui %kcp, " + e.idx(2) + " : index")
+    a = e.value(f"memref.reinterpret_cast %ap to offset: [%aoff], sizes: [{mr}, %kcp], strides: [%kcp, 1] "
+                f": memref<?xbf16> to {a_type}")
+    b = e.value(f"memref.reinterpret_cast %bp to offset: [%boff], sizes: [{pairs}, {2 * NR}], strides: [{2 * NR}, 1] "
+                f": memref<?xbf16> to {b_type}")
+    corners = [(i, j) for i in (0, 16) for j in (0, 16)]
+
+    def group(k, steps: int) -> None:
+        cs = {ij: e.value(f"amx.tile_load %c[{e.idx(ij[0])}, {e.idx(ij[1])}] : {tile} into {c_tile}") for ij in corners}
+        for u in range(steps):
+            ku = e.add(k, 32 * u)
+            kp = e.value(f"arith.divui {e.idx(ku)}, {e.idx(2)} : index")
+            bs = [e.value(f"amx.tile_load {b}[{kp}, {e.idx(j * 2)}] : {b_type} into {ab_tile}") for j in (0, 16)]
+            for i in (0, 16):
+                ai = e.value(f"amx.tile_load {a}[{e.idx(i)}, {e.idx(ku)}] : {a_type} into {ab_tile}")
+                for jj, j in enumerate((0, 16)):
+                    cs[(i, j)] = e.value(f"amx.tile_mulf {ai}, {bs[jj]}, {cs[(i, j)]} : {ab_tile}, {ab_tile}, {c_tile}")
+        for (i, j), value in cs.items():
+            e.line(f"amx.tile_store %c[{e.idx(i)}, {e.idx(j)}], {value} : {tile}, {c_tile}")
+
+    step = 32 * unroll
+    main = e.value(f"arith.subi %kcp, {e.value(f'arith.remui %kcp, {e.idx(step)} : index')} : index")
+    with e.loop(0, main, step) as k:
+        group(k, unroll)
+    with e.loop(main, "%kcp", 32) as k:
+        group(k, 1)
+    return e.body()
+
+
+def _vector_body(mr: int, unroll: int, dot: bool) -> str:
+    e = Emitter("u")
+    tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
+    nv = NR // LANES
+    count = mr * nv
+    types = ", ".join([VT] * count)
+    zeros = e.value(f"arith.constant dense<0.0> : {VT}")
+    start = e.fresh("init")
+    e.line(f"{start}:{count} = scf.if %zero -> ({types}) {{")
+    e.line(f"  scf.yield {', '.join([zeros] * count)} : {types}")
+    e.line("} else {")
+    loaded = [e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}") for i in range(mr) for v in range(nv)]
+    e.line(f"  scf.yield {', '.join(loaded)} : {types}")
+    e.line("}")
+    pairs = e.value(f"arith.divui %kcp, {e.idx(2)} : index")
+    main = e.value(f"arith.subi {pairs}, {e.value(f'arith.remui {pairs}, {e.idx(unroll)} : index')} : index")
+    step = _dot_step(e, mr) if dot else _fma_step(e, mr)
+    results: list[str] = []
+    with e.loop_carried(0, main, unroll, [f"{start}#{i}" for i in range(count)], VT, results) as (p, carried):
+        results[:] = _unrolled(e, step, p, carried, unroll)
+    tail: list[str] = []
+    with e.loop_carried(main, pairs, 1, results, VT, tail) as (p, carried):
+        tail[:] = step(p, carried)
+    for i in range(mr):
+        for v in range(nv):
+            e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}")
+    return e.body()
+
+
+def _unrolled(e: Emitter, step, p, carried: list[str], copies: int) -> list[str]:
+    for u in range(copies):
+        carried = step(e.add(p, u), carried)
+    return carried
+
+
+def _pair_of_a(e: Emitter, row: int, p) -> str:
+    """The i32 holding A's pair (k = 2p, 2p + 1) of packed row `row`."""
+    offset = e.add(e.add("%aoff", e.mul(row, "%kcp")), e.mul(p, 2))
+    pair = e.value(f"vector.load %ap[{e.idx(offset)}] : memref<?xbf16>, vector<2xbf16>")
+    bits = e.value(f"vector.bitcast {pair} : vector<2xbf16> to vector<1xi32>")
+    return e.value(f"vector.extract {bits}[0] : i32 from vector<1xi32>")
+
+
+def _b_vectors(e: Emitter, p) -> list[str]:
+    base = e.add("%boff", e.mul(p, 2 * NR))
+    return [e.value(f"vector.load %bp[{e.idx(e.add(base, 2 * LANES * v))}] : memref<?xbf16>, vector<32xbf16>")
+            for v in range(NR // LANES)]
+
+
+def _dot_step(e: Emitter, mr: int):
+    nv = NR // LANES
+
+    def step(p, acc: list[str]) -> list[str]:
+        bs = _b_vectors(e, p)
+        new = []
+        for i in range(mr):
+            wide = e.value(f"vector.broadcast {_pair_of_a(e, i, p)} : i32 to vector<{LANES}xi32>")
+            a = e.value(f"vector.bitcast {wide} : vector<{LANES}xi32> to vector<32xbf16>")
+            for v in range(nv):
+                new.append(e.value(f"x86vector.avx512.dot {acc[i * nv + v]}, {a}, {bs[v]} : vector<32xbf16> -> {VT}"))
+        return new
+
+    return step
+
+
+def _fma_step(e: Emitter, mr: int):
+    """bf16 is the upper half of an f32: the even element of a pair is the i32 shifted left by 16, the odd
+    one the i32 with its low half cleared."""
+    nv = NR // LANES
+    it = f"vector<{LANES}xi32>"
+
+    def halves(bits: str, type_: str) -> tuple[str, str]:
+        shift = e.value(f"arith.constant {'dense<16> : ' + type_ if type_ != 'i32' else '16 : i32'}")
+        mask = e.value(f"arith.constant {'dense<-65536> : ' + type_ if type_ != 'i32' else '-65536 : i32'}")
+        even = e.value(f"arith.shli {bits}, {shift} : {type_}")
+        odd = e.value(f"arith.andi {bits}, {mask} : {type_}")
+        ftype = VT if type_ != "i32" else "f32"
+        return (e.value(f"arith.bitcast {even} : {type_} to {ftype}"), e.value(f"arith.bitcast {odd} : {type_} to {ftype}"))
+
+    def step(p, acc: list[str]) -> list[str]:
+        bs = []
+        for b in _b_vectors(e, p):
+            bs.append(halves(e.value(f"vector.bitcast {b} : vector<32xbf16> to {it}"), it))
+        new = []
+        for i in range(mr):
+            a_even, a_odd = (e.value(f"vector.broadcast {h} : f32 to {VT}") for h in halves(_pair_of_a(e, i, p), "i32"))
+            for v in range(nv):
+                first = e.value(f"vector.fma {a_even}, {bs[v][0]}, {acc[i * nv + v]} : {VT}")
+                new.append(e.value(f"vector.fma {a_odd}, {bs[v][1]}, {first} : {VT}"))
+        return new
+
+    return step
