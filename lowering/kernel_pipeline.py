@@ -155,6 +155,20 @@ class KernelPipeline:
         return replace(self, stages=tuple((name, tuple(by if e == element else e for e in elements))
                                           for name, elements in self.stages))
 
+    def with_options(self, pass_name: str, **options) -> "KernelPipeline":
+        """This pipeline with options of the Slicer pass `pass_name` set (keyword names in snake_case, as the
+        pass's fields): e.g. `DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units="f32")`."""
+        cls = registered_pass(pass_name)
+        if cls is None:
+            raise PipelineError(f"no Slicer pass '{pass_name}'")
+        for _, elements in self.stages:
+            for element in elements:
+                parsed = parse_element(element)
+                if parsed.name == pass_name:
+                    updated = replace(instantiate(parsed), **options).pipeline_text()
+                    return self.replacing(element, updated)
+        raise PipelineError(f"no element '{pass_name}' in pipeline:\n{self.text()}")
+
     def until(self, stage_name: str) -> "KernelPipeline":
         """The stages up to and including `stage_name` (to inspect intermediate IR)."""
         if stage_name not in self.names():

@@ -129,8 +129,8 @@ class Bf16Gemm(Bf16Packer):
             self._scratch_tile(where, height, width, scratch, zero, vectors,
                                lambda dyn: self._call(ap, aoff, bp, boff, dyn, kcp, zero))
 
-        if direct and whole is True:
-            view()
+        if whole is True and c.direct_c:
+            view() if direct else via_scratch(True)
         elif whole is False or not c.direct_c:
             via_scratch(False)
         else:

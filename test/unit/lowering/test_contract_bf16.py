@@ -1,0 +1,175 @@
+"""Contractions of bf16 operands (`lowering/contract/bf16_gemm.py`) on each path, forced: equal to float32 numpy.
+
+The reference is numpy's float64 einsum of the bf16 inputs (exact products; the kernels accumulate in f32).
+Tolerance: an f32 result is within 1e-5 of sum |a||b| (f32 accumulation of K products: K * 2^-24 relative
+at worst for the K here, ~1e-5); a bf16 result additionally within one bf16 rounding (2^-8 of its value).
+Every layout the packing handles (A along k, B along N, B along k, transposed A, several M/N/K dims, a C whose
+innermost dim is not N), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
+columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
+
+AMX code runs only on a CPU that has it (this test checks that it compiles to tile instructions
+everywhere and that loading it elsewhere is refused clearly instead of a SIGILL).
+"""
+
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from slicer.core.errors import KernelError
+from slicer.lowering import DEFAULT_PIPELINE, compile_library
+from slicer.lowering.aot import Target, library_key
+from slicer.lowering.cache import KernelCache
+from slicer.lowering.contract.matrix_units import AMX, AVX512BF16, F32, units_of_flags
+from slicer.lowering.emitter import host_cpu_flags
+
+RNG = np.random.default_rng(3)
+BF16 = ml_dtypes.bfloat16
+HOST = units_of_flags(host_cpu_flags())
+
+
+def bf16_einsum_fn(name: str, spec: str, sizes: dict[str, int], out: str = "f32") -> str:
+    """A linalg.generic computing `spec` on bf16 tensors into an `out` tensor of zeros: the operands widened
+    by `arith.extf` for an f32 C (what torch-mlir imports for a matmul with f32 accumulation), as they are
+    for a bf16 C."""
+    inputs, output = spec.split("->")
+    operands = inputs.split(",")
+    loops = list(output) + sorted(set(inputs.replace(",", "")) - set(output))
+    dims = ", ".join(f"d{i}" for i in range(len(loops)))
+
+    def amap(term):
+        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(l)}' for l in term)})>"
+
+    def ttype(term, t="bf16"):
+        return f"tensor<{'x'.join(str(sizes[l]) for l in term)}x{t}>"
+
+    kinds = ", ".join('"parallel"' if l in output else '"reduction"' for l in loops)
+    args = ", ".join(f"%a{i}: {ttype(t)}" for i, t in enumerate(operands))
+    if out == "f32":
+        body = ("    %w0 = arith.extf %x0 : bf16 to f32\n    %w1 = arith.extf %x1 : bf16 to f32\n"
+                "    %m = arith.mulf %w0, %w1 : f32\n")
+    else:
+        body = "    %m = arith.mulf %x0, %x1 : bf16\n"
+    return f"""
+func.func @{name}({args}) -> {ttype(output, out)} {{
+  %z = arith.constant 0.0 : {out}
+  %e = tensor.empty() : {ttype(output, out)}
+  %f = linalg.fill ins(%z : {out}) outs(%e : {ttype(output, out)}) -> {ttype(output, out)}
+  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types = [{kinds}]}}
+      ins(%a0, %a1 : {', '.join(ttype(t) for t in operands)}) outs(%f : {ttype(output, out)}) {{
+  ^bb0(%x0: bf16, %x1: bf16, %acc: {out}):
+{body}    %s = arith.addf %acc, %m : {out}
+    linalg.yield %s : {out}
+  }} -> {ttype(output, out)}
+  return %r : {ttype(output, out)}
+}}
+"""
+
+
+CASES = [
+    ("mk,kn->mn", dict(m=37, k=41, n=75)),  # A along k, B along N; edges everywhere, k odd
+    ("mk,nk->mn", dict(m=20, k=33, n=50)),  # B along k (a Linear layer's [out, in] weight)
+    ("km,kn->mn", dict(m=19, k=9, n=64)),  # A transposed: element by element
+    ("mk,kn->nm", dict(m=45, k=17, n=12)),  # C's innermost dim is M: scratch tiles
+    ("bmk,bkn->bmn", dict(b=3, m=10, k=7, n=33)),  # batch matmul
+    ("hse,hte->hst", dict(h=2, s=17, e=16, t=40)),  # attention scores (B along k)
+    ("sd,dhe->hse", dict(s=24, d=20, h=3, e=64)),  # N = (h, e)
+    ("hse,hed->sd", dict(h=4, s=9, e=64, d=40)),  # K = (h, e): pairs across a K dim boundary
+    ("mk,kn->mn", dict(m=1, k=1, n=1)),
+    ("mk,kn->mn", dict(m=64, k=64, n=64)),  # whole tiles of every path
+    ("mk,kn->mn", dict(m=300, k=1100, n=1060)),  # several M, N and K blocks, remainders
+]
+BF16_C_CASES = [
+    ("mk,kn->mn", dict(m=37, k=41, n=75)),
+    ("mk,nk->mn", dict(m=64, k=96, n=64)),
+    ("bmk,bkn->bmn", dict(b=2, m=33, k=70, n=40)),
+]
+
+
+def _pipeline(units: str):
+    return DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units)
+
+
+def _inputs(spec: str, sizes: dict[str, int]) -> list[np.ndarray]:
+    return [RNG.standard_normal([sizes[l] for l in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
+
+
+def _check(result: np.ndarray, spec: str, arrays: list[np.ndarray], rounding: float, label: str) -> None:
+    wide = [a.astype(np.float64) for a in arrays]
+    exact = np.einsum(spec, *wide)
+    scale = np.einsum(spec, *[np.abs(w) for w in wide])
+    error = np.abs(result.astype(np.float64) - exact)
+    bound = 1e-5 * scale + rounding * np.abs(exact)
+    assert (error <= bound).all(), f"{label}: worst error {float((error - bound).max()):.3g} past its bound"
+
+
+def _run_cases(units: str, cases, out: str, cache_dir) -> None:
+    text = "\n".join(bf16_einsum_fn(f"c{i}", spec, sizes, out) for i, (spec, sizes) in enumerate(cases))
+    library = compile_library(text, pipeline=_pipeline(units), cache_dir=cache_dir)
+    assert library.meta["amx"] == (units == AMX)
+    for i, (spec, sizes) in enumerate(cases):
+        arrays = _inputs(spec, sizes)
+        result = library[f"c{i}"](*arrays)
+        assert result.dtype == (np.float32 if out == "f32" else BF16)
+        _check(result, spec, arrays, 0.0 if out == "f32" else 2.0 ** -8, f"{units} {out} {spec} {sizes}")
+
+
+RUNNABLE = [u for u in (AMX, AVX512BF16, F32) if (AMX, AVX512BF16, F32).index(u) >= (AMX, AVX512BF16, F32).index(HOST)]
+
+
+@pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
+def test_bf16_contractions_into_f32_equal_numpy(cache_dir, units):
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units} (its best bf16 units: {HOST})")
+    _run_cases(units, CASES, "f32", cache_dir)
+
+
+@pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
+def test_bf16_contractions_into_bf16_round_once(cache_dir, units):
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units} (its best bf16 units: {HOST})")
+    _run_cases(units, BF16_C_CASES, "bf16", cache_dir)
+
+
+def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
+    """Compiled for an AMX CPU: the micro-kernel is tdpbf16ps on tiles LLVM configures (ldtilecfg); this
+    process asks Linux for the tile state when it loads the kernels, and a CPU without AMX refuses it with a
+    KernelError that says what to do (instead of the SIGILL the first tile instruction would raise)."""
+    text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=64, k=96, n=64))
+    target = Target(cpu="sapphirerapids")
+    try:
+        library = compile_library(text, target=target, cache_dir=cache_dir)
+    except KernelError as error:
+        assert "Linux refused the tile state" in str(error) and "bf16-units=avx512bf16" in str(error)
+        assert HOST != AMX
+    else:
+        assert HOST == AMX
+        arrays = _inputs("mk,kn->mn", dict(m=64, k=96, n=64))
+        _check(library["mm"](*arrays), "mk,kn->mn", arrays, 0.0, "amx")
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return
+    entry = KernelCache(cache_dir).lookup(library_key(text, DEFAULT_PIPELINE, target))
+    code = _disassembly(objdump, entry.library)
+    assert all(f"\t{instruction} " in code for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored"))
+
+
+def _disassembly(objdump: str, path) -> str:
+    return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
+
+
+def test_forcing_units_the_target_lacks_is_refused(cache_dir):
+    text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=16, k=16, n=16))
+    with pytest.raises(KernelError, match="bf16-units=amx but the target has only f32"):
+        compile_library(text, pipeline=_pipeline(AMX), target=Target(cpu="x86-64-v3"), cache_dir=cache_dir)
+
+
+def test_the_best_units_of_a_target():
+    assert Target(cpu="sapphirerapids").bf16_units() == AMX
+    assert Target(cpu="znver4").bf16_units() == AVX512BF16
+    assert Target(cpu="skylake-avx512").bf16_units() == F32
+    assert Target(cpu="sapphirerapids", features="-amx-bf16").bf16_units() == AVX512BF16
+    assert units_of_flags({"amx_bf16", "amx_tile", "avx512_bf16"}) == AMX
+    assert units_of_flags({"avx512f"}) == F32
