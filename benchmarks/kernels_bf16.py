@@ -71,6 +71,7 @@ def cases(quick: bool) -> list[tuple[str, str, dict[str, int], object]]:
         ("MLP x@w1 512x1024x4096", "mk,kn->mn", dict(m=B, k=Dm, n=Hm), lambda a, b: a @ b),
         ("MLP h@w2 512x4096x1024", "mk,kn->mn", dict(m=B, k=Hm, n=Dm), lambda a, b: a @ b),
         ("Linear x@W^T mk,nk->mn 512x1024x4096", "mk,nk->mn", dict(m=B, k=Dm, n=Hm), lambda a, b: a @ b.T),
+        ("weight gradient x^T@dy km,kn->mn 1024x512x4096", "km,kn->mn", dict(m=Dm, k=B, n=Hm), lambda a, b: a.T @ b),
         ("attention q/k/v sd,dhe->hse", "sd,dhe->hse", dict(s=S, d=D, h=H, e=E),
          lambda x, w: (x @ w.reshape(D, H * E)).reshape(S, H, E).transpose(0, 1)),
         ("attention scores hse,hte->hst", "hse,hte->hst", dict(h=H, s=S, e=E, t=S), lambda q, k: q @ k.transpose(1, 2)),

@@ -19,6 +19,8 @@ from .blocking import Block, Blocking, Loops
 
 VEC = 32
 """bf16 elements per vector of the copies (64 bytes)."""
+LANES = 16
+"""32-bit words per vector: B's pairs transpose as 16 x 16 words."""
 
 
 class Bf16Packer(Loops):
@@ -91,13 +93,19 @@ class Bf16Packer(Loops):
             partial, unpadded = e.cmp("ne", width, unit), e.cmp("ne", kc, kcp)
             self._zero_unit(buffer, base, e.mul(unit, kcp), _either(e, partial, unpadded))
             kstart = self._k_start(kblock)
-            if not is_a and along_lane and isinstance(width, int) and width == unit:
+            whole = isinstance(width, int) and width == unit
+            if not is_a and along_lane and whole:
                 self._interleaved_rows(index, point0, lane_dim, k0, kstart, kc, buffer, base)
+                return
+            done: Index = 0  # the k's packed by in-register transposes (a multiple of their group)
+            if whole and ((along_k and not is_a) or (along_lane and is_a)):
+                done = self._transposed(is_a, index, point0, lane_dim, k0, kstart, kc, kcp, buffer, base)
+            if done == kc:
                 return
             with e.loop(0, width) as lane:
                 point = {**point0, lane_dim: e.add(dims[lane_dim], lane)}
-                if along_k:
-                    self._copy_along_k(is_a, index, point, k0, kstart, kc, kcp, buffer, base, lane)
+                if along_k or done != 0:
+                    self._copy_along_k(is_a, index, point, k0, kstart, kc, kcp, buffer, base, lane, done)
                 else:
                     self._copy_elements(is_a, index, point, kblock, kcp, buffer, base, lane)
 
@@ -117,22 +125,64 @@ class Bf16Packer(Loops):
 
         self.enumerate(self.kb, kblock, k_body)
 
-    def _copy_along_k(self, is_a, index, point0, k0, kstart, kc, kcp, buffer, base, lane) -> None:
-        """One row (A) or column (B) contiguous along k: A in vectors of 32, B in 32-bit pairs; the rest singly."""
+    def _copy_along_k(self, is_a, index, point0, k0, kstart, kc, kcp, buffer, base, lane, start: Index = 0) -> None:
+        """k's [start, kc) of one row of A or column of B, along a single K dim: where the operand is contiguous
+        along k, A's in vectors of 32 and B's in 32-bit pairs; the rest element by element."""
         e = self.e
         chunk = VEC if is_a else 2
-        full = e.mul(e.value(f"arith.divui {e.idx(kc)}, {e.idx(chunk)} : index"), chunk) if isinstance(kc, str) \
-            else kc // chunk * chunk
-        if full != 0:
-            with e.loop(0, full, chunk) as k:
-                value = self._load(index, {**point0, k0: e.add(kstart, k)}, chunk)
-                offset = self._offset(is_a, base, lane, k, kcp)
-                e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, vector<{chunk}xbf16>")
-        if isinstance(kc, int) and full == kc:
+        full: Index = start
+        if self.c.inputs[index].stride_of(k0) == 1:
+            span = e.sub(kc, start)
+            count = e.value(f"arith.divui {e.idx(span)}, {e.idx(chunk)} : index") if isinstance(span, str) else span // chunk
+            full = e.add(start, e.mul(count, chunk))
+            if count != 0:
+                with e.loop(start, full, chunk) as k:
+                    value = self._load(index, {**point0, k0: e.add(kstart, k)}, chunk)
+                    offset = self._offset(is_a, base, lane, k, kcp)
+                    e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, vector<{chunk}xbf16>")
+        if isinstance(kc, int) and isinstance(full, int) and full >= kc:
             return
         with e.loop(full, kc) as k:
             value = self._load(index, {**point0, k0: e.add(kstart, k)})
             e.line(f"memref.store {value}, {buffer}[{e.idx(self._offset(is_a, base, lane, k, kcp))}] : memref<?xbf16>")
+
+    def _transposed(self, is_a, index, point0, lane_dim, k0, kstart, kc, kcp, buffer, base) -> Index:
+        """The first k's of a whole unit, a group at a time, by square transposes in registers: B contiguous
+        along k (16 columns x 16 pairs as 32-bit words: 32 k), A contiguous along M (n rows x n k, n = 16 or
+        the tile's 8). Returns how many k's it packed (a multiple of the group; 0 when kc is smaller)."""
+        e = self.e
+        n = LANES if not is_a else min(LANES, self.mr)
+        depth = 2 * n if not is_a else n  # k's per group
+        count = e.value(f"arith.divui {e.idx(kc)}, {e.idx(depth)} : index") if isinstance(kc, str) else kc // depth
+        if count == 0:
+            return 0
+        done = e.mul(count, depth)
+        unit = self.mr if is_a else self.nr
+        if not is_a:
+            wide, word = f"vector<{2 * n}xbf16>", f"vector<{n}xi32>"
+        else:
+            wide = word = f"vector<{n}xbf16>"
+        with e.loop(0, done, depth) as k:
+            for part in range(unit // n):
+                rows = []
+                for r in range(n):  # B: column part*n + r along k; A: k + r along M
+                    if is_a:
+                        point = {**point0, k0: e.add(kstart, e.add(k, r)), lane_dim: e.add(point0[lane_dim], part * n)}
+                        rows.append(self._load(index, point, n))
+                    else:
+                        point = {**point0, k0: e.add(kstart, k), lane_dim: e.add(point0[lane_dim], part * n + r)}
+                        vector = self._load(index, point, 2 * n)
+                        rows.append(e.value(f"vector.bitcast {vector} : {wide} to {word}"))
+                for j, vector in enumerate(_transpose(e, rows, word)):
+                    if is_a:  # row part*n + j of the tile, k's [k, k + n)
+                        offset = e.add(e.add(base, e.mul(part * n + j, kcp)), k)
+                        e.line(f"vector.store {vector}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, {wide}")
+                    else:  # pair k/2 + j, columns [part*n, part*n + n)
+                        pair = e.add(e.value(f"arith.divui {e.idx(k)}, {e.idx(2)} : index") if isinstance(k, str) else k // 2, j)
+                        offset = e.add(e.add(base, e.mul(pair, 2 * self.nr)), 2 * n * part)
+                        halves = e.value(f"vector.bitcast {vector} : {word} to {wide}")
+                        e.line(f"vector.store {halves}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, {wide}")
+        return done
 
     def _interleaved_rows(self, index, point0, lane_dim, k0, kstart, kc, buffer, base) -> None:
         """A full B panel contiguous along N: rows k and k + 1 (32 columns each) interleaved into the pair layout."""
@@ -178,3 +228,22 @@ def _either(e, a: bool | str, b: bool | str) -> bool | str:
     if b is False:
         return a
     return e.value(f"arith.ori {a}, {b} : i1", "b")
+
+
+def _transpose(e, rows: list[str], vtype: str) -> list[str]:
+    """The columns of the square of `rows` (n vectors of n lanes, n a power of two), by log2(n) stages of
+    shuffles: at each stage, vector i and vector i + n/2 are interleaved by halves."""
+    n = len(rows)
+    labels = [[(r, c) for c in range(n)] for r in range(n)]
+    low = [v for j in range(n // 2) for v in (j, n + j)]
+    high = [v for j in range(n // 2, n) for v in (j, n + j)]
+    for _ in range(n.bit_length() - 1):
+        new, new_labels = [None] * n, [None] * n
+        for i in range(n // 2):
+            for slot, idx in ((2 * i, low), (2 * i + 1, high)):
+                both = labels[i] + labels[i + n // 2]
+                new_labels[slot] = [both[j] for j in idx]
+                new[slot] = e.value(f"vector.shuffle {rows[i]}, {rows[i + n // 2]} [{', '.join(map(str, idx))}] : {vtype}, {vtype}")
+        rows, labels = new, new_labels
+    assert all(labels[c] == [(r, c) for r in range(n)] for c in range(n)), "transpose network"
+    return rows

@@ -80,6 +80,7 @@ CASES = [
     ("mk,kn->mn", dict(m=1, k=1, n=1)),
     ("mk,kn->mn", dict(m=64, k=64, n=64)),  # whole tiles of every path
     ("mk,kn->mn", dict(m=300, k=1100, n=1060)),  # several M, N and K blocks, remainders
+    ("km,nk->mn", dict(m=70, k=600, n=90)),  # both transposed in registers, two K blocks, remainders
 ]
 BF16_C_CASES = [
     ("mk,kn->mn", dict(m=37, k=41, n=75)),
