@@ -35,7 +35,7 @@ class Bf16Gemm(Bf16Packer):
         self.e = Emitter()
         self.t = c.element
         self.lanes = LANES
-        self.mr, self.nr = bf16_mr(units), NR
+        self.mr, self.nr = bf16_mr(units, options.mr), NR
         self.pad = k_padding(units)
         r = c.ranges
         self.mb = blocking(c.m, [r[d] for d in c.m], self.mr, max(1, BF16_BLOCKS["mc"] // self.mr))

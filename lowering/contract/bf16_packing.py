@@ -50,11 +50,11 @@ class Bf16Packer(Loops):
         if condition is False:
             return
         e = self.e
-        zeros = e.value("arith.constant dense<0.0> : vector<16xbf16>")
+        zeros = e.value("arith.constant dense<0.0> : vector<8xbf16>")
 
-        def fill():
-            with e.loop(0, end, 16) as offset:
-                e.line(f"vector.store {zeros}, {buffer}[{e.idx(e.add(base, offset))}] : memref<?xbf16>, vector<16xbf16>")
+        def fill():  # a unit holds a multiple of 8 bf16 (`bf16_ukernels.bf16_mr`)
+            with e.loop(0, end, 8) as offset:
+                e.line(f"vector.store {zeros}, {buffer}[{e.idx(e.add(base, offset))}] : memref<?xbf16>, vector<8xbf16>")
 
         if condition is True:
             fill()
@@ -151,7 +151,7 @@ class Bf16Packer(Loops):
         along k (16 columns x 16 pairs as 32-bit words: 32 k), A contiguous along M (n rows x n k, n = 16 or
         the tile's 8). Returns how many k's it packed (a multiple of the group; 0 when kc is smaller)."""
         e = self.e
-        n = LANES if not is_a else min(LANES, self.mr)
+        n = LANES if not is_a else min(LANES, self.mr & -self.mr)  # a power of two dividing the tile's rows
         depth = 2 * n if not is_a else n  # k's per group
         count = e.value(f"arith.divui {e.idx(kc)}, {e.idx(depth)} : index") if isinstance(kc, str) else kc // depth
         if count == 0:

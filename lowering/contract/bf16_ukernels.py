@@ -10,9 +10,9 @@ tile (a view of the output, or a scratch tile the driver converts); `%zero` star
   `tdpbf16ps`. LLVM cannot carry a tile value across a loop's back edge (an `x86_amx` phi fails instruction
   selection), so the C tiles are loaded and stored around each group of `unroll` k steps (one basic block):
   with `unroll` = 8, 8 tile moves of C per 32 tile products.
-- `avx512bf16` (MR = 8): the tile in 8 x 2 zmm accumulators; per k pair, two vectors of B (16 columns x 2)
+- `avx512bf16` (MR = the `mr` option, 8 by default): the tile in MR x 2 zmm accumulators; per k pair, two vectors of B (16 columns x 2)
   and MR broadcast pairs of A, each `x86vector.avx512.dot` (`vdpbf16ps`) adding both products of a pair.
-- `f32` (MR = 8): the same loop where the pairs are widened to f32 (bf16 is the top half of an f32: a shift
+- `f32` (MR as `avx512bf16`): the same loop where the pairs are widened to f32 (bf16 is the top half of an f32: a shift
   and a mask) and multiplied by FMAs: any CPU with vector FMAs.
 """
 
@@ -27,9 +27,10 @@ LANES = 16
 VT = f"vector<{LANES}xf32>"
 
 
-def bf16_mr(units: str) -> int:
-    """Rows of the C tile of `units`."""
-    return 32 if units == AMX else 8
+def bf16_mr(units: str, rows: int = 8) -> int:
+    """Rows of the C tile of `units`: AMX's 2 x 16; the vector kernels' `rows` (the `mr` option), rounded up to
+    a multiple of 4 (a tile of A then holds a multiple of 8 bf16: whole 16-byte zero stores)."""
+    return 32 if units == AMX else -(-rows // 4) * 4
 
 
 def k_padding(units: str) -> int:
@@ -43,9 +44,9 @@ def _head(name: str, mr: int) -> str:
             f"%c: {tile}, %kcp: index, %zero: i1) {{")
 
 
-def bf16_ukernel_text(name: str, units: str, unroll: int) -> str:
-    """The micro-kernel of `units` (`matrix_units.BF16_UNITS`) as a private function named `name`."""
-    mr = bf16_mr(units)
+def bf16_ukernel_text(name: str, units: str, unroll: int, rows: int = 8) -> str:
+    """The micro-kernel of `units` (`matrix_units.BF16_UNITS`, `rows` as `bf16_mr`) as a function named `name`."""
+    mr = bf16_mr(units, rows)
     body = _amx_body(mr, unroll) if units == AMX else _vector_body(mr, unroll, units == AVX512BF16)
     return "\n".join([_head(name, mr), body, "  return", "}"])
 

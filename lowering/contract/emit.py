@@ -23,7 +23,7 @@ from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import NT_BYTES, VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
-from .bf16_ukernels import bf16_ukernel_text
+from .bf16_ukernels import bf16_mr, bf16_ukernel_text
 from .blocking import ContractOptions
 from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
@@ -225,9 +225,10 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
                 fill.erase()
         if operands is not None:
             units = units or chosen_units(options.bf16_units, module_units(module))
-            uk = f"__slicer_ukernel_bf16_{units}_u{options.unroll}"
+            rows = bf16_mr(units, options.mr)
+            uk = f"__slicer_ukernel_bf16_{units}_{rows}x32_u{options.unroll}"
             if uk not in ukernels:
-                ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll)
+                ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll, rows)
             text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, uk, units, *operands)
         else:
             uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"

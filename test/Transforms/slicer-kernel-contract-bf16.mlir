@@ -21,7 +21,7 @@
 // The AMX micro-kernel: A as 32 rows x kcp bf16, B as kcp/2 rows of 32 columns x 2 (pairs along k); per
 // 32-deep k step two A tiles and two B tiles multiply into the four 16x16 f32 tiles of C, which are loaded
 // and stored around each group of steps (LLVM carries no tile across a loop's back edge).
-// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_u4]](
+// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4]](
 // CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<32x?xbf16, strided<[?, 1], offset: ?>>
 // CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
 // CHECK: scf.for
@@ -43,13 +43,13 @@
 
 // The AVX512-BF16 micro-kernel: 8 x 2 f32 accumulators, each k pair a vdpbf16ps of a broadcast pair of A.
 // DOT-NOT: slicer.uses_amx
-// DOT: func.func private @__slicer_ukernel_bf16_avx512bf16_u4(
+// DOT: func.func private @__slicer_ukernel_bf16_avx512bf16_8x32_u4(
 // DOT: vector.broadcast %{{.*}} : i32 to vector<16xi32>
 // DOT: x86vector.avx512.dot %{{.*}} : vector<32xbf16> -> vector<16xf32>
 // DOT-NOT: amx.
 
 // The f32 micro-kernel: the pairs widened to f32 (a shift, a mask) and multiplied by FMAs.
-// FMA: func.func private @__slicer_ukernel_bf16_f32_u4(
+// FMA: func.func private @__slicer_ukernel_bf16_f32_8x32_u4(
 // FMA: arith.shli %{{.*}} : vector<16xi32>
 // FMA: arith.andi %{{.*}} : vector<16xi32>
 // FMA: vector.fma %{{.*}} : vector<16xf32>

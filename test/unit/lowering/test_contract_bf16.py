@@ -89,8 +89,8 @@ BF16_C_CASES = [
 ]
 
 
-def _pipeline(units: str):
-    return DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units)
+def _pipeline(units: str, rows: int = 8):
+    return DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units, mr=rows)
 
 
 def _inputs(spec: str, sizes: dict[str, int]) -> list[np.ndarray]:
@@ -106,9 +106,9 @@ def _check(result: np.ndarray, spec: str, arrays: list[np.ndarray], rounding: fl
     assert (error <= bound).all(), f"{label}: worst error {float((error - bound).max()):.3g} past its bound"
 
 
-def _run_cases(units: str, cases, out: str, cache_dir) -> None:
+def _run_cases(units: str, cases, out: str, cache_dir, rows: int = 8) -> None:
     text = "\n".join(bf16_einsum_fn(f"c{i}", spec, sizes, out) for i, (spec, sizes) in enumerate(cases))
-    library = compile_library(text, pipeline=_pipeline(units), cache_dir=cache_dir)
+    library = compile_library(text, pipeline=_pipeline(units, rows), cache_dir=cache_dir)
     assert library.meta["amx"] == (units == AMX)
     for i, (spec, sizes) in enumerate(cases):
         arrays = _inputs(spec, sizes)
@@ -132,6 +132,12 @@ def test_bf16_contractions_into_bf16_round_once(cache_dir, units):
     if units not in RUNNABLE:
         pytest.skip(f"this CPU has no {units} (its best bf16 units: {HOST})")
     _run_cases(units, BF16_C_CASES, "bf16", cache_dir)
+
+
+def test_32_row_tiles_pack_and_drive_as_amx_does(cache_dir):
+    """The vector kernels at AMX's tile rows (`mr=32`): the packing of 32-row A tiles (two 16-row transposes
+    each), 32-row edge tiles and 32 x 32 C views that the AMX kernels use, checked on any CPU."""
+    _run_cases(F32, CASES[:8], "f32", cache_dir, rows=32)
 
 
 def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
