@@ -83,37 +83,49 @@ class Bf16Packer(Loops):
         unit = self.mr if is_a else self.nr
         lane_dim = group.dims[-1]
         k0 = self.kb.dims[-1]
-        single_k = len(self.kb.dims) == 1
-        along_k = single_k and operand.stride_of(k0) == 1
-        along_lane = single_k and operand.stride_of(lane_dim) == 1
+        # The block's k's as runs along the innermost K dim k0: one run when k0 is the dim the block cuts (or
+        # the only one), else one per point of the outer K dims (a whole k0 each). B's pairs must not straddle
+        # two runs: runs of odd length pack element by element.
+        single_run = self.kb.split == len(self.kb.dims) - 1
+        runs_ok = single_run or is_a or self.kb.sizes[-1] % 2 == 0
+        along_k = runs_ok and operand.stride_of(k0) == 1
+        along_lane = runs_ok and operand.stride_of(lane_dim) == 1
 
         def unit_body(linear, dims, width):
             base = e.mul(linear, e.mul(unit, kcp))
             point0 = {**fixed, **dims}
             partial, unpadded = e.cmp("ne", width, unit), e.cmp("ne", kc, kcp)
             self._zero_unit(buffer, base, e.mul(unit, kcp), _either(e, partial, unpadded))
-            kstart = self._k_start(kblock)
             whole = isinstance(width, int) and width == unit
-            if not is_a and along_lane and whole:
-                self._interleaved_rows(index, point0, lane_dim, k0, kstart, kc, buffer, base)
-                return
-            done: Index = 0  # the k's packed by in-register transposes (a multiple of their group)
-            if whole and ((along_k and not is_a) or (along_lane and is_a)):
-                done = self._transposed(is_a, index, point0, lane_dim, k0, kstart, kc, kcp, buffer, base)
-            if done == kc:
-                return
-            with e.loop(0, width) as lane:
-                point = {**point0, lane_dim: e.add(dims[lane_dim], lane)}
-                if along_k or done != 0:
-                    self._copy_along_k(is_a, index, point, k0, kstart, kc, kcp, buffer, base, lane, done)
-                else:
+            if not runs_ok:
+                with e.loop(0, width) as lane:
+                    point = {**point0, lane_dim: e.add(dims[lane_dim], lane)}
                     self._copy_elements(is_a, index, point, kblock, kcp, buffer, base, lane)
+                return
+
+            def run(kdims: dict, koff: Index, kstart: Index, krun: Index) -> None:
+                rbase = e.add(base, koff if is_a else e.mul(koff, self.nr))  # B: pair koff/2 of 2 * nr values
+                point = {**point0, **kdims}
+                if not is_a and along_lane and whole:
+                    self._interleaved_rows(index, point, lane_dim, k0, kstart, krun, buffer, rbase)
+                    return
+                done: Index = 0  # the k's packed by in-register transposes (a multiple of their group)
+                if whole and ((along_k and not is_a) or (along_lane and is_a)):
+                    done = self._transposed(is_a, index, point, lane_dim, k0, kstart, krun, kcp, buffer, rbase)
+                if done == krun:
+                    return
+                with e.loop(0, width) as lane:
+                    at = {**point, lane_dim: e.add(dims[lane_dim], lane)}
+                    self._copy_along_k(is_a, index, at, k0, kstart, krun, kcp, buffer, rbase, lane, done)
+
+            if single_run:
+                run({}, 0, kblock.start, kc)
+            else:
+                outer = Blocking(self.kb.dims[:-1], self.kb.sizes[:-1], 1, self.kb.split, self.kb.chunk)
+                length = self.kb.sizes[-1]
+                self.enumerate(outer, kblock, lambda r, kdims, _: run(kdims, e.mul(r, length), 0, length))
 
         self.enumerate(group, block, unit_body)
-
-    def _k_start(self, kblock: Block) -> Index:
-        """The first k of a block of a single K dim (its units are elements)."""
-        return kblock.start
 
     def _copy_elements(self, is_a, index, point0, kblock, kcp, buffer, base, lane) -> None:
         e = self.e

@@ -76,7 +76,9 @@ CASES = [
     ("bmk,bkn->bmn", dict(b=3, m=10, k=7, n=33)),  # batch matmul
     ("hse,hte->hst", dict(h=2, s=17, e=16, t=40)),  # attention scores (B along k)
     ("sd,dhe->hse", dict(s=24, d=20, h=3, e=64)),  # N = (h, e)
-    ("hse,hed->sd", dict(h=4, s=9, e=64, d=40)),  # K = (h, e): pairs across a K dim boundary
+    ("hse,hed->sd", dict(h=4, s=9, e=64, d=40)),  # K = (h, e): packed in runs along e, one per h
+    ("hse,hed->sd", dict(h=12, s=40, e=64, d=64)),  # ... over two K blocks of 8 and 4 h's
+    ("mab,abn->mn", dict(m=12, a=3, b=7, n=34)),  # K = (a, b), odd runs: B's pairs straddle them
     ("mk,kn->mn", dict(m=1, k=1, n=1)),
     ("mk,kn->mn", dict(m=64, k=64, n=64)),  # whole tiles of every path
     ("mk,kn->mn", dict(m=300, k=1100, n=1060)),  # several M, N and K blocks, remainders
