@@ -18,7 +18,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from mlir import ir
+
 from slicer.core.errors import KernelError
+from slicer.core.functions import entry_function
+from slicer.core.pipeline import run_pipeline
+from slicer.dialect import make_context
+from slicer.lowering.contract import contract_module
+from slicer.lowering.kernel_prepare import prepare_kernels
 from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.aot import Target, library_key
 from slicer.lowering.cache import KernelCache
@@ -182,3 +189,28 @@ def test_the_best_units_of_a_target():
     assert Target(cpu="sapphirerapids", features="-amx-bf16").bf16_units() == AVX512BF16
     assert units_of_flags({"amx_bf16", "amx_tile", "avx512_bf16"}) == AMX
     assert units_of_flags({"avx512f"}) == F32
+
+
+def test_a_scaled_bf16_contraction_takes_the_f32_gemm(cache_dir):
+    """A side that is more than a bf16 input (attention's scores scaled inside the body) is not packed as bf16
+    (rounding the scaled operand to bf16 would lose precision): the f32 GEMM widens it while packing."""
+    text = bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33)).replace(
+        "    %s = arith.addf %acc, %m : f32", "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32").replace(
+        "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32")
+    generated = _after_contract(text)
+    assert "__slicer_ukernel_f32_8x2" in generated and "bf16_" not in generated
+    library = compile_library(text, cache_dir=cache_dir)
+    arrays = _inputs("hse,hte->hst", dict(h=2, s=17, e=40, t=33))
+    result = library["scores"](*arrays)
+    _check(result / 0.125, "hse,hte->hst", arrays, 0.0, "scaled scores")
+
+
+def _after_contract(text: str) -> str:
+    """The module after the kernel pipeline's vectorize stage up to the contraction pass."""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        prepare_kernels(module, [entry_function(module, None)])
+        DEFAULT_PIPELINE.until("bufferize").run(module)
+        run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+        contract_module(module)
+        return str(module)
