@@ -14,6 +14,8 @@ matmul into a bf16 output is not; make K one block (a larger `kc`) or C f32 wher
 
 from __future__ import annotations
 
+from mlir.dialects import memref, vector
+
 from ..emitter import Emitter, Index
 from .analysis import Contraction
 from .bf16_packing import Bf16Packer
@@ -150,7 +152,8 @@ class Bf16Gemm(Bf16Packer):
         t = c.element
         step = LANES if vectors else 1
         vt_f, vt_c = (f"vector<{LANES}xf32>", f"vector<{LANES}x{t}>") if vectors else ("f32", t)
-        load_op, store_op = ("vector.load", "vector.store") if vectors else ("memref.load", "memref.store")
+        load_op, store_op = ((vector.LoadOp.OPERATION_NAME, vector.StoreOp.OPERATION_NAME) if vectors
+                             else (memref.LoadOp.OPERATION_NAME, memref.StoreOp.OPERATION_NAME))
         suffix_f, suffix_c = (f", {vt_f}", f", {vt_c}") if vectors else ("", "")
         h, w = (self.mr, NR) if vectors else (height, width)
 
