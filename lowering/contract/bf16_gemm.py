@@ -21,6 +21,7 @@ from .analysis import Contraction
 from .bf16_packing import Bf16Packer
 from .bf16_ukernels import LANES, NR, bf16_mr, k_padding
 from .blocking import ContractOptions, blocking
+from .matrix_units import AMX
 
 BF16_BLOCKS = {"mc": 256, "nc": 1024, "kc": 512}
 """Cache blocks of the bf16 GEMMs (rows, columns, depth): the f32 ones' (`ContractOptions`) hold 4-byte
@@ -30,7 +31,7 @@ elements and 8-row tiles; bf16 panels take half the bytes, and AMX tiles are 32 
 class Bf16Gemm(Bf16Packer):
     """The generated function of one bf16 contraction."""
 
-    def __init__(self, c: Contraction, options: ContractOptions, name: str, ukernel: str, units: str,
+    def __init__(self, c: Contraction, options: ContractOptions, name: str, ukernel, units: str,
                  a_input: int, b_input: int):
         self.c, self.o, self.name, self.ukernel = c, options, name, ukernel
         self.units, self.a_input, self.b_input = units, a_input, b_input
@@ -103,11 +104,25 @@ class Bf16Gemm(Bf16Packer):
         return f"memref<{self.mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
 
     def _call(self, ap, aoff, bp, boff, c_tile: str, kcp, zero: bool | str) -> None:
+        """The micro-kernel on one tile. AMX with a run-time depth (K blocks of uneven length) calls the kernel
+        of the full block's static depth when the block is full, so only the last block pays C's round trips."""
         e = self.e
         flag = e.value(f"arith.constant {'true' if zero is True else 'false'}", "b") if isinstance(zero, bool) else zero
         types = f"memref<?xbf16>, index, memref<?xbf16>, index, {self.tile_type}, index, i1"
-        e.line(f"func.call @{self.ukernel}({ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}, {c_tile}, {e.idx(kcp)}, {flag}) "
-               f": ({types}) -> ()")
+
+        def call(depth):
+            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}, {c_tile}, {e.idx(depth)}, "
+                   f"{flag}) : ({types}) -> ()")
+
+        full = self.round_up(self.kb.max_units, self.pad)
+        if self.units != AMX or not isinstance(kcp, str):
+            call(kcp)
+            return
+        then, otherwise = e.if_else(e.cmp("eq", kcp, full))
+        with then:
+            call(full)
+        with otherwise:
+            call(kcp)
 
     def tile(self, where, aoff, boff, kcp, height, width, ap, bp, scratch, zero) -> None:
         """One C tile at `where` (loop dim -> element index; M0/N0 are its corner): a view of C when it is f32,
@@ -203,8 +218,9 @@ def _both(e: Emitter, a: bool | str, b: bool | str) -> bool | str:
     return e.value(f"arith.andi {a}, {b} : i1", "b")
 
 
-def bf16_gemm_text(c: Contraction, options: ContractOptions, name: str, ukernel: str, units: str,
+def bf16_gemm_text(c: Contraction, options: ContractOptions, name: str, ukernel, units: str,
                    a_input: int, b_input: int) -> str:
-    """The generated function (named `name`) of contraction `c` on `units`, calling micro-kernel `ukernel`."""
+    """The generated function (named `name`) of contraction `c` on `units`, calling the micro-kernel
+    `ukernel(kcp)` names for a K block of padded depth `kcp` (static int or SSA)."""
     return Bf16Gemm(c, options, name, ukernel, units, a_input, b_input).generate()
 

@@ -8,8 +8,10 @@ tile (a view of the output, or a scratch tile the driver converts); `%zero` star
 - `amx` (MR = 32): 2 x 2 C tiles of 16 x 16 f32 in tile registers, 2 A tiles (16 rows x 32 k) and 2 B tiles
   (16 k pairs x 16 columns x 2): the 8 tile registers, as oneDNN blocks them; each 32-deep k step is four
   `tdpbf16ps`. LLVM cannot carry a tile value across a loop's back edge (an `x86_amx` phi fails instruction
-  selection), so the C tiles are loaded and stored around each group of `unroll` k steps (one basic block):
-  with `unroll` = 8, 8 tile moves of C per 32 tile products.
+  selection), so C stays in tiles only within one basic block: a static depth (every K block but a
+  remainder of run-time length) gets a kernel of its own with all its steps unrolled (C loaded once and
+  stored once; at most 16 steps: kc <= 512); a run-time depth loads and stores C around each group of
+  `unroll` steps, then groups of 4, 2, 1 steps for the rest.
 - `avx512bf16` (MR = the `mr` option, 8 by default): the tile in MR x 2 zmm accumulators; per k pair, two vectors of B (16 columns x 2)
   and MR broadcast pairs of A, each `x86vector.avx512.dot` (`vdpbf16ps`) adding both products of a pair.
 - `f32` (MR as `avx512bf16`): the same loop where the pairs are widened to f32 (bf16 is the top half of an f32: a shift
@@ -44,10 +46,11 @@ def _head(name: str, mr: int) -> str:
             f"%c: {tile}, %kcp: index, %zero: i1) {{")
 
 
-def bf16_ukernel_text(name: str, units: str, unroll: int, rows: int = 8) -> str:
-    """The micro-kernel of `units` (`matrix_units.BF16_UNITS`, `rows` as `bf16_mr`) as a function named `name`."""
+def bf16_ukernel_text(name: str, units: str, unroll: int, rows: int = 8, steps: int | None = None) -> str:
+    """The micro-kernel of `units` (`matrix_units.BF16_UNITS`, `rows` as `bf16_mr`) as a function named `name`;
+    for AMX, `steps` (a static `kcp / 32`) unrolls the whole depth."""
     mr = bf16_mr(units, rows)
-    body = _amx_body(mr, unroll) if units == AMX else _vector_body(mr, unroll, units == AVX512BF16)
+    body = _amx_body(mr, unroll, steps) if units == AMX else _vector_body(mr, unroll, units == AVX512BF16)
     return "\n".join([_head(name, mr), body, "  return", "}"])
 
 
@@ -60,7 +63,7 @@ def _zero_c(e: Emitter, mr: int) -> None:
                 e.line(f"vector.store {zeros}, %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}")
 
 
-def _amx_body(mr: int, unroll: int) -> str:
+def _amx_body(mr: int, unroll: int, steps: int | None) -> str:
     e = Emitter("u")
     tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
     a_type = f"memref<{mr}x?xbf16, strided<[?, 1], offset: ?>>"
@@ -87,12 +90,23 @@ def _amx_body(mr: int, unroll: int) -> str:
         for (i, j), value in cs.items():
             e.line(f"amx.tile_store %c[{e.idx(i)}, {e.idx(j)}], {value} : {tile}, {c_tile}")
 
+    if steps is not None:  # a static depth: one basic block, C in tiles from the first step to the last
+        group(0, steps)
+        return e.body()
     step = 32 * unroll
     main = e.value(f"arith.subi %kcp, {e.value(f'arith.remui %kcp, {e.idx(step)} : index')} : index")
     with e.loop(0, main, step) as k:
         group(k, unroll)
-    with e.loop(main, "%kcp", 32) as k:
-        group(k, 1)
+    # The rest (fewer than `unroll` steps) in groups of 4, 2, 1 steps: one round trip of C per group.
+    left = e.value(f"arith.divui {e.value(f'arith.subi %kcp, {main} : index')}, {e.idx(32)} : index")
+    at: str = main
+    size = 1 << (unroll - 1).bit_length() - 1 if unroll > 1 else 0
+    while size >= 1:
+        bit = e.value(f"arith.andi {left}, {e.idx(size)} : index")
+        with e.if_(e.value(f"arith.cmpi ne, {bit}, {e.idx(0)} : index")):
+            group(at, size)
+        at = e.value(f"arith.addi {at}, {e.value(f'arith.muli {bit}, {e.idx(32)} : index')} : index")
+        size //= 2
     return e.body()
 
 

@@ -225,11 +225,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
                 fill.erase()
         if operands is not None:
             units = units or chosen_units(options.bf16_units, module_units(module))
-            rows = bf16_mr(units, options.mr)
-            uk = f"__slicer_ukernel_bf16_{units}_{rows}x32_u{options.unroll}"
-            if uk not in ukernels:
-                ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll, rows)
-            text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, uk, units, *operands)
+            text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, _bf16_ukernels(ukernels, units, options),
+                                  units, *operands)
         else:
             uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
             if uk not in ukernels:
@@ -250,3 +247,18 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         op.erase()
         replaced.append(f"@{name}: {c.describe()}")
     return replaced
+
+
+def _bf16_ukernels(ukernels: dict[str, str], units: str, options: ContractOptions):
+    """`name(kcp)`: the bf16 micro-kernel for K blocks of padded depth `kcp`, added to `ukernels` when new
+    (AMX: one per static depth, all its steps unrolled; the vector kernels: one for every depth)."""
+    rows = bf16_mr(units, options.mr)
+
+    def name(kcp) -> str:
+        steps = kcp // 32 if units == AMX and isinstance(kcp, int) else None
+        uk = f"__slicer_ukernel_bf16_{units}_{rows}x32_u{options.unroll}" + (f"_k{kcp}" if steps else "")
+        if uk not in ukernels:
+            ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll, rows, steps)
+        return uk
+
+    return name

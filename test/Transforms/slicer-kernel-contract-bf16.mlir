@@ -18,19 +18,23 @@
 // CHECK: call @[[GEMM:__slicer_contract_[0-9]+]](%[[A]], %[[B]], %[[C]])
 // CHECK-NEXT: return
 
-// The AMX micro-kernel: A as 32 rows x kcp bf16, B as kcp/2 rows of 32 columns x 2 (pairs along k); per
-// 32-deep k step two A tiles and two B tiles multiply into the four 16x16 f32 tiles of C, which are loaded
-// and stored around each group of steps (LLVM carries no tile across a loop's back edge).
-// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4]](
+// The AMX micro-kernel, one per static depth (here K = 96: three 32-deep steps, unrolled): A as 32 rows x 96
+// bf16, B as 48 rows of 32 columns x 2 (pairs along k); C's four 16x16 f32 tiles loaded once, each step two
+// B tiles and two A tiles multiplied into them, C stored once (all in one block: LLVM carries no tile across
+// a loop's back edge).
+// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4_k96]](
 // CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<32x?xbf16, strided<[?, 1], offset: ?>>
 // CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
-// CHECK: scf.for
+// CHECK-NOT: scf.for
 // CHECK-COUNT-4: amx.tile_load %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>> into !amx.tile<16x16xf32>
 // CHECK: amx.tile_load %{{.*}} : memref<?x64xbf16, strided<[64, 1], offset: ?>> into !amx.tile<16x32xbf16>
 // CHECK: amx.tile_load %{{.*}} : memref<?x64xbf16, strided<[64, 1], offset: ?>> into !amx.tile<16x32xbf16>
 // CHECK: amx.tile_load %{{.*}} : memref<32x?xbf16, strided<[?, 1], offset: ?>> into !amx.tile<16x32xbf16>
 // CHECK: amx.tile_mulf %{{.*}} : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
-// CHECK: amx.tile_store %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>>, !amx.tile<16x16xf32>
+// CHECK-COUNT-11: amx.tile_mulf
+// CHECK-NOT: amx.tile_mulf
+// CHECK-COUNT-4: amx.tile_store %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>>, !amx.tile<16x16xf32>
+// CHECK-NEXT: return
 
 // The GEMM: bf16 panels, B's rows k and k+1 interleaved into pairs by one shuffle per 32 values, A's rows
 // copied along k, and C's 32x32 tiles handed to the micro-kernel as views of C.

@@ -154,6 +154,8 @@ def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
     process asks Linux for the tile state when it loads the kernels, and a CPU without AMX refuses it with a
     KernelError that says what to do (instead of the SIGILL the first tile instruction would raise)."""
     text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=64, k=96, n=64))
+    # K prime: K blocks of a run-time depth, the micro-kernel with its loop of step groups
+    text += bf16_einsum_fn("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))
     target = Target(cpu="sapphirerapids")
     try:
         library = compile_library(text, target=target, cache_dir=cache_dir)
@@ -162,8 +164,9 @@ def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
         assert HOST != AMX
     else:
         assert HOST == AMX
-        arrays = _inputs("mk,kn->mn", dict(m=64, k=96, n=64))
-        _check(library["mm"](*arrays), "mk,kn->mn", arrays, 0.0, "amx")
+        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)), ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
+            arrays = _inputs(spec, sizes)
+            _check(library[name](*arrays), spec, arrays, 0.0, f"amx {name}")
     objdump = shutil.which("objdump")
     if objdump is None:
         return
