@@ -24,7 +24,8 @@ from slicer.core.errors import KernelError
 from slicer.core.functions import entry_function
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
-from slicer.lowering.contract import contract_module
+from slicer.core.names import TARGET_BF16_UNITS_ATTR
+from slicer.lowering.contract import ContractOptions, contract_module
 from slicer.lowering.kernel_prepare import prepare_kernels
 from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.aot import Target, library_key
@@ -179,6 +180,15 @@ def _disassembly(objdump: str, path) -> str:
     return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
 
 
+def test_a_target_without_avx512_takes_the_f32_path(cache_dir):
+    """AVX2 only (x86-64-v3): `auto` picks the f32 kernel, 16-lane vectors LLVM splits into ymm halves."""
+    spec, sizes = "mk,nk->mn", dict(m=37, k=70, n=45)
+    library = compile_library(bf16_einsum_fn("mm", spec, sizes), target=Target(cpu="x86-64-v3"), cache_dir=cache_dir)
+    arrays = _inputs(spec, sizes)
+    _check(library["mm"](*arrays), spec, arrays, 0.0, "x86-64-v3")
+    assert "bf16_f32_8x32" in _after_contract(bf16_einsum_fn("mm", spec, sizes), units="auto", target="f32")
+
+
 def test_forcing_units_the_target_lacks_is_refused(cache_dir):
     text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=16, k=16, n=16))
     with pytest.raises(KernelError, match="bf16-units=amx but the target has only f32"):
@@ -208,12 +218,14 @@ def test_a_scaled_bf16_contraction_takes_the_f32_gemm(cache_dir):
     _check(result / 0.125, "hse,hte->hst", arrays, 0.0, "scaled scores")
 
 
-def _after_contract(text: str) -> str:
-    """The module after the kernel pipeline's vectorize stage up to the contraction pass."""
+def _after_contract(text: str, units: str = "auto", target: str | None = None) -> str:
+    """The module after the kernel pipeline up to the contraction pass (for a target with `target` bf16 units)."""
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
+        if target is not None:
+            module.operation.attributes[TARGET_BF16_UNITS_ATTR] = ir.StringAttr.get(target)
         prepare_kernels(module, [entry_function(module, None)])
         DEFAULT_PIPELINE.until("bufferize").run(module)
         run_pipeline(module, "func.func(linalg-generalize-named-ops)")
-        contract_module(module)
+        contract_module(module, ContractOptions(bf16_units=units))
         return str(module)
