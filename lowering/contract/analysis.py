@@ -268,6 +268,8 @@ def analyze(op: ir.Operation) -> Contraction:
 def bf16_operands(c: Contraction) -> tuple[int, int] | None:
     """(A's input, B's input) when each side is one bf16 input read as it is, maybe widened by `arith.extf`
     (a matmul of bf16 tensors into f32 or bf16): the bf16 GEMM packs their bits. None otherwise."""
+    if c.element not in ("f32", "bf16"):
+        return None
     found = []
     for side in (c.a, c.b):
         if len(side.factors) != 1 or len(side.inputs) != 1:
@@ -275,7 +277,8 @@ def bf16_operands(c: Contraction) -> tuple[int, int] | None:
         index = side.inputs[0]
         if str(c.inputs[index].type.element_type) != "bf16":
             return None
-        widened = len(side.ops) == 1 and side.ops[0].name == arith.ExtFOp.OPERATION_NAME
+        widened = (len(side.ops) == 1 and side.ops[0].name == arith.ExtFOp.OPERATION_NAME
+                   and str(side.ops[0].results[0].type) == "f32")
         if side.ops and not widened:
             return None
         found.append(index)

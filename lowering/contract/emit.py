@@ -213,7 +213,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         try:
             c = analyze(op)
             operands = bf16_operands(c) if reads_bf16(c) else None
-            if reads_bf16(c) and operands is None and c.element != "f32":
+            if reads_bf16(c) and operands is None and c.element == "bf16":  # the f32 GEMM stores f32 or f64 only
                 raise NotAContraction("a bf16 C whose sides are not bf16 inputs as they are")
         except NotAContraction as why:
             log.debug("not a contraction (%s): %s", why, op.location)
