@@ -14,6 +14,8 @@ matmul into a bf16 output is not; make K one block (a larger `kc`) or C f32 wher
 
 from __future__ import annotations
 
+from math import prod
+
 from mlir.dialects import memref, vector
 
 from ..emitter import Emitter, Index
@@ -23,6 +25,11 @@ from .bf16_ukernels import LANES, NR, bf16_mr, k_padding
 from .blocking import ContractOptions, blocking
 from .matrix_units import AMX
 
+A_IN_PLACE_COLUMNS = 512
+"""At most this many columns (N), A is read in place rather than packed (`Bf16Gemm.a_in_place`). Measured
+(AVX512-BF16, one thread): attention's `p @ v` (64 columns a head) 309 -> 434 GFLOP/s, 2048 x 1024 x 64
+415 -> 441, x 256 431 -> 443; at 1024 columns and more, equal within noise (a packed block then serves the
+whole N block of `nc` columns), and a packed A is contiguous for AMX's tile loads."""
 BF16_BLOCKS = {"mc": 256, "nc": 1024, "kc": 512}
 """Cache blocks of the bf16 GEMMs (rows, columns, depth): the f32 ones' (`ContractOptions`) hold 4-byte
 elements and 8-row tiles; bf16 panels take half the bytes, and AMX tiles are 32 rows."""
@@ -46,10 +53,51 @@ class Bf16Gemm(Bf16Packer):
         self.kb = blocking(c.k, [r[d] for d in c.k], 1, BF16_BLOCKS["kc"])
         self.args = [f"%in{i}" for i in range(len(c.inputs))]
         self.cap = [f"%cap{i}" for i in range(len(c.captured))]
+        self.in_place = self.a_in_place()
+
+    def a_in_place(self) -> bool:
+        """Whether whole A tiles are read from A itself, not packed: when N is at most `A_IN_PLACE_COLUMNS` (a
+        packed A block would serve so few panels that packing costs a good part of the products: attention's
+        `p @ v`, 64 columns a head) and A is laid out as the panel is (contiguous along the one K dim, every K
+        block a whole number of k pairs or AMX steps). Edge tiles (fewer rows than the tile) are packed."""
+        c = self.c
+        a = c.inputs[self.a_input]
+        if len(c.k) != 1 or a.stride_of(c.k[0]) != 1 or prod(c.ranges[d] for d in c.n) > A_IN_PLACE_COLUMNS:
+            return False
+        if c.ranges[c.k[0]] % self.pad or self.kb.chunk % self.pad:
+            return False
+        _, offset = a.type.get_strides_and_offset()
+        return not a.type.is_dynamic_stride_or_offset(offset)
+
+    def _a_flat(self) -> str:
+        """A as a 1-d memref of its elements from its base (the micro-kernel's `%ap` when it reads A in place)."""
+        a = self.c.inputs[self.a_input]
+        _, offset = a.type.get_strides_and_offset()
+        extent = offset + sum((size - 1) * stride for size, stride in zip(a.type.shape, a.strides)) + 1
+        return self.e.value(f"memref.reinterpret_cast {self.args[self.a_input]} to offset: [0], sizes: [{extent}], "
+                            f"strides: [1] : {a.type_text} to memref<?xbf16>")
+
+    def a_operand(self, where: dict, kstart: Index, tlin: Index, kcp: Index, height: Index, ap: str) -> tuple:
+        """(buffer, offset, row stride) of the tile's A: the packed tile, or A itself for a whole tile in place."""
+        e = self.e
+        packed = (ap, e.mul(tlin, e.mul(kcp, self.mr)), kcp)
+        whole = e.cmp("eq", height, self.mr)
+        if not self.in_place or whole is False:
+            return packed
+        a = self.c.inputs[self.a_input]
+        _, offset = a.type.get_strides_and_offset()
+        point = {**where, self.c.k[0]: kstart}
+        direct = (self.a_flat, e.affine([(point[d], s) for d, s in zip(a.dims, a.strides)], offset),
+                  a.stride_of(self.c.m[-1]))
+        if whole is True:
+            return direct
+        types = ("memref<?xbf16>", "index", "index")
+        return tuple(e.value(f"arith.select {whole}, {e.idx(x)}, {e.idx(y)} : {t}") for x, y, t in zip(direct, packed, types))
 
     def generate(self) -> str:
         c, e = self.c, self.e
         kcp_max = self.round_up(self.kb.max_units, self.pad)
+        self.a_flat = self._a_flat() if self.in_place else None
         ap = self._buffer(self.mb.max_units * self.mr * kcp_max)
         bp = self._buffer(self.nb.max_units * self.nr * kcp_max)
         scratch = e.value(f"memref.alloca() {{alignment = 64 : i64}} : memref<{self.mr}x{NR}xf32>")
@@ -70,15 +118,16 @@ class Bf16Gemm(Bf16Packer):
                 self.pack_bf16(False, self.nb, nblock, kblock, bp, kc, kcp, fixed)
 
                 def m_block(mblock):
-                    self.pack_bf16(True, self.mb, mblock, kblock, ap, kc, kcp, fixed)
+                    self.pack_bf16(True, self.mb, mblock, kblock, ap, kc, kcp, fixed, only_partial=self.in_place)
 
                     def panel(plin, ndims, width):
                         boff = e.mul(plin, e.mul(kcp, NR))
 
                         def tile(tlin, mdims, height):
-                            aoff = e.mul(tlin, e.mul(kcp, self.mr))
+                            where = {**point, **ndims, **mdims}
+                            a = self.a_operand(where, kblock.start, tlin, kcp, height, ap)
                             zero = kblock.first if c.zero_init else False
-                            self.tile({**point, **ndims, **mdims}, aoff, boff, kcp, height, width, ap, bp, scratch, zero)
+                            self.tile(where, a, boff, kcp, height, width, bp, scratch, zero)
 
                         self.enumerate(self.mb, mblock, tile)
 
@@ -103,16 +152,17 @@ class Bf16Gemm(Bf16Packer):
     def tile_type(self) -> str:
         return f"memref<{self.mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
 
-    def _call(self, ap, aoff, bp, boff, c_tile: str, kcp, zero: bool | str) -> None:
+    def _call(self, a: tuple, bp, boff, c_tile: str, kcp, zero: bool | str) -> None:
         """The micro-kernel on one tile. AMX with a run-time depth (K blocks of uneven length) calls the kernel
         of the full block's static depth when the block is full, so only the last block pays C's round trips."""
         e = self.e
         flag = e.value(f"arith.constant {'true' if zero is True else 'false'}", "b") if isinstance(zero, bool) else zero
-        types = f"memref<?xbf16>, index, memref<?xbf16>, index, {self.tile_type}, index, i1"
+        types = f"memref<?xbf16>, index, index, memref<?xbf16>, index, {self.tile_type}, index, i1"
+        ap, aoff, lda = a
 
         def call(depth):
-            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {bp}, {e.idx(boff)}, {c_tile}, {e.idx(depth)}, "
-                   f"{flag}) : ({types}) -> ()")
+            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, {e.idx(boff)}, {c_tile}, "
+                   f"{e.idx(depth)}, {flag}) : ({types}) -> ()")
 
         full = self.round_up(self.kb.max_units, self.pad)
         if self.units != AMX or not isinstance(kcp, str):
@@ -124,7 +174,7 @@ class Bf16Gemm(Bf16Packer):
         with otherwise:
             call(kcp)
 
-    def tile(self, where, aoff, boff, kcp, height, width, ap, bp, scratch, zero) -> None:
+    def tile(self, where, a, boff, kcp, height, width, bp, scratch, zero) -> None:
         """One C tile at `where` (loop dim -> element index; M0/N0 are its corner): a view of C when it is f32,
         contiguous along N and whole, else the scratch tile."""
         c, e = self.c, self.e
@@ -140,11 +190,11 @@ class Bf16Gemm(Bf16Packer):
             ones = ", ".join("1" for _ in out.dims)
             sub_type = f"memref<{self.mr}x{NR}xf32, strided<[{out.stride_of(m0)}, 1], offset: ?>>"
             sub = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
-            self._call(ap, aoff, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero)
+            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero)
 
         def via_scratch(vectors: bool):
             self._scratch_tile(where, height, width, scratch, zero, vectors,
-                               lambda dyn: self._call(ap, aoff, bp, boff, dyn, kcp, zero))
+                               lambda dyn: self._call(a, bp, boff, dyn, kcp, zero))
 
         if whole is True and c.direct_c:
             view() if direct else via_scratch(True)

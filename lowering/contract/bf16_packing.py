@@ -75,8 +75,9 @@ class Bf16Packer(Loops):
         return e.add(e.add(base, e.mul(pair, 2 * self.nr)), e.add(e.mul(lane, 2), parity))
 
     def pack_bf16(self, is_a: bool, group: Blocking, block: Block, kblock: Block, buffer: str, kc: Index,
-                  kcp: Index, fixed: dict[int, Index]) -> None:
-        """The panels of one side for one (M or N block, K block): buffer[unit] as the module docstring says."""
+                  kcp: Index, fixed: dict[int, Index], only_partial: bool = False) -> None:
+        """The panels of one side for one (M or N block, K block): buffer[unit] as the module docstring says;
+        `only_partial`: the units narrower than a tile only (A read in place, `bf16_gemm.Bf16Gemm.a_in_place`)."""
         e = self.e
         index = self.a_input if is_a else self.b_input
         operand = self.c.inputs[index]
@@ -125,7 +126,15 @@ class Bf16Packer(Loops):
                 length = self.kb.sizes[-1]
                 self.enumerate(outer, kblock, lambda r, kdims, _: run(kdims, e.mul(r, length), 0, length))
 
-        self.enumerate(group, block, unit_body)
+        def partial_unit(linear, dims, width):
+            narrower = e.cmp("ne", width, unit)
+            if narrower is True:
+                unit_body(linear, dims, width)
+            elif narrower is not False:
+                with e.if_(narrower):
+                    unit_body(linear, dims, width)
+
+        self.enumerate(group, block, partial_unit if only_partial else unit_body)
 
     def _copy_elements(self, is_a, index, point0, kblock, kcp, buffer, base, lane) -> None:
         e = self.e

@@ -1,7 +1,8 @@
 """The micro-kernels of bf16 contractions: C[MR x 32] (f32) += Ap[tile] * Bp[panel] over a block's k.
 
 All three read the same packed panels (`bf16_packing.py`): `Ap[tile]` holds MR rows of `kcp` bf16 (k
-contiguous, `kcp` the block's k padded with zeros), `Bp[panel]` holds `kcp / 2` rows of 32 columns x 2: the
+contiguous, `kcp` the block's k padded with zeros; rows `%lda` apart: `kcp` in the panel, or A's own row
+stride where the driver reads A in place, `bf16_gemm.Bf16Gemm.a_in_place`), `Bp[panel]` holds `kcp / 2` rows of 32 columns x 2: the
 pair (k, k+1) of each column side by side (the VNNI layout of AMX's B tile and of `vdpbf16ps`). C is an f32
 tile (a view of the output, or a scratch tile the driver converts); `%zero` starts it from zeros.
 
@@ -42,7 +43,7 @@ def k_padding(units: str) -> int:
 
 def _head(name: str, mr: int) -> str:
     tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
-    return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %bp: memref<?xbf16>, %boff: index, "
+    return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %lda: index, %bp: memref<?xbf16>, %boff: index, "
             f"%c: {tile}, %kcp: index, %zero: i1) {{")
 
 
@@ -71,7 +72,7 @@ def _amx_body(mr: int, unroll: int, steps: int | None) -> str:
     c_tile, ab_tile = "!amx.tile<16x16xf32>", "!amx.tile<16x32xbf16>"
     _zero_c(e, mr)
     pairs = e.value("arith.divui %kcp, " + e.idx(2) + " : index")
-    a = e.value(f"memref.reinterpret_cast %ap to offset: [%aoff], sizes: [{mr}, %kcp], strides: [%kcp, 1] "
+    a = e.value(f"memref.reinterpret_cast %ap to offset: [%aoff], sizes: [{mr}, %kcp], strides: [%lda, 1] "
                 f": memref<?xbf16> to {a_type}")
     b = e.value(f"memref.reinterpret_cast %bp to offset: [%boff], sizes: [{pairs}, {2 * NR}], strides: [{2 * NR}, 1] "
                 f": memref<?xbf16> to {b_type}")
@@ -147,7 +148,7 @@ def _unrolled(e: Emitter, step, p, carried: list[str], copies: int) -> list[str]
 
 def _pair_of_a(e: Emitter, row: int, p) -> str:
     """The i32 holding A's pair (k = 2p, 2p + 1) of packed row `row`."""
-    offset = e.add(e.add("%aoff", e.mul(row, "%kcp")), e.mul(p, 2))
+    offset = e.add(e.add("%aoff", e.mul(row, "%lda")), e.mul(p, 2))
     pair = e.value(f"vector.load %ap[{e.idx(offset)}] : memref<?xbf16>, vector<2xbf16>")
     bits = e.value(f"vector.bitcast {pair} : vector<2xbf16> to vector<1xi32>")
     return e.value(f"vector.extract {bits}[0] : i32 from vector<1xi32>")

@@ -19,11 +19,11 @@
 // CHECK-NEXT: return
 
 // The AMX micro-kernel, one per static depth (here K = 96: three 32-deep steps, unrolled): A as 32 rows x 96
-// bf16, B as 48 rows of 32 columns x 2 (pairs along k); C's four 16x16 f32 tiles loaded once, each step two
+// bf16 (rows %lda apart: packed, or A itself), B as 48 rows of 32 columns x 2 (pairs along k); C's four 16x16 f32 tiles loaded once, each step two
 // B tiles and two A tiles multiplied into them, C stored once (all in one block: LLVM carries no tile across
 // a loop's back edge).
-// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4_k96]](
-// CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<32x?xbf16, strided<[?, 1], offset: ?>>
+// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4_k96]](%{{.*}}: memref<?xbf16>, %{{.*}}: index, %{{.*}}: index,
+// CHECK: memref.reinterpret_cast %{{.*}} strides: [%{{.*}}, 1] : memref<?xbf16> to memref<32x?xbf16, strided<[?, 1], offset: ?>>
 // CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
 // CHECK-NOT: scf.for
 // CHECK-COUNT-4: amx.tile_load %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>> into !amx.tile<16x16xf32>
@@ -36,14 +36,16 @@
 // CHECK-COUNT-4: amx.tile_store %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>>, !amx.tile<16x16xf32>
 // CHECK-NEXT: return
 
-// The GEMM: bf16 panels, B's rows k and k+1 interleaved into pairs by one shuffle per 32 values, A's rows
-// copied along k, and C's 32x32 tiles handed to the micro-kernel as views of C.
+// The GEMM: B's rows k and k+1 interleaved into pairs by one shuffle per 32 values; A (64 columns of C: too
+// few for packing A to pay) read in place, its rows 96 apart; C's 32x32 tiles handed to the micro-kernel as
+// views of C.
 // CHECK: func.func private @[[GEMM]](
+// CHECK: %[[AFLAT:.*]] = memref.reinterpret_cast %{{.*}} to offset: [0], sizes: [6144], strides: [1] : memref<64x96xbf16> to memref<?xbf16>
 // CHECK: memref.alloc() {alignment = 64 : i64} : memref<{{[0-9]+}}xbf16>
+// CHECK: vector.load %{{.*}} : memref<96x64xbf16>, vector<32xbf16>
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 32, 1, 33, 2, 34
-// CHECK: vector.load %[[A2:.*]][%{{.*}}] : memref<64x96xbf16>, vector<32xbf16>
 // CHECK: memref.subview %{{.*}} : memref<64x64xf32> to memref<32x32xf32, strided<[64, 1], offset: ?>>
-// CHECK: call @[[UK]](
+// CHECK: call @[[UK]](%[[AFLAT]], %{{.*}}, %c96,
 
 // The AVX512-BF16 micro-kernel: 8 x 2 f32 accumulators, each k pair a vdpbf16ps of a broadcast pair of A.
 // DOT-NOT: slicer.uses_amx

@@ -4,7 +4,7 @@ The reference is numpy's float64 einsum of the bf16 inputs (exact products; the 
 Tolerance: an f32 result is within 1e-5 of sum |a||b| (f32 accumulation of K products: K * 2^-24 relative
 at worst for the K here, ~1e-5); a bf16 result additionally within one bf16 rounding (2^-8 of its value).
 Every layout the packing handles (A along k, B along N, B along k, transposed A, several M/N/K dims, a C whose
-innermost dim is not N), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
+innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
 columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
 
 AMX code runs only on a CPU that has it (this test checks that it compiles to tile instructions
@@ -91,6 +91,7 @@ CASES = [
     ("mk,kn->mn", dict(m=64, k=64, n=64)),  # whole tiles of every path
     ("mk,kn->mn", dict(m=300, k=1100, n=1060)),  # several M, N and K blocks, remainders
     ("km,nk->mn", dict(m=70, k=600, n=90)),  # both transposed in registers, two K blocks, remainders
+    ("mk,kn->mn", dict(m=45, k=1030, n=100)),  # A read in place (N small): K blocks of run-time depth, edge rows
 ]
 BF16_C_CASES = [
     ("mk,kn->mn", dict(m=37, k=41, n=75)),
