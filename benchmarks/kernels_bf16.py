@@ -97,7 +97,7 @@ def timed(contenders: dict, reps: int) -> dict[str, float]:
 
 def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | None = None) -> list[dict]:
     """The bf16 rows: one dict per case (ms and GFLOP/s of each contender, the two ratios of the targets)."""
-    import torch  # after the MLIR bindings: torch brings no LLVM of its own into Slicer's way
+    import torch  # here: the rest of the module (and --help) needs no torch
 
     torch.set_num_threads(1)
     chosen = units if units != "auto" else units_of_flags(host_cpu_flags())
