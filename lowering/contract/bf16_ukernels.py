@@ -182,21 +182,20 @@ def _fma_step(e: Emitter, mr: int):
     nv = NR // LANES
     it = f"vector<{LANES}xi32>"
 
-    def halves(bits: str, type_: str) -> tuple[str, str]:
-        shift = e.value(f"arith.constant {'dense<16> : ' + type_ if type_ != 'i32' else '16 : i32'}")
-        mask = e.value(f"arith.constant {'dense<-65536> : ' + type_ if type_ != 'i32' else '-65536 : i32'}")
-        even = e.value(f"arith.shli {bits}, {shift} : {type_}")
-        odd = e.value(f"arith.andi {bits}, {mask} : {type_}")
-        ftype = VT if type_ != "i32" else "f32"
-        return (e.value(f"arith.bitcast {even} : {type_} to {ftype}"), e.value(f"arith.bitcast {odd} : {type_} to {ftype}"))
+    def halves(bits: str) -> tuple[str, str]:
+        shift = e.value(f"arith.constant dense<16> : {it}")
+        mask = e.value(f"arith.constant dense<-65536> : {it}")
+        even = e.value(f"arith.shli {bits}, {shift} : {it}")
+        odd = e.value(f"arith.andi {bits}, {mask} : {it}")
+        return (e.value(f"vector.bitcast {even} : {it} to {VT}"), e.value(f"vector.bitcast {odd} : {it} to {VT}"))
 
     def step(p, acc: list[str]) -> list[str]:
         bs = []
         for b in _b_vectors(e, p):
-            bs.append(halves(e.value(f"vector.bitcast {b} : vector<32xbf16> to {it}"), it))
+            bs.append(halves(e.value(f"vector.bitcast {b} : vector<32xbf16> to {it}")))
         new = []
-        for i in range(mr):
-            a_even, a_odd = (e.value(f"vector.broadcast {h} : f32 to {VT}") for h in halves(_pair_of_a(e, i, p), "i32"))
+        for i in range(mr):  # the pair broadcast as an i32 (one load), widened in the vector
+            a_even, a_odd = halves(e.value(f"vector.broadcast {_pair_of_a(e, i, p)} : i32 to {it}"))
             for v in range(nv):
                 first = e.value(f"vector.fma {a_even}, {bs[v][0]}, {acc[i * nv + v]} : {VT}")
                 new.append(e.value(f"vector.fma {a_odd}, {bs[v][1]}, {first} : {VT}"))
