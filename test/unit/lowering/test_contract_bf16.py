@@ -97,6 +97,7 @@ BF16_C_CASES = [
     ("mk,kn->mn", dict(m=37, k=41, n=75)),
     ("mk,nk->mn", dict(m=64, k=96, n=64)),
     ("bmk,bkn->bmn", dict(b=2, m=33, k=70, n=40)),
+    ("mk,kn->nm", dict(m=45, k=17, n=12)),  # C's innermost dim is M: element by element through the scratch
 ]
 
 
@@ -230,3 +231,18 @@ def _after_contract(text: str, units: str = "auto", target: str | None = None) -
         run_pipeline(module, "func.func(linalg-generalize-named-ops)")
         contract_module(module, ContractOptions(bf16_units=units))
         return str(module)
+
+
+def test_an_f32_times_bf16_contraction_takes_the_f32_gemm(cache_dir):
+    """One side f32 (rare: a bf16 activation times an f32 weight): nothing is rounded to bf16, the f32 GEMM
+    widens the bf16 side while packing."""
+    spec, sizes = "mk,kn->mn", dict(m=21, k=50, n=40)
+    text = bf16_einsum_fn("mixed", spec, sizes).replace("tensor<50x40xbf16>", "tensor<50x40xf32>").replace(
+        "%x1: bf16", "%x1: f32").replace("    %w1 = arith.extf %x1 : bf16 to f32\n", "").replace("%w0, %w1", "%w0, %x1")
+    assert "__slicer_ukernel_f32_8x2" in _after_contract(text)
+    a = _inputs(spec, sizes)[0]
+    b = RNG.standard_normal((50, 40)).astype(np.float32)
+    result = compile_library(text, cache_dir=cache_dir)["mixed"](a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert (np.abs(result - exact) <= 1e-5 * scale).all()
