@@ -7,7 +7,8 @@ products, or f32 FMAs; `matrix_units.py` chooses). Cache blocks: a B panel of 32
 
 C tiles: an f32 C contiguous along N is handed to the micro-kernel as a view (AMX loads its tiles straight
 from it); a bf16 C, a C whose innermost dim is not N, and edge tiles go through an f32 scratch tile,
-converted with vectors where the tile is whole. A bf16 C is rounded once, when the tile is stored after a
+converted with vectors where the tile is whole. A large f32 C written once (zero at the start, one K block)
+gets non-temporal stores from the vector kernels (`Loops.nontemporal_flag`: attention's 64 MiB scores). A bf16 C is rounded once, when the tile is stored after a
 K block: with K in several blocks (K > kc) the partial sums are rounded between blocks, as torch's bf16
 matmul into a bf16 output is not; make K one block (a larger `kc`) or C f32 where that matters.
 """
@@ -101,6 +102,8 @@ class Bf16Gemm(Bf16Packer):
         c, e = self.c, self.e
         kcp_max = self.round_up(self.kb.max_units, self.pad)
         self.a_flat = self._a_flat() if self.in_place else None
+        self.false = e.value("arith.constant false", "b")
+        self.nt_flag = self.nontemporal_flag() if c.element == "f32" and self.units != AMX else self.false
         ap = self._buffer(self.mb.max_units * self.mr * kcp_max)
         bp = self._buffer(self.nb.max_units * self.nr * kcp_max)
         scratch = e.value(f"memref.alloca() {{alignment = 64 : i64}} : memref<{self.mr}x{NR}xf32>")
@@ -155,17 +158,17 @@ class Bf16Gemm(Bf16Packer):
     def tile_type(self) -> str:
         return f"memref<{self.mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
 
-    def _call(self, a: tuple, bp, boff, c_tile: str, kcp, zero: bool | str) -> None:
+    def _call(self, a: tuple, bp, boff, c_tile: str, kcp, zero: bool | str, nt: str) -> None:
         """The micro-kernel on one tile. AMX with a run-time depth (K blocks of uneven length) calls the kernel
         of the full block's static depth when the block is full, so only the last block pays C's round trips."""
         e = self.e
         flag = e.value(f"arith.constant {'true' if zero is True else 'false'}", "b") if isinstance(zero, bool) else zero
-        types = f"memref<?xbf16>, index, index, memref<?xbf16>, index, {self.tile_type}, index, i1"
+        types = f"memref<?xbf16>, index, index, memref<?xbf16>, index, {self.tile_type}, index, i1, i1"
         ap, aoff, lda = a
 
         def call(depth):
             e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, {e.idx(boff)}, {c_tile}, "
-                   f"{e.idx(depth)}, {flag}) : ({types}) -> ()")
+                   f"{e.idx(depth)}, {flag}, {nt}) : ({types}) -> ()")
 
         full = self.round_up(self.kb.max_units, self.pad)
         if self.units != AMX or not isinstance(kcp, str):
@@ -193,11 +196,11 @@ class Bf16Gemm(Bf16Packer):
             ones = ", ".join("1" for _ in out.dims)
             sub_type = f"memref<{self.mr}x{NR}xf32, strided<[{out.stride_of(m0)}, 1], offset: ?>>"
             sub = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
-            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero)
+            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero, self.nt_flag)
 
         def via_scratch(vectors: bool):
             self._scratch_tile(where, height, width, scratch, zero, vectors,
-                               lambda dyn: self._call(a, bp, boff, dyn, kcp, zero))
+                               lambda dyn: self._call(a, bp, boff, dyn, kcp, zero, self.false))
 
         if whole is True and c.direct_c:
             view() if direct else via_scratch(True)

@@ -44,7 +44,7 @@ def k_padding(units: str) -> int:
 def _head(name: str, mr: int) -> str:
     tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
     return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %lda: index, %bp: memref<?xbf16>, %boff: index, "
-            f"%c: {tile}, %kcp: index, %zero: i1) {{")
+            f"%c: {tile}, %kcp: index, %zero: i1, %nt: i1) {{")
 
 
 def bf16_ukernel_text(name: str, units: str, unroll: int, rows: int = 8, steps: int | None = None) -> str:
@@ -134,9 +134,15 @@ def _vector_body(mr: int, unroll: int, dot: bool) -> str:
     tail: list[str] = []
     with e.loop_carried(main, pairs, 1, results, VT, tail) as (p, carried):
         tail[:] = step(p, carried)
-    for i in range(mr):
-        for v in range(nv):
-            e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}")
+    for nontemporal in (True, False):  # `%nt`: a C written once, not read first (emit.Gemm.nontemporal_flag)
+        e.line("scf.if %nt {" if nontemporal else "} else {")
+        e.depth += 1
+        hint = " {alignment = 64 : i64, nontemporal = true}" if nontemporal else ""
+        for i in range(mr):
+            for v in range(nv):
+                e.line(f"vector.store {tail[i * nv + v]}, %c[{e.idx(i)}, {e.idx(v * LANES)}]{hint} : {tile}, {VT}")
+        e.depth -= 1
+    e.line("}")
     return e.body()
 
 

@@ -10,7 +10,6 @@ C written once (zero at the start, one K block) gets non-temporal stores.
 from __future__ import annotations
 
 import logging
-from math import prod
 
 from mlir import ir
 from mlir.dialects import func as func_d
@@ -20,8 +19,7 @@ from slicer.core.names import USES_AMX_ATTR
 from slicer.dialect.ops import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, module_avx512
-from ..memref_facts import NT_BYTES, VECTOR_BYTES
-from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
+from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
 from .bf16_ukernels import bf16_mr, bf16_ukernel_text
 from .blocking import ContractOptions
@@ -92,27 +90,6 @@ class Gemm(Packer):
         caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
         head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
         return "\n".join([head, e.body(), "  return", "}"])
-
-    def nontemporal_flag(self) -> str:
-        """i1: store C tiles with non-temporal stores.
-
-        When C starts at zero and K fits in one block, every tile is stored exactly once; for a large C
-        (attention's 64 MiB scores) regular stores first read each line (write-allocate), so
-        non-temporal stores halve C's memory traffic. Needs 64-byte aligned tile rows: static strides,
-        plus the base address checked at run time.
-        """
-        c, e = self.c, self.e
-        out = c.output
-        element = FLOAT_BYTES[self.t]
-        single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
-        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
-        _, offset = out.type.get_strides_and_offset()
-        if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
-                and not out.type.is_dynamic_stride_or_offset(offset)):
-            return self.false
-        pointer = e.value(f"memref.extract_aligned_pointer_as_index %out : {out.type_text} -> index")
-        low = e.value(f"arith.remui {e.idx(e.add(pointer, offset * element))}, {e.idx(VECTOR_BYTES)} : index")
-        return e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index", "b")
 
     def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
         """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).

@@ -246,3 +246,20 @@ def test_an_f32_times_bf16_contraction_takes_the_f32_gemm(cache_dir):
     exact = a.astype(np.float64) @ b.astype(np.float64)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     assert (np.abs(result - exact) <= 1e-5 * scale).all()
+
+
+@pytest.mark.parametrize("units", [AVX512BF16, F32])
+def test_a_large_c_written_once_is_stored_non_temporally(cache_dir, units):
+    """Attention's scores at 4 heads of 1024 x 1024 (16 MiB of f32 C, K = 64 in one block): the vector
+    kernels store each tile once with non-temporal stores (no read of C's lines first)."""
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units}")
+    spec, sizes = "hse,hte->hst", dict(h=4, s=1024, e=64, t=1024)
+    text = bf16_einsum_fn("scores", spec, sizes)
+    assert "nontemporal = true" in _after_contract(text, units=units)
+    q, k = _inputs(spec, sizes)
+    result = compile_library(text, pipeline=_pipeline(units), cache_dir=cache_dir)["scores"](q, k)
+    wide_q, wide_k = q.astype(np.float32), k.astype(np.float32)
+    exact = np.matmul(wide_q, wide_k.transpose(0, 2, 1))
+    scale = np.matmul(np.abs(wide_q), np.abs(wide_k).transpose(0, 2, 1))
+    assert (np.abs(result - exact) <= 1e-5 * scale + 1e-6).all()
