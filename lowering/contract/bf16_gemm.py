@@ -8,9 +8,10 @@ products, or f32 FMAs; `matrix_units.py` chooses). Cache blocks: a B panel of 32
 C tiles: an f32 C contiguous along N is handed to the micro-kernel as a view (AMX loads its tiles straight
 from it); a bf16 C, a C whose innermost dim is not N, and edge tiles go through an f32 scratch tile,
 converted with vectors where the tile is whole. A large f32 C written once (zero at the start, one K block)
-gets non-temporal stores from the vector kernels (`Loops.nontemporal_flag`: attention's 64 MiB scores). A bf16 C is rounded once, when the tile is stored after a
-K block: with K in several blocks (K > kc) the partial sums are rounded between blocks, as torch's bf16
-matmul into a bf16 output is not; make K one block (a larger `kc`) or C f32 where that matters.
+gets non-temporal stores from the vector kernels (`Loops.nontemporal_flag`: attention's 64 MiB scores). A
+bf16 C is rounded when a tile is stored after a K block: with K in several blocks (K > kc) the partial sums
+are rounded between blocks (oneDNN keeps the whole K in f32); where that matters, make C f32 and round it
+after the contraction, as torch-mlir's import of a bf16 matmul does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ A_IN_PLACE_COLUMNS = 512
 """At most this many columns (N), A is read in place rather than packed (`Bf16Gemm.a_in_place`). Measured
 (AVX512-BF16, one thread): attention's `p @ v` (64 columns a head) 309 -> 434 GFLOP/s, 2048 x 1024 x 64
 415 -> 441, x 256 431 -> 443; at 1024 columns and more, equal within noise (a packed block then serves the
-whole N block of `nc` columns), and a packed A is contiguous for AMX's tile loads."""
+whole N block of `nc` columns). AMX reads A in place at any N (`Bf16Gemm.a_in_place`)."""
 BF16_BLOCKS = {"mc": 256, "nc": 1024, "kc": 512}
 """Cache blocks of the bf16 GEMMs (rows, columns, depth): the f32 ones' (`ContractOptions`) hold 4-byte
 elements and 8-row tiles; bf16 panels take half the bytes, and AMX tiles are 32 rows."""
@@ -61,8 +62,8 @@ class Bf16Gemm(Bf16Packer):
         packed A block would serve so few panels that packing costs a good part of the products: attention's
         `p @ v`, 64 columns a head), or always on AMX (its products are ~5x faster than AVX-512's, so packing
         would weigh 5x more; tile loads take any row stride, as oneDNN's brgemm reads A in place: reasoned,
-        not measured here, no AMX on this machine), and A is laid out as the panel is (contiguous along the one K dim, every K
-        block a whole number of k pairs or AMX steps). Edge tiles (fewer rows than the tile) are packed."""
+        not measured here, no AMX on this machine), and A is laid out as the panel is (contiguous along the
+        one K dim, every K block a whole number of k pairs or AMX steps). Edge tiles (fewer rows) are packed."""
         c = self.c
         a = c.inputs[self.a_input]
         narrow = prod(c.ranges[d] for d in c.n) <= A_IN_PLACE_COLUMNS
