@@ -15,7 +15,10 @@ Cases (f32):
   same run: `vs memcpy` = (bytes the kernel must move / its time) / (bytes memcpy moves / its time),
   the kernel's bytes being each input read once and each output written once;
 - matmul + bias + relu vs the matmul alone (the cost of an unfused epilogue pass);
-- the scalar-loops pipeline and `llc -mcpu=x86-64` on a matmul, call overhead, compile time.
+- the scalar-loops pipeline and `llc -mcpu=x86-64` on a matmul, call overhead, compile time;
+- bf16 contractions (bf16 operands, f32 accumulation: square 512..4096 and the GPT shapes) against torch's bf16
+  matmul on one thread and Slicer's own f32, on the host's best bf16 units (`kernels_bf16.py`, which runs
+  them alone too; `--bf16-units` forces the units, `--no-bf16` skips them).
 
 Timing: the contenders of a case run interleaved (round robin), `--reps` rounds, median. The clock is
 the CPU time of the calling thread (`time.thread_time`) when numpy has one thread (the default): on
@@ -38,6 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import kernels_bf16  # noqa: E402 - beside this file
 from snippets import tanh_gelu  # noqa: E402 - beside this file
 
 
@@ -48,6 +52,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--numpy-threads", type=int, default=1, help="numpy's BLAS threads (set before numpy loads)")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="thread CPU time (default) or wall time")
     parser.add_argument("--quick", action="store_true", help="fewer and smaller cases")
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 contractions (they need torch)")
+    parser.add_argument("--bf16-units", default="auto", help="bf16 units: auto, amx, avx512bf16 or f32")
     return parser.parse_args()
 
 
@@ -404,10 +410,15 @@ def main() -> None:
             "jit_execution_engine": _per_call_us(lambda: jit(*v), calls // 40),
         }
 
+    if not ARGS.no_bf16:
+        results["bf16_contractions"] = kernels_bf16.run(ARGS.quick, max(3, ARGS.reps // 2), ARGS.bf16_units)
     if ARGS.json:
         Path(ARGS.json).write_text(json.dumps(results, indent=1))
     print()
     print(markdown(results))
+    if results.get("bf16_contractions"):
+        print()
+        print(kernels_bf16.markdown(results["bf16_contractions"]))
 
 
 def _canonical(label: str, expected, shape) -> np.ndarray:

@@ -40,6 +40,7 @@ from mlir.dialects import func as func_d
 from slicer.core import linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
+from slicer.core.names import TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
@@ -47,6 +48,7 @@ from slicer.dialect import make_context, walk_ops
 from . import llvm_codegen
 from .asserts import take_messages
 from .cache import LIBRARY, KernelCache, cache_key
+from .contract.matrix_units import units_of_target
 from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import Kernel, KernelLibrary
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
@@ -83,6 +85,10 @@ class Target:
         if self.cpu == "native":
             return host_has_avx512()
         return self.cpu in _AVX512_CPUS
+
+    def bf16_units(self) -> str:
+        """The best units for contractions of bf16 operands on this target (`contract/matrix_units.py`)."""
+        return units_of_target(self.cpu, self.features, self.avx512())
 
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
@@ -323,12 +329,15 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         progress.what = f"compiling {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
         progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
         module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
+        module.operation.attributes[TARGET_BF16_UNITS_ATTR] = ir.StringAttr.get(target.bf16_units())
         try:
             pipeline.run(module)
         except (ir.MLIRError, PipelineError, KernelError) as exc:  # bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
-        if TARGET_AVX512 in module.operation.attributes:
-            del module.operation.attributes[TARGET_AVX512]
+        uses_amx = USES_AMX_ATTR in module.operation.attributes
+        for attribute in (TARGET_AVX512, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR):
+            if attribute in module.operation.attributes:
+                del module.operation.attributes[attribute]
         assert_messages = take_messages(module)
         timings["pipeline"] = time.perf_counter() - start
         (directory / "source.mlir").write_text(text)
@@ -343,7 +352,7 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
     timings["link"] = time.perf_counter() - start
     obj.unlink()
     return {"kernels": kernels, "asserts": list(assert_messages), "pipeline": pipeline.text(),
-            "target": target.fingerprint()[:200], "timings": timings}
+            "target": target.fingerprint()[:200], "timings": timings, "amx": uses_amx}
 
 
 def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Path, timings: dict,

@@ -21,11 +21,21 @@ TARGET_AVX512 = TARGET_AVX512_ATTR
 
 
 @lru_cache(maxsize=1)
-def host_has_avx512() -> bool:
+def host_cpu_flags() -> frozenset[str]:
+    """The first processor's `flags` in /proc/cpuinfo (empty where there is none)."""
     try:
-        return " avx512f " in Path("/proc/cpuinfo").read_text().replace("\n", " ") + " "
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def host_has_avx512() -> bool:
+    return "avx512f" in host_cpu_flags()
 
 
 def module_avx512(module) -> bool:
@@ -184,7 +194,7 @@ class Emitter:
 
     def cmp(self, predicate: str, a: Index, b: Index) -> str | bool:
         if isinstance(a, int) and isinstance(b, int):
-            return {"slt": a < b, "sle": a <= b, "eq": a == b, "sgt": a > b, "sge": a >= b}[predicate]
+            return {"slt": a < b, "sle": a <= b, "eq": a == b, "ne": a != b, "sgt": a > b, "sge": a >= b}[predicate]
         return self.value(f"arith.cmpi {predicate}, {self.idx(a)}, {self.idx(b)} : index", "b")
 
     def indices(self, values) -> str:

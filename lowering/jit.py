@@ -28,11 +28,12 @@ from mlir.runtime import get_ranked_memref_descriptor
 from slicer.core.errors import EntryError, JitError, KernelError
 from slicer.core.functions import entry_function
 from slicer.core.linalg_facts import is_linalg_op, loop_sizes
-from slicer.core.names import VALUE_ATTR
+from slicer.core.names import USES_AMX_ATTR, VALUE_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
 
+from .amx_permission import request_amx
 from .aot import compile_kernel
 from .asserts import take_messages
 from .foreign_llvm import foreign_llvm_tables
@@ -80,6 +81,8 @@ class CompiledFunction:
                 raise JitError(str(exc)) from None
             self.name, self.inputs, self.outputs = signature.name, list(signature.inputs), list(signature.outputs)
             self._assert_messages = take_messages(module)
+            if USES_AMX_ATTR in module.operation.attributes:  # a pipeline with the contraction step, on an AMX CPU
+                request_amx()
             self._kernel = None
             if loops_text is not None:  # this process cannot generate code: the LLVM tools build the same loops
                 self._kernel, self._status = compile_kernel(loops_text, self.name, pipeline=LOOPS_PIPELINE), None

@@ -32,10 +32,12 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16" dtype name, which ArraySpec.from_json reads back
 import numpy as np
 
 from slicer.core.errors import KernelAssertionError, KernelError
 
+from .amx_permission import request_amx
 from .workspace import WORKSPACE_SHARE, WORKSPACE_STATE
 
 _DESCRIPTOR_CLASSES: dict[int, type[ctypes.Structure]] = {}
@@ -340,6 +342,8 @@ class KernelLibrary:
         self.cache_hit = cache_hit
         self.compile_seconds = compile_seconds
         self.meta = meta
+        if meta.get("amx"):
+            request_amx()  # before any kernel runs: else the first tile instruction is a SIGILL
         try:
             self.handle = ctypes.CDLL(str(self.path))
         except OSError as exc:

@@ -117,8 +117,9 @@ _TO_LLVM: Stage = (
         # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
         "convert-math-to-llvm",
         "convert-math-to-libm",
-        # x86vector ops (vscalef in the generated exp) only appear when the target has AVX-512.
-        "convert-vector-to-llvm{enable-x86vector}",
+        # x86vector ops (vscalef in the generated exp, vdpbf16ps) only appear when the target has AVX-512, amx
+        # ops (the bf16 GEMM's tiles) when it has AMX (lowering/contract/matrix_units.py).
+        "convert-vector-to-llvm{enable-x86vector enable-amx}",
         # Allocations call the library's own allocator, which reuses large blocks (workspace.py).
         LIBRARY_ALLOCATOR,
         "convert-to-llvm",
@@ -153,6 +154,20 @@ class KernelPipeline:
             raise PipelineError(f"no element '{element}' in pipeline:\n{self.text()}")
         return replace(self, stages=tuple((name, tuple(by if e == element else e for e in elements))
                                           for name, elements in self.stages))
+
+    def with_options(self, pass_name: str, **options) -> "KernelPipeline":
+        """This pipeline with options of the Slicer pass `pass_name` set (keyword names in snake_case, as the
+        pass's fields): e.g. `DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units="f32")`."""
+        cls = registered_pass(pass_name)
+        if cls is None:
+            raise PipelineError(f"no Slicer pass '{pass_name}'")
+        for _, elements in self.stages:
+            for element in elements:
+                parsed = parse_element(element)
+                if parsed.name == pass_name:
+                    updated = replace(instantiate(parsed), **options).pipeline_text()
+                    return self.replacing(element, updated)
+        raise PipelineError(f"no element '{pass_name}' in pipeline:\n{self.text()}")
 
     def until(self, stage_name: str) -> "KernelPipeline":
         """The stages up to and including `stage_name` (to inspect intermediate IR)."""

@@ -22,8 +22,9 @@ from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, in_bod
 from ..body import is_elementwise
 from ..memref_facts import MemAccess, static_strides
 
-FLOAT_BYTES = {"f32": 4, "f64": 8}
-"""The element types the generated GEMMs handle, with their sizes."""
+FLOAT_BYTES = {"f32": 4, "f64": 8, "bf16": 2}
+"""The element types of C the generated GEMMs handle, with their sizes (bf16: only with bf16 operands,
+`bf16_operands`)."""
 
 _CAPTURABLE = (ir.F32Type, ir.F64Type, ir.F16Type, ir.BF16Type, ir.IntegerType, ir.IndexType)
 
@@ -262,3 +263,28 @@ def analyze(op: ir.Operation) -> Contraction:
     direct = (output.dims[-1] == n_order[-1] and output.strides[-1] == 1)
     return Contraction(op, ranges, inputs, output, element, a_side, b_side, by_c(batch), by_c(m),
                        n_order, _k_order(reduction, inputs, a_side, b_side), captured, list(block.arguments), direct)
+
+
+def bf16_operands(c: Contraction) -> tuple[int, int] | None:
+    """(A's input, B's input) when each side is one bf16 input read as it is, maybe widened by `arith.extf`
+    (a matmul of bf16 tensors into f32 or bf16): the bf16 GEMM packs their bits. None otherwise."""
+    if c.element not in ("f32", "bf16"):
+        return None
+    found = []
+    for side in (c.a, c.b):
+        if len(side.factors) != 1 or len(side.inputs) != 1:
+            return None
+        index = side.inputs[0]
+        if str(c.inputs[index].type.element_type) != "bf16":
+            return None
+        widened = (len(side.ops) == 1 and side.ops[0].name == arith.ExtFOp.OPERATION_NAME
+                   and str(side.ops[0].results[0].type) == "f32")
+        if side.ops and not widened:
+            return None
+        found.append(index)
+    return found[0], found[1]
+
+
+def reads_bf16(c: Contraction) -> bool:
+    """Whether the contraction reads or writes bf16 (it needs the bf16 GEMM, or none)."""
+    return c.element == "bf16" or any(str(o.type.element_type) == "bf16" for o in c.inputs)

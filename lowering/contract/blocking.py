@@ -1,4 +1,5 @@
-"""Cache blocking of a contraction's dim groups, and the loops over blocks and over the units of a block.
+"""Cache blocking of a contraction's dim groups, the loops over blocks and over the units of a block, and whether
+C's tiles are stored non-temporally (shared by the f32 and the bf16 GEMMs).
 
 M, N and K are each cut into blocks of about `mc` rows, `nc` columns and `kc` depth (`ContractOptions`):
 dims before the group's split dim one at a time, the split dim in chunks, the dims after it whole.
@@ -13,13 +14,17 @@ from math import prod
 from slicer.core.passes import OptionError
 
 from ..emitter import Emitter, Index
-from ..memref_facts import VECTOR_BYTES
+from ..memref_facts import NT_BYTES, VECTOR_BYTES
 from .analysis import FLOAT_BYTES, Contraction
+from .matrix_units import AUTO, BF16_UNITS
 
 
 @dataclass(frozen=True)
 class ContractOptions:
-    """Register tile (`mr` rows x `nv` vectors), cache blocks (`mc` rows, `nc` columns, `kc` depth), k unroll."""
+    """Register tile (`mr` rows x `nv` vectors), cache blocks (`mc` rows, `nc` columns, `kc` depth), k unroll;
+    the units of contractions of bf16 operands (`bf16_units`: `auto`, the target's best, or one forced:
+    `amx`, `avx512bf16`, `f32`; see `matrix_units.py`). The sizes are the f32 GEMM's; the bf16 GEMM has its own
+    blocks (`bf16_gemm.BF16_BLOCKS`) and takes `unroll` only."""
 
     mr: int = 8
     nv: int = 2
@@ -27,11 +32,15 @@ class ContractOptions:
     nc: int = 1024
     kc: int = 256
     unroll: int = 4
+    bf16_units: str = AUTO
 
     def __post_init__(self) -> None:
         if self.mr < 1 or self.nv < 1 or self.unroll < 1 or min(self.mc, self.nc, self.kc) < 1:
             options = {k: getattr(self, k) for k in ("mr", "nv", "mc", "nc", "kc", "unroll")}
             raise OptionError(f"slicer-kernel-contract: sizes must be positive, got {options}")
+        if self.bf16_units not in (AUTO, *BF16_UNITS):
+            raise OptionError(f"slicer-kernel-contract: bf16-units must be one of {', '.join((AUTO, *BF16_UNITS))}, "
+                              f"got '{self.bf16_units}'")
 
 
 @dataclass
@@ -193,3 +202,23 @@ class Loops:
             return units[last] % step == 0
         return units[last] % b.chunk == 0 and b.chunk % step == 0
 
+    def nontemporal_flag(self) -> str:
+        """i1: store C tiles with non-temporal stores.
+
+        When C starts at zero and K fits in one block, every tile is stored exactly once; for a large C
+        (attention's 64 MiB scores) regular stores first read each line (write-allocate), so
+        non-temporal stores halve C's memory traffic. Needs 64-byte aligned tile rows: static strides,
+        plus the base address checked at run time.
+        """
+        c, e = self.c, self.e
+        out = c.output
+        element = FLOAT_BYTES[self.c.element]
+        single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
+        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
+        _, offset = out.type.get_strides_and_offset()
+        if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
+                and not out.type.is_dynamic_stride_or_offset(offset)):
+            return self.false
+        pointer = e.value(f"memref.extract_aligned_pointer_as_index %out : {out.type_text} -> index")
+        low = e.value(f"arith.remui {e.idx(e.add(pointer, offset * element))}, {e.idx(VECTOR_BYTES)} : index")
+        return e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index", "b")

@@ -10,18 +10,20 @@ C written once (zero at the start, one K block) gets non-temporal stores.
 from __future__ import annotations
 
 import logging
-from math import prod
 
 from mlir import ir
 from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
+from slicer.core.names import USES_AMX_ATTR
 from slicer.dialect.ops import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, module_avx512
-from ..memref_facts import NT_BYTES, VECTOR_BYTES
-from .analysis import FLOAT_BYTES, Contraction, NotAContraction, analyze
+from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
+from .bf16_gemm import bf16_gemm_text
+from .bf16_ukernels import bf16_mr, bf16_ukernel_text
 from .blocking import ContractOptions
+from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
 from .ukernel import ukernel_text
 from .zero_init import zero_before
@@ -88,27 +90,6 @@ class Gemm(Packer):
         caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
         head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
         return "\n".join([head, e.body(), "  return", "}"])
-
-    def nontemporal_flag(self) -> str:
-        """i1: store C tiles with non-temporal stores.
-
-        When C starts at zero and K fits in one block, every tile is stored exactly once; for a large C
-        (attention's 64 MiB scores) regular stores first read each line (write-allocate), so
-        non-temporal stores halve C's memory traffic. Needs 64-byte aligned tile rows: static strides,
-        plus the base address checked at run time.
-        """
-        c, e = self.c, self.e
-        out = c.output
-        element = FLOAT_BYTES[self.t]
-        single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
-        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
-        _, offset = out.type.get_strides_and_offset()
-        if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
-                and not out.type.is_dynamic_stride_or_offset(offset)):
-            return self.false
-        pointer = e.value(f"memref.extract_aligned_pointer_as_index %out : {out.type_text} -> index")
-        low = e.value(f"arith.remui {e.idx(e.add(pointer, offset * element))}, {e.idx(VECTOR_BYTES)} : index")
-        return e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index", "b")
 
     def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
         """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).
@@ -194,7 +175,9 @@ def contraction_text(c: Contraction, options: ContractOptions, name: str, ukerne
 def contract_module(module: ir.Module, options: ContractOptions = ContractOptions()) -> list[str]:
     """Replace every contraction generic of `module` by a call to a generated packed GEMM.
 
-    Returns one line per replaced op (its classification); ops the analysis rejects stay.
+    Returns one line per replaced op (its classification); ops the analysis rejects stay. Contractions of
+    bf16 operands get the bf16 GEMM (`bf16_gemm.py`) on the units `options.bf16_units` chooses; the module
+    then records whether it holds AMX code (`USES_AMX_ATTR`: its loader must ask for the tile state).
     """
     context = module.context
     avx512 = module_avx512(module)
@@ -202,9 +185,13 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     ukernels: dict[str, str] = {}
     functions = GeneratedFunctions("__slicer_contract_")
     calls: list[tuple[ir.Operation, Contraction, str]] = []
+    units = None
     for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
         try:
             c = analyze(op)
+            operands = bf16_operands(c) if reads_bf16(c) else None
+            if reads_bf16(c) and operands is None and c.element == "bf16":  # the f32 GEMM stores f32 or f64 only
+                raise NotAContraction("a bf16 C whose sides are not bf16 inputs as they are")
         except NotAContraction as why:
             log.debug("not a contraction (%s): %s", why, op.location)
             continue
@@ -213,15 +200,23 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
             c.zero_init = True
             if fill is not None:
                 fill.erase()
-        uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
-        if uk not in ukernels:
-            ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
-        calls.append((op, c, functions.name_of(contraction_text(c, options, GeneratedFunctions.SELF, uk, avx512))))
+        if operands is not None:
+            units = units or chosen_units(options.bf16_units, module_units(module))
+            text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, _bf16_ukernels(ukernels, units, options),
+                                  units, *operands)
+        else:
+            uk = f"__slicer_ukernel_{c.element}_{options.mr}x{options.nv}_u{options.unroll}"
+            if uk not in ukernels:
+                ukernels[uk] = ukernel_text(uk, c.element, options.mr, options.nv, options.unroll)
+            text = contraction_text(c, options, GeneratedFunctions.SELF, uk, avx512)
+        calls.append((op, c, functions.name_of(text)))
     if not calls:
         return replaced
     generated = ir.Module.parse("\n".join(list(ukernels.values()) + functions.texts()), context)
     for fn in list(generated.body.operations):
         module.body.append(fn.operation)
+    if units == AMX:
+        module.operation.attributes[USES_AMX_ATTR] = ir.UnitAttr.get(context)
     for op, c, name in calls:
         with ir.InsertionPoint(op), op.location:
             operands = [o.value for o in c.inputs] + [c.output.value] + list(c.captured)
@@ -229,3 +224,18 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         op.erase()
         replaced.append(f"@{name}: {c.describe()}")
     return replaced
+
+
+def _bf16_ukernels(ukernels: dict[str, str], units: str, options: ContractOptions):
+    """`name(kcp)`: the bf16 micro-kernel for K blocks of padded depth `kcp`, added to `ukernels` when new
+    (AMX: one per static depth, all its steps unrolled; the vector kernels: one for every depth)."""
+    rows = bf16_mr(units, options.mr)
+
+    def name(kcp) -> str:
+        steps = kcp // 32 if units == AMX and isinstance(kcp, int) else None
+        uk = f"__slicer_ukernel_bf16_{units}_{rows}x32_u{options.unroll}" + (f"_k{kcp}" if steps else "")
+        if uk not in ukernels:
+            ukernels[uk] = bf16_ukernel_text(uk, units, options.unroll, rows, steps)
+        return uk
+
+    return name

@@ -8,7 +8,7 @@
 // fixed on the module so the output does not depend on the host's CPU.
 
 // NOTINT: slicer-opt: error: pass 'slicer-kernel-contract' option 'mr' expects an integer, got '4x'
-// UNKNOWN: slicer-opt: error: pass 'slicer-kernel-contract' has no option 'tile' (options: mr, nv, mc, nc, kc, unroll)
+// UNKNOWN: slicer-opt: error: pass 'slicer-kernel-contract' has no option 'tile' (options: mr, nv, mc, nc, kc, unroll, bf16-units)
 
 // CHECK-LABEL: func.func @matmul
 // CHECK-SAME: (%[[A:.*]]: memref<16x32xf32>, %[[B:.*]]: memref<32x64xf32>, %[[C:.*]]: memref<16x64xf32>)

@@ -6,12 +6,14 @@ element in buffers). bf16 is absent: numpy has no native bfloat16.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(dtype)
     for name, dtype in (("f16", np.float16), ("f32", np.float32), ("f64", np.float64), ("i1", np.bool_),
-                        ("i8", np.int8), ("i16", np.int16), ("i32", np.int32), ("i64", np.int64))
+                        ("i8", np.int8), ("i16", np.int16), ("i32", np.int32), ("i64", np.int64),
+                        ("bf16", ml_dtypes.bfloat16))
 }
 ELEMENT_TYPES: dict[np.dtype, str] = {dtype: name for name, dtype in NUMPY_DTYPES.items()}
 

@@ -126,6 +126,12 @@ ASSERT_MESSAGES_ATTR = "slicer.assert_messages"
 """Module attribute: the messages of the program's run-time checks, the first being number 1 (lowering/asserts.py)."""
 TARGET_AVX512_ATTR = "slicer.target_avx512"
 """Module attribute set by `aot.compile_library` from its Target: whether the kernels may use AVX-512."""
+TARGET_BF16_UNITS_ATTR = "slicer.target_bf16_units"
+"""Module attribute set by `aot.compile_library` from its Target: the units bf16 contractions may use (`amx`,
+`avx512bf16` or `f32`, lowering/contract/matrix_units.py)."""
+USES_AMX_ATTR = "slicer.uses_amx"
+"""Module attribute the contraction generator sets when it emitted AMX tile code: the process that loads the
+kernels must ask Linux for the tile state first (lowering/amx_permission.py)."""
 STATIC_OFFSETS_ATTR = "static_offsets"
 STATIC_STRIDES_ATTR = "static_strides"
 STATIC_LOW_ATTR = "static_low"

@@ -1,0 +1,81 @@
+// RUN: slicer-opt %s -p 'slicer-kernel-contract' | FileCheck %s
+// RUN: slicer-opt %s -p 'slicer-kernel-contract{bf16-units=avx512bf16}' | FileCheck %s --check-prefix=DOT
+// RUN: slicer-opt %s -p 'slicer-kernel-contract{bf16-units=f32}' | FileCheck %s --check-prefix=FMA
+// RUN: not slicer-opt %s -p 'slicer-kernel-contract{bf16-units=tpu}' 2>&1 | FileCheck %s --check-prefix=BADUNITS
+
+// A matmul of bf16 operands accumulated in f32 (the operands widened by arith.extf, as torch-mlir imports
+// it) becomes a call to the bf16 GEMM (lowering/contract/bf16_gemm.py): B packed in pairs along k (VNNI),
+// A in rows along k, and a micro-kernel on the units the target has. The module fixes the target (an AMX
+// CPU), so the output does not depend on the host's CPU; the option forces the other paths.
+
+// BADUNITS: error: slicer-kernel-contract: bf16-units must be one of auto, amx, avx512bf16, f32, got 'tpu'
+
+// The module records that it holds tile code: its loader asks Linux for the AMX tile state first.
+// CHECK: module attributes {{{.*}}slicer.uses_amx
+// CHECK-LABEL: func.func @matmul
+// CHECK-SAME: (%[[A:.*]]: memref<64x96xbf16>, %[[B:.*]]: memref<96x64xbf16>, %[[C:.*]]: memref<64x64xf32>)
+// CHECK-NOT: linalg
+// CHECK: call @[[GEMM:__slicer_contract_[0-9]+]](%[[A]], %[[B]], %[[C]])
+// CHECK-NEXT: return
+
+// The AMX micro-kernel, one per static depth (here K = 96: three 32-deep steps, unrolled): A as 32 rows x 96
+// bf16 (rows %lda apart: packed, or A itself), B as 48 rows of 32 columns x 2 (pairs along k); C's four 16x16 f32 tiles loaded once, each step two
+// B tiles and two A tiles multiplied into them, C stored once (all in one block: LLVM carries no tile across
+// a loop's back edge).
+// CHECK: func.func private @[[UK:__slicer_ukernel_bf16_amx_32x32_u4_k96]](%{{.*}}: memref<?xbf16>, %{{.*}}: index, %{{.*}}: index,
+// CHECK: memref.reinterpret_cast %{{.*}} strides: [%{{.*}}, 1] : memref<?xbf16> to memref<32x?xbf16, strided<[?, 1], offset: ?>>
+// CHECK: memref.reinterpret_cast %{{.*}} : memref<?xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+// CHECK-NOT: scf.for
+// CHECK-COUNT-4: amx.tile_load %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>> into !amx.tile<16x16xf32>
+// CHECK: amx.tile_load %{{.*}} : memref<?x64xbf16, strided<[64, 1], offset: ?>> into !amx.tile<16x32xbf16>
+// CHECK: amx.tile_load %{{.*}} : memref<?x64xbf16, strided<[64, 1], offset: ?>> into !amx.tile<16x32xbf16>
+// CHECK: amx.tile_load %{{.*}} : memref<32x?xbf16, strided<[?, 1], offset: ?>> into !amx.tile<16x32xbf16>
+// CHECK: amx.tile_mulf %{{.*}} : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+// CHECK-COUNT-11: amx.tile_mulf
+// CHECK-NOT: amx.tile_mulf
+// CHECK-COUNT-4: amx.tile_store %{{.*}} : memref<32x32xf32, strided<[?, 1], offset: ?>>, !amx.tile<16x16xf32>
+// CHECK-NEXT: return
+
+// The GEMM: B's rows k and k+1 interleaved into pairs by one shuffle per 32 values; A (64 columns of C: too
+// few for packing A to pay) read in place, its rows 96 apart; C's 32x32 tiles handed to the micro-kernel as
+// views of C.
+// CHECK: func.func private @[[GEMM]](
+// CHECK: %[[AFLAT:.*]] = memref.reinterpret_cast %{{.*}} to offset: [0], sizes: [6144], strides: [1] : memref<64x96xbf16> to memref<?xbf16>
+// CHECK: memref.alloc() {alignment = 64 : i64} : memref<{{[0-9]+}}xbf16>
+// CHECK: vector.load %{{.*}} : memref<96x64xbf16>, vector<32xbf16>
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 32, 1, 33, 2, 34
+// CHECK: memref.subview %{{.*}} : memref<64x64xf32> to memref<32x32xf32, strided<[64, 1], offset: ?>>
+// CHECK: call @[[UK]](%[[AFLAT]], %{{.*}}, %c96,
+
+// The AVX512-BF16 micro-kernel: 8 x 2 f32 accumulators, each k pair a vdpbf16ps of a broadcast pair of A.
+// DOT-NOT: slicer.uses_amx
+// DOT: func.func private @__slicer_ukernel_bf16_avx512bf16_8x32_u4(
+// DOT: vector.broadcast %{{.*}} : i32 to vector<16xi32>
+// DOT: x86vector.avx512.dot %{{.*}} : vector<32xbf16> -> vector<16xf32>
+// DOT-NOT: amx.
+
+// The f32 micro-kernel: the pairs widened to f32 (a shift, a mask) and multiplied by FMAs.
+// FMA: func.func private @__slicer_ukernel_bf16_f32_8x32_u4(
+// FMA: arith.shli %{{.*}} : vector<16xi32>
+// FMA: arith.andi %{{.*}} : vector<16xi32>
+// FMA: vector.fma %{{.*}} : vector<16xf32>
+// FMA-NOT: x86vector
+
+module attributes {slicer.target_avx512 = true, slicer.target_bf16_units = "amx"} {
+  func.func @matmul(%a: memref<64x96xbf16>, %b: memref<96x64xbf16>, %c: memref<64x64xf32>) {
+    %zero = arith.constant 0.000000e+00 : f32
+    linalg.fill ins(%zero : f32) outs(%c : memref<64x64xf32>)
+    linalg.generic {indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>,
+                                     affine_map<(m, n, k) -> (m, n)>],
+                    iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%a, %b : memref<64x96xbf16>, memref<96x64xbf16>) outs(%c : memref<64x64xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %acc: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %p = arith.mulf %xf, %yf : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+}

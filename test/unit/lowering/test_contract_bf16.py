@@ -1,0 +1,265 @@
+"""Contractions of bf16 operands (`lowering/contract/bf16_gemm.py`) on each path, forced: equal to float32 numpy.
+
+The reference is numpy's float64 einsum of the bf16 inputs (exact products; the kernels accumulate in f32).
+Tolerance: an f32 result is within 1e-5 of sum |a||b| (f32 accumulation of K products: K * 2^-24 relative
+at worst for the K here, ~1e-5); a bf16 result additionally within one bf16 rounding (2^-8 of its value).
+Every layout the packing handles (A along k, B along N, B along k, transposed A, several M/N/K dims, a C whose
+innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
+columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
+
+AMX code runs only on a CPU that has it (this test checks that it compiles to tile instructions
+everywhere and that loading it elsewhere is refused clearly instead of a SIGILL).
+"""
+
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mlir import ir
+
+from slicer.core.errors import KernelError
+from slicer.core.functions import entry_function
+from slicer.core.pipeline import run_pipeline
+from slicer.dialect import make_context
+from slicer.core.names import TARGET_BF16_UNITS_ATTR
+from slicer.lowering.contract import ContractOptions, contract_module
+from slicer.lowering.kernel_prepare import prepare_kernels
+from slicer.lowering import DEFAULT_PIPELINE, compile_library
+from slicer.lowering.aot import Target, library_key
+from slicer.lowering.cache import KernelCache
+from slicer.lowering.contract.matrix_units import AMX, AVX512BF16, F32, units_of_flags
+from slicer.lowering.emitter import host_cpu_flags
+
+RNG = np.random.default_rng(3)
+BF16 = ml_dtypes.bfloat16
+HOST = units_of_flags(host_cpu_flags())
+
+
+def bf16_einsum_fn(name: str, spec: str, sizes: dict[str, int], out: str = "f32") -> str:
+    """A linalg.generic computing `spec` on bf16 tensors into an `out` tensor of zeros: the operands widened
+    by `arith.extf` for an f32 C (what torch-mlir imports for a matmul with f32 accumulation), as they are
+    for a bf16 C."""
+    inputs, output = spec.split("->")
+    operands = inputs.split(",")
+    loops = list(output) + sorted(set(inputs.replace(",", "")) - set(output))
+    dims = ", ".join(f"d{i}" for i in range(len(loops)))
+
+    def amap(term):
+        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(l)}' for l in term)})>"
+
+    def ttype(term, t="bf16"):
+        return f"tensor<{'x'.join(str(sizes[l]) for l in term)}x{t}>"
+
+    kinds = ", ".join('"parallel"' if l in output else '"reduction"' for l in loops)
+    args = ", ".join(f"%a{i}: {ttype(t)}" for i, t in enumerate(operands))
+    if out == "f32":
+        body = ("    %w0 = arith.extf %x0 : bf16 to f32\n    %w1 = arith.extf %x1 : bf16 to f32\n"
+                "    %m = arith.mulf %w0, %w1 : f32\n")
+    else:
+        body = "    %m = arith.mulf %x0, %x1 : bf16\n"
+    return f"""
+func.func @{name}({args}) -> {ttype(output, out)} {{
+  %z = arith.constant 0.0 : {out}
+  %e = tensor.empty() : {ttype(output, out)}
+  %f = linalg.fill ins(%z : {out}) outs(%e : {ttype(output, out)}) -> {ttype(output, out)}
+  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types = [{kinds}]}}
+      ins(%a0, %a1 : {', '.join(ttype(t) for t in operands)}) outs(%f : {ttype(output, out)}) {{
+  ^bb0(%x0: bf16, %x1: bf16, %acc: {out}):
+{body}    %s = arith.addf %acc, %m : {out}
+    linalg.yield %s : {out}
+  }} -> {ttype(output, out)}
+  return %r : {ttype(output, out)}
+}}
+"""
+
+
+CASES = [
+    ("mk,kn->mn", dict(m=37, k=41, n=75)),  # A along k, B along N; edges everywhere, k odd
+    ("mk,nk->mn", dict(m=20, k=33, n=50)),  # B along k (a Linear layer's [out, in] weight)
+    ("km,kn->mn", dict(m=19, k=9, n=64)),  # A transposed: element by element
+    ("mk,kn->nm", dict(m=45, k=17, n=12)),  # C's innermost dim is M: scratch tiles
+    ("bmk,bkn->bmn", dict(b=3, m=10, k=7, n=33)),  # batch matmul
+    ("hse,hte->hst", dict(h=2, s=17, e=16, t=40)),  # attention scores (B along k)
+    ("sd,dhe->hse", dict(s=24, d=20, h=3, e=64)),  # N = (h, e)
+    ("hse,hed->sd", dict(h=4, s=9, e=64, d=40)),  # K = (h, e): packed in runs along e, one per h
+    ("hse,hed->sd", dict(h=12, s=40, e=64, d=64)),  # ... over two K blocks of 8 and 4 h's
+    ("mab,abn->mn", dict(m=12, a=3, b=7, n=34)),  # K = (a, b), odd runs: B's pairs straddle them
+    ("mk,kn->mn", dict(m=1, k=1, n=1)),
+    ("mk,kn->mn", dict(m=64, k=64, n=64)),  # whole tiles of every path
+    ("mk,kn->mn", dict(m=300, k=1100, n=1060)),  # several M, N and K blocks, remainders
+    ("km,nk->mn", dict(m=70, k=600, n=90)),  # both transposed in registers, two K blocks, remainders
+    ("mk,kn->mn", dict(m=45, k=1030, n=100)),  # A read in place (N small): K blocks of run-time depth, edge rows
+]
+BF16_C_CASES = [
+    ("mk,kn->mn", dict(m=37, k=41, n=75)),
+    ("mk,nk->mn", dict(m=64, k=96, n=64)),
+    ("bmk,bkn->bmn", dict(b=2, m=33, k=70, n=40)),
+    ("mk,kn->nm", dict(m=45, k=17, n=12)),  # C's innermost dim is M: element by element through the scratch
+]
+
+
+def _pipeline(units: str, rows: int = 8):
+    return DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units, mr=rows)
+
+
+def _inputs(spec: str, sizes: dict[str, int]) -> list[np.ndarray]:
+    return [RNG.standard_normal([sizes[l] for l in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
+
+
+def _check(result: np.ndarray, spec: str, arrays: list[np.ndarray], rounding: float, label: str) -> None:
+    wide = [a.astype(np.float64) for a in arrays]
+    exact = np.einsum(spec, *wide)
+    scale = np.einsum(spec, *[np.abs(w) for w in wide])
+    error = np.abs(result.astype(np.float64) - exact)
+    bound = 1e-5 * scale + rounding * np.abs(exact)
+    assert (error <= bound).all(), f"{label}: worst error {float((error - bound).max()):.3g} past its bound"
+
+
+def _run_cases(units: str, cases, out: str, cache_dir, rows: int = 8) -> None:
+    text = "\n".join(bf16_einsum_fn(f"c{i}", spec, sizes, out) for i, (spec, sizes) in enumerate(cases))
+    library = compile_library(text, pipeline=_pipeline(units, rows), cache_dir=cache_dir)
+    assert library.meta["amx"] == (units == AMX)
+    for i, (spec, sizes) in enumerate(cases):
+        arrays = _inputs(spec, sizes)
+        result = library[f"c{i}"](*arrays)
+        assert result.dtype == (np.float32 if out == "f32" else BF16)
+        _check(result, spec, arrays, 0.0 if out == "f32" else 2.0 ** -8, f"{units} {out} {spec} {sizes}")
+
+
+RUNNABLE = [u for u in (AMX, AVX512BF16, F32) if (AMX, AVX512BF16, F32).index(u) >= (AMX, AVX512BF16, F32).index(HOST)]
+
+
+@pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
+def test_bf16_contractions_into_f32_equal_numpy(cache_dir, units):
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units} (its best bf16 units: {HOST})")
+    _run_cases(units, CASES, "f32", cache_dir)
+
+
+@pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
+def test_bf16_contractions_into_bf16_round_once(cache_dir, units):
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units} (its best bf16 units: {HOST})")
+    _run_cases(units, BF16_C_CASES, "bf16", cache_dir)
+
+
+def test_32_row_tiles_pack_and_drive_as_amx_does(cache_dir):
+    """The vector kernels at AMX's tile rows (`mr=32`): the packing of 32-row A tiles (two 16-row transposes
+    each), 32-row edge tiles and 32 x 32 C views that the AMX kernels use, checked on any CPU."""
+    _run_cases(F32, CASES[:8], "f32", cache_dir, rows=32)
+
+
+def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
+    """Compiled for an AMX CPU: the micro-kernel is tdpbf16ps on tiles LLVM configures (ldtilecfg); this
+    process asks Linux for the tile state when it loads the kernels, and a CPU without AMX refuses it with a
+    KernelError that says what to do (instead of the SIGILL the first tile instruction would raise)."""
+    text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=64, k=96, n=64))
+    # K prime: K blocks of a run-time depth, the micro-kernel with its loop of step groups
+    text += bf16_einsum_fn("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))
+    target = Target(cpu="sapphirerapids")
+    try:
+        library = compile_library(text, target=target, cache_dir=cache_dir)
+    except KernelError as error:
+        assert "Linux refused the tile state" in str(error) and "bf16-units=avx512bf16" in str(error)
+        assert HOST != AMX
+    else:
+        assert HOST == AMX
+        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)), ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
+            arrays = _inputs(spec, sizes)
+            _check(library[name](*arrays), spec, arrays, 0.0, f"amx {name}")
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return
+    entry = KernelCache(cache_dir).lookup(library_key(text, DEFAULT_PIPELINE, target))
+    code = _disassembly(objdump, entry.library)
+    assert all(f"\t{instruction} " in code for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored"))
+
+
+def _disassembly(objdump: str, path) -> str:
+    return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
+
+
+def test_a_target_without_avx512_takes_the_f32_path(cache_dir):
+    """AVX2 only (x86-64-v3): `auto` picks the f32 kernel, 16-lane vectors LLVM splits into ymm halves."""
+    spec, sizes = "mk,nk->mn", dict(m=37, k=70, n=45)
+    library = compile_library(bf16_einsum_fn("mm", spec, sizes), target=Target(cpu="x86-64-v3"), cache_dir=cache_dir)
+    arrays = _inputs(spec, sizes)
+    _check(library["mm"](*arrays), spec, arrays, 0.0, "x86-64-v3")
+    assert "bf16_f32_8x32" in _after_contract(bf16_einsum_fn("mm", spec, sizes), units="auto", target="f32")
+
+
+def test_forcing_units_the_target_lacks_is_refused(cache_dir):
+    text = bf16_einsum_fn("mm", "mk,kn->mn", dict(m=16, k=16, n=16))
+    with pytest.raises(KernelError, match="bf16-units=amx but the target has only f32"):
+        compile_library(text, pipeline=_pipeline(AMX), target=Target(cpu="x86-64-v3"), cache_dir=cache_dir)
+
+
+def test_the_best_units_of_a_target():
+    assert Target(cpu="sapphirerapids").bf16_units() == AMX
+    assert Target(cpu="znver4").bf16_units() == AVX512BF16
+    assert Target(cpu="skylake-avx512").bf16_units() == F32
+    assert Target(cpu="sapphirerapids", features="-amx-bf16").bf16_units() == AVX512BF16
+    assert units_of_flags({"amx_bf16", "amx_tile", "avx512_bf16"}) == AMX
+    assert units_of_flags({"avx512f"}) == F32
+
+
+def test_a_scaled_bf16_contraction_takes_the_f32_gemm(cache_dir):
+    """A side that is more than a bf16 input (attention's scores scaled inside the body) is not packed as bf16
+    (rounding the scaled operand to bf16 would lose precision): the f32 GEMM widens it while packing."""
+    text = bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33)).replace(
+        "    %s = arith.addf %acc, %m : f32", "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32").replace(
+        "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32")
+    generated = _after_contract(text)
+    assert "__slicer_ukernel_f32_8x2" in generated and "bf16_" not in generated
+    library = compile_library(text, cache_dir=cache_dir)
+    arrays = _inputs("hse,hte->hst", dict(h=2, s=17, e=40, t=33))
+    result = library["scores"](*arrays)
+    _check(result / 0.125, "hse,hte->hst", arrays, 0.0, "scaled scores")
+
+
+def _after_contract(text: str, units: str = "auto", target: str | None = None) -> str:
+    """The module after the kernel pipeline up to the contraction pass (for a target with `target` bf16 units)."""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        if target is not None:
+            module.operation.attributes[TARGET_BF16_UNITS_ATTR] = ir.StringAttr.get(target)
+        prepare_kernels(module, [entry_function(module, None)])
+        DEFAULT_PIPELINE.until("bufferize").run(module)
+        run_pipeline(module, "func.func(linalg-generalize-named-ops)")
+        contract_module(module, ContractOptions(bf16_units=units))
+        return str(module)
+
+
+def test_an_f32_times_bf16_contraction_takes_the_f32_gemm(cache_dir):
+    """One side f32 (rare: a bf16 activation times an f32 weight): nothing is rounded to bf16, the f32 GEMM
+    widens the bf16 side while packing."""
+    spec, sizes = "mk,kn->mn", dict(m=21, k=50, n=40)
+    text = bf16_einsum_fn("mixed", spec, sizes).replace("tensor<50x40xbf16>", "tensor<50x40xf32>").replace(
+        "%x1: bf16", "%x1: f32").replace("    %w1 = arith.extf %x1 : bf16 to f32\n", "").replace("%w0, %w1", "%w0, %x1")
+    assert "__slicer_ukernel_f32_8x2" in _after_contract(text)
+    a = _inputs(spec, sizes)[0]
+    b = RNG.standard_normal((50, 40)).astype(np.float32)
+    result = compile_library(text, cache_dir=cache_dir)["mixed"](a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert (np.abs(result - exact) <= 1e-5 * scale).all()
+
+
+@pytest.mark.parametrize("units", [AVX512BF16, F32])
+def test_a_large_c_written_once_is_stored_non_temporally(cache_dir, units):
+    """Attention's scores at 4 heads of 1024 x 1024 (16 MiB of f32 C, K = 64 in one block): the vector
+    kernels store each tile once with non-temporal stores (no read of C's lines first)."""
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units}")
+    spec, sizes = "hse,hte->hst", dict(h=4, s=1024, e=64, t=1024)
+    text = bf16_einsum_fn("scores", spec, sizes)
+    assert "nontemporal = true" in _after_contract(text, units=units)
+    q, k = _inputs(spec, sizes)
+    result = compile_library(text, pipeline=_pipeline(units), cache_dir=cache_dir)["scores"](q, k)
+    wide_q, wide_k = q.astype(np.float32), k.astype(np.float32)
+    exact = np.matmul(wide_q, wide_k.transpose(0, 2, 1))
+    scale = np.matmul(np.abs(wide_q), np.abs(wide_k).transpose(0, 2, 1))
+    assert (np.abs(result - exact) <= 1e-5 * scale + 1e-6).all()
