@@ -21,8 +21,9 @@ def as_array(value: Any) -> np.ndarray:
     over the same bytes."""
     if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
         tensor = value.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16: the same bits as ml_dtypes.bfloat16
-            return tensor.view(_int16_dtype(tensor)).numpy().view(dtypes.numpy_dtype("bf16"))
+        torch = sys.modules[type(value).__module__.split(".")[0]]  # loaded: `value` is one of its tensors
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: the same bits as ml_dtypes.bfloat16
+            return tensor.view(torch.int16).numpy().view(dtypes.numpy_dtype("bf16"))
         try:
             return tensor.numpy()
         except TypeError as exc:  # e.g. float8, which Slicer has no dtype for
@@ -30,11 +31,6 @@ def as_array(value: Any) -> np.ndarray:
                            f"(e.g. .float()) and import the model in that dtype ({dtypes.unsupported(value.dtype)})"
                            ) from None
     return np.asarray(value)
-
-
-def _int16_dtype(tensor):
-    """torch.int16, from the torch module already loaded (this layer does not import torch)."""
-    return sys.modules["torch"].int16
 
 
 __all__ = ["as_array"]
