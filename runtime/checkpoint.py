@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from slicer.core import dtypes
+from slicer.core.arrays import as_tensor
 from slicer.core.errors import CheckpointError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType
@@ -285,7 +286,7 @@ def load_checkpoint(directory: str | Path, *, tensors: bool = False) -> dict:
     except ImportError:
         raise CheckpointError("load_checkpoint(..., tensors=True) needs torch: install it, or take the numpy "
                               "arrays (tensors=False)") from None
-    return {name: torch.from_numpy(array) for name, array in state.items()}
+    return {name: as_tensor(array, torch) for name, array in state.items()}
 
 
 __all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked", "save_jobs",

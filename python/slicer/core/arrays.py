@@ -33,4 +33,13 @@ def as_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-__all__ = ["as_array"]
+def as_tensor(array: np.ndarray, torch):
+    """`array` as a torch tensor sharing its memory (`torch.from_numpy`); a bfloat16 array through its int16
+    view, which torch reinterprets as torch.bfloat16. `torch` is the torch module (this layer does not import
+    it)."""
+    if dtypes.element_type(array.dtype) == "bf16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+__all__ = ["as_array", "as_tensor"]
