@@ -132,3 +132,25 @@ def test_row_kernels_read_and_write_bf16_fused_as_in_f32(cache_dir, name):
     assert got.dtype == BF16
     # intermediates the program types as bf16 (the row sum, the mean) are rounded there: a few units
     assert np.max(np.abs(got.astype(np.float64) - want)) <= 4 * 2.0 ** -8 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("avx512bf16", [None, False, True])
+def test_roundings_are_left_to_llvm_only_for_avx512bf16_targets(avx512bf16):
+    """The AOT compiler marks a module whose target has AVX512-BF16 (one `vcvtneps2bf16` per 16 lanes); any other
+    module gets the portable integer expansion. f64 -> bf16 goes through f32 (rounded to odd) either way."""
+    from slicer.core.names import TARGET_AVX512_BF16_ATTR
+    from slicer.lowering.narrow_floats import expand_bf16_truncation
+    text = """
+func.func @r(%v: vector<16xf32>, %d: f64) -> (vector<16xbf16>, bf16) {
+  %r = arith.truncf %v : vector<16xf32> to vector<16xbf16>
+  %s = arith.truncf %d : f64 to bf16
+  return %r, %s : vector<16xbf16>, bf16
+}"""
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        if avx512bf16 is not None:
+            module.operation.attributes[TARGET_AVX512_BF16_ATTR] = ir.BoolAttr.get(avx512bf16)
+        expand_bf16_truncation(module)
+        out = str(module)
+    assert "f64 to bf16" not in out and "f64 to f32" in out
+    assert ("vector<16xf32> to vector<16xbf16>" in out) == bool(avx512bf16)
