@@ -116,6 +116,10 @@ _TO_LLVM: Stage = (
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
+        # bf16 arithmetic left outside linalg ops (scalars read with tensor.extract) in f32 too: upstream's
+        # per-instruction widening, so LLVM never promotes bf16 itself (its rounding is a __truncsfbf2 call).
+        "arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}",
+        "math-extend-to-supported-types{target-type=f32}",
         # Roundings to bf16 as integer vector ops, not calls of __truncsfbf2 (see narrow_floats.py).
         "slicer-kernel-expand-bf16",
         # Math functions LLVM has no instruction or intrinsic for (erf, ...) become libm calls; the

@@ -18,7 +18,9 @@ with f32 accumulation, the form the contraction kernels take. Named ops on narro
 first (`linalg-generalize-named-ops`, only in modules that have any), as `widen_i1` does for booleans.
 
 The upstream `arith-emulate-unsupported-floats` pass does the per-instruction form (widen, compute, round after
-every instruction); it is not used because it rounds every intermediate and every step of an accumulation.
+every instruction); it is not how linalg ops compute, because it rounds every intermediate and every step of an
+accumulation. The kernel pipeline runs it later, with `math-extend-to-supported-types`, on the bf16 arithmetic
+left outside linalg ops (scalars read with `tensor.extract`), so LLVM never promotes bf16 itself.
 """
 
 from __future__ import annotations

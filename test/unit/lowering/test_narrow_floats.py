@@ -154,3 +154,25 @@ func.func @r(%v: vector<16xf32>, %d: f64) -> (vector<16xbf16>, bf16) {
         out = str(module)
     assert "f64 to bf16" not in out and "f64 to f32" in out
     assert ("vector<16xf32> to vector<16xbf16>" in out) == bool(avx512bf16)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["native", "no-avx512bf16"])
+def test_scalar_bf16_arithmetic_outside_linalg_is_f32_too(cache_dir, target):
+    """Scalars read with tensor.extract and multiplied outside any linalg op: upstream's per-instruction
+    widening (`arith-emulate-unsupported-floats`, `math-extend-to-supported-types`), no call of __truncsfbf2."""
+    text = """
+func.func @s(%x: tensor<4xbf16>) -> tensor<2xbf16> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %a = tensor.extract %x[%c0] : tensor<4xbf16>
+  %b = tensor.extract %x[%c1] : tensor<4xbf16>
+  %p = arith.mulf %a, %b : bf16
+  %e = math.exp %a : bf16
+  %t = tensor.from_elements %p, %e : tensor<2xbf16>
+  return %t : tensor<2xbf16>
+}"""
+    library = compile_library(text, target=target, cache_dir=cache_dir)
+    x = np.array([1.5, 1.0 + 2 ** -7, 3, 4], BF16)
+    wide = x.astype(np.float32)
+    want = np.array([wide[0] * wide[1], np.exp(wide[0])], np.float32).astype(BF16)
+    assert np.array_equal(library["s"](x).view(np.uint16), want.view(np.uint16))
