@@ -90,6 +90,13 @@ def from_npy(array: np.ndarray, dtype=None) -> np.ndarray:
     return array
 
 
+def conversion_hint(dtype) -> str:
+    """How a user makes an array of `dtype`, for messages about a wrong one: said for bf16, which numpy lacks."""
+    if element_type(dtype) == "bf16":
+        return " (numpy: array.astype(ml_dtypes.bfloat16); torch: tensor.bfloat16())"
+    return ""
+
+
 def unsupported(element_type: str) -> str:
     """Why `element_type` is not supported, and what is."""
     return (f"element type {element_type} is not supported; supported: {', '.join(NUMPY_DTYPES)} "

@@ -88,3 +88,11 @@ def test_unsupported_element_types_are_clear_errors():
     with pytest.raises(slicer.SlicerError, match=r"element type f8E4M3FN is not supported; supported: bf16, f16, "
                                                  r"f32, f64, i1, i8, i16, i32, i64 \(convert the program's tensors"):
         prog.run(*arrays)
+
+
+def test_a_float32_array_for_a_bf16_argument_says_how_to_convert(inputs):
+    prog = slicer.compile(PROGRAM, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics(TACTICS["data"]))
+    x, w = inputs
+    with pytest.raises(slicer.RunError, match=r"argument #0 of @f must be bfloat16\[8, 64\], got float32\[8, 64\] "
+                                              r"\(numpy: array.astype\(ml_dtypes.bfloat16\); torch: tensor.bfloat16"):
+        prog.run(x.astype(np.float32), w)
