@@ -187,9 +187,8 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
 def _combine(combine, rows: np.ndarray, out: np.ndarray) -> None:
     """`out` = the rows combined in order (a sum or a maximum), as the simulator does: a sum of a narrow float
     (f16, bf16) accumulates in f32 and rounds once (`dtypes.accumulation_dtype`, `dtypes.sum_blocks`)."""
-    wide = dtypes.accumulation_dtype(out.dtype)
-    if combine is np.add and wide != out.dtype:
-        np.copyto(out, np.add.reduce(rows, axis=0, dtype=wide), casting="unsafe")
+    if combine is np.add and dtypes.accumulation_dtype(out.dtype) != out.dtype:
+        dtypes.sum_into(rows, out)
     else:
         combine.reduce(rows, axis=0, out=out)
 
