@@ -40,7 +40,7 @@ from mlir.dialects import func as func_d
 from slicer.core import linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
-from slicer.core.names import TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
+from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
@@ -90,6 +90,16 @@ class Target:
         """The best units for contractions of bf16 operands on this target (`contract/matrix_units.py`)."""
         return units_of_target(self.cpu, self.features, self.avx512())
 
+    def avx512bf16(self) -> bool:
+        """Whether code for this target may use AVX512-BF16 (`vcvtneps2bf16`: f32 -> bf16 in one instruction)."""
+        if "-avx512bf16" in self.features or "-avx512f" in self.features:
+            return False
+        if "+avx512bf16" in self.features:
+            return True
+        if self.cpu == "native":
+            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+        return self.cpu in _AVX512_BF16_CPUS
+
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
         host = _host_cpu() if self.cpu == "native" else ""
@@ -99,6 +109,9 @@ class Target:
 _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
                  "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
                  "x86-64-v4"}
+
+
+_AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
 
 
 @lru_cache(maxsize=1)
@@ -330,12 +343,13 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
         module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
         module.operation.attributes[TARGET_BF16_UNITS_ATTR] = ir.StringAttr.get(target.bf16_units())
+        module.operation.attributes[TARGET_AVX512_BF16_ATTR] = ir.BoolAttr.get(target.avx512bf16())
         try:
             pipeline.run(module)
         except (ir.MLIRError, PipelineError, KernelError) as exc:  # bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
         uses_amx = USES_AMX_ATTR in module.operation.attributes
-        for attribute in (TARGET_AVX512, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR):
+        for attribute in (TARGET_AVX512, TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR):
             if attribute in module.operation.attributes:
                 del module.operation.attributes[attribute]
         assert_messages = take_messages(module)

@@ -35,6 +35,7 @@ from pathlib import Path
 import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16" dtype name, which ArraySpec.from_json reads back
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import KernelAssertionError, KernelError
 
 from .amx_permission import request_amx
@@ -69,11 +70,11 @@ class ArraySpec:
     dtype: np.dtype
 
     def to_json(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype.name}
+        return {"shape": list(self.shape), "dtype": dtypes.dtype_text(self.dtype)}
 
     @staticmethod
     def from_json(data: dict) -> "ArraySpec":
-        return ArraySpec(tuple(data["shape"]), np.dtype(data["dtype"]))
+        return ArraySpec(tuple(data["shape"]), dtypes.parse_dtype(data["dtype"]))
 
     def __str__(self) -> str:
         return f"{self.dtype.name}[{'x'.join(map(str, self.shape))}]"

@@ -132,6 +132,9 @@ TARGET_BF16_UNITS_ATTR = "slicer.target_bf16_units"
 USES_AMX_ATTR = "slicer.uses_amx"
 """Module attribute the contraction generator sets when it emitted AMX tile code: the process that loads the
 kernels must ask Linux for the tile state first (lowering/amx_permission.py)."""
+TARGET_AVX512_BF16_ATTR = "slicer.target_avx512_bf16"
+"""Module attribute set by `aot.compile_library` from its Target: whether it has AVX512-BF16 (`vcvtneps2bf16`),
+so roundings to bf16 are left to LLVM (`slicer-kernel-expand-bf16`); absent, they are expanded (any CPU)."""
 STATIC_OFFSETS_ATTR = "static_offsets"
 STATIC_STRIDES_ATTR = "static_strides"
 STATIC_LOW_ATTR = "static_low"
