@@ -19,6 +19,7 @@ from __future__ import annotations
 from .kernel_checked_asserts import SlicerKernelCheckedAsserts
 from .kernel_clamp_gathers import SlicerKernelClampGathers
 from .kernel_contract import SlicerKernelContract
+from .kernel_im2col import SlicerKernelIm2col
 from .kernel_distinct_results import SlicerKernelDistinctResults
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
 from .kernel_rows import SlicerKernelRows
@@ -27,7 +28,7 @@ from .kernel_widen_i1 import SlicerKernelWidenI1
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
-                   SlicerKernelContract, SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs,
+                   SlicerKernelIm2col, SlicerKernelContract, SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs,
                    SlicerKernelCheckedAsserts)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""
 
