@@ -1,0 +1,64 @@
+// RUN: slicer-opt %s -p 'slicer-kernel-im2col' | FileCheck %s
+// RUN: slicer-opt %s -p 'slicer-kernel-im2col,slicer-kernel-contract{mr=4 nv=1 unroll=2}' | FileCheck %s --check-prefix=GEMM
+
+// A bufferized convolution (a contraction whose input is read through `oh * s + kh`) becomes an im2col patch
+// copy and a contraction over projections (lowering/contract/im2col.py): the patch laid out [reduction dims in
+// the weight's order, the patch side's parallel dims in C's order], loop dims contiguous in every operand
+// collapsed, so the packed GEMM generator takes it (M = output channels, N = pixels, K = channels x window).
+
+// CHECK-LABEL: func.func @conv_stride2
+// CHECK: %[[PATCH:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16x3x3x2x8x8xf32>
+// CHECK: linalg.generic {{.*}} ins(%arg0 : memref<2x16x18x18xf32>) outs(%[[PATCH]] : memref<16x3x3x2x8x8xf32>)
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT: linalg.yield %[[IN]] : f32
+// CHECK: %[[P:.*]] = memref.collapse_shape %[[PATCH]] {{\[}}[0, 1, 2], [3], [4, 5]] : memref<16x3x3x2x8x8xf32> into memref<144x2x64xf32>
+// CHECK: %[[W:.*]] = memref.collapse_shape %arg1 {{\[}}[0], [1, 2, 3]] : memref<32x16x3x3xf32> into memref<32x144xf32>
+// CHECK: %[[Y:.*]] = memref.collapse_shape %arg2 {{\[}}[0], [1], [2, 3]] : memref<2x32x8x8xf32> into memref<2x32x64xf32>
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%[[P]], %[[W]] : memref<144x2x64xf32>, memref<32x144xf32>) outs(%[[Y]] : memref<2x32x64xf32>)
+
+// A 2x2 feature map is narrower than a register tile: C is computed with the output channels innermost into a
+// buffer copied into C afterwards, and the batch and both pixel dims collapse into one M dim of 8 rows.
+// CHECK-LABEL: func.func @conv_2x2
+// CHECK: %[[PATCH2:.*]] = memref.alloc() {alignment = 64 : i64} : memref<64x3x3x2x2x2xf32>
+// CHECK: %[[CT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64xf32>
+// CHECK: linalg.generic {{.*}} ins(%arg2 : memref<2x64x2x2xf32>) outs(%[[CT]] : memref<2x2x2x64xf32>)
+// CHECK: memref.collapse_shape %[[PATCH2]] {{\[}}[0, 1, 2], [3, 4, 5]] : memref<64x3x3x2x2x2xf32> into memref<576x8xf32>
+// CHECK: memref.collapse_shape %[[CT]] {{\[}}[0, 1, 2], [3]] : memref<2x2x2x64xf32> into memref<8x64xf32>
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<576x8xf32>, memref<64x576xf32>) outs(%{{.*}} : memref<8x64xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[CT]] : memref<2x2x2x64xf32>) outs(%arg2 : memref<2x64x2x2xf32>)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: linalg.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return
+
+// After the rewrite both contractions are packed GEMMs; only the copies stay linalg.
+// GEMM-LABEL: func.func @conv_stride2
+// GEMM: call @__slicer_contract_
+// GEMM-LABEL: func.func @conv_2x2
+// GEMM: call @__slicer_contract_
+
+#x = affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh * 2 + kh, ow * 2 + kw)>
+#w = affine_map<(n, f, oh, ow, c, kh, kw) -> (f, c, kh, kw)>
+#y = affine_map<(n, f, oh, ow, c, kh, kw) -> (n, f, oh, ow)>
+module attributes {slicer.target_avx512 = false} {
+  func.func @conv_stride2(%x: memref<2x16x18x18xf32>, %w: memref<32x16x3x3xf32>, %y: memref<2x32x8x8xf32>) {
+    linalg.generic {indexing_maps = [#x, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+        ins(%x, %w : memref<2x16x18x18xf32>, memref<32x16x3x3xf32>) outs(%y : memref<2x32x8x8xf32>) {
+    ^bb0(%a: f32, %b: f32, %acc: f32):
+      %p = arith.mulf %a, %b : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+  func.func @conv_2x2(%x: memref<2x64x4x4xf32>, %w: memref<64x64x3x3xf32>, %y: memref<2x64x2x2xf32>) {
+    linalg.generic {indexing_maps = [affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh + kh, ow + kw)>, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+        ins(%x, %w : memref<2x64x4x4xf32>, memref<64x64x3x3xf32>) outs(%y : memref<2x64x2x2xf32>) {
+    ^bb0(%a: f32, %b: f32, %acc: f32):
+      %p = arith.mulf %a, %b : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+}
