@@ -19,6 +19,8 @@ registers them), one file per pass:
   masks cross kernels and are arguments; `slicer-kernel-reject-narrow-memrefs`:
   a clear error instead of an assertion failure in the LLVM lowering for any
   sub-byte buffer left;
+- `slicer-kernel-im2col`: convolutions as an im2col patch copy and a plain
+  contraction (`contract/im2col.py`);
 - `slicer-kernel-contract{...}`: contractions as packed GEMMs (`contract.py`);
   `slicer-kernel-rows{...}`: elementwise ops and reductions as vector loops
   fused row by row (`rows.py`); `slicer-kernel-vectorize{...}`: the rest tiled

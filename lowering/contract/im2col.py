@@ -8,8 +8,9 @@ projection, so the GEMM analysis rejects them and they ran as tiled scalar-ish l
 The rewrite, per such op, on buffers:
 
 1. The patch (im2col): each input read through sums of dims is copied once into a buffer indexed by the loop
-   dims it depends on, laid out [reduction dims in the other input's order, parallel dims in C's order], and the
-   op reads that buffer through a projection. The copy is O(K * N); the GEMM is O(M * N * K).
+   dims it depends on, laid out [reduction dims in the other input's order, parallel dims in C's order] or the
+   two groups swapped, whichever puts the input's long rows (`ow` of `ow * s + kw`) innermost, and the op reads
+   that buffer through a projection. The copy is O(K * N); the GEMM is O(M * N * K).
 2. C's layout: when C's innermost run of contiguous dims is narrower than a register tile (a 2x2 feature map,
    a 3x3 kernel of a weight gradient) and the other side's dims are wider, the op computes into a buffer laid
    out with the other side's dims innermost, copied into C afterwards (zero-filled instead of copied in when C
@@ -17,6 +18,12 @@ The rewrite, per such op, on buffers:
 3. Loop dims that are contiguous in every operand that reads them (`(oh, ow)` of C and the patch, `(c, kh, kw)`
    of the weight and the patch) are collapsed into one (`memref.collapse_shape`): a tile then spans whole rows of
    a feature map instead of one row of a few pixels.
+
+4. A patch larger than L2 (`PATCH_BYTES`: ResNet-18's first stage at batch 16 makes a 38 MB one, which the
+   copy writes and the GEMM reads back from memory) is built and consumed in chunks: an `scf.for` over one loop
+   dim read plainly by the patch (the batch of the forward and the input gradient, a reduction over the batch of
+   the weight gradient, which accumulates into C), chosen so that the GEMM's smallest side stays largest, around
+   the copy and the contraction on subviews.
 
 The result is a contraction over projections (`analysis.analyze` takes it: M the output channels, N the pixels,
 K the input channels x the kernel window, or the transposed forms); the copies are elementwise generics for
@@ -40,6 +47,8 @@ from .analysis import FLOAT_BYTES, _product_value
 
 TILE_LANES = 32
 """A register tile's width in f32 lanes (2 vectors of 16): C runs narrower than this waste most of a tile."""
+PATCH_BYTES = 2 << 20
+"""A patch larger than this (about L2) is built and consumed in chunks of one loop dim (step 4)."""
 
 Linear = dict[int, int]  # loop dim -> coefficient of one indexing expression (constants are refused)
 
@@ -70,6 +79,10 @@ class _Operand:
         """The loop dim of each memref dim when every expression is one dim with coefficient 1."""
         dims = [next(iter(e)) if len(e) == 1 and next(iter(e.values())) == 1 else None for e in self.exprs]
         return None if None in dims else dims
+
+    def plain_dims(self) -> list[int]:
+        """The loop dims read plainly (one dim, coefficient 1) by some memref dim, in memref order."""
+        return [next(iter(e)) for e in self.exprs if len(e) == 1 and next(iter(e.values())) == 1]
 
     @property
     def dims(self) -> set[int]:
@@ -103,8 +116,9 @@ def _ranges(operands: list[_Operand], count: int) -> list[int]:
 def _memref_type(shape: list[int], element: ir.Type, strides: list[int] | None = None, offset: int = 0) -> ir.MemRefType:
     text = "x".join(map(str, shape)) + f"x{element}"
     row_major = [prod(shape[i + 1:]) for i in range(len(shape))]
+    dynamic = offset == ir.ShapedType.get_dynamic_stride_or_offset()
     if strides is not None and (list(strides) != row_major or offset):
-        text += f", strided<[{', '.join(map(str, strides))}], offset: {offset}>"
+        text += f", strided<[{', '.join(map(str, strides))}], offset: {'?' if dynamic else offset}>"
     return ir.Type.parse(f"memref<{text}>")
 
 
@@ -172,15 +186,17 @@ def _output_order(output: _Operand, patch: _Operand, other: _Operand, ranges: li
     return dims
 
 
-def _patch_order(patch: _Operand, other: _Operand, c_order: list[int], kinds: list[str]) -> list[int]:
-    """The patch buffer's loop dims: batch dims (read by both sides), reduction dims in the other input's
-    memory order, then the patch side's own parallel dims in C's order (see step 1)."""
+def _patch_order(patch: _Operand, other: _Operand, c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
+    """The patch buffer's loop dims: batch dims (read by both sides), then the reduction dims in the other
+    input's memory order and the patch side's own parallel dims in C's order, the group holding the widest dim
+    of the input's innermost expression last, so the copy reads and writes long contiguous rows (step 1)."""
     other_dims = other.plain
     batch = [d for d in c_order if d in patch.dims and d in other.dims]
     reduction = [d for d in other_dims if kinds[d] == REDUCTION and d in patch.dims]
     reduction += sorted(d for d in patch.dims if kinds[d] == REDUCTION and d not in reduction)
     own = [d for d in c_order if d in patch.dims and d not in batch]
-    return batch + reduction + own
+    inner = max(patch.exprs[-1], key=lambda d: (ranges[d], d))  # ow of `ow * s + kw`: the copy's long rows
+    return batch + (own + reduction if inner in reduction else reduction + own)
 
 
 def _groups(operands: list[tuple[list[int], tuple[int, ...]]], ranges: list[int], kinds: list[str]) -> list[list[int]]:
@@ -246,23 +262,20 @@ def rewrite(op: ir.Operation) -> bool:
     plain = [i for i, o in enumerate(inputs) if o.plain is not None]
     if len(plain) != 1:
         raise NotAContraction("both inputs are read through sums of loop dims")
-    patch, other = inputs[1 - plain[0]], inputs[plain[0]]
-    element = output.type.element_type
+    _relayout_output(op, inputs[1 - plain[0]], inputs[plain[0]], output, ranges)
+    operands = _operands(op)
+    chunk = _chunk_dim(operands[1 - plain[0]], operands[plain[0]], operands[-1], ranges, kinds)
+    if chunk is not None:
+        op = _chunked(op, operands, *chunk)
+        operands = _operands(op)
+        ranges = _ranges(operands, len(kinds))
+    patch, other, output = operands[1 - plain[0]], operands[plain[0]], operands[-1]
     with op.location, ir.InsertionPoint(op):
-        c_order = _output_order(output, patch, other, ranges)
-        p_order = _patch_order(patch, other, c_order, kinds)
-        patch_buffer = _alloc([ranges[d] for d in p_order], element)
-        _copy(patch.value, [{d: c for d, c in e.items()} for e in patch.exprs], patch_buffer, p_order)
-        c_buffer = output.value
-        if c_order != output.plain:
-            c_buffer = _alloc([ranges[d] for d in c_order], element)
-            _copy(output.value, [{d: 1} for d in output.plain], c_buffer, c_order)
-    if c_buffer is not output.value:
-        with op.location, ir.InsertionPoint.after(op):
-            _copy(c_buffer, [{d: 1} for d in c_order], output.value, output.plain)
+        p_order = _patch_order(patch, other, output.plain, kinds, ranges)
+        patch_buffer = _alloc([ranges[d] for d in p_order], output.type.element_type)
+        _copy(patch.value, patch.exprs, patch_buffer, p_order)
     new_operands = [(patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type))),
-                    (other.value, other.plain, other.strides),
-                    (c_buffer, c_order, static_strides(ir.MemRefType(c_buffer.type)))]
+                    (other.value, other.plain, other.strides), (output.value, output.plain, output.strides)]
     if plain[0] == 0:
         new_operands[0], new_operands[1] = new_operands[1], new_operands[0]
     groups = _groups([(dims, strides) for _, dims, strides in new_operands], ranges, kinds)
@@ -276,3 +289,78 @@ def rewrite(op: ir.Operation) -> bool:
     op.attributes[ITERATOR_TYPES_ATTR] = ir.ArrayAttr.get(
         [ir.Attribute.parse(f"#linalg.iterator_type<{'parallel' if kinds[g[0]] == PARALLEL else 'reduction'}>") for g in groups])
     return True
+
+
+def _relayout_output(op: ir.Operation, patch: _Operand, other: _Operand, output: _Operand, ranges: list[int]) -> None:
+    """Step 2: C computed into a buffer with the wide side innermost (copied in before, out after) when
+    `_output_order` asks for it; before any chunking, so the copies run once."""
+    c_order = _output_order(output, patch, other, ranges)
+    if c_order == output.plain:
+        return
+    element = output.type.element_type
+    with op.location, ir.InsertionPoint(op):
+        c_buffer = _alloc([ranges[d] for d in c_order], element)
+        _copy(output.value, [{d: 1} for d in output.plain], c_buffer, c_order)
+    with op.location, ir.InsertionPoint.after(op):
+        _copy(c_buffer, [{d: 1} for d in c_order], output.value, output.plain)
+    count = len(ranges)
+    op.operands[len(op.operands) - 1] = c_buffer
+    maps = list(ir.ArrayAttr(op.attributes[INDEXING_MAPS_ATTR]))[:-1]
+    op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(maps + [ir.AffineMapAttr.get(_map(count, [{d: 1} for d in c_order]))])
+
+
+def _chunk_dim(patch: _Operand, other: _Operand, output: _Operand, ranges: list[int], kinds: list[str]):
+    """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
+    plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
+    side (M, N or K) largest."""
+    element = FLOAT_BYTES[str(output.type.element_type)]
+    total = prod(ranges[d] for d in patch.dims) * element
+    if total <= PATCH_BYTES:
+        return None
+    best = None
+    for d in patch.plain_dims():
+        if ranges[d] == 1 or any(d in e and e != {d: 1} for o in (patch, other, output) for e in o.exprs):
+            continue
+        chunk = max(1, ranges[d] * PATCH_BYTES // total)
+        while ranges[d] % chunk:
+            chunk -= 1
+        sides = [prod(ranges[e] for e in patch.dims if e not in other.dims and kinds[e] == PARALLEL),
+                 prod(ranges[e] for e in other.dims if e not in patch.dims and kinds[e] == PARALLEL),
+                 prod(ranges[e] for e in range(len(ranges)) if kinds[e] == REDUCTION)]
+        group = 0 if d not in other.dims else 1 if kinds[d] == PARALLEL else 2
+        sides[group] = sides[group] // ranges[d] * chunk
+        if best is None or min(sides) > best[0]:
+            best = (min(sides), d, chunk)
+    return None if best is None or best[2] == ranges[best[1]] else best[1:]
+
+
+def _chunked(op: ir.Operation, operands: list[_Operand], dim: int, chunk: int) -> ir.Operation:
+    """`op` moved into an `scf.for` over `dim` in steps of `chunk`, every operand that reads it a subview there."""
+    from mlir.dialects import arith, scf
+
+    index = ir.IndexType.get()
+    with op.location, ir.InsertionPoint(op):
+        bounds = [arith.constant(index, v) for v in (0, _size(operands, dim), chunk)]
+        loop = scf.ForOp(*bounds)
+    with op.location, ir.InsertionPoint(loop.body):
+        views = {}
+        for i, o in enumerate(operands):
+            if dim not in o.dims:
+                continue
+            position = next(j for j, e in enumerate(o.exprs) if e == {dim: 1})
+            offsets = [loop.induction_variable if j == position else 0 for j in range(len(o.exprs))]
+            sizes = [chunk if j == position else size for j, size in enumerate(o.type.shape)]
+            offset = ir.ShapedType.get_dynamic_stride_or_offset()
+            layout = ir.StridedLayoutAttr.get(offset, list(o.strides))
+            result = ir.MemRefType.get(sizes, o.type.element_type, layout)
+            views[i] = memref.subview(o.value, offsets, sizes, [1] * len(sizes), result_type=result)
+        inner = op.clone()
+        for i, view in views.items():
+            inner.operands[i] = view
+        scf.YieldOp([])
+    op.erase()
+    return inner
+
+
+def _size(operands: list[_Operand], dim: int) -> int:
+    return next(size for o in operands for e, size in zip(o.exprs, o.type.shape) if e == {dim: 1})

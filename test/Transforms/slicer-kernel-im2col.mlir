@@ -18,18 +18,30 @@
 
 // A 2x2 feature map is narrower than a register tile: C is computed with the output channels innermost into a
 // buffer copied into C afterwards, and the batch and both pixel dims collapse into one M dim of 8 rows.
+// The patch's innermost dims are the kernel window here (3 columns against 2 output columns): the group with
+// the input's widest innermost dim goes last, so the copy reads and writes the longest rows.
 // CHECK-LABEL: func.func @conv_2x2
-// CHECK: %[[PATCH2:.*]] = memref.alloc() {alignment = 64 : i64} : memref<64x3x3x2x2x2xf32>
 // CHECK: %[[CT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64xf32>
 // CHECK: linalg.generic {{.*}} ins(%arg2 : memref<2x64x2x2xf32>) outs(%[[CT]] : memref<2x2x2x64xf32>)
-// CHECK: memref.collapse_shape %[[PATCH2]] {{\[}}[0, 1, 2], [3, 4, 5]] : memref<64x3x3x2x2x2xf32> into memref<576x8xf32>
+// CHECK: %[[PATCH2:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64x3x3xf32>
+// CHECK: memref.collapse_shape %[[PATCH2]] {{\[}}[0, 1, 2], [3, 4, 5]] : memref<2x2x2x64x3x3xf32> into memref<8x576xf32>
 // CHECK: memref.collapse_shape %[[CT]] {{\[}}[0, 1, 2], [3]] : memref<2x2x2x64xf32> into memref<8x64xf32>
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<576x8xf32>, memref<64x576xf32>) outs(%{{.*}} : memref<8x64xf32>)
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<8x576xf32>, memref<64x576xf32>) outs(%{{.*}} : memref<8x64xf32>)
 // CHECK: linalg.generic {{.*}} ins(%[[CT]] : memref<2x2x2x64xf32>) outs(%arg2 : memref<2x64x2x2xf32>)
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: linalg.yield
 // CHECK-NEXT: }
 // CHECK-NEXT: return
+
+// A patch over 2 MiB (here 4 x 288 x 576 f32) is built and consumed in chunks of the batch: an scf.for around
+// the copy and the contraction on subviews of the input and of C.
+// CHECK-LABEL: func.func @conv_chunked
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: memref.subview %arg0[%[[I]], 0, 0, 0] [2, 32, 26, 26] [1, 1, 1, 1]
+// CHECK: memref.subview %arg2[%[[I]], 0, 0, 0] [2, 32, 24, 24] [1, 1, 1, 1]
+// CHECK: memref.alloc() {alignment = 64 : i64} : memref<32x3x3x2x24x24xf32>
+// CHECK: linalg.generic
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<288x2x576xf32>, memref<32x288xf32>)
 
 // After the rewrite both contractions are packed GEMMs; only the copies stay linalg.
 // GEMM-LABEL: func.func @conv_stride2
@@ -54,6 +66,16 @@ module attributes {slicer.target_avx512 = false} {
   func.func @conv_2x2(%x: memref<2x64x4x4xf32>, %w: memref<64x64x3x3xf32>, %y: memref<2x64x2x2xf32>) {
     linalg.generic {indexing_maps = [affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh + kh, ow + kw)>, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
         ins(%x, %w : memref<2x64x4x4xf32>, memref<64x64x3x3xf32>) outs(%y : memref<2x64x2x2xf32>) {
+    ^bb0(%a: f32, %b: f32, %acc: f32):
+      %p = arith.mulf %a, %b : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+  func.func @conv_chunked(%x: memref<4x32x26x26xf32>, %w: memref<32x32x3x3xf32>, %y: memref<4x32x24x24xf32>) {
+    linalg.generic {indexing_maps = [affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh + kh, ow + kw)>, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+        ins(%x, %w : memref<4x32x26x26xf32>, memref<32x32x3x3xf32>) outs(%y : memref<4x32x24x24xf32>) {
     ^bb0(%a: f32, %b: f32, %acc: f32):
       %p = arith.mulf %a, %b : f32
       %s = arith.addf %acc, %p : f32

@@ -1,7 +1,8 @@
 """Convolutions compiled through the im2col rewrite and the packed GEMM (`lowering/contract/im2col.py`) equal
 torch's: the forward convolution, its input gradient and its weight gradient, in the `linalg.generic` forms
 torch-mlir gives them (input read through `oh * s + kh`), with strides 1 and 2, padding 0, 1 and 3 (a
-`tensor.pad` before the op), kernels 1, 3 and 7, odd sizes and feature maps narrower than a register tile."""
+`tensor.pad` before the op), kernels 1, 3 and 7, odd sizes, feature maps narrower than a register tile, and a
+patch large enough to be built in chunks."""
 
 import numpy as np
 import pytest
@@ -83,6 +84,7 @@ CASES = [
     ((2, 64, 2, 2), 64, 3, 1, 1),  # 2x2
     ((1, 3, 21, 19), 16, 7, 2, 3),  # ResNet's 7x7 stem, odd sizes
     ((2, 5, 7, 11), 7, 1, 1, 0),  # 1x1, odd channels
+    ((4, 32, 24, 24), 32, 3, 1, 1),  # a patch over PATCH_BYTES: built and consumed in chunks of the batch
 ]
 
 
