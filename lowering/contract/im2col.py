@@ -89,6 +89,16 @@ class _Operand:
         return {d for e in self.exprs for d in e}
 
 
+class _Others:
+    """The inputs read through projections, as one side: the dims any of them reads, the memory order of the
+    one that reads the most (the weight, or the gradient a fused normalization backward computes from)."""
+
+    def __init__(self, inputs: list[_Operand]):
+        self.dims = set().union(*(o.dims for o in inputs))
+        self.plain = max(inputs, key=lambda o: len(o.exprs)).plain
+        self.exprs = [e for o in inputs for e in o.exprs]
+
+
 def _operands(op: ir.Operation) -> list[_Operand]:
     result = []
     for value, amap in zip(op.operands, indexing_maps(op)):
@@ -169,7 +179,7 @@ def _check_body(op: ir.Operation) -> None:
     _product_value(block)  # NotAContraction unless the body is out + product
 
 
-def _output_order(output: _Operand, patch: _Operand, other: _Operand, ranges: list[int]) -> list[int]:
+def _output_order(output: _Operand, patch: _Operand, other: "_Others", ranges: list[int]) -> list[int]:
     """The loop dims of C's buffer, outer to inner: C's own, or with the side that is not C's innermost run
     moved innermost when that run is narrower than a register tile and the other side is wider (see step 2)."""
     dims = output.plain
@@ -186,7 +196,7 @@ def _output_order(output: _Operand, patch: _Operand, other: _Operand, ranges: li
     return dims
 
 
-def _patch_order(patch: _Operand, other: _Operand, c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
+def _patch_order(patch: _Operand, other: "_Others", c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
     """The patch buffer's loop dims: batch dims (read by both sides), then the reduction dims in the other
     input's memory order and the patch side's own parallel dims in C's order, the group holding the widest dim
     of the input's innermost expression last, so the copy reads and writes long contiguous rows (step 1)."""
@@ -253,31 +263,34 @@ def rewrite(op: ir.Operation) -> bool:
     if all(o.plain is not None for o in operands):
         return False
     inputs, output = operands[:-1], operands[-1]
-    if len(op.results) or len(inputs) != 2 or output.plain is None or len(set(output.plain)) != len(output.plain):
-        raise NotAContraction("needs two inputs and an output buffer indexed by loop dims")
+    if len(op.results) or len(inputs) < 2 or output.plain is None or len(set(output.plain)) != len(output.plain):
+        raise NotAContraction("needs two or more inputs and an output buffer indexed by loop dims")
     if str(output.type.element_type) not in FLOAT_BYTES:
         raise NotAContraction(f"element type {output.type.element_type}")
     _check_body(op)
     ranges = _ranges(operands, len(kinds))
-    plain = [i for i, o in enumerate(inputs) if o.plain is not None]
-    if len(plain) != 1:
-        raise NotAContraction("both inputs are read through sums of loop dims")
-    _relayout_output(op, inputs[1 - plain[0]], inputs[plain[0]], output, ranges)
+    sums = [i for i, o in enumerate(inputs) if o.plain is None]
+    if len(sums) != 1:
+        raise NotAContraction("more than one input is read through sums of loop dims")
+    at = sums[0]  # the patch's input; the others (the other side, and what fusion put next to it) are plain
+
+    def split(operands):
+        return operands[at], _Others([o for i, o in enumerate(operands[:-1]) if i != at]), operands[-1]
+
+    _relayout_output(op, *split(operands), ranges)
     operands = _operands(op)
-    chunk = _chunk_dim(operands[1 - plain[0]], operands[plain[0]], operands[-1], ranges, kinds)
+    chunk = _chunk_dim(*split(operands), ranges, kinds)
     if chunk is not None:
         op = _chunked(op, operands, *chunk)
         operands = _operands(op)
         ranges = _ranges(operands, len(kinds))
-    patch, other, output = operands[1 - plain[0]], operands[plain[0]], operands[-1]
+    patch, other, output = split(operands)
     with op.location, ir.InsertionPoint(op):
         p_order = _patch_order(patch, other, output.plain, kinds, ranges)
         patch_buffer = _alloc([ranges[d] for d in p_order], output.type.element_type)
         _copy(patch.value, patch.exprs, patch_buffer, p_order)
-    new_operands = [(patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type))),
-                    (other.value, other.plain, other.strides), (output.value, output.plain, output.strides)]
-    if plain[0] == 0:
-        new_operands[0], new_operands[1] = new_operands[1], new_operands[0]
+    new_operands = [(o.value, o.plain, o.strides) for o in operands]
+    new_operands[at] = (patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type)))
     groups = _groups([(dims, strides) for _, dims, strides in new_operands], ranges, kinds)
     maps = []
     with op.location, ir.InsertionPoint(op):
@@ -291,7 +304,7 @@ def rewrite(op: ir.Operation) -> bool:
     return True
 
 
-def _relayout_output(op: ir.Operation, patch: _Operand, other: _Operand, output: _Operand, ranges: list[int]) -> None:
+def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output: _Operand, ranges: list[int]) -> None:
     """Step 2: C computed into a buffer with the wide side innermost (copied in before, out after) when
     `_output_order` asks for it; before any chunking, so the copies run once."""
     c_order = _output_order(output, patch, other, ranges)
@@ -309,7 +322,7 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: _Operand, output:
     op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(maps + [ir.AffineMapAttr.get(_map(count, [{d: 1} for d in c_order]))])
 
 
-def _chunk_dim(patch: _Operand, other: _Operand, output: _Operand, ranges: list[int], kinds: list[str]):
+def _chunk_dim(patch: _Operand, other: "_Others", output: _Operand, ranges: list[int], kinds: list[str]):
     """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
     plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
     side (M, N or K) largest."""

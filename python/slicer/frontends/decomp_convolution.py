@@ -13,7 +13,8 @@ the batch afterwards. Here both are stride-1 convolutions without zeros, which t
 - input gradient: the stride-s transposed convolution split into its s x s phases (sub-pixel convolution):
   padded input row `i = q * s + r` receives `sum_j dy[q - j] * w[r + s * j]`, a stride-1 full correlation of
   dy with the flipped sub-kernel `w[..., r::s, t::s]` (none when the kernel is narrower than the stride: those
-  rows are zero); the phases are interleaved into the padded input and its padding cropped.
+  rows are zero); the phases are interleaved into the padded input and its padding cropped. A 1x1 phase is a
+  batched matmul, and kernels are flipped by a product with the anti-identity (`_correlate`).
 
 Dilated, grouped, transposed and non-2-d convolutions keep torch-mlir's decomposition (`NotImplemented`).
 """
@@ -54,9 +55,7 @@ def _input_gradient(grad_output, input, weight, stride, padding):
     k = weight.shape[2:]
     sh, sw = stride
     if sh == 1 and sw == 1 and all(p <= kk - 1 for p, kk in zip(padding, k)):  # the plain transposed form
-        flipped = weight.flip((2, 3)).transpose(0, 1)
-        return aten.convolution(grad_output, flipped, None, [1, 1], [k[0] - 1 - padding[0], k[1] - 1 - padding[1]],
-                                [1, 1], False, [0, 0], 1)
+        return _correlate(aten, grad_output, weight, [k[0] - 1 - padding[0], k[1] - 1 - padding[1]])
     padded = (h + 2 * padding[0], w + 2 * padding[1])
     rows = -(-padded[0] // sh), -(-padded[1] // sw)  # phase extents: padded rows q * s + r, q < rows
     phases = []
@@ -79,13 +78,30 @@ def _phase(aten, grad_output, weight, phase, stride, rows, nc):
     if sub.shape[2] == 0 or sub.shape[3] == 0:  # the kernel never lands on these rows or columns
         return grad_output.new_zeros((*nc, *rows))
     jr, jt = sub.shape[2:]
-    full = aten.convolution(grad_output, sub.flip((2, 3)).transpose(0, 1), None, [1, 1], [jr - 1, jt - 1], [1, 1],
-                            False, [0, 0], 1)  # [N, C, OH + Jr - 1, OW + Jt - 1]
+    full = _correlate(aten, grad_output, sub, [jr - 1, jt - 1])  # [N, C, OH + Jr - 1, OW + Jt - 1]
     full = full[:, :, :rows[0], :rows[1]]
     missing = (rows[0] - full.shape[2], rows[1] - full.shape[3])
     if missing[0] or missing[1]:
         full = torch.nn.functional.pad(full, (0, missing[1], 0, missing[0]))
     return full
+
+
+def _correlate(aten, grad_output, weight, padding):
+    """sum_f dy[n, f] (*) w[f, c] flipped, padded by `padding`: [N, C, ...]. A 1x1 kernel is a batched matmul
+    (torch-mlir lowers a 1x1 convolution to a generic reading the weight by index, which no GEMM takes). The
+    flip is a product with the anti-identity over the kernel window, a tiny contraction: torch-mlir's `flip`
+    reads by computed index, element by element (70 ms for ResNet-18's 512x512x3x3 weight)."""
+    import torch  # optional dependency; only called while torch traces
+
+    f, c, kh, kw = weight.shape
+    if kh == 1 and kw == 1 and padding == [0, 0]:
+        n, _, h, w = grad_output.shape
+        product = torch.matmul(weight.reshape(f, c).t(), grad_output.reshape(n, f, h * w))  # [N, C, H * W]
+        return product.reshape(n, c, h, w)
+    window = torch.arange(kh * kw, device=weight.device)
+    anti = (window.unsqueeze(1) + window.unsqueeze(0) == kh * kw - 1).to(weight.dtype)  # reverses the window
+    flipped = torch.matmul(weight.reshape(f, c, kh * kw), anti).reshape(f, c, kh, kw).transpose(0, 1)
+    return aten.convolution(grad_output, flipped, None, [1, 1], padding, [1, 1], False, [0, 0], 1)
 
 
 __all__ = ["convolution_decompositions"]

@@ -147,3 +147,34 @@ def test_every_convolution_form_becomes_a_packed_gemm():
     text = conv_fn("forward", (2, 16, 8, 8), (32, 16, 3, 3), 2, 1) + weight_grad_fn("wgrad", (2, 16, 8, 8), (2, 32, 4, 4), 3, 2, 1)
     found = _contractions_after_rewrite(text)
     assert len(found) == 2, found
+
+
+def test_a_weight_gradient_with_a_fused_normalization_backward(cache_dir):
+    """Elementwise fusion puts the producer of the output gradient (a BatchNorm backward) into the weight
+    gradient's generic: several inputs read through projections on one side, the patch on the other."""
+    dims = "(f, c, kh, kw, n, oh, ow)"
+    text = """
+func.func @fused(%x: tensor<2x8x10x10xf32>, %g: tensor<2x16x8x8xf32>, %s: tensor<16xf32>) -> tensor<16x8x3x3xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<16x8x3x3xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<16x8x3x3xf32>) -> tensor<16x8x3x3xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<DIMS -> (n, c, oh + kh, ow + kw)>, affine_map<DIMS -> (n, f, oh, ow)>,
+                                        affine_map<DIMS -> (f)>, affine_map<DIMS -> (f, c, kh, kw)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %g, %s : tensor<2x8x10x10xf32>, tensor<2x16x8x8xf32>, tensor<16xf32>) outs(%f : tensor<16x8x3x3xf32>) {
+  ^bb0(%a: f32, %b: f32, %scale: f32, %acc: f32):
+    %bs = arith.mulf %b, %scale : f32
+    %m = arith.mulf %a, %bs : f32
+    %sum = arith.addf %acc, %m : f32
+    linalg.yield %sum : f32
+  } -> tensor<16x8x3x3xf32>
+  return %r : tensor<16x8x3x3xf32>
+}
+""".replace("DIMS", dims)
+    assert _contractions_after_rewrite(text), "the fused weight gradient reaches the GEMM generator"
+    x = RNG.standard_normal((2, 8, 10, 10)).astype(np.float32)
+    g = RNG.standard_normal((2, 16, 8, 8)).astype(np.float32)
+    s = RNG.standard_normal(16).astype(np.float32)
+    want = np.einsum("nfhw,f,nchwij->fcij", g, s, np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)))
+    got = compile_library(text, cache_dir=cache_dir)["fused"](x, g, s)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
