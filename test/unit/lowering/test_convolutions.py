@@ -178,3 +178,21 @@ func.func @fused(%x: tensor<2x8x10x10xf32>, %g: tensor<2x16x8x8xf32>, %s: tensor
     want = np.einsum("nfhw,f,nchwij->fcij", g, s, np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3)))
     got = compile_library(text, cache_dir=cache_dir)["fused"](x, g, s)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
+
+
+def test_a_named_strided_dilated_convolution_equals_torch(cache_dir):
+    """`linalg.conv_2d_nchw_fchw` as a user writes it (generalized first: `oh * 2 + kh * 2`)."""
+    text = """
+func.func @named(%x: tensor<2x8x15x13xf32>, %w: tensor<12x8x3x3xf32>) -> tensor<2x12x6x5xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x12x6x5xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x12x6x5xf32>) -> tensor<2x12x6x5xf32>
+  %r = linalg.conv_2d_nchw_fchw {dilations = dense<2> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>}
+      ins(%x, %w : tensor<2x8x15x13xf32>, tensor<12x8x3x3xf32>) outs(%f : tensor<2x12x6x5xf32>) -> tensor<2x12x6x5xf32>
+  return %r : tensor<2x12x6x5xf32>
+}
+"""
+    x = RNG.standard_normal((2, 8, 15, 13)).astype(np.float32)
+    w = RNG.standard_normal((12, 8, 3, 3)).astype(np.float32)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, dilation=2).numpy()
+    np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["named"](x, w), want, rtol=2e-4, atol=2e-4)
