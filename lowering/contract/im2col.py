@@ -42,13 +42,17 @@ from slicer.core.errors import NotAContraction
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds
 from slicer.core.names import INDEXING_MAPS_ATTR, ITERATOR_TYPES_ATTR
 
-from ..memref_facts import static_strides
-from .analysis import FLOAT_BYTES, _product_value
+from ..memref_facts import byte_width, static_strides
+from .analysis import _product_value
 
 TILE_LANES = 32
 """A register tile's width in f32 lanes (2 vectors of 16): C runs narrower than this waste most of a tile."""
 PATCH_BYTES = 2 << 20
 """A patch larger than this (about L2) is built and consumed in chunks of one loop dim (step 4)."""
+
+_FLOATS = (ir.BF16Type, ir.F16Type, ir.F32Type, ir.F64Type)
+"""Element types the rewrite moves (the patch keeps its input's type, C its own: bf16 operands with f32
+accumulation stay as they are); whether the contraction then becomes a GEMM is `analysis.analyze`'s to say."""
 
 Linear = dict[int, int]  # loop dim -> coefficient of one indexing expression (constants are refused)
 
@@ -265,7 +269,7 @@ def rewrite(op: ir.Operation) -> bool:
     inputs, output = operands[:-1], operands[-1]
     if len(op.results) or len(inputs) < 2 or output.plain is None or len(set(output.plain)) != len(output.plain):
         raise NotAContraction("needs two or more inputs and an output buffer indexed by loop dims")
-    if str(output.type.element_type) not in FLOAT_BYTES:
+    if not all(isinstance(o.type.element_type, _FLOATS) for o in operands):
         raise NotAContraction(f"element type {output.type.element_type}")
     _check_body(op)
     ranges = _ranges(operands, len(kinds))
@@ -287,7 +291,7 @@ def rewrite(op: ir.Operation) -> bool:
     patch, other, output = split(operands)
     with op.location, ir.InsertionPoint(op):
         p_order = _patch_order(patch, other, output.plain, kinds, ranges)
-        patch_buffer = _alloc([ranges[d] for d in p_order], output.type.element_type)
+        patch_buffer = _alloc([ranges[d] for d in p_order], patch.type.element_type)
         _copy(patch.value, patch.exprs, patch_buffer, p_order)
     new_operands = [(o.value, o.plain, o.strides) for o in operands]
     new_operands[at] = (patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type)))
@@ -326,7 +330,7 @@ def _chunk_dim(patch: _Operand, other: "_Others", output: _Operand, ranges: list
     """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
     plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
     side (M, N or K) largest."""
-    element = FLOAT_BYTES[str(output.type.element_type)]
+    element = byte_width(patch.type.element_type)
     total = prod(ranges[d] for d in patch.dims) * element
     if total <= PATCH_BYTES:
         return None

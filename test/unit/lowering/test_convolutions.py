@@ -196,3 +196,12 @@ func.func @named(%x: tensor<2x8x15x13xf32>, %w: tensor<12x8x3x3xf32>) -> tensor<
     w = RNG.standard_normal((12, 8, 3, 3)).astype(np.float32)
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, dilation=2).numpy()
     np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["named"](x, w), want, rtol=2e-4, atol=2e-4)
+
+
+def test_the_element_type_is_a_parameter_f64(cache_dir):
+    x = RNG.standard_normal((2, 16, 9, 9))
+    w = RNG.standard_normal((24, 16, 3, 3))
+    text = conv_fn("f64", x.shape, w.shape, 2, 1, dtype="f64")
+    assert _contractions_after_rewrite(text)[0].endswith("f64")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1).numpy()
+    np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["f64"](x, w), want, rtol=1e-11, atol=1e-11)
