@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from math import prod
 
 from mlir import ir
-from mlir.dialects import linalg, memref
+from mlir.dialects import arith, linalg, memref, scf
 
 from slicer.core.errors import NotAContraction
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds
@@ -353,8 +353,6 @@ def _chunk_dim(patch: _Operand, other: "_Others", output: _Operand, ranges: list
 
 def _chunked(op: ir.Operation, operands: list[_Operand], dim: int, chunk: int) -> ir.Operation:
     """`op` moved into an `scf.for` over `dim` in steps of `chunk`, every operand that reads it a subview there."""
-    from mlir.dialects import arith, scf
-
     index = ir.IndexType.get()
     with op.location, ir.InsertionPoint(op):
         bounds = [arith.constant(index, v) for v in (0, _size(operands, dim), chunk)]
