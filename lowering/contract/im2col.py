@@ -44,6 +44,7 @@ from slicer.core.names import INDEXING_MAPS_ATTR, ITERATOR_TYPES_ATTR
 
 from ..memref_facts import byte_width, static_strides
 from .analysis import _product_value
+from .zero_init import zero_before
 
 TILE_LANES = 32
 """A register tile's width in f32 lanes (2 vectors of 16): C runs narrower than this waste most of a tile."""
@@ -309,15 +310,22 @@ def rewrite(op: ir.Operation) -> bool:
 
 
 def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output: _Operand, ranges: list[int]) -> None:
-    """Step 2: C computed into a buffer with the wide side innermost (copied in before, out after) when
-    `_output_order` asks for it; before any chunking, so the copies run once."""
+    """Step 2: C computed into a buffer with the wide side innermost (copied in before, or zero-filled when C
+    starts at zero, and copied out after) when `_output_order` asks for it; before any chunking, so the copies
+    run once."""
     c_order = _output_order(output, patch, other, ranges)
     if c_order == output.plain:
         return
     element = output.type.element_type
+    zero, fill = zero_before(op, output.value)
     with op.location, ir.InsertionPoint(op):
         c_buffer = _alloc([ranges[d] for d in c_order], element)
-        _copy(output.value, [{d: 1} for d in output.plain], c_buffer, c_order)
+        if zero:  # C starts at zero (a fill before the op): so does the buffer, without reading C
+            linalg.fill(arith.constant(element, 0.0), outs=[c_buffer])
+            if fill is not None:  # nothing reads C in between, and the copy out writes all of it
+                fill.erase()
+        else:
+            _copy(output.value, [{d: 1} for d in output.plain], c_buffer, c_order)
     with op.location, ir.InsertionPoint.after(op):
         _copy(c_buffer, [{d: 1} for d in c_order], output.value, output.plain)
     count = len(ranges)

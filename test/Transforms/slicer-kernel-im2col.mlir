@@ -43,6 +43,14 @@
 // CHECK: linalg.generic
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<288x2x576xf32>, memref<32x288xf32>)
 
+// C filled with zeros before the op: the relaid buffer is zero-filled instead of copied from C, and C's fill,
+// which the copy out overwrites, is dropped.
+// CHECK-LABEL: func.func @conv_2x2_zero
+// CHECK-NOT: linalg.fill {{.*}} outs(%arg2
+// CHECK: %[[CZ:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64xf32>
+// CHECK-NEXT: %[[ZERO:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: linalg.fill ins(%[[ZERO]] : f32) outs(%[[CZ]] : memref<2x2x2x64xf32>)
+
 // After the rewrite both contractions are packed GEMMs; only the copies stay linalg.
 // GEMM-LABEL: func.func @conv_stride2
 // GEMM: call @__slicer_contract_
@@ -76,6 +84,18 @@ module attributes {slicer.target_avx512 = false} {
   func.func @conv_chunked(%x: memref<4x32x26x26xf32>, %w: memref<32x32x3x3xf32>, %y: memref<4x32x24x24xf32>) {
     linalg.generic {indexing_maps = [affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh + kh, ow + kw)>, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
         ins(%x, %w : memref<4x32x26x26xf32>, memref<32x32x3x3xf32>) outs(%y : memref<4x32x24x24xf32>) {
+    ^bb0(%a: f32, %b: f32, %acc: f32):
+      %p = arith.mulf %a, %b : f32
+      %s = arith.addf %acc, %p : f32
+      linalg.yield %s : f32
+    }
+    return
+  }
+  func.func @conv_2x2_zero(%x: memref<2x64x4x4xf32>, %w: memref<64x64x3x3xf32>, %y: memref<2x64x2x2xf32>) {
+    %z = arith.constant 0.0 : f32
+    linalg.fill ins(%z : f32) outs(%y : memref<2x64x2x2xf32>)
+    linalg.generic {indexing_maps = [affine_map<(n, f, oh, ow, c, kh, kw) -> (n, c, oh + kh, ow + kw)>, #w, #y], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+        ins(%x, %w : memref<2x64x4x4xf32>, memref<64x64x3x3xf32>) outs(%y : memref<2x64x2x2xf32>) {
     ^bb0(%a: f32, %b: f32, %acc: f32):
       %p = arith.mulf %a, %b : f32
       %s = arith.addf %acc, %p : f32
