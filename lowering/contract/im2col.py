@@ -10,7 +10,8 @@ The rewrite, per such op, on buffers:
 1. The patch (im2col): each input read through sums of dims is copied once into a buffer indexed by the loop
    dims it depends on, laid out [reduction dims in the other input's order, parallel dims in C's order] or the
    two groups swapped, whichever puts the input's long rows (`ow` of `ow * s + kw`) innermost, and the op reads
-   that buffer through a projection. The copy is O(K * N); the GEMM is O(M * N * K).
+   that buffer through a projection. The copy is O(K * N); the GEMM is O(M * N * K). In the kernel pipeline
+   the copy is a generated function of vector loads and stores along the input's rows (`patch_copy.py`).
 2. C's layout: when C's innermost run of contiguous dims is narrower than a register tile (a 2x2 feature map,
    a 3x3 kernel of a weight gradient) and the other side's dims are wider, the op computes into a buffer laid
    out with the other side's dims innermost, copied into C afterwards (zero-filled instead of copied in when C
@@ -37,13 +38,16 @@ from math import prod
 
 from mlir import ir
 from mlir.dialects import arith, linalg, memref, scf
+from mlir.dialects import func as func_d
 
 from slicer.core.errors import NotAContraction
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds
 from slicer.core.names import INDEXING_MAPS_ATTR, ITERATOR_TYPES_ATTR
 
+from ..emitter import GeneratedFunctions
 from ..memref_facts import byte_width, static_strides
 from .analysis import _product_value
+from .patch_copy import patch_copy_text
 from .zero_init import zero_before
 
 TILE_LANES = 32
@@ -260,9 +264,11 @@ def _collapse(value: ir.Value, dims: list[int], groups: list[list[int]]) -> tupl
     return memref.collapse_shape(result, value, attr), new_dims
 
 
-def rewrite(op: ir.Operation) -> bool:
+def rewrite(op: ir.Operation, functions: GeneratedFunctions | None = None) -> bool:
     """Rewrite one bufferized convolution-form contraction in place (module docstring); False if `op` reads
-    every operand through projections (the GEMM analysis takes it as it is). NotAContraction otherwise."""
+    every operand through projections (the GEMM analysis takes it as it is). NotAContraction otherwise.
+    With `functions`, the patch copy is a call to a generated vector copy (`patch_copy.py`) whose text
+    `functions` collects for the caller to add to the module; without, a `linalg.generic`."""
     kinds = iterator_kinds(op)
     operands = _operands(op)
     if all(o.plain is not None for o in operands):
@@ -293,7 +299,13 @@ def rewrite(op: ir.Operation) -> bool:
     with op.location, ir.InsertionPoint(op):
         p_order = _patch_order(patch, other, output.plain, kinds, ranges)
         patch_buffer = _alloc([ranges[d] for d in p_order], patch.type.element_type)
-        _copy(patch.value, patch.exprs, patch_buffer, p_order)
+        if functions is None:
+            _copy(patch.value, patch.exprs, patch_buffer, p_order)
+        else:
+            element = patch.type.element_type
+            text = patch_copy_text(GeneratedFunctions.SELF, str(patch.type), str(patch_buffer.type), str(element),
+                                   byte_width(element), patch.exprs, p_order, ranges)
+            func_d.CallOp([], ir.FlatSymbolRefAttr.get(functions.name_of(text)), [patch.value, patch_buffer])
     new_operands = [(o.value, o.plain, o.strides) for o in operands]
     new_operands[at] = (patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type)))
     groups = _groups([(dims, strides) for _, dims, strides in new_operands], ranges, kinds)

@@ -15,6 +15,7 @@ from slicer.core.passes import ModulePass, register_pass
 from slicer.dialect.ops import walk_ops
 
 from ..contract.im2col import rewrite
+from ..emitter import GeneratedFunctions
 
 log = logging.getLogger("slicer.kernels")
 
@@ -27,8 +28,14 @@ class SlicerKernelIm2col(ModulePass):
                    "dims) into an im2col patch copy and a contraction over projections")
 
     def apply(self, module: ir.Operation) -> None:
+        functions = GeneratedFunctions("__slicer_im2col_")
         for op in walk_ops(module.opview, linalg.GenericOp.OPERATION_NAME):
             try:
-                rewrite(op)
+                rewrite(op, functions)
             except NotAContraction as why:
                 log.debug("convolution not rewritten (%s): %s", why, op.location)
+        texts = functions.texts()
+        if texts:
+            generated = ir.Module.parse("\n".join(texts), module.context)
+            for fn in list(generated.body.operations):
+                module.opview.body.append(fn.operation)

@@ -8,9 +8,7 @@
 
 // CHECK-LABEL: func.func @conv_stride2
 // CHECK: %[[PATCH:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16x3x3x2x8x8xf32>
-// CHECK: linalg.generic {{.*}} ins(%arg0 : memref<2x16x18x18xf32>) outs(%[[PATCH]] : memref<16x3x3x2x8x8xf32>)
-// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
-// CHECK-NEXT: linalg.yield %[[IN]] : f32
+// CHECK: call @[[SCALAR:__slicer_im2col_[0-9]+]](%arg0, %[[PATCH]]) : (memref<2x16x18x18xf32>, memref<16x3x3x2x8x8xf32>) -> ()
 // CHECK: %[[P:.*]] = memref.collapse_shape %[[PATCH]] {{\[}}[0, 1, 2], [3], [4, 5]] : memref<16x3x3x2x8x8xf32> into memref<144x2x64xf32>
 // CHECK: %[[W:.*]] = memref.collapse_shape %arg1 {{\[}}[0], [1, 2, 3]] : memref<32x16x3x3xf32> into memref<32x144xf32>
 // CHECK: %[[Y:.*]] = memref.collapse_shape %arg2 {{\[}}[0], [1], [2, 3]] : memref<2x32x8x8xf32> into memref<2x32x64xf32>
@@ -24,6 +22,7 @@
 // CHECK: %[[CT:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64xf32>
 // CHECK: linalg.generic {{.*}} ins(%arg2 : memref<2x64x2x2xf32>) outs(%[[CT]] : memref<2x2x2x64xf32>)
 // CHECK: %[[PATCH2:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64x3x3xf32>
+// CHECK: call @[[MASKED:__slicer_im2col_[0-9]+]](%arg0, %[[PATCH2]])
 // CHECK: memref.collapse_shape %[[PATCH2]] {{\[}}[0, 1, 2], [3, 4, 5]] : memref<2x2x2x64x3x3xf32> into memref<8x576xf32>
 // CHECK: memref.collapse_shape %[[CT]] {{\[}}[0, 1, 2], [3]] : memref<2x2x2x64xf32> into memref<8x64xf32>
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<8x576xf32>, memref<64x576xf32>) outs(%{{.*}} : memref<8x64xf32>)
@@ -39,8 +38,8 @@
 // CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK: memref.subview %arg0[%[[I]], 0, 0, 0] [2, 32, 26, 26] [1, 1, 1, 1]
 // CHECK: memref.subview %arg2[%[[I]], 0, 0, 0] [2, 32, 24, 24] [1, 1, 1, 1]
-// CHECK: memref.alloc() {alignment = 64 : i64} : memref<32x3x3x2x24x24xf32>
-// CHECK: linalg.generic
+// CHECK: %[[PATCH3:.*]] = memref.alloc() {alignment = 64 : i64} : memref<32x3x3x2x24x24xf32>
+// CHECK: call @[[VECTOR:__slicer_im2col_[0-9]+]](%{{.*}}, %[[PATCH3]])
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : memref<288x2x576xf32>, memref<32x288xf32>)
 
 // C filled with zeros before the op: the relaid buffer is zero-filled instead of copied from C, and C's fill,
@@ -50,6 +49,21 @@
 // CHECK: %[[CZ:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x2x2x64xf32>
 // CHECK-NEXT: %[[ZERO:.*]] = arith.constant 0.000000e+00 : f32
 // CHECK-NEXT: linalg.fill ins(%[[ZERO]] : f32) outs(%[[CZ]] : memref<2x2x2x64xf32>)
+
+// The patch copies (slicer.lowering.contract.patch_copy): a strided input element by element; a stride-1 input
+// by rows, a row narrower than a vector masked, a wider one in vectors, its tail one more vector overlapping.
+// CHECK: func.func private @[[SCALAR]](
+// CHECK-NOT: vector.load
+// CHECK: memref.load
+// CHECK: func.func private @[[MASKED]](
+// CHECK: vector.constant_mask [3] : vector<16xi1>
+// CHECK: vector.maskedload
+// CHECK: vector.maskedstore
+// CHECK: func.func private @[[VECTOR]](
+// CHECK: vector.load %{{.*}} : memref<2x32x26x26xf32, strided<[21632, 676, 26, 1], offset: ?>>, vector<16xf32>
+// CHECK: vector.store
+// CHECK: vector.load
+// CHECK: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %c8] : memref<32x3x3x2x24x24xf32>, vector<16xf32>
 
 // After the rewrite both contractions are packed GEMMs; only the copies stay linalg.
 // GEMM-LABEL: func.func @conv_stride2
