@@ -9,9 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from mlir import ir  # noqa: E402
+from mlir.dialects import linalg  # noqa: E402
+
 from slicer.dialect import make_context  # noqa: E402
+from slicer.dialect.ops import walk_ops  # noqa: E402
 from slicer.lowering import DEFAULT_PIPELINE, compile_library  # noqa: E402
-from slicer.lowering.contract import im2col  # noqa: E402
+from slicer.lowering.contract import NotAContraction, analyze, im2col  # noqa: E402
 
 RNG = np.random.default_rng(3)
 DIMS7 = "(d0, d1, d2, d3, d4, d5, d6)"
@@ -95,17 +99,11 @@ def _ids(case):
 
 def _contractions_after_rewrite(text: str) -> list[str]:
     """The classification of each contraction the pipeline's GEMM step finds after the im2col rewrite."""
-    from mlir import ir
-
-    from slicer.dialect.ops import walk_ops
-    from mlir.dialects import linalg
-
     with make_context():
         module = ir.Module.parse(text)
         DEFAULT_PIPELINE.until("bufferize").run(module)
         for op in walk_ops(module.operation, linalg.GenericOp.OPERATION_NAME):
             im2col.rewrite(op)
-        from slicer.lowering.contract import analyze, NotAContraction
         found = []
         for op in walk_ops(module.operation, linalg.GenericOp.OPERATION_NAME):
             try:
