@@ -19,6 +19,8 @@ registers them), one file per pass:
   masks cross kernels and are arguments; `slicer-kernel-reject-narrow-memrefs`:
   a clear error instead of an assertion failure in the LLVM lowering for any
   sub-byte buffer left;
+- `slicer-kernel-im2col`: convolutions as an im2col patch copy and a plain
+  contraction (`contract/im2col.py`);
 - `slicer-kernel-contract{...}`: contractions as packed GEMMs (`contract.py`);
   `slicer-kernel-rows{...}`: elementwise ops and reductions as vector loops
   fused row by row (`rows.py`); `slicer-kernel-vectorize{...}`: the rest tiled
@@ -94,6 +96,8 @@ _VECTORIZE: Stage = (
     (
         # Named ops become linalg.generic so one classifier (iterator types) picks tile sizes.
         "func.func(linalg-generalize-named-ops)",
+        # Convolutions become an im2col patch copy and a plain contraction (contract/im2col.py).
+        "slicer-kernel-im2col",
         # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
         "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
         # Elementwise ops and reductions become vector loops, fused row by row (rows.py).

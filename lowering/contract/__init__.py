@@ -7,7 +7,9 @@ loop nest over packed panels around one register-tile micro-kernel.
 
 Modules, by concern: `analysis` (what the contraction is; `zero_init`: whether C starts at zero),
 `blocking` (cache blocks and their loops), `packing` (the A and B panels), `ukernel` (the register
-tile), `emit` (the driver: one function per contraction, and the pass over a module).
+tile), `emit` (the driver: one function per contraction, and the pass over a module); before this pass,
+`im2col` (`slicer-kernel-im2col`) rewrites convolutions, whose inputs are read through `oh * s + kh`, into a
+patch copy (`patch_copy`) and a plain contraction this pass takes.
 
 Classification (`analysis.analyze`): the body's product is split into factors (operands of the `mulf` tree);
 each factor depends on some loop dims through the inputs it reads. The factors are assigned to two sides

@@ -17,10 +17,13 @@ torch-mlir's own table (`get_decomposition_table`) is the base. On top of it:
   to `math.fpowi` with an i64 exponent, which LLVM's code generator refuses ("POWI exponent does not match
   sizeof(int)": the ahead-of-time kernels fall back to the JIT). Written as torch's CPU kernel computes it
   (x*x, x*x*x, 1/(x*x), 1/x, x, 1), or other integers as a float exponent (`math.powf`).
+- `aten.convolution_backward` of a 2-d convolution: both gradients as stride-1 convolutions without the zeros of
+  torch-mlir's dilated forms (`decomp_convolution.py`).
 """
 
 from __future__ import annotations
 
+from .decomp_convolution import convolution_decompositions
 from .decomp_indexing import indexing_decompositions
 from .decomp_prims import prims_decompositions
 
@@ -42,6 +45,7 @@ def decompositions(torch) -> dict:
     table[aten.pow.Tensor_Scalar] = _pow_tensor_scalar
     table.update(prims_decompositions(torch))  # prims views and copies as aten ops (decomp_prims.py)
     table.update(indexing_decompositions(torch))  # topk, gather, scatter, index_* one-hot (decomp_indexing.py)
+    table.update(convolution_decompositions(torch))  # conv gradients as plain convolutions (decomp_convolution.py)
     return table
 
 

@@ -1,0 +1,107 @@
+"""The gradients of a 2-d convolution as plain convolutions, for the tracing decomposition table.
+
+torch-mlir decomposes `aten.convolution_backward` itself, into forms that waste work once the convolution is
+strided: the input gradient is a convolution over the output gradient dilated with zeros (3/4 of its products
+are by zero at stride 2; a strided 1x1 convolution's even reads the weight by index, which no GEMM takes) and
+the weight gradient a grouped convolution with the batch as groups, whose [C, N, F, kh, kw] result is summed over
+the batch afterwards. Here both are stride-1 convolutions without zeros, which the kernels compile as GEMMs
+(`lowering/contract/im2col.py`):
+
+- weight gradient: `dw[f, c] = sum_n conv(x[n, c], dy[n, f])`: one convolution of the batch-transposed input
+  [C, N, H, W] with the batch-transposed output gradient [F, N, OH, OW] as its kernel, dilated by the stride,
+  padded as the forward is; its first kh x kw outputs are the gradient (torch's own formula, in cuDNN's form).
+- input gradient: the stride-s transposed convolution split into its s x s phases (sub-pixel convolution):
+  padded input row `i = q * s + r` receives `sum_j dy[q - j] * w[r + s * j]`, a stride-1 full correlation of
+  dy with the flipped sub-kernel `w[..., r::s, t::s]` (none when the kernel is narrower than the stride: those
+  rows are zero); the phases are interleaved into the padded input and its padding cropped. A 1x1 phase is a
+  batched matmul, and kernels are flipped by a product with the anti-identity (`_correlate`).
+
+Dilated, grouped, transposed and non-2-d convolutions keep torch-mlir's decomposition (`NotImplemented`).
+"""
+
+from __future__ import annotations
+
+
+def convolution_decompositions(torch) -> dict:
+    """{aten.convolution_backward: its plain-convolution form} (see the module docstring)."""
+    return {torch.ops.aten.convolution_backward.default: _convolution_backward}
+
+
+def _convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    if (transposed or groups != 1 or input.dim() != 4 or any(d != 1 for d in dilation)
+            or any(p != 0 for p in output_padding)):
+        return NotImplemented
+    grad_input = _input_gradient(grad_output, input, weight, stride, padding) if output_mask[0] else None
+    grad_weight = _weight_gradient(grad_output, input, weight, stride, padding) if output_mask[1] else None
+    grad_bias = grad_output.sum((0, 2, 3)) if output_mask[2] else None
+    return grad_input, grad_weight, grad_bias
+
+
+def _weight_gradient(grad_output, input, weight, stride, padding):
+    import torch  # optional dependency; only called while torch traces
+
+    kh, kw = weight.shape[2:]
+    full = torch.ops.aten.convolution(input.transpose(0, 1), grad_output.transpose(0, 1), None, [1, 1],
+                                      list(padding), list(stride), False, [0, 0], 1)  # [C, F, >= kh, >= kw]
+    return full[:, :, :kh, :kw].transpose(0, 1)
+
+
+def _input_gradient(grad_output, input, weight, stride, padding):
+    import torch  # optional dependency; only called while torch traces
+
+    aten = torch.ops.aten
+    n, c, h, w = input.shape
+    k = weight.shape[2:]
+    sh, sw = stride
+    if sh == 1 and sw == 1 and all(p <= kk - 1 for p, kk in zip(padding, k)):  # the plain transposed form
+        return _correlate(aten, grad_output, weight, [k[0] - 1 - padding[0], k[1] - 1 - padding[1]])
+    padded = (h + 2 * padding[0], w + 2 * padding[1])
+    rows = -(-padded[0] // sh), -(-padded[1] // sw)  # phase extents: padded rows q * s + r, q < rows
+    phases = []
+    for r in range(sh):
+        line = []
+        for t in range(sw):
+            line.append(_phase(aten, grad_output, weight, (r, t), (sh, sw), rows, (n, c)))
+        phases.append(torch.stack(line))
+    joined = torch.stack(phases)  # [sh, sw, N, C, rows_h, rows_w]
+    interleaved = joined.permute(2, 3, 4, 0, 5, 1).reshape(n, c, rows[0] * sh, rows[1] * sw)
+    return interleaved[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w]
+
+
+def _phase(aten, grad_output, weight, phase, stride, rows, nc):
+    """The padded input gradient's rows q * s + r and columns q' * s' + t: [N, C, rows_h, rows_w]."""
+    import torch  # optional dependency; only called while torch traces
+
+    r, t = phase
+    sub = weight[:, :, r::stride[0], t::stride[1]]  # [F, C, Jr, Jt]
+    if sub.shape[2] == 0 or sub.shape[3] == 0:  # the kernel never lands on these rows or columns
+        return grad_output.new_zeros((*nc, *rows))
+    jr, jt = sub.shape[2:]
+    full = _correlate(aten, grad_output, sub, [jr - 1, jt - 1])  # [N, C, OH + Jr - 1, OW + Jt - 1]
+    full = full[:, :, :rows[0], :rows[1]]
+    missing = (rows[0] - full.shape[2], rows[1] - full.shape[3])
+    if missing[0] or missing[1]:
+        full = torch.nn.functional.pad(full, (0, missing[1], 0, missing[0]))
+    return full
+
+
+def _correlate(aten, grad_output, weight, padding):
+    """sum_f dy[n, f] (*) w[f, c] flipped, padded by `padding`: [N, C, ...]. A 1x1 kernel is a batched matmul
+    (torch-mlir lowers a 1x1 convolution to a generic reading the weight by index, which no GEMM takes). The
+    flip is a product with the anti-identity over the kernel window, a tiny contraction: torch-mlir's `flip`
+    reads by computed index, element by element (70 ms for ResNet-18's 512x512x3x3 weight)."""
+    import torch  # optional dependency; only called while torch traces
+
+    f, c, kh, kw = weight.shape
+    if kh == 1 and kw == 1 and padding == [0, 0]:
+        n, _, h, w = grad_output.shape
+        product = torch.matmul(weight.reshape(f, c).t(), grad_output.reshape(n, f, h * w))  # [N, C, H * W]
+        return product.reshape(n, c, h, w)
+    window = torch.arange(kh * kw, device=weight.device)
+    anti = (window.unsqueeze(1) + window.unsqueeze(0) == kh * kw - 1).to(weight.dtype)  # reverses the window
+    flipped = torch.matmul(weight.reshape(f, c, kh * kw), anti).reshape(f, c, kh, kw).transpose(0, 1)
+    return aten.convolution(grad_output, flipped, None, [1, 1], padding, [1, 1], False, [0, 0], 1)
+
+
+__all__ = ["convolution_decompositions"]
