@@ -85,3 +85,35 @@ def test_precision_must_be_a_policy():
     with pytest.raises(slicer.FrontendError, match=r"precision must be a slicer.MixedPrecision"):
         slicer.training_step(model, _loss, torch.randn(8, 16), torch.randint(0, 8, (8,)),
                              optimizer=slicer.SGD(0.1), precision="bf16")
+
+
+@pytest.mark.parametrize("param_dtype", sorted(HALF))
+def test_a_loss_function_under_torch_autocast_steps_equal_torch(param_dtype):
+    """The loss function itself asks for autocast (`torch.autocast("cpu", dtype=...)`): the trace records
+    autocast's casts, and the steps under data parallel equal torch eager's."""
+    model = _mlp()
+
+    def loss_fn(model, x, y):
+        with torch.autocast("cpu", dtype=HALF[param_dtype]):
+            return _loss(model, x, y)
+
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, 16), torch.randint(0, 8, (8,))) for _ in range(3)]
+    reference = copy.deepcopy(model)
+    step = slicer.training_step(model, loss_fn, *batches[0], optimizer=slicer.SGD(0.1))
+    assert f"x{param_dtype}>" in step.text
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
+    optimizer, want = torch.optim.SGD(reference.parameters(), 0.1), []
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(reference, x, y)
+        loss.backward()
+        optimizer.step()
+        want.append(loss.item())
+    with prog.session() as session:
+        got = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
+        state = session.state_dict()
+    assert np.allclose(got, want, rtol=2e-3), (got, want)
+    for name, value in reference.named_parameters():
+        value = value.detach().numpy()
+        assert np.abs(state[name] - value).max() <= 2e-3 * np.abs(value).max(), name
