@@ -14,9 +14,10 @@ reduce_scatter sums the f32 partial results, and the sum is rounded once, after 
 step computes on one device, and `reduce_dtype` is f32. Summing in `param_dtype` (each device's term rounded
 first, half the bytes on the wire) is not offered: `reduce_dtype` must be "f32".
 
-A parameter's cast is computed once per step where it is used more than once (the forward and the backward's
-input gradient); a cast read by one contraction only is fused into it by the import's cleanup (its operand is
-then rounded as the contraction reads it).
+Each parameter's cast is its own op, computed once per step (the traced step returns the copies as fences,
+`cleanup.py`, so the import's elementwise fusion does not fuse a cast into the contraction that reads it):
+under ZeRO-3 a parameter is cast on its block and its all_gather moves `param_dtype` bytes, and contractions
+read `param_dtype` operands.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ class MixedPrecision:
         `param_dtype` (the others as they are)."""
         dtype = self.compute_dtype(torch)
         return {n: t.to(dtype) if t.dtype == torch.float32 else t for n, t in tensors.items()}
+
+    @staticmethod
+    def cast_count(torch, parameters) -> int:
+        """How many of `parameters` (tensors) `compute_copies` casts: the fences the step returns."""
+        return sum(1 for t in parameters if t.dtype == torch.float32)
 
     def input_cast(self, torch):
         """A forward pre-hook casting the floating f32 tensors among a module's positional inputs to

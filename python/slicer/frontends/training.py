@@ -97,6 +97,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
                           trained, list(state), list(hyper), microbatches, precision)
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     rng = torch.tensor([seed, 0], dtype=torch.int64)
+    casts = precision.cast_count(torch, params.values()) if precision is not None else 0
     what = f"the training step of {_what(model)}"
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
@@ -118,7 +119,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     arg_names = (*batch_names, *names, *((RNG,) if random else ()))
     result_names = (LOSS, *trained, *(b for b in buffers if b in written), *state, *((RNG,) if random else ()))
     text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training,
-                  fences=fence_count(microbatches, len(trained)))
+                  fences=fence_count(microbatches, len(trained)) + casts)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
              + ("state",) * len(state) + ("hyper",) * len(hyper) + ("state",) * random)
     bound = (*values, rng) if random else tuple(values)
@@ -197,7 +198,8 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     autograd's (`torch.autograd.grad`), not functorch's: inside `torch.func.grad` a module may not write a tensor
     from outside the transform, and the buffers are. With `microbatches` > 1 they are accumulated over the
     micro-batches (`accumulation.py`). Under a `precision` policy the model computes on its copies of the
-    parameters and inputs (`MixedPrecision.compute_copies`, `input_cast`); the loss comes back in f32."""
+    parameters and inputs (`MixedPrecision.compute_copies`, `input_cast`; the copies are fences too); the loss
+    comes back in f32."""
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -218,8 +220,10 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
         guard.weights = weights
         copies = {n: values[n].clone() for n in buffers}
         tensors = {**{n: values[n] for n in params}, **weights, **copies}
+        originals = tensors
         if precision is not None:
             tensors = precision.compute_copies(torch, tensors)
+        casts = [t for n, t in tensors.items() if t is not originals[n]]
         named = {f"model.{n}": t for n, t in tensors.items()}
 
         def loss_of(*micro_batch):
@@ -236,7 +240,7 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
                                                  {n: values[n] for n in state}, {n: values[n] for n in hyper})
         advanced = (stream.advanced(torch),) if stream.drawn else ()
         return (loss, *(new_params[n] for n in trained), *(copies[n] for n in buffers),
-                *(new_state[n] for n in state), *advanced, *fences)
+                *(new_state[n] for n in state), *advanced, *fences, *casts)
 
     return step
 

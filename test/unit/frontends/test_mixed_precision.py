@@ -4,6 +4,7 @@ half-precision copies of f32 master parameters (`frontends/precision.py`): its s
 torch running the same policy by hand (a half-precision copy of the model, f32 gradients and update)."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -51,8 +52,18 @@ def _policy_by_hand(model, batches, lr, dtype):
     return losses, {n: p.detach().numpy() for n, p in master.named_parameters()}
 
 
+STRATEGIES = {"data": lambda step: st.data_parallel(step, "x"), "zero3": lambda step: st.zero(step, "x", stage=3)}
+
+
+def _collective_types(prog) -> set[tuple[str, str]]:
+    """{(collective, element type)} of the compiled program's collectives (from `explain()`)."""
+    return set(re.findall(r"^  (all_gather|all_reduce|reduce_scatter) %\d+ -> %\d+: (\w+)\[", prog.explain(),
+                          re.MULTILINE))
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("param_dtype", sorted(HALF))
-def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype):
+def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strategy):
     model = _mlp()
     torch.manual_seed(1)
     batches = [(torch.randn(8, 16), torch.randint(0, 8, (8,))) for _ in range(3)]
@@ -61,7 +72,13 @@ def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype):
     assert step.parameters[0].dtype == torch.float32  # the master parameters
     half = f"x{param_dtype}>"
     assert f"tensor<8x16{half}" in step.text and f"tensor<8x64{half}" in step.text  # the input and activations
-    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=STRATEGIES[strategy](step))
+    kinds = _collective_types(prog)
+    if strategy == "zero3":  # parameters gathered as half-precision copies, gradients summed in f32
+        assert {t for c, t in kinds if c == "all_gather"} == {param_dtype}, kinds
+        assert {t for c, t in kinds if c == "reduce_scatter"} == {"f32"}, kinds
+    else:
+        assert {t for c, t in kinds if c == "all_reduce"} <= {"f32", "i64"}, kinds
     want_losses, want = _policy_by_hand(model, batches, 0.1, HALF[param_dtype])
     with prog.session() as session:
         losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
