@@ -40,6 +40,7 @@ from mlir.dialects import func as func_d
 from slicer.core import linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
+from slicer.core.names import TARGET_AVX512_BF16_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
 from slicer.dialect import make_context, walk_ops
@@ -84,6 +85,16 @@ class Target:
             return host_has_avx512()
         return self.cpu in _AVX512_CPUS
 
+    def avx512bf16(self) -> bool:
+        """Whether code for this target may use AVX512-BF16 (`vcvtneps2bf16`: f32 -> bf16 in one instruction)."""
+        if "-avx512bf16" in self.features or "-avx512f" in self.features:
+            return False
+        if "+avx512bf16" in self.features:
+            return True
+        if self.cpu == "native":
+            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+        return self.cpu in _AVX512_BF16_CPUS
+
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
         host = _host_cpu() if self.cpu == "native" else ""
@@ -93,6 +104,9 @@ class Target:
 _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
                  "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
                  "x86-64-v4"}
+
+
+_AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
 
 
 @lru_cache(maxsize=1)
@@ -323,12 +337,14 @@ def _build_stages(text: str, pipeline: KernelPipeline, target: Target, directory
         progress.what = f"compiling {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"
         progress.step("kernel pipeline (vectorize, bufferize, lower to LLVM)")
         module.operation.attributes[TARGET_AVX512] = ir.BoolAttr.get(target.avx512())
+        module.operation.attributes[TARGET_AVX512_BF16_ATTR] = ir.BoolAttr.get(target.avx512bf16())
         try:
             pipeline.run(module)
         except (ir.MLIRError, PipelineError, KernelError) as exc:  # bad pipeline text or options, i1 buffers
             raise KernelError(f"the kernel pipeline failed: {exc}") from None
-        if TARGET_AVX512 in module.operation.attributes:
-            del module.operation.attributes[TARGET_AVX512]
+        for name in (TARGET_AVX512, TARGET_AVX512_BF16_ATTR):
+            if name in module.operation.attributes:
+                del module.operation.attributes[name]
         assert_messages = take_messages(module)
         timings["pipeline"] = time.perf_counter() - start
         (directory / "source.mlir").write_text(text)

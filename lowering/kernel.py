@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import KernelAssertionError, KernelError
 
 from .workspace import WORKSPACE_SHARE, WORKSPACE_STATE
@@ -67,11 +68,11 @@ class ArraySpec:
     dtype: np.dtype
 
     def to_json(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype.name}
+        return {"shape": list(self.shape), "dtype": dtypes.dtype_text(self.dtype)}
 
     @staticmethod
     def from_json(data: dict) -> "ArraySpec":
-        return ArraySpec(tuple(data["shape"]), np.dtype(data["dtype"]))
+        return ArraySpec(tuple(data["shape"]), dtypes.parse_dtype(data["dtype"]))
 
     def __str__(self) -> str:
         return f"{self.dtype.name}[{'x'.join(map(str, self.shape))}]"

@@ -61,6 +61,9 @@ _LINALG: Stage = (
         "slicer-kernel-clamp-gathers",
         # arith/math on tensors are elementwise: make them linalg.generic so they fuse and bufferize.
         "func.func(convert-elementwise-to-linalg)",
+        # bf16/f16 ops compute in f32 and round each result once, before fusion fuses the rounding into its
+        # consumers (see narrow_floats.py); nothing changes in a module without narrow floats.
+        "slicer-kernel-widen-narrow-floats",
         # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
         "linalg-fuse-elementwise-ops",
         # x ** n with an integer n (torch's x ** 2 and its backward): LLVM's powi takes a scalar exponent only,
@@ -113,6 +116,12 @@ _TO_LLVM: Stage = (
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
+        # bf16 arithmetic left outside linalg ops (scalars read with tensor.extract) in f32 too: upstream's
+        # per-instruction widening, so LLVM never promotes bf16 itself (its rounding is a __truncsfbf2 call).
+        "arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}",
+        "math-extend-to-supported-types{target-type=f32}",
+        # Roundings to bf16 as integer vector ops, not calls of __truncsfbf2 (see narrow_floats.py).
+        "slicer-kernel-expand-bf16",
         # Math functions LLVM has no instruction or intrinsic for (erf, ...) become libm calls; the
         # generated kernels expand exp/tanh/erf/log into vector arith before this (vector_math.py).
         "convert-math-to-llvm",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import InputError
 from slicer.redistribution import DistType, Mesh
 from slicer.redistribution.layout import Layout
@@ -60,7 +61,7 @@ def read_block(path: str | Path, dist: DistType, mesh: Mesh, rank: int, dtype: n
     if not path.is_file():
         raise InputError(f"input file '{path}' does not exist")
     try:
-        array = np.load(path, mmap_mode="r")
+        array = dtypes.from_npy(np.load(path, mmap_mode="r"), dtype)
     except (ValueError, OSError) as exc:
         raise InputError(f"input file '{path}' is not a readable .npy file: {exc}") from None
     shape = tuple(dist.shape) if shape is None else tuple(shape)
@@ -83,7 +84,7 @@ def random_values(seed: int, shape: tuple[int, ...], slices: tuple[slice, ...], 
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
     dtype = np.dtype(dtype)
-    if np.issubdtype(dtype, np.floating):
+    if dtypes.is_float(dtype):
         unit = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)  # [0, 1)
         return (unit * 2.0 - 1.0).astype(dtype)
     if dtype == np.bool_:

@@ -35,6 +35,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from slicer.core import dtypes
+from slicer.core.arrays import as_tensor
 from slicer.core.errors import CheckpointError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType
@@ -134,7 +136,7 @@ def write_manifest(directory: str | Path, mesh: Mesh, values: Sequence[StateValu
                 raise CheckpointError(f"block '{file}' of state '{value.name}' was not written (rank {rank})")
             blocks.append({"rank": rank, "start": [s.start for s in slices], "stop": [s.stop for s in slices],
                            "file": file, **records[file]})
-        entries.append({"name": value.name, "argument": value.argument, "dtype": value.dtype.str,
+        entries.append({"name": value.name, "argument": value.argument, "dtype": dtypes.dtype_text(value.dtype),
                         "shape": list(value.shape), "dist": str(value.dist), "blocks": blocks})
     manifest = {"format": FORMAT, "version": VERSION, "step": int(step), "mesh": str(mesh), "values": entries}
     _write_atomically(Path(directory) / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -175,7 +177,7 @@ class Checkpoint:
             mesh = Mesh.parse(manifest["mesh"])
             values = {v["name"]: v for v in manifest["values"]}
             for v in values.values():
-                np.dtype(v["dtype"]), DistType.parse(v["dist"], [int(n) for n in v["shape"]], mesh)
+                dtypes.parse_dtype(v["dtype"]), DistType.parse(v["dist"], [int(n) for n in v["shape"]], mesh)
                 for b in v["blocks"]:
                     b["sha256"], int(b["bytes"]), list(b["start"]), list(b["stop"])
                     if Path(b["file"]).name != b["file"] or b["file"] in ("", ".", ".."):
@@ -217,8 +219,9 @@ class Checkpoint:
                                   f"{missing or 'none'} and has state this program does not take {extra or 'none'}")
         for name, value in want.items():
             saved = self.values[name]
-            if tuple(saved["shape"]) != value.shape or np.dtype(saved["dtype"]) != value.dtype:
-                raise CheckpointError(f"{self._where(name)}: saved as {np.dtype(saved['dtype'])}{saved['shape']}, "
+            if tuple(saved["shape"]) != value.shape or dtypes.parse_dtype(saved["dtype"]) != value.dtype:
+                raise CheckpointError(f"{self._where(name)}: saved as {dtypes.parse_dtype(saved['dtype'])}"
+                                      f"{saved['shape']}, "
                                       f"this program takes {value.dtype}{list(value.shape)}")
 
     def read(self, name: str, slices: tuple[slice, ...] | None = None) -> np.ndarray:
@@ -227,7 +230,7 @@ class Checkpoint:
         shape = tuple(value["shape"])
         slices = slices if slices is not None else tuple(slice(0, n) for n in shape)
         bounds = [(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(slices, shape)]
-        out = np.empty(tuple(b - a for a, b in bounds), np.dtype(value["dtype"]))
+        out = np.empty(tuple(b - a for a, b in bounds), dtypes.parse_dtype(value["dtype"]))
         for block in value["blocks"]:
             lo = [max(a, s) for (a, _), s in zip(bounds, block["start"])]
             hi = [min(b, e) for (_, b), e in zip(bounds, block["stop"])]
@@ -246,13 +249,14 @@ class Checkpoint:
     def _load(self, name: str, block: dict) -> np.ndarray:
         path = self.directory / block["file"]
         try:
-            data = np.load(path, mmap_mode="r", allow_pickle=False)
+            data = dtypes.from_npy(np.load(path, mmap_mode="r", allow_pickle=False),
+                                   dtypes.parse_dtype(self.values[name]["dtype"]))
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{self._where(name)}: block file '{path}' is not readable: {exc}") from None
         want = tuple(b - a for a, b in zip(block["start"], block["stop"]))
-        if tuple(data.shape) != want or data.dtype != np.dtype(self.values[name]["dtype"]):
+        if tuple(data.shape) != want or data.dtype != dtypes.parse_dtype(self.values[name]["dtype"]):
             raise CheckpointError(f"{self._where(name)}: block file '{path}' holds {data.dtype}{list(data.shape)}, "
-                                  f"the manifest says {np.dtype(self.values[name]['dtype'])}{list(want)}")
+                                  f"the manifest says {dtypes.parse_dtype(self.values[name]['dtype'])}{list(want)}")
         return data
 
     def _where(self, name: str) -> str:
@@ -282,7 +286,7 @@ def load_checkpoint(directory: str | Path, *, tensors: bool = False) -> dict:
     except ImportError:
         raise CheckpointError("load_checkpoint(..., tensors=True) needs torch: install it, or take the numpy "
                               "arrays (tensors=False)") from None
-    return {name: torch.from_numpy(array) for name, array in state.items()}
+    return {name: as_tensor(array, torch) for name, array in state.items()}
 
 
 __all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked", "save_jobs",

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
@@ -34,5 +35,6 @@ def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[st
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)
     if done.returncode != 0:
         raise RunError(f"the SPMD job failed on {ranks} ranks (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}")
-    results = [np.load(job_dir / f"result{i}.npy") for i in range(len(graph.results))]
+    results = [dtypes.from_npy(np.load(job_dir / f"result{i}.npy"), graph.values[name].numpy_dtype)
+               for i, name in enumerate(graph.results)]
     return results, Timings.from_json((job_dir / TIMINGS_FILE).read_text())

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
@@ -94,7 +95,7 @@ class SessionPlan:
             shape = self.graph.arg_shape(index)  # its logical shape (the type's is padded on uneven dims)
             if tuple(array.shape) != shape or array.dtype != value.numpy_dtype:
                 raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(shape)}, "
-                               f"got {array.dtype}{list(array.shape)}")
+                               f"got {array.dtype}{list(array.shape)}{dtypes.conversion_hint(value.numpy_dtype)}")
             checked[index] = array
         return checked
 

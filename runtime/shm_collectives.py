@@ -21,9 +21,9 @@ Starting a step (copying in, publishing) never waits for the current epoch, so s
 and complete in any order (the same argument as for MPI's nonblocking collectives: every wait depends only on
 starts that precede it in every rank's schedule).
 
-Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype,
-exactly as the numpy simulator does (`np.sum(axis=0)`): the results are the simulator's bits, and every
-member holding a reduced element holds the same bits.
+Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype (bf16
+and f16 in f32, rounded once: `dtypes.sum_blocks`), exactly as the numpy simulator does: the results are the
+simulator's bits, and every member holding a reduced element holds the same bits.
 
 Stores are plain aligned 4-byte numpy stores, ordered after the data copies by x86-64's memory model (TSO),
 and futexes are a Linux system call: `available()` says whether this host qualifies; elsewhere the executor
@@ -39,6 +39,7 @@ import sys
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import RunError
 from slicer.redistribution.steps import REDUCTIONS, AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 
@@ -183,6 +184,16 @@ def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
     return rows.view(dtype).reshape((rows.shape[0],) + tuple(shape))
 
 
+def _combine(combine, rows: np.ndarray, out: np.ndarray) -> None:
+    """`out` = the rows combined in order (a sum or a maximum), as the simulator does: a sum of a narrow float
+    (f16, bf16) accumulates in f32 and rounds once (`dtypes.accumulation_dtype`, `dtypes.sum_blocks`)."""
+    wide = dtypes.accumulation_dtype(out.dtype)
+    if combine is np.add and wide != out.dtype:
+        np.copyto(out, np.add.reduce(rows, axis=0, dtype=wide), casting="unsafe")
+    else:
+        combine.reduce(rows, axis=0, out=out)
+
+
 def regions(program, k: int) -> tuple[int, int]:
     """The bytes per member of a step's first and second region (`Segment`): its input block, and for a large
     all_reduce over `k` members the chunk each one sums (0 otherwise)."""
@@ -301,14 +312,14 @@ class ShmStep:
         elif self.kind is ReduceScatter:
             c = self.nbytes // k
             rows = _typed(data[:, g * c:(g + 1) * c], dtype, (-1,))
-            np.add.reduce(rows, axis=0, out=out.reshape(-1))
+            _combine(np.add, rows, out.reshape(-1))
         elif self.small_reduce:
-            self.combine.reduce(_typed(data, dtype, (-1,)), axis=0, out=out.reshape(-1))
+            _combine(self.combine, _typed(data, dtype, (-1,)), out.reshape(-1))
         else:  # all_reduce in two phases: member j sums elements [j*c, (j+1)*c), then everyone gathers them
             n, c = out.size, self.chunk
             lo, hi = min(g * c, n), min((g + 1) * c, n)
             mine2 = seg.mine2[:self.region2].view(dtype)[: hi - lo]
-            self.combine.reduce(_typed(data, dtype, (-1,))[:, lo:hi], axis=0, out=mine2)
+            _combine(self.combine, _typed(data, dtype, (-1,))[:, lo:hi], mine2)
             seg.publish(ARRIVE2, e)
             seg.wait(ARRIVE2, e)
             flat = out.reshape(-1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import KernelGraphError, SimulationError
 from slicer import lowering
 from slicer.lowering import CollectiveNode, KernelGraph
@@ -90,7 +91,7 @@ def assemble(mesh, t: DistType, blocks: list, what: str, shape: tuple[int, ...] 
     if subaxes.group_size(mesh, t.partial) > 1:  # partial sums may be over parts of axes
         blocks = list(blocks)
         for row in groups(layout, t.partial):
-            total = np.sum([blocks[r] for r in row], axis=0, dtype=blocks[row[0]].dtype)
+            total = dtypes.sum_blocks([blocks[r] for r in row])
             for r in row:
                 blocks[r] = total
     out = np.empty(t.shape, blocks[0].dtype)

@@ -20,15 +20,18 @@ from .kernel_checked_asserts import SlicerKernelCheckedAsserts
 from .kernel_clamp_gathers import SlicerKernelClampGathers
 from .kernel_contract import SlicerKernelContract
 from .kernel_distinct_results import SlicerKernelDistinctResults
+from .kernel_expand_bf16 import SlicerKernelExpandBf16
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
 from .kernel_rows import SlicerKernelRows
 from .kernel_vectorize import SlicerKernelVectorize
 from .kernel_widen_i1 import SlicerKernelWidenI1
+from .kernel_widen_narrow_floats import SlicerKernelWidenNarrowFloats
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
+                   SlicerKernelWidenNarrowFloats,
                    SlicerKernelContract, SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs,
-                   SlicerKernelCheckedAsserts)
+                   SlicerKernelCheckedAsserts, SlicerKernelExpandBf16)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""
 
 __all__ = ["LOWERING_PASSES", *(cls.__name__ for cls in LOWERING_PASSES)]

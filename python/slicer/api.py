@@ -35,6 +35,7 @@ from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
+from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
@@ -151,7 +152,7 @@ class Program:
             want = v.numpy_dtype
             if tuple(array.shape) != g.arg_shape(i) or array.dtype != want:
                 raise RunError(f"argument #{i}{self._named(i)} of @{g.entry} must be {want}{list(g.arg_shape(i))}, "
-                               f"got {array.dtype}{list(array.shape)}")
+                               f"got {array.dtype}{list(array.shape)}{dtypes.conversion_hint(want)}")
             checked.append(array)
         return checked
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from mlir import ir
 
+from slicer.core import dtypes
 from slicer.core.compare import ATOL, RTOL, max_difference, same_result
 from slicer.core.errors import JitError, StepMismatch
 from slicer.lowering import compile_function
@@ -25,7 +26,7 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in specs:
-        if np.issubdtype(spec.dtype, np.floating):
+        if dtypes.is_float(spec.dtype):
             arrays.append(rng.standard_normal(spec.shape).astype(spec.dtype))
         elif spec.dtype == np.bool_:
             arrays.append(rng.integers(0, 2, spec.shape).astype(np.bool_))

@@ -8,6 +8,11 @@
 // RUN: slicer-opt %S/../../examples/attention_heads_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-ATTN
 // The collectives report (stderr): why each collective exists, where from, and the bytes each device receives.
 // RUN: slicer-opt %S/../../examples/mlp_2d_loops.mlir -p slicer-partition --print-collectives 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
+// bf16 partitions as f32 does: local bf16 blocks, the partial sums reduced by an all_reduce of bf16 values:
+// RUN: slicer-opt %S/Inputs/partition-bf16.mlir -p 'slicer-apply-tactics{mesh=x=2 tactics=arg0.1=x;arg1.0=x},slicer-propagate,slicer-partition,slicer-verify' | FileCheck %s --check-prefix=BF16
+// BF16: func.func @f(%{{.*}}: tensor<8x32xbf16> {slicer.dist = "{{\[\[}}],[x]]"}, %{{.*}}: tensor<32x32xbf16> {slicer.dist = "{{\[\[}}x],[]]"})
+// BF16: linalg.matmul {{.*}} ins(%{{.*}}, %{{.*}} : tensor<8x32xbf16>, tensor<32x32xbf16>)
+// BF16: shard.all_reduce %{{.*}} on @mesh grid_axes = [0] {{.*}} : tensor<8x32xbf16> -> tensor<8x32xbf16>
 
 // REPORT: @mlp on mesh x=2,y=2
 // REPORT-NEXT: result #0: {{\[\[}}x],[]] (default: the propagated type, partial sums reduced (no sharding was requested))

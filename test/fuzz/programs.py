@@ -1,7 +1,7 @@
 """Random well-typed global programs: a small IR that prints itself as MLIR and evaluates itself with numpy.
 
-A `Program` is one function over tensors of a single element type (f32, f64 or
-i32) with static shapes: arguments, a list of `Op`s (each defines one value
+A `Program` is one function over tensors of a single element type (f32, f64,
+i32 or bf16) with static shapes: arguments, a list of `Op`s (each defines one value
 from earlier values) and the returned values. `to_mlir()` prints a single
 `func.func` using linalg named ops, `linalg.generic`, `linalg.reduce`,
 `linalg.broadcast`, `linalg.transpose`, `linalg.fill`, `tensor.expand_shape`,
@@ -23,13 +23,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import ml_dtypes
 import numpy as np
 
 from .source import Source
 
-DTYPES = ("f32", "f64", "i32")
-NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32}
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f64": 2.0 ** -53}
+DTYPES = ("f32", "f64", "i32", "bf16")
+NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "bf16": np.dtype(ml_dtypes.bfloat16)}
+#: bf16: 8 significant bits; Slicer rounds each op's result once (its arithmetic is f32), which the bounds of a
+#: rounding per op cover.
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f64": 2.0 ** -53, "bf16": 2.0 ** -8}
 SIZES = (2, 4, 3, 1, 6, 8, 12)  # simplest first (shrinking goes to the front)
 FLOAT_CONSTANTS = (0.5, -1.0, 2.0, 0.25, -0.5, 1.5)
 INT_CONSTANTS = (2, -1, 3, 0, 7)
@@ -57,7 +60,7 @@ def scalar_literal(value, dtype: str) -> str:
     if not is_float(dtype):
         return str(int(value))
     if value == -math.inf:
-        return "0xFF800000" if dtype == "f32" else "0xFFF0000000000000"
+        return {"f32": "0xFF800000", "bf16": "0xFF80"}.get(dtype, "0xFFF0000000000000")
     text = repr(float(value))
     return text if ("." in text or "e" in text) else text + ".0"
 
@@ -561,7 +564,7 @@ def _evaluate(program: Program, inputs: Sequence[np.ndarray]) -> Reference:
 # ============================================================================ comparison
 
 
-RTOL = {"f32": 1e-4, "f64": 1e-9}
+RTOL = {"f32": 1e-4, "f64": 1e-9, "bf16": 2.0 ** -6}
 
 
 @dataclass
@@ -892,7 +895,7 @@ DEEP_SHARE = 0.15  # of the programs drawn: deep chains of residual blocks (`_Ge
 def generate(src: Source, max_ops: int = 8, features: Features = Features()) -> Program:
     """A random well-typed program (1 to `max_ops` ops besides fills/constants), or with probability
     `DEEP_SHARE` a deep chain of residual blocks (`max_ops` does not bound those)."""
-    dtype = src.weighted([(5, "f32"), (2, "f64"), (3, "i32")])
+    dtype = src.weighted([(5, "f32"), (2, "f64"), (3, "i32"), (2, "bf16")])
     g = _Gen(src, dtype, features)
     if features.deep and src.boolean(DEEP_SHARE):
         return g.deep_chain()

@@ -1,6 +1,6 @@
 """Runs under mpiexec: every collective step kind, on random layouts whose chunks are not contiguous (gather,
 split and scatter dims behind other dims, several axes per group, reordering all-to-alls, odd local sizes, sizes
-of 1), several dtypes,
+of 1), several dtypes (bf16 among them: its sums in f32, rounded once),
 executed by the MPI executor blocking, nonblocking (all steps of a mesh in flight at once, completed in reverse
 order) and as programs run twice (reused buffers), each rank's result compared bit for bit with the whole-mesh
 simulator's. Rank 0 prints one JSON line: the cases and the failures."""
@@ -10,6 +10,7 @@ import hashlib
 import json
 import sys
 
+import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -20,7 +21,8 @@ from slicer.runtime.plan_executor import MeshExecutor
 from slicer.redistribution.numpy_semantics import run_step
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
-DTYPES = (np.float32, np.float64, np.int32, np.float16, np.int8, np.bool_)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = (np.float32, np.float64, np.int32, np.float16, BF16, np.int8, np.bool_)
 ODD = (1, 3, 5, 7)
 
 
@@ -107,9 +109,12 @@ def large_cases(mesh: Mesh):
     group = tuple(mesh.axis_names)
     k = mesh.group_size(group)
     out = []
-    for dtype, shape in ((np.float32, (129, 131)), (np.float16, (257, 131)), (np.float64, (67, 129))):
+    for dtype, shape in ((np.float32, (129, 131)), (np.float16, (257, 131)), (BF16, (257, 131)),
+                         (np.float64, (67, 129))):
         before = DistType.of(mesh, shape, ((), ()), group)
         out.append((before, AllReduce(group, before), dtype))
+    before = DistType.of(mesh, (96, 80 * k), ((), ()), group)  # bf16 summed in f32 (over MPI: on an f32 wire)
+    out.append((before, ReduceScatter(1, group, before), BF16))
     for dtype in (np.float32, np.float64):
         shape = (96, 80 * k)
         before = DistType.of(mesh, shape, ((), ()), group)
@@ -167,8 +172,9 @@ def main():
             again, _ = program.run(blocks[rank])
             name = f"large {mesh} {np.dtype(dtype).name} {step.op} {before} -> {step.type_after}"
             exact = program.shm is not None or not isinstance(step, (AllReduce, ReduceScatter))
-            tolerance = 1e-2 if dtype == np.float16 else 1e-5
-            if not (np.array_equal(got, expected) if exact else np.allclose(got, expected, rtol=tolerance, atol=tolerance)):
+            tolerance = 1e-2 if np.dtype(dtype) in (np.float16, BF16) else 1e-5
+            close = np.allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+            if not (np.array_equal(got, expected) if exact else close):
                 failures.append(f"{'bits' if exact else 'values'}: {name}")
             if not np.array_equal(got, again):
                 failures.append(f"second run differs: {name}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, func as func_d, linalg, tensor
 
+from slicer.core import dtypes
 from slicer.core.errors import CompileError, NoRule
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
 from slicer.core.linalg_facts import REDUCTION, VIEW_OPS, is_linalg_op, reshape_kept_dims
@@ -153,10 +154,10 @@ class _Reader:
         if not type_.has_static_shape:
             raise CompileError(f"slicer.auto: a value of type {type_} has a dynamic shape: the search prices "
                                "blocks of known sizes; give the program static shapes")
-        width = type_.element_type.width if hasattr(type_.element_type, "width") else 32
+        size = dtypes.byte_size(str(type_.element_type)) or (getattr(type_.element_type, "width", 32) + 7) // 8
         self.ids[value] = len(self.shapes)
         self.shapes.append(tuple(type_.shape))
-        self.itemsizes.append(max(1, (width + 7) // 8))
+        self.itemsizes.append(size)
         return self.ids[value]
 
     def op(self, op: ir.Operation) -> None:

@@ -7,11 +7,15 @@ oracle (slicer.runtime.oracle) and `slicer-run --check`. Pure numpy.
   finite |expected| (at least 1), so a tolerance fits results of any magnitude. NaN equals NaN at the same
   place; an infinity equals the same infinity at the same place; NaN or an infinity anywhere else is a
   mismatch.
+- Narrow floats (bf16, f16) widen the tolerances to a few units of their last place (`tolerances`): bf16 keeps
+  8 significant bits, so two correct programs that round in different places differ by ~1e-2 relative.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from . import dtypes
 
 #: The default tolerances of every comparison: relative, and absolute per unit of the result's magnitude.
 RTOL = 1e-4
@@ -19,7 +23,16 @@ ATOL = 1e-5
 
 
 def _is_float(array: np.ndarray) -> bool:
-    return bool(np.issubdtype(array.dtype, np.floating))
+    return dtypes.is_float(array.dtype)
+
+
+def tolerances(dtype, rtol: float = RTOL, atol: float = ATOL) -> tuple[float, float]:
+    """`(rtol, atol)` for results of `dtype`: the given ones, widened to 4 units in the last place of a narrow
+    float (bf16: 2^-7 * 4 = 0.031; f16: 0.0039)."""
+    if dtypes.element_type(dtype) in dtypes.NARROW_FLOATS:
+        eps = 4 * float(np.finfo(np.dtype(dtype)).eps)
+        return max(rtol, eps), max(atol, eps)
+    return rtol, atol
 
 
 def _scale(expected: np.ndarray) -> float:
@@ -35,7 +48,15 @@ def same_result(expected: np.ndarray, got: np.ndarray, *, rtol: float = RTOL, at
         return False
     if not (_is_float(expected) or _is_float(got)):
         return bool(np.array_equal(expected, got))
+    narrow = expected.dtype if expected.dtype.itemsize <= got.dtype.itemsize else got.dtype
+    rtol, atol = tolerances(narrow, rtol, atol)
+    expected, got = _widened(expected), _widened(got)
     return bool(np.allclose(got, expected, rtol=rtol, atol=atol * _scale(expected), equal_nan=True))
+
+
+def _widened(array: np.ndarray) -> np.ndarray:
+    """A float array numpy's own functions take: bfloat16 (not a numpy float kind) as float32, exactly."""
+    return array.astype(np.float32) if _is_float(array) and not np.issubdtype(array.dtype, np.floating) else array
 
 
 def max_difference(expected: np.ndarray, got: np.ndarray) -> float:
@@ -66,7 +87,10 @@ def difference(expected: np.ndarray, got: np.ndarray) -> str:
 def same_exactly(expected: np.ndarray, got: np.ndarray) -> bool:
     """True if `got` equals `expected` bit for bit in value (NaN equal to NaN at the same place)."""
     expected, got = np.asarray(expected), np.asarray(got)
-    return bool(np.array_equal(expected, got, equal_nan=_is_float(expected) and _is_float(got)))
+    floats = _is_float(expected) and _is_float(got)
+    if floats:
+        expected, got = _widened(expected), _widened(got)
+    return bool(np.array_equal(expected, got, equal_nan=floats))
 
 
-__all__ = ["ATOL", "RTOL", "difference", "max_difference", "same_exactly", "same_result"]
+__all__ = ["ATOL", "RTOL", "difference", "max_difference", "same_exactly", "same_result", "tolerances"]

@@ -43,6 +43,7 @@ from typing import ClassVar, Union
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, CONCAT_AXIS_ATTR, GATHER_AXIS_ATTR,
@@ -423,7 +424,7 @@ class AllReduce(Collective):
     def numpy_group(self, layout: Layout, row, blocks: list) -> list:
         if self.reduction == "max":
             return [np.max(blocks, axis=0)] * len(row)
-        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        total = dtypes.sum_blocks(blocks)
         return [total] * len(row)
 
     @staticmethod
@@ -458,7 +459,7 @@ class ReduceScatter(Collective):
         return True
 
     def numpy_group(self, layout: Layout, row, blocks: list) -> list:
-        total = np.sum(blocks, axis=0, dtype=blocks[0].dtype)
+        total = dtypes.sum_blocks(blocks)
         return [np.ascontiguousarray(c) for c in np.split(total, len(row), axis=self.scatter_dim)]
 
     @staticmethod

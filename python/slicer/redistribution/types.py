@@ -39,6 +39,7 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def itemsize(name: str) -> int:
+    """Bytes per element of an element type name (the table of slicer.core.dtypes; an error if unsupported)."""
     return numpy_dtype(name).itemsize
 
 

@@ -98,10 +98,10 @@ class Report:
 
 
 def _itemsize(element: ir.Type) -> int:
-    dtype = dtypes.numpy_dtype(str(element))
-    if dtype is None:
+    size = dtypes.byte_size(str(element))
+    if size is None:
         raise RedistributionError(f"collective on {element} values: {dtypes.unsupported(str(element))}")
-    return dtype.itemsize
+    return size
 
 
 def received_bytes(op: ir.Operation, group: int) -> int:

@@ -36,6 +36,7 @@ import numpy as np
 from slicer.api import auto, compile
 from slicer.automatic.options import parse_budget
 from slicer.checking import as_tuple
+from slicer.core import dtypes
 from slicer.core.compare import difference, same_result
 from slicer.core.errors import InputError, RunError, SlicerError
 from slicer.core.mesh import Mesh
@@ -135,7 +136,8 @@ def read_command_line(args) -> Request:
 def _reference_inputs(prog, args) -> list[np.ndarray]:
     g = prog.graph
     if args.inputs:
-        return [np.load(path) for path in args.inputs.split(",")]
+        return [dtypes.from_npy(np.load(path), g.values[name].numpy_dtype)
+                for path, name in zip(args.inputs.split(","), g.args)]
     seed = args.random or 0
     return [random_global(seed + i, g.arg_shape(i), g.values[n].numpy_dtype) for i, n in enumerate(g.args)]
 
@@ -146,8 +148,8 @@ def _check_inputs_fit(prog, paths: list[str]) -> None:
     if len(paths) != len(g.args):
         raise InputError(f"@{g.entry} takes {len(g.args)} inputs, --inputs gives {len(paths)}")
     for i, (path, name) in enumerate(zip(paths, g.args)):
-        header = np.load(path, mmap_mode="r")
         v = g.values[name]
+        header = dtypes.from_npy(np.load(path, mmap_mode="r"), v.numpy_dtype)  # bf16 files hold raw 2-byte voids
         if tuple(header.shape) != g.arg_shape(i) or header.dtype != v.numpy_dtype:
             raise InputError(f"input file '{path}' holds {header.dtype}{list(header.shape)}, but argument #{i} of "
                              f"@{g.entry} is {v.numpy_dtype}{list(g.arg_shape(i))}")

@@ -43,9 +43,8 @@ def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str
 
 
 def _itemsize(element_type: str) -> int | None:
-    """Bytes per element, or None (no byte counts in the picture) for a type numpy lacks, e.g. bf16."""
-    dtype = dtypes.numpy_dtype(element_type)
-    return dtype.itemsize if dtype is not None else None
+    """Bytes per element, or None (no byte counts in the picture) for an element type Slicer does not support."""
+    return dtypes.byte_size(element_type)
 
 
 __all__ = ["MemoryReport", "ShardingPicture", "chrome_trace", "describe", "device_ranges", "global_type",

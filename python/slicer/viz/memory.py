@@ -5,7 +5,7 @@ The estimate is the kernel graph's liveness (`KernelGraph.live_bytes_per_node`: 
 producing it to its last use, a node's inputs and outputs together) plus the scratch buffers the MPI executor
 of collectives allocates besides its input and output block (`slicer.runtime.plan_executor`): a
 `reduce_scatter` along a dim that is not the block's leading one packs its input once, and half-precision
-reductions widen to f32 (MPI has no portable f16 sum). Scratch inside kernels and inside MPI is not counted.
+reductions widen to f32 (MPI has no portable f16 or bf16 sum; `dtypes.accumulation_dtype`). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is counted the same way (`unpartitioned_peak`): the same nodes and liveness, every
 value whole and a collective's output the same value as its input, so both figures include what is held between
 kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slicer.core import dtypes
 from slicer.lowering import CollectiveNode, KernelGraph
 from slicer.redistribution import AllReduce, ReduceScatter
 from slicer.runtime.resources import human_bytes
@@ -161,10 +162,11 @@ def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
     scratch = 0
     if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_dim])) != 1:
         scratch += size_in  # the packed send buffer
-    if isinstance(node.step, (AllReduce, ReduceScatter)) and value.numpy_dtype == np.float16:
+    wide = dtypes.accumulation_dtype(value.numpy_dtype)
+    if isinstance(node.step, (AllReduce, ReduceScatter)) and wide != value.numpy_dtype:
         count_in = size_in // value.numpy_dtype.itemsize
         count_out = graph.value_bytes(after.name) // after.numpy_dtype.itemsize
-        scratch += 4 * (count_in + count_out)  # f32 copies of the send and receive buffers
+        scratch += wide.itemsize * (count_in + count_out)  # f32 copies of the send and receive buffers
     return scratch
 
 

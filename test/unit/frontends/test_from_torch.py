@@ -121,8 +121,11 @@ def test_bad_inputs_are_clear_errors(imported):
         prog.run(*inputs, *inputs)
     with pytest.raises(slicer.RunError, match=r"argument #0 \(x\) of @forward must be float32\[4, 8, 32\]"):
         prog.run(inputs[0][:2])
-    with pytest.raises(slicer.RunError, match="dtype torch.bfloat16 has no numpy equivalent"):
+    with pytest.raises(slicer.RunError, match=r"argument #0 \(x\) of @forward must be float32\[4, 8, 32\], got "
+                                              r"bfloat16"):
         prog.run(inputs[0].bfloat16())
+    with pytest.raises(slicer.RunError, match="dtype torch.float8_e4m3fn has no numpy equivalent"):
+        prog.run(inputs[0].to(torch.float8_e4m3fn))
     with pytest.raises(slicer.CompileError, match="has no argument named 'mlp.fc.weight' .did you mean"):
         slicer.compile(program, mesh=slicer.Mesh(y=2), tactics=[slicer.Tile(arg="mlp.fc.weight", dim=0, axes="y")])
 

@@ -39,7 +39,7 @@ def test_generated_programs_cover_the_op_set():
     for needle in ("linalg.matmul", "linalg.batch_matmul", "linalg.transpose", "linalg.generic", "linalg.reduce",
                    "linalg.broadcast", "linalg.fill", "tensor.expand_shape", "tensor.collapse_shape",
                    "arith.constant dense<", "math.tanh", "math.exp", "arith.maximumf", "arith.maxsi",
-                   "tensor<f32>", "xi32>", "xf64>", "linalg.add", "linalg.exp", '"reduction"'):
+                   "tensor<f32>", "xi32>", "xf64>", "xbf16>", "linalg.add", "linalg.exp", '"reduction"'):
         assert needle in texts, needle
 
 
@@ -189,11 +189,12 @@ def test_valid_schedules_are_valid():
     assert not schedule_valid(_row_sum_case().program, {"x": 2}, [TacticSpec("tile", "arg", 0, 0, ("x", "x"))])
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f64", "i32"])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32", "bf16"])
 def test_inputs_are_bounded(dtype):
     p = Program(dtype, [("%a0", (4, 4)), ("%a1", ())], [], ["%a0"])
     a, s = p.random_inputs(1)
-    assert a.dtype == np.dtype({"f32": np.float32, "f64": np.float64, "i32": np.int32}[dtype]) and s.shape == ()
+    assert a.dtype == np.dtype({"f32": np.float32, "f64": np.float64, "i32": np.int32, "bf16": "bfloat16"}[dtype])
+    assert s.shape == ()
     assert np.all(np.abs(a) <= 4)
 
 

@@ -81,8 +81,18 @@ def test_errors():
         P(m, (4, 4), "[[x],[]]", "[[x],[]] partial=[y]")
     with pytest.raises(RedistributionError, match="shape"):
         plan(m, DistType.parse("[[x]]", (4,), m), DistType.parse("[[x]]", (8,), m))
-    with pytest.raises(RedistributionError, match="bf16"):
-        P(m, (4, 4), "[[x],[]]", "[[y],[]]", dtype="bf16")
+    with pytest.raises(RedistributionError, match=r"element type f8E4M3FN is not supported; supported: bf16, f16, f32"):
+        P(m, (4, 4), "[[x],[]]", "[[y],[]]", dtype="f8E4M3FN")
+
+
+def test_bf16_plans_move_half_the_bytes_of_f32():
+    """The same plan in bf16 counts 2 bytes per element everywhere f32 counts 4, and runs on bf16 blocks."""
+    m = Mesh(x=2, y=2)
+    wide, narrow = (P(m, (8, 8), "[[x],[]] partial=[y]", "[[y],[x]]", dtype=t) for t in ("f32", "bf16"))
+    assert [s.op for s in narrow.steps] == [s.op for s in wide.steps]
+    assert narrow.itemsize == 2 and 2 * narrow.bytes_received_per_device == wide.bytes_received_per_device
+    assert 2 * narrow.peak_bytes_per_device == wide.peak_bytes_per_device
+    simulate(narrow)
 
 
 @pytest.mark.parametrize("devices", [4, 8])

@@ -63,8 +63,9 @@ def test_type_errors(spec, shape, words):
 
 def test_dtypes_and_shapes():
     assert numpy_dtype("f32").itemsize == 4 and numpy_dtype("i64").itemsize == 8 and numpy_dtype("f16").itemsize == 2
-    with pytest.raises(RedistributionError, match="bf16"):
-        numpy_dtype("bf16")
+    assert numpy_dtype("bf16").itemsize == 2 and numpy_dtype("bf16").name == "bfloat16"
+    with pytest.raises(RedistributionError, match="supported: bf16, f16, f32, f64, i1, i8, i16, i32, i64"):
+        numpy_dtype("f8E5M2")
     with pytest.raises(RedistributionError, match="not supported"):
         numpy_dtype("f8")
     assert parse_shape("1024x512") == (1024, 512) and parse_shape("7") == (7,)
