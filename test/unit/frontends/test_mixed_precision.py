@@ -15,7 +15,10 @@ pytest.importorskip("torch_mlir")
 import slicer  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
-HALF = {"f16": torch.float16}
+HALF = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOLERANCE = {"f16": 2e-3, "bf16": 2 ** -6}
+"""Relative to the largest element: a few roundings of each type (unit roundoff 2^-11 and 2^-8); Slicer and torch
+round at different points (one rounding per fused op; per-device partial sums)."""
 
 
 def test_a_half_precision_sum_accumulates_in_f32():
@@ -83,9 +86,10 @@ def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strateg
     with prog.session() as session:
         losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
         got = session.state_dict()
-    assert np.allclose(losses, want_losses, rtol=2e-3), (losses, want_losses)
+    tolerance = TOLERANCE[param_dtype]
+    assert np.allclose(losses, want_losses, rtol=tolerance), (losses, want_losses)
     for name, value in want.items():
-        assert np.abs(got[name] - value).max() <= 2e-3 * np.abs(value).max(), name
+        assert np.abs(got[name] - value).max() <= tolerance * np.abs(value).max(), name
 
 
 @pytest.mark.parametrize("policy, message", [
@@ -130,7 +134,8 @@ def test_a_loss_function_under_torch_autocast_steps_equal_torch(param_dtype):
     with prog.session() as session:
         got = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
         state = session.state_dict()
-    assert np.allclose(got, want, rtol=2e-3), (got, want)
+    tolerance = TOLERANCE[param_dtype]
+    assert np.allclose(got, want, rtol=tolerance), (got, want)
     for name, value in reference.named_parameters():
         value = value.detach().numpy()
-        assert np.abs(state[name] - value).max() <= 2e-3 * np.abs(value).max(), name
+        assert np.abs(state[name] - value).max() <= tolerance * np.abs(value).max(), name
