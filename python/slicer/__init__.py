@@ -35,7 +35,7 @@ _EXPORTS = {
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
     "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
-    "schedules": ".frontends", "dropout_mask": ".frontends",
+    "schedules": ".frontends", "dropout_mask": ".frontends", "MixedPrecision": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},
 }
 
@@ -43,6 +43,6 @@ __all__ = [
     "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
     "compile", "auto", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
     "strategies", "training_step", "SGD", "AdamW", "schedules", "load_checkpoint", "torch_state", "dropout_mask",
-    *_ERRORS,
+    "MixedPrecision", *_ERRORS,
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

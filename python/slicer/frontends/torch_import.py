@@ -36,7 +36,8 @@ from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.dialect import make_context, walk_ops
 
-from .cleanup import clean_up, drop_last_results
+from .accumulators import widen_accumulators
+from .cleanup import checked_step, clean_up, drop_last_results
 from .composites import decomposed_composites
 from .decompositions import decompositions
 from .randomness import check_no_random_ops
@@ -313,6 +314,7 @@ def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = 
             raise FrontendError(f"torch-mlir gave @{ENTRY} {len(fn_type.results)} results for the "
                                 f"{len(result_names) + fences} of {what} ({', '.join(result_names)}"
                                 f"{f' and {fences} fences' if fences else ''})")
+        checked_step(module.operation, "widen_accumulators", widen_accumulators)
         if cleanup:
             clean_up(module.operation, entry=ENTRY, fences=fences)
         elif fences:

@@ -50,6 +50,7 @@ from slicer.core.errors import FrontendError
 from .accumulation import accumulated_gradients, check_microbatches, fence_count
 from .clipping import LossGuard, optimizer_clip
 from .optimizers import SGD, AdamW
+from .precision import MixedPrecision, check_precision
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
 from .stateful import cumulative_averages, prune_outputs
@@ -60,19 +61,22 @@ LOSS = "loss"
 
 
 def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, microbatches: int = 1,
-                  cleanup: bool = True) -> ImportedProgram:
+                  precision: MixedPrecision | None = None, cleanup: bool = True) -> ImportedProgram:
     """Import one training step of `model` (a torch.nn.Module): the loss `loss_fn(model, *batch)` (a scalar
     tensor), its gradients with respect to the parameters and the update `optimizer` (`slicer.SGD` or
     `slicer.AdamW`) makes, traced on `example_batch` (tensors; their shapes are the program's). `seed` (an
     integer in [0, 2^63)) keys dropout's masks. `microbatches` (k >= 1, dividing dim 0 of every batch tensor):
     the step accumulates the gradients of k micro-batches, forward and backward one after the other, before its
-    one update, so it holds one micro-batch's activations at a time (`accumulation.py`). See the module
+    one update, so it holds one micro-batch's activations at a time (`accumulation.py`). `precision`
+    (`slicer.MixedPrecision`): compute in its `param_dtype` on copies of the f32 parameters, sum gradients in its
+    `reduce_dtype`, update in f32 (`precision.py`). See the module
     docstring for the arguments and results. Raises FrontendError for a bad model, loss function, batch,
     optimizer, seed or microbatches, and when the step cannot be traced or imported."""
     torch, fx = load_torch()
     _check(torch, model, loss_fn, example_batch, optimizer)
     _check_seed(seed)
     check_microbatches(microbatches, example_batch)
+    check_precision(precision)
     params = dict(model.named_parameters())
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
     trained = [n for n, p in params.items() if p.requires_grad]
@@ -90,9 +94,10 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
                             f"hyperparameters, the loss or the random state ({', '.join(clash)}), which name the "
                             "step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
-                          trained, list(state), list(hyper), microbatches)
+                          trained, list(state), list(hyper), microbatches, precision)
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     rng = torch.tensor([seed, 0], dtype=torch.int64)
+    casts = precision.cast_count(torch, params.values()) if precision is not None else 0
     what = f"the training step of {_what(model)}"
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
@@ -114,7 +119,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     arg_names = (*batch_names, *names, *((RNG,) if random else ()))
     result_names = (LOSS, *trained, *(b for b in buffers if b in written), *state, *((RNG,) if random else ()))
     text = finish(text, what, arg_names, result_names, cleanup=cleanup, training=model.training,
-                  fences=fence_count(microbatches, len(trained)))
+                  fences=fence_count(microbatches, len(trained)) + casts)
     roles = (("input",) * len(batch_names) + ("parameter",) * len(params) + ("buffer",) * len(buffers)
              + ("state",) * len(state) + ("hyper",) * len(hyper) + ("state",) * random)
     bound = (*values, rng) if random else tuple(values)
@@ -181,7 +186,8 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
-                   trained: list[str], state: list[str], hyper: list[str], microbatches: int):
+                   trained: list[str], state: list[str], hyper: list[str], microbatches: int,
+                   precision: MixedPrecision | None = None):
     """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters, rng) -> (loss, new
     trained parameters, every buffer's new value, new state[, new rng], the accumulation's fences), for
     make_fx. The model runs through
@@ -191,7 +197,9 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     draws from `rng` (`randomness.random_stream`), which comes back advanced when it did. The gradients are
     autograd's (`torch.autograd.grad`), not functorch's: inside `torch.func.grad` a module may not write a tensor
     from outside the transform, and the buffers are. With `microbatches` > 1 they are accumulated over the
-    micro-batches (`accumulation.py`)."""
+    micro-batches (`accumulation.py`). Under a `precision` policy the model computes on its copies of the
+    parameters and inputs (`MixedPrecision.compute_copies`, `input_cast`; the copies are fences too); the loss
+    comes back in f32."""
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -212,12 +220,17 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
         guard.weights = weights
         copies = {n: values[n].clone() for n in buffers}
         tensors = {**{n: values[n] for n in params}, **weights, **copies}
+        originals = tensors
+        if precision is not None:
+            tensors = precision.compute_copies(torch, tensors)
+        casts = [t for n, t in tensors.items() if t is not originals[n]]
         named = {f"model.{n}": t for n, t in tensors.items()}
 
         def loss_of(*micro_batch):
-            return _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
+            loss = _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
+            return loss if precision is None else loss.to(torch.float32)
 
-        with random_stream(rng) as stream:
+        with random_stream(rng) as stream, _inputs_cast(model, precision, torch):
             loss, grads, fences = accumulated_gradients(torch, loss_of, batch, list(weights.values()),
                                                         microbatches, stream, guard)
         grads = dict(zip(trained, grads))
@@ -227,9 +240,21 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
                                                  {n: values[n] for n in state}, {n: values[n] for n in hyper})
         advanced = (stream.advanced(torch),) if stream.drawn else ()
         return (loss, *(new_params[n] for n in trained), *(copies[n] for n in buffers),
-                *(new_state[n] for n in state), *advanced, *fences)
+                *(new_state[n] for n in state), *advanced, *fences, *casts)
 
     return step
+
+
+@contextlib.contextmanager
+def _inputs_cast(model, precision: MixedPrecision | None, torch):
+    """While the step is traced, `model`'s floating inputs are cast as `precision` asks (if it does)."""
+    hook = precision.input_cast(torch) if precision is not None else None
+    handle = model.register_forward_pre_hook(hook) if hook is not None else None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.remove()
 
 
 def _checked_loss(torch, loss):
