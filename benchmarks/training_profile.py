@@ -26,10 +26,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib  # noqa: E402
+from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib  # noqa: E402
 
 _FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
 
@@ -72,7 +73,7 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved
     try:
-        mesh, tactics = tactics_for(step, strategy)
+        mesh, tactics = tactics_for(step, strategy, sizes)
         program = slicer.compile(step, mesh=mesh, tactics=tactics)
     finally:
         cut.MAX_OPS = saved
@@ -87,8 +88,15 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     return {"graph": graph.to_json(), "sources": kernel_sources(kernels, backend), "feeds": dict(plan.feeds),
             "kinds": kinds, "compile_s": compiled, "bodies": bodies,
             "state": [{i: plan.block(a, i, r) for i, a in plan.state.items()} for r in range(ranks)],
-            "batches": [[{i: plan.block(a, i, r) for i, a in plan.checked_inputs([b.numpy() for b in batch]).items()}
-                         for r in range(ranks)] for batch in data]}
+            "batches": [[{i: plan.block(a, i, r) for i, a in step_inputs(plan, number, batch).items()}
+                         for r in range(ranks)] for number, batch in enumerate(data)]}
+
+
+def step_inputs(plan, number: int, batch) -> dict:
+    """Step `number`'s global inputs by argument index: the batch and the hyperparameters (the optimizer's
+    settings), as a session's `step` gives them."""
+    inputs = plan.checked_inputs([b.numpy() for b in batch])
+    return inputs | (plan.hyper_inputs(number, {}) if plan.hyper else {})
 
 
 def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
@@ -124,7 +132,10 @@ def worker(path: str) -> None:
     from mpi4py import MPI
 
     from slicer.lowering import KernelGraph
+    from slicer.runtime.heap import keep_freed_memory
     from slicer.runtime.resident import ResidentRank
+
+    keep_freed_memory()  # as a session's rank (runtime/rank_server.py)
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -203,16 +214,17 @@ def torch_kind(name: str) -> str:
     return "elementwise"
 
 
-def torch_profile(sizes: Sizes, data, steps: int) -> dict:
-    """torch's step (zero_grad, loss, backward, AdamW) on half the batch in one thread (a DDP rank's work but
-    the gradients' all_reduce): self CPU time per op and per kind, median step wall time."""
+def torch_profile(sizes: Sizes, data, steps: int, threads: int = 2) -> dict:
+    """torch's step (zero_grad, loss, backward, AdamW): on `threads` 2, the whole batch on 2 threads (the
+    reference of training.py); on 1, half the batch on one thread (a DDP rank's work but the gradients'
+    all_reduce). Self CPU time per op and per kind, median step wall time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     model = build_model(sizes)
     optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
-    loss_fn, half = example_module().loss_fn, sizes.batch // 2
+    loss_fn, half = loss_function(sizes), sizes.batch // (3 - threads)
 
     def one(idx, targets):
         optimizer.zero_grad(set_to_none=True)
@@ -266,6 +278,12 @@ def main(argv=None) -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: the ranks' thread CPU time (robust to other load; waiting asleep counts 0), and "
                         "torch's step in CPU time too")
+    parser.add_argument("--model", choices=sorted(MODELS), default="example",
+                        help="the example GPT or GPT-2 small (training_common.MODELS)")
+    parser.add_argument("--layers", type=int, help="fewer (or more) layers than the model's")
+    parser.add_argument("--torch-threads", type=int, choices=(1, 2), default=2,
+                        help="2: torch's whole step on 2 threads (training.py's reference); 1: half the batch "
+                        "on 1 thread (a DDP rank's work but the all_reduce)")
     parser.add_argument("--json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -273,18 +291,20 @@ def main(argv=None) -> None:
         return worker(args.worker)
     import slicer
 
-    sizes = Sizes(warmup=2, steps=args.steps)
+    base = MODELS[args.model]
+    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer)
     data = batches(sizes)
-    out = {"load": os.getloadavg()}
+    out = {"load": os.getloadavg(), "sizes": asdict(sizes)}
+    print(f"{sizes}; load average {out['load'][0]:.1f} on {os.cpu_count()} cores", flush=True)
     if args.torch:
-        out["torch"] = torch_profile(sizes, data, args.steps)
-        print(f"torch, 1 thread, half batch: {out['torch']['step_s'] * 1e3:.1f} ms wall, "
+        out["torch"] = torch_profile(sizes, data, args.steps, args.torch_threads)
+        print(f"torch, {args.torch_threads} thread(s): {out['torch']['step_s'] * 1e3:.1f} ms wall, "
               f"{out['torch']['step_cpu_s'] * 1e3:.1f} ms CPU; by kind (profiler, wall ms): " +
               ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(out["torch"]["kinds"].items(), key=lambda kv: -kv[1])))
         for key, seconds in out["torch"]["top"]:
             print(f"  {seconds * 1e3:8.2f} ms  {key}")
     optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
-    step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=optimizer)
+    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer)
     for strategy in args.strategies.split(","):
         job = prepare(strategy, sizes, data, step, args.split_ops)
         reports = run_job(job, sizes.warmup, args.clock)
