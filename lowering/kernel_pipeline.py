@@ -91,6 +91,8 @@ _VECTORIZE: Stage = (
     (
         # Named ops become linalg.generic so one classifier (iterator types) picks tile sizes.
         "func.func(linalg-generalize-named-ops)",
+        # A contraction with a one-hot factor (an embedding's gradient) adds only where the mask holds (onehot.py).
+        "slicer-kernel-onehot",
         # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
         "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
         # Elementwise ops and reductions become vector loops, fused row by row (rows.py).

@@ -20,6 +20,7 @@ from .kernel_checked_asserts import SlicerKernelCheckedAsserts
 from .kernel_clamp_gathers import SlicerKernelClampGathers
 from .kernel_contract import SlicerKernelContract
 from .kernel_distinct_results import SlicerKernelDistinctResults
+from .kernel_onehot import SlicerKernelOneHot
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
 from .kernel_rows import SlicerKernelRows
 from .kernel_vectorize import SlicerKernelVectorize
@@ -27,8 +28,8 @@ from .kernel_widen_i1 import SlicerKernelWidenI1
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
-                   SlicerKernelContract, SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs,
-                   SlicerKernelCheckedAsserts)
+                   SlicerKernelOneHot, SlicerKernelContract, SlicerKernelRows, SlicerKernelVectorize,
+                   SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""
 
 __all__ = ["LOWERING_PASSES", *(cls.__name__ for cls in LOWERING_PASSES)]
