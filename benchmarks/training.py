@@ -174,7 +174,8 @@ def ratios(results: dict) -> dict:
 
 
 def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, rounds: int = 1) -> str:
-    head = (f"GPT training step ({sizes.model}): {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, seq {sizes.seq}, "
+    head = (f"GPT training step ({sizes.model}): {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, "
+            f"seq {sizes.seq}, "
             f"batch {sizes.batch}, vocab {sizes.vocab}, f32, AdamW; median of {sizes.steps} steps after "
             f"{sizes.warmup} warm-up{f' x {rounds} rounds' if rounds > 1 else ''}; peak memory = VmHWM per "
             f"process; losses vs {reference}")

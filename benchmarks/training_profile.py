@@ -43,12 +43,15 @@ def kernel_bodies(mlir: str) -> dict[str, str]:
 
 
 def kernel_kind(body: str) -> str:
-    """What a kernel mostly does, from its MLIR: "contraction" (a reduction over a product of two
-    operands), "optimizer" (sqrt and division over many operands: AdamW's update), "row" (a reduction that
-    is not a contraction: softmax, layernorm, their backward, sums of gradients over rows), "elementwise"
-    (a map with arithmetic), "copy" (data movement only: transposes, slices, concatenations)."""
+    """What a kernel mostly does, from its MLIR: "embedding-grad" (a sum over tokens of rows selected by a
+    one-hot comparison: an embedding's gradient, lowering/onehot.py), "contraction" (a reduction over a
+    product of two operands), "optimizer" (sqrt and division over many operands: AdamW's update), "row" (a
+    reduction that is not a contraction: softmax, layernorm, their backward, sums of gradients over rows),
+    "elementwise" (a map with arithmetic), "copy" (data movement only: transposes, slices, concatenations)."""
     reduction = "reduction" in body
     contraction = reduction and bool(re.search(r"arith\.mulf[^\n]*\n[^\n]*arith\.addf", body))
+    if contraction and "arith.cmpi eq" in body and "arith.uitofp" in body:
+        return "embedding-grad"
     if "linalg.matmul" in body or "linalg.batch_matmul" in body or contraction:
         return "contraction"
     if "math.sqrt" in body and "arith.divf" in body and not reduction:
@@ -198,7 +201,8 @@ def top_kernels(reports: list[dict], kinds: dict[str, str], count: int = 30) -> 
 
 
 # -- torch -------------------------------------------------------------------------------------------------
-_TORCH_KINDS = (("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
+_TORCH_KINDS = (("embedding-grad", ("embedding_dense_backward", "index_put_", "_index_put_impl_", "index_add_")),
+                ("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
                 ("optimizer", ("_foreach", "adam", "lerp", "addcdiv", "addcmul", "sqrt")),
                 ("row", ("softmax", "layer_norm", "log_softmax", "nll_loss", "sum", "mean", "cross_entropy")),
                 ("copy", ("copy_", "clone", "contiguous", "cat", "index", "embedding", "masked_fill", "fill_",
@@ -206,6 +210,12 @@ _TORCH_KINDS = (("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "badd
 
 
 def torch_kind(name: str) -> str:
+    """The kind of a torch profiler event: an aten op's, or "runtime" for the rest (autograd's engine, the
+    optimizer's Python, torch's dispatch between ops)."""
+    if "EmbeddingBackward" in name:  # embedding_dense_backward's work shows as its autograd node's self time
+        return "embedding-grad"
+    if not name.startswith("aten::"):
+        return "runtime"
     bare = name.removeprefix("aten::")
     for kind, words in _TORCH_KINDS:
         substring = kind in ("optimizer", "row")  # their names vary (_foreach_addcdiv_, softmax_backward_data)
@@ -269,6 +279,37 @@ def print_profile(name: str, result: dict) -> None:
         print(f"rank {r}: VmHWM {report['peak_rss_mib']:.0f} MiB; {held}")
 
 
+def slicer_kind(category: str) -> str:
+    """A category of `categories` as a kind of `side_by_side`: a kernel's kind, "collectives", "runtime"."""
+    if category.startswith("kernel "):
+        return category.removeprefix("kernel ")
+    return "runtime" if category == "python between actions" else "collectives"
+
+
+def side_by_side(table: dict[str, list[float]], torch_result: dict,
+                 torch_total: float) -> dict[str, tuple[float, float]]:
+    """Per kind, (Slicer rank 0's seconds, torch's): torch's profiler self times by kind (wall times: scaled by
+    `torch_total` over the step's wall time when `torch_total` is its CPU time, as if other jobs' load slowed
+    every op alike), the part of `torch_total` that no op accounts for counted as "runtime"."""
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for category, seconds in table.items():
+        if category != "total":
+            kinds[slicer_kind(category)][0] += seconds[0]
+    scale = torch_total / torch_result["step_s"]
+    for kind, seconds in torch_result["kinds"].items():
+        kinds[kind][1] += seconds * scale
+    kinds["runtime"][1] += max(0.0, torch_total - scale * sum(torch_result["kinds"].values()))
+    kinds["total"] = [table["total"][0], torch_total]
+    return {k: tuple(v) for k, v in kinds.items()}
+
+
+def print_side_by_side(rows: dict[str, tuple[float, float]], strategy: str) -> None:
+    print(f"\n{strategy} rank 0 next to torch, by kind (ms; torch: profiler self time, op wall time):")
+    print("| kind | Slicer | torch |\n|---|---|---|")
+    for kind in sorted(rows, key=lambda k: (k == "total", -rows[k][0])):
+        print(f"| {kind} | {rows[kind][0] * 1e3:.1f} | {rows[kind][1] * 1e3:.1f} |")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("strategies", nargs="?", default="data", help="comma-separated: data, fsdp, megatron")
@@ -311,6 +352,11 @@ def main(argv=None) -> None:
         result = {"table": summary(reports, job["kinds"]), "top": top_kernels(reports, job["kinds"]),
                   "kinds": job["kinds"], "compile_s": job["compile_s"], "ranks": reports}
         print_profile(strategy, result)
+        if "torch" in out:
+            cpu = args.clock == "cpu" and args.torch_threads == 1  # one thread: its CPU time is the step's
+            torch_total = out["torch"]["step_cpu_s" if cpu else "step_s"]
+            result["side_by_side"] = side_by_side(result["table"], out["torch"], torch_total)
+            print_side_by_side(result["side_by_side"], strategy)
         out[strategy] = {k: v for k, v in result.items() if k != "ranks"} | {"bodies": job["bodies"]} | {
             "ranks": [{k: v for k, v in r.items() if k != "steps"} for r in reports]}
     if args.json:
