@@ -1,13 +1,14 @@
 """Contractions with a one-hot factor run as scatters (`lowering/onehot.py`, `slicer-kernel-onehot`): the
-embedding gradient's generic (`uitofp(idx[k] == ids[m] and idx[k] != -1) * g[k, n]`) adds each token's row
-into its id's row only, in token order, as numpy's `np.add.at` does (so exactly its float32 sums); what is not
-a one-hot (a plain matmul, a mask comparing two reduction-dim values) stays a contraction."""
+embedding gradient's generic (`uitofp(idx[k] == ids[m] and idx[k] != -1) * g[k, n]`, the ids a tensor or the
+loop index) adds each token's row into its id's row only, in token order, as numpy's `np.add.at` does (so
+exactly its float32 sums); what is not a one-hot (a plain matmul, a mask comparing two reduction-dim values)
+stays a contraction."""
 
 import numpy as np
 from mlir import ir
 
 from slicer.dialect import make_context
-from slicer.lowering import compile_library
+from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.onehot import onehot_module
 
 
@@ -85,3 +86,25 @@ def test_only_a_one_hot_mask_becomes_a_scatter():
         # both sides read the token dim only: a diagonal, not a one-hot over ids (left to the GEMM)
         diagonal = ir.Module.parse(BUFFERIZED.replace("LHS", "%in").replace("RHS", "%in"))
         assert onehot_module(diagonal) == [] and "linalg.generic" in str(diagonal)
+
+
+def test_an_imported_embedding_gradient_equals_torchs():
+    # torch's embedding backward through the import (a one-hot mask fused into the contraction) and the kernels
+    # (the scatter): repeated tokens, a padding row that gets nothing, a table wider than one vector
+    import torch
+
+    import slicer
+
+    weight, idx = torch.randn(40, 24), torch.tensor([[3, 7, 3, 0], [7, 7, 39, 1]])
+    grad = torch.randn(2, 4, 24)
+
+    def gradient(weight, idx, grad):
+        return torch.func.grad(lambda w: (torch.nn.functional.embedding(idx, w, padding_idx=0) * grad).sum())(weight)
+
+    program = slicer.compile(slicer.from_torch(gradient, weight, idx, grad), mesh=slicer.Mesh(x=1))
+    with make_context():  # the ids are the loop index here (linalg.index), not a tensor of them: a scatter too
+        module = ir.Module.parse(program.graph.kernels_mlir)
+        DEFAULT_PIPELINE.until("vectorize").run(module)
+        assert "call @__slicer_onehot_" in str(module)
+    np.testing.assert_allclose(program.run(weight, idx, grad), gradient(weight, idx, grad).numpy(), rtol=1e-6,
+                               atol=1e-6)
