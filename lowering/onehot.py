@@ -196,6 +196,9 @@ def find_one_hot(op: ir.Operation) -> OneHot | None:
         ops: set = set()
         dims: set[int] = set()
         _value_dims(factor, inputs, block, ops, dims)
+        accumulator = block.arguments[len(block.arguments) - 1]
+        if any(operand == accumulator for o in ops for operand in o.operands):
+            continue  # a mask reading the sum so far is no selection of points
         rest = [d for d in range(len(kinds)) if d not in dims]
         if not rest or prod(ranges[d] for d in rest) < MIN_WORK_PER_HIT:
             continue

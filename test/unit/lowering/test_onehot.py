@@ -86,6 +86,11 @@ def test_only_a_one_hot_mask_becomes_a_scatter():
         # both sides read the token dim only: a diagonal, not a one-hot over ids (left to the GEMM)
         diagonal = ir.Module.parse(BUFFERIZED.replace("LHS", "%in").replace("RHS", "%in"))
         assert onehot_module(diagonal) == [] and "linalg.generic" in str(diagonal)
+        # a mask that reads the sum so far selects nothing ahead of time
+        running = ir.Module.parse(BUFFERIZED.replace("LHS, RHS : i64", "%in, %id : i64\n    %r = arith.cmpf ogt, "
+                                                     "%acc, %x : f32\n    %m = arith.andi %1, %r : i1").replace(
+                                                         "arith.uitofp %1", "arith.uitofp %m"))
+        assert onehot_module(running) == [] and "linalg.generic" in str(running)
 
 
 def test_an_imported_embedding_gradient_equals_torchs():
