@@ -7,6 +7,7 @@ batches with AdamW.
     python benchmarks/training.py --json training.json    # the same, and the results as JSON
     python benchmarks/training.py --small                 # toy sizes, few steps (the suite's smoke test)
     python benchmarks/training.py --contenders slicer_data,torch_ddp --layers 2 --steps 20
+    python benchmarks/training.py --model gpt2-small      # GPT-2 small: 12 layers, D=768, vocab 50257, seq 128
 
 Every contender runs in processes of its own (training_torch.py, training_jax.py, training_slicer.py), one
 after another, so each one's peak memory (VmHWM per process) is its own and none competes with another for
@@ -33,7 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from training_common import OPENBLAS_VARIABLES, ROOT, SMALL, Sizes  # noqa: E402
+from training_common import MODELS, OPENBLAS_VARIABLES, ROOT, SMALL, Sizes  # noqa: E402
 
 STRATEGIES = ("data", "fsdp", "megatron")
 TORCH = ("torch_threads", "torch_ddp", "torch_fsdp2")
@@ -49,6 +50,8 @@ def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default = Sizes()
     parser.add_argument("--small", action="store_true", help="toy sizes and few steps (smoke test)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="example",
+                        help="the example GPT (default) or GPT-2 small (its sizes are the defaults)")
     for flag, field in (("--layers", "n_layer"), ("--d-model", "d_model"), ("--heads", "n_head"), ("--seq", "seq"),
                         ("--batch", "batch"), ("--vocab", "vocab"), ("--warmup", "warmup"), ("--steps", "steps")):
         parser.add_argument(flag, type=int, dest=field, help=f"default {getattr(default, field)} "
@@ -67,7 +70,7 @@ def parse(argv=None) -> argparse.Namespace:
     args.contenders = [c for c in CONTENDERS if c in chosen]
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1 (got {args.rounds})")
-    base = SMALL if args.small else default
+    base = replace(SMALL, model=args.model) if args.small else MODELS[args.model]
     args.sizes = replace(base, **{k: v for k, v in vars(args).items() if k in asdict(base) and v is not None})
     s = args.sizes
     if s.d_model % s.n_head or s.n_head % 2 or s.batch % 2 or s.seq % 2:
@@ -104,7 +107,8 @@ def run_all(args) -> tuple[dict, dict, list[str]]:
         results[name] = result
         failures += [error] if error else []
     jax_names = [c for c in args.contenders if c in JAX]
-    reason = "--no-jax" if args.no_jax else None if importlib.util.find_spec("jax") else \
+    reason = "--no-jax" if args.no_jax else "the JAX port is of the example GPT only" \
+        if args.sizes.model != "example" else None if importlib.util.find_spec("jax") else \
         "jax is not installed (pip install -e '.[bench]')"
     if reason and jax_names:
         skipped.update((name, reason) for name in jax_names)
@@ -170,7 +174,8 @@ def ratios(results: dict) -> dict:
 
 
 def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, rounds: int = 1) -> str:
-    head = (f"GPT training step: {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, seq {sizes.seq}, "
+    head = (f"GPT training step ({sizes.model}): {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, "
+            f"seq {sizes.seq}, "
             f"batch {sizes.batch}, vocab {sizes.vocab}, f32, AdamW; median of {sizes.steps} steps after "
             f"{sizes.warmup} warm-up{f' x {rounds} rounds' if rounds > 1 else ''}; peak memory = VmHWM per "
             f"process; losses vs {reference}")

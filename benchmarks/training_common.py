@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "training"
+ZOO = ROOT / "examples" / "zoo"
 
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.01}
 """The optimizer of every contender (torch.optim.AdamW, slicer.AdamW, the JAX port's update)."""
@@ -39,6 +40,7 @@ class Sizes:
     vocab: int = 512
     warmup: int = 2
     steps: int = 10
+    model: str = "example"
 
     @property
     def tokens(self) -> int:
@@ -56,6 +58,14 @@ class Sizes:
 SMALL = Sizes(n_layer=1, d_model=32, n_head=4, seq=16, batch=4, vocab=16, warmup=1, steps=3)
 """The smoke test's sizes (`training.py --small`)."""
 
+GPT2_SMALL = Sizes(n_layer=12, d_model=768, n_head=12, seq=128, batch=4, vocab=50257, warmup=2, steps=5,
+                   model="gpt2-small")
+"""GPT-2 small (124M parameters): examples/zoo's nanoGPT (fused c_attn, SDPA, tanh-gelu MLP, the LM head tied
+to the token embedding) on random tokens, next-token cross-entropy over every position."""
+
+MODELS = {"example": Sizes(), "gpt2-small": GPT2_SMALL}
+"""The models a benchmark can train (`--model`), each with its default sizes."""
+
 
 def example_module():
     """examples/training/model.py, imported (it needs torch)."""
@@ -66,22 +76,58 @@ def example_module():
     return model
 
 
+def zoo_module():
+    """examples/zoo/zoo_models.py, imported (it needs torch)."""
+    if str(ZOO) not in sys.path:
+        sys.path.insert(0, str(ZOO))
+    import zoo_models  # noqa: PLC0415  (examples/zoo/zoo_models.py)
+
+    return zoo_models
+
+
 def build_model(sizes: Sizes):
     """The GPT with the initial parameters every contender starts from."""
     import torch
 
     torch.manual_seed(0)
+    if sizes.model == "gpt2-small":
+        return zoo_module().NanoGPT(vocab=sizes.vocab, block_size=sizes.seq, d=sizes.d_model, n_head=sizes.n_head,
+                                    n_layer=sizes.n_layer)
     return example_module().GPT(vocab=sizes.vocab, seq=sizes.seq, d_model=sizes.d_model, n_head=sizes.n_head,
                                 n_layer=sizes.n_layer)
 
 
+def loss_function(sizes: Sizes):
+    """The loss `loss_fn(model, idx, targets)` of the model `sizes` name."""
+    return zoo_module()._lm_loss if sizes.model == "gpt2-small" else example_module().loss_fn
+
+
+def megatron_split(sizes: Sizes) -> dict:
+    """The Megatron split (column / row parameter patterns) of the model `sizes` name."""
+    if sizes.model == "gpt2-small":
+        return {"column": ["transformer.h.*.attn.c_attn.*", "transformer.h.*.mlp.c_fc.*"],
+                "row": ["transformer.h.*.attn.c_proj.weight", "transformer.h.*.mlp.c_proj.weight"]}
+    return example_module().MEGATRON
+
+
+def blocks(model) -> list:
+    """The model's transformer blocks (FSDP2 shards each on its own)."""
+    return list(model.transformer.h) if hasattr(model, "transformer") else list(model.blocks)
+
+
 def batches(sizes: Sizes):
-    """The `warmup + steps` global batches (idx, targets), as torch int64 tensors, in order."""
+    """The `warmup + steps` global batches (idx, targets), as torch int64 tensors, in order: the example's task,
+    or random tokens and their successors for GPT-2 small."""
     import torch
 
     generator = torch.Generator().manual_seed(1)
+    count = sizes.warmup + sizes.steps
+    if sizes.model == "gpt2-small":
+        tokens = [torch.randint(0, sizes.vocab, (sizes.batch, sizes.seq + 1), generator=generator)
+                  for _ in range(count)]
+        return [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]
     make = example_module().batch
-    return [make(generator, sizes.batch, sizes.seq, sizes.vocab) for _ in range(sizes.warmup + sizes.steps)]
+    return [make(generator, sizes.batch, sizes.seq, sizes.vocab) for _ in range(count)]
 
 
 def status_mib(pid: int | str, field: str) -> float:

@@ -26,10 +26,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib  # noqa: E402
+from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib  # noqa: E402
 
 _FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
 
@@ -42,12 +43,15 @@ def kernel_bodies(mlir: str) -> dict[str, str]:
 
 
 def kernel_kind(body: str) -> str:
-    """What a kernel mostly does, from its MLIR: "contraction" (a reduction over a product of two
-    operands), "optimizer" (sqrt and division over many operands: AdamW's update), "row" (a reduction that
-    is not a contraction: softmax, layernorm, their backward, sums of gradients over rows), "elementwise"
-    (a map with arithmetic), "copy" (data movement only: transposes, slices, concatenations)."""
+    """What a kernel mostly does, from its MLIR: "embedding-grad" (a sum over tokens of rows selected by a
+    one-hot comparison: an embedding's gradient, lowering/onehot.py), "contraction" (a reduction over a
+    product of two operands), "optimizer" (sqrt and division over many operands: AdamW's update), "row" (a
+    reduction that is not a contraction: softmax, layernorm, their backward, sums of gradients over rows),
+    "elementwise" (a map with arithmetic), "copy" (data movement only: transposes, slices, concatenations)."""
     reduction = "reduction" in body
     contraction = reduction and bool(re.search(r"arith\.mulf[^\n]*\n[^\n]*arith\.addf", body))
+    if contraction and "arith.cmpi eq" in body and "arith.uitofp" in body:
+        return "embedding-grad"
     if "linalg.matmul" in body or "linalg.batch_matmul" in body or contraction:
         return "contraction"
     if "math.sqrt" in body and "arith.divf" in body and not reduction:
@@ -72,7 +76,7 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved
     try:
-        mesh, tactics = tactics_for(step, strategy)
+        mesh, tactics = tactics_for(step, strategy, sizes)
         program = slicer.compile(step, mesh=mesh, tactics=tactics)
     finally:
         cut.MAX_OPS = saved
@@ -87,8 +91,15 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     return {"graph": graph.to_json(), "sources": kernel_sources(kernels, backend), "feeds": dict(plan.feeds),
             "kinds": kinds, "compile_s": compiled, "bodies": bodies,
             "state": [{i: plan.block(a, i, r) for i, a in plan.state.items()} for r in range(ranks)],
-            "batches": [[{i: plan.block(a, i, r) for i, a in plan.checked_inputs([b.numpy() for b in batch]).items()}
-                         for r in range(ranks)] for batch in data]}
+            "batches": [[{i: plan.block(a, i, r) for i, a in step_inputs(plan, number, batch).items()}
+                         for r in range(ranks)] for number, batch in enumerate(data)]}
+
+
+def step_inputs(plan, number: int, batch) -> dict:
+    """Step `number`'s global inputs by argument index: the batch and the hyperparameters (the optimizer's
+    settings), as a session's `step` gives them."""
+    inputs = plan.checked_inputs([b.numpy() for b in batch])
+    return inputs | (plan.hyper_inputs(number, {}) if plan.hyper else {})
 
 
 def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
@@ -124,7 +135,10 @@ def worker(path: str) -> None:
     from mpi4py import MPI
 
     from slicer.lowering import KernelGraph
+    from slicer.runtime.heap import keep_freed_memory
     from slicer.runtime.resident import ResidentRank
+
+    keep_freed_memory()  # as a session's rank (runtime/rank_server.py)
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -187,7 +201,8 @@ def top_kernels(reports: list[dict], kinds: dict[str, str], count: int = 30) -> 
 
 
 # -- torch -------------------------------------------------------------------------------------------------
-_TORCH_KINDS = (("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
+_TORCH_KINDS = (("embedding-grad", ("embedding_dense_backward", "index_put_", "_index_put_impl_", "index_add_")),
+                ("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
                 ("optimizer", ("_foreach", "adam", "lerp", "addcdiv", "addcmul", "sqrt")),
                 ("row", ("softmax", "layer_norm", "log_softmax", "nll_loss", "sum", "mean", "cross_entropy")),
                 ("copy", ("copy_", "clone", "contiguous", "cat", "index", "embedding", "masked_fill", "fill_",
@@ -195,6 +210,12 @@ _TORCH_KINDS = (("contraction", ("mm", "addmm", "bmm", "matmul", "linear", "badd
 
 
 def torch_kind(name: str) -> str:
+    """The kind of a torch profiler event: an aten op's, or "runtime" for the rest (autograd's engine, the
+    optimizer's Python, torch's dispatch between ops)."""
+    if "EmbeddingBackward" in name:  # embedding_dense_backward's work shows as its autograd node's self time
+        return "embedding-grad"
+    if not name.startswith("aten::"):
+        return "runtime"
     bare = name.removeprefix("aten::")
     for kind, words in _TORCH_KINDS:
         substring = kind in ("optimizer", "row")  # their names vary (_foreach_addcdiv_, softmax_backward_data)
@@ -203,16 +224,17 @@ def torch_kind(name: str) -> str:
     return "elementwise"
 
 
-def torch_profile(sizes: Sizes, data, steps: int) -> dict:
-    """torch's step (zero_grad, loss, backward, AdamW) on half the batch in one thread (a DDP rank's work but
-    the gradients' all_reduce): self CPU time per op and per kind, median step wall time."""
+def torch_profile(sizes: Sizes, data, steps: int, threads: int = 2) -> dict:
+    """torch's step (zero_grad, loss, backward, AdamW): on `threads` 2, the whole batch on 2 threads (the
+    reference of training.py); on 1, half the batch on one thread (a DDP rank's work but the gradients'
+    all_reduce). Self CPU time per op and per kind, median step wall time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     model = build_model(sizes)
     optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
-    loss_fn, half = example_module().loss_fn, sizes.batch // 2
+    loss_fn, half = loss_function(sizes), sizes.batch // (3 - threads)
 
     def one(idx, targets):
         optimizer.zero_grad(set_to_none=True)
@@ -257,6 +279,37 @@ def print_profile(name: str, result: dict) -> None:
         print(f"rank {r}: VmHWM {report['peak_rss_mib']:.0f} MiB; {held}")
 
 
+def slicer_kind(category: str) -> str:
+    """A category of `categories` as a kind of `side_by_side`: a kernel's kind, "collectives", "runtime"."""
+    if category.startswith("kernel "):
+        return category.removeprefix("kernel ")
+    return "runtime" if category == "python between actions" else "collectives"
+
+
+def side_by_side(table: dict[str, list[float]], torch_result: dict,
+                 torch_total: float) -> dict[str, tuple[float, float]]:
+    """Per kind, (Slicer rank 0's seconds, torch's): torch's profiler self times by kind (wall times: scaled by
+    `torch_total` over the step's wall time when `torch_total` is its CPU time, as if other jobs' load slowed
+    every op alike), the part of `torch_total` that no op accounts for counted as "runtime"."""
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for category, seconds in table.items():
+        if category != "total":
+            kinds[slicer_kind(category)][0] += seconds[0]
+    scale = torch_total / torch_result["step_s"]
+    for kind, seconds in torch_result["kinds"].items():
+        kinds[kind][1] += seconds * scale
+    kinds["runtime"][1] += max(0.0, torch_total - scale * sum(torch_result["kinds"].values()))
+    kinds["total"] = [table["total"][0], torch_total]
+    return {k: tuple(v) for k, v in kinds.items()}
+
+
+def print_side_by_side(rows: dict[str, tuple[float, float]], strategy: str) -> None:
+    print(f"\n{strategy} rank 0 next to torch, by kind (ms; torch: profiler self time, op wall time):")
+    print("| kind | Slicer | torch |\n|---|---|---|")
+    for kind in sorted(rows, key=lambda k: (k == "total", -rows[k][0])):
+        print(f"| {kind} | {rows[kind][0] * 1e3:.1f} | {rows[kind][1] * 1e3:.1f} |")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("strategies", nargs="?", default="data", help="comma-separated: data, fsdp, megatron")
@@ -266,6 +319,12 @@ def main(argv=None) -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: the ranks' thread CPU time (robust to other load; waiting asleep counts 0), and "
                         "torch's step in CPU time too")
+    parser.add_argument("--model", choices=sorted(MODELS), default="example",
+                        help="the example GPT or GPT-2 small (training_common.MODELS)")
+    parser.add_argument("--layers", type=int, help="fewer (or more) layers than the model's")
+    parser.add_argument("--torch-threads", type=int, choices=(1, 2), default=2,
+                        help="2: torch's whole step on 2 threads (training.py's reference); 1: half the batch "
+                        "on 1 thread (a DDP rank's work but the all_reduce)")
     parser.add_argument("--json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -273,24 +332,31 @@ def main(argv=None) -> None:
         return worker(args.worker)
     import slicer
 
-    sizes = Sizes(warmup=2, steps=args.steps)
+    base = MODELS[args.model]
+    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer)
     data = batches(sizes)
-    out = {"load": os.getloadavg()}
+    out = {"load": os.getloadavg(), "sizes": asdict(sizes)}
+    print(f"{sizes}; load average {out['load'][0]:.1f} on {os.cpu_count()} cores", flush=True)
     if args.torch:
-        out["torch"] = torch_profile(sizes, data, args.steps)
-        print(f"torch, 1 thread, half batch: {out['torch']['step_s'] * 1e3:.1f} ms wall, "
+        out["torch"] = torch_profile(sizes, data, args.steps, args.torch_threads)
+        print(f"torch, {args.torch_threads} thread(s): {out['torch']['step_s'] * 1e3:.1f} ms wall, "
               f"{out['torch']['step_cpu_s'] * 1e3:.1f} ms CPU; by kind (profiler, wall ms): " +
               ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(out["torch"]["kinds"].items(), key=lambda kv: -kv[1])))
         for key, seconds in out["torch"]["top"]:
             print(f"  {seconds * 1e3:8.2f} ms  {key}")
     optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
-    step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=optimizer)
+    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer)
     for strategy in args.strategies.split(","):
         job = prepare(strategy, sizes, data, step, args.split_ops)
         reports = run_job(job, sizes.warmup, args.clock)
         result = {"table": summary(reports, job["kinds"]), "top": top_kernels(reports, job["kinds"]),
                   "kinds": job["kinds"], "compile_s": job["compile_s"], "ranks": reports}
         print_profile(strategy, result)
+        if "torch" in out:
+            cpu = args.clock == "cpu" and args.torch_threads == 1  # one thread: its CPU time is the step's
+            torch_total = out["torch"]["step_cpu_s" if cpu else "step_s"]
+            result["side_by_side"] = side_by_side(result["table"], out["torch"], torch_total)
+            print_side_by_side(result["side_by_side"], strategy)
         out[strategy] = {k: v for k, v in result.items() if k != "ranks"} | {"bodies": job["bodies"]} | {
             "ranks": [{k: v for k, v in r.items() if k != "steps"} for r in reports]}
     if args.json:

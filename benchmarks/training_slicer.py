@@ -5,7 +5,7 @@ examples/training/train_gpt.py does.
     python benchmarks/training_slicer.py data,fsdp,megatron SIZES_JSON OUT
 
 Strategies: data (`strategies.data_parallel` over x=2), fsdp (`strategies.zero(stage=3)` over x=2), megatron
-(`strategies.megatron` over y=2 with `model.MEGATRON`). A step's time is the wall time of
+(`strategies.megatron` over y=2 with the model's `megatron_split`). A step's time is the wall time of
 `float(session.step(idx, targets))` as the user sees it: sending each rank its block of the batch, the ranks'
 forward, backward and update, the loss back. Peak memory: VmHWM of each rank process (read from /proc just
 before the session closes); the driver's (which imported and partitioned the step) is reported apart.
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import (ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib, record,  # noqa: E402
-                             status_mib, write)
+from training_common import (ADAMW, Sizes, batches, build_model, loss_function, megatron_split,  # noqa: E402
+                             peak_rss_mib, record, status_mib, write)
 
 import slicer  # noqa: E402
 from slicer import strategies  # noqa: E402
@@ -27,14 +27,15 @@ from slicer import strategies  # noqa: E402
 RANK_PROGRAM = "slicer.runtime.rank_server"
 
 
-def tactics_for(step, strategy: str):
-    """The mesh and tactics of `strategy` on 2 devices (train_gpt.py's `tactics_for`)."""
+def tactics_for(step, strategy: str, sizes: Sizes = Sizes()):
+    """The mesh and tactics of `strategy` on 2 devices for the model `sizes` name (train_gpt.py's
+    `tactics_for`)."""
     if strategy == "data":
         return slicer.Mesh(x=2), strategies.data_parallel(step, "x")
     if strategy == "fsdp":
         return slicer.Mesh(x=2), strategies.zero(step, "x", stage=3)
     if strategy == "megatron":
-        return slicer.Mesh(y=2), strategies.megatron(step, "y", **example_module().MEGATRON)
+        return slicer.Mesh(y=2), strategies.megatron(step, "y", **megatron_split(sizes))
     raise SystemExit(f"unknown Slicer strategy {strategy!r}: data, fsdp or megatron")
 
 
@@ -68,7 +69,7 @@ def rank_memory(root: int) -> list[tuple[float, float]]:
 
 def run_strategy(step, strategy: str, sizes: Sizes, data) -> dict:
     start = time.perf_counter()
-    mesh, tactics = tactics_for(step, strategy)
+    mesh, tactics = tactics_for(step, strategy, sizes)
     program = slicer.compile(step, mesh=mesh, tactics=tactics)
     partitioned = time.perf_counter() - start
     times, losses = [], []
@@ -93,7 +94,7 @@ def main(argv: list[str]) -> None:
     start = time.perf_counter()
     optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"],
                              weight_decay=ADAMW["weight_decay"])
-    step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=optimizer)
+    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer)
     imported = time.perf_counter() - start
     results = {}
     for name in names:

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib, record, write  # noqa: E402
+from training_common import (ADAMW, Sizes, batches, blocks, build_model, loss_function, peak_rss_mib,  # noqa: E402
+                             record, write)
 
 import torch  # noqa: E402
 
@@ -46,7 +47,7 @@ def threads(sizes: Sizes, out: str) -> None:
     torch.set_num_threads(2)
     model = build_model(sizes)
     optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
-    times, losses = _train(model, optimizer, batches(sizes), example_module().loss_fn)
+    times, losses = _train(model, optimizer, batches(sizes), loss_function(sizes))
     write(out, record("torch_threads", sizes, times, losses, [peak_rss_mib()], processes=1, threads=2))
 
 
@@ -65,13 +66,13 @@ def _distributed_rank(rank: int, kind: str, sizes: Sizes, port: int, out: str) -
         else:
             from torch.distributed.fsdp import fully_shard  # torch >= 2.6: FSDP2
 
-            for block in model.blocks:
+            for block in blocks(model):
                 fully_shard(block)
             wrapped = fully_shard(model)
         optimizer = torch.optim.AdamW(wrapped.parameters(), **ADAMW)
         half = sizes.batch // 2
         rows = slice(rank * half, (rank + 1) * half)
-        loss_fn = example_module().loss_fn
+        loss_fn = loss_function(sizes)
         times, losses = _train(wrapped, optimizer, batches(sizes), loss_fn, rows)
         gathered = [None, None]
         dist.all_gather_object(gathered, (times, losses, peak_rss_mib()))

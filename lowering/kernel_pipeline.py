@@ -98,6 +98,8 @@ _VECTORIZE: Stage = (
         "func.func(linalg-generalize-named-ops)",
         # Convolutions become an im2col patch copy and a plain contraction (contract/im2col.py).
         "slicer-kernel-im2col",
+        # A contraction with a one-hot factor (an embedding's gradient) adds only where the mask holds (onehot.py).
+        "slicer-kernel-onehot",
         # Contractions become packed GEMMs around one register-tile micro-kernel (contract.py).
         "slicer-kernel-contract{mr=8 nv=2 mc=64 nc=1024 kc=256 unroll=4}",
         # Elementwise ops and reductions become vector loops, fused row by row (rows.py).

@@ -9,10 +9,15 @@ parameters (three 4 MiB results) ran its kernel in 2.9 ms that way and in 0.83 m
 4-layer GPT's training step on 2 ranks in 20.6 ms and 17.2 ms.
 
 `keep_freed_memory()` fixes both thresholds (`mallopt`), as PyTorch's CPU performance guide gets by
-preloading jemalloc or tcmalloc, which this package cannot depend on. It is called by the processes Slicer
-starts as ranks (`runtime.job`, `runtime.rank_server`), not in a user's own process. The cost: a rank holds
-on to its peak of live blocks until it exits, which it reaches on every run anyway. Blocks above 32 MiB (the
-largest threshold glibc accepts) are still fresh mappings. Elsewhere than glibc nothing changes.
+preloading jemalloc or tcmalloc, which this package cannot depend on. The mmap threshold cannot go past
+32 MiB (glibc's largest), and a model's largest blocks are larger (GPT-2's token embedding, its gradient and
+its two AdamW moments, 154 MiB each; its logits, 51 MiB per 256 tokens): so the main heap serves every size
+(`M_MMAP_MAX` 0: no block of its own mapping). Mapped afresh at every step, those blocks faulted on every
+page (with transparent huge pages, a fault may also wait for the kernel to compact memory): GPT-2 small's
+AdamW update of its embedding ran several times slower so (benchmarks/README.md). (A thread's arena still
+maps a block larger than its heap: glibc's fallback.) It is called by the processes Slicer starts as ranks
+(`runtime.job`, `runtime.rank_server`), not in a user's own process. The cost: a rank holds on to its peak of
+live blocks until it exits, which it reaches on every run anyway. Elsewhere than glibc nothing changes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import ctypes.util
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_MMAP_MAX = -4
 """`mallopt` parameters, from glibc's <malloc.h>."""
 
 MMAP_THRESHOLD_BYTES = 32 << 20
@@ -40,4 +46,5 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES), (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES), (M_MMAP_MAX, 0))
+    return all([bool(mallopt(parameter, value)) for parameter, value in settings])

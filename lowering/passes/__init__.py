@@ -22,6 +22,7 @@ from .kernel_contract import SlicerKernelContract
 from .kernel_distinct_results import SlicerKernelDistinctResults
 from .kernel_expand_bf16 import SlicerKernelExpandBf16
 from .kernel_im2col import SlicerKernelIm2col
+from .kernel_onehot import SlicerKernelOneHot
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
 from .kernel_rows import SlicerKernelRows
 from .kernel_vectorize import SlicerKernelVectorize
@@ -30,8 +31,8 @@ from .kernel_widen_narrow_floats import SlicerKernelWidenNarrowFloats
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
-                   SlicerKernelWidenNarrowFloats, SlicerKernelIm2col, SlicerKernelContract, SlicerKernelRows,
-                   SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts,
+                   SlicerKernelWidenNarrowFloats, SlicerKernelIm2col, SlicerKernelOneHot, SlicerKernelContract,
+                   SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts,
                    SlicerKernelExpandBf16)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""
 

@@ -47,6 +47,21 @@ def test_training_benchmark_smoke(tmp_path):
     assert "| slicer_fsdp | 2 |" in done.stdout
 
 
+def test_gpt2_small_model_trains_the_same_in_torch_fsdp2_and_slicer_megatron(tmp_path):
+    # --model gpt2-small at toy sizes: examples/zoo's nanoGPT (fused c_attn, SDPA, LM head tied to the token
+    # embedding), its blocks sharded by FSDP2, its Megatron split, next-token batches
+    out = tmp_path / "training.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "training.py"), "--small", "--model", "gpt2-small",
+                           "--contenders", "torch_threads,torch_fsdp2,slicer_megatron", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["sizes"]["model"] == "gpt2-small" and results["failures"] == []
+    reference = results["contenders"]["torch_threads"]["losses"]
+    for name in ("torch_fsdp2", "slicer_megatron"):
+        assert results["contenders"][name]["losses"] == pytest.approx(reference, rel=1e-4), name
+
+
 def test_a_first_step_loss_off_by_more_than_the_tolerance_fails_the_run():
     sys.path.insert(0, str(BENCHMARKS))
     try:

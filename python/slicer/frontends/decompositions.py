@@ -11,8 +11,10 @@ torch-mlir's own table (`get_decomposition_table`) is the base. On top of it:
   (`gather`) to a `tensor.extract` at a data-dependent position, which no tiling can follow. Written with a
   one-hot mask `onehot[n, v] = (index[n] == v)` they are elementwise ops, reductions and a matmul: the
   embedding's gradient is `onehot^T @ grad` (an accumulation over tokens, as index_put's), the loss picks
-  `sum_v where(onehot, logp, 0)` (one term, exact), its backward is `where(onehot, -grad, 0)`. The extra work
-  (a [tokens, vocabulary] mask, a [vocabulary, tokens] x [tokens, D] matmul) is that of the LM head's own matmul.
+  `sum_v where(onehot, logp, 0)` (one term, exact), its backward is `where(onehot, -grad, 0)`. The mask is
+  never stored: fused into the ops that read it, it is a comparison in their bodies, and the kernels run the
+  embedding's `onehot^T @ grad` as a scatter, not as a [vocabulary, tokens] x [tokens, D] matmul
+  (lowering/onehot.py).
 - `aten.pow.Tensor_Scalar` with an integral exponent (`x ** 2` and its backward's `x ** 1`): torch-mlir lowers it
   to `math.fpowi` with an i64 exponent, which LLVM's code generator refuses ("POWI exponent does not match
   sizeof(int)": the ahead-of-time kernels fall back to the JIT). Written as torch's CPU kernel computes it
