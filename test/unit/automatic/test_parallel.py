@@ -144,6 +144,7 @@ def test_a_child_that_dies_or_hangs_has_its_tasks_run_here(monkeypatch, failure)
 
 
 @needs_two_cores
+@pytest.mark.slow
 def test_garbage_holding_an_mlir_context_does_not_hang_a_child():
     """A child collecting the parent's cyclic garbage destroyed an MLIR context there, whose destructor waits for
     LLVM threads a forked process does not have (a hang); children collect nothing."""

@@ -37,6 +37,7 @@ def _run(mode: str) -> str:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc and mallopt")
+@pytest.mark.slow
 def test_a_freed_block_stays_in_the_heap_for_the_next_one():
     # By default glibc maps a 4 MiB block of its own and unmaps it on free; kept, it comes from the heap and
     # stays there, free, for the next block.

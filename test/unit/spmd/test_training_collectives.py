@@ -55,6 +55,7 @@ def collectives(prog):
 
 
 @pytest.mark.parametrize("strategy", tp.STRATEGIES)
+@pytest.mark.slow
 def test_collectives_per_strategy(strategy, monkeypatch):
     """The partitioner's collectives, before the schedule's rewrites (bucketing would combine them)."""
     monkeypatch.setenv("SLICER_BUCKETS", "0")
