@@ -55,6 +55,7 @@ def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_composed_starts_pair_distinct_one_axis_patterns():
     """The starting points are 1-D patterns assigned per axis: on 2x2 they include data on one axis with the
     weights sharded on the other."""

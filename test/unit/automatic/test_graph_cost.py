@@ -62,6 +62,7 @@ def test_the_models_work_and_collectives_are_the_compiled_programs(step, tactics
     assert est.total == pytest.approx(compiled.total, rel=0.25)
 
 
+@pytest.mark.slow
 def test_the_compiled_cost_counts_the_graphs_own_peak(step):
     graph = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[Tile(arg="x", dim=0, axes="x")]).graph
     est = price_graph(graph, Machine(), CostModel.default())
@@ -186,6 +187,7 @@ def test_zero3_peaks_of_a_deeper_step_are_the_compiled_programs(dim):
     assert sum(c.seconds >= Machine.default().sync_seconds for c in modelled) == len(scatters)
 
 
+@pytest.mark.slow
 def test_a_weights_shard_is_freed_at_its_all_gather():
     """A forward program under ZeRO-3 (an MLP, data and weights over x): each weight's last reader uses its gathered
     copy, so the kernel graph frees the shard at the all_gather; the model's peak is the compiled program's (it

@@ -86,6 +86,7 @@ def test_a_figure_no_probe_exercises_keeps_its_starting_value(probe_graphs):
     assert fitted.sync_seconds == pytest.approx(Machine().sync_seconds, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_bad_samples_are_refused(probe_graphs):
     with pytest.raises(AutoError, match="at least one measured program"):
         fit_machine([], CostModel())

@@ -86,6 +86,7 @@ def test_a_bad_process_count_is_refused(monkeypatch, value):
 
 
 @needs_two_cores
+@pytest.mark.slow
 def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
     _, _, program, mesh, _ = mlp_on_2x2()
     sketch = read_sketch(program.text, program.entry, program.arg_names, program.result_names)

@@ -77,6 +77,7 @@ def test_clipping_adds_one_scalar_all_reduce(strategy):
     assert kind == "all_reduce" and shape == ""  # a scalar
 
 
+@pytest.mark.slow
 def test_clipping_adds_nothing_under_data_parallel():
     """Data parallel all_reduces every gradient for the update: the sums of squares read them replicated."""
     *_, plain = steps(None)

@@ -39,6 +39,7 @@ def test_arguments_are_the_inputs_then_the_parameters_by_name(imported):
     assert "self_attn.in_proj_weight" in layer.parameter_names
 
 
+@pytest.mark.slow
 def test_cleanup_leaves_what_partitions(imported):
     """No keepdim unit dims in indexing maps, no unused argmax (i64) of the softmax, the QKV projection's pieces
     taken from an expanded dim (its weight read as [3, D, D])."""

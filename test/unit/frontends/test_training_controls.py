@@ -142,6 +142,7 @@ def test_learning_rate_per_step_and_clipping_in_the_loss_function():
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_clip_grad_value_in_the_loss_function_equals_torch():
     model, loss_fn, batch = train.mlp()
 
@@ -158,6 +159,7 @@ def test_clip_grad_value_in_the_loss_function_equals_torch():
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_bad_hyperparameters_at_a_step_are_clear_errors():
     model, loss_fn, batch = train.mlp()
 

@@ -62,6 +62,7 @@ def test_the_cut_is_the_same_in_every_process():
     assert runs[0].stdout == runs[1].stdout == deep_program().graph.kernels_mlir + "\n"
 
 
+@pytest.mark.slow
 def test_the_cut_program_equals_numpy():
     prog = deep_program()
     rng = np.random.default_rng(0)
