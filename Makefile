@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lit pytest bytecode clean
+.PHONY: demo test check lit pytest bytecode clean
 
 # pip compiles the installed packages' bytecode one file at a time (half of the install's time, torch being most
 # of it); compileall does the same on every core, leaving out the packages' own test folders (13% of the sources;
@@ -28,6 +28,9 @@ lit: $(STAMP) bytecode
 # that runs out of tests takes some of another's (worksteal): the long tests do not all end up on one. The
 # slowest tests are listed at the end, so every run shows where the suite's time goes.
 PYTEST := $(VENV)/bin/python -m pytest -n auto --dist worksteal --durations=25
+# The fast tier (`make check`): the tests that start no MPI rank, run no benchmark script and are not `slow`
+# (markers: pyproject.toml; test/conftest.py sets `mpi` and `benchmark` from a test's path).
+FAST := -m "not mpi and not benchmark and not slow"
 
 pytest: $(STAMP) bytecode
 	$(PYTEST)
@@ -44,6 +47,15 @@ test: $(STAMP) bytecode
 	@mkdir -p build; status=0; \
 	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
 	$(PYTEST) || status=1; \
+	wait $$lit || status=1; \
+	cat build/lit.log; \
+	exit $$status
+
+# The inner loop, under a minute on 2 cores: lit and the fast tier of pytest, run together as `test` runs them.
+check: $(STAMP) bytecode
+	@mkdir -p build; status=0; \
+	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
+	$(PYTEST) $(FAST) || status=1; \
 	wait $$lit || status=1; \
 	cat build/lit.log; \
 	exit $$status

@@ -62,27 +62,31 @@ def pytest_unconfigure(config):
             del os.environ["SLICER_CACHE_DIR"]
 
 
-# The tests that take far longer than the others (tens of seconds), started first: with parallel workers
-# (pytest-xdist hands out tests in collection order) a long test started last would leave the other workers
-# idle while it finishes. A prefix that matches nothing only loses this ordering.
-LONG_FIRST = (
-    "test/unit/fuzz/test_differential.py::test_differential",  # 200 hypothesis cases
-    "test/unit/redistribution/test_properties.py::test_random_redistributions",  # 2,250 random reshards
-    "test/mpi/test_end_to_end_benchmark.py",
-    "test/mpi/test_demo.py",
-    "test/unit/frontends/test_from_torch.py",
-    "test/unit/fuzz/test_fuzzer.py::test_reference_agrees_with_the_jit",
-    "test/unit/propagation/test_worklist.py::test_worklist_on_imported_models",
-    "test/mpi/test_tutorial.py",
-    "test/mpi/test_training_strategies.py",  # GPT training steps: 10-15 s each
+# The tiers (markers registered in pyproject.toml; `make check` runs `-m "not mpi and not benchmark and not slow"`,
+# `make test` everything). Two are set here from where a test lives, so a new file is in its tier without a
+# decorator: every test of test/mpi/ starts MPI ranks, every `*_benchmark.py` runs a benchmark script. `slow`
+# is written on the test: more than about half a second of CPU on its own (a torch import and training,
+# subprocesses, hundreds of cases), measured, not guessed; the unit tests that start MPI ranks carry `mpi`.
+TIER_BY_PATH = (
+    ("test/mpi/", "mpi"),
+    ("_benchmark.py", "benchmark"),
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+    for item in items:
+        path = Path(item.path).resolve().relative_to(REPO).as_posix()
+        for where, marker in TIER_BY_PATH:
+            if where in path:
+                item.add_marker(marker)
+    # The long tests first (`slow`, then the benchmarks; this replaces a hand list of them): xdist hands out tests
+    # in collection order and a worker that runs out steals from another's end, so the tests left for last are
+    # short ones and the workers finish together instead of one running a long test while the other is idle.
+    def weight(item):
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("benchmark") else 2
 
-    items.sort(key=rank)  # stable: every other test keeps its place
+    items.sort(key=weight)  # stable: every other test keeps its place
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ def compiled(step, strategy):
 
 
 @pytest.mark.parametrize("strategy", ["data", "zero3"])
+@pytest.mark.slow
 def test_accumulated_steps_with_clipping_on_two_ranks_equal_torch(strategy):
     model, loss_fn, batch = train_step.mlp(batch=16)
     optimizer = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1, clip_grad_norm=0.5)
@@ -35,6 +36,7 @@ def test_accumulated_steps_with_clipping_on_two_ranks_equal_torch(strategy):
 
 
 @pytest.mark.parametrize("strategy", ["data", "zero3"])
+@pytest.mark.slow
 def test_accumulated_dropout_steps_on_two_ranks_equal_torch_replaying_the_masks(strategy):
     model, loss_fn, batch = modes.dropout_mlp(batch=8)
     optimizer = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)

@@ -49,6 +49,7 @@ def compiled(step, kind):
     return slicer.compile(step, mesh=mesh, tactics=tactics())
 
 
+@pytest.mark.slow
 def test_saved_under_fsdp_on_4_loads_under_three_others_and_trains_on_as_torch(mlp, tmp_path):
     model, loss_fn, batch, step = mlp
     want_losses, want_params = train.torch_steps(model, loss_fn, batch, ADAMW, 4)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 
 
+@pytest.mark.slow
 def test_the_demo_runs_and_checks_every_result():
     done = subprocess.run([sys.executable, str(DEMO)], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))

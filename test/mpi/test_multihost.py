@@ -143,6 +143,7 @@ def test_a_training_session_across_two_hosts_equals_torch(two_hosts):
         assert train.relative_error(state[name], want) < 1e-5, name
 
 
+@pytest.mark.slow
 def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two_hosts, tmp_path):
     """`slicer-plan --calibrate --mesh x=2,y=2 --mpiexec <two hosts>`: x crosses the hosts (the veth pair, TCP),
     y stays on one (shared memory): the stored cost model has figures per axis, x's link the slower, and a plan

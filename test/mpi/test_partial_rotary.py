@@ -27,6 +27,7 @@ def imported():
 
 
 @pytest.mark.parametrize("strategy", ["data", "megatron"])
+@pytest.mark.slow
 def test_partial_rotary_trains_equal_to_torch_on_two_ranks_without_degrading(imported, strategy):
     model, loss_fn, batch, optimizer, step = imported
     if strategy == "data":

@@ -33,6 +33,7 @@ def run_workers(ranks: int, argv: list[str], timeout: float, **env: str) -> subp
 
 
 @pytest.mark.parametrize("ranks", [4, 8])
+@pytest.mark.slow
 def test_mpi_executor_matches_simulator(ranks):
     proc = run_workers(ranks, [str(WORKER), "--bytes", str(1 << 14), "--random", str(RANDOM)], timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -50,6 +51,7 @@ STEP_WORKER = Path(__file__).with_name("step_kinds_worker.py")
 
 @pytest.mark.parametrize("strategy", ["shm", "mpi"])
 @pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.slow
 def test_every_step_kind_matches_simulator(ranks, strategy):
     """Every step kind on random non-contiguous layouts, odd sizes and 6 dtypes: blocking, nonblocking (all
     in flight at once) and with reused buffers, bit for bit against the simulator; blocks over 64 KiB with

@@ -49,6 +49,7 @@ func.func @step(%x: {y} {{slicer.name = "x"}}, %w: {w} {{slicer.name = "w"}})
                                                                  slicer.Tile(result="w", dim=0, axes="x")])
 
 
+@pytest.mark.slow
 def test_state_dict_and_save_of_a_gibibyte_of_state_keep_the_job(tmp_path, monkeypatch):
     """About 15 s on a quiet 2-core machine, most of it the first touch of 4 GiB of fresh memory (the state, its
     blocks on the ranks, the state dict); up to 40 s on a loaded one."""
@@ -75,6 +76,7 @@ def gpt():
     return (torch, *gpt_step())
 
 
+@pytest.mark.slow
 def test_a_bad_batch_is_refused_and_the_session_trains_on_as_torch(gpt):
     torch, train, model, loss_fn, batch, adamw, prog = gpt
     idx, targets = batch
@@ -98,6 +100,7 @@ def test_a_bad_batch_is_refused_and_the_session_trains_on_as_torch(gpt):
         assert train.relative_error(final[name], want) < 1e-5, name
 
 
+@pytest.mark.slow
 def test_a_bad_batch_inside_an_mpiexec_job_is_refused_on_every_rank():
     done = run_spmd(2, [sys.executable, str(HERE / "safety_worker.py")], timeout=300)
     assert done.returncode == 0, done.stderr

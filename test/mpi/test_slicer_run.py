@@ -114,6 +114,7 @@ def test_a_rank_killed_mid_run_stops_the_job():
     assert "slicer rank 3: killed by" in done.stderr
 
 
+@pytest.mark.slow
 def test_under_mpiexec_directly(tmp_path):
     """The same command inside an mpiexec job runs on its ranks (slicer.runtime.in_job); a job of the wrong
     size is a usage error."""

@@ -36,6 +36,7 @@ CASES = [("gpt", "data"), ("moe", "experts")]
 
 
 @pytest.mark.parametrize("model_name, strategy", CASES, ids=[f"{m}-{s}" for m, s in CASES])
+@pytest.mark.slow
 def test_idiomatic_models_train_like_torch_on_two_ranks(model_name, strategy):
     model, loss_fn, batch, step = imported(model_name)
     if strategy == "data":

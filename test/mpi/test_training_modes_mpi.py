@@ -30,6 +30,7 @@ def imported(name: str):
 
 
 @pytest.mark.parametrize("name, strategy", [("resnet", "zero3"), ("dropout", "data"), ("dropout", "zero3")])
+@pytest.mark.slow
 def test_training_mode_steps_on_two_ranks_equal_torch(name, strategy):
     model, loss_fn, batch, step, reference = imported(name)
     tactics = st.data_parallel(step, "x") if strategy == "data" else st.zero(step, "x", stage=3)

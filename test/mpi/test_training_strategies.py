@@ -5,6 +5,7 @@ the simulator and on MPI ranks (2 and 4), equal to torch eager with torch.optim 
 final parameters within 1e-5 (relative, norms). The per-block collectives of each strategy are pinned by
 test/Training/gpt_step_collectives.py."""
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ CASES = [
     *[("gpt", "adamw", s) for s in ("data-2", "zero1-2", "zero3-2", "megatron-2", "data+megatron")],
     *[("gpt", "sgd", s) for s in ("data-4", "zero1-4", "zero3-4", "megatron-4", "data+megatron")],
 ]
+# The GPT's 2 heads do not divide over y=4: its attention is computed whole on every device, a DegradedStrategy
+# warning this case expects (the steps must still equal torch's).
+DEGRADED = {("gpt", "sgd", "megatron-4")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,11 +84,15 @@ def imported(model_name: str, optimizer_name: str):
 
 @pytest.mark.parametrize("model_name, optimizer_name, strategy_name", CASES,
                          ids=[f"{m}-{o}-{s}" for m, o, s in CASES])
+@pytest.mark.slow
 def test_steps_under_a_strategy_equal_torch_on_the_simulator_and_on_ranks(model_name, optimizer_name,
                                                                           strategy_name):
     model, loss_fn, batch, optimizer, step = imported(model_name, optimizer_name)
     mesh, tactics = strategy(strategy_name, step, MLP_MEGATRON if model_name == "mlp" else gpt_model.MEGATRON)
-    prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics)
+    expected = pytest.warns(slicer.DegradedStrategy) if (model_name, optimizer_name, strategy_name) in DEGRADED \
+        else contextlib.nullcontext()
+    with expected:
+        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics)
     for ranks in (None, prog.mesh.device_count):
         loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, ranks=ranks)
         assert loss_error <= 1e-5 and param_error <= 1e-5, (ranks, loss_error, param_error)

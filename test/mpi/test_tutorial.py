@@ -55,6 +55,7 @@ def test_the_tutorial_parses():
     assert "sh" not in languages[first_python:], "the test runs the Python blocks after every sh block"
 
 
+@pytest.mark.slow
 def test_the_tutorial_runs(tmp_path):
     pytest.importorskip("matplotlib")
     items = blocks(TUTORIAL.read_text())

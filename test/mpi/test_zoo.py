@@ -40,6 +40,7 @@ def imported(name: str):
 
 
 @pytest.mark.parametrize("name, kind", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+@pytest.mark.slow
 def test_the_zoo_trains_equal_to_torch_on_two_ranks_undegraded(name, kind):
     case, step = imported(name)
     outcome = train.run_case(case, kind, step, 2, STEPS)  # records DegradedStrategy warnings in the outcome

@@ -33,6 +33,7 @@ def compiled(imported, devices: int, **options):
     return prog, [str(w.message) for w in caught if issubclass(w.category, slicer.DegradedStrategy)]
 
 
+@pytest.mark.slow
 def test_six_heads_on_four_devices_warn_and_equal_torch():
     model, x, imported = block(96, 6)
     prog, said = compiled(imported, 4)
@@ -48,12 +49,14 @@ def test_six_heads_on_four_devices_warn_and_equal_torch():
 
 
 @pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.slow
 def test_the_textbook_megatron_block_says_nothing(devices):
     _, _, imported = block(32, 4)
     prog, said = compiled(imported, devices, strict=True)
     assert said == [] and "warning:" not in prog.explain()
 
 
+@pytest.mark.slow
 def test_a_cause_in_every_layer_is_one_warning_whatever_the_depth():
     """3 heads on y=2 in every block of a GPT's training step: the weights of every layer lose their split, forward
     and backward, for the same reason. One warning per reason (naming every tactic and place), not per layer."""

@@ -48,6 +48,7 @@ def result_dists(prog) -> list[str]:
     return re.findall(r"^  result #\d+(?: \([^)]*\))?: \[[\d, ]*\] as (\S+) ", prog.explain(), re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_data_parallel_tiles_the_batch_and_all_reduces_each_gradient():
     tactics = st.data_parallel(STEP, "x")
     assert tactics == [slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="t", dim=0, axes="x")]
@@ -56,6 +57,7 @@ def test_data_parallel_tiles_the_batch_and_all_reduces_each_gradient():
     assert collectives(prog) == Counter({("all_reduce", "x"): 5})  # the loss and 4 gradients
 
 
+@pytest.mark.slow
 def test_zero_1_and_2_shard_the_optimizer_state_reduce_scatter_gradients_and_gather_parameters():
     tactics = st.zero(STEP, "x", stage=1)
     assert st.zero(STEP, "x", stage=2) == tactics
@@ -71,6 +73,7 @@ def test_zero_1_and_2_shard_the_optimizer_state_reduce_scatter_gradients_and_gat
     assert collectives(prog) == Counter({("reduce_scatter", "x"): 4, ("all_gather", "x"): 4, ("all_reduce", "x"): 1})
 
 
+@pytest.mark.slow
 def test_zero_3_is_fsdp_parameters_gathered_gradients_reduce_scattered():
     prog = compiled(st.zero(STEP, "x", stage=3), x=2)
     dists = arg_dists(prog)
@@ -87,6 +90,7 @@ def test_zero_shards_dims_the_axis_does_not_divide_in_padded_blocks_and_leaves_0
         assert "step" not in tiled and {"fc2.weight", "momentum.fc2.weight", "fc2.bias"} <= tiled, mesh
 
 
+@pytest.mark.slow
 def test_zero_3_on_dims_the_axis_does_not_divide_equals_numpy():
     tactics = st.zero(STEP, "x", stage=3, mesh={"x": 3})  # 16 and 8 rows on 3 devices: padded blocks
     assert {"fc1.weight", "fc2.weight", "momentum.fc2.weight"} <= {t.arg for t in tactics}
@@ -106,6 +110,7 @@ def test_megatron_splits_columns_and_rows_with_their_state_and_results():
     assert collectives(prog) == Counter({("all_reduce", "y"): 1})  # the forward's row-parallel partial sums
 
 
+@pytest.mark.slow
 def test_data_megatron_and_fsdp_compose_on_two_axes():
     tp = st.megatron(STEP, "y", column=COLUMN, row=ROW)
     tactics = st.data_parallel(STEP, "x") + tp + st.zero(STEP, "x", stage=3, mesh={"x": 2, "y": 2}, after=tp)
@@ -159,6 +164,7 @@ def test_bad_strategy_arguments_are_clear_errors(call, message):
         call()
 
 
+@pytest.mark.slow
 def test_results_named_like_arguments_follow_their_layout_unless_a_tactic_names_them():
     tactics = [slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="fc1.weight", dim=0, axes="x"),
                slicer.Tile(result="fc2.weight", dim=1, axes="x")]

@@ -31,6 +31,7 @@ def mlp_on_2x2():
     return model, x, program, slicer.Mesh(x=2, y=2), by_hand
 
 
+@pytest.mark.slow
 def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
     model, x, program, mesh, by_hand = mlp_on_2x2()
     budget = int(slicer.compile(program, mesh=mesh, tactics=by_hand).graph.peak_bytes_per_device()[0] * 1.02)
@@ -54,6 +55,7 @@ def test_data_over_one_axis_and_megatron_over_the_other_under_a_budget():
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_composed_starts_pair_distinct_one_axis_patterns():
     """The starting points are 1-D patterns assigned per axis: on 2x2 they include data on one axis with the
     weights sharded on the other."""

@@ -62,6 +62,7 @@ def test_data_parallel_for_a_large_batch_and_small_weights():
     run_mlp(text, slicer.Mesh(x=2), result.tactics, 1024, 32, 64)
 
 
+@pytest.mark.slow
 def test_megatron_when_the_budget_forbids_replicated_weights_and_the_batch_is_small():
     text = mlp(8, 128, 512)
     free = slicer.auto(text, slicer.Mesh(y=2))
@@ -103,6 +104,7 @@ def test_text_form_round_trips_and_explain_names_the_runner_up():
     assert p.total == pytest.approx(p.compute + p.exposed) and p.overlapped >= 0
 
 
+@pytest.mark.slow
 def test_fsdp_for_a_training_step_when_the_budget_forbids_replicated_parameters():
     """A large batch (data parallel, not tensor parallel) and AdamW: under a budget data parallelism misses, the
     parameters and their optimizer state are sharded over the data axis too (ZeRO-3)."""

@@ -43,6 +43,7 @@ def meetings(collectives, sync):
     [Tile(arg="x", dim=0, axes="x"), Tile(arg="y", dim=0, axes="x")],  # data parallel: gradients bucketed
     [Tile(arg="0.weight", dim=0, axes="x"), Tile(arg="2.weight", dim=1, axes="x")],  # Megatron
 ], ids=["data", "megatron"])
+@pytest.mark.slow
 def test_the_models_work_and_collectives_are_the_compiled_programs(step, tactics):
     """The backward pass and the optimizer included: each device's contraction FLOPs as the compiled kernels
     count them, and the same collectives meeting the ranks, of the same kinds."""
@@ -61,6 +62,7 @@ def test_the_models_work_and_collectives_are_the_compiled_programs(step, tactics
     assert est.total == pytest.approx(compiled.total, rel=0.25)
 
 
+@pytest.mark.slow
 def test_the_compiled_cost_counts_the_graphs_own_peak(step):
     graph = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[Tile(arg="x", dim=0, axes="x")]).graph
     est = price_graph(graph, Machine(), CostModel.default())
@@ -127,6 +129,7 @@ def test_an_arguments_all_gather_is_priced_from_the_kernel_before_it():
     assert est.exposed == pytest.approx(0.13 + 0.08 + 0.08, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_the_model_prices_collectives_used_at_once_as_the_compiled_program_does():
     """An MLP with data over x and Megatron over y on 2x2 (fc2's partial sums all_reduced, read at once by the
     bias add): the search model's communication exposed and overlapped are the compiled kernel graph's (the model
@@ -155,6 +158,7 @@ def test_fsdps_gathered_weights_are_held_from_forward_to_backward(step, dim):
 
 
 @pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.slow
 def test_zero3_peaks_of_a_deeper_step_are_the_compiled_programs(dim):
     """Three layers under ZeRO-3 on 4 devices, weights split by rows (dim 0) or columns (dim 1). What the compiled
     program does and the model follows:
@@ -183,6 +187,7 @@ def test_zero3_peaks_of_a_deeper_step_are_the_compiled_programs(dim):
     assert sum(c.seconds >= Machine.default().sync_seconds for c in modelled) == len(scatters)
 
 
+@pytest.mark.slow
 def test_a_weights_shard_is_freed_at_its_all_gather():
     """A forward program under ZeRO-3 (an MLP, data and weights over x): each weight's last reader uses its gathered
     copy, so the kernel graph frees the shard at the all_gather; the model's peak is the compiled program's (it

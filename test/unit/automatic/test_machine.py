@@ -59,6 +59,7 @@ def probe_graphs():
     return graphs
 
 
+@pytest.mark.slow
 def test_the_fit_finds_figures_that_price_the_probes_as_measured(probe_graphs):
     """Times priced by a machine unlike the built-in one (contractions 2x faster, other ops 4x, overheads 5x
     smaller) are fitted from the built-in start to within 2% on every probe, and the contraction rate the large
@@ -74,6 +75,7 @@ def test_the_fit_finds_figures_that_price_the_probes_as_measured(probe_graphs):
     assert fitted.source == "fitted" and fitted.overlap == Machine().overlap
 
 
+@pytest.mark.slow
 def test_a_figure_no_probe_exercises_keeps_its_starting_value(probe_graphs):
     """On one rank there are no collectives: their figures stay where they started."""
     comm = CostModel()
@@ -84,6 +86,7 @@ def test_a_figure_no_probe_exercises_keeps_its_starting_value(probe_graphs):
     assert fitted.sync_seconds == pytest.approx(Machine().sync_seconds, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_bad_samples_are_refused(probe_graphs):
     with pytest.raises(AutoError, match="at least one measured program"):
         fit_machine([], CostModel())

@@ -86,6 +86,7 @@ def test_a_bad_process_count_is_refused(monkeypatch, value):
 
 
 @needs_two_cores
+@pytest.mark.slow
 def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
     _, _, program, mesh, _ = mlp_on_2x2()
     sketch = read_sketch(program.text, program.entry, program.arg_names, program.result_names)
@@ -144,6 +145,7 @@ def test_a_child_that_dies_or_hangs_has_its_tasks_run_here(monkeypatch, failure)
 
 
 @needs_two_cores
+@pytest.mark.slow
 def test_garbage_holding_an_mlir_context_does_not_hang_a_child():
     """A child collecting the parent's cyclic garbage destroyed an MLIR context there, whose destructor waits for
     LLVM threads a forked process does not have (a hang); children collect nothing."""

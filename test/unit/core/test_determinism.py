@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 SCRIPT = f"""
@@ -29,6 +31,7 @@ def run_with_hash_seed(seed: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_plans_and_spmd_programs_are_the_same_in_two_processes():
     first, second = run_with_hash_seed("1"), run_with_hash_seed("2")
     assert "shard.all_reduce" in first and '"steps"' in first

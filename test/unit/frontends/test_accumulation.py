@@ -28,6 +28,7 @@ def data_parallel(step):
 
 
 @pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.slow
 def test_accumulated_steps_with_clipping_equal_torchs_accumulation_loop(k):
     model, loss_fn, batch = train_step.mlp(batch=16)
     optimizer = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1, clip_grad_norm=0.5)
@@ -61,6 +62,7 @@ def test_dropout_masks_of_a_micro_batch_are_the_whole_batchs_at_its_samples():
     assert not np.array_equal(draws[0], draws[1])
 
 
+@pytest.mark.slow
 def test_dropout_steps_equal_torch_replaying_the_whole_batchs_masks():
     model, loss_fn, batch = modes.dropout_mlp(batch=8)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, seed=SEED, microbatches=2)
@@ -70,6 +72,7 @@ def test_dropout_steps_equal_torch_replaying_the_whole_batchs_masks():
     assert np.array_equal(got["rng"], [SEED, 3])  # one step, one counter: the micro-batches share it
 
 
+@pytest.mark.slow
 def test_batch_norm_normalizes_each_micro_batch_and_updates_the_running_statistics_k_times():
     model, loss_fn, batch = modes.resnet(batch=4)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, microbatches=2)
@@ -92,6 +95,7 @@ def test_a_bad_microbatches_is_a_clear_error():
                              optimizer=ADAMW, microbatches=2)
 
 
+@pytest.mark.slow
 def test_the_compiled_peak_with_four_micro_batches_is_below_one():
     """The micro-batches run one after the other and each one's activations die before the next starts (the
     accumulation's fences keep the additions of the gradients where they are, `cleanup.py`)."""

@@ -4,6 +4,7 @@ every gradient, each a partial sum: `propagation.shared_layout` makes a sum of s
 the update already reads, `spmd.partial_terms` adds the partial sums up before one reduction), and the steps
 still equal torch eager (torch.optim.AdamW foreach=False, clip_grad_norm_) on the simulator."""
 
+import contextlib
 import functools
 import re
 from collections import Counter
@@ -37,12 +38,16 @@ STRATEGIES = {
     "fsdp x megatron": (lambda step: megatron(step) + strategies.zero(step, "x", stage=3, after=megatron(step)),
                         {"x": 2, "y": 2}),
 }
+# AdamW's elementwise update of the first layer's moments (tiled over x on the dim megatron splits over y) is
+# computed whole over x: a DegradedStrategy warning, expected (the collectives are counted either way).
+DEGRADED = {"fsdp x megatron"}
 
 
 def collectives(step, strategy):
     """(the compiled step, Counter of (collective, axes, local input shape) in its explain())."""
     tactics, mesh = STRATEGIES[strategy]
-    prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step))
+    with pytest.warns(slicer.DegradedStrategy) if strategy in DEGRADED else contextlib.nullcontext():
+        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step))
     return prog, Counter(COLLECTIVE.findall(prog.explain()))
 
 
@@ -59,6 +64,7 @@ def steps(clip):
 
 
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s != "data"])
+@pytest.mark.slow
 def test_clipping_adds_one_scalar_all_reduce(strategy):
     *_, plain = steps(None)
     *_, clipped = steps(0.5)
@@ -71,6 +77,7 @@ def test_clipping_adds_one_scalar_all_reduce(strategy):
     assert kind == "all_reduce" and shape == ""  # a scalar
 
 
+@pytest.mark.slow
 def test_clipping_adds_nothing_under_data_parallel():
     """Data parallel all_reduces every gradient for the update: the sums of squares read them replicated."""
     *_, plain = steps(None)
@@ -79,6 +86,7 @@ def test_clipping_adds_nothing_under_data_parallel():
 
 
 @pytest.mark.parametrize("strategy", ["zero3", "megatron, replicated first", "data x megatron", "fsdp x megatron"])
+@pytest.mark.slow
 def test_clipped_steps_equal_torch(strategy):
     model, loss_fn, batch, optimizer, step = steps(0.5)
     prog, _ = collectives(step, strategy)

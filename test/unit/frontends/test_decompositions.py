@@ -56,6 +56,7 @@ def test_integral_powers_are_torchs(exponent):
         assert torch.equal(got, x ** exponent)
 
 
+@pytest.mark.slow
 def test_imported_backward_stays_in_linalg():
     embedding = torch.nn.Embedding(10, 4)
 

@@ -27,6 +27,7 @@ def imported():
     return found
 
 
+@pytest.mark.slow
 def test_arguments_are_the_inputs_then_the_parameters_by_name(imported):
     model, inputs, program, _ = imported["gpt2_block"]
     assert program.input_names == ("x",)
@@ -38,6 +39,7 @@ def test_arguments_are_the_inputs_then_the_parameters_by_name(imported):
     assert "self_attn.in_proj_weight" in layer.parameter_names
 
 
+@pytest.mark.slow
 def test_cleanup_leaves_what_partitions(imported):
     """No keepdim unit dims in indexing maps, no unused argmax (i64) of the softmax, the QKV projection's pieces
     taken from an expanded dim (its weight read as [3, D, D])."""
@@ -48,6 +50,7 @@ def test_cleanup_leaves_what_partitions(imported):
 
 
 @pytest.mark.parametrize("name, strategy", [(n, s) for n in BLOCKS for s in models.STRATEGIES[n]])
+@pytest.mark.slow
 def test_strategies_give_their_collectives_and_torch_results(imported, name, strategy):
     """Megatron: exactly two all_reduces in the forward pass; sequence: K and V gathered; data: nothing. The
     partitioned program, run by the simulator on the inputs only (torch tensors or numpy arrays), equals torch
@@ -70,6 +73,7 @@ def test_megatron_splits_the_parameters_it_names(imported):
     assert "arg #3 (attn.c_attn.weight): f32[96, 32] as [[],[]]" in explained  # the fused QKV weight stays whole
 
 
+@pytest.mark.slow
 def test_functions_and_parameters_seen_at_run_time():
     """A plain function has no parameters; a module's parameters are read when the program runs."""
     program = slicer.from_torch(lambda a, b: torch.tanh(a @ b), torch.randn(8, 4), torch.randn(4, 6))
@@ -87,6 +91,7 @@ def test_functions_and_parameters_seen_at_run_time():
         np.testing.assert_allclose(prog.run(x), linear(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_single_head_attention_as_torch_writes_it():
     """The issue's failing case: Q and K (transposed) loops of different shapes once made an internal error in
     propagation. With torch-mlir's program as it is (no cleanup) and cleaned up, sequence parallel."""
@@ -101,6 +106,7 @@ def test_single_head_attention_as_torch_writes_it():
         assert models.relative_error(prog.run(*inputs), want) <= 1e-5
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_clear_errors(imported):
     _, inputs, program, _ = imported["gpt2_block"]
     with pytest.raises(slicer.FrontendError, match="example input #0 is a str, not a tensor"):
@@ -130,6 +136,7 @@ def test_bad_inputs_are_clear_errors(imported):
         slicer.compile(program, mesh=slicer.Mesh(y=2), tactics=[slicer.Tile(arg="mlp.fc.weight", dim=0, axes="y")])
 
 
+@pytest.mark.slow
 def test_torch_mlir_loads_after_the_jit_has_run():
     """Both torch-mlir and MLIR carry an LLVM; after the JIT ran, loading torch-mlir used to abort the process
     ("Option 'print-inst-addrs' registered more than once!"). Run in a fresh interpreter: an abort would kill
@@ -149,6 +156,7 @@ print(float(np.abs(prog.run(np.ones((4, 8), np.float32)) - np.tanh(1.0)).max()))
     assert float(done.stdout.split()[-1]) < 1e-6
 
 
+@pytest.mark.slow
 def test_token_ids_out_of_range_are_a_clear_error():
     """An embedding (torch-mlir checks each id with cf.assert) partitioned over the batch: right on good ids;
     an id outside the table is a KernelAssertionError naming torch's check, and the process lives on."""
@@ -168,6 +176,7 @@ def test_token_ids_out_of_range_are_a_clear_error():
         prog.run(bad)
 
 
+@pytest.mark.slow
 def test_a_small_cnn_over_the_batch():
     """Convolutions with padding (tensor.pad: its unpadded batch and channel dims tile), pooling, a classifier:
     data parallel over 2 devices, and output channels of the first convolution over y, equal to torch."""
@@ -186,6 +195,7 @@ def test_a_small_cnn_over_the_batch():
     assert collectives(slicer.compile(imported, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("input.0=x"))) == []
 
 
+@pytest.mark.slow
 def test_a_batch_norm_in_training_mode_is_refused_by_name():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     x = torch.randn(2, 3, 6, 6)

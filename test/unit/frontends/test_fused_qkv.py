@@ -29,6 +29,7 @@ def _compile_strictly(step, mesh, tactics):
         return slicer.compile(step, mesh=mesh, tactics=tactics)
 
 
+@pytest.mark.slow
 def test_nanogpt_split_under_megatron_does_not_degrade_and_trains_equal_to_torch():
     model, loss_fn, batch = train.gpt(n_layer=1, d_model=16, n_head=2, vocab=32)
     train.freeze_attention_bias(model)
@@ -39,6 +40,7 @@ def test_nanogpt_split_under_megatron_does_not_degrade_and_trains_equal_to_torch
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_vit_unbind_under_data_parallel_gathers_nothing_and_trains_equal_to_torch():
     model, (images,) = vit.tiny_vit(n_layer=1, batch=4, image=8, d_model=16, n_head=2)
     model.train()
@@ -55,6 +57,7 @@ def test_vit_unbind_under_data_parallel_gathers_nothing_and_trains_equal_to_torc
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_a_degraded_strategy_names_the_line_of_the_model_also_in_the_backward():
     """3 heads on y=2: the heads do not divide, attention runs whole. Every warning names a line of the model
     (gpt2_block.py), none an op "at unknown": the backward's ops carry the line of the forward op they

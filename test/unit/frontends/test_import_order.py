@@ -41,6 +41,7 @@ print("foreign" if foreign_llvm_tables() else "own", "ok")
 
 @pytest.mark.parametrize("first, tables", [("from torch_mlir import fx", "foreign"), ("", "own")],
                          ids=["torch_mlir-first", "slicer-alone"])
+@pytest.mark.slow
 def test_the_jit_equals_numpy_in_either_import_order(first, tables):
     done = subprocess.run([sys.executable, "-c", SCRIPT.format(first=first)], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(PYTHON_DIR)})

@@ -15,6 +15,7 @@ import slicer  # noqa: E402
 models = load("torch/models.py", "torch_models")
 
 
+@pytest.mark.slow
 def test_batchnorm_cnn_is_data_parallel_without_collectives():
     model, inputs = models.cnn()
     imported = slicer.from_torch(model, *inputs)

@@ -35,6 +35,7 @@ def test_an_op_of_mlir_text_keeps_the_advice_for_mlir():
     assert "prog.mlir" in message and "slicer.annotate" in message and "computes at" not in message
 
 
+@pytest.mark.slow
 def test_imported_ops_carry_the_line_of_the_model_not_of_torch():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")

@@ -82,6 +82,7 @@ def _autograd_function():
 
 @pytest.mark.parametrize("make", [_gpt_step, _mlp_step, _constants_step, _autograd_function],
                          ids=["gpt-adamw", "mlp-sgd", "constants", "autograd-function"])
+@pytest.mark.slow
 def test_the_fake_trace_imports_the_program_of_the_real_one(make, traced_modes, monkeypatch):
     fast = make()
     traced = [mode for mode, done in traced_modes if done]  # (from_torch tries torch.export first, which fails)

@@ -28,6 +28,7 @@ class ScatterReduce(torch.nn.Module):
         return torch.zeros(x.shape[0], 3).scatter_reduce(-1, buckets, self.linear(x), reduce="amax")  # CRASHES
 
 
+@pytest.mark.slow
 def test_a_torch_mlir_crash_is_a_frontend_error_in_a_live_process():
     with pytest.raises(slicer.FrontendError) as caught:
         slicer.from_torch(ScatterReduce(), torch.randn(2, 8), torch.randint(0, 3, (2, 4)))
@@ -43,6 +44,7 @@ def test_a_torch_mlir_crash_is_a_frontend_error_in_a_live_process():
 
 
 @pytest.mark.parametrize("scatter", [False, True])
+@pytest.mark.slow
 def test_moe_routers_import_and_equal_torch(scatter):
     model, inputs = models.moe(scatter=scatter)
     want = models.eager(model, inputs)

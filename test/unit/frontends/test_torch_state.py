@@ -18,6 +18,7 @@ train = load("torch/train_step.py", "train_step")
 
 @pytest.mark.parametrize("optimizer", [slicer.AdamW(0.01, weight_decay=0.1), slicer.SGD(0.1, momentum=0.9)],
                          ids=["adamw", "sgd"])
+@pytest.mark.slow
 def test_a_session_goes_on_from_torch_state(optimizer):
     model, loss_fn, batch = train.mlp()
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)

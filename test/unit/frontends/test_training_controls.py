@@ -92,6 +92,7 @@ def compiled(step):
     return slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=slicer.strategies.data_parallel(step, "x"))
 
 
+@pytest.mark.slow
 def test_adamw_with_a_warmup_cosine_schedule_and_clipping_equals_torch():
     """20 steps, the learning rate from a schedule (0 on the first step), the gradients clipped to a global norm
     below theirs on the first steps; the hyperparameters are float64 scalar arguments, replicated."""
@@ -115,6 +116,7 @@ def test_adamw_with_a_warmup_cosine_schedule_and_clipping_equals_torch():
     assert np.array_equal(new[0], model[0].weight.detach().numpy())
 
 
+@pytest.mark.slow
 def test_learning_rate_per_step_and_clipping_in_the_loss_function():
     """SGD with momentum: the rate given to every session.step, clipping asked by the loss function calling
     torch.nn.utils.clip_grad_norm_ (the same program as the optimizer's clip_grad_norm=), and clip_grad_value_."""
@@ -140,6 +142,7 @@ def test_learning_rate_per_step_and_clipping_in_the_loss_function():
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_clip_grad_value_in_the_loss_function_equals_torch():
     model, loss_fn, batch = train.mlp()
 
@@ -156,6 +159,7 @@ def test_clip_grad_value_in_the_loss_function_equals_torch():
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_bad_hyperparameters_at_a_step_are_clear_errors():
     model, loss_fn, batch = train.mlp()
 

@@ -45,6 +45,7 @@ def assert_imports_and_trains(model, loss_fn, batch, forward_inputs=None):
 
 
 @pytest.mark.parametrize("kind", list(idioms.ATTENTION))
+@pytest.mark.slow
 def test_scaled_dot_product_attention_imports_and_trains_like_torch(kind):
     """One block per way of writing attention: causal, scale=, GQA (enable_gqa, repeat_interleave); a boolean
     padding mask, an additive one."""
@@ -54,6 +55,7 @@ def test_scaled_dot_product_attention_imports_and_trains_like_torch(kind):
 
 
 @pytest.mark.parametrize("router", idioms.ROUTERS)
+@pytest.mark.slow
 def test_top2_mixture_of_experts_imports_and_trains_like_torch(router):
     """Forward (the output and the load-balancing loss) and steps with the one-hot router; steps with the
     router that gathers and scatters (the forward imports through the same decompositions)."""
@@ -77,6 +79,7 @@ class Indexing(torch.nn.Module):
         return torch.gather(summed, 1, buckets[:, :2] % 4) * 2 + added[:4, :2]
 
 
+@pytest.mark.slow
 def test_indexed_reads_and_writes_import_and_train_like_torch():
     torch.manual_seed(0)
     model = Indexing()
@@ -112,6 +115,7 @@ class BatchedExperts(torch.nn.Module):
         return torch.nn.functional.gelu(torch.bmm(hidden, self.w2))
 
 
+@pytest.mark.slow
 def test_activations_of_batched_expert_matmuls_train_like_torch():
     torch.manual_seed(0)
     model, x = BatchedExperts(experts=4), torch.randn(4, 2, 8)

@@ -45,6 +45,7 @@ def test_philox_gives_random123s_known_answers_in_numpy_and_torch(counter, key, 
     assert [int(w[0]) for w in got] == words(output)
 
 
+@pytest.mark.slow
 def test_masks_in_the_program_equal_the_reference_on_one_device_and_tiled_on_any_dim():
     """The mask a rank computes for its block is the block of the global mask: arange's linalg.index is offset
     by the partitioner on a tiled dim, so the element indices are global."""
@@ -62,6 +63,7 @@ def test_masks_in_the_program_equal_the_reference_on_one_device_and_tiled_on_any
         assert all(np.array_equal(g, w) for g, w in zip(got, want)), tactics
 
 
+@pytest.mark.slow
 def test_resnet_with_batch_norm_in_training_mode_steps_equal_torch():
     model, loss_fn, batch = modes.resnet()
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)
@@ -73,6 +75,7 @@ def test_resnet_with_batch_norm_in_training_mode_steps_equal_torch():
     assert int(got["bn1.num_batches_tracked"]) == 5 and got["bn1.running_mean"].any()
 
 
+@pytest.mark.slow
 def test_batch_norm_with_cumulative_averages_steps_equal_torch():
     """`momentum=None`: the running statistics are the average over the batches seen (torch reads the factor
     1 / num_batches_tracked with float(); the traced step keeps it a tensor)."""
@@ -86,6 +89,7 @@ def test_batch_norm_with_cumulative_averages_steps_equal_torch():
     assert model.bn1.forward.__func__ is nn.BatchNorm2d.forward  # the module is left as it was
 
 
+@pytest.mark.slow
 def test_dropout_steps_equal_torch_replaying_the_masks_and_the_random_state_is_checkpointed(tmp_path):
     model, loss_fn, batch = modes.dropout_mlp()
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, seed=1234)
@@ -111,6 +115,7 @@ def test_dropout_steps_equal_torch_replaying_the_masks_and_the_random_state_is_c
     assert np.allclose(losses, want[2:], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_eval_mode_batch_norm_imports_for_training_and_inference():
     """torch-mlir typed eval-mode batch norm's saved statistics tensor<0xf32> (a cast error); decomposed, it
     imports, and the buffers are read, not returned."""
@@ -127,6 +132,7 @@ def test_eval_mode_batch_norm_imports_for_training_and_inference():
         assert np.allclose(got, model(batch[0]).numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_what_cannot_be_honoured_is_a_clear_error_naming_the_op_and_line():
     mlp, loss_fn, batch = modes.dropout_mlp()
     with pytest.raises(slicer.FrontendError, match=r"dropout in training mode draws random numbers at "

@@ -31,6 +31,7 @@ def data_parallel(step, batch_arg: str):
 
 
 @pytest.mark.parametrize("case", list(SGD_CASES))
+@pytest.mark.slow
 def test_mlp_steps_equal_torch(case):
     model, loss_fn, batch = train.mlp()
     optimizer = SGD_CASES[case]
@@ -40,6 +41,7 @@ def test_mlp_steps_equal_torch(case):
 
 
 @pytest.mark.parametrize("case", ["weight_decay", "adamw"])
+@pytest.mark.slow
 def test_gpt_steps_equal_torch(case):
     """A 2-block GPT, cross-entropy on the next tokens: the embeddings' and the loss's backward pass through
     the one-hot decompositions (frontends/decompositions.py), the batch of token ids over x. (Plain SGD only
@@ -98,6 +100,7 @@ def test_sgd_without_momentum_keeps_no_state_and_buffers_are_read():
     assert step.result_names == ("loss", "fc.weight", "fc.bias")
 
 
+@pytest.mark.slow
 def test_from_torch_imports_functions_that_compute_gradients():
     """torch.func.grad_and_value (torch.export traces it) and torch.autograd.grad (it does not: make_fx
     does) give the gradient step torch computes; x ** 2's backward has no math.fpowi (LLVM refuses its i64)."""

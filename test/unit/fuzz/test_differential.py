@@ -63,6 +63,7 @@ def _shrink_further(case: Case, out: dict, pool, mpi: bool = False, aot: bool = 
     return case, found["out"]
 
 
+@pytest.mark.slow
 def test_differential(fuzz_pool):
     last: dict = {}
 
@@ -114,6 +115,7 @@ def _mpi_cases(count: int = 3) -> list[Case]:
     return found
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("case", _mpi_cases(), ids=lambda c: c.key())
 def test_mpi_sample(case, fuzz_pool):
     out = fuzz_pool.request(_request(case, mpi=True), MPI_TIMEOUT)

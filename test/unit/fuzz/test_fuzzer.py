@@ -21,6 +21,7 @@ from slicer.dialect import make_context
 JIT_CASES = int(os.environ.get("SLICER_FUZZ_JIT_CASES", "600" if os.environ.get("SLICER_NIGHTLY") == "1" else "60"))
 
 
+@pytest.mark.slow
 def test_programs_parse_and_verify():
     kinds = set()
     with make_context():
@@ -43,6 +44,7 @@ def test_generated_programs_cover_the_op_set():
         assert needle in texts, needle
 
 
+@pytest.mark.slow
 def test_reference_agrees_with_the_jit(fuzz_pool):
     """The numpy evaluator against slicer's JIT on unpartitioned programs (validates the evaluator)."""
     bad = []
@@ -127,6 +129,7 @@ def test_signatures():
     assert signature("wrong", "check-sim", "", "whatever") == "wrong|check-sim"
 
 
+@pytest.mark.slow
 def test_hang_and_crash_are_caught(tmp_path):
     from fuzz.worker import Worker
 
@@ -198,12 +201,14 @@ def test_inputs_are_bounded(dtype):
     assert np.all(np.abs(a) <= 4)
 
 
+@pytest.mark.mpi
 def test_mpi_path_of_the_harness(fuzz_pool):
     """A known-good case through the MPI executor as well (ranks = devices)."""
     out = fuzz_pool.request({"op": "case", "case": _row_sum_case().to_json(), "mpi": True, "mpi_timeout": 200}, 240)
     assert out["kind"] == "ok" and out["stage"] == "check-mpi", out
 
 
+@pytest.mark.slow
 def test_generation_never_fails():
     """The runner generates every case in the parent: a generator exception would stop a whole run."""
     from fuzz.programs import Features

@@ -40,11 +40,13 @@ def test_cases_replay_from_their_seed_and_json():
 
 
 @pytest.mark.parametrize("case", [ROTARY, HEADS], ids=["rotary", "heads"])
+@pytest.mark.slow
 def test_slices_of_slices_import_and_train_equal_to_torch(case):
     outcome = execute_slicing(case)
     assert outcome.kind == "ok", outcome.message
 
 
+@pytest.mark.slow
 def test_an_unbind_with_its_other_pieces_as_outputs_trains():
     """unbind's backward squeezes (`aten.squeeze.dims`), which torch-mlir's table made `prims.squeeze`, refused by
     the functionalizing retrace; `stateful.py` traces it as a reshape."""
@@ -54,6 +56,7 @@ def test_an_unbind_with_its_other_pieces_as_outputs_trains():
 
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
+@pytest.mark.slow
 def test_drawn_slicing_chains_do_not_fail(data):
     case = draw_slicing_case(HypothesisSource(data), max_steps=3)
     outcome = execute_slicing(case)

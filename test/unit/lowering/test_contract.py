@@ -182,6 +182,7 @@ def test_non_contractions_are_left_to_the_vectorizer():
     assert _classify(integer) == []
 
 
+@pytest.mark.slow
 def test_large_outputs_written_once_are_right_with_and_without_alignment(cache_dir):
     """A 16 MiB C with K in one block takes non-temporal stores when its base is 64-byte aligned (a
     run-time check) and regular ones otherwise: both give the same result."""

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import slicer
 from slicer.lowering import KernelNode
@@ -37,6 +38,7 @@ def compute_ops(kernel_text: str) -> int:
         return sum(1 for op in func.regions[0].blocks[0].operations if is_compute(op.operation))
 
 
+@pytest.mark.slow
 def test_a_deep_segment_is_cut_into_repeating_kernels():
     prog = deep_program()
     kernels = split_kernels(prog.graph.kernels_mlir)
@@ -50,6 +52,7 @@ def test_a_short_segment_is_not_cut():
     assert sum(isinstance(n, KernelNode) for n in prog.graph.nodes) == 1
 
 
+@pytest.mark.slow
 def test_the_cut_is_the_same_in_every_process():
     script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_cut; "
               "print(test_cut.deep_program().graph.kernels_mlir)")
@@ -59,6 +62,7 @@ def test_the_cut_is_the_same_in_every_process():
     assert runs[0].stdout == runs[1].stdout == deep_program().graph.kernels_mlir + "\n"
 
 
+@pytest.mark.slow
 def test_the_cut_program_equals_numpy():
     prog = deep_program()
     rng = np.random.default_rng(0)

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 CONTRACTION = """
 func.func @{name}(%x: tensor<{m}x{k}xf32>, %w: tensor<{wshape}xf32>) -> tensor<{m}x{n}xf32> {{
   %zero = arith.constant 0.0 : f32
@@ -98,6 +100,7 @@ def _programs() -> tuple[str, list[str]]:
     return "\n".join(texts), names
 
 
+@pytest.mark.slow
 def test_kernels_read_nothing_outside_their_operands(cache_dir):
     text, names = _programs()
     done = subprocess.run([sys.executable, "-c", CHILD, str(cache_dir), *names], input=text, capture_output=True,

@@ -52,6 +52,7 @@ def run_child(tmp_path: Path, cache: Path, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_process_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"
     first = run_child(tmp_path, cache, "allow_tools")
@@ -112,6 +113,7 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     assert not [p for p in os.listdir(tmp_path / "from-env") if p.startswith(".")], "no staging directory left behind"
 
 
+@pytest.mark.slow
 def test_concurrent_processes_compile_once(tmp_path):
     """Ranks starting together on one machine: the per-key lock lets one build, the others hit."""
     cache = tmp_path / "cache"

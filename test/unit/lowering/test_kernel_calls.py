@@ -112,6 +112,7 @@ def test_each_call_follows_the_arrays_passed(library):
         scale(other, frozen)
 
 
+@pytest.mark.slow
 def test_a_call_keeps_no_array_alive(library):
     """A kernel remembers no array it was given or made: the blocks a runtime passes once (every intermediate of a
     training step) are freed when the caller drops them, and a new array at a freed address computes on its own

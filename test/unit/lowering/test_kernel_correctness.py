@@ -311,6 +311,7 @@ func.func @kernel(%a: tensor<1x3xi32>, %b: tensor<1x3xi32>, %c: tensor<2x3xi32>,
 """
 
 
+@pytest.mark.slow
 def test_an_undefined_slice_returned_beside_its_update_gets_its_own_buffer(tmp_path):
     source = tmp_path / "kernel.mlir"
     source.write_text(UNDEFINED_SLICE_AND_ITS_UPDATE)
@@ -379,6 +380,7 @@ func.func @tadd(%a: tensor<70x45xf32>, %b: tensor<45x70xf32>) -> tensor<45x70xf3
     np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["tadd"](a, b), a.T + b, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_reduction_to_one_element_of_a_broadcast_product_equals_numpy(cache_dir, tmp_path):
     """sum(a * b^T broadcast over a's first dim) to a scalar: vectorized, MLIR's contraction lowering aborted the
     process (fuzz seed 4848, case 11); it stays a scalar loop nest and equals numpy."""

@@ -31,6 +31,7 @@ def random_input(spec, rng):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.slow
 def test_example_matches_the_jit(path, cache_dir):
     text = path.read_text()
     library = compile_library(text, cache_dir=cache_dir)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from slicer.lowering.graph_builder import build_kernel_graph
 from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph, KernelNode
@@ -48,6 +49,7 @@ def test_megatron_on_a_small_array_is_one_all_reduce():
     assert graph.results == (reduce.output,)
 
 
+@pytest.mark.slow
 def test_json_round_trip_runs_the_same():
     text, graph = graph_of("mha", "arg0.0=x")
     again = KernelGraph.from_json(graph.to_json())

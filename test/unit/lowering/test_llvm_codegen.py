@@ -49,6 +49,7 @@ def _text_section(library_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("target", [Target(), Target(cpu="x86-64", features="+avx2,+fma")],
                          ids=["native", "x86-64+avx2"])
+@pytest.mark.slow
 def test_the_object_made_in_this_process_is_the_one_llc_makes(tmp_path, monkeypatch, target):
     _skip_where_this_process_cannot_generate_code()
     a = np.linspace(-1, 1, 24 * 40, dtype=np.float32).reshape(24, 40)

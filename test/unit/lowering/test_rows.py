@@ -242,6 +242,7 @@ func.func @t(%x: tensor<37x45xf32>) -> tensor<45x37xf32> {
     np.testing.assert_array_equal(compile_library(text, cache_dir=cache_dir)["t"](x), x.T)
 
 
+@pytest.mark.slow
 def test_large_outputs_are_right_with_and_without_alignment(cache_dir):
     """softmax over a 16 MiB output: non-temporal final stores when the output is 64-byte aligned (checked
     at run time), regular stores otherwise; the same result either way."""

@@ -92,6 +92,7 @@ def rewrites(text: str, tactics: str, mesh) -> int:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_partitioned_program_grows_exactly_linearly(strategy):
     sizes = {}
     for depth in (1, 2, 4, 8):
@@ -107,6 +108,7 @@ def test_partitioned_program_grows_exactly_linearly(strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_rewrites_and_time_grow_linearly(strategy):
     counted = {d: rewrites(residual_chain(d), *STRATEGIES[strategy](d)) for d in (1, 2, 4, 8)}
     per_block = counted[2] - counted[1]
@@ -127,6 +129,7 @@ def test_rewrites_and_time_grow_linearly(strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_deep_chain_equals_numpy(strategy):
     depth = 4
     tactics, mesh = STRATEGIES[strategy](depth)

@@ -48,6 +48,7 @@ def test_worklist_on_each_law_case(index):
     assert propagated(text, None, None, True) == propagated(text, None, None, False)
 
 
+@pytest.mark.slow
 def test_worklist_on_imported_models():
     """The torch-imported blocks (when torch is installed), both engines, the same program: every strategy of
     the GPT-2 block, Megatron on nn.TransformerEncoderLayer (the reference engine takes 2 s on its others)."""
@@ -65,6 +66,7 @@ def test_worklist_on_imported_models():
 
 
 @pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.slow
 def test_worklist_on_a_training_step(stage):
     """An AdamW step of the training MLP under ZeRO-1 and ZeRO-3: the optimizer's loops fuse one after another,
     and the bodies a fusion moves are not asked again (`fusion._fuse`, moved `settled`): the same program."""
@@ -81,6 +83,7 @@ def test_worklist_on_a_training_step(stage):
     assert incremental == propagated(step.text, tactics, {"x": 2}, False)
 
 
+@pytest.mark.slow
 def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(monkeypatch):
     """An AdamW step of the training MLP under data + Megatron on 2x2 (loops over x around loops over y): the late
     phase asks the fusion law only about loops with an earlier loop in their block of the same range type,

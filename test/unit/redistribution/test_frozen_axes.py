@@ -49,6 +49,7 @@ def family_problems(draw):
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(family_problems())
+@pytest.mark.slow
 def test_plans_stay_within_each_member(problem):
     mesh, frozen, src, dst = problem
     p = plan(mesh, src, dst, frozen=frozen)

@@ -14,6 +14,7 @@ import collections
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,6 +146,7 @@ def check_sub_axis_problem(problem):
     TALLY["sub-axis types using parts"] += src.has_sub_axes() or dst.has_sub_axes()
 
 
+@pytest.mark.slow
 def test_random_redistributions(capsys):
     check_problem()
     check_sub_axis_problem()

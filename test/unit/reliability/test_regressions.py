@@ -52,6 +52,9 @@ IDENTITY = "linalg.yield %x : f32"
     ({"x": 4, "y": 2}, [T(arg=0, dim=0, axes="y"), T(arg=1, dim=0, axes="x"), T(arg=0, dim=1, axes="x")], ((4, 8), (8, 8))),
 ])
 @pytest.mark.parametrize("body", [TANH, IDENTITY], ids=["tanh", "identity"])
+# the x=4,y=2 case's tanh is computed whole over y (DegradedStrategy): the class of bug is the reduction's family,
+# checked by the answer, whatever the strategy degrades to
+@pytest.mark.filterwarnings("ignore::slicer.DegradedStrategy")
 def test_partial_sums_inside_loops_are_reduced_within_their_family(mesh, tactics, shapes, body):
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
@@ -160,6 +163,8 @@ def test_zero_dimensional_argument_of_the_wrong_shape_is_a_run_error():
     ({"x": 2, "z": 2}, [T(arg=1, dim=0, axes="z"), T(arg=0, dim=1, axes="x")]),
     ({"x": 3, "z": 2}, [T(arg=0, dim=1, axes="x"), T(arg=1, dim=0, axes="z")]),
 ])
+# x=3,z=2: the matmul is computed whole over z (DegradedStrategy); what is checked is that it is redistributed right
+@pytest.mark.filterwarnings("ignore::slicer.DegradedStrategy")
 def test_one_contraction_dim_tiled_over_different_axes_is_redistributed(mesh, tactics):
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((2, 6)).astype(np.float32), rng.standard_normal((6, 4)).astype(np.float32)

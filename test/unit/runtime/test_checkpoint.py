@@ -41,6 +41,7 @@ def checkpoint(prog, directory, steps=2):
         return s.state_dict()
 
 
+@pytest.mark.slow
 def test_saved_under_one_layout_loaded_under_three_others_bit_for_bit(saved_under, others, tmp_path):
     at_save = checkpoint(saved_under, tmp_path / "ck")
     x, w0 = data()

@@ -37,6 +37,7 @@ def _run(mode: str, size: int) -> str:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc and mallopt")
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [4 << 20, 64 << 20], ids=["4MiB", "64MiB"])
 def test_a_freed_block_stays_in_the_heap_for_the_next_one(size):
     # By default glibc maps a block of 4 MiB or more of its own and unmaps it on free; kept, it comes from the

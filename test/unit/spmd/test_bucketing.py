@@ -75,6 +75,7 @@ BATCH = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
 
 
 @pytest.mark.parametrize("results,kind", [("", "all_reduce"), (";result0.0=x;result1.0=x;result2.0=x", "reduce_scatter")])
+@pytest.mark.slow
 def test_bucketed_gradients_are_bit_identical_on_the_simulator(monkeypatch, results, kind):
     """Data parallel MLP gradients (dw1, db1, dw2 as contractions of a batch tiled over x) all_reduced, or
     reduce_scattered over dim 0 as FSDP keeps them."""

@@ -76,6 +76,7 @@ func.func @f(%a: tensor<8x4xf32>) -> tensor<8x4xf32> {
     assert "shard.grid @other" in partition(text, "slicer-partition{mesh=other}")
 
 
+@pytest.mark.slow
 def test_slicer_opt_reports_the_location(tmp_path):
     source = tmp_path / "bad.mlir"
     source.write_text(MESH + """

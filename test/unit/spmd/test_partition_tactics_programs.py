@@ -88,6 +88,7 @@ def _params():
 
 
 @pytest.mark.parametrize("name, strategy, mesh, propagate", list(_params()))
+@pytest.mark.slow
 def test_partitioned_program_equals_original(name, strategy, mesh, propagate):
     loops = loop_program(name, strategy, mesh, propagate)
     spmd = partition_text(loops)

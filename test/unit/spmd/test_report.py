@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mlir import ir
 
 from slicer.dialect import make_context
@@ -48,6 +49,7 @@ def test_requested_result_and_permute_bytes():
     assert "result #0 of @reshard_2x2 is requested as [[y],[x]]" in entry.why
 
 
+@pytest.mark.slow
 def test_slicer_opt_flag(tmp_path):
     done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_opt",
                            str(ROOT / "examples" / "data_parallel_mlp_loops.mlir"), "-p", "slicer-partition",

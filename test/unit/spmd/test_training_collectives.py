@@ -55,6 +55,7 @@ def collectives(prog):
 
 
 @pytest.mark.parametrize("strategy", tp.STRATEGIES)
+@pytest.mark.slow
 def test_collectives_per_strategy(strategy, monkeypatch):
     """The partitioner's collectives, before the schedule's rewrites (bucketing would combine them)."""
     monkeypatch.setenv("SLICER_BUCKETS", "0")
@@ -73,6 +74,7 @@ def test_collectives_per_strategy(strategy, monkeypatch):
         assert prog.memory().peak <= prog.memory().unpartitioned_peak
 
 
+@pytest.mark.slow
 def test_data_parallel_gradients_in_one_bucket():
     """With the schedule's rewrites (the default), the 4 gradients' all_reduces are one bucket moving the same
     bytes; the loss's scalar all_reduce stays apart."""

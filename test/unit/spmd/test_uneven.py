@@ -187,6 +187,7 @@ def test_explain_memory_and_pictures_show_each_devices_block():
     assert "9:10" in picture  # the last block's rows end at the logical size
 
 
+@pytest.mark.slow
 def test_torch_mlp_batch_3_data_parallel_and_hidden_30_megatron():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
@@ -310,6 +311,7 @@ def attention(seq: int) -> str:
     ([T(arg=0, dim=0, axes="y"), T(arg=1, dim=0, axes="y"), T(arg=2, dim=0, axes="y")], {"y": 2}),
     ([T(arg=1, dim=0, axes="y"), T(arg=2, dim=0, axes="y")], {"y": 4}),  # softmax and p @ v over padded keys
 ], ids=["sequence-parallel", "keys-and-values"])
+@pytest.mark.slow
 def test_attention_with_sequence_15(tactics, mesh):
     """Fills into padded blocks of values used by later kernels once crossed a collective unexported."""
     expected, actual = run_against_jit(attention(15), tactics, mesh)

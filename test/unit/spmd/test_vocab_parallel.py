@@ -55,6 +55,7 @@ def test_batch_sequence_and_embedding_dims_need_no_collective(tactics, local):
 
 
 @pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.slow
 def test_cross_entropy_keeps_the_logits_tiled(devices):
     model, inputs = vp.tiny_lm(seed=3)
     prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=devices),
@@ -69,6 +70,7 @@ def test_cross_entropy_keeps_the_logits_tiled(devices):
     np.testing.assert_allclose(prog.run(*inputs), want, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_training_step_keeps_the_logits_tiled():
     """The step's backward: d(logits) stays tiled too; the gradient of h is one all_reduce of [B, S, D], the
     gradients of both tables stay tiled over the vocabulary."""
@@ -88,6 +90,7 @@ def test_training_step_keeps_the_logits_tiled():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_complex_rope_under_megatron_keeps_the_heads_split():
     llama = load("torch/llama.py", "llama")
     model, inputs = llama.llama_block(seed=5, rope="complex")

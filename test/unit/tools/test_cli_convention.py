@@ -62,6 +62,7 @@ def test_a_command_line_that_cannot_be_used_exits_2(tool, argv, words, capsys):
     assert f"{tool}: error:" in err and words in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_failures_exit_1(tmp_path, monkeypatch, capsys):
     malformed = tmp_path / "bad.mlir"
     malformed.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = arith.negf %a tensor<4xf32>\n}\n")

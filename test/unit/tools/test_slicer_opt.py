@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SLICER_OPT = [sys.executable, "-m", "slicer.tools.slicer_opt"]
 
 UNLOWERABLE = """
@@ -21,6 +23,7 @@ def run(args, stdin="", cwd=None):
     return subprocess.run(SLICER_OPT + args, input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_pipeline_failure_prints_located_error_and_reproducer(tmp_path):
     src = tmp_path / "in.mlir"
     src.write_text(UNLOWERABLE)
@@ -37,6 +40,7 @@ def test_pipeline_failure_prints_located_error_and_reproducer(tmp_path):
     assert "'slicer.slice' whose range is not the argument" in repro.stderr
 
 
+@pytest.mark.slow
 def test_verify_diagnostics_fails_on_a_wrong_expectation(tmp_path):
     src = tmp_path / "wrong.mlir"
     src.write_text(
@@ -49,12 +53,14 @@ def test_verify_diagnostics_fails_on_a_wrong_expectation(tmp_path):
     assert "expected error at line 1 was not produced" in result.stderr
 
 
+@pytest.mark.slow
 def test_verify_diagnostics_fails_when_nothing_is_reported(tmp_path):
     src = tmp_path / "quiet.mlir"
     src.write_text("// expected-error@+1 {{boom}}\nfunc.func @f() { return }\n")
     assert run([str(src), "-verify-diagnostics"]).returncode == 1
 
 
+@pytest.mark.slow
 def test_print_ir_after_all_shows_each_pass():
     result = run(["-p", "slicer-verify,canonicalize", "--mlir-print-ir-after-all"], stdin="func.func @f() { return }")
     assert result.returncode == 0
@@ -62,6 +68,7 @@ def test_print_ir_after_all_shows_each_pass():
     assert "IR Dump After Canonicalizer (canonicalize)" in result.stderr
 
 
+@pytest.mark.slow
 def test_output_file_and_split_join(tmp_path):
     out = tmp_path / "out.mlir"
     text = "func.func @a() { return }\n// -----\nfunc.func @b() { return }\n"

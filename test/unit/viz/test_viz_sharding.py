@@ -163,6 +163,7 @@ def _png_size(path) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+@pytest.mark.slow
 def test_png_pictures(tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib.image
