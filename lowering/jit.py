@@ -23,7 +23,6 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, scf
 from mlir.execution_engine import ExecutionEngine
-from mlir.runtime import get_ranked_memref_descriptor
 
 from slicer.core.errors import EntryError, JitError, KernelError
 from slicer.core.functions import entry_function
@@ -122,6 +121,8 @@ class CompiledFunction:
             args.append(np.require(array, requirements="C"))  # ascontiguousarray would make 0-d arrays 1-d
         if self._kernel is not None:
             return self._kernel(*args)
+        from mlir.runtime import get_ranked_memref_descriptor  # costly (it loads ml_dtypes): on first use only
+
         outputs = [np.empty(spec.shape, spec.dtype) for spec in self.outputs]
         descriptors = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a))) for a in args + outputs]
         self._engine.invoke(self.name, *descriptors)

@@ -32,7 +32,6 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16" dtype name, which ArraySpec.from_json reads back
 import numpy as np
 
 from slicer.core import dtypes

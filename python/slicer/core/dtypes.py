@@ -13,15 +13,20 @@ rounding whatever k is.
 
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+
 import numpy as np
 
-NUMPY_DTYPES: dict[str, np.dtype] = {
+ELEMENT_TYPE_NAMES = ("bf16", "f16", "f32", "f64", "i1", "i8", "i16", "i32", "i64")
+"""Every element type Slicer supports, as MLIR prints it."""
+_NATIVE_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(dtype)
-    for name, dtype in (("bf16", ml_dtypes.bfloat16), ("f16", np.float16), ("f32", np.float32), ("f64", np.float64),
-                        ("i1", np.bool_), ("i8", np.int8), ("i16", np.int16), ("i32", np.int32), ("i64", np.int64))
+    for name, dtype in (("f16", np.float16), ("f32", np.float32), ("f64", np.float64), ("i1", np.bool_),
+                        ("i8", np.int8), ("i16", np.int16), ("i32", np.int32), ("i64", np.int64))
 }
-ELEMENT_TYPES: dict[np.dtype, str] = {dtype: name for name, dtype in NUMPY_DTYPES.items()}
+_NATIVE_ELEMENT_TYPES: dict[np.dtype, str] = {dtype: name for name, dtype in _NATIVE_DTYPES.items()}
+_BFLOAT16_NAME = "bfloat16"
+"""numpy's name of ml_dtypes' bfloat16 (its `.name`, and what `np.dtype(text)` reads once ml_dtypes is loaded)."""
 
 #: The floating-point element types, narrowest first.
 FLOAT_TYPES = ("bf16", "f16", "f32", "f64")
@@ -29,17 +34,31 @@ FLOAT_TYPES = ("bf16", "f16", "f32", "f64")
 NARROW_FLOATS = ("bf16", "f16")
 
 
+@functools.cache
+def bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, loaded on first use: importing ml_dtypes costs ~0.5 s of CPU (its extension registers
+    every type it has), which every process (each `slicer-opt`, each rank) would pay whether or not it meets a
+    bf16 value. A process that holds a bf16 array has loaded it already."""
+    import ml_dtypes  # costly: see above (test_layers allows it)
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 def numpy_dtype(element_type: str) -> np.dtype | None:
     """The numpy dtype of an MLIR element type name (`"f32"`), or None if Slicer does not support it."""
-    return NUMPY_DTYPES.get(str(element_type))
+    element_type = str(element_type)
+    return bfloat16() if element_type == "bf16" else _NATIVE_DTYPES.get(element_type)
 
 
 def element_type(dtype) -> str | None:
     """The MLIR element type name of a numpy dtype, or None."""
     try:
-        return ELEMENT_TYPES.get(np.dtype(dtype))
+        dtype = np.dtype(dtype)
     except TypeError:  # not a dtype at all
         return None
+    if dtype.kind == "V" and dtype.name == _BFLOAT16_NAME and dtype.names is None:
+        return "bf16" if dtype == bfloat16() else None
+    return _NATIVE_ELEMENT_TYPES.get(dtype)
 
 
 def byte_size(element_type: str) -> int | None:
@@ -56,7 +75,7 @@ def is_float(dtype) -> bool:
 def accumulation_dtype(dtype) -> np.dtype:
     """The dtype a sum of `dtype` values accumulates in: f32 for the narrow floats (rounded once at the end),
     the dtype itself otherwise."""
-    return NUMPY_DTYPES["f32"] if element_type(dtype) in NARROW_FLOATS else np.dtype(dtype)
+    return _NATIVE_DTYPES["f32"] if element_type(dtype) in NARROW_FLOATS else np.dtype(dtype)
 
 
 def sum_blocks(blocks, dtype=None) -> np.ndarray:
@@ -95,15 +114,15 @@ def dtype_text(dtype) -> str:
 
 
 def parse_dtype(text: str) -> np.dtype:
-    """The dtype `dtype_text` wrote ("bfloat16" resolves because this module imported ml_dtypes)."""
-    return np.dtype(text)
+    """The dtype `dtype_text` wrote ("bfloat16": ml_dtypes' type, loaded for it)."""
+    return bfloat16() if text == _BFLOAT16_NAME else np.dtype(text)
 
 
 def from_npy(array: np.ndarray, dtype=None) -> np.ndarray:
     """An array read from a .npy file as the dtype it was written in: numpy writes bfloat16 as 2-byte raw voids
     ("|V2"), read back here as `dtype` (default bf16) over the same bytes; other arrays are returned as they are."""
     if array.dtype.kind == "V" and array.dtype.names is None:
-        want = NUMPY_DTYPES["bf16"] if dtype is None else np.dtype(dtype)
+        want = bfloat16() if dtype is None else np.dtype(dtype)
         if want.itemsize == array.dtype.itemsize and element_type(want) is not None:
             return array.view(want)
     return array
@@ -118,5 +137,5 @@ def conversion_hint(dtype) -> str:
 
 def unsupported(element_type: str) -> str:
     """Why `element_type` is not supported, and what is."""
-    return (f"element type {element_type} is not supported; supported: {', '.join(NUMPY_DTYPES)} "
+    return (f"element type {element_type} is not supported; supported: {', '.join(ELEMENT_TYPE_NAMES)} "
             "(convert the program's tensors to one of them, e.g. f32 or bf16)")

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from slicer.automatic.machine import machine_path
-from slicer.core.dtypes import NUMPY_DTYPES
+from slicer.core.dtypes import ELEMENT_TYPE_NAMES
 from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Plan a memory-bounded redistribution of a distributed array.")
     p.add_argument("--mesh", help="mesh axes in order, e.g. x=2,y=4")
     p.add_argument("--shape", help="global shape, e.g. 1024x1024")
-    p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(NUMPY_DTYPES)} (default f32)")
+    p.add_argument("--dtype", default="f32", help=f"element type: {', '.join(ELEMENT_TYPE_NAMES)} (default f32)")
     p.add_argument("--src", help="source type, axes major to minor, e.g. '[[x],[y]]', '[[x],[]] partial=[y]' or "
                                  "with sub-axes '[[x,y:(2)2],[y:(1)2]]'")
     p.add_argument("--dst", help="target type, e.g. '[[y],[x]]'")

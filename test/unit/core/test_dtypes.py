@@ -14,8 +14,8 @@ def test_table_round_trips_and_sizes():
     assert dtypes.numpy_dtype("bf16") == BF16 and dtypes.element_type(BF16) == "bf16"
     assert {t: dtypes.byte_size(t) for t in ("bf16", "f16", "f32", "f64", "i1", "i64")} == \
         {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i1": 1, "i64": 8}
-    for name, dtype in dtypes.NUMPY_DTYPES.items():
-        assert dtypes.element_type(dtype) == name
+    for name in dtypes.ELEMENT_TYPE_NAMES:
+        assert dtypes.element_type(dtypes.numpy_dtype(name)) == name
     assert dtypes.byte_size("f8E4M3FN") is None and dtypes.element_type("not a dtype") is None
 
 
