@@ -51,10 +51,11 @@ test: $(STAMP) bytecode
 	cat build/lit.log; \
 	exit $$status
 
-# The inner loop, under a minute on 2 cores: lit and the fast tier of pytest, run together as `test` runs them.
+# The inner loop: lit without its whole-model tests (`REQUIRES: whole-suite`) and the fast tier of pytest (not
+# mpi, benchmark or slow), run together as `test` runs them.
 check: $(STAMP) bytecode
 	@mkdir -p build; status=0; \
-	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
+	$(VENV)/bin/lit -sv --param tier=fast test > build/lit.log 2>&1 & lit=$$!; \
 	$(PYTEST) $(FAST) || status=1; \
 	wait $$lit || status=1; \
 	cat build/lit.log; \

@@ -14,6 +14,10 @@ config.test_exec_root = os.path.join(os.path.dirname(config.test_source_root), "
 config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "example_modules.py", "Inputs", "__pycache__"]
 
 python = lit_config.params.get("python", sys.executable)
+# `make check` (the fast tier) runs `lit --param tier=fast`: tests that say `REQUIRES: whole-suite` (each over
+# ~10 s: importing and partitioning whole torch models) are left to `make test`.
+if lit_config.params.get("tier") != "fast":
+    config.available_features.add("whole-suite")
 sys.path.insert(0, os.path.join(os.path.dirname(config.test_source_root), "python"))
 from slicer.core.toolchain import find_tool  # noqa: E402
 

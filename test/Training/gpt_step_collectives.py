@@ -1,3 +1,4 @@
+# REQUIRES: whole-suite
 # RUN: env SLICER_BUCKETS=0 SLICER_COLLECTIVE_MATMUL=0 %PYTHON %S/../../examples/training/collectives.py | FileCheck %s
 # (the partitioner's collectives, before the schedule's rewrites combine gradients into buckets)
 # The canonical collectives of a training step, per transformer block: the GPT of examples/training/model.py

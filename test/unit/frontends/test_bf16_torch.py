@@ -42,6 +42,7 @@ def rms_error(got, want) -> float:
     return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2)))
 
 
+@pytest.mark.slow
 def test_bf16_model_forward_runs_as_torch_bf16():
     torch.manual_seed(0)
     model = Block().eval().to(torch.bfloat16)
@@ -73,6 +74,7 @@ def torch_bf16_steps(model, loss_fn, batch, optimizer, steps: int, dtype):
     return losses, {n: p.detach().double().numpy() for n, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 def test_bf16_training_step_trains_as_torch_bf16(tmp_path):
     model, loss_fn, batch = train.mlp()
     model = model.to(torch.bfloat16)
@@ -104,6 +106,7 @@ def test_bf16_training_step_trains_as_torch_bf16(tmp_path):
     assert tensors["0.weight"].dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_bf16_gpt_training_step_trains_as_torch_bf16():
     """A 1-block GPT in bf16 (embeddings and their gradients, layernorm, attention's softmax, cross-entropy over
     the vocabulary), data parallel over the batch: the losses within two bf16 units of torch's bf16 losses (the

@@ -60,6 +60,7 @@ class Strided(torch.nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+@pytest.mark.slow
 def test_a_training_step_through_it_equals_torch():
     torch.manual_seed(0)
     model = Strided()

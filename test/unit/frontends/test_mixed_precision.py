@@ -64,6 +64,7 @@ def _collective_types(prog) -> set[tuple[str, str]]:
                           re.MULTILINE))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("param_dtype", sorted(HALF))
 def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strategy):
@@ -108,6 +109,7 @@ def test_precision_must_be_a_policy():
                              optimizer=slicer.SGD(0.1), precision="bf16")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("param_dtype", sorted(HALF))
 def test_a_loss_function_under_torch_autocast_steps_equal_torch(param_dtype):
     """The loss function itself asks for autocast (`torch.autocast("cpu", dtype=...)`): the trace records
