@@ -108,47 +108,25 @@ class Bf16Gemm(Bf16Packer):
         ap = self._buffer(self.mb.max_units * self.mr * kcp_max)
         bp = self._buffer(self.nb.max_units * self.nr * kcp_max)
         scratch = e.value(f"memref.alloca() {{alignment = 64 : i64}} : memref<{self.mr}x{NR}xf32>")
-        r = c.ranges
 
-        def batch_loops(level: int, point: dict) -> None:
-            if level == len(c.batch):
-                self.blocks(self.nb, lambda nblock: n_block(point, nblock))
-                return
-            with e.loop(0, r[c.batch[level]]) as v:
-                batch_loops(level + 1, {**point, c.batch[level]: v})
+        def on_k_block(nblock, kblock, fixed):
+            kc = e.mul(kblock.length, self.kb.inner)
+            kcp = self.round_up(kc, self.pad)
+            self.pack_bf16(False, self.nb, nblock, kblock, bp, kc, kcp, fixed)
+            return kc, kcp
 
-        def n_block(point, nblock):
-            def k_block(kblock):
-                kc = e.mul(kblock.length, self.kb.inner)
-                kcp = self.round_up(kc, self.pad)
-                fixed = {**point, **{self.kb.dims[i]: v for i, v in kblock.fixed.items()}}
-                self.pack_bf16(False, self.nb, nblock, kblock, bp, kc, kcp, fixed)
+        def on_m_block(mblock, kblock, depth, fixed):
+            kc, kcp = depth
+            self.pack_bf16(True, self.mb, mblock, kblock, ap, kc, kcp, fixed, only_partial=self.in_place)
 
-                def m_block(mblock):
-                    self.pack_bf16(True, self.mb, mblock, kblock, ap, kc, kcp, fixed, only_partial=self.in_place)
+        def on_tile(where, kblock, depth, boff, tlin, height, width):
+            kcp = depth[1]
+            a = self.a_operand(where, kblock.start, tlin, kcp, height, ap)
+            zero = kblock.first if c.zero_init else False
+            self.tile(where, a, boff, kcp, height, width, bp, scratch, zero)
 
-                    def panel(plin, ndims, width):
-                        boff = e.mul(plin, e.mul(kcp, NR))
-
-                        def tile(tlin, mdims, height):
-                            where = {**point, **ndims, **mdims}
-                            a = self.a_operand(where, kblock.start, tlin, kcp, height, ap)
-                            zero = kblock.first if c.zero_init else False
-                            self.tile(where, a, boff, kcp, height, width, bp, scratch, zero)
-
-                        self.enumerate(self.mb, mblock, tile)
-
-                    self.enumerate(self.nb, nblock, panel)
-
-                self.blocks(self.mb, m_block)
-
-            self.blocks(self.kb, k_block)
-
-        batch_loops(0, {})
-        inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
-        caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
-        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
-        return "\n".join([head, e.body(), "  return", "}"])
+        self.nest(on_k_block, on_m_block, lambda plin, depth: e.mul(plin, e.mul(depth[1], NR)), on_tile)
+        return self.function_text()
 
     def _buffer(self, size: int) -> str:
         e = self.e

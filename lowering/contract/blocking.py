@@ -122,6 +122,56 @@ class Loops:
         self.args = [f"%in{i}" for i in range(len(c.inputs))]
         self.cap = [f"%cap{i}" for i in range(len(c.captured))]
 
+    # -- the nest ----------------------------------------------------------------------------------
+    def nest(self, on_k_block, on_m_block, panel_offset, on_tile) -> None:
+        """The GEMM's loop nest (the package docstring's), shared by the generators: the batch dims, blocks of N,
+        of K and of M, then the panels of the N block and the row tiles of the M block. What differs is given:
+        `on_k_block(nblock, kblock, fixed)` packs B's block and returns its depth (`kc`, whatever the generator
+        needs of it), `on_m_block(mblock, kblock, kc, fixed)` packs A's, `panel_offset(plin, kc)` is a panel's
+        offset in packed B, `on_tile(where, kblock, kc, boff, tlin, height, width)` runs one register tile
+        (`where`: loop dim -> index of the tile's corner). `fixed` holds the batch indices and the K block's
+        fixed outer K dims."""
+        c, e, r = self.c, self.e, self.c.ranges
+
+        def batch_loops(level: int, point: dict) -> None:
+            if level == len(c.batch):
+                self.blocks(self.nb, lambda nblock: n_block(point, nblock))
+                return
+            with e.loop(0, r[c.batch[level]]) as v:
+                batch_loops(level + 1, {**point, c.batch[level]: v})
+
+        def n_block(point, nblock):
+            def k_block(kblock):
+                fixed = {**point, **{self.kb.dims[i]: v for i, v in kblock.fixed.items()}}
+                kc = on_k_block(nblock, kblock, fixed)
+
+                def m_block(mblock):
+                    on_m_block(mblock, kblock, kc, fixed)
+
+                    def panel(plin, ndims, width):
+                        boff = panel_offset(plin, kc)
+
+                        def tile(tlin, mdims, height):
+                            on_tile({**point, **ndims, **mdims}, kblock, kc, boff, tlin, height, width)
+
+                        self.enumerate(self.mb, mblock, tile)
+
+                    self.enumerate(self.nb, nblock, panel)
+
+                self.blocks(self.mb, m_block)
+
+            self.blocks(self.kb, k_block)
+
+        batch_loops(0, {})
+
+    def function_text(self) -> str:
+        """The generated function: its signature (inputs, `%out`, captured values) around the emitted body."""
+        c = self.c
+        inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
+        caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
+        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
+        return "\n".join([head, self.e.body(), "  return", "}"])
+
     # -- blocks ------------------------------------------------------------------------------------
     def blocks(self, b: Blocking, body) -> None:
         """Loops over the blocks of `b`, calling body(Block)."""

@@ -50,46 +50,20 @@ class Gemm(Packer):
         vzero = e.value(f"arith.constant dense<0.0> : {self.vt}")
         self.false = e.value("arith.constant false", "b")
         self.nt_flag = self.nontemporal_flag()
-        r = c.ranges
 
-        def batch_loops(level: int, point: dict) -> None:
-            if level == len(c.batch):
-                self.blocks(self.nb, lambda nblock: n_block(point, nblock))
-                return
-            with e.loop(0, r[c.batch[level]]) as v:
-                batch_loops(level + 1, {**point, c.batch[level]: v})
+        def on_k_block(nblock, kblock, fixed):
+            kc = e.mul(kblock.length, self.kb.inner)
+            self.pack(c.b, self.nb, nblock, kblock, bp, nr, fixed)
+            return kc
 
-        def n_block(point, nblock):
-            def k_block(kblock):
-                kc = e.mul(kblock.length, self.kb.inner)
-                fixed_k = {self.kb.dims[i]: v for i, v in kblock.fixed.items()}
-                self.pack(c.b, self.nb, nblock, kblock, bp, nr, {**point, **fixed_k})
+        def on_tile(where, kblock, kc, boff, tlin, height, width):
+            aoff = e.mul(tlin, e.mul(kc, mr))
+            zero = kblock.first if c.zero_init else False
+            self.tile(where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero)
 
-                def m_block(mblock):
-                    self.pack(c.a, self.mb, mblock, kblock, ap, mr, {**point, **fixed_k})
-
-                    def panel(plin, ndims, width):
-                        boff = e.mul(plin, e.mul(kc, nr))
-
-                        def tile(tlin, mdims, height):
-                            aoff = e.mul(tlin, e.mul(kc, mr))
-                            where = {**point, **ndims, **mdims}
-                            zero = kblock.first if c.zero_init else False
-                            self.tile(where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero)
-
-                        self.enumerate(self.mb, mblock, tile)
-
-                    self.enumerate(self.nb, nblock, panel)
-
-                self.blocks(self.mb, m_block)
-
-            self.blocks(self.kb, k_block)
-
-        batch_loops(0, {})
-        inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
-        caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
-        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
-        return "\n".join([head, e.body(), "  return", "}"])
+        self.nest(on_k_block, lambda mblock, kblock, kc, fixed: self.pack(c.a, self.mb, mblock, kblock, ap, mr, fixed),
+                  lambda plin, kc: e.mul(plin, e.mul(kc, nr)), on_tile)
+        return self.function_text()
 
     def tile(self, where, aoff, boff, kc, height, width, ap, bp, scratch, scratch_dyn, vzero, tile_type, zero) -> None:
         """One register tile of C at `where` (loop dim -> element index; M0/N0 are the tile's corner).
