@@ -22,7 +22,7 @@ sys.path.insert(0, str(EXAMPLES / "zoo"))
 import zoo_models as models  # noqa: E402
 
 train = load("zoo/train.py", "zoo_train")
-STEPS = 3
+STEPS = 5  # the 5 AdamW steps
 
 CASES = [("nanogpt", "megatron"), ("vit", "zero3"), ("resnet18", "data"), ("mixtral", "megatron"), ("bert", "zero3"),
          ("t5", "data")]
