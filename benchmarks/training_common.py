@@ -41,6 +41,7 @@ class Sizes:
     warmup: int = 2
     steps: int = 10
     model: str = "example"
+    precision: str = "f32"  # or "bf16": mixed precision (see training.py)
 
     @property
     def tokens(self) -> int:
@@ -100,6 +101,18 @@ def build_model(sizes: Sizes):
 def loss_function(sizes: Sizes):
     """The loss `loss_fn(model, idx, targets)` of the model `sizes` name."""
     return zoo_module()._lm_loss if sizes.model == "gpt2-small" else example_module().loss_fn
+
+
+def autocast(sizes: Sizes):
+    """The context torch's contenders run a step's forward and loss in: `torch.autocast` to bf16 under
+    `--precision bf16` (what a torch user trains with on a CPU with bf16 units), else nothing."""
+    import contextlib
+
+    import torch
+
+    if sizes.precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def megatron_split(sizes: Sizes) -> dict:

@@ -325,6 +325,8 @@ def main(argv=None) -> None:
     parser.add_argument("--torch-threads", type=int, choices=(1, 2), default=2,
                         help="2: torch's whole step on 2 threads (training.py's reference); 1: half the batch "
                         "on 1 thread (a DDP rank's work but the all_reduce)")
+    parser.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                        help="bf16: slicer.MixedPrecision(bf16, f32) (torch: autocast), as training.py --precision")
     parser.add_argument("--json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -333,7 +335,7 @@ def main(argv=None) -> None:
     import slicer
 
     base = MODELS[args.model]
-    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer)
+    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer, precision=args.precision)
     data = batches(sizes)
     out = {"load": os.getloadavg(), "sizes": asdict(sizes)}
     print(f"{sizes}; load average {out['load'][0]:.1f} on {os.cpu_count()} cores", flush=True)
@@ -345,7 +347,9 @@ def main(argv=None) -> None:
         for key, seconds in out["torch"]["top"]:
             print(f"  {seconds * 1e3:8.2f} ms  {key}")
     optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
-    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer)
+    precision = slicer.MixedPrecision(param_dtype="bf16", reduce_dtype="f32") if sizes.precision == "bf16" else None
+    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer,
+                                precision=precision)
     for strategy in args.strategies.split(","):
         job = prepare(strategy, sizes, data, step, args.split_ops)
         reports = run_job(job, sizes.warmup, args.clock)

@@ -94,7 +94,9 @@ def main(argv: list[str]) -> None:
     start = time.perf_counter()
     optimizer = slicer.AdamW(lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"],
                              weight_decay=ADAMW["weight_decay"])
-    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer)
+    precision = slicer.MixedPrecision(param_dtype="bf16", reduce_dtype="f32") if sizes.precision == "bf16" else None
+    step = slicer.training_step(build_model(sizes), loss_function(sizes), *data[0], optimizer=optimizer,
+                                precision=precision)
     imported = time.perf_counter() - start
     results = {}
     for name in names:

@@ -13,6 +13,7 @@ timed loop so no extra collective is timed. Peak memory: VmHWM of each process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -20,21 +21,23 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import (ADAMW, Sizes, batches, blocks, build_model, loss_function, peak_rss_mib,  # noqa: E402
-                             record, write)
+from training_common import (ADAMW, Sizes, autocast, batches, blocks, build_model, loss_function,  # noqa: E402
+                             peak_rss_mib, record, write)
 
 import torch  # noqa: E402
 
 
-def _train(model, optimizer, data, loss_fn, rows: slice | None = None):
-    """Run every step; the wall time and the local loss of each."""
+def _train(model, optimizer, data, loss_fn, rows: slice | None = None, precision=None):
+    """Run every step (the forward and loss under `precision`, a context such as autocast); the wall time and
+    the local loss of each."""
     times, losses = [], []
     for idx, targets in data:
         if rows is not None:
             idx, targets = idx[rows], targets[rows]
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model, idx, targets)
+        with precision if precision is not None else contextlib.nullcontext():
+            loss = loss_fn(model, idx, targets)
         loss.backward()
         optimizer.step()
         value = loss.item()
@@ -47,7 +50,7 @@ def threads(sizes: Sizes, out: str) -> None:
     torch.set_num_threads(2)
     model = build_model(sizes)
     optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
-    times, losses = _train(model, optimizer, batches(sizes), loss_function(sizes))
+    times, losses = _train(model, optimizer, batches(sizes), loss_function(sizes), precision=autocast(sizes))
     write(out, record("torch_threads", sizes, times, losses, [peak_rss_mib()], processes=1, threads=2))
 
 
@@ -64,16 +67,20 @@ def _distributed_rank(rank: int, kind: str, sizes: Sizes, port: int, out: str) -
 
             wrapped = DistributedDataParallel(model)
         else:
-            from torch.distributed.fsdp import fully_shard  # torch >= 2.6: FSDP2
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # torch >= 2.6: FSDP2
 
+            policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                      if sizes.precision == "bf16" else MixedPrecisionPolicy())
             for block in blocks(model):
-                fully_shard(block)
-            wrapped = fully_shard(model)
+                fully_shard(block, mp_policy=policy)
+            wrapped = fully_shard(model, mp_policy=policy)
         optimizer = torch.optim.AdamW(wrapped.parameters(), **ADAMW)
         half = sizes.batch // 2
         rows = slice(rank * half, (rank + 1) * half)
         loss_fn = loss_function(sizes)
-        times, losses = _train(wrapped, optimizer, batches(sizes), loss_fn, rows)
+        # DDP under bf16 runs autocast (its gradients are f32: DDP reduces them in f32); FSDP2 runs its policy
+        precision = autocast(sizes) if kind == "ddp" else None
+        times, losses = _train(wrapped, optimizer, batches(sizes), loss_fn, rows, precision)
         gathered = [None, None]
         dist.all_gather_object(gathered, (times, losses, peak_rss_mib()))
         if rank == 0:
