@@ -3,12 +3,15 @@
 Where the tests run as root and `ip netns` works, the fixture creates two namespaces, each with one end of a
 veth pair (the same interface name in both, private addresses 10.213.0.1 and .2: nothing else is contacted),
 and a wrapper used as `mpiexec`: hydra started in the first namespace with `-hosts <h1>:2,<h2>:2 -launcher ssh
--launcher-exec <script>`, the script running each host's proxy under `ip netns exec <its namespace>`. Ranks
+-launcher-exec <script>`, the script running each host's proxy under `ip netns exec <its namespace>`, with a
+hostname of its own (`unshare --uts`: MPI's shared-memory split, and Slicer's shared-memory collectives, then
+see two nodes, and the collectives between the hosts go over the veth pair). Ranks
 0-1 are on the first host, 2-3 on the second: the mesh's major axis x (x=2, y=2, ranks row-major) crosses
 hosts. A forward program (examples/mlp.mlir) runs equal to numpy and a training session (the MLP under data
 parallel on x and Megatron on y, AdamW) equal to torch, and the veth pair carried the cross-host traffic. The
 namespaces are removed whatever happens (the fixture's finalizer); elsewhere the tests are skipped with the
-reason. The ranks share this machine's filesystem, so the session's Unix socket and job files work as on one host.
+reason. The ranks still share this machine's filesystem (/tmp, /dev/shm), so the session's Unix socket and job
+files work as on one host: what two real machines do not share is issue 53's.
 """
 
 import json
@@ -69,7 +72,9 @@ class TwoHosts:
             'host=$1; shift\n'
             f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; exit 2;; esac\n'
             f'echo "$host $ns" >> {self.log}\n'
-            'exec ip netns exec "$ns" sh -c "$*"\n')
+            # each host its own hostname too (a UTS namespace): MPI groups ranks into nodes by hostname, and with
+            # one name for both the collectives between the hosts went through shared memory, never the veth pair
+            'exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns && $*"\n')
         self.mpiexec = self.directory / "mpiexec"
         self.mpiexec.write_text(
             f"#!/bin/sh\nexec ip netns exec {a} {find_mpiexec()} -hosts {HOSTS[0]}:2,{HOSTS[1]}:2 "
