@@ -72,10 +72,15 @@ def torch_optimizer(optimizer, params):
                              weight_decay=optimizer.weight_decay, foreach=False)
 
 
-def torch_steps(model, loss_fn, batch, optimizer, steps: int, *, after_step=None, model_out: list | None = None):
+def torch_steps(model, loss_fn, batch, optimizer, steps: int, *, after_step=None, model_out: list | None = None,
+                dtype=None):
     """(losses, final parameters by name): `steps` steps of torch eager on a copy of `model`. `after_step(copy)`
-    runs after each step (e.g. advancing replayed dropout masks); `model_out` receives the trained copy."""
-    model = copy.deepcopy(model)
+    runs after each step (e.g. advancing replayed dropout masks); `model_out` receives the trained copy. `dtype`
+    (e.g. torch.bfloat16): the copy and the batch's floating tensors converted to it first, the parameters
+    returned as float64 (numpy has no bfloat16)."""
+    model = copy.deepcopy(model) if dtype is None else copy.deepcopy(model).to(dtype)
+    if dtype is not None:
+        batch = tuple(b.to(dtype) if b.is_floating_point() else b for b in batch)
     opt = torch_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
     losses = []
     for _ in range(steps):
@@ -88,6 +93,8 @@ def torch_steps(model, loss_fn, batch, optimizer, steps: int, *, after_step=None
             after_step(model)
     if model_out is not None:
         model_out.append(model)
+    if dtype is not None:
+        return losses, {n: p.detach().double().numpy() for n, p in model.named_parameters()}
     return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
 
 

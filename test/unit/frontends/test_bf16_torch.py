@@ -59,21 +59,6 @@ def test_bf16_model_forward_runs_as_torch_bf16():
     assert rms_error(got, eager.float().numpy()) <= 1e-2
 
 
-def torch_bf16_steps(model, loss_fn, batch, optimizer, steps: int, dtype):
-    """(losses, parameters) of `steps` torch eager steps on a copy of `model` in `dtype`."""
-    model = copy.deepcopy(model).to(dtype)
-    batch = tuple(b.to(dtype) if b.is_floating_point() else b for b in batch)
-    opt = train.torch_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = loss_fn(model, *batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {n: p.detach().double().numpy() for n, p in model.named_parameters()}
-
-
 @pytest.mark.slow
 def test_bf16_training_step_trains_as_torch_bf16(tmp_path):
     model, loss_fn, batch = train.mlp()
@@ -89,8 +74,8 @@ def test_bf16_training_step_trains_as_torch_bf16(tmp_path):
         losses += [float(session.step(*batch)) for _ in range(2)]
         state = session.state_dict()
     assert state["0.weight"].dtype == BF16
-    want_losses, want_params = torch_bf16_steps(model, loss_fn, batch, optimizer, 4, torch.bfloat16)
-    exact_losses, exact_params = torch_bf16_steps(model, loss_fn, batch, optimizer, 4, torch.float64)
+    want_losses, want_params = train.torch_steps(model, loss_fn, batch, optimizer, 4, dtype=torch.bfloat16)
+    exact_losses, exact_params = train.torch_steps(model, loss_fn, batch, optimizer, 4, dtype=torch.float64)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-2)
     np.testing.assert_allclose(losses, exact_losses, rtol=2e-2)
     for name, want in want_params.items():
@@ -119,6 +104,6 @@ def test_bf16_gpt_training_step_trains_as_torch_bf16():
     with prog.session() as session:
         losses = [float(session.step(*batch)) for _ in range(3)]
         state = session.state_dict()
-    want_losses, want_params = torch_bf16_steps(model, loss_fn, batch, optimizer, 3, torch.bfloat16)
+    want_losses, want_params = train.torch_steps(model, loss_fn, batch, optimizer, 3, dtype=torch.bfloat16)
     np.testing.assert_allclose(losses, want_losses, rtol=2 * 2.0 ** -7)
     assert max(train.relative_error(state[n], w) for n, w in want_params.items()) <= 1.5e-2
