@@ -35,16 +35,18 @@ class MixedPrecision:
     """A mixed-precision policy for `slicer.training_step`: compute in `param_dtype` ("bf16", "f16" or "f32"),
     sum gradients across devices in `reduce_dtype` (only "f32", see the module docstring); master parameters,
     optimizer state and update in f32. `cast_inputs`: cast the model's floating inputs to `param_dtype` (FSDP2's
-    `cast_forward_inputs`)."""
+    `cast_forward_inputs`). `output_dtype` (FSDP2's): cast the model's floating outputs to it ("f32": the loss
+    function, a cross-entropy say, then computes in f32), or None to leave them in `param_dtype`."""
 
     param_dtype: str = "bf16"
     reduce_dtype: str = "f32"
     cast_inputs: bool = True
+    output_dtype: str | None = None
 
     def __post_init__(self):
-        for field in ("param_dtype", "reduce_dtype"):
+        for field in ("param_dtype", "reduce_dtype", "output_dtype"):
             value = getattr(self, field)
-            if value not in FLOAT_TYPES:
+            if value not in FLOAT_TYPES and not (field == "output_dtype" and value is None):
                 raise FrontendError(f"MixedPrecision: {field} must be one of {', '.join(FLOAT_TYPES)}, got "
                                     f"{value!r}")
         if self.reduce_dtype != "f32":
@@ -77,6 +79,21 @@ class MixedPrecision:
         def cast(_module, args):
             return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
                          for a in args)
+
+        return cast
+
+    def output_cast(self, torch):
+        """A forward hook casting the floating tensors among a module's outputs (a tensor, or a tuple or list of
+        them) to `output_dtype` (None when it is not set)."""
+        if self.output_dtype is None:
+            return None
+        dtype = getattr(torch, FLOAT_TYPES[self.output_dtype])
+
+        def one(value):
+            return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+        def cast(_module, _args, output):
+            return type(output)(one(o) for o in output) if isinstance(output, (tuple, list)) else one(output)
 
         return cast
 

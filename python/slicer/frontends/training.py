@@ -230,7 +230,7 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
             loss = _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
             return loss if precision is None else loss.to(torch.float32)
 
-        with random_stream(rng) as stream, _inputs_cast(model, precision, torch):
+        with random_stream(rng) as stream, _casts_around(model, precision, torch):
             loss, grads, fences = accumulated_gradients(torch, loss_of, batch, list(weights.values()),
                                                         microbatches, stream, guard)
         grads = dict(zip(trained, grads))
@@ -246,14 +246,18 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
 
 
 @contextlib.contextmanager
-def _inputs_cast(model, precision: MixedPrecision | None, torch):
-    """While the step is traced, `model`'s floating inputs are cast as `precision` asks (if it does)."""
-    hook = precision.input_cast(torch) if precision is not None else None
-    handle = model.register_forward_pre_hook(hook) if hook is not None else None
+def _casts_around(model, precision: MixedPrecision | None, torch):
+    """While the step is traced, `model`'s floating inputs and outputs are cast as `precision` asks (if it does)."""
+    handles = []
+    if precision is not None:
+        if (before := precision.input_cast(torch)) is not None:
+            handles.append(model.register_forward_pre_hook(before))
+        if (after := precision.output_cast(torch)) is not None:
+            handles.append(model.register_forward_hook(after))
     try:
         yield
     finally:
-        if handle is not None:
+        for handle in handles:
             handle.remove()
 
 

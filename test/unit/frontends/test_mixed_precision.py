@@ -40,13 +40,15 @@ def _loss(model, x, y):
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
-def _policy_by_hand(model, batches, lr, dtype):
+def _policy_by_hand(model, batches, lr, dtype, output_dtype=None):
     """(losses, final parameters) of SGD steps under the policy, in torch: a `dtype` copy of the model computes
-    the loss (in f32) and the gradients, which are widened and applied to the f32 master parameters."""
+    the loss (in f32; from its outputs cast to `output_dtype` if given) and the gradients, which are widened and
+    applied to the f32 master parameters."""
     master, losses = copy.deepcopy(model), []
     for x, y in batches:
         compute = copy.deepcopy(master).to(dtype)
-        loss = _loss(compute, x.to(dtype), y).float()
+        out = compute(x.to(dtype))
+        loss = torch.nn.functional.cross_entropy(out if output_dtype is None else out.to(output_dtype), y).float()
         loss.backward()
         with torch.no_grad():
             for p, c in zip(master.parameters(), compute.parameters()):
@@ -93,9 +95,31 @@ def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strateg
         assert np.abs(got[name] - value).max() <= tolerance * np.abs(value).max(), name
 
 
+@pytest.mark.slow
+def test_outputs_cast_to_f32_give_an_f32_loss_equal_to_the_policy_run_by_hand():
+    """`output_dtype="f32"` (FSDP2's): the model's bf16 logits are widened, the cross-entropy is computed in f32."""
+    model = _mlp()
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, 16), torch.randint(0, 8, (8,))) for _ in range(2)]
+    policy = slicer.MixedPrecision(param_dtype="bf16", output_dtype="f32")
+    step = slicer.training_step(model, _loss, *batches[0], optimizer=slicer.SGD(0.1), precision=policy)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
+    want_losses, want = _policy_by_hand(model, batches, 0.1, torch.bfloat16, torch.float32)
+    bf16_losses, _ = _policy_by_hand(model, batches, 0.1, torch.bfloat16)
+    with prog.session() as session:
+        losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
+        got = session.state_dict()
+    # the first step's loss is an f32 cross-entropy of the same bf16 logits: equal to 1e-6, not to a bf16 one's
+    assert abs(losses[0] / want_losses[0] - 1) <= 1e-6 < abs(bf16_losses[0] / want_losses[0] - 1), losses
+    assert np.allclose(losses, want_losses, rtol=TOLERANCE["bf16"]), (losses, want_losses)
+    for name, value in want.items():
+        assert np.abs(got[name] - value).max() <= TOLERANCE["bf16"] * np.abs(value).max(), name
+
+
 @pytest.mark.parametrize("policy, message", [
     (dict(reduce_dtype="bf16"), r"reduce_dtype 'bf16' is not supported: Slicer sums gradients across devices in f32"),
     (dict(param_dtype="fp8"), r"param_dtype must be one of bf16, f16, f32, got 'fp8'"),
+    (dict(output_dtype="f64"), r"output_dtype must be one of bf16, f16, f32, got 'f64'"),
 ])
 def test_a_bad_policy_is_a_clear_error(policy, message):
     with pytest.raises(slicer.FrontendError, match=message):
