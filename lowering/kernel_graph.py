@@ -92,6 +92,9 @@ class KernelGraph:
     # shapes: dims that do not divide their tiles (docs/partition.md, "Uneven shapes"); index -> shape.
     arg_shapes: dict = field(default_factory=dict)
     result_shapes: dict = field(default_factory=dict)
+    # the units bf16 contractions run on ("auto": the CPU's best; "amx", "avx512bf16", "f32" forced), which the
+    # kernels are compiled for (lowering/contract/matrix_units.py): `slicer.compile(..., bf16_units=)`.
+    bf16_units: str = "auto"
 
     def arg_shape(self, index: int) -> tuple[int, ...]:
         """The global shape the caller gives argument `index` in (its type's shape is padded if uneven)."""
@@ -121,6 +124,7 @@ class KernelGraph:
             "nodes": [node(n) for n in self.nodes], "kernels_mlir": self.kernels_mlir,
             "arg_shapes": {str(i): list(s) for i, s in self.arg_shapes.items()},
             "result_shapes": {str(i): list(s) for i, s in self.result_shapes.items()},
+            "bf16_units": self.bf16_units,
         }, indent=1)
 
     @staticmethod
@@ -142,7 +146,8 @@ class KernelGraph:
         result_dists = tuple(DistType.parse(text, tuple(shape), mesh) for text, shape in data["result_dists"])
         shapes = {key: {int(i): tuple(s) for i, s in data.get(key, {}).items()} for key in ("arg_shapes", "result_shapes")}
         return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
-                           tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"], **shapes)
+                           tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"], **shapes,
+                           bf16_units=data.get("bf16_units", "auto"))
 
     # -- memory ------------------------------------------------------------------------------------------
     def value_bytes(self, name: str) -> int:

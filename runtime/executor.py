@@ -58,11 +58,19 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         return {}, "aot"
     try:
         # one cache entry per distinct kernel (repeated blocks: once)
-        kernels = lowering.compile_kernels(graph.kernels_mlir)
+        kernels = lowering.compile_kernels(graph.kernels_mlir, pipeline=kernel_pipeline(graph))
         return {name: kernels[name] for name in names}, "aot"
     except KernelError as exc:
         log.warning("AOT kernel compilation refused; using the JIT. The cause:\n%s", refusal_cause(exc))
         return _jit_kernels(graph), JIT
+
+
+def kernel_pipeline(graph: KernelGraph) -> "lowering.KernelPipeline":
+    """The kernel pipeline `graph` asks for: the default one, with the bf16 contractions' units if it forces them
+    (`KernelGraph.bf16_units`)."""
+    if graph.bf16_units == "auto":
+        return lowering.DEFAULT_PIPELINE
+    return lowering.DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=graph.bf16_units)
 
 
 #: The longest line of a refusal's cause kept whole ("see current operation" notes can print a whole kernel).

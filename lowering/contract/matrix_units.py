@@ -35,6 +35,11 @@ def units_of_flags(flags: set[str]) -> str:
     return F32
 
 
+def host_units() -> str:
+    """The best bf16 units of this host's CPU."""
+    return units_of_flags(host_cpu_flags())
+
+
 def units_of_target(cpu: str, features: str, avx512: bool) -> str:
     """The best bf16 units of an llc target (`-mcpu`, `-mattr`): the host's for `native`."""
     attrs = {f[1:]: f[0] == "+" for f in features.split(",") if f[:1] in "+-" and len(f) > 1}
@@ -43,7 +48,7 @@ def units_of_target(cpu: str, features: str, avx512: bool) -> str:
     amx = attrs.get("amx-bf16", cpu in _AMX_CPUS) and attrs.get("amx-tile", cpu in _AMX_CPUS)
     bf16 = attrs.get("avx512bf16", cpu in _AVX512BF16_CPUS)
     if cpu == "native":
-        best = units_of_flags(host_cpu_flags())
+        best = host_units()
         amx = attrs.get("amx-bf16", best == AMX) and attrs.get("amx-tile", best == AMX)
         bf16 = attrs.get("avx512bf16", best in (AMX, AVX512BF16))
     return AMX if amx else AVX512BF16 if bf16 else F32
@@ -54,7 +59,7 @@ def module_units(module) -> str:
     attributes = module.operation.attributes
     if TARGET_BF16_UNITS_ATTR in attributes:
         return str(attributes[TARGET_BF16_UNITS_ATTR]).strip('"')
-    return units_of_flags(host_cpu_flags()) if module_avx512(module) else F32
+    return host_units() if module_avx512(module) else F32
 
 
 def chosen_units(requested: str, available: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -39,6 +39,7 @@ from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
+from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
@@ -331,8 +332,13 @@ def propagate(module, *, strict_conflicts: bool = False, check_each_step: bool =
     return module
 
 
+BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
+"""What `compile(..., bf16_units=)` takes."""
+
+
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
-            entry: str | None = None, source_name: str | None = None, strict: bool = False) -> Program:
+            entry: str | None = None, source_name: str | None = None, strict: bool = False,
+            bf16_units: str = "auto") -> Program:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
@@ -340,7 +346,14 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
 
     A tactic whose split is lost (an op it should divide computed whole on every device, its value gathered:
     e.g. 6 heads on y=4) is a `DegradedStrategy` warning, listed by `explain()` too; with `strict`, a
-    `TacticError`."""
+    `TacticError`. `bf16_units`: the units contractions of bf16 operands run on, "auto" (the CPU's best) or one
+    forced: "amx", "avx512bf16" or "f32" (docs/kernels.md, "Element types")."""
+    if bf16_units not in BF16_UNIT_CHOICES:
+        raise CompileError(f"bf16_units must be one of {', '.join(BF16_UNIT_CHOICES)}, got {bf16_units!r}")
+    if bf16_units != AUTO and BF16_UNITS.index(bf16_units) < BF16_UNITS.index(host_units()):
+        raise CompileError(f"bf16_units={bf16_units!r}: this host's CPU has only {host_units()} for bf16 "
+                           f"contractions (the kernels are compiled for it); use bf16_units={host_units()!r} or "
+                           "'auto'")
     if isinstance(mesh, Mapping):
         try:
             mesh = Mesh(mesh)
@@ -380,7 +393,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             raise CompileError(str(exc)) from exc
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
-        graph = build_kernel_graph(spmd, entry)
+        graph = replace(build_kernel_graph(spmd, entry), bf16_units=bf16_units)
     return Program(original, spmd, graph, propagation, arg_names, imported)
 
 

@@ -96,3 +96,49 @@ def test_a_float32_array_for_a_bf16_argument_says_how_to_convert(inputs):
     with pytest.raises(slicer.RunError, match=r"argument #0 of @f must be bfloat16\[8, 64\], got float32\[8, 64\] "
                                               r"\(numpy: array.astype\(ml_dtypes.bfloat16\); torch: tensor.bfloat16"):
         prog.run(x.astype(np.float32), w)
+
+
+BF16_MATMUL = """
+func.func @f(%a: tensor<64x96xbf16>, %b: tensor<96x48xbf16>) -> tensor<64x48xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %c = linalg.generic {indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>,
+                                        affine_map<(m, n, k) -> (m, n)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<64x96xbf16>, tensor<96x48xbf16>) outs(%f : tensor<64x48xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %o: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %o, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<64x48xf32>
+  return %c : tensor<64x48xf32>
+}"""
+
+
+def test_compile_forces_the_units_of_bf16_contractions():
+    """`slicer.compile(..., bf16_units=)`: every unit this host has gives the f32-accumulated product; the choice
+    travels with the kernel graph (to the ranks) and into the kernels' pipeline; units the host lacks, or a
+    name that is none, are a CompileError saying what to use."""
+    from slicer.lowering import KernelGraph
+    from slicer.lowering.contract.matrix_units import BF16_UNITS, host_units
+    from slicer.runtime.executor import kernel_pipeline
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((64, 96), (96, 48)))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    usable = BF16_UNITS[BF16_UNITS.index(host_units()):]
+    for units in ("auto", *usable):
+        prog = slicer.compile(BF16_MATMUL, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg=0, dim=0, axes="x")],
+                              bf16_units=units)
+        assert KernelGraph.from_json(prog.graph.to_json()).bf16_units == units
+        assert (f"bf16-units={units}" in kernel_pipeline(prog.graph).text()) == (units != "auto")
+        np.testing.assert_allclose(prog.run(a, b), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    with pytest.raises(slicer.CompileError, match=r"bf16_units must be one of auto, amx, avx512bf16, f32, got 'tpu'"):
+        slicer.compile(BF16_MATMUL, mesh=slicer.Mesh(x=2), bf16_units="tpu")
+    faster = BF16_UNITS[:BF16_UNITS.index(host_units())]
+    for units in faster:
+        with pytest.raises(slicer.CompileError, match=rf"this host's CPU has only {host_units()}"):
+            slicer.compile(BF16_MATMUL, mesh=slicer.Mesh(x=2), bf16_units=units)
