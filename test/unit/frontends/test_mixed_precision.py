@@ -57,6 +57,18 @@ def _policy_by_hand(model, batches, lr, dtype, output_dtype=None):
     return losses, {n: p.detach().numpy() for n, p in master.named_parameters()}
 
 
+def _assert_session_steps(prog, batches, want_losses, want: dict, tolerance: float) -> dict:
+    """Run `batches` through a session of `prog`: its losses within `tolerance` (relative) of `want_losses`, its
+    final parameters within `tolerance` of the largest element of `want`'s (by name). Returns the losses."""
+    with prog.session() as session:
+        losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
+        got = session.state_dict()
+    assert np.allclose(losses, want_losses, rtol=tolerance), (losses, want_losses)
+    for name, value in want.items():
+        assert np.abs(got[name] - value).max() <= tolerance * np.abs(value).max(), name
+    return losses
+
+
 STRATEGIES = {"data": lambda step: st.data_parallel(step, "x"), "zero3": lambda step: st.zero(step, "x", stage=3)}
 
 
@@ -86,13 +98,7 @@ def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strateg
     else:
         assert {t for c, t in kinds if c == "all_reduce"} <= {"f32", "i64"}, kinds
     want_losses, want = _policy_by_hand(model, batches, 0.1, HALF[param_dtype])
-    with prog.session() as session:
-        losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
-        got = session.state_dict()
-    tolerance = TOLERANCE[param_dtype]
-    assert np.allclose(losses, want_losses, rtol=tolerance), (losses, want_losses)
-    for name, value in want.items():
-        assert np.abs(got[name] - value).max() <= tolerance * np.abs(value).max(), name
+    _assert_session_steps(prog, batches, want_losses, want, TOLERANCE[param_dtype])
 
 
 @pytest.mark.slow
@@ -106,14 +112,9 @@ def test_outputs_cast_to_f32_give_an_f32_loss_equal_to_the_policy_run_by_hand():
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
     want_losses, want = _policy_by_hand(model, batches, 0.1, torch.bfloat16, torch.float32)
     bf16_losses, _ = _policy_by_hand(model, batches, 0.1, torch.bfloat16)
-    with prog.session() as session:
-        losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
-        got = session.state_dict()
+    losses = _assert_session_steps(prog, batches, want_losses, want, TOLERANCE["bf16"])
     # the first step's loss is an f32 cross-entropy of the same bf16 logits: equal to 1e-6, not to a bf16 one's
     assert abs(losses[0] / want_losses[0] - 1) <= 1e-6 < abs(bf16_losses[0] / want_losses[0] - 1), losses
-    assert np.allclose(losses, want_losses, rtol=TOLERANCE["bf16"]), (losses, want_losses)
-    for name, value in want.items():
-        assert np.abs(got[name] - value).max() <= TOLERANCE["bf16"] * np.abs(value).max(), name
 
 
 @pytest.mark.parametrize("policy, message", [
@@ -157,11 +158,5 @@ def test_a_loss_function_under_torch_autocast_steps_equal_torch(param_dtype):
         loss.backward()
         optimizer.step()
         want.append(loss.item())
-    with prog.session() as session:
-        got = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
-        state = session.state_dict()
-    tolerance = TOLERANCE[param_dtype]
-    assert np.allclose(got, want, rtol=tolerance), (got, want)
-    for name, value in reference.named_parameters():
-        value = value.detach().numpy()
-        assert np.abs(state[name] - value).max() <= tolerance * np.abs(value).max(), name
+    _assert_session_steps(prog, batches, want, {n: p.detach().numpy() for n, p in reference.named_parameters()},
+                          TOLERANCE[param_dtype])
