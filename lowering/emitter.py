@@ -11,6 +11,9 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from mlir import ir
+from mlir.dialects import func as func_d
+
 from slicer.core.errors import KernelError
 from slicer.core.names import TARGET_AVX512_ATTR
 
@@ -223,3 +226,17 @@ class GeneratedFunctions:
     def texts(self) -> list[str]:
         """Each distinct function's text under its own name."""
         return [text.replace(f"@{self.SELF}(", f"@{name}(", 1) for text, name in self.names.items()]
+
+    def add_to(self, module, *shared: str) -> None:
+        """Append to `module` (an `ir.Module`) the functions `shared` (texts under their own names: the
+        micro-kernels several functions call) and then each distinct function."""
+        generated = ir.Module.parse("\n".join([*shared, *self.texts()]), module.context)
+        for fn in list(generated.body.operations):
+            module.body.append(fn.operation)
+
+
+def call_instead(op, name: str, operands) -> None:
+    """Replace `op` (a bufferized op: no results) by a call of the generated function `name` on `operands`."""
+    with ir.InsertionPoint(op), op.location:
+        func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), list(operands))
+    op.erase()

@@ -30,7 +30,6 @@ from math import prod
 
 from mlir import ir
 from mlir.dialects import arith
-from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
 from slicer.core.linalg_facts import (REDUCTION, combined_with, in_body, indexing_maps, input_count, iterator_kinds,
@@ -38,7 +37,7 @@ from slicer.core.linalg_facts import (REDUCTION, combined_with, in_body, indexin
 from slicer.dialect.ops import walk_ops
 
 from .body import emit_op, is_elementwise
-from .emitter import Emitter, GeneratedFunctions
+from .emitter import Emitter, GeneratedFunctions, call_instead
 
 log = logging.getLogger("slicer.kernels")
 
@@ -274,15 +273,10 @@ def onehot_module(module: ir.Module) -> list[str]:
             calls.append((op, found, functions.name_of(scatter_text(found, GeneratedFunctions.SELF))))
     if not calls:
         return []
-    generated = ir.Module.parse("\n".join(functions.texts()), module.context)
-    for fn in list(generated.body.operations):
-        module.body.append(fn.operation)
+    functions.add_to(module)
     replaced = []
     for op, found, name in calls:
-        with ir.InsertionPoint(op), op.location:
-            operands = [a.value for a in found.inputs] + [found.output.value] + list(found.captured)
-            func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), operands)
-        op.erase()
+        call_instead(op, name, [a.value for a in found.inputs] + [found.output.value] + list(found.captured))
         replaced.append(f"@{name}: scatter over dims {found.mask_dims}, then {found.rest_dims} where the mask holds")
         log.debug("one-hot contraction as a scatter: %s", replaced[-1])
     return replaced

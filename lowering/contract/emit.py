@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 
 from mlir import ir
-from mlir.dialects import func as func_d
 from mlir.dialects import linalg
 
 from slicer.core.names import USES_AMX_ATTR
 from slicer.dialect.ops import walk_ops
 
-from ..emitter import GeneratedFunctions, Index, module_avx512
+from ..emitter import GeneratedFunctions, Index, call_instead, module_avx512
 from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
 from .bf16_ukernels import bf16_mr, bf16_ukernel_text
@@ -186,16 +185,11 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
         calls.append((op, c, functions.name_of(text)))
     if not calls:
         return replaced
-    generated = ir.Module.parse("\n".join(list(ukernels.values()) + functions.texts()), context)
-    for fn in list(generated.body.operations):
-        module.body.append(fn.operation)
+    functions.add_to(module, *ukernels.values())
     if units == AMX:
         module.operation.attributes[USES_AMX_ATTR] = ir.UnitAttr.get(context)
     for op, c, name in calls:
-        with ir.InsertionPoint(op), op.location:
-            operands = [o.value for o in c.inputs] + [c.output.value] + list(c.captured)
-            func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), operands)
-        op.erase()
+        call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + list(c.captured))
         replaced.append(f"@{name}: {c.describe()}")
     return replaced
 

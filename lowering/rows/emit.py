@@ -119,7 +119,6 @@ def rows_module(module: ir.Module, options: RowsOptions = RowsOptions()) -> list
 
     Returns one line per group (its ops and row count).
     """
-    context = module.context
     avx512 = module_avx512(module)
     groups = []
     for block in _blocks(module.operation):
@@ -132,9 +131,7 @@ def rows_module(module: ir.Module, options: RowsOptions = RowsOptions()) -> list
         gen = RowsGen(ops, rows, options, GeneratedFunctions.SELF)
         gen.e.avx512 = avx512
         calls.append((gen, functions.name_of(gen.generate())))
-    generated = ir.Module.parse("\n".join(functions.texts()), context)
-    for fn in list(generated.body.operations):
-        module.body.append(fn.operation)
+    functions.add_to(module)
     report = []
     for (ops, rows), (gen, name) in zip(groups, calls):
         last = ops[-1].op
