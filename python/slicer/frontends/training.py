@@ -219,12 +219,12 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
         weights = {n: values[n].detach().requires_grad_() for n in trained}
         guard.weights = weights
         copies = {n: values[n].clone() for n in buffers}
-        tensors = {**{n: values[n] for n in params}, **weights, **copies}
-        originals = tensors
-        if precision is not None:
-            tensors = precision.compute_copies(torch, tensors)
-        casts = [t for n, t in tensors.items() if t is not originals[n]]
-        named = {f"model.{n}": t for n, t in tensors.items()}
+        parameters = {**{n: values[n] for n in params}, **weights}
+        # under a precision policy the parameters' compute copies (not the buffers: a batch norm writes its
+        # running statistics into its f32 buffers, as under FSDP2)
+        computed = precision.compute_copies(torch, parameters) if precision is not None else parameters
+        casts = [t for n, t in computed.items() if t is not parameters[n]]
+        named = {f"model.{n}": t for n, t in {**computed, **copies}.items()}
 
         def loss_of(*micro_batch):
             loss = _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))

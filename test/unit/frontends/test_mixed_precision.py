@@ -160,3 +160,21 @@ def test_a_loss_function_under_torch_autocast_steps_equal_torch(param_dtype):
         want.append(loss.item())
     _assert_session_steps(prog, batches, want, {n: p.detach().numpy() for n, p in reference.named_parameters()},
                           TOLERANCE[param_dtype])
+
+
+@pytest.mark.slow
+def test_batch_norm_buffers_stay_f32_and_take_their_running_statistics():
+    """The policy casts parameters, not buffers (as FSDP2): a batch norm in training mode writes its running
+    statistics into its f32 buffers, which the step returns updated."""
+    from example_modules import load
+
+    model, loss_fn, batch = load("torch/train_modes.py", "train_modes").resnet()
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1),
+                                precision=slicer.MixedPrecision(param_dtype="bf16"))
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
+    with prog.session() as session:
+        for _ in range(2):
+            session.step(*(b.numpy() for b in batch))
+        got = session.state_dict()
+    assert got["bn1.running_mean"].dtype == np.float32 and int(got["bn1.num_batches_tracked"]) == 2
+    assert not np.array_equal(got["bn1.running_mean"], model.bn1.running_mean.numpy())
