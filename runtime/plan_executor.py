@@ -105,7 +105,9 @@ class Pending:
 
 class StepRunner:
     """One step on this rank for one input block shape and dtype, with the buffers it reuses; what the step's
-    kind does is its `collective_kinds.Execution` (`kind`).
+    kind does is its `collective_kinds.Execution` (`kind`), whose ``prepare`` gives the runner its group
+    communicator (``comm``), its packing (``k``, ``chunks``, ``send_chunks``, ``order``, ``wide``, the ``send``
+    and ``recv`` buffers) and what else the kind needs (a permute's ``source`` and ``target``).
 
     ``start(block, out)`` packs, issues the nonblocking MPI call and returns a :class:`Pending`; ``run`` is
     the blocking form. ``out`` is the output block to fill (a fresh array when None): it must not be in use.

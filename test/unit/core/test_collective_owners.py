@@ -28,10 +28,9 @@ from slicer.viz import memory_report, value_picture
 
 from extra_collective import OP_NAME, GatherSum, registered
 
-#: The collectives' own modules: their classes and registry, the checks their rules are made of, the views of
-#: their IR ops.
-OWN = {"redistribution/steps.py", "redistribution/collective.py", "redistribution/step_rules.py",
-       "dialect/collectives.py", "runtime/collective_kinds.py"}
+#: The collectives' own modules: their classes and registry, the views of their IR ops. (The tables keyed by class,
+#: `runtime/collective_kinds.py` and `spmd/emit_collectives.py`, need no branch either.)
+OWN = {"redistribution/steps.py", "redistribution/collective.py", "dialect/collectives.py"}
 #: Passes written for particular kinds (bucketing combines all-reduces and reduce-scatters; chunked contractions
 #: split the contraction feeding one) may name them; nothing that dispatches on the kind may.
 MAX_BRANCHING_FILES = 2
