@@ -38,7 +38,7 @@ class Collective:
     ir_dim_keys: ClassVar[dict[str, str]] = {}  # field -> the IR attribute holding that tensor dim
     local: ClassVar[bool] = False  # no communication: a device computes its block after from its own block
     reduces: ClassVar[bool] = False  # combines the blocks of a group (`reduction`) rather than moving them
-    reduction: ClassVar[str] = "sum"  # how a reducing step combines (`steps.REDUCTIONS`)
+    reduction = "sum"  # how a reducing step combines (`steps.REDUCTIONS`; an instance field of `AllReduce`)
     relabels: ClassVar[bool] = False  # any type of the same local shape before it: consecutive ones compose
 
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
@@ -51,7 +51,7 @@ class Collective:
         blocks before it (the reference the MPI executor and the kernel graph's runs are checked against)."""
         out: list = [None] * layout.device_count
         for row in groups(layout, self.mesh_axes):
-            for r, block in zip(row, self.numpy_group(layout, row, [blocks[r] for r in row])):
+            for r, block in zip(row, self.numpy_group(layout, row, [blocks[r] for r in row]), strict=True):
                 out[r] = block
         return out
 
@@ -77,20 +77,20 @@ class Collective:
         """The step leaves every block where it is (emitted as no op at all)."""
         return False
 
-    def retyped(self, type_after: DistType) -> "Collective":
+    def retyped(self, type_after: DistType) -> Collective:
         """The same step with another ``type_after``."""
         return replace(self, type_after=type_after)
 
-    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "Collective":
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> Collective:
         """This step of the refined mesh of ``refinement`` as a step of the real mesh (same devices)."""
         return replace(self, mesh_axes=refinement.up_axes(self.mesh_axes), type_after=type_after)
 
-    def on_mesh(self, mesh: Mesh, sub: Mesh) -> "Collective":
+    def on_mesh(self, mesh: Mesh, sub: Mesh) -> Collective:
         """This step of ``sub`` (``mesh`` without some axes) as a step of ``mesh``, in every group of devices
         agreeing on the other axes (axes are named: the same step, unless it names devices)."""
         return self
 
-    def merged(self, after: "Collective", mesh: Mesh) -> "Collective | None":
+    def merged(self, after: Collective, mesh: Mesh) -> Collective | None:
         """One step doing this step then ``after`` (same kind), or None when there is none."""
         return None
 
@@ -101,7 +101,7 @@ class Collective:
         return out
 
     @classmethod
-    def from_fields(cls, fields: dict, type_after: DistType) -> "Collective":
+    def from_fields(cls, fields: dict, type_after: DistType) -> Collective:
         """The step whose `fields()` are ``fields`` (lists read back as tuples)."""
         return cls(**{k: _tuples(v) for k, v in fields.items()}, type_after=type_after)
 
@@ -127,7 +127,7 @@ class Collective:
         return {}
 
     @classmethod
-    def from_ir(cls, name: str, read, type_after: DistType) -> "Collective":
+    def from_ir(cls, name: str, read, type_after: DistType) -> Collective:
         """The step an op ``name`` performs, from ``read``: ``read.dim(key)`` (an index attribute),
         ``read.group(key)`` (the mesh axes of a grid-axes attribute, () when absent), ``read.ints(key)`` and
         ``read.reduction(key)`` ("sum" when absent): the inverse of the ``ir_*`` methods."""

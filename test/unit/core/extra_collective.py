@@ -16,7 +16,8 @@ import numpy as np
 from slicer.core import dtypes
 from slicer.core.names import GRID_AXES_ATTR
 from slicer.dialect import loader
-from slicer.redistribution import collective, step_rules as rules
+from slicer.redistribution import collective
+from slicer.redistribution import step_rules as rules
 from slicer.redistribution.collective import Collective, register
 from slicer.redistribution.types import DistType
 from slicer.runtime import collective_kinds
@@ -110,6 +111,6 @@ def registered():
     try:
         yield GatherSum
     finally:
-        for table, before in zip(tables, saved):
+        for table, before in zip(tables, saved, strict=True):
             table.clear()
             table.update(before)

@@ -12,21 +12,20 @@ import ast
 from pathlib import Path
 
 import numpy as np
+from extra_collective import OP_NAME, GatherSum, registered
 from mlir import ir
+from package_tree import PACKAGE, package_files, parsed, relative
 
 import slicer
-from package_tree import PACKAGE, package_files, parsed, relative
 from slicer.core import names
 from slicer.dialect import make_context
 from slicer.lowering import CollectiveNode, KernelGraph, build_kernel_graph
-from slicer.redistribution import Plan, STEP_TYPES, type_before
+from slicer.redistribution import STEP_TYPES, Plan, type_before
 from slicer.redistribution.collective import STEP_OF_IR
 from slicer.runtime.simulator import Simulator
 from slicer.spmd.emit_collectives import PlanEmitter
 from slicer.spmd.report import report
 from slicer.viz import memory_report, value_picture
-
-from extra_collective import OP_NAME, GatherSum, registered
 
 #: The collectives' own modules: their classes and registry, the views of their IR ops. (The tables keyed by class,
 #: `runtime/collective_kinds.py` and `spmd/emit_collectives.py`, need no branch either.)
