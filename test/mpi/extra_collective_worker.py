@@ -2,11 +2,12 @@
 as the package's own are) on real ranks. First the kernel graph of `--graph` (the row sums whose all_reduce it
 replaces) by the rank executor, from `--input`; then the step alone on random blocks (several dtypes, shapes,
 blocking and nonblocking), each rank's block compared bit for bit with the simulator's. Rank 0 prints one JSON
-line: the cases, the failures and the assembled result of the graph."""
+line: the cases, the failures, the assembled result of the graph and the events of its run's timeline."""
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,21 +24,29 @@ from slicer.redistribution.steps import apply_rule, step_with_type  # noqa: E402
 from slicer.runtime.executor import RankExecutor  # noqa: E402
 from slicer.runtime.plan_executor import MeshExecutor  # noqa: E402
 from slicer.runtime.simulator import assemble  # noqa: E402
+from slicer.runtime.timings import Timings  # noqa: E402
+from slicer.viz import chrome_trace  # noqa: E402
 
 
-def run_graph(comm, graph: KernelGraph, array: np.ndarray) -> list | None:
-    """The graph on this rank; the assembled result on rank 0."""
+def run_graph(comm, graph: KernelGraph, array: np.ndarray) -> tuple[list, list] | None:
+    """The graph on this rank; on rank 0 the assembled result and the names of the events of the run's timeline
+    (`slicer.viz.chrome_trace`)."""
     rank = comm.Get_rank()
     block = initial_blocks(graph.mesh, graph.values[graph.args[0]].dist, array)[rank]
     executor = RankExecutor(graph, comm)
     try:
-        [result], _ = executor.run([block])
+        [result], events = executor.run([block])
     finally:
         executor.close()
-    blocks = comm.gather(result, root=0)
+    blocks, timelines = comm.gather(result, root=0), comm.gather(events, root=0)
     if rank:
         return None
-    return assemble(graph.mesh, graph.result_dists[0], blocks, "the result").tolist()
+    origin = min(e.start for events in timelines for e in events)  # the run's start, as the launcher's timings
+    shifted = tuple(tuple(replace(e, start=e.start - origin, end=e.end - origin) for e in events)
+                    for events in timelines)
+    trace = chrome_trace(Timings(0.0, (), comm.Get_size(), 1, events=shifted), mesh=graph.mesh)
+    return (assemble(graph.mesh, graph.result_dists[0], blocks, "the result").tolist(),
+            sorted({e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}))
 
 
 def step_cases(comm, rng) -> tuple[int, list]:
@@ -68,11 +77,13 @@ def main():
     args = ap.parse_args()
     register_everywhere()
     comm = MPI.COMM_WORLD
-    result = run_graph(comm, KernelGraph.from_json(Path(args.graph).read_text()), np.load(args.input))
+    ran = run_graph(comm, KernelGraph.from_json(Path(args.graph).read_text()), np.load(args.input))
     count, failures = step_cases(comm, np.random.default_rng(7))  # the same blocks on every rank
     every = comm.gather(failures, root=0)
     if comm.Get_rank() == 0:
-        print(json.dumps({"cases": count, "failures": [f for fs in every for f in fs], "result": result}))
+        result, timeline = ran
+        print(json.dumps({"cases": count, "failures": [f for fs in every for f in fs], "result": result,
+                          "timeline": timeline}))
 
 
 if __name__ == "__main__":

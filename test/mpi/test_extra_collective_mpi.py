@@ -1,6 +1,6 @@
 """A collective kind registered in one place (test/unit/core/extra_collective.py) runs on 2 real ranks, over
 MPI and over shared memory: a kernel graph holding it, by the rank executor, gives the simulator's bits, and the
-step alone matches the simulator's step bit for bit. (Its emission, kernel graph, simulator, report and pictures:
+step alone matches the simulator's step bit for bit; the run's timeline (its Chrome trace) shows it. (Its emission, kernel graph, simulator, report and pictures:
 test/unit/core/test_collective_owners.py.)"""
 
 import json
@@ -38,3 +38,4 @@ def test_a_new_kind_runs_on_real_ranks(strategy, tmp_path):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["cases"] == 24 and not report["failures"], report["failures"]
     np.testing.assert_array_equal(np.array(report["result"], dtype=np.float32), expected)
+    assert {"gather_sum (start)", "gather_sum (wait)"} <= set(report["timeline"])  # the run's timeline shows it
