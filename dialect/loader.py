@@ -2,6 +2,8 @@
 
 The dialect has a single source of truth, `slicer.irdl.mlir` next to this file;
 plain `mlir-opt --irdl-file=<that file>` loads exactly the same definition.
+Definitions added with `add_definition` (the ops of a collective kind defined
+outside the package) load into every context as well.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ if __package__ + ".python_bindings" not in _mlir.globals.dialect_search_modules:
 # Contexts that already hold the dialect. IRDL registration is per context and
 # loading twice would register the dialect twice, so we remember it here.
 _loaded: "weakref.WeakSet[ir.Context]" = weakref.WeakSet()
+# IRDL texts of other dialects, loaded after the `slicer` dialect (`add_definition`).
+_extra: list[str] = []
+
+
+def add_definition(irdl_text: str) -> None:
+    """Load the IRDL dialect(s) of `irdl_text` into every context `load_dialect` prepares from now on (a new
+    collective whose op neither `shard` nor `slicer` has: docs/architecture.md, "A new collective")."""
+    if irdl_text not in _extra:
+        _extra.append(irdl_text)
 
 
 def load_dialect(context: ir.Context | None = None) -> ir.Context:
@@ -31,8 +42,8 @@ def load_dialect(context: ir.Context | None = None) -> ir.Context:
     context = context or ir.Context.current
     if context in _loaded:
         return context
-    definition = ir.Module.parse(IRDL_PATH.read_text(), context)
-    irdl.load_dialects(definition)
+    for text in [IRDL_PATH.read_text(), *_extra]:
+        irdl.load_dialects(ir.Module.parse(text, context))
     _loaded.add(context)
     return context
 

@@ -8,7 +8,6 @@ need the MLIR bindings: only building one does.
 from __future__ import annotations
 
 import bisect
-from dataclasses import replace
 
 from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
@@ -17,10 +16,10 @@ from mlir.dialects import shard  # noqa: F401  (registers the op views read belo
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
-from slicer.core.names import (AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
+from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
                                SPMD_MESH_ATTR)
-from slicer.dialect import PermuteOp, make_context
-from slicer.redistribution import AllReduce, DistType, Mesh, Permute, subaxes
+from slicer.dialect import make_context
+from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
 from slicer.spmd.dist_types import parse_dist_text, varying_axes
 
@@ -29,6 +28,40 @@ from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
 _RETURN = func.ReturnOp.OPERATION_NAME
+
+
+class _OpReader:
+    """A collective op's attributes as its step class reads them (`Collective.from_ir`)."""
+
+    def __init__(self, op: ir.Operation, mesh: Mesh, names: tuple[str, ...], grid: str | None):
+        self.op, self.mesh, self.names, self.grid = op, mesh, names, grid
+
+    def dim(self, attr: str) -> int:
+        return ir.IntegerAttr(self.op.attributes[attr]).value
+
+    def group(self, attr: str) -> tuple[str, ...]:
+        """The mesh axes of a grid-axes attribute (() when absent); the op's grid may refine the mesh's (its
+        `slicer.axes` name the parts, e.g. y:(2)2)."""
+        if attr not in self.op.attributes:
+            return ()
+        indices = list(ir.DenseI16ArrayAttr(self.op.attributes[attr]))
+        if any(not 0 <= i < len(self.names) for i in indices):
+            raise KernelGraphError(f"'{self.op.name}' names grid axis {max(indices)} but @{self.grid} has "
+                                   f"{len(self.names)} axes")
+        return subaxes.canonical(self.mesh, tuple(self.names[i] for i in indices))
+
+    def ints(self, attr: str) -> list[int]:
+        return [int(v) for v in ir.DenseI64ArrayAttr(self.op.attributes[attr])]
+
+    def reduction(self, attr: str) -> str:
+        if attr not in self.op.attributes:
+            return "sum"  # the op's default
+        text = str(self.op.attributes[attr])
+        found = next((r for r in REDUCTIONS if f" {r}>" in text), None)
+        if found is None:
+            raise KernelGraphError(f"'{self.op.name}' with reduction {text}: only {', '.join(REDUCTIONS)} are "
+                                   "supported")
+        return found
 
 
 def location_text(location: ir.Location) -> str:
@@ -205,7 +238,7 @@ class _Builder:
         gathered one after the other. Moved, it is among the collectives before the kernel reading it, so kernels
         and their cuts stay as they were; the runtime starts it one kernel ahead (`runtime.executor.schedule`)."""
         where = {op: i for i, op in enumerate(ops)}
-        collectives = [i for i, op in enumerate(ops) if op.name in COLLECTIVE_OPS]
+        collectives = [i for i, op in enumerate(ops) if op.name in STEP_OF_IR]
         after: dict[int, list[int]] = {}  # a collective's position -> the ops moved after it
         gone: set[int] = set()
         for i in collectives:
@@ -217,7 +250,7 @@ class _Builder:
                     k = where.get(user)
                     if k is None:
                         continue  # (the function's return)
-                    if user.name in VIEW_OPS or user.name in COLLECTIVE_OPS:
+                    if user.name in VIEW_OPS or user.name in STEP_OF_IR:
                         chain.append(k)
                         stack.append(k)
                     else:
@@ -255,10 +288,10 @@ class _Builder:
             if op.name not in VIEW_OPS:
                 continue
             users = self.users(op)
-            if not users or not all(u.name in COLLECTIVE_OPS and u in where for u in users):
+            if not users or not all(u.name in STEP_OF_IR and u in where for u in users):
                 continue
             first = min(where[u] for u in users)
-            last = max((j for j in range(i + 1, first) if ops[j].name in COLLECTIVE_OPS), default=None)
+            last = max((j for j in range(i + 1, first) if ops[j].name in STEP_OF_IR), default=None)
             if last is not None:
                 later.setdefault(last, []).append(op)
                 moved.add(i)
@@ -268,7 +301,7 @@ class _Builder:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
         items, current = [], []
         for op in ops:
-            if op.name in COLLECTIVE_OPS:
+            if op.name in STEP_OF_IR:
                 if current:
                     items += cut(current)
                     current = []
@@ -286,30 +319,7 @@ class _Builder:
         grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value if GRID_ATTR in op.attributes else None
         # Sub-axes: the op's grid may refine the mesh's (its `slicer.axes` name the parts, e.g. y:(2)2).
         names = self.grids.get(grid) or self.mesh.axis_names
-
-        def group(attr: str) -> tuple[str, ...]:
-            if attr not in op.attributes:
-                return ()
-            indices = list(ir.DenseI16ArrayAttr(op.attributes[attr]))
-            if any(not 0 <= i < len(names) for i in indices):
-                raise KernelGraphError(f"'{op.name}' names grid axis {max(indices)} but @{grid} has {len(names)} axes")
-            return subaxes.canonical(self.mesh, tuple(names[i] for i in indices))
-
-        def dim(attr: str) -> int:
-            return ir.IntegerAttr(op.attributes[attr]).value
-
-        kind = STEP_OF_IR[op.name]
-        if kind is Permute:
-            step = Permute(PermuteOp(op).pairs, after)
-        else:
-            step = kind.from_ir(op.name, dim, group, after)
-            if kind is AllReduce:
-                reduction = str(op.opview.reduction)
-                found = next((r for r in REDUCTIONS if f" {r}>" in reduction), None)
-                if found is None:
-                    raise KernelGraphError(f"'{op.name}' with reduction {reduction}: only "
-                                           f"{', '.join(REDUCTIONS)} are supported")
-                step = replace(step, reduction=found)
+        step = STEP_OF_IR[op.name].from_ir(op.name, _OpReader(op, self.mesh, names, grid), after)
         source = op.operands[0]
         if self.name_of(source) not in self.values:
             raise KernelGraphError(f"'{op.name}' consumes a value no earlier node produces")
@@ -353,7 +363,7 @@ class _Builder:
                 if not isinstance(result.type, ir.RankedTensorType):
                     continue
                 users = [self.top_level(_op(u.owner)) for u in result.uses]
-                if _rematerialisable(op) and not any(u.name in COLLECTIVE_OPS + (_RETURN,) for u in users):
+                if _rematerialisable(op) and not any(u.name in STEP_OF_IR or u.name == _RETURN for u in users):
                     continue  # recomputed by the kernels that use it
                 if any(u not in kernel_ops or (u.name in VIEW_OPS and self.viewed_elsewhere(u, kernel_ops))
                        for u in users):
@@ -374,7 +384,7 @@ class _Builder:
         for result in view.results:
             for use in result.uses:
                 user = self.top_level(_op(use.owner))
-                if user.name in COLLECTIVE_OPS + (_RETURN,):
+                if user.name in STEP_OF_IR or user.name == _RETURN:
                     continue
                 if user not in kernel_ops or (user.name in VIEW_OPS and self.viewed_elsewhere(user, kernel_ops)):
                     return True

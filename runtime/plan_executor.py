@@ -15,7 +15,8 @@ Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
   all_reduce -> ``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``, on contiguous buffers: a step
   whose chunks are not contiguous (a gather, split or scatter along a dim that is not leading) packs or
   unpacks them with one numpy strided copy (:mod:`.packing`, which says why not MPI datatypes).
-all_slice is a local copy either way.
+all_slice is a local copy either way. What each kind does (its calls, packing and buffers, over MPI and shared
+memory) is its entry of :mod:`.collective_kinds`; the runners here are one path for every kind.
 
 A :class:`StepRunner` is one step on this rank for one block shape and dtype: its buffers (shared window,
 or MPI pack and receive buffers) are allocated once and reused by every run; a plan's intermediate blocks are
@@ -40,17 +41,13 @@ from time import perf_counter
 
 import numpy as np
 
-from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
-from slicer.redistribution import subaxes
-from slicer.redistribution.steps import AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step
+from slicer.redistribution.steps import Step
 from slicer.redistribution.types import DistType
 
-from . import communicators, shm_collectives
-from .mpi_packing import Chunks
+from . import collective_kinds, communicators, shm_collectives
 
-PERMUTE_TAG = 7
 _PLAN_CACHE = 8  # plan programs kept per executor (each holds its buffers)
 
 
@@ -107,7 +104,10 @@ class Pending:
 
 
 class StepRunner:
-    """One step on this rank for one input block shape and dtype, with the buffers it reuses.
+    """One step on this rank for one input block shape and dtype, with the buffers it reuses; what the step's
+    kind does is its `collective_kinds.Execution` (`kind`), whose ``prepare`` gives the runner its group
+    communicator (``comm``), its packing (``k``, ``chunks``, ``send_chunks``, ``order``, ``wide``, the ``send``
+    and ``recv`` buffers) and what else the kind needs (a permute's ``source`` and ``target``).
 
     ``start(block, out)`` packs, issues the nonblocking MPI call and returns a :class:`Pending`; ``run`` is
     the blocking form. ``out`` is the output block to fill (a fresh array when None): it must not be in use.
@@ -118,6 +118,7 @@ class StepRunner:
         """`pooled`: over shared memory, the step's segments come later (`attach_slot`), shared with steps never in
         flight at the same time (`MeshExecutor.pooled_programs`); `pooled_comm` says on which group, None: not."""
         self.step, self.in_shape, self.dtype = step, tuple(in_shape), np.dtype(dtype)
+        self.kind = collective_kinds.execution(step)
         self.pooled_comm = None
         self.out_shape = tuple(step.type_after.local_shape(ex.mesh))
         self.op = step.op
@@ -125,61 +126,8 @@ class StepRunner:
         self.owned_out = None  # an output block owned by this program (PlanRunner's intermediates)
         self.shm = None  # the shared-memory form of the step, when the group is on one host
         self.release = None  # called when a started step completes (MeshExecutor.start's pool)
-        self.order = None  # a reordering all-to-all: the chunk of the split dim each member receives
-        MPI = _mpi()
-        if isinstance(step, Permute):
-            self._init_permute(ex)
-            # point to point, MPI copies once (CMA) and syncs only the pair: faster than shared memory's two
-            # copies (measured, 8 ranks on 2 cores: 0.47 vs 0.83 ms for 1 MiB), so only when asked for
-            if ex.strategy == "shm" and ex.use_shm(self.comm):
-                self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
-            return
-        self.k = subaxes.group_size(ex.mesh, step.mesh_axes)
-        self.comm = None if isinstance(step, AllSlice) else ex.sub(step.mesh_axes)
-        use_shm = self.comm is not None and ex.use_shm(self.comm)
-        mpi = not use_shm  # MPI needs contiguous buffers; shared memory packs while copying in and out
-        reduce = isinstance(step, (AllReduce, ReduceScatter))
-        # MPI has no f16 or bf16 type: their sums go over the wire in f32 (`dtypes.accumulation_dtype`), summed by
-        # MPI's own SUM, rounded once on the way out. Chosen over a user-defined MPI.Op summing bf16 bytes in f32:
-        # that one rounds at every combine of more than 2 members and was slower (2 ranks, 4M elements on a
-        # loaded 2-core host: 41 ms against 31 ms for the f32 wire). Bool sums are logical ors (numpy's sum in
-        # bool). Shared memory sums in the block's dtype (f16/bf16 in f32, rounded once), as the simulator.
-        self.wide = dtypes.accumulation_dtype(self.dtype) if mpi and reduce else self.dtype
-        if reduce and mpi:
-            self.mpi_type = _mpi_type(self.wide)
-            self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.SUM
-            if getattr(step, "reduction", "sum") == "max":  # an all_reduce by maximum (steps.AllReduce)
-                self.mpi_op = MPI.LOR if self.dtype == np.bool_ else MPI.MAX
-        if isinstance(step, AllSlice):
-            self.chunks = Chunks(self.in_shape, step.slice_dim, self.k, self.dtype)
-            self.index = ex.group_index(step.mesh_axes)
-        elif isinstance(step, AllGather):
-            self.chunks = Chunks(self.out_shape, step.gather_dim, self.k, self.dtype)
-            if mpi and not self.chunks.contiguous:
-                self.recv = np.empty(self.chunks.packed_shape, self.dtype)
-        elif isinstance(step, AllToAll):
-            self.send_chunks = Chunks(self.in_shape, step.split_dim, self.k, self.dtype)
-            self.chunks = Chunks(self.out_shape, step.concat_dim, self.k, self.dtype)
-            if step.split_order != step.mesh_axes:  # reordering: member j gets chunk order[j] of the split dim
-                order = communicators.chunk_order(ex.mesh, step.mesh_axes, step.split_order)
-                self.order = None if order == list(range(self.k)) else order
-            if mpi and (not self.send_chunks.contiguous or self.order is not None):
-                self.send = np.empty(self.send_chunks.packed_shape, self.dtype)
-            if mpi and not self.chunks.contiguous:
-                self.recv = np.empty(self.chunks.packed_shape, self.dtype)
-        elif isinstance(step, AllReduce):
-            if mpi and self.wide != self.dtype:
-                self.send = np.empty(self.in_shape, self.wide)
-                self.recv = np.empty(self.out_shape, self.wide)
-        elif isinstance(step, ReduceScatter):
-            self.send_chunks = Chunks(self.in_shape, step.scatter_dim, self.k, self.dtype)
-            if mpi and (not self.send_chunks.contiguous or self.wide != self.dtype):
-                self.send = np.empty(self.send_chunks.packed_shape, self.wide)
-            if mpi and self.wide != self.dtype:
-                self.recv = np.empty(self.out_shape, self.wide)
-        else:  # pragma: no cover - exhaustive over Step
-            raise RedistributionError(f"unknown step {step!r}")
-        if use_shm and pooled:
+        use_shm = self.kind.prepare(self, ex)
+        if use_shm and pooled and self.kind.poolable:
             self.pooled_comm = self.comm
         elif use_shm:
             self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
@@ -187,17 +135,6 @@ class StepRunner:
     def attach_slot(self, slot, spins: int) -> None:
         """Run over shared memory in `slot` (a pooled program: see `__init__`)."""
         self.shm = shm_collectives.ShmStep(self, self.pooled_comm, spins=spins, slot=slot)
-
-    def _init_permute(self, ex: "MeshExecutor") -> None:
-        self.comm = ex.cart
-        self.target = self.source = None
-        pairs = self.step.pair_array
-        sends = np.nonzero(pairs[:, 0] == ex.rank)[0]
-        receives = np.nonzero(pairs[:, 1] == ex.rank)[0]
-        if sends.size:
-            self.target = int(pairs[sends[0], 1])
-        if receives.size:
-            self.source = int(pairs[receives[0], 0])
 
     def new_out(self) -> np.ndarray:
         return np.empty(self.out_shape, self.dtype)
@@ -211,96 +148,33 @@ class StepRunner:
     # -- the step ----------------------------------------------------------------------------------------
     def start(self, block: np.ndarray, out: np.ndarray | None = None) -> Pending:
         t0 = perf_counter()
-        step = self.step
-        requests = []
-        recv = None
         if self.shm is not None:  # (the output block is made when the data is copied out: `finish`)
-            if isinstance(step, Permute) and self.source is None:
-                out = block
+            out = block if self.kind.keeps_block(self) else out
             self.shm.start(block)
-            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
-        if isinstance(step, Permute):
-            if self.source is None:  # not moved: the block stays
-                out = block
-            else:
-                out = self.new_out() if out is None else out
-                t1 = perf_counter()
-                requests = [self.comm.Irecv([out, _mpi().BYTE], source=self.source, tag=PERMUTE_TAG),
-                            self.comm.Isend([block, _mpi().BYTE], dest=self.target, tag=PERMUTE_TAG)]
-                return Pending(self, requests, block, out, None, Phases(t1 - t0, perf_counter() - t1))
-            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
-        out = self.new_out() if out is None else out
-        if isinstance(step, AllSlice):
-            self.chunks.copy_chunk(block, self.index, out)
-            return Pending(self, requests, block, out, None, Phases(perf_counter() - t0))
-        send = self._pack(block)
+            return Pending(self, [], block, out, None, Phases(perf_counter() - t0))
+        out = self.kind.output(self, block, out)
+        send = self.kind.pack(self, block, out)
         recv = self.recv if self.recv is not None else out
         t1 = perf_counter()
-        comm = self.comm
-        if isinstance(step, AllGather):
-            requests = [comm.Iallgather([send, _mpi().BYTE], [recv, _mpi().BYTE])]
-        elif isinstance(step, AllToAll):
-            requests = [comm.Ialltoall([send, _mpi().BYTE], [recv, _mpi().BYTE])]
-        elif isinstance(step, AllReduce):
-            requests = [comm.Iallreduce([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)]
-        else:
-            requests = [comm.Ireduce_scatter_block([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)]
+        requests = self.kind.issue(self, send, recv)
         return Pending(self, requests, block, out, recv, Phases(t1 - t0, perf_counter() - t1))
 
     def run(self, block: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, Phases]:
         """The step, blocking: the output block and its phases (shared memory: `start` then `wait`; MPI: the
         blocking call, which for sums may use another algorithm than the nonblocking one, hence other bits
         in the last place: the runtime always uses `start`)."""
-        step = self.step
-        if isinstance(step, AllSlice):
-            t0 = perf_counter()
-            out = self.new_out() if out is None else out
-            self.chunks.copy_chunk(block, self.index, out)
-            return out, Phases(perf_counter() - t0)
         if self.shm is not None:
             pending = self.start(block, out)
             return pending.wait(), pending.phases
         t0 = perf_counter()
-        if isinstance(step, Permute):
-            if self.source is None:
-                return block, Phases(perf_counter() - t0)
-            out = self.new_out() if out is None else out
-            t1 = perf_counter()
-            self.comm.Sendrecv([block, _mpi().BYTE], dest=self.target, sendtag=PERMUTE_TAG,
-                               recvbuf=[out, _mpi().BYTE], source=self.source, recvtag=PERMUTE_TAG)
-            return out, Phases(t1 - t0, 0.0, perf_counter() - t1)
-        out = self.new_out() if out is None else out
-        send = self._pack(block)
+        out = self.kind.output(self, block, out)
+        send = self.kind.pack(self, block, out)
         recv = self.recv if self.recv is not None else out
         t1 = perf_counter()
-        if isinstance(step, AllGather):
-            self.comm.Allgather([send, _mpi().BYTE], [recv, _mpi().BYTE])
-        elif isinstance(step, AllToAll):
-            self.comm.Alltoall([send, _mpi().BYTE], [recv, _mpi().BYTE])
-        elif isinstance(step, AllReduce):
-            self.comm.Allreduce([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)
-        else:
-            self.comm.Reduce_scatter_block([send, self.mpi_type], [recv, self.mpi_type], op=self.mpi_op)
+        self.kind.call(self, send, recv)
         t2 = perf_counter()
-        pending = Pending(self, [], block, out, recv, None)
-        self.finish(pending)
+        self.finish(Pending(self, [], block, out, recv, None))
         return out, Phases(t1 - t0, 0.0, t2 - t1, perf_counter() - t2)
-
-    def _pack(self, block: np.ndarray) -> np.ndarray:
-        if self.send is None:
-            return block
-        if isinstance(self.step, AllReduce):
-            np.copyto(self.send, block)  # widening
-        elif self.order is not None:
-            self.send_chunks.pack(block, self.send, order=self.order)
-        elif self.send_chunks.contiguous:
-            np.copyto(self.send.reshape(self.in_shape), block)  # widening only
-        elif self.wide != self.dtype:  # widening and packing at once (element-wise strided copy)
-            view = block.reshape(self.send_chunks.outer, self.k, self.send_chunks.inner).transpose(1, 0, 2)
-            np.copyto(self.send.reshape(view.shape), view)
-        else:
-            self.send_chunks.pack(block, self.send)
-        return self.send
 
     def finish(self, pending: Pending) -> np.ndarray:
         """Unpack what a completed transfer received into the output block."""
@@ -309,25 +183,9 @@ class StepRunner:
             out = self.new_out() if out is None else out
             self.shm.finish(out, pending.block)
             return out
-        if recv is None or recv is out:
-            return out
-        if isinstance(self.step, (AllReduce, ReduceScatter)):
-            np.copyto(out, recv, casting="unsafe")  # narrowing back from the wide type
-        else:
-            self.chunks.unpack(recv, out)
+        if recv is not None and recv is not out:
+            self.kind.unpack(self, recv, out)
         return out
-
-
-def _mpi_type(dtype: np.dtype):
-    """The predefined MPI datatype that reductions of ``dtype`` use."""
-    MPI = _mpi()
-    types = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i1": MPI.INT8_T, "i2": MPI.INT16_T, "i4": MPI.INT32_T,
-             "i8": MPI.INT64_T, "b1": MPI.C_BOOL}
-    name = f"{dtype.kind}{dtype.itemsize}"
-    if name not in types:
-        raise RedistributionError(f"no MPI reduction for element type {dtype}: reductions support bf16, f16, f32, "
-                                  "f64, i1 (bool), i8, i16, i32 and i64")
-    return types[name]
 
 
 class PlanRunner:
@@ -341,7 +199,7 @@ class PlanRunner:
             self.programs.append(program)
             shape = program.out_shape
         for program in self.programs[:-1]:
-            if not (isinstance(program.step, Permute) and program.source is None):
+            if not program.kind.keeps_block(program):
                 program.owned_out = program.new_out()
 
     def free(self) -> None:
@@ -453,7 +311,7 @@ class MeshExecutor:
             program = programs[i]
             if program.pooled_comm is None:
                 continue
-            region, region2 = shm_collectives.regions(program, program.pooled_comm.Get_size())
+            region, region2 = program.kind.shm_regions(program, program.pooled_comm.Get_size())
             free = [slot for slot in slots.setdefault(id(program.pooled_comm), []) if slot[0] < spans[i][0]]
             fits = [slot for slot in free if slot[1] >= region and slot[2] >= region2]
             slot = min(fits, key=lambda s: s[1] + s[2]) if fits else max(free, key=lambda s: s[1] + s[2], default=None)

@@ -39,11 +39,8 @@ import sys
 
 import numpy as np
 
-from slicer.core import dtypes
 from slicer.core.errors import RunError
-from slicer.redistribution.steps import REDUCTIONS, AllGather, AllReduce, AllToAll, Permute, ReduceScatter
-
-from .mpi_packing import copy_runs
+from slicer.redistribution.steps import REDUCTIONS
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
 _CTRL_BYTES = 192
@@ -51,7 +48,6 @@ _SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20
-_SMALL_REDUCE = 1 << 16  # an all_reduce of at most this many bytes runs in one phase
 _STRATEGY_ENV = "SLICER_COLLECTIVES"  # "mpi" / "shm" / unset: shared memory when the group is on one host
 
 
@@ -179,30 +175,6 @@ class Segment:
 
 
 
-def _typed(rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """A (k, nbytes) byte view with rows `stride` apart, as a (k, *shape) array of `dtype`."""
-    return rows.view(dtype).reshape((rows.shape[0],) + tuple(shape))
-
-
-def _combine(combine, rows: np.ndarray, out: np.ndarray) -> None:
-    """`out` = the rows combined in order (a sum or a maximum), as the simulator does: a sum of a narrow float
-    (f16, bf16) accumulates in f32 and rounds once (`dtypes.accumulation_dtype`, `dtypes.sum_blocks`)."""
-    if combine is np.add and dtypes.accumulation_dtype(out.dtype) != out.dtype:
-        dtypes.sum_into(rows, out)
-    else:
-        combine.reduce(rows, axis=0, out=out)
-
-
-def regions(program, k: int) -> tuple[int, int]:
-    """The bytes per member of a step's first and second region (`Segment`): its input block, and for a large
-    all_reduce over `k` members the chunk each one sums (0 otherwise)."""
-    count = int(np.prod(program.in_shape, dtype=np.int64))
-    nbytes = count * program.dtype.itemsize
-    if type(program.step) is AllReduce and nbytes > _SMALL_REDUCE:
-        return nbytes, -(-count // k) * program.dtype.itemsize
-    return nbytes, 0
-
-
 class Slot:
     """Segments for one step or for several that are never in flight together (`plan_executor.MeshExecutor.
     pooled_programs`), each step using the start of their regions. Two segments used in turn, so that a step run
@@ -228,34 +200,24 @@ class Slot:
 
 class ShmStep:
     """The shared-memory form of one step on this rank (see `plan_executor.StepRunner`, which owns it), in its own
-    `Slot` or in one it shares with steps never in flight at the same time (`slot`; not Permute's, whose members
-    read only their source)."""
+    `Slot` or in one it shares with steps never in flight at the same time (`slot`; not a permute's, whose members
+    read only their source). What the kind copies in and out is its `collective_kinds.Execution`."""
 
     def __init__(self, program, comm, *, spins: int = _SPINS, slot: Slot | None = None):
         self.p = program
-        step = program.step
-        self.kind = type(step)
-        self.combine = REDUCTIONS[getattr(step, "reduction", "sum")]  # all_reduce: np.add, or np.maximum
-        self.nbytes, self.region2 = regions(program, comm.Get_size())
-        # an all_reduce of a small block in one phase: every member sums every contribution
-        self.small_reduce = self.kind is AllReduce and not self.region2
-        if self.region2:
-            self.chunk = self.region2 // program.dtype.itemsize
+        self.kind = program.kind
+        self.combine = REDUCTIONS[program.step.reduction]  # a reducing step: np.add, or np.maximum
+        self.nbytes, self.region2 = self.kind.shm_regions(program, comm.Get_size())
         self.owned = slot is None
         self.slot = Slot(comm, self.nbytes, self.region2, spins=spins) if slot is None else slot
         self.segment = self.slot.segments[0]
         self.k, self.me = self.segment.k, self.segment.me
-        if self.kind is Permute:
-            self.readers = [program.target] if program.target is not None else []
-            self.source = program.source
-        else:
-            self.readers = None  # every member reads every member's region
+        self.readers = self.kind.shm_readers(program)  # None: every member reads every member's region
+        self.sources = self.kind.shm_sources(program)  # None: this member reads every member's region
 
     def test(self) -> bool:
         seg = self.segment
-        if self.kind is Permute:
-            return self.source is None or seg.ready(ARRIVE, seg.epoch, [self.source])
-        return seg.ready(ARRIVE, seg.epoch)
+        return seg.ready(ARRIVE, seg.epoch, self.sources)
 
     def start(self, block: np.ndarray) -> None:
         """Copy this member's block into its region (packed by chunks where the step needs it) and publish it."""
@@ -263,72 +225,28 @@ class ShmStep:
         seg, p = self.segment, self.p
         seg.epoch += 1
         e = seg.epoch
-        if self.kind is Permute and p.target is None:
+        if self.readers is not None and not self.readers:  # nobody reads this member's region
             seg.publish(ARRIVE, e)
             return
         if e > 1:  # the readers of the previous epoch are done with this region
             seg.wait(DONE, e - 1, self.readers)
-        mine = seg.mine[:self.nbytes].view(p.dtype)
-        if self.kind is AllToAll:  # every chunk but this rank's own, which finish() copies directly
-            chunks = p.send_chunks
-            if p.order is not None:  # a reordering all-to-all: member j reads chunk order[j]
-                chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me, order=p.order)
-            elif chunks.contiguous:
-                flat, c, g = block.reshape(-1), block.size // self.k, self.me
-                np.copyto(mine[:g * c], flat[:g * c])
-                np.copyto(mine[(g + 1) * c:], flat[(g + 1) * c:])
-            else:
-                chunks.pack(block, mine.reshape(chunks.packed_shape), skip=self.me)
-        elif self.kind is ReduceScatter and not p.send_chunks.contiguous:
-            p.send_chunks.pack(block, mine.reshape(p.send_chunks.packed_shape))
-        else:
-            np.copyto(mine, block.reshape(-1))
+        self.kind.shm_in(p, self, block, seg.mine[:self.nbytes].view(p.dtype))
         seg.publish(ARRIVE, e)
 
     def finish(self, out: np.ndarray, block: np.ndarray) -> None:
-        """Wait for the members this rank reads, copy (and sum) into `out`, and say it is done reading."""
-        seg, p = self.segment, self.p
-        e = seg.epoch
-        dtype = p.dtype
+        """Wait for the members this rank reads, copy (and combine) into `out`, and say it is done reading."""
+        seg = self.segment
+        if self.sources is None or self.sources:
+            seg.wait(ARRIVE, seg.epoch, self.sources)
         data = seg.data[:, :self.nbytes]  # (k, this step's bytes): the segment may be larger (a shared slot)
-        if self.kind is Permute:
-            if self.source is not None:
-                seg.wait(ARRIVE, e, [self.source])
-                np.copyto(out.reshape(-1), data[self.source].view(dtype))
-            seg.publish(DONE, e)
-            return
-        seg.wait(ARRIVE, e)
-        k, g = self.k, self.me
-        if self.kind is AllGather:
-            rows = _typed(data, dtype, (-1,))  # (k, block elements): member j's block = chunk j of out
-            p.chunks.unpack_rows(rows, out)
-        elif self.kind is AllToAll:
-            c = self.nbytes // k
-            rows = data[:, g * c:(g + 1) * c]  # chunk g of every other member's packed block
-            p.chunks.unpack_rows(_typed(rows, dtype, (-1,)), out, skip=g)
-            own = g if p.order is None else p.order[g]
-            copy_runs(p.chunks.chunk_view(out, g), p.send_chunks.chunk_view(block, own))
-        elif self.kind is ReduceScatter:
-            c = self.nbytes // k
-            rows = _typed(data[:, g * c:(g + 1) * c], dtype, (-1,))
-            _combine(np.add, rows, out.reshape(-1))
-        elif self.small_reduce:
-            _combine(self.combine, _typed(data, dtype, (-1,)), out.reshape(-1))
-        else:  # all_reduce in two phases: member j sums elements [j*c, (j+1)*c), then everyone gathers them
-            n, c = out.size, self.chunk
-            lo, hi = min(g * c, n), min((g + 1) * c, n)
-            mine2 = seg.mine2[:self.region2].view(dtype)[: hi - lo]
-            _combine(self.combine, _typed(data, dtype, (-1,))[:, lo:hi], mine2)
-            seg.publish(ARRIVE2, e)
-            seg.wait(ARRIVE2, e)
-            flat = out.reshape(-1)
-            full = n // c  # members whose chunk is whole
-            rows2 = _typed(seg.data2[:, :self.region2], dtype, (-1,))
-            if full:
-                np.copyto(flat[: full * c].reshape(full, c), rows2[:full, :c])
-            if full < k and n > full * c:
-                np.copyto(flat[full * c:], rows2[full, : n - full * c])
-        seg.publish(DONE, e)
+        self.kind.shm_out(self.p, self, data, out, block)
+        seg.publish(DONE, seg.epoch)
+
+    def second_phase(self) -> None:
+        """Publish this member's second region and wait for every member's (a two-phase all_reduce)."""
+        seg = self.segment
+        seg.publish(ARRIVE2, seg.epoch)
+        seg.wait(ARRIVE2, seg.epoch)
 
     def free(self) -> None:
         """Free this step's slot, unless it shares one (`MeshExecutor` frees those)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
-from slicer.redistribution.steps import AllGather, AllReduce, ReduceScatter
+from slicer.redistribution.steps import STEP_TYPES, AllGather, AllReduce, ReduceScatter
 from slicer.spmd.bucketing import bucket_bytes
 
 from .cache_reads import CacheClock
@@ -247,7 +247,7 @@ class _Run:
         if transfer <= 0:
             return
         if join:  # the memory trace packs the buckets as the compiled program does, in the order they are made
-            result = local // self.ev.group(axes) if kind == "reduce_scatter" else local
+            result = STEP_TYPES[kind].local_after(self.ev.group(axes), local)
             self.memory.bucket_member(key, v, made, local, result, self.at)
         else:  # a collective of its own, before its reader
             self.memory.boundary()

@@ -16,7 +16,7 @@ import numpy as np
 
 from slicer.core.errors import RedistributionError
 
-from .steps import AllSlice, Step
+from .steps import Step
 from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
@@ -93,7 +93,7 @@ class Plan:
         consecutive local slices counts as one step (its blocks in between are views, never copied: the
         MPI executor copies once at the end of the run, and the kernels fuse the slices)."""
         sizes = [t.local_size(self.mesh) for t in self.trace.types]
-        local = [isinstance(step, AllSlice) for step in self.steps] + [False]
+        local = [step.local for step in self.steps] + [False]
         live = [a + b for i, (a, b) in enumerate(zip(sizes, sizes[1:])) if not (local[i] and local[i + 1])]
         runs = [i for i in range(len(self.steps)) if local[i] and (i == 0 or not local[i - 1])]
         for start in runs:  # input of the run's first slice with the output of its last

@@ -13,12 +13,14 @@ plus ``type_after``. Its class carries:
 - its semantics on real data: ``numpy_blocks(layout, blocks)`` (per group: ``numpy_group``), the reference
   the MPI executor (`slicer.runtime.plan_executor`) is checked against;
 - its text form: ``op`` (the plan's name of the kind) and ``fields()`` / ``from_fields`` (JSON, kernel graph);
-- its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` (attribute key ->
-  tensor dim / mesh axes) and ``from_ir``, which `slicer.spmd.emit_collectives` writes and `slicer.lowering.graph_builder`
-  reads.
+- its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` / ``ir_ints()`` /
+  ``ir_reductions()`` (attribute key -> value) and ``from_ir``, which `slicer.spmd.emit_collectives` writes and
+  `slicer.lowering.graph_builder` reads;
+- how the planner lifts it to the real mesh and merges two steps of its kind (``lifted``, ``on_mesh``,
+  ``merged``).
 
-``STEP_TYPES`` (op -> class) is the one registry. Live memory during a step is its input block plus its
-output block.
+What every class provides, and ``STEP_TYPES`` (op -> class), the registry each class joins with ``@register``,
+are in `slicer.redistribution.collective`. Live memory during a step is its input block plus its output block.
 
 Rules (``K`` = product of the sizes of ``mesh_axes``, ``L`` = local element count before the step):
 
@@ -47,83 +49,17 @@ from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, CONCAT_AXIS_ATTR, GATHER_AXIS_ATTR,
-                               GRID_AXES_ATTR, PAIRS_ATTR, PERMUTE, REDUCE_SCATTER, REORDERING_ALL_TO_ALL,
+                               GRID_AXES_ATTR, PAIRS_ATTR, PERMUTE, REDUCE_SCATTER, REDUCTION_ATTR, REORDERING_ALL_TO_ALL,
                                SCATTER_AXIS_ATTR, SLICE_AXIS_ATTR, SPLIT_AXIS_ATTR, SPLIT_GRID_AXES_ATTR)
 
 from . import step_rules as rules, subaxes
-from .layout import Layout, groups, nontrivial_partial
+from .collective import (STEP_OF_IR, STEP_TYPES, Collective, apply_rule, register, step_from_fields,  # noqa: F401
+                         step_with_type, type_before)
+from .layout import Layout, nontrivial_partial
 from .types import DistType
 
 
-class Collective:
-    """What every collective class provides besides its fields (see the module docstring). The defaults
-    fit a step over a group ``mesh_axes`` whose tensor dims are the fields named in ``ir_dim_keys``. Each
-    class also defines ``rule``, ``inverse(dims, partial)`` (edits the lists of the type after into those
-    of the type before; False when it cannot) and the static ``busiest(k, local)``: the elements the
-    busiest device receives in a group of ``k`` devices holding ``local`` elements each."""
-
-    op: ClassVar[str]  # the kind's name in plans, JSON and the kernel graph
-    phase: ClassVar[int | None]  # normal form: 0 shrinking, 1 constant size, 2 growing, None anywhere before 2
-    ir_name: ClassVar[str]  # the IR op (slicer.core.names)
-    ir_dim_keys: ClassVar[dict[str, str]] = {}  # field -> the IR attribute holding that tensor dim
-
-    def received(self, before: DistType, layout: Layout) -> np.ndarray:
-        """Elements each device receives (all devices take part alike)."""
-        k = subaxes.group_size(layout.mesh, self.mesh_axes)
-        return np.full(layout.device_count, self.busiest(k, before.local_size(layout.mesh)), dtype=np.int64)
-
-    def numpy_blocks(self, layout: Layout, blocks) -> list[np.ndarray]:
-        """The step's semantics on real data: every device's block after it, from the rank-indexed list of
-        blocks before it (the reference the MPI executor and the kernel graph's runs are checked against)."""
-        out: list = [None] * layout.device_count
-        for row in groups(layout, self.mesh_axes):
-            for r, block in zip(row, self.numpy_group(layout, row, [blocks[r] for r in row])):
-                out[r] = block
-        return out
-
-    def tensor_dims(self) -> tuple[int, ...]:
-        """The tensor dims the step slices, gathers, splits or concatenates (in ``ir_dim_keys`` order)."""
-        return tuple(getattr(self, name) for name in self.ir_dim_keys)
-
-    def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
-        """The mesh axes the step communicates over (their links set its time)."""
-        return tuple(self.mesh_axes)
-
-    def fields(self) -> dict:
-        """The text form of the step (without ``op`` and ``type_after``): JSON-ready values."""
-        out = {name: getattr(self, name) for name in self.ir_dim_keys}
-        out["mesh_axes"] = list(self.mesh_axes)
-        return out
-
-    @classmethod
-    def from_fields(cls, fields: dict, type_after: DistType) -> "Collective":
-        """The step whose `fields()` are ``fields`` (lists read back as tuples)."""
-        return cls(**{k: _tuples(v) for k, v in fields.items()}, type_after=type_after)
-
-    def ir_op_name(self) -> str:
-        """The IR op this step is emitted as."""
-        return self.ir_name
-
-    def ir_dims(self) -> dict[str, int]:
-        """IR attribute key -> tensor dim, for the emitted op."""
-        return {key: getattr(self, name) for name, key in self.ir_dim_keys.items()}
-
-    def ir_groups(self) -> dict[str, tuple[str, ...]]:
-        """IR attribute key -> the mesh axes of a group (emitted as grid axis indices)."""
-        return {GRID_AXES_ATTR: tuple(self.mesh_axes)}
-
-    @classmethod
-    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "Collective":
-        """The step an op ``name`` performs, given ``dim(key)`` (an index attribute) and ``group(key)`` (the
-        mesh axes of a grid-axes attribute, () when absent)."""
-        dims = {field_name: dim(key) for field_name, key in cls.ir_dim_keys.items()}
-        return cls(**dims, mesh_axes=group(GRID_AXES_ATTR), type_after=type_after)
-
-
-def _tuples(value):
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
+@register
 @dataclass(frozen=True)
 class AllSlice(Collective):
     """Local dynamic slice: each device keeps the chunk of ``slice_dim`` at its index in ``mesh_axes``."""
@@ -134,8 +70,9 @@ class AllSlice(Collective):
     phase: ClassVar[int | None] = 0
     ir_name: ClassVar[str] = ALL_SLICE
     ir_dim_keys: ClassVar[dict[str, str]] = {"slice_dim": SLICE_AXIS_ATTR}
+    local: ClassVar[bool] = True
 
-    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
         rules.check_dim(before, self.slice_dim, "all_slice: slice_dim")
         rules.check_axes(mesh, self.mesh_axes, self.op)
         rules.check_unused(mesh, before, self.mesh_axes, self.op)
@@ -157,7 +94,13 @@ class AllSlice(Collective):
     def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
         return ()  # local: no communication
 
+    def merged(self, after: "AllSlice", mesh: Mesh) -> "AllSlice | None":
+        if after.slice_dim != self.slice_dim:
+            return None
+        return AllSlice(self.slice_dim, self.mesh_axes + after.mesh_axes, after.type_after)
 
+
+@register
 @dataclass(frozen=True)
 class AllGather(Collective):
     """Concatenate the blocks of the group over ``mesh_axes`` along ``gather_dim`` (group order)."""
@@ -169,7 +112,7 @@ class AllGather(Collective):
     ir_name: ClassVar[str] = ALL_GATHER
     ir_dim_keys: ClassVar[dict[str, str]] = {"gather_dim": GATHER_AXIS_ATTR}
 
-    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
         rules.check_dim(before, self.gather_dim, "all_gather: gather_dim")
         rules.check_axes(mesh, self.mesh_axes, self.op)
         kept = rules.suffix_cut(mesh, before, self.gather_dim, self.mesh_axes, self.op)
@@ -187,7 +130,13 @@ class AllGather(Collective):
     def busiest(k: int, local: int) -> int:
         return (k - 1) * local
 
+    def merged(self, after: "AllGather", mesh: Mesh) -> "AllGather | None":
+        if after.gather_dim != self.gather_dim:
+            return None  # the later gather's axes are the coarser tiles
+        return AllGather(self.gather_dim, after.mesh_axes + self.mesh_axes, after.type_after)
 
+
+@register
 @dataclass(frozen=True)
 class AllToAll(Collective):
     """Split ``split_dim`` into K chunks, send chunk j to group member j, concatenate along ``concat_dim``.
@@ -206,6 +155,7 @@ class AllToAll(Collective):
     phase: ClassVar[int | None] = 1
     ir_name: ClassVar[str] = ALL_TO_ALL
     ir_dim_keys: ClassVar[dict[str, str]] = {"split_dim": SPLIT_AXIS_ATTR, "concat_dim": CONCAT_AXIS_ATTR}
+    ir_aliases: ClassVar[tuple[str, ...]] = (REORDERING_ALL_TO_ALL,)
 
     @property
     def split_order(self) -> tuple[str, ...]:
@@ -216,7 +166,15 @@ class AllToAll(Collective):
     def reordering(self) -> bool:
         return self.split_order != self.mesh_axes
 
-    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+    def named_axes(self) -> set[str]:
+        return set(self.mesh_axes) | set(self.split_order)
+
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "AllToAll":
+        order = None if self.split_mesh_axes is None else refinement.up_axes(self.split_mesh_axes)
+        return replace(self, mesh_axes=refinement.up_axes(self.mesh_axes), split_mesh_axes=order,
+                       type_after=type_after)
+
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
         rules.check_dim(before, self.split_dim, "all_to_all: split_dim")
         rules.check_dim(before, self.concat_dim, "all_to_all: concat_dim")
         if self.split_dim == self.concat_dim:
@@ -267,11 +225,13 @@ class AllToAll(Collective):
         return out
 
     @classmethod
-    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "AllToAll":
-        order = group(SPLIT_GRID_AXES_ATTR) if name == REORDERING_ALL_TO_ALL else None
-        return cls(dim(SPLIT_AXIS_ATTR), dim(CONCAT_AXIS_ATTR), group(GRID_AXES_ATTR), type_after, order)
+    def from_ir(cls, name: str, read, type_after: DistType) -> "AllToAll":
+        order = read.group(SPLIT_GRID_AXES_ATTR) or None  # present on the reordering op only
+        return cls(read.dim(SPLIT_AXIS_ATTR), read.dim(CONCAT_AXIS_ATTR), read.group(GRID_AXES_ATTR), type_after,
+                   order)
 
 
+@register
 @dataclass(frozen=True)
 class Permute(Collective):
     """Device ``dst`` receives the whole block of device ``src`` for every ``(src, dst)`` in ``pairs``
@@ -285,6 +245,7 @@ class Permute(Collective):
     op: ClassVar[str] = "permute"
     phase: ClassVar[int | None] = 1
     ir_name: ClassVar[str] = PERMUTE
+    relabels: ClassVar[bool] = True
 
     @classmethod
     def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> "Permute":
@@ -307,6 +268,18 @@ class Permute(Collective):
     def retyped(self, type_after: DistType) -> "Permute":
         """The same device map with another ``type_after`` (keeps the array form)."""
         return self._with_pair_array(self.pairs, type_after, self.pair_array)
+
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "Permute":
+        return self.retyped(type_after)  # a refined mesh has the same linear ranks
+
+    def on_mesh(self, mesh: Mesh, sub: Mesh) -> "Permute":
+        return Permute(_lift_pairs(mesh, sub, self.pair_array), self.type_after)
+
+    def named_axes(self) -> set[str]:
+        return set()
+
+    def moves_nothing(self) -> bool:
+        return not self.pairs  # a pure relabelling of size-1 axes
 
     def source_of(self, n: int) -> np.ndarray:
         """Per device: the device whose block it holds after the step."""
@@ -379,10 +352,31 @@ class Permute(Collective):
     def ir_groups(self) -> dict[str, tuple[str, ...]]:
         return {}  # its device map is the `pairs` attribute (slicer.dialect.collectives)
 
+    def ir_ints(self) -> dict[str, list[int]]:
+        return {PAIRS_ATTR: [int(v) for pair in self.pairs for v in pair]}
+
     @classmethod
-    def from_ir(cls, name: str, dim, group, type_after: DistType) -> "Permute":
-        raise RedistributionError(f"'{name}': read a permute with slicer.dialect.PermuteOp (its pairs are not "
-                                  "grid axes)")
+    def from_ir(cls, name: str, read, type_after: DistType) -> "Permute":
+        flat = read.ints(PAIRS_ATTR)
+        return cls(tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2)), type_after)
+
+
+def _lift_pairs(mesh: Mesh, sub: Mesh, pairs: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Sub-mesh ``(sender, receiver)`` ranks -> the same exchange within every group of equal coordinates
+    on the axes of ``mesh`` that ``sub`` lacks (full-mesh linear ranks, row-major)."""
+    if not len(pairs):
+        return ()
+    coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T  # rank -> coordinate
+    sub_axes = [mesh.axis_index(name) for name in sub.axis_names]
+    sub_rank = np.ravel_multi_index(coords[:, sub_axes].T, sub.shape)
+    receiver_of = np.full(sub.device_count, -1, dtype=np.int64)
+    receiver_of[pairs[:, 0]] = pairs[:, 1]
+    moving = receiver_of[sub_rank] >= 0
+    senders = np.nonzero(moving)[0]
+    target = coords[senders].copy()
+    target[:, sub_axes] = np.array(np.unravel_index(receiver_of[sub_rank[senders]], sub.shape)).T
+    receivers = np.ravel_multi_index(target.T, mesh.shape)
+    return tuple(zip(senders.tolist(), receivers.tolist()))
 
 
 #: The reductions an all_reduce may combine blocks with (its IR attribute `#shard<partial ...>`): a sum, the
@@ -391,6 +385,7 @@ class Permute(Collective):
 REDUCTIONS = {"sum": np.add, "max": np.maximum}
 
 
+@register
 @dataclass(frozen=True)
 class AllReduce(Collective):
     """Sum (or, with ``reduction="max"``, maximum) over the group over the partial axes ``mesh_axes``; they
@@ -401,6 +396,7 @@ class AllReduce(Collective):
     op: ClassVar[str] = "all_reduce"
     phase: ClassVar[int | None] = None
     ir_name: ClassVar[str] = ALL_REDUCE
+    reduces: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.reduction not in REDUCTIONS:
@@ -413,13 +409,30 @@ class AllReduce(Collective):
             out["reduction"] = self.reduction
         return out
 
-    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
         rules.check_axes(mesh, self.mesh_axes, self.op)
         return DistType(before.shape, before.dims, rules.without_partial(mesh, before, self.mesh_axes, self.op))
 
     def inverse(self, dims: list, partial: list) -> bool:
         partial += self.mesh_axes
         return True
+
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "AllReduce":
+        axes = subaxes.canonical_set(refinement.mesh, refinement.up_axes(self.mesh_axes, merge=False))
+        return replace(self, mesh_axes=axes, type_after=type_after)
+
+    def merged(self, after: "AllReduce", mesh: Mesh) -> "AllReduce | None":
+        if after.reduction != self.reduction:
+            return None
+        axes = tuple(sorted(set(self.mesh_axes) | set(after.mesh_axes), key=mesh.axis_index))
+        return AllReduce(axes, after.type_after, self.reduction)
+
+    def ir_reductions(self) -> dict[str, str]:
+        return {} if self.reduction == "sum" else {REDUCTION_ATTR: self.reduction}
+
+    @classmethod
+    def from_ir(cls, name: str, read, type_after: DistType) -> "AllReduce":
+        return cls(read.group(GRID_AXES_ATTR), type_after, read.reduction(REDUCTION_ATTR))
 
     def numpy_group(self, layout: Layout, row, blocks: list) -> list:
         if self.reduction == "max":
@@ -432,6 +445,7 @@ class AllReduce(Collective):
         return -(-2 * (k - 1) * local // k)  # ring
 
 
+@register
 @dataclass(frozen=True)
 class ReduceScatter(Collective):
     """Sum over the partial axes ``mesh_axes`` and keep the chunk of ``scatter_dim`` at the group index."""
@@ -442,8 +456,9 @@ class ReduceScatter(Collective):
     phase: ClassVar[int | None] = 0
     ir_name: ClassVar[str] = REDUCE_SCATTER
     ir_dim_keys: ClassVar[dict[str, str]] = {"scatter_dim": SCATTER_AXIS_ATTR}
+    reduces: ClassVar[bool] = True
 
-    def rule(self, before: DistType, mesh: Mesh) -> DistType:
+    def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
         rules.check_dim(before, self.scatter_dim, "reduce_scatter: scatter_dim")
         rules.check_axes(mesh, self.mesh_axes, self.op)
         partial = rules.without_partial(mesh, before, self.mesh_axes, self.op)
@@ -466,45 +481,10 @@ class ReduceScatter(Collective):
     def busiest(k: int, local: int) -> int:
         return (k - 1) * (local // k)
 
+    def merged(self, after: "ReduceScatter", mesh: Mesh) -> "ReduceScatter | None":
+        if after.scatter_dim != self.scatter_dim:
+            return None
+        return ReduceScatter(self.scatter_dim, self.mesh_axes + after.mesh_axes, after.type_after)
+
 
 Step = Union[AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter]
-#: The one registry of the collectives: op (their name in plans, JSON and the kernel graph) -> class.
-STEP_TYPES = {cls.op: cls for cls in (AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter)}
-#: IR op name -> class (the reordering all-to-all is an `AllToAll` too).
-STEP_OF_IR = {**{cls.ir_name: cls for cls in STEP_TYPES.values()}, REORDERING_ALL_TO_ALL: AllToAll}
-
-
-def step_from_fields(op: str, fields: dict, type_after: DistType) -> Step:
-    """The step of kind ``op`` whose text form is ``fields`` (`Collective.fields`)."""
-    if op not in STEP_TYPES:
-        raise RedistributionError(f"unknown collective '{op}': the collectives are {', '.join(STEP_TYPES)}")
-    return STEP_TYPES[op].from_fields(fields, type_after)
-
-
-def type_before(step: Step, after: DistType, mesh: Mesh) -> DistType | None:
-    """The type before ``step`` given the type after it (its typing rule inverted), or None when the rule
-    cannot be inverted (a permute: any type with the same local shape comes before it)."""
-    dims, partial = [list(d) for d in after.dims], list(after.partial)
-    if not step.inverse(dims, partial):
-        return None
-    try:
-        before = DistType.of(mesh, after.shape, dims, partial)
-        return before if apply_rule(step, before, mesh) == after else None
-    except RedistributionError:
-        return None
-
-
-def apply_rule(step: Step, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType:
-    """The type after ``step`` from the type before it (raises if the step does not type-check)."""
-    if isinstance(step, Permute):
-        return step.rule(before, mesh, layout)
-    return step.rule(before, mesh)
-
-
-def step_with_type(step: Step, type_after: DistType) -> Step:
-    """The same step with another ``type_after`` (used when re-deriving types)."""
-    if step.type_after == type_after:
-        return step
-    if isinstance(step, Permute):
-        return step.retyped(type_after)
-    return replace(step, type_after=type_after)

@@ -22,12 +22,10 @@ deterministic (moves are generated in a fixed order and heap ties are broken by 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
-from .steps import (AllGather, AllReduce, AllSlice, AllToAll, Permute, ReduceScatter, Step, apply_rule,
-                          step_with_type)
+from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from slicer.core.errors import RedistributionError
 from . import subaxes
 from .costs import CostModel, tie_scale
@@ -190,15 +188,7 @@ def _lift(refinement: Refinement, step: Step) -> Step:
     t = step.type_after
     after = DistType(t.shape, tuple(refinement.up_axes(d) for d in t.dims),
                      subaxes.canonical_set(mesh, refinement.up_axes(t.partial, merge=False)))
-    if isinstance(step, Permute):
-        return step.retyped(after)
-    if isinstance(step, AllReduce):
-        return replace(step, mesh_axes=subaxes.canonical_set(mesh, refinement.up_axes(step.mesh_axes, merge=False)),
-                       type_after=after)
-    changes = {"mesh_axes": refinement.up_axes(step.mesh_axes), "type_after": after}
-    if isinstance(step, AllToAll) and step.split_mesh_axes is not None:
-        changes["split_mesh_axes"] = refinement.up_axes(step.split_mesh_axes)
-    return replace(step, **changes)
+    return step.lifted(refinement, after)
 
 
 def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: tuple[str, ...],
@@ -213,27 +203,8 @@ def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: t
     if not sub.axes:
         return Plan(mesh, src, dst, (), dtype, model)
     inner = plan(sub, src, dst, dtype=dtype, cost=model, sub_axes=sub_axes)
-    steps = [Permute(_lift_pairs(mesh, sub, step.pair_array), step.type_after) if isinstance(step, Permute) else step
-             for step in inner.steps]
+    steps = [step.on_mesh(mesh, sub) for step in inner.steps]
     return Plan(mesh, src, dst, tuple(steps), dtype, model)
-
-
-def _lift_pairs(mesh: Mesh, sub: Mesh, pairs: np.ndarray) -> tuple[tuple[int, int], ...]:
-    """Sub-mesh ``(sender, receiver)`` ranks -> the same exchange within every group of equal coordinates
-    on the axes of ``mesh`` that ``sub`` lacks (full-mesh linear ranks, row-major)."""
-    if not len(pairs):
-        return ()
-    coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T  # rank -> coordinate
-    sub_axes = [mesh.axis_index(name) for name in sub.axis_names]
-    sub_rank = np.ravel_multi_index(coords[:, sub_axes].T, sub.shape)
-    receiver_of = np.full(sub.device_count, -1, dtype=np.int64)
-    receiver_of[pairs[:, 0]] = pairs[:, 1]
-    moving = receiver_of[sub_rank] >= 0
-    senders = np.nonzero(moving)[0]
-    target = coords[senders].copy()
-    target[:, sub_axes] = np.array(np.unravel_index(receiver_of[sub_rank[senders]], sub.shape)).T
-    receivers = np.ravel_multi_index(target.T, mesh.shape)
-    return tuple(zip(senders.tolist(), receivers.tolist()))
 
 
 TOLERANCE = 0.005  # plans above the traffic lower bound are within this fraction of the least traffic
@@ -330,7 +301,7 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
             dims = tuple(g + r[len(rg):] for g, r, rg in zip(dst.dims, red.dims, red_dst.dims))
             middle_end = DistType(dst.shape, dims, dst.partial)
             if middle_end != current:
-                if steps and isinstance(steps[-1], Permute):
+                if steps and steps[-1].relabels:
                     steps.pop()
                     current = steps[-1].type_after if steps else src
                     before = current
@@ -343,7 +314,7 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
             red_dims, red_partial = move.target
             partial = tuple(sorted(set(red_partial) | set(trivial_partial(current)), key=mesh.axis_index))
             target = DistType(current.shape, red_dims, partial)
-            if steps and isinstance(steps[-1], Permute):  # merge consecutive permutes
+            if steps and steps[-1].relabels:  # merge consecutive permutes
                 steps.pop()
                 current = steps[-1].type_after if steps else src
             push(permute_step(layout, current, target))
@@ -382,9 +353,9 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
         while j < len(steps) and type(steps[j]) is kind:
             j += 1
         run = steps[i:j]
-        if kind in (AllSlice, AllGather, ReduceScatter):
+        if kind.phase in (0, 2):  # slices, gathers, reduce-scatters: along one dim each
             dim_of = lambda s: s.tensor_dims()[0]  # noqa: E731
-            free = kind is AllSlice or reorder  # else the search's order: it priced each step's block size
+            free = kind.local or reorder  # else the search's order: it priced each step's block size
             if free:
                 run = sorted(run, key=dim_of)
             merged: list = []
@@ -392,10 +363,9 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
             at = current
             for s in run:
                 s = step_with_type(s, apply_rule(s, at, mesh, layout))
-                if merged and dim_of(merged[-1]) == dim_of(s):
+                candidate = merged[-1].merged(s, mesh) if merged else None
+                if candidate is not None:
                     prev = merged[-1]
-                    axes = prev.mesh_axes + s.mesh_axes if kind is not AllGather else s.mesh_axes + prev.mesh_axes
-                    candidate = kind(dim_of(s), axes, s.type_after)
                     if cheaper([prev, s], candidate, before):
                         merged[-1] = candidate
                         at = s.type_after
@@ -406,11 +376,12 @@ def _merge(mesh: Mesh, layout: Layout, src: DistType, steps: list[Step], price=N
             run = merged
             if free and len(run) > 1:
                 size = lambda s: subaxes.group_size(mesh, s.mesh_axes)  # noqa: E731
-                run = sorted(run, key=size) if kind is AllGather else sorted(run, key=lambda s: -size(s))
-        elif kind is AllReduce and len(run) > 1:
-            axes = tuple(sorted({a for s in run for a in s.mesh_axes}, key=mesh.axis_index))
-            candidate = AllReduce(axes, run[-1].type_after)
-            if cheaper(run, candidate, current):
+                run = sorted(run, key=size) if kind.phase == 2 else sorted(run, key=lambda s: -size(s))
+        elif len(run) > 1:  # all-reduces: one over the union of the axes
+            candidate = run[0]
+            for s in run[1:]:
+                candidate = candidate.merged(s, mesh) if candidate is not None else None
+            if candidate is not None and cheaper(run, candidate, current):
                 run = [candidate]
         for s in run:
             current = apply_rule(s, current, mesh, layout)

@@ -12,9 +12,10 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
-Each step class names its op and attribute keys (`ir_op_name`, `ir_dims`, `ir_groups` in
-`slicer.redistribution.steps`), so the emitter is one generic path for every communicating collective; a
-local slice and a permute (whose device map is not a grid-axes attribute) are the two special cases.
+Each step class names its op and attributes (`ir_op_name`, `ir_dims`, `ir_groups`, `ir_ints`,
+`ir_reductions` in `slicer.redistribution.collective`), so the emitter is one generic path for every
+collective; a kind emitted otherwise has its own entry in ``EMISSIONS`` (step class -> emission, registered
+with :func:`emits`): the local slice, which is not a collective op at all.
 (In `shard`'s attribute names a tensor dim is an "axis"; in Slicer "axis" is a mesh axis only.)
 
 Axis order: `grid_axes` is written in the plan's `mesh_axes` order, major to minor. The `shard` dialect numbers
@@ -42,9 +43,8 @@ from mlir import ir
 from mlir.dialects import arith, builtin, shard, tensor
 
 from slicer.core.errors import RedistributionError
-from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REDUCTION_ATTR, REFINES_ATTR
-from slicer.dialect import permute
-from slicer.redistribution import AllSlice, AllToAll, Mesh, Permute, Plan
+from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REFINES_ATTR
+from slicer.redistribution import AllSlice, Mesh, Plan
 from slicer.redistribution import subaxes
 
 from .dist_types import local_type
@@ -71,10 +71,27 @@ def _plan_tokens(plan: Plan) -> set[str]:
     for t in plan.trace.types:
         out |= t.used_axes()
     for step in plan.steps:
-        out |= set(getattr(step, "mesh_axes", ()))
-        if isinstance(step, AllToAll):
-            out |= set(step.split_order)
+        out |= step.named_axes()
     return out
+
+
+#: step class -> how a step of it is emitted, for kinds not emitted as their op (`PlanEmitter.emit_op`):
+#: ``emission(emitter, value, step, plan, result_type, loc) -> value``.
+EMISSIONS: dict[type, Callable] = {}
+
+
+def emits(step_class: type):
+    """Decorator: the function emits the steps of ``step_class`` (an entry of ``EMISSIONS``)."""
+    def register(emission: Callable) -> Callable:
+        EMISSIONS[step_class] = emission
+        return emission
+    return register
+
+
+@emits(AllSlice)
+def _local_slice(emitter: "PlanEmitter", value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
+    """A local slice: no communication, and the kernels keep it."""
+    return emitter.local_block(value, step.slice_dim, step.mesh_axes, loc)
 
 
 class PlanEmitter:
@@ -170,6 +187,16 @@ class PlanEmitter:
                                         static_offsets, shape, [1] * src.rank)
 
     # -- plans ----------------------------------------------------------------------------------------------
+    def emit_op(self, value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
+        """`step` as its op (`Collective.ir_op_name`) with the attributes its class writes."""
+        groups = step.ir_groups()
+        grid, indices = self.grid_axes(plan, *groups.values())
+        attrs = {key: _i16(ix) for key, ix in zip(groups, indices)}
+        attrs.update({key: _index_attr(dim) for key, dim in step.ir_dims().items()})
+        attrs.update({key: ir.DenseI64ArrayAttr.get(ints) for key, ints in step.ir_ints().items()})
+        attrs.update({key: ir.Attribute.parse(f"#shard<partial {how}>") for key, how in step.ir_reductions().items()})
+        return _collective(step.ir_op_name(), value, after, grid, attrs, loc)
+
     def emit(self, value: ir.Value, plan: Plan, loc: Callable[[object], ir.Location]) -> ir.Value:
         """Emit every step of `plan` on `value` (whose local type is the plan's source); returns the result.
 
@@ -178,20 +205,9 @@ class PlanEmitter:
         element_type = ir.RankedTensorType(value.type).element_type
         for step in plan.steps:
             after = local_type(step.type_after, self.mesh, element_type)
-            where = loc(step)
-            if isinstance(step, AllSlice):  # a local slice: no communication, and the kernels keep it
-                value = self.local_block(value, step.slice_dim, step.mesh_axes, where)
-            elif isinstance(step, Permute):
-                if not step.pairs:  # a pure relabelling of size-1 axes: nothing moves
-                    continue
-                value = permute(value, self.grid, step.pairs, loc=where)
-            else:
-                groups = step.ir_groups()
-                grid, indices = self.grid_axes(plan, *groups.values())
-                attrs = {key: _i16(ix) for key, ix in zip(groups, indices)}
-                attrs.update({key: _index_attr(dim) for key, dim in step.ir_dims().items()})
-                if getattr(step, "reduction", "sum") != "sum":  # an all_reduce by maximum (`AllReduce`)
-                    attrs[REDUCTION_ATTR] = ir.Attribute.parse(f"#shard<partial {step.reduction}>")
-                value = _collective(step.ir_op_name(), value, after, grid, attrs, where)
+            if step.moves_nothing():  # (a permute of size-1 axes only)
+                continue
+            emission = EMISSIONS.get(type(step), PlanEmitter.emit_op)
+            value = emission(self, value, step, plan, after, loc(step))
             value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.spec())])
         return value

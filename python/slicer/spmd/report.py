@@ -22,9 +22,9 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, AXES_ATTR, COLLECTIVE_OPS, DIST_ATTR, DIST_SOURCE_ATTR,
-                               GRID, GRID_ATTR, GRID_AXES_ATTR, PERMUTE, REDUCE_SCATTER, RES_ATTRS_ATTR, SHAPE_ATTR,
-                               SPMD_MESH_ATTR, SYM_NAME_ATTR)
+from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR,
+                               SHAPE_ATTR, SPMD_MESH_ATTR, SYM_NAME_ATTR)
+from slicer.redistribution.steps import STEP_OF_IR
 
 from .degraded import notes_of
 
@@ -105,19 +105,11 @@ def _itemsize(element: ir.Type) -> int:
 
 
 def received_bytes(op: ir.Operation, group: int) -> int:
-    """Bytes a device receives in the collective `op` over a group of `group` devices."""
+    """Bytes the busiest device receives in the collective `op` over a group of `group` devices (its class's
+    cost rule, `Collective.busiest`)."""
     src = ir.RankedTensorType(op.operands[0].type)
     local = int(np.prod(src.shape, dtype=np.int64)) * _itemsize(src.element_type)
-    name = op.name
-    if name == ALL_GATHER:
-        return (group - 1) * local
-    if name in (ALL_TO_ALL, REDUCE_SCATTER):
-        return (group - 1) * (local // group)
-    if name == ALL_REDUCE:
-        return -(-2 * (group - 1) * local // group)
-    if name == PERMUTE:
-        return local
-    return 0  # shard.all_slice is local
+    return STEP_OF_IR[op.name].busiest(group, local)
 
 
 def _places(loc: ir.Location) -> tuple[str, tuple[Place, ...]]:
@@ -170,11 +162,11 @@ def report(module: ir.Module | ir.Operation) -> Report:
                     out.results.append(ResultEntry(name, index, ir.StringAttr(attrs[DIST_ATTR]).value, source))
         for op in func.regions[0].blocks[0].operations:
             op = op.operation
-            if op.name not in COLLECTIVE_OPS:
+            if op.name not in STEP_OF_IR:
                 continue
             grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value
             axis_names, sizes = grids.get(grid, ([], []))
-            if op.name == PERMUTE:
+            if GRID_AXES_ATTR not in op.attributes:  # a device map (a permute): any devices, in pairs
                 axes, group = tuple(axis_names), 2
             else:
                 indices = list(ir.DenseI16ArrayAttr(op.attributes[GRID_AXES_ATTR]))

@@ -3,9 +3,10 @@ same figures for the unpartitioned program.
 
 The estimate is the kernel graph's liveness (`KernelGraph.live_bytes_per_node`: a value lives from the node
 producing it to its last use, a node's inputs and outputs together) plus the scratch buffers the MPI executor
-of collectives allocates besides its input and output block (`slicer.runtime.plan_executor`): a
-`reduce_scatter` along a dim that is not the block's leading one packs its input once, and half-precision
-reductions widen to f32 (MPI has no portable f16 or bf16 sum; `dtypes.accumulation_dtype`). Scratch inside kernels and inside MPI is not counted.
+of collectives allocates besides its input and output block (`slicer.runtime.collective_kinds`, the sizes its
+buffers are made with): a step along a dim that is not the block's leading one packs its chunks (a
+`reduce_scatter` its input, an `all_gather` what it receives), and half-precision reductions widen to f32 (MPI
+has no portable f16 or bf16 sum; `dtypes.accumulation_dtype`). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is counted the same way (`unpartitioned_peak`): the same nodes and liveness, every
 value whole and a collective's output the same value as its input, so both figures include what is held between
 kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
@@ -24,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer.core import dtypes
 from slicer.lowering import CollectiveNode, KernelGraph
-from slicer.redistribution import AllReduce, ReduceScatter
+from slicer.runtime.collective_kinds import mpi_scratch_bytes
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
@@ -156,18 +156,10 @@ def _vs(measured: int, estimate: int) -> str:
 
 
 def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
-    """Bytes the MPI executor allocates for `node` besides its input and output block (module docstring)."""
-    value, after = graph.values[node.input], graph.values[node.output]
-    size_in = graph.value_bytes(node.input)
-    scratch = 0
-    if isinstance(node.step, ReduceScatter) and int(np.prod(value.local_shape[:node.step.scatter_dim])) != 1:
-        scratch += size_in  # the packed send buffer
-    wide = dtypes.accumulation_dtype(value.numpy_dtype)
-    if isinstance(node.step, (AllReduce, ReduceScatter)) and wide != value.numpy_dtype:
-        count_in = size_in // value.numpy_dtype.itemsize
-        count_out = graph.value_bytes(after.name) // after.numpy_dtype.itemsize
-        scratch += wide.itemsize * (count_in + count_out)  # f32 copies of the send and receive buffers
-    return scratch
+    """Bytes the MPI executor allocates for `node` besides its input and output block (module docstring): its
+    kind's packing (`slicer.runtime.collective_kinds`)."""
+    value = graph.values[node.input]
+    return mpi_scratch_bytes(node.step, graph.mesh, value.local_shape, value.numpy_dtype)
 
 
 def unpartitioned_peak(graph: KernelGraph) -> int:
@@ -185,7 +177,7 @@ def unpartitioned_peak(graph: KernelGraph) -> int:
     for node in graph.nodes:
         if isinstance(node, CollectiveNode):
             identity[node.output] = identity.get(node.input, node.input)
-            if isinstance(node.step, (AllReduce, ReduceScatter)):
+            if node.step.reduces:
                 reduced.add(node.input)
 
     logical = {name: graph.arg_shape(i) for i, name in enumerate(graph.args)}

@@ -119,11 +119,35 @@ def test_reordering_all_to_all_is_its_own_ir_op():
     assert plain.ir_op_name() != reordering.ir_op_name()
     assert STEP_OF_IR[reordering.ir_op_name()] is AllToAll and STEP_OF_IR[plain.ir_op_name()] is AllToAll
     assert list(reordering.ir_groups().values()) == [("x", "y"), ("y", "x")]
-    ints = {**reordering.ir_dims()}
-    groups = reordering.ir_groups()
-    read = AllToAll.from_ir(reordering.ir_op_name(), ints.__getitem__, lambda k: groups.get(k, ()),
-                            reordering.type_after)
+    read = AllToAll.from_ir(reordering.ir_op_name(), _Written(reordering), reordering.type_after)
     assert read == reordering
+
+
+class _Written:
+    """What an op emitted for `step` holds, read the way `Collective.from_ir` reads an op."""
+
+    def __init__(self, step):
+        self.attrs = {**step.ir_dims(), **step.ir_groups(), **step.ir_ints(), **step.ir_reductions()}
+
+    def dim(self, key):
+        return self.attrs[key]
+
+    def group(self, key):
+        return self.attrs.get(key, ())
+
+    def ints(self, key):
+        return self.attrs[key]
+
+    def reduction(self, key):
+        return self.attrs.get(key, "sum")
+
+
+def test_every_step_reads_back_from_its_ir_form():
+    cases = [AllReduce(("x",), T3("[[],[]]"), "max"), AllReduce(("x",), T3("[[],[]]")),
+             Permute(((0, 1), (1, 0)), T3("[[x],[]]")), AllToAll(1, 0, ("x", "y"), T3("[[],[x,y]]")),
+             ReduceScatter(0, ("x",), T3("[[x],[]]"))]
+    for step in cases:
+        assert type(step).from_ir(step.ir_op_name(), _Written(step), step.type_after) == step
 
 
 def test_a_permute_has_no_type_before():
