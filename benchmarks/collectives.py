@@ -138,6 +138,7 @@ def _packing_module():
 def _plain(comm, ex, step, block, out):
     """The plain mpi4py call moving the bytes of `step` between preallocated contiguous buffers."""
     from mpi4py import MPI
+
     from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Permute
     if isinstance(step, Permute):
         pairs = [tuple(map(int, p)) for p in step.pairs]

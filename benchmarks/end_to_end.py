@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from snippets import tanh_gelu  # noqa: E402 - beside this file
+from snippets import tanh_gelu
 
 SIZES = {"B": 512, "D": 1024, "H": 4096, "S": 1024, "heads": 16, "E": 64}
 # `--small` (the suite's smoke test): the same programs at toy sizes, for the workers too (they inherit it).
@@ -165,7 +165,8 @@ def numpy_fn(name: str):
 def jax_fn(name: str, devices: int):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     s = SIZES
 

@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import kernels_bf16  # noqa: E402 - beside this file
-from snippets import tanh_gelu  # noqa: E402 - beside this file
+import kernels_bf16
+from snippets import tanh_gelu
 
 
 def parse_args() -> argparse.Namespace:

@@ -18,13 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import builtin, func
 
 from slicer.core.errors import DialectError, MeshError
 from slicer.core.mesh import Mesh, block_size
-from mlir.dialects import builtin, func
-
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, FUNCTION_TYPE_ATTR, LOOP, LOOP_ACTION_ATTR, MESH, RANGE_PRODUCT, RES_ATTRS_ATTR,
-                                SHARDING_ATTR, SHARDING_OPERAND_ATTR, SLICE, YIELD)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    FUNCTION_TYPE_ATTR,
+    LOOP,
+    LOOP_ACTION_ATTR,
+    MESH,
+    RANGE_PRODUCT,
+    RES_ATTRS_ATTR,
+    SHARDING_ATTR,
+    SHARDING_OPERAND_ATTR,
+    SLICE,
+    YIELD,
+)
 
 from .attributes import RangeType, Sharding, TileAction
 from .ops import AnnotateOp, LoopOp, MeshOp, SliceOp, walk_ops

@@ -25,9 +25,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from slicer.core.errors import KernelError
 

@@ -72,7 +72,7 @@ class ArraySpec:
         return {"shape": list(self.shape), "dtype": dtypes.dtype_text(self.dtype)}
 
     @staticmethod
-    def from_json(data: dict) -> "ArraySpec":
+    def from_json(data: dict) -> ArraySpec:
         return ArraySpec(tuple(data["shape"]), dtypes.parse_dtype(data["dtype"]))
 
     def __str__(self) -> str:
@@ -211,7 +211,7 @@ class _Frame:
 class Kernel:
     """One compiled function: `kernel(*inputs, out=None)` writes into `out` (allocated if None)."""
 
-    def __init__(self, library: "KernelLibrary", name: str, inputs: list[ArraySpec], outputs: list[ArraySpec]):
+    def __init__(self, library: KernelLibrary, name: str, inputs: list[ArraySpec], outputs: list[ArraySpec]):
         self.library = library  # keeps the shared object loaded while this kernel exists
         self.name = name
         self.inputs = list(inputs)
@@ -269,7 +269,7 @@ class Kernel:
             self._check(self.name, result)
         return result
 
-    def bind(self, *inputs: np.ndarray, out) -> "BoundCall":
+    def bind(self, *inputs: np.ndarray, out) -> BoundCall:
         """Validate once and return a no-argument callable running this kernel on these exact arrays.
 
         For loops that reuse the same buffers (the SPMD launcher's steps): a call costs one ctypes

@@ -128,7 +128,7 @@ class KernelGraph:
         }, indent=1)
 
     @staticmethod
-    def from_json(text: str) -> "KernelGraph":
+    def from_json(text: str) -> KernelGraph:
         data = json.loads(text)
         mesh = Mesh.parse(data["mesh"])
         values = {}

@@ -26,7 +26,8 @@ left outside linalg ops (scalars read with `tensor.extract`), so LLVM never prom
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, math as math_d, tensor
+from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import math as math_d
 
 from slicer.core.linalg_facts import defined_in
 from slicer.core.names import LINALG_PREFIX, TARGET_AVX512_BF16_ATTR

@@ -65,7 +65,7 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         return _jit_kernels(graph), JIT
 
 
-def kernel_pipeline(graph: KernelGraph) -> "lowering.KernelPipeline":
+def kernel_pipeline(graph: KernelGraph) -> lowering.KernelPipeline:
     """The kernel pipeline `graph` asks for: the default one, with the bf16 contractions' units if it forces them
     (`KernelGraph.bf16_units`)."""
     if graph.bf16_units == "auto":

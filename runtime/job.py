@@ -30,7 +30,6 @@ from .rank import maybe_kill, run_rank
 from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings, reduce_runs
 
-
 KERNELS_FILE = "kernels.json"
 OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 

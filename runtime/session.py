@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices, take_block
-from .checkpoint import (Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest,
-                         writers)
+from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -59,7 +58,7 @@ class SessionPlan:
     hyper_values: Callable[[int, Mapping[str, object]], Mapping[str, float]] | None = None
 
     @classmethod
-    def stateless(cls, graph: KernelGraph) -> "SessionPlan":
+    def stateless(cls, graph: KernelGraph) -> SessionPlan:
         """The plan of a plain run: every argument an input, nothing resident, every result returned."""
         return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
 

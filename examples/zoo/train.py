@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo_models import ZOO  # noqa: E402
+from zoo_models import ZOO
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 OPTIMIZER = slicer.AdamW(1e-3, betas=(0.9, 0.99), weight_decay=0.1)
 STRATEGIES = ("data", "zero3", "megatron")

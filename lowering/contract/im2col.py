@@ -188,7 +188,7 @@ def _check_body(op: ir.Operation) -> None:
     _product_value(block)  # NotAContraction unless the body is out + product
 
 
-def _output_order(output: _Operand, patch: _Operand, other: "_Others", ranges: list[int]) -> list[int]:
+def _output_order(output: _Operand, patch: _Operand, other: _Others, ranges: list[int]) -> list[int]:
     """The loop dims of C's buffer, outer to inner: C's own, or with the side that is not C's innermost run
     moved innermost when that run is narrower than a register tile and the other side is wider (see step 2)."""
     dims = output.plain
@@ -205,7 +205,7 @@ def _output_order(output: _Operand, patch: _Operand, other: "_Others", ranges: l
     return dims
 
 
-def _patch_order(patch: _Operand, other: "_Others", c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
+def _patch_order(patch: _Operand, other: _Others, c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
     """The patch buffer's loop dims: batch dims (read by both sides), then the reduction dims in the other
     input's memory order and the patch side's own parallel dims in C's order, the group holding the widest dim
     of the input's innermost expression last, so the copy reads and writes long contiguous rows (step 1)."""
@@ -321,7 +321,7 @@ def rewrite(op: ir.Operation, functions: GeneratedFunctions | None = None) -> bo
     return True
 
 
-def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output: _Operand, ranges: list[int]) -> None:
+def _relayout_output(op: ir.Operation, patch: _Operand, other: _Others, output: _Operand, ranges: list[int]) -> None:
     """Step 2: C computed into a buffer with the wide side innermost (copied in before, or zero-filled when C
     starts at zero, and copied out after) when `_output_order` asks for it; before any chunking, so the copies
     run once."""
@@ -346,7 +346,7 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output
     op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(maps + [ir.AffineMapAttr.get(_map(count, [{d: 1} for d in c_order]))])
 
 
-def _chunk_dim(patch: _Operand, other: "_Others", output: _Operand, ranges: list[int], kinds: list[str]):
+def _chunk_dim(patch: _Operand, other: _Others, output: _Operand, ranges: list[int], kinds: list[str]):
     """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
     plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
     side (M, N or K) largest."""

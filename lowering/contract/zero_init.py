@@ -7,7 +7,6 @@ is dropped when nothing reads the buffer in between, since the contraction then 
 from __future__ import annotations
 
 from mlir import ir
-
 from mlir.dialects import arith, func, linalg, memref
 
 from slicer.core.linalg_facts import has_operand_segments, input_count

@@ -14,8 +14,8 @@ from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import VECTOR_BYTES, byte_width
 from .analysis import RowOp
 from .buffers import RowsOptions
-from .grouping import find_groups
 from .cascade import CascadeEmitter, plan_cascade
+from .grouping import find_groups
 
 
 class RowsGen(CascadeEmitter):

@@ -35,8 +35,8 @@ propagated one (sharded, as its update), not its argument's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from mlir import ir
 

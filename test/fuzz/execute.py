@@ -49,7 +49,7 @@ class Outcome:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict) -> "Outcome":
+    def from_json(d: dict) -> Outcome:
         return Outcome(**d)
 
     @property

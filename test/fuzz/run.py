@@ -31,15 +31,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `fuzz` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fuzz import regressions  # noqa: E402
-from fuzz.cases import Case, generate_case  # noqa: E402
-from fuzz.programs import Features  # noqa: E402
-from fuzz.execute import FAILURES, KINDS  # noqa: E402
-from fuzz.shrink import shrink, shrink_structure  # noqa: E402
-from fuzz.slicing import SlicingCase, generate_slicing_case  # noqa: E402
-from fuzz.source import RandomSource  # noqa: E402
-from fuzz.training import TrainingCase, generate_training_case  # noqa: E402
-from fuzz.worker import Pool  # noqa: E402
+from fuzz import regressions
+from fuzz.cases import Case, generate_case
+from fuzz.execute import FAILURES, KINDS
+from fuzz.programs import Features
+from fuzz.shrink import shrink, shrink_structure
+from fuzz.slicing import SlicingCase, generate_slicing_case
+from fuzz.source import RandomSource
+from fuzz.training import TrainingCase, generate_training_case
+from fuzz.worker import Pool
 
 
 def case_seed(seed: int, index: int) -> int:

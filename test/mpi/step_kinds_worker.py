@@ -15,10 +15,10 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
-from slicer.redistribution.steps import apply_rule, step_with_type
 from slicer.redistribution.layout import Layout
-from slicer.runtime.plan_executor import MeshExecutor
 from slicer.redistribution.numpy_semantics import run_step
+from slicer.redistribution.steps import apply_rule, step_with_type
+from slicer.runtime.plan_executor import MeshExecutor
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
 BF16 = np.dtype(ml_dtypes.bfloat16)

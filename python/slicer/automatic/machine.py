@@ -94,7 +94,7 @@ class Machine:
         return {name: getattr(self, name) for name in STORED}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "") -> "Machine":
+    def from_dict(cls, data: dict, source: str = "") -> Machine:
         """Figures from a stored file: every figure it names (the others built-in)."""
         if not isinstance(data, dict):
             raise AutoError(f"machine figures {source or 'data'} are not a JSON object; rerun slicer-plan --calibrate "
@@ -111,7 +111,7 @@ class Machine:
         return replace(cls(source=source or "built-in"), **values)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Machine":
+    def load(cls, path: str | os.PathLike) -> Machine:
         data, problem = read_figures(path, "the machine figures", "slicer-plan --calibrate kernels")
         if problem:
             raise AutoError(problem)
@@ -121,7 +121,7 @@ class Machine:
         return write_figures(Path(path) if path is not None else machine_path(), self.to_dict())
 
     @classmethod
-    def default(cls) -> "Machine":
+    def default(cls) -> Machine:
         """The figures the search uses: `$SLICER_MACHINE` (a path, or `builtin`), else the calibrated file if there
         is one, else the built-in figures. A file is read again only when it changes."""
         return chosen_figures(ENV, machine_path(), cls, cls.load)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from mlir import ir
 from mlir.dialects import builtin

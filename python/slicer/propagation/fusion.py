@@ -13,7 +13,6 @@ from .ir_utils import BlockOrder, as_op, captured_values, defining_op, op_id
 from .journal import Journal
 from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
 
-
 MIXED = "mixed"
 """`sibling_facts`' result type of a loop whose results differ in type: it fuses with no loop."""
 

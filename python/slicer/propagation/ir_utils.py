@@ -213,5 +213,5 @@ class BlockOrder:
     def __init__(self, op: ir.Operation):
         self.op = op
 
-    def __lt__(self, other: "BlockOrder") -> bool:
+    def __lt__(self, other: BlockOrder) -> bool:
         return self.op.is_before_in_block(other.op)

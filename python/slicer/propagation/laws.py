@@ -38,8 +38,14 @@ from .blockwise import Candidate, forward_candidates, pull_op_into_loop, push_sl
 from .fusion import MIXED, fuse_sibling_loops, fusion_candidates, may_fuse, sibling_facts
 from .journal import Journal, RewriteListener
 from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
-from .merging import (duplicate_candidates, duplicate_slices, eliminate_dead, hoist_invariant, merge_duplicate_loop,
-                      merge_duplicate_slice)
+from .merging import (
+                      duplicate_candidates,
+                      duplicate_slices,
+                      eliminate_dead,
+                      hoist_invariant,
+                      merge_duplicate_loop,
+                      merge_duplicate_slice,
+)
 from .shared_layout import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 

@@ -72,11 +72,11 @@ class CostModel:
 
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
-    def bytes(cls) -> "CostModel":
+    def bytes(cls) -> CostModel:
         return cls(objective="bytes")
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "") -> "CostModel":
+    def from_dict(cls, data: dict, source: str = "") -> CostModel:
         try:
             return cls(objective=data.get("objective", "time"), latency=float(data["latency_s"]),
                        bandwidth=float(data["bandwidth_bytes_per_s"]),
@@ -94,7 +94,7 @@ class CostModel:
                 "axis_latency_s": dict(self.axis_latency), "axis_bandwidth_bytes_per_s": dict(self.axis_bandwidth)}
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CostModel":
+    def load(cls, path: str | os.PathLike) -> CostModel:
         data, problem = read_figures(path, "the cost model", "slicer-plan --calibrate")
         if problem:
             raise RedistributionError(problem)
@@ -104,13 +104,13 @@ class CostModel:
         return write_figures(Path(path) if path is not None else calibration_path(), self.to_dict())
 
     @classmethod
-    def default(cls) -> "CostModel":
+    def default(cls) -> CostModel:
         """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
         the calibration file if there is one, else the built-in figures. A file is read again only when it
         changes (plans ask for the default model every time)."""
         return chosen_figures(ENV, calibration_path(), cls, cls.load)
 
-    def with_objective(self, objective: str) -> "CostModel":
+    def with_objective(self, objective: str) -> CostModel:
         return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
 
     # -- figures ------------------------------------------------------------------------------------------

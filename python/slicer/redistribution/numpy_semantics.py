@@ -11,15 +11,16 @@ of the MPI executor.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .steps import Step
 from slicer.core.errors import RedistributionError
-from .layout import Layout, groups
 from slicer.core.mesh import Mesh
+
 from . import subaxes
+from .layout import Layout, groups
+from .steps import Step
 from .types import DistType, numpy_dtype
 
 

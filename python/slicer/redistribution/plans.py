@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
 
-from .steps import Step
 from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
-from slicer.core.mesh import Mesh
+from .steps import Step
 from .types import DistType, format_shape, itemsize
 
 

@@ -114,7 +114,7 @@ class _DimsInfo:
             self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
-    def slices(self, search: "Search") -> list:
+    def slices(self, search: Search) -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
         (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
         slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
@@ -131,7 +131,7 @@ class _DimsInfo:
                             if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
-    def moves(self, search: "Search") -> tuple[list, list]:
+    def moves(self, search: Search) -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in

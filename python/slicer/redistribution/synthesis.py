@@ -25,15 +25,16 @@ import math
 
 import numpy as np
 
-from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
+
 from . import subaxes
 from .costs import CostModel, tie_scale
 from .layout import Layout
-from slicer.core.mesh import Mesh
 from .moves import GatherMove, PermuteMove
 from .plans import Plan
 from .search import Search, collector_paused
+from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from .subaxes import Refinement
 from .types import DistType, itemsize
 

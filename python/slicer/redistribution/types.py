@@ -19,8 +19,8 @@ written with whole axes is only ever printed with whole axes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
 from . import subaxes
+
 
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of an element type name (``f32``, ``i32``, ...: the table of slicer.core.dtypes)."""
@@ -82,7 +83,7 @@ class DistType:
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
     def of(cls, mesh: Mesh, shape: Iterable[int], dims: Iterable[Iterable[str]],
-           partial: Iterable[str] = ()) -> "DistType":
+           partial: Iterable[str] = ()) -> DistType:
         """Validate against ``mesh`` and canonicalise (partial axes in mesh order)."""
         shape = tuple(int(s) for s in shape)
         dims = tuple(tuple(d) for d in dims)
@@ -119,7 +120,7 @@ class DistType:
         return cls(shape, dims, partial)
 
     @classmethod
-    def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> "DistType":
+    def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> DistType:
         """Parse the text form (``[[x,y],[]] partial=[z]``) and validate it against ``shape`` and ``mesh``."""
         dims, partial = parse_spec(text)
         return cls.of(mesh, shape, dims, partial)

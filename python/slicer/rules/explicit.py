@@ -26,14 +26,22 @@ for them exactly as for linalg ops:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from mlir import ir
 from mlir.dialects import arith, tensor
 
 from slicer.core.linalg_facts import PARALLEL
-from slicer.core.names import (DIM_ATTR, REASSOCIATION_ATTR, STATIC_HIGH_ATTR, STATIC_LOW_ATTR, STATIC_OFFSETS_ATTR,
-                               STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR, VALUE_ATTR)
+from slicer.core.names import (
+    DIM_ATTR,
+    REASSOCIATION_ATTR,
+    STATIC_HIGH_ATTR,
+    STATIC_LOW_ATTR,
+    STATIC_OFFSETS_ATTR,
+    STATIC_SIZES_ATTR,
+    STATIC_STRIDES_ATTR,
+    VALUE_ATTR,
+)
 
 from .table import DimUse, OpRule
 

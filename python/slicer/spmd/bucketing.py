@@ -28,8 +28,16 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core.errors import OptionError
-from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
-                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
+from slicer.core.names import (
+    ALL_REDUCE,
+    CHUNK_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    SCATTER_AXIS_ATTR,
+    SPMD_MESH_ATTR,
+)
 from slicer.redistribution import CostModel
 
 from .overlap_ir import as_op, dist_of, grids, group_of, owner_op, set_dist, tensor_bytes, top_level

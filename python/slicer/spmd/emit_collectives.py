@@ -37,15 +37,14 @@ Every emitted op carries `slicer.dist` (the type after the step) and the locatio
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, builtin, shard, tensor
 
 from slicer.core.errors import RedistributionError
 from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REFINES_ATTR
-from slicer.redistribution import AllSlice, Mesh, Plan
-from slicer.redistribution import subaxes
+from slicer.redistribution import AllSlice, Mesh, Plan, subaxes
 
 from .dist_types import local_type
 
@@ -89,7 +88,7 @@ def emits(step_class: type):
 
 
 @emits(AllSlice)
-def _local_slice(emitter: "PlanEmitter", value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
+def _local_slice(emitter: PlanEmitter, value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
     """A local slice: no communication, and the kernels keep it."""
     return emitter.local_block(value, step.slice_dim, step.mesh_axes, loc)
 

@@ -20,15 +20,25 @@ adds to the partitioner:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.errors import RedistributionError, Unsupported
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, has_operand_segments, indexing_maps,
-                                     input_count, is_linalg_op, iterator_kinds, loop_dim, reshape_kept_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    combined_with,
+    has_operand_segments,
+    indexing_maps,
+    input_count,
+    is_linalg_op,
+    iterator_kinds,
+    loop_dim,
+    reshape_kept_dims,
+)
 from slicer.core.mesh import block_size
 from slicer.core.names import DIST_ATTR
 from slicer.redistribution import DistType, Mesh, subaxes
@@ -114,9 +124,9 @@ class Pad:
         return f"size {self.size} cut over [{','.join(self.axes)}] into blocks of {self.block} ({k} blocks)"
 
 
-def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, "Pad"]],
+def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, Pad]],
                  group_index: Callable[[tuple[str, ...]], ir.Value],
-                 mark: Callable[[ir.Operation], None]) -> list[dict[int, "Pad"]]:
+                 mark: Callable[[ir.Operation], None]) -> list[dict[int, Pad]]:
     """The padded dims of each result of `op` whose operands hold padded blocks (`operand_pads`: operand
     index -> dim -> Pad), masking the op where it reduces over them; `group_index(axes)` gives the device's
     block index, `mark(op)` types the tensor ops emitted before `op`."""

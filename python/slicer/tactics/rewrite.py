@@ -48,18 +48,32 @@ replicate) is dropped: asking twice is asking once.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mlir import ir
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import Located, MeshError, TacticError
-from slicer.core.functions import (EntryError, defined_functions, entry_function, function_name, function_type,
-                                   value_names)
+from slicer.core.functions import (
+    EntryError,
+    defined_functions,
+    entry_function,
+    function_name,
+    function_type,
+    value_names,
+)
 from slicer.core.mesh import Mesh
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, ARG_NAME_ATTR, PRIORITY_ATTR, RES_ATTRS_ATTR, SHARDING_ATTR,
-                               SHARDING_OPERAND_ATTR, TACTIC_ATTR)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    ARG_NAME_ATTR,
+    PRIORITY_ATTR,
+    RES_ATTRS_ATTR,
+    SHARDING_ATTR,
+    SHARDING_OPERAND_ATTR,
+    TACTIC_ATTR,
+)
 from slicer.dialect import (
     AnnotateOp,
     RangeType,
@@ -68,10 +82,12 @@ from slicer.dialect import (
     annotate,
     find_meshes,
     loop,
-    mesh as build_mesh,
     slice_,
     walk_ops,
     yield_,
+)
+from slicer.dialect import (
+    mesh as build_mesh,
 )
 
 from .patterns import closest, is_pattern, matching

@@ -30,8 +30,9 @@ and leaves the module untouched.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 from slicer.core.errors import InvalidTactic
 
@@ -51,7 +52,7 @@ def _check_index(tactic: str, name: str, value) -> None:
                             f"name of a function {name} (e.g. a model parameter's, 'mlp.fc1.weight')")
 
 
-def _check_target(tactic: "Tile | Replicate") -> None:
+def _check_target(tactic: Tile | Replicate) -> None:
     if (tactic.arg is None) == (tactic.result is None):
         raise InvalidTactic(f"{tactic}: give exactly one of arg= or result= "
                             "(the position of the function argument or result it applies to)")
@@ -59,7 +60,7 @@ def _check_target(tactic: "Tile | Replicate") -> None:
     _check_index(str(tactic), "result", tactic.result)
 
 
-def _target_text(tactic: "Tile | Replicate") -> list[str]:
+def _target_text(tactic: Tile | Replicate) -> list[str]:
     parts = []
     if tactic.arg is not None:
         parts.append(f"arg={tactic.arg!r}")
@@ -82,7 +83,7 @@ class Tile:
     arg: int | str | None = None
     result: int | str | None = None
     dim: int
-    axes: Union[str, AxisNames]
+    axes: str | AxisNames
 
     def __post_init__(self) -> None:
         axes = (self.axes,) if isinstance(self.axes, str) else self.axes

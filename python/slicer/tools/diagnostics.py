@@ -28,7 +28,7 @@ class Diag:
     line: int | None
     col: int | None
     message: str
-    notes: tuple["Diag", ...] = ()
+    notes: tuple[Diag, ...] = ()
 
     def render(self, default_file: str = "<unknown>") -> str:
         where = f"{self.file or default_file}:{self.line}:{self.col}" if self.line else (self.file or default_file)

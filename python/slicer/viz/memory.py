@@ -78,7 +78,7 @@ class MemoryReport:
     def unpartitioned_result_bytes(self) -> int:
         return sum(b.global_bytes for b in self.results)
 
-    def with_measured(self, timings: Timings | None) -> "MemoryReport":
+    def with_measured(self, timings: Timings | None) -> MemoryReport:
         peaks = tuple(timings.peak_bytes) if timings is not None else ()
         return MemoryReport(self.devices, self.arguments, self.results, self.timeline, self.peak, self.peak_when,
                             self.unpartitioned_peak, peaks, self.roles)

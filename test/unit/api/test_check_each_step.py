@@ -9,8 +9,7 @@ from mlir import ir
 import slicer
 from slicer.checking import check_equivalent
 from slicer.core.errors import StepMismatch
-from slicer.dialect import make_context
-from slicer.dialect import SumAction
+from slicer.dialect import SumAction, make_context
 from slicer.propagation import blockwise
 from slicer.rules import RuleOutcome
 

@@ -7,9 +7,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 
 import slicer
-from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 from slicer import strategies as st
 
 ARRAYS = random_arrays()

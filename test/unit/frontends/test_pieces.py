@@ -7,7 +7,6 @@ import pytest
 from mlir import ir
 
 import slicer
-
 from slicer.checking import check_equivalent
 from slicer.core.errors import InternalError
 from slicer.dialect import make_context, walk_ops

@@ -10,8 +10,7 @@ import pytest
 from mlir import ir
 
 from slicer.dialect import make_context
-from slicer.lowering import DEFAULT_PIPELINE, compile_library
-from slicer.lowering import contract
+from slicer.lowering import DEFAULT_PIPELINE, compile_library, contract
 
 RNG = np.random.default_rng(1)
 

@@ -17,20 +17,19 @@ import subprocess
 import ml_dtypes
 import numpy as np
 import pytest
-
 from mlir import ir
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import entry_function
+from slicer.core.names import TARGET_BF16_UNITS_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
-from slicer.core.names import TARGET_BF16_UNITS_ATTR
-from slicer.lowering.contract import ContractOptions, contract_module
-from slicer.lowering.kernel_prepare import prepare_kernels
 from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.aot import Target, library_key
 from slicer.lowering.cache import KernelCache
+from slicer.lowering.contract import ContractOptions, contract_module
 from slicer.lowering.contract.matrix_units import AMX, AVX512BF16, BF16_UNITS, F32, host_units, units_of_flags
+from slicer.lowering.kernel_prepare import prepare_kernels
 
 RNG = np.random.default_rng(3)
 BF16 = ml_dtypes.bfloat16

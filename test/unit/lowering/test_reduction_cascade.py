@@ -9,10 +9,9 @@ under a group's rows are checked for their values too.
 
 import numpy as np
 import pytest
+from test_rows import fused_groups
 
 from slicer.lowering import compile_library
-
-from test_rows import fused_groups
 
 RNG = np.random.default_rng(45)
 

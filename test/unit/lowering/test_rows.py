@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from mlir import ir
 
+from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
 from slicer.lowering import DEFAULT_PIPELINE, compile_function, compile_library
 from slicer.lowering.rows import rows_module
-from slicer.core.pipeline import run_pipeline
 
 RNG = np.random.default_rng(2)
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plan_gaps import PARTIAL, TILES, diagnose  # test/unit/redistribution
 
 from slicer.redistribution import DistType, Mesh, plan, simulate
 from slicer.redistribution.costs import CostModel
-from plan_gaps import PARTIAL, TILES, diagnose  # test/unit/redistribution
 from slicer.redistribution.subaxes import factors, group_size
 from slicer.redistribution.synthesis import naive_plan
 

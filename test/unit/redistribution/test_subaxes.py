@@ -6,17 +6,28 @@ in-process simulator against the unpartitioned program."""
 import numpy as np
 import pytest
 
-from slicer.runtime.oracle import compare
 from slicer.core.names import REFINES_ATTR, REORDERING_ALL_TO_ALL
-from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
-                                   RedistributionError, ReduceScatter, plan, simulate)
-from slicer.runtime.communicators import chunk_order, color_key
+from slicer.lowering import KernelGraph, build_kernel_graph
+from slicer.passes import transform
+from slicer.redistribution import (
+    AllGather,
+    AllReduce,
+    AllSlice,
+    AllToAll,
+    DistType,
+    Mesh,
+    Permute,
+    RedistributionError,
+    ReduceScatter,
+    plan,
+    simulate,
+)
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import groups, initial_blocks, mismatches, simulate_blocks
-from slicer.lowering import KernelGraph, build_kernel_graph
-from slicer.passes import transform
 from slicer.redistribution.subaxes import Refinement, atoms, canonical
+from slicer.runtime.communicators import chunk_order, color_key
+from slicer.runtime.oracle import compare
 
 M24 = Mesh(x=2, y=4)
 
@@ -95,8 +106,8 @@ def test_simulator_follows_the_rules_over_parts(step, spec_before):
     """One step over a part of an axis: the simulator's blocks are those its typing rule says."""
     before = T(spec_before)
     after = step.rule(before, M24)
-    from slicer.redistribution.steps import step_with_type
     from slicer.redistribution.plans import Plan
+    from slicer.redistribution.steps import step_with_type
     p = Plan(M24, before, after, (step_with_type(step, after),))
     data = np.arange(256, dtype=np.float32).reshape(16, 16)
     blocks = simulate_blocks(p, initial_blocks(M24, before, data, seed=1))

@@ -5,8 +5,8 @@ from mlir import ir
 
 import slicer.core.names as ir_names
 import slicer.dialect as sd
-from slicer.dialect import SumAction, TileAction
 from slicer.core.errors import InternalError
+from slicer.dialect import SumAction, TileAction
 from slicer.rules import NoRule, RuleOutcome, rule_for
 
 T = TileAction

@@ -5,12 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from session_programs import STEP, data, expected
 
 import slicer
 from slicer.core.errors import CheckpointError
 from slicer.runtime.checkpoint import MANIFEST
-
-from session_programs import STEP, data, expected
 
 
 def program(mesh, *tactics, text=STEP):

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.runtime.oracle import compare
-from slicer.passes import transform
 from slicer.core.errors import SimulationError
+from slicer.passes import transform
 from slicer.runtime import Simulator
+from slicer.runtime.oracle import compare
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,7 +10,14 @@ from slicer.core.errors import OptionError
 from slicer.dialect import make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
-from slicer.spmd.chunked_contractions import candidate, choose_chunks, collective_matmul, decide, env_chunks, pipeline_seconds
+from slicer.spmd.chunked_contractions import (
+    candidate,
+    choose_chunks,
+    collective_matmul,
+    decide,
+    env_chunks,
+    pipeline_seconds,
+)
 from slicer.spmd.overlap_ir import grids
 
 MODEL = CostModel()  # the built-in figures: 30 us, 2 GB/s

@@ -7,19 +7,18 @@ random data. Partitions made only of tile loops must give bit-identical results 
 arithmetic on its block); partial sums are compared with a tight tolerance.
 """
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_partition_examples import round_trip
 
 import slicer
-from slicer.lowering import compile_function
 from slicer.checking import random_inputs
-from slicer.runtime.oracle import compare
+from slicer.lowering import compile_function
 from slicer.passes import transform
-
-from test_partition_examples import round_trip
+from slicer.runtime.oracle import compare
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -65,7 +64,7 @@ def program(name: str) -> str:
     return SOFTMAX if name == "softmax" else (EXAMPLES / f"{name}.mlir").read_text()
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference(name: str):
     fn = compile_function(program(name))
     return fn, random_inputs(fn.inputs, seed=len(name))

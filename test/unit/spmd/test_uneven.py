@@ -284,6 +284,7 @@ func.func @f(%a: tensor<3x4xf32>) -> tensor<12xf32> {
 
 def test_partitioner_refuses_a_reshape_of_padded_blocks():
     from mlir import ir
+
     from slicer.passes import transform
     with pytest.raises(ir.MLIRError, match="'tensor.collapse_shape' cannot compute on padded blocks: operand #0 "
                                             "holds padded blocks on dim 0 \\(size 3 cut over \\[x\\]"):

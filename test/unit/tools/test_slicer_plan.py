@@ -12,7 +12,7 @@ import pytest
 from slicer.tools import slicer_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # the reshard suite
-from reshard_suite import cases  # noqa: E402
+from reshard_suite import cases
 
 
 def run(*args):
