@@ -209,7 +209,8 @@ def table(report: dict) -> str:
     n = len(report["cases"])
     lines.append("")
     lines.append(f"{n} cases: Slicer receives fewer bytes per device than XLA in {report['fewer_bytes_per_device']}, "
-                 f"more in {len(report['more_bytes_per_device_than_xla'])} {report['more_bytes_per_device_than_xla'] or ''}; "
+                 f"more in {len(report['more_bytes_per_device_than_xla'])} "
+                 f"{report['more_bytes_per_device_than_xla'] or ''}; "
                  f"peaks lower in {report['lower_peak']}, higher in {len(report['higher_peak_than_xla'])} "
                  f"{report['higher_peak_than_xla'] or ''}.")
     if report["geomean_time_ratio"]:

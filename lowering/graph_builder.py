@@ -140,7 +140,11 @@ def _cheap(op: ir.Operation) -> bool:
     if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
                    or _cheap(_op(v.owner)) for v in op.operands)
-    return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+    return (
+        op.name.startswith("arith.")
+        and not op.regions
+        and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+    )
 
 
 def _constant_generic(op: ir.Operation) -> bool:
@@ -207,7 +211,8 @@ class _Builder:
         if LOGICAL_SHAPE_ATTR in entry:
             (self.arg_shapes if which == "arg" else self.result_shapes)[index] = tuple(
                 ir.DenseI64ArrayAttr(entry[LOGICAL_SHAPE_ATTR]))
-        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
+        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape),
+                               self.mesh), source
 
     def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
         if DIST_ATTR not in op.attributes:
@@ -367,7 +372,8 @@ class _Builder:
         for op in ops:
             for deep in _deep_ops(op):
                 for operand in deep.operands:
-                    if operand in self.position or (isinstance(operand.owner, ir.Block) and operand.owner == self.block):
+                    if operand in self.position or (isinstance(operand.owner,
+                                                               ir.Block) and operand.owner == self.block):
                         need(operand)
         kernel_ops = set(ops)
         outputs = []
@@ -388,7 +394,8 @@ class _Builder:
         self.emit(name, live_in, outputs, remat + ops, needs_coords)
         for value in outputs:
             self.record(value, self.op_dist(_op(value.owner), value))
-        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs),
+                          needs_coords)
 
     def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
         """Whether a kernel other than the one of `kernel_ops` (where the view op `view` is) applies `view` again:

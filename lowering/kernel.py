@@ -180,7 +180,8 @@ class _Slot:
             raise KernelError(f"{what} must be a numpy array {self.spec}, got {type(array).__name__}")
         if array.dtype != self.spec.dtype:
             raise KernelError(
-                f"{what} must have dtype {self.spec.dtype.name}, got {array.dtype.name} (convert with .astype(np.{self.spec.dtype.name}))"
+                f"{what} must have dtype {self.spec.dtype.name}, got {array.dtype.name} (convert with "
+                f".astype(np.{self.spec.dtype.name}))"
             )
         if array.shape != self.spec.shape:
             raise KernelError(f"{what} must have shape {self.spec.shape}, got {array.shape}")
@@ -219,7 +220,9 @@ class Kernel:
         try:
             function = getattr(library.handle, f"_mlir_ciface_{name}")
         except AttributeError:
-            raise KernelError(f"{library.path} has no symbol _mlir_ciface_{name}; the cache entry is stale, delete it") from None
+            raise KernelError(
+                f"{library.path} has no symbol _mlir_ciface_{name}; the cache entry is stale, delete it"
+            ) from None
         function.argtypes = [ctypes.c_void_p] * (len(inputs) + len(outputs))
         function.restype = None
         self._function = function
@@ -363,7 +366,9 @@ class KernelLibrary:
         try:
             status = getattr(self.handle, STATUS_FUNCTION)
         except AttributeError:
-            raise KernelError(f"{self.path} has no symbol {STATUS_FUNCTION}; the cache entry is stale, delete it") from None
+            raise KernelError(
+                f"{self.path} has no symbol {STATUS_FUNCTION}; the cache entry is stale, delete it"
+            ) from None
         status.argtypes, status.restype = [], ctypes.c_int32
         messages = self.assert_messages
 
@@ -378,7 +383,9 @@ class KernelLibrary:
         try:
             return self.kernels[name]
         except KeyError:
-            raise KernelError(f"no kernel @{name} in this library (kernels: {', '.join('@' + k for k in self.kernels)})") from None
+            raise KernelError(
+                f"no kernel @{name} in this library (kernels: {', '.join('@' + k for k in self.kernels)})"
+            ) from None
 
     def __contains__(self, name: str) -> bool:
         return name in self.kernels

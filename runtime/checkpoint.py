@@ -289,5 +289,5 @@ def load_checkpoint(directory: str | Path, *, tensors: bool = False) -> dict:
     return {name: as_tensor(array, torch) for name, array in state.items()}
 
 
-__all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked", "save_jobs",
-           "write_block", "write_manifest", "writers"]
+__all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked",
+           "save_jobs", "write_block", "write_manifest", "writers"]

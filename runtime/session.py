@@ -281,7 +281,8 @@ class SimulatedSession(Session):
         return {self.plan.arg_names[i]: self.state[i].copy() for i in sorted(self.state)}
 
     def _write_blocks(self, directory, jobs):
-        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank), self.plan.local_shape(arg))
+        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank),
+                                  self.plan.local_shape(arg))
                 for rank, job in enumerate(jobs) for arg, file in job.items()}
 
     def _restore(self, checkpoint):
@@ -294,7 +295,8 @@ class LaunchedSession(Session):
     session closes or is dropped, the ranks up for the next user (its `load` replaces this program)."""
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
-                 borrow: Callable[[], RankJob | None] | None = None, give_back: Callable[[RankJob], None] | None = None):
+                 borrow: Callable[[], RankJob | None] | None = None,
+                 give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
@@ -314,7 +316,8 @@ class LaunchedSession(Session):
     @property
     def sent(self) -> Sent:
         """What the session sent to the ranks so far (array bytes and bytes on the wire)."""
-        return Sent(self.job.sent.payload - self._sent_before.payload, self.job.sent.message - self._sent_before.message)
+        return Sent(self.job.sent.payload - self._sent_before.payload,
+                    self.job.sent.message - self._sent_before.message)
 
     def _step(self, inputs):
         ranks = self.job.ranks

@@ -1,6 +1,6 @@
 """The PyTorch models of examples/torch (a GPT-2 block, torch's nn.TransformerEncoderLayer, a ViT, a BERT
-encoder), their partitioning strategies (tactics by parameter name) and their inputs: shared by `partition.py`, the tests (test/unit/frontends, test/mpi/test_torch_models.py) and
-benchmarks/import_compile.py.
+encoder), their partitioning strategies (tactics by parameter name) and their inputs: shared by `partition.py`, the
+tests (test/unit/frontends, test/mpi/test_torch_models.py) and benchmarks/import_compile.py.
 
 Mesh axes: x for data, y for the model. Strategies, each a schedule of tactics in order:
 - megatron: attention heads and MLP hidden units over y (Megatron-LM: the output projection's input dim and

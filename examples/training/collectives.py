@@ -38,7 +38,8 @@ STRATEGIES = {
     "zero1": (dict(x=2), lambda s: strategies.zero(s, "x", stage=1)),
     "zero3": (dict(x=2), lambda s: strategies.zero(s, "x", stage=3)),
     "megatron": (dict(y=2), lambda s: strategies.megatron(s, "y", **MEGATRON)),
-    "data+megatron": (dict(x=2, y=2), lambda s: strategies.data_parallel(s, "x") + strategies.megatron(s, "y", **MEGATRON)),
+    "data+megatron": (dict(x=2, y=2),
+                      lambda s: strategies.data_parallel(s, "x") + strategies.megatron(s, "y", **MEGATRON)),
 }
 
 

@@ -51,7 +51,8 @@ def torch_steps(case, steps: int, dtype=torch.float32):
     model = copy.deepcopy(case.model).to(dtype)
     batch = [b.to(dtype) if b.is_floating_point() else b for b in case.batch]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], OPTIMIZER.lr,
-                            betas=OPTIMIZER.betas, eps=OPTIMIZER.eps, weight_decay=OPTIMIZER.weight_decay, foreach=False)
+                            betas=OPTIMIZER.betas, eps=OPTIMIZER.eps, weight_decay=OPTIMIZER.weight_decay,
+                            foreach=False)
     losses = []
     for _ in range(steps):
         opt.zero_grad()

@@ -61,7 +61,11 @@ def _is_fill(op: ir.Operation) -> bool:
     """linalg.fill, or its generalized form: a generic yielding its one scalar input everywhere."""
     if op.name == linalg.FillOp.OPERATION_NAME:
         return True
-    if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) != 2 or isinstance(op.operands[0].type, ir.ShapedType):
+    if (
+        op.name != linalg.GenericOp.OPERATION_NAME
+        or len(op.operands) != 2
+        or isinstance(op.operands[0].type, ir.ShapedType)
+    ):
         return False
     body = op.regions[0].blocks[0]
     last = list(body.operations)[-1]

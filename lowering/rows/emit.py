@@ -51,7 +51,9 @@ class RowsGen(CascadeEmitter):
         if self.nt:
             aligned = None
             for value in self.nt:
-                pointer = e.value(f"memref.extract_aligned_pointer_as_index {self.names[value]} : {value.type} -> index")
+                pointer = e.value(
+                    f"memref.extract_aligned_pointer_as_index {self.names[value]} : {value.type} -> index"
+                )
                 _, offset = ir.MemRefType(value.type).get_strides_and_offset()
                 if ir.MemRefType(value.type).is_dynamic_stride_or_offset(offset):
                     aligned = "false"

@@ -296,7 +296,13 @@ class _Printer:
 
     def op_reduce(self, op: Op) -> None:
         (x,), at = op.ins, op.attrs
-        fn, dims, form, pre, acc_first = at["fn"], list(at["dims"]), at["form"], at.get("pre"), at.get("acc_first", False)
+        fn, dims, form, pre, acc_first = (
+            at["fn"],
+            list(at["dims"]),
+            at["form"],
+            at.get("pre"),
+            at.get("acc_first", False),
+        )
         init = at.get("init")
         if init is None:
             init = 0 if fn == "sum" else (-math.inf if is_float(self.dt) else -(2 ** 31))

@@ -5,9 +5,9 @@
 
 A share of the cases (`--slicing-share`, default 1%) are slicing chains instead (`slicing.py`: a projection
 cut by random slices, splits, unbinds and concats, forward and training step, data parallel, against torch
-eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
-or convnet, loss, optimizer and strategy, with or without dropout, gradient clipping, micro-batches and a
-learning-rate schedule, a few steps against torch eager); they are not shrunk (their
+eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead
+(`training.py`: a random MLP or convnet, loss, optimizer and strategy, with or without dropout, gradient clipping,
+micro-batches and a learning-rate schedule, a few steps against torch eager); they are not shrunk (their
 description is already small) and need torch and torch-mlir (without them the share is 0).
 
 Each case (program + mesh + tactics) is compiled with `slicer.compile`, run by the simulator (and, for a
@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         reproducers = []
         for sig in to_shrink:
             indices = by_sig[sig]
-            first = next((i for i in indices if cases[i].valid), indices[0]) if outcomes[indices[0]]["kind"] == "clean-error" else indices[0]
+            first = next((i for i in indices if cases[i].valid),
+                         indices[0]) if outcomes[indices[0]]["kind"] == "clean-error" else indices[0]
             case, out = cases[first], outcomes[first]
             mpi = dict(items_by_index(items))[first]["mpi"]
             aot = dict(items_by_index(items))[first]["aot"]
@@ -263,7 +264,8 @@ def print_summary(s: dict, seconds: float) -> None:
     v = s["valid_schedules"]
     if v:
         print(f"valid schedules: {v} ({v / s['cases']:.0%} of cases); of these ok {s['valid_counts'].get('ok', 0)} "
-              f"({s['valid_ok_share']:.1%}), " + ", ".join(f"{k} {n}" for k, n in s["valid_counts"].items() if k != "ok"))
+              f"({s['valid_ok_share']:.1%}), " + ", ".join(f"{k} {n}" for k,
+                                                           n in s["valid_counts"].items() if k != "ok"))
     if s["invalid_schedules"]:
         print(f"invalid schedules: {s['invalid_schedules']}: " +
               ", ".join(f"{k} {n}" for k, n in s["invalid_counts"].items()))

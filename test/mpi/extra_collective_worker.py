@@ -62,7 +62,8 @@ def step_cases(comm, rng) -> tuple[int, list]:
             blocks = [rng.standard_normal(shape).astype(dtype) for _ in range(mesh.device_count)]
             expected = run_step(Layout.get(mesh, shape), step, blocks)[comm.Get_rank()]
             mine = blocks[comm.Get_rank()]
-            for how, got in (("blocking", ex.step(step, before, mine)), ("started", ex.start(step, before, mine).wait())):
+            for how, got in (("blocking", ex.step(step, before, mine)),
+                             ("started", ex.start(step, before, mine).wait())):
                 count += 1
                 if got.dtype != expected.dtype or not np.array_equal(got, expected):
                     failures.append(f"{np.dtype(dtype).name}{list(shape)} {how}")

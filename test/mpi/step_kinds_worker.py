@@ -34,7 +34,8 @@ def random_case(rng, mesh: Mesh, kind: str):
     """(before type, step) of `kind` on `mesh`: random rank 1-3, random odd local sizes, a random group of
     axes and random other axes on other dims, so that chunks are rarely contiguous."""
     names = list(mesh.axis_names)
-    rank = int(rng.integers(1 if kind in ("all_gather", "all_slice", "all_reduce", "reduce_scatter", "permute") else 2, 4))
+    rank = int(rng.integers(1 if kind in ("all_gather", "all_slice", "all_reduce", "reduce_scatter", "permute") else 2,
+                            4))
     order = [str(a) for a in rng.permutation(names)]
     group = tuple(str(a) for a in order[:int(rng.integers(1, len(order) + 1))])
     rest = order[len(group):]

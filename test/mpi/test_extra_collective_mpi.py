@@ -1,7 +1,7 @@
 """A collective kind registered in one place (test/unit/core/extra_collective.py) runs on 2 real ranks, over
 MPI and over shared memory: a kernel graph holding it, by the rank executor, gives the simulator's bits, and the
-step alone matches the simulator's step bit for bit; the run's timeline (its Chrome trace) shows it. (Its emission, kernel graph, simulator, report and pictures:
-test/unit/core/test_collective_owners.py.)"""
+step alone matches the simulator's step bit for bit; the run's timeline (its Chrome trace) shows it. (Its emission,
+kernel graph, simulator, report and pictures: test/unit/core/test_collective_owners.py.)"""
 
 import json
 import sys

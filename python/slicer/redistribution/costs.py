@@ -80,14 +80,16 @@ class CostModel:
         try:
             return cls(objective=data.get("objective", "time"), latency=float(data["latency_s"]),
                        bandwidth=float(data["bandwidth_bytes_per_s"]),
-                       axis_latency=tuple(sorted((str(a), float(v)) for a, v in data.get("axis_latency_s", {}).items())),
+                       axis_latency=tuple(sorted((str(a), float(v)) for a,
+                                                 v in data.get("axis_latency_s", {}).items())),
                        axis_bandwidth=tuple(sorted((str(a), float(v)) for a, v in
                                                    data.get("axis_bandwidth_bytes_per_s", {}).items())),
                        source=source)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RedistributionError(
                 f"cost model {source or 'data'} is not valid ({exc!r}): it needs latency_s and bandwidth_bytes_per_s "
-                "(and optionally axis_latency_s / axis_bandwidth_bytes_per_s maps); rerun slicer-plan --calibrate") from None
+                "(and optionally axis_latency_s / axis_bandwidth_bytes_per_s maps); rerun slicer-plan --calibrate"
+            ) from None
 
     def to_dict(self) -> dict:
         return {"objective": self.objective, "latency_s": self.latency, "bandwidth_bytes_per_s": self.bandwidth,

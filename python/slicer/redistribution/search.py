@@ -252,8 +252,8 @@ class Search:
 
     def _weights(self, types: tuple, products: tuple) -> np.ndarray:
         """Row ``i``: the weight of each axis in each device's block index under ``types[i]`` (all with
-        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
-        device the same block iff its indices agree (the partial axes' coordinates are common to both).
+        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give
+        a device the same block iff its indices agree (the partial axes' coordinates are common to both).
         The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
         (weight of each axis in each type) x (each device's coordinate along each axis)."""
         axes, sizes = self.problem.axes, self.problem.sizes

@@ -101,7 +101,8 @@ class AllSlice(Collective):
         rules.check_axes(mesh, self.mesh_axes, self.op)
         rules.check_unused(mesh, before, self.mesh_axes, self.op)
         rules.check_divisible(mesh, before, self.slice_dim, self.mesh_axes, self.op)
-        dims = rules.replace_dim(before.dims, self.slice_dim, rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
+        dims = rules.replace_dim(before.dims, self.slice_dim,
+                                 rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
         return DistType(before.shape, dims, before.partial)
 
     def inverse(self, dims: list, partial: list) -> bool:

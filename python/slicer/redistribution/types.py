@@ -3,8 +3,9 @@
 A :class:`DistType` is a global ``shape``, for each tensor dim the ordered tuple of mesh axes that tile it
 (**major to minor**, the JAX / MLIR ``shard`` convention) and a tuple of partial-sum axes (kept in mesh
 order). Offset convention: for a dim tiled by ``[a0, a1, ..., an]`` a device's block index along the dim is
-``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. Partial over ``z`` means the true value is the sum over the
-z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the block.
+``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. Partial over ``z`` means the true
+value is the sum over the z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the
+block.
 
 Text form, used by the CLI, JSON, IR attributes and error messages: ``[[x,y],[]]`` and, with partial axes,
 ``[[x],[]] partial=[z]``. The parser accepts spaces and quotes (``[["x", "y"], []]``).

@@ -146,7 +146,9 @@ def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]
         if offsets[d] == 0 and sizes[d] == full.shape[d] and strides[d] == 1 and not full.is_dynamic_dim(d):
             reasons.append(None)
         else:
-            shown = ["?" if v == ir.ShapedType.get_dynamic_size() else str(v) for v in (offsets[d], sizes[d], strides[d])]
+            shown = [
+                "?" if v == ir.ShapedType.get_dynamic_size() else str(v) for v in (offsets[d], sizes[d], strides[d])
+            ]
             reasons.append(f"is cut by {op.name} (offset {shown[0]}, size {shown[1]}, stride {shown[2]}) instead of "
                            "taken whole, so blocks would cross the slice bounds")
     return reasons

@@ -176,12 +176,14 @@ def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
     if list(t.shape) == shape:
         return value
     if t.rank != 1:
-        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
+        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value,
+                                      [list(range(t.rank))])
         if len(shape) == 1:  # the last op: its result may cross into another kernel
             set_dist(owner_op(value), text)
     if len(shape) == 1:
         return value
-    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)
+    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [],
+                              shape)
     set_dist(owner_op(out), text)
     return out
 

@@ -261,7 +261,8 @@ def _is_contraction(block: ir.Block, n_in: int) -> bool:
     if found is None or found[0].name not in (arith.AddFOp.OPERATION_NAME, arith.AddIOp.OPERATION_NAME):
         return False
     term = found[1]
-    return not isinstance(term, ir.BlockArgument) and term.owner.name in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME)
+    return not isinstance(term, ir.BlockArgument) and term.owner.name in (arith.MulFOp.OPERATION_NAME,
+                                                                          arith.MulIOp.OPERATION_NAME)
 
 
 def _zero_outside(value: ir.Value, dims: dict[int, ir.Value]) -> ir.Value:

@@ -246,7 +246,8 @@ class _FunctionPartitioner:
 
     def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
         if sharding.mesh != self.grid:
-            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but @{self.fname} "
+            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but "
+                                             f"@{self.fname} "
                                              f"is partitioned over @{self.grid}; use one mesh per function")
 
     def fail(self, op: ir.Operation, message: str) -> PassFailure:

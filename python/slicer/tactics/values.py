@@ -6,8 +6,8 @@ their parameters' dotted names, and hand-written IR can with the `slicer.name`
 argument or result attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
 "keep it replicated" (`Replicate`). A name with `*`, `?` or `[` is a pattern
 (`slicer.tactics.patterns`: shell-style, `*` crossing dots) and stands for one such
-tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied one by one
-by `slicer.apply_tactics`, which rewrites the program into an *equal* program
+tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied
+one by one by `slicer.apply_tactics`, which rewrites the program into an *equal* program
 with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
@@ -75,8 +75,8 @@ class Tile:
 
     `arg`/`result` is a position or, for a program whose arguments carry names, a name
     (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`) or a pattern naming several
-    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several, major to
-    minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
+    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several,
+    major to minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
     `idx(x) * |y| + idx(y)` on device (x, y).
     """
 

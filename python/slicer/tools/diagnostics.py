@@ -97,7 +97,11 @@ def check_expectations(expected: list[Expected], produced: list[Diag]) -> list[s
     flat = [d for diag in produced for d in (diag, *diag.notes)]
     for diag in flat:
         match = next(
-            (e for e in expected if not e.found and e.severity == diag.severity and e.line == diag.line and e.text in diag.message),
+            (
+                e
+                for e in expected
+                if not e.found and e.severity == diag.severity and e.line == diag.line and e.text in diag.message
+            ),
             None,
         )
         if match is not None:

@@ -149,7 +149,8 @@ def test_not_a_training_step_is_a_clear_error():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: st.megatron(STEP, "y", column=["fc3.*"]),
-     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', 'fc2.weight')"),
+     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', "
+     "'fc2.weight')"),
     (lambda: st.megatron(STEP, "y", column=["fc1.*"], row=["*.weight"]),
      "parameter 'fc1.weight' matches both a column and a row pattern"),
     (lambda: st.megatron(STEP, "y"), "give column= and/or row= patterns"),

@@ -134,7 +134,8 @@ def test_issue_cases_at_most_xla_and_the_paper():
     for cost in (CostModel(), CostModel.bytes()):
         a = plan(M24, T("[[x],[y]]", (1024, 1024)), T("[[y],[x]]", (1024, 1024)), cost=cost)
         assert a.bytes_received_per_device <= 768 * 1024 and a.bytes_received_total <= 4 << 20
-        assert any(not isinstance(s, AllSlice) and any(":" in x for x in getattr(s, "mesh_axes", ())) for s in a.steps) \
+        assert any(not isinstance(s,
+                                  AllSlice) and any(":" in x for x in getattr(s, "mesh_axes", ())) for s in a.steps) \
             or any(t.has_sub_axes() for t in a.trace.types)
         whole = plan(M24, a.src, a.dst, cost=cost, sub_axes=False)
         assert whole.bytes_received_per_device == 960 * 1024
@@ -165,7 +166,8 @@ def test_user_written_sub_axes_plan_and_simulate():
 
 PROGRAM = """
 "slicer.mesh"() {sym_name = "mesh", axes = [AXES], shape = array<i64: SIZES>} : () -> ()
-func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) -> (TYPE {slicer.sharding = #slicer.sharding<@mesh, DST>}) {
+func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) ->
+    (TYPE {slicer.sharding = #slicer.sharding<@mesh, DST>}) {
   return %a : TYPE
 }
 """
@@ -174,7 +176,8 @@ func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) -> (TYPE
 def reshard_program(mesh: Mesh, shape, src: str, dst: str) -> str:
     t = "tensor<" + "x".join(map(str, shape)) + "xf32>"
     return (PROGRAM.replace("AXES", ", ".join(f'"{a}"' for a in mesh.axis_names))
-            .replace("SIZES", ", ".join(map(str, mesh.shape))).replace("TYPE", t).replace("SRC", src).replace("DST", dst))
+            .replace("SIZES", ", ".join(map(str, mesh.shape))).replace("TYPE",
+                                                                       t).replace("SRC", src).replace("DST", dst))
 
 
 SPMD_CASES = {

@@ -26,7 +26,8 @@ def saved_under():
 def others():
     return {
         "replicated on x=2": program({"x": 2}, slicer.Tile(arg="x", dim=0, axes="x")),
-        "columns on y=2": program({"y": 2}, slicer.Tile(arg="w", dim=1, axes="y"), slicer.Tile(result="w", dim=1, axes="y")),
+        "columns on y=2": program({"y": 2}, slicer.Tile(arg="w", dim=1, axes="y"),
+                                  slicer.Tile(result="w", dim=1, axes="y")),
         "one device": program({"x": 1}),
     }
 

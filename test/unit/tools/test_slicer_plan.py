@@ -100,7 +100,9 @@ def test_cost_options():
     assert slow["cost_model"]["latency_s"] == 1e-3 and slow["cost_model"]["axis_bandwidth_bytes_per_s"] == {"x": 1e8}
     assert slow["estimated_seconds"] > time["estimated_seconds"]
     bytes_ = json.loads(run(*base, "--cost", "bytes").stdout)
-    assert bytes_["cost_model"]["objective"] == "bytes" and bytes_["bytes_received_total"] <= time["bytes_received_total"]
+    assert (
+        bytes_["cost_model"]["objective"] == "bytes" and bytes_["bytes_received_total"] <= time["bytes_received_total"]
+    )
 
 
 @pytest.mark.slow
