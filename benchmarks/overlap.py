@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import mlp_text  # noqa: E402
+from end_to_end import mlp_text
 
-import slicer  # noqa: E402
-from slicer.spmd.chunked_contractions import ENV  # noqa: E402
+import slicer
+from slicer.spmd.chunked_contractions import ENV
 
 VARIANTS = {"whole": "0", "chunks2": "2", "chunks4": "4", "auto": "auto"}
 
@@ -40,8 +40,8 @@ def compile_variant(text: str, setting: str):
 
 def training(args) -> None:
     """Data parallel (or FSDP) GPT steps with SLICER_BUCKETS=0 and the cost model's buckets, sessions in turn."""
-    from training_common import ADAMW, Sizes, batches, build_model, example_module  # noqa: PLC0415
-    from training_slicer import tactics_for  # noqa: PLC0415
+    from training_common import ADAMW, Sizes, batches, build_model, example_module
+    from training_slicer import tactics_for
 
     sizes = Sizes(n_layer=args.layers, d_model=args.d_model, warmup=1, steps=args.reps)
     data = batches(sizes)
@@ -70,7 +70,7 @@ def training(args) -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {count} | {median * 1e3:.1f} | {base / median:.3f}x | {losses[name]} |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png
 
         for name, program in programs.items():
             _, timings = program.run(*data[0], ranks=2, repeat=3, return_timings=True)
@@ -95,7 +95,10 @@ def main() -> None:
     b, d, h = (16, 32, 64) if args.small else map(int, args.sizes.split(","))
     text = mlp_text(b, d, h, "gelu")
     rng = np.random.default_rng(0)
-    arrays = [(rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32) for s in ((b, d), (d, h), (h,), (h, d))]
+    arrays = [
+        (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32)
+        for s in ((b, d), (d, h), (h,), (h, d))
+    ]
     names = args.variants.split(",")
     programs = {name: compile_variant(text, VARIANTS[name]) for name in names}
     reference, times, last = None, {name: [] for name in names}, {}
@@ -116,7 +119,7 @@ def main() -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {collectives} | {median * 1e3:.2f} | {base / median:.3f}x |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png, timeline_text  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png, timeline_text
 
         for name in names:
             path = timeline_png(last[name], Path(args.pictures) / f"overlap_mlp_{name}.png")

@@ -8,15 +8,28 @@ op view (its body must still be filled). Views (`MeshOp`, `LoopOp`, `SliceOp`,
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from mlir import ir
 
+from slicer.core.errors import DialectError
 from slicer.core.functions import op_of as _op
 from slicer.core.mesh import Mesh, block_size
-from slicer.core.errors import DialectError
-from slicer.core.names import (ANNOTATE, DIM_ATTR, LOOP, LOOP_ACTION_ATTR, LOOP_MESH_ATTR, MESH, MESH_AXES_ATTR,
-                                RANGE_PRODUCT, SHAPE_ATTR, SHARDING_OPERAND_ATTR, SLICE, SYM_NAME_ATTR, YIELD)
+from slicer.core.names import (
+    ANNOTATE,
+    DIM_ATTR,
+    LOOP,
+    LOOP_ACTION_ATTR,
+    LOOP_MESH_ATTR,
+    MESH,
+    MESH_AXES_ATTR,
+    RANGE_PRODUCT,
+    SHAPE_ATTR,
+    SHARDING_OPERAND_ATTR,
+    SLICE,
+    SYM_NAME_ATTR,
+    YIELD,
+)
 
 from .attributes import Action, RangeType, Sharding, TileAction, action_of
 
@@ -55,7 +68,8 @@ class MeshOp:
 
 def mesh(name: str, axes: Mesh | Mapping[str, int] | Sequence[tuple[str, int]], *, loc=None, ip=None) -> MeshOp:
     """Create `slicer.mesh @name` with the given axes (in order) and sizes."""
-    pairs = list(axes.axes) if isinstance(axes, Mesh) else list(axes.items()) if isinstance(axes, Mapping) else list(axes)
+    pairs = list(axes.axes) if isinstance(axes,
+                                          Mesh) else list(axes.items()) if isinstance(axes, Mapping) else list(axes)
     op = ir.Operation.create(
         MESH,
         attributes={
@@ -274,7 +288,8 @@ class AnnotateOp:
 def annotate(value: ir.Value, sharding: Sharding, *, loc=None, ip=None) -> ir.Value:
     """Request that `value` be distributed as `sharding`; returns the annotated value."""
     op = ir.Operation.create(
-        ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()}, loc=loc, ip=ip
+        ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()},
+                             loc=loc, ip=ip
     )
     return op.results[0]
 

@@ -10,14 +10,27 @@ from __future__ import annotations
 import bisect
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, tensor
-from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+from mlir.dialects import (
+    arith,
+    func,
+    linalg,
+    shard,  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+    tensor,
+)
 
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
-from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
-                               SPMD_MESH_ATTR)
+from slicer.core.names import (
+    AXES_ATTR,
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    GRID,
+    GRID_ATTR,
+    LOGICAL_SHAPE_ATTR,
+    MULTI_INDEX,
+    SPMD_MESH_ATTR,
+)
 from slicer.dialect import make_context
 from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
@@ -127,7 +140,11 @@ def _cheap(op: ir.Operation) -> bool:
     if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
                    or _cheap(_op(v.owner)) for v in op.operands)
-    return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+    return (
+        op.name.startswith("arith.")
+        and not op.regions
+        and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+    )
 
 
 def _constant_generic(op: ir.Operation) -> bool:
@@ -194,7 +211,8 @@ class _Builder:
         if LOGICAL_SHAPE_ATTR in entry:
             (self.arg_shapes if which == "arg" else self.result_shapes)[index] = tuple(
                 ir.DenseI64ArrayAttr(entry[LOGICAL_SHAPE_ATTR]))
-        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
+        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape),
+                               self.mesh), source
 
     def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
         if DIST_ATTR not in op.attributes:
@@ -354,7 +372,8 @@ class _Builder:
         for op in ops:
             for deep in _deep_ops(op):
                 for operand in deep.operands:
-                    if operand in self.position or (isinstance(operand.owner, ir.Block) and operand.owner == self.block):
+                    if operand in self.position or (isinstance(operand.owner,
+                                                               ir.Block) and operand.owner == self.block):
                         need(operand)
         kernel_ops = set(ops)
         outputs = []
@@ -375,7 +394,8 @@ class _Builder:
         self.emit(name, live_in, outputs, remat + ops, needs_coords)
         for value in outputs:
             self.record(value, self.op_dist(_op(value.owner), value))
-        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs),
+                          needs_coords)
 
     def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
         """Whether a kernel other than the one of `kernel_ops` (where the view op `view` is) applies `view` again:

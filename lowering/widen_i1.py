@@ -28,15 +28,19 @@ from mlir.dialects import func as func_d
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import function_type
-from slicer.core.pipeline import run_pipeline
 from slicer.core.names import LINALG_PREFIX
+from slicer.core.pipeline import run_pipeline
 
 # Ops that only move or view elements: the element type is just carried along.
 _CARRIERS = tuple(op.OPERATION_NAME for op in (
     tensor.EmptyOp, tensor.ExpandShapeOp, tensor.CollapseShapeOp, tensor.ExtractSliceOp, tensor.InsertSliceOp,
     tensor.ConcatOp, tensor.CastOp, bufferization.AllocTensorOp))
 _MODULE, _FUNC, _RETURN = builtin.ModuleOp.OPERATION_NAME, func_d.FuncOp.OPERATION_NAME, func_d.ReturnOp.OPERATION_NAME
-_GENERIC, _CONSTANT, _EXTRACT = linalg.GenericOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, tensor.ExtractOp.OPERATION_NAME
+_GENERIC, _CONSTANT, _EXTRACT = (
+    linalg.GenericOp.OPERATION_NAME,
+    arith.ConstantOp.OPERATION_NAME,
+    tensor.ExtractOp.OPERATION_NAME,
+)
 GENERALIZE_NAMED_OPS = "func.func(linalg-generalize-named-ops)"
 
 

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 import slicer
-
 from slicer.core.errors import RunError
 from slicer.runtime import rank_pool
 from slicer.runtime.rank import FAIL_RANK_ENV
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import STEP, compiled, data, expected  # noqa: E402
+from session_programs import STEP, compiled, data, expected
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 idioms = load("torch/idioms.py", "idioms")
@@ -25,7 +24,7 @@ ADAMW = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
 EXPERTS = {"column": ["moe.w1", "moe.w3", "moe.w2"]}  # the stacked weights [E, ...] split by expert
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imported(model_name: str):
     model, loss_fn, batch = idioms.nano_gpt("causal") if model_name == "gpt" else idioms.mixtral_moe("one_hot")
     return model, loss_fn, batch, slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 _LOADED: dict = {}  # environment variable -> ((path, modification time), the figures read from it)

@@ -10,10 +10,10 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py` and `stateful.py` (batch norm in both modes, dropout from the step's own
-random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
-Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
-entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
-line (so errors about the program name the line of the user's model).
+random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then
+parses torch-mlir's output in Slicer's MLIR, rejects what Slicer cannot partition (state kept between calls), runs the
+import-time cleanup (`cleanup.py`), names the entry function's arguments and results (`slicer.name`), and gives every op
+the location of its Python source line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -32,8 +32,8 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
+from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.dialect import make_context, walk_ops
 
 from .accumulators import widen_accumulators

@@ -11,8 +11,16 @@ from mlir.dialects import arith, func, linalg, tensor
 from slicer.core.errors import Located, PassFailure
 from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
-from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
-                               STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
+from slicer.core.names import (
+    BLOCKED_ATTR,
+    DIALECT_PREFIX,
+    LINALG_PREFIX,
+    SLICE,
+    STATIC_OUTPUT_SHAPE_ATTR,
+    STATIC_SIZES_ATTR,
+    VALUE_ATTR,
+    YIELD,
+)
 from slicer.core.source_lines import source_line
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
@@ -20,7 +28,16 @@ from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
 from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
-from .loop_facts import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
+from .loop_facts import (
+    describe,
+    inherit_provenance,
+    lift,
+    outcome_kind,
+    priority,
+    tactic_name,
+    tile_loop_of,
+    tile_outcome,
+)
 
 
 def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
@@ -279,7 +296,8 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
     have different types gets one loop per result type, each with its own block-wise copy of the op."""
     producer, rng = candidate.producer, candidate.producer.range
     action = outcome.action
-    rule = f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over {', '.join(rng.axes)})"
+    rule = (f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over "
+            f"{', '.join(rng.axes)})")
     results: list[ir.Value | None] = [None] * len(op.results)
     with ir.InsertionPoint(op), op.location:
         for group in _same_type_groups(op.results):
@@ -296,7 +314,9 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
                 init = op.operands[index]
                 if not is_zero_tensor(init):
                     r = index - (len(op.operands) - len(op.results))
-                    results[r] = linalg.add(results[r], init, outs=[tensor.empty(ir.RankedTensorType(init.type).shape, ir.RankedTensorType(init.type).element_type)])
+                    results[r] = linalg.add(results[r], init,
+                                            outs=[tensor.empty(ir.RankedTensorType(init.type).shape,
+                                                               ir.RankedTensorType(init.type).element_type)])
     for old, new in zip(op.results, results):
         old.replace_all_uses_with(new)
     journal.erase(op)

@@ -5,7 +5,16 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import builtin, func
 
-from slicer.core.names import BLOCKED_ATTR, CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
+from slicer.core.names import (
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIALECT_PREFIX,
+    LOOP,
+    RULE_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
 from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
@@ -35,7 +44,9 @@ def explain(module) -> str:
             continue  # loops are shown on the ops they partition; scalar bodies are not ops of the program
         loops = list(reversed(enclosing_loops(inner)))
         where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"
-        conflict = f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        conflict = (
+            f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        )
         if BLOCKED_ATTR in inner.attributes:
             conflict += f"  !! {ir.StringAttr(inner.attributes[BLOCKED_ATTR]).value}"
         lines.append(f"  {inner.name:<24} {where}{conflict}")

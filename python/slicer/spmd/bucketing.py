@@ -28,8 +28,16 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core.errors import OptionError
-from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
-                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
+from slicer.core.names import (
+    ALL_REDUCE,
+    CHUNK_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    SCATTER_AXIS_ATTR,
+    SPMD_MESH_ATTR,
+)
 from slicer.redistribution import CostModel
 
 from .overlap_ir import as_op, dist_of, grids, group_of, owner_op, set_dist, tensor_bytes, top_level
@@ -168,12 +176,14 @@ def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
     if list(t.shape) == shape:
         return value
     if t.rank != 1:
-        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
+        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value,
+                                      [list(range(t.rank))])
         if len(shape) == 1:  # the last op: its result may cross into another kernel
             set_dist(owner_op(value), text)
     if len(shape) == 1:
         return value
-    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)
+    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [],
+                              shape)
     set_dist(owner_op(out), text)
     return out
 

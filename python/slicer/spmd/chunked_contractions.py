@@ -34,8 +34,18 @@ from slicer.core.linalg_facts import indexing_maps, input_count, is_linalg_op, p
 from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
 from slicer.redistribution import CostModel
 
-from .overlap_ir import (KERNEL_FLOPS, KERNEL_OVERHEAD, MEMORY_BANDWIDTH, collective_seconds, dist_of, grids,
-                         group_of, owner_op, set_dist, tensor_bytes)
+from .overlap_ir import (
+    KERNEL_FLOPS,
+    KERNEL_OVERHEAD,
+    MEMORY_BANDWIDTH,
+    collective_seconds,
+    dist_of,
+    grids,
+    group_of,
+    owner_op,
+    set_dist,
+    tensor_bytes,
+)
 
 MAX_CHUNKS = 4
 MIN_GAIN = 50e-6  # seconds the estimate must drop by (and 2% of it) for a split to be made
@@ -228,7 +238,8 @@ def split(found: Candidate, chunks: int) -> None:
         set_dist(owner_op(whole), text)
         for i, piece in enumerate(pieces):
             shape = ir.RankedTensorType(piece.type).shape
-            whole = tensor.insert_slice(piece, whole, [], [], [], [i * size if d == dim else 0 for d in range(len(shape))],
+            whole = tensor.insert_slice(piece, whole, [], [], [],
+                                        [i * size if d == dim else 0 for d in range(len(shape))],
                                         list(shape), [1] * len(shape))
             set_dist(owner_op(whole), text)
     collective.results[0].replace_all_uses_with(whole)

@@ -13,21 +13,7 @@ collectives (`slicer.spmd.emit_collectives`). Every value carries its type in `s
 location is `NameLoc("<why>", FusedLoc[consumer location, producer location])`, so provenance (tactic
 NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --print-collectives`.
 
-The typing rules (see docs/partition.md):
-- argument: its requested `slicer.sharding`, else inferred from its uses (`slicer.spmd.infer`);
-- plain op (context C): every tensor operand is converted to *replicated*; results are replicated;
-  except a maximum over dims its input is tiled on (`tiled_max`: the blocks reduced, then one all_reduce by
-  maximum), and an elementwise op linear in two or more partial sums over the same axes (`slicer.rules.linear_in`):
-  it adds their terms on each device and its result is partial (one reduction of the sum, not one per term);
-- a value used in a deeper context than it was defined in first loses the axes of the new loops (its
-  family member is the same for every index of those loops);
-- `slice(v, d, r)` with `r` over axes A: `v` is converted to the type with A as the major tiles of dim d
-  (a no-op if it is already so, a local slice if `v` was whole there, else a plan, e.g. reduce_scatter of a
-  partial sum); the slice result is that type with A removed: nothing is computed;
-- `tile<d>` loop over A: result = yielded type with A prepended (major) on dim d; `sum` loop: partial over A;
-- `slicer.annotate`: converted to the annotation; `func.return`: converted to the requested result sharding,
-  or by default to the propagated type with its partial sums reduced (recorded as `slicer.dist_source =
-  "default"` on the result, which the report shows).
+The typing rules (argument, plain op, slice, loop, annotate, return): the table of docs/partition.md.
 """
 
 from __future__ import annotations
@@ -40,13 +26,44 @@ from mlir.dialects import func as func_d
 from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure, Unsupported
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
-from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
-                               FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOGICAL_SHAPE_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
-                               RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
-                               YIELD)
-from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
-                            find_meshes, split_product_slices, walk_ops)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    AXES_ATTR,
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    FUNCTION_TYPE_ATTR,
+    GRID,
+    GRID_ATTR,
+    INDEX_AXES_ATTR,
+    LOGICAL_SHAPE_ATTR,
+    LOOP,
+    MULTI_INDEX,
+    RES_ATTRS_ATTR,
+    RULE_ATTR,
+    SHAPE_ATTR,
+    SHARDING_ATTR,
+    SLICE,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
+from slicer.dialect import (
+    AnnotateOp,
+    LoopOp,
+    MeshOp,
+    RangeType,
+    Sharding,
+    SliceOp,
+    SumAction,
+    TileAction,
+    find_meshes,
+    split_product_slices,
+    walk_ops,
+)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
 
 from .degraded import Loss, loss, moves_data, record
@@ -229,7 +246,8 @@ class _FunctionPartitioner:
 
     def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
         if sharding.mesh != self.grid:
-            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but @{self.fname} "
+            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but "
+                                             f"@{self.fname} "
                                              f"is partitioned over @{self.grid}; use one mesh per function")
 
     def fail(self, op: ir.Operation, message: str) -> PassFailure:

@@ -22,8 +22,18 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR,
-                               SHAPE_ATTR, SPMD_MESH_ATTR, SYM_NAME_ATTR)
+from slicer.core.names import (
+    AXES_ATTR,
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    GRID,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    RES_ATTRS_ATTR,
+    SHAPE_ATTR,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+)
 from slicer.redistribution.steps import STEP_OF_IR
 
 from .degraded import notes_of

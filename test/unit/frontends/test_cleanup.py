@@ -12,7 +12,8 @@ from slicer.frontends import clean_up, split_into_pieces
 
 # A fused projection [8, 16] x [16, 48] cut into three pieces of 16 columns, each reshaped into 4 heads of 4.
 FUSED = """
-func.func @qkv(%x: tensor<8x16xf32>, %w: tensor<16x48xf32>) -> (tensor<8x4x4xf32>, tensor<8x4x4xf32>, tensor<8x4x4xf32>) {
+func.func @qkv(%x: tensor<8x16xf32>, %w: tensor<16x48xf32>) -> (tensor<8x4x4xf32>, tensor<8x4x4xf32>, tensor<8x4x4xf32>)
+    {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<8x48xf32>
   %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x48xf32>) -> tensor<8x48xf32>
