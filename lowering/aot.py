@@ -37,7 +37,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core import linalg_facts
+from slicer.core import environment, linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
 from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
@@ -437,14 +437,14 @@ def _prepare(module: ir.Module) -> list[dict]:
     return [signature.to_json() for signature in signatures]
 
 
-COMPILE_SECONDS_ENV = "SLICER_KERNEL_COMPILE_SECONDS"
+COMPILE_SECONDS_ENV = environment.KERNEL_COMPILE_SECONDS.name
 DEFAULT_COMPILE_SECONDS = 900.0
 
 
 def compile_time_limit() -> float:
     """Seconds one LLVM tool may take on a library (`$SLICER_KERNEL_COMPILE_SECONDS`, default 900): past it the
     build stops with `BudgetExceeded` naming the largest kernel, instead of hanging."""
-    text = os.environ.get(COMPILE_SECONDS_ENV, "")
+    text = environment.value(environment.KERNEL_COMPILE_SECONDS) or ""
     try:
         return float(text) if text else DEFAULT_COMPILE_SECONDS
     except ValueError:
@@ -518,7 +518,7 @@ def _link(obj: Path, library: Path) -> None:
 
 
 def _compiler() -> str:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = environment.value(environment.CC) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
     return compiler

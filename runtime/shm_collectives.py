@@ -39,6 +39,7 @@ import sys
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.core.errors import RunError
 from slicer.redistribution.steps import REDUCTIONS
 
@@ -48,7 +49,6 @@ _SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20
-_STRATEGY_ENV = "SLICER_COLLECTIVES"  # "mpi" / "shm" / unset: shared memory when the group is on one host
 
 
 class _Timespec(ctypes.Structure):
@@ -75,7 +75,7 @@ def available() -> bool:
 
 def wanted() -> str:
     """The strategy asked for in the environment: "auto", "mpi" or "shm"."""
-    value = os.environ.get(_STRATEGY_ENV, "auto").lower()
+    value = (environment.value(environment.COLLECTIVES) or "auto").lower()
     return value if value in ("auto", "mpi", "shm") else "auto"
 
 
@@ -138,7 +138,8 @@ class Segment:
         base = buffers[0].ctypes.data
         if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
             win.Free()
-            raise RunError("the shared window is not contiguous across the group; run with SLICER_COLLECTIVES=mpi")
+            raise RunError("the shared window is not contiguous across the group; run with "
+                           f"{environment.COLLECTIVES.name}=mpi")
         # one array over the group's parts of the window (consecutive in memory: checked above)
         whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
         segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)

@@ -31,9 +31,10 @@ import time
 import warnings
 from typing import Callable, Sequence
 
+from slicer.core import environment
 from slicer.core.errors import AutoError
 
-PROCESSES_ENV = "SLICER_AUTO_PROCESSES"
+PROCESSES_ENV = environment.AUTO_PROCESSES.name
 #: The work a task must be expected to take for forking to pay: a fork of a process holding torch and the
 #: search's memos, and the copies its child makes of the pages it touches, cost tens of milliseconds.
 MIN_SECONDS = 0.2
@@ -44,7 +45,7 @@ WAIT_SECONDS = 10.0
 def processes(task_count: int, seconds_per_task: float) -> int:
     """How many processes (this one included) run `task_count` tasks expected to take `seconds_per_task` each.
     A bad `$SLICER_AUTO_PROCESSES` is refused whether or not this search would fork."""
-    text = os.environ.get(PROCESSES_ENV, "")
+    text = environment.value(environment.AUTO_PROCESSES) or ""
     try:
         limit = int(text) if text else None
     except ValueError:

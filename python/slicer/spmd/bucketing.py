@@ -20,21 +20,29 @@ result is used before the bucket's last input exists stays alone (the bucket cou
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from numbers import Integral
 
 from mlir import ir
 from mlir.dialects import tensor
 
+from slicer.core import environment
 from slicer.core.errors import OptionError
-from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
-                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
+from slicer.core.names import (
+    ALL_REDUCE,
+    CHUNK_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    SCATTER_AXIS_ATTR,
+    SPMD_MESH_ATTR,
+)
 from slicer.redistribution import CostModel
 
 from .overlap_ir import as_op, dist_of, grids, group_of, owner_op, set_dist, tensor_bytes, top_level
 
-ENV = "SLICER_BUCKETS"  # "0": off; a number of bytes: that bucket size; else the cost model's
 LATENCY_MULTIPLE = 25  # a full bucket moves this many latencies' worth of bytes (latency: 4% of its time)
 MIN_BUCKET = 256 << 10
 MAX_BUCKET = 25 << 20  # DDP's default
@@ -47,16 +55,23 @@ def bucket_bytes(model: CostModel) -> int:
     return int(min(MAX_BUCKET, max(MIN_BUCKET, LATENCY_MULTIPLE * model.latency * model.bandwidth)))
 
 
-def env_bucket() -> int | None:
-    """What `SLICER_BUCKETS` asks for: None (off), 0 (the cost model's size) or a size in bytes."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
+def bucket_setting(setting: int | str | None = None) -> int | None:
+    """What `slicer.compile(buckets=setting)` asks for: None (off), 0 (the cost model's size) or a size in bytes.
+    `setting`: "auto" (or True), "off" (or False, or 0), or a bucket size in bytes; None: the default,
+    `$SLICER_BUCKETS` (auto when unset)."""
+    source = "buckets"
+    if setting is None:
+        setting, source = environment.switch(environment.BUCKETS), environment.BUCKETS.name
+    if isinstance(setting, bool):
+        setting = "auto" if setting else "off"
+    if setting == "off" or (isinstance(setting, Integral) and setting == 0):
         return None
-    if value in ("", "1", "on", "auto", "true", "yes"):
+    if setting == "auto":
         return 0
-    if value.isdigit():
-        return int(value)
-    raise OptionError(f"{ENV}={value!r}: use 0 (off), 1/auto (the cost model's bucket size) or a size in bytes")
+    if isinstance(setting, Integral) and setting > 0:
+        return int(setting)
+    raise OptionError(f"{source}={setting!r}: use 'auto' (the cost model's bucket size), 'off' (or 0) or a bucket "
+                      "size in bytes")
 
 
 @dataclass

@@ -22,36 +22,53 @@ where latency dominates).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 from mlir import ir
 from mlir.dialects import linalg, tensor
 
+from slicer.core import environment
 from slicer.core.errors import OptionError
 from slicer.core.linalg_facts import indexing_maps, input_count, is_linalg_op, projected_dims
 from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
 from slicer.redistribution import CostModel
 
-from .overlap_ir import (KERNEL_FLOPS, KERNEL_OVERHEAD, MEMORY_BANDWIDTH, collective_seconds, dist_of, grids,
-                         group_of, owner_op, set_dist, tensor_bytes)
+from .overlap_ir import (
+    KERNEL_FLOPS,
+    KERNEL_OVERHEAD,
+    MEMORY_BANDWIDTH,
+    collective_seconds,
+    dist_of,
+    grids,
+    group_of,
+    owner_op,
+    set_dist,
+    tensor_bytes,
+)
 
 MAX_CHUNKS = 4
 MIN_GAIN = 50e-6  # seconds the estimate must drop by (and 2% of it) for a split to be made
-ENV = "SLICER_COLLECTIVE_MATMUL"  # "0": off; an integer >= 2: that many chunks wherever they fit; else the model
 
 
-def env_chunks() -> int | None:
-    """What `SLICER_COLLECTIVE_MATMUL` asks for: None (off), 0 (the cost model decides) or a forced count."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
+def chunks_setting(setting: int | str | None = None) -> int | None:
+    """What `slicer.compile(collective_matmul=setting)` asks for: None (off), 0 (the cost model decides) or a
+    forced chunk count. `setting`: "auto" (or True), "off" (or False, 0, or 1: one chunk is the whole
+    contraction), or a chunk count >= 2; None: the default, `$SLICER_COLLECTIVE_MATMUL` (auto when unset)."""
+    source = "collective_matmul"
+    if setting is None:
+        setting, source = environment.switch(environment.COLLECTIVE_MATMUL), environment.COLLECTIVE_MATMUL.name
+    if isinstance(setting, bool):
+        setting = "auto" if setting else "off"
+    if setting == "off" or (isinstance(setting, Integral) and setting in (0, 1)):
         return None
-    if value in ("", "1", "on", "auto", "true", "yes"):
+    if setting == "auto":
         return 0
-    if value.isdigit() and int(value) >= 2:
-        return int(value)
-    raise OptionError(f"{ENV}={value!r}: use 0 (off), 1/auto (the cost model decides) or a chunk count >= 2")
+    if isinstance(setting, Integral) and setting >= 2:
+        return int(setting)
+    raise OptionError(f"{source}={setting!r}: use 'auto' (the cost model decides), 'off' (or 0) or a chunk count "
+                      ">= 2")
 
 
 @dataclass(frozen=True)
