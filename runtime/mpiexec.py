@@ -25,8 +25,8 @@ from pathlib import Path
 
 from slicer.core import environment
 from slicer.core.errors import LaunchError
+from slicer.core.host import host_cores
 
-from .resources import host_cores
 
 YIELD_CVAR = environment.MPICH_YIELD.name
 YIELD_ENV = environment.MPI_YIELD.name

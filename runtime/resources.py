@@ -14,18 +14,11 @@ from __future__ import annotations
 import os
 
 from slicer.core import environment
+from slicer.core.host import host_cores
 from slicer.core.errors import ResourceError
 from slicer.lowering import KernelGraph
 
 OVERSUBSCRIBE_ENV = environment.OVERSUBSCRIBE.name
-
-
-def host_cores() -> int:
-    """Cores this process may run on (its CPU affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def available_memory() -> int | None:

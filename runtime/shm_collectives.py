@@ -33,7 +33,6 @@ uses MPI.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
 
@@ -41,6 +40,7 @@ import numpy as np
 
 from slicer.core import environment
 from slicer.core.errors import RunError
+from slicer.core.host import host_cores
 from slicer.redistribution.steps import REDUCTIONS
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
@@ -87,11 +87,7 @@ def spins_for(comm) -> int:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks = local.Get_size()
     local.Free()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return _SPINS if ranks <= cores else 1
+    return _SPINS if ranks <= host_cores() else 1
 
 
 def _wait(address: int, value: int) -> None:

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 from slicer.core import environment
 from slicer.core.errors import AutoError
+from slicer.core.host import host_cores
 
 PROCESSES_ENV = environment.AUTO_PROCESSES.name
 #: The work a task must be expected to take for forking to pay: a fork of a process holding torch and the
@@ -55,7 +56,7 @@ def processes(task_count: int, seconds_per_task: float) -> int:
         raise AutoError(f"${PROCESSES_ENV}={text!r}: give at least 1 process")
     if task_count < 2 or seconds_per_task < MIN_SECONDS or not hasattr(os, "fork") or _mpi_initialised():
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = host_cores()
     return max(1, min(task_count, cores, limit or cores))
 
 
