@@ -33,6 +33,7 @@ from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, K
                                 ResourceError, RunError, SlicerError, TacticError)
 from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.core.operations import as_op
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.core import dtypes
@@ -307,7 +308,7 @@ def apply_tactics(module: ir.Module | ir.Operation | str, tactics: Sequence[Tact
     if isinstance(module, str):
         with make_context(), ir.Location.unknown():
             module = ir.Module.parse(module)
-    op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
+    op = as_op(module)
     after_each = None
     if check_each_step:
         original = str(op)

@@ -326,7 +326,7 @@ class _FunctionPartitioner:
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
-        for nested in _nested_ops(op):
+        for nested in list(walk_ops(op))[1:]:  # the ops inside `op`
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
@@ -557,16 +557,6 @@ def _provenance(loop: ir.Operation) -> str:
             value = loop.attributes[attr]
             notes.append(f"{label} {ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else value}")
     return f" ({'; '.join(notes)})" if notes else ""
-
-
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
 
 
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:

@@ -10,11 +10,10 @@ from mlir import ir
 import slicer
 from slicer.core.environment import COLLECTIVE_MATMUL
 from slicer.core.errors import OptionError
-from slicer.dialect import make_context
+from slicer.dialect import grids, make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
 from slicer.spmd.chunked_contractions import candidate, choose_chunks, chunks_setting, collective_matmul, decide, pipeline_seconds
-from slicer.spmd.overlap_ir import grids
 
 MODEL = CostModel()  # the built-in figures: 30 us, 2 GB/s
 
