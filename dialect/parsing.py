@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from slicer.core.operations import walk_ops
+from slicer.core.operations import map_locations
 
 PARSER_BUFFER_NAME = "-"  # what ir.Module.parse calls its input in locations
 
@@ -23,10 +23,5 @@ def parse_source(text: str, filename: str) -> ir.Operation:
             return ir.Location.file(filename, loc.start_line, loc.start_col)
         return loc
 
-    for op in walk_ops(module):
-        op.location = rename(op.location)
-        for region in op.regions:
-            for block in region.blocks:
-                for arg in block.arguments:
-                    arg.set_location(rename(arg.location))
+    map_locations(module, rename)
     return module

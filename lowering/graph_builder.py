@@ -18,7 +18,7 @@ from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
 from slicer.core.names import (DIST_ATTR, DIST_SOURCE_ATTR, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
                                SPMD_MESH_ATTR)
-from slicer.core.operations import as_op, walk_ops
+from slicer.core.operations import as_op, nested_ops, walk_ops
 from slicer.dialect import grids, make_context
 from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
@@ -314,7 +314,7 @@ class _Builder:
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
-                for deep in list(walk_ops(owner))[1:]:  # what its body reads from the function (a constant)
+                for deep in nested_ops(owner):  # what its body reads from the function (a constant)
                     for operand in deep.operands:
                         if operand in self.position:
                             need(operand)

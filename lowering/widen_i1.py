@@ -159,15 +159,11 @@ def reject_narrow_memrefs(module: ir.Module) -> None:
     linalg.generic never become buffers, so `select(cmp(a, b), a, b)` chains are fine.
     """
     found: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
+    for op in walk_ops(module):
         for value in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
             element = getattr(value.type, "element_type", None)
             if isinstance(value.type, ir.MemRefType) and isinstance(element, ir.IntegerType) and element.width < 8:
                 found.append(f"{value.type} at {op.location}")
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     if found:
         raise KernelError(
             f"buffers of i1 elements ({found[0]}{' and more' if len(found) > 1 else ''}) cannot be lowered: "

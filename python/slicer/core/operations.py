@@ -3,7 +3,7 @@
 The bindings hand an op out as an `ir.Operation` or as a typed view (`ir.OpView`: `linalg.MatmulOp`, a value's
 `.owner`), and a module as an `ir.Module`; names, attributes, identity and walking want the `ir.Operation`.
 Every stage gets it with `as_op`, a value's producer with `defining_op`, and the ops nested in one with
-`walk_ops` (collected first, so a caller may rewrite the IR while it iterates).
+`walk_ops` / `nested_ops` (collected first, so a caller may rewrite the IR while it iterates).
 """
 
 from __future__ import annotations
@@ -43,6 +43,22 @@ def walk_ops(root, name: str | None = None) -> Iterator[ir.Operation]:
     return iter(found)
 
 
+def nested_ops(root) -> list[ir.Operation]:
+    """The ops inside `root`, in pre-order, without `root` itself."""
+    return list(walk_ops(root))[1:]
+
+
+def map_locations(root, change) -> None:
+    """Give every op nested in `root` (itself included) and every block argument the location `change` makes of
+    its own (a parser's buffer name replaced by the file's, torch's frames by the user's)."""
+    for op in walk_ops(root):
+        op.location = change(op.location)
+        for region in op.regions:
+            for block in region.blocks:
+                for argument in block.arguments:
+                    argument.set_location(change(argument.location))
+
+
 def _walk_foreign(op, visit) -> None:
     visit(op)
     for region in op.regions:
@@ -51,4 +67,4 @@ def _walk_foreign(op, visit) -> None:
                 _walk_foreign(inner.operation, visit)
 
 
-__all__ = ["as_op", "defining_op", "walk_ops"]
+__all__ = ["as_op", "defining_op", "map_locations", "nested_ops", "walk_ops"]

@@ -45,6 +45,7 @@ from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR
                                FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOGICAL_SHAPE_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
                                RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
                                YIELD)
+from slicer.core.operations import nested_ops
 from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
                             find_meshes, split_product_slices, walk_ops)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
@@ -326,7 +327,7 @@ class _FunctionPartitioner:
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
-        for nested in list(walk_ops(op))[1:]:  # the ops inside `op`
+        for nested in nested_ops(op):
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
