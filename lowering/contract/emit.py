@@ -15,7 +15,7 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from slicer.core.names import USES_AMX_ATTR
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, call_instead, module_avx512
 from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16

@@ -78,7 +78,7 @@ def _after_definition(value: ir.Value) -> ir.InsertionPoint:
     owner = value.owner
     if isinstance(owner, ir.Block):
         return ir.InsertionPoint.at_block_begin(owner)
-    return ir.InsertionPoint.after(owner.operation if isinstance(owner, ir.OpView) else owner)
+    return ir.InsertionPoint.after(owner.operation)
 
 
 def _rewrite(group: _Group) -> None:
@@ -153,7 +153,7 @@ def concat_as_stack(module: ir.Operation) -> int:
             stacked = tensor.concat(ir.RankedTensorType.get(shape[:dim] + [len(pieces), size] + shape[dim + 1:],
                                                             element), dim, pieces)
             for use in list(op.results[0].uses):  # a collapse per use: fusion folds only single-use reshapes
-                owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+                owner = use.owner.operation
                 owner.operands[use.operand_number] = tensor.collapse_shape(op.results[0].type, stacked,
                                                                            reassociation)
         op.erase()

@@ -10,10 +10,10 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py` and `stateful.py` (batch norm in both modes, dropout from the step's own
-random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then
-parses torch-mlir's output in Slicer's MLIR, rejects what Slicer cannot partition (state kept between calls), runs the
-import-time cleanup (`cleanup.py`), names the entry function's arguments and results (`slicer.name`), and gives every op
-the location of its Python source line (so errors about the program name the line of the user's model).
+random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
+Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
+entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
+line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -33,6 +33,7 @@ from mlir import ir
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
+from slicer.core.operations import map_locations
 from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.dialect import make_context, walk_ops
 
@@ -342,12 +343,7 @@ def source_locations(module: ir.Operation) -> None:
             cache[text] = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
         return cache[text]
 
-    for op in walk_ops(module):
-        op.location = simplified(op.location)
-        for region in op.regions:
-            for block in region.blocks:
-                for argument in block.arguments:
-                    argument.set_location(simplified(argument.location))
+    map_locations(module, simplified)
 
 
 def _names(names) -> ir.ArrayAttr:

@@ -15,6 +15,7 @@ from slicer.core.names import (
     TACTIC_ATTR,
     YIELD,
 )
+from slicer.core.operations import as_op
 from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
@@ -32,7 +33,7 @@ _NOT_SHOWN = (builtin.ModuleOp.OPERATION_NAME, YIELD, func.ReturnOp.OPERATION_NA
 
 def explain(module) -> str:
     """For each op, which loops partition it and which rule put each loop there."""
-    op = module.operation if isinstance(module, ir.Module) else module
+    op = as_op(module)
     lines = []
     for inner in walk_ops(op):
         if inner.name in _NOT_SHOWN or inner.name.startswith(DIALECT_PREFIX) and inner.name != LOOP:
@@ -44,9 +45,7 @@ def explain(module) -> str:
             continue  # loops are shown on the ops they partition; scalar bodies are not ops of the program
         loops = list(reversed(enclosing_loops(inner)))
         where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"
-        conflict = (
-            f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
-        )
+        conflict = f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
         if BLOCKED_ATTR in inner.attributes:
             conflict += f"  !! {ir.StringAttr(inner.attributes[BLOCKED_ATTR]).value}"
         lines.append(f"  {inner.name:<24} {where}{conflict}")
