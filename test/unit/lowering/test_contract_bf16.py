@@ -266,3 +266,55 @@ def test_a_large_c_written_once_is_stored_non_temporally(cache_dir, units):
     exact = np.matmul(wide_q, wide_k.transpose(0, 2, 1))
     scale = np.matmul(np.abs(wide_q), np.abs(wide_k).transpose(0, 2, 1))
     assert (np.abs(result - exact) <= 1e-5 * scale + 1e-6).all()
+
+
+SHARED_WIDENING = """
+#id = affine_map<(i, j) -> (i, j)>
+#a = affine_map<(i, j, k) -> (i, k)>
+#b = affine_map<(i, j, k) -> (k, j)>
+#c = affine_map<(i, j, k) -> (i, j)>
+func.func @two(%x: tensor<21x50xbf16>, %w: tensor<50x40xbf16>, %v: tensor<50x40xbf16>)
+    -> (tensor<21x40xf32>, tensor<21x40xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %ew = tensor.empty() : tensor<21x50xf32>
+  %wide = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<21x50xbf16>) outs(%ew : tensor<21x50xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %f = arith.extf %in : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<21x50xf32>
+  %ec = tensor.empty() : tensor<21x40xf32>
+  %fill = linalg.fill ins(%zero : f32) outs(%ec : tensor<21x40xf32>) -> tensor<21x40xf32>
+  %p = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide, %w : tensor<21x50xf32>, tensor<50x40xbf16>) outs(%fill : tensor<21x40xf32>) {
+  ^bb0(%in: f32, %in2: bf16, %out: f32):
+    %b = arith.extf %in2 : bf16 to f32
+    %m = arith.mulf %in, %b : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<21x40xf32>
+  %q = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide, %v : tensor<21x50xf32>, tensor<50x40xbf16>) outs(%fill : tensor<21x40xf32>) {
+  ^bb0(%in: f32, %in2: bf16, %out: f32):
+    %b = arith.extf %in2 : bf16 to f32
+    %m = arith.mulf %in, %b : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<21x40xf32>
+  return %p, %q : tensor<21x40xf32>, tensor<21x40xf32>
+}
+"""
+
+
+def test_a_bf16_operand_widened_once_for_several_contractions_takes_the_bf16_gemm(cache_dir):
+    """torch's import widens a layer norm's bf16 output once and reads it from q, k and v: the widening is
+    folded into each contraction (`lowering/widenings.py`), which reads bf16 and takes the bf16 GEMM; the
+    results equal numpy's on the bf16 values (f32 accumulation)."""
+    generated = _after_contract(SHARED_WIDENING, units=AVX512BF16 if AVX512BF16 in RUNNABLE else F32)
+    assert "__slicer_ukernel_bf16_" in generated and "__slicer_ukernel_f32_8x2" not in generated
+    spec = "mk,kn->mn"
+    x, w = _inputs(spec, dict(m=21, k=50, n=40))
+    v = _inputs(spec, dict(m=21, k=50, n=40))[1]
+    p, q = compile_library(SHARED_WIDENING, cache_dir=cache_dir)["two"](x, w, v)
+    _check(p, spec, [x, w], 0.0, "first reader")
+    _check(q, spec, [x, v], 0.0, "second reader")
