@@ -318,3 +318,61 @@ def test_a_bf16_operand_widened_once_for_several_contractions_takes_the_bf16_gem
     p, q = compile_library(SHARED_WIDENING, cache_dir=cache_dir)["two"](x, w, v)
     _check(p, spec, [x, w], 0.0, "first reader")
     _check(q, spec, [x, v], 0.0, "second reader")
+
+
+def _context_program(also_return_c: bool, k: int = 40) -> str:
+    """attention's context `p @ v` into f32, rounded to bf16 and transposed to [b, s, h, e]; optionally C
+    returned too (a second reader: the rounding is not fused)."""
+    results = "tensor<2x32x4x64xbf16>" + (", tensor<2x4x32x64xf32>" if also_return_c else "")
+    returned = "%r" + (", %c" if also_return_c else "")
+    return f"""
+#a = affine_map<(b, h, s, e, t) -> (b, h, s, t)>
+#v = affine_map<(b, h, s, e, t) -> (b, h, t, e)>
+#c = affine_map<(b, h, s, e, t) -> (b, h, s, e)>
+#id = affine_map<(b, s, h, e) -> (b, s, h, e)>
+#tr = affine_map<(b, s, h, e) -> (b, h, s, e)>
+func.func @ctx(%p: tensor<2x4x32x{k}xbf16>, %v: tensor<2x4x{k}x64xbf16>) -> ({results}) {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x4x32x64xf32>
+  %fill = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x32x64xf32>) -> tensor<2x4x32x64xf32>
+  %c = linalg.generic {{indexing_maps = [#a, #v, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}}
+      ins(%p, %v : tensor<2x4x32x{k}xbf16>, tensor<2x4x{k}x64xbf16>) outs(%fill : tensor<2x4x32x64xf32>) {{
+  ^bb0(%x: bf16, %y: bf16, %out: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %m = arith.mulf %xf, %yf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }} -> tensor<2x4x32x64xf32>
+  %eo = tensor.empty() : tensor<2x32x4x64xbf16>
+  %r = linalg.generic {{indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
+      ins(%c : tensor<2x4x32x64xf32>) outs(%eo : tensor<2x32x4x64xbf16>) {{
+  ^bb0(%x: f32, %o: bf16):
+    %t = arith.truncf %x : f32 to bf16
+    linalg.yield %t : bf16
+  }} -> tensor<2x32x4x64xbf16>
+  return {returned} : {results}
+}}
+"""
+
+
+@pytest.mark.parametrize("units", [AVX512BF16, F32])
+@pytest.mark.parametrize("k", [40, 512, 600])
+def test_the_rounding_epilogue_is_stored_by_the_gemm_bit_for_bit(cache_dir, units, k):
+    """A contraction whose f32 C only a (transposing) rounding reads: the bf16 GEMM stores the rounded tiles
+    where the rounding did (`contract/epilogue.py`), no f32 C left, the same bits as the f32 C rounded by its
+    own op (the program that also returns C keeps both); K longer than one K block (600 > 512) is not fused."""
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units}")
+    fused = k <= 512
+    generated = _after_contract(_context_program(False, k), units=units)
+    assert ("call @__slicer_contract_0(%arg0, %arg1, %arg2)" in generated) == fused  # into the bf16 result
+    rng = np.random.default_rng(k)
+    p = rng.standard_normal((2, 4, 32, k)).astype(BF16)
+    v = rng.standard_normal((2, 4, k, 64)).astype(BF16)
+    alone = compile_library(_context_program(False, k), pipeline=_pipeline(units), cache_dir=cache_dir)["ctx"](p, v)
+    rounded, c = compile_library(_context_program(True, k), pipeline=_pipeline(units), cache_dir=cache_dir)["ctx"](p, v)
+    assert alone.dtype == BF16 and alone.shape == (2, 32, 4, 64)
+    np.testing.assert_array_equal(alone.view(np.uint16), rounded.view(np.uint16))
+    np.testing.assert_array_equal(alone.view(np.uint16), c.transpose(0, 2, 1, 3).astype(BF16).view(np.uint16))
+    _check(alone.transpose(0, 2, 1, 3), "bhst,bhte->bhse", [p, v], 2.0 ** -8, f"{units} context k={k}")
