@@ -16,11 +16,11 @@ only once the program says which dims are which. The cleanup, upstream passes wh
 3. `linalg-fuse-elementwise-ops`: elementwise chains fused, unused results (softmax's argmax) erased, and the
    `expand_shape`s above propagated into their producers by expanding their loops (so the QKV weight is read
    as `[3, 16, D]`); `canonicalize`, `cse`.
-4. `collapse_per_use` (`pieces.py`): fusion folds a reshape into its consumers only when it has one use, so a
+4. `reshape_per_use` (`pieces.py`): fusion folds a reshape into its consumers only when it has one use, so a
    `[B, S, D] -> [B * S, D]` collapse read twice (the backward of a linear layer: the weight's gradient and
    the bias's; the targets of a loss) stays, and S, the minor dim of its group, cannot be tiled through it
-   (sequence parallelism would gather the loss's logits). Each use gets its own copy and step 3 runs again,
-   until no further collapse folds.
+   (sequence parallelism would gather the loss's logits). Each use gets its own copy (and the expand_shape of
+   a fill read elsewhere too its own fill) and step 3 runs again, until no further reshape folds.
 
 Before all of it, `drop_reciprocal_asserts`: torch-mlir guards every float reciprocal (BatchNorm's
 `1 / sqrt(var + eps)`) with `cf.assert %x != 0, "unimplemented: tensor with zero element"`. torch has no such
@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 
 from mlir import ir
-from mlir.dialects import cf
+from mlir.dialects import cf, tensor
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import InternalError
@@ -59,7 +59,7 @@ from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
-from .pieces import collapse_per_use, concat_as_stack, shared_collapses, split_into_pieces
+from .pieces import concat_as_stack, reshape_per_use, shared_reshapes, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
@@ -73,15 +73,28 @@ def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0)
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
-    shared = shared_collapses(module)
-    while shared:  # each round folds collapses into consumers, whose results may be collapses of several uses
-        checked_step(module, "collapse_per_use", collapse_per_use)
+    state = _reshape_state(module)
+    for _ in range(MAX_RESHAPE_ROUNDS):  # each round folds reshapes into consumers whose results may be shared
+        if not state[0]:
+            break
+        checked_step(module, "reshape_per_use", reshape_per_use)
         checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
-        shared, before = shared_collapses(module), shared
-        if shared >= before:
-            break  # the copies left were merged back by cse: their consumers cannot expand
+        state, before = _reshape_state(module), state
+        if state == before:
+            break  # the copies were merged back by cse: their consumers cannot expand
     if fences:
         checked_step(module, "drop_fences", lambda m: drop_last_results(entry_function(m, entry), fences))
+
+
+MAX_RESHAPE_ROUNDS = 8
+"""A bound on the rounds of `reshape_per_use` and fusion (a reshape folds at most once per round)."""
+
+
+def _reshape_state(module: ir.Operation) -> tuple[int, int]:
+    """(reshapes `reshape_per_use` would copy, reshapes in all): no change means fusion folded none."""
+    return shared_reshapes(module), sum(
+        1 for name in (tensor.CollapseShapeOp.OPERATION_NAME, tensor.ExpandShapeOp.OPERATION_NAME)
+        for _ in walk_ops(module, name))
 
 
 def drop_last_results(func: ir.Operation, count: int) -> None:
