@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import mlp_text  # noqa: E402
+from end_to_end import mlp_text
 
-import slicer  # noqa: E402
+import slicer
 
 VARIANTS = {"whole": "off", "chunks2": 2, "chunks4": 4, "auto": "auto"}
 
@@ -38,8 +38,8 @@ def compile_variant(text: str, setting: str | int):
 
 def training(args) -> None:
     """Data parallel (or FSDP) GPT steps with buckets="off" and the cost model's buckets, sessions in turn."""
-    from training_common import ADAMW, Sizes, batches, build_model, example_module  # noqa: PLC0415
-    from training_slicer import tactics_for  # noqa: PLC0415
+    from training_common import ADAMW, Sizes, batches, build_model, example_module
+    from training_slicer import tactics_for
 
     sizes = Sizes(n_layer=args.layers, d_model=args.d_model, warmup=1, steps=args.reps)
     data = batches(sizes)
@@ -67,7 +67,7 @@ def training(args) -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {count} | {median * 1e3:.1f} | {base / median:.3f}x | {losses[name]} |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png
 
         for name, program in programs.items():
             _, timings = program.run(*data[0], ranks=2, repeat=3, return_timings=True)
@@ -113,7 +113,7 @@ def main() -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {collectives} | {median * 1e3:.2f} | {base / median:.3f}x |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png, timeline_text  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png, timeline_text
 
         for name in names:
             path = timeline_png(last[name], Path(args.pictures) / f"overlap_mlp_{name}.png")

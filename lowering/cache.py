@@ -5,8 +5,8 @@ features, versions of the MLIR bindings and tools). An entry is a directory
 `<root>/<key>/` holding `meta.json` (kernel signatures, the .so's name and
 sha256) and `kernels-<sha256 prefix>.so`: naming the library by its content means
 a path the dynamic loader has seen always holds the same code (dlopen returns
-an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary directory and renamed
-into place, and a per-key `flock` serialises builders, so several MPI ranks on
+an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary
+directory and renamed into place, and a per-key `flock` serialises builders, so several MPI ranks on
 one machine compile a program once and the others get a hit. An entry that
 does not validate (missing file, bad JSON, wrong key, .so checksum mismatch) is
 removed and rebuilt, never trusted.
@@ -25,9 +25,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from slicer.core import environment
 from slicer.core.errors import KernelError

@@ -140,7 +140,8 @@ class Emitter:
         out = self.fresh("r")
         args = ", ".join(f"{c} = {v}" for c, v in zip(carried, inits))
         types = ", ".join([type_] * len(inits))
-        self.line(f"{out}:{len(inits)} = scf.for {iv} = {self.idx(lo)} to {self.idx(hi)} step {self.idx(step)} iter_args({args}) -> ({types}) {{")
+        self.line(f"{out}:{len(inits)} = scf.for {iv} = {self.idx(lo)} to {self.idx(hi)} step {self.idx(step)} "
+                  f"iter_args({args}) -> ({types}) {{")
         self.depth += 1
         yield iv, carried
         self.line(f"scf.yield {', '.join(results)} : {types}")

@@ -10,14 +10,18 @@ from __future__ import annotations
 import bisect
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, tensor
-from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+from mlir.dialects import (
+    arith,
+    func,
+    linalg,
+    shard,  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+    tensor,
+)
 
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
-from slicer.core.names import (DIST_ATTR, DIST_SOURCE_ATTR, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
-                               SPMD_MESH_ATTR)
+from slicer.core.names import DIST_ATTR, DIST_SOURCE_ATTR, GRID_ATTR, LOGICAL_SHAPE_ATTR, MULTI_INDEX, SPMD_MESH_ATTR
 from slicer.core.operations import as_op, nested_ops, walk_ops
 from slicer.dialect import grids, make_context
 from slicer.redistribution import DistType, Mesh, subaxes

@@ -211,7 +211,7 @@ class _Diagnostics:
     def __init__(self, context: ir.Context):
         self.context, self.lines = context, []
 
-    def __enter__(self) -> "_Diagnostics":
+    def __enter__(self) -> _Diagnostics:
         self.handler = self.context.attach_diagnostic_handler(self._take)
         return self
 

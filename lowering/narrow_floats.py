@@ -26,7 +26,8 @@ left outside linalg ops (scalars read with `tensor.extract`), so LLVM never prom
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, math as math_d, tensor
+from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import math as math_d
 
 from slicer.core.linalg_facts import defined_in
 from slicer.core.names import LINALG_PREFIX, TARGET_AVX512_BF16_ATTR
@@ -35,7 +36,11 @@ from slicer.core.pipeline import run_pipeline
 
 from .widen_i1 import GENERALIZE_NAMED_OPS
 
-_GENERIC, _FILL, _CONSTANT = linalg.GenericOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME
+_GENERIC, _FILL, _CONSTANT = (
+    linalg.GenericOp.OPERATION_NAME,
+    linalg.FillOp.OPERATION_NAME,
+    arith.ConstantOp.OPERATION_NAME,
+)
 _EXTF, _TRUNCF, _YIELD = arith.ExtFOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
 #: Ops inside a body that produce a narrow float from another type: they keep rounding, then widen.
 _ROUNDING = (_TRUNCF, arith.SIToFPOp.OPERATION_NAME, arith.UIToFPOp.OPERATION_NAME)

@@ -220,7 +220,8 @@ def _op_script(plan: TilePlan) -> str:
             lines += [
                 f"        transform.sequence %l#{index} : {loop_type} failures(suppress) {{",
                 f"        ^bb0(%loop: {loop_type}):",
-                f"          %main, %rest = transform.loop.peel %loop : ({loop_type}) -> (!transform.any_op, !transform.any_op)",
+                f"          %main, %rest = transform.loop.peel %loop : ({loop_type}) -> (!transform.any_op, "
+                "!transform.any_op)",
                 "          transform.yield",
                 "        }",
             ]

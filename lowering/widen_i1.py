@@ -28,9 +28,9 @@ from mlir.dialects import func as func_d
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import function_type
-from slicer.core.pipeline import run_pipeline
 from slicer.core.names import LINALG_PREFIX
 from slicer.core.operations import walk_ops
+from slicer.core.pipeline import run_pipeline
 
 # Ops that only move or view elements: the element type is just carried along.
 _CARRIERS = tuple(op.OPERATION_NAME for op in (

@@ -1,8 +1,8 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
 JOB_DIR holds `graph.json` (the kernel graph), `kernels.json` (where the launcher found each compiled kernel,
-`executor.kernel_sources`; without it each rank compiles them, as in `runtime.in_job`), `job.json` (inputs: `.npy` paths or
-a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
+`executor.kernel_sources`; without it each rank compiles them, as in `runtime.in_job`), `job.json` (inputs: `.npy` paths
+or a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
 true, or `SLICER_OVERLAP=0` in the environment) and receives the results: rank 0 assembles
 the global results from every rank's blocks into `result<i>.npy` and writes
 `timings.json` (`slicer.runtime.timings.Timings`). Each rank
@@ -105,8 +105,8 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         np.save(job_dir / f"result{index}.npy", array)
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)
-    timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
-                      tuple(tuple(events) for events in timelines), tuple(peaks))
+    timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses),
+                      tuple(sorted(set(backends))), tuple(tuple(events) for events in timelines), tuple(peaks))
     (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 

@@ -148,7 +148,9 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _end_group(process)
-        raise LaunchError(f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}") from None
+        raise LaunchError(
+            f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}"
+        ) from None
     finally:
         _end_group(process)
         for signum, handler in previous.items():

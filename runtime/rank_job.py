@@ -117,7 +117,7 @@ class RankJob:
                 raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s")
             try:
                 sock, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             sock.setblocking(True)
             connection = Connection(sock.detach())

@@ -18,7 +18,7 @@ the process (`atexit`; the ranks also die with it, `runtime.mpiexec`).
 from __future__ import annotations
 
 import atexit
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

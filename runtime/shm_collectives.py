@@ -183,7 +183,7 @@ class Slot:
         self.win, self.segments = Segment.allocate(comm, region, region2, count, spins=spins)
         self.uses = 0
 
-    def next(self) -> "Segment":
+    def next(self) -> Segment:
         """The segment the next use takes."""
         segment = self.segments[self.uses % len(self.segments)]
         self.uses += 1

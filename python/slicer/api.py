@@ -20,24 +20,33 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from mlir import ir
 
 from slicer.automatic import AutoResult, search_tactics
 from slicer.checking import check_equivalent
-from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
-                                ResourceError, RunError, SlicerError, TacticError)
-from slicer.core.mesh import Mesh
+from slicer.core import dtypes
+from slicer.core.arrays import as_array
+from slicer.core.errors import (
+    CompileError,
+    DegradedStrategy,
+    InvalidTactic,
+    KernelGraphError,
+    Located,
+    ResourceError,
+    RunError,
+    SlicerError,
+    TacticError,
+)
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.core.mesh import Mesh
 from slicer.core.operations import as_op
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
-from slicer.core import dtypes
-from slicer.core.arrays import as_array
 from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
@@ -48,9 +57,9 @@ from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
-from slicer.spmd.degraded import by_cause
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
+from slicer.spmd.degraded import by_cause
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
@@ -337,7 +346,7 @@ BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
 """What `compile(..., bf16_units=)` takes."""
 
 
-def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
+def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),
             entry: str | None = None, source_name: str | None = None, strict: bool = False,
             bf16_units: str = "auto", buckets: int | str | None = None,
             collective_matmul: int | str | None = None) -> Program:

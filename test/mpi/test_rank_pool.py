@@ -14,7 +14,7 @@ from slicer.core.errors import RunError
 from slicer.runtime import rank_pool
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import STEP, compiled, data, expected  # noqa: E402
+from session_programs import STEP, compiled, data, expected
 
 
 @pytest.fixture(scope="module")

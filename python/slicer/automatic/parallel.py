@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from slicer.core import environment
 from slicer.core.errors import AutoError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from .errors import EntryError  # noqa: F401 - raised here; stages import it from here or from .errors
+from .errors import EntryError
 from .names import ARG_NAME_ATTR
 from .operations import as_op
 

@@ -32,9 +32,9 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
 from slicer.core.operations import map_locations
+from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.dialect import make_context, walk_ops
 
 from .accumulators import widen_accumulators

@@ -5,7 +5,16 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import builtin, func
 
-from slicer.core.names import BLOCKED_ATTR, CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
+from slicer.core.names import (
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIALECT_PREFIX,
+    LOOP,
+    RULE_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
 from slicer.core.operations import as_op
 from slicer.dialect import LoopOp, walk_ops
 

@@ -42,8 +42,8 @@ def read_table_blocks(clone: ir.Operation, blocks: dict[ir.Value, ir.Value]) -> 
 def range_starts(dim_size: int, size: int, range_value: ir.Value) -> ir.Value:
     """A tensor<1xi64> holding where the device's block of a dim of `dim_size` split in `size` blocks starts
     (blocks of ceil(dim_size / size) rows, the last ones padded when `size` does not divide: docs/partition.md,
-    "Uneven shapes"), as a slice, by `range_value`, of the constant offsets of all blocks (built at the current insertion point,
-    the constant before the loop that `range_value` belongs to)."""
+    "Uneven shapes"), as a slice, by `range_value`, of the constant offsets of all blocks (built at the current
+    insertion point, the constant before the loop that `range_value` belongs to)."""
     loop_op = range_value.owner.owner
     i64 = ir.IntegerType.get_signless(64)
     offsets = np.arange(size, dtype=np.int64) * block_size(dim_size, size)  # padded blocks when uneven

@@ -133,13 +133,21 @@ def is_zero_tensor(value: ir.Value) -> bool:
     if op.name == linalg.GenericOp.OPERATION_NAME and len(op.operands) == 1 and len(op.results) == 1:
         body = op.regions[0].blocks[0]
         ops = list(body.operations)
-        return len(ops) == 1 and ops[0].operation.name == linalg.YieldOp.OPERATION_NAME and _is_zero_scalar(ops[0].operands[0])
+        return (
+            len(ops) == 1
+            and ops[0].operation.name == linalg.YieldOp.OPERATION_NAME
+            and _is_zero_scalar(ops[0].operands[0])
+        )
     return False
 
 
 def _is_zero_scalar(value: ir.Value) -> bool:
     scalar = defining_op(value)
-    return scalar is not None and scalar.name == arith.ConstantOp.OPERATION_NAME and _is_zero_attr(scalar.attributes[VALUE_ATTR])
+    return (
+        scalar is not None
+        and scalar.name == arith.ConstantOp.OPERATION_NAME
+        and _is_zero_attr(scalar.attributes[VALUE_ATTR])
+    )
 
 
 def _is_zero_attr(attr: ir.Attribute) -> bool:
@@ -203,5 +211,5 @@ class BlockOrder:
     def __init__(self, op: ir.Operation):
         self.op = op
 
-    def __lt__(self, other: "BlockOrder") -> bool:
+    def __lt__(self, other: BlockOrder) -> bool:
         return self.op.is_before_in_block(other.op)

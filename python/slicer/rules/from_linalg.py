@@ -21,8 +21,15 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim, loop_sizes,
-                                     mentioned_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    indexing_maps,
+    iterator_kinds,
+    loop_dim,
+    loop_sizes,
+    mentioned_dims,
+)
 from slicer.core.names import DIM_ATTR
 from slicer.core.operations import walk_ops
 from slicer.core.pipeline import run_pipeline

@@ -29,8 +29,16 @@ from mlir.dialects import tensor
 
 from slicer.core import environment
 from slicer.core.errors import OptionError
-from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
-                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
+from slicer.core.names import (
+    ALL_REDUCE,
+    CHUNK_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    SCATTER_AXIS_ATTR,
+    SPMD_MESH_ATTR,
+)
 from slicer.core.operations import as_op, defining_op
 from slicer.dialect import grids
 from slicer.redistribution import CostModel

@@ -37,8 +37,16 @@ from slicer.core.operations import defining_op
 from slicer.dialect import grids
 from slicer.redistribution import CostModel
 
-from .overlap_ir import (KERNEL_FLOPS, KERNEL_OVERHEAD, MEMORY_BANDWIDTH, collective_seconds, dist_of, group_of,
-                         set_dist, tensor_bytes)
+from .overlap_ir import (
+    KERNEL_FLOPS,
+    KERNEL_OVERHEAD,
+    MEMORY_BANDWIDTH,
+    collective_seconds,
+    dist_of,
+    group_of,
+    set_dist,
+    tensor_bytes,
+)
 
 MAX_CHUNKS = 4
 MIN_GAIN = 50e-6  # seconds the estimate must drop by (and 2% of it) for a split to be made

@@ -15,6 +15,7 @@ from mlir import ir
 from slicer.core.names import ANNOTATE, SLICE
 from slicer.dialect import AnnotateOp, SliceOp
 from slicer.redistribution import DistType, Mesh, RedistributionError
+
 from .padding import padded_type
 
 

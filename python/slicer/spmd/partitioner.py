@@ -40,14 +40,45 @@ from mlir.dialects import func as func_d
 from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure, Unsupported
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
-from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
-                               FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOGICAL_SHAPE_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
-                               RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
-                               YIELD)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    AXES_ATTR,
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    FUNCTION_TYPE_ATTR,
+    GRID,
+    GRID_ATTR,
+    INDEX_AXES_ATTR,
+    LOGICAL_SHAPE_ATTR,
+    LOOP,
+    MULTI_INDEX,
+    RES_ATTRS_ATTR,
+    RULE_ATTR,
+    SHAPE_ATTR,
+    SHARDING_ATTR,
+    SLICE,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
 from slicer.core.operations import nested_ops
-from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
-                            find_meshes, split_product_slices, walk_ops)
+from slicer.dialect import (
+    AnnotateOp,
+    LoopOp,
+    MeshOp,
+    RangeType,
+    Sharding,
+    SliceOp,
+    SumAction,
+    TileAction,
+    find_meshes,
+    split_product_slices,
+    walk_ops,
+)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
 
 from .degraded import Loss, loss, moves_data, record

@@ -22,8 +22,15 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (DIST_ATTR, DIST_SOURCE_ATTR, GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR, SPMD_MESH_ATTR,
-                               SYM_NAME_ATTR)
+from slicer.core.names import (
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    RES_ATTRS_ATTR,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+)
 from slicer.core.operations import as_op
 from slicer.dialect import grids
 from slicer.redistribution.steps import STEP_OF_IR

@@ -7,9 +7,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 
 import slicer
-from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 from slicer import strategies as st
 
 ARRAYS = random_arrays()
@@ -145,7 +145,8 @@ def test_not_a_training_step_is_a_clear_error():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: st.megatron(STEP, "y", column=["fc3.*"]),
-     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', 'fc2.weight')"),
+     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', "
+     "'fc2.weight')"),
     (lambda: st.megatron(STEP, "y", column=["fc1.*"], row=["*.weight"]),
      "parameter 'fc1.weight' matches both a column and a row pattern"),
     (lambda: st.megatron(STEP, "y"), "give column= and/or row= patterns"),

@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+from test_training_controls import errors, torch_run, train  # noqa: E402
+
 import slicer  # noqa: E402
 from slicer import strategies  # noqa: E402
-
-from test_training_controls import errors, torch_run, train  # noqa: E402
 
 COLLECTIVE = re.compile(r"^\s*\d+\. (?:shard|slicer)\.(\w+) over \[([\w,]+)\] (\S*) ->", re.MULTILINE)
 

@@ -13,7 +13,7 @@ from slicer.core.errors import OptionError
 from slicer.dialect import make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
-from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_all_reduces, bucket_bytes, bucket_setting, plan_buckets
+from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_bytes, bucket_setting, plan_buckets
 
 STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text().split("// -----")[0]
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"

@@ -13,7 +13,14 @@ from slicer.core.errors import OptionError
 from slicer.dialect import grids, make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
-from slicer.spmd.chunked_contractions import candidate, choose_chunks, chunks_setting, collective_matmul, decide, pipeline_seconds
+from slicer.spmd.chunked_contractions import (
+    candidate,
+    choose_chunks,
+    chunks_setting,
+    collective_matmul,
+    decide,
+    pipeline_seconds,
+)
 
 MODEL = CostModel()  # the built-in figures: 30 us, 2 GB/s
 

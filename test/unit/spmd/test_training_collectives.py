@@ -37,7 +37,7 @@ EXPECTED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step():
     """(model, imported training step), once."""
     warnings.filterwarnings("ignore")
