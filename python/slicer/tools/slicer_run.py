@@ -13,8 +13,9 @@ the `--tactic`s given first, completed) within `--memory-budget` bytes per devic
 reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
 `--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
 program run in one process (slicer.core.compare). `--buckets` and `--collective-matmul` are
-`slicer.compile`'s arguments of the same names (the schedule's rewrites; default: the environment's, else auto). Under `mpiexec -n N python -m slicer.runtime ...`
-the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
+`slicer.compile`'s arguments of the same names (the schedule's rewrites; default: the environment's, else auto).
+Under `mpiexec -n N python -m slicer.runtime ...` the same command runs in the current MPI job instead of
+starting one (slicer.runtime.in_job).
 Exit codes as every tool (slicer.tools.cli): 0 ok, 1 the compile, run or `--check` failed, 2 a bad command line.
 
 Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
