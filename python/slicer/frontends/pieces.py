@@ -24,7 +24,7 @@ from mlir.dialects import linalg, tensor
 
 from slicer.core.errors import InternalError
 from slicer.core.names import DIM_ATTR, REASSOCIATION_ATTR, STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
-from slicer.core.operations import defining_op
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import walk_ops
 
 
@@ -198,7 +198,7 @@ def reshape_per_use(module: ir.Operation) -> int:
         groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
                   for g in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
         for use in list(op.results[0].uses)[1:]:
-            owner = use.owner.operation
+            owner = as_op(use.owner)
             with ir.InsertionPoint(owner), op.location:
                 copy = tensor.collapse_shape(op.results[0].type, op.operands[0], groups)
             owner.operands[use.operand_number] = copy
