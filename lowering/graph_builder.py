@@ -22,7 +22,7 @@ from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
 from slicer.core.names import DIST_ATTR, DIST_SOURCE_ATTR, GRID_ATTR, LOGICAL_SHAPE_ATTR, MULTI_INDEX, SPMD_MESH_ATTR
-from slicer.core.operations import as_op, nested_ops, walk_ops
+from slicer.core.operations import as_op, defining_op, nested_ops, walk_ops
 from slicer.dialect import grids, make_context
 from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
@@ -314,7 +314,7 @@ class _Builder:
             if value in seen or value in inside:
                 return
             seen.add(value)
-            owner = None if isinstance(value.owner, ir.Block) else as_op(value.owner)
+            owner = defining_op(value)
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
