@@ -30,7 +30,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib  # noqa: E402
+from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib
 
 _FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
 
@@ -68,10 +68,11 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     """The strategy's program partitioned, its kernels compiled, and what the ranks need, as a picklable job.
     `split_ops`: one kernel per linalg op (`lowering.cut` forced to cut after every op), so that each kernel
     event is one op of the step (elementwise chains lose their fusion)."""
+    from training_slicer import tactics_for
+
     import slicer
     from slicer.lowering import CollectiveNode, cut
     from slicer.runtime.executor import kernel_sources, load_kernels
-    from training_slicer import tactics_for
 
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved

@@ -16,8 +16,15 @@ from mlir import ir
 from mlir.dialects import arith, linalg
 
 from slicer.core.errors import NotAContraction
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, in_body, indexing_maps, iterator_kinds,
-                                      projected_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    combined_with,
+    in_body,
+    indexing_maps,
+    iterator_kinds,
+    projected_dims,
+)
 
 from ..body import is_elementwise
 from ..memref_facts import MemAccess, static_strides

@@ -4,8 +4,8 @@ The reference is numpy's float64 einsum of the bf16 inputs (exact products; the 
 Tolerance: an f32 result is within 1e-5 of sum |a||b| (f32 accumulation of K products: K * 2^-24 relative
 at worst for the K here, ~1e-5); a bf16 result additionally within one bf16 rounding (2^-8 of its value).
 Every layout the packing handles (A along k, B along N, B along k, transposed A, several M/N/K dims, a C whose
-innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
-columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
+innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8
+or 32 rows, 32 columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
 
 AMX code runs only on a CPU that has it (this test checks that it compiles to tile instructions
 everywhere and that loading it elsewhere is refused clearly instead of a SIGILL).
@@ -17,20 +17,19 @@ import subprocess
 import ml_dtypes
 import numpy as np
 import pytest
-
 from mlir import ir
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import entry_function
+from slicer.core.names import TARGET_BF16_UNITS_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
-from slicer.core.names import TARGET_BF16_UNITS_ATTR
-from slicer.lowering.contract import ContractOptions, contract_module
-from slicer.lowering.kernel_prepare import prepare_kernels
 from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.aot import Target, library_key
 from slicer.lowering.cache import KernelCache
+from slicer.lowering.contract import ContractOptions, contract_module
 from slicer.lowering.contract.matrix_units import AMX, AVX512BF16, BF16_UNITS, F32, host_units, units_of_flags
+from slicer.lowering.kernel_prepare import prepare_kernels
 
 RNG = np.random.default_rng(3)
 BF16 = ml_dtypes.bfloat16
@@ -64,7 +63,8 @@ func.func @{name}({args}) -> {ttype(output, out)} {{
   %z = arith.constant 0.0 : {out}
   %e = tensor.empty() : {ttype(output, out)}
   %f = linalg.fill ins(%z : {out}) outs(%e : {ttype(output, out)}) -> {ttype(output, out)}
-  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types = [{kinds}]}}
+  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types =
+      [{kinds}]}}
       ins(%a0, %a1 : {', '.join(ttype(t) for t in operands)}) outs(%f : {ttype(output, out)}) {{
   ^bb0(%x0: bf16, %x1: bf16, %acc: {out}):
 {body}    %s = arith.addf %acc, %m : {out}
@@ -170,7 +170,8 @@ def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
         assert HOST != AMX
     else:
         assert HOST == AMX
-        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)), ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
+        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)),
+                                  ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
             arrays = _inputs(spec, sizes)
             _check(library[name](*arrays), spec, arrays, 0.0, f"amx {name}")
     objdump = shutil.which("objdump")
@@ -212,9 +213,16 @@ def test_the_best_units_of_a_target():
 def test_a_scaled_bf16_contraction_takes_the_f32_gemm(cache_dir):
     """A side that is more than a bf16 input (attention's scores scaled inside the body) is not packed as bf16
     (rounding the scaled operand to bf16 would lose precision): the f32 GEMM widens it while packing."""
-    text = bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33)).replace(
-        "    %s = arith.addf %acc, %m : f32", "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32").replace(
-        "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32")
+    text = (
+        bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33))
+        .replace(
+            "    %s = arith.addf %acc, %m : f32",
+            "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32",
+        )
+        .replace(
+            "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32"
+        )
+    )
     generated = _after_contract(text)
     assert "__slicer_ukernel_f32_8x2" in generated and "bf16_" not in generated
     library = compile_library(text, cache_dir=cache_dir)
