@@ -51,7 +51,7 @@ from slicer.spmd.degraded import by_cause
 from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
-from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
+from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 from slicer.viz.sharding import uneven_dims
 
@@ -377,12 +377,15 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                 arg_names = ()  # apply_tactics reports it
             _check_static(parsed, entry, arg_names)
             progress.step("tactics")
-            apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
+            remats = [t for t in tactics if isinstance(t, Remat)]
+            apply_tactics(parsed, tuple(t for t in tactics if not isinstance(t, Remat)), mesh=mesh, entry=entry)
             progress.step("propagation")
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            for tactic in remats:
+                run_pipeline(parsed, remat_pipeline(tactic))
             _overlap_passes(parsed)
             _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
@@ -395,6 +398,12 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         progress.step("kernel graph")
         graph = replace(build_kernel_graph(spmd, entry), bf16_units=bf16_units)
     return Program(original, spmd, graph, propagation, arg_names, imported)
+
+
+def remat_pipeline(tactic: Remat) -> str:
+    """The `slicer-remat` pass a `Remat` tactic runs after partitioning."""
+    names = f" names={','.join(tactic.names)}" if tactic.names else ""
+    return f"slicer-remat{{pattern={tactic.pattern} policy={tactic.policy}{names}}}"
 
 
 def _overlap_passes(module: ir.Module) -> None:

@@ -22,8 +22,8 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR,
-                               SHAPE_ATTR, SPMD_MESH_ATTR, SYM_NAME_ATTR)
+from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR,
+                               MODULE_LOC_PREFIX, RES_ATTRS_ATTR, SHAPE_ATTR, SPMD_MESH_ATTR, SYM_NAME_ATTR)
 from slicer.redistribution.steps import STEP_OF_IR
 
 from .degraded import notes_of
@@ -124,7 +124,8 @@ def _places(loc: ir.Location) -> tuple[str, tuple[Place, ...]]:
 def _describe(loc: ir.Location) -> str:
     names = []
     while loc.is_a_name():
-        names.append(loc.name_str)
+        if not loc.name_str.startswith(MODULE_LOC_PREFIX):  # the model's module of an imported op: not a reason
+            names.append(loc.name_str)
         loc = loc.child_loc
     if loc.is_a_file():
         where = f"{loc.filename}:{loc.start_line}:{loc.start_col}"
