@@ -54,6 +54,7 @@ from slicer.strategies import follow_arguments
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 from slicer.viz.sharding import uneven_dims
+from slicer.viz.remat_memory import RematReport, remat_units
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Program:
     propagation: str
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
+    before_remat: str | None = None
+    """The SPMD program before `slicer-remat` (when a `Remat` tactic rewrote it): `memory()` compares the peaks."""
     _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
     _names: dict | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -112,7 +115,11 @@ class Program:
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
-        return memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        found = memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        if self.before_remat is None:
+            return found
+        without = memory_report(build_kernel_graph(self.before_remat, self.graph.entry), names={})
+        return replace(found, remat=RematReport(remat_units(self.spmd, self.graph.entry), found.peak, without.peak))
 
     def value_names(self) -> dict[str, str]:
         """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
@@ -384,6 +391,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            before_remat = parsed.get_asm(enable_debug_info=True) if remats else None
             for tactic in remats:
                 run_pipeline(parsed, remat_pipeline(tactic))
             _overlap_passes(parsed)
@@ -397,7 +405,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
         graph = replace(build_kernel_graph(spmd, entry), bf16_units=bf16_units)
-    return Program(original, spmd, graph, propagation, arg_names, imported)
+    return Program(original, spmd, graph, propagation, arg_names, imported, before_remat)
 
 
 def remat_pipeline(tactic: Remat) -> str:

@@ -12,9 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
@@ -63,5 +62,5 @@ def test_remat_gives_the_same_bits_as_without_and_equals_torch(gpt, kind, device
             assert losses == base_losses, (policy, count)
             for name, value in base_state.items():
                 assert np.array_equal(state[name], value), (policy, count, name)
-            assert max(train.relative_error(g, w) for g, w in zip(losses, want_losses)) <= 1e-5
+            assert max(train.relative_error(g, w) for g, w in zip(losses, want_losses, strict=True)) <= 1e-5
             assert max(train.relative_error(state[n], w) for n, w in want_params.items()) <= 1e-5

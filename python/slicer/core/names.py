@@ -53,6 +53,9 @@ MODULE_LOC_PREFIX = "module:"
 REMAT_ATTR = "slicer.remat"
 """On ops `slicer-remat` cloned into the backward pass: the module they recompute (tells them from the forward
 ops, and keeps a later CSE from merging them back)."""
+REMAT_UNITS_ATTR = "slicer.remat_units"
+"""On a function `slicer-remat` rewrote: one string per unit, `"<unit> <policy> <saved bytes> <recomputed bytes>
+<cloned ops>"` (bytes per device of the values its backward reads), which `Program.memory()` reports."""
 
 # -- attributes on the SPMD program ----------------------------------------------------------------------------
 DIST_ATTR = "slicer.dist"

@@ -29,20 +29,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, tensor
 from mlir.dialects import func as func_d
 
 from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.errors import InvalidTactic
 from slicer.core.linalg_facts import indexing_maps, is_linalg_op, mentioned_dims
-from slicer.core.names import ARG_NAME_ATTR, COLLECTIVE_OPS, REMAT_ATTR, RES_ATTRS_ATTR
+from slicer.core.names import ARG_NAME_ATTR, COLLECTIVE_OPS, REMAT_ATTR, REMAT_UNITS_ATTR, RES_ATTRS_ATTR
 from slicer.core.source_lines import module_path
 from slicer.tactics.patterns import closest, matches
 from slicer.tactics.values import REMAT_POLICIES as POLICIES
 
-from .overlap_ir import as_op, owner_op, top_level
+from .overlap_ir import as_op, owner_op, tensor_bytes, top_level
 
 LOSS = "loss"
+_NOT_HELD = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
+"""Ops whose results hold no activation (shapes, constants): not reported as saved."""
 _MULTIPLIES = (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME)
 
 
@@ -57,6 +59,20 @@ class Unit:
     """Values of the unit the backward still reads from the forward pass (policy, outputs, collectives)."""
     cloned: int = 0
     """Ops cloned to recompute them."""
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes per device of the saved values (what the backward holds from the forward pass)."""
+        return sum(_bytes(v) for v in self.saved)
+
+    @property
+    def recomputed_bytes(self) -> int:
+        """Bytes per device of the recomputed values (no longer held from the forward pass to the backward)."""
+        return sum(_bytes(v) for v in self.recomputed)
+
+
+def _bytes(value: ir.Value) -> int:
+    return tensor_bytes(value) if isinstance(value.type, ir.RankedTensorType) else 0
 
 
 def _op_id(op) -> int:
@@ -167,8 +183,29 @@ def rematerialize(module: ir.Operation, pattern: str, policy: str = "full",
             continue
         loss = loss_index(func)
         if loss is not None:
-            units += _rematerialize_function(func, loss, pattern, policy, tuple(names))
+            done = _rematerialize_function(func, loss, pattern, policy, tuple(names))
+            _record(func, done, policy)
+            units += done
     return units
+
+
+def _record(func, units: list[Unit], policy: str) -> None:
+    """Append what was done per unit to the function's `slicer.remat_units` (see core.names)."""
+    attrs = as_op(func).attributes
+    old = [ir.StringAttr(a).value for a in ir.ArrayAttr(attrs[REMAT_UNITS_ATTR])] if REMAT_UNITS_ATTR in attrs else []
+    new = [f"{u.name} {policy} {u.saved_bytes} {u.recomputed_bytes} {u.cloned}" for u in units]
+    attrs[REMAT_UNITS_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in old + new])
+
+
+def read_units(func_attributes) -> list[tuple[str, str, int, int, int]]:
+    """(unit, policy, saved bytes, recomputed bytes, cloned ops) per unit recorded on a function."""
+    if REMAT_UNITS_ATTR not in func_attributes:
+        return []
+    out = []
+    for attr in ir.ArrayAttr(func_attributes[REMAT_UNITS_ATTR]):
+        unit, policy, saved, recomputed, cloned = ir.StringAttr(attr).value.split(" ")
+        out.append((unit, policy, int(saved), int(recomputed), int(cloned)))
+    return out
 
 
 def check_policy(policy: str, names: Sequence[str]) -> None:
@@ -240,7 +277,7 @@ def _rematerialize_unit(facts: _Function, name: str, ops: list[ir.Operation], un
                      if not facts.is_forward(top_level(as_op(u.owner), facts.block))]
             if _saved(facts, op, value, name, unit_by_op, policy, names):
                 saved_keys.add(_key(value))
-                if reads:
+                if reads and op.name not in _NOT_HELD:
                     unit.saved.append(value)
             elif reads:
                 backward_reads[_key(value)] = reads
@@ -297,4 +334,5 @@ def _clone(facts: _Function, ops: list[ir.Operation], before: ir.Operation, unit
     return mapping
 
 
-__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "is_contraction", "loss_index", "rematerialize", "unit_of"]
+__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "is_contraction", "loss_index", "read_units", "rematerialize",
+           "unit_of"]

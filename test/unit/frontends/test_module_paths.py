@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
 from mlir import ir  # noqa: E402
 
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.source_lines import module_path, source_line  # noqa: E402
 from slicer.dialect import make_context, walk_ops  # noqa: E402
