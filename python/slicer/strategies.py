@@ -200,7 +200,7 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
           names: Sequence[str] = ()) -> list[Tactic]:
     """Rematerialisation: the forward computation of the modules whose paths match `pattern` (`blocks.*`: each
     of the model's blocks; `*` crosses dots) recomputed in the backward pass instead of kept, saving what
-    `policy` says: "full" (each module's inputs and outputs only), "save_dots" (contraction results too),
+    `policy` says: "full" (each module's inputs and outputs only), "save_dots" (the linear layers' matmul results too),
     "save_names" (the values of the modules `names` match too), "none" (everything). One `Remat` tactic,
     composed with the others by concatenation (docs/remat.md). InvalidTactic when `pattern` names no module of
     the step (the closest named), or for a bad policy."""

@@ -12,8 +12,10 @@ local work and the collectives are explicit):
   says so, else *recomputed*. Always saved: a value a forward op outside the unit reads (the unit's output, the
   next unit's input: kept anyway), a result of the function (the loss), and the result of a collective (a Megatron all_reduce is saved, never run
   again: recomputing a block costs no communication). The policies: "full" saves nothing else (each unit keeps
-  its inputs and outputs only); "save_dots" saves contraction results (matmuls: recomputed are the elementwise
-  ops, softmax and norms); "save_names" saves the values computed by the modules whose paths match `names`
+  its inputs and outputs only); "save_dots" saves the results of contractions without batch dims (the linear
+  layers' matmuls against weights, JAX's `dots_with_no_batch_dims_saveable`): recomputed are the elementwise
+  ops, norms, and the attention core (its batched contractions with the softmax, as Megatron's selective
+  recomputation does); "save_names" saves the values computed by the modules whose paths match `names`
   (`blocks.*.attn.q`: the query projection's output); "none" saves everything (no rewrite).
 
 The rewrite, per unit: the forward ops its recomputed values need (transitively, stopping at saved values,
@@ -56,7 +58,8 @@ class Unit:
     recomputed: list[ir.Value] = field(default_factory=list)
     """Values the backward reads from a recomputation (their clones)."""
     saved: list[ir.Value] = field(default_factory=list)
-    """Values of the unit the backward still reads from the forward pass (policy, outputs, collectives)."""
+    """Values of the unit the backward or its recomputation still reads from the forward pass (kept by the
+    policy, outputs, collectives)."""
     cloned: int = 0
     """Ops cloned to recompute them."""
 
@@ -120,6 +123,13 @@ def is_contraction(op: ir.Operation) -> bool:
     body = [as_op(o).name for o in op.regions[0].blocks[0].operations]
     tensors = [v for v in op.operands if isinstance(v.type, ir.RankedTensorType)]
     return any(n in _MULTIPLIES for n in body) and len(tensors) >= 3
+
+
+def has_batch_dims(op: ir.Operation) -> bool:
+    """Whether a loop dim of the linalg op `op` walks every operand and its result (a batch dim: attention's
+    `q @ k^T` per head; a linear layer's matmul against a weight has none)."""
+    dims = [set().union(*(mentioned_dims(e) for e in m.results)) for m in indexing_maps(op)]
+    return bool(dims) and bool(set.intersection(*dims))
 
 
 class _Function:
@@ -251,7 +261,7 @@ def _saved(facts: _Function, op: ir.Operation, value: ir.Value, unit: str, unit_
     """Whether the forward value `value` (computed by `op` of `unit`) is saved rather than recomputed."""
     if op.name in COLLECTIVE_OPS:
         return True
-    if policy == "save_dots" and is_contraction(op):
+    if policy == "save_dots" and is_contraction(op) and not has_batch_dims(op):
         return True
     if policy == "save_names" and any(matches(n, module_path(op.location)) for n in names):
         return True
@@ -270,28 +280,68 @@ def _rematerialize_unit(facts: _Function, name: str, ops: list[ir.Operation], un
     member = {_op_id(op) for op in ops}
     saved_keys: set[tuple] = set()
     backward_reads: dict[tuple, list[tuple[ir.Operation, int]]] = {}
-    first_read = len(facts.ops)
     for op in ops:
         for value in op.results:
             reads = [(as_op(u.owner), u.operand_number) for u in value.uses
                      if not facts.is_forward(top_level(as_op(u.owner), facts.block))]
-            if _saved(facts, op, value, name, unit_by_op, policy, names):
+            if _is_source(facts, op) or _saved(facts, op, value, name, unit_by_op, policy, names):
                 saved_keys.add(_key(value))
                 if reads and op.name not in _NOT_HELD:
                     unit.saved.append(value)
             elif reads:
                 backward_reads[_key(value)] = reads
                 unit.recomputed.append(value)
-                first_read = min([first_read] + [facts.position[_op_id(top_level(r, facts.block))] for r, _ in reads])
     if not backward_reads:
         return unit
     cloned = _needed(facts, unit.recomputed, member, saved_keys)
-    clones = _clone(facts, cloned, facts.ops[first_read], name)
+    reported = {_key(v) for v in unit.saved}
+    for op in cloned:  # the unit's saved values the recomputation reads are held for the backward too
+        for _, _, value in _deep_operands(op):
+            producer = facts.producer(value)
+            if producer is not None and _op_id(producer) in member and _key(value) in saved_keys \
+                    and _key(value) not in reported and producer.name not in _NOT_HELD:
+                reported.add(_key(value))
+                unit.saved.append(value)
+    clones = _clone(facts, cloned, _anchors(facts, cloned, backward_reads), name)
     unit.cloned = len(cloned)
     for key, reads in backward_reads.items():
         for reader, index in reads:
             reader.operands[index] = clones[key]
     return unit
+
+
+def _is_source(facts: _Function, op: ir.Operation) -> bool:
+    """An op reading no tensor but the function's arguments and empty ones (a constant, a fill, a view of a
+    weight): no activation, nothing to gain by recomputing it, and its result (CSE shares one among many
+    readers, the update's included) would live from the first to the last of them."""
+    for _, _, value in _deep_operands(op):
+        if not isinstance(value.type, ir.RankedTensorType):
+            continue
+        producer = facts.producer(value)
+        if producer is None or _op_id(producer) == _op_id(op):
+            continue  # a function argument, or defined inside the op itself
+        if producer.name != tensor.EmptyOp.OPERATION_NAME:
+            return False
+    return True
+
+
+def _anchors(facts: _Function, ops: list[ir.Operation], reads: dict[tuple, list]) -> list[int]:
+    """For each op to clone, the position of the op its clone goes right before: the first backward reader of
+    its results, or the first place a clone that reads it goes, whichever is earlier (each recomputation just
+    before its use)."""
+    cloned = {_op_id(op): i for i, op in enumerate(ops)}
+    anchor = [len(facts.ops) - 1] * len(ops)
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        for value in op.results:
+            for reader, _ in reads.get(_key(value), ()):
+                anchor[i] = min(anchor[i], facts.position[_op_id(top_level(reader, facts.block))])
+        for _, _, value in _deep_operands(op):
+            producer = facts.producer(value)
+            if producer is not None and _op_id(producer) in cloned and _op_id(producer) != _op_id(op):
+                j = cloned[_op_id(producer)]
+                anchor[j] = min(anchor[j], anchor[i])
+    return anchor
 
 
 def _needed(facts: _Function, values: list[ir.Value], member: set[int], saved: set[tuple]) -> list[ir.Operation]:
@@ -309,21 +359,20 @@ def _needed(facts: _Function, values: list[ir.Value], member: set[int], saved: s
     return sorted(chosen.values(), key=lambda op: facts.position[_op_id(op)])
 
 
-def _clone(facts: _Function, ops: list[ir.Operation], before: ir.Operation, unit: str) -> dict[tuple, ir.Value]:
-    """Clones of `ops` (in order) right before `before`, reading each other's results; original result key ->
-    its clone."""
+def _clone(facts: _Function, ops: list[ir.Operation], anchors: list[int], unit: str) -> dict[tuple, ir.Value]:
+    """Clones of `ops` (in program order), each right before the op at its anchor, reading each other's
+    results; original result key -> its clone."""
     mapping: dict[tuple, ir.Value] = {}
     cloned_ids = {_op_id(op) for op in ops}
-    limit = facts.position[_op_id(before)]
-    for op in ops:
+    for op, limit in zip(ops, anchors, strict=True):
         for _, _, value in _deep_operands(op):
             producer = facts.producer(value)
             if producer is not None and _op_id(producer) not in cloned_ids and \
                     _op_id(producer) != _op_id(op) and facts.position[_op_id(producer)] >= limit:
                 raise InvalidTactic(f"remat: {unit} cannot be recomputed before its backward: it reads "
                                     f"{producer.name} at {producer.location}, computed after the backward starts")
-    for op in ops:
-        clone = as_op(op.clone(ip=ir.InsertionPoint(before)))
+    for op, anchor in zip(ops, anchors, strict=True):
+        clone = as_op(op.clone(ip=ir.InsertionPoint(facts.ops[anchor])))
         for owner, index, value in _deep_operands(clone):
             replacement = mapping.get(_key(value))
             if replacement is not None:
@@ -334,5 +383,5 @@ def _clone(facts: _Function, ops: list[ir.Operation], before: ir.Operation, unit
     return mapping
 
 
-__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "is_contraction", "loss_index", "read_units", "rematerialize",
+__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "has_batch_dims", "is_contraction", "loss_index", "read_units", "rematerialize",
            "unit_of"]

@@ -138,7 +138,8 @@ REMAT_POLICIES = ("full", "save_dots", "save_names", "none")
 class Remat:
     """Recompute the forward computation of the modules whose paths match `pattern` (`blocks.*`: every block;
     see `slicer.tactics.patterns`) in the backward pass instead of keeping it (docs/remat.md). `policy`: what
-    each module still saves, "full" (its inputs and outputs only), "save_dots" (contraction results too),
+    each module still saves, "full" (its inputs and outputs only), "save_dots" (the linear layers' matmul
+    results too: contractions without batch dims),
     "save_names" (the values computed by the modules `names` match too) or "none" (everything: no remat).
     Applied after partitioning, by `slicer-remat`; it does not place values, so it composes with every tactic."""
 
