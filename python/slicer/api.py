@@ -29,7 +29,8 @@ from mlir import ir
 
 from slicer.automatic import AutoResult, search_tactics
 from slicer.checking import check_equivalent
-from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
+from slicer.automatic.options import format_bytes
+from slicer.core.errors import (AutoError, CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
                                 ResourceError, RunError, SlicerError, TacticError)
 from slicer.core.mesh import Mesh
 from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
@@ -50,7 +51,7 @@ from slicer.spmd import report
 from slicer.spmd.degraded import by_cause
 from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
-from slicer.strategies import follow_arguments
+from slicer.strategies import follow_arguments, remat_plans
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 from slicer.viz.sharding import uneven_dims
@@ -436,22 +437,47 @@ def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), o
     `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
     objective and when nothing fits the budget."""
     if isinstance(program, ImportedProgram):
-        return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
-                              entry=entry or program.entry, arg_names=program.arg_names,
-                              arg_roles=program.arg_roles, result_names=program.result_names,
-                              follow_results=bool(program.result_names), compile_graph=_graph_of(program, entry))
+        def search(extra=()):
+            return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics,
+                                  objective=objective, entry=entry or program.entry, arg_names=program.arg_names,
+                                  arg_roles=program.arg_roles, result_names=program.result_names,
+                                  follow_results=bool(program.result_names),
+                                  compile_graph=_graph_of(program, entry, extra))
+        try:
+            return search()
+        except AutoError as exc:
+            if memory_budget is None or not program.arg_roles:
+                raise
+            return _auto_with_remat(program, search, exc)
     text = program if isinstance(program, str) else str(program)
     return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry,
                           compile_graph=_graph_of(text, entry))
 
 
-def _graph_of(program, entry):
-    """The real pipeline for `auto`'s verification: `program` compiled with some tactics -> its kernel graph
-    (a lost split is a warning `compile` gives; the candidate is priced as it compiles, so it is not repeated)."""
+def _auto_with_remat(step: ImportedProgram, search, refused: AutoError) -> AutoResult:
+    """`auto` when no layout fits the budget: the search again with each remat plan of `remat_plans(step)`,
+    cheapest recomputation first, every candidate compiled with it (its peak and time, recomputation included,
+    are the compiled kernel graph's); the first plan under which a layout fits, or the first refusal."""
+    for remat in remat_plans(step):
+        try:
+            found = search((remat,))
+        except AutoError:
+            continue
+        why = (f"rematerialisation {remat.policy} on {remat.pattern}: without remat {refused} With it the compiled "
+               f"peak is {format_bytes(found.memory_bytes)}; remat plans are tried cheapest recomputation first "
+               f"({', '.join(p.policy for p in remat_plans(step))})")
+        return replace(found, tactics=found.tactics + (remat,), why_remat=why)
+    raise refused
+
+
+def _graph_of(program, entry, extra=()):
+    """The real pipeline for `auto`'s verification: `program` compiled with some tactics (and the tactics
+    `extra` after them: a remat plan) -> its kernel graph (a lost split is a warning `compile` gives; the
+    candidate is priced as it compiles, so it is not repeated)."""
     def compile_graph(tactics, mesh) -> KernelGraph:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegradedStrategy)
-            return compile(program, mesh=mesh, tactics=tactics, entry=entry).graph
+            return compile(program, mesh=mesh, tactics=tuple(tactics) + tuple(extra), entry=entry).graph
     return compile_graph
 
 

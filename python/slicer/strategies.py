@@ -214,6 +214,21 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
     return [tactic]
 
 
+def remat_plans(step: ImportedProgram) -> list[Remat]:
+    """The remat tactics `slicer.auto` tries when no layout fits its budget, cheapest recomputation first:
+    `save_dots`, then `full`, on the step's repeated modules (the children of a module list with numbered
+    entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
+    numbered: dict[str, set[str]] = {}
+    for path in _module_paths(step):
+        parts = path.split(".")
+        for n in range(1, len(parts)):
+            if parts[n].isdigit():
+                numbered.setdefault(".".join(parts[:n]), set()).add(parts[n])
+                break
+    lists = [prefix for prefix, entries in numbered.items() if len(entries) > 1]
+    return [Remat(pattern=f"{prefix}.*", policy=policy) for policy in ("save_dots", "full") for prefix in lists[:1]]
+
+
 def _module_paths(step: ImportedProgram) -> set[str]:
     """The module paths the ops of `step` were computed in (`blocks.0.attn.q`; set at import)."""
     if not isinstance(step, ImportedProgram):
@@ -313,4 +328,4 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
     return dim
 
 
-__all__ = ["data_parallel", "follow_arguments", "megatron", "remat", "zero"]
+__all__ = ["data_parallel", "follow_arguments", "megatron", "remat", "remat_plans", "zero"]
