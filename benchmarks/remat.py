@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import Sizes, batches, build_model, loss_function, megatron_split  # noqa: E402
-from training_slicer import rank_memory  # noqa: E402
+from training_common import Sizes, batches, build_model, loss_function, megatron_split
+from training_slicer import rank_memory
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 POLICIES = ("none", "full", "save_dots")
 MIB = 2 ** 20

@@ -10,19 +10,22 @@ local work and the collectives are explicit):
   import: `blocks.0.attn.q`) that the pattern matches: `blocks.*` makes `blocks.0`, `blocks.1`, ... the units;
 - a value a unit's forward computes and the backward reads is *saved* (kept, as without remat) when the policy
   says so, else *recomputed*. Always saved: a value a forward op outside the unit reads (the unit's output, the
-  next unit's input: kept anyway), a result of the function (the loss), and the result of a collective (a Megatron all_reduce is saved, never run
-  again: recomputing a block costs no communication). The policies: "full" saves nothing else (each unit keeps
-  its inputs and outputs only); "save_dots" saves the results of contractions without batch dims (the linear
-  layers' matmuls against weights, JAX's `dots_with_no_batch_dims_saveable`): recomputed are the elementwise
-  ops, norms, and the attention core (its batched contractions with the softmax, as Megatron's selective
-  recomputation does); "save_names" saves the values computed by the modules whose paths match `names`
-  (`blocks.*.attn.q`: the query projection's output); "none" saves everything (no rewrite).
+  next unit's input: kept anyway), a result of the function (the loss), the result of a collective (a Megatron
+  all_reduce is saved, never run again: recomputing a block costs no communication), and what an op computes
+  from the function's arguments and constants alone (a view of a weight, a zero fill: no activation). The
+  policies: "full" saves nothing else (each unit keeps its inputs and outputs only); "save_dots" saves the
+  results of contractions without batch dims (the linear layers' matmuls against weights, JAX's
+  `dots_with_no_batch_dims_saveable`): recomputed are the elementwise ops, norms, and the attention core (its
+  batched contractions with the softmax, as Megatron's selective recomputation does); "save_names" saves the
+  values computed by the modules whose paths match `names` (`blocks.*.attn.q`: the query projection's output);
+  "none" saves everything (no rewrite).
 
 The rewrite, per unit: the forward ops its recomputed values need (transitively, stopping at saved values,
-which the copies read) are cloned once, in program order, right before the first backward op that reads one of
-them (so each unit's recomputation runs just before its own backward, not all at once), and every backward read
-of a recomputed value reads the clone. Clones carry `slicer.remat = "<unit>"`; no value is recomputed twice (one
-clone per op, shared by all its backward readers). The forward values then die in the forward pass.
+which the copies read) are cloned once each, in program order, each right before the first backward op that
+reads its result or the first clone that does (each recomputation just before its use: the last unit's runs
+first, not all at once), and every backward read of a recomputed value reads the clone. Clones carry
+`slicer.remat = "<unit>"`; no value is recomputed twice (one clone per op, shared by all its backward readers).
+The forward values then die in the forward pass.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.errors import InvalidTactic
 from slicer.core.linalg_facts import indexing_maps, is_linalg_op, mentioned_dims
 from slicer.core.names import ARG_NAME_ATTR, COLLECTIVE_OPS, REMAT_ATTR, REMAT_UNITS_ATTR, RES_ATTRS_ATTR
+from slicer.core.operations import as_op, defining_op
 from slicer.core.source_lines import module_path
 from slicer.tactics.patterns import closest, matches
 from slicer.tactics.values import REMAT_POLICIES as POLICIES
 
-from .overlap_ir import as_op, owner_op, tensor_bytes, top_level
+from .overlap_ir import tensor_bytes, top_level
 
 LOSS = "loss"
 _NOT_HELD = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME)
@@ -83,7 +87,7 @@ def _op_id(op) -> int:
 
 
 def _key(value: ir.Value) -> tuple:
-    owner = owner_op(value)
+    owner = defining_op(value)
     if owner is None:
         return ("arg", ir.BlockArgument(value).arg_number)
     return (_op_id(owner), ir.OpResult(value).result_number)
@@ -146,7 +150,7 @@ class _Function:
 
     def producer(self, value: ir.Value) -> ir.Operation | None:
         """The top-level op computing `value` (None: a function argument)."""
-        owner = owner_op(value)
+        owner = defining_op(value)
         return None if owner is None else top_level(owner, self.block)
 
     def _forward(self, loss: ir.Value) -> set[int]:
@@ -383,5 +387,5 @@ def _clone(facts: _Function, ops: list[ir.Operation], anchors: list[int], unit: 
     return mapping
 
 
-__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "has_batch_dims", "is_contraction", "loss_index", "read_units", "rematerialize",
-           "unit_of"]
+__all__ = ["LOSS", "POLICIES", "Unit", "check_policy", "has_batch_dims", "is_contraction", "loss_index", "read_units",
+           "rematerialize", "unit_of"]

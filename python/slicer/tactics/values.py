@@ -6,8 +6,8 @@ their parameters' dotted names, and hand-written IR can with the `slicer.name`
 argument or result attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
 "keep it replicated" (`Replicate`). A name with `*`, `?` or `[` is a pattern
 (`slicer.tactics.patterns`: shell-style, `*` crossing dots) and stands for one such
-tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied one by one
-by `slicer.apply_tactics`, which rewrites the program into an *equal* program
+tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied
+one by one by `slicer.apply_tactics`, which rewrites the program into an *equal* program
 with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
@@ -30,8 +30,8 @@ and leaves the module untouched.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
 
 from slicer.core.errors import InvalidTactic
 
@@ -51,7 +51,7 @@ def _check_index(tactic: str, name: str, value) -> None:
                             f"name of a function {name} (e.g. a model parameter's, 'mlp.fc1.weight')")
 
 
-def _check_target(tactic: "Tile | Replicate") -> None:
+def _check_target(tactic: Tile | Replicate) -> None:
     if (tactic.arg is None) == (tactic.result is None):
         raise InvalidTactic(f"{tactic}: give exactly one of arg= or result= "
                             "(the position of the function argument or result it applies to)")
@@ -59,7 +59,7 @@ def _check_target(tactic: "Tile | Replicate") -> None:
     _check_index(str(tactic), "result", tactic.result)
 
 
-def _target_text(tactic: "Tile | Replicate") -> list[str]:
+def _target_text(tactic: Tile | Replicate) -> list[str]:
     parts = []
     if tactic.arg is not None:
         parts.append(f"arg={tactic.arg!r}")
@@ -74,15 +74,15 @@ class Tile:
 
     `arg`/`result` is a position or, for a program whose arguments carry names, a name
     (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`) or a pattern naming several
-    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several, major to
-    minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
+    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several,
+    major to minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
     `idx(x) * |y| + idx(y)` on device (x, y).
     """
 
     arg: int | str | None = None
     result: int | str | None = None
     dim: int
-    axes: Union[str, AxisNames]
+    axes: str | AxisNames
 
     def __post_init__(self) -> None:
         axes = (self.axes,) if isinstance(self.axes, str) else self.axes
@@ -168,7 +168,7 @@ class Remat:
     __str__ = __repr__
 
 
-Tactic = Union[Tile, Replicate, Remat]
+Tactic = Tile | Replicate | Remat
 
 # ----------------------------------------------------------------------------- text form
 
@@ -179,8 +179,8 @@ _PREFIXES = ("arg:", "result:")
 TEXT_SYNTAX = ("argI.D=AXES (tile dim D of argument I over AXES, comma-separated, major to minor), "
                "resultI.D=AXES, argI=replicated or resultI=replicated, or NAME.D=AXES / NAME=replicated for an "
                "argument named NAME and result:NAME.D=AXES / result:NAME=replicated for a result (NAME may be a "
-               "pattern: *, ?, [seq]), or remat:MODULES=POLICY (POLICY full, save_dots, none, or save_names(NAME,...)), "
-               "separated by ';' "
+               "pattern: *, ?, [seq]), or remat:MODULES=POLICY (POLICY full, save_dots, none, or "
+               "save_names(NAME,...)), separated by ';' "
                "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y;result:exp_avg.*.0=x;remat:blocks.*=full)")
 
 
