@@ -20,20 +20,13 @@ from mlir import ir
 from mlir.dialects import arith, linalg
 
 from slicer.core.linalg_facts import PARALLEL, indexing_maps, input_count, iterator_kinds
+from slicer.core.operations import walk_ops
 
 _GENERIC, _EXTF, _YIELD = linalg.GenericOp.OPERATION_NAME, arith.ExtFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
 
 
 def _walk_generics(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op):
-        if op.operation.name == _GENERIC:
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+    return list(walk_ops(root, _GENERIC))
 
 
 def is_widening(op: ir.Operation) -> bool:

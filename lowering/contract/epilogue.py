@@ -23,6 +23,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
 from slicer.core.linalg_facts import PARALLEL, indexing_maps, input_count, iterator_kinds, projected_dims
+from slicer.core.operations import walk_ops
 
 from ..memref_facts import MemAccess, static_strides
 from .analysis import Contraction, with_output
@@ -98,7 +99,7 @@ def _between(first: ir.Operation, second: ir.Operation) -> list[ir.Operation] | 
         if op == second:
             return found
         if found is not None:
-            op.walk(lambda inner: found.append(inner.operation) or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
+            found.extend(walk_ops(op))
         if op == first:
             found = []
     return None
