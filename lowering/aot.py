@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -47,7 +46,7 @@ from slicer.dialect import make_context, walk_ops
 
 from . import llvm_codegen
 from .asserts import take_messages
-from .cache import LIBRARY, KernelCache, cache_key
+from .cache import LIBRARY, KernelCache, cache_key, host_cpu
 from .contract.matrix_units import units_of_target
 from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import Kernel, KernelLibrary
@@ -97,12 +96,12 @@ class Target:
         if "+avx512bf16" in self.features:
             return True
         if self.cpu == "native":
-            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+            return "avx512_bf16" in host_cpu().split(":")[-1].split()
         return self.cpu in _AVX512_BF16_CPUS
 
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
-        host = _host_cpu() if self.cpu == "native" else ""
+        host = host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
 
 
@@ -112,22 +111,6 @@ _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "ic
 
 
 _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
-
-
-@lru_cache(maxsize=1)
-def _host_cpu() -> str:
-    # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return f"{platform.machine()}:{platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
 @lru_cache(maxsize=1)

@@ -30,13 +30,15 @@ from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
+from slicer.lowering.cache import host_cpu
 
 from .blocks import rank_slices, take_block
-from .checkpoint import (Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest,
-                         writers)
+from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
 from .executor import kernel_sources, load_kernels
+from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
+from .resources import check_hosts
 from .simulator import Simulator, assemble
 
 
@@ -170,12 +172,16 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-def load_program(job: RankJob, plan: SessionPlan) -> None:
-    """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
-    once, and only loaded by the ranks."""
-    kernels, backend = load_kernels(plan.graph)
-    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds),
-                  plan.arg_names)] * job.ranks)
+def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False) -> None:
+    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
+    kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
+    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`)."""
+    check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
+    sources = kernel_sources(*load_kernels(plan.graph))
+    missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
+    found = libraries(sorted({key for keys in missing if keys for key in keys}))
+    job.request([("load", plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+                  None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
 class Session(ABC):
@@ -295,7 +301,7 @@ class LaunchedSession(Session):
     session closes or is dropped, the ranks up for the next user (its `load` replaces this program)."""
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
-                 borrow: Callable[[], RankJob | None] | None = None, give_back: Callable[[RankJob], None] | None = None):
+                 oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None, give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
@@ -304,7 +310,7 @@ class LaunchedSession(Session):
         self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         try:
-            load_program(self.job, plan)
+            load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)

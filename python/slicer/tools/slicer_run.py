@@ -195,24 +195,33 @@ def run(args, request: Request) -> int:
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:
-        done = run_job_here(prog.graph, comm, args.output, inputs=request.inputs, seed=args.random or 0,
-                            repeat=args.repeat)
-        return EXIT_OK if done is None else _report(prog, args, text, done[2], done[0], done[1])
-    check_ranks(request.ranks, args.oversubscribe)
+        done = run_job_here(prog.graph, comm, inputs=request.inputs, seed=args.random or 0, repeat=args.repeat)
+        return EXIT_OK if done is None else _report(prog, args, text, _save(args.output, done[0]), *done)
+    if args.mpiexec is None:  # this host's ranks; with an mpiexec of several hosts each rank's host is checked
+        check_ranks(request.ranks, args.oversubscribe)
     reference = 0
     if args.check:  # the unpartitioned reference holds the whole arguments and results in this process
         g = prog.graph
         reference = sum(_global_bytes(g, n, g.arg_shape(i)) for i, n in enumerate(g.args)) + \
             sum(_global_bytes(g, n, g.result_shape(i)) for i, n in enumerate(g.results))
     check_memory(prog.graph, request.ranks, extra=reference)
-    out = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
-    out.mkdir(parents=True, exist_ok=True)
     before = cache_stats().misses
-    results, timings = launch(prog.graph, out, request.ranks, inputs=request.inputs, seed=args.random or 0,
-                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec)
+    results, timings = launch(prog.graph, request.ranks, inputs=request.inputs, seed=args.random or 0,
+                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec,
+                              oversubscribe=args.oversubscribe)
+    out = _save(args.output, results)
     compiled = cache_stats().misses - before
     print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, timings)
+
+
+def _save(output: str | None, results: list[np.ndarray]) -> Path:
+    """Write the results as `result<i>.npy` into `output` (a new temporary directory if None); the directory."""
+    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for index, array in enumerate(results):
+        np.save(out / f"result{index}.npy", array)
+    return out
 
 
 def _global_bytes(graph, name: str, shape) -> int:
