@@ -222,6 +222,7 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
     sys.path.insert(0, str(ROOT / "examples" / "training"))
     import model as gpt_model
     import torch
+
     from example_modules import load
     from slicer import strategies as st
 
