@@ -16,9 +16,11 @@ may run on other hosts:
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
-- ("save", directory, {arg: file}): write these resident blocks as checkpoint files (`runtime.checkpoint`),
-  reply with each file's size and sha256;
-- ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
+- ("save", directory, {arg: file}): write these resident blocks as checkpoint files into the directory as this
+  host sees it (`runtime.checkpoint_hosts`), reply with each file's size, sha256 and this host's name;
+- ("restore", checkpoint, {arg: (name, slices)}): read these blocks of an opened checkpoint, collectively: from
+  the files this rank sees, the rest over MPI from a rank that sees them (`checkpoint_hosts.read_across`),
+  make them resident;
 - ("timed", blocks or None, seed, repeat): a timed run (`timed_run`) on these argument blocks (None: random
   blocks from `seed`, made on the rank); reply with this rank's `RankPart`;
 - ("close",): free the program and leave.
@@ -44,10 +46,10 @@ import threading
 import time
 import traceback
 
-from slicer.core.errors import InternalError, KernelAssertionError, SlicerError
+from slicer.core.errors import CheckpointError, InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
-from .checkpoint import write_block
+from .checkpoint_hosts import read_across, write_here
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, maybe_kill
@@ -137,6 +139,8 @@ def _harmless(kind: str, exc: BaseException) -> bool:
     one rank only would leave the ranks' states out of step: that ends the job)."""
     if kind == "step":
         return isinstance(exc, KernelAssertionError)
+    if kind == "restore":  # every rank raises the same one before any block is replaced (`read_across`)
+        return isinstance(exc, CheckpointError)
     return kind in READ_ONLY_REQUESTS and isinstance(exc, Exception)
 
 
@@ -183,8 +187,8 @@ def _answer(request, program: ResidentRank | None, comm):
         _, directory, files = request
         blocks = program.blocks(sorted(files))
         g = program.graph
-        return {file: write_block(directory, file, blocks[arg], g.values[g.args[arg]].local_shape)
-                for arg, file in files.items()}, program
+        return write_here(directory, {file: (blocks[arg], g.values[g.args[arg]].local_shape)
+                                      for arg, file in files.items()}), program
     if kind == "timed":
         _, blocks, seed, repeat = request
         blocks = blocks if blocks is not None else rank_inputs(program.graph, program.rank, seed=seed)
@@ -192,7 +196,7 @@ def _answer(request, program: ResidentRank | None, comm):
                          comm), program
     if kind == "restore":
         _, checkpoint, wanted = request
-        program.put({arg: checkpoint.read(name, slices) for arg, (name, slices) in wanted.items()})
+        program.put(read_across(checkpoint, comm, wanted))
         return None, program
     raise InternalError(f"unknown request {kind!r}")
 

@@ -13,7 +13,9 @@ Three kinds, one interface:
   blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
 
 Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
-blocks it holds and reads the ones it needs, whatever mesh or strategy saved them.
+blocks it holds and reads the ones it needs, whatever mesh or strategy saved them; ranks on several hosts
+without a shared file system write on their own host and get the blocks they do not see over MPI
+(`runtime.checkpoint_hosts`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from slicer.lowering.cache import host_cpu
 
 from .blocks import rank_slices, take_block
 from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
+from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
 from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
@@ -221,7 +224,7 @@ class Session(ABC):
         checked against the manifest and the state's names, shapes and dtypes against this program before
         anything is replaced (CheckpointError otherwise); then each rank reads its block from the saved blocks
         that overlap it. The step count is the checkpoint's."""
-        checkpoint = open_checked(directory, self.plan.state_values())
+        checkpoint = self._open(directory)
         self._restore(checkpoint)
         self.steps = checkpoint.step
         self.checkpoint = ("loaded", Path(directory), checkpoint.step)
@@ -256,6 +259,10 @@ class Session(ABC):
     def _write_blocks(self, directory: Path, jobs: list[dict[int, str]]) -> dict[str, dict]:
         """Write each rank's blocks `jobs[rank]` (argument index -> file); the files' records."""
         raise CheckpointError(f"{type(self).__name__} cannot save checkpoints")
+
+    def _open(self, directory) -> Checkpoint:
+        """The checkpoint in `directory`, fitting this program, its files checked (here: every file)."""
+        return open_checked(directory, self.plan.state_values())
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Make the (checked) checkpoint's values the state."""
@@ -338,6 +345,11 @@ class LaunchedSession(Session):
             records.update(written)
         return records
 
+    def _open(self, directory) -> Checkpoint:
+        """The manifest read here and fitting this program; the ranks check the files they read, on their hosts
+        (`checkpoint_hosts.read_across`), before any block is replaced."""
+        return open_fitting(directory, self.plan.state_values())
+
     def _restore(self, checkpoint):
         self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
 
@@ -387,23 +399,23 @@ class InJobSession(Session):
         self._everywhere(lambda: begin(directory) if rank == 0 else None)
         jobs = save_jobs(self.plan.graph.mesh, values)
         blocks = self.rank_program.blocks(sorted(jobs[rank]))
-        written = self._everywhere(lambda: {f: write_block(directory, f, blocks[a], self.plan.local_shape(a))
-                                            for a, f in jobs[rank].items()})
+        written = self._everywhere(lambda: write_here(directory, {f: (blocks[a], self.plan.local_shape(a))
+                                                                  for a, f in jobs[rank].items()}))
         records = {file: record for part in written for file, record in part.items()}
         self._everywhere(lambda: write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
                          if rank == 0 else None)
         return directory
 
     def load(self, directory) -> None:
-        """As `Session.load`, collectively: rank 0 checks the checkpoint, then every rank reads its blocks."""
-        values = self.plan.state_values()
+        """As `Session.load`, collectively: rank 0 reads the manifest, then every rank its blocks, from the files
+        it sees and over MPI from ranks that see the others (`checkpoint_hosts.read_across`)."""
         rank = self.rank_program.rank
-        checkpoint = self._everywhere(lambda: open_checked(directory, values) if rank == 0 else None)[0]
-        job = self.plan.restore_job(rank)
-        mine: dict[int, np.ndarray] = {}
-        self._everywhere(lambda: mine.update({i: checkpoint.read(name, slices) for i, (name, slices) in job.items()}))
-        self.rank_program.put(mine)
+        checkpoint = self._everywhere(lambda: self._open(directory) if rank == 0 else None)[0]
+        self.rank_program.put(read_across(checkpoint, self.comm, self.plan.restore_job(rank)))
         self.steps = checkpoint.step
+
+    def _open(self, directory) -> Checkpoint:
+        return open_fitting(directory, self.plan.state_values())
 
     def _everywhere(self, work) -> list:
         """Run `work` on every rank; every rank's result, or on every rank the first rank's CheckpointError."""

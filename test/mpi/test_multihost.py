@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -292,3 +293,30 @@ def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two
     (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
     assert x_bandwidth < y_bandwidth, model
     assert x_latency + (1 << 20) / x_bandwidth > y_latency + (1 << 20) / y_bandwidth, model  # a MiB each
+
+
+def test_a_checkpoint_without_a_shared_file_system_loads_on_another_layout(two_hosts):
+    """Each host writes its ranks' blocks into the checkpoint's directory as it sees it (its own /tmp), the
+    manifest (the driver's) says which host holds which; loaded with w1 replicated instead of split over x, the
+    blocks of the other host come over MPI."""
+    text = (ROOT / "examples" / "mlp.mlir").read_text()
+    rng = np.random.default_rng(2)
+    w1, b1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((16, 32), (32,), (32, 16)))
+    directory = Path(tempfile.mkdtemp(prefix="slicer-mh-checkpoint-"))  # the driver's /tmp: neither host's
+    try:
+        split = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=[slicer.Tile(arg=1, dim=1, axes="x")])
+        with split.session(ranks=4, mpiexec=str(two_hosts.mpiexec), state={1: w1, 2: b1, 3: w2}) as s:
+            s.save(directory)
+        manifest = json.loads((directory / "manifest.json").read_text())
+        hosts = {b["host"] for v in manifest["values"] for b in v["blocks"]}
+        assert hosts == set(two_hosts.namespaces)  # each host wrote its own blocks, on its own file system
+        assert [p.name for p in directory.iterdir()] == ["manifest.json"]
+        replicated = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=[slicer.Tile(arg=0, dim=0, axes="x")])
+        zeros = {i: np.zeros_like(a) for i, a in ((1, w1), (2, b1), (3, w2))}
+        with replicated.session(ranks=4, mpiexec=str(two_hosts.mpiexec), state=zeros) as s:
+            s.load(directory)
+            state = s.state_dict()
+        for got, want in zip(state.values(), (w1, b1, w2), strict=True):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
