@@ -50,7 +50,7 @@ def open_fitting(directory: str | Path, values) -> Checkpoint:
 
 def _bounds(checkpoint: Checkpoint, name: str, slices) -> list[tuple[int, int]]:
     shape = checkpoint.values[name]["shape"]
-    return [(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(slices, shape)]
+    return [(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(slices, shape, strict=True)]
 
 
 def read_across(checkpoint: Checkpoint, comm, wanted: dict[int, tuple[str, tuple[slice, ...]]]) -> dict[int, np.ndarray]:
