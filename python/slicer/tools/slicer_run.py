@@ -1,4 +1,4 @@
-"""`slicer-run`: partition a program and run it on N local MPI ranks.
+"""`slicer-run`: partition a program and run it on N MPI ranks (local, or on the hosts `--mpiexec` names).
 
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
                [-n/--ranks N]
@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="directory for result<i>.npy (default: a temporary directory)")
     p.add_argument("--check", action="store_true", help="compare with the unpartitioned program; exit 1 if they differ")
     p.add_argument("--entry", help="the function to run (default: the module's single public function)")
-    p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
+    p.add_argument("--mpiexec", help="mpiexec to use: a path, or a command line placing the ranks on several hosts "
+                                     "(\"mpiexec -f hosts.txt\"; docs/runtime.md, Several hosts); default: beside "
+                                     "this Python, then PATH")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="timed runs; each step is reported as the median over them of the slowest rank")
