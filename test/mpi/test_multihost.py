@@ -38,6 +38,7 @@ import pytest
 import slicer
 from slicer.core.errors import RunError
 from slicer.lowering import CollectiveNode
+from slicer.lowering.cache import default_cache_dir
 from slicer.redistribution.layout import Layout
 from slicer.runtime import rank_pool
 from slicer.runtime.mpiexec import find_mpiexec
@@ -107,7 +108,8 @@ class TwoHosts:
                                           "burst", "128kb", "latency", "100ms"], capture_output=True).returncode == 0
                           for ns in (a, b))
         launcher = self.directory / "netns-launcher.sh"
-        cache = os.environ["SLICER_CACHE_DIR"]
+        cache = default_cache_dir()  # each host mounts its own (empty) one there
+        cache.mkdir(parents=True, exist_ok=True)
         launcher.write_text(
             "#!/bin/sh\n# hydra's ssh launcher calls: [options] host command...: run the command on that host\n"
             'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\n'
