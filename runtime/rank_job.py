@@ -196,11 +196,16 @@ class RankJob:
                            f"was ended ({SILENCE_ENV} sets the limit)")
 
     def _first_error(self) -> str | None:
-        """An error message a rank sent before the job ended, if one arrives within a moment."""
+        """An error message a rank sent before the job ended, if one arrives within a moment: until nothing more
+        comes for 0.25 s (a failing rank sends its message, then waits `ABORT_GRACE_SECONDS` before it aborts and
+        mpiexec ends the others: their connections closing come after it), at most 2 s."""
         deadline = time.monotonic() + 2.0
         live = list(self.connections)
         while live and time.monotonic() < deadline:
-            for connection in wait(live, timeout=0.2):
+            ready = wait(live, timeout=0.25)
+            if not ready:
+                break
+            for connection in ready:
                 try:
                     done, message = self.receivers[self.connections.index(connection)].frame()
                 except (EOFError, OSError):
