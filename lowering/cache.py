@@ -5,8 +5,8 @@ features, versions of the MLIR bindings and tools). An entry is a directory
 `<root>/<key>/` holding `meta.json` (kernel signatures, the .so's name and
 sha256) and `kernels-<sha256 prefix>.so`: naming the library by its content means
 a path the dynamic loader has seen always holds the same code (dlopen returns
-an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary directory and renamed
-into place, and a per-key `flock` serialises builders, so several MPI ranks on
+an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary
+directory and renamed into place, and a per-key `flock` serialises builders, so several MPI ranks on
 one machine compile a program once and the others get a hit. An entry that
 does not validate (missing file, bad JSON, wrong key, .so checksum mismatch) is
 removed and rebuilt, never trusted.
@@ -29,12 +29,14 @@ import os
 import platform
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
 
+from slicer.core import environment
 from slicer.core.errors import KernelError
+from slicer.core.host import cpu_info
 
 log = logging.getLogger("slicer.kernels")
 
@@ -66,28 +68,18 @@ def reset_cache_stats() -> None:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("SLICER_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slicer" / "kernels"
+    chosen = environment.value(environment.CACHE_DIR)
+    return Path(chosen) if chosen else Path(environment.cache_home()) / "slicer" / "kernels"
 
 
 @lru_cache(maxsize=1)
 def host_cpu() -> str:
     """This host's CPU as the cache key records it for native code: machine, model name and flags of the first
-    processor. Two hosts with the same value build the same libraries under the same keys."""
-    # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    processor (`core.host.cpu_info`, the one reader of /proc/cpuinfo). Two hosts with the same value build the
+    same libraries under the same keys."""
+    fields = cpu_info()  # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool
+    if not fields:
         return f"{platform.machine()}:{platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
     return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 

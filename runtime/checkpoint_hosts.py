@@ -37,7 +37,8 @@ def write_here(directory: str | Path, blocks: dict[str, tuple[np.ndarray, tuple[
         raise CheckpointError(f"cannot write a checkpoint in '{directory}' on host {socket.gethostname()}: {exc}") \
             from None
     host = socket.gethostname()
-    return {file: dict(write_block(directory, file, block, shape), host=host) for file, (block, shape) in blocks.items()}
+    return {file: dict(write_block(directory, file, block, shape), host=host)
+            for file, (block, shape) in blocks.items()}
 
 
 def open_fitting(directory: str | Path, values) -> Checkpoint:
@@ -53,7 +54,8 @@ def _bounds(checkpoint: Checkpoint, name: str, slices) -> list[tuple[int, int]]:
     return [(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(slices, shape, strict=True)]
 
 
-def read_across(checkpoint: Checkpoint, comm, wanted: dict[int, tuple[str, tuple[slice, ...]]]) -> dict[int, np.ndarray]:
+def read_across(checkpoint: Checkpoint, comm,
+                wanted: dict[int, tuple[str, tuple[slice, ...]]]) -> dict[int, np.ndarray]:
     """This rank's blocks `wanted` (argument -> (state name, index range)) of the (opened, fitting) checkpoint,
     collectively over `comm` (module docstring); CheckpointError on every rank alike if any rank found a problem."""
     checkpoint.check_coverage()

@@ -17,10 +17,10 @@ that could not write) raises that error, of its catalogue class, and the job ser
 rank fails otherwise it replies with its error and aborts the job; the request then raises RunError with that
 message (or the job's stderr if the rank could not send it), the job is ended and every later request is
 refused. A rank that dies without replying (kill -9, a crash) is named by its connection closing first, or,
-on the driver's host, by its process having ended (each rank says its pid when it connects); a rank that is hung or stopped is named by its silence: a rank answering
-a request sends a heartbeat every half second (`rank_server.Replies`), every frame of its reply counts as well,
-and one from which nothing has come for `silence` seconds (default 5, $SLICER_RANK_SILENCE_SECONDS), nor is
-waiting to be read, ends the job. The driver reads the ranks a frame at a time, so a large reply from one rank
+on the driver's host, by its process having ended (each rank says its pid when it connects); a rank that is
+hung or stopped is named by its silence: a rank answering a request sends a heartbeat every half second
+(`rank_server.Replies`), every frame of its reply counts as well, and one from which nothing has come for
+`silence` seconds (default 5, $SLICER_RANK_SILENCE_SECONDS), nor is waiting to be read, ends the job. The driver reads the ranks a frame at a time, so a large reply from one rank
 (a state dict of gigabytes) never keeps another's heartbeats unread. A request that gets no answer within
 `timeout` seconds ends the job the same way.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.core import errors
+from slicer.core import environment, errors
 from slicer.core.errors import LaunchError, RunError
 
 from .mpiexec import end_job, start_spmd
@@ -51,14 +51,14 @@ from .resources import HostReport
 from .wire import Receiver, send
 
 CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
-SILENCE_ENV = "SLICER_RANK_SILENCE_SECONDS"
+SILENCE_ENV = environment.RANK_SILENCE_SECONDS.name
 SILENCE_SECONDS = 5.0  # a rank that sends no heartbeat for this long while answering a request is hung
 
 
 def silence_limit() -> float:
     """How long a busy rank may go without a heartbeat ($SLICER_RANK_SILENCE_SECONDS, default 5 s)."""
     try:
-        return max(1.0, float(os.environ.get(SILENCE_ENV, SILENCE_SECONDS)))
+        return max(1.0, float(environment.value(environment.RANK_SILENCE_SECONDS) or SILENCE_SECONDS))
     except ValueError:
         return SILENCE_SECONDS
 

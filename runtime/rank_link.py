@@ -22,10 +22,11 @@ import socket
 import struct
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
+from slicer.core import environment
 from slicer.core.errors import LaunchError
 
-ADDRESS_ENV = "SLICER_DRIVER_ADDRESS"
-KEY_ENV = "SLICER_SESSION_KEY"
+ADDRESS_ENV = environment.DRIVER_ADDRESS.name
+KEY_ENV = environment.SESSION_KEY.name
 HANDSHAKE_SECONDS = 10  # a connecting peer answers the key's challenge within this, or is dropped
 CONNECT_SECONDS = 5.0  # a rank's try of one of the driver's addresses
 _SIOCGIFADDR = 0x8915
@@ -51,7 +52,8 @@ def local_addresses() -> list[str]:
 
 def listen_address(environ=None) -> tuple[str, int, list[str]]:
     """(address to bind, port, addresses the ranks try), from `SLICER_DRIVER_ADDRESS` (module docstring)."""
-    value = (os.environ if environ is None else environ).get(ADDRESS_ENV, "").strip()
+    value = (environment.value(environment.DRIVER_ADDRESS) if environ is None else environ.get(ADDRESS_ENV)) or ""
+    value = value.strip()
     host, _, port_text = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
     try:
         port = int(port_text) if port_text else 0
@@ -144,4 +146,5 @@ def connect(addresses: str, key: bytes, *, rank: int) -> Connection:
                       "job can reach")
 
 
-__all__ = ["ADDRESS_ENV", "KEY_ENV", "Listener", "connect", "interface_address", "listen_address", "local_addresses"]
+__all__ = ["ADDRESS_ENV", "KEY_ENV", "Listener", "connect", "interface_address", "listen_address",
+           "local_addresses"]

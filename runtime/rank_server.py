@@ -46,14 +46,15 @@ import threading
 import time
 import traceback
 
+from slicer.core import environment
 from slicer.core.errors import CheckpointError, InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
 from .checkpoint_hosts import read_across, write_here
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
-from .rank import ABORT_GRACE_SECONDS, maybe_kill
-from .rank_link import KEY_ENV, connect
+from .rank import ABORT_GRACE_SECONDS, at_step
+from .rank_link import connect
 from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
@@ -101,7 +102,8 @@ class Replies:
 
 def serve(address: str, comm) -> None:
     """Answer the driver's requests on this rank until it says "close" or goes away."""
-    connection = connect(address, bytes.fromhex(os.environ[KEY_ENV]), rank=comm.Get_rank())
+    key = environment.value(environment.SESSION_KEY) or ""
+    connection = connect(address, bytes.fromhex(key), rank=comm.Get_rank())
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid(),
                      (socket.gethostname(), host_cores(), available_memory())))
     replies, receiver = Replies(connection), Receiver(connection)
@@ -167,7 +169,7 @@ def _answer(request, program: ResidentRank | None, comm):
         graph = KernelGraph.from_json(graph_json)
         program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
                                names=names, overlap=overlapping())
-        maybe_kill(program.rank, "compiled")
+        at_step(program.rank, "compiled")
         return None, program
     if kind == "close":
         if program is not None:
@@ -179,7 +181,7 @@ def _answer(request, program: ResidentRank | None, comm):
         program.put(request[1])
         return None, program
     if kind == "step":
-        maybe_kill(program.rank, f"step{program.steps}")
+        at_step(program.rank, f"step{program.steps}")
         return program.step(request[1]), program
     if kind == "get":
         return program.blocks(request[1]), program

@@ -12,25 +12,25 @@ environment.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.lowering import KernelGraph, cache_stats
 
 from .blocks import random_block, read_block
-from .rank import maybe_kill
+from .rank import at_step
 from .simulator import assemble
 from .timings import Timings, reduce_runs
 
-OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
+OVERLAP_ENV = environment.OVERLAP.name  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
 def overlapping() -> bool:
     """Whether collectives overlap kernels in a rank's runs (`SLICER_OVERLAP`, default on)."""
-    return os.environ.get(OVERLAP_ENV, "1") != "0"
+    return environment.value(environment.OVERLAP) != "0"
 
 
 def rank_inputs(graph: KernelGraph, rank: int, *, files=None, seed: int = 0) -> list[np.ndarray]:
@@ -66,7 +66,7 @@ def timed_run(executor, blocks: list[np.ndarray], repeat: int, comm) -> RankPart
     """This rank's part of the timed run (module docstring) with its `blocks` of the arguments."""
     executor.run(blocks)
     totals, runs = [], []
-    maybe_kill(executor.rank, "run")
+    at_step(executor.rank, "run")
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()

@@ -4,7 +4,8 @@ how long it was in flight while other steps ran (overlap); and each rank's timel
 
 Collected by `timed_run.timed_run` on every rank (`RankExecutor.run(..., timed=True)`: a barrier before each
 collective starts, so its wait is the ranks' skew) and reduced where the ranks' parts meet (`timed_run.combine`:
-the driver, or rank 0 of the user's job). Pictures of it (a timeline per rank, a Chrome trace) are `slicer.viz.timeline`.
+the driver, or rank 0 of the user's job). Pictures of it (a timeline per rank, a Chrome trace) are
+`slicer.viz.timeline`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Timings:
         return json.dumps(asdict(self))
 
     @staticmethod
-    def from_json(text: str) -> "Timings":
+    def from_json(text: str) -> Timings:
         data = json.loads(text)
         data["steps"] = tuple(StepTiming(**s) for s in data["steps"])
         data["kernel_backends"] = tuple(data["kernel_backends"])

@@ -36,13 +36,13 @@ import numpy as np
 import pytest
 
 import slicer
+from rank_faults import kill_env
 from slicer.core.errors import RunError
 from slicer.lowering import CollectiveNode
 from slicer.lowering.cache import default_cache_dir
 from slicer.redistribution.layout import Layout
 from slicer.runtime import rank_pool
 from slicer.runtime.mpiexec import find_mpiexec
-from slicer.runtime.rank import FAIL_RANK_ENV
 from slicer.runtime.rank_link import ADDRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,8 @@ LINK_RATE = "1gbit"
 # process ends, every process of the host ends with it (its pid namespace's init), as a machine's would.
 HOST = "unshare --uts --mount --pid --fork --kill-child --mount-proc sh -c"
 OWN_FILES = ("mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount -t tmpfs tmpfs {cache} && "
-             "cat /proc/sys/kernel/random/uuid > /tmp/boot_id && mount --bind /tmp/boot_id /proc/sys/kernel/random/boot_id")
+             "cat /proc/sys/kernel/random/uuid > /tmp/boot_id && "
+             "mount --bind /tmp/boot_id /proc/sys/kernel/random/boot_id")
 
 
 def _ip(*args) -> subprocess.CompletedProcess:
@@ -104,9 +105,9 @@ class TwoHosts:
                 raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
         # Each end sends at most 1 Gbit/s (a token bucket), as Ethernet between two machines: unshaped, a veth
         # pair on one machine moves bytes at the speed of memory, as shared memory does.
-        self.shaped = all(subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", IFACE, "root", "tbf", "rate", LINK_RATE,
-                                          "burst", "128kb", "latency", "100ms"], capture_output=True).returncode == 0
-                          for ns in (a, b))
+        self.shaped = all(subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", IFACE, "root", "tbf", "rate",
+                                          LINK_RATE, "burst", "128kb", "latency", "100ms"],
+                                         capture_output=True).returncode == 0 for ns in (a, b))
         launcher = self.directory / "netns-launcher.sh"
         cache = default_cache_dir()  # each host mounts its own (empty) one there
         cache.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,8 @@ class TwoHosts:
             "#!/bin/sh\n# hydra's ssh launcher calls: [options] host command...: run the command on that host\n"
             'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\n'
             'host=$1; shift\n'
-            f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; exit 2;; esac\n'
+            f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; '
+            'exit 2;; esac\n'
             f'echo "$host $ns" >> {self.log}\n'
             # its own hostname (MPI groups ranks into nodes by it), its own /tmp, /dev/shm and kernel cache
             f'exec ip netns exec "$ns" {HOST} "hostname $ns && {OWN_FILES.format(cache=cache)} && $*"\n')
@@ -259,7 +261,8 @@ def test_a_killed_rank_on_the_second_host_is_named_and_nothing_is_left(two_hosts
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=[slicer.Tile(arg=0, dim=0, axes="x")])
     rng = np.random.default_rng(1)
     x, w1, b1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (16, 32), (32,), (32, 16)))
-    monkeypatch.setenv(FAIL_RANK_ENV, "2:step1")
+    for name, value in kill_env("2:step1").items():  # the rank hook, which the second host sees at the same path
+        monkeypatch.setenv(name, value)
     with contextlib.ExitStack() as stack:
         s = stack.enter_context(prog.session(ranks=4, mpiexec=str(two_hosts.mpiexec), timeout=120,
                                              state={1: w1, 2: b1, 3: w2}))

@@ -213,7 +213,8 @@ def run(args, request: Request) -> int:
                               oversubscribe=args.oversubscribe)
     out = _save(args.output, results)
     compiled = cache_stats().misses - before
-    print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
+    print("== kernels: "
+          f"{'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, timings)
 
 
