@@ -13,7 +13,7 @@ listens on `slicer0` (`SLICER_DRIVER_ADDRESS`): ranks 0-1 (host a) and 2-3 (host
 network, so the mesh's major axis x (x=2, y=2, ranks row-major) crosses hosts.
 
 Each end of the pair sends at most 1 Gbit/s (`tc` token bucket), as Ethernet between two machines would.
-Run on them: a forward program equal to numpy; a GPT training session (data parallel on x, Megatron on y, SGD)
+Run on them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT training session (data parallel on x, Megatron on y, SGD)
 equal to torch, with at least the bytes its plans send across hosts counted on the veth pair; the cost model's
 calibration, which gives the axis across the hosts its own (slower) figures in one run; and a rank of the
 second host killed (kill -9 of its process, `os._exit`) named within seconds, with no process of the job left
@@ -42,7 +42,7 @@ from slicer.lowering import CollectiveNode
 from slicer.lowering.cache import default_cache_dir
 from slicer.redistribution.layout import Layout
 from slicer.runtime import rank_pool
-from slicer.runtime.mpiexec import find_mpiexec
+from slicer.runtime.mpiexec import find_mpiexec, run_spmd
 from slicer.runtime.rank_link import ADDRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,3 +327,13 @@ def test_a_checkpoint_without_a_shared_file_system_loads_on_another_layout(two_h
             np.testing.assert_array_equal(got, want)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_in_job_mode_across_two_hosts(two_hosts):
+    """`mpiexec -n 4 python worker.py` on the two hosts: every rank a driver of its part (`InJobSession`), its
+    kernels built or found on its host, a checkpoint saved on both hosts' own /tmp and loaded on another layout."""
+    done = run_spmd(4, [sys.executable, str(Path(__file__).with_name("multihost_worker.py")),
+                        str(ROOT / "examples" / "mlp.mlir")], mpiexec=str(two_hosts.mpiexec), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = sorted(line for line in done.stdout.splitlines() if line.startswith("in-job ok"))
+    assert said == sorted([f"in-job ok on {ns}" for ns in two_hosts.namespaces] * 2), done.stdout
