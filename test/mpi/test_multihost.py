@@ -12,12 +12,13 @@ process) joins the first host's network namespace (`setns`, its main thread, for
 listens on `slicer0` (`SLICER_DRIVER_ADDRESS`): ranks 0-1 (host a) and 2-3 (host b) reach it over the
 network, so the mesh's major axis x (x=2, y=2, ranks row-major) crosses hosts.
 
-Each end of the pair sends at most 1 Gbit/s (`tc` token bucket), as Ethernet between two machines would.
-Run on them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT training session (data parallel on x, Megatron on y, SGD)
-equal to torch, with at least the bytes its plans send across hosts counted on the veth pair; the cost model's
-calibration, which gives the axis across the hosts its own (slower) figures in one run; and a rank of the
-second host killed (kill -9 of its process, `os._exit`) named within seconds, with no process of the job left
-in either namespace. The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
+Each end of the pair sends at most 1 Gbit/s (`tc` token bucket), as Ethernet between two machines would. Run on
+them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT training
+session (data parallel on x, Megatron on y, SGD) equal to torch, with at least the bytes its plans send across
+hosts counted on the veth pair; the cost model's calibration, which gives the axis across the hosts its own
+(slower) figures in one run; and a rank of the second host killed (kill -9 of its process, `os._exit`) named
+within seconds, with no process of the job left in either namespace.
+The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
 tests are skipped with the reason.
 """
 
