@@ -3,11 +3,11 @@
 Where the tests run as root and `ip netns` works, the fixture makes two network namespaces joined by a veth
 pair (the interface `slicer0` in both, private addresses 10.213.0.1 and .2: nothing else is contacted), and a
 wrapper used as `mpiexec`: MPICH's hydra with `-hosts <h1>:2,<h2>:2 -launcher ssh -launcher-exec <script>`,
-the script running each host's proxy under `ip netns exec <its namespace>` with a UTS namespace (a hostname of
-its own: MPI's shared-memory split, and Slicer's shared-memory collectives, see two nodes, so the collectives
-between the hosts go over the veth pair) and a mount namespace with its own empty tmpfs on /tmp, /dev/shm and
-the kernel cache directory (`SLICER_CACHE_DIR`): a rank finds nothing the driver wrote, and the second host
-receives its kernels' libraries from the driver (same CPU) instead of finding them. The driver (this test
+hydra itself and the script's proxies each in their host's namespaces (`HOST`): a hostname, pid namespace and
+boot id of its own (MPI's shared-memory split, Slicer's shared-memory collectives and UCX see two nodes, so the
+collectives between the hosts go over the veth pair) and a mount namespace with its own empty tmpfs on /tmp,
+/dev/shm and the kernel cache directory: a rank finds nothing the driver or the other host wrote, and the second
+host receives its kernels' libraries from the driver (same CPU) instead of finding them. The driver (this test
 process) joins the first host's network namespace (`setns`, its main thread, for the module's tests) and
 listens on `slicer0` (`SLICER_DRIVER_ADDRESS`): ranks 0-1 (host a) and 2-3 (host b) reach it over the
 network, so the mesh's major axis x (x=2, y=2, ranks row-major) crosses hosts.
@@ -17,7 +17,8 @@ them: a forward program equal to numpy; the in-job mode (a user's script under t
 session (data parallel on x, Megatron on y, SGD) equal to torch, with at least the bytes its plans send across
 hosts counted on the veth pair; the cost model's calibration, which gives the axis across the hosts its own
 (slower) figures in one run; and a rank of the second host killed (kill -9 of its process, `os._exit`) named
-within seconds, with no process of the job left in either namespace.
+within seconds, with no process of the job left in either namespace; a checkpoint saved on both hosts' own
+/tmp loaded on another layout.
 The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
 tests are skipped with the reason.
 """
