@@ -235,7 +235,7 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
 
     train = load("torch/train_step.py", "train_step")
     torch.manual_seed(0)
-    model = gpt_model.GPT(vocab=16, seq=8, d_model=16, n_head=2, n_layer=2)
+    model = gpt_model.GPT(vocab=16, seq=8, d_model=16, n_head=2, n_layer=1)
     batch = gpt_model.batch(torch.Generator().manual_seed(0), 4, 8, 16)
     optimizer = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
     step = slicer.training_step(model, gpt_model.loss_fn, *batch, optimizer=optimizer)
