@@ -301,7 +301,8 @@ def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = N
     text = _module_text(module)
     with make_context(), ir.Location.unknown():
         try:
-            name = function_name(entry_function(ir.Module.parse(text), entry))
+            parsed = ir.Module.parse(text)  # held: an op of a collected module is freed memory
+            name = function_name(entry_function(parsed, entry))
         except (ir.MLIRError, EntryError) as exc:
             raise KernelError(str(exc)) from None
     return compile_library(text, **options)[name]

@@ -112,8 +112,7 @@ def switch(variable: Variable) -> str | int:
         return "auto"
     if text.isdigit():
         return int(text)
-    raise OptionError(f"{variable.name}={text!r}: use 0 (off), 1 or auto (the cost model decides) or a number: "
-                      f"{variable.means}")
+    raise OptionError(f"{variable.name}={text!r} is not 0/off, 1/auto or a whole number (it is the {variable.means})")
 
 
 def cache_home() -> str:

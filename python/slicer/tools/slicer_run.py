@@ -5,14 +5,17 @@
                [--inputs a.npy,b.npy | --random SEED] [-o/--output DIR] [--check] [--entry NAME]
                [--mpiexec PATH] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
+               [--buckets auto|off|BYTES] [--collective-matmul auto|off|CHUNKS]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
 to minor); `argI=replicated`; `resultI.D=AXES` for results. `--auto` searches the tactics (`slicer.auto`:
 the `--tactic`s given first, completed) within `--memory-budget` bytes per device and prints them with its
 reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
 `--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
-program run in one process (slicer.core.compare). Under `mpiexec -n N python -m slicer.runtime ...`
-the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
+program run in one process (slicer.core.compare). `--buckets` and `--collective-matmul` are
+`slicer.compile`'s arguments of the same names (the schedule's rewrites; default: the environment's, else auto).
+Under `mpiexec -n N python -m slicer.runtime ...` the same command runs in the current MPI job instead of
+starting one (slicer.runtime.in_job).
 Exit codes as every tool (slicer.tools.cli): 0 ok, 1 the compile, run or `--check` failed, 2 a bad command line.
 
 Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
@@ -46,6 +49,8 @@ from slicer.runtime.blocks import random_global
 from slicer.runtime.in_job import check_job, job_comm, run_job_here
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.timings import Timings
+from slicer.spmd.bucketing import bucket_setting
+from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
 from slicer.viz.sharding import load_pyplot
@@ -88,7 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG pictures of every value's blocks and the run's timeline to DIR (matplotlib)")
     p.add_argument("--trace", metavar="FILE", help="write the run's timeline as a Chrome trace (JSON) to FILE")
+    p.add_argument("--buckets", type=_setting, metavar="auto|off|BYTES",
+                   help="combine all_reduces of gradients into buckets of this size (slicer.compile(buckets=))")
+    p.add_argument("--collective-matmul", type=_setting, metavar="auto|off|CHUNKS",
+                   help="split contractions so their collectives overlap (slicer.compile(collective_matmul=))")
     return p
+
+
+def _setting(text: str) -> int | str:
+    """A rewrite's setting on the command line: a whole number, else the word ("auto", "off")."""
+    return int(text) if text.strip().isdigit() else text.strip()
 
 
 def parse_args(argv):
@@ -112,6 +126,10 @@ def read_command_line(args) -> Request:
     here is a usage error (exit 2)."""
     mesh = Mesh.parse(args.mesh)
     tactics = parse_tactics(";".join(args.tactic))
+    if args.buckets is not None:
+        bucket_setting(args.buckets)
+    if args.collective_matmul is not None:
+        chunks_setting(args.collective_matmul)
     if args.memory_budget is not None:
         if not args.auto:
             raise RunError("--memory-budget is a bound for the search: give --auto with it")
@@ -186,7 +204,8 @@ def run(args, request: Request) -> int:
         if lead:
             print(f"== slicer.auto chose: {found.text() or '(nothing: everything replicated)'}")
             print(found.explain())
-    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program)
+    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program, buckets=args.buckets,
+                   collective_matmul=args.collective_matmul)
     if args.plot:
         load_pyplot()  # no matplotlib: say so before running anything
     if lead:
