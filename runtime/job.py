@@ -100,7 +100,7 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     if rank != 0:
         return None
     outputs = []
-    for index, (name, dist) in enumerate(zip(graph.results, graph.result_dists)):
+    for index, (_name, dist) in enumerate(zip(graph.results, graph.result_dists)):
         array = assemble(graph.mesh, dist, [gathered[r][index] for r in range(len(gathered))], f"result #{index}",
                          graph.result_shape(index))
         np.save(job_dir / f"result{index}.npy", array)

@@ -11,5 +11,6 @@ from .errors import __all__ as _errors
 from .lazy import lazy_exports
 from .mesh import Mesh
 
-__all__ = [*_errors, "Mesh", "defined_functions", "entry_function", "function_name", "function_type"]
+# The last four are read from `.functions` when first used (they need MLIR), hence no binding here.
+__all__ = [*_errors, "Mesh", "defined_functions", "entry_function", "function_name", "function_type"]  # noqa: F405
 __getattr__, __dir__ = lazy_exports(__name__, {name: ".functions" for name in __all__[len(_errors) + 1:]})

@@ -76,7 +76,7 @@ def _crash_message(module, what: str, stderr: str, returncode: int) -> str:
     crashed = "crashed" if returncode < 0 else f"aborted (exit status {returncode})"
     op, line = crashing_op(module, stderr)
     if op is None:
-        fatal = next((l.strip() for l in stderr.splitlines() if "LLVM ERROR" in l), "")
+        fatal = next((line.strip() for line in stderr.splitlines() if "LLVM ERROR" in line), "")
         return (f"torch-mlir {crashed} while lowering {what} to linalg{': ' + fatal if fatal else ''}; the Python "
                 "process is unharmed. Simplify the model to find the op, or compute that part outside the model")
     where = f" at {line}" if line else ""

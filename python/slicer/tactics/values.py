@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 from slicer.core.errors import InvalidTactic
 
@@ -132,7 +131,7 @@ class Replicate:
     __str__ = __repr__
 
 
-Tactic = Union[Tile, Replicate]
+Tactic = Tile | Replicate
 
 # ----------------------------------------------------------------------------- text form
 

@@ -46,12 +46,12 @@ def bf16_einsum_fn(name: str, spec: str, sizes: dict[str, int], out: str = "f32"
     dims = ", ".join(f"d{i}" for i in range(len(loops)))
 
     def amap(term):
-        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(l)}' for l in term)})>"
+        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(ch)}' for ch in term)})>"
 
     def ttype(term, t="bf16"):
-        return f"tensor<{'x'.join(str(sizes[l]) for l in term)}x{t}>"
+        return f"tensor<{'x'.join(str(sizes[ch]) for ch in term)}x{t}>"
 
-    kinds = ", ".join('"parallel"' if l in output else '"reduction"' for l in loops)
+    kinds = ", ".join('"parallel"' if ch in output else '"reduction"' for ch in loops)
     args = ", ".join(f"%a{i}: {ttype(t)}" for i, t in enumerate(operands))
     if out == "f32":
         body = ("    %w0 = arith.extf %x0 : bf16 to f32\n    %w1 = arith.extf %x1 : bf16 to f32\n"
@@ -105,7 +105,7 @@ def _pipeline(units: str, rows: int = 8):
 
 
 def _inputs(spec: str, sizes: dict[str, int]) -> list[np.ndarray]:
-    return [RNG.standard_normal([sizes[l] for l in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
+    return [RNG.standard_normal([sizes[ch] for ch in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
 
 
 def _check(result: np.ndarray, spec: str, arrays: list[np.ndarray], rounding: float, label: str) -> None:
