@@ -20,9 +20,9 @@ import time
 import ml_dtypes
 import numpy as np
 
+from slicer.core.host import cpu_flags as host_cpu_flags
 from slicer.lowering import DEFAULT_PIPELINE, aligned_empty, compile_library
 from slicer.lowering.contract.matrix_units import units_of_flags
-from slicer.lowering.emitter import host_cpu_flags
 
 BF16 = ml_dtypes.bfloat16
 

@@ -27,19 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from end_to_end import mlp_text
 
 import slicer
-from slicer.spmd.chunked_contractions import ENV
 
-VARIANTS = {"whole": "0", "chunks2": "2", "chunks4": "4", "auto": "auto"}
+VARIANTS = {"whole": "off", "chunks2": 2, "chunks4": 4, "auto": "auto"}
 
 
-def compile_variant(text: str, setting: str):
-    os.environ[ENV] = setting
+def compile_variant(text: str, setting: str | int):
     tactics = [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")]
-    return slicer.compile(text, mesh=slicer.Mesh(y=2), tactics=tactics)
+    return slicer.compile(text, mesh=slicer.Mesh(y=2), tactics=tactics, collective_matmul=setting)
 
 
 def training(args) -> None:
-    """Data parallel (or FSDP) GPT steps with SLICER_BUCKETS=0 and the cost model's buckets, sessions in turn."""
+    """Data parallel (or FSDP) GPT steps with buckets="off" and the cost model's buckets, sessions in turn."""
     from training_common import ADAMW, Sizes, batches, build_model, example_module
     from training_slicer import tactics_for
 
@@ -47,10 +45,9 @@ def training(args) -> None:
     data = batches(sizes)
     step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=slicer.AdamW(**ADAMW))
     programs = {}
-    for name, setting in (("unbucketed", "0"), ("bucketed", "auto")):
-        os.environ["SLICER_BUCKETS"] = setting
+    for name, setting in (("unbucketed", "off"), ("bucketed", "auto")):
         mesh, tactics = tactics_for(step, args.training)
-        programs[name] = slicer.compile(step, mesh=mesh, tactics=tactics)
+        programs[name] = slicer.compile(step, mesh=mesh, tactics=tactics, buckets=setting)
     times, losses = {name: [] for name in programs}, {}
     for _ in range(args.rounds):
         for name, program in programs.items():
@@ -95,10 +92,8 @@ def main() -> None:
     b, d, h = (16, 32, 64) if args.small else map(int, args.sizes.split(","))
     text = mlp_text(b, d, h, "gelu")
     rng = np.random.default_rng(0)
-    arrays = [
-        (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32)
-        for s in ((b, d), (d, h), (h,), (h, d))
-    ]
+    arrays = [(rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32)
+              for s in ((b, d), (d, h), (h,), (h, d))]
     names = args.variants.split(",")
     programs = {name: compile_variant(text, VARIANTS[name]) for name in names}
     reference, times, last = None, {name: [] for name in names}, {}

@@ -21,7 +21,7 @@ class PermuteOp:
     """View of `slicer.permute`: device `dst` receives the block of device `src` for each pair."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = op if isinstance(op, ir.Operation) else op.operation
+        self.operation = op.operation
         assert self.operation.name == PERMUTE, self.operation.name
 
     @property

@@ -56,7 +56,7 @@ def verify(module: ir.Operation | ir.OpView | ir.Module) -> list[Diagnostic]:
 
 class _Verifier:
     def __init__(self, module):
-        self.module = module if isinstance(module, ir.Operation) else module.operation
+        self.module = module.operation
         self.errors: list[Diagnostic] = []
         self.meshes: dict[str, Mesh] = {}  # declared meshes by symbol name
 

@@ -37,9 +37,10 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core import linalg_facts
+from slicer.core import environment, linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
+from slicer.core.host import cpu_flags, cpu_info, host_cores
 from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
@@ -97,7 +98,7 @@ class Target:
         if "+avx512bf16" in self.features:
             return True
         if self.cpu == "native":
-            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+            return "avx512_bf16" in cpu_flags()
         return self.cpu in _AVX512_BF16_CPUS
 
     def fingerprint(self) -> str:
@@ -117,16 +118,9 @@ _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "granitera
 @lru_cache(maxsize=1)
 def _host_cpu() -> str:
     # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    fields = cpu_info()
+    if not fields:
         return f"{platform.machine()}:{platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
     return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
@@ -224,7 +218,7 @@ def compile_kernels(
     first refusal (`KernelError`), as `compile_library` does."""
     texts = split_kernels(_module_text(module))
     unique = list(dict.fromkeys(texts.values()))
-    workers = max(1, min(len(unique), jobs or os.cpu_count() or 1))
+    workers = max(1, min(len(unique), jobs or host_cores()))
     options = dict(pipeline=pipeline, target=target, cache_dir=cache_dir)
     _build_missing_together(unique, workers, **options)
     if workers == 1:
@@ -439,14 +433,14 @@ def _prepare(module: ir.Module) -> list[dict]:
     return [signature.to_json() for signature in signatures]
 
 
-COMPILE_SECONDS_ENV = "SLICER_KERNEL_COMPILE_SECONDS"
+COMPILE_SECONDS_ENV = environment.KERNEL_COMPILE_SECONDS.name
 DEFAULT_COMPILE_SECONDS = 900.0
 
 
 def compile_time_limit() -> float:
     """Seconds one LLVM tool may take on a library (`$SLICER_KERNEL_COMPILE_SECONDS`, default 900): past it the
     build stops with `BudgetExceeded` naming the largest kernel, instead of hanging."""
-    text = os.environ.get(COMPILE_SECONDS_ENV, "")
+    text = environment.value(environment.KERNEL_COMPILE_SECONDS) or ""
     try:
         return float(text) if text else DEFAULT_COMPILE_SECONDS
     except ValueError:
@@ -522,7 +516,7 @@ def _link(obj: Path, library: Path) -> None:
 
 
 def _compiler() -> str:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = environment.value(environment.CC) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
     return compiler

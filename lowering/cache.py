@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import KernelError
 
 log = logging.getLogger("slicer.kernels")
@@ -61,11 +62,8 @@ def reset_cache_stats() -> None:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("SLICER_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slicer" / "kernels"
+    chosen = environment.value(environment.CACHE_DIR)
+    return Path(chosen) if chosen else Path(environment.cache_home()) / "slicer" / "kernels"
 
 
 def cache_key(*parts: str) -> str:

@@ -68,6 +68,9 @@ _LINALG: Stage = (
         "slicer-kernel-widen-narrow-floats",
         # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
         "linalg-fuse-elementwise-ops",
+        # A widening read by several ops (fusion takes one-reader producers only) is folded into each reader,
+        # so a contraction reads its bf16 operand as it is (widenings.py).
+        "slicer-kernel-fold-widenings",
         # x ** n with an integer n (torch's x ** 2 and its backward): LLVM's powi takes a scalar exponent only,
         # and a vectorized body would give it a vector; constant exponents become multiplications, others powf.
         "func.func(math-expand-ops{ops=fpowi})",

@@ -136,7 +136,7 @@ def _lower_slices_of(range_arg: ir.Value, iv: ir.Value) -> dict:
     pads: dict = {}
     users = [use.owner for use in range_arg.uses]
     for user in users:
-        user = user.operation if isinstance(user, ir.OpView) else user
+        user = user.operation
         if user.name != SLICE:
             raise PassFailure(Located(user.location, f"'{user.name}' uses a !slicer.range; only 'slicer.slice' may"))
         view = SliceOp(user)

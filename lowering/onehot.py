@@ -40,7 +40,7 @@ from slicer.core.linalg_facts import (
     iterator_kinds,
     projected_dims,
 )
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 from .body import emit_op, is_elementwise
 from .emitter import Emitter, GeneratedFunctions, call_instead

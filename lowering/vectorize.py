@@ -47,7 +47,7 @@ from mlir.dialects.transform import interpreter
 
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim
 from slicer.core.names import VECTORIZE_TAG_ATTR as TAG
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 log = logging.getLogger("slicer.kernels")
 

@@ -15,13 +15,14 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from slicer.core.names import USES_AMX_ATTR
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, call_instead, module_avx512
 from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
 from .bf16_ukernels import bf16_mr, bf16_ukernel_text
 from .blocking import ContractOptions
+from .epilogue import rounding_epilogue
 from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
 from .ukernel import ukernel_text
@@ -161,6 +162,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     ukernels: dict[str, str] = {}
     functions = GeneratedFunctions("__slicer_contract_")
     calls: list[tuple[ir.Operation, Contraction, str]] = []
+    roundings: list[ir.Operation] = []
     units = None
     for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
         try:
@@ -177,6 +179,10 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
             if fill is not None:
                 fill.erase()
         if operands is not None:
+            fused = rounding_epilogue(c)
+            if fused is not None:  # the GEMM stores bf16 where the rounding op did (epilogue.py)
+                rounding, c = fused
+                roundings.append(rounding)
             units = units or chosen_units(options.bf16_units, module_units(module))
             text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, _bf16_ukernels(ukernels, units, options),
                                   units, *operands)
@@ -194,6 +200,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     for op, c, name in calls:
         call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + list(c.captured))
         replaced.append(f"@{name}: {c.describe()}")
+    for rounding in roundings:
+        rounding.erase()
     return replaced
 
 

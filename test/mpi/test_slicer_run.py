@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import slicer
+from rank_faults import kill_env
 from slicer.lowering import compile_function
-from slicer.runtime.rank import FAIL_RANK_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -110,7 +110,7 @@ def test_mpiexec_not_found():
 
 def test_a_rank_killed_mid_run_stops_the_job():
     done = slicer_run(str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2,y=2", "--tactic", "arg0.0=x", "--tactic", "arg1.1=y",
-                      env={FAIL_RANK_ENV: "3:run"})
+                      env=kill_env("3:run"))
     assert done.returncode == 1
     assert "the SPMD job failed on 4 ranks" in done.stderr
     assert "slicer rank 3: killed by" in done.stderr

@@ -18,11 +18,12 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import AutoError
 from slicer.core.figure_files import chosen_figures, read_figures, write_figures
 from slicer.redistribution.costs import calibration_path
 
-ENV = "SLICER_MACHINE"
+ENV = environment.MACHINE.name
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class Machine:
     def default(cls) -> Machine:
         """The figures the search uses: `$SLICER_MACHINE` (a path, or `builtin`), else the calibrated file if there
         is one, else the built-in figures. A file is read again only when it changes."""
-        return chosen_figures(ENV, machine_path(), cls, cls.load)
+        return chosen_figures(environment.MACHINE, machine_path(), cls, cls.load)
 
     def __str__(self) -> str:
         return (f"contractions {self.contraction_flops / 1e9:.3g} GFLOP/s, other ops {self.vector_flops / 1e9:.3g} "

@@ -21,12 +21,13 @@ from slicer.core.names import (
     VALUE_ATTR,
     YIELD,
 )
+from slicer.core.operations import as_op, defining_op
 from slicer.core.source_lines import source_line
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
 from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
-from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
+from .ir_utils import enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
 from .loop_facts import (
     describe,

@@ -7,9 +7,10 @@ from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.capsules import TYPE_CAPSULE, capsule_pointer
 from slicer.core.names import LOOP, RANGE_PRODUCT
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, loop, yield_
 
-from .ir_utils import BlockOrder, as_op, captured_values, defining_op, op_id
+from .ir_utils import BlockOrder, captured_values, op_id
 from .journal import Journal
 from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
 

@@ -30,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import RedistributionError
 from slicer.core.figure_files import chosen_figures, read_figures, write_figures
 from slicer.core.mesh import Mesh
@@ -42,7 +43,7 @@ DEFAULT_LATENCY = 30e-6
 DEFAULT_BANDWIDTH = 2.0e9
 FS = 10 ** 15  # search time unit: femtoseconds
 OBJECTIVES = ("time", "bytes")
-ENV = "SLICER_COST_MODEL"
+ENV = environment.COST_MODEL.name
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class CostModel:
         """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
         the calibration file if there is one, else the built-in figures. A file is read again only when it
         changes (plans ask for the default model every time)."""
-        return chosen_figures(ENV, calibration_path(), cls, cls.load)
+        return chosen_figures(environment.COST_MODEL, calibration_path(), cls, cls.load)
 
     def with_objective(self, objective: str) -> CostModel:
         return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
@@ -146,8 +147,7 @@ def tie_scale(model: CostModel, devices: int, elements: int) -> int:
 
 def calibration_path() -> Path:
     """Where ``slicer-plan --calibrate`` stores its figures."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slicer" / "cost_model.json"
+    return Path(environment.cache_home()) / "slicer" / "cost_model.json"
 
 
 class Pricing:

@@ -19,11 +19,6 @@ from slicer.redistribution import DistType, Mesh, RedistributionError
 from .padding import padded_type
 
 
-def _owner(use) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if isinstance(owner, ir.OpView) else owner
-
-
 def infer_argument(value: ir.Value, mesh: Mesh) -> DistType | None:
     """The inferred type of `value` (a function argument), or None for replicated."""
     t = _infer(value)
@@ -37,7 +32,7 @@ def infer_argument(value: ir.Value, mesh: Mesh) -> DistType | None:
 
 
 def _infer(value: ir.Value) -> DistType | None:
-    users = [_owner(use) for use in value.uses]
+    users = [use.owner.operation for use in value.uses]
     if not users:
         return None
     shape = tuple(ir.RankedTensorType(value.type).shape)

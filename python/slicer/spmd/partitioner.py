@@ -51,6 +51,7 @@ from slicer.core.names import (
     TACTIC_ATTR,
     YIELD,
 )
+from slicer.core.operations import nested_ops
 from slicer.dialect import (
     AnnotateOp,
     LoopOp,
@@ -247,8 +248,8 @@ class _FunctionPartitioner:
     def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
         if sharding.mesh != self.grid:
             raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but "
-                                             f"@{self.fname} "
-                                             f"is partitioned over @{self.grid}; use one mesh per function")
+                                             f"@{self.fname} is partitioned over @{self.grid}; use one mesh per "
+                                             "function")
 
     def fail(self, op: ir.Operation, message: str) -> PassFailure:
         return PassFailure(Located(op.location, f"slicer-partition: {message}"))
@@ -344,7 +345,7 @@ class _FunctionPartitioner:
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
-        for nested in _nested_ops(op):
+        for nested in nested_ops(op):
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
@@ -575,16 +576,6 @@ def _provenance(loop: ir.Operation) -> str:
             value = loop.attributes[attr]
             notes.append(f"{label} {ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else value}")
     return f" ({'; '.join(notes)})" if notes else ""
-
-
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
 
 
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:

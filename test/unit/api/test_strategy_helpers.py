@@ -15,18 +15,14 @@ from slicer import strategies as st
 ARRAYS = random_arrays()
 
 
-@pytest.fixture(autouse=True)
-def _partitioner_collectives(monkeypatch):
-    """The collectives counted here are the partitioner's, one per gradient: the schedule's bucketing (on by
-    default, test/unit/spmd/test_bucketing.py) would combine them."""
-    monkeypatch.setenv("SLICER_BUCKETS", "0")
 STEP = step_program(ARRAYS)
 COLUMN, ROW = ["fc1.*"], ["fc2.*"]
 
 
 def compiled(tactics, **mesh):
-    """The step compiled with `tactics`, checked against numpy on the simulator."""
-    prog = slicer.compile(STEP, mesh=slicer.Mesh(**mesh), tactics=tactics)
+    """The step compiled with `tactics`, checked against numpy on the simulator. Buckets off: the collectives
+    counted here are the partitioner's, one per gradient (the schedule's bucketing would combine them)."""
+    prog = slicer.compile(STEP, mesh=slicer.Mesh(**mesh), tactics=tactics, buckets="off")
     out = prog.run(ARRAYS["x"], ARRAYS["t"])
     want = numpy_step(ARRAYS)
     for name, got in zip(RESULT_NAMES, out):

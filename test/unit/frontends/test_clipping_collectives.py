@@ -47,13 +47,9 @@ def collectives(step, strategy):
     """(the compiled step, Counter of (collective, axes, local input shape) in its explain())."""
     tactics, mesh = STRATEGIES[strategy]
     with pytest.warns(slicer.DegradedStrategy) if strategy in DEGRADED else contextlib.nullcontext():
-        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step))
+        # buckets off: each collective of the partitioner as it is, to count them
+        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step), buckets="off")
     return prog, Counter(COLLECTIVE.findall(prog.explain()))
-
-
-@pytest.fixture(autouse=True)
-def no_buckets(monkeypatch):
-    monkeypatch.setenv("SLICER_BUCKETS", "0")  # each collective of the partitioner as it is, to count them
 
 
 @functools.cache

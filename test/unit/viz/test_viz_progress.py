@@ -4,8 +4,11 @@ import io
 
 import pytest
 
-from slicer.core.progress import PROGRESS_ENV, Progress
+from slicer.core.environment import PROGRESS
+from slicer.core.progress import Progress
 from slicer.lowering import compile_library, llvm_codegen
+
+PROGRESS_ENV = PROGRESS.name
 
 
 class Terminal(io.StringIO):
