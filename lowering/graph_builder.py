@@ -8,6 +8,7 @@ need the MLIR bindings: only building one does.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import (
@@ -192,7 +193,7 @@ class _Builder:
         ret = ops[-1]
         ops = self.sink_views(self.sink_argument_collectives(ops[:-1])) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
-        nodes = []
+        nodes: list = []
         for item in self.segment(ops[:-1]):
             if isinstance(item, list):
                 node = self.kernel(item, f"kernel_{sum(isinstance(n, KernelNode) for n in nodes)}")
@@ -282,7 +283,7 @@ class _Builder:
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
-        items, current = [], []
+        items, current = [], list[Any]()
         for op in ops:
             if op.name in STEP_OF_IR:
                 if current:

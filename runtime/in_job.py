@@ -96,7 +96,7 @@ def run_job_here(graph: KernelGraph, comm, job_dir: Path | None, *, inputs: list
         job_dir.mkdir(parents=True, exist_ok=True)
         write_job(job_dir, graph, inputs=inputs, seed=seed, repeat=repeat)
     job_dir = Path(comm.bcast(str(job_dir) if job_dir else None, root=0))
-    holder = {}
+    holder: dict = {}
     run_rank(lambda c: holder.setdefault("results", run_job(job_dir, c)), comm)
     if comm.Get_rank() != 0:
         return None

@@ -99,7 +99,7 @@ def run_tasks(tasks: Sequence[Callable[[], object]], cache: dict, seconds_per_ta
 
 def _take(tasks, counter) -> dict[int, object]:
     """Run the next task not taken yet until none is left; {index: result} of those run here."""
-    done = {}
+    done: dict = {}
     while True:
         with counter.get_lock():
             index = counter.value

@@ -89,7 +89,7 @@ def _crash_message(module, what: str, stderr: str, returncode: int) -> str:
 def crashing_op(module, stderr: str) -> tuple[str | None, str | None]:
     """(op name, Python source line) of the torch-dialect op whose conversion the stack dump `stderr` shows
     (the innermost frame naming an op class of `module`), or (None, None)."""
-    ops = {}
+    ops: dict = {}
     for op in walk_ops(module):
         ops.setdefault(_class_key(op.name), op)
     for match in _OP_CLASS.finditer(stderr):

@@ -225,7 +225,7 @@ class Refinement:
 
     def down_axes(self, texts: Iterable[str]) -> tuple[str, ...]:
         """Tokens of ``mesh`` -> names of ``fine`` (each token must be a run of parts)."""
-        out = []
+        out: list = []
         for text in texts:
             parts = self._down.get(text)
             if parts is None:

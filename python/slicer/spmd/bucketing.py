@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from numbers import Integral
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import tensor
@@ -138,7 +139,7 @@ def greedy_buckets(members, cap: int) -> list[list]:
     member joins the open bucket while the bucket stays within `cap` bytes and no member's result is used before the
     new member's input exists (every first use after its ready). The one rule of bucketing: `plan_buckets` applies it
     to the IR, the search's memory trace to its model of a program (`automatic/peak_memory.py`)."""
-    buckets, current, size, first = [], [], 0, 0
+    buckets, current, size, first = [], list[Any](), 0, 0
     for member in sorted(members, key=lambda m: m[:2]):
         ready, _, use, nbytes, _ = member
         if current and not (size + nbytes <= cap and min(first, use) > ready):
