@@ -153,7 +153,8 @@ class _Builder:
     def record(self, value: ir.Value, dist: DistType) -> str:
         name = self.name_of(value)
         t = ir.RankedTensorType(value.type)
-        varying, loc = (), ""
+        varying: tuple[str, ...] = ()
+        loc = ""
         if isinstance(value.owner, ir.Block):
             loc = location_text(ir.BlockArgument(value).location)
         else:

@@ -178,7 +178,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
-    options = {"decomposition_table": tracing_table(torch)} if grad else {}
+    options: dict[str, object] = {"decomposition_table": tracing_table(torch)} if grad else {}
     options["record_stack_traces"] = True  # the model's lines (`located_backward`)
 
     @contextlib.contextmanager

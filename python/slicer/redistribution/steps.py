@@ -512,4 +512,5 @@ class ReduceScatter(Collective):
         return ReduceScatter(self.scatter_dim, self.mesh_axes + after.mesh_axes, after.type_after)
 
 
-Step = AllSlice | AllGather | AllToAll | Permute | AllReduce | ReduceScatter
+#: A plan's step: any registered collective kind (the six above, or one defined elsewhere and registered).
+Step = Collective
