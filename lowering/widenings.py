@@ -25,6 +25,10 @@ from slicer.core.operations import walk_ops
 _GENERIC, _EXTF, _YIELD = linalg.GenericOp.OPERATION_NAME, arith.ExtFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
 
 
+def _walk_generics(root: ir.Operation) -> list[ir.Operation]:
+    return list(walk_ops(root, _GENERIC))
+
+
 def is_widening(op: ir.Operation) -> bool:
     """A generic on tensors with one input and one result, identity maps, all loops parallel, whose body
     yields `arith.extf` of the input's element, or a chain of them (bf16 -> f32 -> f64; its init unread)."""
@@ -57,7 +61,7 @@ def fold_widenings(module: ir.Module) -> int:
     """Fold every widening of `module` into the generics that read it as an input (module docstring); returns
     how many reads changed. Needs the module's context to be current."""
     changed = 0
-    for op in walk_ops(module.operation, _GENERIC):
+    for op in _walk_generics(module.operation):
         chain = _chain(op)
         if chain is None:
             continue
