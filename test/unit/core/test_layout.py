@@ -1,7 +1,7 @@
 """The repository says where things are: every module of the package is named in its layer's entry of
 docs/architecture.md, and the unit tests are filed by the layer they test.
 
-- Modules: for each `.py` file under python/slicer (the linked dialect/, lowering/, runtime/ included;
+- Modules: for each `.py` file of the package (python/slicer/ and the mapped dialect/, lowering/, runtime/;
   `__init__.py` and `__main__.py` exempt), its file name (e.g. `kernel_graph.py`) appears in the doc's entry
   for its layer (`slicer.lowering` for `lowering/kernel_graph.py`, `slicer.api` for the top-level `api.py`).
   A new module without a line in the doc fails here, and so does one named only under another layer.
