@@ -8,7 +8,6 @@ import sys
 import pytest
 
 
-
 def _run(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin"})

@@ -5,14 +5,12 @@ reads freed memory (another module's function, or a segfault: found by the fuzze
 
 import ast
 import gc
-from pathlib import Path
 
 from mlir import ir
+from package_tree import package_files, relative
 
 from slicer.core.functions import entry_function, function_type
 from slicer.dialect import make_context
-
-from package_tree import package_files, relative
 
 F = "func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> { return %a : tensor<4x8xf32> }"
 G = "func.func @g(%a: tensor<16xi32>) -> tensor<16xi32> { return %a : tensor<16xi32> }"
