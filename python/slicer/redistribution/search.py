@@ -34,10 +34,11 @@ import numpy as np
 
 from slicer.core.mesh import Mesh
 
-from .bounds import UNREACHABLE, Bounds, Problem
+from .bounds import UNREACHABLE, Bounds
 from .costs import CostModel
 from .layout import Layout
 from .moves import SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove, ReduceScatterMove, SliceMove
+from .problem import Problem
 from .steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 from .types import DistType
 
@@ -114,7 +115,7 @@ class _DimsInfo:
             self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
-    def slices(self, search: "Search") -> list:
+    def slices(self, search: Search) -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
         (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
         slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
@@ -131,7 +132,7 @@ class _DimsInfo:
                             if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
-    def moves(self, search: "Search") -> tuple[list, list]:
+    def moves(self, search: Search) -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in
