@@ -44,6 +44,11 @@ def ancestors(op: ir.Operation) -> list[ir.Operation]:
     return found
 
 
+def loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:
+    """The ops around `op` inside `function` (its ancestors up to, without, the function and the module)."""
+    return [a for a in ancestors(op) if a != function and a.name != builtin.ModuleOp.OPERATION_NAME]
+
+
 def enclosing_loops(op: ir.Operation) -> list[LoopOp]:
     return [LoopOp(p) for p in ancestors(op) if p.name == LOOP]
 
@@ -213,5 +218,5 @@ class BlockOrder:
     def __init__(self, op: ir.Operation):
         self.op = op
 
-    def __lt__(self, other: "BlockOrder") -> bool:
+    def __lt__(self, other: BlockOrder) -> bool:
         return self.op.is_before_in_block(other.op)
