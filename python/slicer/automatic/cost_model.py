@@ -1,22 +1,11 @@
-"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch`, priced with
-this machine's kernel and collective figures.
+"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch` (each op's
+share in `op_partition.py`), priced with this machine's kernel and collective figures.
 
-Each op takes the tilings its operands bring, in the order of the tactics they come from (an earlier argument
-wins, as propagation's earlier tactic does): a tiled operand dim tiles the loop it walks, unless that loop or
-that axis is already taken, the dim walks no loop, or the op has a dim on that loop the tiling does not divide and
-cannot pad (`OpSketch.even_sizes`); then the operand is all_gathered. An operand that is a
-partial sum is all_reduced before the op, or reduce_scattered when the op's loop it walks is tiled over the
-same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
-leave laid out as an argument (a training step's next parameters) are converted at the end.
-
-Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or the bytes it reads
-and stores at the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
-`CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
-`slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
-collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
-serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed.
-Memory: as the kernel graph counts it (`memory.py`: arguments, results and the values that cross kernels; a
-gathered copy while its op runs).
+Time: each op's FLOPs at the contraction or vector rate, or the bytes it moves at the memory bandwidth, whichever
+is slower, on the device's block of its loop nest; collectives at `CostModel.seconds` with each step's
+busiest-device count, started as soon as their input exists and waited for where they are used, overlapping the
+kernels in between up to `Machine.overlap`. Memory: as the kernel graph counts it (`peak_memory.py`). The model
+in full: docs/tactics.md, "Automatic partitioning".
 """
 
 from __future__ import annotations
@@ -31,6 +20,7 @@ from slicer.spmd.bucketing import bucket_bytes
 
 from .cache_reads import CacheClock
 from .machine import Machine
+from .op_partition import partition_op
 from .peak_memory import MemoryTrace
 from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
 from .value_uses import copy_reads, last_uses, view_readers, view_roots
@@ -63,7 +53,7 @@ class Estimate:
     def total(self) -> float:
         return self.compute + self.exposed
 
-    def figures(self) -> "Estimate":
+    def figures(self) -> Estimate:
         """The figures alone, its collectives not kept (None): what the search ranks layouts by, and what a
         forked search process sends back (`parallel.run_tasks`; hundreds of collectives per layout)."""
         return replace(self, collectives=None)
@@ -108,7 +98,7 @@ class Evaluator:
         self._local: dict = {}
         self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
         self._orders: dict = {}
-        self._shapes: dict = {}  # (op index, its operands' states) -> `_Run.shape_of`
+        self._shapes: dict = {}  # (op index, its operands' states) -> `op_partition.partition_op`
         # A value's state (layout, priority, partial axes) as a small number, so that an op's key is a tuple of
         # numbers, not of nested tuples of axis names hashed at every read; each value starts replicated.
         self._state_ids: dict[tuple, int] = {}
@@ -257,35 +247,6 @@ class _Run:
             self.buckets[key] = (self.at, local)
         self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 
-    def assign_loops(self, op: OpSketch):
-        """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
-        the axes of tiled table dims (partial sums)."""
-        wanted = []
-        layout, prio, nbytes = self.layout, self.prio, self.ev._nbytes
-        for k, v in enumerate(op.operands):
-            if v < 0:
-                continue
-            for d, axes in enumerate(layout[v]):
-                if axes:
-                    wanted.append((prio.get(v, 0), -nbytes[v], k, d, axes))
-        loops: dict[int, tuple[str, ...]] = {}
-        used: set[str] = set()
-        gathers, table_axes = [], set()
-        for _, _, k, d, axes in sorted(wanted):
-            loop = op.operand_loops[k][d] if op.ruled and d < len(op.operand_loops[k]) else None
-            if (k, d) in op.gathers and not used & set(axes):
-                table_axes |= set(axes)
-                used |= set(axes)
-            elif loop is not None and loops.get(loop) == axes:
-                continue
-            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable) \
-                    or (op.even_sizes and op.even_sizes[loop] % self.ev.group(axes)):
-                gathers.append((k, d, axes))  # (the last: a dim the tiling does not divide, where it cannot be padded)
-            else:
-                loops[loop] = axes
-                used |= set(axes)
-        return loops, gathers, table_axes
-
     def op(self, index: int, op: OpSketch) -> None:
         ev = self.ev
         operands = op.operands
@@ -304,7 +265,7 @@ class _Run:
         key = (index, through, *[state[v] if v >= 0 else -1 for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
-            shape = ev._shapes[key] = self.shape_of(op, through)
+            shape = ev._shapes[key] = partition_op(ev, op, layout, prio, self.partial, through)
         gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, work = shape
         roots = ev.op_roots[index]
         if gathers:
@@ -359,62 +320,6 @@ class _Run:
         layout = self.layout
         return any(u >= 0 and u in self.distributed and any(layout[u])
                    for reader in self.ev.view_readers[index] for u in self.ev.sketch.ops[reader].operands)
-
-    def shape_of(self, op: OpSketch, through: bool = False) -> tuple:
-        """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
-        evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
-        layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
-        (value, dim, axes, block bytes, gathered bytes, whether it makes the whole copy: a value gathered on two dims
-        is gathered one dim after the other) and those operands' positions; per operand the reduction
-        of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
-        results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
-        and its work for `op_seconds` (the share of its loop nest, bytes stored, bytes read per operand)."""
-        ev, layout = self.ev, self.layout
-        loops, gathers, table_axes = self.assign_loops(op)
-        divide = math.prod(ev.group(a) for a in loops.values()) or 1
-        result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
-        reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
-        gathered, running = [], {}
-        # A value gathered on several dims is gathered one dim after another, into the whole value: the last
-        # all_gather's copy is counted whole (`running`). Each transfer stays priced on the shard, as the model's
-        # time figures were fitted: pricing the second on the partly gathered copy it moves sent the search on the
-        # GPT training step on 2x2 under its budget to a program 1.46x slower compiled.
-        for k, d, axes in gathers:
-            v = op.operands[k]
-            local = ev.local_bytes(v, layout[v])
-            running[v] = running.get(v, local) * ev.group(axes)
-            gathered.append((v, d, axes, local, running[v]))
-        last = {g[0]: i for i, g in enumerate(gathered)}
-        gathered = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + whether it makes the whole copy
-        reductions, fill_divides = [], []
-        for k, v in enumerate(op.operands):
-            uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
-            fill_divides.append(math.prod(ev.group(loops[u]) for u in uses if u in loops))
-            partial = self.partial.get(v) if v >= 0 else None
-            if partial and k == 0 and through:
-                reduced |= partial  # the view's reader slices the partial sums: reduced there (see `op`)
-                partial = None
-            if not partial:
-                reductions.append(None)
-                continue
-            axes = ev.mesh_order(partial)
-            scatter = [d for d, u in enumerate(uses) if u is not None and loops.get(u) == axes and not layout[v][d]]
-            # (`spmd/bucketing.py` buckets a reduce_scatter of dim 0 only)
-            reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v]),
-                               not scatter or scatter[0] == 0))
-        results, produced = [], 0
-        for r, v in enumerate(op.results):
-            if v < 0:
-                continue
-            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
-            result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(ev.sketch.shapes[v])
-            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
-            results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
-            produced += nbytes
-        read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
-                for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
-        return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
-                tuple(fill_divides), result_prio, reduced, tuple(results), (divide, produced, tuple(read)))
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
