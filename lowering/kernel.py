@@ -11,15 +11,13 @@ share) and reads their signatures as `ArraySpec`s; this module imports no MLIR, 
 an MPI rank loads its compiled kernels without the bindings.
 
 Why not `mlir.runtime.get_ranked_memref_descriptor` per call: it defines a new
-ctypes class per call (~200 us measured). Here a kernel's shapes are static, so its
+ctypes class per call (slow). Here a kernel's shapes are static, so its
 descriptors differ from call to call only in their two buffer addresses: each call copies
 the kernel's one template of all its descriptors (`_Frame`, one ctypes buffer) and writes
 the addresses in, each read through the buffer protocol (`ctypes.c_char.from_buffer`,
-0.2 us, where numpy's `.ctypes.data` takes 0.7-0.8). An argument then costs ~0.5 us and a
-new output ~0.7 us; a runtime passes new arrays at every call (each run's blocks are new),
-where the weak per-argument cache of descriptors this replaced missed and took ~2 us per
-array: 2.3-2.5 ms of a GPT training step's 14.5 ms on 2 ranks (measured). The call keeps
-no reference to its arrays. `Kernel.bind` takes the checks out of the loop: ~1 us, one
+faster than numpy's `.ctypes.data`). A runtime passes new arrays at every call (each run's
+blocks are new), where the weak per-argument cache of descriptors this replaced missed. The
+call keeps no reference to its arrays. `Kernel.bind` takes the checks out of the loop: one
 ctypes call.
 """
 
@@ -93,9 +91,9 @@ def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
 def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple,
                    align: int = ALIGN) -> tuple[np.ndarray, int]:
     """A new array of `count` elements of `shape` starting on an `align`-byte boundary of a new `nbytes` buffer
-    (`count` elements and `align` bytes), and its address: ~0.6 us per output of every kernel call (the address
-    through the buffer protocol, the view by `np.frombuffer`), where `.ctypes.data` and `np.ndarray(buffer=)` took
-    ~1.7."""
+    (`count` elements and `align` bytes), and its address: paid per output of every kernel call, so the address
+    comes through the buffer protocol and the view by `np.frombuffer`, faster than `.ctypes.data` and
+    `np.ndarray(buffer=)`."""
     raw = np.empty(nbytes, np.uint8)
     base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # writable and never empty (`align` bytes at least)
     start = -base % align
@@ -155,9 +153,9 @@ class _Slot:
 
     def address(self, array) -> int:
         """`array`'s buffer address once it is checked against the spec. Hot path: a plain writable array, read
-        through the buffer protocol (an identity test, two tuple comparisons, 0.2 us), which refuses a
+        through the buffer protocol (an identity test, two tuple comparisons), which refuses a
         non-contiguous, read-only or empty buffer. Those take `_check`, which names the fault or accepts the array,
-        and numpy's `.ctypes.data` (~2.5 us in all); an input among them is remembered (weakly: the memo keeps
+        and numpy's `.ctypes.data` (slower); an input among them is remembered (weakly: the memo keeps
         nothing alive) until another comes, as a runtime passes its read-only argument blocks at every run."""
         remembered = self.remembered
         if (remembered is not None and remembered[0]() is array and array.shape == self.shape
@@ -273,7 +271,7 @@ class Kernel:
         """Validate once and return a no-argument callable running this kernel on these exact arrays.
 
         For loops that reuse the same buffers (the SPMD launcher's steps): a call costs one ctypes
-        call (~0.5 us) and no checks. The bound call keeps the arrays alive.
+        call and no checks. The bound call keeps the arrays alive.
         """
         outputs = [out] if isinstance(out, np.ndarray) else list(out)
         if len(inputs) != len(self._in_slots) or len(outputs) != len(self._out_slots):

@@ -101,8 +101,7 @@ def expand_bf16_truncation(module: ir.Module) -> bool:
     """Run `EXPAND_BF16` if `module` has an `arith.truncf` to bf16 (scalar or vector), after rounding f64 to
     a narrow float through f32 exactly (`_round_f64_through_f32`); returns whether it ran. A module marked for
     a target with AVX512-BF16 (`TARGET_AVX512_BF16_ATTR`, set by the AOT compiler) keeps its f32 -> bf16
-    roundings: LLVM makes them `vcvtneps2bf16` (measured: a 2048x2048 bf16 softmax in 1.03 ms against 1.56 ms
-    with the integer expansion)."""
+    roundings: LLVM makes them `vcvtneps2bf16`, faster than the integer expansion."""
     for op in _walk(module.operation):
         if op.name == _TRUNCF and isinstance(_element_of_any(op.operands[0].type), ir.F64Type) \
                 and is_narrow(_element_of_any(op.results[0].type)):

@@ -1,7 +1,7 @@
 """Vectorizable expansions of math functions (exp, tanh, erf, log) into arith ops.
 
 LLVM has no vector instruction for these: `llvm.exp` on `vector<16xf32>` becomes 16 calls to
-`expf`, which made softmax 60x slower than a memory copy. The generated kernels (`rows.py`,
+`expf`, which made softmax far slower than a memory copy. The generated kernels (`rows.py`,
 `contract.py`) emit these expansions instead; they work for scalars and vectors of f32/f64 alike.
 
 Methods:

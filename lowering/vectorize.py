@@ -137,7 +137,7 @@ def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePla
         if across is not None:
             # An operand read across its rows (a transpose): square blocks, so that each block reads whole
             # cache lines of a few rows and its vector.transpose becomes shuffles. Tiles of the innermost loop
-            # alone read one element per row, 64 rows apart: 6 GB/s against 86 for a copy (256x512, AVX-512).
+            # alone read one element per row, 64 rows apart: a fraction of a copy's bandwidth.
             wanted[-1] = wanted[across] = options.transpose
         levels = [(wanted, order)]
     result = []

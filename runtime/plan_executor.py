@@ -8,7 +8,7 @@ minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered t
 Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
 - over shared memory (:mod:`.shm_collectives`) when the step's group of ranks is on one host: one MPI shared window per
   step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
-  with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
+  with more ranks than cores this is faster than MPI's collectives (benchmarks/README.md). Permutes
   stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
 - over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall`` (a reordering one packs its
   chunks in its receivers' order), permute -> ``Sendrecv``,

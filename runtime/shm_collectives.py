@@ -2,9 +2,7 @@
 
 Why (measured in benchmarks/README.md, "Shared memory"): on a host with fewer cores than ranks, an MPI
 collective costs far more than its copies. Each of its rounds needs the peer ranks to be scheduled, and
-MPICH's ranks wait by polling and sleeping (about 50 us per sleep, `mpiexec.wait_environment`): with 1 MiB
-per rank on 8 ranks over 2 cores an all_gather takes 7.1 ms with `MPI_Allgather`, 4.8 ms here, an all_to_all
-3.2 vs 1.5 ms, a reduce_scatter 3.2 vs 1.9 ms. Here a rank that
+MPICH's ranks wait by polling and sleeping (`mpiexec.wait_environment`). Here a rank that
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
@@ -44,7 +42,7 @@ from slicer.redistribution.steps import REDUCTIONS
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
 _CTRL_BYTES = 192
-_SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when every rank has a core
+_SPINS = 64  # flag checks (cheap) before sleeping on the futex, when every rank has a core
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20

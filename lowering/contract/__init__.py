@@ -50,8 +50,7 @@ around an AMX, AVX512-BF16 or f32 micro-kernel (`bf16_ukernels`), on the units t
 
 Why generated text and not the transform dialect: the loop nest, the packing layout and the register
 tile are exactly what the benchmark measures, and a text template keeps each of them explicit
-(measured: 180-245 GFLOP/s single-threaded for the f32 contractions of `benchmarks/kernels.py` on this
-AVX-512 machine, against OpenBLAS's 100-129). Ops the analysis rejects keep the tile-and-vectorize path
+(measured against OpenBLAS in benchmarks/README.md, `kernels.py`). Ops the analysis rejects keep the tile-and-vectorize path
 of `vectorize.py`.
 """
 

@@ -4,7 +4,8 @@ generator (`slicer-kernel-contract`) takes.
 
 torch-mlir lowers `conv2d` and both of its gradients to `linalg.generic`s of the contraction form `out + a * b`
 whose input map has sums of loop dims (`(n, f, oh, ow, c, kh, kw) -> (n, c, oh * 2 + kh, ow * 2 + kw)`): not a
-projection, so the GEMM analysis rejects them and they ran as tiled scalar-ish loops (20-30x slower than torch).
+projection, so the GEMM analysis rejects them and they ran as tiled scalar-ish loops (far slower than
+torch).
 The rewrite, per such op, on buffers:
 
 1. The patch (im2col): each input read through sums of dims is copied once into a buffer indexed by the loop

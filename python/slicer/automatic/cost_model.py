@@ -70,8 +70,8 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
     transfer, at least `1 - machine.overlap` of it (the rest hides behind kernels). This is how
     `graph_cost.price_graph` prices a compiled program's collectives (the figures of `Machine` were fitted there),
     so the search ranks layouts as the compiled programs are ranked: waiting for the lag and then doing the rank's
-    work put every collective used at once 0.1 ms above its compiled price (a GPT-2 block's Megatron all_reduces on
-    2x2: 1.52 ms modelled, 1.33 compiled). A bucket's later members ride along: no lag, no work of their own."""
+    work priced every collective used at once above its compiled price. A bucket's later members ride along: no
+    lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
     start = max(max(posted, run.gate) + lag, run.link)
     run.link = start + transfer

@@ -39,7 +39,7 @@ class AutoResult:
     @functools.cached_property
     def decisions(self) -> tuple[Decision, ...]:
         """Every variable of the search with its value and its alternatives' estimates, priced when first asked
-        (for `explain`: up to a hundred layouts on a training step, ~1 s the answer need not wait for)."""
+        (for `explain`: up to a hundred layouts on a training step, work the answer need not wait for)."""
         return tuple(self.decide()) if self.decide is not None else ()
 
     def text(self) -> str:

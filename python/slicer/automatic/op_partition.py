@@ -33,7 +33,7 @@ def partition_op(ev, op: OpSketch, layout: dict, prio: dict, partials: dict, thr
     # A value gathered on several dims is gathered one dim after another, into the whole value: the last
     # all_gather's copy is counted whole (`running`). Each transfer stays priced on the shard, as the model's
     # time figures were fitted: pricing the second on the partly gathered copy it moves sent the search on the
-    # GPT training step on 2x2 under its budget to a program 1.46x slower compiled.
+    # GPT training step on 2x2 under its budget to a program slower compiled.
     for k, d, axes in gathers:
         v = op.operands[k]
         local = ev.local_bytes(v, layout[v])

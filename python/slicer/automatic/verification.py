@@ -14,7 +14,7 @@ its budget, with this machine's calibrated figures, was refused after three comp
 layout fits); a candidate the model prices within 1% of one compiled is skipped (the same program as far as the model
 tells: over the budget, it would compile over it too); after each that compiles over the budget the rest are ranked
 again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
-compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x slower);
+compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was much slower);
 then the best layout by the budget itself and the smallest modelled peak of each family of layouts, fastest first
 (`other_families`: the GPT forward on 2x4, the first two 37% and 7% over, FSDP's layout fits), then both rankings in
 turn (the axes the data's batch is tiled over: the model's peak errs per family, low for Megatron's and high for

@@ -208,7 +208,7 @@ def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: t
 
 
 TOLERANCE = 0.005  # plans above the traffic lower bound are within this fraction of the least traffic
-SUB_AXIS_BUDGET = 300  # search work (`Search.work`, ~7 us a unit) allowed for trying sub-axes, per plan
+SUB_AXIS_BUDGET = 300  # search work (`Search.work` units) allowed for trying sub-axes, per plan
 SETUP_WORK = 15  # what setting up a search on a refined mesh costs, in the same units (plus one per 64 devices)
 
 

@@ -20,7 +20,7 @@ rank; the first dim is tiled over the ranks):
   all_gather before it), and a chain of 8 matmuls each gathering its weight while the previous one runs, as
   FSDP does: a collective's own work and lag, alone and hidden in part behind kernels.
 
-Probes of single ops fit whole programs worse: a 20x slower transpose set the bandwidth for every op, and fast
+Probes of single ops fit whole programs worse: a much slower transpose set the bandwidth for every op, and fast
 elementwise ops in cache gave other ops a rate three times what they reach in a model.
 
 Each probe's time is the median of `rounds` rounds, interleaved (the machine's load comes and goes), each the
