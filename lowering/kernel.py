@@ -10,15 +10,7 @@ before the kernel pipeline runs (the one preparation the JIT and the AOT compile
 share) and reads their signatures as `ArraySpec`s; this module imports no MLIR, so
 an MPI rank loads its compiled kernels without the bindings.
 
-Why not `mlir.runtime.get_ranked_memref_descriptor` per call: it defines a new
-ctypes class per call (slow). Here a kernel's shapes are static, so its
-descriptors differ from call to call only in their two buffer addresses: each call copies
-the kernel's one template of all its descriptors (`_Frame`, one ctypes buffer) and writes
-the addresses in, each read through the buffer protocol (`ctypes.c_char.from_buffer`,
-faster than numpy's `.ctypes.data`). A runtime passes new arrays at every call (each run's
-blocks are new), where the weak per-argument cache of descriptors this replaced missed. The
-call keeps no reference to its arrays. `Kernel.bind` takes the checks out of the loop: one
-ctypes call.
+Details: docs/module-notes.md, `lowering/kernel.py`.
 """
 
 from __future__ import annotations

@@ -13,14 +13,7 @@ integer converted to bf16) keep producing it and are widened right after, so a p
 so `linalg-fuse-elementwise-ops` (which runs next) fuses it into its consumers: an elementwise chain rounds at
 each op's result, as torch eager does, all in registers.
 
-The contraction after this rewrite is `generic(bf16, bf16) -> f32` followed by a rounding op: bf16 operands
-with f32 accumulation, the form the contraction kernels take. Named ops on narrow floats are generalized
-first (`linalg-generalize-named-ops`, only in modules that have any), as `widen_i1` does for booleans.
-
-The upstream `arith-emulate-unsupported-floats` pass does the per-instruction form (widen, compute, round after
-every instruction); it is not how linalg ops compute, because it rounds every intermediate and every step of an
-accumulation. The kernel pipeline runs it later, with `math-extend-to-supported-types`, on the bf16 arithmetic
-left outside linalg ops (scalars read with `tensor.extract`), so LLVM never promotes bf16 itself.
+Details: docs/module-notes.md, `lowering/narrow_floats.py`.
 """
 
 from __future__ import annotations

@@ -14,16 +14,7 @@ answers requests, one at a time, all ranks the same sequence (requests that run 
 - ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
 - ("close",): free the program and leave.
 
-Messages go through `runtime.wire` (large ones in chunks). Replies are ("ok", payload); while a rank answers a
-request it also sends ("beat", None) every half second (`Replies`), which is how the driver tells a hung or
-stopped rank from a busy one.
-
-A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
-state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
-step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
-the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the
-whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
-collective: the session reports the message and ends.
+Details: docs/module-notes.md, `runtime/rank_server.py`.
 """
 
 from __future__ import annotations

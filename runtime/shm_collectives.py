@@ -6,26 +6,7 @@ MPICH's ranks wait by polling and sleeping (`mpiexec.wait_environment`). Here a 
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
-A `Segment` lives in an MPI shared-memory window (`MPI_Win_allocate_shared`, contiguous across the group's
-ranks, so the group's regions form one strided array and every copy below is one numpy call for all members,
-no Python loop over them) and holds, per member, control words and one or two data regions. Each use of a
-segment has an epoch ``e`` (1, 2, ...): a member publishes its region by storing ``e`` in its ARRIVE word
-and waking the futex waiters on it; readers wait until every member's ARRIVE is ``e``, copy, then store ``e``
-in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
-``e - 1``; steps with blocks up to 4 MiB alternate between two segments, so that a step run back to back
-rarely waits for that. Several steps never in flight at the same time may share segments (a `Slot`, as large as
-the largest of them): the epochs then count the uses of all of them, in the order every rank starts them.
-Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in flight together
-and complete in any order (the same argument as for MPI's nonblocking collectives: every wait depends only on
-starts that precede it in every rank's schedule).
-
-Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype (bf16
-and f16 in f32, rounded once: `dtypes.sum_blocks`), exactly as the numpy simulator does: the results are the
-simulator's bits, and every member holding a reduced element holds the same bits.
-
-Stores are plain aligned 4-byte numpy stores, ordered after the data copies by x86-64's memory model (TSO),
-and futexes are a Linux system call: `available()` says whether this host qualifies; elsewhere the executor
-uses MPI.
+Details: docs/module-notes.md, `runtime/shm_collectives.py`.
 """
 
 from __future__ import annotations

@@ -4,22 +4,7 @@ partitioning, the schedule's rewrites, the kernel graph: whatever `compile_graph
 FLOPs and bytes, their collectives, their exact peak memory), so the memory budget is checked on what will run
 and the explanation names the collectives the program really has.
 
-Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
-(expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted from
-the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct layouts:
-not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits the budget (the
-model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER` are
-tried, past the time limit too (a refusal where a layout fits is worse than a slow answer: the GPT step on 2x2 under
-its budget, with this machine's calibrated figures, was refused after three compiles 0.6-1.9% over, where FSDP's
-layout fits); a candidate the model prices within 1% of one compiled is skipped (the same program as far as the model
-tells: over the budget, it would compile over it too); after each that compiles over the budget the rest are ranked
-again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
-compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was much slower);
-then the best layout by the budget itself and the smallest modelled peak of each family of layouts, fastest first
-(`other_families`: the GPT forward on 2x4, the first two 37% and 7% over, FSDP's layout fits), then both rankings in
-turn (the axes the data's batch is tiled over: the model's peak errs per family, low for Megatron's and high for
-FSDP's on the GPT training step). Once one fits, a candidate is also skipped when its model figure is more than
-`PRUNE` times slower than the best compiled one's.
+Details: docs/module-notes.md, `automatic/verification.py`.
 """
 
 from __future__ import annotations

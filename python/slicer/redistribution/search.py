@@ -14,11 +14,7 @@ does not, and keeps the search small when the traffic lower bound is out of reac
 moves and their memos, the bounds keep theirs; what both need to know of a node's dims (``info``, a
 `_DimsTable`) is built once for both.
 
-Speed is a requirement (plans for meshes of 4 axes and arrays of 4 dims within a compile's budget),
-so everything a node needs that depends only on its ``dims`` (local shape, products, all-to-all and gather
-successors with their costs) is computed once per search and looked up afterwards, and the per-device
-overlap bound is evaluated lazily: a node is queued under the dictionary-only signature bound and re-queued
-under the full heuristic the first time it reaches the front of the queue.
+Details: docs/module-notes.md, `redistribution/search.py`.
 """
 
 from __future__ import annotations

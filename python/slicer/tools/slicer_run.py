@@ -15,11 +15,7 @@ program run in one process (slicer.core.compare). Under `mpiexec -n N python -m 
 the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
 Exit codes as every tool (slicer.tools.cli): 0 ok, 1 the compile, run or `--check` failed, 2 a bad command line.
 
-Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
-kernel graph) and, after the run, the memory each rank measured and the run's timeline; `--show VALUE`
-prints which device holds which block of a value (`arg1`, `result0`, `%4`, or a source name such as `w1`);
-`--plot DIR` draws that for every value of the kernel graph and the run's timeline as PNG files (needs
-matplotlib); `--trace FILE` writes the timeline as a Chrome trace (chrome://tracing, ui.perfetto.dev).
+Details: docs/module-notes.md, `tools/slicer_run.py`.
 """
 
 from __future__ import annotations
