@@ -1,4 +1,4 @@
-"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch` (each op's
+"""What a tiling of the arguments costs: a model of propagation and partitioning over the `Sketch` (each op's
 share in `op_partition.py`), priced with this machine's kernel and collective figures.
 
 Time: each op's FLOPs at the contraction or vector rate, or the bytes it moves at the memory bandwidth, whichever
@@ -25,7 +25,7 @@ from .peak_memory import MemoryTrace
 from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
 from .value_uses import copy_reads, last_uses, view_readers, view_roots
 
-Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
+Tiling = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class Estimate:
         return self.compute + self.exposed
 
     def figures(self) -> Estimate:
-        """The figures alone, its collectives not kept (None): what the search ranks layouts by, and what a
-        forked search process sends back (`parallel.run_tasks`; hundreds of collectives per layout)."""
+        """The figures alone, its collectives not kept (None): what the search ranks tilings by, and what a
+        forked search process sends back (`parallel.run_tasks`; hundreds of collectives per tiling)."""
         return replace(self, collectives=None)
 
 
@@ -69,7 +69,7 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
     issuing) is never hidden; it runs while the others catch up, and the rank then waits for what is left of the
     transfer, at least `1 - machine.overlap` of it (the rest hides behind kernels). This is how
     `graph_cost.price_graph` prices a compiled program's collectives (the figures of `Machine` were fitted there),
-    so the search ranks layouts as the compiled programs are ranked: waiting for the lag and then doing the rank's
+    so the search ranks tilings as the compiled programs are ranked: waiting for the lag and then doing the rank's
     work priced every collective used at once above its compiled price. A bucket's later members ride along: no
     lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
@@ -82,14 +82,14 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
 
 
 class Evaluator:
-    """Prices layouts of one sketch's arguments on one mesh (see the module docstring)."""
+    """Prices tilings of one sketch's arguments on one mesh (see the module docstring)."""
 
     def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
                  follow: dict[int, int] | None = None):
         self.sketch, self.mesh = sketch, mesh
         self.comm = comm or CostModel.default()
         self.machine = machine or Machine.default()
-        self.follow = follow or {}  # result index -> the argument whose layout it leaves in
+        self.follow = follow or {}  # result index -> the argument whose tiling it leaves in
         self.root = view_roots(sketch)  # a view's result -> the value whose bytes it shares
         self.last_use = last_uses(sketch, self.root)
         self.bucket_limit = bucket_bytes(self.comm)
@@ -99,11 +99,11 @@ class Evaluator:
         self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
         self._orders: dict = {}
         self._shapes: dict = {}  # (op index, its operands' states) -> `op_partition.partition_op`
-        # A value's state (layout, priority, partial axes) as a small number, so that an op's key is a tuple of
+        # A value's state (tiling, priority, partial axes) as a small number, so that an op's key is a tuple of
         # numbers, not of nested tuples of axis names hashed at every read; each value starts replicated.
         self._state_ids: dict[tuple, int] = {}
         self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
-        self.default_states = {v: self.state_id(layout, 0, None) for v, layout in self.replicated.items()}
+        self.default_states = {v: self.state_id(tiling, 0, None) for v, tiling in self.replicated.items()}
         # Per op, read once for the thousands of evaluations: each operand's root (-1 for none) and whether the
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
@@ -125,19 +125,19 @@ class Evaluator:
             found = self._groups[axes] = self.mesh.group_size(axes)
         return found
 
-    def state_id(self, layout: Layout, prio: int, partial) -> int:
-        """The number of a value's state: its layout, priority and partial axes (None: never set)."""
-        key = (layout, prio, partial)
+    def state_id(self, tiling: Tiling, prio: int, partial) -> int:
+        """The number of a value's state: its tiling, priority and partial axes (None: never set)."""
+        key = (tiling, prio, partial)
         found = self._state_ids.get(key)
         if found is None:
             found = self._state_ids[key] = len(self._state_ids)
         return found
 
-    def local_bytes(self, value: int, layout: Layout) -> int:
-        key = (value, layout)
+    def local_bytes(self, value: int, tiling: Tiling) -> int:
+        key = (value, tiling)
         found = self._local.get(key)
         if found is None:
-            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in layout))
+            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in tiling))
         return found
 
     def _collective(self, est: Estimate, kind, axes, local: int, where: str, bucketed: bool = False) -> float:
@@ -175,9 +175,9 @@ class Evaluator:
             found = self._orders[axes] = _mesh_order(self.mesh, axes)
         return found
 
-    def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
-        """The estimate of the program with argument `i` laid out as `layouts[i]`."""
-        run = _Run(self, layouts)
+    def evaluate(self, tilings: tuple[Tiling, ...]) -> Estimate:
+        """The estimate of the program with argument `i` laid out as `tilings[i]`."""
+        run = _Run(self, tilings)
         for index, op in enumerate(self.sketch.ops):
             run.op(index, op)
         run.finish()
@@ -186,25 +186,25 @@ class Evaluator:
 
 
 class _Run:
-    """One evaluation: each value's layout, partial axes and priority; the clock, the link and live bytes."""
+    """One evaluation: each value's tiling, partial axes and priority; the clock, the link and live bytes."""
 
-    def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
+    def __init__(self, ev: Evaluator, tilings: tuple[Tiling, ...]):
         self.ev, self.est = ev, Estimate()
         sk = ev.sketch
         n = sk.num_args
-        args = tuple(layouts[:n]) + tuple(ev.replicated[i] for i in range(len(layouts), n))
-        self.layout: dict[int, Layout] = dict(ev.replicated)
-        self.layout.update(enumerate(args))
+        args = tuple(tilings[:n]) + tuple(ev.replicated[i] for i in range(len(tilings), n))
+        self.tiling: dict[int, Tiling] = dict(ev.replicated)
+        self.tiling.update(enumerate(args))
         # values tiled or partial: the others take the fast path
-        self.distributed: set[int] = {i for i, layout in enumerate(args) if any(layout)}
+        self.distributed: set[int] = {i for i, tiling in enumerate(args) if any(tiling)}
         self.partial: dict[int, frozenset[str]] = dict.fromkeys(range(n), frozenset())
         self.prio: dict[int, int] = {i: i for i in range(n)}
         self.ready: dict[int, float] = dict.fromkeys(range(n), 0.0)
         self.state: dict[int, int] = dict(ev.default_states)  # each value's `Evaluator.state_id`
         empty = frozenset()
-        self.state.update((i, ev.state_id(layout, i, empty)) for i, layout in enumerate(args))
+        self.state.update((i, ev.state_id(tiling, i, empty)) for i, tiling in enumerate(args))
         self.memory = MemoryTrace(len(sk.ops), ev.bucket_limit)
-        argument_bytes = [ev.local_bytes(i, layout) for i, layout in enumerate(args)]
+        argument_bytes = [ev.local_bytes(i, tiling) for i, tiling in enumerate(args)]
         self.memory.arguments(argument_bytes)
         self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
         self.clock = self.link = 0.0
@@ -216,8 +216,8 @@ class _Run:
         # when the current kernel began (its first op): a collective after it starts no earlier (`wait_for`)
         self.gate, self.gate_kernel = 0.0, 0
 
-    def lay(self, v: int) -> Layout:
-        return self.layout[v]
+    def lay(self, v: int) -> Tiling:
+        return self.tiling[v]
 
     def communicate(self, v: int, kind: str, axes, local: int, where: str, bucketable: bool = False) -> None:
         """A collective of value `v`: started when `v` is ready and the link free, waited for now. All_reduces
@@ -256,16 +256,16 @@ class _Run:
         if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return
-        layout, prio, partial, state = self.layout, self.prio, self.partial, self.state
+        tiling, prio, partial, state = self.tiling, self.prio, self.partial, self.state
         # A view of partial sums read by an op tiled over some axes: propagation takes the view into that op's loop
         # nest, which slices the partial sums themselves, so they are reduced there (FSDP's weight gradients, each
-        # reshaped from its per-head layout, are reduced at the optimizer's update of the weight's shard, not in the
+        # reshaped from its per-head tiling, are reduced at the optimizer's update of the weight's shard, not in the
         # backward pass); read by ops computed whole, the view is one of them and reduces its operand.
         through = ev.op_views[index] and bool(partial.get(operands[0])) and self.tiled_reader(index)
         key = (index, through, *[state[v] if v >= 0 else -1 for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
-            shape = ev._shapes[key] = partition_op(ev, op, layout, prio, self.partial, through)
+            shape = ev._shapes[key] = partition_op(ev, op, tiling, prio, self.partial, through)
         gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, work = shape
         roots = ev.op_roots[index]
         if gathers:
@@ -288,7 +288,7 @@ class _Run:
                 if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
                     self.communicate(v, *reduction[:3], op.line, bucketable=reduction[3])
                     partial[v] = frozenset()
-                    state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
+                    state[v] = ev.state_id(tiling[v], prio.get(v, 0), partial[v])
                 if roots[k] in fills:
                     self.make_fill(roots[k], fill_divides[k])
         elif fills:
@@ -301,7 +301,7 @@ class _Run:
         memory = self.memory
         memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:
-            layout[v], prio[v], state[v] = result, result_prio, result_state
+            tiling[v], prio[v], state[v] = result, result_prio, result_state
             partial[v] = reduced
             if distributed:
                 self.distributed.add(v)
@@ -317,8 +317,8 @@ class _Run:
     def tiled_reader(self, index: int) -> bool:
         """A reader of view `index`'s result (through further views) has an operand already tiled: an argument's
         block (a weight's shard under its update) or a value made before the view."""
-        layout = self.layout
-        return any(u >= 0 and u in self.distributed and any(layout[u])
+        tiling = self.tiling
+        return any(u >= 0 and u in self.distributed and any(tiling[u])
                    for reader in self.ev.view_readers[index] for u in self.ev.sketch.ops[reader].operands)
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
@@ -407,7 +407,7 @@ class _Run:
         for r, v in enumerate(sk.results):
             if v < 0:
                 continue
-            want = self.ev_layout_of_result(r, v)
+            want = self.result_tiling(r, v)
             partial = self.partial.get(v, frozenset())
             if partial:
                 axes = ev.mesh_order(partial)
@@ -419,7 +419,7 @@ class _Run:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
         self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results, ev.last_reader))
 
-    def ev_layout_of_result(self, r: int, v: int) -> Layout:
+    def result_tiling(self, r: int, v: int) -> Tiling:
         arg = self.ev.follow.get(r)
         if arg is None:
             return self.lay(v)  # a free result leaves as computed

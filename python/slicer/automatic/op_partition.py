@@ -16,18 +16,18 @@ import math
 from .sketch import OpSketch
 
 
-def partition_op(ev, op: OpSketch, layout: dict, prio: dict, partials: dict, through: bool = False) -> tuple:
-    """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
+def partition_op(ev, op: OpSketch, tiling: dict, prio: dict, partials: dict, through: bool = False) -> tuple:
+    """What `op` does with its operands' current tilings, priorities and partial axes, and only those (the
     evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
-    layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
+    tilings that differ in one group, so most ops see the same operands again): the operand dims it gathers
     (value, dim, axes, block bytes, gathered bytes, whether it makes the whole copy: a value gathered on two dims
     is gathered one dim after the other) and those operands' positions; per operand the reduction
     of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
-    results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
+    results' priority and partial axes; per result (value, tiling, bytes per device, tiled or partial, state);
     and its work for `op_seconds` (the share of its loop nest, bytes stored, bytes read per operand)."""
-    loops, gathers, table_axes = assign_loops(ev, op, layout, prio)
+    loops, gathers, table_axes = assign_loops(ev, op, tiling, prio)
     divide = math.prod(ev.group(a) for a in loops.values()) or 1
-    result_prio = min([prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
+    result_prio = min([prio.get(v, 0) for v in op.operands if v >= 0 and any(tiling[v])] or [10 ** 9])
     reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
     gathered, running = [], {}
     # A value gathered on several dims is gathered one dim after another, into the whole value: the last
@@ -36,7 +36,7 @@ def partition_op(ev, op: OpSketch, layout: dict, prio: dict, partials: dict, thr
     # GPT training step on 2x2 under its budget to a program slower compiled.
     for k, d, axes in gathers:
         v = op.operands[k]
-        local = ev.local_bytes(v, layout[v])
+        local = ev.local_bytes(v, tiling[v])
         running[v] = running.get(v, local) * ev.group(axes)
         gathered.append((v, d, axes, local, running[v]))
     last = {g[0]: i for i, g in enumerate(gathered)}
@@ -53,9 +53,9 @@ def partition_op(ev, op: OpSketch, layout: dict, prio: dict, partials: dict, thr
             reductions.append(None)
             continue
         axes = ev.mesh_order(partial)
-        scatter = [d for d, u in enumerate(uses) if u is not None and loops.get(u) == axes and not layout[v][d]]
+        scatter = [d for d, u in enumerate(uses) if u is not None and loops.get(u) == axes and not tiling[v][d]]
         # (`spmd/bucketing.py` buckets a reduce_scatter of dim 0 only)
-        reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v]),
+        reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, tiling[v]),
                            not scatter or scatter[0] == 0))
     results, produced = [], 0
     for r, v in enumerate(op.results):
@@ -72,7 +72,7 @@ def partition_op(ev, op: OpSketch, layout: dict, prio: dict, partials: dict, thr
             tuple(fill_divides), result_prio, reduced, tuple(results), (divide, produced, tuple(read)))
 
 
-def assign_loops(ev, op: OpSketch, layout: dict, prio: dict):
+def assign_loops(ev, op: OpSketch, tiling: dict, prio: dict):
     """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
     the axes of tiled table dims (partial sums)."""
     wanted = []
@@ -80,7 +80,7 @@ def assign_loops(ev, op: OpSketch, layout: dict, prio: dict):
     for k, v in enumerate(op.operands):
         if v < 0:
             continue
-        for d, axes in enumerate(layout[v]):
+        for d, axes in enumerate(tiling[v]):
             if axes:
                 wanted.append((prio.get(v, 0), -nbytes[v], k, d, axes))
     loops: dict[int, tuple[str, ...]] = {}

@@ -1,10 +1,10 @@
 """Independent descents of the search run side by side, one forked process per core.
 
-The descents of `descent.Search.run` from different starting points share nothing but the cache of priced
-layouts, which only saves work: a descent's end point depends on its start alone (the model is a pure function
-of the layout). So on a machine with more than one core the search forks one process per further core (up to
+The descents of `descent.TacticSearch.run` from different starting points share nothing but the cache of priced
+tilings, which only saves work: a descent's end point depends on its start alone (the model is a pure function
+of the tiling). So on a machine with more than one core the search forks one process per further core (up to
 the number of tasks); every process, this one included, takes the next task not taken yet until none is left,
-and each child sends back its tasks' results and the layouts it priced, which join this process's cache. The
+and each child sends back its tasks' results and the tilings it priced, which join this process's cache. The
 answers are the ones the tasks give run one after another, in the same order (the time it saves:
 benchmarks/README.md, `auto.py`).
 

@@ -2,7 +2,7 @@
 op of the entry function as the loops its operands and results walk (from the rule table, `slicer.rules`), its
 work (FLOPs, bytes) and whether it is a contraction.
 
-The search evaluates thousands of layouts; reading the IR and deriving rules once makes each evaluation a walk
+The search evaluates thousands of tilings; reading the IR and deriving rules once makes each evaluation a walk
 over Python tuples (`cost_model.evaluate`), with no MLIR and no rewriting.
 """
 
@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, func as func_d, linalg, tensor
+from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import CompileError, NoRule

@@ -12,7 +12,7 @@ search's scalar cost. Two consistent bounds, combined by ``max``:
   minor suffixes only, clear every dim's wrongly placed suffix (`dim_order.py`) unless a permute, never cheap,
   reorders it (``_middle_bound``); shrinking nodes also bound what resolving partial sums will cost.
 
-`Bounds` is built from the `Problem` it shares with `search.Search` and the search's per-dims facts (``info``, a
+`Bounds` is built from the `Problem` it shares with `search.PlanSearch` and the search's per-dims facts (``info``, a
 table shared with it), and keeps its caches to itself.
 """
 
@@ -42,7 +42,7 @@ def whole(x: float) -> int:
 
 
 class Bounds:
-    """The heuristic of a `search.Search`: consistent lower bounds on the cost still to pay from a node of
+    """The heuristic of a `search.PlanSearch`: consistent lower bounds on the cost still to pay from a node of
     ``problem``. ``info[dims]`` is what every node with these dims shares, of which the bounds read
     ``products``, ``size`` and ``unused(problem)``: the search's table, built on demand for both, since
     they ask about the same dims (and its `work` counts each once)."""
@@ -66,7 +66,7 @@ class Bounds:
 
     @property
     def work(self) -> int:
-        """The bounds' share of `search.Search.work`, in the same units (about one bounded node each): nodes
+        """The bounds' share of `search.PlanSearch.work`, in the same units (about one bounded node each): nodes
         bounded, per-device overlap bounds (a unit per 64 devices) and the products bound's (`GroupProducts.work`)."""
         return len(self._cheap) + len(self._overlap_h) * max(1, self.problem.n // 64) + self.products.work
 

@@ -17,7 +17,7 @@ from .types import DistType
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """What one plan search solves, as `search.Search` and its `Bounds` both read it: from ``src`` to
+    """What one plan search solves, as `search.PlanSearch` and its `Bounds` both read it: from ``src`` to
     ``dst``, *reduced* states ``(dims, partial)`` (mesh axes of size 1 dropped, plain tuples so that states
     hash fast) of an array of ``shape``, over the non-trivial mesh ``axes`` (``sizes``: every mesh axis's
     size) laid out by ``layout``, with costs in ``pricing``'s integers; with ``cap``, over plans in any

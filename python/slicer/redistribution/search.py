@@ -6,7 +6,7 @@ states hash fast; a search node adds the normal-form phase: 0 = shrinking (slice
 from `costs.Pricing`: elements received summed over all devices (``bytes`` objective), or estimated time
 then that sum (``time``).
 
-A `Search` solves one `bounds.Problem` (source, target, mesh axes, layout, pricing, memory cap) and holds
+A `PlanSearch` solves one `bounds.Problem` (source, target, mesh axes, layout, pricing, memory cap) and holds
 the `bounds.Bounds` built from the same problem, which it asks for the heuristic of each node: the ``max``
 of two consistent bounds, the traffic lower bound of the plan itself (*overlap*) and what all-to-alls and
 permutes must still do (*structural*, which sees that blocks must change shape, which the overlap bound
@@ -111,7 +111,7 @@ class _DimsInfo:
             self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
-    def slices(self, search: Search) -> list:
+    def slices(self, search: PlanSearch) -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
         (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
         slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
@@ -128,7 +128,7 @@ class _DimsInfo:
                             if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
-    def moves(self, search: Search) -> tuple[list, list]:
+    def moves(self, search: PlanSearch) -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in
@@ -189,7 +189,7 @@ class _DimsTable(dict):
         return out
 
 
-class Search:
+class PlanSearch:
     """A* over normal-form plans from ``src`` to ``dst`` (reduced types), or, with ``cap``, over plans in
     any order whose blocks never exceed ``cap`` elements. ``informed=False`` drops the heuristic
     (uniform-cost search; the tests compare the two). What it solves is ``problem`` (a `bounds.Problem`),

@@ -1,6 +1,6 @@
 """The search's descents run side by side in forked processes (`automatic/parallel.py`): the answers are the ones
-run one after another, in order; the layouts the children priced join the cache (as figures, re-priced in full
-when the chosen layout needs its collectives); a child that dies has its tasks run by the parent; and the
+run one after another, in order; the tilings the children priced join the cache (as figures, re-priced in full
+when the chosen tiling needs its collectives); a child that dies has its tasks run by the parent; and the
 setting that limits the processes is checked."""
 
 import multiprocessing
@@ -8,11 +8,10 @@ import os
 import time
 
 import pytest
-
-from slicer.automatic import Search, descent, parallel, read_sketch
-from slicer.core.errors import AutoError
-
 from test_composed import mlp_on_2x2
+
+from slicer.automatic import TacticSearch, descent, parallel, read_sketch
+from slicer.core.errors import AutoError
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 needs_two_cores = pytest.mark.skipif(CORES < 2 or not hasattr(os, "fork"), reason="one core, or no os.fork")
@@ -93,7 +92,7 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
 
     def searched(processes: str):
         monkeypatch.setenv(parallel.PROCESSES_ENV, processes)
-        search = Search(sketch, mesh, budget=540_000)
+        search = TacticSearch(sketch, mesh, budget=540_000)
         return search, *search.run(refuse=False)
 
     monkeypatch.setattr(parallel, "MIN_SECONDS", 0.0)  # this small search would not pay for a fork
@@ -120,7 +119,7 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
         if est is not None:
             assert (other.compute, other.exposed, other.overlapped, other.peak_bytes) == \
                 (est.compute, est.exposed, est.overlapped, est.peak_bytes), key
-    assert any(e is not None and e.collectives is None for e in forked.cache.values()), "no layout priced by a child"
+    assert any(e is not None and e.collectives is None for e in forked.cache.values()), "no tiling priced by a child"
 
 
 @needs_two_cores
