@@ -122,7 +122,7 @@ def _rewrite_once(function: ir.Operation, journal: Journal, laws) -> bool:
 
 def find_conflicts(function: ir.Operation) -> list[Conflict]:
     """Places where a value tiled over some axes is needed, inside a loop over those axes, in
-    another layout: sliced on another dim (or by another range), or used whole."""
+    another distributed type: sliced on another dim (or by another range), or used whole."""
     conflicts = []
     for op in walk_ops(function):
         if op == function:

@@ -11,7 +11,7 @@ from .journal import Journal, RewriteListener
 from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
 from .merging import (duplicate_candidates, duplicate_slices, eliminate_dead, hoist_invariant, merge_duplicate_loop,
                       merge_duplicate_slice)
-from .shared_layout import reduce_shared_blocks, sum_loop_of
+from .shared_blocks import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 
 LAWS = (

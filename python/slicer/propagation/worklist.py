@@ -217,7 +217,7 @@ class Worklist(RewriteListener):
                 # Its users' laws read how many uses it has only to ask whether it has one (a single-use loop
                 # gives its body away, a single-use slice commutes: `may_take_body`, `order_slices`), so they are
                 # asked again when it is left with one: re-asking all the users of a loop read by hundreds of ops
-                # was 45% of the ops asked again on the GPT training step's FSDP-like layouts over 2x4.
+                # was 45% of the ops asked again on the GPT training step's FSDP-like strategies over 2x4.
                 users = [as_op(use.owner) for result in producer.results for use in result.uses]
                 if len(users) == 1:
                     touched += users
