@@ -52,8 +52,8 @@ from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
-from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
-from slicer.viz.sharding import uneven_dims
+from slicer.viz import MemoryReport, BlockPicture, memory_report, source_names, value_picture
+from slicer.viz.block_picture import uneven_dims
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Program:
             object.__setattr__(self, "_names", names)
         return dict(self._names)
 
-    def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
+    def picture(self, what, *, grid_dims: tuple[int, ...] | None = None) -> BlockPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
         "result0", a value of the kernel graph ("%4", as `explain()` lists them) or a name from the source
         ("w1"), or the name of an argument or result (a model's input "x" or parameter "fc1.weight"). `.text()`
@@ -130,8 +130,8 @@ class Program:
         return value_picture(self.graph, what, self.original, names=self.value_names(), grid_dims=grid_dims)
 
     def show(self, what, *, png: str | Path | None = None, grid_dims: tuple[int, ...] | None = None) -> None:
-        """Print the sharding picture of a value (see `sharding`); with `png`, also draw it into that file."""
-        picture = self.sharding(what, grid_dims=grid_dims)
+        """Print the block picture of a value (see `picture`); with `png`, also draw it into that file."""
+        picture = self.picture(what, grid_dims=grid_dims)
         print(picture.text())
         if png is not None:
             picture.png(png)

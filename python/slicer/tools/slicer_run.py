@@ -44,7 +44,7 @@ from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.timings import Timings
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
-from slicer.viz.sharding import load_pyplot
+from slicer.viz.block_picture import load_pyplot
 from slicer.viz.value_lookup import describe
 
 from .cli import EXIT_OK, failure, unreadable, usage_error
@@ -187,7 +187,7 @@ def run(args, request: Request) -> int:
         print(f"== compiled {args.program} for mesh {mesh} in {time.perf_counter() - start:.2f} s")
         print(prog.explain() if args.explain else prog.explain().split("propagation:")[0].rstrip())
         for what in args.show:
-            print(prog.sharding(what).text())
+            print(prog.picture(what).text())
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:

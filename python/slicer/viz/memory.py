@@ -30,7 +30,7 @@ from slicer.runtime.collective_kinds import mpi_scratch_bytes
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
-from .sharding import uneven_dims
+from .block_picture import uneven_dims
 from .value_lookup import describe, source_names
 
 
