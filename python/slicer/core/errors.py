@@ -77,7 +77,7 @@ class FrontendError(SlicerError, ValueError):
 
 
 class RedistributionError(SlicerError, ValueError):
-    """An invalid distributed type, plan, dtype or spec for the redistribution machinery."""
+    """An invalid distributed type, plan, dtype or text form for the redistribution machinery."""
 
 
 class MeshError(RedistributionError):

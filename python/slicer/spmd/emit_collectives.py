@@ -189,5 +189,5 @@ class PlanEmitter:
                 continue
             emission = EMISSIONS.get(type(step), PlanEmitter.emit_op)
             value = emission(self, value, step, plan, after, loc(step))
-            value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.spec())])
+            value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.text())])
         return value

@@ -140,7 +140,7 @@ class _FunctionPartitioner(PartitionState):
             arg.set_type(local_type(t, self.mesh, element))
             origin = f"argument #{index} of @{self.fname}"
             self.env[arg] = PartitionedValue(arg, t, frozenset(), origin, arg.location, shape)
-            attrs[DIST_ATTR] = ir.StringAttr.get(t.spec())
+            attrs[DIST_ATTR] = ir.StringAttr.get(t.text())
             if t.shape != shape:
                 attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(shape))
             new_arg_attrs.append(attrs)
@@ -266,7 +266,7 @@ class _FunctionPartitioner(PartitionState):
             target = self.target(entry.shape, target, op.location)
             local = self.convert(entry, target, op, why)
             op.operands[index] = local
-            attrs[DIST_ATTR] = ir.StringAttr.get(target.spec())
+            attrs[DIST_ATTR] = ir.StringAttr.get(target.text())
             if target.shape != entry.shape:
                 attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(entry.shape))
             attrs[DIST_SOURCE_ATTR] = ir.StringAttr.get(source)

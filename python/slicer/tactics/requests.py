@@ -240,9 +240,9 @@ class RequestCollector:
 
     def schedule_mesh(self, location: ir.Location) -> str | None:
         """The name of the mesh the schedule's axes belong to (maybe a mesh to insert)."""
-        spec = self.asked_mesh
+        asked = self.asked_mesh
         declared = ", ".join("@" + m for m in self.meshes) or "none"
-        if spec is None:
+        if asked is None:
             if len(self.meshes) == 1:
                 return next(iter(self.meshes))
             if not self.meshes:
@@ -252,16 +252,16 @@ class RequestCollector:
                 self.error(location, f"tactics need a mesh and the module declares {len(self.meshes)} "
                                      f"({declared}): name one with mesh=")
             return None
-        if isinstance(spec, str):
-            name = spec.lstrip("@")
+        if isinstance(asked, str):
+            name = asked.lstrip("@")
             if name in self.meshes:
                 return name
             self.error(location, f"mesh @{name} is not declared in the module (declared meshes: {declared})")
             return None
         try:
-            wanted = spec if isinstance(spec, Mesh) else Mesh(spec)
+            wanted = asked if isinstance(asked, Mesh) else Mesh(asked)
         except MeshError as exc:
-            self.error(location, f"mesh={spec!r}: {exc}")
+            self.error(location, f"mesh={asked!r}: {exc}")
             return None
         for name, declared_mesh in self.meshes.items():
             if declared_mesh == wanted:
