@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from slicer.core import linalg_facts
+from slicer.core.host import cpu_flags, cpu_info
 from slicer.core.toolchain import find_tool
 
 from .cache import cache_key
@@ -57,7 +58,7 @@ class Target:
         if "+avx512bf16" in self.features:
             return True
         if self.cpu == "native":
-            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+            return "avx512_bf16" in cpu_flags()
         return self.cpu in _AVX512_BF16_CPUS
 
     def fingerprint(self) -> str:
@@ -65,6 +66,9 @@ class Target:
         host = _host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
 
+
+NATIVE = Target()
+"""This machine: the default target."""
 
 _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
                  "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
@@ -77,16 +81,9 @@ _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "granitera
 @lru_cache(maxsize=1)
 def _host_cpu() -> str:
     # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    fields = cpu_info()
+    if not fields:
         return f"{platform.machine()}:{platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
     return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 

@@ -329,7 +329,8 @@ class PermuteExecution(Execution):
 class _ReduceExecution(Execution):
     """Sums over MPI travel in ``wide`` (`dtypes.accumulation_dtype`: MPI has no f16 or bf16 type), summed by
     MPI's own SUM, rounded once on the way out. Chosen over a user-defined MPI.Op summing bf16 bytes in f32:
-    that one rounds at every combine of more than 2 members and was slower. Bool sums are logical ors (numpy's sum in bool). Shared
+    that one rounds at every combine of more than 2 members and was slower. Bool sums are logical ors (numpy's sum
+    in bool). Shared
     memory sums in the block's dtype (f16/bf16 in f32, rounded once), as the simulator."""
 
     def packing(self, step, mesh, in_shape, dtype, mpi):

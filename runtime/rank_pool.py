@@ -1,7 +1,8 @@
 """Warm ranks: one job of N ranks kept up between `Program.run` calls, instead of a new job per call.
 
 Starting a job costs each rank its interpreter, numpy, mpi4py and `MPI_Init` (a large
-share of a small program's time) before any work; a notebook or a test suite that runs many small programs pays that again and again.
+share of a small program's time) before any work; a notebook or a test suite that runs many small programs pays
+that again and again.
 With `SLICER_KEEP_RANKS=1` in the environment, `Program.run(..., ranks=N)` (one untimed run: no
 `return_timings`, `repeat=1`) runs on a job of N ranks kept for the rest of the process (`RankJob` serving
 `rank_server`, as a training session does): each call loads its program on the ranks (kernels from the
@@ -18,30 +19,30 @@ the process (`atexit`; the ranks also die with it, `runtime.mpiexec`).
 from __future__ import annotations
 
 import atexit
-import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from .rank_job import RankJob
 from .session import SessionPlan, load_program
 
-KEEP_RANKS_ENV = "SLICER_KEEP_RANKS"
+KEEP_RANKS_ENV = environment.KEEP_RANKS.name
 _JOBS: dict[tuple, RankJob] = {}
 _LENT: set[int] = set()  # id() of the kept jobs a session holds (`borrow`): no other call may load a program there
 
 
 def keeping_ranks() -> bool:
     """Whether `Program.run` should use warm ranks (`SLICER_KEEP_RANKS=1`)."""
-    return os.environ.get(KEEP_RANKS_ENV, "0") == "1"
+    return environment.value(environment.KEEP_RANKS) == "1"
 
 
 def _environment_key() -> tuple:
     """The settings a rank reads when it starts: a kept job serves only calls made under the same ones."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SLICER_", "MPIR_"))))
+    return environment.slicer_settings()
 
 
 def warm_job(ranks: int, mpiexec: str | None, timeout: float) -> RankJob:

@@ -30,7 +30,8 @@ from .matrix_units import AMX
 A_IN_PLACE_COLUMNS = 512
 """At most this many columns (N), A is read in place rather than packed (`Bf16Gemm.a_in_place`): faster on
 AVX512-BF16 up to here (attention's `p @ v`, 64 columns a head, gains most), equal within noise from 1024 columns
-on (a packed block then serves the whole N block of `nc` columns). AMX reads A in place at any N (`Bf16Gemm.a_in_place`)."""
+on (a packed block then serves the whole N block of `nc` columns). AMX reads A in place at any N
+(`Bf16Gemm.a_in_place`)."""
 BF16_BLOCKS = {"mc": 256, "nc": 1024, "kc": 512}
 """Cache blocks of the bf16 GEMMs (rows, columns, depth): the f32 ones' (`ContractOptions`) hold 4-byte
 elements and 8-row tiles; bf16 panels take half the bytes, and AMX tiles are 32 rows."""
@@ -60,7 +61,8 @@ class Bf16Gemm(Bf16Packer):
         """Whether whole A tiles are read from A itself, not packed: when N is at most `A_IN_PLACE_COLUMNS` (a
         packed A block would serve so few panels that packing costs a good part of the products: attention's
         `p @ v`, 64 columns a head), or always on AMX (its products are several times faster than AVX-512's, so
-        packing would weigh that much more; tile loads take any row stride, as oneDNN's brgemm reads A in place: reasoned,
+        packing would weigh that much more; tile loads take any row stride, as oneDNN's brgemm reads A in place:
+        reasoned,
         not measured here, no AMX on this machine), and A is laid out as the panel is (contiguous along the
         one K dim, every K block a whole number of k pairs or AMX steps). Edge tiles (fewer rows) are packed."""
         c = self.c
@@ -96,7 +98,8 @@ class Bf16Gemm(Bf16Packer):
         if whole is True:
             return direct
         types = ("memref<?xbf16>", "index", "index")
-        return tuple(e.value(f"arith.select {whole}, {e.idx(x)}, {e.idx(y)} : {t}") for x, y, t in zip(direct, packed, types))
+        return tuple(e.value(f"arith.select {whole}, {e.idx(x)}, {e.idx(y)} : {t}") for x, y,
+                     t in zip(direct, packed, types))
 
     def generate(self) -> str:
         c, e = self.c, self.e
@@ -145,7 +148,8 @@ class Bf16Gemm(Bf16Packer):
         ap, aoff, lda = a
 
         def call(depth):
-            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, {e.idx(boff)}, {c_tile}, "
+            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, "
+                   f"{e.idx(boff)}, {c_tile}, "
                    f"{e.idx(depth)}, {flag}, {nt}) : ({types}) -> ()")
 
         full = self.round_up(self.kb.max_units, self.pad)
@@ -174,7 +178,8 @@ class Bf16Gemm(Bf16Packer):
             ones = ", ".join("1" for _ in out.dims)
             sub_type = f"memref<{self.mr}x{NR}xf32, strided<[{out.stride_of(m0)}, 1], offset: ?>>"
             sub = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
-            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero, self.nt_flag)
+            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero,
+                       self.nt_flag)
 
         def via_scratch(vectors: bool):
             self._scratch_tile(where, height, width, scratch, zero, vectors,

@@ -17,8 +17,8 @@ Details: docs/module-notes.md, `strategies.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from mlir import ir
 
@@ -74,7 +74,9 @@ def _read_step(step, helper: str) -> _Step:
             module = ir.Module.parse(step.text)
             func = entry_function(module, step.entry)
         except (ir.MLIRError, EntryError) as exc:
-            raise InvalidTactic(f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}") from None
+            raise InvalidTactic(
+                f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}"
+            ) from None
         shapes = tuple(tuple(t.shape) if isinstance(t, ir.RankedTensorType) and t.has_static_shape else None
                        for t in function_type(func).inputs)
         result_names = step.result_names or tuple(value_names(func, "result"))

@@ -5,7 +5,8 @@ Each sweep tries every value of every variable (larger groups first, so a model'
 small inputs when they dominate, and the other way round) and keeps a change as soon as it lowers the objective;
 sweeps repeat until none helps. Descents start from: the model's arguments decided with the data kept whole (so
 tiling the data first does not block tensor parallelism that needs it whole); nothing tiled and the data tiled over
-each set of axes (`TacticSearch.seeds`); and starting points composed per mesh axis (`TacticSearch.composed`): 1-D patterns,
+each set of axes (`TacticSearch.seeds`); and starting points composed per mesh axis
+(`TacticSearch.composed`): 1-D patterns,
 the end points of descents over one axis's variables alone (by the objective, by time ignoring the budget, by
 memory, from the data tiled, with the data whole), assigned to each axis in every combination, the best kept for
 each set of axes the data is tiled over. A descent changes one variable at a time, so from data over both axes of
@@ -53,7 +54,7 @@ class Predicted:
     total: float
 
     @staticmethod
-    def of(est: Estimate) -> "Predicted":
+    def of(est: Estimate) -> Predicted:
         return Predicted(est.compute, est.exposed, est.overlapped, est.total)
 
 

@@ -4,8 +4,8 @@ and for each decision what it saves against replicating and what the runner-up w
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from slicer.core.mesh import Mesh
 from slicer.tactics import Tactic, format_tactics

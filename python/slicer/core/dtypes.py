@@ -36,7 +36,8 @@ NARROW_FLOATS = ("bf16", "f16")
 
 @functools.cache
 def bfloat16() -> np.dtype:
-    """ml_dtypes' bfloat16, loaded on first use: importing ml_dtypes costs a noticeable part of a second of CPU (its extension registers
+    """ml_dtypes' bfloat16, loaded on first use: importing ml_dtypes costs a noticeable part of a second of CPU
+    (its extension registers
     every type it has), which every process (each `slicer-opt`, each rank) would pay whether or not it meets a
     bf16 value. A process that holds a bf16 array has loaded it already."""
     import ml_dtypes  # costly: see above (test_layers allows it)

@@ -21,8 +21,9 @@ Details: docs/module-notes.md, `frontends/optimizers.py`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
+from typing import Union
 
 from slicer.core.errors import FrontendError, InputError
 

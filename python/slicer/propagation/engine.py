@@ -21,11 +21,12 @@ from mlir import ir
 from slicer.core.errors import Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
 from slicer.core.names import CONFLICT_ATTR, SLICE
+from slicer.core.operations import as_op
 from slicer.core.pipeline import run_pipeline
 from slicer.core.reproducer import save_reproducer
 from slicer.dialect import SliceOp, walk_ops
 
-from .ir_utils import as_op, enclosing_loops
+from .ir_utils import enclosing_loops
 from .laws import LATE_LAWS, LAWS, Journal, tactic_name, tile_loop_of
 from .worklist import Worklist, ask_laws
 

@@ -17,9 +17,10 @@ import math
 from mlir import ir
 
 from slicer.core.names import LOOP, SLICE
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import SliceOp, walk_ops
 
-from .ir_utils import BlockOrder, as_op, captured_values, defining_op, loops_around, op_id, walk_captured
+from .ir_utils import BlockOrder, captured_values, loops_around, op_id, walk_captured
 from .late_scan import LateScan
 from .laws import LATE_LAWS, Journal, RewriteListener, duplicate_candidates, duplicate_slices, sum_loop_of
 

@@ -209,7 +209,8 @@ class PlanSearch:
 
     @property
     def work(self) -> int:
-        """What the search has done so far, deterministically, in units of about one bounded node: the dims it described (``info``, 3 units each) plus the work of its `bounds` (nodes
+        """What the search has done so far, deterministically, in units of about one bounded node: the dims it
+        described (``info``, 3 units each) plus the work of its `bounds` (nodes
         bounded, per-device overlap bounds, reachable block sizes and products bounded: `Bounds.work`).
         Weights from least-squares fits of CPU time on these counts over 900 searches (R^2 = 0.92), the
         last one raised where a fit on searches with many partial sums needed it."""
@@ -248,8 +249,8 @@ class PlanSearch:
 
     def _weights(self, types: tuple, products: tuple) -> np.ndarray:
         """Row ``i``: the weight of each axis in each device's block index under ``types[i]`` (all with
-        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
-        device the same block iff its indices agree (the partial axes' coordinates are common to both).
+        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give
+        a device the same block iff its indices agree (the partial axes' coordinates are common to both).
         The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
         (weight of each axis in each type) x (each device's coordinate along each axis)."""
         axes, sizes = self.problem.axes, self.problem.sizes

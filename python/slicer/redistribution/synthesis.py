@@ -286,7 +286,8 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
     """Turn reduced-type moves into steps on the real types (size-1 axes included), merged per dim."""
     steps: list[Step] = []
     current = src
-    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if isinstance(m, GatherMove)), len(moves))
+    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if isinstance(m, GatherMove)),
+                                               len(moves))
     trivial_partial = lambda t: tuple(a for a in t.partial if mesh.size(a) == 1)  # noqa: E731
 
     def push(step):

@@ -36,6 +36,7 @@ from slicer.core.names import (
     TACTIC_ATTR,
     YIELD,
 )
+from slicer.core.operations import nested_ops
 from slicer.dialect import (
     LoopOp,
     MeshOp,
@@ -207,7 +208,7 @@ class _FunctionPartitioner(PartitionState):
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
-        for nested in _nested_ops(op):
+        for nested in nested_ops(op):
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
@@ -278,16 +279,6 @@ class _FunctionPartitioner(PartitionState):
 
 
 
-
-
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
 
 
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:

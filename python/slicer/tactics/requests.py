@@ -110,7 +110,8 @@ class RequestCollector:
         requests: list[Request] = []
         for func in defined_functions(self.module):
             fn_type = function_type(func)
-            for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs), (RES_ATTRS_ATTR, "result", fn_type.results)):
+            for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs),
+                                     (RES_ATTRS_ATTR, "result", fn_type.results)):
                 if key not in func.attributes:
                     continue
                 for index, attrs in enumerate(ir.ArrayAttr(func.attributes[key])):
@@ -121,8 +122,8 @@ class RequestCollector:
                                                        func.location, f"the slicer.sharding of {what}")
             for number, op in enumerate(walk_ops(func, ANNOTATE)):
                 view = AnnotateOp(op)
-                requests += self.from_sharding(op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "value", number, func,
-                                               op.location, "'slicer.annotate'", annotate_op=op)
+                requests += self.from_sharding(op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "value", number,
+                                               func, op.location, "'slicer.annotate'", annotate_op=op)
         return requests
 
     def from_sharding(self, attr, type_, kind, index, func, location, origin, annotate_op=None) -> list[Request]:

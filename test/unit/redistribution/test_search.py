@@ -199,7 +199,8 @@ def test_block_index_and_permute_floor(sizes):
     at least ``1 - 1/s`` of the devices, ``s`` the second smallest axis size (the permute floor)."""
     mesh = Mesh([(name, k) for name, k in zip("abcd", sizes)])
     shape = (mesh.device_count * 4,) * 3
-    search = PlanSearch(mesh, Layout.get(mesh, shape), DistType(shape, ((), (), ()), ()), DistType(shape, ((), (), ()), ()))
+    search = PlanSearch(mesh, Layout.get(mesh, shape), DistType(shape, ((), (), ()), ()),
+                        DistType(shape, ((), (), ()), ()))
     axes = tuple((a, mesh.size(a)) for a in mesh.axis_names)
     floor = search.bounds.permute_floor
     assert floor == pytest.approx(1 - 1 / sorted(sizes)[1])
