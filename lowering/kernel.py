@@ -238,8 +238,8 @@ class Kernel:
         """Run on `inputs`; returns the output array (tuple if several). Outputs must not alias inputs."""
         if len(inputs) != len(self._in_slots):
             raise KernelError(f"kernel @{self.name} takes {len(self._in_slots)} input arrays, got {len(inputs)}")
-        frame_layout = self._frame
-        frame = frame_layout.type.from_buffer_copy(frame_layout.template)
+        framing = self._frame
+        frame = framing.type.from_buffer_copy(framing.template)
         for slot, array in zip(self._in_slots, inputs):
             frame[slot.word] = frame[slot.word + 1] = slot.address(array)
         if out is None:
@@ -256,7 +256,7 @@ class Kernel:
                 raise KernelError(f"kernel @{self.name} has {len(self._out_slots)} outputs, out= gives {len(outputs)}")
             for slot, array in zip(self._out_slots, outputs):
                 frame[slot.word] = frame[slot.word + 1] = slot.address(array)  # a read-only one is refused
-        self._function(*map(ctypes.addressof(frame).__add__, frame_layout.offsets))  # `frame` lives over the call
+        self._function(*map(ctypes.addressof(frame).__add__, framing.offsets))  # `frame` lives over the call
         result = outputs[0] if len(outputs) == 1 else tuple(outputs)
         if self._check is not None:
             self._check(self.name, result)

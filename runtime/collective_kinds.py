@@ -49,8 +49,8 @@ class Packing:
     recv: tuple | None = None
 
     def scratch_bytes(self) -> int:
-        return sum(int(np.prod(spec[0], dtype=np.int64)) * np.dtype(spec[1]).itemsize
-                   for spec in (self.send, self.recv) if spec is not None)
+        return sum(int(np.prod(buffer[0], dtype=np.int64)) * np.dtype(buffer[1]).itemsize
+                   for buffer in (self.send, self.recv) if buffer is not None)
 
 
 class Execution(ABC):

@@ -29,7 +29,7 @@ Tiling = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to mi
 
 
 @dataclass(frozen=True)
-class Collective:
+class ModelledCollective:
     """One collective the model expects: its kind, axes, bytes the busiest device receives, time, the op."""
 
     kind: str
@@ -47,7 +47,7 @@ class Estimate:
     exposed: float = 0.0
     overlapped: float = 0.0
     peak_bytes: int = 0
-    collectives: list[Collective] | None = field(default_factory=list)  # None: not kept (`figures`)
+    collectives: list[ModelledCollective] | None = field(default_factory=list)  # None: not kept (`figures`)
 
     @property
     def total(self) -> float:
@@ -150,7 +150,7 @@ class Evaluator:
         if found[0] is None:
             return 0.0
         ordered, busiest, seconds, extra = found
-        est.collectives.append(Collective(kind, ordered, busiest, seconds + extra, where))
+        est.collectives.append(ModelledCollective(kind, ordered, busiest, seconds + extra, where))
         return seconds
 
     def _price_collective(self, kind, axes, local: int, bucketed: bool) -> tuple:

@@ -19,7 +19,7 @@ from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution import subaxes
 
 from .cache_reads import CacheClock
-from .cost_model import Collective, Estimate, moved_reads, op_seconds
+from .cost_model import Estimate, ModelledCollective, moved_reads, op_seconds
 from .machine import Machine
 from .sketch import FREE_OPS, Sketch, read_kernels
 
@@ -66,7 +66,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
                 cache.made(node.output, graph.value_bytes(node.output))
             where = graph.values[node.output].loc or graph.values[node.input].loc
             extra = machine.sync_seconds + machine.collective_seconds
-            est.collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
+            est.collectives.append(ModelledCollective(node.op, axes, busiest, seconds + extra, where))
             continue
         gate = clock
         wait(node.inputs)

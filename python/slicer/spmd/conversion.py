@@ -20,7 +20,7 @@ from slicer.core.names import CONFLICT_ATTR, DIST_ATTR, GRID_ATTR, INDEX_AXES_AT
 from slicer.dialect import Sharding
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
 
-from .degraded import Loss
+from .degraded import LostSplit
 from .dist_types import dist_text, replicated
 from .emit_collectives import PlanEmitter
 from .padding import padded_type, pads_through, repad
@@ -38,7 +38,7 @@ class PartitionedValue:
     logical: tuple[int, ...] | None = None  # the value's true shape when `type`'s is padded (uneven tiles)
     pads: dict = field(default_factory=dict)  # in loop bodies: dim -> padding.Pad, dims of padded blocks
     tactic: str = ""  # the tactic whose loop tiled it (a degraded strategy names it when the value is gathered)
-    loss: Loss | None = None  # a gathered tactic value it was reshaped or copied from (slicer.spmd.degraded)
+    loss: LostSplit | None = None  # a gathered tactic value it was reshaped or copied from (slicer.spmd.degraded)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -15,10 +15,10 @@ from slicer.core.functions import function_name, function_type
 from slicer.core.mesh import Mesh
 from slicer.dialect import AnnotateOp
 
-from .requests import Request
+from .requests import TacticRequest
 
 
-def check_requests(requests: list[Request], meshes: dict[str, Mesh]) -> list[Located]:
+def check_requests(requests: list[TacticRequest], meshes: dict[str, Mesh]) -> list[Located]:
     """Every problem of `requests`, in order, over the module's `meshes` (declared or to insert)."""
     checker = _RequestChecker(meshes)
     checker.check(requests)
@@ -44,7 +44,7 @@ class _RequestChecker:
     def error(self, location: ir.Location, message: str) -> None:
         self.errors.append(Located(location, message))
 
-    def check(self, requests: list[Request]) -> None:
+    def check(self, requests: list[TacticRequest]) -> None:
         states: dict[tuple, TargetState] = {}
         for request in requests:
             type_ = self.target_type(request)
@@ -56,7 +56,7 @@ class _RequestChecker:
             else:
                 self.check_tile(request, type_, state)
 
-    def target_type(self, request: Request) -> ir.RankedTensorType | None:
+    def target_type(self, request: TacticRequest) -> ir.RankedTensorType | None:
         if request.kind == "value":
             return ir.RankedTensorType(AnnotateOp(request.annotate_op).source.type)
         fn_type = function_type(request.func)
@@ -75,7 +75,7 @@ class _RequestChecker:
             return None
         return type_
 
-    def check_replicate(self, request: Request, state: TargetState) -> None:
+    def check_replicate(self, request: TacticRequest, state: TargetState) -> None:
         if request.mesh not in self.meshes:
             return self.unknown_mesh(request)
         if state.dims:
@@ -84,7 +84,7 @@ class _RequestChecker:
                                                 "tiled or replicated, drop one of the two")
         state.replicated = True
 
-    def check_tile(self, request: Request, type_: ir.RankedTensorType, state: TargetState) -> None:
+    def check_tile(self, request: TacticRequest, type_: ir.RankedTensorType, state: TargetState) -> None:
         dim, axes = request.tile
         label, what, loc = request.label, request.what(), request.location
         if request.mesh not in self.meshes:
@@ -122,6 +122,6 @@ class _RequestChecker:
                                            "a value can be tiled over each mesh axis once")
         state.dims[dim] = tuple(axes)
 
-    def unknown_mesh(self, request: Request) -> None:
+    def unknown_mesh(self, request: TacticRequest) -> None:
         declared = ", ".join("@" + m for m in self.meshes) or "none"
         self.error(request.location, f"{request.label}: unknown mesh @{request.mesh} (declared meshes: {declared})")

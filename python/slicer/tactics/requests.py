@@ -41,7 +41,7 @@ NEW_MESH_NAME = "mesh"
 
 
 @dataclass
-class Request:
+class TacticRequest:
     """One tactic bound to its target in the IR.
 
     `kind` is "arg", "result" or "value" (a `slicer.annotate` op); `tile` is
@@ -86,7 +86,7 @@ class RequestCollector:
         self.new_mesh: Mesh | None = None  # to insert as `slicer.mesh @mesh`
         self._names: dict[tuple[str, str], list[str | None]] = {}  # (function, "arg"/"result") -> `names`
 
-    def collect(self) -> list[Request]:
+    def collect(self) -> list[TacticRequest]:
         """Every request, in application order, repeats dropped (in the module's context)."""
         for name, view in find_meshes(self.module).items():
             try:
@@ -106,8 +106,8 @@ class RequestCollector:
     def error(self, location: ir.Location, message: str) -> None:
         self.errors.append(Located(location, message))
 
-    def annotation_requests(self) -> list[Request]:
-        requests: list[Request] = []
+    def annotation_requests(self) -> list[TacticRequest]:
+        requests: list[TacticRequest] = []
         for func in defined_functions(self.module):
             fn_type = function_type(func)
             for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs),
@@ -126,7 +126,7 @@ class RequestCollector:
                                                func, op.location, "'slicer.annotate'", annotate_op=op)
         return requests
 
-    def from_sharding(self, attr, type_, kind, index, func, location, origin, annotate_op=None) -> list[Request]:
+    def from_sharding(self, attr, type_, kind, index, func, location, origin, annotate_op=None) -> list[TacticRequest]:
         """The requests a `#slicer.sharding` stands for: one Tile per tiled dim, or one Replicate."""
         sharding = Sharding.of(attr)
         if sharding is None:
@@ -152,10 +152,11 @@ class RequestCollector:
                                      "a dim is tiled by each axis at most once")
                 return []
         if not tiles:
-            return [Request(kind, index, None, label(None), func, sharding.mesh, location, annotate_op)]
-        return [Request(kind, index, tile, label(tile), func, sharding.mesh, location, annotate_op) for tile in tiles]
+            return [TacticRequest(kind, index, None, label(None), func, sharding.mesh, location, annotate_op)]
+        return [TacticRequest(kind, index, tile, label(tile), func, sharding.mesh, location, annotate_op)
+                for tile in tiles]
 
-    def schedule_requests(self) -> list[Request]:
+    def schedule_requests(self) -> list[TacticRequest]:
         if not self.tactics:
             if self.asked_mesh is not None:
                 self.schedule_mesh(self.module.location)  # an empty schedule still names the mesh (inserted if new)
@@ -169,15 +170,16 @@ class RequestCollector:
             kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
             tile = (tactic.dim, tactic.axes) if isinstance(tactic, Tile) else None
             if not isinstance(index, str):
-                requests.append(Request(kind, index, tile, str(tactic), func, mesh, func.location))
+                requests.append(TacticRequest(kind, index, tile, str(tactic), func, mesh, func.location))
             elif is_pattern(index):
                 for position, name in self.expand_pattern(func, kind, index, str(tactic)):
-                    requests.append(Request(kind, position, tile, f"{tactic} on '{name}'", func, mesh, func.location,
-                                            name=name))
+                    requests.append(TacticRequest(kind, position, tile, f"{tactic} on '{name}'", func, mesh,
+                                                  func.location, name=name))
             else:
                 position = self.resolve_name(func, kind, index, str(tactic))
                 if position is not None:
-                    requests.append(Request(kind, position, tile, str(tactic), func, mesh, func.location, name=index))
+                    requests.append(TacticRequest(kind, position, tile, str(tactic), func, mesh, func.location,
+                                                  name=index))
         return requests
 
     def expand_pattern(self, func: ir.Operation, kind: str, pattern: str, label: str) -> list[tuple[int, str]]:
@@ -282,7 +284,7 @@ def _tactic_label(kind: str, index: int, tile) -> str:
 
 
 
-def _without_repeats(requests: list[Request]) -> list[Request]:
+def _without_repeats(requests: list[TacticRequest]) -> list[TacticRequest]:
     """`requests` without those repeating an earlier one on the same target (the same tile, or a replicate):
     asking twice is asking once, so strategies composed by concatenation may both tile the inputs."""
     seen, kept = set(), []

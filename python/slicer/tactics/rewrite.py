@@ -23,7 +23,7 @@ from slicer.dialect import AnnotateOp, RangeType, Sharding, TileAction, annotate
 from slicer.dialect import mesh as build_mesh
 
 from .request_checks import check_requests
-from .requests import NEW_MESH_NAME, Request, RequestCollector
+from .requests import NEW_MESH_NAME, RequestCollector, TacticRequest
 from .values import Tactic
 
 
@@ -69,7 +69,7 @@ class _Rewrite:
         self.order = 0  # position of the request being applied in the schedule
         self.result_labels: dict[str, tuple[ir.Operation, dict[int, list[str]]]] = {}  # function name -> labels
 
-    def apply(self, requests: list[Request], after_each=None) -> None:
+    def apply(self, requests: list[TacticRequest], after_each=None) -> None:
         """Apply `requests` in order; `after_each(request)` runs after each one (check-each-step)."""
         for order, request in enumerate(requests):
             self.order = order
@@ -98,7 +98,7 @@ class _Rewrite:
             _label_results(func, labels)
         self.result_labels = {}
 
-    def rewrite_value(self, request: Request, loc: ir.Location) -> None:
+    def rewrite_value(self, request: TacticRequest, loc: ir.Location) -> None:
         """Wrap a function argument (at the function top) or an annotated value (after the annotation)."""
         key = request.key
         if request.kind == "arg":
@@ -124,7 +124,7 @@ class _Rewrite:
         self.current[key] = new
         self.anchor[anchor_key] = built
 
-    def rewrite_result(self, request: Request, loc: ir.Location) -> None:
+    def rewrite_result(self, request: TacticRequest, loc: ir.Location) -> None:
         """Wrap operand `index` of every `func.return` just before it."""
         for block in request.func.regions[0].blocks:
             term = block.operations[len(block.operations) - 1].operation
@@ -139,7 +139,7 @@ class _Rewrite:
         name = function_name(request.func)
         self.result_labels.setdefault(name, (request.func, {}))[1].setdefault(request.index, []).append(request.label)
 
-    def tile(self, request: Request, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
+    def tile(self, request: TacticRequest, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`loop tile<d> over range<axes> { yield slice(value, d, r) }` -> (result, loop op, slice op)."""
         dim, axes = request.tile
         mesh = self.meshes[request.mesh]
@@ -153,7 +153,8 @@ class _Rewrite:
             yield_([block], loc=loc)
         return built.results[0], built.operation, block.owner.operation
 
-    def replicate(self, request: Request, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
+    def replicate(self, request: TacticRequest, value: ir.Value, loc,
+                  ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`slicer.annotate` of `value` with an all-empty sharding -> (result, op, op)."""
         rank = ir.RankedTensorType(value.type).rank
         result = annotate(value, Sharding(request.mesh, ((),) * rank), loc=loc, ip=ip)
