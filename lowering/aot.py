@@ -195,7 +195,8 @@ def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = N
     text = _module_text(module)
     with make_context(), ir.Location.unknown():
         try:
-            name = function_name(entry_function(ir.Module.parse(text), entry))
+            parsed = ir.Module.parse(text)  # held: an op of a collected module is freed memory
+            name = function_name(entry_function(parsed, entry))
         except (ir.MLIRError, EntryError) as exc:
             raise KernelError(str(exc)) from None
     return compile_library(text, **options)[name]
@@ -273,7 +274,7 @@ def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Pa
         try:
             llvm_codegen.emit(llvm_module, target.cpu, target.features, obj)
             outcome.append(None)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
             outcome.append(exc)
 
     worker = threading.Thread(target=generate, name="slicer-codegen", daemon=True)

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
 from slicer.core import linalg_facts
-from slicer.core.host import cpu_flags, cpu_info
+from slicer.core.host import cpu_flags
 from slicer.core.toolchain import find_tool
 
-from .cache import cache_key
+from .cache import cache_key, host_cpu
 from .contract.matrix_units import units_of_target
 from .emitter import host_has_avx512
 from .kernel_pipeline import KernelPipeline
@@ -63,7 +62,7 @@ class Target:
 
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
-        host = _host_cpu() if self.cpu == "native" else ""
+        host = host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
 
 
@@ -76,15 +75,6 @@ _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "ic
 
 
 _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
-
-
-@lru_cache(maxsize=1)
-def _host_cpu() -> str:
-    # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    fields = cpu_info()
-    if not fields:
-        return f"{platform.machine()}:{platform.processor()}"
-    return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
 @lru_cache(maxsize=1)

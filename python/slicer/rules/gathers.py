@@ -14,6 +14,7 @@ Details: docs/module-notes.md, `rules/gathers.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import affine, arith, linalg, tensor
@@ -71,7 +72,7 @@ def table_uses(op: ir.Operation, loop_sizes: list[int | None]) -> TableUses:
     num_inputs = len(op.operands) - len(op.results)
     inputs = list(body.arguments)[:num_inputs]
     first = len(op.operands)
-    uses, gathers, excused = [], [], {}
+    uses, gathers, excused = [], [], dict[Any, Any]()
     for t, table in enumerate(tables):
         reads = [o.operation for o in body.operations
                  if o.operation.name == tensor.ExtractOp.OPERATION_NAME and o.operation.operands[0] == table]

@@ -284,8 +284,5 @@ class _FunctionPartitioner(PartitionState):
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:
     if name not in func.attributes:
         return [{} for _ in range(count)]
-    out = []
-    for d in ir.ArrayAttr(func.attributes[name]):
-        d = ir.DictAttr(d)
-        out.append({d[i].name: d[i].attr for i in range(len(d))})
-    return out
+    dicts = [ir.DictAttr(d) for d in ir.ArrayAttr(func.attributes[name])]
+    return [{d[i].name: d[i].attr for i in range(len(d))} for d in dicts]

@@ -8,7 +8,7 @@ from slicer.core.errors import InvalidTactic, TacticError
 
 from .requests import NEW_MESH_NAME
 from .rewrite import TacticRewriter
-from .values import TEXT_SYNTAX, Replicate, Tactic, Tile, format_tactics, parse_tactics
+from .values import REMAT_POLICIES, TEXT_SYNTAX, Remat, Replicate, Tactic, Tile, format_tactics, parse_tactics
 
-__all__ = ["InvalidTactic", "NEW_MESH_NAME", "Replicate", "TEXT_SYNTAX", "Tactic", "TacticError", "TacticRewriter",
-           "Tile", "format_tactics", "parse_tactics"]
+__all__ = ["InvalidTactic", "NEW_MESH_NAME", "REMAT_POLICIES", "Remat", "Replicate", "TEXT_SYNTAX", "Tactic",
+           "TacticError", "TacticRewriter", "Tile", "format_tactics", "parse_tactics"]
