@@ -148,7 +148,7 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
     except subprocess.TimeoutExpired:
         _end_group(process)
         raise LaunchError(
-            f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}"
+            f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(map(str, command))}"
         ) from None
     finally:
         _end_group(process)
