@@ -20,7 +20,7 @@ import time
 import ml_dtypes
 import numpy as np
 
-from slicer.core.host import cpu_flags as host_cpu_flags
+from slicer.core.host import cpu_flags
 from slicer.lowering import DEFAULT_PIPELINE, aligned_empty, compile_library
 from slicer.lowering.contract.matrix_units import units_of_flags
 
@@ -100,7 +100,7 @@ def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | No
     import torch  # here: the rest of the module (and --help) needs no torch
 
     torch.set_num_threads(1)
-    chosen = units if units != "auto" else units_of_flags(host_cpu_flags())
+    chosen = units if units != "auto" else units_of_flags(cpu_flags())
     pipeline = DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units)
     rng = np.random.default_rng(0)
     rows = []
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--units", default="auto", help="force the bf16 units: amx, avx512bf16 or f32")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f}; host bf16 units: {units_of_flags(host_cpu_flags())}")
+    print(f"load average {os.getloadavg()[0]:.1f}; host bf16 units: {units_of_flags(cpu_flags())}")
     rows = run(args.quick, args.reps, args.units)
     if args.json:
         import json

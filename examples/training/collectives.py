@@ -82,7 +82,9 @@ def main(argv=None) -> int:
         counts, seconds, progs = {}, 0.0, {}
         for n, step in steps.items():
             start = time.perf_counter()
-            progs[n] = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics_of(step))
+            # the partitioner's collectives, before the schedule's rewrites combine or split them
+            progs[n] = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics_of(step), buckets="off",
+                                      collective_matmul="off")
             seconds = time.perf_counter() - start
             counts[n] = collectives(progs[n])
         per_block = counts[2] - counts[1]
