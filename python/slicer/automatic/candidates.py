@@ -117,7 +117,7 @@ def resolve_fixed(sketch: Sketch, tactics: tuple[Tactic, ...]) -> dict[int, Layo
     results fix nothing here, nor does a `Remat`: it places no value)."""
     fixed: dict[int, list] = {}
     for tactic in tactics:
-        if isinstance(tactic, Remat) or tactic.arg is None:
+        if isinstance(tactic, Remat) or tactic.arg is None:  # remat places no value
             continue
         targets = [tactic.arg] if isinstance(tactic.arg, int) else matching(tactic.arg, sketch.arg_names)
         for i in targets:
