@@ -380,7 +380,7 @@ def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Pa
         try:
             llvm_codegen.emit(llvm_module, target.cpu, target.features, obj)
             outcome.append(None)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
             outcome.append(exc)
 
     worker = threading.Thread(target=generate, name="slicer-codegen", daemon=True)

@@ -143,7 +143,7 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
     """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
     process = start_spmd(ranks, argv, mpiexec=mpiexec, env=env, stdout=subprocess.PIPE)
     command = process.args
-    previous = {}
+    previous: dict = {}
 
     def stop(signum, frame):  # a terminating signal ends the job, then the launcher as it would have
         _end_group(process)

@@ -229,8 +229,8 @@ class Session(ABC):
         self.steps = checkpoint.step
         self.checkpoint = ("loaded", Path(directory), checkpoint.step)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - a default, not abstract: the simulated session holds no ranks
+        """Release the session's ranks (sessions that start or join ranks override it)."""
 
     def lost_state(self) -> str:
         """What is lost when the session's ranks are gone: the steps since the last checkpoint saved or loaded

@@ -26,10 +26,12 @@ import numpy as np
 from mlir import ir
 
 from slicer.automatic import AutoResult, search_tactics
+from slicer.automatic.options import format_bytes
 from slicer.checking import check_equivalent
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import (
+    AutoError,
     CompileError,
     DegradedStrategy,
     InvalidTactic,
@@ -58,9 +60,10 @@ from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
-from slicer.strategies import follow_arguments
-from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
+from slicer.strategies import follow_arguments, remat_plans
+from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
+from slicer.viz.remat_memory import RematReport, remat_units
 from slicer.viz.sharding import uneven_dims
 
 
@@ -77,6 +80,8 @@ class Program:
     propagation: str
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
+    before_remat: str | None = None
+    """The SPMD program before `slicer-remat` (when a `Remat` tactic rewrote it): `memory()` compares the peaks."""
     _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
     _names: dict | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -120,7 +125,11 @@ class Program:
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
-        return memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        found = memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        if self.before_remat is None:
+            return found
+        without = memory_report(build_kernel_graph(self.before_remat, self.graph.entry), names={})
+        return replace(found, remat=RematReport(remat_units(self.spmd, self.graph.entry), found.peak, without.peak))
 
     def value_names(self) -> dict[str, str]:
         """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
@@ -390,12 +399,16 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                 arg_names = ()  # apply_tactics reports it
             _check_static(parsed, entry, arg_names)
             progress.step("tactics")
-            apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
+            remats = [t for t in tactics if isinstance(t, Remat)]
+            apply_tactics(parsed, tuple(t for t in tactics if not isinstance(t, Remat)), mesh=mesh, entry=entry)
             progress.step("propagation")
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            before_remat = parsed.get_asm(enable_debug_info=True) if remats else None
+            for tactic in remats:
+                run_pipeline(parsed, remat_pipeline(tactic))
             _overlap_passes(parsed, *overlap)
             _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
@@ -407,7 +420,13 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
         graph = replace(build_kernel_graph(spmd, entry), bf16_units=bf16_units)
-    return Program(original, spmd, graph, propagation, arg_names, imported)
+    return Program(original, spmd, graph, propagation, arg_names, imported, before_remat)
+
+
+def remat_pipeline(tactic: Remat) -> str:
+    """The `slicer-remat` pass a `Remat` tactic runs after partitioning."""
+    names = f" names={','.join(tactic.names)}" if tactic.names else ""
+    return f"slicer-remat{{pattern={tactic.pattern} policy={tactic.policy}{names}}}"
 
 
 def _overlap_passes(module: ir.Module, chunks: int | None, bucket: int | None) -> None:
@@ -430,22 +449,47 @@ def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), o
     `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
     objective and when nothing fits the budget."""
     if isinstance(program, ImportedProgram):
-        return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
-                              entry=entry or program.entry, arg_names=program.arg_names,
-                              arg_roles=program.arg_roles, result_names=program.result_names,
-                              follow_results=bool(program.result_names), compile_graph=_graph_of(program, entry))
+        def search(extra=()):
+            return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics,
+                                  objective=objective, entry=entry or program.entry, arg_names=program.arg_names,
+                                  arg_roles=program.arg_roles, result_names=program.result_names,
+                                  follow_results=bool(program.result_names),
+                                  compile_graph=_graph_of(program, entry, extra))
+        try:
+            return search()
+        except AutoError as exc:
+            if memory_budget is None or not program.arg_roles:
+                raise
+            return _auto_with_remat(program, search, exc)
     text = program if isinstance(program, str) else str(program)
     return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry,
                           compile_graph=_graph_of(text, entry))
 
 
-def _graph_of(program, entry):
-    """The real pipeline for `auto`'s verification: `program` compiled with some tactics -> its kernel graph
-    (a lost split is a warning `compile` gives; the candidate is priced as it compiles, so it is not repeated)."""
+def _auto_with_remat(step: ImportedProgram, search, refused: AutoError) -> AutoResult:
+    """`auto` when no layout fits the budget: the search again with each remat plan of `remat_plans(step)`,
+    cheapest recomputation first, every candidate compiled with it (its peak and time, recomputation included,
+    are the compiled kernel graph's); the first plan under which a layout fits, or the first refusal."""
+    for remat in remat_plans(step):
+        try:
+            found = search((remat,))
+        except AutoError:
+            continue
+        why = (f"rematerialisation {remat.policy} on {remat.pattern}: without remat {refused} With it the compiled "
+               f"peak is {format_bytes(found.memory_bytes)}; remat plans are tried cheapest recomputation first "
+               f"({', '.join(p.policy for p in remat_plans(step))})")
+        return replace(found, tactics=found.tactics + (remat,), why_remat=why)
+    raise refused
+
+
+def _graph_of(program, entry, extra=()):
+    """The real pipeline for `auto`'s verification: `program` compiled with some tactics (and the tactics
+    `extra` after them: a remat plan) -> its kernel graph (a lost split is a warning `compile` gives; the
+    candidate is priced as it compiles, so it is not repeated)."""
     def compile_graph(tactics, mesh) -> KernelGraph:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegradedStrategy)
-            return compile(program, mesh=mesh, tactics=tactics, entry=entry).graph
+            return compile(program, mesh=mesh, tactics=tuple(tactics) + tuple(extra), entry=entry).graph
     return compile_graph
 
 

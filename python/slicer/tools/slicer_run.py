@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class Request:
     text: str
     ranks: int
     inputs: list[str] | None
-    comm: object  # the MPI job this process is a rank of, or None (slicer-run then starts one)
+    comm: Any  # the MPI job this process is a rank of (an mpi4py communicator), or None (slicer-run starts one)
 
 
 def read_command_line(args) -> Request:
