@@ -17,8 +17,6 @@ searches the tactics instead (`slicer.automatic`). Every compile-time problem ra
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -180,9 +178,11 @@ class Program:
             mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False):
         """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
         function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat`
-        timed runs: medians per step of the slowest rank). More ranks than this host's cores need
-        `oversubscribe=True`. With `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept
-        from an earlier call (`slicer.runtime.rank_pool`) instead of starting one."""
+        timed runs: medians per step of the slowest rank). More ranks than a host's cores need
+        `oversubscribe=True`. `mpiexec`: the launcher (a path, or a command line such as
+        "mpiexec -f hostfile"), which may place the ranks on several hosts (docs/runtime.md). With
+        `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept from an earlier call
+        (`slicer.runtime.rank_pool`) instead of starting one."""
         arrays = self.check_arrays(arrays)
         if ranks is None:
             if return_timings:
@@ -195,20 +195,13 @@ class Program:
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
-        check_ranks(ranks, oversubscribe)
-        check_memory(self.graph, ranks)
+        if mpiexec is None:  # this host's ranks: refused before starting them (else per host, as they report)
+            check_ranks(ranks, oversubscribe)
+            check_memory(self.graph, ranks)
         if keeping_ranks() and repeat == 1 and not return_timings:
-            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout)
-        job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
-        try:
-            inputs = []
-            for i, array in enumerate(arrays):
-                np.save(job_dir / f"input{i}.npy", array)
-                inputs.append(str(job_dir / f"input{i}.npy"))
-            results, timings = launch(self.graph, job_dir, ranks, inputs=inputs, repeat=repeat, timeout=timeout,
-                                      mpiexec=mpiexec)
-        finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe)
+        results, timings = launch(self.graph, ranks, arrays=arrays, repeat=repeat, timeout=timeout, mpiexec=mpiexec,
+                                  oversubscribe=oversubscribe)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
 
@@ -240,9 +233,11 @@ class Program:
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: start the session with "
                            f"ranks={self.mesh.device_count}")
-        check_ranks(ranks, oversubscribe)
-        check_memory(self.graph, ranks)
-        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, give_back=give_back,
+        if mpiexec is None:
+            check_ranks(ranks, oversubscribe)
+            check_memory(self.graph, ranks)
+        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe,
+                               give_back=give_back,
                                borrow=lambda: borrow(ranks, mpiexec, timeout))  # the kept job (SLICER_KEEP_RANKS=1)
 
     def _session_plan(self, given: Mapping | None) -> SessionPlan:

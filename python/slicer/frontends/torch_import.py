@@ -10,10 +10,10 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py` and `stateful.py` (batch norm in both modes, dropout from the step's own
-random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
-Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
-entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
-line (so errors about the program name the line of the user's model).
+random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then
+parses torch-mlir's output in Slicer's MLIR, rejects what Slicer cannot partition (state kept between calls), runs the
+import-time cleanup (`cleanup.py`), names the entry function's arguments and results (`slicer.name`), and gives every op
+the location of its Python source line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -179,7 +179,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
-    options = {"decomposition_table": tracing_table(torch)} if grad else {}
+    options: dict[str, object] = {"decomposition_table": tracing_table(torch)} if grad else {}
     options["record_stack_traces"] = True  # the model's lines (`located_backward`)
 
     @contextlib.contextmanager
