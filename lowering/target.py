@@ -119,7 +119,7 @@ def _implementation_fingerprint() -> str:
         digest.update(path.read_bytes())
     for module in _SHAPING_ELSEWHERE:
         digest.update(module.__name__.encode())
-        digest.update(Path(module.__file__).read_bytes())
+        digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()
 
 

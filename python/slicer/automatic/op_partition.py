@@ -41,7 +41,7 @@ def partition_op(ev, op: OpSketch, tiling: dict, prio: dict, partials: dict, thr
         running[v] = running.get(v, local) * ev.group(axes)
         gathered.append((v, d, axes, local, running[v]))
     last = {g[0]: i for i, g in enumerate(gathered)}
-    gathered = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + whether it makes the whole copy
+    copies = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + whether it makes the whole copy
     reductions, fill_divides = list[Any](), []
     for k, v in enumerate(op.operands):
         uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
@@ -69,7 +69,7 @@ def partition_op(ev, op: OpSketch, tiling: dict, prio: dict, partials: dict, thr
         produced += nbytes
     read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
             for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
-    return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
+    return (tuple(copies), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
             tuple(fill_divides), result_prio, reduced, tuple(results), (divide, produced, tuple(read)))
 
 

@@ -27,7 +27,7 @@ class GroupProducts:
         self.problem, self.info, self._target_axes = problem, info, target_axes
         self._cost: dict = {}  # products -> cost
         self._reachable: dict = {}  # (products, addable[, "relaxed"]) -> reachable_sizes(_relaxed)
-        self._all_rows = None  # _all_target_rows
+        self._all_rows: tuple[list, np.ndarray] | None = None  # _all_target_rows
         self._by_total: dict = {}  # product of the groups -> target_rows
 
     @property
