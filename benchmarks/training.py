@@ -205,7 +205,7 @@ def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, round
             "final loss | final vs ref | worst step vs ref | vs best torch | vs JAX |", "|" + "---|" * 12]
     for name in (n for n in CONTENDERS if n in results):
         e, r = results[name], ratio.get(name, {})
-        vs = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
+        vs = lambda key, r=r: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
         rows.append(f"| {name} | {e['processes']} | {e['median_s'] * 1e3:.1f} | {e['min_s'] * 1e3:.1f} | "
                     f"{e['tokens_per_s']:.0f} | {', '.join(f'{m:.0f}' for m in e['peak_rss_mib'])} | "
                     f"{e['losses'][0]:.6f} | {e['losses'][-1]:.6f} | {e['final_loss_rel_diff']:.1e} | "

@@ -41,6 +41,7 @@ from slicer.core.linalg_facts import (
 )
 from slicer.core.mesh import block_size
 from slicer.core.names import DIST_ATTR
+from slicer.core.operations import defining_op
 from slicer.redistribution import DistType, Mesh, subaxes
 
 from .dist_types import dist_text
@@ -94,7 +95,7 @@ def pad_with_zeros(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
 def resize(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
     """`value` trimmed or padded with zeros along `dim` to `size` rows (the ops' results, the last the value);
     a `tensor.empty` (no content to keep) is made again at the new size."""
-    owner = None if isinstance(value.owner, ir.Block) else value.owner
+    owner = defining_op(value)
     src = ir.RankedTensorType(value.type)
     if owner is not None and owner.name == tensor.EmptyOp.OPERATION_NAME and not owner.operands:
         return [tensor.empty([size if d == dim else n for d, n in enumerate(src.shape)], src.element_type)]
