@@ -173,7 +173,8 @@ def _shared_fills(module: ir.Operation) -> list[ir.Operation]:
     for op in walk_ops(module, tensor.ExpandShapeOp.OPERATION_NAME):
         source = defining_op(op.operands[0])
         if (source is not None and source.name == linalg.GenericOp.OPERATION_NAME
-                and len(source.operands) == len(source.results) and len(list(op.operands[0].uses)) > 1):
+                and len(source.operands) == len(source.results)
+                and len(list(op.operands[0].uses)) > 1):
             found.append(op)
     return found
 
@@ -203,7 +204,7 @@ def reshape_per_use(module: ir.Operation) -> int:
             owner.operands[use.operand_number] = copy
             count += 1
     for op in _shared_fills(module):
-        fill = defining_op(op.operands[0])
+        fill = op.operands[0].owner.operation
         copy = fill.clone(ir.InsertionPoint(op))
         op.operands[0] = copy.results[ir.OpResult(op.operands[0]).result_number]
         count += 1

@@ -87,8 +87,8 @@ SHARED_COLLAPSE = """
 #o = affine_map<(d0, d1, d2) -> (d0, d1)>
 #i = affine_map<(d0, d1) -> (d0, d1)>
 #s = affine_map<(d0, d1) -> (d1)>
-func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2x8x4x4xf32>)
-    -> (tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>) {
+func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2x8x4x4xf32>) ->
+    (tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>) {
   %zero = arith.constant 0.0 : f32
   %rows = tensor.collapse_shape %x [[0, 1], [2]] : tensor<2x8x16xf32> into tensor<16x16xf32>
   %e = tensor.empty() : tensor<16x16xf32>
@@ -123,8 +123,7 @@ func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2
     %s = arith.addf %a, %acc : f32
     linalg.yield %s : f32
   } -> tensor<16xf32>
-  return %dwq, %dbq, %dwk, %dbk
-      : tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
+  return %dwq, %dbq, %dwk, %dbk : tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
 }
 """
 
@@ -141,6 +140,6 @@ def test_a_collapse_read_twice_expands_both_readers_so_a_tiled_sequence_passes()
     check_equivalent(SHARED_COLLAPSE, cleaned, step="clean_up")
     with warnings.catch_warnings():
         warnings.simplefilter("error", slicer.DegradedStrategy)
-        tactics = slicer.parse_tactics("arg0.1=x;arg1.1=x;arg2.1=x")
-        prog = slicer.compile(cleaned, mesh=slicer.Mesh(x=2), tactics=tactics)
+        prog = slicer.compile(cleaned, mesh=slicer.Mesh(x=2),
+                              tactics=slicer.parse_tactics("arg0.1=x;arg1.1=x;arg2.1=x"))
     assert "all_gather" not in prog.explain() and "all_reduce" in prog.explain()
