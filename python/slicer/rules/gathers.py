@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import affine, arith, linalg, tensor
+from mlir.dialects import affine, arith, cf, linalg, tensor
 
 from slicer.core.names import DIM_ATTR
 from slicer.core.operations import defining_op
@@ -195,6 +195,17 @@ def _yields_reads(body: ir.Block, reads: list[ir.Operation], num_inputs: int) ->
     return all(all(use.owner.operation == ops[-1].operation for use in r.uses) for r in read_results)
 
 
+_CASTS = (arith.IndexCastOp.OPERATION_NAME, arith.IndexCastUIOp.OPERATION_NAME)
+
+
+def _only_bounds_checks(op: ir.Operation) -> bool:
+    """Is `op` a comparison whose result only `cf.assert`s read, or a cast whose result only such comparisons
+    read (torch-mlir's `0 <= index < size` checks of an embedding's position)?"""
+    if op.name == arith.CmpIOp.OPERATION_NAME:
+        return all(use.owner.operation.name == cf.AssertOp.OPERATION_NAME for use in op.results[0].uses)
+    return op.name in _CASTS and all(_only_bounds_checks(use.owner.operation) for use in op.results[0].uses)
+
+
 def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> bool:
     """Is every `linalg.index loop` of the body used only as one of `positions` (or inside an affine.apply
     that is one)?"""
@@ -209,6 +220,8 @@ def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> boo
                 continue
             if user.name == affine.AffineApplyOp.OPERATION_NAME and _among(user.results[0], positions):
                 continue
+            if _only_bounds_checks(user):
+                continue  # torch-mlir's bounds asserts on the position: a block's index passes them too
             return False
     return True
 
