@@ -120,8 +120,9 @@ def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | No
             ours(*narrow, out=out)
             expected = reference(*[t.float() for t in tensors]).numpy().reshape(out.shape)
             np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3 * np.sqrt(shapes[0][-1]), err_msg=label)
-            t = timed({"ours": lambda: ours(*narrow, out=out), "torch": lambda: reference(*tensors),
-                       "f32": lambda: f32(*wide, out=out32)}, reps)
+            t = timed({"ours": lambda ours=ours, narrow=narrow, out=out: ours(*narrow, out=out),
+                       "torch": lambda reference=reference, tensors=tensors: reference(*tensors),
+                       "f32": lambda f32=f32, wide=wide, out32=out32: f32(*wide, out=out32)}, reps)
             row = {"case": label, "units": chosen, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
                    **{f"{k}_gflops": flops / v / 1e9 for k, v in t.items()},
                    "vs_torch_bf16": t["torch"] / t["ours"], "vs_slicer_f32": t["f32"] / t["ours"]}

@@ -29,7 +29,8 @@ from ..memref_facts import MemAccess, static_strides
 from .analysis import Contraction, with_output
 from .bf16_gemm import BF16_BLOCKS
 
-_GENERIC, _TRUNCF, _YIELD = linalg.GenericOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
+_GENERIC, _TRUNCF = linalg.GenericOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME
+_YIELD = linalg.YieldOp.OPERATION_NAME
 
 
 def _is_rounding(op: ir.Operation, buffer: ir.Value) -> bool:

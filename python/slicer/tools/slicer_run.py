@@ -1,4 +1,4 @@
-"""`slicer-run`: partition a program and run it on N local MPI ranks.
+"""`slicer-run`: partition a program and run it on N MPI ranks (local, or on the hosts `--mpiexec` names).
 
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
                [-n/--ranks N]
@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="directory for result<i>.npy (default: a temporary directory)")
     p.add_argument("--check", action="store_true", help="compare with the unpartitioned program; exit 1 if they differ")
     p.add_argument("--entry", help="the function to run (default: the module's single public function)")
-    p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
+    p.add_argument("--mpiexec", help="mpiexec to use: a path, or a command line placing the ranks on several hosts "
+                                     "(\"mpiexec -f hosts.txt\"; docs/runtime.md, Several hosts); default: beside "
+                                     "this Python, then PATH")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="timed runs; each step is reported as the median over them of the slowest rank")
@@ -116,7 +119,7 @@ class Request:
     text: str
     ranks: int
     inputs: list[str] | None
-    comm: object  # the MPI job this process is a rank of, or None (slicer-run then starts one)
+    comm: Any  # the MPI job this process is a rank of (an mpi4py communicator), or None (slicer-run starts one)
 
 
 def read_command_line(args) -> Request:
@@ -214,25 +217,34 @@ def run(args, request: Request) -> int:
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:
-        done = run_job_here(prog.graph, comm, args.output, inputs=request.inputs, seed=args.random or 0,
-                            repeat=args.repeat)
-        return EXIT_OK if done is None else _report(prog, args, text, done[2], done[0], done[1])
-    check_ranks(request.ranks, args.oversubscribe)
+        done = run_job_here(prog.graph, comm, inputs=request.inputs, seed=args.random or 0, repeat=args.repeat)
+        return EXIT_OK if done is None else _report(prog, args, text, _save(args.output, done[0]), *done)
+    if args.mpiexec is None:  # this host's ranks; with an mpiexec of several hosts each rank's host is checked
+        check_ranks(request.ranks, args.oversubscribe)
     reference = 0
     if args.check:  # the unpartitioned reference holds the whole arguments and results in this process
         g = prog.graph
         reference = sum(_global_bytes(g, n, g.arg_shape(i)) for i, n in enumerate(g.args)) + \
             sum(_global_bytes(g, n, g.result_shape(i)) for i, n in enumerate(g.results))
     check_memory(prog.graph, request.ranks, extra=reference)
-    out = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
-    out.mkdir(parents=True, exist_ok=True)
     before = cache_stats().misses
-    results, timings = launch(prog.graph, out, request.ranks, inputs=request.inputs, seed=args.random or 0,
-                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec)
+    results, timings = launch(prog.graph, request.ranks, inputs=request.inputs, seed=args.random or 0,
+                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec,
+                              oversubscribe=args.oversubscribe)
+    out = _save(args.output, results)
     compiled = cache_stats().misses - before
     print("== kernels: "
           f"{'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, timings)
+
+
+def _save(output: str | None, results: list[np.ndarray]) -> Path:
+    """Write the results as `result<i>.npy` into `output` (a new temporary directory if None); the directory."""
+    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for index, array in enumerate(results):
+        np.save(out / f"result{index}.npy", array)
+    return out
 
 
 def _global_bytes(graph, name: str, shape) -> int:
