@@ -48,7 +48,8 @@ def test_expert_parallel_tiles_the_stacked_experts_and_their_state_on_dim_0(impo
 def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1_over_n_experts(imported):
     model, loss_fn, batch, optimizer, step = imported
     block = model.blocks[0]
-    dispatch, _ = block.moe.route(block.norm(batch[0]))
+    with torch.no_grad():
+        dispatch, _ = block.moe.route(block.norm(batch[0]))
     assert dispatch.sum() < 2 * batch[0].shape[0] * batch[0].shape[1]  # some tokens overflow their expert: dropped
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
     loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
