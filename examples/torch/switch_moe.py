@@ -22,11 +22,20 @@ expert-tiled, so the partitioner moves it to the experts by all_to_all (test/uni
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_step import slicer_steps, torch_steps
+
+import slicer
+from slicer import strategies as st
 
 
 class SwitchMoE(nn.Module):
@@ -116,3 +125,24 @@ def switch_moe(seed=0, groups=4, seq=8, d_model=16, hidden=32, experts=4, top_k=
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(groups, seq, d_model, generator=g)
     return model, loss_fn, (x, torch.randn(groups, seq, d_model, generator=g))
+
+
+def main(argv=None) -> None:
+    """Train a few steps under expert parallel x data (dp2ep) on the simulator or MPI ranks, next to torch."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=None, help="MPI ranks (default: the simulator, 2 devices)")
+    args = parser.parse_args(argv)
+    devices = args.ranks or 2
+    model, loss, batch = switch_moe(groups=2 * devices)
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss, *batch, optimizer=optimizer)
+    tactics = st.expert_parallel(step, "x", mesh={"x": devices}) + st.data_parallel(step, "x")
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=devices), tactics=tactics)
+    got, _ = slicer_steps(prog, batch, 3, args.ranks)
+    want, _ = torch_steps(model, loss, batch, optimizer, 3)
+    for i, (g, w) in enumerate(zip(got, want)):
+        print(f"step {i}: loss {g:.6f} (torch {w:.6f})")
+
+
+if __name__ == "__main__":
+    main()
