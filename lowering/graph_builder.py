@@ -383,7 +383,8 @@ class _Builder:
                 user = self.top_level(as_op(use.owner))
                 if user.name in STEP_OF_IR or user.name == _RETURN:
                     continue
-                if user not in kernel_ops or (_recomputed_from_source(user) and self.viewed_elsewhere(user, kernel_ops)):
+                if user not in kernel_ops or (_recomputed_from_source(user)
+                                              and self.viewed_elsewhere(user, kernel_ops)):
                     return True
         return False
 

@@ -87,7 +87,10 @@ def read_across(checkpoint: Checkpoint, comm,
                 name, block = blocks[file]
                 data = checkpoint.load(name, block)
                 for arg, slices in pieces:
-                    source, target = overlap(_bounds(checkpoint, name, slices), block)
+                    hit = overlap(_bounds(checkpoint, name, slices), block)
+                    if hit is None:  # a rank asks only for the blocks its arguments overlap
+                        continue
+                    source, target = hit
                     outgoing[requester].append((arg, target, np.ascontiguousarray(data[source])))
     incoming = comm.alltoall(outgoing)
     out = {}

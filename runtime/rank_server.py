@@ -192,9 +192,9 @@ def _answer(request, program: ResidentRank | None, comm):
         return write_here(directory, {file: (blocks[arg], g.values[g.args[arg]].local_shape)
                                       for arg, file in files.items()}), program
     if kind == "timed":
-        _, blocks, seed, repeat = request
-        blocks = blocks if blocks is not None else rank_inputs(program.graph, program.rank, seed=seed)
-        return timed_run(program.executor, [program.checked(i, b) for i, b in enumerate(blocks)], repeat,
+        _, given, seed, repeat = request
+        inputs = given if given is not None else rank_inputs(program.graph, program.rank, seed=seed)
+        return timed_run(program.executor, [program.checked(i, b) for i, b in enumerate(inputs)], repeat,
                          comm), program
     if kind == "restore":
         _, checkpoint, wanted = request

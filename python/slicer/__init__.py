@@ -30,7 +30,8 @@ _ERRORS = [name for name in _errors if name != "Located" and name not in _INTERN
 
 _EXPORTS = {
     "Mesh": ".core.mesh",
-    "Tile": ".tactics", "Replicate": ".tactics", "Remat": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
+    "Tile": ".tactics", "Replicate": ".tactics", "Remat": ".tactics", "parse_tactics": ".tactics",
+    "format_tactics": ".tactics",
     "compile": ".api", "auto": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",

@@ -163,8 +163,8 @@ def test_a_widening_is_recomputed_by_the_kernels_that_read_it():
     import slicer
     from slicer.lowering import compile_function
 
-    graph = build_kernel_graph(partition(WIDENED_ACROSS_A_COLLECTIVE,
-                                         "slicer-apply-tactics{mesh=x=2 tactics=arg0.0=x},slicer-propagate,slicer-partition"))
+    pipeline = "slicer-apply-tactics{mesh=x=2 tactics=arg0.0=x},slicer-propagate,slicer-partition"
+    graph = build_kernel_graph(partition(WIDENED_ACROSS_A_COLLECTIVE, pipeline))
     kernels = [n for n in graph.nodes if isinstance(n, KernelNode)]
     assert len(kernels) == 2 and any(isinstance(n, CollectiveNode) for n in graph.nodes)
     second = graph.kernels_mlir[graph.kernels_mlir.index(f"@{kernels[1].name}("):]
@@ -174,6 +174,7 @@ def test_a_widening_is_recomputed_by_the_kernels_that_read_it():
     x = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((16, 4)).astype(ml_dtypes.bfloat16)
     expected = compile_function(WIDENED_ACROSS_A_COLLECTIVE)(x, w)
-    actual = slicer.compile(WIDENED_ACROSS_A_COLLECTIVE, mesh={"x": 2}, tactics=[slicer.Tile(arg=0, dim=0, axes="x")]).run(x, w)
+    tactics = [slicer.Tile(arg=0, dim=0, axes="x")]
+    actual = slicer.compile(WIDENED_ACROSS_A_COLLECTIVE, mesh={"x": 2}, tactics=tactics).run(x, w)
     for got, want in zip(actual, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
