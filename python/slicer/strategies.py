@@ -206,8 +206,8 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
     [E, ...] with the experts on dim 0) tiled on dim 0, with their optimizer state and results, so each device
     holds E/n experts. Put it before `data_parallel` on the same axis (dp2ep): tactics apply in order, so the
     experts' einsums follow the experts and the group-tiled tokens move to them (and back) by all_to_all; after
-    data parallel the experts would be all-gathered instead. `mesh`, when given, is checked to have the axis
-    and its size to divide E (blocks of uneven experts are not supported)."""
+    data parallel the experts would be all-gathered instead. An axis that does not divide E cuts the experts
+    into padded blocks, as every tiled dim is. `mesh`, when given, is checked to have the axis."""
     info, axes = _read_step(step, "expert_parallel"), _axes(axis, "expert_parallel")
     params = info.names("parameter")
     found = [params[i] for i in matching(experts, params)] if isinstance(experts, str) else None
@@ -219,22 +219,19 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
         raise InvalidTactic(f"strategies.expert_parallel: the experts pattern {experts!r} matches no parameter of "
                             f"{step.source}{hint}; name the stacked expert weights ([E, ...]), e.g. "
                             f"experts='blocks.*.moe.experts*'; parameters: {', '.join(params)}")
-    devices = _axes_size(mesh, axes, "expert_parallel")
+    _axes_size(mesh, axes, "expert_parallel")
     for name in found:
         shape = info.shape(name) or ()
         if len(shape) < 2:
             raise InvalidTactic(f"strategies.expert_parallel: {name!r} (shape {list(shape)}) is not a stacked "
                                 "expert weight [E, ...]; narrow the experts pattern to the [E, D, F] weights")
-        if devices and shape[0] % devices:
-            raise InvalidTactic(f"strategies.expert_parallel: {name!r} has {shape[0]} experts, which the "
-                                f"{devices} devices of {'x'.join(axes)} do not divide; use a number of experts "
-                                "that is a multiple of the axis size (uneven expert blocks are not supported)")
     dims = {n: 0 for p in found for n in [p, *info.state_of(p)] if len(info.shape(n) or ()) >= 1}
     return info.tiles([n for n in info.arg_names if n in dims], dims, axes)
 
 
 def _axes_size(mesh, axes: tuple[str, ...], helper: str) -> int | None:
-    """The number of devices along `axes` of `mesh` (None: no mesh given); InvalidTactic for an unknown axis."""
+    """The number of devices along `axes` of `mesh` (None: no mesh given); InvalidTactic for an unknown axis
+    (`_check_mesh` says zero's name in its messages)."""
     if mesh is None:
         return None
     try:

@@ -2,7 +2,8 @@
 factor 1.25, dropped tokens, one-hot einsum dispatch and combine, stacked experts [E, D, F], load-balancing
 loss): with data parallel on the same axis (dp2ep) an AdamW step equals torch's on the simulator, tokens reach
 the experts by all_to_all (the experts are never gathered), each device holds 1/n of the experts and their
-state; bad patterns and meshes are InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
+state; experts the axis does not divide are cut into padded blocks; bad patterns and meshes are
+InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
 
 import re
 
@@ -66,13 +67,23 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)
 
 
+@pytest.mark.slow
+def test_experts_the_axis_does_not_divide_are_cut_into_padded_blocks_and_train_equal_to_torch():
+    """4 experts (and 3 groups) on 3 devices: blocks of 2, 2 and 0 (padded) experts, still equal to torch."""
+    model, loss_fn, batch = moe.switch_moe(seed=4, groups=3)
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=3), tactics=dp2ep(step, 3))
+    assert "all_to_all" in [kind for kind, _ in collectives(prog)]
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+
+
 def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
     *_, step = imported
     with pytest.raises(slicer.InvalidTactic, match=r"the experts pattern 'layers\.\*\.experts' matches no "
                                                    r"parameter .*closest"):
         st.expert_parallel(step, "x", experts="layers.*.experts")
-    with pytest.raises(slicer.InvalidTactic, match=r"has 4 experts, which the 3 devices of x do not divide"):
-        st.expert_parallel(step, "x", mesh={"x": 3})
     with pytest.raises(slicer.InvalidTactic, match=r"'head.bias' \(shape \[16\]\) is not a stacked expert weight"):
         st.expert_parallel(step, "x", experts="head.*")
     with pytest.raises(slicer.InvalidTactic, match=r"unknown mesh axis 'x'"):
