@@ -8,21 +8,7 @@ around `view_as_complex` (complex RoPE) as a generic whose body reads a tensor d
            %row = arith.index_cast %i;  %col = linalg.index 2
            %v = tensor.extract %table[%row, %col];  linalg.yield %v }
 
-Each table is one more operand of the op's rule (numbered after the op's own operands, in order of first
-read), and each of its dims is classified by the positions it is read at, across every extract of it:
-- `linalg.index d` -> the dim walks loop `d`: a block of the loop reads the block of the table (inside a
-  block, `linalg.index d` counts from the block's start, and so does the sliced table's dim);
-- `affine.apply (s_minor + s_major * N)` of two loop indices where N is the minor loop's size (a merged
-  dim, as a collapse: heads = kv_heads * repeats) -> the dim walks the major loop; the minor loop cannot be
-  tiled (its blocks are strided in the table);
-- a value computed from the op's inputs (a token id) -> the dim is *gathered*: no loop walks it. When the
-  table is read only there and the read element is yielded as it is (an embedding), the dim may be tiled
-  all the same, as vocabulary parallelism does (Megatron-LM, torchtitan): each block looks up the indices
-  in its range `[r * V/k, (r+1) * V/k)` and yields 0 for the others, and the blocks add up to the lookup
-  (`OpRule.gathers`; `RuleOutcome.gather` asks for that masked lookup);
-- anything else (a constant, other arithmetic) -> the dim cannot be tiled.
-A loop the body reads with `linalg.index` stays tileable when every such read is one of the positions above
-(`freed_loops`): the block-relative index then reads the block-relative table.
+Details: docs/module-notes.md, `rules/gathers.py`.
 """
 
 from __future__ import annotations
