@@ -36,6 +36,7 @@ def collectives(prog) -> list[tuple[str, str]]:
     return re.findall(r"^\s*\d+\. shard\.(\w+) over \[x\].*\n\s*why: (.*)$", prog.explain(), re.MULTILINE)
 
 
+@pytest.mark.slow  # the import of the step (the module's fixture) takes ~15 s
 def test_expert_parallel_tiles_the_stacked_experts_and_their_state_on_dim_0(imported):
     *_, step = imported
     tactics = st.expert_parallel(step, "x")
@@ -79,6 +80,7 @@ def test_experts_the_axis_does_not_divide_are_cut_into_padded_blocks_and_train_e
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
+@pytest.mark.slow
 def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
     *_, step = imported
     with pytest.raises(slicer.InvalidTactic, match=r"the experts pattern 'layers\.\*\.experts' matches no "
