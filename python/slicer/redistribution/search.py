@@ -369,8 +369,7 @@ class PlanSearch:
         # Costs are exact integers (possibly beyond 64 bits): inflate them in integers, never in floats.
         scaled = round((weight - 1.0) * 1_000_000)
         inflate = (lambda value: value) if scaled <= 0 else (lambda value: value + value * scaled // 1_000_000)
-        # (f, steps, -tie, node, evaluated); a hub's node is (PERMUTES, the node it stands for)
-        heap: list[tuple[Any, ...]] = [(inflate(bounds.h(problem.src, 0)), 0, 0, start, True)]
+        heap: list[tuple[Any, ...]] = [(inflate(bounds.h(problem.src, 0)), 0, 0, start, True)]  # hubs: (PERMUTES, node)
         closed = set()
         goal = problem.dst
         push, pop = heapq.heappush, heapq.heappop
