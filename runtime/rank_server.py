@@ -13,6 +13,9 @@ may run on other hosts:
 - ("load", graph_json, kernel_sources, feeds, arg_names, libraries): the program this job runs
   (`ResidentRank`): the libraries this host lacked are stored in its cache, the kernels loaded once (or
   compiled on a host with another CPU), the collectives' communicators and buffers set up once;
+- ("reshard", reshard, graph_json, kernel_sources, feeds, arg_names, libraries): as "load", after moving the
+  resident blocks of the program loaded before to the new program's layout (`reshard.move_blocks`, the plans of
+  a `reshard.Reshard`), which become its resident blocks;
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
@@ -53,8 +56,10 @@ from slicer.lowering import KernelGraph
 from .checkpoint_hosts import read_across, write_here
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
+from .plan_executor import MeshExecutor
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
+from .reshard import Reshard, move_blocks
 from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
@@ -163,14 +168,11 @@ def _answer(request, program: ResidentRank | None, comm):
     if kind == "kernels":
         return missing_keys(request[1], request[2]), program
     if kind == "load":
-        _, graph_json, sources, feeds, names, received = request
-        if program is not None:
-            program.close()
-        graph = KernelGraph.from_json(graph_json)
-        program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
-                               names=names, overlap=overlapping())
-        at_step(program.rank, "compiled")
-        return None, program
+        return None, _load(request[1:], program, comm)
+    if kind == "reshard":
+        if program is None:
+            raise InternalError("reshard before a program was loaded")
+        return None, _load(request[2:], program, comm, request[1])
     if kind == "close":
         if program is not None:
             program.close()
@@ -201,6 +203,31 @@ def _answer(request, program: ResidentRank | None, comm):
         program.put(read_across(checkpoint, comm, wanted))
         return None, program
     raise InternalError(f"unknown request {kind!r}")
+
+
+def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = None) -> ResidentRank:
+    """The program of a "load" request's `fields`, replacing `program`; with `reshard`, `program`'s resident
+    blocks moved to its layout (before its kernels are loaded: the old blocks are freed as they move)."""
+    graph_json, sources, feeds, names, received = fields
+    moved = None
+    if program is not None:
+        if reshard is not None:
+            held = program.blocks([m.old for m in reshard.moves])
+            program.resident.clear()  # the values the new program does not take are dropped here
+            executor = MeshExecutor(reshard.mesh, comm)
+            try:
+                moved = move_blocks(executor, reshard, held)
+            finally:
+                executor.close()
+            del held
+        program.close()
+    graph = KernelGraph.from_json(graph_json)
+    program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
+                           names=names, overlap=overlapping())
+    if moved is not None:
+        program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
+    at_step(program.rank, "compiled")
+    return program
 
 
 def main(argv: list[str] | None = None) -> None:

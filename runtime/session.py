@@ -39,7 +39,9 @@ from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, 
 from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
 from .kernel_transfer import cache_keys, libraries
+from .plan_executor import MeshExecutor
 from .rank_job import RankJob, Sent
+from .reshard import Reshard, move_blocks, plan_moves
 from .resident import ResidentRank
 from .resources import check_hosts
 from .simulator import Simulator, assemble
@@ -175,16 +177,18 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False) -> None:
+def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False, moves: Reshard | None = None) -> None:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
-    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`)."""
+    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
+    the ranks first move the state of the program they ran to this one's layout (`reshard`)."""
     hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
     check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
-    job.request([("load", plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+    head = ("load",) if moves is None else ("reshard", moves)
+    job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
                   None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
@@ -195,6 +199,7 @@ class Session(ABC):
         self.plan = plan
         self.steps = 0
         self.checkpoint: tuple[str, Path, int] | None = None  # the last one saved or loaded: (how, where, step)
+        self.resharded: Reshard | None = None  # the moves that made this session (`reshard`), if they did
 
     def step(self, *batch, **hyperparameters):
         """Run one step on `batch` (numpy arrays or torch tensors); returns the results that replace no
@@ -229,6 +234,35 @@ class Session(ABC):
         self._restore(checkpoint)
         self.steps = checkpoint.step
         self.checkpoint = ("loaded", Path(directory), checkpoint.step)
+
+    def reshard_plan(self, program) -> Reshard:
+        """How `reshard(program)` would move the state (`Reshard.explain()`), without moving it."""
+        return plan_moves(self.plan, self._session_plan_of(program))
+
+    def reshard(self, program) -> Session:
+        """A session of `program` (a compiled program of the same model, or its `SessionPlan`: another strategy
+        or mesh over the same ranks) holding this session's state, each value of the same name moved in place
+        on the ranks by a plan of the redistribution synthesizer, no file written (`runtime/reshard.py`); values
+        `program` does not take are dropped. InputError before anything moves when `program` needs a value this
+        session lacks or has another device count (save and load for that). This session is then done with:
+        the returned one has its ranks, step count and checkpoint record, and `resharded` (the moves made)."""
+        plan = self._session_plan_of(program)
+        plan.check_layouts()
+        moves = plan_moves(self.plan, plan)
+        new = self._resharded(plan, moves)
+        new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
+        return new
+
+    def _session_plan_of(self, program) -> SessionPlan:
+        """The session plan of a compiled program (`Program.session_plan`, holding this session's state names
+        as state), or `program` if it is one."""
+        if isinstance(program, SessionPlan):
+            return program
+        return program.session_plan([v.name for v in self.plan.state_values()])
+
+    @abstractmethod
+    def _resharded(self, plan: SessionPlan, moves: Reshard) -> Session:
+        """The session of `plan` on this session's devices, its state moved by `moves`."""
 
     def close(self) -> None:  # noqa: B027 - a default, not abstract: the simulated session holds no ranks
         """Release the session's ranks (sessions that start or join ranks override it)."""
@@ -303,6 +337,14 @@ class SimulatedSession(Session):
     def _restore(self, checkpoint):
         self.state = {i: checkpoint.read(name) for i, (name, _) in self.plan.restore_job(0).items()}
 
+    def _resharded(self, plan, moves):
+        """The simulator holds global values: a move is a change of type only, the arrays pass as they are."""
+        session = SimulatedSession(replace(plan, state={m.new: self.state[m.old] for m in moves.moves}),
+                                   self.simulator if plan.graph is self.plan.graph else
+                                   Simulator(plan.graph, backend="native"))
+        self.state = {}
+        return session
+
 
 class LaunchedSession(Session):
     """The session on a job of `ranks` MPI ranks: the state stays on the ranks. The job is started for it, or
@@ -319,6 +361,7 @@ class LaunchedSession(Session):
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
         self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
+        self._moved_to: str | None = None  # why this session serves no more (it was resharded), if so
         try:
             load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
@@ -357,6 +400,32 @@ class LaunchedSession(Session):
     def _restore(self, checkpoint):
         self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
 
+    def _resharded(self, plan, moves):
+        """The ranks move the state and load `plan`'s program (one request, `load_program`); the new session
+        takes the job over (and gives a lent job back when it closes), this one is done with."""
+        if self._moved_to:
+            raise RunError(self._moved_to)
+        new = object.__new__(LaunchedSession)
+        Session.__init__(new, plan)
+        new.job, new._sent_before, new._moved_to = self.job, self._sent_before, None
+        new._give_back = None
+        if self._give_back is not None:  # the lent job goes back when the new session closes or is dropped
+            _, give_back, args, _ = self._give_back.detach()
+            new._give_back = weakref.finalize(new, give_back, *args)
+        self._give_back = None
+        self._moved_to = "this session was resharded (session.reshard): use the session it returned"
+        new._request_as(lambda: load_program(new.job, plan, moves=moves))
+        return new
+
+    def _request_as(self, work):
+        """`work()` (requests to the job), its RunError saying what state is lost when the job has ended."""
+        try:
+            return work()
+        except RunError as exc:
+            if self.job.healthy:
+                raise
+            raise RunError(f"{exc}\n{self.lost_state()}") from None
+
     def _request(self, messages: list[tuple]) -> list:
         """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
         is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
@@ -378,13 +447,27 @@ class LaunchedSession(Session):
 class InJobSession(Session):
     """The session inside the user's MPI job: this rank holds its blocks and runs its part of each step."""
 
-    def __init__(self, plan: SessionPlan, comm):
+    def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
+        """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
         super().__init__(plan)
         plan.check_layouts()
         self.comm = comm
         self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank
-        self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()})
+        self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()} if blocks is None else
+                              {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
+
+    def _resharded(self, plan, moves):
+        """Every rank moves its blocks (`reshard.move_blocks`), then runs `plan`'s program on them."""
+        held = self.rank_program.blocks([m.old for m in moves.moves])
+        self.rank_program.resident.clear()  # the values the new program does not take are dropped here
+        executor = MeshExecutor(moves.mesh, self.comm)
+        try:
+            moved = move_blocks(executor, moves, held)
+        finally:
+            executor.close()
+        self.rank_program.close()
+        return InJobSession(plan, self.comm, blocks=moved)
 
     def _step(self, inputs):
         rank = self.rank_program.rank
