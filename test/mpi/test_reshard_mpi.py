@@ -19,6 +19,7 @@ import slicer  # noqa: E402
 from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import InputError  # noqa: E402
+from slicer.runtime.mpiexec import run_spmd  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "training"))
@@ -93,3 +94,11 @@ def test_a_switch_that_cannot_be_made_live_is_refused_before_anything_moves(gpt)
         s.step(*batch)  # the session goes on
     finally:
         s.close()
+
+
+def test_a_session_inside_an_mpiexec_job_reshards_on_its_ranks():
+    here = Path(__file__).parent
+    done = run_spmd(2, [sys.executable, str(here / "reshard_worker.py"), str(here.parent / "unit" / "runtime")],
+                    timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("reshard ok") == 2
