@@ -3,7 +3,8 @@
 A training session of the GPT of examples/training (SGD with momentum: parameters and momentum buffers) takes a
 step under data parallel on x=2, then switches data -> ZeRO-3 -> data -> ZeRO-3 (FSDP) -> Megatron on y=2. Each
 switch is timed twice on the same state: `s.reshard(program)` (the plans run on the ranks, the new program's
-kernels loaded from the cache: the request that makes the new session), and `save(dir)` of the old session plus
+kernels loaded from the cache: the request that makes the new session; also the moves alone, the slowest
+rank's time running the plans, `move_seconds`), and `save(dir)` of the old session plus
 `load(dir)` into an open session of the new program (on a second job of 2 ranks, its kernels loaded before the
 timer starts). The state after both is compared bit for bit. Per switch: both wall times (driver, seconds),
 their ratio, the bytes each device receives against the synthesizer's lower bound, the state's bytes.
@@ -73,17 +74,20 @@ def main(argv=None) -> None:
             moved = s.state_dict()
             same = list(moved) == list(loaded) and all(np.array_equal(moved[n], v) for n, v in loaded.items())
             r = s.resharded
-            rows.append({"switch": f"{previous} -> {name}", "reshard_s": live, "save_load_s": save_load,
+            rows.append({"switch": f"{previous} -> {name}", "reshard_s": live, "moves_s": s.move_seconds,
+                         "save_load_s": save_load, "moves_speedup": save_load / max(s.move_seconds, 1e-9),
                          "speedup": save_load / live, "recv_bytes_per_device": r.bytes_received_per_device,
                          "lower_bound_bytes_per_device": r.lower_bound_bytes_per_device,
                          "at_lower_bound": all(m.plan.reaches_lower_bound for m in r.moves),
                          "state_bytes": sum(v.nbytes for v in moved.values()), "bit_identical": same})
-            print(f"{previous:>8} -> {name:<8} reshard {live:7.3f} s  save+load {save_load:7.3f} s  "
-                  f"{save_load / live:5.1f}x  recv/dev {r.bytes_received_per_device} B (bound "
+            moves = max(s.move_seconds, 1e-9)
+            print(f"{previous:>8} -> {name:<8} reshard {live:7.3f} s (moves {moves:7.4f} s)  save+load "
+                  f"{save_load:7.3f} s  {save_load / live:5.1f}x ({save_load / moves:6.1f}x moves)  "
+                  f"recv/dev {r.bytes_received_per_device} B (bound "
                   f"{r.lower_bound_bytes_per_device} B)  bit-identical {same}", flush=True)
             previous = name
             s.step(*batch)
-    print(s.resharded.explain())
+    print("\n".join(s.resharded.explain().splitlines()[:4]), "...")
     s.close()
     if args.json:
         args.json.write_text(json.dumps({"d_model": args.d_model, "layers": args.layers, "rows": rows}, indent=1))

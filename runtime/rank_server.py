@@ -15,7 +15,7 @@ may run on other hosts:
   compiled on a host with another CPU), the collectives' communicators and buffers set up once;
 - ("reshard", reshard, graph_json, kernel_sources, feeds, arg_names, libraries): as "load", after moving the
   resident blocks of the program loaded before to the new program's layout (`reshard.move_blocks`, the plans of
-  a `reshard.Reshard`), which become its resident blocks;
+  a `reshard.Reshard`), which become its resident blocks; reply with the seconds the moves took on this rank;
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
@@ -168,11 +168,12 @@ def _answer(request, program: ResidentRank | None, comm):
     if kind == "kernels":
         return missing_keys(request[1], request[2]), program
     if kind == "load":
-        return None, _load(request[1:], program, comm)
+        return None, _load(request[1:], program, comm)[0]
     if kind == "reshard":
         if program is None:
             raise InternalError("reshard before a program was loaded")
-        return None, _load(request[2:], program, comm, request[1])
+        program, seconds = _load(request[2:], program, comm, request[1])
+        return seconds, program
     if kind == "close":
         if program is not None:
             program.close()
@@ -205,11 +206,12 @@ def _answer(request, program: ResidentRank | None, comm):
     raise InternalError(f"unknown request {kind!r}")
 
 
-def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = None) -> ResidentRank:
+def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = None) -> tuple[ResidentRank, float]:
     """The program of a "load" request's `fields`, replacing `program`; with `reshard`, `program`'s resident
-    blocks moved to its layout (before its kernels are loaded: the old blocks are freed as they move)."""
+    blocks moved to its layout (before its kernels are loaded: the old blocks are freed as they move), and the
+    seconds the moves took on this rank."""
     graph_json, sources, feeds, names, received = fields
-    moved = None
+    moved, start, seconds = None, time.perf_counter(), 0.0
     if program is not None:
         if reshard is not None:
             held = program.blocks([m.old for m in reshard.moves])
@@ -220,6 +222,7 @@ def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = 
             finally:
                 executor.close()
             del held
+        seconds = time.perf_counter() - start
         program.close()
     graph = KernelGraph.from_json(graph_json)
     program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
@@ -227,7 +230,7 @@ def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = 
     if moved is not None:
         program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
     at_step(program.rank, "compiled")
-    return program
+    return program, seconds
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -177,19 +177,21 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False, moves: Reshard | None = None) -> None:
+def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
+                 moves: Reshard | None = None) -> list:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
     CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the state of the program they ran to this one's layout (`reshard`)."""
+    the ranks first move the state of the program they ran to this one's layout (`reshard`). Every rank's reply
+    (with `moves`: the seconds its moves took)."""
     hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
     check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     head = ("load",) if moves is None else ("reshard", moves)
-    job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
-                  None if keys is None else {key: found[key] for key in keys}) for keys in missing])
+    return job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+                         None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
 class Session(ABC):
@@ -362,6 +364,7 @@ class LaunchedSession(Session):
         self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         self._moved_to: str | None = None  # why this session serves no more (it was resharded), if so
+        self.move_seconds = 0.0  # of a session made by `reshard`: the slowest rank's time moving the state
         try:
             load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
@@ -414,7 +417,7 @@ class LaunchedSession(Session):
             new._give_back = weakref.finalize(new, give_back, *args)
         self._give_back = None
         self._moved_to = "this session was resharded (session.reshard): use the session it returned"
-        new._request_as(lambda: load_program(new.job, plan, moves=moves))
+        new.move_seconds = max(new._request_as(lambda: load_program(new.job, plan, moves=moves)))
         return new
 
     def _request_as(self, work):
