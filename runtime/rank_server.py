@@ -6,38 +6,7 @@ started the job (`runtime.rank_job.RankJob`) listens on TCP (`runtime.rank_link`
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
 (requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
-may run on other hosts:
-
-- ("kernels", cpu, keys): which of the program's kernel cache keys this host's cache lacks
-  (`kernel_transfer.missing_keys`; None when this host's CPU is not the driver's);
-- ("load", graph_json, kernel_sources, feeds, arg_names, libraries): the program this job runs
-  (`ResidentRank`): the libraries this host lacked are stored in its cache, the kernels loaded once (or
-  compiled on a host with another CPU), the collectives' communicators and buffers set up once;
-- ("reshard", reshard, graph_json, kernel_sources, feeds, arg_names, libraries): as "load", after moving the
-  resident blocks of the program loaded before to the new program's layout (`reshard.move_blocks`, the plans of
-  a `reshard.Reshard`), which become its resident blocks; reply with the seconds the moves took on this rank;
-- ("put", {arg: block}): make these blocks resident;
-- ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
-- ("get", [arg, ...]): reply with these resident blocks;
-- ("save", directory, {arg: file}): write these resident blocks as checkpoint files into the directory as this
-  host sees it (`runtime.checkpoint_hosts`), reply with each file's size, sha256 and this host's name;
-- ("restore", checkpoint, {arg: (name, slices)}): read these blocks of an opened checkpoint, collectively: from
-  the files this rank sees, the rest over MPI from a rank that sees them (`checkpoint_hosts.read_across`),
-  make them resident;
-- ("timed", blocks or None, seed, repeat): a timed run (`timed_run`) on these argument blocks (None: random
-  blocks from `seed`, made on the rank); reply with this rank's `RankPart`;
-- ("close",): free the program and leave.
-
-Messages go through `runtime.wire` (large ones in chunks). Replies are ("ok", payload); while a rank answers a
-request it also sends ("beat", None) every half second (`Replies`), which is how the driver tells a hung or
-stopped rank from a busy one.
-
-A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
-state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
-step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
-the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the
-whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
-collective: the session reports the message and ends.
+may run on other hosts (listed in docs/module-notes.md, `runtime/rank_server.py`).
 """
 
 from __future__ import annotations
@@ -56,10 +25,9 @@ from slicer.lowering import KernelGraph
 from .checkpoint_hosts import read_across, write_here
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
-from .plan_executor import MeshExecutor
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
-from .reshard import Reshard, move_blocks
+from .reshard import Reshard, move_resident
 from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
@@ -212,17 +180,10 @@ def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = 
     seconds the moves took on this rank."""
     graph_json, sources, feeds, names, received = fields
     moved, start, seconds = None, time.perf_counter(), 0.0
-    if program is not None:
-        if reshard is not None:
-            held = program.blocks([m.old for m in reshard.moves])
-            program.resident.clear()  # the values the new program does not take are dropped here
-            executor = MeshExecutor(reshard.mesh, comm)
-            try:
-                moved = move_blocks(executor, reshard, held)
-            finally:
-                executor.close()
-            del held
+    if program is not None and reshard is not None:
+        moved = move_resident(program, reshard, comm)  # closes the old program
         seconds = time.perf_counter() - start
+    elif program is not None:
         program.close()
     graph = KernelGraph.from_json(graph_json)
     program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),

@@ -26,6 +26,8 @@ from slicer.core.errors import InputError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, Plan, plan, subaxes
 
+from .plan_executor import MeshExecutor
+
 COMMON_AXIS = "d"  # the one axis of the common mesh of two different meshes
 
 
@@ -136,6 +138,29 @@ def plan_moves(old, new) -> Reshard:
     return Reshard(common, tuple(moves), tuple(sorted(n for n in have if n not in taken)))
 
 
+def target_plan(plan, program):
+    """The session plan of `program` (a compiled program, its `session_plan` holding `plan`'s state names as
+    state; or a `SessionPlan` as it is) to reshard a session of `plan` to."""
+    if not hasattr(program, "session_plan"):
+        return program
+    return program.session_plan([plan.arg_names[i] for i in sorted(plan.state)])
+
+
+def move_resident(program, reshard: Reshard, comm) -> dict[int, np.ndarray]:
+    """A rank's move of `program`'s (a `ResidentRank`'s) resident blocks, collectively on `comm`: the moved
+    blocks by new argument index. The values not moved are dropped first, each old block freed once moved, and
+    `program` closed."""
+    held = program.blocks([m.old for m in reshard.moves])
+    program.resident.clear()
+    executor = MeshExecutor(reshard.mesh, comm)
+    try:
+        moved = move_blocks(executor, reshard, held)
+    finally:
+        executor.close()
+    program.close()
+    return moved
+
+
 def move_blocks(executor, reshard: Reshard, blocks: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     """A rank's part of every move (collective: every rank calls it with the same `reshard`): its old blocks
     (old argument index -> block) in, its new blocks (new argument index -> block) out. `executor` is a
@@ -148,4 +173,5 @@ def move_blocks(executor, reshard: Reshard, blocks: dict[int, np.ndarray]) -> di
     return moved
 
 
-__all__ = ["COMMON_AXIS", "Move", "Reshard", "common_mesh", "move_blocks", "on_mesh", "plan_moves"]
+__all__ = ["COMMON_AXIS", "Move", "Reshard", "common_mesh", "move_blocks", "move_resident", "on_mesh", "plan_moves",
+           "target_plan"]

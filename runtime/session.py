@@ -39,9 +39,8 @@ from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, 
 from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
 from .kernel_transfer import cache_keys, libraries
-from .plan_executor import MeshExecutor
 from .rank_job import RankJob, Sent
-from .reshard import Reshard, move_blocks, plan_moves
+from .reshard import Reshard, move_resident, plan_moves, target_plan
 from .resident import ResidentRank
 from .resources import check_hosts
 from .simulator import Simulator, assemble
@@ -182,8 +181,7 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
     CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the state of the program they ran to this one's layout (`reshard`). Every rank's reply
-    (with `moves`: the seconds its moves took)."""
+    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
     hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
     check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
@@ -239,28 +237,19 @@ class Session(ABC):
 
     def reshard_plan(self, program) -> Reshard:
         """How `reshard(program)` would move the state (`Reshard.explain()`), without moving it."""
-        return plan_moves(self.plan, self._session_plan_of(program))
+        return plan_moves(self.plan, target_plan(self.plan, program))
 
     def reshard(self, program) -> Session:
-        """A session of `program` (a compiled program of the same model, or its `SessionPlan`: another strategy
-        or mesh over the same ranks) holding this session's state, each value of the same name moved in place
-        on the ranks by a plan of the redistribution synthesizer, no file written (`runtime/reshard.py`); values
-        `program` does not take are dropped. InputError before anything moves when `program` needs a value this
-        session lacks or has another device count (save and load for that). This session is then done with:
-        the returned one has its ranks, step count and checkpoint record, and `resharded` (the moves made)."""
-        plan = self._session_plan_of(program)
+        """A session of `program` (a compiled program of the same model, or its `SessionPlan`) holding this
+        session's state, moved on the ranks by the synthesizer's plans (`runtime/reshard.py`, which says what is
+        refused). This session is then done with: the returned one has its ranks, step count and checkpoint
+        record, and `resharded` (the moves made)."""
+        plan = target_plan(self.plan, program)
         plan.check_layouts()
         moves = plan_moves(self.plan, plan)
         new = self._resharded(plan, moves)
         new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
         return new
-
-    def _session_plan_of(self, program) -> SessionPlan:
-        """The session plan of a compiled program (`Program.session_plan`, holding this session's state names
-        as state), or `program` if it is one."""
-        if isinstance(program, SessionPlan):
-            return program
-        return program.session_plan([v.name for v in self.plan.state_values()])
 
     @abstractmethod
     def _resharded(self, plan: SessionPlan, moves: Reshard) -> Session:
@@ -339,13 +328,9 @@ class SimulatedSession(Session):
     def _restore(self, checkpoint):
         self.state = {i: checkpoint.read(name) for i, (name, _) in self.plan.restore_job(0).items()}
 
-    def _resharded(self, plan, moves):
-        """The simulator holds global values: a move is a change of type only, the arrays pass as they are."""
-        session = SimulatedSession(replace(plan, state={m.new: self.state[m.old] for m in moves.moves}),
-                                   self.simulator if plan.graph is self.plan.graph else
-                                   Simulator(plan.graph, backend="native"))
-        self.state = {}
-        return session
+    def _resharded(self, plan, moves):  # global values: a move changes their type only, the arrays pass as they are
+        simulator = self.simulator if plan.graph is self.plan.graph else Simulator(plan.graph, backend="native")
+        return SimulatedSession(replace(plan, state={m.new: self.state.pop(m.old) for m in moves.moves}), simulator)
 
 
 class LaunchedSession(Session):
@@ -410,13 +395,11 @@ class LaunchedSession(Session):
             raise RunError(self._moved_to)
         new = object.__new__(LaunchedSession)
         Session.__init__(new, plan)
-        new.job, new._sent_before, new._moved_to = self.job, self._sent_before, None
-        new._give_back = None
+        new.job, new._sent_before, new._moved_to, new._give_back = self.job, self._sent_before, None, None
         if self._give_back is not None:  # the lent job goes back when the new session closes or is dropped
             _, give_back, args, _ = self._give_back.detach()
             new._give_back = weakref.finalize(new, give_back, *args)
-        self._give_back = None
-        self._moved_to = "this session was resharded (session.reshard): use the session it returned"
+        self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
         new.move_seconds = max(new._request_as(lambda: load_program(new.job, plan, moves=moves)))
         return new
 
@@ -433,14 +416,13 @@ class LaunchedSession(Session):
         """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
         is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
         and the state as it was: that error passes as it is."""
-        try:
-            return self.job.request(messages)
-        except RunError as exc:
-            if self.job.healthy:
-                raise
-            raise RunError(f"{exc}\n{self.lost_state()}") from None
+        if self._moved_to:
+            raise RunError(self._moved_to)
+        return self._request_as(lambda: self.job.request(messages))
 
     def close(self):
+        if self._moved_to:
+            return
         if self._give_back is None:
             self.job.close()
         else:
@@ -461,16 +443,8 @@ class InJobSession(Session):
                               {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
 
     def _resharded(self, plan, moves):
-        """Every rank moves its blocks (`reshard.move_blocks`), then runs `plan`'s program on them."""
-        held = self.rank_program.blocks([m.old for m in moves.moves])
-        self.rank_program.resident.clear()  # the values the new program does not take are dropped here
-        executor = MeshExecutor(moves.mesh, self.comm)
-        try:
-            moved = move_blocks(executor, moves, held)
-        finally:
-            executor.close()
-        self.rank_program.close()
-        return InJobSession(plan, self.comm, blocks=moved)
+        """Every rank moves its blocks (`reshard.move_resident`), then runs `plan`'s program on them."""
+        return InJobSession(plan, self.comm, blocks=move_resident(self.rank_program, moves, self.comm))
 
     def _step(self, inputs):
         rank = self.rank_program.rank

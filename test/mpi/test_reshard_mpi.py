@@ -18,7 +18,7 @@ pytest.importorskip("torch_mlir")
 import slicer  # noqa: E402
 from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
-from slicer.core.errors import InputError  # noqa: E402
+from slicer.core.errors import InputError, RunError  # noqa: E402
 from slicer.runtime.mpiexec import run_spmd  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
@@ -58,7 +58,9 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
         for k, (name, steps) in enumerate(chain[1:]):
             s.save(tmp_path / f"ck{k}")
             before = s.state_dict()
-            s = s.reshard(programs[name])
+            old, s = s, s.reshard(programs[name])
+            with pytest.raises(RunError, match="was resharded"):
+                old.step(*batch)  # the old session's ranks run the new program now
             assert s.resharded is not None and len(s.resharded.moves) == len(before)
             moved = s.state_dict()
             s.load(tmp_path / f"ck{k}")  # save + load of the same state, on the new layout
