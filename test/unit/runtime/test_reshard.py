@@ -11,7 +11,8 @@ from session_programs import STEP, data, expected
 import slicer
 from slicer.core.errors import InputError
 from slicer.core.mesh import Mesh
-from slicer.redistribution import DistType
+from slicer.redistribution import DistType, plan, simulate_blocks
+from slicer.runtime.blocks import take_block
 from slicer.runtime.reshard import common_mesh, on_mesh
 
 
@@ -66,3 +67,23 @@ def test_a_value_the_new_program_needs_and_the_session_lacks_is_refused_before_a
     with pytest.raises(InputError, match=r"needs state \['v'\] that the session does not hold"):
         s.reshard(renamed)
     np.testing.assert_allclose(s.step(x), x @ w0, rtol=1e-6)  # the session goes on as it was
+
+
+@pytest.mark.parametrize("old_mesh, old_dims, new_mesh, new_dims", [
+    ({"x": 2, "y": 2}, [["y"], ["x"]], {"x": 4}, [["x"], []]),
+    ({"x": 4}, [[], ["x"]], {"x": 2, "y": 2}, [["x", "y"], []]),
+    ({"x": 2, "y": 2}, [["x"], []], {"a": 2, "b": 2}, [["b"], ["a"]]),
+])
+def test_a_move_between_meshes_of_another_shape_gives_every_rank_its_new_block(old_mesh, old_dims, new_mesh,
+                                                                               new_dims):
+    """The plan on the common axis d, run on every device's old block (rank = its linear index on both meshes),
+    ends with each device holding its block of the value on the new mesh."""
+    old, new = Mesh(**old_mesh), Mesh(**new_mesh)
+    value = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+    src, dst = DistType.of(old, value.shape, old_dims), DistType.of(new, value.shape, new_dims)
+    common = common_mesh(old, new)
+    move = plan(common, on_mesh(src, old, common), on_mesh(dst, new, common))
+    blocks = [take_block(value, src, old, rank) for rank in range(4)]
+    moved = simulate_blocks(move, blocks) if move.steps else blocks
+    for rank in range(4):
+        np.testing.assert_array_equal(moved[rank].reshape(dst.local_shape(new)), take_block(value, dst, new, rank))
