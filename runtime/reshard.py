@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slicer.core.errors import InputError
+from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, Plan, plan, subaxes
 
@@ -66,10 +66,41 @@ class Reshard:
     def lower_bound_bytes_per_device(self) -> int:
         return sum(m.plan.lower_bound_bytes_per_device for m in self.moves)
 
+    @property
+    def peak_bytes_per_device(self) -> int:
+        """The predicted peak of state bytes on a device while the moves run one after another (the values
+        dropped freed first, each old block freed once moved): the old blocks not yet moved, the new ones made,
+        and the running plan's peak (which counts its source block). The executor's buffers come on top."""
+        old = sum(m.plan.src_bytes for m in self.moves)
+        peak, made = old, 0
+        for m in self.moves:
+            old -= m.plan.src_bytes
+            peak = max(peak, old + made + m.plan.peak_bytes_per_device)
+            made += m.plan.dst_bytes
+        return peak
+
+    @property
+    def budget_bytes(self) -> int:
+        """The default budget per device: the larger of the old and the new state plus the largest plan's
+        memory bound beyond its blocks (`Plan.memory_bound_bytes`)."""
+        old, new = (sum(m.plan.src_bytes for m in self.moves), sum(m.plan.dst_bytes for m in self.moves))
+        extra = max((m.plan.memory_bound_bytes - max(m.plan.src_bytes, m.plan.dst_bytes) for m in self.moves),
+                    default=0)
+        return max(old, new) + extra
+
+    def check_budget(self, budget: int | None = None) -> None:
+        """ResourceError, before anything moves, when the predicted peak exceeds `budget` bytes per device
+        (default `budget_bytes`)."""
+        budget = self.budget_bytes if budget is None else budget
+        if self.peak_bytes_per_device > budget:
+            raise ResourceError(f"resharding would hold {self.peak_bytes_per_device} B per device at its peak, over "
+                                f"the budget of {budget} B: raise the budget or save and load the session")
+
     def explain(self) -> str:
         """Per value its plan, bytes received per device (against the lower bound), peak bytes and time."""
         head = (f"reshard on {self.mesh}: {len(self.moves)} value(s), {self.bytes_received_per_device} B received "
-                f"per device (lower bound {self.lower_bound_bytes_per_device} B)")
+                f"per device (lower bound {self.lower_bound_bytes_per_device} B), predicted peak "
+                f"{self.peak_bytes_per_device} B per device (budget {self.budget_bytes} B)")
         dropped = [f"dropped (the new program does not take them): {', '.join(self.dropped)}"] if self.dropped else []
         return "\n".join([head, *(m.line() for m in self.moves), *dropped])
 
@@ -135,6 +166,7 @@ def plan_moves(old, new) -> Reshard:
         src, dst = on_mesh(a.dist, g_old.mesh, common), on_mesh(b.dist, g_new.mesh, common)
         moves.append(Move(name, was, index, plan(common, src, dst, dtype=a.dtype)))
     taken = {m.name for m in moves}
+    moves.sort(key=lambda m: m.plan.dst_bytes - m.plan.src_bytes)  # those freeing memory first (a stable sort)
     return Reshard(common, tuple(moves), tuple(sorted(n for n in have if n not in taken)))
 
 

@@ -239,14 +239,14 @@ class Session(ABC):
         """How `reshard(program)` would move the state (`Reshard.explain()`), without moving it."""
         return plan_moves(self.plan, target_plan(self.plan, program))
 
-    def reshard(self, program) -> Session:
-        """A session of `program` (a compiled program of the same model, or its `SessionPlan`) holding this
-        session's state, moved on the ranks by the synthesizer's plans (`runtime/reshard.py`, which says what is
-        refused). This session is then done with: the returned one has its ranks, step count and checkpoint
-        record, and `resharded` (the moves made)."""
+    def reshard(self, program, *, budget: int | None = None) -> Session:
+        """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
+        state moved on the ranks by the synthesizer's plans (`runtime/reshard.py`: what is refused; `budget`, bytes
+        per device: `Reshard.check_budget`). This one is then done with; the new one has `resharded`, the moves."""
         plan = target_plan(self.plan, program)
         plan.check_layouts()
         moves = plan_moves(self.plan, plan)
+        moves.check_budget(budget)
         new = self._resharded(plan, moves)
         new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
         return new

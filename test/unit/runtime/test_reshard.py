@@ -9,7 +9,7 @@ import pytest
 from session_programs import STEP, data, expected
 
 import slicer
-from slicer.core.errors import InputError
+from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, plan, simulate_blocks
 from slicer.runtime.blocks import take_block
@@ -50,6 +50,10 @@ def test_a_simulated_session_resharded_keeps_its_state_and_steps_on(programs):
     assert [m.name for m in moves.moves] == ["w"] and moves.mesh == Mesh(d=2)
     assert moves.moves[0].plan.reaches_lower_bound and moves.bytes_received_per_device == 0  # a local slice
     assert "w: " in moves.explain() and "lower bound" in moves.explain()
+    assert w0.nbytes <= moves.peak_bytes_per_device <= moves.budget_bytes  # the whole w, then its half too
+    assert f"predicted peak {moves.peak_bytes_per_device} B" in moves.explain()
+    with pytest.raises(ResourceError, match=r"over the budget of 10 B"):
+        s.reshard(programs["y-rows"], budget=10)
     s2 = s.reshard(programs["y-rows"])
     assert s2.steps == 1 and s2.resharded is not None
     np.testing.assert_array_equal(s2.state_dict()["w"], w0 * 2)
