@@ -3,8 +3,10 @@ of examples/training (SGD with momentum) switched data parallel -> ZeRO-3 -> dat
 Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each. After
 every switch the state equals, bit for bit, what saving it and loading the checkpoint in that session gives,
 and the losses and final parameters equal torch eager's. A program needing state the session lacks, or on
-another device count, is refused before anything moves and the session goes on."""
+another device count, is refused before anything moves and the session goes on. Train then serve: a forward
+program under Megatron takes the parameters trained under FSDP, its logits equal torch's."""
 
+import copy
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -104,3 +106,26 @@ def test_a_session_inside_an_mpiexec_job_reshards_on_its_ranks():
                     timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("reshard ok") == 2
+
+
+def test_train_under_fsdp_then_serve_under_megatron_on_the_same_ranks(gpt):
+    """The trained parameters move into a forward program (slicer.from_torch) under Megatron on y=2; the
+    optimizer's momentum is dropped; the logits equal the torch model's with the trained parameters."""
+    model, loss_fn, batch, programs = gpt
+    forward = slicer.from_torch(model, batch[0])
+    serve = slicer.compile(forward, mesh=slicer.Mesh(y=2), tactics=st.megatron(forward, "y", **gpt_model.MEGATRON))
+    s = programs["zero3"].session(ranks=2, timeout=300)
+    try:
+        s.step(*batch)
+        trained = s.state_dict()
+        s = s.reshard(serve)
+        assert s.resharded.dropped and all(n.startswith("momentum.") for n in s.resharded.dropped)
+        logits = s.step(batch[0])
+    finally:
+        s.close()
+    served = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, parameter in served.named_parameters():
+            parameter.copy_(torch.from_numpy(trained[name]))
+        want = served(batch[0]).numpy()
+    assert train.relative_error(logits, want) < 1e-5
