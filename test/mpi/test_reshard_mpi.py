@@ -48,6 +48,7 @@ def gpt():
     return model, gpt_model.loss_fn, batch, programs
 
 
+@pytest.mark.slow
 def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and_load_and_trains_as_torch(
         gpt, tmp_path):
     model, loss_fn, batch, programs = gpt
@@ -80,6 +81,7 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
         assert train.relative_error(final[value], want) < 1e-5, value
 
 
+@pytest.mark.slow
 def test_a_switch_that_cannot_be_made_live_is_refused_before_anything_moves(gpt):
     model, loss_fn, batch, programs = gpt
     four = slicer.compile(STEP, mesh=slicer.Mesh(x=4), tactics=[slicer.Tile(arg="x", dim=0, axes="x")])
@@ -108,6 +110,7 @@ def test_a_session_inside_an_mpiexec_job_reshards_on_its_ranks():
     assert done.stdout.count("reshard ok") == 2
 
 
+@pytest.mark.slow
 def test_train_under_fsdp_then_serve_under_megatron_on_the_same_ranks(gpt):
     """The trained parameters move into a forward program (slicer.from_torch) under Megatron on y=2; the
     optimizer's momentum is dropped; the logits equal the torch model's with the trained parameters."""
