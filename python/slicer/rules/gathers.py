@@ -110,7 +110,8 @@ def _classify(position: ir.Value, extent: int, loop_sizes: list[int | None], inp
     owner = defining_op(position)
     if owner is not None and owner.name == affine.AffineApplyOp.OPERATION_NAME:
         merged = _merged(owner, loop_sizes)
-        if merged is not None and loop_sizes[merged[0]] is not None and loop_sizes[merged[0]] * merged[2] == extent:
+        major_size = loop_sizes[merged[0]] if merged is not None else None
+        if merged is not None and major_size is not None and major_size * merged[2] == extent:
             major, minor, size = merged
             return DimUse(major, f"merges loops d{major} (major) and d{minor} (minor, of size {size}); only the "
                                  "major loop can be tiled", (minor,))
@@ -134,8 +135,8 @@ def _merged(apply: ir.Operation, loop_sizes: list[int | None]) -> tuple[int, int
     amap = apply.opview.map.value
     if len(amap.results) != 1 or len(apply.operands) != 2:
         return None
-    loops = [_index_loop(v) for v in apply.operands]
-    if None in loops:
+    loops = [loop for v in apply.operands if (loop := _index_loop(v)) is not None]
+    if len(loops) != len(apply.operands):
         return None
     expr = amap.results[0]
     if not isinstance(expr, ir.AffineAddExpr):
