@@ -101,7 +101,7 @@ _ACTIONS: dict[str, Action | None] = {}
 # Printing is most of that cost: the views are also kept per context by the address of the type or attribute
 # (uniqued in its context, never freed while it lives). The context is held weakly: a view table goes with its
 # context, and no type or attribute is held (holding one would keep its context, constants included, alive).
-_BY_ADDRESS: weakref.WeakKeyDictionary[ir.Context, dict[tuple[dict, int], object]] = weakref.WeakKeyDictionary()
+_BY_ADDRESS: weakref.WeakKeyDictionary[ir.Context, dict[tuple[int, int], object]] = weakref.WeakKeyDictionary()
 _UNKNOWN = object()
 
 

@@ -313,7 +313,7 @@ class _Builder:
         after = self.op_dist(op, result)
         grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value if GRID_ATTR in op.attributes else None
         # Sub-axes: the op's grid may refine the mesh's (its `slicer.axes` name the parts, e.g. y:(2)2).
-        names = self.grids.get(grid) or self.mesh.axis_names
+        names = (self.grids.get(grid) if grid is not None else None) or self.mesh.axis_names
         step = STEP_OF_IR[op.name].from_ir(op.name, _OpReader(op, self.mesh, names, grid), after)
         source = op.operands[0]
         if self.name_of(source) not in self.values:

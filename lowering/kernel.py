@@ -87,7 +87,9 @@ def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple,
     comes through the buffer protocol and the view by `np.frombuffer`, faster than `.ctypes.data` and
     `np.ndarray(buffer=)`."""
     raw = np.empty(nbytes, np.uint8)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # writable and never empty (`align` bytes at least)
+    # (writable and never empty: `align` bytes at least; the ignore: an ndarray is a buffer, which numpy's stubs
+    # say from Python 3.12 on only, and mypy checks 3.11)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # type: ignore[arg-type]
     start = -base % align
     return np.frombuffer(raw, dtype, count, start).reshape(shape), base + start
 
@@ -143,7 +145,7 @@ class _Slot:
         every call)."""
         return _aligned_block(self.block_bytes, self.dtype, self.count, self.shape)
 
-    def address(self, array) -> int:
+    def address(self, array: np.ndarray) -> int:
         """`array`'s buffer address once it is checked against the spec. Hot path: a plain writable array, read
         through the buffer protocol (an identity test, two tuple comparisons), which refuses a
         non-contiguous, read-only or empty buffer. Those take `_check`, which names the fault or accepts the array,
@@ -155,7 +157,7 @@ class _Slot:
             return remembered[1]
         if type(array) is np.ndarray and array.shape == self.shape and array.dtype is self.dtype:
             try:
-                return ctypes.addressof(ctypes.c_char.from_buffer(array))
+                return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]  # (as above)
             except (TypeError, ValueError, BufferError):
                 pass
         self._check(array)

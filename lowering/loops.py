@@ -57,12 +57,12 @@ def _zero(element_type: ir.Type) -> ir.Value:
 
 def lower_loop(loop: LoopOp) -> None:
     op = loop.operation
-    action, rng = loop.action, loop.range
-    if action is None or rng is None:
+    action, rng, terminator = loop.action, loop.range, loop.terminator
+    if action is None or rng is None or terminator is None:
         raise PassFailure(Located(op.location, "malformed 'slicer.loop' (run slicer-verify for details)"))
     with ir.InsertionPoint(op), op.location:
         inits = []
-        for result, block in zip(loop.results, loop.terminator.operands):
+        for result, block in zip(loop.results, terminator.operands):
             rtype = ir.RankedTensorType(result.type)
             shape = list(rtype.shape)
             if isinstance(action, TileAction):  # uneven: k padded blocks, trimmed after the loop
@@ -90,10 +90,11 @@ def lower_loop(loop: LoopOp) -> None:
         scf.YieldOp(updated)
     placeholder.erase()
     for old, new in zip(loop.results, for_op.results):
-        size = ir.RankedTensorType(old.type).shape[action.dim] if isinstance(action, TileAction) else None
-        if size is not None and size != ir.RankedTensorType(new.type).shape[action.dim]:
-            with ir.InsertionPoint(op), op.location:
-                new = trim(new, action.dim, size)
+        if isinstance(action, TileAction):
+            size = ir.RankedTensorType(old.type).shape[action.dim]
+            if size != ir.RankedTensorType(new.type).shape[action.dim]:
+                with ir.InsertionPoint(op), op.location:
+                    new = trim(new, action.dim, size)
         old.replace_all_uses_with(new)
     op.erase()
 
@@ -139,12 +140,13 @@ def _lower_slices_of(range_arg: ir.Value, iv: ir.Value) -> dict:
         user = user.operation
         if user.name != SLICE:
             raise PassFailure(Located(user.location, f"'{user.name}' uses a !slicer.range; only 'slicer.slice' may"))
-        view = SliceOp(user)
-        rtype = ir.RankedTensorType(view.result.type)
+        view, rtype = SliceOp(user), ir.RankedTensorType(user.results[0].type)
+        if view.range is None:
+            raise PassFailure(Located(user.location, "malformed 'slicer.slice' (run slicer-verify for details)"))
         dynamic = ir.ShapedType.get_dynamic_size()
         static_offsets = [dynamic if d == view.dim else 0 for d in range(rtype.rank)]
         size, block = ir.RankedTensorType(view.source.type).shape[view.dim], rtype.shape[view.dim]
-        count = view.range.size
+        count, axes = view.range.size, tuple(view.range.axes)
         with ir.InsertionPoint(user), user.location:
             source = view.source
             if size != block * count:  # uneven: padded blocks of the source padded with zeros
@@ -154,7 +156,7 @@ def _lower_slices_of(range_arg: ir.Value, iv: ir.Value) -> dict:
                 static_offsets, list(rtype.shape), [1] * rtype.rank,
             )
         if size != block * count:
-            pads[extracted] = {view.dim: Pad(size, block, tuple(view.range.axes))}
+            pads[extracted] = {view.dim: Pad(size, block, axes)}
         view.result.replace_all_uses_with(extracted)
         user.erase()
     return pads

@@ -21,6 +21,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from slicer.core.errors import InternalError
+
 CHUNK_BYTES = 8 << 20  # a frame of a large message: a few ms to read, so no rank waits unread for long
 PARTS = "slicer-message-parts"  # the first element of the frame that announces a chunked message
 
@@ -81,12 +83,15 @@ class Receiver:
 
     def _advance(self) -> tuple[bool, object]:
         parts = self._parts
+        if parts is None:
+            raise InternalError("a message's parts advanced before its header came")
         while self._part < len(parts) and self._offset == len(parts[self._part]):
             self._part, self._offset = self._part + 1, 0
         if self._part < len(parts):
             return False, None
         self._parts = None
-        return True, pickle.loads(parts[0], buffers=parts[1:])
+        # (an ndarray is a buffer; numpy's stubs say so from Python 3.12 on only, mypy checks 3.11)
+        return True, pickle.loads(parts[0], buffers=parts[1:])  # type: ignore[arg-type]
 
     def receive(self):
         """The next whole message (blocking)."""

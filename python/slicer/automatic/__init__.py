@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import time
 
-from slicer.core.errors import AutoError, CompileError, InvalidTactic
+from slicer.core.errors import AutoError, CompileError, InternalError, InvalidTactic
 from slicer.tactics import Replicate, Tile, format_tactics
 
 from .cost_model import Estimate, Evaluator
@@ -22,7 +22,7 @@ from .explanation import AutoResult
 from .machine import Machine
 from .options import check_mesh, check_objective, format_bytes, parse_budget
 from .sketch import Sketch, read_sketch
-from .verification import best, verify
+from .verification import Compiled, best, verify
 
 
 def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective: str = "time", entry=None,
@@ -49,7 +49,7 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
                     evaluator=evaluator)
     _check_user_tactics(search, tactics)
     choice, est, _ = timed_search(search, refuse=compile_graph is None)
-    compiled = ()
+    compiled: tuple[Compiled, ...] = ()
     if compile_graph is not None:
         compiled = tuple(verify(search, choice, tactics, lambda t: compile_graph(t, mesh), started))
         if not compiled:
@@ -58,10 +58,12 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
                             "; compile that with slicer.compile to see why")
         chosen = best(search, compiled)
         if budget is not None and chosen.estimate.peak_bytes > budget:
-            _refuse_compiled(search, chosen)
+            _refuse_compiled(search, chosen, budget)
         choice, est = chosen.choice, chosen.estimate
     found = tuple(search.tactics(choice))
     counts: dict = collections.defaultdict(lambda: [0, 0.0])
+    if est.collectives is None:
+        raise InternalError("slicer.auto: the chosen tiling's estimate was priced without its collectives")
     for c in est.collectives:
         counts[(c.kind, c.axes)][0] += 1
         counts[(c.kind, c.axes)][1] += c.seconds
@@ -70,10 +72,10 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
                       len(tactics), search.estimate({}), tuple((k, tuple(v)) for k, v in counts.items()), compiled)
 
 
-def _refuse_compiled(search: TacticSearch, chosen) -> None:
+def _refuse_compiled(search: TacticSearch, chosen: Compiled, budget: int) -> None:
     """AutoError: compiled, none of the candidates tried fits the budget."""
     tiles = format_tactics(chosen.tactics) or "everything replicated"
-    raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(search.budget)} per device on "
+    raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(budget)} per device on "
                     f"mesh {search.mesh}: the smallest peak found is {format_bytes(chosen.estimate.peak_bytes)} "
                     f"({chosen.estimate.peak_bytes} bytes, with {tiles}, compiled); raise the budget to at least that "
                     "or use a larger mesh")

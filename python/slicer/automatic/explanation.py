@@ -4,7 +4,7 @@ and for each decision what it saves against replicating and what the runner-up w
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slicer.core.mesh import Mesh
@@ -30,7 +30,7 @@ class AutoResult:
     objective: str
     search_seconds: float
     evaluations: int
-    decide: Callable[[], tuple[Decision, ...]] | None = field(default=None, repr=False, compare=False)
+    decide: Callable[[], Sequence[Decision]] | None = field(default=None, repr=False, compare=False)
     user_tactics: int = 0
     replicated: Estimate | None = field(default=None, repr=False)
     collectives: tuple = field(default=(), repr=False)

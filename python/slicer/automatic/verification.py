@@ -10,6 +10,7 @@ Details: docs/module-notes.md, `automatic/verification.py`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -166,6 +167,6 @@ def _same(a: Estimate, b: Estimate, tolerance: float = 0.01) -> bool:
         and abs(a.total - b.total) <= tolerance * max(a.total, b.total)
 
 
-def best(search, found: list[Compiled]) -> Compiled:
+def best(search, found: Sequence[Compiled]) -> Compiled:
     """The compiled candidate the search's objective prefers by its compiled cost (over the budget last)."""
     return min(found, key=lambda c: search.score(c.estimate, exact=True))

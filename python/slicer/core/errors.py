@@ -128,6 +128,9 @@ class SimulationError(RunError):
 class KernelAssertionError(RunError):
     """A check the program makes on its data failed while a kernel ran (e.g. an embedding index out of range)."""
 
+    check: str = ""  # the failed check's message (`lowering.kernel.check_failed` sets both)
+    outputs: object = None  # what the failing call wrote: a rank finishes its step before failing it
+
 
 class PropagationError(BudgetExceeded):
     """Propagation exceeded its budget (a bug: the laws should always terminate). The message names the law

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.errors import Located, PassFailure, PropagationError
+from slicer.core.errors import InternalError, Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
 from slicer.core.names import CONFLICT_ATTR, SLICE
 from slicer.core.operations import as_op
 from slicer.core.pipeline import run_pipeline
 from slicer.core.reproducer import save_reproducer
-from slicer.dialect import SliceOp, walk_ops
+from slicer.dialect import SliceOp, TileAction, walk_ops
 
-from .ir_utils import enclosing_loops
+from .ir_utils import enclosing_loops, loop_range
 from .laws import LATE_LAWS, LAWS, Journal, tactic_name, tile_loop_of
 from .worklist import Worklist, ask_laws
 
@@ -134,12 +134,15 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
             if found is None:
                 continue
             producer, _ = found
-            axes = set(producer.range.axes)
+            action, producer_axes = producer.action, loop_range(producer).axes
+            if not isinstance(action, TileAction):
+                raise InternalError(f"tile_loop_of gave a loop whose action is {action}, not a tile")
+            axes = set(producer_axes)
             if op.name == SLICE:
                 view = SliceOp(op)
                 if view.range is None or not axes & set(view.range.axes):
                     continue
-                if producer.action.dim == view.dim and producer.range_arg.type == view.range_value.type:
+                if action.dim == view.dim and producer.range_arg.type == view.range_value.type:
                     continue  # the consumer's own block of a shared loop (loops.take_body): no redistribution
                 need = f"dim {view.dim} tiled over {', '.join(view.range.axes)}"
                 user = next((as_op(u.owner) for u in view.result.uses), None)
@@ -152,8 +155,8 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
             winner = tactic_name(winner_loop) if winner_loop is not None else "an enclosing loop"
             at = f" at '{user.name}'" if user is not None else ""
             message = (
-                f"conflicting tactics{at}: {tactic_name(producer)} tiles this value's dim {producer.action.dim} over "
-                f"{', '.join(producer.range.axes)}, but {winner} needs {need}; the earlier tactic wins and the value "
+                f"conflicting tactics{at}: {tactic_name(producer)} tiles this value's dim {action.dim} over "
+                f"{', '.join(producer_axes)}, but {winner} needs {need}; the earlier tactic wins and the value "
                 "is redistributed here"
             )
             op.attributes[CONFLICT_ATTR] = ir.StringAttr.get(message)

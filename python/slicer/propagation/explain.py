@@ -18,14 +18,14 @@ from slicer.core.names import (
 from slicer.core.operations import as_op
 from slicer.dialect import LoopOp, walk_ops
 
-from .ir_utils import enclosing_loops
+from .ir_utils import enclosing_loops, loop_range
 
 
 def _describe_loop(loop: LoopOp) -> str:
     attrs = loop.operation.attributes
     tactic = ir.StringAttr(attrs[TACTIC_ATTR]).value if TACTIC_ATTR in attrs else "no tactic"
     rule = ir.StringAttr(attrs[RULE_ATTR]).value if RULE_ATTR in attrs else "tactic"
-    return f"{loop.action} over {','.join(loop.range.axes)} [{tactic}; {rule}]"
+    return f"{loop.action} over {','.join(loop_range(loop).axes)} [{tactic}; {rule}]"
 
 
 _NOT_SHOWN = (builtin.ModuleOp.OPERATION_NAME, YIELD, func.ReturnOp.OPERATION_NAME)

@@ -10,7 +10,7 @@ from slicer.core.names import LOOP, RANGE_PRODUCT
 from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, loop, yield_
 
-from .ir_utils import BlockOrder, captured_values, op_id
+from .ir_utils import BlockOrder, captured_values, loop_action, loop_range, op_id
 from .journal import Journal
 from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
 
@@ -162,9 +162,10 @@ def _producers_in_block(op: ir.Operation, captured: list[ir.Value]) -> list[ir.O
 def _fuse(first: LoopOp, second: LoopOp, journal: Journal, *, at: ir.Operation) -> None:
     loc = first.operation.location
     with ir.InsertionPoint(at), loc:
-        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action,
-                     range=first.range)
-        inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
+        range_ = loop_range(first)
+        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=loop_action(first),
+                     range=range_)
+        inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(range_.axes)}")
     with ir.InsertionPoint(fused.body), loc:
         anchor = yield_([])
     # The bodies join a loop over the same range with the same action: the ops keep their answers to every law

@@ -6,9 +6,10 @@ from mlir import ir
 from mlir.dialects import arith, builtin, linalg, tensor
 
 from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
+from slicer.core.errors import InternalError
 from slicer.core.names import LINALG_PREFIX, LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
 from slicer.core.operations import as_op, defining_op
-from slicer.dialect import LoopOp
+from slicer.dialect import Action, LoopOp, RangeType
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
 PURE_PREFIXES = (LINALG_PREFIX, "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
@@ -23,6 +24,22 @@ def op_id(op: ir.Operation) -> int:
 
 def result_index(value: ir.Value) -> int:
     return ir.OpResult(value).result_number
+
+
+def loop_range(loop: LoopOp) -> RangeType:
+    """The range of a loop the laws rewrite: a well-formed `slicer.loop` always ranges over a `!slicer.range`."""
+    found = loop.range
+    if found is None:
+        raise InternalError(f"'{LOOP}' whose body argument is not a range: {loop.range_arg.type}")
+    return found
+
+
+def loop_action(loop: LoopOp) -> Action:
+    """The action of a loop the laws rewrite: a well-formed `slicer.loop` always carries one."""
+    found = loop.action
+    if found is None:
+        raise InternalError(f"'{LOOP}' without a loop action (tile<d> or sum): {loop.operation.attributes}")
+    return found
 
 
 def ancestors(op: ir.Operation) -> list[ir.Operation]:

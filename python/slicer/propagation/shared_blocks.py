@@ -26,7 +26,7 @@ from slicer.dialect import LoopOp, RangeType, SliceOp, SumAction, TileAction, lo
 from slicer.rules import NoRule
 
 from .blockwise import _indivisible
-from .ir_utils import enclosing_axes, enclosing_loops, result_index
+from .ir_utils import enclosing_axes, enclosing_loops, loop_range, result_index
 from .journal import Journal
 from .loop_facts import inherit_provenance, outcome_kind, tile_loop_of, tile_outcome
 
@@ -60,16 +60,18 @@ def shared_block_sources(value: ir.Value, producer: LoopOp) -> list[tuple[int, R
     (dim, range, the loop asking for them): those of its slices by a range over `producer`'s axes (each device's
     sum of its block: a reduce_scatter the slice needs anyway), and those of the tile loop over other axes that
     `producer`'s body yields for it (each device holds its block's term: a 2-D nest, data parallel x Megatron)."""
-    found = []
+    found: list[tuple[int, RangeType, LoopOp]] = []
     for view in sliced_by_range_of(value, producer):
         reader = next(iter(enclosing_loops(as_op(view.operation))), None)
-        found.append((view.dim, producer.range, reader if reader is not None else producer))
+        found.append((view.dim, loop_range(producer), reader if reader is not None else producer))
     terminator = producer.terminator
     if terminator is not None and terminator.name == YIELD:
         inner = tile_loop_of(terminator.operands[result_index(value)])
-        if (inner is not None and as_op(inner[0].operation).block == producer.body and inner[0].range is not None
-                and not set(inner[0].range.axes) & set(producer.range.axes)):
-            found.append((inner[0].action.dim, inner[0].range, inner[0]))
+        inner_range, action = (inner[0].range, inner[0].action) if inner is not None else (None, None)
+        if (inner is not None and as_op(inner[0].operation).block == producer.body and inner_range is not None
+                and isinstance(action, TileAction)  # (as tile_loop_of says)
+                and not set(inner_range.axes) & set(loop_range(producer).axes)):
+            found.append((action.dim, inner_range, inner[0]))
     return found
 
 

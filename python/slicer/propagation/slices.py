@@ -9,7 +9,7 @@ from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE
 from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, range_product, slice_, walk_ops, yield_
 
-from .ir_utils import ancestors, enclosing_axes, is_unused, result_index
+from .ir_utils import ancestors, enclosing_axes, is_unused, loop_action, result_index
 from .journal import Journal
 from .loop_facts import inherit_provenance, may_take_body, take_body, tile_loop_of
 
@@ -77,8 +77,9 @@ def _inner_loop_axes(loop_op: LoopOp) -> set[str]:
     """The axes of the loops nested in `loop_op`'s body."""
     axes: set[str] = set()
     for inner in walk_ops(loop_op.operation, LOOP):
-        if inner != loop_op.operation and LoopOp(inner).range is not None:
-            axes.update(LoopOp(inner).range.axes)
+        range_ = LoopOp(inner).range
+        if inner != loop_op.operation and range_ is not None:
+            axes.update(range_.axes)
     return axes
 
 
@@ -129,7 +130,7 @@ def commute_slice_into_loop(op: ir.Operation, journal: Journal) -> bool:
     index = result_index(view.source)
     rule = f"slice over {', '.join(view.range.axes)} commuted into the loop over {', '.join(producer.range.axes)}"
     with ir.InsertionPoint(op), op.location:
-        new_loop = loop([view.result.type], mesh=producer.mesh, action=producer.action, range=producer.range)
+        new_loop = loop([view.result.type], mesh=producer.mesh, action=loop_action(producer), range=producer.range)
         inherit_provenance(new_loop.operation, producer, rule)
     with ir.InsertionPoint(new_loop.body), op.location:
         anchor = yield_([])  # placeholder terminator to move the body before

@@ -16,6 +16,7 @@ import math
 
 from mlir import ir
 
+from slicer.core.errors import InternalError
 from slicer.core.names import LOOP, SLICE
 from slicer.core.operations import as_op, defining_op
 from slicer.dialect import SliceOp, walk_ops
@@ -123,9 +124,9 @@ class Worklist(RewriteListener):
             if entry is not None:
                 entry.live = False
                 if settled:
-                    self._step["requeue"].append((inner, i))
+                    self._in_step()["requeue"].append((inner, i))
             if settled:
-                self._step["settled_ids"].add(i)
+                self._in_step()["settled_ids"].add(i)
             key = self.key.pop(i, None)
             self.loops.pop(i, None)
             self.late.forget(i)
@@ -192,7 +193,13 @@ class Worklist(RewriteListener):
 
     def moving(self, op: ir.Operation, settled: bool = False) -> None:
         self._drop_tree(op, erased=False, settled=settled)
-        self._step["settled" if settled else "moved"].append((op, op_id(op)))
+        self._in_step()["settled" if settled else "moved"].append((op, op_id(op)))
+
+    def _in_step(self) -> dict:
+        """The step being rewritten: a law tells of its moves between `before` and `after`."""
+        if self._step is None:
+            raise InternalError("a rewrite moved an op outside a worklist step (between before and after)")
+        return self._step
 
     def after(self, asked: tuple[ir.Operation, int] | None = None) -> None:
         """The rewrite is done: key the new and moved ops, queue what may now rewrite. `asked`: the op the laws
@@ -271,14 +278,14 @@ class Worklist(RewriteListener):
             tops.setdefault(op_id(top), top)
             if i not in settled:
                 stack += self._new_producers(op, settled)  # a new op's body may use new ops
-        tops = list(tops.values())
-        if not tops:
+        top_ops = list(tops.values())
+        if not top_ops:
             return []
-        if any(top.block != step["anchor_block"] for top in tops):
+        if any(top.block != step["anchor_block"] for top in top_ops):
             self._renumber()  # not where laws put new ops: key everything again (correct, rarely needed)
             return [op for op in walk_ops(self.function) if op_id(op) in self.queued]
-        tops.sort(key=BlockOrder)
-        fresh = [inner for top in tops for inner in walk_ops(top)]
+        top_ops.sort(key=BlockOrder)
+        fresh = [inner for top in top_ops for inner in walk_ops(top)]
         lo, hi = step["lo"], step["hi"]
         gap = (hi - lo) / (len(fresh) + 1)
         if gap < self._RENUMBER_GAP * max(1.0, abs(hi)):

@@ -25,6 +25,7 @@ import heapq
 import itertools
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,9 @@ class _DimsInfo:
         self.products = problem.products_of(dims)
         self.local = tuple(s // k for s, k in zip(problem.shape, self.products))
         self.size = math.prod(self.local)
-        self._unused = self._slices = self._moves = None
+        self._unused: tuple[str, ...] | None = None
+        self._slices: list | None = None
+        self._moves: tuple[list, list] | None = None
 
     def unused(self, problem: Problem) -> tuple[str, ...]:
         """The non-trivial mesh axes of ``problem`` these dims do not use (only shrinking nodes ask)."""
@@ -366,7 +369,7 @@ class PlanSearch:
         # Costs are exact integers (possibly beyond 64 bits): inflate them in integers, never in floats.
         scaled = round((weight - 1.0) * 1_000_000)
         inflate = (lambda value: value) if scaled <= 0 else (lambda value: value + value * scaled // 1_000_000)
-        heap = [(inflate(bounds.h(problem.src, 0)), 0, 0, start, True)]
+        heap: list[tuple[Any, ...]] = [(inflate(bounds.h(problem.src, 0)), 0, 0, start, True)]  # hubs: (PERMUTES, node)
         closed = set()
         goal = problem.dst
         push, pop = heapq.heappush, heapq.heappop

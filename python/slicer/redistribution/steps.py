@@ -362,14 +362,14 @@ def _lift_pairs(mesh: Mesh, sub: Mesh, pairs: np.ndarray) -> tuple[tuple[int, in
         return ()
     coords = np.array(np.unravel_index(np.arange(mesh.device_count), mesh.shape)).T  # rank -> coordinate
     sub_axes = [mesh.axis_index(name) for name in sub.axis_names]
-    sub_rank = np.ravel_multi_index(coords[:, sub_axes].T, sub.shape)
+    sub_rank = np.asarray(np.ravel_multi_index(coords[:, sub_axes].T, sub.shape))  # (an array: the stubs say intp)
     receiver_of = np.full(sub.device_count, -1, dtype=np.int64)
     receiver_of[pairs[:, 0]] = pairs[:, 1]
     moving = receiver_of[sub_rank] >= 0
     senders = np.nonzero(moving)[0]
     target = coords[senders].copy()
     target[:, sub_axes] = np.array(np.unravel_index(receiver_of[sub_rank[senders]], sub.shape)).T
-    receivers = np.ravel_multi_index(target.T, mesh.shape)
+    receivers = np.asarray(np.ravel_multi_index(target.T, mesh.shape))
     return tuple(zip(senders.tolist(), receivers.tolist()))
 
 

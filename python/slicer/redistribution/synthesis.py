@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from slicer.core.errors import RedistributionError
+from slicer.core.errors import InternalError, RedistributionError
 from slicer.core.mesh import Mesh
 
 from . import subaxes
@@ -92,6 +92,8 @@ def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32", frozen
             best = found
         if budget[0] <= 0:
             break
+    if best is None:  # the first refinement (the mesh itself) is searched without a cap or budget
+        raise InternalError(f"no plan from {src} to {dst} and no error saying why")
     steps = best[0]
     return Plan(mesh, src, dst, tuple(steps), dtype, model)
 
@@ -158,10 +160,10 @@ def _plan_on(refinement: Refinement, src: DistType, dst: DistType, model: CostMo
     layout = Layout.get(fine, src.shape)
     red_src, red_dst = reduced(fine, fine_src), reduced(fine, fine_dst)
     token_of = refinement.part_token.get
-    search_args = dict(cost=model, itemsize=size, token_of=lambda a: token_of(a, a))
+    search_args: dict[str, Any] = dict(cost=model, itemsize=size, token_of=lambda a: token_of(a, a))
     found = _normal_form_moves(fine, layout, red_src, red_dst, search_args, upper, budget)
     relaxed = found is None
-    if relaxed:
+    if found is None:
         if upper is not None:
             return None
         # Divisibility can forbid every normal-form plan (a slice that would have to come first does not

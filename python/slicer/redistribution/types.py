@@ -87,17 +87,17 @@ class DistType:
            partial: Iterable[str] = ()) -> DistType:
         """Validate against ``mesh`` and canonicalise (partial axes in mesh order)."""
         shape = tuple(int(s) for s in shape)
-        dims = tuple(tuple(d) for d in dims)
+        dim_axes: tuple[tuple[str, ...], ...] = tuple(tuple(d) for d in dims)
         partial = tuple(partial)
-        text = format_dims(dims, partial)
+        text = format_dims(dim_axes, partial)
         if any(s <= 0 for s in shape):
             raise RedistributionError(f"shape {format_shape(shape)} has a non-positive size")
-        if len(dims) != len(shape):
+        if len(dim_axes) != len(shape):
             raise RedistributionError(
-                f"type {text} has {len(dims)} dims but the shape {format_shape(shape) or '()'} has rank "
+                f"type {text} has {len(dim_axes)} dims but the shape {format_shape(shape) or '()'} has rank "
                 f"{len(shape)}: give one axis list per dim, e.g. {format_dims([[] for _ in shape])}")
         places = []
-        for d, axes in enumerate(dims):
+        for d, axes in enumerate(dim_axes):
             for axis in axes:
                 subaxes.check_token(mesh, axis, lambda problem, d=d: f"{problem} in dim {d} of {text}: the mesh "
                                                                      f"{mesh} has axes {', '.join(mesh.axis_names)}")
@@ -109,16 +109,16 @@ class DistType:
         problem = subaxes.overlap_error(mesh, places, text)
         if problem:
             raise RedistributionError(problem)
-        for d, (size, axes) in enumerate(zip(shape, dims)):
+        for d, (size, axes) in enumerate(zip(shape, dim_axes)):
             count = subaxes.group_size(mesh, axes)
             if size % count:
                 factors = "*".join(f"{a}({subaxes.size(mesh, a)})" for a in axes)
                 raise RedistributionError(
                     f"dim {d} of size {size} is not divisible by {count} = {factors} in {text}: "
                     f"use a size that is a multiple of {count} or tile dim {d} by fewer axes")
-        dims = tuple(subaxes.canonical(mesh, d) for d in dims)
+        dim_axes = tuple(subaxes.canonical(mesh, d) for d in dim_axes)
         partial = subaxes.canonical_set(mesh, partial)
-        return cls(shape, dims, partial)
+        return cls(shape, dim_axes, partial)
 
     @classmethod
     def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> DistType:

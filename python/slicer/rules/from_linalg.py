@@ -86,8 +86,9 @@ def _rule_of_generic(name: str, generic: ir.Operation, maps: list[ir.AffineMap])
     for d, why in _index_blocks(body):
         if d in tables.freed_loops:
             continue
-        if iterators[d] == REDUCTION and sizes[d] is not None:
-            shifts.append((d, sizes[d]))  # a block reads its global index: linalg.index + its start
+        size = sizes[d]
+        if iterators[d] == REDUCTION and size is not None:
+            shifts.append((d, size))  # a block reads its global index: linalg.index + its start
         else:
             blocks.append((d, why))
     return OpRule(name, iterators, operands + tables.uses, results, combiners, tuple(blocks), names,

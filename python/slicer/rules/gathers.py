@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import affine, arith, linalg, tensor
+from mlir.dialects import affine, arith, cf, linalg, tensor
 
 from slicer.core.names import DIM_ATTR
 from slicer.core.operations import defining_op
@@ -110,7 +110,8 @@ def _classify(position: ir.Value, extent: int, loop_sizes: list[int | None], inp
     owner = defining_op(position)
     if owner is not None and owner.name == affine.AffineApplyOp.OPERATION_NAME:
         merged = _merged(owner, loop_sizes)
-        if merged is not None and loop_sizes[merged[0]] is not None and loop_sizes[merged[0]] * merged[2] == extent:
+        major_size = loop_sizes[merged[0]] if merged is not None else None
+        if merged is not None and major_size is not None and major_size * merged[2] == extent:
             major, minor, size = merged
             return DimUse(major, f"merges loops d{major} (major) and d{minor} (minor, of size {size}); only the "
                                  "major loop can be tiled", (minor,))
@@ -134,8 +135,8 @@ def _merged(apply: ir.Operation, loop_sizes: list[int | None]) -> tuple[int, int
     amap = apply.opview.map.value
     if len(amap.results) != 1 or len(apply.operands) != 2:
         return None
-    loops = [_index_loop(v) for v in apply.operands]
-    if None in loops:
+    loops = [loop for v in apply.operands if (loop := _index_loop(v)) is not None]
+    if len(loops) != len(apply.operands):
         return None
     expr = amap.results[0]
     if not isinstance(expr, ir.AffineAddExpr):
@@ -195,6 +196,17 @@ def _yields_reads(body: ir.Block, reads: list[ir.Operation], num_inputs: int) ->
     return all(all(use.owner.operation == ops[-1].operation for use in r.uses) for r in read_results)
 
 
+_CASTS = (arith.IndexCastOp.OPERATION_NAME, arith.IndexCastUIOp.OPERATION_NAME)
+
+
+def _only_bounds_checks(op: ir.Operation) -> bool:
+    """Is `op` a comparison whose result only `cf.assert`s read, or a cast whose result only such comparisons
+    read (torch-mlir's `0 <= index < size` checks of an embedding's position)?"""
+    if op.name == arith.CmpIOp.OPERATION_NAME:
+        return all(use.owner.operation.name == cf.AssertOp.OPERATION_NAME for use in op.results[0].uses)
+    return op.name in _CASTS and all(_only_bounds_checks(use.owner.operation) for use in op.results[0].uses)
+
+
 def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> bool:
     """Is every `linalg.index loop` of the body used only as one of `positions` (or inside an affine.apply
     that is one)?"""
@@ -209,6 +221,8 @@ def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> boo
                 continue
             if user.name == affine.AffineApplyOp.OPERATION_NAME and _among(user.results[0], positions):
                 continue
+            if _only_bounds_checks(user):
+                continue  # torch-mlir's bounds asserts on the position: a block's index passes them too
             return False
     return True
 

@@ -30,9 +30,9 @@ def linear_in(op: ir.Operation, inputs: set[int] | frozenset[int]) -> str | None
     """None if `op`'s one result is linear in its inputs numbered `inputs` jointly (see the module docstring),
     else why not. `op` is a linalg op with parallel loops only and one result (a `linalg.generic`; a named op
     answers through its generic body when it has one)."""
-    body, why = _elementwise_body(op, inputs)
-    if why is not None:
-        return why
+    body = _elementwise_body(op, inputs)
+    if isinstance(body, str):
+        return body
     ops = body.operations
     return linear_at(op, ops[len(ops) - 1].operands[0], inputs)
 
@@ -40,9 +40,9 @@ def linear_in(op: ir.Operation, inputs: set[int] | frozenset[int]) -> str | None
 def linear_at(op: ir.Operation, value: ir.Value, inputs: set[int] | frozenset[int]) -> str | None:
     """None if `value`, a value of `op`'s body (an elementwise linalg op, as `linear_in` asks), is linear in the
     inputs numbered `inputs` jointly, else why not."""
-    body, why = _elementwise_body(op, inputs)
-    if why is not None:
-        return why
+    body = _elementwise_body(op, inputs)
+    if isinstance(body, str):
+        return body
     count = input_count(op)
     why = _linear(value, {body.arguments[i] for i in inputs}, body.arguments[count], body)
     return None if why is None else f"'{op.operation.name}' yields {why}"
@@ -54,8 +54,8 @@ def constant_term_inputs(op: ir.Operation, value: ir.Value, inputs: set[int] | f
     such a sum, or a constant term reads no input (a literal: no device can hold it alone). Taken as partial sums
     too (held by one device, zeros on the others), those inputs make `value` linear -- if they are read nowhere
     else in it (`linear_at` says)."""
-    body, why = _elementwise_body(op, inputs)
-    if why is not None:
+    body = _elementwise_body(op, inputs)
+    if isinstance(body, str):
         return None
     count = input_count(op)
     found: set = set()
@@ -65,24 +65,24 @@ def constant_term_inputs(op: ir.Operation, value: ir.Value, inputs: set[int] | f
     return frozenset(i for i, argument in enumerate(arguments) if argument in found)
 
 
-def _elementwise_body(op: ir.Operation, inputs) -> tuple[ir.Block | None, str | None]:
-    """(the body of `op`, None) when `op` is an elementwise linalg op with one result and `inputs` are inputs of
-    it, else (None, why not)."""
+def _elementwise_body(op: ir.Operation, inputs) -> ir.Block | str:
+    """The body of `op` when `op` is an elementwise linalg op with one result and `inputs` are inputs of it, else
+    why not."""
     op = op.operation
     if not is_linalg_op(op):
-        return None, f"'{op.name}' is not a linalg op"
+        return f"'{op.name}' is not a linalg op"
     if len(op.results) != 1:
-        return None, f"'{op.name}' has {len(op.results)} results (one is asked)"
+        return f"'{op.name}' has {len(op.results)} results (one is asked)"
     kinds = iterator_kinds(op)
     if ITERATOR_TYPES_ATTR not in op.attributes or any(k != PARALLEL for k in kinds):
         # (a rank-0 generic has no loops: elementwise; a named op carries no iterator types)
-        return None, f"'{op.name}' is not elementwise (its loops are {kinds or 'unknown'})"
+        return f"'{op.name}' is not elementwise (its loops are {kinds or 'unknown'})"
     if not has_operand_segments(op) or not op.regions or not op.regions[0].blocks:
-        return None, f"'{op.name}' has no body with inputs and outputs"
+        return f"'{op.name}' has no body with inputs and outputs"
     count = input_count(op)
     if not inputs or any(not 0 <= i < count for i in inputs):
-        return None, f"inputs {sorted(inputs)} are not inputs of '{op.name}' ({count} inputs)"
-    return op.regions[0].blocks[0], None
+        return f"inputs {sorted(inputs)} are not inputs of '{op.name}' ({count} inputs)"
+    return op.regions[0].blocks[0]
 
 
 def _constant_terms(value: ir.Value, partial: set, out: ir.Value, body: ir.Block, found: set) -> bool:

@@ -107,12 +107,12 @@ class OpRule:
 
     def tile(self, *, operand: int | None = None, result: int | None = None, dim: int) -> RuleOutcome:
         """The outcome of tiling dim `dim` of operand `operand` (or of result `result`)."""
-        if (operand is None) == (result is None):
-            raise InternalError("OpRule.tile: give exactly one of operand= or result=")
-        if operand is not None:
+        if operand is not None and result is None:
             uses, what = self._dims(self.operands, operand, "operand"), self.operand_names[operand]
-        else:
+        elif result is not None and operand is None:
             uses, what = self._dims(self.results, result, "result"), f"result #{result}"
+        else:
+            raise InternalError("OpRule.tile: give exactly one of operand= or result=")
         if not 0 <= dim < len(uses):
             raise InternalError(f"{self.op_name}: {what} has {len(uses)} dims, there is no dim {dim}")
         use = uses[dim]

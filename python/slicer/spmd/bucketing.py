@@ -29,10 +29,11 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from slicer.core import environment
-from slicer.core.errors import OptionError
+from slicer.core.errors import InternalError, OptionError
 from slicer.core.names import (
     ALL_REDUCE,
     CHUNK_ATTR,
+    DIST_ATTR,
     GRID_ATTR,
     GRID_AXES_ATTR,
     REDUCE_SCATTER,
@@ -222,9 +223,17 @@ class BucketShape:
         return [columns] if self.rows == 1 else [1, columns]
 
 
+def _dist(value: ir.Value) -> str:
+    """The `slicer.dist` text of a collective's operand or result: the partitioner gives every one of them one."""
+    text = dist_of(value)
+    if text is None:
+        raise InternalError(f"a collective's value without its '{DIST_ATTR}': {value}")
+    return text
+
+
 def _bucket_shape(first: ir.Operation, grid_table: dict) -> BucketShape:
-    in_rest = _dims_text(dist_of(first.operands[0]))[1]
-    out_dims, out_rest = _dims_text(dist_of(first.results[0]))
+    in_rest = _dims_text(_dist(first.operands[0]))[1]
+    out_dims, out_rest = _dims_text(_dist(first.results[0]))
     if first.name == ALL_REDUCE:
         return BucketShape(1, "[[]]" + in_rest, "[[]]" + out_rest, "[[]]" + out_rest)
     head = out_dims[1:out_dims.index("]") + 1]

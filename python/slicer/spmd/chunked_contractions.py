@@ -30,7 +30,7 @@ from mlir import ir
 from mlir.dialects import linalg, tensor
 
 from slicer.core import environment
-from slicer.core.errors import OptionError
+from slicer.core.errors import InternalError, OptionError
 from slicer.core.linalg_facts import indexing_maps, input_count, is_linalg_op, projected_dims
 from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
 from slicer.core.operations import defining_op
@@ -112,6 +112,14 @@ class ChunkCandidate:
     loop: int
 
 
+def _projection(amap: ir.AffineMap) -> tuple[int, ...]:
+    """The loop dims of a chunk candidate's indexing map (`candidate` checks every map is a projection)."""
+    dims = projected_dims(amap)
+    if dims is None:
+        raise InternalError(f"a chunk candidate's indexing map {amap} is not a projection")
+    return dims
+
+
 def _loop_sizes(op: ir.Operation) -> dict[int, int] | None:
     sizes: dict[int, int] = {}
     for operand, amap in zip(op.operands, indexing_maps(op)):
@@ -148,7 +156,7 @@ def candidate(collective: ir.Operation) -> ChunkCandidate | None:
     for dim, loop in enumerate(out_dims):
         if dim == scattered or sizes[loop] < 2:
             continue
-        reread = sum(tensor_bytes(v) for v, m in zip(inputs, maps) if loop not in projected_dims(m))
+        reread = sum(tensor_bytes(v) for v, m in zip(inputs, maps) if loop not in _projection(m))
         if best is None or reread < best[0]:
             best = (reread, dim, loop)
     return None if best is None else ChunkCandidate(producer, collective, best[1], best[2])
@@ -161,11 +169,14 @@ def decide(found: ChunkCandidate, grid_table: dict, model: CostModel, forced: in
     if forced:
         return forced if size % forced == 0 else 1
     candidates = [k for k in range(2, MAX_CHUNKS + 1) if size % k == 0]
-    flops = 2.0 * float(np.prod(list(_loop_sizes(found.producer).values()), dtype=np.float64))
+    sizes = _loop_sizes(found.producer)
+    if sizes is None:
+        raise InternalError("a chunk candidate whose indexing maps are not projections (candidate() checks them)")
+    flops = 2.0 * float(np.prod(list(sizes.values()), dtype=np.float64))
     result = found.producer.results[0]
     inputs = found.producer.operands[:input_count(found.producer)]
     maps = indexing_maps(found.producer)
-    reread = sum(tensor_bytes(v) for v, m in zip(inputs, maps) if found.loop not in projected_dims(m))
+    reread = sum(tensor_bytes(v) for v, m in zip(inputs, maps) if found.loop not in _projection(m))
     whole = collective_seconds(found.collective, grid_table, model)
     latency = collective_seconds_latency(found.collective, grid_table, model)
 
@@ -198,7 +209,9 @@ def _chunk_init(init: ir.Value, dim: int, offset: int, size: int) -> ir.Value:
     """The output operand of one chunk: a fill of a `tensor.empty` made again at the chunk's size, else a
     slice of the init."""
     fill = defining_op(init)
-    empty = defining_op(fill.operands[1]) if fill is not None and fill.name == linalg.FillOp.OPERATION_NAME else None
+    if fill is None or fill.name != linalg.FillOp.OPERATION_NAME:
+        return _slice(init, dim, offset, size)
+    empty = defining_op(fill.operands[1])
     if empty is None or empty.name != tensor.EmptyOp.OPERATION_NAME or empty.operands:
         return _slice(init, dim, offset, size)
     t = ir.RankedTensorType(init.type)
@@ -222,7 +235,7 @@ def split(found: ChunkCandidate, chunks: int) -> None:
         for i in range(chunks):
             operands = []
             for j, (operand, amap) in enumerate(zip(producer.operands, maps)):
-                dims = projected_dims(amap)
+                dims = _projection(amap)
                 if j >= n_in:
                     operands.append(_chunk_init(operand, dims.index(loop), i * size, size))
                 elif loop in dims:
@@ -271,7 +284,9 @@ def collective_matmul(module: ir.Operation, *, chunks: int = 0, model: CostModel
                        if op.operation.name in (ALL_REDUCE, REDUCE_SCATTER)]
         for collective in collectives:
             found = candidate(collective)
-            count = decide(found, grid_table, model, chunks) if found is not None else 1
+            if found is None:
+                continue
+            count = decide(found, grid_table, model, chunks)
             if count > 1:
                 split(found, count)
                 done += 1

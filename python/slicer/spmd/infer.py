@@ -38,9 +38,9 @@ def _infer(value: ir.Value) -> DistType | None:
     shape = tuple(ir.RankedTensorType(value.type).shape)
     if all(u.name == ANNOTATE for u in users):
         shardings = {AnnotateOp(u).sharding for u in users}
-        if len(shardings) == 1 and None not in shardings:
+        if len(shardings) == 1:
             (sharding,) = shardings
-            if len(sharding.dims) == len(shape):
+            if sharding is not None and len(sharding.dims) == len(shape):
                 return DistType(shape, sharding.dims, ())
         return None
     if not all(u.name == SLICE and u.operands[0] == value for u in users):
@@ -53,11 +53,10 @@ def _infer(value: ir.Value) -> DistType | None:
     if axes is None:
         return None
     inner = {_infer(v.result) for v in views}
-    base = tuple(() for _ in shape)
-    if len(inner) == 1 and None not in inner:
+    base: tuple[tuple[str, ...], ...] = tuple(() for _ in shape)
+    if len(inner) == 1:
         (t,) = inner
-        used = {a for d in t.dims for a in d}
-        if not used & set(axes):
+        if t is not None and not {a for d in t.dims for a in d} & set(axes):
             base = t.dims
     dims = tuple(tuple(axes) + base[i] if i == dim else base[i] for i in range(len(shape)))
     return DistType(shape, dims, ())

@@ -49,7 +49,7 @@ def partition_slice(p: PartitionState, op: ir.Operation, context: frozenset[str]
     local = p.convert(entry, wanted, op,
                       f"'slicer.slice' of dim {dim} over [{','.join(axes)}] needs the source tiled major by "
                       f"[{','.join(axes)}] on dim {dim}")
-    result_shape = tensor_shape(view.result)
+    result_shape = _static_shape(p, op, view.result, "the 'slicer.slice' result")
     rest = tuple(wanted.dims[dim][len(axes):])
     dims = tuple(rest if i == dim else d for i, d in enumerate(wanted.dims))
     t = p.target(result_shape, DistType(result_shape, dims, wanted.partial), op.location)  # other dims
@@ -80,7 +80,8 @@ def _slice_own_member(p: PartitionState, op: ir.Operation, view: SliceOp, entry:
     with ir.InsertionPoint(op):
         where = ir.Location.name(f"local block of dim {dim} over [{','.join(axes)}]", childLoc=op.location)
         local = emitter.local_block(local, dim, axes, where)
-    t = p.canon(DistType(tensor_shape(view.result), whole.dims, whole.partial), op.location)
+    shape = _static_shape(p, op, view.result, "the 'slicer.slice' result")
+    t = p.canon(DistType(shape, whole.dims, whole.partial), op.location)
     local.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context))])
     p.env[view.result] = PartitionedValue(local, t, context, f"slice of {entry.origin}", op.location,
                                           tactic=entry.tactic)
@@ -118,7 +119,7 @@ def partition_loop(p: PartitionState, op: ir.Operation, context: frozenset[str],
             raise p.fail(op, f"'slicer.loop' result #{index} is not a static tensor")
         inner = without_axes(entry.type, body_context - entry.context)
         local = p.convert(entry, inner, terminator, f"yield #{index} of the {kind}")
-        shape = tensor_shape(result)
+        shape = _static_shape(p, op, result, f"'slicer.loop' result #{index}")
         pads = dict(entry.pads)
         if isinstance(action, TileAction):
             dims = tuple(axes + inner.dims[action.dim] if i == action.dim else d for i, d in enumerate(inner.dims))
@@ -174,3 +175,11 @@ def _provenance(loop: ir.Operation) -> str:
             value = loop.attributes[attr]
             notes.append(f"{label} {ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else value}")
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _static_shape(p, op: ir.Operation, value: ir.Value, what: str) -> tuple[int, ...]:
+    """The static shape of `value`, a tensor the partitioner assigns a distributed type (`what` it is)."""
+    shape = tensor_shape(value)
+    if shape is None:
+        raise p.fail(op, f"{what} is not a static tensor")
+    return shape

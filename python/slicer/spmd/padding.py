@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from slicer.core.errors import RedistributionError, Unsupported
+from slicer.core.errors import InternalError, RedistributionError, Unsupported
 from slicer.core.linalg_facts import (
     PARALLEL,
     REDUCTION,
@@ -238,7 +238,8 @@ def mask_reduction(op: ir.Operation, reduced: dict[int, Pad], valid_of: Callable
                            "contraction; write it as a linalg.generic or make the dim divisible")
     maps = indexing_maps(op)
     for index in range(n_in):
-        dims = {d: valid[loop_dim(e)] for d, e in enumerate(maps[index].results) if loop_dim(e) in valid}
+        dims = {d: valid[dim] for d, e in enumerate(maps[index].results)
+                if (dim := loop_dim(e)) is not None and dim in valid}
         if dims:
             with ir.InsertionPoint(op), op.location:
                 masked = _zero_outside(op.operands[index], dims)
@@ -262,7 +263,10 @@ def _products_of_inputs(op: ir.Operation, block: ir.Block, n_in: int, valid: dic
     """Whether a contraction's product (`_is_contraction`) multiplies its inputs' elements only (each factor
     a block argument, maybe widened or rounded: zero stays zero), each loop of `valid` indexing one of them:
     zeroing those inputs in the padding then zeroes every term there."""
-    term = combined_with(list(block.operations)[-1].operands[0], block.arguments[n_in])[1]
+    combined = combined_with(list(block.operations)[-1].operands[0], block.arguments[n_in])
+    if combined is None:
+        raise InternalError("a contraction's body does not yield `out + product` (its caller checked it does)")
+    term = combined[1]
     factors, stack = [], [term]
     while stack:
         value = stack.pop()

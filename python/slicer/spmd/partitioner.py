@@ -216,10 +216,10 @@ class _FunctionPartitioner(PartitionState):
                                                 context, self.mesh)]
                     nested.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                           f"'{nested.name}' inside '{op.name}' reads it replicated")
-        losses = [found for found in losses if found is not None and set(found.axes) - context]
-        carried = losses[0] if losses and moves_data(op) else None
+        lost = [found for found in losses if found is not None and set(found.axes) - context]
+        carried = lost[0] if lost and moves_data(op) else None
         if carried is None:
-            self.degraded += [found.note(op) for found in losses]
+            self.degraded += [found.note(op) for found in lost]
         padded = self.padded_results(op, context, operand_pads)
         dists = []
         for index, result in enumerate(op.results):

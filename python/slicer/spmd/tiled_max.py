@@ -72,7 +72,9 @@ def reduce_by_max(partitioner, op: ir.Operation, context: frozenset[str]) -> boo
     it gives the replicated result. `partitioner` is the function's `spmd.conversion.PartitionState`."""
     p = partitioner
     entry = p.lookup(op.operands[0]) if len(op.operands) else None
-    found = tiled_max(op, entry.type if entry is not None and entry.context == context else None, context)
+    if entry is None or entry.context != context:
+        return False  # (tiled_max asks for a distributed input of this context)
+    found = tiled_max(op, entry.type, context)
     if found is None:
         return False
     op.operands[0] = entry.local

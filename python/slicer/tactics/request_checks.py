@@ -54,7 +54,7 @@ class _RequestChecker:
             if request.tile is None:
                 self.check_replicate(request, state)
             else:
-                self.check_tile(request, type_, state)
+                self.check_tile(request, request.tile, type_, state)
 
     def target_type(self, request: TacticRequest) -> ir.RankedTensorType | None:
         if request.kind == "value":
@@ -84,8 +84,9 @@ class _RequestChecker:
                                                 "tiled or replicated, drop one of the two")
         state.replicated = True
 
-    def check_tile(self, request: TacticRequest, type_: ir.RankedTensorType, state: TargetState) -> None:
-        dim, axes = request.tile
+    def check_tile(self, request: TacticRequest, tile: tuple[int, tuple[str, ...]], type_: ir.RankedTensorType,
+                   state: TargetState) -> None:
+        dim, axes = tile
         label, what, loc = request.label, request.what(), request.location
         if request.mesh not in self.meshes:
             return self.unknown_mesh(request)

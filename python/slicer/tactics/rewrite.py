@@ -15,7 +15,7 @@ from collections.abc import Callable
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core.errors import TacticError
+from slicer.core.errors import InternalError, TacticError
 from slicer.core.functions import defined_functions, function_name, function_type
 from slicer.core.mesh import Mesh
 from slicer.core.names import ARG_ATTRS_ATTR, PRIORITY_ATTR, RES_ATTRS_ATTR, SHARDING_ATTR, TACTIC_ATTR
@@ -51,7 +51,8 @@ class TacticRewriter:
                 block = self.module.regions[0].blocks[0]
                 build_mesh(NEW_MESH_NAME, collector.new_mesh, loc=self.module.location,
                            ip=ir.InsertionPoint.at_block_begin(block))
-            after_each = (lambda request: self.after_each(request.label)) if self.after_each else None
+            after = self.after_each
+            after_each = (lambda request: after(request.label)) if after else None
             _Rewrite(collector.meshes).apply(requests, after_each)
             for func in defined_functions(self.module):
                 _drop_sharding_attrs(func)
@@ -109,6 +110,8 @@ class _Rewrite:
             ip = ir.InsertionPoint.after(anchor) if anchor is not None else ir.InsertionPoint.at_block_begin(block)
         else:
             op = request.annotate_op
+            if op is None:
+                raise InternalError(f"{request.label}: a value request without its slicer.annotate op")
             if request.tile is None:
                 return  # already recorded by this very all-empty annotation
             if not self.consumed or self.consumed[-1] != op:
@@ -119,7 +122,7 @@ class _Rewrite:
         if request.tile is None:
             new, built, user = self.replicate(request, value, loc, ip)
         else:
-            new, built, user = self.tile(request, value, loc, ip)
+            new, built, user = self.tile(request, request.tile, value, loc, ip)
         value.replace_all_uses_except(new, user)
         self.current[key] = new
         self.anchor[anchor_key] = built
@@ -134,17 +137,19 @@ class _Rewrite:
             if request.tile is None:
                 new, _, _ = self.replicate(request, value, loc, ir.InsertionPoint(term))
             else:
-                new, _, _ = self.tile(request, value, loc, ir.InsertionPoint(term))
+                new, _, _ = self.tile(request, request.tile, value, loc, ir.InsertionPoint(term))
             term.operands[request.index] = new
         name = function_name(request.func)
         self.result_labels.setdefault(name, (request.func, {}))[1].setdefault(request.index, []).append(request.label)
 
-    def tile(self, request: TacticRequest, value: ir.Value, loc, ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
+    def tile(self, request: TacticRequest, tile: tuple[int, tuple[str, ...]], value: ir.Value, loc,
+             ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`loop tile<d> over range<axes> { yield slice(value, d, r) }` -> (result, loop op, slice op)."""
-        dim, axes = request.tile
-        mesh = self.meshes[request.mesh]
+        dim, axes = tile
+        mesh_name = _mesh_of(request)
+        mesh = self.meshes[mesh_name]
         rng = RangeType(tuple(axes), mesh.group_size(axes))
-        built = loop([value.type], mesh=request.mesh, action=TileAction(dim), range=rng, loc=loc, ip=ip)
+        built = loop([value.type], mesh=mesh_name, action=TileAction(dim), range=rng, loc=loc, ip=ip)
         # Provenance for propagation: which tactic, and its place in the schedule (earlier wins).
         built.operation.attributes[TACTIC_ATTR] = ir.StringAttr.get(request.label)
         built.operation.attributes[PRIORITY_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), self.order)
@@ -157,8 +162,15 @@ class _Rewrite:
                   ip) -> tuple[ir.Value, ir.Operation, ir.Operation]:
         """`slicer.annotate` of `value` with an all-empty sharding -> (result, op, op)."""
         rank = ir.RankedTensorType(value.type).rank
-        result = annotate(value, Sharding(request.mesh, ((),) * rank), loc=loc, ip=ip)
+        result = annotate(value, Sharding(_mesh_of(request), ((),) * rank), loc=loc, ip=ip)
         return result, result.owner.operation, result.owner.operation
+
+
+def _mesh_of(request: TacticRequest) -> str:
+    """The mesh a checked request names (`check_requests` reports a request without a declared mesh)."""
+    if request.mesh is None:
+        raise InternalError(f"{request.label}: a checked tactic request without a mesh")
+    return request.mesh
 
 
 def _label_results(func: ir.Operation, labels: dict[int, list[str]]) -> None:
