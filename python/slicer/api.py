@@ -41,6 +41,7 @@ from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
+from slicer.pipelining import PipelineProgram, compile_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
@@ -52,6 +53,7 @@ from slicer.spmd.bucketing import env_bucket as bucket_env
 from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
+from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
 from slicer.viz.sharding import uneven_dims
 
@@ -338,7 +340,7 @@ BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
 
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
             entry: str | None = None, source_name: str | None = None, strict: bool = False,
-            bf16_units: str = "auto") -> Program:
+            bf16_units: str = "auto") -> Program | PipelineProgram:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
@@ -362,6 +364,8 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     if not isinstance(mesh, Mesh):
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
                            f"got {mesh!r}")
+    if any(isinstance(t, Pipeline) for t in tactics):  # MPMD: each stage's programs compiled here
+        return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)), tactics, compile)
     imported = module if isinstance(module, ImportedProgram) else None
     if imported is not None:
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source

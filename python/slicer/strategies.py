@@ -47,6 +47,7 @@ from slicer.dialect import make_context
 from slicer.frontends import ARG_ROLES, ImportedProgram
 from slicer.tactics import Replicate, Tactic, Tile
 from slicer.tactics.patterns import closest, matching
+from slicer.tactics.pipeline_tactic import Pipeline
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,22 @@ def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[
     return info.tiles(ordered, dims, axes)
 
 
+def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = None, stages: int | None = None,
+             microbatches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> list[Tactic]:
+    """Pipeline parallelism over `axis`: the step cut into stages, each on its own devices of the axis with its
+    own parameters, optimizer state and update (docs/pipeline.md). `split` names the module that begins each
+    later stage (torch's split points, `["blocks.4", "blocks.8"]`); the batch is cut into `microbatches`
+    micro-batches (rows i, i + M, ...) whose gradients are accumulated, run in the order of `schedule`
+    ("gpipe", "1f1b", or "interleaved" with `virtual_stages` > 1 chunks per stage). Returns `[Pipeline]`,
+    which composes by concatenation with the strategies of the other axes (they lay out each stage's
+    programs)."""
+    if not isinstance(step, ImportedProgram) or step.origin is None:
+        raise InvalidTactic("strategies.pipeline: expected a training step imported with slicer.training_step "
+                            f"(its stages are imported again from the torch model), got {type(step).__name__}")
+    return [Pipeline(axis, microbatches, tuple(split) if isinstance(split, (list, tuple)) else split, stages,
+                     schedule, virtual_stages)]
+
+
 def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[Tactic]:
     """The tactics that lay out each result named like an argument (the next value of a parameter or of
     optimizer state) as that argument, for every such result no tactic in `tactics` names: the argument's tiles
@@ -274,4 +291,4 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
     return dim
 
 
-__all__ = ["data_parallel", "follow_arguments", "megatron", "zero"]
+__all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "zero"]

@@ -1,0 +1,101 @@
+"""Compiling a training step under a `Pipeline` tactic (`slicer.compile(step, mesh=..., tactics=[Pipeline, ...])`).
+
+1. The step is imported again by stage from the torch model it came from (`frontends.stages`): each virtual
+   stage's forward, backward and update, and the transfers between stages.
+2. The schedule (`mpmd.pipeline_schedule`) is built and verified.
+3. Each stage program is compiled by `slicer.compile` for the mesh with the pipeline axis at size 1 (the
+   devices of one stage), with the tactics that name its arguments (data parallel, ZeRO, Megatron on the
+   other axes: the stage programs keep the step's names).
+4. The pipelined module (`mpmd.stage_module`: one function per stage, `slicer.send` / `slicer.recv`) is
+   built from the stage programs' signatures and lowered to each stage's instructions (`mpmd.instructions`),
+   which checks that every transfer meets its peer and that nothing deadlocks.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from mlir import ir
+
+from slicer.core.errors import InvalidTactic
+from slicer.core.functions import entry_function, function_type
+from slicer.core.mesh import Mesh
+from slicer.dialect import make_context
+from slicer.frontends import ImportedProgram
+from slicer.frontends.stages import import_stages
+from slicer.mpmd.instructions import lower_module
+from slicer.mpmd.pipeline_schedule import make_schedule
+from slicer.mpmd.stage_module import Link, Signature, StageFunctions, build_module
+from slicer.tactics import Tactic
+from slicer.tactics.patterns import matching
+from slicer.tactics.pipeline_tactic import Pipeline
+
+from .pipeline_program import PipelineProgram
+
+KINDS = ("forward", "backward", "update")
+
+
+def _signature(program: ImportedProgram) -> Signature:
+    with make_context():
+        module = ir.Module.parse(program.text)
+        ftype = function_type(entry_function(module, program.entry))
+        args = tuple(zip(program.arg_names, (str(t) for t in ftype.inputs)))
+        results = tuple(zip(program.result_names, (str(t) for t in ftype.results)))
+    return Signature(args, results)
+
+
+def _tactics_for(program: ImportedProgram, tactics: Sequence[Tactic]) -> list[Tactic]:
+    """The tactics naming an argument or result `program` has (each stage program has some of the step's)."""
+    kept = []
+    for tactic in tactics:
+        target, names = (tactic.arg, program.arg_names) if tactic.arg is not None else (tactic.result,
+                                                                                          program.result_names)
+        if isinstance(target, str) and matching(target, names):
+            kept.append(tactic)
+    return kept
+
+
+def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic],
+                     compile_program: Callable) -> PipelineProgram:
+    """The pipelined program of `step` (module docstring); `compile_program(program, mesh=, tactics=)` is
+    `slicer.compile`. InvalidTactic for a step that is not a torch training step or a pipeline that does not
+    fit the mesh."""
+    if not isinstance(step, ImportedProgram) or step.origin is None:
+        raise InvalidTactic("pipeline: the program must be a training step imported with slicer.training_step "
+                            "(the stages are imported again from its torch model)")
+    if not mesh.has_axis(pipeline.axis):
+        raise InvalidTactic(f"pipeline: unknown mesh axis '{pipeline.axis}' (the mesh has axes "
+                            f"{', '.join(mesh.axis_names)})")
+    count = mesh.size(pipeline.axis)
+    virtual = count * pipeline.virtual_stages
+    if pipeline.split is None:
+        raise InvalidTactic("pipeline: stages= (cuts placed by the cost model) is not available yet; give "
+                            "split=[module names]")
+    if len(pipeline.split) + 1 != virtual:
+        raise InvalidTactic(f"pipeline: split={list(pipeline.split)} makes {len(pipeline.split) + 1} stages but "
+                            f"axis '{pipeline.axis}' has {count} devices"
+                            + (f" and virtual_stages={pipeline.virtual_stages}" if pipeline.virtual_stages > 1
+                               else "") + f": give {virtual - 1} split points")
+    schedule = make_schedule(pipeline.schedule, count, pipeline.microbatches, pipeline.virtual_stages)
+    stages, transfers = import_stages(step.origin, list(pipeline.split), pipeline.microbatches)
+    sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
+    others = [t for t in tactics if not isinstance(t, Pipeline)]
+    compiled, functions = {}, []
+    for stage in stages:
+        for kind in KINDS:
+            program = getattr(stage, kind)
+            compiled[f"{kind}_{stage.index}"] = compile_program(program, mesh=sub_mesh,
+                                                                tactics=_tactics_for(program, others))
+        signatures = {kind: _signature(getattr(stage, kind)) for kind in KINDS}
+        functions.append(StageFunctions(stage.index, signatures["forward"], signatures["backward"],
+                                        signatures["update"], stage.batch, tuple(t.name for t in stage.received),
+                                        tuple(t.name for t in stage.sent), (*stage.parameters, *stage.buffers),
+                                        stage.state, stage.hyper))
+    types = {name: typ for f in functions for name, typ in f.forward.results}
+    links = tuple(Link(t.name, t.source, t.targets, types[t.name], t.differentiable) for t in transfers)
+    text = build_module(schedule, tuple(functions), links, pipeline.axis)
+    lowered = lower_module(text)
+    return PipelineProgram(step, mesh, pipeline, schedule, stages, compiled, text, lowered)
+
+
+__all__ = ["compile_pipeline"]
