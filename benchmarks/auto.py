@@ -48,8 +48,9 @@ ROW = ["*proj.weight", "*fc2.weight"]
 def build(case: str, sizes: dict):
     """(imported program, numpy inputs) of `case`."""
     import torch
-    import slicer
     from model import GPT, Attention, Block, loss_fn
+
+    import slicer
 
     torch.manual_seed(0)
     b, s, d, h, v = (sizes[k] for k in ("batch", "seq", "d_model", "n_head", "vocab"))

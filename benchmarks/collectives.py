@@ -22,8 +22,9 @@ layout whose chunks are contiguous (the gather/split/scatter dim leading) and on
 (`Allgather`, `Alltoall`, `Allreduce`, `Reduce_scatter_block`, `Sendrecv`; a numpy copy for all_slice).
 Per reshard (the suite of `reshard_suite.py` on 4 and 8 ranks, 1-D cases on 2 ranks, the cases of
 issue 18 on 8 ranks): the executor running the synthesized plan, and XLA's reshard (the faster of its
-`device_put` and its jitted reshard, leaving out `device_put`s whose devices share one buffer). Breakdown per step, from repetitions with a barrier before each step:
-waiting (at that barrier: the ranks' skew), pack (packing and issuing the call), transfer, unpack.
+`device_put` and its jitted reshard, leaving out `device_put`s whose devices share one buffer). Breakdown per step, from
+repetitions with a barrier before each step: waiting (at that barrier: the ranks' skew), pack (packing and issuing the
+call), transfer, unpack.
 
 With `--before PATH` the MPI jobs import Slicer from PATH (e.g. the previous executor, `git archive` of an
 older commit): its steps have no phases, so its whole step time counts as transfer.
@@ -70,7 +71,8 @@ def kind_cases(ranks: int, elements: int) -> list[dict]:
         ("all_slice", "strided", x, "[[],[]]", "[[],[x]]", square),
     ]
     if ranks >= 4:  # a permute needs two equal axes
-        out.append(("permute", "contiguous", "x=2,y=2" if ranks == 4 else "x=2,y=2,z=2", "[[x],[y]]", "[[y],[x]]", square))
+        out.append(("permute", "contiguous", "x=2,y=2" if ranks == 4 else "x=2,y=2,z=2", "[[x],[y]]", "[[y],[x]]",
+                    square))
     return [dict(zip(("kind", "layout", "mesh", "src", "dst", "local"), c)) for c in out]
 
 
@@ -84,7 +86,8 @@ def reshard_cases(ranks: int, mib: float) -> list[dict]:
                         "dst": str(c.dst)})
     else:
         side = int(round(math.sqrt(mib * (1 << 20) / 4))) // 8 * 8
-        for name, src, dst in (("replicate_to_tiled", "[[],[]]", "[[x],[]]"), ("tiled_to_replicate", "[[x],[]]", "[[],[]]"),
+        for name, src, dst in (("replicate_to_tiled", "[[],[]]", "[[x],[]]"),
+                               ("tiled_to_replicate", "[[x],[]]", "[[],[]]"),
                                ("dim_move", "[[x],[]]", "[[],[x]]"), ("col_gather", "[[],[x]]", "[[],[]]"),
                                ("partial_to_tiled", "[[],[]] partial=[x]", "[[x],[]]"),
                                ("partial_to_replicated", "[[],[]] partial=[x]", "[[],[]]")):
@@ -138,6 +141,7 @@ def _packing_module():
 def _plain(comm, ex, step, block, out):
     """The plain mpi4py call moving the bytes of `step` between preallocated contiguous buffers."""
     from mpi4py import MPI
+
     from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Permute
     if isinstance(step, Permute):
         pairs = [tuple(map(int, p)) for p in step.pairs]
@@ -329,7 +333,8 @@ def packing(args) -> None:
             samples.append(time.perf_counter() - t)
         return statistics.median(samples)
 
-    lines = ["| block (f32) | chunks | run bytes | element-wise ms | void runs ms | memcpy ms |", "|---|---|---|---|---|---|"]
+    lines = ["| block (f32) | chunks | run bytes | element-wise ms | void runs ms | memcpy ms |",
+             "|---|---|---|---|---|---|"]
     for shape, axis, k in (((16, 128, 128), 2, 8), ((64, 64, 64), 2, 4), ((4096, 256), 1, 8), ((128, 256, 256), 2, 8),
                            ((2048, 2048), 1, 2)):
         block = np.random.default_rng(0).random(shape, dtype=np.float32)
@@ -341,7 +346,8 @@ def packing(args) -> None:
         element = median_time(lambda: np.copyto(packed, view))
         runs = median_time(lambda: chunks.pack(block, packed))
         memcpy = median_time(lambda: np.copyto(flat, block.reshape(-1)))
-        lines.append(f"| {'x'.join(map(str, shape))} | {k} along dim {axis} | {chunks.run_bytes} | {element * 1e3:.3f} | "
+        lines.append(f"| {'x'.join(map(str, shape))} | {k} along dim {axis} | {chunks.run_bytes} | "
+                     f"{element * 1e3:.3f} | "
                      f"{runs * 1e3:.3f} | {memcpy * 1e3:.3f} |")
     lines += ["", "| ranks | block per rank | MPI vector datatype ms | numpy pack + Alltoall ms | Alltoall alone ms |",
               "|---|---|---|---|---|"]
@@ -465,9 +471,12 @@ def geomean(xs) -> float:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["### Collective kinds: the executor's step vs plain mpi4py on contiguous buffers of the same bytes", "",
-             "| ranks | kind | chunks | KiB/rank | slicer ms | mpi4py ms | ratio | waiting | pack | transfer | unpack |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "### Collective kinds: the executor's step vs plain mpi4py on contiguous buffers of the same bytes",
+        "",
+        "| ranks | kind | chunks | KiB/rank | slicer ms | mpi4py ms | ratio | waiting | pack | transfer | unpack |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for res in results:
         for k in res["kinds"]:
             b = k["breakdown"]
@@ -475,7 +484,8 @@ def table(results: list[dict]) -> str:
                          f"{k['slicer_s'] * 1e3:.3f} | {k['mpi4py_s'] * 1e3:.3f} | "
                          f"{k['slicer_s'] / k['mpi4py_s']:.2f}x | " + " | ".join(f"{v * 1e3:.3f}" for v in b) + " |")
     lines += ["", "### Reshards: the executor vs XLA (speedup = XLA time / Slicer time)", "",
-              "| ranks | case | mesh | shape | plan | slicer ms | XLA ms | speedup | per step: waiting/pack/transfer/unpack ms |",
+              "| ranks | case | mesh | shape | plan | slicer ms | XLA ms | speedup | per step: "
+              "waiting/pack/transfer/unpack ms |",
               "|---|---|---|---|---|---|---|---|---|"]
     speedups = []
     for res in results:

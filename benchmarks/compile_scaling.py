@@ -50,7 +50,8 @@ def op_counts(text: str) -> dict[str, int]:
     """linalg ops (yield and index aside) and collectives (shard.* and slicer.permute / all_to_all) in `text`."""
     names = _OP.findall(text)
     linalg = sum(1 for n in names if n.startswith("linalg.") and n not in ("linalg.yield", "linalg.index"))
-    collectives = sum(1 for n in names if n.startswith("shard.") and n not in ("shard.grid", "shard.process_multi_index"))
+    collectives = sum(1 for n in names if n.startswith("shard.") and n not in ("shard.grid",
+                                                                               "shard.process_multi_index"))
     collectives += sum(1 for n in names if n in ("slicer.permute", "slicer.all_to_all"))
     return {"linalg": linalg, "collectives": collectives}
 

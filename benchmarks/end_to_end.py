@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from snippets import tanh_gelu  # noqa: E402 - beside this file
+from snippets import tanh_gelu
 
 SIZES = {"B": 512, "D": 1024, "H": 4096, "S": 1024, "heads": 16, "E": 64}
 # `--small` (the suite's smoke test): the same programs at toy sizes, for the workers too (they inherit it).
@@ -99,7 +99,8 @@ def mha_text(S: int, D: int, H: int, E: int) -> str:
     text = (Path(__file__).resolve().parents[1] / "examples" / "mha.mlir").read_text()
     body = text[text.index("#x_d"):]
     replacements = [("tensor<8x16xf32>", f"tensor<{S}x{D}xf32>"), ("tensor<16x4x4xf32>", f"tensor<{D}x{H}x{E}xf32>"),
-                    ("tensor<4x4x16xf32>", f"tensor<{H}x{E}x{D}xf32>"), ("tensor<4x8x4xf32>", f"tensor<{H}x{S}x{E}xf32>"),
+                    ("tensor<4x4x16xf32>", f"tensor<{H}x{E}x{D}xf32>"),
+                    ("tensor<4x8x4xf32>", f"tensor<{H}x{S}x{E}xf32>"),
                     ("tensor<4x8x8xf32>", f"tensor<{H}x{S}x{S}xf32>"), ("tensor<4x8xf32>", f"tensor<{H}x{S}xf32>"),
                     ("arith.constant 0.5 : f32", f"arith.constant {float(1 / np.sqrt(E))!r} : f32")]
     for old, new in replacements:
@@ -127,7 +128,8 @@ def program(name: str) -> tuple[str, list, list]:
 def inputs(shapes: list, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     # Scaled like trained weights: keeps softmax/gelu inputs in their interesting range.
-    return [(rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[0] if len(shape) > 1 else 1)).astype(np.float32)
+    return [(rng.standard_normal(shape,
+                                 dtype=np.float32) / np.sqrt(shape[0] if len(shape) > 1 else 1)).astype(np.float32)
             for shape in shapes]
 
 
@@ -165,7 +167,8 @@ def numpy_fn(name: str):
 def jax_fn(name: str, devices: int):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     s = SIZES
 
@@ -224,7 +227,8 @@ def jax_worker(name: str, devices: int) -> None:
 
     fn, shardings = jax_fn(name, devices)
     host = inputs(program_shapes(name))
-    arrays = [jax.device_put(a, sh) for a, sh in zip(host, shardings)] if shardings else [jax.device_put(a) for a in host]
+    arrays = [jax.device_put(a, sh) for a,
+              sh in zip(host, shardings)] if shardings else [jax.device_put(a) for a in host]
 
     def check():
         reference = numpy_fn(name)(*host)
@@ -387,7 +391,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=10, help="timed runs per contender (median reported)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
-    parser.add_argument("--programs", default=",".join(PROGRAMS), help=f"comma-separated subset of {','.join(PROGRAMS)}")
+    parser.add_argument("--programs", default=",".join(PROGRAMS),
+                        help=f"comma-separated subset of {','.join(PROGRAMS)}")
     parser.add_argument("--no-jax", action="store_true", help="skip JAX even if installed")
     parser.add_argument("--small", action="store_true", help="toy sizes: checks that the benchmark runs (smoke test)")
     parser.add_argument("--slicer-worker", metavar="JOB_DIR", help=argparse.SUPPRESS)
@@ -413,8 +418,8 @@ def main() -> None:
     if have_jax and importlib.util.find_spec("jax") is None:
         print("jax is not installed: skipping the JAX columns (pip install -e '.[bench]')", flush=True)
         have_jax = False
-    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES, "programs": {},
-               "load_average_before": os.getloadavg()}
+    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": args.reps, "sizes": SIZES,
+               "programs": {}, "load_average_before": os.getloadavg()}
     for name in args.programs.split(","):
         arrays = inputs(program_shapes(name))
         reference = numpy_fn(name)(*arrays)
@@ -442,7 +447,8 @@ def main() -> None:
                     contender.close()
             entry: dict = {}
             for key, contender in contenders.items():
-                entry[key] = {"times": [r["time"] for r in contender.runs], "cpu_times": [r["cpu"] for r in contender.runs]}
+                entry[key] = {"times": [r["time"] for r in contender.runs],
+                              "cpu_times": [r["cpu"] for r in contender.runs]}
                 if "relative_error" in contender.ready:
                     entry[key]["relative_error"] = contender.ready["relative_error"]
                 if key.startswith("slicer"):
@@ -471,12 +477,15 @@ def markdown(results: dict) -> str:
     columns = ["slicer_2r", "slicer_1r", "numpy_1t", "numpy_2t", "jax_1d", "jax_2d"]
     titles = {"slicer_2r": "Slicer 2 ranks", "slicer_1r": "Slicer 1 rank", "numpy_1t": "numpy 1 thread",
               "numpy_2t": "numpy 2 threads", "jax_1d": "JAX 1 device", "jax_2d": "JAX 2 devices"}
-    load = (results["load_average_before"][0] + results.get("load_average_after", results["load_average_before"])[0]) / 2
+    load = (results["load_average_before"][0] + results.get("load_average_after",
+                                                            results["load_average_before"])[0]) / 2
     lines = []
     for title, statistic in (("median", np.median), ("best", np.min)):
-        lines += [f"f32, {title} of {results['reps']} interleaved runs, ms (wall clock; machine load average {load:.1f} "
+        lines += [f"f32, {title} of {results['reps']} interleaved runs, ms (wall clock; machine load "
+                  f"average {load:.1f} "
                   f"on {os.cpu_count()} cores)",
-                  "| program | " + " | ".join(titles[c] for c in columns) + " | 2 ranks vs best other | 2 ranks vs 1 rank |",
+                  "| program | " + " | ".join(titles[c] for c in columns) + " | 2 ranks vs best other | 2 "
+                                                                            "ranks vs 1 rank |",
                   "|---" * (len(columns) + 3) + "|"]
         for name, entry in results["programs"].items():
             value = {c: float(statistic(entry[c]["times"])) * 1e3 for c in columns if c in entry}
@@ -486,15 +495,19 @@ def markdown(results: dict) -> str:
                          f"{value['slicer_1r'] / value['slicer_2r']:.2f}x |")
         lines.append("")
     cpu = ["CPU time of the slowest rank (median): " + "; ".join(
-        f"{name} {np.median(e['slicer_1r']['cpu_times']) * 1e3:.1f} ms on 1 rank, {np.median(e['slicer_2r']['cpu_times']) * 1e3:.1f} ms on 2"
+        f"{name} {np.median(e['slicer_1r']['cpu_times']) * 1e3:.1f} ms on 1 rank, "
+        f"{np.median(e['slicer_2r']['cpu_times']) * 1e3:.1f} ms on 2"
         for name, e in results["programs"].items()) + "."]
     lines += cpu
     c = results.get("compile")
     if c:
         lines += ["", f"Partition + compile of the attention block on {c['ranks']} ranks, fresh processes: cold "
-                  f"{c['cold']['total']:.2f} s (partition {c['cold']['partition']:.2f}, kernels {c['cold']['kernels']:.2f}), "
-                  f"from the cache {c['cached']['total'] * 1e3:.0f} ms (partition {c['cached']['partition'] * 1e3:.0f} ms, "
-                  f"kernels {c['cached']['kernels'] * 1e3:.0f} ms); imports {c['cached']['imports']:.2f} s not included."]
+                  f"{c['cold']['total']:.2f} s (partition {c['cold']['partition']:.2f}, kernels "
+                  f"{c['cold']['kernels']:.2f}), "
+                  f"from the cache {c['cached']['total'] * 1e3:.0f} ms (partition "
+                  f"{c['cached']['partition'] * 1e3:.0f} ms, "
+                  f"kernels {c['cached']['kernels'] * 1e3:.0f} ms); imports {c['cached']['imports']:.2f} s "
+                  "not included."]
     return "\n".join(lines)
 
 

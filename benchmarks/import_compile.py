@@ -36,7 +36,6 @@ import models  # noqa: E402
 import slicer  # noqa: E402
 from slicer.dialect import make_context, parse_source  # noqa: E402
 from slicer.lowering import compile_library  # noqa: E402
-from slicer.passes import run_pipeline  # noqa: E402
 from slicer.propagation.engine import propagate_module  # noqa: E402
 
 

@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import kernels_bf16  # noqa: E402 - beside this file
-from snippets import tanh_gelu  # noqa: E402 - beside this file
+import kernels_bf16
+from snippets import tanh_gelu
 
 
 def parse_args() -> argparse.Namespace:
@@ -50,7 +50,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument("--reps", type=int, default=9, help="timed rounds per case (median reported)")
     parser.add_argument("--numpy-threads", type=int, default=1, help="numpy's BLAS threads (set before numpy loads)")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="thread CPU time (default) or wall time")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="thread CPU time (default) or wall time")
     parser.add_argument("--quick", action="store_true", help="fewer and smaller cases")
     parser.add_argument("--no-bf16", action="store_true", help="skip the bf16 contractions (they need torch)")
     parser.add_argument("--bf16-units", default="auto", help="bf16 units: auto, amx, avx512bf16 or f32")
@@ -64,7 +65,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 # Haswell instead of AVX-512 SkylakeX: numpy at ~125 instead of ~215-265 GFLOP/s); numpy runs without them,
 # as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/kernels.py` would. Unset before numpy
 # loads OpenBLAS, which reads them once; the JSON records what was unset and the core OpenBLAS chose.
-UNSET_OPENBLAS = {_var: os.environ.pop(_var) for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if _var in os.environ}
+UNSET_OPENBLAS = {_var: os.environ.pop(_var) for _var in ("OPENBLAS_CORETYPE",
+                                                          "OPENBLAS_L2_SIZE") if _var in os.environ}
 
 import numpy as np  # noqa: E402 - after the thread limits
 
@@ -120,7 +122,8 @@ func.func @{name}({', '.join(f'%a{i}: {ttype(t)}' for i, t in enumerate(terms))}
   %e = tensor.empty() : {ttype(out)}
   %f = linalg.fill ins(%z : f32) outs(%e : {ttype(out)}) -> {ttype(out)}
   %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in terms + [out])}], iterator_types = [{kinds}]}}
-      ins({', '.join(f'%a{i}' for i in range(len(terms)))} : {', '.join(ttype(t) for t in terms)}) outs(%f : {ttype(out)}) {{
+      ins({', '.join(f'%a{i}' for i in range(len(terms)))} : {', '.join(ttype(t) for t in terms)})
+          outs(%f : {ttype(out)}) {{
   ^bb0({', '.join(f'%x{i}: f32' for i in range(len(terms)))}, %acc: f32):
     %m = arith.mulf %x0, %x1 : f32
 {scaled}    %s = arith.addf %acc, {product} : f32
@@ -174,7 +177,8 @@ def bias_gelu_fn(name: str, r: int, c: int) -> str:
     return f"""
 func.func @{name}(%x: tensor<{r}x{c}xf32>, %b: tensor<{c}xf32>) -> tensor<{r}x{c}xf32> {{
   %e = tensor.empty() : tensor<{r}x{c}xf32>
-  %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>],
+  %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>,
+      affine_map<(i, j) -> (i, j)>],
                        iterator_types = ["parallel", "parallel"]}}
       ins(%x, %b : tensor<{r}x{c}xf32>, tensor<{c}xf32>) outs(%e : tensor<{r}x{c}xf32>) {{
   ^bb0(%v0: f32, %bv: f32, %o: f32):
@@ -204,12 +208,15 @@ def contraction_cases(quick: bool) -> list[tuple]:
     cases = []
     squares = (256, 512, 1024) if quick else (256, 512, 1024, 2048)
     for n in squares:
-        cases.append((f"matmul {n}", matmul_fn(f"mm{n}", n, n, n), [(n, n), (n, n)], lambda a, b, o: np.matmul(a, b, out=o), 2 * n**3))
+        cases.append((f"matmul {n}", matmul_fn(f"mm{n}", n, n, n), [(n, n), (n, n)], lambda a, b,
+                      o: np.matmul(a, b, out=o), 2 * n**3))
     mlp = [("MLP x@w1 512x1024x4096", B, Dm, H), ("MLP h@w2 512x4096x1024", B, H, Dm)]
     if not quick:
-        mlp += [("MLP x@w1, 2-rank half 512x1024x2048", B, Dm, H // 2), ("MLP h@w2, 2-rank half 512x2048x1024", B, H // 2, Dm)]
+        mlp += [("MLP x@w1, 2-rank half 512x1024x2048", B, Dm, H // 2),
+                ("MLP h@w2, 2-rank half 512x2048x1024", B, H // 2, Dm)]
     for label, m, k, n in mlp:
-        cases.append((label, matmul_fn(f"mlp_{m}_{k}_{n}", m, k, n), [(m, k), (k, n)], lambda a, b, o: np.matmul(a, b, out=o), 2 * m * k * n))
+        cases.append((label, matmul_fn(f"mlp_{m}_{k}_{n}", m, k, n), [(m, k), (k, n)], lambda a, b,
+                      o: np.matmul(a, b, out=o), 2 * m * k * n))
     attention = [
         ("attention q/k/v sd,dhe->hse", "sd,dhe->hse", dict(s=S, d=D, h=Hd, e=E), None,
          lambda x, w, o: np.matmul(x, w.reshape(D, Hd * E))),
@@ -219,9 +226,12 @@ def contraction_cases(quick: bool) -> list[tuple]:
          lambda p, v, o: np.matmul(p, v, out=o)),
         ("attention output hse,hed->sd", "hse,hed->sd", dict(h=Hd, s=S, e=E, d=D), None,
          lambda c, w, o: np.matmul(c.transpose(1, 0, 2).reshape(S, Hd * E), w.reshape(Hd * E, D), out=o)),
-        ("transposed B mk,nk->mn 1024", "mk,nk->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b, o: np.matmul(a, b.T, out=o)),
-        ("transposed A km,kn->mn 1024", "km,kn->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b, o: np.matmul(a.T, b, out=o)),
-        ("both transposed km,nk->mn 1024", "km,nk->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b, o: np.matmul(a.T, b.T, out=o)),
+        ("transposed B mk,nk->mn 1024", "mk,nk->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b,
+         o: np.matmul(a, b.T, out=o)),
+        ("transposed A km,kn->mn 1024", "km,kn->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b,
+         o: np.matmul(a.T, b, out=o)),
+        ("both transposed km,nk->mn 1024", "km,nk->mn", dict(m=1024, k=1024, n=1024), None, lambda a, b,
+         o: np.matmul(a.T, b.T, out=o)),
     ]
     if quick:
         attention = attention[:4]
@@ -232,8 +242,8 @@ def contraction_cases(quick: bool) -> list[tuple]:
             ref = (lambda f, s: (lambda a, b, o: np.multiply(f(a, b, o), s, out=o)))(ref, scale)
         cases.append((label, contraction_fn(f"c{i}", spec, sizes, scale), shapes, ref, flops))
     if not quick:
-        cases.append(("batch_matmul 16x256x256x256", matmul_fn("bmm", 256, 256, 256, batch=16), [(16, 256, 256), (16, 256, 256)],
-                      lambda a, b, o: np.matmul(a, b, out=o), 2 * 16 * 256**3))
+        cases.append(("batch_matmul 16x256x256x256", matmul_fn("bmm", 256, 256, 256, batch=16),
+                      [(16, 256, 256), (16, 256, 256)], lambda a, b, o: np.matmul(a, b, out=o), 2 * 16 * 256**3))
     return cases
 
 
@@ -260,11 +270,18 @@ def openblas_core() -> str:
 def main() -> None:
     rng = np.random.default_rng(0)
     results: dict = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "reps": ARGS.reps,
-                     "numpy_threads": ARGS.numpy_threads, "clock": "thread cpu" if CLOCK is time.thread_time else "wall",
+                     "numpy_threads": ARGS.numpy_threads,
+                     "clock": "thread cpu" if CLOCK is time.thread_time else "wall",
                      "load_average": os.getloadavg(), "openblas_unset": UNSET_OPENBLAS,
                      "openblas_core": openblas_core(), "contractions": [], "chains": [], "other": []}
-    print(f"numpy's OpenBLAS core: {results['openblas_core']}" +
-          (f" (unset for this run: {', '.join(f'{k}={v}' for k, v in UNSET_OPENBLAS.items())})" if UNSET_OPENBLAS else ""))
+    print(
+        f"numpy's OpenBLAS core: {results['openblas_core']}"
+        + (
+            f" (unset for this run: {', '.join(f'{k}={v}' for k, v in UNSET_OPENBLAS.items())})"
+            if UNSET_OPENBLAS
+            else ""
+        )
+    )
     cases = contraction_cases(ARGS.quick)
     elements = 1 << 22 if ARGS.quick else 1 << 24
     rows, cols = elements // 1024, 1024
@@ -282,7 +299,8 @@ def main() -> None:
         warm = time.perf_counter() - start
         assert again.cache_hit and not library.cache_hit
         results["compile_s"] = {"kernels": len(library), "cold": cold, "cold_breakdown": library.meta["timings"],
-                                "cached_same_process": warm, "cached_fresh_process": _fresh_process_compile_seconds(program, cache)}
+                                "cached_same_process": warm,
+                                "cached_fresh_process": _fresh_process_compile_seconds(program, cache)}
         kernels = list(library)
 
         # --- contractions
@@ -295,10 +313,12 @@ def main() -> None:
             expected = ref_out if expected is None else expected
             np.testing.assert_allclose(out, _canonical(label, expected, out.shape), rtol=2e-3, atol=2e-3, err_msg=label)
             t = timed({"ours": lambda: kernel(*arrays, out=out), "numpy": lambda: ref(*arrays, ref_out)}, ARGS.reps)
-            row = {"case": label, "ours_ms": t["ours"] * 1e3, "numpy_ms": t["numpy"] * 1e3, "speedup": t["numpy"] / t["ours"],
+            row = {"case": label, "ours_ms": t["ours"] * 1e3, "numpy_ms": t["numpy"] * 1e3,
+                   "speedup": t["numpy"] / t["ours"],
                    "ours_gflops": flops / t["ours"] / 1e9, "numpy_gflops": flops / t["numpy"] / 1e9}
             results["contractions"].append(row)
-            print(f"{label:40s} ours {row['ours_ms']:8.2f} ms {row['ours_gflops']:5.0f} GF/s   numpy {row['numpy_ms']:8.2f} ms "
+            print(f"{label:40s} ours {row['ours_ms']:8.2f} ms {row['ours_gflops']:5.0f} GF/s   numpy "
+                  f"{row['numpy_ms']:8.2f} ms "
                   f"{row['numpy_gflops']:5.0f} GF/s   {row['speedup']:.2f}x", flush=True)
         byname = {k.name: k for k in kernels}
 
@@ -347,24 +367,28 @@ def main() -> None:
              lambda: (np_gelu(), np.testing.assert_allclose(byname["bias_gelu"](x, bias), out2, rtol=1e-5, atol=1e-5))),
             (f"softmax rows {rows}x{cols}", lambda: byname["softmax"](x, out=out2), np_softmax, 2 * nbytes,
              lambda: (np_softmax(), np.testing.assert_allclose(byname["softmax"](x), out2, rtol=1e-5, atol=1e-8))),
-            (f"layernorm rows {rows}x{cols}", lambda: byname["layernorm"](x, gamma, beta, out=out2), np_layernorm, 2 * nbytes,
-             lambda: (np_layernorm(), np.testing.assert_allclose(byname["layernorm"](x, gamma, beta), out2, rtol=1e-4, atol=1e-4))),
+            (f"layernorm rows {rows}x{cols}", lambda: byname["layernorm"](x, gamma, beta, out=out2), np_layernorm,
+             2 * nbytes, lambda: (np_layernorm(),
+                      np.testing.assert_allclose(byname["layernorm"](x, gamma, beta), out2, rtol=1e-4, atol=1e-4))),
         ]
         for label, ours, ref, moved, check in chains:
             check()
             t = timed({"ours": ours, "memcpy": memcpy, "numpy": ref}, ARGS.reps)
             bandwidth = moved / t["ours"]
             memcpy_bandwidth = 2 * nbytes / t["memcpy"]
-            row = {"case": label, "ours_ms": t["ours"] * 1e3, "memcpy_ms": t["memcpy"] * 1e3, "numpy_ms": t["numpy"] * 1e3,
+            row = {"case": label, "ours_ms": t["ours"] * 1e3, "memcpy_ms": t["memcpy"] * 1e3,
+                   "numpy_ms": t["numpy"] * 1e3,
                    "ours_gib_s": bandwidth / 2**30, "memcpy_gib_s": memcpy_bandwidth / 2**30,
                    "vs_memcpy": bandwidth / memcpy_bandwidth, "vs_numpy": t["numpy"] / t["ours"]}
             results["chains"].append(row)
-            print(f"{label:40s} ours {row['ours_ms']:8.2f} ms {row['ours_gib_s']:5.1f} GiB/s   memcpy {row['memcpy_gib_s']:5.1f} GiB/s "
+            print(f"{label:40s} ours {row['ours_ms']:8.2f} ms {row['ours_gib_s']:5.1f} GiB/s   memcpy "
+                  f"{row['memcpy_gib_s']:5.1f} GiB/s "
                   f"-> {row['vs_memcpy']:.2f}x memcpy   numpy {row['numpy_ms']:8.2f} ms", flush=True)
 
         # --- epilogue, scalar loops, generic target
         n = 512
-        xa, wa = aligned(rng.standard_normal((n, n), dtype=np.float32)), aligned(rng.standard_normal((n, n), dtype=np.float32))
+        xa, wa = aligned(rng.standard_normal((n, n),
+                                             dtype=np.float32)), aligned(rng.standard_normal((n, n), dtype=np.float32))
         ba = aligned(rng.standard_normal(n, dtype=np.float32))
         y = aligned_empty((n, n), np.float32)
         np.testing.assert_allclose(byname["mm_epilogue"](xa, wa, ba), np.maximum(xa @ wa + ba, 0), rtol=2e-3, atol=2e-3)
@@ -372,15 +396,27 @@ def main() -> None:
         generic = compile_library(matmul_fn("mm", n, n, n), cache_dir=cache, target=Target(cpu="x86-64"))["mm"]
         half = [aligned(xa[: n // 2, : n // 2]), aligned(wa[: n // 2, : n // 2])]
         yh = aligned_empty((n // 2, n // 2), np.float32)
-        t = timed({"epilogue": lambda: byname["mm_epilogue"](xa, wa, ba, out=y), "plain": lambda: byname["mm_plain"](xa, wa, out=y),
+        t = timed({"epilogue": lambda: byname["mm_epilogue"](xa, wa, ba, out=y),
+                   "plain": lambda: byname["mm_plain"](xa, wa, out=y),
                    "x86-64": lambda: generic(xa, wa, out=y)}, ARGS.reps)
-        t_loops = timed({"loops": lambda: loops(*half, out=yh), "plain": lambda: byname["mm256"](*half, out=yh)}, max(3, ARGS.reps // 3))
+        t_loops = timed({"loops": lambda: loops(*half, out=yh), "plain": lambda: byname["mm256"](*half, out=yh)},
+                        max(3, ARGS.reps // 3))
         results["other"] = [
-            {"case": "matmul 512 + bias + relu (a second pass)", "ms": t["epilogue"] * 1e3,
-             "note": f"{t['epilogue'] / t['plain'] - 1:+.1%} over the matmul alone ({t['plain'] * 1e3:.3f} ms)"},
-            {"case": "matmul 512, llc -mcpu=x86-64", "ms": t["x86-64"] * 1e3, "note": f"-mcpu=native is {t['x86-64'] / t['plain']:.1f}x faster"},
-            {"case": "matmul 256, scalar loops pipeline", "ms": t_loops["loops"] * 1e3,
-             "note": f"the default pipeline is {t_loops['loops'] / t_loops['plain']:.0f}x faster"},
+            {
+                "case": "matmul 512 + bias + relu (a second pass)",
+                "ms": t["epilogue"] * 1e3,
+                "note": f"{t['epilogue'] / t['plain'] - 1:+.1%} over the matmul alone ({t['plain'] * 1e3:.3f} ms)",
+            },
+            {
+                "case": "matmul 512, llc -mcpu=x86-64",
+                "ms": t["x86-64"] * 1e3,
+                "note": f"-mcpu=native is {t['x86-64'] / t['plain']:.1f}x faster",
+            },
+            {
+                "case": "matmul 256, scalar loops pipeline",
+                "ms": t_loops["loops"] * 1e3,
+                "note": f"the default pipeline is {t_loops['loops'] / t_loops['plain']:.0f}x faster",
+            },
         ]
         for row in results["other"]:
             print(f"{row['case']:40s} {row['ms']:8.3f} ms  {row['note']}", flush=True)
@@ -449,7 +485,8 @@ def _fresh_process_compile_seconds(program: str, cache: str) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as handle:
         handle.write(program)
     try:
-        done = subprocess.run([sys.executable, "-c", script, handle.name, cache], capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", script, handle.name, cache], capture_output=True, text=True,
+                              check=True)
     finally:
         os.unlink(handle.name)
     return float(done.stdout.strip().splitlines()[-1])
@@ -458,11 +495,13 @@ def _fresh_process_compile_seconds(program: str, cache: str) -> float:
 def markdown(results: dict) -> str:
     lines = [f"f32, median of {results['reps']} interleaved rounds, clock: {results['clock']}, numpy threads: "
              f"{results['numpy_threads']}, load average {results['load_average'][0]:.1f}", "",
-             "| contraction | ours ms | ours GFLOP/s | numpy ms | numpy GFLOP/s | speedup |", "|---|---|---|---|---|---|"]
+             "| contraction | ours ms | ours GFLOP/s | numpy ms | numpy GFLOP/s | speedup |",
+             "|---|---|---|---|---|---|"]
     for c in results["contractions"]:
         lines.append(f"| {c['case']} | {c['ours_ms']:.2f} | {c['ours_gflops']:.0f} | {c['numpy_ms']:.2f} | "
                      f"{c['numpy_gflops']:.0f} | {c['speedup']:.2f}x |")
-    lines += ["", "| fused chain (64 MiB arrays) | ours ms | ours GiB/s | memcpy GiB/s | vs memcpy | numpy ms | vs numpy |",
+    lines += ["", "| fused chain (64 MiB arrays) | ours ms | ours GiB/s | memcpy GiB/s | vs memcpy | numpy ms "
+                  "| vs numpy |",
               "|---|---|---|---|---|---|---|"]
     for c in results["chains"]:
         lines.append(f"| {c['case']} | {c['ours_ms']:.2f} | {c['ours_gib_s']:.1f} | {c['memcpy_gib_s']:.1f} | "
@@ -474,13 +513,16 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         f"Call overhead (16-element kernel, us per call): bound call {o['bound_call']:.2f}, "
-        f"same arrays {o['same_arrays']:.2f}, other arrays every call {o['other_arrays']:.2f}, outputs made by the call "
+        f"same arrays {o['same_arrays']:.2f}, other arrays every call {o['other_arrays']:.2f}, outputs made "
+        "by the call "
         f"{o['fresh_outputs']:.2f} "
         f"(48 of them: {o['fresh_outputs_48']:.2f}), "
-        f"descriptor objects built per call {o['fresh_descriptors']:.2f}, JIT (ExecutionEngine, mlir.runtime descriptors) {o['jit_execution_engine']:.2f}.",
+        f"descriptor objects built per call {o['fresh_descriptors']:.2f}, JIT (ExecutionEngine, mlir.runtime "
+        f"descriptors) {o['jit_execution_engine']:.2f}.",
         f"Compile of the {s['kernels']} kernels above: cold {s['cold']:.2f} s "
         f"({', '.join(f'{k} {v:.2f}' for k, v in s['cold_breakdown'].items())}), "
-        f"cached {s['cached_same_process'] * 1e3:.1f} ms in the same process, {s['cached_fresh_process'] * 1e3:.1f} ms in a fresh one.",
+        f"cached {s['cached_same_process'] * 1e3:.1f} ms in the same process, {s['cached_fresh_process'] * 1e3:.1f} ms "
+        "in a fresh one.",
     ]
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from slicer.lowering import DEFAULT_PIPELINE, aligned_empty, compile_library
 from slicer.lowering.contract.matrix_units import units_of_flags
-from slicer.lowering.emitter import host_cpu_flags
+from slicer.core.host import cpu_flags as host_cpu_flags
 
 BF16 = ml_dtypes.bfloat16
 
@@ -126,17 +126,21 @@ def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | No
                    **{f"{k}_gflops": flops / v / 1e9 for k, v in t.items()},
                    "vs_torch_bf16": t["torch"] / t["ours"], "vs_slicer_f32": t["f32"] / t["ours"]}
             rows.append(row)
-            print(f"{label:40s} bf16 ({chosen}) {row['ours_gflops']:6.0f} GF/s   torch bf16 {row['torch_gflops']:6.0f}   "
-                  f"ours f32 {row['f32_gflops']:6.0f}   {row['vs_torch_bf16']:.2f}x torch, {row['vs_slicer_f32']:.2f}x f32",
+            print(f"{label:40s} bf16 ({chosen}) {row['ours_gflops']:6.0f} GF/s   torch bf16 "
+                  f"{row['torch_gflops']:6.0f}   "
+                  f"ours f32 {row['f32_gflops']:6.0f}   {row['vs_torch_bf16']:.2f}x torch, "
+                  f"{row['vs_slicer_f32']:.2f}x f32",
                   flush=True)
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| bf16 contraction | units | ours ms | ours GFLOP/s | torch bf16 GFLOP/s | ours f32 GFLOP/s | vs torch bf16 "
+    lines = ["| bf16 contraction | units | ours ms | ours GFLOP/s | torch bf16 GFLOP/s | ours f32 GFLOP/s | "
+             "vs torch bf16 "
              "| vs ours f32 |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['units']} | {r['ours_ms']:.2f} | {r['ours_gflops']:.0f} | {r['torch_gflops']:.0f} | "
+        lines.append(f"| {r['case']} | {r['units']} | {r['ours_ms']:.2f} | {r['ours_gflops']:.0f} | "
+                     f"{r['torch_gflops']:.0f} | "
                      f"{r['f32_gflops']:.0f} | {r['vs_torch_bf16']:.2f}x | {r['vs_slicer_f32']:.2f}x |")
     return "\n".join(lines)
 

@@ -24,33 +24,30 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import mlp_text  # noqa: E402
+from end_to_end import mlp_text
 
-import slicer  # noqa: E402
-from slicer.spmd.chunked_contractions import ENV  # noqa: E402
+import slicer
 
-VARIANTS = {"whole": "0", "chunks2": "2", "chunks4": "4", "auto": "auto"}
+VARIANTS = {"whole": "off", "chunks2": 2, "chunks4": 4, "auto": "auto"}
 
 
-def compile_variant(text: str, setting: str):
-    os.environ[ENV] = setting
+def compile_variant(text: str, setting: str | int):
     tactics = [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")]
-    return slicer.compile(text, mesh=slicer.Mesh(y=2), tactics=tactics)
+    return slicer.compile(text, mesh=slicer.Mesh(y=2), tactics=tactics, collective_matmul=setting)
 
 
 def training(args) -> None:
-    """Data parallel (or FSDP) GPT steps with SLICER_BUCKETS=0 and the cost model's buckets, sessions in turn."""
-    from training_common import ADAMW, Sizes, batches, build_model, example_module  # noqa: PLC0415
-    from training_slicer import tactics_for  # noqa: PLC0415
+    """Data parallel (or FSDP) GPT steps with buckets="off" and the cost model's buckets, sessions in turn."""
+    from training_common import ADAMW, Sizes, batches, build_model, example_module
+    from training_slicer import tactics_for
 
     sizes = Sizes(n_layer=args.layers, d_model=args.d_model, warmup=1, steps=args.reps)
     data = batches(sizes)
     step = slicer.training_step(build_model(sizes), example_module().loss_fn, *data[0], optimizer=slicer.AdamW(**ADAMW))
     programs = {}
-    for name, setting in (("unbucketed", "0"), ("bucketed", "auto")):
-        os.environ["SLICER_BUCKETS"] = setting
+    for name, setting in (("unbucketed", "off"), ("bucketed", "auto")):
         mesh, tactics = tactics_for(step, args.training)
-        programs[name] = slicer.compile(step, mesh=mesh, tactics=tactics)
+        programs[name] = slicer.compile(step, mesh=mesh, tactics=tactics, buckets=setting)
     times, losses = {name: [] for name in programs}, {}
     for _ in range(args.rounds):
         for name, program in programs.items():
@@ -70,7 +67,7 @@ def training(args) -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {count} | {median * 1e3:.1f} | {base / median:.3f}x | {losses[name]} |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png
 
         for name, program in programs.items():
             _, timings = program.run(*data[0], ranks=2, repeat=3, return_timings=True)
@@ -116,7 +113,7 @@ def main() -> None:
         median = statistics.median(times[name])
         print(f"| {name} | {collectives} | {median * 1e3:.2f} | {base / median:.3f}x |")
     if args.pictures:
-        from slicer.viz.timeline import timeline_png, timeline_text  # noqa: PLC0415
+        from slicer.viz.timeline import timeline_png, timeline_text
 
         for name in names:
             path = timeline_png(last[name], Path(args.pictures) / f"overlap_mlp_{name}.png")

@@ -32,8 +32,7 @@ import random
 import statistics
 import time
 
-from slicer.redistribution import DistType, Mesh, plan
-from slicer.redistribution import search
+from slicer.redistribution import DistType, Mesh, plan, search
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.layout import Layout
 

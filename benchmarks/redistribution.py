@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 from mpi4py import MPI
-
-from slicer.redistribution import initial_blocks, plan
-from slicer.runtime.plan_executor import MeshExecutor
 from reshard_suite import cases
+
+from slicer.redistribution import plan
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
+from slicer.runtime.plan_executor import MeshExecutor
 
 
 def timed(comm, executor, p, block, reps):

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from slicer.redistribution import AllSlice, DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices
 from slicer.runtime.mpiexec import run_spmd
-from slicer.runtime.resources import host_cores
+from slicer.core.host import host_cores
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -210,7 +209,8 @@ def table(report: dict) -> str:
     n = len(report["cases"])
     lines.append("")
     lines.append(f"{n} cases: Slicer receives fewer bytes per device than XLA in {report['fewer_bytes_per_device']}, "
-                 f"more in {len(report['more_bytes_per_device_than_xla'])} {report['more_bytes_per_device_than_xla'] or ''}; "
+                 f"more in {len(report['more_bytes_per_device_than_xla'])} "
+                 f"{report['more_bytes_per_device_than_xla'] or ''}; "
                  f"peaks lower in {report['lower_peak']}, higher in {len(report['higher_peak_than_xla'])} "
                  f"{report['higher_peak_than_xla'] or ''}.")
     if report["geomean_time_ratio"]:

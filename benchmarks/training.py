@@ -195,7 +195,8 @@ def first_loss_rtol(sizes: Sizes) -> float:
 def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, rounds: int = 1) -> str:
     head = (f"GPT training step ({sizes.model}): {sizes.n_layer} layers, D={sizes.d_model}, {sizes.n_head} heads, "
             f"seq {sizes.seq}, "
-            f"batch {sizes.batch}, vocab {sizes.vocab}, {_precision_text(sizes)}, AdamW; median of {sizes.steps} steps after "
+            f"batch {sizes.batch}, vocab {sizes.vocab}, {_precision_text(sizes)}, AdamW; median of {sizes.steps} "
+            "steps after "
             f"{sizes.warmup} warm-up{f' x {rounds} rounds' if rounds > 1 else ''}; peak memory = VmHWM per "
             f"process; losses vs {reference}")
     rows = ["| contender | procs | median ms | min ms | tokens/s | peak MiB per process | step-1 loss | "

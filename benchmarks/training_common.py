@@ -52,7 +52,7 @@ class Sizes:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "Sizes":
+    def from_json(cls, text: str) -> Sizes:
         return cls(**json.loads(text))
 
 
@@ -72,7 +72,7 @@ def example_module():
     """examples/training/model.py, imported (it needs torch)."""
     if str(EXAMPLE) not in sys.path:
         sys.path.insert(0, str(EXAMPLE))
-    import model  # noqa: PLC0415  (examples/training/model.py)
+    import model
 
     return model
 
@@ -81,7 +81,7 @@ def zoo_module():
     """examples/zoo/zoo_models.py, imported (it needs torch)."""
     if str(ZOO) not in sys.path:
         sys.path.insert(0, str(ZOO))
-    import zoo_models  # noqa: PLC0415  (examples/zoo/zoo_models.py)
+    import zoo_models
 
     return zoo_models
 

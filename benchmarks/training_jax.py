@@ -26,12 +26,12 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib, record, write  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from training_common import ADAMW, Sizes, batches, build_model, example_module, peak_rss_mib, record, write
 
 
 def _layer_norm(x, p, name):

@@ -29,8 +29,8 @@ compile time (`--kernels`), and with `--check` 3 steps on the simulator against 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import math
 import pstats
 import sys
@@ -38,7 +38,6 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "torch"))
@@ -135,7 +134,7 @@ def split_qkv_block():
     return Block
 
 
-def SplitQKVBlock(d, heads, max_len):  # noqa: N802 (a class factory: torch is imported lazily)
+def SplitQKVBlock(d, heads, max_len):
     return split_qkv_block()(d, heads, max_len)
 
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib  # noqa: E402
+from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib
 
 _FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
 
@@ -68,10 +68,11 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     """The strategy's program partitioned, its kernels compiled, and what the ranks need, as a picklable job.
     `split_ops`: one kernel per linalg op (`lowering.cut` forced to cut after every op), so that each kernel
     event is one op of the step (elementwise chains lose their fusion)."""
+    from training_slicer import tactics_for
+
     import slicer
     from slicer.lowering import CollectiveNode, cut
     from slicer.runtime.executor import kernel_sources, load_kernels
-    from training_slicer import tactics_for
 
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved
@@ -272,7 +273,7 @@ def print_profile(name: str, result: dict) -> None:
         if key != "total":
             print(f"| {key} | {table[key][0] * 1e3:.1f} | {table[key][1] * 1e3:.1f} | {table[key][0] / total:.0%} |")
     print("top kernels / collectives on rank 0:")
-    for label, kind, seconds in result["top"]:
+    for label, kind, seconds in result["top"][:30]:
         print(f"  {seconds * 1e3:8.2f} ms  {label}  [{kind}]")
     for r, report in enumerate(result["ranks"]):
         held = ", ".join(f"{k} {v:.0f}" for k, v in report["held"].items())
@@ -322,11 +323,14 @@ def main(argv=None) -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="example",
                         help="the example GPT or GPT-2 small (training_common.MODELS)")
     parser.add_argument("--layers", type=int, help="fewer (or more) layers than the model's")
+    parser.add_argument("--seq", type=int, help="another sequence length than the model's (training.py --seq)")
+    parser.add_argument("--batch", type=int, help="another batch than the model's (training.py --batch)")
     parser.add_argument("--torch-threads", type=int, choices=(1, 2), default=2,
                         help="2: torch's whole step on 2 threads (training.py's reference); 1: half the batch "
                         "on 1 thread (a DDP rank's work but the all_reduce)")
     parser.add_argument("--precision", choices=("f32", "bf16"), default="f32",
                         help="bf16: slicer.MixedPrecision(bf16, f32) (torch: autocast), as training.py --precision")
+    parser.add_argument("--top", type=int, default=30, help="how many kernels and collectives to list (default 30)")
     parser.add_argument("--json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -335,7 +339,8 @@ def main(argv=None) -> None:
     import slicer
 
     base = MODELS[args.model]
-    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer, precision=args.precision)
+    sizes = replace(base, warmup=2, steps=args.steps, n_layer=args.layers or base.n_layer, precision=args.precision,
+                    seq=args.seq or base.seq, batch=args.batch or base.batch)
     data = batches(sizes)
     out = {"load": os.getloadavg(), "sizes": asdict(sizes)}
     print(f"{sizes}; load average {out['load'][0]:.1f} on {os.cpu_count()} cores", flush=True)
@@ -353,7 +358,7 @@ def main(argv=None) -> None:
     for strategy in args.strategies.split(","):
         job = prepare(strategy, sizes, data, step, args.split_ops)
         reports = run_job(job, sizes.warmup, args.clock)
-        result = {"table": summary(reports, job["kinds"]), "top": top_kernels(reports, job["kinds"]),
+        result = {"table": summary(reports, job["kinds"]), "top": top_kernels(reports, job["kinds"], args.top),
                   "kinds": job["kinds"], "compile_s": job["compile_s"], "ranks": reports}
         print_profile(strategy, result)
         if "torch" in out:

@@ -18,11 +18,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import (ADAMW, Sizes, batches, build_model, loss_function, megatron_split,  # noqa: E402
-                             peak_rss_mib, record, status_mib, write)
+from training_common import (
+    ADAMW,
+    Sizes,
+    batches,
+    build_model,
+    loss_function,
+    megatron_split,
+    peak_rss_mib,
+    record,
+    status_mib,
+    write,
+)
 
-import slicer  # noqa: E402
-from slicer import strategies  # noqa: E402
+import slicer
+from slicer import strategies
 
 RANK_PROGRAM = "slicer.runtime.rank_server"
 

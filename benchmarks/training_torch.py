@@ -21,10 +21,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import (ADAMW, Sizes, autocast, batches, blocks, build_model, loss_function,  # noqa: E402
-                             peak_rss_mib, record, write)
-
-import torch  # noqa: E402
+import torch
+from training_common import (
+    ADAMW,
+    Sizes,
+    autocast,
+    batches,
+    blocks,
+    build_model,
+    loss_function,
+    peak_rss_mib,
+    record,
+    write,
+)
 
 
 def _train(model, optimizer, data, loss_fn, rows: slice | None = None, precision=None):

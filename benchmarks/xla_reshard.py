@@ -129,7 +129,8 @@ class Reshard:
 
         groups = int(np.prod([self.mesh.shape[a] for a in partial]))
         stacked = np.broadcast_to(data, (groups,) + data.shape) / np.asarray(groups, data.dtype)
-        x = jax.device_put(stacked.astype(data.dtype), NamedSharding(self.mesh, PartitionSpec(tuple(partial), *partition_spec(src))))
+        x = jax.device_put(stacked.astype(data.dtype),
+                           NamedSharding(self.mesh, PartitionSpec(tuple(partial), *partition_spec(src))))
         scatter = [d for d in range(len(src)) if tuple(dst[d]) == tuple(src[d]) + tuple(partial)
                    and all(tuple(dst[e]) == tuple(src[e]) for e in range(len(src)) if e != d)]
         if scatter:

@@ -6,6 +6,8 @@ locations, and the semantic verifier for what IRDL cannot express. The IR
 names themselves live in `slicer.core.names`.
 """
 
+from slicer.core.operations import walk_ops  # the one IR walker, offered beside the dialect's views
+
 from .attributes import Action, RangeType, Sharding, SumAction, TileAction, action_of
 from .collectives import PermuteOp, permute
 from .loader import IRDL_PATH, load_dialect, make_context
@@ -17,12 +19,12 @@ from .ops import (
     annotate,
     block_type,
     find_meshes,
+    grids,
     loop,
     mesh,
     range_product,
     slice_,
     split_product_slices,
-    walk_ops,
     with_dim,
     yield_,
 )
@@ -33,6 +35,6 @@ __all__ = [
     "PermuteOp", "permute",
     "IRDL_PATH", "load_dialect", "make_context", "parse_source",
     "AnnotateOp", "LoopOp", "MeshOp", "SliceOp",
-    "annotate", "block_type", "find_meshes", "loop", "mesh", "range_product", "slice_", "split_product_slices",
+    "annotate", "block_type", "find_meshes", "grids", "loop", "mesh", "range_product", "slice_", "split_product_slices",
     "walk_ops", "with_dim", "yield_",
 ]

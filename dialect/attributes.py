@@ -82,7 +82,7 @@ class RangeType:
         return ir.Type.parse(f"!slicer.range<{axes}, {self.size}>", context)
 
     @staticmethod
-    def of(type_: ir.Type) -> "RangeType | None":
+    def of(type_: ir.Type) -> RangeType | None:
         """The view of `type_`, or None if it is not a range type."""
         return _view(type_, capsule_pointer(type_._CAPIPtr, TYPE_CAPSULE), _RANGES, _parse_range)
 
@@ -96,12 +96,12 @@ class RangeType:
 
 # Views are pure functions of the printed type or attribute (immutable values) that propagation asks for
 # again and again: each text is parsed once.
-_RANGES: dict[str, "RangeType | None"] = {}
-_ACTIONS: dict[str, "Action | None"] = {}
+_RANGES: dict[str, RangeType | None] = {}
+_ACTIONS: dict[str, Action | None] = {}
 # Printing is most of that cost: the views are also kept per context by the address of the type or attribute
 # (uniqued in its context, never freed while it lives). The context is held weakly: a view table goes with its
 # context, and no type or attribute is held (holding one would keep its context, constants included, alive).
-_BY_ADDRESS: "weakref.WeakKeyDictionary[ir.Context, dict[tuple[dict, int], object]]" = weakref.WeakKeyDictionary()
+_BY_ADDRESS: weakref.WeakKeyDictionary[ir.Context, dict[tuple[dict, int], object]] = weakref.WeakKeyDictionary()
 _UNKNOWN = object()
 
 
@@ -198,7 +198,7 @@ class Sharding:
         return ir.Attribute.parse(f"#slicer.sharding<@{_symbol(self.mesh)}, [{dims}]>", context)
 
     @staticmethod
-    def of(attr: ir.Attribute) -> "Sharding | None":
+    def of(attr: ir.Attribute) -> Sharding | None:
         params = _split_params(str(attr), "#slicer.sharding")
         if params is None or len(params) != 2:
             return None

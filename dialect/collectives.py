@@ -10,7 +10,7 @@ device ranks (row-major over the grid's axes, as `shard`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from mlir import ir
 
@@ -21,7 +21,7 @@ class PermuteOp:
     """View of `slicer.permute`: device `dst` receives the block of device `src` for each pair."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = op if isinstance(op, ir.Operation) else op.operation
+        self.operation = op.operation
         assert self.operation.name == PERMUTE, self.operation.name
 
     @property

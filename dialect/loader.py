@@ -25,7 +25,7 @@ if __package__ + ".python_bindings" not in _mlir.globals.dialect_search_modules:
 
 # Contexts that already hold the dialect. IRDL registration is per context and
 # loading twice would register the dialect twice, so we remember it here.
-_loaded: "weakref.WeakSet[ir.Context]" = weakref.WeakSet()
+_loaded: weakref.WeakSet[ir.Context] = weakref.WeakSet()
 # IRDL texts of other dialects, loaded after the `slicer` dialect (`add_definition`).
 _extra: list[str] = []
 

@@ -8,15 +8,30 @@ op view (its body must still be filled). Views (`MeshOp`, `LoopOp`, `SliceOp`,
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from mlir import ir
 
-from slicer.core.functions import op_of as _op
-from slicer.core.mesh import Mesh, block_size
 from slicer.core.errors import DialectError
-from slicer.core.names import (ANNOTATE, DIM_ATTR, LOOP, LOOP_ACTION_ATTR, LOOP_MESH_ATTR, MESH, MESH_AXES_ATTR,
-                                RANGE_PRODUCT, SHAPE_ATTR, SHARDING_OPERAND_ATTR, SLICE, SYM_NAME_ATTR, YIELD)
+from slicer.core.mesh import Mesh, block_size
+from slicer.core.names import (
+    ANNOTATE,
+    AXES_ATTR,
+    DIM_ATTR,
+    GRID,
+    LOOP,
+    LOOP_ACTION_ATTR,
+    LOOP_MESH_ATTR,
+    MESH,
+    MESH_AXES_ATTR,
+    RANGE_PRODUCT,
+    SHAPE_ATTR,
+    SHARDING_OPERAND_ATTR,
+    SLICE,
+    SYM_NAME_ATTR,
+    YIELD,
+)
+from slicer.core.operations import as_op, walk_ops
 
 from .attributes import Action, RangeType, Sharding, TileAction, action_of
 
@@ -27,7 +42,7 @@ class MeshOp:
     """View of `slicer.mesh`."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = _op(op)
+        self.operation = as_op(op)
         assert self.operation.name == MESH, self.operation.name
 
     @property
@@ -72,10 +87,23 @@ def mesh(name: str, axes: Mesh | Mapping[str, int] | Sequence[tuple[str, int]], 
 def find_meshes(module: ir.Operation | ir.OpView) -> dict[str, MeshOp]:
     """All `slicer.mesh` ops directly in `module`'s body, by symbol name."""
     found: dict[str, MeshOp] = {}
-    for op in _op(module).regions[0].blocks[0].operations:
+    for op in as_op(module).regions[0].blocks[0].operations:
         if op.operation.name == MESH:
             view = MeshOp(op)
             found.setdefault(view.sym_name, view)
+    return found
+
+
+def grids(module) -> dict[str, tuple[list[str], list[int]]]:
+    """Each `shard.grid` directly in `module`'s body that the partitioner made (it names its axes in
+    `slicer.axes`: mesh axes, or the sub-axes of a grid that refines the mesh), by symbol -> (axes, sizes)."""
+    found = {}
+    for op in as_op(module).regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == GRID and AXES_ATTR in op.attributes:
+            found[ir.StringAttr(op.attributes[SYM_NAME_ATTR]).value] = (
+                [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR])],
+                list(ir.DenseI64ArrayAttr(op.attributes[SHAPE_ATTR])))
     return found
 
 
@@ -86,7 +114,7 @@ class LoopOp:
     """View of `slicer.loop`: a builder over one range."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = _op(op)
+        self.operation = as_op(op)
         assert self.operation.name == LOOP, self.operation.name
 
     @property
@@ -173,7 +201,7 @@ class SliceOp:
     """View of `slicer.slice`: block `range` of `source` along `dim`."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = _op(op)
+        self.operation = as_op(op)
         assert self.operation.name == SLICE, self.operation.name
 
     @property
@@ -233,9 +261,9 @@ def split_product_slices(root: ir.Operation | ir.OpView | ir.Module) -> None:
     for op in walk_ops(root, SLICE):
         view = SliceOp(op)
         owner = view.range_value.owner
-        if isinstance(view.range_value, ir.BlockArgument) or _op(owner).name != RANGE_PRODUCT:
+        if isinstance(view.range_value, ir.BlockArgument) or as_op(owner).name != RANGE_PRODUCT:
             continue
-        product = _op(owner)
+        product = as_op(owner)
         with ir.InsertionPoint(op), op.location:
             outer = slice_(view.source, product.operands[0], view.dim)
             inner = slice_(outer, product.operands[1], view.dim)
@@ -255,7 +283,7 @@ class AnnotateOp:
     """View of `slicer.annotate`: `source`, requested with `sharding`."""
 
     def __init__(self, op: ir.Operation | ir.OpView):
-        self.operation = _op(op)
+        self.operation = as_op(op)
         assert self.operation.name == ANNOTATE, self.operation.name
 
     @property
@@ -277,22 +305,3 @@ def annotate(value: ir.Value, sharding: Sharding, *, loc=None, ip=None) -> ir.Va
         ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()}, loc=loc, ip=ip
     )
     return op.results[0]
-
-
-# ----------------------------------------------------------------------------- walking
-
-
-def walk_ops(root: ir.Operation | ir.OpView, name: str | None = None) -> Iterator[ir.Operation]:
-    """Pre-order list of the ops nested in `root` (optionally only those named `name`).
-
-    Collected eagerly so callers may mutate the IR while iterating.
-    """
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if name is None or op.name == name:
-            found.append(op.operation if isinstance(op, ir.OpView) else op)
-        return ir.WalkResult.ADVANCE
-
-    _op(root).walk(visit, ir.WalkOrder.PRE_ORDER)
-    return iter(found)

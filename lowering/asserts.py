@@ -24,6 +24,7 @@ from mlir import ir
 from mlir.dialects import arith, cf, func, linalg, memref, scf, tensor
 
 from slicer.core.names import ASSERT_MESSAGES_ATTR
+from slicer.core.operations import walk_ops
 
 from .kernel import STATUS_FUNCTION
 
@@ -32,15 +33,8 @@ _FLAG = "__slicer_failed_assert_flag"
 
 def clamp_gathers(module: ir.Module) -> None:
     """Clamp the computed indices of every `tensor.extract` in a `linalg.generic` body into its bounds."""
-    extracts: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if (op.name == tensor.ExtractOp.OPERATION_NAME and op.parent is not None
-                and op.parent.name == linalg.GenericOp.OPERATION_NAME):
-            extracts.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    extracts = [op for op in walk_ops(module, tensor.ExtractOp.OPERATION_NAME)
+                if op.parent is not None and op.parent.name == linalg.GenericOp.OPERATION_NAME]
     for op in extracts:
         shape = ir.RankedTensorType(op.operands[0].type).shape
         with ir.InsertionPoint(op), op.location:
@@ -59,14 +53,7 @@ def _is_constant(value: ir.Value) -> bool:
 
 def checked_asserts(module: ir.Module) -> None:
     """Replace every `cf.assert` by a recorded failure (see the module docstring); no change without any."""
-    asserts: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == cf.AssertOp.OPERATION_NAME:
-            asserts.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    asserts = list(walk_ops(module, cf.AssertOp.OPERATION_NAME))
     if not asserts:
         return
     i32 = ir.IntegerType.get_signless(32)

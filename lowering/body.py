@@ -40,4 +40,5 @@ def emit_op(e: Emitter, op: ir.Operation, env: dict, lanes: int | None) -> str:
         if expanded is not None:
             return expanded
     in_types = ", ".join(vector_type(o.type, lanes) for o in op.operands)
-    return e.value(f'"{op.name}"({", ".join(operands)}) {{{attrs}}} : ({in_types}) -> ({vector_type(result_type, lanes)})', "x")
+    return e.value(f'"{op.name}"({", ".join(operands)}) {{{attrs}}} : ({in_types}) -> '
+                   f'({vector_type(result_type, lanes)})', "x")

@@ -5,8 +5,8 @@ features, versions of the MLIR bindings and tools). An entry is a directory
 `<root>/<key>/` holding `meta.json` (kernel signatures, the .so's name and
 sha256) and `kernels-<sha256 prefix>.so`: naming the library by its content means
 a path the dynamic loader has seen always holds the same code (dlopen returns
-an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary directory and renamed
-into place, and a per-key `flock` serialises builders, so several MPI ranks on
+an already loaded object by path, so a rebuilt entry must not reuse a path). Entries are written to a temporary
+directory and renamed into place, and a per-key `flock` serialises builders, so several MPI ranks on
 one machine compile a program once and the others get a hit. An entry that
 does not validate (missing file, bad JSON, wrong key, .so checksum mismatch) is
 removed and rebuilt, never trusted.
@@ -25,10 +25,11 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
+from slicer.core import environment
 from slicer.core.errors import KernelError
 
 log = logging.getLogger("slicer.kernels")
@@ -61,11 +62,8 @@ def reset_cache_stats() -> None:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("SLICER_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slicer" / "kernels"
+    chosen = environment.value(environment.CACHE_DIR)
+    return Path(chosen) if chosen else Path(environment.cache_home()) / "slicer" / "kernels"
 
 
 def cache_key(*parts: str) -> str:

@@ -8,13 +8,12 @@ collected and printed once at the top of the function.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import lru_cache
-from pathlib import Path
 
 from mlir import ir
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import KernelError
+from slicer.core.host import cpu_flags
 from slicer.core.names import TARGET_AVX512_ATTR
 
 Index = int | str
@@ -23,22 +22,8 @@ Index = int | str
 TARGET_AVX512 = TARGET_AVX512_ATTR
 
 
-@lru_cache(maxsize=1)
-def host_cpu_flags() -> frozenset[str]:
-    """The first processor's `flags` in /proc/cpuinfo (empty where there is none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
-
-
 def host_has_avx512() -> bool:
-    return "avx512f" in host_cpu_flags()
+    return "avx512f" in cpu_flags()
 
 
 def module_avx512(module) -> bool:
@@ -155,7 +140,8 @@ class Emitter:
         out = self.fresh("r")
         args = ", ".join(f"{c} = {v}" for c, v in zip(carried, inits))
         types = ", ".join([type_] * len(inits))
-        self.line(f"{out}:{len(inits)} = scf.for {iv} = {self.idx(lo)} to {self.idx(hi)} step {self.idx(step)} iter_args({args}) -> ({types}) {{")
+        self.line(f"{out}:{len(inits)} = scf.for {iv} = {self.idx(lo)} to {self.idx(hi)} step {self.idx(step)} "
+                  f"iter_args({args}) -> ({types}) {{")
         self.depth += 1
         yield iv, carried
         self.line(f"scf.yield {', '.join(results)} : {types}")

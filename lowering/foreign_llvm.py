@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-import mlir.ir  # noqa: F401  (loads MLIR's LLVM: the question is about its bindings)
+import mlir.ir
 
 #: A unique symbol code generation reads: the names of the runtime library calls (memcpy, flockfile, ...).
 TABLE = "_ZN4llvm5RTLIB19RuntimeLibcallsInfo34RuntimeLibcallImplNameTableStorageE"
@@ -45,7 +45,7 @@ def _mlir_llvm_library() -> str | None:
     return next((p for p in ours if str(Path(p).resolve()).startswith(near)), ours[0] if ours else None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def foreign_llvm_tables() -> bool:
     """True when MLIR's LLVM reads another LLVM's tables (see the module docstring): the ExecutionEngine must not
     generate code in this process. Asked once MLIR is loaded; False where the loader cannot say (not Linux)."""

@@ -10,15 +10,20 @@ from __future__ import annotations
 import bisect
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, tensor
-from mlir.dialects import shard  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+from mlir.dialects import (
+    arith,
+    func,
+    linalg,
+    shard,  # noqa: F401  (registers the op views read below: op.opview.reduction, .axes)
+    tensor,
+)
 
 from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
-from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, LOGICAL_SHAPE_ATTR, GRID_ATTR, MULTI_INDEX,
-                               SPMD_MESH_ATTR)
-from slicer.dialect import make_context
+from slicer.core.names import DIST_ATTR, DIST_SOURCE_ATTR, GRID_ATTR, LOGICAL_SHAPE_ATTR, MULTI_INDEX, SPMD_MESH_ATTR
+from slicer.core.operations import as_op, nested_ops, walk_ops
+from slicer.dialect import grids, make_context
 from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
 from slicer.spmd.dist_types import parse_dist_text, varying_axes
@@ -76,22 +81,6 @@ def build_kernel_graph(module, entry: str | None = None) -> KernelGraph:
         return _Builder(ir.Module.parse(text), entry).build()
 
 
-def _op(x) -> ir.Operation:
-    return x.operation if isinstance(x, ir.OpView) else x
-
-
-def _grid_axes(module: ir.Module) -> dict[str, tuple[str, ...]]:
-    """Each `shard.grid` of ``module`` by symbol -> its axes (`slicer.axes`: axis names, or the sub-axes of a
-    grid that refines the mesh's)."""
-    out = {}
-    for op in module.body.operations:
-        op = _op(op)
-        if op.name == GRID and AXES_ATTR in op.attributes:
-            out[ir.SymbolTable.get_symbol_name(op).value] = tuple(
-                ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR]))
-    return out
-
-
 def _moved(ops: list, after: dict[int, list], gone: set[int]) -> list:
     """`ops` without the ones at positions `gone`, and with `after[i]` (ops, in order) right after position `i`
     (whether the op there stays or is moved itself)."""
@@ -103,14 +92,6 @@ def _moved(ops: list, after: dict[int, list], gone: set[int]) -> list:
             found.append(op)
         found += after.get(i, [])
     return found
-
-
-def _deep_ops(op: ir.Operation):
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield from _deep_ops(_op(inner))
 
 
 def _rematerialisable(op: ir.Operation) -> bool:
@@ -126,7 +107,7 @@ def _cheap(op: ir.Operation) -> bool:
     another kernel's value must read that value), the device index and scalar `arith` on those."""
     if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
-                   or _cheap(_op(v.owner)) for v in op.operands)
+                   or _cheap(as_op(v.owner)) for v in op.operands)
     return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
 
 
@@ -137,10 +118,10 @@ def _constant_generic(op: ir.Operation) -> bool:
     0.5 MiB a device under data parallelism, from the first kernel to the MLP's."""
     if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) != len(op.results) or len(op.regions) != 1:
         return False
-    inner = [_op(o) for o in op.regions[0].blocks[0].operations]
+    inner = [as_op(o) for o in op.regions[0].blocks[0].operations]
     if not inner or any(o.name not in (linalg.YieldOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME) for o in inner):
         return False
-    return all(not isinstance(v.owner, ir.Block) and _cheap(_op(v.owner)) for v in inner[-1].operands)
+    return all(not isinstance(v.owner, ir.Block) and _cheap(as_op(v.owner)) for v in inner[-1].operands)
 
 
 class _Builder:
@@ -155,7 +136,7 @@ class _Builder:
             raise KernelGraphError(f"@{self.name} has no '{SPMD_MESH_ATTR}' attribute: run slicer-partition first")
         self.mesh = Mesh.parse(ir.StringAttr(self.func.attributes[SPMD_MESH_ATTR]).value)
         self.block = self.func.regions[0].blocks[0]
-        self.grids = _grid_axes(module)
+        self.grids = {symbol: tuple(axes) for symbol, (axes, _) in grids(module).items()}
         self.names: dict = {}
         self.arg_shapes: dict = {}
         self.result_shapes: dict = {}
@@ -174,7 +155,7 @@ class _Builder:
         if isinstance(value.owner, ir.Block):
             loc = location_text(ir.BlockArgument(value).location)
         else:
-            owner = _op(value.owner)
+            owner = as_op(value.owner)
             loc = location_text(owner.location)
             if DIST_ATTR in owner.attributes:
                 texts = ir.ArrayAttr(owner.attributes[DIST_ATTR])
@@ -185,7 +166,7 @@ class _Builder:
     def func_dist(self, which: str, index: int, type_: ir.Type) -> tuple[DistType, str]:
         """The type of argument (``which="arg"``) or result (``"res"``) ``index`` of the function, and where
         it comes from ("requested" or "default")."""
-        view = _op(self.func).opview
+        view = as_op(self.func).opview
         dicts = view.arg_attrs if which == "arg" else view.res_attrs
         entry = ir.DictAttr(dicts[index]) if dicts is not None else None
         if entry is None or DIST_ATTR not in entry:
@@ -205,7 +186,7 @@ class _Builder:
 
     def build(self) -> KernelGraph:
         args = tuple(self.record(a, self.func_dist("arg", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
-        ops = [_op(o) for o in self.block.operations]
+        ops = [as_op(o) for o in self.block.operations]
         ret = ops[-1]
         ops = self.sink_views(self.sink_argument_collectives(ops[:-1])) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
@@ -266,15 +247,15 @@ class _Builder:
     def from_arguments(self, value: ir.Value) -> bool:
         """`value` is a function argument or a view of one."""
         while not isinstance(value.owner, ir.Block):
-            owner = _op(value.owner)
+            owner = as_op(value.owner)
             if owner.name not in VIEW_OPS or not owner.operands:
                 return False
             value = owner.operands[0]
-        return _op(value.owner.owner) == self.func if hasattr(value.owner, "owner") else False
+        return as_op(value.owner.owner) == self.func if hasattr(value.owner, "owner") else False
 
     def users(self, op: ir.Operation) -> list:
         """The top-level ops reading `op`'s results."""
-        return [self.top_level(_op(u.owner)) for r in op.results for u in r.uses]
+        return [self.top_level(as_op(u.owner)) for r in op.results for u in r.uses]
 
     def sink_views(self, ops: list) -> list:
         """`ops` with each view read only by collectives moved after the last collective before its first reader:
@@ -333,11 +314,11 @@ class _Builder:
             if value in seen or value in inside:
                 return
             seen.add(value)
-            owner = None if isinstance(value.owner, ir.Block) else _op(value.owner)
+            owner = None if isinstance(value.owner, ir.Block) else as_op(value.owner)
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
-                for deep in list(_deep_ops(owner))[1:]:  # what its body reads from the function (a constant)
+                for deep in nested_ops(owner):  # what its body reads from the function (a constant)
                     for operand in deep.operands:
                         if operand in self.position:
                             need(operand)
@@ -352,7 +333,7 @@ class _Builder:
                                    "collective; only tensors and re-materialisable scalars can")
 
         for op in ops:
-            for deep in _deep_ops(op):
+            for deep in walk_ops(op):
                 for operand in deep.operands:
                     if operand in self.position or (isinstance(operand.owner, ir.Block) and operand.owner == self.block):
                         need(operand)
@@ -362,7 +343,7 @@ class _Builder:
             for result in op.results:
                 if not isinstance(result.type, ir.RankedTensorType):
                     continue
-                users = [self.top_level(_op(u.owner)) for u in result.uses]
+                users = [self.top_level(as_op(u.owner)) for u in result.uses]
                 if _rematerialisable(op) and not any(u.name in STEP_OF_IR or u.name == _RETURN for u in users):
                     continue  # recomputed by the kernels that use it
                 if any(u not in kernel_ops or (u.name in VIEW_OPS and self.viewed_elsewhere(u, kernel_ops))
@@ -374,7 +355,7 @@ class _Builder:
         needs_coords = any(o.name == MULTI_INDEX for o in list(remat) + ops)
         self.emit(name, live_in, outputs, remat + ops, needs_coords)
         for value in outputs:
-            self.record(value, self.op_dist(_op(value.owner), value))
+            self.record(value, self.op_dist(as_op(value.owner), value))
         return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
 
     def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
@@ -383,7 +364,7 @@ class _Builder:
         or through further views. Its source is then that kernel's input, so an output here."""
         for result in view.results:
             for use in result.uses:
-                user = self.top_level(_op(use.owner))
+                user = self.top_level(as_op(use.owner))
                 if user.name in STEP_OF_IR or user.name == _RETURN:
                     continue
                 if user not in kernel_ops or (user.name in VIEW_OPS and self.viewed_elsewhere(user, kernel_ops)):
@@ -391,8 +372,8 @@ class _Builder:
         return False
 
     def top_level(self, op: ir.Operation) -> ir.Operation:
-        while _op(op.parent) != self.func:
-            op = _op(op.parent)
+        while as_op(op.parent) != self.func:
+            op = as_op(op.parent)
         return op
 
     def emit(self, name: str, live_in: list, outputs: list, ops: list, needs_coords: bool) -> None:
@@ -413,7 +394,7 @@ class _Builder:
                         mapping[result] = arith.index_cast(ir.IndexType.get(), raw)
                     continue
                 clone = op.clone()
-                for deep in _deep_ops(_op(clone)):
+                for deep in walk_ops(clone):
                     for i, operand in enumerate(deep.operands):
                         if operand in mapping:
                             deep.operands[i] = mapping[operand]

@@ -72,7 +72,7 @@ class ArraySpec:
         return {"shape": list(self.shape), "dtype": dtypes.dtype_text(self.dtype)}
 
     @staticmethod
-    def from_json(data: dict) -> "ArraySpec":
+    def from_json(data: dict) -> ArraySpec:
         return ArraySpec(tuple(data["shape"]), dtypes.parse_dtype(data["dtype"]))
 
     def __str__(self) -> str:
@@ -180,7 +180,8 @@ class _Slot:
             raise KernelError(f"{what} must be a numpy array {self.spec}, got {type(array).__name__}")
         if array.dtype != self.spec.dtype:
             raise KernelError(
-                f"{what} must have dtype {self.spec.dtype.name}, got {array.dtype.name} (convert with .astype(np.{self.spec.dtype.name}))"
+                f"{what} must have dtype {self.spec.dtype.name}, got {array.dtype.name} (convert with "
+                f".astype(np.{self.spec.dtype.name}))"
             )
         if array.shape != self.spec.shape:
             raise KernelError(f"{what} must have shape {self.spec.shape}, got {array.shape}")
@@ -211,7 +212,7 @@ class _Frame:
 class Kernel:
     """One compiled function: `kernel(*inputs, out=None)` writes into `out` (allocated if None)."""
 
-    def __init__(self, library: "KernelLibrary", name: str, inputs: list[ArraySpec], outputs: list[ArraySpec]):
+    def __init__(self, library: KernelLibrary, name: str, inputs: list[ArraySpec], outputs: list[ArraySpec]):
         self.library = library  # keeps the shared object loaded while this kernel exists
         self.name = name
         self.inputs = list(inputs)
@@ -219,7 +220,9 @@ class Kernel:
         try:
             function = getattr(library.handle, f"_mlir_ciface_{name}")
         except AttributeError:
-            raise KernelError(f"{library.path} has no symbol _mlir_ciface_{name}; the cache entry is stale, delete it") from None
+            raise KernelError(
+                f"{library.path} has no symbol _mlir_ciface_{name}; the cache entry is stale, delete it"
+            ) from None
         function.argtypes = [ctypes.c_void_p] * (len(inputs) + len(outputs))
         function.restype = None
         self._function = function
@@ -269,7 +272,7 @@ class Kernel:
             self._check(self.name, result)
         return result
 
-    def bind(self, *inputs: np.ndarray, out) -> "BoundCall":
+    def bind(self, *inputs: np.ndarray, out) -> BoundCall:
         """Validate once and return a no-argument callable running this kernel on these exact arrays.
 
         For loops that reuse the same buffers (the SPMD launcher's steps): a call costs one ctypes
@@ -363,7 +366,9 @@ class KernelLibrary:
         try:
             status = getattr(self.handle, STATUS_FUNCTION)
         except AttributeError:
-            raise KernelError(f"{self.path} has no symbol {STATUS_FUNCTION}; the cache entry is stale, delete it") from None
+            raise KernelError(
+                f"{self.path} has no symbol {STATUS_FUNCTION}; the cache entry is stale, delete it"
+            ) from None
         status.argtypes, status.restype = [], ctypes.c_int32
         messages = self.assert_messages
 
@@ -378,7 +383,9 @@ class KernelLibrary:
         try:
             return self.kernels[name]
         except KeyError:
-            raise KernelError(f"no kernel @{name} in this library (kernels: {', '.join('@' + k for k in self.kernels)})") from None
+            raise KernelError(
+                f"no kernel @{name} in this library (kernels: {', '.join('@' + k for k in self.kernels)})"
+            ) from None
 
     def __contains__(self, name: str) -> bool:
         return name in self.kernels

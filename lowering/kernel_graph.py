@@ -107,8 +107,8 @@ class KernelGraph:
     # -- serialisation -----------------------------------------------------------------------------------
     def to_json(self) -> str:
         def value(v: Value) -> dict:
-            return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist), "shape": list(v.dist.shape),
-                    "varying": list(v.varying), "loc": v.loc}
+            return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist),
+                    "shape": list(v.dist.shape), "varying": list(v.varying), "loc": v.loc}
 
         def node(n) -> dict:
             if isinstance(n, KernelNode):
@@ -128,7 +128,7 @@ class KernelGraph:
         }, indent=1)
 
     @staticmethod
-    def from_json(text: str) -> "KernelGraph":
+    def from_json(text: str) -> KernelGraph:
         data = json.loads(text)
         mesh = Mesh.parse(data["mesh"])
         values = {}
@@ -144,7 +144,8 @@ class KernelGraph:
                 step = step_from_fields(n["op"], n["fields"], values[n["output"]].dist)
                 nodes.append(CollectiveNode(n["op"], step, n["input"], n["output"]))
         result_dists = tuple(DistType.parse(text, tuple(shape), mesh) for text, shape in data["result_dists"])
-        shapes = {key: {int(i): tuple(s) for i, s in data.get(key, {}).items()} for key in ("arg_shapes", "result_shapes")}
+        shapes = {key: {int(i): tuple(s) for i,
+                        s in data.get(key, {}).items()} for key in ("arg_shapes", "result_shapes")}
         return KernelGraph(data["entry"], mesh, values, tuple(data["args"]), tuple(data["results"]),
                            tuple(data["result_sources"]), result_dists, nodes, data["kernels_mlir"], **shapes,
                            bf16_units=data.get("bf16_units", "auto"))

@@ -68,6 +68,9 @@ _LINALG: Stage = (
         "slicer-kernel-widen-narrow-floats",
         # One generic per elementwise chain: chains run at memory bandwidth, so fewer passes pay.
         "linalg-fuse-elementwise-ops",
+        # A widening read by several ops (fusion takes one-reader producers only) is folded into each reader,
+        # so a contraction reads its bf16 operand as it is (widenings.py).
+        "slicer-kernel-fold-widenings",
         # x ** n with an integer n (torch's x ** 2 and its backward): LLVM's powi takes a scalar exponent only,
         # and a vectorized body would give it a vector; constant exponents become multiplications, others powf.
         "func.func(math-expand-ops{ops=fpowi})",
@@ -156,21 +159,21 @@ class KernelPipeline:
     def names(self) -> list[str]:
         return [name for name, _ in self.stages]
 
-    def without(self, *stage_names: str) -> "KernelPipeline":
+    def without(self, *stage_names: str) -> KernelPipeline:
         """This pipeline minus the named stages (e.g. `without("vectorize")` for plain loops)."""
         unknown = set(stage_names) - set(self.names())
         if unknown:
             raise PipelineError(f"no stage {sorted(unknown)} in pipeline (stages: {', '.join(self.names())})")
         return replace(self, stages=tuple(s for s in self.stages if s[0] not in stage_names))
 
-    def replacing(self, element: str, by: str) -> "KernelPipeline":
+    def replacing(self, element: str, by: str) -> KernelPipeline:
         """This pipeline with `element` replaced by `by` wherever it appears (an error if it appears nowhere)."""
         if not any(element in elements for _, elements in self.stages):
             raise PipelineError(f"no element '{element}' in pipeline:\n{self.text()}")
         return replace(self, stages=tuple((name, tuple(by if e == element else e for e in elements))
                                           for name, elements in self.stages))
 
-    def with_options(self, pass_name: str, **options) -> "KernelPipeline":
+    def with_options(self, pass_name: str, **options) -> KernelPipeline:
         """This pipeline with options of the Slicer pass `pass_name` set (keyword names in snake_case, as the
         pass's fields): e.g. `DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units="f32")`."""
         cls = registered_pass(pass_name)
@@ -184,7 +187,7 @@ class KernelPipeline:
                     return self.replacing(element, updated)
         raise PipelineError(f"no element '{pass_name}' in pipeline:\n{self.text()}")
 
-    def until(self, stage_name: str) -> "KernelPipeline":
+    def until(self, stage_name: str) -> KernelPipeline:
         """The stages up to and including `stage_name` (to inspect intermediate IR)."""
         if stage_name not in self.names():
             raise PipelineError(f"no stage '{stage_name}' in pipeline (stages: {', '.join(self.names())})")

@@ -30,12 +30,13 @@ from pathlib import Path
 
 from mlir import ir
 
+from slicer.core import environment
 from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.errors import KernelError
 
 from .foreign_llvm import foreign_llvm_tables
 
-CODEGEN_ENV = "SLICER_KERNEL_CODEGEN"
+CODEGEN_ENV = environment.KERNEL_CODEGEN.name
 """`tools` runs mlir-translate and llc as processes; unset or `in-process` generates code here when it can."""
 
 _OPT_AGGRESSIVE = 3  # LLVMCodeGenOptLevel: llc -O3
@@ -118,7 +119,7 @@ def _api() -> _Api | None:
 
 def available() -> bool:
     """Whether code can be generated in this process (else `aot.py` runs mlir-translate and llc)."""
-    choice = os.environ.get(CODEGEN_ENV, "in-process")
+    choice = environment.value(environment.KERNEL_CODEGEN) or "in-process"
     if choice not in ("in-process", "tools"):
         raise KernelError(f"${CODEGEN_ENV}={choice!r}: use 'in-process' or 'tools'")
     if choice == "tools" or platform_machine() != "x86_64":
@@ -210,7 +211,7 @@ class _Diagnostics:
     def __init__(self, context: ir.Context):
         self.context, self.lines = context, []
 
-    def __enter__(self) -> "_Diagnostics":
+    def __enter__(self) -> _Diagnostics:
         self.handler = self.context.attach_diagnostic_handler(self._take)
         return self
 

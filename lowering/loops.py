@@ -68,7 +68,8 @@ def lower_loop(loop: LoopOp) -> None:
             if isinstance(action, TileAction):  # uneven: k padded blocks, trimmed after the loop
                 shape[action.dim] = ir.RankedTensorType(block.type).shape[action.dim] * rng.size
             empty = tensor.empty(shape, rtype.element_type)
-            inits.append(linalg.fill(_zero(rtype.element_type), outs=[empty]) if isinstance(action, SumAction) else empty)
+            inits.append(linalg.fill(_zero(rtype.element_type),
+                                     outs=[empty]) if isinstance(action, SumAction) else empty)
         for_op = scf.ForOp(_index(0), _index(rng.size), _index(1), inits)
     iv = for_op.induction_variable
     with ir.InsertionPoint(for_op.body), op.location:
@@ -110,7 +111,8 @@ def _mask_reductions(for_op, end: ir.Operation, pads: dict, iv: ir.Value) -> Non
         try:
             found = pads_through(body_op, operand_pads, lambda axes: iv, lambda made: None)
         except Unsupported as exc:
-            raise PassFailure(Located(body_op.location, f"'{body_op.name}' cannot compute on padded blocks: {exc}")) from None
+            raise PassFailure(Located(body_op.location,
+                                      f"'{body_op.name}' cannot compute on padded blocks: {exc}")) from None
         pads.update({r: p for r, p in zip(body_op.results, found) if p})
 
 
@@ -134,7 +136,7 @@ def _lower_slices_of(range_arg: ir.Value, iv: ir.Value) -> dict:
     pads: dict = {}
     users = [use.owner for use in range_arg.uses]
     for user in users:
-        user = user.operation if isinstance(user, ir.OpView) else user
+        user = user.operation
         if user.name != SLICE:
             raise PassFailure(Located(user.location, f"'{user.name}' uses a !slicer.range; only 'slicer.slice' may"))
         view = SliceOp(user)

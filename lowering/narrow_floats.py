@@ -26,15 +26,21 @@ left outside linalg ops (scalars read with `tensor.extract`), so LLVM never prom
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, math as math_d, tensor
+from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import math as math_d
 
 from slicer.core.linalg_facts import defined_in
 from slicer.core.names import LINALG_PREFIX, TARGET_AVX512_BF16_ATTR
+from slicer.core.operations import walk_ops
 from slicer.core.pipeline import run_pipeline
 
 from .widen_i1 import GENERALIZE_NAMED_OPS
 
-_GENERIC, _FILL, _CONSTANT = linalg.GenericOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME
+_GENERIC, _FILL, _CONSTANT = (
+    linalg.GenericOp.OPERATION_NAME,
+    linalg.FillOp.OPERATION_NAME,
+    arith.ConstantOp.OPERATION_NAME,
+)
 _EXTF, _TRUNCF, _YIELD = arith.ExtFOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
 #: Ops inside a body that produce a narrow float from another type: they keep rounding, then widen.
 _ROUNDING = (_TRUNCF, arith.SIToFPOp.OPERATION_NAME, arith.UIToFPOp.OPERATION_NAME)
@@ -56,12 +62,6 @@ def _narrow_tensor(type_: ir.Type) -> bool:
     return isinstance(type_, ir.RankedTensorType) and is_narrow(ir.RankedTensorType(type_).element_type)
 
 
-def _walk(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    root.walk(lambda op: found.append(op.operation) or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
-    return found
-
-
 def _computes_narrow(op: ir.Operation) -> bool:
     """A linalg op (not a fill) with a narrow float operand or result."""
     return (op.name.startswith(LINALG_PREFIX) and op.name not in (_FILL, linalg.YieldOp.OPERATION_NAME)
@@ -72,13 +72,13 @@ def widen_narrow_floats(module: ir.Module) -> int:
     """Rewrite every linalg op of `module` on bf16/f16 to compute in f32 (module docstring); returns how many
     ops changed. Needs the module's context to be current."""
     root = module.operation
-    if not any(_computes_narrow(op) for op in _walk(root)):
+    if not any(_computes_narrow(op) for op in walk_ops(root)):
         return 0
-    if any(_computes_narrow(op) and op.name != _GENERIC for op in _walk(root)):
+    if any(_computes_narrow(op) and op.name != _GENERIC for op in walk_ops(root)):
         run_pipeline(module, GENERALIZE_NAMED_OPS)
     f32 = ir.F32Type.get()
     changed = 0
-    for op in _walk(root):
+    for op in walk_ops(root):
         if op.name != _GENERIC or not _computes_narrow(op) or _moves_only(op):
             continue
         with op.location:
@@ -103,7 +103,7 @@ def expand_bf16_truncation(module: ir.Module) -> bool:
     a target with AVX512-BF16 (`TARGET_AVX512_BF16_ATTR`, set by the AOT compiler) keeps its f32 -> bf16
     roundings: LLVM makes them `vcvtneps2bf16` (measured: a 2048x2048 bf16 softmax in 1.03 ms against 1.56 ms
     with the integer expansion)."""
-    for op in _walk(module.operation):
+    for op in walk_ops(module.operation):
         if op.name == _TRUNCF and isinstance(_element_of_any(op.operands[0].type), ir.F64Type) \
                 and is_narrow(_element_of_any(op.results[0].type)):
             _round_f64_through_f32(op)
@@ -114,7 +114,7 @@ def expand_bf16_truncation(module: ir.Module) -> bool:
     def rounds_to_bf16(op: ir.Operation) -> bool:
         return op.name == _TRUNCF and isinstance(_element_of_any(op.results[0].type), ir.BF16Type)
 
-    if not any(rounds_to_bf16(op) for op in _walk(module.operation)):
+    if not any(rounds_to_bf16(op) for op in walk_ops(module.operation)):
         return False
     run_pipeline(module, EXPAND_BF16)
     return True

@@ -29,12 +29,18 @@ from dataclasses import dataclass
 from math import prod
 
 from mlir import ir
-from mlir.dialects import arith
-from mlir.dialects import linalg
+from mlir.dialects import arith, linalg
 
-from slicer.core.linalg_facts import (REDUCTION, combined_with, in_body, indexing_maps, input_count, iterator_kinds,
-                                      projected_dims)
-from slicer.dialect.ops import walk_ops
+from slicer.core.linalg_facts import (
+    REDUCTION,
+    combined_with,
+    in_body,
+    indexing_maps,
+    input_count,
+    iterator_kinds,
+    projected_dims,
+)
+from slicer.core.operations import walk_ops
 
 from .body import emit_op, is_elementwise
 from .emitter import Emitter, GeneratedFunctions, call_instead

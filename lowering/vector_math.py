@@ -49,7 +49,9 @@ class _Ops:
         self.scalef = avx512 and self.lanes is not None and self.lanes * self.bits == 512
 
     def c(self, value: float) -> str:
-        text = repr(float(value)) if math.isfinite(value) else ("0x7F800000" if self.bits == 32 else "0x7FF0000000000000")
+        text = (
+            repr(float(value)) if math.isfinite(value) else ("0x7F800000" if self.bits == 32 else "0x7FF0000000000000")
+        )
         if not math.isfinite(value):
             if value < 0:
                 text = "0xFF800000" if self.bits == 32 else "0xFFF0000000000000"

@@ -47,7 +47,7 @@ from mlir.dialects.transform import interpreter
 
 from slicer.core.linalg_facts import PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim
 from slicer.core.names import VECTORIZE_TAG_ATTR as TAG
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 log = logging.getLogger("slicer.kernels")
 
@@ -220,7 +220,8 @@ def _op_script(plan: TilePlan) -> str:
             lines += [
                 f"        transform.sequence %l#{index} : {loop_type} failures(suppress) {{",
                 f"        ^bb0(%loop: {loop_type}):",
-                f"          %main, %rest = transform.loop.peel %loop : ({loop_type}) -> (!transform.any_op, !transform.any_op)",
+                f"          %main, %rest = transform.loop.peel %loop : ({loop_type}) -> (!transform.any_op, "
+                "!transform.any_op)",
                 "          transform.yield",
                 "        }",
             ]

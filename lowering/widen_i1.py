@@ -28,8 +28,9 @@ from mlir.dialects import func as func_d
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import function_type
-from slicer.core.pipeline import run_pipeline
 from slicer.core.names import LINALG_PREFIX
+from slicer.core.operations import walk_ops
+from slicer.core.pipeline import run_pipeline
 
 # Ops that only move or view elements: the element type is just carried along.
 _CARRIERS = tuple(op.OPERATION_NAME for op in (
@@ -52,12 +53,6 @@ def _as_bytes(type_: ir.Type) -> ir.Type:
     return ir.RankedTensorType.get(tensor.shape, ir.IntegerType.get_signless(8), tensor.encoding)
 
 
-def _walk(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    root.walk(lambda op: found.append(op.operation) or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
-    return found
-
-
 def _touches_bools(op: ir.Operation) -> bool:
     return any(_is_bool_tensor(v.type) for v in list(op.operands) + list(op.results))
 
@@ -66,14 +61,14 @@ def widen_i1(module: ir.Module) -> int:
     """Rewrite every i1 tensor of `module` as an i8 tensor (see the module docstring); returns how many values
     changed type. Needs the module's context to be current."""
     root = module.operation
-    ops = _walk(root)
+    ops = list(walk_ops(root))
     if not any(_touches_bools(op) for op in ops if op.name != _MODULE) and not any(
             op.name == _FUNC and any(_is_bool_tensor(t) for t in function_type(op).inputs + function_type(op).results)
             for op in ops):
         return 0
     if any(op.name.startswith(LINALG_PREFIX) and op.name != _GENERIC and _touches_bools(op) for op in ops):
         run_pipeline(module, GENERALIZE_NAMED_OPS)
-        ops = _walk(root)
+        ops = list(walk_ops(root))
     changed = 0
     i8 = ir.IntegerType.get_signless(8)
     # Decided on the types as they are now: widening a producer changes its users' operand types.
@@ -164,15 +159,11 @@ def reject_narrow_memrefs(module: ir.Module) -> None:
     linalg.generic never become buffers, so `select(cmp(a, b), a, b)` chains are fine.
     """
     found: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
+    for op in walk_ops(module):
         for value in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
             element = getattr(value.type, "element_type", None)
             if isinstance(value.type, ir.MemRefType) and isinstance(element, ir.IntegerType) and element.width < 8:
                 found.append(f"{value.type} at {op.location}")
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     if found:
         raise KernelError(
             f"buffers of i1 elements ({found[0]}{' and more' if len(found) > 1 else ''}) cannot be lowered: "

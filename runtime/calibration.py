@@ -70,7 +70,8 @@ def measure(comm, mesh: Mesh, axes: tuple[str, ...], reps: int = 7, sizes=SIZES)
                         executor.step(step, before, block)
                         comm.Barrier()
                         times.append(comm.allreduce(time.perf_counter() - start, op=_max()))
-                    out.append({"axis": axis, "op": label, "busiest_bytes": busiest, "seconds": statistics.median(times)})
+                    out.append({"axis": axis, "op": label, "busiest_bytes": busiest,
+                                "seconds": statistics.median(times)})
     finally:
         executor.close()
     return out

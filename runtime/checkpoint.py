@@ -29,9 +29,9 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -160,7 +160,7 @@ class Checkpoint:
     values: dict  # name -> the manifest's entry
 
     @classmethod
-    def open(cls, directory: str | Path) -> "Checkpoint":
+    def open(cls, directory: str | Path) -> Checkpoint:
         directory = Path(directory)
         path = directory / MANIFEST
         if not path.is_file():
@@ -289,5 +289,5 @@ def load_checkpoint(directory: str | Path, *, tensors: bool = False) -> dict:
     return {name: as_tensor(array, torch) for name, array in state.items()}
 
 
-__all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked", "save_jobs",
-           "write_block", "write_manifest", "writers"]
+__all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked",
+           "save_jobs", "write_block", "write_manifest", "writers"]

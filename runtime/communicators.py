@@ -10,10 +10,9 @@ order of a reordering all-to-all. Pure arithmetic on mesh coordinates; no MPI im
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from slicer.core.mesh import Mesh
-
 from slicer.redistribution import subaxes
 from slicer.redistribution.layout import complement
 

@@ -5,8 +5,8 @@ Each rank holds only its blocks. Kernels come from the on-disk kernel cache
 content hash), or from the JIT when the AOT path refuses a kernel (e.g. i1 buffers). The launcher compiles them
 before starting the ranks and tells them where each one is (`kernel_sources`): a rank then only loads shared
 objects (`kernels_from_sources`), without importing the MLIR bindings or the kernel pipeline, which
-`slicer.lowering` loads when `compile_kernels` or the JIT is first read; collectives are the redistribution steps executed by
-`slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
+`slicer.lowering` loads when `compile_kernels` or the JIT is first read; collectives are the redistribution steps
+executed by `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
 Collectives are nonblocking (`schedule`): each starts as soon as its input is ready, at most one kernel ahead of its
@@ -65,7 +65,7 @@ def load_kernels(graph: KernelGraph) -> tuple[dict, str]:
         return _jit_kernels(graph), JIT
 
 
-def kernel_pipeline(graph: KernelGraph) -> "lowering.KernelPipeline":
+def kernel_pipeline(graph: KernelGraph) -> lowering.KernelPipeline:
     """The kernel pipeline `graph` asks for: the default one, with the bf16 contractions' units if it forces them
     (`KernelGraph.bf16_units`)."""
     if graph.bf16_units == "auto":
@@ -244,7 +244,9 @@ class RankExecutor:
         for name, block in env.items():
             expected = graph.values[name].local_shape
             if tuple(block.shape) != tuple(expected):
-                raise InputError(f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}")
+                raise InputError(
+                    f"rank {self.rank}: argument {name} block has shape {block.shape}, expected {expected}"
+                )
         events = []
         self.buffers.start(env)
         in_flight: dict[int, object] = {}

@@ -15,12 +15,12 @@ blocks come from and what is measured:
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.core.errors import KernelAssertionError, RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
@@ -33,13 +33,13 @@ from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings
 
 #: Set by MPICH/Hydra (`PMI_SIZE`) and Open MPI (`OMPI_COMM_WORLD_SIZE`) in every rank of an mpiexec job.
-JOB_SIZE_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+JOB_SIZE_ENV = (environment.PMI_SIZE, environment.OMPI_COMM_WORLD_SIZE)
 
 
 def job_comm():
     """COMM_WORLD when this process is one rank of a job of several ranks started by mpiexec, else None (a
     plain process, which starts a job of its own to run on ranks)."""
-    size = next((os.environ[name] for name in JOB_SIZE_ENV if name in os.environ), "1")
+    size = next((text for text in map(environment.value, JOB_SIZE_ENV) if text is not None), "1")
     if int(size) <= 1:
         return None
     from mpi4py import MPI  # only inside an MPI job

@@ -1,8 +1,8 @@
 """One SPMD job as every rank runs it: `python -m slicer.runtime.job JOB_DIR` under mpiexec.
 
 JOB_DIR holds `graph.json` (the kernel graph), `kernels.json` (where the launcher found each compiled kernel,
-`executor.kernel_sources`; without it each rank compiles them, as in `runtime.in_job`), `job.json` (inputs: `.npy` paths or
-a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
+`executor.kernel_sources`; without it each rank compiles them, as in `runtime.in_job`), `job.json` (inputs: `.npy` paths
+or a random seed; `repeat`: timed runs; `overlap`: collectives overlap kernels, default
 true, or `SLICER_OVERLAP=0` in the environment) and receives the results: rank 0 assembles
 the global results from every rank's blocks into `result<i>.npy` and writes
 `timings.json` (`slicer.runtime.timings.Timings`). Each rank
@@ -13,7 +13,6 @@ aborts the whole job with that rank's traceback (runtime.rank).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import replace
@@ -21,18 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.lowering import KernelGraph, cache_stats
 
 from .blocks import random_block, read_block
 from .executor import RankExecutor
 from .heap import keep_freed_memory
-from .rank import maybe_kill, run_rank
+from .rank import at_step, run_rank
 from .simulator import assemble
 from .timings import TIMINGS_FILE, Timings, reduce_runs
 
-
 KERNELS_FILE = "kernels.json"
-OVERLAP_ENV = "SLICER_OVERLAP"  # "0": wait for every collective where it stands (no overlap with kernels)
 
 
 def write_job(job_dir: Path, graph: KernelGraph, *, inputs=None, seed: int = 0, repeat: int = 1,
@@ -70,14 +68,14 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
     repeat = int(job.get("repeat", 1))
     sources_file = job_dir / KERNELS_FILE
     sources = json.loads(sources_file.read_text()) if sources_file.exists() else None
-    executor = RankExecutor(graph, comm, overlap=job.get("overlap", os.environ.get(OVERLAP_ENV, "1") != "0"),
+    executor = RankExecutor(graph, comm, overlap=job.get("overlap", environment.value(environment.OVERLAP) != "0"),
                             kernel_sources=sources)
     rank = executor.rank
-    maybe_kill(rank, "compiled")
+    at_step(rank, "compiled")
     blocks = rank_inputs(graph, job, rank)
     executor.run(blocks)
     totals, runs = [], []
-    maybe_kill(rank, "run")
+    at_step(rank, "run")
     for _ in range(repeat):
         comm.Barrier()
         start = time.perf_counter()
@@ -107,8 +105,8 @@ def run_job(job_dir: Path, comm) -> list[np.ndarray] | None:
         np.save(job_dir / f"result{index}.npy", array)
         outputs.append(array)
     seconds, steps = reduce_runs(all_runs, all_totals)
-    timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses), tuple(sorted(set(backends))),
-                      tuple(tuple(events) for events in timelines), tuple(peaks))
+    timings = Timings(seconds, steps, len(gathered), repeat, max(compile_times), sum(misses),
+                      tuple(sorted(set(backends))), tuple(tuple(events) for events in timelines), tuple(peaks))
     (job_dir / TIMINGS_FILE).write_text(timings.to_json())
     return outputs
 

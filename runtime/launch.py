@@ -9,8 +9,8 @@ returns the assembled results with the run's timings.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

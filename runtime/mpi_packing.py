@@ -64,7 +64,8 @@ class Chunks:
     def _runs(self, array: np.ndarray, packed: bool) -> np.ndarray:
         """``array`` as a 2-D array of ``void`` runs: ``(k, outer)`` when ``packed`` else ``(outer, k)``."""
         if not array.flags.c_contiguous:  # reshape(-1) would copy, and writes would be lost
-            raise RunError(f"packing needs C-contiguous blocks, got strides {array.strides}; pass np.ascontiguousarray(block)")
+            raise RunError(f"packing needs C-contiguous blocks, got strides {array.strides}; pass "
+                           "np.ascontiguousarray(block)")
         rows = (self.k, self.outer) if packed else (self.outer, self.k)
         flat = array.reshape(-1).view(np.uint8).reshape(rows + (self.run_bytes,))
         return flat.view(np.dtype((np.void, self.run_bytes)))[..., 0]

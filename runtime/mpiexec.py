@@ -23,12 +23,13 @@ import sys
 import threading
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import LaunchError
+from slicer.core.host import host_cores
 
-from .resources import host_cores
 
-YIELD_CVAR = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
-YIELD_ENV = "SLICER_MPI_YIELD"  # "1" / "0": force MPICH's sleeping wait on / off; default: on when oversubscribed
+YIELD_CVAR = environment.MPICH_YIELD.name
+YIELD_ENV = environment.MPI_YIELD.name
 
 
 def wait_environment(ranks: int, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -40,7 +41,7 @@ def wait_environment(ranks: int, environ: dict[str, str] | None = None) -> dict[
     768-byte all_reduce 17.8 ms -> 1.1 ms, an all_to_all of 1 MiB per rank 34 ms -> 2.7 ms, attention run by
     the runtime 8.4 ms -> 1.7 ms. A setting already in the environment wins; `SLICER_MPI_YIELD=0/1` forces
     it off / on."""
-    environ = os.environ if environ is None else environ
+    environ = environment.for_child() if environ is None else environ
     if YIELD_CVAR in environ:
         return {}
     wanted = environ.get(YIELD_ENV)
@@ -48,7 +49,7 @@ def wait_environment(ranks: int, environ: dict[str, str] | None = None) -> dict[
     return {YIELD_CVAR: "1"} if sleep else {}
 
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = tuple(variable.name for variable in environment.THREADS)
 
 
 def thread_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -56,7 +57,7 @@ def thread_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     `torchrun` does for OMP_NUM_THREADS): a rank is one of several processes sharing the host's cores, and its
     kernels are Slicer's own, so a library's thread pool only oversubscribes the cores. numpy's OpenBLAS also
     starts its pool at import: ~50 ms of CPU per rank on this machine's 2 cores, for threads a rank never uses."""
-    environ = os.environ if environ is None else environ
+    environ = environment.for_child() if environ is None else environ
     return {name: "1" for name in THREAD_VARIABLES if name not in environ}
 
 
@@ -106,10 +107,10 @@ def spmd_command(ranks: int, argv: list[str], *, mpiexec: str | None = None,
                  env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start `argv` on `ranks` local MPI ranks."""
     command = [find_mpiexec(mpiexec), "-n", str(ranks), *argv]
-    environment = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
-    environment.update(wait_environment(ranks, environment))
-    environment.update(thread_environment(environment))
-    return command, environment
+    child = environment.for_child({**(env or {}), "PYTHONUNBUFFERED": "1"})
+    child.update(wait_environment(ranks, child))
+    child.update(thread_environment(child))
+    return command, child
 
 
 def start_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, env: dict[str, str] | None = None,
@@ -147,7 +148,9 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _end_group(process)
-        raise LaunchError(f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}") from None
+        raise LaunchError(
+            f"the SPMD job on {ranks} ranks did not finish within {timeout} s: {' '.join(command)}"
+        ) from None
     finally:
         _end_group(process)
         for signum, handler in previous.items():

@@ -13,7 +13,7 @@ receive to its backward (what the schedule's peak counts).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

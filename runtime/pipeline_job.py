@@ -115,7 +115,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
                 raise RunError(f"stage {index}: result {name} is laid out unlike its argument; tile the result "
                                "like the argument")
     final = {}
-    for position, (name, value) in enumerate(zip(stage["results"], returned)):
+    for name, value in zip(stage["results"], returned):
         if name == "loss":
             continue
         callee, at = writes[value]

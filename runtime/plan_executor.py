@@ -113,7 +113,7 @@ class StepRunner:
     the blocking form. ``out`` is the output block to fill (a fresh array when None): it must not be in use.
     The block must stay unchanged until the step completes."""
 
-    def __init__(self, ex: "MeshExecutor", step: Step, in_shape: tuple[int, ...], dtype: np.dtype, *,
+    def __init__(self, ex: MeshExecutor, step: Step, in_shape: tuple[int, ...], dtype: np.dtype, *,
                  pooled: bool = False):
         """`pooled`: over shared memory, the step's segments come later (`attach_slot`), shared with steps never in
         flight at the same time (`MeshExecutor.pooled_programs`); `pooled_comm` says on which group, None: not."""
@@ -192,7 +192,7 @@ class PlanRunner:
     """A plan on this rank for one source block shape and dtype: its step programs, and one reused output
     block per intermediate step. The final block is always a fresh array the caller owns."""
 
-    def __init__(self, ex: "MeshExecutor", plan, shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, ex: MeshExecutor, plan, shape: tuple[int, ...], dtype: np.dtype):
         self.programs = []
         for step, before in zip(plan.steps, plan.trace.types):
             program = ex.program(step, shape, dtype)

@@ -10,22 +10,21 @@ collective.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import signal
 import sys
 import time
 import traceback
+from functools import lru_cache
 
-from slicer.core.errors import SlicerError
+from slicer.core import environment
+from slicer.core.errors import LaunchError, SlicerError
 
 ABORT_GRACE_SECONDS = 0.3
 """How long a failing rank waits between writing its message and `MPI_Abort`. The message is in the pipe to
 Hydra's proxy by then, but the abort makes Hydra kill the job and it may exit before forwarding what the
 proxy had not read yet: on a loaded machine the user then saw a failed job with an empty stderr. The wait
 costs only failing jobs."""
-
-FAIL_RANK_ENV = "SLICER_TEST_KILL_RANK"  # test hook: "R" or "R:step" kills rank R (at that step)
-HANG_RANK_ENV = "SLICER_TEST_HANG_RANK"  # test hook: "R:step" stops rank R there (SIGSTOP), as a hung process
 
 
 def run_rank(main, comm=None) -> None:
@@ -46,18 +45,24 @@ def run_rank(main, comm=None) -> None:
         comm.Abort(1)
 
 
-def maybe_kill(rank: int, step: str) -> None:
-    """Test hooks: die abruptly (no cleanup, like a crashed process), or stop (like a hung one), when asked to."""
-    hang = os.environ.get(HANG_RANK_ENV, "").partition(":")
-    if hang[0] and int(hang[0]) == rank and hang[2] == step:
-        sys.stderr.write(f"slicer rank {rank}: stopped by {HANG_RANK_ENV} at {step}\n")
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
-    wanted = os.environ.get(FAIL_RANK_ENV)
-    if not wanted:
-        return
-    target, _, at = wanted.partition(":")
-    if int(target) == rank and (not at or at == step):
-        sys.stderr.write(f"slicer rank {rank}: killed by {FAIL_RANK_ENV} at {step}\n")
-        sys.stderr.flush()
-        os._exit(17)
+def at_step(rank: int, step: str) -> None:
+    """A rank's named points ("compiled", "run", "step0", ...): when `$SLICER_RANK_HOOK` names a Python file, its
+    `at_step(rank, step)` runs here. The tests kill or stop a rank at a chosen point with it (test/rank_faults.py);
+    the package itself has no such code path."""
+    path = environment.value(environment.RANK_HOOK)
+    if path:
+        _hook(path)(rank, step)
+
+
+@lru_cache(maxsize=4)
+def _hook(path: str):
+    """The `at_step` function of the file at `path`, loaded once."""
+    spec = importlib.util.spec_from_file_location("slicer_rank_hook", path)
+    if spec is None or spec.loader is None or not os.path.isfile(path):
+        raise LaunchError(f"{environment.RANK_HOOK.name}={path!r} is not a Python file: name one that defines "
+                          "at_step(rank, step), or unset it")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "at_step", None)):
+        raise LaunchError(f"{environment.RANK_HOOK.name}={path!r} defines no at_step(rank, step)")
+    return module.at_step

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slicer.core import errors
+from slicer.core import environment, errors
 from slicer.core.errors import LaunchError, RunError
 
 from .mpiexec import end_job, start_spmd
@@ -47,14 +47,14 @@ from .rank_server import KEY_ENV
 from .wire import Receiver, send
 
 CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
-SILENCE_ENV = "SLICER_RANK_SILENCE_SECONDS"
+SILENCE_ENV = environment.RANK_SILENCE_SECONDS.name
 SILENCE_SECONDS = 5.0  # a rank that sends no heartbeat for this long while answering a request is hung
 
 
 def silence_limit() -> float:
     """How long a busy rank may go without a heartbeat ($SLICER_RANK_SILENCE_SECONDS, default 5 s)."""
     try:
-        return max(1.0, float(os.environ.get(SILENCE_ENV, SILENCE_SECONDS)))
+        return max(1.0, float(environment.value(environment.RANK_SILENCE_SECONDS) or SILENCE_SECONDS))
     except ValueError:
         return SILENCE_SECONDS
 
@@ -117,7 +117,7 @@ class RankJob:
                 raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s")
             try:
                 sock, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             sock.setblocking(True)
             connection = Connection(sock.detach())

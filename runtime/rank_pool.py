@@ -18,30 +18,30 @@ the process (`atexit`; the ranks also die with it, `runtime.mpiexec`).
 from __future__ import annotations
 
 import atexit
-import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from .rank_job import RankJob
 from .session import SessionPlan, load_program
 
-KEEP_RANKS_ENV = "SLICER_KEEP_RANKS"
+KEEP_RANKS_ENV = environment.KEEP_RANKS.name
 _JOBS: dict[tuple, RankJob] = {}
 _LENT: set[int] = set()  # id() of the kept jobs a session holds (`borrow`): no other call may load a program there
 
 
 def keeping_ranks() -> bool:
     """Whether `Program.run` should use warm ranks (`SLICER_KEEP_RANKS=1`)."""
-    return os.environ.get(KEEP_RANKS_ENV, "0") == "1"
+    return environment.value(environment.KEEP_RANKS) == "1"
 
 
 def _environment_key() -> tuple:
     """The settings a rank reads when it starts: a kept job serves only calls made under the same ones."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SLICER_", "MPIR_"))))
+    return environment.slicer_settings()
 
 
 def warm_job(ranks: int, mpiexec: str | None, timeout: float) -> RankJob:

@@ -35,16 +35,17 @@ import time
 import traceback
 from multiprocessing.connection import Client
 
+from slicer.core import environment
 from slicer.core.errors import InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
 from .checkpoint import write_block
 from .heap import keep_freed_memory
-from .rank import ABORT_GRACE_SECONDS, maybe_kill
+from .rank import ABORT_GRACE_SECONDS, at_step
 from .resident import ResidentRank
 from .wire import Receiver, send
 
-KEY_ENV = "SLICER_SESSION_KEY"
+KEY_ENV = environment.SESSION_KEY.name
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
 READ_ONLY_REQUESTS = ("get", "save")  # no collective, no state replaced: a rank failing one harms nothing
 
@@ -87,7 +88,8 @@ class Replies:
 
 def serve(address: str, comm) -> None:
     """Answer the driver's requests on this rank until it says "close" or goes away."""
-    connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_ENV]))
+    key = environment.value(environment.SESSION_KEY) or ""
+    connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid()))
     replies, receiver = Replies(connection), Receiver(connection)
     program: ResidentRank | None = None
@@ -147,7 +149,7 @@ def _answer(request, program: ResidentRank | None, comm):
             program.close()
         program = ResidentRank(KernelGraph.from_json(graph_json), comm, feeds=feeds, kernel_sources=sources,
                                names=names[0] if names else ())
-        maybe_kill(program.rank, "compiled")
+        at_step(program.rank, "compiled")
         return None, program
     if kind == "close":
         if program is not None:
@@ -159,7 +161,7 @@ def _answer(request, program: ResidentRank | None, comm):
         program.put(request[1])
         return None, program
     if kind == "step":
-        maybe_kill(program.rank, f"step{program.steps}")
+        at_step(program.rank, f"step{program.steps}")
         return program.step(request[1]), program
     if kind == "get":
         return program.blocks(request[1]), program

@@ -19,7 +19,7 @@ new blocks, and the old state is held until the step returns anyway) and, in tim
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

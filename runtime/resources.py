@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import os
 
+from slicer.core import environment
+from slicer.core.host import host_cores
 from slicer.core.errors import ResourceError
 from slicer.lowering import KernelGraph
 
-OVERSUBSCRIBE_ENV = "SLICER_OVERSUBSCRIBE"
-"""Set to 1 to allow more local ranks than cores everywhere (e.g. a test suite on a small machine)."""
-
-
-def host_cores() -> int:
-    """Cores this process may run on (its CPU affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+OVERSUBSCRIBE_ENV = environment.OVERSUBSCRIBE.name
 
 
 def available_memory() -> int | None:
@@ -54,7 +47,7 @@ def human_bytes(count: float) -> str:
 def check_ranks(ranks: int, oversubscribe: bool = False) -> None:
     """Refuse more local ranks than cores unless `oversubscribe` (or SLICER_OVERSUBSCRIBE=1)."""
     cores = host_cores()
-    if ranks <= cores or oversubscribe or os.environ.get(OVERSUBSCRIBE_ENV) == "1":
+    if ranks <= cores or oversubscribe or environment.value(environment.OVERSUBSCRIBE) == "1":
         return
     raise ResourceError(f"{ranks} ranks on this host's {cores} cores: each rank would get {cores / ranks:.2g} of a "
                         f"core. Use a smaller mesh, or run anyway with --oversubscribe (slicer-run) / "

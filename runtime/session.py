@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 
 from .blocks import rank_slices, take_block
-from .checkpoint import (Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest,
-                         writers)
+from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
 from .executor import kernel_sources, load_kernels
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
@@ -59,7 +58,7 @@ class SessionPlan:
     hyper_values: Callable[[int, Mapping[str, object]], Mapping[str, float]] | None = None
 
     @classmethod
-    def stateless(cls, graph: KernelGraph) -> "SessionPlan":
+    def stateless(cls, graph: KernelGraph) -> SessionPlan:
         """The plan of a plain run: every argument an input, nothing resident, every result returned."""
         return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
 
@@ -282,7 +281,8 @@ class SimulatedSession(Session):
         return {self.plan.arg_names[i]: self.state[i].copy() for i in sorted(self.state)}
 
     def _write_blocks(self, directory, jobs):
-        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank), self.plan.local_shape(arg))
+        return {file: write_block(directory, file, self.plan.block(self.state[arg], arg, rank),
+                                  self.plan.local_shape(arg))
                 for rank, job in enumerate(jobs) for arg, file in job.items()}
 
     def _restore(self, checkpoint):
@@ -295,7 +295,8 @@ class LaunchedSession(Session):
     session closes or is dropped, the ranks up for the next user (its `load` replaces this program)."""
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
-                 borrow: Callable[[], RankJob | None] | None = None, give_back: Callable[[RankJob], None] | None = None):
+                 borrow: Callable[[], RankJob | None] | None = None,
+                 give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
@@ -315,7 +316,8 @@ class LaunchedSession(Session):
     @property
     def sent(self) -> Sent:
         """What the session sent to the ranks so far (array bytes and bytes on the wire)."""
-        return Sent(self.job.sent.payload - self._sent_before.payload, self.job.sent.message - self._sent_before.message)
+        return Sent(self.job.sent.payload - self._sent_before.payload,
+                    self.job.sent.message - self._sent_before.message)
 
     def _step(self, inputs):
         ranks = self.job.ranks

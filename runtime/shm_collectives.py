@@ -33,13 +33,14 @@ uses MPI.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
 
 import numpy as np
 
+from slicer.core import environment
 from slicer.core.errors import RunError
+from slicer.core.host import host_cores
 from slicer.redistribution.steps import REDUCTIONS
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
@@ -48,7 +49,6 @@ _SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20
-_STRATEGY_ENV = "SLICER_COLLECTIVES"  # "mpi" / "shm" / unset: shared memory when the group is on one host
 
 
 class _Timespec(ctypes.Structure):
@@ -75,7 +75,7 @@ def available() -> bool:
 
 def wanted() -> str:
     """The strategy asked for in the environment: "auto", "mpi" or "shm"."""
-    value = os.environ.get(_STRATEGY_ENV, "auto").lower()
+    value = (environment.value(environment.COLLECTIVES) or "auto").lower()
     return value if value in ("auto", "mpi", "shm") else "auto"
 
 
@@ -87,11 +87,7 @@ def spins_for(comm) -> int:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks = local.Get_size()
     local.Free()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return _SPINS if ranks <= cores else 1
+    return _SPINS if ranks <= host_cores() else 1
 
 
 def _wait(address: int, value: int) -> None:
@@ -138,7 +134,8 @@ class Segment:
         base = buffers[0].ctypes.data
         if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
             win.Free()
-            raise RunError("the shared window is not contiguous across the group; run with SLICER_COLLECTIVES=mpi")
+            raise RunError("the shared window is not contiguous across the group; run with "
+                           f"{environment.COLLECTIVES.name}=mpi")
         # one array over the group's parts of the window (consecutive in memory: checked above)
         whole = np.lib.stride_tricks.as_strided(buffers[0], shape=(k, size), strides=(size, 1))
         segments = [Segment(comm, whole[:, i * part:(i + 1) * part], base + i * part, region, region2, spins)
@@ -186,7 +183,7 @@ class Slot:
         self.win, self.segments = Segment.allocate(comm, region, region2, count, spins=spins)
         self.uses = 0
 
-    def next(self) -> "Segment":
+    def next(self) -> Segment:
         """The segment the next use takes."""
         segment = self.segments[self.uses % len(self.segments)]
         self.uses += 1

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from slicer import lowering
 from slicer.core import dtypes
 from slicer.core.errors import KernelGraphError, SimulationError
-from slicer import lowering
 from slicer.lowering import CollectiveNode, KernelGraph
 from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout

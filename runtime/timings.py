@@ -13,7 +13,6 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, field
 
-
 TIMINGS_FILE = "timings.json"
 """The file in a job directory where rank 0 writes the run's `Timings` (read by the launcher and slicer-run)."""
 
@@ -72,7 +71,7 @@ class Timings:
         return json.dumps(asdict(self))
 
     @staticmethod
-    def from_json(text: str) -> "Timings":
+    def from_json(text: str) -> Timings:
         data = json.loads(text)
         data["steps"] = tuple(StepTiming(**s) for s in data["steps"])
         data["kernel_backends"] = tuple(data["kernel_backends"])

@@ -114,10 +114,11 @@ def parameter_bytes(prog) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    import slicer
-    from slicer.spmd import report
-    from slicer.dialect import make_context
     from mlir import ir
+
+    import slicer
+    from slicer.dialect import make_context
+    from slicer.spmd import report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", action="store_true", help="also run every strategy on 4 MPI ranks vs numpy")

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_modes  # noqa: E402
-import train_step  # noqa: E402
+import train_modes
+import train_step
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 
 def torch_accumulation_steps(model, loss_fn, batch, optimizer, steps: int, microbatches: int,

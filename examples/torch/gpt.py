@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt2_block import GPT2Block  # noqa: E402
+from gpt2_block import GPT2Block
 
 
 class GPT(nn.Module):

@@ -25,10 +25,10 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_step  # noqa: E402
+import train_step
 
-import slicer  # noqa: E402
-from slicer import strategies  # noqa: E402
+import slicer
+from slicer import strategies
 
 ATTENTION = {"causal": ("causal", "scale", "gqa", "repeat_interleave"), "masked": ("bool_mask", "float_mask")}
 """`NanoGPT`s by the ways their blocks write attention (see `Attention.forward`), one block per way: the causal

@@ -1,6 +1,6 @@
 """The PyTorch models of examples/torch (a GPT-2 block, torch's nn.TransformerEncoderLayer, a ViT, a BERT
-encoder), their partitioning strategies (tactics by parameter name) and their inputs: shared by `partition.py`, the tests (test/unit/frontends, test/mpi/test_torch_models.py) and
-benchmarks/import_compile.py.
+encoder), their partitioning strategies (tactics by parameter name) and their inputs: shared by `partition.py`, the
+tests (test/unit/frontends, test/mpi/test_torch_models.py) and benchmarks/import_compile.py.
 
 Mesh axes: x for data, y for the model. Strategies, each a schedule of tactics in order:
 - megatron: attention heads and MLP hidden units over y (Megatron-LM: the output projection's input dim and
@@ -23,11 +23,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cnn import SmallCNN, randomized  # noqa: E402
-from gpt2_block import GPT2Block  # noqa: E402
-import bert, vit  # noqa: E402  (the model zoo: each file has the model, its inputs and its Megatron tactics)
-from llama import MEGATRON as LLAMA_MEGATRON, llama_block  # noqa: E402 (complex RoPE, GQA, SwiGLU)
-from moe import MoE  # noqa: E402
+import bert
+import vit
+from cnn import SmallCNN, randomized
+from gpt2_block import GPT2Block
+from llama import MEGATRON as LLAMA_MEGATRON
+from llama import llama_block
+from moe import MoE
 
 BATCH, SEQ, D_MODEL, HEADS = 4, 8, 32, 4
 
@@ -105,7 +107,7 @@ def collectives(model: str, strategy: str) -> list[str]:
     return COLLECTIVES.get((model, strategy), COLLECTIVES[strategy])
 
 
-def eager(model, inputs) -> "torch.Tensor":
+def eager(model, inputs) -> torch.Tensor:
     """The reference: the model run by PyTorch itself, in float32."""
     with torch.no_grad():
         return model(*inputs).numpy()

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import models  # noqa: E402
+import models
 
-import slicer  # noqa: E402
+import slicer
 
 
 def collectives_of(prog) -> list[str]:

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_step  # noqa: E402
-from accumulation import torch_accumulation_steps  # noqa: E402
+import train_step
+from accumulation import torch_accumulation_steps
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 
 def pipelined(model, loss_fn, batch, optimizer, *, split, microbatches: int, schedule: str = "1f1b",

@@ -26,9 +26,9 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_step  # noqa: E402
+import train_step
 
-import slicer  # noqa: E402
+import slicer
 
 
 class ResNetish(nn.Module):

@@ -23,9 +23,9 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt import GPT  # noqa: E402
+from gpt import GPT
 
-import slicer  # noqa: E402
+import slicer
 
 
 def mlp(seed: int = 0, batch: int = 8):

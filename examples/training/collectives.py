@@ -24,12 +24,12 @@ import torch
 from mlir import ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import GPT, MEGATRON, batch, loss_fn  # noqa: E402
+from model import GPT, MEGATRON, batch, loss_fn
 
-import slicer  # noqa: E402
-from slicer import strategies  # noqa: E402
-from slicer.dialect import make_context  # noqa: E402
-from slicer.spmd.report import report  # noqa: E402
+import slicer
+from slicer import strategies
+from slicer.dialect import make_context
+from slicer.spmd.report import report
 
 DIMS = {"tiny": dict(vocab=16, seq=8, d_model=16, n_head=2, batch=4),
         "issue": dict(vocab=512, seq=64, d_model=256, n_head=4, batch=8)}
@@ -38,7 +38,8 @@ STRATEGIES = {
     "zero1": (dict(x=2), lambda s: strategies.zero(s, "x", stage=1)),
     "zero3": (dict(x=2), lambda s: strategies.zero(s, "x", stage=3)),
     "megatron": (dict(y=2), lambda s: strategies.megatron(s, "y", **MEGATRON)),
-    "data+megatron": (dict(x=2, y=2), lambda s: strategies.data_parallel(s, "x") + strategies.megatron(s, "y", **MEGATRON)),
+    "data+megatron": (dict(x=2, y=2),
+                      lambda s: strategies.data_parallel(s, "x") + strategies.megatron(s, "y", **MEGATRON)),
 }
 
 

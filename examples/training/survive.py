@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "zoo"))
-from train import FLOAT64_FACTOR, distance, state_error  # noqa: E402
-from zoo_models import NanoGPT, _lm_loss, freeze_key_biases  # noqa: E402
+from train import FLOAT64_FACTOR, distance, state_error
+from zoo_models import NanoGPT, _lm_loss, freeze_key_biases
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 STEPS, STATE_AT, SAVE_AT, BAD_AT = 20, 5, 10, 12
 LR, WARMUP, MIN_LR, CLIP = 6e-4, 5, 6e-5, 1.0

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model import GPT, MEGATRON, batch, loss_fn  # noqa: E402
+from model import GPT, MEGATRON, batch, loss_fn
 
-import slicer  # noqa: E402
-from slicer import strategies  # noqa: E402
+import slicer
+from slicer import strategies
 
 STRATEGIES = ("data", "fsdp", "megatron", "2d")
 

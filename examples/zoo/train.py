@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo_models import ZOO  # noqa: E402
+from zoo_models import ZOO
 
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from slicer import strategies as st
 
 OPTIMIZER = slicer.AdamW(1e-3, betas=(0.9, 0.99), weight_decay=0.1)
 STRATEGIES = ("data", "zero3", "megatron")
@@ -51,7 +51,8 @@ def torch_steps(case, steps: int, dtype=torch.float32):
     model = copy.deepcopy(case.model).to(dtype)
     batch = [b.to(dtype) if b.is_floating_point() else b for b in case.batch]
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], OPTIMIZER.lr,
-                            betas=OPTIMIZER.betas, eps=OPTIMIZER.eps, weight_decay=OPTIMIZER.weight_decay, foreach=False)
+                            betas=OPTIMIZER.betas, eps=OPTIMIZER.eps, weight_decay=OPTIMIZER.weight_decay,
+                            foreach=False)
     losses = []
     for _ in range(steps):
         opt.zero_grad()

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn

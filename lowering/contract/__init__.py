@@ -46,7 +46,8 @@ large C written once (one K block) gets non-temporal stores.
 Contractions of bf16 operands (each side one bf16 input, maybe widened by `arith.extf`; C in f32 or bf16)
 get the same loop nest with bf16 panels in pairs along K and f32 accumulation (`bf16_gemm`, `bf16_packing`)
 around an AMX, AVX512-BF16 or f32 micro-kernel (`bf16_ukernels`), on the units the target has or the
-`bf16-units` option forces (`matrix_units`).
+`bf16-units` option forces (`matrix_units`); when the only reader of their f32 C rounds it to bf16, the GEMM
+stores the rounded tiles into that reader's output instead (`epilogue`).
 
 Why generated text and not the transform dialect: the loop nest, the packing layout and the register
 tile are exactly what the benchmark measures, and a text template keeps each of them explicit

@@ -9,15 +9,22 @@ may hold several dims; groups are ordered by C's strides (M, N, batch) and by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 from mlir import ir
 from mlir.dialects import arith, linalg
 
 from slicer.core.errors import NotAContraction
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, in_body, indexing_maps, iterator_kinds,
-                                      projected_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    combined_with,
+    in_body,
+    indexing_maps,
+    iterator_kinds,
+    projected_dims,
+)
 
 from ..body import is_elementwise
 from ..memref_facts import MemAccess, static_strides
@@ -257,12 +264,19 @@ def analyze(op: ir.Operation) -> Contraction:
     a_idx = a_idx + constant  # constant factors (e.g. a scale) are applied while packing A
     op_index = {o: i for i, o in enumerate(block.operations)}
     a_side, b_side = _side(info, a_idx, op_index), _side(info, b_idx, op_index)
+    contraction = Contraction(op, ranges, inputs, output, element, a_side, b_side, list(batch), list(m), list(n),
+                              _k_order(reduction, inputs, a_side, b_side), captured, list(block.arguments), False)
+    return with_output(contraction, output, element)
+
+
+def with_output(c: Contraction, output: MemAccess, element: str) -> Contraction:
+    """`c` writing `output` (same loop dims, any layout) of `element`: the M, N and batch groups ordered by its
+    strides (outer, largest stride, first) and whether its tiles are direct vectors along N."""
     c_stride = {d: output.stride_of(d) for d in output.dims}
     by_c = lambda ds: sorted(ds, key=lambda d: (-c_stride[d], d))  # noqa: E731 - outer (largest stride) first
-    n_order = by_c(n)
-    direct = (output.dims[-1] == n_order[-1] and output.strides[-1] == 1)
-    return Contraction(op, ranges, inputs, output, element, a_side, b_side, by_c(batch), by_c(m),
-                       n_order, _k_order(reduction, inputs, a_side, b_side), captured, list(block.arguments), direct)
+    n_order = by_c(c.n)
+    direct = output.dims[-1] == n_order[-1] and output.strides[-1] == 1
+    return replace(c, output=output, element=element, batch=by_c(c.batch), m=by_c(c.m), n=n_order, direct_c=direct)
 
 
 def bf16_operands(c: Contraction) -> tuple[int, int] | None:

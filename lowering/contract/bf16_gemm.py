@@ -97,7 +97,8 @@ class Bf16Gemm(Bf16Packer):
         if whole is True:
             return direct
         types = ("memref<?xbf16>", "index", "index")
-        return tuple(e.value(f"arith.select {whole}, {e.idx(x)}, {e.idx(y)} : {t}") for x, y, t in zip(direct, packed, types))
+        return tuple(e.value(f"arith.select {whole}, {e.idx(x)}, {e.idx(y)} : {t}") for x, y,
+                     t in zip(direct, packed, types))
 
     def generate(self) -> str:
         c, e = self.c, self.e
@@ -146,7 +147,8 @@ class Bf16Gemm(Bf16Packer):
         ap, aoff, lda = a
 
         def call(depth):
-            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, {e.idx(boff)}, {c_tile}, "
+            e.line(f"func.call @{self.ukernel(depth)}({ap}, {e.idx(aoff)}, {e.idx(lda)}, {bp}, "
+                   f"{e.idx(boff)}, {c_tile}, "
                    f"{e.idx(depth)}, {flag}, {nt}) : ({types}) -> ()")
 
         full = self.round_up(self.kb.max_units, self.pad)
@@ -175,7 +177,8 @@ class Bf16Gemm(Bf16Packer):
             ones = ", ".join("1" for _ in out.dims)
             sub_type = f"memref<{self.mr}x{NR}xf32, strided<[{out.stride_of(m0)}, 1], offset: ?>>"
             sub = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
-            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero, self.nt_flag)
+            self._call(a, bp, boff, e.value(f"memref.cast {sub} : {sub_type} to {self.tile_type}"), kcp, zero,
+                       self.nt_flag)
 
         def via_scratch(vectors: bool):
             self._scratch_tile(where, height, width, scratch, zero, vectors,

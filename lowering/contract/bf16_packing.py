@@ -154,7 +154,11 @@ class Bf16Packer(Loops):
         full: Index = start
         if self.c.inputs[index].stride_of(k0) == 1:
             span = e.sub(kc, start)
-            count = e.value(f"arith.divui {e.idx(span)}, {e.idx(chunk)} : index") if isinstance(span, str) else span // chunk
+            count = (
+                e.value(f"arith.divui {e.idx(span)}, {e.idx(chunk)} : index")
+                if isinstance(span, str)
+                else span // chunk
+            )
             full = e.add(start, e.mul(count, chunk))
             if count != 0:
                 with e.loop(start, full, chunk) as k:
@@ -199,7 +203,9 @@ class Bf16Packer(Loops):
                         offset = e.add(e.add(base, e.mul(part * n + j, kcp)), k)
                         e.line(f"vector.store {vector}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, {wide}")
                     else:  # pair k/2 + j, columns [part*n, part*n + n)
-                        pair = e.add(e.value(f"arith.divui {e.idx(k)}, {e.idx(2)} : index") if isinstance(k, str) else k // 2, j)
+                        pair = e.add(
+                            e.value(f"arith.divui {e.idx(k)}, {e.idx(2)} : index") if isinstance(k, str) else k // 2, j
+                        )
                         offset = e.add(e.add(base, e.mul(pair, 2 * self.nr)), 2 * n * part)
                         halves = e.value(f"vector.bitcast {vector} : {word} to {wide}")
                         e.line(f"vector.store {halves}, {buffer}[{e.idx(offset)}] : memref<?xbf16>, {wide}")
@@ -264,7 +270,8 @@ def _transpose(e, rows: list[str], vtype: str) -> list[str]:
             for slot, idx in ((2 * i, low), (2 * i + 1, high)):
                 both = labels[i] + labels[i + n // 2]
                 new_labels[slot] = [both[j] for j in idx]
-                new[slot] = e.value(f"vector.shuffle {rows[i]}, {rows[i + n // 2]} [{', '.join(map(str, idx))}] : {vtype}, {vtype}")
+                new[slot] = e.value(f"vector.shuffle {rows[i]}, {rows[i + n // 2]} [{', '.join(map(str, idx))}] : "
+                                    f"{vtype}, {vtype}")
         rows, labels = new, new_labels
     assert all(labels[c] == [(r, c) for r in range(n)] for c in range(n)), "transpose network"
     return rows

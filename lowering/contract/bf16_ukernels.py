@@ -2,9 +2,9 @@
 
 All three read the same packed panels (`bf16_packing.py`): `Ap[tile]` holds MR rows of `kcp` bf16 (k
 contiguous, `kcp` the block's k padded with zeros; rows `%lda` apart: `kcp` in the panel, or A's own row
-stride where the driver reads A in place, `bf16_gemm.Bf16Gemm.a_in_place`), `Bp[panel]` holds `kcp / 2` rows of 32 columns x 2: the
-pair (k, k+1) of each column side by side (the VNNI layout of AMX's B tile and of `vdpbf16ps`). C is an f32
-tile (a view of the output, or a scratch tile the driver converts); `%zero` starts it from zeros.
+stride where the driver reads A in place, `bf16_gemm.Bf16Gemm.a_in_place`), `Bp[panel]` holds `kcp / 2` rows of 32
+columns x 2: the pair (k, k+1) of each column side by side (the VNNI layout of AMX's B tile and of `vdpbf16ps`). C is an
+f32 tile (a view of the output, or a scratch tile the driver converts); `%zero` starts it from zeros.
 
 - `amx` (MR = 32): 2 x 2 C tiles of 16 x 16 f32 in tile registers, 2 A tiles (16 rows x 32 k) and 2 B tiles
   (16 k pairs x 16 columns x 2): the 8 tile registers, as oneDNN blocks them; each 32-deep k step is four
@@ -13,8 +13,9 @@ tile (a view of the output, or a scratch tile the driver converts); `%zero` star
   remainder of run-time length) gets a kernel of its own with all its steps unrolled (C loaded once and
   stored once; at most 16 steps: kc <= 512); a run-time depth loads and stores C around each group of
   `unroll` steps, then groups of 4, 2, 1 steps for the rest.
-- `avx512bf16` (MR = the `mr` option, 8 by default): the tile in MR x 2 zmm accumulators; per k pair, two vectors of B (16 columns x 2)
-  and MR broadcast pairs of A, each `x86vector.avx512.dot` (`vdpbf16ps`) adding both products of a pair.
+- `avx512bf16` (MR = the `mr` option, 8 by default): the tile in MR x 2 zmm accumulators; per k pair, two vectors of B
+  (16 columns x 2) and MR broadcast pairs of A, each `x86vector.avx512.dot` (`vdpbf16ps`) adding both products of a
+  pair.
 - `f32` (MR as `avx512bf16`): the same loop where the pairs are widened to f32 (bf16 is the top half of an f32: a shift
   and a mask) and multiplied by FMAs: any CPU with vector FMAs.
 """
@@ -43,7 +44,8 @@ def k_padding(units: str) -> int:
 
 def _head(name: str, mr: int) -> str:
     tile = f"memref<{mr}x{NR}xf32, strided<[?, 1], offset: ?>>"
-    return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %lda: index, %bp: memref<?xbf16>, %boff: index, "
+    return (f"func.func private @{name}(%ap: memref<?xbf16>, %aoff: index, %lda: index, %bp: memref<?xbf16>, "
+            "%boff: index, "
             f"%c: {tile}, %kcp: index, %zero: i1, %nt: i1) {{")
 
 
@@ -122,7 +124,9 @@ def _vector_body(mr: int, unroll: int, dot: bool) -> str:
     e.line(f"{start}:{count} = scf.if %zero -> ({types}) {{")
     e.line(f"  scf.yield {', '.join([zeros] * count)} : {types}")
     e.line("} else {")
-    loaded = [e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}") for i in range(mr) for v in range(nv)]
+    loaded = [
+        e.value(f"vector.load %c[{e.idx(i)}, {e.idx(v * LANES)}] : {tile}, {VT}") for i in range(mr) for v in range(nv)
+    ]
     e.line(f"  scf.yield {', '.join(loaded)} : {types}")
     e.line("}")
     pairs = e.value(f"arith.divui %kcp, {e.idx(2)} : index")

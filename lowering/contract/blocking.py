@@ -264,7 +264,9 @@ class Loops:
         out = c.output
         element = FLOAT_BYTES[self.c.element]
         single_k = self.kb.units[self.kb.split] <= self.kb.chunk and all(v == 1 for v in self.kb.units[: self.kb.split])
-        strides_ok = all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
+        strides_ok = (
+            all(s * element % VECTOR_BYTES == 0 for s in out.strides[:-1]) and self.nr * element % VECTOR_BYTES == 0
+        )
         _, offset = out.type.get_strides_and_offset()
         if not (c.zero_init and single_k and c.direct_c and strides_ok and prod(out.type.shape) * element >= NT_BYTES
                 and not out.type.is_dynamic_stride_or_offset(offset)):

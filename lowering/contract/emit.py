@@ -15,12 +15,13 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from slicer.core.names import USES_AMX_ATTR
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 from ..emitter import GeneratedFunctions, Index, call_instead, module_avx512
 from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
 from .bf16_ukernels import bf16_mr, bf16_ukernel_text
+from .epilogue import rounding_epilogue
 from .blocking import ContractOptions
 from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
@@ -87,12 +88,14 @@ class Gemm(Packer):
             assert out.dims.index(m0) < out.dims.index(n0), "direct tiles need M0 before N0 in C"
             view = e.value(f"memref.subview %out[{offsets}] [{sizes}] [{ones}] : {out.type_text} to {sub_type}")
             dyn = e.value(f"memref.cast {view} : {sub_type} to {tile_type}")
-            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}, {self.nt_flag}) : ({call_types}) -> ()")
+            e.line(f"func.call @{self.ukernel}({call_args}, {dyn}, {e.idx(kc)}, {flag}, {self.nt_flag}) : "
+                   f"({call_types}) -> ()")
 
         def via_scratch(h: Index, w: Index):
             for i in range(mr):
                 for v in range(self.o.nv):
-                    e.line(f"vector.store {vzero}, {scratch}[{e.idx(i)}, {e.idx(v * self.lanes)}] : memref<{mr}x{nr}x{t}>, {self.vt}")
+                    e.line(f"vector.store {vzero}, {scratch}[{e.idx(i)}, {e.idx(v * self.lanes)}] : "
+                           f"memref<{mr}x{nr}x{t}>, {self.vt}")
             def out_coords(i, j):  # the output element at row i, column j of the tile
                 point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
                 return e.indices(point[d] for d in out.dims)
@@ -109,7 +112,8 @@ class Gemm(Packer):
                 not_zero = e.value(f"arith.xori {zero}, {e.value('arith.constant true', 'b')} : i1", "b")
                 with e.if_(not_zero):
                     copy_in()
-            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}, {self.false}) : ({call_types}) -> ()")
+            e.line(f"func.call @{self.ukernel}({call_args}, {scratch_dyn}, {e.idx(kc)}, {flag}, {self.false}) : "
+                   f"({call_types}) -> ()")
             with e.loop(0, h) as i:
                 with e.loop(0, w) as j:
                     x = e.value(f"memref.load {scratch}[{e.idx(i)}, {e.idx(j)}] : memref<{mr}x{nr}x{t}>")
@@ -158,6 +162,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     ukernels: dict[str, str] = {}
     functions = GeneratedFunctions("__slicer_contract_")
     calls: list[tuple[ir.Operation, Contraction, str]] = []
+    roundings: list[ir.Operation] = []
     units = None
     for op in walk_ops(module, linalg.GenericOp.OPERATION_NAME):
         try:
@@ -174,6 +179,10 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
             if fill is not None:
                 fill.erase()
         if operands is not None:
+            fused = rounding_epilogue(c)
+            if fused is not None:  # the GEMM stores bf16 where the rounding op did (epilogue.py)
+                rounding, c = fused
+                roundings.append(rounding)
             units = units or chosen_units(options.bf16_units, module_units(module))
             text = bf16_gemm_text(c, options, GeneratedFunctions.SELF, _bf16_ukernels(ukernels, units, options),
                                   units, *operands)
@@ -191,6 +200,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     for op, c, name in calls:
         call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + list(c.captured))
         replaced.append(f"@{name}: {c.describe()}")
+    for rounding in roundings:
+        rounding.erase()
     return replaced
 
 

@@ -132,7 +132,8 @@ def _ranges(operands: list[_Operand], count: int) -> list[int]:
     return [ranges[d] for d in range(count)]
 
 
-def _memref_type(shape: list[int], element: ir.Type, strides: list[int] | None = None, offset: int = 0) -> ir.MemRefType:
+def _memref_type(shape: list[int], element: ir.Type, strides: list[int] | None = None,
+                 offset: int = 0) -> ir.MemRefType:
     text = "x".join(map(str, shape)) + f"x{element}"
     row_major = [prod(shape[i + 1:]) for i in range(len(shape))]
     dynamic = offset == ir.ShapedType.get_dynamic_stride_or_offset()
@@ -159,7 +160,8 @@ def _copy(source: ir.Value, source_exprs: list[Linear], target: ir.Value, dims: 
     out_map = _map(len(dims), [{i: 1} for i in range(len(dims))])
     parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     element = ir.MemRefType(source.type).element_type
-    generic = linalg.GenericOp([], [source], [target], ir.ArrayAttr.get([ir.AffineMapAttr.get(in_map), ir.AffineMapAttr.get(out_map)]),
+    generic = linalg.GenericOp([], [source], [target],
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(in_map), ir.AffineMapAttr.get(out_map)]),
                                ir.ArrayAttr.get([parallel] * len(dims)))
     block = generic.regions[0].blocks.append(element, element)
     with ir.InsertionPoint(block):
@@ -167,7 +169,8 @@ def _copy(source: ir.Value, source_exprs: list[Linear], target: ir.Value, dims: 
 
 
 def _alloc(shape: list[int], element: ir.Type) -> ir.Value:
-    return memref.AllocOp(_memref_type(shape, element), [], [], alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)).result
+    return memref.AllocOp(_memref_type(shape, element), [], [],
+                          alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)).result
 
 
 def _run(output: _Operand, ranges: list[int]) -> list[int]:
@@ -188,7 +191,7 @@ def _check_body(op: ir.Operation) -> None:
     _product_value(block)  # NotAContraction unless the body is out + product
 
 
-def _output_order(output: _Operand, patch: _Operand, other: "_Others", ranges: list[int]) -> list[int]:
+def _output_order(output: _Operand, patch: _Operand, other: _Others, ranges: list[int]) -> list[int]:
     """The loop dims of C's buffer, outer to inner: C's own, or with the side that is not C's innermost run
     moved innermost when that run is narrower than a register tile and the other side is wider (see step 2)."""
     dims = output.plain
@@ -200,12 +203,16 @@ def _output_order(output: _Operand, patch: _Operand, other: "_Others", ranges: l
             run.insert(0, d)
         if run:
             wide = [d for d in dims if d in rest.dims and d not in side.dims]
-            if wide and prod(ranges[d] for d in run) < TILE_LANES and prod(ranges[d] for d in wide) > prod(ranges[d] for d in run):
+            if (
+                wide
+                and prod(ranges[d] for d in run) < TILE_LANES
+                and prod(ranges[d] for d in wide) > prod(ranges[d] for d in run)
+            ):
                 return [d for d in dims if d not in wide] + wide
     return dims
 
 
-def _patch_order(patch: _Operand, other: "_Others", c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
+def _patch_order(patch: _Operand, other: _Others, c_order: list[int], kinds: list[str], ranges: list[int]) -> list[int]:
     """The patch buffer's loop dims: batch dims (read by both sides), then the reduction dims in the other
     input's memory order and the patch side's own parallel dims in C's order, the group holding the widest dim
     of the input's innermost expression last, so the copy reads and writes long contiguous rows (step 1)."""
@@ -317,11 +324,15 @@ def rewrite(op: ir.Operation, functions: GeneratedFunctions | None = None) -> bo
             maps.append(ir.AffineMapAttr.get(_map(len(groups), [{d: 1} for d in new_dims])))
     op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(maps)
     op.attributes[ITERATOR_TYPES_ATTR] = ir.ArrayAttr.get(
-        [ir.Attribute.parse(f"#linalg.iterator_type<{'parallel' if kinds[g[0]] == PARALLEL else 'reduction'}>") for g in groups])
+        [
+            ir.Attribute.parse(f"#linalg.iterator_type<{'parallel' if kinds[g[0]] == PARALLEL else 'reduction'}>")
+            for g in groups
+        ]
+    )
     return True
 
 
-def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output: _Operand, ranges: list[int]) -> None:
+def _relayout_output(op: ir.Operation, patch: _Operand, other: _Others, output: _Operand, ranges: list[int]) -> None:
     """Step 2: C computed into a buffer with the wide side innermost (copied in before, or zero-filled when C
     starts at zero, and copied out after) when `_output_order` asks for it; before any chunking, so the copies
     run once."""
@@ -343,10 +354,12 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: "_Others", output
     count = len(ranges)
     op.operands[len(op.operands) - 1] = c_buffer
     maps = list(ir.ArrayAttr(op.attributes[INDEXING_MAPS_ATTR]))[:-1]
-    op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(maps + [ir.AffineMapAttr.get(_map(count, [{d: 1} for d in c_order]))])
+    op.attributes[INDEXING_MAPS_ATTR] = ir.ArrayAttr.get(
+        maps + [ir.AffineMapAttr.get(_map(count, [{d: 1} for d in c_order]))]
+    )
 
 
-def _chunk_dim(patch: _Operand, other: "_Others", output: _Operand, ranges: list[int], kinds: list[str]):
+def _chunk_dim(patch: _Operand, other: _Others, output: _Operand, ranges: list[int], kinds: list[str]):
     """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
     plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
     side (M, N or K) largest."""

@@ -5,7 +5,7 @@ multiply-adds per instruction), `avx512bf16` (`vdpbf16ps`: 16 f32 lanes each += 
 and `f32` (the bf16 pairs widened to f32 by a shift, then FMAs: any CPU with vector FMAs) all read the same
 packed panels (`bf16_gemm.py`) and accumulate in f32. The choice is the target's best (`auto`), read from the
 module's `slicer.target_bf16_units` attribute (set by `aot.compile_library` from its `Target`) or this host's
-CPU flags (/proc/cpuinfo, the reader of `emitter.host_cpu_flags`); the `bf16-units` option of
+CPU flags (/proc/cpuinfo, read by `slicer.core.host.cpu_flags`); the `bf16-units` option of
 `slicer-kernel-contract` forces one, so each path runs on a machine that has them all. Forcing units the target
 lacks is an `OptionError`: the code would die of SIGILL.
 """
@@ -13,9 +13,10 @@ lacks is an `OptionError`: the code would die of SIGILL.
 from __future__ import annotations
 
 from slicer.core.errors import OptionError
+from slicer.core.host import cpu_flags
 from slicer.core.names import TARGET_BF16_UNITS_ATTR
 
-from ..emitter import host_cpu_flags, module_avx512
+from ..emitter import module_avx512
 
 AMX, AVX512BF16, F32 = "amx", "avx512bf16", "f32"
 BF16_UNITS = (AMX, AVX512BF16, F32)
@@ -37,7 +38,7 @@ def units_of_flags(flags: set[str]) -> str:
 
 def host_units() -> str:
     """The best bf16 units of this host's CPU."""
-    return units_of_flags(host_cpu_flags())
+    return units_of_flags(cpu_flags())
 
 
 def units_of_target(cpu: str, features: str, avx512: bool) -> str:

@@ -111,7 +111,8 @@ class Packer(Loops):
                     for slot, idx in ((2 * i, lo_idx), (2 * i + 1, hi_idx)):
                         both = labels[i] + labels[i + half]
                         new_labels[slot] = [both[j] for j in idx]
-                        new[slot] = e.value(f"vector.shuffle {vectors[i]}, {vectors[i + half]} [{', '.join(map(str, idx))}] : {self.vt}, {self.vt}")
+                        new[slot] = e.value(f"vector.shuffle {vectors[i]}, {vectors[i + half]} "
+                                            f"[{', '.join(map(str, idx))}] : {self.vt}, {self.vt}")
                 vectors, labels = new, new_labels
             assert _is_k_major(labels, group, lanes), "transpose network"
             for j, vector in enumerate(vectors):
@@ -149,10 +150,10 @@ class Packer(Loops):
                         if v >= chunks:  # past a narrower panel's edge: zeros
                             value = e.value(f"arith.constant dense<0.0> : vector<{vwidth}x{self.t}>")
                         else:
-                            point = {**point0, **kdims}
-                            point[lane_dim] = e.add(dims[lane_dim], v * vwidth)
+                            point = {**point0, **kdims, lane_dim: e.add(dims[lane_dim], v * vwidth)}
                             value = self.side_value(side, point, lane_dim, vwidth)
-                        e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, vector<{vwidth}x{self.t}>")
+                        e.line(f"vector.store {value}, {buffer}[{e.idx(offset)}] : memref<?x{self.t}>, "
+                               f"vector<{vwidth}x{self.t}>")
                 self.enumerate(self.kb, kblock, k_body)
 
             def scalar_path(count: Index):

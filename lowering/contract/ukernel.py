@@ -69,7 +69,10 @@ def _k_step(e: Emitter, element: str, mr: int, nv: int, lanes: int):
             ku = e.add(k, u)
             bbase = e.add("%boff", e.mul(ku, nr))
             abase = e.add("%aoff", e.mul(ku, mr))
-            bs = [e.value(f"vector.load %bp[{e.idx(e.add(bbase, v * lanes))}] : memref<?x{element}>, {vt}") for v in range(nv)]
+            bs = [
+                e.value(f"vector.load %bp[{e.idx(e.add(bbase, v * lanes))}] : memref<?x{element}>, {vt}")
+                for v in range(nv)
+            ]
             new = []
             for i in range(mr):
                 a = e.value(f"memref.load %ap[{e.idx(e.add(abase, i))}] : memref<?x{element}>")

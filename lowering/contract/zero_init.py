@@ -7,7 +7,6 @@ is dropped when nothing reads the buffer in between, since the contraction then 
 from __future__ import annotations
 
 from mlir import ir
-
 from mlir.dialects import arith, func, linalg, memref
 
 from slicer.core.linalg_facts import has_operand_segments, input_count
@@ -62,7 +61,11 @@ def _is_fill(op: ir.Operation) -> bool:
     """linalg.fill, or its generalized form: a generic yielding its one scalar input everywhere."""
     if op.name == linalg.FillOp.OPERATION_NAME:
         return True
-    if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) != 2 or isinstance(op.operands[0].type, ir.ShapedType):
+    if (
+        op.name != linalg.GenericOp.OPERATION_NAME
+        or len(op.operands) != 2
+        or isinstance(op.operands[0].type, ir.ShapedType)
+    ):
         return False
     body = op.regions[0].blocks[0]
     last = list(body.operations)[-1]

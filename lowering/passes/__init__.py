@@ -21,6 +21,7 @@ from .kernel_clamp_gathers import SlicerKernelClampGathers
 from .kernel_contract import SlicerKernelContract
 from .kernel_distinct_results import SlicerKernelDistinctResults
 from .kernel_expand_bf16 import SlicerKernelExpandBf16
+from .kernel_fold_widenings import SlicerKernelFoldWidenings
 from .kernel_im2col import SlicerKernelIm2col
 from .kernel_onehot import SlicerKernelOneHot
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
@@ -31,7 +32,7 @@ from .kernel_widen_narrow_floats import SlicerKernelWidenNarrowFloats
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
-                   SlicerKernelWidenNarrowFloats, SlicerKernelIm2col, SlicerKernelOneHot, SlicerKernelContract,
+                   SlicerKernelWidenNarrowFloats, SlicerKernelFoldWidenings, SlicerKernelIm2col, SlicerKernelOneHot, SlicerKernelContract,
                    SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts,
                    SlicerKernelExpandBf16)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""

@@ -12,7 +12,7 @@ from mlir.dialects import linalg
 
 from slicer.core.errors import NotAContraction
 from slicer.core.passes import ModulePass, register_pass
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 
 from ..contract.im2col import rewrite
 from ..emitter import GeneratedFunctions

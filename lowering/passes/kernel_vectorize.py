@@ -1,5 +1,6 @@
 """`slicer-kernel-vectorize`: tile and vectorize the linalg ops left with a generated transform script
-(`slicer.lowering.vectorize`). Its options are `VectorizeOptions`' fields (`parallel`, `matmul=i,j,k`, `kc`, `transpose`)."""
+(`slicer.lowering.vectorize`). Its options are `VectorizeOptions`' fields (`parallel`, `matmul=i,j,k`, `kc`,
+`transpose`)."""
 
 from __future__ import annotations
 

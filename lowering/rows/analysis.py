@@ -15,8 +15,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
 from slicer.core.errors import NotRowwise
-from slicer.core.linalg_facts import (PARALLEL, combined_with, indexing_maps, input_count, iterator_kinds,
-                                      projected_dims)
+from slicer.core.linalg_facts import PARALLEL, combined_with, indexing_maps, input_count, iterator_kinds, projected_dims
 
 from ..body import is_elementwise
 from ..memref_facts import VECTOR_BYTES, MemAccess, byte_width, static_strides

@@ -17,7 +17,6 @@ from slicer.core.passes import OptionError
 
 from ..emitter import Emitter, Index
 from ..memref_facts import NT_BYTES, VECTOR_BYTES, MemAccess, byte_width
-
 from .analysis import RowOp
 
 

@@ -11,9 +11,10 @@ error grows like log(R), which is what torch's `cascade_sum` (blocks of 16) and 
 The iterations are linearized over the reduction dims in loop order: a dim longer than the block is
 split into nested loops of at most `CASCADE_BLOCK` trips (`[i, min(i + 16**(j+1), n))` step `16**j`;
 a dim of at most `UNSPLIT_EXTENT` stays one loop), and consecutive loops whose trips multiply to at most
-the block share one level. The scratch of a level is the output's part the nest covers at one parallel point: a row along the lane (a column sum) or one
-scalar (the lane is reduced, or fixed by the group's rows). It is allocated on the stack at function
-entry, and only where it stays small (`CASCADE_SCRATCH_BYTES`); an op past that keeps the single chain.
+the block share one level. The scratch of a level is the output's part the nest covers at one parallel point: a row
+along the lane (a column sum) or one scalar (the lane is reduced, or fixed by the group's rows). It is allocated on the
+stack at function entry, and only where it stays small (`CASCADE_SCRATCH_BYTES`); an op past that keeps the single
+chain.
 
 Why generated here, not `linalg` split-reduction upstream: the split (`transform.structured.split_reduction`)
 makes a tensor of partial sums [R / B, ...] per op, a second pass over it and one buffer more, and one
@@ -201,7 +202,8 @@ class CascadeEmitter(PointEmitter):
                     self.store(self.combine(red, self.load(mem, at, width), part, width), mem, at, width)
                 else:
                     there = cascade.scratch[(into, k)]
-                    scratch.store(self.combine(red, scratch.load(there, offset, width), part, width), there, offset, width)
+                    scratch.store(self.combine(red, scratch.load(there, offset, width), part, width), there, offset,
+                                  width)
 
             if main:
                 with e.loop(0, main, lanes) as j:

@@ -14,8 +14,8 @@ from ..emitter import GeneratedFunctions, Index, module_avx512
 from ..memref_facts import VECTOR_BYTES, byte_width
 from .analysis import RowOp
 from .buffers import RowsOptions
-from .grouping import find_groups
 from .cascade import CascadeEmitter, plan_cascade
+from .grouping import find_groups
 
 
 class RowsGen(CascadeEmitter):
@@ -51,7 +51,9 @@ class RowsGen(CascadeEmitter):
         if self.nt:
             aligned = None
             for value in self.nt:
-                pointer = e.value(f"memref.extract_aligned_pointer_as_index {self.names[value]} : {value.type} -> index")
+                pointer = e.value(
+                    f"memref.extract_aligned_pointer_as_index {self.names[value]} : {value.type} -> index"
+                )
                 _, offset = ir.MemRefType(value.type).get_strides_and_offset()
                 if ir.MemRefType(value.type).is_dynamic_stride_or_offset(offset):
                     aligned = "false"

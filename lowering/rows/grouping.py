@@ -79,8 +79,14 @@ def _rows_legal(ops: list[RowOp], rows: int, written: dict) -> bool:
 
 
 def _has_buffers(op: ir.Operation) -> bool:
-    return any(isinstance(v.type, (ir.MemRefType, ir.UnrankedMemRefType)) for v in op.operands) or any(
-        isinstance(r.type, (ir.MemRefType, ir.UnrankedMemRefType)) and op.name != memref.AllocOp.OPERATION_NAME for r in op.results) or len(op.regions) > 0
+    return (
+        any(isinstance(v.type, (ir.MemRefType, ir.UnrankedMemRefType)) for v in op.operands)
+        or any(
+            isinstance(r.type, (ir.MemRefType, ir.UnrankedMemRefType)) and op.name != memref.AllocOp.OPERATION_NAME
+            for r in op.results
+        )
+        or len(op.regions) > 0
+    )
 
 
 def find_groups(block: ir.Block) -> list[tuple[list[RowOp], int]]:

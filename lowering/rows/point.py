@@ -29,7 +29,8 @@ class PointEmitter(RowBuffers):
     def emit_point(self, op: RowOp, point: dict, lane: int | None) -> None:
         """The op at `point` (every dim but the lane fixed): invariant part, vector loop, remainder."""
         if lane is None:
-            base = {v: n for v, n in self.names.items() if not isinstance(v.type, (ir.MemRefType, ir.UnrankedMemRefType))}
+            base = {v: n for v,
+                    n in self.names.items() if not isinstance(v.type, (ir.MemRefType, ir.UnrankedMemRefType))}
             for i, m in enumerate(op.inputs):
                 if not isinstance(m, MemAccess):
                     base[op.args[i]] = self.names[m]
@@ -61,8 +62,10 @@ class PointEmitter(RowBuffers):
             width = element.width
             value = {"min": -(1 << (width - 1)), "max": (1 << (width - 1)) - 1, "umax": -1}.get(identity, identity)
         else:
-            value = {"-inf": "0xFF800000" if str(element) == "f32" else "0xFFF0000000000000",
-                     "inf": "0x7F800000" if str(element) == "f32" else "0x7FF0000000000000"}.get(identity, repr(float(identity)))
+            value = {
+                "-inf": "0xFF800000" if str(element) == "f32" else "0xFFF0000000000000",
+                "inf": "0x7F800000" if str(element) == "f32" else "0x7FF0000000000000",
+            }.get(identity, repr(float(identity)))
         return self.e.value(f"arith.constant dense<{value}> : {vector_type(element, lanes)}")
 
     def combine(self, red: Reduction, a: str, b: str, lanes: int | None, fast: bool = False) -> str:
@@ -82,7 +85,8 @@ class PointEmitter(RowBuffers):
         carried = [f"%{tag}_a{i}" for i in range(len(inits))]
         out = e.fresh("r")
         args = ", ".join(f"{c} = {v}" for c, v in zip(carried, inits))
-        e.line(f"{out}:{len(inits)} = scf.for {iv} = {e.idx(lo)} to {e.idx(hi)} step {e.idx(step)} iter_args({args}) -> ({', '.join(types)}) {{")
+        e.line(f"{out}:{len(inits)} = scf.for {iv} = {e.idx(lo)} to {e.idx(hi)} step {e.idx(step)} iter_args({args}) "
+               f"-> ({', '.join(types)}) {{")
         e.depth += 1
         return iv, carried, out
 
@@ -149,7 +153,8 @@ class _Point:
         needed += [r.value for r in op.reductions.values()]
         for v in needed:
             if v not in variant and v not in self.broadcasts:
-                self.broadcasts[v] = e.value(f"vector.broadcast {self.scalars[v]} : {v.type} to {vector_type(v.type, lanes)}")
+                self.broadcasts[v] = e.value(f"vector.broadcast {self.scalars[v]} : {v.type} to "
+                                             f"{vector_type(v.type, lanes)}")
         self.reciprocals: dict = {}
         for b in self.body_ops:
             if (b.name == arith.DivFOp.OPERATION_NAME and b.results[0] in variant and b.operands[1] not in variant
@@ -176,7 +181,8 @@ class _Point:
             if b.results[0] in variant:
                 if width and b.name == arith.DivFOp.OPERATION_NAME and b.operands[1] in self.reciprocals:
                     t = vector_type(b.results[0].type, width)
-                    env[b.results[0]] = e.value(f"arith.mulf {env[b.operands[0]]}, {self.reciprocals[b.operands[1]]} : {t}")
+                    env[b.results[0]] = e.value(f"arith.mulf {env[b.operands[0]]}, "
+                                                f"{self.reciprocals[b.operands[1]]} : {t}")
                 else:
                     env[b.results[0]] = emit_op(e, b, env, width)
         new_accs = {}
@@ -245,19 +251,25 @@ class _Point:
             red, elem = self.op.reductions[k], self.elem[k]
             vectors = self.accs[("acc", k)]
             while len(vectors) > 1:
-                vectors = [self.gen.combine(red, vectors[i], vectors[i + 1], lanes) if i + 1 < len(vectors) else vectors[i]
+                vectors = [self.gen.combine(red, vectors[i], vectors[i + 1],
+                                            lanes) if i + 1 < len(vectors) else vectors[i]
                            for i in range(0, len(vectors), 2)]
             # Floats: the accumulators already reassociated the reduction, so the horizontal step may too
             # (a shuffle tree instead of 15 dependent scalar ops); max/min NaNs are tracked apart.
             flags = ""
             if not isinstance(elem, ir.IntegerType):
                 flags = " fastmath<nnan,nsz,reassoc>" if k in self.nan_keys else " fastmath<reassoc>"
-            totals[k] = e.value(f"vector.reduction <{red.kind}>, {vectors[0]}{flags} : {vector_type(elem, lanes)} into {elem}")
+            totals[k] = e.value(f"vector.reduction <{red.kind}>, {vectors[0]}{flags} : "
+                                f"{vector_type(elem, lanes)} into {elem}")
             if k in self.nan_keys:
                 flags = self.accs[("nan", k)]
                 while len(flags) > 1:
-                    flags = [e.value(f"arith.ori {flags[i]}, {flags[i + 1]} : vector<{lanes}xi1>") if i + 1 < len(flags) else flags[i]
-                             for i in range(0, len(flags), 2)]
+                    flags = [
+                        e.value(f"arith.ori {flags[i]}, {flags[i + 1]} : vector<{lanes}xi1>")
+                        if i + 1 < len(flags)
+                        else flags[i]
+                        for i in range(0, len(flags), 2)
+                    ]
                 any_nan = e.value(f"vector.reduction <or>, {flags[0]} : vector<{lanes}xi1> into i1")
                 nan = e.value(f"arith.constant {'0x7FC00000' if str(elem) == 'f32' else '0x7FF8000000000000'} : {elem}")
                 totals[k] = e.value(f"arith.select {any_nan}, {nan}, {totals[k]} : {elem}")

@@ -20,23 +20,33 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from mlir import ir
 
 from slicer.automatic import AutoResult, search_tactics
 from slicer.checking import check_equivalent
-from slicer.core.errors import (CompileError, DegradedStrategy, InvalidTactic, KernelGraphError, Located,
-                                ResourceError, RunError, SlicerError, TacticError)
-from slicer.core.mesh import Mesh
-from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
-from slicer.core.progress import Progress
-from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
+from slicer.core.errors import (
+    CompileError,
+    DegradedStrategy,
+    InvalidTactic,
+    KernelGraphError,
+    Located,
+    ResourceError,
+    RunError,
+    SlicerError,
+    TacticError,
+)
+from slicer.core.functions import EntryError, entry_function, function_name, function_type, value_names
+from slicer.core.mesh import Mesh
+from slicer.core.operations import as_op
+from slicer.core.progress import Progress
+from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
@@ -48,9 +58,9 @@ from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
+from slicer.spmd.bucketing import bucket_setting
+from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
-from slicer.spmd.bucketing import env_bucket as bucket_env
-from slicer.spmd.chunked_contractions import env_chunks as collective_matmul_env
 from slicer.strategies import follow_arguments
 from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
@@ -309,7 +319,7 @@ def apply_tactics(module: ir.Module | ir.Operation | str, tactics: Sequence[Tact
     if isinstance(module, str):
         with make_context(), ir.Location.unknown():
             module = ir.Module.parse(module)
-    op = module.operation if isinstance(module, (ir.Module, ir.OpView)) else module
+    op = as_op(module)
     after_each = None
     if check_each_step:
         original = str(op)
@@ -338,9 +348,10 @@ BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
 """What `compile(..., bf16_units=)` takes."""
 
 
-def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),  # noqa: A001
+def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),
             entry: str | None = None, source_name: str | None = None, strict: bool = False,
-            bf16_units: str = "auto") -> Program | PipelineProgram:
+            bf16_units: str = "auto", buckets: int | str | None = None,
+            collective_matmul: int | str | None = None) -> Program | PipelineProgram:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
@@ -349,13 +360,20 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     A tactic whose split is lost (an op it should divide computed whole on every device, its value gathered:
     e.g. 6 heads on y=4) is a `DegradedStrategy` warning, listed by `explain()` too; with `strict`, a
     `TacticError`. `bf16_units`: the units contractions of bf16 operands run on, "auto" (the CPU's best) or one
-    forced: "amx", "avx512bf16" or "f32" (docs/kernels.md, "Element types")."""
+    forced: "amx", "avx512bf16" or "f32" (docs/kernels.md, "Element types").
+
+    The schedule's rewrites (docs/runtime.md, "Overlap"): `collective_matmul` splits a contraction whose partial
+    sums are all_reduced into chunks whose collectives overlap the next chunk ("auto": where the cost model says
+    it pays, "off", or a chunk count >= 2 wherever it fits); `buckets` combines all_reduces of gradients ("auto":
+    the cost model's bucket size, "off", or a size in bytes). None: the defaults in the environment
+    (docs/environment.md), else "auto". A bad value is an `OptionError`."""
     if bf16_units not in BF16_UNIT_CHOICES:
         raise CompileError(f"bf16_units must be one of {', '.join(BF16_UNIT_CHOICES)}, got {bf16_units!r}")
     if bf16_units != AUTO and BF16_UNITS.index(bf16_units) < BF16_UNITS.index(host_units()):
         raise CompileError(f"bf16_units={bf16_units!r}: this host's CPU has only {host_units()} for bf16 "
                            f"contractions (the kernels are compiled for it); use bf16_units={host_units()!r} or "
                            "'auto'")
+    overlap = chunks_setting(collective_matmul), bucket_setting(buckets)
     if isinstance(mesh, Mapping):
         try:
             mesh = Mesh(mesh)
@@ -387,7 +405,7 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
-            _overlap_passes(parsed)
+            _overlap_passes(parsed, *overlap)
             _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
             raise CompileError(str(exc)) from None
@@ -401,14 +419,12 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     return Program(original, spmd, graph, propagation, arg_names, imported)
 
 
-def _overlap_passes(module: ir.Module) -> None:
-    """The schedule's rewrites of the SPMD program, each unless its environment variable turns it off:
-    contractions split so their collectives overlap (`SLICER_COLLECTIVE_MATMUL`, slicer-collective-matmul), then
-    all_reduces bucketed (`SLICER_BUCKETS`, slicer-bucket-collectives)."""
-    chunks = collective_matmul_env()
+def _overlap_passes(module: ir.Module, chunks: int | None, bucket: int | None) -> None:
+    """The schedule's rewrites of the SPMD program, each unless it is off (None): contractions split so their
+    collectives overlap (slicer-collective-matmul, `chunks`: 0 the cost model's choice), then all_reduces bucketed
+    (slicer-bucket-collectives, `bucket`: 0 the cost model's size)."""
     if chunks is not None:
         run_pipeline(module, f"slicer-collective-matmul{{chunks={chunks}}}")
-    bucket = bucket_env()
     if bucket is not None:
         run_pipeline(module, f"slicer-bucket-collectives{{bucket-bytes={bucket}}}")
 

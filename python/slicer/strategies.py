@@ -35,8 +35,8 @@ propagated one (sharded, as its update), not its argument's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from mlir import ir
 
@@ -93,7 +93,9 @@ def _read_step(step, helper: str) -> _Step:
             module = ir.Module.parse(step.text)
             func = entry_function(module, step.entry)
         except (ir.MLIRError, EntryError) as exc:
-            raise InvalidTactic(f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}") from None
+            raise InvalidTactic(
+                f"strategies.{helper}: cannot read the entry function of {step.source}: {exc}"
+            ) from None
         shapes = tuple(tuple(t.shape) if isinstance(t, ir.RankedTensorType) and t.has_static_shape else None
                        for t in function_type(func).inputs)
         result_names = step.result_names or tuple(value_names(func, "result"))

@@ -2,11 +2,27 @@
 // RUN: slicer-opt %s -p 'slicer-kernel-contract{bf16-units=avx512bf16}' | FileCheck %s --check-prefix=DOT
 // RUN: slicer-opt %s -p 'slicer-kernel-contract{bf16-units=f32}' | FileCheck %s --check-prefix=FMA
 // RUN: not slicer-opt %s -p 'slicer-kernel-contract{bf16-units=tpu}' 2>&1 | FileCheck %s --check-prefix=BADUNITS
+// RUN: slicer-opt %S/Inputs/contract-bf16-rounding.mlir -p 'slicer-kernel-contract{bf16-units=avx512bf16},canonicalize' | FileCheck %s --check-prefix=ROUND
 
 // A matmul of bf16 operands accumulated in f32 (the operands widened by arith.extf, as torch-mlir imports
 // it) becomes a call to the bf16 GEMM (lowering/contract/bf16_gemm.py): B packed in pairs along k (VNNI),
 // A in rows along k, and a micro-kernel on the units the target has. The module fixes the target (an AMX
 // CPU), so the output does not depend on the host's CPU; the option forces the other paths.
+
+// The rounding epilogue (lowering/contract/epilogue.py): the GEMM writes the rounding's bf16 output, transposed
+// (its C is [b, s, h, e]), and the f32 C and the rounding op are gone; with K longer than one K block they stay.
+// ROUND-LABEL: func.func @context
+// ROUND-SAME: (%[[P:.*]]: memref<2x4x32x40xbf16>, %[[V:.*]]: memref<2x4x40x64xbf16>, %[[R:.*]]: memref<2x32x4x64xbf16>)
+// ROUND-NOT: xf32>
+// ROUND: call @{{__slicer_contract_[0-9]+}}(%[[P]], %[[V]], %[[R]])
+// ROUND-NEXT: return
+// ROUND-LABEL: func.func @long_k
+// ROUND: %[[C:.*]] = memref.alloc() {{.*}} : memref<2x4x32x64xf32>
+// ROUND: call @{{__slicer_contract_[0-9]+}}(%{{.*}}, %{{.*}}, %[[C]])
+// ROUND: linalg.generic {{.*}} ins(%[[C]] : memref<2x4x32x64xf32>) outs(%{{.*}} : memref<2x32x4x64xbf16>)
+// ROUND: arith.truncf
+// ROUND-LABEL: func.func private @{{__slicer_contract_[0-9]+}}
+// ROUND: vector.store %{{.*}}, %{{.*}} : memref<2x32x4x64xbf16>, vector<16xbf16>
 
 // BADUNITS: error: slicer-kernel-contract: bf16-units must be one of auto, amx, avx512bf16, f32, got 'tpu'
 

@@ -48,7 +48,7 @@ class Case:
         return d
 
     @staticmethod
-    def from_json(d: dict) -> "Case":
+    def from_json(d: dict) -> Case:
         return Case(Program.from_json(d["program"]), dict(d["mesh"]), [TacticSpec.from_json(t) for t in d["tactics"]],
                     int(d.get("seed", 0)), d.get("choices"), d.get("mlir"))
 

@@ -41,7 +41,8 @@ def is_clean(exc: BaseException) -> bool:
     return not any(marker in text for marker in INTERNAL_MARKERS)
 
 
-_EXC_LINE = re.compile(r"^([\w.<>]*?)([A-Z]\w*(?:Error|Exception|Iteration|Failure|Mismatch|Exit|Interrupt))(?::\s*(.*))?$")
+_EXC_LINE = re.compile(r"^([\w.<>]*?)([A-Z]\w*(?:Error|Exception|Iteration|Failure|Mismatch|Exit|Interrupt))"
+                       r"(?::\s*(.*))?$")
 
 
 _FRAME = re.compile(r'^File "([^"]+)", line \d+, in (\S+)')

@@ -49,7 +49,7 @@ class Outcome:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict) -> "Outcome":
+    def from_json(d: dict) -> Outcome:
         return Outcome(**d)
 
     @property
@@ -61,7 +61,8 @@ class Outcome:
             return "ok"
         if self.kind == "wrong":
             return f"wrong ({self.stage}): {self.message}"
-        return f"{self.kind} ({self.stage}): {self.type}: {self.message.strip().splitlines()[0] if self.message.strip() else ''}"
+        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.kind} ({self.stage}): {self.type}: {first}"
 
 
 def _message(exc: BaseException) -> str:

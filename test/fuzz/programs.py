@@ -20,8 +20,8 @@ values, products capped) so float comparisons mean something.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import ml_dtypes
 import numpy as np
@@ -78,7 +78,7 @@ class Op:
                 "attrs": self.attrs}
 
     @staticmethod
-    def from_json(d: dict) -> "Op":
+    def from_json(d: dict) -> Op:
         return Op(d["kind"], tuple(d["ins"]), d["out"], tuple(d["shape"]), _untuple(d.get("attrs", {})))
 
 
@@ -115,7 +115,7 @@ class Program:
                 "ops": [op.to_json() for op in self.ops], "results": list(self.results)}
 
     @staticmethod
-    def from_json(d: dict) -> "Program":
+    def from_json(d: dict) -> Program:
         return Program(d["dtype"], [(n, tuple(s)) for n, s in d["args"]], [Op.from_json(o) for o in d["ops"]],
                        list(d["results"]))
 
@@ -135,7 +135,7 @@ class Program:
             out.append(np.asarray(a))
         return out
 
-    def evaluate(self, inputs: Sequence[np.ndarray]) -> "Reference":
+    def evaluate(self, inputs: Sequence[np.ndarray]) -> Reference:
         return _evaluate(self, inputs)
 
     def describe(self) -> str:
@@ -296,7 +296,13 @@ class _Printer:
 
     def op_reduce(self, op: Op) -> None:
         (x,), at = op.ins, op.attrs
-        fn, dims, form, pre, acc_first = at["fn"], list(at["dims"]), at["form"], at.get("pre"), at.get("acc_first", False)
+        fn, dims, form, pre, acc_first = (
+            at["fn"],
+            list(at["dims"]),
+            at["form"],
+            at.get("pre"),
+            at.get("acc_first", False),
+        )
         init = at.get("init")
         if init is None:
             init = 0 if fn == "sum" else (-math.inf if is_float(self.dt) else -(2 ** 31))

@@ -5,9 +5,9 @@
 
 A share of the cases (`--slicing-share`, default 1%) are slicing chains instead (`slicing.py`: a projection
 cut by random slices, splits, unbinds and concats, forward and training step, data parallel, against torch
-eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead (`training.py`: a random MLP
-or convnet, loss, optimizer and strategy, with or without dropout, gradient clipping, micro-batches and a
-learning-rate schedule, a few steps against torch eager); they are not shrunk (their
+eager; not shrunk either). A share of the cases (`--training-share`, default 2%) are training steps instead
+(`training.py`: a random MLP or convnet, loss, optimizer and strategy, with or without dropout, gradient clipping,
+micro-batches and a learning-rate schedule, a few steps against torch eager); they are not shrunk (their
 description is already small) and need torch and torch-mlir (without them the share is 0).
 
 Each case (program + mesh + tactics) is compiled with `slicer.compile`, run by the simulator (and, for a
@@ -31,15 +31,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `fuzz` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fuzz import regressions  # noqa: E402
-from fuzz.cases import Case, generate_case  # noqa: E402
-from fuzz.programs import Features  # noqa: E402
-from fuzz.execute import FAILURES, KINDS  # noqa: E402
-from fuzz.shrink import shrink, shrink_structure  # noqa: E402
-from fuzz.slicing import SlicingCase, generate_slicing_case  # noqa: E402
-from fuzz.source import RandomSource  # noqa: E402
-from fuzz.training import TrainingCase, generate_training_case  # noqa: E402
-from fuzz.worker import Pool  # noqa: E402
+from fuzz import regressions
+from fuzz.cases import Case, generate_case
+from fuzz.execute import FAILURES, KINDS
+from fuzz.programs import Features
+from fuzz.shrink import shrink, shrink_structure
+from fuzz.slicing import SlicingCase, generate_slicing_case
+from fuzz.source import RandomSource
+from fuzz.training import TrainingCase, generate_training_case
+from fuzz.worker import Pool
 
 
 def case_seed(seed: int, index: int) -> int:
@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         reproducers = []
         for sig in to_shrink:
             indices = by_sig[sig]
-            first = next((i for i in indices if cases[i].valid), indices[0]) if outcomes[indices[0]]["kind"] == "clean-error" else indices[0]
+            first = next((i for i in indices if cases[i].valid),
+                         indices[0]) if outcomes[indices[0]]["kind"] == "clean-error" else indices[0]
             case, out = cases[first], outcomes[first]
             mpi = dict(items_by_index(items))[first]["mpi"]
             aot = dict(items_by_index(items))[first]["aot"]
@@ -263,7 +264,8 @@ def print_summary(s: dict, seconds: float) -> None:
     v = s["valid_schedules"]
     if v:
         print(f"valid schedules: {v} ({v / s['cases']:.0%} of cases); of these ok {s['valid_counts'].get('ok', 0)} "
-              f"({s['valid_ok_share']:.1%}), " + ", ".join(f"{k} {n}" for k, n in s["valid_counts"].items() if k != "ok"))
+              f"({s['valid_ok_share']:.1%}), " + ", ".join(f"{k} {n}" for k,
+                                                           n in s["valid_counts"].items() if k != "ok"))
     if s["invalid_schedules"]:
         print(f"invalid schedules: {s['invalid_schedules']}: " +
               ", ".join(f"{k} {n}" for k, n in s["invalid_counts"].items()))

@@ -58,7 +58,7 @@ class TacticSpec:
                 "axes": list(self.axes)}
 
     @staticmethod
-    def from_json(d: dict) -> "TacticSpec":
+    def from_json(d: dict) -> TacticSpec:
         return TacticSpec(d["kind"], d["target"], d["index"], d.get("dim"), tuple(d.get("axes", ())))
 
 

@@ -9,7 +9,7 @@ the budget of executions is spent. (The pytest suite shrinks with hypothesis ins
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .cases import Case, generate_case
 from .programs import Features

@@ -54,7 +54,7 @@ class SlicingCase:
         return {"slicing": asdict(self)}
 
     @staticmethod
-    def from_json(d: dict) -> "SlicingCase":
+    def from_json(d: dict) -> SlicingCase:
         return SlicingCase(**d["slicing"])
 
     def reproducer(self) -> str:

@@ -20,7 +20,8 @@ first and encode "yes" as the larger value (`boolean`).
 from __future__ import annotations
 
 import random
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

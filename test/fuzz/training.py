@@ -76,7 +76,7 @@ class TrainingCase:
         return {"training": asdict(self)}
 
     @staticmethod
-    def from_json(d: dict) -> "TrainingCase":
+    def from_json(d: dict) -> TrainingCase:
         return TrainingCase(**d["training"])
 
     def reproducer(self) -> str:
@@ -221,7 +221,7 @@ def strategy_tactics(case: TrainingCase, step, megatron: dict):
     return st.data_parallel(step, "x") + tactics if case.strategy == "data+megatron" else tactics
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference():
     """examples/torch/train_step.py: the torch eager steps (`torch_steps`, with the torch.optim optimizer a slicer
     optimizer stands for) and the error measure (`relative_error`) the training tests use too."""

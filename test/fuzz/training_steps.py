@@ -90,7 +90,7 @@ def clipping_loss(loss_fn, clip: dict | None):
     return clipped
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _train_modes():
     from example_modules import load  # test/: on the worker's path
 

@@ -258,7 +258,7 @@ class Pool:
         for w in self.workers:
             w.close()
 
-    def __enter__(self) -> "Pool":
+    def __enter__(self) -> Pool:
         return self
 
     def __exit__(self, *exc) -> None:

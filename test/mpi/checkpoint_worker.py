@@ -9,10 +9,10 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[1])  # test/unit/runtime: the session test program
 
-import slicer  # noqa: E402
-from slicer.core.errors import CheckpointError  # noqa: E402
+from session_programs import STEP, compiled, data, expected
 
-from session_programs import STEP, compiled, data, expected  # noqa: E402
+import slicer
+from slicer.core.errors import CheckpointError
 
 
 def main(directory: Path):

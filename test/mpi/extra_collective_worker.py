@@ -14,18 +14,18 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "core"))
-from extra_collective import GatherSum, register_everywhere  # noqa: E402 - the kind, defined by the test
+from extra_collective import GatherSum, register_everywhere
 
-from slicer.lowering import KernelGraph  # noqa: E402
-from slicer.redistribution import DistType, Mesh  # noqa: E402
-from slicer.redistribution.layout import Layout  # noqa: E402
-from slicer.redistribution.numpy_semantics import initial_blocks, run_step  # noqa: E402
-from slicer.redistribution.steps import apply_rule, step_with_type  # noqa: E402
-from slicer.runtime.executor import RankExecutor  # noqa: E402
-from slicer.runtime.plan_executor import MeshExecutor  # noqa: E402
-from slicer.runtime.simulator import assemble  # noqa: E402
-from slicer.runtime.timings import Timings  # noqa: E402
-from slicer.viz import chrome_trace  # noqa: E402
+from slicer.lowering import KernelGraph
+from slicer.redistribution import DistType, Mesh
+from slicer.redistribution.layout import Layout
+from slicer.redistribution.numpy_semantics import initial_blocks, run_step
+from slicer.redistribution.steps import apply_rule, step_with_type
+from slicer.runtime.executor import RankExecutor
+from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.simulator import assemble
+from slicer.runtime.timings import Timings
+from slicer.viz import chrome_trace
 
 
 def run_graph(comm, graph: KernelGraph, array: np.ndarray) -> tuple[list, list] | None:
@@ -62,7 +62,8 @@ def step_cases(comm, rng) -> tuple[int, list]:
             blocks = [rng.standard_normal(shape).astype(dtype) for _ in range(mesh.device_count)]
             expected = run_step(Layout.get(mesh, shape), step, blocks)[comm.Get_rank()]
             mine = blocks[comm.Get_rank()]
-            for how, got in (("blocking", ex.step(step, before, mine)), ("started", ex.start(step, before, mine).wait())):
+            for how, got in (("blocking", ex.step(step, before, mine)),
+                             ("started", ex.start(step, before, mine).wait())):
                 count += 1
                 if got.dtype != expected.dtype or not np.array_equal(got, expected):
                     failures.append(f"{np.dtype(dtype).name}{list(shape)} {how}")

@@ -5,13 +5,13 @@ import sys
 import numpy as np
 
 from slicer.core.errors import InputError
-from slicer.runtime.rank import maybe_kill, run_rank
+from slicer.runtime.rank import at_step, run_rank
 
 
 def main(comm):
     rank = comm.Get_rank()
     mode = sys.argv[1]
-    maybe_kill(rank, "start")
+    at_step(rank, "start")
     if mode == "raise" and rank == 1:
         raise ValueError("input block of rank 1 is wrong")
     if mode == "slicer-error" and rank == 1:

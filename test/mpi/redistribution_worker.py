@@ -13,14 +13,13 @@ from mpi4py import MPI
 
 from slicer.redistribution import DistType, Mesh, initial_blocks, plan, simulate_blocks
 from slicer.redistribution.costs import CostModel
-from slicer.runtime.plan_executor import MeshExecutor
 from slicer.redistribution.numpy_semantics import mismatches
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
+from slicer.runtime.plan_executor import MeshExecutor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the reshard suite
-from reshard_suite import cases  # noqa: E402
-
+from reshard_suite import cases
 
 MESHES = {4: [(4,), (2, 2)], 8: [(8,), (2, 4), (4, 2), (2, 2, 2)]}
 

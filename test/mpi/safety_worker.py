@@ -10,11 +10,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/: example_modules
 
-from example_modules import load  # noqa: E402
-
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
-from slicer.core.errors import KernelAssertionError  # noqa: E402
+import slicer
+from example_modules import load
+from slicer import strategies as st
+from slicer.core.errors import KernelAssertionError
 
 
 def gpt_step():

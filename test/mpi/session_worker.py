@@ -6,7 +6,7 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[1])  # test/unit/runtime: the session test program
 
-from session_programs import compiled, data, expected  # noqa: E402
+from session_programs import compiled, data, expected
 
 
 def main():

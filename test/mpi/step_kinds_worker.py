@@ -15,10 +15,10 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute, ReduceScatter
-from slicer.redistribution.steps import apply_rule, step_with_type
 from slicer.redistribution.layout import Layout
-from slicer.runtime.plan_executor import MeshExecutor
 from slicer.redistribution.numpy_semantics import run_step
+from slicer.redistribution.steps import apply_rule, step_with_type
+from slicer.runtime.plan_executor import MeshExecutor
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -34,7 +34,8 @@ def random_case(rng, mesh: Mesh, kind: str):
     """(before type, step) of `kind` on `mesh`: random rank 1-3, random odd local sizes, a random group of
     axes and random other axes on other dims, so that chunks are rarely contiguous."""
     names = list(mesh.axis_names)
-    rank = int(rng.integers(1 if kind in ("all_gather", "all_slice", "all_reduce", "reduce_scatter", "permute") else 2, 4))
+    rank = int(rng.integers(1 if kind in ("all_gather", "all_slice", "all_reduce", "reduce_scatter", "permute") else 2,
+                            4))
     order = [str(a) for a in rng.permutation(names)]
     group = tuple(str(a) for a in order[:int(rng.integers(1, len(order) + 1))])
     rest = order[len(group):]

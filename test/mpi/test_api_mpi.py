@@ -9,7 +9,9 @@ HERE = Path(__file__).parent
 
 
 def test_run_in_mpi_inside_an_mpiexec_job():
-    done = run_spmd(4, [sys.executable, str(HERE / "run_in_mpi_worker.py"), str(HERE.parents[1] / "examples" / "mlp.mlir")],
+    done = run_spmd(4,
+                    [sys.executable, str(HERE / "run_in_mpi_worker.py"),
+                     str(HERE.parents[1] / "examples" / "mlp.mlir")],
                     timeout=240)
     assert done.returncode == 0, done.stderr
     error = float(done.stdout.split("max error")[1].split()[0])

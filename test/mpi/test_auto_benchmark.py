@@ -1,5 +1,6 @@
 """`benchmarks/auto.py` keeps running: at toy size, the MLP on 2 ranks, slicer.auto against the hand-written
-strategy (data parallel: one MPI launch, the test stays short); the JSON has the chosen tactics, the search time, predicted and measured times and peaks."""
+strategy (data parallel: one MPI launch, the test stays short); the JSON has the chosen tactics, the search time,
+predicted and measured times and peaks."""
 
 import json
 import pathlib
@@ -17,7 +18,8 @@ BENCHMARKS = pathlib.Path(__file__).parents[2] / "benchmarks"
 def test_auto_benchmark_smoke(tmp_path):
     out = tmp_path / "auto.json"
     done = subprocess.run([sys.executable, str(BENCHMARKS / "auto.py"), "--small", "--cases", "mlp", "--meshes", "2",
-                           "--repeat", "1", "--rounds", "1", "--hand", "data", "--json", str(out)], capture_output=True, text=True, timeout=300)
+                           "--repeat", "1", "--rounds", "1", "--hand", "data", "--json", str(out)], capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert rows and rows[0]["case"] == "mlp" and rows[0]["budget"] is None

@@ -15,7 +15,7 @@ import slicer
 from slicer.core import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "api"))
-from test_element_types import PROGRAM, TACTICS, BF16  # noqa: E402
+from test_element_types import BF16, PROGRAM, TACTICS
 
 
 def bf16_inputs():

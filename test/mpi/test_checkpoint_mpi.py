@@ -19,13 +19,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from rank_faults import hang_env  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import RunError  # noqa: E402
 from slicer.runtime.mpiexec import run_spmd  # noqa: E402
-from slicer.runtime.rank import HANG_RANK_ENV  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 HERE = Path(__file__).parent
@@ -117,7 +116,8 @@ def test_a_rank_killed_or_hung_mid_step_ends_the_session_naming_it(mlp, fault, t
     """Rank 1 stops itself at its third step (the test hook SIGSTOPs it before its part, rank 0 waits in a
     collective): "hang" leaves it so, "kill -9" then kills it."""
     model, loss_fn, batch, step = mlp
-    monkeypatch.setenv(HANG_RANK_ENV, "1:step2")
+    for name, text in hang_env("1:step2").items():
+        monkeypatch.setenv(name, text)
     s = compiled(step, "data-2").session(ranks=2, timeout=300)
     processes = job_processes(s.job)
     assert len(alive(processes)) >= 3  # mpiexec, a proxy, the ranks

@@ -41,6 +41,7 @@ def test_asking_whether_jax_is_there_does_not_import_it():
     """Importing JAX fixes its device count: `unavailable()` must leave it to `configure(n)` (a run of
     redistribution_vs_xla.py once failed with 'JAX is already imported with 1 devices')."""
     script = (f"import sys; sys.path.insert(0, {str(BENCHMARKS)!r}); import xla_reshard; "
-              "reason = xla_reshard.unavailable(); print('jax' in sys.modules, reason is None or 'bench extra' in reason)")
+              "reason = xla_reshard.unavailable(); print('jax' in sys.modules, reason is None or 'bench "
+              "extra' in reason)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["False", "True"]

@@ -1,7 +1,7 @@
 """A collective kind registered in one place (test/unit/core/extra_collective.py) runs on 2 real ranks, over
 MPI and over shared memory: a kernel graph holding it, by the rank executor, gives the simulator's bits, and the
-step alone matches the simulator's step bit for bit; the run's timeline (its Chrome trace) shows it. (Its emission, kernel graph, simulator, report and pictures:
-test/unit/core/test_collective_owners.py.)"""
+step alone matches the simulator's step bit for bit; the run's timeline (its Chrome trace) shows it. (Its emission,
+kernel graph, simulator, report and pictures: test/unit/core/test_collective_owners.py.)"""
 
 import json
 import sys
@@ -14,11 +14,11 @@ from slicer.lowering import build_kernel_graph
 from slicer.runtime.simulator import Simulator
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "core"))
-from extra_collective import registered  # noqa: E402
-from test_collective_owners import _row_sums_with  # noqa: E402
+from extra_collective import registered
+from test_collective_owners import _row_sums_with
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_redistribution_mpi import run_workers  # noqa: E402
+from test_redistribution_mpi import run_workers
 
 WORKER = Path(__file__).with_name("extra_collective_worker.py")
 

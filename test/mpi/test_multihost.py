@@ -70,7 +70,8 @@ class TwoHosts:
             "#!/bin/sh\n# hydra's ssh launcher calls: [options] host command...: run the command in host's namespace\n"
             'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\n'
             'host=$1; shift\n'
-            f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; exit 2;; esac\n'
+            f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; '
+            'exit 2;; esac\n'
             f'echo "$host $ns" >> {self.log}\n'
             # each host its own hostname too (a UTS namespace): MPI groups ranks into nodes by hostname, and with
             # one name for both the collectives between the hosts went through shared memory, never the veth pair

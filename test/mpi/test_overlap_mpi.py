@@ -19,7 +19,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("example,mesh,tactics", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}" for c in CASES])
+@pytest.mark.parametrize("example,mesh,tactics", CASES,
+                         ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}" for c in CASES])
 def test_overlapped_run_is_bit_identical_to_blocking(example, mesh, tactics, monkeypatch):
     text = (EXAMPLES / f"{example}.mlir").read_text()
     prog = slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics))

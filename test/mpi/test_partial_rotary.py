@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
-
-import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
+import slicer
+from example_modules import collective_ops, load
+from slicer import strategies as st
 
 train = load("torch/train_step.py", "train_step")
 neox = load("torch/neox.py", "neox")

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 import slicer
-
+from rank_faults import kill_env
 from slicer.core.errors import RunError
 from slicer.runtime import rank_pool
-from slicer.runtime.rank import FAIL_RANK_ENV
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
-from session_programs import STEP, compiled, data, expected  # noqa: E402
+from session_programs import STEP, compiled, data, expected
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +44,13 @@ def test_another_environment_gets_another_job_and_a_failed_job_is_dropped(prog, 
     x, w = data()
     prog.run(x, w, ranks=2)
     first = kept_job()
-    monkeypatch.setenv(FAIL_RANK_ENV, "1:step0")  # ranks read it when they start: a new job must serve
+    for name, text in kill_env("1:step0").items():  # ranks read it when they start: a new job must serve
+        monkeypatch.setenv(name, text)
     with pytest.raises(RunError, match=r"rank 1|ranks 0, 1"):  # both when mpiexec ended rank 0 first (RankJob._lost)
         prog.run(x, w, ranks=2)
     assert not first.healthy and kept_job() is None  # replaced, and the failed one dropped
-    monkeypatch.delenv(FAIL_RANK_ENV)
+    for name in kill_env(""):
+        monkeypatch.delenv(name)
     y, _ = prog.run(x, w, ranks=2)
     np.testing.assert_allclose(y, x @ w, rtol=1e-5)
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.runtime.mpiexec import spmd_command
 from slicer.lowering import build_kernel_graph
 from slicer.passes import transform
 from slicer.runtime.launch import launch
+from slicer.runtime.mpiexec import spmd_command
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "redistribution"))
-from test_subaxes import SPMD_CASES, reshard_program  # noqa: E402 - the programs of the in-process test
+from test_subaxes import SPMD_CASES, reshard_program
 
 WORKER = Path(__file__).with_name("redistribution_worker.py")
 RANDOM = 40  # random reshards with sub-axes per rank count

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import slicer
+from rank_faults import kill_env
 from slicer.core.errors import LaunchError
 from slicer.runtime import launch
 from slicer.runtime.job import KERNELS_FILE
 from slicer.runtime.mpiexec import find_mpiexec, run_spmd
-from slicer.runtime.rank import FAIL_RANK_ENV
 
 WORKER = str(Path(__file__).with_name("fault_worker.py"))
 
@@ -36,7 +36,7 @@ def test_a_rank_with_a_slicer_error_prints_the_message_not_a_traceback():
 
 
 def test_a_killed_rank_stops_the_job():
-    result = run_spmd(4, [sys.executable, WORKER, "ok"], timeout=60, env={FAIL_RANK_ENV: "2:start"})
+    result = run_spmd(4, [sys.executable, WORKER, "ok"], timeout=60, env=kill_env("2:start"))
     assert result.returncode != 0
     assert "slicer rank 2: killed by" in result.stderr
 

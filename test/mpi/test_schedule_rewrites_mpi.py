@@ -14,16 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 GRADS = (ROOT / "test" / "unit" / "spmd" / "test_bucketing.py").read_text()
 
 
-def compiled(text: str, mesh: dict, tactics: str, monkeypatch, **env):
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics))
+def compiled(text: str, mesh: dict, tactics: str, **options):
+    return slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics), **options)
 
 
-def test_split_second_matmul_overlaps_its_first_all_reduce(monkeypatch):
+def test_split_second_matmul_overlaps_its_first_all_reduce():
     text = (ROOT / "examples" / "mlp.mlir").read_text()
-    plain = compiled(text, {"y": 2}, "arg1.1=y;arg3.0=y", monkeypatch, SLICER_COLLECTIVE_MATMUL="0")
-    split = compiled(text, {"y": 2}, "arg1.1=y;arg3.0=y", monkeypatch, SLICER_COLLECTIVE_MATMUL="2")
+    plain = compiled(text, {"y": 2}, "arg1.1=y;arg3.0=y", collective_matmul="off")
+    split = compiled(text, {"y": 2}, "arg1.1=y;arg3.0=y", collective_matmul=2)
     rng = np.random.default_rng(11)
     inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in compile_function(text).inputs]
     out, timings = split.run(*inputs, ranks=2, timeout=240, return_timings=True)
@@ -36,11 +34,11 @@ def test_split_second_matmul_overlaps_its_first_all_reduce(monkeypatch):
         assert first_start < order.index(("kernel", kernels[1])) < first_wait
 
 
-def test_bucketed_gradients_on_two_ranks(monkeypatch):
+def test_bucketed_gradients_on_two_ranks():
     text = GRADS[GRADS.index('func.func @grads'):GRADS.index('}"""')] + "}"  # test_bucketing.py's program
     tactics = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
-    plain = compiled(text, {"x": 2}, tactics, monkeypatch, SLICER_BUCKETS="0")
-    bucketed = compiled(text, {"x": 2}, tactics, monkeypatch, SLICER_BUCKETS="8192")
+    plain = compiled(text, {"x": 2}, tactics, buckets="off")
+    bucketed = compiled(text, {"x": 2}, tactics, buckets=8192)
     rng = np.random.default_rng(12)
     inputs = [rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 32), (8, 32), (8, 16))]
     outs, timings = bucketed.run(*inputs, ranks=2, timeout=240, return_timings=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rank_faults import kill_env
 from slicer.core.errors import RunError
 from slicer.runtime.mpiexec import run_spmd
-from slicer.runtime.rank import FAIL_RANK_ENV
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "unit" / "runtime"))
@@ -36,7 +36,8 @@ def test_a_session_on_two_ranks_keeps_the_state_and_sends_only_the_batch(prog):
 
 
 def test_a_rank_dying_mid_step_ends_the_session_with_its_message(prog, monkeypatch):
-    monkeypatch.setenv(FAIL_RANK_ENV, "1:step1")
+    for name, text in kill_env("1:step1").items():
+        monkeypatch.setenv(name, text)
     x, w0 = data()
     s = prog.session(ranks=2, state={"w": w0})
     address = s.job.process.args[-1]  # the job's own socket: in the command line of mpiexec and of every rank

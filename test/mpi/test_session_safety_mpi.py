@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import slicer
+from rank_faults import kill_env
 from slicer.core.errors import CheckpointError, KernelAssertionError, RunError
 from slicer.runtime.checkpoint import Checkpoint
 from slicer.runtime.mpiexec import run_spmd
-from slicer.runtime.rank import FAIL_RANK_ENV
 from slicer.runtime.rank_job import SILENCE_ENV
 
 HERE = Path(__file__).parent
@@ -123,7 +123,8 @@ def test_a_save_a_rank_cannot_write_is_refused_and_the_session_goes_on(tmp_path)
 
 
 def test_a_rank_dying_says_which_steps_are_lost_since_the_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setenv(FAIL_RANK_ENV, "1:step2")  # rank 1 dies at the session's third step
+    for name, text in kill_env("1:step2").items():  # rank 1 dies at the session's third step
+        monkeypatch.setenv(name, text)
     x, w0 = data()
     s = compiled().session(ranks=2, state={"w": w0})
     s.step(x)

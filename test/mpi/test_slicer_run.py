@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import slicer
+from rank_faults import kill_env
 from slicer.lowering import compile_function
-from slicer.runtime.rank import FAIL_RANK_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -37,7 +37,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("example,mesh,tactics", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}-{c[2]}" for c in CASES])
+@pytest.mark.parametrize("example,mesh,tactics", CASES,
+                         ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}-{c[2]}" for c in CASES])
 def test_runs_on_mpi_ranks_equal_the_single_process_program(example, mesh, tactics):
     text = (EXAMPLES / f"{example}.mlir").read_text()
     prog = slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics))
@@ -47,7 +48,8 @@ def test_runs_on_mpi_ranks_equal_the_single_process_program(example, mesh, tacti
     got, timings = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240, return_timings=True)
     np.testing.assert_allclose(got, reference(*inputs), rtol=1e-5, atol=1e-5)
     assert timings.ranks == prog.mesh.device_count and timings.repeat == 1
-    assert [s.kind for s in timings.steps] == ["collective" if hasattr(n, "step") else "kernel" for n in prog.graph.nodes]
+    assert [s.kind for s in timings.steps] == ["collective" if hasattr(n,
+                                                                       "step") else "kernel" for n in prog.graph.nodes]
     assert len(timings.events) == prog.mesh.device_count
 
 
@@ -77,8 +79,8 @@ def test_cli_with_input_files_out_dir_and_check(tmp_path):
 
 def test_auto_searches_the_tactics_and_runs_them(tmp_path):
     """--auto on 2 ranks: the batch of the MLP in test/Transforms/slicer-auto.mlir is large, so data parallel."""
-    done = slicer_run(str(ROOT / "test" / "Transforms" / "slicer-auto.mlir"), "--mesh", "x=2", "--auto", "--random", "3",
-                      "--check")
+    done = slicer_run(str(ROOT / "test" / "Transforms" / "slicer-auto.mlir"), "--mesh", "x=2", "--auto", "--random",
+                      "3", "--check")
     assert done.returncode == 0, done.stderr
     assert "== slicer.auto chose: arg0.0=x" in done.stdout and "runner-up" in done.stdout
     assert "results match the unpartitioned program" in done.stdout
@@ -108,7 +110,7 @@ def test_mpiexec_not_found():
 
 def test_a_rank_killed_mid_run_stops_the_job():
     done = slicer_run(str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2,y=2", "--tactic", "arg0.0=x", "--tactic", "arg1.1=y",
-                      env={FAIL_RANK_ENV: "3:run"})
+                      env=kill_env("3:run"))
     assert done.returncode == 1
     assert "the SPMD job failed on 4 ranks" in done.stderr
     assert "slicer rank 3: killed by" in done.stderr

@@ -5,9 +5,9 @@ by test/Strategies/collectives.mlir."""
 
 import numpy as np
 import pytest
-from example_modules import load
 
 import slicer
+from example_modules import load
 
 strategies = load("strategies/strategies.py", "strategies")
 

@@ -1,7 +1,7 @@
 """The controls of a training step on 2 MPI ranks: 20 steps of AdamW on the MLP with a warmup + cosine learning
 rate schedule and gradient clipping, under data parallel, ZeRO-3 and Megatron, equal to torch eager
-(torch.optim.AdamW foreach=False, LambdaLR, clip_grad_norm_); the rate given to every session.step under ZeRO-3 with the clipping
-asked by the loss function (torch.nn.utils.clip_grad_norm_). The same on the simulator, and the errors:
+(torch.optim.AdamW foreach=False, LambdaLR, clip_grad_norm_); the rate given to every session.step under ZeRO-3 with the
+clipping asked by the loss function (torch.nn.utils.clip_grad_norm_). The same on the simulator, and the errors:
 test/unit/frontends/test_training_controls.py, whose torch reference this reuses."""
 
 import sys

@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 modes = load("torch/train_modes.py", "train_modes")
@@ -21,7 +20,7 @@ ADAMW = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
 SEED = 1234
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imported(name: str):
     model, loss_fn, batch = (modes.resnet if name == "resnet" else modes.dropout_mlp)()
     step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW, seed=SEED)

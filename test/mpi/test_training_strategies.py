@@ -15,9 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
@@ -68,7 +67,7 @@ CASES = [
 DEGRADED = {("gpt", "sgd", "megatron-4")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imported(model_name: str, optimizer_name: str):
     """(model, loss_fn, batch, optimizer, imported step), once per model and optimizer in a process: the
     strategies partition the same step (torch trains copies of the model, the step binds copies of its state)."""

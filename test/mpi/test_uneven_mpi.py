@@ -10,7 +10,7 @@ import numpy as np
 import slicer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "spmd"))
-from test_uneven import EXP_ROW_SUM, RECIPROCAL, mlp, mlp_inputs, mlp_numpy  # noqa: E402
+from test_uneven import EXP_ROW_SUM, RECIPROCAL, mlp, mlp_inputs, mlp_numpy
 
 T, R = slicer.Tile, slicer.Replicate
 

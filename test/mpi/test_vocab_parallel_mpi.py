@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 
 vp = load("torch/vocab_parallel.py", "vocab_parallel")
 llama = load("torch/llama.py", "llama")

@@ -14,9 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import EXAMPLES, load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import EXAMPLES, load  # noqa: E402
 
 sys.path.insert(0, str(EXAMPLES / "zoo"))
 import zoo_models as models  # noqa: E402
@@ -32,7 +31,7 @@ under ZeRO-3: test_training_modes_mpi.py). The whole matrix, each model under ea
 `python examples/zoo/train.py --ranks 2`: minutes of compiling, past the suite's time budget."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imported(name: str):
     """(case, imported step), once per model in a process."""
     case = models.ZOO[name]()

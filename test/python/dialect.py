@@ -57,6 +57,7 @@ def views_read_back_parameters():
         # CHECK: RangeType(axes=('x', 'y'), size=8)
         print(repr(rng))
         # CHECK: TileAction(dim=2) SumAction()
-        print(repr(sd.action_of(ir.Attribute.parse("#slicer.tile<2>"))), repr(sd.action_of(ir.Attribute.parse("#slicer.sum"))))
+        print(repr(sd.action_of(ir.Attribute.parse("#slicer.tile<2>"))),
+              repr(sd.action_of(ir.Attribute.parse("#slicer.sum"))))
         # CHECK: {{^\[\[x,y\],\[\]\]$}}
         print(sd.Sharding.of(ir.Attribute.parse('#slicer.sharding<@mesh, [["x", "y"], []]>')))

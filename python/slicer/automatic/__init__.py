@@ -17,13 +17,12 @@ from slicer.core.errors import AutoError, CompileError, InvalidTactic
 from slicer.tactics import Replicate, Tile, format_tactics
 
 from .cost_model import Estimate, Evaluator
-from .machine import Machine
-from .explanation import AutoResult
-from .options import check_mesh, check_objective, parse_budget
 from .descent import Predicted, Search, timed_search
-from .options import format_bytes
-from .verification import best, verify
+from .explanation import AutoResult
+from .machine import Machine
+from .options import check_mesh, check_objective, format_bytes, parse_budget
 from .sketch import Sketch, read_sketch
+from .verification import best, verify
 
 
 def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective: str = "time", entry=None,

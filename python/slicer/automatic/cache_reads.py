@@ -16,7 +16,7 @@ compiled programs' price (`graph_cost.price_graph`) keep one.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 
 class CacheClock:
@@ -31,7 +31,7 @@ class CacheClock:
         self.last: dict[Hashable, int] = {}
 
     @classmethod
-    def of(cls, machine, argument_bytes: int) -> "CacheClock | None":
+    def of(cls, machine, argument_bytes: int) -> CacheClock | None:
         """The clock a run on `machine` (`Machine`) keeps; None where reads from memory cost what others do (its
         two bandwidths are one, as the built-in figures' are): nothing to tell apart, and the search saves the
         count."""

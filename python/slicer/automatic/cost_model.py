@@ -63,7 +63,7 @@ class Estimate:
     def total(self) -> float:
         return self.compute + self.exposed
 
-    def figures(self) -> "Estimate":
+    def figures(self) -> Estimate:
         """The figures alone, its collectives not kept (None): what the search ranks layouts by, and what a
         forked search process sends back (`parallel.run_tasks`; hundreds of collectives per layout)."""
         return replace(self, collectives=None)

@@ -53,7 +53,7 @@ class Predicted:
     total: float
 
     @staticmethod
-    def of(est: Estimate) -> "Predicted":
+    def of(est: Estimate) -> Predicted:
         return Predicted(est.compute, est.exposed, est.overlapped, est.total)
 
 

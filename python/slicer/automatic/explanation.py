@@ -4,15 +4,15 @@ and for each decision what it saves against replicating and what the runner-up w
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from slicer.core.mesh import Mesh
 from slicer.tactics import Tactic, format_tactics
 
 from .cost_model import Estimate
-from .options import format_bytes
 from .descent import Decision, Predicted
+from .options import format_bytes
 
 
 @dataclass(frozen=True)

@@ -18,22 +18,23 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import AutoError
 from slicer.core.figure_files import chosen_figures, read_figures, write_figures
 from slicer.redistribution.costs import calibration_path
 
-ENV = "SLICER_MACHINE"
+ENV = environment.MACHINE.name
 
 
 @dataclass(frozen=True)
 class Machine:
     """One device's kernel figures as whole programs run them on this machine's ranks: contractions in FLOP/s,
     other ops in FLOP/s and bytes/s (of data in cache, and of data read from memory: a value last touched more
-    than `cache_bytes` ago, `cache_reads.py`), a cost per array a kernel takes or returns, a cost per op (its loop nest's set-up, the fused body's passes), per kernel
-    (a call through the runtime) and per run; and what a collective costs beyond its alpha/beta transfer: the
-    other ranks post it up to `sync_seconds` later (ranks sharing cores drift apart; hidden when it is posted
-    long before it is needed, `cost_model.wait_for`) and the rank's own work on it (`collective_seconds`:
-    packing, issuing, unpacking, on the core the kernels need).
+    than `cache_bytes` ago, `cache_reads.py`), a cost per array a kernel takes or returns, a cost per op (its loop
+    nest's set-up, the fused body's passes), per kernel (a call through the runtime) and per run; and what a collective
+    costs beyond its alpha/beta transfer: the other ranks post it up to `sync_seconds` later (ranks sharing cores drift
+    apart; hidden when it is posted long before it is needed, `cost_model.wait_for`) and the rank's own work on it
+    (`collective_seconds`: packing, issuing, unpacking, on the core the kernels need).
 
     The built-in figures were fitted to whole programs measured on the development machine's 2 ranks on
     2026-11-27 (AVX2-class cores, load average 1.6-2.4): the 15 hand-written contenders of benchmarks/auto.py on
@@ -69,7 +70,8 @@ class Machine:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise AutoError(f"machine figure {name} = {value!r} ({self.source}): give a positive number; rerun "
                                 "slicer-plan --calibrate kernels")
-        if not (isinstance(self.cache_bytes, (int, float)) and math.isfinite(self.cache_bytes) and self.cache_bytes > 0):
+        if not (isinstance(self.cache_bytes,
+                           (int, float)) and math.isfinite(self.cache_bytes) and self.cache_bytes > 0):
             raise AutoError(f"machine figure cache_bytes = {self.cache_bytes!r} ({self.source}): give a positive "
                             "number of bytes; rerun slicer-plan --calibrate kernels")
         if not 0 <= self.overlap <= 1:
@@ -94,7 +96,7 @@ class Machine:
         return {name: getattr(self, name) for name in STORED}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "") -> "Machine":
+    def from_dict(cls, data: dict, source: str = "") -> Machine:
         """Figures from a stored file: every figure it names (the others built-in)."""
         if not isinstance(data, dict):
             raise AutoError(f"machine figures {source or 'data'} are not a JSON object; rerun slicer-plan --calibrate "
@@ -111,7 +113,7 @@ class Machine:
         return replace(cls(source=source or "built-in"), **values)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Machine":
+    def load(cls, path: str | os.PathLike) -> Machine:
         data, problem = read_figures(path, "the machine figures", "slicer-plan --calibrate kernels")
         if problem:
             raise AutoError(problem)
@@ -121,16 +123,17 @@ class Machine:
         return write_figures(Path(path) if path is not None else machine_path(), self.to_dict())
 
     @classmethod
-    def default(cls) -> "Machine":
+    def default(cls) -> Machine:
         """The figures the search uses: `$SLICER_MACHINE` (a path, or `builtin`), else the calibrated file if there
         is one, else the built-in figures. A file is read again only when it changes."""
-        return chosen_figures(ENV, machine_path(), cls, cls.load)
+        return chosen_figures(environment.MACHINE, machine_path(), cls, cls.load)
 
     def __str__(self) -> str:
         return (f"contractions {self.contraction_flops / 1e9:.3g} GFLOP/s, other ops {self.vector_flops / 1e9:.3g} "
                 f"GFLOP/s and {self.bandwidth / 1e9:.3g} GB/s ({self.memory_bandwidth / 1e9:.3g} GB/s from memory past "
                 f"{self.cache_bytes / 2**20:.3g} MiB of cache), {self.op_seconds * 1e6:.3g} us per op, "
-                f"{self.kernel_seconds * 1e6:.3g} us per kernel, {self.array_seconds * 1e6:.3g} us per array, {self.run_seconds * 1e6:.3g} us per run, "
+                f"{self.kernel_seconds * 1e6:.3g} us per kernel, {self.array_seconds * 1e6:.3g} us per array, "
+                f"{self.run_seconds * 1e6:.3g} us per run, "
                 f"{self.collective_seconds * 1e6:.3g} us per collective + {self.sync_seconds * 1e6:.3g} us lag "
                 f"({self.source})")
 

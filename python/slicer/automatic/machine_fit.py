@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 
@@ -35,10 +35,10 @@ PRIOR = 1e-4
 ITERATIONS = 200
 STEP = 1e-4  # the Jacobian's step in log-scales
 #: The figures fitted as one scale per group: the contraction rate, the other ops' arithmetic rate, the
-#: bandwidths of data in cache and from memory, the fixed costs, the cost per kernel array (per op, kernel and run), a collective's own costs. The built-in
-#: figures' ratios within a group come from whole programs (GPT forwards and training steps); a few probes cannot
-#: separate them (the fit of every figure on its own swung from run to run of the same probes, 60-270 GFLOP/s for
-#: the other ops).
+#: bandwidths of data in cache and from memory, the fixed costs, the cost per kernel array (per op, kernel and
+#: run), a collective's own costs. The built-in figures' ratios within a group come from whole programs (GPT
+#: forwards and training steps); a few probes cannot separate them (the fit of every figure on its own swung from
+#: run to run of the same probes, 60-270 GFLOP/s for the other ops).
 SCALED_TOGETHER = (("contraction_flops",), ("vector_flops",), ("bandwidth",), ("memory_bandwidth",),
                    ("op_seconds", "kernel_seconds", "run_seconds"), ("array_seconds",),
                    ("sync_seconds", "collective_seconds"))

@@ -29,11 +29,13 @@ import signal
 import sys
 import time
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from slicer.core import environment
 from slicer.core.errors import AutoError
+from slicer.core.host import host_cores
 
-PROCESSES_ENV = "SLICER_AUTO_PROCESSES"
+PROCESSES_ENV = environment.AUTO_PROCESSES.name
 #: The work a task must be expected to take for forking to pay: a fork of a process holding torch and the
 #: search's memos, and the copies its child makes of the pages it touches, cost tens of milliseconds.
 MIN_SECONDS = 0.2
@@ -44,7 +46,7 @@ WAIT_SECONDS = 10.0
 def processes(task_count: int, seconds_per_task: float) -> int:
     """How many processes (this one included) run `task_count` tasks expected to take `seconds_per_task` each.
     A bad `$SLICER_AUTO_PROCESSES` is refused whether or not this search would fork."""
-    text = os.environ.get(PROCESSES_ENV, "")
+    text = environment.value(environment.AUTO_PROCESSES) or ""
     try:
         limit = int(text) if text else None
     except ValueError:
@@ -54,7 +56,7 @@ def processes(task_count: int, seconds_per_task: float) -> int:
         raise AutoError(f"${PROCESSES_ENV}={text!r}: give at least 1 process")
     if task_count < 2 or seconds_per_task < MIN_SECONDS or not hasattr(os, "fork") or _mpi_initialised():
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = host_cores()
     return max(1, min(task_count, cores, limit or cores))
 
 

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from mlir import ir
-from mlir.dialects import arith, func as func_d, linalg, tensor
+from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import CompileError, NoRule

@@ -6,7 +6,7 @@ package; the entry-function helpers (which need MLIR) when first read (`core.laz
 of this layer (`slicer.core.names`) needs no MLIR.
 """
 
-from .errors import *  # noqa: F401,F403 - the error catalogue is part of this layer's interface
+from .errors import *  # noqa: F403 - the error catalogue is part of this layer's interface
 from .errors import __all__ as _errors
 from .lazy import lazy_exports
 from .mesh import Mesh

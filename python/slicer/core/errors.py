@@ -230,6 +230,8 @@ __all__ = [
     "SlicerError", "CompileError", "Located", "PassFailure", "TacticError", "PipelineError", "StepMismatch",
     "BudgetExceeded", "AutoError",
     "InvalidTactic", "FrontendError", "MeshError", "RedistributionError", "KernelError", "JitError",
-    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "CheckpointError", "SimulationError",
-    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise", "InternalError", "UnknownName", "OptionError", "EntryError", "DialectError",
+    "KernelGraphError", "VizError", "RunError", "InputError", "LaunchError", "ResourceError", "CheckpointError",
+           "SimulationError",
+    "KernelAssertionError", "PropagationError", "Unsupported", "NoRule", "NotAContraction", "NotRowwise",
+           "InternalError", "UnknownName", "OptionError", "EntryError", "DialectError",
 ]

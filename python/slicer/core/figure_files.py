@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
+
+from .environment import Variable, value
 
 T = TypeVar("T")
 _LOADED: dict = {}  # environment variable -> ((path, modification time), the figures read from it)
 
 
-def chosen_figures(env: str, calibrated: Path, builtin: Callable[[], T], load: Callable[[Path], T]) -> T:
+def chosen_figures(env: Variable, calibrated: Path, builtin: Callable[[], T], load: Callable[[Path], T]) -> T:
     """`$env` (a path, or `builtin` for the built-in figures), else the `calibrated` file if there is one, else the
     built-in figures. A file is read again only when it changes (callers ask for their figures at every use); a
     file `$env` names that cannot be read raises, as `load` says."""
-    chosen = os.environ.get(env, "")
+    chosen = value(env) or ""
     if chosen == "builtin":
         return builtin()
     path = Path(chosen) if chosen else calibrated

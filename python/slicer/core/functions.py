@@ -13,17 +13,13 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from .errors import EntryError  # noqa: F401 - raised here; stages import it from here or from .errors
+from .errors import EntryError
 from .names import ARG_NAME_ATTR
-
-
-def op_of(x) -> ir.Operation:
-    """The `ir.Operation` behind an op view, operation or module."""
-    return x if isinstance(x, ir.Operation) else x.operation
+from .operations import as_op
 
 
 def _view(func) -> func_d.FuncOp:
-    return op_of(func).opview
+    return as_op(func).opview
 
 
 def function_name(func) -> str:
@@ -41,8 +37,8 @@ def is_public(func) -> bool:
 
 def defined_functions(module) -> list[ir.Operation]:
     """The `func.func`s with a body directly in `module`, in order."""
-    return [op_of(op) for op in op_of(module).regions[0].blocks[0].operations
-            if op_of(op).name == func_d.FuncOp.OPERATION_NAME and len(op_of(op).regions[0].blocks)]
+    return [as_op(op) for op in as_op(module).regions[0].blocks[0].operations
+            if as_op(op).name == func_d.FuncOp.OPERATION_NAME and len(as_op(op).regions[0].blocks)]
 
 
 def public_functions(module) -> list[ir.Operation]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import UnknownName
 

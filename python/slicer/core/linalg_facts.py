@@ -62,7 +62,8 @@ def iterator_kinds(op: ir.Operation) -> list[str]:
 def _iterator_kind(attr: ir.Attribute) -> str:
     kind = _ITERATOR_KINDS.get(str(attr))
     if kind is None:
-        raise InternalError(f"unknown linalg iterator type {attr} (Slicer knows parallel and reduction): please report it")
+        raise InternalError(f"unknown linalg iterator type {attr} (Slicer knows parallel and reduction): "
+                            "please report it")
     return kind
 
 

@@ -7,7 +7,7 @@ significant). This matches ``MPI.COMM_WORLD.Create_cart(mesh.shape)`` and the up
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .errors import MeshError
 
@@ -87,7 +87,7 @@ class Mesh:
         object.__setattr__(self, "_index", {name: i for i, (name, _) in enumerate(checked)})
 
     @classmethod
-    def parse(cls, text: str) -> "Mesh":
+    def parse(cls, text: str) -> Mesh:
         """Parse ``"x=2,y=4"`` (spaces allowed)."""
         text = text.strip()
         if not text:
@@ -147,7 +147,7 @@ class Mesh:
             count *= self.size(axis)
         return count
 
-    def without(self, axes: Iterable[str]) -> "Mesh":
+    def without(self, axes: Iterable[str]) -> Mesh:
         """The mesh of the other axes (in order); unknown names are an error."""
         drop = set(axes)
         for axis in drop:

@@ -51,7 +51,7 @@ class ModulePass(abc.ABC):
         """Run on `module` in place (its context is current)."""
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> "ModulePass":
+    def from_options(cls, options: dict[str, str]) -> ModulePass:
         """Build the pass from textual options (`{"strict-conflicts": "1"}`); OptionError if one is wrong."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)

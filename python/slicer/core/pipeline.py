@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from mlir import ir
 from mlir.dialects import builtin
@@ -192,7 +192,8 @@ def add_slicer_pass(pm: PassManager, instance: ModulePass) -> None:
     pm.add(run, name=type(instance).__name__, argument=instance.name, description=instance.description)
 
 
-def run_pipeline(module: ir.Module | ir.Operation | ir.OpView, pipeline: str, passes: PassRegistry | None = None) -> None:
+def run_pipeline(module: ir.Module | ir.Operation | ir.OpView, pipeline: str,
+                 passes: PassRegistry | None = None) -> None:
     """Run `pipeline` on `module` in place (Slicer passes from `passes`, default: every registered one); raises
     ir.MLIRError on failure."""
     op = module.operation  # a Module, an Operation or an OpView

@@ -11,21 +11,20 @@ terminal, and never when `SLICER_PROGRESS=0` or `CI` is set. `SLICER_PROGRESS=1`
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
 
-PROGRESS_ENV = "SLICER_PROGRESS"
+from . import environment
 
 
 def wanted(stream) -> bool:
     """Whether to draw on `stream`: a terminal, unless SLICER_PROGRESS=0 or CI is set (SLICER_PROGRESS=1:
     always)."""
-    setting = os.environ.get(PROGRESS_ENV)
+    setting = environment.value(environment.PROGRESS)
     if setting is not None:
         return setting == "1"
-    if os.environ.get("CI"):
+    if environment.value(environment.CI):
         return False
     try:
         return bool(stream.isatty())
@@ -61,7 +60,7 @@ class Progress:
             self.stream.flush()
             self.drawn = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

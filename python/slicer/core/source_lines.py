@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 #: One frame of a location's text: `"file":line:col` (or unquoted, as a diagnostic prints it).
@@ -21,7 +21,7 @@ _FRAME = re.compile(r'"([^"]+)":(\d+):\d+|([^\s"():]+):(\d+):\d+')
 _LIBRARIES = ("torch", "torch_mlir", "slicer")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _library_dirs(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
     """The folders of the packages `names` (found without importing them), each ending in "/"."""
     dirs = []

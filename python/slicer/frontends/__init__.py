@@ -2,7 +2,8 @@
 `from_torch` imports a PyTorch module or tensor function through torch-mlir into an `ImportedProgram` (MLIR with
 named arguments and the parameters bound), `training_step` a whole training step (loss, backward and the update
 of an optimizer, `SGD` or `AdamW`, whose hyperparameters may follow `schedules`, in f32 or under a
-`MixedPrecision` policy), both cleaned up for partitioning (`cleanup.py`). The frameworks are optional dependencies, imported when first used."""
+`MixedPrecision` policy), both cleaned up for partitioning (`cleanup.py`). The frameworks are optional dependencies,
+imported when first used."""
 
 from . import schedules
 from .cleanup import clean_up, split_into_pieces

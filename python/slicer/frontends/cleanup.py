@@ -16,6 +16,11 @@ only once the program says which dims are which. The cleanup, upstream passes wh
 3. `linalg-fuse-elementwise-ops`: elementwise chains fused, unused results (softmax's argmax) erased, and the
    `expand_shape`s above propagated into their producers by expanding their loops (so the QKV weight is read
    as `[3, 16, D]`); `canonicalize`, `cse`.
+4. `reshape_per_use` (`pieces.py`): fusion folds a reshape into its consumers only when it has one use, so a
+   `[B, S, D] -> [B * S, D]` collapse read twice (the backward of a linear layer: the weight's gradient and
+   the bias's; the targets of a loss) stays, and S, the minor dim of its group, cannot be tiled through it
+   (sequence parallelism would gather the loss's logits). Each use gets its own copy (and the expand_shape of
+   a fill read elsewhere too its own fill) and step 3 runs again, until no further reshape folds.
 
 Before all of it, `drop_reciprocal_asserts`: torch-mlir guards every float reciprocal (BatchNorm's
 `1 / sqrt(var + eps)`) with `cf.assert %x != 0, "unimplemented: tensor with zero element"`. torch has no such
@@ -44,7 +49,7 @@ from __future__ import annotations
 import re
 
 from mlir import ir
-from mlir.dialects import cf
+from mlir.dialects import cf, tensor
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import InternalError
@@ -54,7 +59,7 @@ from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
-from .pieces import concat_as_stack, split_into_pieces
+from .pieces import concat_as_stack, reshape_per_use, shared_reshapes, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
@@ -68,8 +73,28 @@ def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0)
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
+    state = _reshape_state(module)
+    for _ in range(MAX_RESHAPE_ROUNDS):  # each round folds reshapes into consumers whose results may be shared
+        if not state[0]:
+            break
+        checked_step(module, "reshape_per_use", reshape_per_use)
+        checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
+        state, before = _reshape_state(module), state
+        if state == before:
+            break  # the copies were merged back by cse: their consumers cannot expand
     if fences:
         checked_step(module, "drop_fences", lambda m: drop_last_results(entry_function(m, entry), fences))
+
+
+MAX_RESHAPE_ROUNDS = 8
+"""A bound on the rounds of `reshape_per_use` and fusion (a reshape folds at most once per round)."""
+
+
+def _reshape_state(module: ir.Operation) -> tuple[int, int]:
+    """(reshapes `reshape_per_use` would copy, reshapes in all): no change means fusion folded none."""
+    return shared_reshapes(module), sum(
+        1 for name in (tensor.CollapseShapeOp.OPERATION_NAME, tensor.ExpandShapeOp.OPERATION_NAME)
+        for _ in walk_ops(module, name))
 
 
 def drop_last_results(func: ir.Operation, count: int) -> None:
@@ -85,17 +110,19 @@ def drop_last_results(func: ir.Operation, count: int) -> None:
     func.attributes[FUNCTION_TYPE_ATTR] = ir.TypeAttr.get(ir.FunctionType.get(old.inputs, old.results[:len(kept)]))
 
 
-def checked_step(module: ir.Operation, name: str, step) -> None:
+def checked_step(module: ir.Operation, name: str, step):
     """Run the cleanup step `step(module)` (`name` in messages) and verify the module after it: an MLIRError of
-    either becomes an InternalError naming the op and its Python line (see the module docstring)."""
+    either becomes an InternalError naming the op and its Python line (see the module docstring). Returns what
+    the step returns."""
     try:
-        step(module)
+        found = step(module)
         module.verify()
     except ir.MLIRError as exc:
         raise InternalError(f"the import-time cleanup broke the program in step '{name}': "
                             f"{_first_diagnostic(exc)}. This is a bug in Slicer: please report it; "
                             "importing with cleanup=False skips the cleanup (the program may partition worse)"
                             ) from None
+    return found
 
 
 #: The op a diagnostic's note shows: `see current operation: %48 = "tensor.extract_slice"(%40) ...`.

@@ -31,8 +31,9 @@ as closely as with the constants, test/unit/frontends/test_training_controls.py)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
+from typing import Union
 
 from slicer.core.errors import FrontendError, InputError
 

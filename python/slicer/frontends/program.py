@@ -7,8 +7,9 @@ by its methods (`as_array`), so this layer stays importable without the optional
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -33,8 +33,7 @@ import re
 from slicer.core.errors import FrontendError
 
 from .program import ImportedProgram
-from .torch_import import (ENTRY, export, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
-                           trace)
+from .torch_import import ENTRY, export, finish, first_line, import_graph, load_torch, raise_if_data_dependent, trace
 
 #: What an error of torch.export or make_fx says when gradients are what it could not trace.
 GRADIENTS = re.compile(r"grad|TensorWrapper|functorch", re.IGNORECASE)

@@ -59,7 +59,8 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
                    last: bool) -> StagePrograms:
     """The programs of the stage `graph` (see the module docstring). `values`: an example of every name its
     graph reads (the micro-batch's batch tensors and received values included); `trained`: the parameters that
-    get gradients; `batch_names`: the step's batch tensors; `state`, `hyper`: the optimizer's initial state and hyperparameters by name (all stages')."""
+    get gradients; `batch_names`: the step's batch tensors; `state`, `hyper`: the optimizer's initial state and
+    hyperparameters by name (all stages')."""
     module, index = graph.module, graph.index
     received = tuple(transfers[n] for n in graph.inputs if n in transfers)
     batch = tuple(n for n in graph.inputs if n in batch_names)

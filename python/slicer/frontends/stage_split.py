@@ -123,7 +123,7 @@ def split_forward(torch, model, loss_fn, names: list[str], values: list, count: 
             graph = make_fx(forward, tracing_mode="real")(*values)
         except FrontendError:
             raise
-        except Exception as exc:  # noqa: BLE001 - torch raises many kinds
+        except Exception as exc:
             raise FrontendError(f"pipeline: the forward of the step could not be traced to cut it into stages: "
                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     return _cut(graph, names, count, len(points) + 1, split_module)

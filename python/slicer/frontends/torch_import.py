@@ -32,8 +32,9 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
+from slicer.core.operations import map_locations
+from slicer.core.source_lines import first_user_frame, source_line, user_frame
 from slicer.dialect import make_context, walk_ops
 
 from .accumulators import widen_accumulators
@@ -342,12 +343,7 @@ def source_locations(module: ir.Operation) -> None:
             cache[text] = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
         return cache[text]
 
-    for op in walk_ops(module):
-        op.location = simplified(op.location)
-        for region in op.regions:
-            for block in region.blocks:
-                for argument in block.arguments:
-                    argument.set_location(simplified(argument.location))
+    map_locations(module, simplified)
 
 
 def _names(names) -> ir.ArrayAttr:

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from slicer.core.errors import FrontendError
+from slicer.core.operations import walk_ops
 from slicer.core.source_lines import source_line
 
 #: The pipelines of torch_mlir.fx.export_and_import(output_type="linalg-on-tensors"), in one pass manager.
@@ -89,7 +90,7 @@ def crashing_op(module, stderr: str) -> tuple[str | None, str | None]:
     """(op name, Python source line) of the torch-dialect op whose conversion the stack dump `stderr` shows
     (the innermost frame naming an op class of `module`), or (None, None)."""
     ops = {}
-    for op in _walk(module.operation):
+    for op in walk_ops(module):
         ops.setdefault(_class_key(op.name), op)
     for match in _OP_CLASS.finditer(stderr):
         op = ops.get(match.group(1).lower())
@@ -101,14 +102,6 @@ def crashing_op(module, stderr: str) -> tuple[str | None, str | None]:
 def _class_key(op_name: str) -> str:
     """`torch.aten.scatter.src` -> `atenscattersrcop`, the lowercased C++ class `AtenScatterSrcOp`."""
     return op_name.removeprefix("torch.").replace(".", "").replace("_", "").lower() + "op"
-
-
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from _walk(inner.operation)
 
 
 __all__ = ["PIPELINE", "crashing_op", "first_error", "lower", "tool"]

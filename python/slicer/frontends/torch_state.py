@@ -45,7 +45,8 @@ def torch_state(model, optimizer=None) -> dict:
             steps.append(float(held["step"]))
     if kind == "AdamW":
         if len(set(steps)) > 1:
-            raise FrontendError(f"torch_state: the parameters have taken different numbers of steps {sorted(set(steps))}; "
+            raise FrontendError("torch_state: the parameters have taken different numbers of steps "
+                                f"{sorted(set(steps))}; "
                                 "a training step counts one `step` for all of them")
         state["step"] = torch.tensor(steps[0] if steps else 0.0, dtype=torch.float32)
     return state

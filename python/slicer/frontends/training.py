@@ -55,8 +55,16 @@ from .program import ImportedProgram
 from .randomness import RNG, random_stream
 from .stages import StepOrigin
 from .stateful import cumulative_averages, prune_outputs
-from .torch_import import (ENTRY, finish, first_line, import_graph, load_torch, raise_if_data_dependent,
-                           record_lines_of, trace)
+from .torch_import import (
+    ENTRY,
+    finish,
+    first_line,
+    import_graph,
+    load_torch,
+    raise_if_data_dependent,
+    record_lines_of,
+    trace,
+)
 
 LOSS = "loss"
 

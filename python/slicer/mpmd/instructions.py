@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from mlir import ir
 from mlir.dialects import arith
 from mlir.dialects import func as func_dialect
@@ -102,7 +101,8 @@ def _lower_function(func) -> Stage:
 
 
 def _p2p(attrs) -> dict:
-    return {"stage": ir.IntegerAttr(attrs[N.P2P_PEER_ATTR]).value, "message": ir.IntegerAttr(attrs[N.P2P_TAG_ATTR]).value}
+    return {"stage": ir.IntegerAttr(attrs[N.P2P_PEER_ATTR]).value,
+            "message": ir.IntegerAttr(attrs[N.P2P_TAG_ATTR]).value}
 
 
 def check_transfers(stages: list[Stage]) -> None:
@@ -121,7 +121,8 @@ def check_transfers(stages: list[Stage]) -> None:
         for stage in stages:
             while position[stage.index] < len(stage.instructions):
                 instruction = stage.instructions[position[stage.index]]
-                if instruction["op"] == "recv" and (instruction["message"], instruction["stage"], stage.index) not in sent:
+                waiting = instruction["op"] == "recv"
+                if waiting and (instruction["message"], instruction["stage"], stage.index) not in sent:
                     break
                 if instruction["op"] == "send":
                     sent.add((instruction["message"], stage.index, instruction["stage"]))

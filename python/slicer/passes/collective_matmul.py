@@ -16,7 +16,8 @@ from slicer.spmd.chunked_contractions import collective_matmul
 @dataclass(frozen=True)
 class SlicerCollectiveMatmul(ModulePass):
     name = "slicer-collective-matmul"
-    description = "Split contractions feeding an all_reduce or reduce_scatter into chunks that overlap their collectives"
+    description = ("Split contractions feeding an all_reduce or reduce_scatter into chunks that overlap their "
+                   "collectives")
 
     chunks: int = 0
     """0: the cost model chooses (often: no split); a count >= 2: that many chunks wherever the dim divides."""

@@ -14,9 +14,9 @@ step's loss and the final state by name (parameters and optimizer state).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

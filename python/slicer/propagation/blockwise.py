@@ -11,16 +11,34 @@ from mlir.dialects import arith, func, linalg, tensor
 from slicer.core.errors import Located, PassFailure
 from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
-from slicer.core.names import (BLOCKED_ATTR, DIALECT_PREFIX, LINALG_PREFIX, SLICE, STATIC_OUTPUT_SHAPE_ATTR,
-                               STATIC_SIZES_ATTR, VALUE_ATTR, YIELD)
+from slicer.core.names import (
+    BLOCKED_ATTR,
+    DIALECT_PREFIX,
+    LINALG_PREFIX,
+    SLICE,
+    STATIC_OUTPUT_SHAPE_ATTR,
+    STATIC_SIZES_ATTR,
+    VALUE_ATTR,
+    YIELD,
+)
+from slicer.core.operations import as_op, defining_op
 from slicer.core.source_lines import source_line
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, yield_
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
 from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
-from .ir_utils import as_op, defining_op, enclosing_axes, is_zero_tensor, op_id, result_index
+from .ir_utils import enclosing_axes, is_zero_tensor, op_id, result_index
 from .journal import Journal
-from .loop_facts import describe, inherit_provenance, lift, outcome_kind, priority, tactic_name, tile_loop_of, tile_outcome
+from .loop_facts import (
+    describe,
+    inherit_provenance,
+    lift,
+    outcome_kind,
+    priority,
+    tactic_name,
+    tile_loop_of,
+    tile_outcome,
+)
 
 
 def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:

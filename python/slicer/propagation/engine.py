@@ -39,15 +39,27 @@ from mlir.dialects import builtin
 
 from slicer.core.errors import Located, PassFailure, PropagationError
 from slicer.core.functions import defined_functions, function_name
-from slicer.core.reproducer import save_reproducer
 from slicer.core.names import CONFLICT_ATTR, LOOP, SLICE
+from slicer.core.operations import as_op, defining_op
 from slicer.core.pipeline import run_pipeline
+from slicer.core.reproducer import save_reproducer
 from slicer.dialect import SliceOp, walk_ops
 
-from .ir_utils import (BlockOrder, ancestors, as_op, captured_values, defining_op, enclosing_loops, op_id,
-                       walk_captured)
-from .laws import (LATE_LAWS, LAWS, MIXED, Journal, RewriteListener, duplicate_candidates, duplicate_slices, may_fuse,
-                   sibling_facts, sum_loop_of, tactic_name, tile_loop_of)
+from .ir_utils import BlockOrder, ancestors, captured_values, enclosing_loops, op_id, walk_captured
+from .laws import (
+    LATE_LAWS,
+    LAWS,
+    MIXED,
+    Journal,
+    RewriteListener,
+    duplicate_candidates,
+    duplicate_slices,
+    may_fuse,
+    sibling_facts,
+    sum_loop_of,
+    tactic_name,
+    tile_loop_of,
+)
 
 REWRITES_PER_OP = 64
 """The rewrite budget per op of the function (see `rewrite_budget`). Each op is pulled into at most one loop

@@ -5,7 +5,17 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import builtin, func
 
-from slicer.core.names import BLOCKED_ATTR, CONFLICT_ATTR, DIALECT_PREFIX, LOOP, RULE_ATTR, SYM_NAME_ATTR, TACTIC_ATTR, YIELD
+from slicer.core.names import (
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIALECT_PREFIX,
+    LOOP,
+    RULE_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
+from slicer.core.operations import as_op
 from slicer.dialect import LoopOp, walk_ops
 
 from .ir_utils import enclosing_loops
@@ -23,7 +33,7 @@ _NOT_SHOWN = (builtin.ModuleOp.OPERATION_NAME, YIELD, func.ReturnOp.OPERATION_NA
 
 def explain(module) -> str:
     """For each op, which loops partition it and which rule put each loop there."""
-    op = module.operation if isinstance(module, ir.Module) else module
+    op = as_op(module)
     lines = []
     for inner in walk_ops(op):
         if inner.name in _NOT_SHOWN or inner.name.startswith(DIALECT_PREFIX) and inner.name != LOOP:

@@ -7,12 +7,12 @@ from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.capsules import TYPE_CAPSULE, capsule_pointer
 from slicer.core.names import LOOP, RANGE_PRODUCT
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, loop, yield_
 
-from .ir_utils import BlockOrder, as_op, captured_values, defining_op, op_id
+from .ir_utils import BlockOrder, captured_values, op_id
 from .journal import Journal
 from .loop_facts import earlier_in_block, inherit_provenance, lift, lift_all, move_body
-
 
 MIXED = "mixed"
 """`sibling_facts`' result type of a loop whose results differ in type: it fuses with no loop."""
@@ -70,8 +70,8 @@ def fuse_sibling_loops(op: ir.Operation, journal: Journal) -> bool:
     return False
 
 
-_SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME,
-                                 RANGE_PRODUCT})
+_SHARED_FOR_NOTHING = frozenset({arith.ConstantOp.OPERATION_NAME, tensor.EmptyOp.OPERATION_NAME,
+                                 linalg.FillOp.OPERATION_NAME, RANGE_PRODUCT})
 
 
 def fusion_candidates(op: ir.Operation) -> list[ir.Operation]:
@@ -162,7 +162,8 @@ def _producers_in_block(op: ir.Operation, captured: list[ir.Value]) -> list[ir.O
 def _fuse(first: LoopOp, second: LoopOp, journal: Journal, *, at: ir.Operation) -> None:
     loc = first.operation.location
     with ir.InsertionPoint(at), loc:
-        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action, range=first.range)
+        fused = loop([r.type for r in first.results + second.results], mesh=first.mesh, action=first.action,
+                     range=first.range)
         inherit_provenance(fused.operation, first, f"fusion of sibling loops over {', '.join(first.range.axes)}")
     with ir.InsertionPoint(fused.body), loc:
         anchor = yield_([])

@@ -26,12 +26,13 @@ from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.mesh import block_size
 from slicer.core.names import DIM_ATTR
+from slicer.core.operations import nested_ops
 from slicer.dialect import slice_
 
 
 def read_table_blocks(clone: ir.Operation, blocks: dict[ir.Value, ir.Value]) -> None:
     """Make `clone`'s body read each table of `blocks` (table -> its block) instead of the whole table."""
-    for inner in _body_ops(clone):
+    for inner in nested_ops(clone):
         for index, operand in enumerate(inner.operands):
             for table, block in blocks.items():
                 if operand == table:
@@ -41,8 +42,8 @@ def read_table_blocks(clone: ir.Operation, blocks: dict[ir.Value, ir.Value]) -> 
 def range_starts(dim_size: int, size: int, range_value: ir.Value) -> ir.Value:
     """A tensor<1xi64> holding where the device's block of a dim of `dim_size` split in `size` blocks starts
     (blocks of ceil(dim_size / size) rows, the last ones padded when `size` does not divide: docs/partition.md,
-    "Uneven shapes"), as a slice, by `range_value`, of the constant offsets of all blocks (built at the current insertion point,
-    the constant before the loop that `range_value` belongs to)."""
+    "Uneven shapes"), as a slice, by `range_value`, of the constant offsets of all blocks (built at the current
+    insertion point, the constant before the loop that `range_value` belongs to)."""
     loop_op = range_value.owner.owner
     i64 = ir.IntegerType.get_signless(64)
     offsets = np.arange(size, dtype=np.int64) * block_size(dim_size, size)  # padded blocks when uneven
@@ -56,7 +57,7 @@ def mask_lookup(clone: ir.Operation, block: ir.Value, dim: int, starts: ir.Value
     masked lookup: the position minus the block's start (`starts`, a tensor<1xi64>), read only when it falls
     in the block, the element replaced by 0 otherwise."""
     extent = ir.RankedTensorType(block.type).shape[dim]
-    reads = [op for op in _body_ops(clone) if op.name == tensor.ExtractOp.OPERATION_NAME and op.operands[0] == block]
+    reads = [op for op in nested_ops(clone) if op.name == tensor.ExtractOp.OPERATION_NAME and op.operands[0] == block]
     for read in reads:
         with ir.InsertionPoint(read), read.location:
             index = ir.IndexType.get()
@@ -81,17 +82,11 @@ def _next(op: ir.Operation) -> ir.Operation:
     return ops[ops.index(op) + 1]
 
 
-def _body_ops(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    op.walk(lambda inner: found.append(inner.operation) or ir.WalkResult.ADVANCE)
-    return [inner for inner in found if inner != op]
-
-
 def shift_index(clone: ir.Operation, loop: int, starts: ir.Value) -> None:
     """Make `clone`'s body read loop `loop`'s global index: each `linalg.index loop` plus the block's start
     (`starts`, a tensor<1xi64>), for a block of a reduction loop whose index the body compares (a one-hot
     pick of a target among the vocabulary)."""
-    for read in _body_ops(clone):
+    for read in nested_ops(clone):
         if read.name != linalg.IndexOp.OPERATION_NAME or ir.IntegerAttr(read.attributes[DIM_ATTR]).value != loop:
             continue
         uses = list(read.results[0].uses)

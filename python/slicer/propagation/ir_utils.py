@@ -7,6 +7,7 @@ from mlir.dialects import arith, builtin, linalg, tensor
 
 from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.names import LINALG_PREFIX, LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
@@ -18,17 +19,6 @@ def op_id(op: ir.Operation) -> int:
     changes when the op's operands do, so ops cannot be dictionary keys across rewrites.) An OpView's
     capsule is its operation's: no `as_op` needed (called about a million times per training step)."""
     return capsule_pointer(op._CAPIPtr, OPERATION_CAPSULE)
-
-
-def as_op(op) -> ir.Operation:
-    return op.operation if isinstance(op, ir.OpView) else op
-
-
-def defining_op(value: ir.Value) -> ir.Operation | None:
-    """The op producing `value`, or None for block arguments."""
-    if isinstance(value, ir.BlockArgument):
-        return None
-    return as_op(value.owner)
 
 
 def result_index(value: ir.Value) -> int:
@@ -143,13 +133,21 @@ def is_zero_tensor(value: ir.Value) -> bool:
     if op.name == linalg.GenericOp.OPERATION_NAME and len(op.operands) == 1 and len(op.results) == 1:
         body = op.regions[0].blocks[0]
         ops = list(body.operations)
-        return len(ops) == 1 and ops[0].operation.name == linalg.YieldOp.OPERATION_NAME and _is_zero_scalar(ops[0].operands[0])
+        return (
+            len(ops) == 1
+            and ops[0].operation.name == linalg.YieldOp.OPERATION_NAME
+            and _is_zero_scalar(ops[0].operands[0])
+        )
     return False
 
 
 def _is_zero_scalar(value: ir.Value) -> bool:
     scalar = defining_op(value)
-    return scalar is not None and scalar.name == arith.ConstantOp.OPERATION_NAME and _is_zero_attr(scalar.attributes[VALUE_ATTR])
+    return (
+        scalar is not None
+        and scalar.name == arith.ConstantOp.OPERATION_NAME
+        and _is_zero_attr(scalar.attributes[VALUE_ATTR])
+    )
 
 
 def _is_zero_attr(attr: ir.Attribute) -> bool:
@@ -213,5 +211,5 @@ class BlockOrder:
     def __init__(self, op: ir.Operation):
         self.op = op
 
-    def __lt__(self, other: "BlockOrder") -> bool:
+    def __lt__(self, other: BlockOrder) -> bool:
         return self.op.is_before_in_block(other.op)

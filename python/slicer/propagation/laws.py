@@ -25,9 +25,9 @@ In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
   moves before the loop.
 - `fuse_sibling_loops`: independent loops over the same range with the same
   action and one result type in one block become one loop.
-Where they live: `merging` (dead code, duplicates, hoisting), `shared_layout` (shared layout), `slices` (ordering, composing, deforestation,
-commuting), `blockwise` (backward and forward through the rule table), `fusion` (sibling loops); what they
-share about loops in `loops`, the record they keep in `journal`.
+Where they live: `merging` (dead code, duplicates, hoisting), `shared_layout` (shared layout), `slices` (ordering,
+composing, deforestation, commuting), `blockwise` (backward and forward through the rule table), `fusion` (sibling
+loops); what they share about loops in `loops`, the record they keep in `journal`.
 Provenance: loops made by the laws carry `slicer.rule` (which rule) and inherit
 `slicer.tactic` / `slicer.priority` (which tactic started the chain).
 """
@@ -38,8 +38,14 @@ from .blockwise import Candidate, forward_candidates, pull_op_into_loop, push_sl
 from .fusion import MIXED, fuse_sibling_loops, fusion_candidates, may_fuse, sibling_facts
 from .journal import Journal, RewriteListener
 from .loop_facts import NO_PRIORITY, priority, tactic_name, tile_loop_of
-from .merging import (duplicate_candidates, duplicate_slices, eliminate_dead, hoist_invariant, merge_duplicate_loop,
-                      merge_duplicate_slice)
+from .merging import (
+                      duplicate_candidates,
+                      duplicate_slices,
+                      eliminate_dead,
+                      hoist_invariant,
+                      merge_duplicate_loop,
+                      merge_duplicate_slice,
+)
 from .shared_layout import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 
@@ -63,6 +69,7 @@ __all__ = [
     "LAWS", "LATE_LAWS", "MIXED", "NO_PRIORITY", "Candidate", "Journal", "RewriteListener", "commute_slice_into_loop",
     "compose_slices", "deforest", "duplicate_candidates", "duplicate_slices", "eliminate_dead", "forward_candidates",
     "fuse_sibling_loops", "fusion_candidates", "hoist_invariant", "may_fuse", "merge_duplicate_loop",
-    "merge_duplicate_slice", "order_slices", "priority", "pull_op_into_loop", "push_slice_into_producer", "reduce_shared_blocks",
+    "merge_duplicate_slice", "order_slices", "priority", "pull_op_into_loop", "push_slice_into_producer",
+           "reduce_shared_blocks",
     "sibling_facts", "sum_loop_of", "tactic_name", "tile_loop_of",
 ]

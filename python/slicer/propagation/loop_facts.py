@@ -7,10 +7,11 @@ from mlir import ir
 from mlir.dialects import arith, builtin, tensor
 
 from slicer.core.names import LOOP, PRIORITY_ATTR, RANGE_PRODUCT, RULE_ATTR, SLICE, TACTIC_ATTR, YIELD
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, SumAction, TileAction
 from slicer.rules import RuleOutcome, rule_for
 
-from .ir_utils import BlockOrder, as_op, defining_op, op_id, result_index
+from .ir_utils import BlockOrder, op_id, result_index
 from .journal import Journal
 
 NO_PRIORITY = 1 << 30

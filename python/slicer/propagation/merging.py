@@ -6,9 +6,10 @@ from __future__ import annotations
 from mlir import ir
 
 from slicer.core.names import DIALECT_PREFIX, LOOP, SLICE
+from slicer.core.operations import as_op
 from slicer.dialect import SliceOp
 
-from .ir_utils import BlockOrder, as_op, captured_values, defined_inside, equivalent, is_pure, is_unused
+from .ir_utils import BlockOrder, captured_values, defined_inside, equivalent, is_pure, is_unused
 from .journal import Journal
 from .loop_facts import earlier_in_block, lift_all
 

@@ -21,11 +21,12 @@ from mlir import ir
 from mlir.dialects import func
 
 from slicer.core.names import DIALECT_PREFIX, LINALG_PREFIX, LOOP, SLICE, YIELD
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, RangeType, SliceOp, SumAction, TileAction, loop, slice_, yield_
 from slicer.rules import NoRule
 
 from .blockwise import _indivisible
-from .ir_utils import as_op, defining_op, enclosing_axes, enclosing_loops, result_index
+from .ir_utils import enclosing_axes, enclosing_loops, result_index
 from .journal import Journal
 from .loop_facts import inherit_provenance, outcome_kind, tile_loop_of, tile_outcome
 

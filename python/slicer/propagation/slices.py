@@ -6,9 +6,10 @@ from __future__ import annotations
 from mlir import ir
 
 from slicer.core.names import LOOP, RANGE_PRODUCT, SLICE
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import LoopOp, SliceOp, TileAction, loop, range_product, slice_, walk_ops, yield_
 
-from .ir_utils import ancestors, as_op, defining_op, enclosing_axes, is_unused, result_index
+from .ir_utils import ancestors, enclosing_axes, is_unused, result_index
 from .journal import Journal
 from .loop_facts import inherit_provenance, may_take_body, take_body, tile_loop_of
 

@@ -19,8 +19,19 @@ from .costs import CostModel
 from .interpret import Trace, interpret
 from .numpy_semantics import initial_blocks, simulate, simulate_blocks
 from .plans import Plan
-from .steps import (STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, Collective, Permute, ReduceScatter, Step,
-                    step_from_fields, type_before)
+from .steps import (
+                    STEP_TYPES,
+                    AllGather,
+                    AllReduce,
+                    AllSlice,
+                    AllToAll,
+                    Collective,
+                    Permute,
+                    ReduceScatter,
+                    Step,
+                    step_from_fields,
+                    type_before,
+)
 from .synthesis import plan
 from .types import DistType, numpy_dtype, parse_shape, parse_spec
 

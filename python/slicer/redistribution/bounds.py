@@ -4,8 +4,9 @@ Every bound is computed on two quantities, each consistent on its own: the eleme
 by all devices together (*total*, what the ``bytes`` objective minimises and the ``time`` objective uses to
 break ties), and by the busiest device summed over the remaining steps (*busiest*, what the ``time``
 objective pays for), plus the number of communicating steps still needed (*steps*, each of which pays a
-latency). `costs.Pricing` combines them into the search's scalar cost. Where the total counts a permute as moving at least ``1 - 1/s`` of the devices (see
-``_middle_bound``), the busiest device of any permute that moves something receives a whole block.
+latency). `costs.Pricing` combines them into the search's scalar cost. Where the total counts a permute as moving at
+least ``1 - 1/s`` of the devices (see ``_middle_bound``), the busiest device of any permute that moves something
+receives a whole block.
 
 Two consistent bounds, combined by ``max`` (see ``search.py`` for the search they guide):
 

@@ -30,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slicer.core import environment
 from slicer.core.errors import RedistributionError
 from slicer.core.figure_files import chosen_figures, read_figures, write_figures
 from slicer.core.mesh import Mesh
@@ -42,7 +43,7 @@ DEFAULT_LATENCY = 30e-6
 DEFAULT_BANDWIDTH = 2.0e9
 FS = 10 ** 15  # search time unit: femtoseconds
 OBJECTIVES = ("time", "bytes")
-ENV = "SLICER_COST_MODEL"
+ENV = environment.COST_MODEL.name
 
 
 @dataclass(frozen=True)
@@ -72,29 +73,31 @@ class CostModel:
 
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
-    def bytes(cls) -> "CostModel":
+    def bytes(cls) -> CostModel:
         return cls(objective="bytes")
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "") -> "CostModel":
+    def from_dict(cls, data: dict, source: str = "") -> CostModel:
         try:
             return cls(objective=data.get("objective", "time"), latency=float(data["latency_s"]),
                        bandwidth=float(data["bandwidth_bytes_per_s"]),
-                       axis_latency=tuple(sorted((str(a), float(v)) for a, v in data.get("axis_latency_s", {}).items())),
+                       axis_latency=tuple(sorted((str(a), float(v)) for a,
+                                                 v in data.get("axis_latency_s", {}).items())),
                        axis_bandwidth=tuple(sorted((str(a), float(v)) for a, v in
                                                    data.get("axis_bandwidth_bytes_per_s", {}).items())),
                        source=source)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RedistributionError(
                 f"cost model {source or 'data'} is not valid ({exc!r}): it needs latency_s and bandwidth_bytes_per_s "
-                "(and optionally axis_latency_s / axis_bandwidth_bytes_per_s maps); rerun slicer-plan --calibrate") from None
+                "(and optionally axis_latency_s / axis_bandwidth_bytes_per_s maps); rerun slicer-plan --calibrate"
+            ) from None
 
     def to_dict(self) -> dict:
         return {"objective": self.objective, "latency_s": self.latency, "bandwidth_bytes_per_s": self.bandwidth,
                 "axis_latency_s": dict(self.axis_latency), "axis_bandwidth_bytes_per_s": dict(self.axis_bandwidth)}
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CostModel":
+    def load(cls, path: str | os.PathLike) -> CostModel:
         data, problem = read_figures(path, "the cost model", "slicer-plan --calibrate")
         if problem:
             raise RedistributionError(problem)
@@ -104,13 +107,13 @@ class CostModel:
         return write_figures(Path(path) if path is not None else calibration_path(), self.to_dict())
 
     @classmethod
-    def default(cls) -> "CostModel":
+    def default(cls) -> CostModel:
         """The model plans use unless told otherwise: ``$SLICER_COST_MODEL`` (a path, or ``builtin``), else
         the calibration file if there is one, else the built-in figures. A file is read again only when it
         changes (plans ask for the default model every time)."""
-        return chosen_figures(ENV, calibration_path(), cls, cls.load)
+        return chosen_figures(environment.COST_MODEL, calibration_path(), cls, cls.load)
 
-    def with_objective(self, objective: str) -> "CostModel":
+    def with_objective(self, objective: str) -> CostModel:
         return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
 
     # -- figures ------------------------------------------------------------------------------------------
@@ -144,8 +147,7 @@ def tie_scale(model: CostModel, devices: int, elements: int) -> int:
 
 def calibration_path() -> Path:
     """Where ``slicer-plan --calibrate`` stores its figures."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slicer" / "cost_model.json"
+    return Path(environment.cache_home()) / "slicer" / "cost_model.json"
 
 
 class Pricing:

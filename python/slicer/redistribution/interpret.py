@@ -7,15 +7,16 @@ It also computes, per device, the elements received and the live bytes of each s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .steps import Step, apply_rule
 from slicer.core.errors import RedistributionError
-from .layout import Layout
 from slicer.core.mesh import Mesh
+
+from .layout import Layout
+from .steps import Step, apply_rule
 from .types import DistType
 
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from slicer.core.mesh import Mesh
+
 from . import subaxes
 from .types import DistType
 
@@ -38,7 +39,7 @@ class Layout:
 
     @staticmethod
     @lru_cache(maxsize=64)
-    def get(mesh: Mesh, shape: tuple[int, ...]) -> "Layout":
+    def get(mesh: Mesh, shape: tuple[int, ...]) -> Layout:
         """A shared (cached) layout for ``mesh`` and ``shape``."""
         return Layout(mesh, tuple(shape))
 

@@ -11,15 +11,16 @@ of the MPI executor.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .steps import Step
 from slicer.core.errors import RedistributionError
-from .layout import Layout, groups
 from slicer.core.mesh import Mesh
+
 from . import subaxes
+from .layout import Layout, groups
+from .steps import Step
 from .types import DistType, numpy_dtype
 
 
@@ -44,7 +45,8 @@ def initial_blocks(mesh: Mesh, t: DistType, global_array: np.ndarray, *, seed: i
     layout = Layout.get(mesh, t.shape)
     parts = _contributions(layout, t, global_array, seed)
     pidx = layout.group_index(t.partial)
-    return [np.require(parts[int(pidx[r])][block_slices(layout, t, r)], requirements="C") for r in range(mesh.device_count)]
+    return [np.require(parts[int(pidx[r])][block_slices(layout, t, r)],
+                       requirements="C") for r in range(mesh.device_count)]
 
 
 def run_step(layout: Layout, step: Step, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:

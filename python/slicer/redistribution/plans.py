@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
 
-from .steps import Step
 from .costs import CostModel, step_seconds
 from .interpret import Trace, interpret
 from .layout import Layout, lower_bound_elements
-from slicer.core.mesh import Mesh
+from .steps import Step
 from .types import DistType, format_shape, itemsize
 
 
@@ -37,7 +36,8 @@ class Plan:
 
     def __post_init__(self):
         if int(np.prod(self.src.shape, dtype=object)) * self.mesh.device_count * 8 >= 1 << 62:
-            raise RedistributionError(f"shape {format_shape(self.src.shape)} on {self.mesh.device_count} devices is too "
+            raise RedistributionError(f"shape {format_shape(self.src.shape)} on {self.mesh.device_count} "
+                                      "devices is too "
                                       "large: byte counts would overflow 64-bit integers")
         layout = Layout.get(self.mesh, self.src.shape)
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -179,7 +179,8 @@ class Plan:
             args = ", ".join(f"{k}={_fmt_value(v)}" for k, v in d.items()
                              if k not in ("op", "type_after", "bytes_received_per_device", "estimated_seconds"))
             lines.append(f"{i + 1:>2}. {d['op']}({args})  ->  {d['type_after']}  "
-                         f"[recv {_fmt_bytes(d['bytes_received_per_device'])}/device, ~{_fmt_seconds(d['estimated_seconds'])}]")
+                         f"[recv {_fmt_bytes(d['bytes_received_per_device'])}/device, "
+                         f"~{_fmt_seconds(d['estimated_seconds'])}]")
         if not self.steps:
             lines.append("    (no communication: source and target types are equal)")
         lines.append(f"received per device {_fmt_bytes(self.bytes_received_per_device)} "

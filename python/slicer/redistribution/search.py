@@ -114,7 +114,7 @@ class _DimsInfo:
             self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
-    def slices(self, search: "Search") -> list:
+    def slices(self, search: Search) -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
         (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
         slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
@@ -131,7 +131,7 @@ class _DimsInfo:
                             if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
-    def moves(self, search: "Search") -> tuple[list, list]:
+    def moves(self, search: Search) -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in
@@ -252,8 +252,8 @@ class Search:
 
     def _weights(self, types: tuple, products: tuple) -> np.ndarray:
         """Row ``i``: the weight of each axis in each device's block index under ``types[i]`` (all with
-        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give a
-        device the same block iff its indices agree (the partial axes' coordinates are common to both).
+        per-dim group sizes ``products``), mixed-radix over dims. Two types with the same products and partial axes give
+        a device the same block iff its indices agree (the partial axes' coordinates are common to both).
         The index is linear in the devices' axis coordinates, so all rows are one integer matrix product:
         (weight of each axis in each type) x (each device's coordinate along each axis)."""
         axes, sizes = self.problem.axes, self.problem.sizes

@@ -48,13 +48,37 @@ import numpy as np
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
-from slicer.core.names import (ALL_GATHER, ALL_REDUCE, ALL_SLICE, ALL_TO_ALL, CONCAT_AXIS_ATTR, GATHER_AXIS_ATTR,
-                               GRID_AXES_ATTR, PAIRS_ATTR, PERMUTE, REDUCE_SCATTER, REDUCTION_ATTR, REORDERING_ALL_TO_ALL,
-                               SCATTER_AXIS_ATTR, SLICE_AXIS_ATTR, SPLIT_AXIS_ATTR, SPLIT_GRID_AXES_ATTR)
+from slicer.core.names import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    CONCAT_AXIS_ATTR,
+    GATHER_AXIS_ATTR,
+    GRID_AXES_ATTR,
+    PAIRS_ATTR,
+    PERMUTE,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    REORDERING_ALL_TO_ALL,
+    SCATTER_AXIS_ATTR,
+    SLICE_AXIS_ATTR,
+    SPLIT_AXIS_ATTR,
+    SPLIT_GRID_AXES_ATTR,
+)
 
-from . import step_rules as rules, subaxes
-from .collective import (STEP_OF_IR, STEP_TYPES, Collective, apply_rule, register, step_from_fields,  # noqa: F401
-                         step_with_type, type_before)
+from . import step_rules as rules
+from . import subaxes
+from .collective import (  # noqa: F401
+    STEP_OF_IR,
+    STEP_TYPES,
+    Collective,
+    apply_rule,
+    register,
+    step_from_fields,
+    step_with_type,
+    type_before,
+)
 from .layout import Layout, nontrivial_partial
 from .types import DistType
 
@@ -77,7 +101,8 @@ class AllSlice(Collective):
         rules.check_axes(mesh, self.mesh_axes, self.op)
         rules.check_unused(mesh, before, self.mesh_axes, self.op)
         rules.check_divisible(mesh, before, self.slice_dim, self.mesh_axes, self.op)
-        dims = rules.replace_dim(before.dims, self.slice_dim, rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
+        dims = rules.replace_dim(before.dims, self.slice_dim,
+                                 rules.appended(mesh, before.dims[self.slice_dim], self.mesh_axes))
         return DistType(before.shape, dims, before.partial)
 
     def inverse(self, dims: list, partial: list) -> bool:
@@ -94,7 +119,7 @@ class AllSlice(Collective):
     def link_axes(self, mesh: Mesh) -> tuple[str, ...]:
         return ()  # local: no communication
 
-    def merged(self, after: "AllSlice", mesh: Mesh) -> "AllSlice | None":
+    def merged(self, after: AllSlice, mesh: Mesh) -> AllSlice | None:
         if after.slice_dim != self.slice_dim:
             return None
         return AllSlice(self.slice_dim, self.mesh_axes + after.mesh_axes, after.type_after)
@@ -130,7 +155,7 @@ class AllGather(Collective):
     def busiest(k: int, local: int) -> int:
         return (k - 1) * local
 
-    def merged(self, after: "AllGather", mesh: Mesh) -> "AllGather | None":
+    def merged(self, after: AllGather, mesh: Mesh) -> AllGather | None:
         if after.gather_dim != self.gather_dim:
             return None  # the later gather's axes are the coarser tiles
         return AllGather(self.gather_dim, after.mesh_axes + self.mesh_axes, after.type_after)
@@ -169,7 +194,7 @@ class AllToAll(Collective):
     def named_axes(self) -> set[str]:
         return set(self.mesh_axes) | set(self.split_order)
 
-    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "AllToAll":
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> AllToAll:
         order = None if self.split_mesh_axes is None else refinement.up_axes(self.split_mesh_axes)
         return replace(self, mesh_axes=refinement.up_axes(self.mesh_axes), split_mesh_axes=order,
                        type_after=type_after)
@@ -225,7 +250,7 @@ class AllToAll(Collective):
         return out
 
     @classmethod
-    def from_ir(cls, name: str, read, type_after: DistType) -> "AllToAll":
+    def from_ir(cls, name: str, read, type_after: DistType) -> AllToAll:
         order = read.group(SPLIT_GRID_AXES_ATTR) or None  # present on the reordering op only
         return cls(read.dim(SPLIT_AXIS_ATTR), read.dim(CONCAT_AXIS_ATTR), read.group(GRID_AXES_ATTR), type_after,
                    order)
@@ -248,13 +273,13 @@ class Permute(Collective):
     relabels: ClassVar[bool] = True
 
     @classmethod
-    def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> "Permute":
+    def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> Permute:
         """The permute in which ``senders[i]`` sends its block to ``receivers[i]``."""
         pairs = np.stack([senders, receivers], axis=1).astype(np.int64, copy=False)
         return cls._with_pair_array(tuple(zip(senders.tolist(), receivers.tolist())), type_after, pairs)
 
     @classmethod
-    def _with_pair_array(cls, pairs: tuple, type_after: DistType, pair_array: np.ndarray) -> "Permute":
+    def _with_pair_array(cls, pairs: tuple, type_after: DistType, pair_array: np.ndarray) -> Permute:
         """A permute whose ``pair_array`` is already known (fills the cached property's slot)."""
         step = cls(pairs, type_after)
         step.__dict__["pair_array"] = pair_array
@@ -265,14 +290,14 @@ class Permute(Collective):
         """``pairs`` as an ``(m, 2)`` integer array (sender, receiver)."""
         return np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
 
-    def retyped(self, type_after: DistType) -> "Permute":
+    def retyped(self, type_after: DistType) -> Permute:
         """The same device map with another ``type_after`` (keeps the array form)."""
         return self._with_pair_array(self.pairs, type_after, self.pair_array)
 
-    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "Permute":
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> Permute:
         return self.retyped(type_after)  # a refined mesh has the same linear ranks
 
-    def on_mesh(self, mesh: Mesh, sub: Mesh) -> "Permute":
+    def on_mesh(self, mesh: Mesh, sub: Mesh) -> Permute:
         return Permute(_lift_pairs(mesh, sub, self.pair_array), self.type_after)
 
     def named_axes(self) -> set[str]:
@@ -356,7 +381,7 @@ class Permute(Collective):
         return {PAIRS_ATTR: [int(v) for pair in self.pairs for v in pair]}
 
     @classmethod
-    def from_ir(cls, name: str, read, type_after: DistType) -> "Permute":
+    def from_ir(cls, name: str, read, type_after: DistType) -> Permute:
         flat = read.ints(PAIRS_ATTR)
         return cls(tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2)), type_after)
 
@@ -417,11 +442,11 @@ class AllReduce(Collective):
         partial += self.mesh_axes
         return True
 
-    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> "AllReduce":
+    def lifted(self, refinement: subaxes.Refinement, type_after: DistType) -> AllReduce:
         axes = subaxes.canonical_set(refinement.mesh, refinement.up_axes(self.mesh_axes, merge=False))
         return replace(self, mesh_axes=axes, type_after=type_after)
 
-    def merged(self, after: "AllReduce", mesh: Mesh) -> "AllReduce | None":
+    def merged(self, after: AllReduce, mesh: Mesh) -> AllReduce | None:
         if after.reduction != self.reduction:
             return None
         axes = tuple(sorted(set(self.mesh_axes) | set(after.mesh_axes), key=mesh.axis_index))
@@ -431,7 +456,7 @@ class AllReduce(Collective):
         return {} if self.reduction == "sum" else {REDUCTION_ATTR: self.reduction}
 
     @classmethod
-    def from_ir(cls, name: str, read, type_after: DistType) -> "AllReduce":
+    def from_ir(cls, name: str, read, type_after: DistType) -> AllReduce:
         return cls(read.group(GRID_AXES_ATTR), type_after, read.reduction(REDUCTION_ATTR))
 
     def numpy_group(self, layout: Layout, row, blocks: list) -> list:
@@ -481,7 +506,7 @@ class ReduceScatter(Collective):
     def busiest(k: int, local: int) -> int:
         return (k - 1) * (local // k)
 
-    def merged(self, after: "ReduceScatter", mesh: Mesh) -> "ReduceScatter | None":
+    def merged(self, after: ReduceScatter, mesh: Mesh) -> ReduceScatter | None:
         if after.scatter_dim != self.scatter_dim:
             return None
         return ReduceScatter(self.scatter_dim, self.mesh_axes + after.mesh_axes, after.type_after)

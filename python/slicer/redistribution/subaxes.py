@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from functools import cache, lru_cache
 
 from slicer.core.errors import MeshError, RedistributionError
 from slicer.core.mesh import Mesh
@@ -36,7 +36,7 @@ def token(name: str, pre: int, size: int, whole: int) -> str:
     return name if pre == 1 and size == whole else f"{name}:({pre}){size}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def split_token(text: str) -> tuple[str, int, int | None]:
     """``"y:(2)2"`` -> ``("y", 2, 2)``; a bare name -> ``(name, 1, None)`` (the whole axis)."""
     m = SUB_AXIS.match(text)

@@ -25,15 +25,16 @@ import math
 
 import numpy as np
 
-from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from slicer.core.errors import RedistributionError
+from slicer.core.mesh import Mesh
+
 from . import subaxes
 from .costs import CostModel, tie_scale
 from .layout import Layout
-from slicer.core.mesh import Mesh
 from .moves import GatherMove, PermuteMove
 from .plans import Plan
 from .search import Search, collector_paused
+from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from .subaxes import Refinement
 from .types import DistType, itemsize
 
@@ -285,7 +286,8 @@ def _realise(mesh: Mesh, layout: Layout, src: DistType, dst: DistType, moves: li
     """Turn reduced-type moves into steps on the real types (size-1 axes included), merged per dim."""
     steps: list[Step] = []
     current = src
-    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if isinstance(m, GatherMove)), len(moves))
+    boundary = len(moves) if relaxed else next((i for i, m in enumerate(moves) if isinstance(m, GatherMove)),
+                                               len(moves))
     trivial_partial = lambda t: tuple(a for a in t.partial if mesh.size(a) == 1)  # noqa: E731
 
     def push(step):

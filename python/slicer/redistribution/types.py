@@ -3,8 +3,9 @@
 A :class:`DistType` is a global ``shape``, for each tensor dim the ordered tuple of mesh axes that tile it
 (**major to minor**, the JAX / MLIR ``shard`` convention) and a tuple of partial-sum axes (kept in mesh
 order). Offset convention: for a dim tiled by ``[a0, a1, ..., an]`` a device's block index along the dim is
-``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. Partial over ``z`` means the true value is the sum over the
-z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the block.
+``idx(a0)*|a1|*...*|an| + ... + idx(an)``: the LAST listed axis is the finest tile. Partial over ``z`` means the true
+value is the sum over the z-coordinates of the devices' blocks. Mesh axes used by no dim and not partial replicate the
+block.
 
 Text form, used by the CLI, JSON, IR attributes and error messages: ``[[x,y],[]]`` and, with partial axes,
 ``[[x],[]] partial=[z]``. The parser accepts spaces and quotes (``[["x", "y"], []]``).
@@ -19,8 +20,8 @@ written with whole axes is only ever printed with whole axes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from slicer.core.errors import RedistributionError
 from slicer.core.mesh import Mesh
 
 from . import subaxes
+
 
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of an element type name (``f32``, ``i32``, ...: the table of slicer.core.dtypes)."""
@@ -82,7 +84,7 @@ class DistType:
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
     def of(cls, mesh: Mesh, shape: Iterable[int], dims: Iterable[Iterable[str]],
-           partial: Iterable[str] = ()) -> "DistType":
+           partial: Iterable[str] = ()) -> DistType:
         """Validate against ``mesh`` and canonicalise (partial axes in mesh order)."""
         shape = tuple(int(s) for s in shape)
         dims = tuple(tuple(d) for d in dims)
@@ -119,7 +121,7 @@ class DistType:
         return cls(shape, dims, partial)
 
     @classmethod
-    def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> "DistType":
+    def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> DistType:
         """Parse the text form (``[[x,y],[]] partial=[z]``) and validate it against ``shape`` and ``mesh``."""
         dims, partial = parse_spec(text)
         return cls.of(mesh, shape, dims, partial)

@@ -26,14 +26,22 @@ for them exactly as for linalg ops:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from mlir import ir
 from mlir.dialects import arith, tensor
 
 from slicer.core.linalg_facts import PARALLEL
-from slicer.core.names import (DIM_ATTR, REASSOCIATION_ATTR, STATIC_HIGH_ATTR, STATIC_LOW_ATTR, STATIC_OFFSETS_ATTR,
-                               STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR, VALUE_ATTR)
+from slicer.core.names import (
+    DIM_ATTR,
+    REASSOCIATION_ATTR,
+    STATIC_HIGH_ATTR,
+    STATIC_LOW_ATTR,
+    STATIC_OFFSETS_ATTR,
+    STATIC_SIZES_ATTR,
+    STATIC_STRIDES_ATTR,
+    VALUE_ATTR,
+)
 
 from .table import DimUse, OpRule
 
@@ -138,7 +146,9 @@ def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]
         if offsets[d] == 0 and sizes[d] == full.shape[d] and strides[d] == 1 and not full.is_dynamic_dim(d):
             reasons.append(None)
         else:
-            shown = ["?" if v == ir.ShapedType.get_dynamic_size() else str(v) for v in (offsets[d], sizes[d], strides[d])]
+            shown = [
+                "?" if v == ir.ShapedType.get_dynamic_size() else str(v) for v in (offsets[d], sizes[d], strides[d])
+            ]
             reasons.append(f"is cut by {op.name} (offset {shown[0]}, size {shown[1]}, stride {shown[2]}) instead of "
                            "taken whole, so blocks would cross the slice bounds")
     return reasons

@@ -21,9 +21,17 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func, linalg
 
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, indexing_maps, iterator_kinds, loop_dim, loop_sizes,
-                                     mentioned_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    indexing_maps,
+    iterator_kinds,
+    loop_dim,
+    loop_sizes,
+    mentioned_dims,
+)
 from slicer.core.names import DIM_ATTR
+from slicer.core.operations import walk_ops
 from slicer.core.pipeline import run_pipeline
 
 from .combiner import reduction_combiner
@@ -38,7 +46,7 @@ def linalg_rule(op: ir.Operation) -> OpRule:
         return _rule_of_generic(op.name, op, maps)
     with op.context, op.location:
         probe = _generalized_clone(op)
-        generic = next((o.operation for o in _walk(probe.operation) if o.name == linalg.GenericOp.OPERATION_NAME), None)
+        generic = next(walk_ops(probe, linalg.GenericOp.OPERATION_NAME), None)
         if generic is None:
             return _rule_of_folded(op, maps)
         return _rule_of_generic(op.name, generic, maps)
@@ -97,8 +105,8 @@ def _dim_use(expr: ir.AffineExpr) -> DimUse:
 
 def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
     found = {}
-    for op in _walk_block(body):
-        if op.name == linalg.IndexOp.OPERATION_NAME:
+    for top in body.operations:
+        for op in walk_ops(top, linalg.IndexOp.OPERATION_NAME):
             dim = ir.IntegerAttr(op.attributes[DIM_ATTR]).value
             found.setdefault(dim, f"the body reads linalg.index {dim} (the iteration index), which inside a "
                                   "block would count from the block's start")
@@ -124,14 +132,3 @@ def _generalized_clone(op: ir.Operation) -> ir.Module:
     return module
 
 
-def _walk(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    root.walk(lambda o: found.append(o.operation) or ir.WalkResult.ADVANCE)
-    return found
-
-
-def _walk_block(block: ir.Block) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    for op in block.operations:
-        found.extend(_walk(op.operation))
-    return found

@@ -33,6 +33,7 @@ from mlir import ir
 from mlir.dialects import affine, arith, linalg, tensor
 
 from slicer.core.names import DIM_ATTR
+from slicer.core.operations import defining_op
 
 from .table import DimUse
 
@@ -119,7 +120,7 @@ def _classify(position: ir.Value, extent: int, loop_sizes: list[int | None], inp
             return DimUse.blocked(f"is read at linalg.index {loop}, whose loop does not span the dim (of size "
                                   f"{extent}): its blocks would not be the table's")
         return DimUse.walks(loop)
-    owner = _owner(position)
+    owner = defining_op(position)
     if owner is not None and owner.name == affine.AffineApplyOp.OPERATION_NAME:
         merged = _merged(owner, loop_sizes)
         if merged is not None and loop_sizes[merged[0]] is not None and loop_sizes[merged[0]] * merged[2] == extent:
@@ -135,7 +136,7 @@ def _classify(position: ir.Value, extent: int, loop_sizes: list[int | None], inp
 
 
 def _index_loop(value: ir.Value) -> int | None:
-    owner = _owner(value)
+    owner = defining_op(value)
     if owner is not None and owner.name == linalg.IndexOp.OPERATION_NAME:
         return ir.IntegerAttr(owner.attributes[DIM_ATTR]).value
     return None
@@ -223,10 +224,6 @@ def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> boo
                 continue
             return False
     return True
-
-
-def _owner(value: ir.Value) -> ir.Operation | None:
-    return None if isinstance(value, ir.BlockArgument) else value.owner.operation
 
 
 def _among(value: ir.Value, values: list[ir.Value]) -> bool:

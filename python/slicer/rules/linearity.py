@@ -17,8 +17,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from slicer.core.names import ITERATOR_TYPES_ATTR
 from slicer.core.linalg_facts import PARALLEL, has_operand_segments, input_count, is_linalg_op, iterator_kinds
+from slicer.core.names import ITERATOR_TYPES_ATTR
 
 _ADD = (arith.AddFOp.OPERATION_NAME, arith.SubFOp.OPERATION_NAME)
 _NEG = arith.NegFOp.OPERATION_NAME

@@ -50,11 +50,11 @@ class DimUse:
     involves: tuple[int, ...] = ()
 
     @staticmethod
-    def walks(loop: int) -> "DimUse":
+    def walks(loop: int) -> DimUse:
         return DimUse(loop)
 
     @staticmethod
-    def blocked(reason: str, involves: tuple[int, ...] = ()) -> "DimUse":
+    def blocked(reason: str, involves: tuple[int, ...] = ()) -> DimUse:
         return DimUse(None, reason, tuple(involves))
 
 
@@ -89,7 +89,7 @@ class RuleOutcome:
         return dict(self.slices)
 
     @staticmethod
-    def block(reason: str, loop: int | None = None) -> "RuleOutcome":
+    def block(reason: str, loop: int | None = None) -> RuleOutcome:
         return RuleOutcome(loop=loop, blocked=reason)
 
 

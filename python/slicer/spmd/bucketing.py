@@ -20,21 +20,31 @@ result is used before the bucket's last input exists stays alone (the bucket cou
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from numbers import Integral
 
 from mlir import ir
 from mlir.dialects import tensor
 
+from slicer.core import environment
 from slicer.core.errors import OptionError
-from slicer.core.names import (ALL_REDUCE, CHUNK_ATTR, GRID_ATTR, GRID_AXES_ATTR, REDUCE_SCATTER, REDUCTION_ATTR,
-                               SCATTER_AXIS_ATTR, SPMD_MESH_ATTR)
+from slicer.core.names import (
+    ALL_REDUCE,
+    CHUNK_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    REDUCE_SCATTER,
+    REDUCTION_ATTR,
+    SCATTER_AXIS_ATTR,
+    SPMD_MESH_ATTR,
+)
+from slicer.core.operations import as_op, defining_op
+from slicer.dialect import grids
 from slicer.redistribution import CostModel
 
-from .overlap_ir import as_op, dist_of, grids, group_of, owner_op, set_dist, tensor_bytes, top_level
+from .overlap_ir import dist_of, group_of, set_dist, tensor_bytes, top_level
 
-ENV = "SLICER_BUCKETS"  # "0": off; a number of bytes: that bucket size; else the cost model's
 LATENCY_MULTIPLE = 25  # a full bucket moves this many latencies' worth of bytes (latency: 4% of its time)
 MIN_BUCKET = 256 << 10
 MAX_BUCKET = 25 << 20  # DDP's default
@@ -47,16 +57,23 @@ def bucket_bytes(model: CostModel) -> int:
     return int(min(MAX_BUCKET, max(MIN_BUCKET, LATENCY_MULTIPLE * model.latency * model.bandwidth)))
 
 
-def env_bucket() -> int | None:
-    """What `SLICER_BUCKETS` asks for: None (off), 0 (the cost model's size) or a size in bytes."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
+def bucket_setting(setting: int | str | None = None) -> int | None:
+    """What `slicer.compile(buckets=setting)` asks for: None (off), 0 (the cost model's size) or a size in bytes.
+    `setting`: "auto" (or True), "off" (or False, or 0), or a bucket size in bytes; None: the default,
+    `$SLICER_BUCKETS` (auto when unset)."""
+    source = "buckets"
+    if setting is None:
+        setting, source = environment.switch(environment.BUCKETS), environment.BUCKETS.name
+    if isinstance(setting, bool):
+        setting = "auto" if setting else "off"
+    if setting == "off" or (isinstance(setting, Integral) and setting == 0):
         return None
-    if value in ("", "1", "on", "auto", "true", "yes"):
+    if setting == "auto":
         return 0
-    if value.isdigit():
-        return int(value)
-    raise OptionError(f"{ENV}={value!r}: use 0 (off), 1/auto (the cost model's bucket size) or a size in bytes")
+    if isinstance(setting, Integral) and setting > 0:
+        return int(setting)
+    raise OptionError(f"{source}={setting!r}: use 'auto' (the cost model's bucket size), 'off' (or 0) or a bucket "
+                      "size in bytes")
 
 
 @dataclass
@@ -109,7 +126,7 @@ def _key(op: ir.Operation) -> tuple | None:
             return None
     elif not _whole_blocks(op.results[0]):
         return None
-    owner = owner_op(source)
+    owner = defining_op(source)
     if owner is not None and owner.name in KINDS:
         return None  # its producer may itself be bucketed away
     reduction = str(op.attributes[REDUCTION_ATTR]) if REDUCTION_ATTR in op.attributes else ""
@@ -140,7 +157,7 @@ def plan_buckets(block: ir.Block, cap: int) -> list[Bucket]:
     position = {op: i for i, op in enumerate(ops)}
 
     def ready(op: ir.Operation) -> int:
-        owner = owner_op(op.operands[0])
+        owner = defining_op(op.operands[0])
         return -1 if owner is None else position[top_level(owner, block)]
 
     def first_use(op: ir.Operation) -> int:
@@ -170,11 +187,11 @@ def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
     if t.rank != 1:
         value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
         if len(shape) == 1:  # the last op: its result may cross into another kernel
-            set_dist(owner_op(value), text)
+            set_dist(defining_op(value), text)
     if len(shape) == 1:
         return value
     out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)
-    set_dist(owner_op(out), text)
+    set_dist(defining_op(out), text)
     return out
 
 
@@ -223,14 +240,14 @@ def rewrite(bucket: Bucket, block: ir.Block, grid_table: dict) -> None:
     offsets = []
     with anchor, first.location:
         whole = tensor.empty(layout.shape(total), element)
-        set_dist(owner_op(whole), layout.in_text)
+        set_dist(defining_op(whole), layout.in_text)
         offset = 0
         for member in bucket.members:
             columns = _count(ir.RankedTensorType(member.operands[0].type)) // layout.rows
             piece = _reshape(member.operands[0], layout.shape(columns), layout.in_text)
             at = [offset] if layout.rows == 1 else [0, offset]
             whole = tensor.insert_slice(piece, whole, [], [], [], at, layout.shape(columns), [1] * len(at))
-            set_dist(owner_op(whole), layout.in_text)
+            set_dist(defining_op(whole), layout.in_text)
             offsets.append((offset, columns))
             offset += columns
         reduced = first.clone()
@@ -253,7 +270,7 @@ def _split_out(member: ir.Operation, whole: ir.Value, offset: int, columns: int,
     with ir.InsertionPoint(first), member.location:
         piece = tensor.extract_slice(ir.RankedTensorType.get(shape, t.element_type), whole, [], [], [],
                                      [offset] if len(shape) == 1 else [0, offset], shape, [1] * len(shape))
-        set_dist(owner_op(piece), layout.out_text)
+        set_dist(defining_op(piece), layout.out_text)
         piece = _reshape(piece, list(t.shape), dist_of(result))
     result.replace_all_uses_with(piece)
     member.erase()

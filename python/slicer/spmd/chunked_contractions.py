@@ -22,36 +22,53 @@ where latency dominates).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 from mlir import ir
 from mlir.dialects import linalg, tensor
 
+from slicer.core import environment
 from slicer.core.errors import OptionError
 from slicer.core.linalg_facts import indexing_maps, input_count, is_linalg_op, projected_dims
 from slicer.core.names import ALL_REDUCE, CHUNK_ATTR, REDUCE_SCATTER, SCATTER_AXIS_ATTR, SPMD_MESH_ATTR
+from slicer.core.operations import defining_op
+from slicer.dialect import grids
 from slicer.redistribution import CostModel
 
-from .overlap_ir import (KERNEL_FLOPS, KERNEL_OVERHEAD, MEMORY_BANDWIDTH, collective_seconds, dist_of, grids,
-                         group_of, owner_op, set_dist, tensor_bytes)
+from .overlap_ir import (
+    KERNEL_FLOPS,
+    KERNEL_OVERHEAD,
+    MEMORY_BANDWIDTH,
+    collective_seconds,
+    dist_of,
+    group_of,
+    set_dist,
+    tensor_bytes,
+)
 
 MAX_CHUNKS = 4
 MIN_GAIN = 50e-6  # seconds the estimate must drop by (and 2% of it) for a split to be made
-ENV = "SLICER_COLLECTIVE_MATMUL"  # "0": off; an integer >= 2: that many chunks wherever they fit; else the model
 
 
-def env_chunks() -> int | None:
-    """What `SLICER_COLLECTIVE_MATMUL` asks for: None (off), 0 (the cost model decides) or a forced count."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
+def chunks_setting(setting: int | str | None = None) -> int | None:
+    """What `slicer.compile(collective_matmul=setting)` asks for: None (off), 0 (the cost model decides) or a
+    forced chunk count. `setting`: "auto" (or True), "off" (or False, 0, or 1: one chunk is the whole
+    contraction), or a chunk count >= 2; None: the default, `$SLICER_COLLECTIVE_MATMUL` (auto when unset)."""
+    source = "collective_matmul"
+    if setting is None:
+        setting, source = environment.switch(environment.COLLECTIVE_MATMUL), environment.COLLECTIVE_MATMUL.name
+    if isinstance(setting, bool):
+        setting = "auto" if setting else "off"
+    if setting == "off" or (isinstance(setting, Integral) and setting in (0, 1)):
         return None
-    if value in ("", "1", "on", "auto", "true", "yes"):
+    if setting == "auto":
         return 0
-    if value.isdigit() and int(value) >= 2:
-        return int(value)
-    raise OptionError(f"{ENV}={value!r}: use 0 (off), 1/auto (the cost model decides) or a chunk count >= 2")
+    if isinstance(setting, Integral) and setting >= 2:
+        return int(setting)
+    raise OptionError(f"{source}={setting!r}: use 'auto' (the cost model decides), 'off' (or 0) or a chunk count "
+                      ">= 2")
 
 
 @dataclass(frozen=True)
@@ -112,7 +129,7 @@ def candidate(collective: ir.Operation) -> Candidate | None:
     dim (not the scattered one) a parallel loop dim the split can cut; of those, the dim whose cut re-reads
     the fewest operand bytes (the operands without it are read once per chunk), the outermost on ties."""
     source = collective.operands[0]
-    producer = owner_op(source)
+    producer = defining_op(source)
     if producer is None or not is_linalg_op(producer) or len(producer.results) != 1:
         return None
     if len(list(source.uses)) != 1 or not isinstance(source.type, ir.RankedTensorType):
@@ -173,22 +190,22 @@ def _slice(value: ir.Value, dim: int, offset: int, size: int) -> ir.Value:
     shape = [size if d == dim else n for d, n in enumerate(t.shape)]
     out = tensor.extract_slice(ir.RankedTensorType.get(shape, t.element_type), value, [], [], [],
                                [offset if d == dim else 0 for d in range(t.rank)], shape, [1] * t.rank)
-    set_dist(owner_op(out), dist_of(value))
+    set_dist(defining_op(out), dist_of(value))
     return out
 
 
 def _chunk_init(init: ir.Value, dim: int, offset: int, size: int) -> ir.Value:
     """The output operand of one chunk: a fill of a `tensor.empty` made again at the chunk's size, else a
     slice of the init."""
-    fill = owner_op(init)
-    empty = owner_op(fill.operands[1]) if fill is not None and fill.name == linalg.FillOp.OPERATION_NAME else None
+    fill = defining_op(init)
+    empty = defining_op(fill.operands[1]) if fill is not None and fill.name == linalg.FillOp.OPERATION_NAME else None
     if empty is None or empty.name != tensor.EmptyOp.OPERATION_NAME or empty.operands:
         return _slice(init, dim, offset, size)
     t = ir.RankedTensorType(init.type)
     new_empty = tensor.empty([size if d == dim else n for d, n in enumerate(t.shape)], t.element_type)
-    set_dist(owner_op(new_empty), dist_of(init))
+    set_dist(defining_op(new_empty), dist_of(init))
     filled = linalg.fill(fill.operands[0], outs=[new_empty])
-    set_dist(owner_op(filled), dist_of(init))
+    set_dist(defining_op(filled), dist_of(init))
     return filled
 
 
@@ -225,12 +242,12 @@ def split(found: Candidate, chunks: int) -> None:
             pieces.append(reduced.results[0])
         whole = tensor.empty(list(out_type.shape), out_type.element_type)
         text = dist_of(collective.results[0])
-        set_dist(owner_op(whole), text)
+        set_dist(defining_op(whole), text)
         for i, piece in enumerate(pieces):
             shape = ir.RankedTensorType(piece.type).shape
             whole = tensor.insert_slice(piece, whole, [], [], [], [i * size if d == dim else 0 for d in range(len(shape))],
                                         list(shape), [1] * len(shape))
-            set_dist(owner_op(whole), text)
+            set_dist(defining_op(whole), text)
     collective.results[0].replace_all_uses_with(whole)
     collective.erase()
     producer.erase()

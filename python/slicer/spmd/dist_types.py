@@ -19,7 +19,7 @@ see `dist_text`), so the output is self-describing and parses with plain `mlir-o
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from mlir import ir
 

@@ -4,12 +4,12 @@ Each step of a `slicer.redistribution.Plan` maps to one op (docs/redistribution.
 
 | plan step | op emitted | why |
 | --- | --- | --- |
-| all_slice(d, M) | `tensor.extract_slice` at offset `idx(M) * L/K` (from `shard.process_multi_index`) | a local slice: no communication, and the kernels keep it |
-| all_gather(d, M) | `shard.all_gather grid_axes = M gather_axis = d` | same semantics |
-| all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_axis = s concat_axis = c` | same semantics |
-| all_to_all(s, c, M, split order S) | `slicer.all_to_all grid_axes = M split_grid_axes = S ...` | `shard` numbers both sides the same way |
-| all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum, or max when the step says) | same semantics |
-| reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
+| all_slice(d, M) | `tensor.extract_slice` at offset `idx(M) * L/K` (from `shard.process_multi_index`) | a local slice:
+no communication, and the kernels keep it | | all_gather(d, M) | `shard.all_gather grid_axes = M gather_axis = d` | same
+semantics | | all_to_all(s, c, M) | `shard.all_to_all grid_axes = M split_axis = s concat_axis = c` | same semantics |
+| all_to_all(s, c, M, split order S) | `slicer.all_to_all grid_axes = M split_grid_axes = S ...` | `shard` numbers both
+sides the same way | | all_reduce(M) | `shard.all_reduce grid_axes = M` (reduction sum, or max when the step says) |
+same semantics | | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
 Each step class names its op and attributes (`ir_op_name`, `ir_dims`, `ir_groups`, `ir_ints`,
@@ -37,15 +37,14 @@ Every emitted op carries `slicer.dist` (the type after the step) and the locatio
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, builtin, shard, tensor
 
 from slicer.core.errors import RedistributionError
 from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, MESH, REFINES_ATTR
-from slicer.redistribution import AllSlice, Mesh, Plan
-from slicer.redistribution import subaxes
+from slicer.redistribution import AllSlice, Mesh, Plan, subaxes
 
 from .dist_types import local_type
 
@@ -89,7 +88,7 @@ def emits(step_class: type):
 
 
 @emits(AllSlice)
-def _local_slice(emitter: "PlanEmitter", value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
+def _local_slice(emitter: PlanEmitter, value: ir.Value, step, plan: Plan, after: ir.Type, loc) -> ir.Value:
     """A local slice: no communication, and the kernels keep it."""
     return emitter.local_block(value, step.slice_dim, step.mesh_axes, loc)
 

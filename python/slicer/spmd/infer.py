@@ -15,12 +15,8 @@ from mlir import ir
 from slicer.core.names import ANNOTATE, SLICE
 from slicer.dialect import AnnotateOp, SliceOp
 from slicer.redistribution import DistType, Mesh, RedistributionError
+
 from .padding import padded_type
-
-
-def _owner(use) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if isinstance(owner, ir.OpView) else owner
 
 
 def infer_argument(value: ir.Value, mesh: Mesh) -> DistType | None:
@@ -36,7 +32,7 @@ def infer_argument(value: ir.Value, mesh: Mesh) -> DistType | None:
 
 
 def _infer(value: ir.Value) -> DistType | None:
-    users = [_owner(use) for use in value.uses]
+    users = [use.owner.operation for use in value.uses]
     if not users:
         return None
     shape = tuple(ir.RankedTensorType(value.type).shape)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from mlir import ir
 
-from slicer.core.names import AXES_ATTR, DIST_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR, SHAPE_ATTR, SYM_NAME_ATTR
+from slicer.core.names import DIST_ATTR, GRID_ATTR, GRID_AXES_ATTR
+from slicer.core.operations import as_op
 from slicer.redistribution import CostModel
 
 from .report import received_bytes
@@ -26,18 +27,6 @@ development machine): what an extra copy costs."""
 
 KERNEL_OVERHEAD = 20e-6
 """Seconds a kernel call or a collective's start and wait cost the runtime beyond their work."""
-
-
-def grids(module: ir.Operation) -> dict[str, tuple[list[str], list[int]]]:
-    """Each `shard.grid` of `module` by symbol -> (axis names, sizes)."""
-    out = {}
-    for op in module.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == GRID and AXES_ATTR in op.attributes:
-            out[ir.StringAttr(op.attributes[SYM_NAME_ATTR]).value] = (
-                [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR])],
-                list(ir.DenseI64ArrayAttr(op.attributes[SHAPE_ATTR])))
-    return out
 
 
 def group_of(op: ir.Operation, grid_table: dict) -> tuple[tuple[str, ...], int]:
@@ -70,7 +59,7 @@ def dist_of(value: ir.Value) -> str | None:
             return None
         entry = ir.DictAttr(attrs[ir.BlockArgument(value).arg_number])
         return ir.StringAttr(entry[DIST_ATTR]).value if DIST_ATTR in entry else None
-    owner = value.owner.operation if isinstance(value.owner, ir.OpView) else value.owner
+    owner = value.owner.operation
     if DIST_ATTR not in owner.attributes:
         return None
     return ir.StringAttr(ir.ArrayAttr(owner.attributes[DIST_ATTR])[ir.OpResult(value).result_number]).value
@@ -79,23 +68,11 @@ def dist_of(value: ir.Value) -> str | None:
 def set_dist(op, text: str | None) -> None:
     """Give the one-result op `op` the `slicer.dist` text `text` (nothing when None)."""
     if text is not None:
-        op = op.operation if isinstance(op, ir.OpView) else op
-        op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(text)])
-
-
-def as_op(x) -> ir.Operation:
-    """An `ir.Operation` from an op view or an operation."""
-    return x.operation if isinstance(x, ir.OpView) else x
-
-
-def owner_op(value: ir.Value) -> ir.Operation | None:
-    if isinstance(value.owner, ir.Block):
-        return None
-    return value.owner.operation if isinstance(value.owner, ir.OpView) else value.owner
+        as_op(op).attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(text)])
 
 
 def top_level(op: ir.Operation, block: ir.Block) -> ir.Operation:
     """The op of `block` that contains `op` (itself when it is one)."""
     while op.parent is not None and op.block != block:
-        op = op.parent.operation if isinstance(op.parent, ir.OpView) else op.parent
+        op = op.parent.operation
     return op

@@ -20,15 +20,25 @@ adds to the partitioner:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.errors import RedistributionError, Unsupported
-from slicer.core.linalg_facts import (PARALLEL, REDUCTION, combined_with, has_operand_segments, indexing_maps,
-                                     input_count, is_linalg_op, iterator_kinds, loop_dim, reshape_kept_dims)
+from slicer.core.linalg_facts import (
+    PARALLEL,
+    REDUCTION,
+    combined_with,
+    has_operand_segments,
+    indexing_maps,
+    input_count,
+    is_linalg_op,
+    iterator_kinds,
+    loop_dim,
+    reshape_kept_dims,
+)
 from slicer.core.mesh import block_size
 from slicer.core.names import DIST_ATTR
 from slicer.redistribution import DistType, Mesh, subaxes
@@ -114,9 +124,9 @@ class Pad:
         return f"size {self.size} cut over [{','.join(self.axes)}] into blocks of {self.block} ({k} blocks)"
 
 
-def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, "Pad"]],
+def pads_through(op: ir.Operation, operand_pads: dict[int, dict[int, Pad]],
                  group_index: Callable[[tuple[str, ...]], ir.Value],
-                 mark: Callable[[ir.Operation], None]) -> list[dict[int, "Pad"]]:
+                 mark: Callable[[ir.Operation], None]) -> list[dict[int, Pad]]:
     """The padded dims of each result of `op` whose operands hold padded blocks (`operand_pads`: operand
     index -> dim -> Pad), masking the op where it reduces over them; `group_index(axes)` gives the device's
     block index, `mark(op)` types the tensor ops emitted before `op`."""
@@ -251,7 +261,8 @@ def _is_contraction(block: ir.Block, n_in: int) -> bool:
     if found is None or found[0].name not in (arith.AddFOp.OPERATION_NAME, arith.AddIOp.OPERATION_NAME):
         return False
     term = found[1]
-    return not isinstance(term, ir.BlockArgument) and term.owner.name in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME)
+    return not isinstance(term, ir.BlockArgument) and term.owner.name in (arith.MulFOp.OPERATION_NAME,
+                                                                          arith.MulIOp.OPERATION_NAME)
 
 
 def _zero_outside(value: ir.Value, dims: dict[int, ir.Value]) -> ir.Value:

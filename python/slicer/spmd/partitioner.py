@@ -40,13 +40,45 @@ from mlir.dialects import func as func_d
 from slicer.core import dtypes
 from slicer.core.errors import Located, PassFailure, Unsupported
 from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
-from slicer.core.linalg_facts import has_operand_segments, input_count, is_linalg_op
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, AXES_ATTR, BLOCKED_ATTR, CONFLICT_ATTR, DIST_ATTR, DIST_SOURCE_ATTR,
-                               FUNCTION_TYPE_ATTR, GRID, GRID_ATTR, INDEX_AXES_ATTR, LOGICAL_SHAPE_ATTR, LOOP, MULTI_INDEX, RES_ATTRS_ATTR,
-                               RULE_ATTR, SHAPE_ATTR, SHARDING_ATTR, SLICE, SPMD_MESH_ATTR, SYM_NAME_ATTR, TACTIC_ATTR,
-                               YIELD)
-from slicer.dialect import (AnnotateOp, LoopOp, MeshOp, RangeType, Sharding, SliceOp, SumAction, TileAction,
-                            find_meshes, split_product_slices, walk_ops)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    AXES_ATTR,
+    BLOCKED_ATTR,
+    CONFLICT_ATTR,
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    FUNCTION_TYPE_ATTR,
+    GRID,
+    GRID_ATTR,
+    INDEX_AXES_ATTR,
+    LOGICAL_SHAPE_ATTR,
+    LOOP,
+    MULTI_INDEX,
+    RES_ATTRS_ATTR,
+    RULE_ATTR,
+    SHAPE_ATTR,
+    SHARDING_ATTR,
+    SLICE,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+    TACTIC_ATTR,
+    YIELD,
+)
+from slicer.core.operations import nested_ops
+from slicer.dialect import (
+    AnnotateOp,
+    LoopOp,
+    MeshOp,
+    RangeType,
+    Sharding,
+    SliceOp,
+    SumAction,
+    TileAction,
+    find_meshes,
+    split_product_slices,
+    walk_ops,
+)
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
 
 from .degraded import Loss, loss, moves_data, record
@@ -326,7 +358,7 @@ class _FunctionPartitioner:
                 losses += [entry.loss, loss(entry.tactic, op, f"operand #{index}", entry.type, context, self.mesh)]
                 op.operands[index] = self.convert(entry, replicated(entry.type.shape), op,
                                                   f"operand #{index} of '{op.name}' is computed replicated")
-        for nested in _nested_ops(op):
+        for nested in nested_ops(op):
             for index, operand in enumerate(nested.operands):
                 entry = self.lookup(operand)
                 if entry is not None:
@@ -557,16 +589,6 @@ def _provenance(loop: ir.Operation) -> str:
             value = loop.attributes[attr]
             notes.append(f"{label} {ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else value}")
     return f" ({'; '.join(notes)})" if notes else ""
-
-
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
 
 
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:

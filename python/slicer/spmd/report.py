@@ -22,8 +22,17 @@ from mlir.dialects import func as func_d
 
 from slicer.core import dtypes
 from slicer.core.errors import RedistributionError
-from slicer.core.names import (AXES_ATTR, DIST_ATTR, DIST_SOURCE_ATTR, GRID, GRID_ATTR, GRID_AXES_ATTR, RES_ATTRS_ATTR,
-                               SHAPE_ATTR, SPMD_MESH_ATTR, SYM_NAME_ATTR)
+from slicer.core.names import (
+    DIST_ATTR,
+    DIST_SOURCE_ATTR,
+    GRID_ATTR,
+    GRID_AXES_ATTR,
+    RES_ATTRS_ATTR,
+    SPMD_MESH_ATTR,
+    SYM_NAME_ATTR,
+)
+from slicer.core.operations import as_op
+from slicer.dialect import grids
 from slicer.redistribution.steps import STEP_OF_IR
 
 from .degraded import notes_of
@@ -137,15 +146,9 @@ def _describe(loc: ir.Location) -> str:
 
 def report(module: ir.Module | ir.Operation) -> Report:
     """The collectives report of every partitioned function in `module`."""
-    root = module.operation if isinstance(module, ir.Module) else module
+    root = as_op(module)
     out = Report()
-    grids = {}
-    for op in root.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == GRID and AXES_ATTR in op.attributes:
-            grids[ir.StringAttr(op.attributes[SYM_NAME_ATTR]).value] = (
-                [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[AXES_ATTR])],
-                list(ir.DenseI64ArrayAttr(op.attributes[SHAPE_ATTR])))
+    grid_table = grids(root)
     for func in root.regions[0].blocks[0].operations:
         func = func.operation
         if func.name != func_d.FuncOp.OPERATION_NAME or SPMD_MESH_ATTR not in func.attributes:
@@ -165,7 +168,7 @@ def report(module: ir.Module | ir.Operation) -> Report:
             if op.name not in STEP_OF_IR:
                 continue
             grid = ir.FlatSymbolRefAttr(op.attributes[GRID_ATTR]).value
-            axis_names, sizes = grids.get(grid, ([], []))
+            axis_names, sizes = grid_table.get(grid, ([], []))
             if GRID_AXES_ATTR not in op.attributes:  # a device map (a permute): any devices, in pairs
                 axes, group = tuple(axis_names), 2
             else:

@@ -14,7 +14,7 @@ import difflib
 import fnmatch
 import functools
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 _WILDCARDS = "*?["
 _WILDCARD_RE = re.compile(r"\*|\?|\[[^\]]*\]?")

@@ -48,18 +48,32 @@ replicate) is dropped: asking twice is asking once.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mlir import ir
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import Located, MeshError, TacticError
-from slicer.core.functions import (EntryError, defined_functions, entry_function, function_name, function_type,
-                                   value_names)
+from slicer.core.functions import (
+    EntryError,
+    defined_functions,
+    entry_function,
+    function_name,
+    function_type,
+    value_names,
+)
 from slicer.core.mesh import Mesh
-from slicer.core.names import (ANNOTATE, ARG_ATTRS_ATTR, ARG_NAME_ATTR, PRIORITY_ATTR, RES_ATTRS_ATTR, SHARDING_ATTR,
-                               SHARDING_OPERAND_ATTR, TACTIC_ATTR)
+from slicer.core.names import (
+    ANNOTATE,
+    ARG_ATTRS_ATTR,
+    ARG_NAME_ATTR,
+    PRIORITY_ATTR,
+    RES_ATTRS_ATTR,
+    SHARDING_ATTR,
+    SHARDING_OPERAND_ATTR,
+    TACTIC_ATTR,
+)
 from slicer.dialect import (
     AnnotateOp,
     RangeType,
@@ -68,10 +82,12 @@ from slicer.dialect import (
     annotate,
     find_meshes,
     loop,
-    mesh as build_mesh,
     slice_,
     walk_ops,
     yield_,
+)
+from slicer.dialect import (
+    mesh as build_mesh,
 )
 
 from .patterns import closest, is_pattern, matching
@@ -187,7 +203,8 @@ class TacticRewriter:
         requests: list[Request] = []
         for func in defined_functions(self.module):
             fn_type = function_type(func)
-            for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs), (RES_ATTRS_ATTR, "result", fn_type.results)):
+            for key, kind, types in ((ARG_ATTRS_ATTR, "arg", fn_type.inputs),
+                                     (RES_ATTRS_ATTR, "result", fn_type.results)):
                 if key not in func.attributes:
                     continue
                 for index, attrs in enumerate(ir.ArrayAttr(func.attributes[key])):
@@ -198,8 +215,8 @@ class TacticRewriter:
                                                        func.location, f"the slicer.sharding of {what}")
             for number, op in enumerate(walk_ops(func, ANNOTATE)):
                 view = AnnotateOp(op)
-                requests += self.from_sharding(op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "value", number, func,
-                                               op.location, "'slicer.annotate'", annotate_op=op)
+                requests += self.from_sharding(op.attributes[SHARDING_OPERAND_ATTR], view.source.type, "value", number,
+                                               func, op.location, "'slicer.annotate'", annotate_op=op)
         return requests
 
     def from_sharding(self, attr, type_, kind, index, func, location, origin, annotate_op=None) -> list[Request]:

@@ -6,8 +6,8 @@ their parameters' dotted names, and hand-written IR can with the `slicer.name`
 argument or result attribute), either "tile dim `d` over mesh axes `a...`" (`Tile`) or
 "keep it replicated" (`Replicate`). A name with `*`, `?` or `[` is a pattern
 (`slicer.tactics.patterns`: shell-style, `*` crossing dots) and stands for one such
-tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied one by one
-by `slicer.apply_tactics`, which rewrites the program into an *equal* program
+tactic on every argument (or result) whose name matches, in order. A schedule is an ordered sequence of tactics applied
+one by one by `slicer.apply_tactics`, which rewrites the program into an *equal* program
 with `slicer.loop`/`slicer.slice` (see `slicer.tactics.rewrite` for the exact
 rewrite). The same requests can be written in the IR (`slicer.sharding` on
 function arguments/results, `slicer.annotate` on any value) or on the command
@@ -30,8 +30,9 @@ and leaves the module untouched.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 from slicer.core.errors import InvalidTactic
 
@@ -51,7 +52,7 @@ def _check_index(tactic: str, name: str, value) -> None:
                             f"name of a function {name} (e.g. a model parameter's, 'mlp.fc1.weight')")
 
 
-def _check_target(tactic: "Tile | Replicate") -> None:
+def _check_target(tactic: Tile | Replicate) -> None:
     if (tactic.arg is None) == (tactic.result is None):
         raise InvalidTactic(f"{tactic}: give exactly one of arg= or result= "
                             "(the position of the function argument or result it applies to)")
@@ -59,7 +60,7 @@ def _check_target(tactic: "Tile | Replicate") -> None:
     _check_index(str(tactic), "result", tactic.result)
 
 
-def _target_text(tactic: "Tile | Replicate") -> list[str]:
+def _target_text(tactic: Tile | Replicate) -> list[str]:
     parts = []
     if tactic.arg is not None:
         parts.append(f"arg={tactic.arg!r}")
@@ -74,15 +75,15 @@ class Tile:
 
     `arg`/`result` is a position or, for a program whose arguments carry names, a name
     (`Tile(arg="mlp.fc1.weight", dim=0, axes="y")`) or a pattern naming several
-    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several, major to
-    minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
+    (`Tile(result="exp_avg.*", dim=0, axes="x")`, see `slicer.tactics.patterns`). `axes` is one axis name or several,
+    major to minor: `Tile(arg=0, dim=0, axes=("x", "y"))` cuts dim 0 into |x|*|y| blocks, block
     `idx(x) * |y| + idx(y)` on device (x, y).
     """
 
     arg: int | str | None = None
     result: int | str | None = None
     dim: int
-    axes: Union[str, AxisNames]
+    axes: str | AxisNames
 
     def __post_init__(self) -> None:
         axes = (self.axes,) if isinstance(self.axes, str) else self.axes

@@ -28,7 +28,7 @@ class Diag:
     line: int | None
     col: int | None
     message: str
-    notes: tuple["Diag", ...] = ()
+    notes: tuple[Diag, ...] = ()
 
     def render(self, default_file: str = "<unknown>") -> str:
         where = f"{self.file or default_file}:{self.line}:{self.col}" if self.line else (self.file or default_file)
@@ -97,7 +97,11 @@ def check_expectations(expected: list[Expected], produced: list[Diag]) -> list[s
     flat = [d for diag in produced for d in (diag, *diag.notes)]
     for diag in flat:
         match = next(
-            (e for e in expected if not e.found and e.severity == diag.severity and e.line == diag.line and e.text in diag.message),
+            (
+                e
+                for e in expected
+                if not e.found and e.severity == diag.severity and e.line == diag.line and e.text in diag.message
+            ),
             None,
         )
         if match is not None:

@@ -29,7 +29,6 @@ median of `repeat` runs of the slowest rank.
 
 from __future__ import annotations
 
-import os
 import statistics
 import warnings
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ import numpy as np
 from slicer.api import compile
 from slicer.automatic.machine import Machine
 from slicer.automatic.machine_fit import fit_machine, relative_errors
+from slicer.core.host import host_cores
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
 from slicer.tactics import parse_tactics
@@ -275,7 +275,7 @@ class Measured:
 
 def default_ranks() -> int:
     """One rank per core of this process (the search prices a device as one rank on one core)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return host_cores()
 
 
 def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None) -> list[Measured]:

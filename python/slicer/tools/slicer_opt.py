@@ -39,18 +39,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("input", nargs="?", default="-", help="input file (default: stdin)")
     parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
-    parser.add_argument("--pass-pipeline", "-pass-pipeline", default="", help="textual pipeline, e.g. 'builtin.module(slicer-lower-to-loops,canonicalize)'")
-    parser.add_argument("-p", dest="passes", default="", help="short form: comma-separated passes run on the module, e.g. 'slicer-verify,cse'")
-    parser.add_argument("--split-input-file", "-split-input-file", action="store_true", help="split the input at '// -----' and process each chunk alone")
-    parser.add_argument("--verify-diagnostics", "-verify-diagnostics", action="store_true", help="check expected-error/warning/note annotations")
-    parser.add_argument("--mlir-print-ir-after-all", "-mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
+    parser.add_argument("--pass-pipeline", "-pass-pipeline", default="", help="textual pipeline, e.g. "
+                                                                              "'builtin.module(slicer-lower-to-loops,canonicalize)'")
+    parser.add_argument("-p", dest="passes", default="", help="short form: comma-separated passes run on the module, "
+                                                              "e.g. 'slicer-verify,cse'")
+    parser.add_argument("--split-input-file", "-split-input-file", action="store_true", help="split the input at '// "
+                                                                                             "-----' and process "
+                                                                                             "each chunk alone")
+    parser.add_argument("--verify-diagnostics", "-verify-diagnostics", action="store_true",
+                        help="check expected-error/warning/note annotations")
+    parser.add_argument("--mlir-print-ir-after-all", "-mlir-print-ir-after-all", action="store_true",
+                        help="print the IR after every pass (to stderr)")
     parser.add_argument("--mlir-print-debuginfo", "-mlir-print-debuginfo", action="store_true", help="print locations")
-    parser.add_argument("--mlir-print-op-generic", "-mlir-print-op-generic", action="store_true", help="print every op in generic form")
-    parser.add_argument("--allow-unregistered-dialect", "-allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
-    parser.add_argument("--no-implicit-verify", action="store_true", help="skip the slicer semantic verifier on the input")
-    parser.add_argument("--list-passes", "-list-passes", action="store_true", help="list Slicer and upstream passes and exit")
-    parser.add_argument("--print-kernel-graph", action="store_true", help="after the pipeline, print the SPMD function cut into kernels and collectives (to stderr)")
-    parser.add_argument("--print-collectives", action="store_true", help="after the pipeline, print each collective of the SPMD output with why it exists and the bytes each device receives (to stderr)")
+    parser.add_argument("--mlir-print-op-generic", "-mlir-print-op-generic", action="store_true",
+                        help="print every op in generic form")
+    parser.add_argument("--allow-unregistered-dialect", "-allow-unregistered-dialect", action="store_true",
+                        help="accept ops of unknown dialects")
+    parser.add_argument("--no-implicit-verify", action="store_true", help="skip the slicer semantic verifier "
+                                                                          "on the input")
+    parser.add_argument("--list-passes", "-list-passes", action="store_true", help="list Slicer and upstream "
+                                                                                   "passes and exit")
+    parser.add_argument("--print-kernel-graph", action="store_true", help="after the pipeline, print the SPMD function "
+                                                                          "cut into kernels and "
+                                                                          "collectives (to stderr)")
+    parser.add_argument("--print-collectives", action="store_true", help="after the pipeline, print each collective of "
+                                                                         "the SPMD output with why it exists and the "
+                                                                         "bytes each device receives (to stderr)")
     return parser
 
 

@@ -211,7 +211,8 @@ def run(args, request: Request) -> int:
     results, timings = launch(prog.graph, out, request.ranks, inputs=request.inputs, seed=args.random or 0,
                               repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec)
     compiled = cache_stats().misses - before
-    print(f"== kernels: {'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
+    print("== kernels: "
+          f"{'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, timings)
 
 

@@ -9,14 +9,14 @@ buffers are made with): a step along a dim that is not the block's leading one p
 has no portable f16 or bf16 sum; `dtypes.accumulation_dtype`). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is counted the same way (`unpartitioned_peak`): the same nodes and liveness, every
 value whole and a collective's output the same value as its input, so both figures include what is held between
-kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes` is what each rank's executor measured of the same buffers
-(`slicer.runtime.buffer_tracker`).
+kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes`
+is what each rank's executor measured of the same buffers (`slicer.runtime.buffer_tracker`).
 
 Every device holds blocks of the same sizes: one figure per device. A dim that does not divide its tiles is
 cut into padded blocks (docs/partition.md, "Uneven shapes"): every device holds a block of ceil(n/k) rows, the
 padding included (what it really allocates), while the unpartitioned figures count the logical arrays; the
-arguments and results say each device's valid rows. (A `permute` that leaves a device's block in place holds one block there, not two; the estimate
-counts two.)
+arguments and results say each device's valid rows. (A `permute` that leaves a device's block in place holds one block
+there, not two; the estimate counts two.)
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class MemoryReport:
     def unpartitioned_result_bytes(self) -> int:
         return sum(b.global_bytes for b in self.results)
 
-    def with_measured(self, timings: Timings | None) -> "MemoryReport":
+    def with_measured(self, timings: Timings | None) -> MemoryReport:
         peaks = tuple(timings.peak_bytes) if timings is not None else ()
         return MemoryReport(self.devices, self.arguments, self.results, self.timeline, self.peak, self.peak_when,
                             self.unpartitioned_peak, peaks, self.roles)
@@ -118,7 +118,8 @@ class MemoryReport:
         if roles:
             lines.append("  by role (per device; unpartitioned):")
             for title, (mine, whole) in roles.items():
-                lines.append(f"    {title + ':':<27}{_size(mine):>20}   unpartitioned {_size(whole)}{_ratio(whole, mine)}")
+                lines.append(f"    {title + ':':<27}{_size(mine):>20}   unpartitioned "
+                             f"{_size(whole)}{_ratio(whole, mine)}")
         if self.measured:
             lines.append(f"  {'measured:':<11}{_size(max(self.measured)):>20}   {self.measured_text()}")
         return "\n".join(lines)

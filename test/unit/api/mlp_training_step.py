@@ -90,12 +90,12 @@ def program_text() -> str:
              f"  %mu = arith.constant {MU} : f32", f"  %inv_b = arith.constant {1.0 / B} : f32",
              "  %half = arith.constant 0.5 : f32", "  %one = arith.constant 1.0 : f32"]
     lines += _matmul("h", "x", "fc1_weight", "bhd", "bd", "hd", "bh", (B, H), s)
-    lines += _elementwise("hb", ["h", "fc1_bias"], (B, H), s, ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"],
-                          bias_of="j")
+    lines += _elementwise("hb", ["h", "fc1_bias"], (B, H), s,
+                          ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"], bias_of="j")
     lines += _elementwise("a", ["hb"], (B, H), s, ["%v = arith.maximumf %a0, %zero : f32", "linalg.yield %v : f32"])
     lines += _matmul("o", "a", "fc2_weight", "boh", "bh", "oh", "bo", (B, O), s)
-    lines += _elementwise("ob", ["o", "fc2_bias"], (B, O), s, ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"],
-                          bias_of="j")
+    lines += _elementwise("ob", ["o", "fc2_bias"], (B, O), s,
+                          ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"], bias_of="j")
     lines += _elementwise("d", ["ob", "t"], (B, O), s, ["%v = arith.subf %a0, %a1 : f32", "linalg.yield %v : f32"])
     # loss = 0.5 / B * sum(d^2), a 0-d tensor
     lines += _zeros("loss_z", ())

@@ -9,8 +9,7 @@ from mlir import ir
 import slicer
 from slicer.checking import check_equivalent
 from slicer.core.errors import StepMismatch
-from slicer.dialect import make_context
-from slicer.dialect import SumAction
+from slicer.dialect import SumAction, make_context
 from slicer.propagation import blockwise
 from slicer.rules import RuleOutcome
 
@@ -30,7 +29,8 @@ def test_a_wrong_propagation_law_is_caught(monkeypatch):
     monkeypatch.setattr(RuleOutcome, "action", property(lambda self: SumAction()))
     with make_context():
         module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2})
-        with pytest.raises(slicer.CompileError, match="after slicer-propagate: (result #0 of @mlp differs|the program no longer compiles)"):
+        with pytest.raises(slicer.CompileError, match="after slicer-propagate: (result #0 of @mlp differs|the program "
+                                                      "no longer compiles)"):
             slicer.propagate(module, check_each_step=True)
 
 
@@ -58,7 +58,8 @@ def test_correct_steps_pass_the_check(monkeypatch):
         if name.startswith("slicer.") and getattr(loaded, "check_equivalent", None) is check_equivalent:
             monkeypatch.setattr(loaded, "check_equivalent", recording)
     with make_context():
-        module = slicer.apply_tactics(ir.Module.parse(MLP), [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")],
+        module = slicer.apply_tactics(ir.Module.parse(MLP),
+                                      [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")],
                                       mesh={"y": 4}, check_each_step=True)
         slicer.propagate(module, check_each_step=True)
         result = str(module)

@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 
 models = load("torch/models.py", "torch_models")
 MEGATRON = slicer.parse_tactics(models.STRATEGIES["gpt2_block"]["megatron"][0])

@@ -20,7 +20,8 @@ func.func @f(%x: tensor<8x64xbf16>, %w: tensor<64x32xbf16>) -> (tensor<8x32xbf16
   %zero = arith.constant 0.0 : bf16
   %e = tensor.empty() : tensor<8x32xbf16>
   %f = linalg.fill ins(%zero : bf16) outs(%e : tensor<8x32xbf16>) -> tensor<8x32xbf16>
-  %h = linalg.matmul ins(%x, %w : tensor<8x64xbf16>, tensor<64x32xbf16>) outs(%f : tensor<8x32xbf16>) -> tensor<8x32xbf16>
+  %h = linalg.matmul ins(%x, %w : tensor<8x64xbf16>, tensor<64x32xbf16>) outs(%f : tensor<8x32xbf16>) ->
+      tensor<8x32xbf16>
   %g = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
                        iterator_types = ["parallel", "parallel"]}
       ins(%h : tensor<8x32xbf16>) outs(%e : tensor<8x32xbf16>) {

@@ -7,26 +7,22 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 
 import slicer
-from mlp_training_step import RESULT_NAMES, numpy_step, random_arrays, step_program  # test/unit/api
 from slicer import strategies as st
 
 ARRAYS = random_arrays()
 
 
-@pytest.fixture(autouse=True)
-def _partitioner_collectives(monkeypatch):
-    """The collectives counted here are the partitioner's, one per gradient: the schedule's bucketing (on by
-    default, test/unit/spmd/test_bucketing.py) would combine them."""
-    monkeypatch.setenv("SLICER_BUCKETS", "0")
 STEP = step_program(ARRAYS)
 COLUMN, ROW = ["fc1.*"], ["fc2.*"]
 
 
 def compiled(tactics, **mesh):
-    """The step compiled with `tactics`, checked against numpy on the simulator."""
-    prog = slicer.compile(STEP, mesh=slicer.Mesh(**mesh), tactics=tactics)
+    """The step compiled with `tactics`, checked against numpy on the simulator. Buckets off: the collectives
+    counted here are the partitioner's, one per gradient (the schedule's bucketing would combine them)."""
+    prog = slicer.compile(STEP, mesh=slicer.Mesh(**mesh), tactics=tactics, buckets="off")
     out = prog.run(ARRAYS["x"], ARRAYS["t"])
     want = numpy_step(ARRAYS)
     for name, got in zip(RESULT_NAMES, out):
@@ -149,7 +145,8 @@ def test_not_a_training_step_is_a_clear_error():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: st.megatron(STEP, "y", column=["fc3.*"]),
-     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', 'fc2.weight')"),
+     "the column pattern 'fc3.*' matches no parameter of a hand-written MLP step (closest: 'fc2.bias', 'fc1.bias', "
+     "'fc2.weight')"),
     (lambda: st.megatron(STEP, "y", column=["fc1.*"], row=["*.weight"]),
      "parameter 'fc1.weight' matches both a column and a row pattern"),
     (lambda: st.megatron(STEP, "y"), "give column= and/or row= patterns"),

@@ -42,7 +42,8 @@ func.func @mlp2(%x: tensor<BxDxf32>, %w1a: tensor<DxHxf32>, %w2a: tensor<HxDxf32
 }
 """
 
-_LAYER = """linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types = ["parallel", "parallel", "reduction"]}
+_LAYER = """linalg.generic {indexing_maps = [#mm_a, #mm_b, #mm_c], iterator_types =
+    ["parallel", "parallel", "reduction"]}
       ins(A, W : tensor<TA>, tensor<TW>) outs(F : tensor<TF>) {
   ^bb0(%u: f32, %v: f32, %acc: f32):
     %p = arith.mulf %u, %v : f32

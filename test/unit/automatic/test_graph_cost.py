@@ -5,8 +5,11 @@ reports the compiled program it chose."""
 import collections
 
 import pytest
+from test_composed import _mlp, mlp_on_2x2
+from test_descent import adamw_mlp_step
 
 import slicer
+from example_modules import THREE_LAYERS, ZERO3
 from slicer import Tile, strategies
 from slicer.automatic import Evaluator, Machine, read_sketch
 from slicer.automatic.candidates import resolve_fixed
@@ -14,10 +17,6 @@ from slicer.automatic.graph_cost import price_graph
 from slicer.automatic.sketch import read_kernels
 from slicer.lowering.kernel_graph import CollectiveNode
 from slicer.redistribution.costs import CostModel
-from test_composed import _mlp, mlp_on_2x2
-from test_descent import adamw_mlp_step
-
-from example_modules import THREE_LAYERS, ZERO3
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +90,7 @@ def test_a_prefetched_collective_hides_the_ranks_lag_one_waited_for_at_once_does
     all_gather of a parameter) that lag and half the transfer hide behind kernels, posted at its use only the
     rank's own work on it (`collective_seconds`, never hidden) overlaps the lag."""
     from types import SimpleNamespace
+
     from slicer.automatic.cost_model import Estimate, wait_for
 
     machine = Machine(sync_seconds=1e-3, collective_seconds=1e-4, overlap=0.5)
@@ -208,10 +208,10 @@ def test_a_collective_over_part_of_an_axis_is_priced():
     forward on 2x4 under its budget compiled one): priced over the devices of that part, never a MeshError."""
     import dataclasses
 
+    from test_gathers import MLP
+
     from slicer.automatic.graph_cost import collective_seconds
     from slicer.lowering.kernel_graph import CollectiveNode
-
-    from test_gathers import MLP
 
     mesh = slicer.Mesh({"x": 2, "y": 4})
     graph = slicer.compile(MLP, mesh=mesh, tactics=slicer.parse_tactics("arg1.1=y")).graph

@@ -8,11 +8,10 @@ import os
 import time
 
 import pytest
+from test_composed import mlp_on_2x2
 
 from slicer.automatic import Search, descent, parallel, read_sketch
 from slicer.core.errors import AutoError
-
-from test_composed import mlp_on_2x2
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 needs_two_cores = pytest.mark.skipif(CORES < 2 or not hasattr(os, "fork"), reason="one core, or no os.fork")

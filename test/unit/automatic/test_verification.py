@@ -2,12 +2,12 @@
 then the smallest modelled peak of each family of layouts (the axes the data's batch is tiled over), fastest first;
 and, without a budget, the best distinct layouts."""
 
+from test_descent import mlp
+
 import slicer
 from slicer.automatic import Search, read_sketch
 from slicer.automatic.verification import family, other_families
 from slicer.tactics import format_tactics
-
-from test_descent import mlp
 
 
 def _search(budget):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[3] / "python" / "slicer"
@@ -18,7 +18,7 @@ def package_files() -> list[Path]:
                   for name in files if name.endswith(".py"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), filename=str(path))
 

@@ -91,7 +91,8 @@ def test_the_raise_check_tells_classes_factories_and_re_raises_apart():
 def test_every_error_class_is_documented_exported_or_internal():
     known = documented()
     assert not set(CATALOGUE) - known, f"classes missing from docs/errors.md: {sorted(set(CATALOGUE) - known)}"
-    assert not known - set(CATALOGUE), f"docs/errors.md lists classes that do not exist: {sorted(known - set(CATALOGUE))}"
+    assert not known - set(CATALOGUE), ("docs/errors.md lists classes that do not exist: "
+                                        f"{sorted(known - set(CATALOGUE))}")
     for name in CATALOGUE:
         assert name in errors.__all__, f"{name} is missing from slicer.core.errors.__all__"
         if name in errors.INTERNAL:

@@ -45,7 +45,9 @@ def test_only_optional_dependencies_are_imported_inside_functions():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     for inner in ast.walk(node):
                         if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                            modules = [a.name for a in inner.names] if isinstance(inner, ast.Import) else [inner.module or ""]
+                            modules = (
+                                [a.name for a in inner.names] if isinstance(inner, ast.Import) else [inner.module or ""]
+                            )
                             if any(m.split(".")[0] not in allowed and m not in costly for m in modules):
                                 found.append(f"{path.relative_to(package)}:{inner.lineno}: {modules}")
     assert not found, "function-local imports of non-optional modules:\n" + "\n".join(found)

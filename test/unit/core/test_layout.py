@@ -57,7 +57,8 @@ def test_the_helpers_see_what_they_should():
     assert set(entries) == {"core", "dialect"}
     assert names_file(entries["dialect"], "ops.py") and names_file(entries["core"], "names.py")
     assert not names_file(entries["core"], "ops.py") and not names_file("`loops.py`", "ops.py")
-    assert not names_file("`test_rule_table.py`", "table.py") and not names_file("`x.pyi`", "x.py") and names_file("in x.py.", "x.py")
+    assert not names_file("`test_rule_table.py`",
+                          "table.py") and not names_file("`x.pyi`", "x.py") and names_file("in x.py.", "x.py")
     modules = package_modules()
     assert "lowering/kernel_graph.py" in modules["lowering"]  # through the lowering/ link
     assert "api.py" in modules["api"] and not any(m.endswith("__init__.py") for ms in modules.values() for m in ms)

@@ -55,11 +55,13 @@ def test_options_are_typed_by_the_fields():
 
 
 @pytest.mark.parametrize("name, options, message", [
-    ("slicer-kernel-rows", {"unroll": "two"}, "pass 'slicer-kernel-rows' option 'unroll' expects an integer, got 'two'"),
+    ("slicer-kernel-rows", {"unroll": "two"},
+     "pass 'slicer-kernel-rows' option 'unroll' expects an integer, got 'two'"),
     ("slicer-kernel-rows", {"tile": "2"}, "pass 'slicer-kernel-rows' has no option 'tile' (options: unroll)"),
     ("slicer-kernel-vectorize", {"matmul": "4,16"},
      "pass 'slicer-kernel-vectorize' option 'matmul' takes 3 comma-separated values, got '4,16'"),
-    ("slicer-kernel-vectorize", {"matmul": "4,x,8"}, "pass 'slicer-kernel-vectorize' option 'matmul' expects an integer"),
+    ("slicer-kernel-vectorize", {"matmul": "4,x,8"},
+     "pass 'slicer-kernel-vectorize' option 'matmul' expects an integer"),
     ("slicer-propagate", {"strict-conflicts": "maybe"}, "option 'strict-conflicts' expects a bool"),
 ])
 def test_bad_options_are_option_errors(name, options, message):

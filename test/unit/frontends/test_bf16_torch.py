@@ -14,9 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+from test_training_controls import errors, torch_run, train  # noqa: E402
+
 import slicer  # noqa: E402
 from slicer import strategies  # noqa: E402
-
-from test_training_controls import errors, torch_run, train  # noqa: E402
 
 COLLECTIVE = re.compile(r"^\s*\d+\. (?:shard|slicer)\.(\w+) over \[([\w,]+)\] (\S*) ->", re.MULTILINE)
 
@@ -47,13 +47,9 @@ def collectives(step, strategy):
     """(the compiled step, Counter of (collective, axes, local input shape) in its explain())."""
     tactics, mesh = STRATEGIES[strategy]
     with pytest.warns(slicer.DegradedStrategy) if strategy in DEGRADED else contextlib.nullcontext():
-        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step))
+        # buckets off: each collective of the partitioner as it is, to count them
+        prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics(step), buckets="off")
     return prog, Counter(COLLECTIVE.findall(prog.explain()))
-
-
-@pytest.fixture(autouse=True)
-def no_buckets(monkeypatch):
-    monkeypatch.setenv("SLICER_BUCKETS", "0")  # each collective of the partitioner as it is, to count them
 
 
 @functools.cache

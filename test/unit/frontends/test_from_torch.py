@@ -8,10 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+import slicer  # noqa: E402
 from example_modules import collective_ops as collectives  # noqa: E402
 from example_modules import load  # noqa: E402
-
-import slicer  # noqa: E402
 
 models = load("torch/models.py", "torch_models")
 BLOCKS = ("gpt2_block", "encoder_layer")  # the rest of the zoo runs in test/mpi/test_torch_models.py

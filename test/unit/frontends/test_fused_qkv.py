@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")

@@ -7,7 +7,6 @@ import pytest
 from mlir import ir
 
 import slicer
-
 from slicer.checking import check_equivalent
 from slicer.core.errors import InternalError
 from slicer.dialect import make_context, walk_ops
@@ -93,7 +92,8 @@ def test_a_step_that_breaks_the_module_is_an_internal_error_naming_the_op_and_li
     text = """
 func.func @f(%t: tensor<4x8xf32>) -> tensor<4x2xf32> {
   %a = tensor.extract_slice %t[0, 0] [4, 4] [1, 1] : tensor<4x8xf32> to tensor<4x4xf32> loc("model.py":3:0)
-  %b = tensor.extract_slice %a[0, 0] [4, 2] [1, 1] : tensor<4x4xf32> to tensor<4x2xf32> loc(callsite("model.py":5:0 at "train.py":9:0))
+  %b = tensor.extract_slice %a[0, 0] [4, 2] [1, 1] : tensor<4x4xf32> to tensor<4x2xf32>
+      loc(callsite("model.py":5:0 at "train.py":9:0))
   return %b : tensor<4x2xf32>
 }
 """

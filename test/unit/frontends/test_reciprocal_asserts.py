@@ -8,9 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 
 models = load("torch/models.py", "torch_models")
 

@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer.frontends import torch_import  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")

@@ -3,15 +3,13 @@ crashes (a scatter_reduce) raises a FrontendError naming the op and the Python s
 lives on. A MoE router writing its gates with torch.topk and torch.scatter (on which torch-mlir alone crashes)
 imports as one-hot forms, as its mask router does, and both equal torch."""
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import collective_ops, load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
 from slicer.core.source_lines import source_line, user_frame  # noqa: E402
 
 models = load("torch/models.py", "torch_models")

@@ -7,9 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import FrontendError  # noqa: E402
 

@@ -13,9 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
-
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import schedules  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
@@ -129,8 +128,9 @@ def test_learning_rate_per_step_and_clipping_in_the_loss_function():
 
     optimizer = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
     by_loss = slicer.training_step(model, clipped_loss, *batch, optimizer=optimizer)
-    by_option = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1, momentum=0.9,
-                                                                                  weight_decay=0.01, clip_grad_norm=0.5))
+    by_option = slicer.training_step(
+        model, loss_fn, *batch, optimizer=slicer.SGD(0.1, momentum=0.9, weight_decay=0.01, clip_grad_norm=0.5)
+    )
     assert by_loss.text == by_option.text
     assert by_loss.names_with_role("hyper") == ("lr", "weight_decay", "momentum")
     lrs = [0.2 / (1 + t) for t in range(STEPS)]

@@ -12,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.frontends.randomness import RandomStream, philox4x32  # noqa: E402
 

@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 
@@ -78,8 +78,10 @@ def test_arguments_results_and_bound_values_are_named():
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="0.weight", dim=0, axes="x"),
                                                                 slicer.Tile(result="exp_avg.0.weight", dim=0,
                                                                             axes="x")])
-    assert "result #4 (exp_avg.0.weight): [16, 8] as [[x],[]] (tactic Tile(result='exp_avg.0.weight', dim=0, axes='x'))" \
+    assert (
+        "result #4 (exp_avg.0.weight): [16, 8] as [[x],[]] (tactic Tile(result='exp_avg.0.weight', dim=0, axes='x'))"
         in prog.explain()
+    )
 
 
 def test_sgd_without_momentum_keeps_no_state_and_buffers_are_read():

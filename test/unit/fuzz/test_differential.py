@@ -1,8 +1,8 @@
 """The differential fuzzer in CI (issue 12): random programs, meshes and tactics, partitioned by slicer and
 compared with an independent numpy evaluation. See docs/fuzzing.md.
 
-- `test_differential`: SLICER_FUZZ_CASES hypothesis examples (default 200, about 25 s; 2,000 with SLICER_NIGHTLY=1; derandomized,
-  so CI is reproducible; SLICER_FUZZ_SEED=<int> explores other cases). It fails on a wrong answer, an
+- `test_differential`: SLICER_FUZZ_CASES hypothesis examples (default 200, about 25 s; 2,000 with SLICER_NIGHTLY=1;
+  derandomized, so CI is reproducible; SLICER_FUZZ_SEED=<int> explores other cases). It fails on a wrong answer, an
   internal error or a hang; the shrunk case is written to test/fuzz/regressions/<hash>.json and the
   failure names that file.
 - `test_regression`: replays every saved case and checks the class its file expects once fixed.
@@ -83,7 +83,7 @@ def test_differential(fuzz_pool):
         prop = seed(int(SEED))(prop)
     try:
         prop()
-    except Exception:  # noqa: BLE001 - a FuzzFailure, or hypothesis' own (Flaky...) around one
+    except Exception:
         if "case" not in last:
             raise
     if "case" in last:

@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from fuzz.execute import FAILURES  # noqa: E402
-from fuzz.slicing import SlicingCase, draw_slicing_case, execute_slicing, generate_slicing_case  # noqa: E402
-from fuzz.source import HypothesisSource  # noqa: E402
+from fuzz.execute import FAILURES
+from fuzz.slicing import SlicingCase, draw_slicing_case, execute_slicing, generate_slicing_case
+from fuzz.source import HypothesisSource
 
 # GPT-NeoX's partial rotary as a chain: q of a per-head fused projection, its rotated part, rotate_half of it;
 # then timm's unbind of heads moved to the front, and pieces shuffled back together.

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from fuzz.training import TrainingCase, build, execute_training, generate_training_case  # noqa: E402
-from fuzz.training_steps import torch_reference  # noqa: E402
+from fuzz.training import TrainingCase, build, execute_training, generate_training_case
+from fuzz.training_steps import torch_reference
 
 
 def test_cases_replay_from_their_seed_and_json_and_divide_the_mesh():

@@ -10,8 +10,7 @@ import pytest
 from mlir import ir
 
 from slicer.dialect import make_context
-from slicer.lowering import DEFAULT_PIPELINE, compile_library
-from slicer.lowering import contract
+from slicer.lowering import DEFAULT_PIPELINE, compile_library, contract
 
 RNG = np.random.default_rng(1)
 
@@ -40,8 +39,10 @@ func.func @{name}({args}) -> {ttype(output)} {{
   %scale = arith.constant {scale or 1.0} : {dtype}
   %e = tensor.empty() : {ttype(output)}
   %f = linalg.fill ins(%z : {dtype}) outs(%e : {ttype(output)}) -> {ttype(output)}
-  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types = [{kinds}]}}
-      ins({', '.join(f'%a{i}' for i in range(len(operands)))} : {', '.join(ttype(t) for t in operands)}) outs(%f : {ttype(output)}) {{
+  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types =
+      [{kinds}]}}
+      ins({', '.join(f'%a{i}' for i in range(len(operands)))} : {', '.join(ttype(t) for t in operands)})
+          outs(%f : {ttype(output)}) {{
   ^bb0({', '.join(f'%x{i}: {dtype}' for i in range(len(operands)))}, %acc: {dtype}):
     %m = arith.mulf %x0, %x1 : {dtype}
 {scaled[0]}    %s = arith.addf %acc, {scaled[1]} : {dtype}
@@ -128,7 +129,8 @@ func.func @pv(%ex: tensor<2x13x37xf32>, %den: tensor<2x13xf32>, %v: tensor<2x37x
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<2x13x40xf32>
   %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x13x40xf32>) -> tensor<2x13x40xf32>
-  %r = linalg.generic {indexing_maps = [#p, #d, #v, #o], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+  %r = linalg.generic {indexing_maps = [#p, #d, #v, #o], iterator_types =
+      ["parallel", "parallel", "parallel", "reduction"]}
       ins(%ex, %den, %v : tensor<2x13x37xf32>, tensor<2x13xf32>, tensor<2x37x40xf32>) outs(%f : tensor<2x13x40xf32>) {
   ^bb0(%a: f32, %b: f32, %c: f32, %acc: f32):
     %q = arith.divf %a, %b : f32
@@ -166,7 +168,8 @@ def _classify(text: str) -> list[str]:
 
 
 def test_classification_of_attention_generics():
-    """Dim groups of attention's contractions (letters name loop dims in order): N = (h, e), K = (h, e) (outer first)."""
+    """Dim groups of attention's contractions (letters name loop dims in order): N = (h, e), K = (h, e) (outer
+    first)."""
     q = _classify(einsum_fn("q", "sd,dhe->hse", dict(s=16, d=32, h=2, e=64)))
     assert q == ["@__slicer_contract_0: batch=- m=b n=ac k=d sizes=2x16x64x32 f32 zero-init"]
     out = _classify(einsum_fn("o", "hse,hed->sd", dict(s=16, d=32, h=2, e=64)))
@@ -175,7 +178,8 @@ def test_classification_of_attention_generics():
 
 def test_non_contractions_are_left_to_the_vectorizer():
     """A max-plus 'contraction' or an integer one keeps the tile-and-vectorize path."""
-    maxplus = einsum_fn("mp", "mk,kn->mn", dict(m=8, k=8, n=8)).replace("%s = arith.addf %acc, %m", "%s = arith.maximumf %acc, %m")
+    maxplus = einsum_fn("mp", "mk,kn->mn", dict(m=8, k=8, n=8)).replace("%s = arith.addf %acc, %m",
+                                                                        "%s = arith.maximumf %acc, %m")
     assert _classify(maxplus) == []
     integer = einsum_fn("i", "mk,kn->mn", dict(m=8, k=8, n=8), "i32").replace("arith.mulf", "arith.muli").replace(
         "arith.addf", "arith.addi").replace("0.0 : i32", "0 : i32").replace("1.0 : i32", "1 : i32")

@@ -4,8 +4,8 @@ The reference is numpy's float64 einsum of the bf16 inputs (exact products; the 
 Tolerance: an f32 result is within 1e-5 of sum |a||b| (f32 accumulation of K products: K * 2^-24 relative
 at worst for the K here, ~1e-5); a bf16 result additionally within one bf16 rounding (2^-8 of its value).
 Every layout the packing handles (A along k, B along N, B along k, transposed A, several M/N/K dims, a C whose
-innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8 or 32 rows, 32
-columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
+innermost dim is not N, A read in place where N is small), batch dims, edge sizes that are not multiples of the tiles (8
+or 32 rows, 32 columns, k pairs, 32-deep AMX steps) and more than one cache block (K > 512, N > 1024, M > 256).
 
 AMX code runs only on a CPU that has it (this test checks that it compiles to tile instructions
 everywhere and that loading it elsewhere is refused clearly instead of a SIGILL).
@@ -17,20 +17,19 @@ import subprocess
 import ml_dtypes
 import numpy as np
 import pytest
-
 from mlir import ir
 
 from slicer.core.errors import KernelError
 from slicer.core.functions import entry_function
+from slicer.core.names import TARGET_BF16_UNITS_ATTR
 from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
-from slicer.core.names import TARGET_BF16_UNITS_ATTR
-from slicer.lowering.contract import ContractOptions, contract_module
-from slicer.lowering.kernel_prepare import prepare_kernels
 from slicer.lowering import DEFAULT_PIPELINE, compile_library
 from slicer.lowering.aot import Target, library_key
 from slicer.lowering.cache import KernelCache
+from slicer.lowering.contract import ContractOptions, contract_module
 from slicer.lowering.contract.matrix_units import AMX, AVX512BF16, BF16_UNITS, F32, host_units, units_of_flags
+from slicer.lowering.kernel_prepare import prepare_kernels
 
 RNG = np.random.default_rng(3)
 BF16 = ml_dtypes.bfloat16
@@ -64,7 +63,8 @@ func.func @{name}({args}) -> {ttype(output, out)} {{
   %z = arith.constant 0.0 : {out}
   %e = tensor.empty() : {ttype(output, out)}
   %f = linalg.fill ins(%z : {out}) outs(%e : {ttype(output, out)}) -> {ttype(output, out)}
-  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types = [{kinds}]}}
+  %r = linalg.generic {{indexing_maps = [{', '.join(amap(t) for t in operands + [output])}], iterator_types =
+      [{kinds}]}}
       ins(%a0, %a1 : {', '.join(ttype(t) for t in operands)}) outs(%f : {ttype(output, out)}) {{
   ^bb0(%x0: bf16, %x1: bf16, %acc: {out}):
 {body}    %s = arith.addf %acc, %m : {out}
@@ -170,7 +170,8 @@ def test_amx_code_is_tile_instructions_and_needs_the_tile_state(cache_dir):
         assert HOST != AMX
     else:
         assert HOST == AMX
-        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)), ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
+        for name, spec, sizes in (("mm", "mk,kn->mn", dict(m=64, k=96, n=64)),
+                                  ("prime", "mk,nk->mn", dict(m=40, k=1031, n=70))):
             arrays = _inputs(spec, sizes)
             _check(library[name](*arrays), spec, arrays, 0.0, f"amx {name}")
     objdump = shutil.which("objdump")
@@ -212,9 +213,16 @@ def test_the_best_units_of_a_target():
 def test_a_scaled_bf16_contraction_takes_the_f32_gemm(cache_dir):
     """A side that is more than a bf16 input (attention's scores scaled inside the body) is not packed as bf16
     (rounding the scaled operand to bf16 would lose precision): the f32 GEMM widens it while packing."""
-    text = bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33)).replace(
-        "    %s = arith.addf %acc, %m : f32", "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32").replace(
-        "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32")
+    text = (
+        bf16_einsum_fn("scores", "hse,hte->hst", dict(h=2, s=17, e=40, t=33))
+        .replace(
+            "    %s = arith.addf %acc, %m : f32",
+            "    %ms = arith.mulf %m, %c8 : f32\n    %s = arith.addf %acc, %ms : f32",
+        )
+        .replace(
+            "  %z = arith.constant 0.0 : f32", "  %z = arith.constant 0.0 : f32\n  %c8 = arith.constant 0.125 : f32"
+        )
+    )
     generated = _after_contract(text)
     assert "__slicer_ukernel_f32_8x2" in generated and "bf16_" not in generated
     library = compile_library(text, cache_dir=cache_dir)
@@ -266,3 +274,113 @@ def test_a_large_c_written_once_is_stored_non_temporally(cache_dir, units):
     exact = np.matmul(wide_q, wide_k.transpose(0, 2, 1))
     scale = np.matmul(np.abs(wide_q), np.abs(wide_k).transpose(0, 2, 1))
     assert (np.abs(result - exact) <= 1e-5 * scale + 1e-6).all()
+
+
+SHARED_WIDENING = """
+#id = affine_map<(i, j) -> (i, j)>
+#a = affine_map<(i, j, k) -> (i, k)>
+#b = affine_map<(i, j, k) -> (k, j)>
+#c = affine_map<(i, j, k) -> (i, j)>
+func.func @two(%x: tensor<21x50xbf16>, %w: tensor<50x40xbf16>, %v: tensor<50x40xbf16>)
+    -> (tensor<21x40xf32>, tensor<21x40xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %ew = tensor.empty() : tensor<21x50xf32>
+  %wide = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<21x50xbf16>) outs(%ew : tensor<21x50xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %f = arith.extf %in : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<21x50xf32>
+  %ec = tensor.empty() : tensor<21x40xf32>
+  %fill = linalg.fill ins(%zero : f32) outs(%ec : tensor<21x40xf32>) -> tensor<21x40xf32>
+  %p = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide, %w : tensor<21x50xf32>, tensor<50x40xbf16>) outs(%fill : tensor<21x40xf32>) {
+  ^bb0(%in: f32, %in2: bf16, %out: f32):
+    %b = arith.extf %in2 : bf16 to f32
+    %m = arith.mulf %in, %b : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<21x40xf32>
+  %q = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide, %v : tensor<21x50xf32>, tensor<50x40xbf16>) outs(%fill : tensor<21x40xf32>) {
+  ^bb0(%in: f32, %in2: bf16, %out: f32):
+    %b = arith.extf %in2 : bf16 to f32
+    %m = arith.mulf %in, %b : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<21x40xf32>
+  return %p, %q : tensor<21x40xf32>, tensor<21x40xf32>
+}
+"""
+
+
+def test_a_bf16_operand_widened_once_for_several_contractions_takes_the_bf16_gemm(cache_dir):
+    """torch's import widens a layer norm's bf16 output once and reads it from q, k and v: the widening is
+    folded into each contraction (`lowering/widenings.py`), which reads bf16 and takes the bf16 GEMM; the
+    results equal numpy's on the bf16 values (f32 accumulation)."""
+    generated = _after_contract(SHARED_WIDENING, units=AVX512BF16 if AVX512BF16 in RUNNABLE else F32)
+    assert "__slicer_ukernel_bf16_" in generated and "__slicer_ukernel_f32_8x2" not in generated
+    spec = "mk,kn->mn"
+    x, w = _inputs(spec, dict(m=21, k=50, n=40))
+    v = _inputs(spec, dict(m=21, k=50, n=40))[1]
+    p, q = compile_library(SHARED_WIDENING, cache_dir=cache_dir)["two"](x, w, v)
+    _check(p, spec, [x, w], 0.0, "first reader")
+    _check(q, spec, [x, v], 0.0, "second reader")
+
+
+def _context_program(also_return_c: bool, k: int = 40) -> str:
+    """attention's context `p @ v` into f32, rounded to bf16 and transposed to [b, s, h, e]; optionally C
+    returned too (a second reader: the rounding is not fused)."""
+    results = "tensor<2x32x4x64xbf16>" + (", tensor<2x4x32x64xf32>" if also_return_c else "")
+    returned = "%r" + (", %c" if also_return_c else "")
+    return f"""
+#a = affine_map<(b, h, s, e, t) -> (b, h, s, t)>
+#v = affine_map<(b, h, s, e, t) -> (b, h, t, e)>
+#c = affine_map<(b, h, s, e, t) -> (b, h, s, e)>
+#id = affine_map<(b, s, h, e) -> (b, s, h, e)>
+#tr = affine_map<(b, s, h, e) -> (b, h, s, e)>
+func.func @ctx(%p: tensor<2x4x32x{k}xbf16>, %v: tensor<2x4x{k}x64xbf16>) -> ({results}) {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x4x32x64xf32>
+  %fill = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x32x64xf32>) -> tensor<2x4x32x64xf32>
+  %c = linalg.generic {{indexing_maps = [#a, #v, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}}
+      ins(%p, %v : tensor<2x4x32x{k}xbf16>, tensor<2x4x{k}x64xbf16>) outs(%fill : tensor<2x4x32x64xf32>) {{
+  ^bb0(%x: bf16, %y: bf16, %out: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %m = arith.mulf %xf, %yf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }} -> tensor<2x4x32x64xf32>
+  %eo = tensor.empty() : tensor<2x32x4x64xbf16>
+  %r = linalg.generic {{indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
+      ins(%c : tensor<2x4x32x64xf32>) outs(%eo : tensor<2x32x4x64xbf16>) {{
+  ^bb0(%x: f32, %o: bf16):
+    %t = arith.truncf %x : f32 to bf16
+    linalg.yield %t : bf16
+  }} -> tensor<2x32x4x64xbf16>
+  return {returned} : {results}
+}}
+"""
+
+
+@pytest.mark.parametrize("units", [AVX512BF16, F32])
+@pytest.mark.parametrize("k", [40, 512, 600])
+def test_the_rounding_epilogue_is_stored_by_the_gemm_bit_for_bit(cache_dir, units, k):
+    """A contraction whose f32 C only a (transposing) rounding reads: the bf16 GEMM stores the rounded tiles
+    where the rounding did (`contract/epilogue.py`), no f32 C left, the same bits as the f32 C rounded by its
+    own op (the program that also returns C keeps both); K longer than one K block (600 > 512) is not fused."""
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units}")
+    fused = k <= 512
+    generated = _after_contract(_context_program(False, k), units=units)
+    assert ("call @__slicer_contract_0(%arg0, %arg1, %arg2)" in generated) == fused  # into the bf16 result
+    rng = np.random.default_rng(k)
+    p = rng.standard_normal((2, 4, 32, k)).astype(BF16)
+    v = rng.standard_normal((2, 4, k, 64)).astype(BF16)
+    alone = compile_library(_context_program(False, k), pipeline=_pipeline(units), cache_dir=cache_dir)["ctx"](p, v)
+    rounded, c = compile_library(_context_program(True, k), pipeline=_pipeline(units), cache_dir=cache_dir)["ctx"](p, v)
+    assert alone.dtype == BF16 and alone.shape == (2, 32, 4, 64)
+    np.testing.assert_array_equal(alone.view(np.uint16), rounded.view(np.uint16))
+    np.testing.assert_array_equal(alone.view(np.uint16), c.transpose(0, 2, 1, 3).astype(BF16).view(np.uint16))
+    _check(alone.transpose(0, 2, 1, 3), "bhst,bhte->bhse", [p, v], 2.0 ** -8, f"{units} context k={k}")

@@ -13,7 +13,7 @@ from mlir import ir  # noqa: E402
 from mlir.dialects import linalg  # noqa: E402
 
 from slicer.dialect import make_context  # noqa: E402
-from slicer.dialect.ops import walk_ops  # noqa: E402
+from slicer.core.operations import walk_ops  # noqa: E402
 from slicer.lowering import DEFAULT_PIPELINE, compile_library  # noqa: E402
 from slicer.lowering.contract import NotAContraction, analyze, im2col  # noqa: E402
 
@@ -26,7 +26,8 @@ def _t(shape, dtype):
 
 
 def conv_fn(name, x_shape, w_shape, stride, pad, dtype="f32"):
-    """y[n, f, oh, ow] = sum_{c, kh, kw} pad(x)[n, c, oh * s + kh, ow * s + kw] * w[f, c, kh, kw] (torch-mlir's form)."""
+    """y[n, f, oh, ow] = sum_{c, kh, kw} pad(x)[n, c, oh * s + kh, ow * s + kw] * w[f, c, kh, kw] (torch-mlir's
+    form)."""
     n, c, h, w = x_shape
     f, _, k, _ = w_shape
     hp, wp = h + 2 * pad, w + 2 * pad
@@ -34,7 +35,8 @@ def conv_fn(name, x_shape, w_shape, stride, pad, dtype="f32"):
     s = "" if stride == 1 else f" * {stride}"
     x_map = f"affine_map<{DIMS7} -> (d0, d4, d2{s} + d5, d3{s} + d6)>"
     return _generic(name, [(x_shape, (n, c, hp, wp), pad), (w_shape, None, 0)], (n, f, oh, ow),
-                    [x_map, f"affine_map<{DIMS7} -> (d1, d4, d5, d6)>", f"affine_map<{DIMS7} -> (d0, d1, d2, d3)>"], dtype)
+                    [x_map, f"affine_map<{DIMS7} -> (d1, d4, d5, d6)>", f"affine_map<{DIMS7} -> (d0, d1, d2, d3)>"],
+                    dtype)
 
 
 def weight_grad_fn(name, x_shape, g_shape, k, stride, pad, dtype="f32"):
@@ -44,7 +46,8 @@ def weight_grad_fn(name, x_shape, g_shape, k, stride, pad, dtype="f32"):
     s = "" if stride == 1 else f" * {stride}"
     x_map = f"affine_map<{DIMS7} -> (d4, d1, d5{s} + d2, d6{s} + d3)>"
     return _generic(name, [(x_shape, (n, c, h + 2 * pad, w + 2 * pad), pad), (g_shape, None, 0)], (f, c, k, k),
-                    [x_map, f"affine_map<{DIMS7} -> (d4, d0, d5, d6)>", f"affine_map<{DIMS7} -> (d0, d1, d2, d3)>"], dtype)
+                    [x_map, f"affine_map<{DIMS7} -> (d4, d0, d5, d6)>", f"affine_map<{DIMS7} -> (d0, d1, d2, d3)>"],
+                    dtype)
 
 
 def _generic(name, inputs, out_shape, maps, dtype):
@@ -122,7 +125,8 @@ def test_forward_and_weight_gradient_equal_torch(cache_dir, case):
     y = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad)
     g = torch.from_numpy(RNG.standard_normal(tuple(y.shape)).astype(np.float32)).double()
     dx, dw = torch.autograd.grad(y, (xt, wt), g)
-    text = conv_fn("forward", x_shape, w.shape, stride, pad) + weight_grad_fn("wgrad", x_shape, tuple(y.shape), k, stride, pad)
+    text = conv_fn("forward", x_shape, w.shape, stride, pad) + weight_grad_fn("wgrad", x_shape, tuple(y.shape), k,
+                                                                              stride, pad)
     # the input gradient: a stride-1 convolution of the dilated, padded g with the flipped, transposed weights
     # (torch-mlir's form of it; the dilation is done here, as torch-mlir's insert_slice does it)
     dilated = np.zeros((g.shape[0], f, (g.shape[2] - 1) * stride + 1, (g.shape[3] - 1) * stride + 1), np.float32)
@@ -135,14 +139,16 @@ def test_forward_and_weight_gradient_equal_torch(cache_dir, case):
     library = compile_library(text, cache_dir=cache_dir)
     tol = dict(rtol=2e-4, atol=2e-4 * np.sqrt(x_shape[1] * k * k))
     np.testing.assert_allclose(library["forward"](x, w), y.detach().numpy(), **tol)
-    np.testing.assert_allclose(library["wgrad"](x, g.float().numpy()), dw.numpy(), rtol=2e-4, atol=2e-4 * np.sqrt(g.numel() / f))
+    np.testing.assert_allclose(library["wgrad"](x, g.float().numpy()), dw.numpy(), rtol=2e-4,
+                               atol=2e-4 * np.sqrt(g.numel() / f))
     full = library["input_grad"](framed, flipped)
     np.testing.assert_allclose(full[:, :, pad:pad + x_shape[2], pad:pad + x_shape[3]], dx.numpy(), **tol)
 
 
 def test_every_convolution_form_becomes_a_packed_gemm():
     """The forward, weight gradient and input gradient forms all reach the GEMM generator after the rewrite."""
-    text = conv_fn("forward", (2, 16, 8, 8), (32, 16, 3, 3), 2, 1) + weight_grad_fn("wgrad", (2, 16, 8, 8), (2, 32, 4, 4), 3, 2, 1)
+    text = conv_fn("forward", (2, 16, 8, 8), (32, 16, 3, 3), 2,
+                   1) + weight_grad_fn("wgrad", (2, 16, 8, 8), (2, 32, 4, 4), 3, 2, 1)
     found = _contractions_after_rewrite(text)
     assert len(found) == 2, found
 
@@ -156,9 +162,11 @@ func.func @fused(%x: tensor<2x8x10x10xf32>, %g: tensor<2x16x8x8xf32>, %s: tensor
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<16x8x3x3xf32>
   %f = linalg.fill ins(%z : f32) outs(%e : tensor<16x8x3x3xf32>) -> tensor<16x8x3x3xf32>
-  %r = linalg.generic {indexing_maps = [affine_map<DIMS -> (n, c, oh + kh, ow + kw)>, affine_map<DIMS -> (n, f, oh, ow)>,
+  %r = linalg.generic {indexing_maps = [affine_map<DIMS -> (n, c, oh + kh, ow + kw)>,
+      affine_map<DIMS -> (n, f, oh, ow)>,
                                         affine_map<DIMS -> (f)>, affine_map<DIMS -> (f, c, kh, kw)>],
-                       iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction",
+                           "reduction"]}
       ins(%x, %g, %s : tensor<2x8x10x10xf32>, tensor<2x16x8x8xf32>, tensor<16xf32>) outs(%f : tensor<16x8x3x3xf32>) {
   ^bb0(%a: f32, %b: f32, %scale: f32, %acc: f32):
     %bs = arith.mulf %b, %scale : f32

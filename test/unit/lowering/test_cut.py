@@ -17,7 +17,7 @@ from slicer.lowering.aot import split_kernels
 from slicer.lowering.cut import MAX_OPS, MIN_OPS, is_compute
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "propagation"))
-from test_scaling import ROWS, MODEL, HIDDEN, reference, residual_chain  # noqa: E402
+from test_scaling import HIDDEN, MODEL, ROWS, reference, residual_chain
 
 DEPTH = 60
 
@@ -30,6 +30,7 @@ def deep_program():
 
 def compute_ops(kernel_text: str) -> int:
     from mlir import ir
+
     from slicer.dialect import make_context, walk_ops
 
     with make_context():

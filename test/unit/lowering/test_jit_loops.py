@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slicer.lowering import JitError, compile_function
 
@@ -16,15 +17,19 @@ def nested_matmul(m, k, n, x, y):
 func.func @matmul(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
   %0 = "slicer.loop"() ({{
   ^bb0(%rx: !slicer.range<"x", {x}>):
-    %a0 = "slicer.slice"(%a, %rx) {{dim = 0 : i64}} : (tensor<{m}x{k}xf32>, !slicer.range<"x", {x}>) -> tensor<{bm}x{k}xf32>
+    %a0 = "slicer.slice"(%a, %rx) {{dim = 0 : i64}} : (tensor<{m}x{k}xf32>, !slicer.range<"x", {x}>) ->
+        tensor<{bm}x{k}xf32>
     %1 = "slicer.loop"() ({{
     ^bb0(%ry: !slicer.range<"y", {y}>):
-      %a1 = "slicer.slice"(%a0, %ry) {{dim = 1 : i64}} : (tensor<{bm}x{k}xf32>, !slicer.range<"y", {y}>) -> tensor<{bm}x{bk}xf32>
-      %b1 = "slicer.slice"(%b, %ry) {{dim = 0 : i64}} : (tensor<{k}x{n}xf32>, !slicer.range<"y", {y}>) -> tensor<{bk}x{n}xf32>
+      %a1 = "slicer.slice"(%a0, %ry) {{dim = 1 : i64}} : (tensor<{bm}x{k}xf32>, !slicer.range<"y", {y}>) ->
+          tensor<{bm}x{bk}xf32>
+      %b1 = "slicer.slice"(%b, %ry) {{dim = 0 : i64}} : (tensor<{k}x{n}xf32>, !slicer.range<"y", {y}>) ->
+          tensor<{bk}x{n}xf32>
       %e = tensor.empty() : tensor<{bm}x{n}xf32>
       %z = arith.constant 0.0 : f32
       %f = linalg.fill ins(%z : f32) outs(%e : tensor<{bm}x{n}xf32>) -> tensor<{bm}x{n}xf32>
-      %p = linalg.matmul ins(%a1, %b1 : tensor<{bm}x{bk}xf32>, tensor<{bk}x{n}xf32>) outs(%f : tensor<{bm}x{n}xf32>) -> tensor<{bm}x{n}xf32>
+      %p = linalg.matmul ins(%a1, %b1 : tensor<{bm}x{bk}xf32>, tensor<{bk}x{n}xf32>) outs(%f : tensor<{bm}x{n}xf32>) ->
+          tensor<{bm}x{n}xf32>
       tosa.yield %p : tensor<{bm}x{n}xf32>
     }}) {{action = #slicer.sum, mesh = @mesh}} : () -> tensor<{bm}x{n}xf32>
     tosa.yield %1 : tensor<{bm}x{n}xf32>

@@ -47,7 +47,8 @@ def run_child(tmp_path: Path, cache: Path, mode: str) -> dict:
     source.write_text(PROGRAM)
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    done = subprocess.run([sys.executable, str(script), str(source), str(cache), mode], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script), str(source), str(cache), mode], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -56,7 +57,11 @@ def run_child(tmp_path: Path, cache: Path, mode: str) -> dict:
 def test_second_process_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"
     first = run_child(tmp_path, cache, "allow_tools")
-    assert first["hit"] is False and first["misses"] == 1 and (first["tools"].get("llc") or first["tools"].get("llvm-codegen")) == 1
+    assert (
+        first["hit"] is False
+        and first["misses"] == 1
+        and (first["tools"].get("llc") or first["tools"].get("llvm-codegen")) == 1
+    )
     second = run_child(tmp_path, cache, "forbid_tools")
     assert second == {"hit": True, "hits": 1, "misses": 0, "tools": {}}
 
@@ -122,7 +127,8 @@ def test_concurrent_processes_compile_once(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     children = [
-        subprocess.Popen([sys.executable, str(script), str(source), str(cache), "allow_tools"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, str(script), str(source), str(cache), "allow_tools"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
         for _ in range(3)
     ]
     reports = []
@@ -143,7 +149,8 @@ def test_pipelines_are_data(tmp_path):
     assert DEFAULT_PIPELINE.until("bufferize").names() == ["slicer", "linalg", "bufferize"]
     with pytest.raises(PipelineError, match="no stage"):
         DEFAULT_PIPELINE.without("tiling")
-    bad = KernelPipeline(tuple((n, ("slicer-kernel-vectorize{tiles=3}",) if n == "vectorize" else e) for n, e in DEFAULT_PIPELINE.stages))
+    bad = KernelPipeline(tuple((n, ("slicer-kernel-vectorize{tiles=3}",) if n == "vectorize" else e) for n,
+                               e in DEFAULT_PIPELINE.stages))
     with pytest.raises(KernelError, match="pass .slicer-kernel-vectorize. has no option .tiles."):
         compile_library(PROGRAM, cache_dir=tmp_path, pipeline=bad)
 

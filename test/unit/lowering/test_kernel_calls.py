@@ -48,9 +48,12 @@ def test_kernel_signatures(library):
 @pytest.mark.parametrize(
     "make_args, message",
     [
-        (lambda: (np.zeros((4, 6), np.float64), np.zeros((4, 6), np.float32)), "input #0 of kernel @scale must have dtype float32, got float64"),
-        (lambda: (np.zeros((4, 6), np.float32), np.zeros((6, 4), np.float32)), r"input #1 of kernel @scale must have shape \(4, 6\), got \(6, 4\)"),
-        (lambda: (np.zeros((6, 4), np.float32).T, np.zeros((4, 6), np.float32)), "input #0 of kernel @scale is not C-contiguous"),
+        (lambda: (np.zeros((4, 6), np.float64), np.zeros((4, 6), np.float32)), "input #0 of kernel @scale must have "
+                                                                               "dtype float32, got float64"),
+        (lambda: (np.zeros((4, 6), np.float32), np.zeros((6, 4), np.float32)), r"input #1 of kernel @scale must have "
+                                                                               r"shape \(4, 6\), got \(6, 4\)"),
+        (lambda: (np.zeros((6, 4), np.float32).T, np.zeros((4, 6), np.float32)), "input #0 of kernel @scale is not "
+                                                                                 "C-contiguous"),
         (lambda: (np.zeros((4, 6), np.float32),), "takes 2 input arrays, got 1"),
         (lambda: ([[0.0] * 6] * 4, np.zeros((4, 6), np.float32)), "must be a numpy array"),
     ],
@@ -157,7 +160,8 @@ def test_bound_calls_run_on_their_arrays(library):
         library["scale"].bind(a, out=out)
 
 
-@pytest.mark.parametrize("shape, dtype", [((4, 6), np.float32), ((5,), np.int32), ((), np.float64), ((0, 3), np.float32)])
+@pytest.mark.parametrize("shape, dtype",
+                         [((4, 6), np.float32), ((5,), np.int32), ((), np.float64), ((0, 3), np.float32)])
 def test_aligned_empty(shape, dtype):
     from slicer.lowering import aligned_empty
 
@@ -191,7 +195,8 @@ func.func @twice(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor
         a, b = rng.standard_normal((2, 1024, 1024), dtype=np.float32)
         np.testing.assert_array_equal(library["twice"](a, b), (a * b).T + a)
     if shutil.which("nm"):
-        exported = subprocess.run(["nm", "-D", "--defined-only", str(library.path)], capture_output=True, text=True).stdout
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(library.path)], capture_output=True,
+                                  text=True).stdout
         assert "_mlir_memref_to_llvm_alloc" not in exported
 
 

@@ -17,7 +17,8 @@ func.func @{name}(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> t
   %e = tensor.empty() : tensor<{m}x{n}x{dtype}>
   %z = arith.constant 0.0 : {dtype}
   %f = linalg.fill ins(%z : {dtype}) outs(%e : tensor<{m}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
-  %p = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) outs(%f : tensor<{m}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
+  %p = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) outs(%f : tensor<{m}x{n}x{dtype}>)
+      -> tensor<{m}x{n}x{dtype}>
   return %p : tensor<{m}x{n}x{dtype}>
 }}
 """
@@ -44,7 +45,8 @@ func.func @mm_bt(%a: tensor<37x19xf32>, %b: tensor<45x19xf32>) -> tensor<37x45xf
   %e = tensor.empty() : tensor<37x45xf32>
   %z = arith.constant 0.0 : f32
   %f = linalg.fill ins(%z : f32) outs(%e : tensor<37x45xf32>) -> tensor<37x45xf32>
-  %p = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (j, k)>, affine_map<(i, j, k) -> (i, j)>],
+  %p = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (j, k)>,
+      affine_map<(i, j, k) -> (i, j)>],
                        iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%a, %b : tensor<37x19xf32>, tensor<45x19xf32>) outs(%f : tensor<37x45xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
@@ -81,7 +83,8 @@ def chain_fn(name, shape, dtype):
 
 @pytest.mark.parametrize("pipeline", ["default", "loops"])
 def test_elementwise_chains_f32_f64_i32(cache_dir, pipeline):
-    cases = [("c_f32", (1000, 37), "f32", np.float32), ("c_f64", (4099,), "f64", np.float64), ("c_i32", (3, 5, 130), "i32", np.int32)]
+    cases = [("c_f32", (1000, 37), "f32", np.float32), ("c_f64", (4099,), "f64", np.float64),
+             ("c_i32", (3, 5, 130), "i32", np.int32)]
     text = "".join(chain_fn(name, shape, d) for name, shape, d, _ in cases)
     options = {"pipeline": LOOPS_PIPELINE} if pipeline == "loops" else {}
     library = compile_library(text, cache_dir=cache_dir, **options)
@@ -125,7 +128,8 @@ func.func @mlp(%x: tensor<24x40xf32>, %w: tensor<40x72xf32>, %bias: tensor<72xf3
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<24x72xf32>
   %f = linalg.fill ins(%z : f32) outs(%e : tensor<24x72xf32>) -> tensor<24x72xf32>
-  %p = linalg.matmul ins(%x, %w : tensor<24x40xf32>, tensor<40x72xf32>) outs(%f : tensor<24x72xf32>) -> tensor<24x72xf32>
+  %p = linalg.matmul ins(%x, %w : tensor<24x40xf32>, tensor<40x72xf32>) outs(%f : tensor<24x72xf32>) ->
+      tensor<24x72xf32>
   %bb = linalg.broadcast ins(%bias : tensor<72xf32>) outs(%e : tensor<24x72xf32>) dimensions = [0]
   %s = arith.addf %p, %bb : tensor<24x72xf32>
   %zeros = arith.constant dense<0.0> : tensor<24x72xf32>
@@ -138,7 +142,11 @@ func.func @mlp(%x: tensor<24x40xf32>, %w: tensor<40x72xf32>, %bias: tensor<72xf3
     rows, cols = library["sums"](x)
     np.testing.assert_allclose(rows, x.sum(axis=1), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(cols, x.sum(axis=0), rtol=1e-4, atol=1e-4)
-    x, w, bias = RNG.standard_normal((24, 40), dtype=np.float32), RNG.standard_normal((40, 72), dtype=np.float32), RNG.standard_normal(72, dtype=np.float32)
+    x, w, bias = (
+        RNG.standard_normal((24, 40), dtype=np.float32),
+        RNG.standard_normal((40, 72), dtype=np.float32),
+        RNG.standard_normal(72, dtype=np.float32),
+    )
     np.testing.assert_allclose(library["mlp"](x, w, bias), np.maximum(x @ w + bias, 0), rtol=1e-4, atol=1e-4)
 
 
@@ -169,7 +177,8 @@ def test_a_failing_transform_script_falls_back_to_loops(tmp_path, monkeypatch, c
 
     broken = vectorize._TAIL.replace(
         "    transform.yield\n",
-        "    %oops, %oops_loop = transform.structured.tile_using_for %vf tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+        "    %oops, %oops_loop = transform.structured.tile_using_for %vf tile_sizes [1] : (!transform.any_op) -> "
+        "(!transform.any_op, !transform.any_op)\n"
         "    transform.yield\n",
     )
     assert broken != vectorize._TAIL
@@ -283,7 +292,8 @@ def test_narrow_buffers_left_are_a_clear_error_not_a_crash():
 # and buffer-results-to-out-params crashed the process (a segfault). Each result now gets its own buffer.
 UNDEFINED_SLICE_AND_ITS_UPDATE = """
 #map = affine_map<(d0, d1) -> (d0, d1)>
-func.func @kernel(%a: tensor<1x3xi32>, %b: tensor<1x3xi32>, %c: tensor<2x3xi32>, %d: tensor<2x3xi32>, %rows: tensor<2xi64>)
+func.func @kernel(%a: tensor<1x3xi32>, %b: tensor<1x3xi32>, %c: tensor<2x3xi32>, %d: tensor<2x3xi32>, %rows:
+    tensor<2xi64>)
     -> (tensor<1x3xi32>, tensor<1x3xi32>, tensor<3x3xi32>) {
   %zero = arith.constant 0 : i32
   %c1 = arith.constant 1 : index

@@ -65,8 +65,10 @@ def test_json_round_trip_runs_the_same():
 VIEWED_AT_THE_TOP = """
 func.func @f(%x: tensor<16x256xf32>, %w1: tensor<256x256xf32>, %w2: tensor<256x256xf32>, %w3: tensor<256x256xf32>)
     -> tensor<16x256xf32> {
-  %v2 = tensor.expand_shape %w2 [[0, 1], [2]] output_shape [2, 128, 256] : tensor<256x256xf32> into tensor<2x128x256xf32>
-  %v3 = tensor.expand_shape %w3 [[0, 1], [2]] output_shape [2, 128, 256] : tensor<256x256xf32> into tensor<2x128x256xf32>
+  %v2 = tensor.expand_shape %w2 [[0, 1], [2]] output_shape [2, 128, 256] : tensor<256x256xf32> into
+      tensor<2x128x256xf32>
+  %v3 = tensor.expand_shape %w3 [[0, 1], [2]] output_shape [2, 128, 256] : tensor<256x256xf32> into
+      tensor<2x128x256xf32>
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<16x256xf32>
   %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x256xf32>) -> tensor<16x256xf32>

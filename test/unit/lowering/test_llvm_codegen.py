@@ -20,7 +20,8 @@ func.func @k(%a: tensor<24x40xf32>, %b: tensor<40x37xf32>) -> tensor<24x37xf32> 
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<24x37xf32>
   %z = linalg.fill ins(%zero : f32) outs(%e : tensor<24x37xf32>) -> tensor<24x37xf32>
-  %m = linalg.matmul ins(%a, %b : tensor<24x40xf32>, tensor<40x37xf32>) outs(%z : tensor<24x37xf32>) -> tensor<24x37xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<24x40xf32>, tensor<40x37xf32>) outs(%z : tensor<24x37xf32>) ->
+      tensor<24x37xf32>
   %x = math.exp %m : tensor<24x37xf32>
   %t = math.tanh %x : tensor<24x37xf32>
   return %t : tensor<24x37xf32>

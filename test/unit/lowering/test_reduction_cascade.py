@@ -9,10 +9,9 @@ under a group's rows are checked for their values too.
 
 import numpy as np
 import pytest
+from test_rows import fused_groups
 
 from slicer.lowering import compile_library
-
-from test_rows import fused_groups
 
 RNG = np.random.default_rng(45)
 
@@ -32,14 +31,18 @@ def reduction_fn(name: str, shape: tuple[int, ...], reduced: tuple[int, ...], ou
         lines += [f"  %i{k} = arith.constant {inits[kind]} : f32",
                   f"  %f{k} = linalg.fill ins(%i{k} : f32) outs(%e : {out_t}) -> {out_t}"]
     args = ", ".join(f"%o{k}: f32" for k in range(len(outputs)))
-    lines += [f"  %r:{len(outputs)} = linalg.generic {{indexing_maps = [affine_map<({', '.join(dims)}) -> ({', '.join(dims)})>, "
+    lines += [f"  %r:{len(outputs)} = linalg.generic {{indexing_maps = [affine_map<({', '.join(dims)}) -> "
+              f"({', '.join(dims)})>, "
               f"{', '.join([out_map] * len(outputs))}], iterator_types = [{iterators}]}}",
-              f"      ins(%x : {in_t}) outs({', '.join(f'%f{k}' for k in range(len(outputs)))} : {', '.join([out_t] * len(outputs))}) {{",
+              f"      ins(%x : {in_t}) outs({', '.join(f'%f{k}' for k in range(len(outputs)))} : "
+              f"{', '.join([out_t] * len(outputs))}) {{",
               f"  ^bb0(%v: f32, {args}):"]
     lines += [f"    %s{k} = arith.{kind} %o{k}, %v : f32" for k, kind in enumerate(outputs)]
-    lines += [f"    linalg.yield {', '.join(f'%s{k}' for k in range(len(outputs)))} : {', '.join(['f32'] * len(outputs))}",
+    lines += [f"    linalg.yield {', '.join(f'%s{k}' for k in range(len(outputs)))} : "
+              f"{', '.join(['f32'] * len(outputs))}",
               f"  }} -> ({', '.join([out_t] * len(outputs))})",
-              f"  return {', '.join(f'%r#{k}' for k in range(len(outputs)))} : {', '.join([out_t] * len(outputs))}", "}"]
+              f"  return {', '.join(f'%r#{k}' for k in range(len(outputs)))} : {', '.join([out_t] * len(outputs))}",
+              "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -138,7 +141,8 @@ func.func @mean(%x: tensor<{n}x{c}x{h}x{w}xf32>) -> tensor<{c}xf32> {{
     %a = arith.addf %o, %v : f32
     linalg.yield %a : f32
   }} -> tensor<{c}xf32>
-  %m = linalg.generic {{indexing_maps = [affine_map<(c) -> (c)>, affine_map<(c) -> (c)>], iterator_types = ["parallel"]}}
+  %m = linalg.generic {{indexing_maps = [affine_map<(c) -> (c)>, affine_map<(c) -> (c)>], iterator_types =
+      ["parallel"]}}
       ins(%s : tensor<{c}xf32>) outs(%e : tensor<{c}xf32>) {{
   ^bb0(%v: f32, %o: f32):
     %d = arith.divf %v, %count : f32

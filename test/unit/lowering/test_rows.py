@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from mlir import ir
 
+from slicer.core.pipeline import run_pipeline
 from slicer.dialect import make_context
 from slicer.lowering import DEFAULT_PIPELINE, compile_function, compile_library
 from slicer.lowering.rows import rows_module
-from slicer.core.pipeline import run_pipeline
 
 RNG = np.random.default_rng(2)
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -71,7 +71,8 @@ func.func @f(%x: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<64x256xf32> 
 GELU = """
 func.func @gelu(%x: tensor<{r}x{c}xf32>, %b: tensor<{c}xf32>) -> tensor<{r}x{c}xf32> {{
   %e = tensor.empty() : tensor<{r}x{c}xf32>
-  %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>],
+  %y = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>,
+      affine_map<(i, j) -> (i, j)>],
                        iterator_types = ["parallel", "parallel"]}}
       ins(%x, %b : tensor<{r}x{c}xf32>, tensor<{c}xf32>) outs(%e : tensor<{r}x{c}xf32>) {{
   ^bb0(%v: f32, %bv: f32, %o: f32):
@@ -156,7 +157,8 @@ def test_math_functions_are_accurate(cache_dir, dtype, features):
 
 
 REDUCTIONS = """
-func.func @red(%x: tensor<{r}x{c}xf32>, %i: tensor<{r}x{c}xi32>) -> (tensor<{c}xf32>, tensor<{r}xf32>, tensor<{r}xf32>, tensor<{r}xi32>, tensor<{r}x{c}xf64>) {{
+func.func @red(%x: tensor<{r}x{c}xf32>, %i: tensor<{r}x{c}xi32>) ->
+    (tensor<{c}xf32>, tensor<{r}xf32>, tensor<{r}xf32>, tensor<{r}xi32>, tensor<{r}x{c}xf64>) {{
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
   %big = arith.constant 3.0e38 : f32
@@ -165,21 +167,24 @@ func.func @red(%x: tensor<{r}x{c}xf32>, %i: tensor<{r}x{c}xi32>) -> (tensor<{c}x
   %er = tensor.empty() : tensor<{r}xf32>
   %eri = tensor.empty() : tensor<{r}xi32>
   %zc = linalg.fill ins(%zero : f32) outs(%ec : tensor<{c}xf32>) -> tensor<{c}xf32>
-  %colsum = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>], iterator_types = ["reduction", "parallel"]}}
+  %colsum = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>], iterator_types =
+      ["reduction", "parallel"]}}
       ins(%x : tensor<{r}x{c}xf32>) outs(%zc : tensor<{c}xf32>) {{
   ^bb0(%v: f32, %acc: f32):
     %s = arith.addf %acc, %v : f32
     linalg.yield %s : f32
   }} -> tensor<{c}xf32>
   %big0 = linalg.fill ins(%big : f32) outs(%er : tensor<{r}xf32>) -> tensor<{r}xf32>
-  %rowmin = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}}
+  %rowmin = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types =
+      ["parallel", "reduction"]}}
       ins(%x : tensor<{r}x{c}xf32>) outs(%big0 : tensor<{r}xf32>) {{
   ^bb0(%v: f32, %acc: f32):
     %s = arith.minimumf %acc, %v : f32
     linalg.yield %s : f32
   }} -> tensor<{r}xf32>
   %one0 = linalg.fill ins(%one : f32) outs(%er : tensor<{r}xf32>) -> tensor<{r}xf32>
-  %rowprod = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}}
+  %rowprod = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types
+      = ["parallel", "reduction"]}}
       ins(%x : tensor<{r}x{c}xf32>) outs(%one0 : tensor<{r}xf32>) {{
   ^bb0(%v: f32, %acc: f32):
     %a = math.absf %v : f32
@@ -189,21 +194,24 @@ func.func @red(%x: tensor<{r}x{c}xf32>, %i: tensor<{r}x{c}xi32>) -> (tensor<{c}x
     linalg.yield %s : f32
   }} -> tensor<{r}xf32>
   %zi = linalg.fill ins(%izero : i32) outs(%eri : tensor<{r}xi32>) -> tensor<{r}xi32>
-  %isum = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]}}
+  %isum = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types =
+      ["parallel", "reduction"]}}
       ins(%i : tensor<{r}x{c}xi32>) outs(%zi : tensor<{r}xi32>) {{
   ^bb0(%v: i32, %acc: i32):
     %s = arith.addi %acc, %v : i32
     linalg.yield %s : i32
   }} -> tensor<{r}xi32>
   %e64 = tensor.empty() : tensor<{r}x{c}xf64>
-  %wide = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
+  %wide = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>,
+      affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
       ins(%x, %rowmin : tensor<{r}x{c}xf32>, tensor<{r}xf32>) outs(%e64 : tensor<{r}x{c}xf64>) {{
   ^bb0(%v: f32, %m: f32, %o: f64):
     %d = arith.subf %v, %m : f32
     %w = arith.extf %d : f32 to f64
     linalg.yield %w : f64
   }} -> tensor<{r}x{c}xf64>
-  return %colsum, %rowmin, %rowprod, %isum, %wide : tensor<{c}xf32>, tensor<{r}xf32>, tensor<{r}xf32>, tensor<{r}xi32>, tensor<{r}x{c}xf64>
+  return %colsum, %rowmin, %rowprod, %isum, %wide : tensor<{c}xf32>, tensor<{r}xf32>, tensor<{r}xf32>, tensor<{r}xi32>,
+      tensor<{r}x{c}xf64>
 }}
 """
 
@@ -224,7 +232,8 @@ def test_reductions_of_every_kind(cache_dir, rows, cols):
 
 def test_erf_runs_in_the_jit_too():
     """convert-math-to-libm in the JIT pipeline: math.erf has no LLVM intrinsic."""
-    text = "func.func @f(%x: tensor<5xf32>) -> tensor<5xf32> {\n  %e = math.erf %x : tensor<5xf32>\n  return %e : tensor<5xf32>\n}"
+    text = ("func.func @f(%x: tensor<5xf32>) -> tensor<5xf32> {\n  %e = math.erf %x : tensor<5xf32>\n"
+            "  return %e : tensor<5xf32>\n}")
     x = np.array([-2, -0.5, 0, 0.25, 3], np.float32)
     np.testing.assert_allclose(compile_function(text)(x), [math.erf(v) for v in x], rtol=1e-6)
 
@@ -266,7 +275,8 @@ func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %x: tensor<{m}x{k
   %zero = arith.constant {zero} : {t}
   %e = tensor.empty() : tensor<{m}x{n}x{t}>
   %f = linalg.fill ins(%zero : {t}) outs(%e : tensor<{m}x{n}x{t}>) -> tensor<{m}x{n}x{t}>
-  %mm = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>) outs(%f : tensor<{m}x{n}x{t}>) -> tensor<{m}x{n}x{t}>
+  %mm = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>) outs(%f : tensor<{m}x{n}x{t}>) ->
+      tensor<{m}x{n}x{t}>
   %neg = linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}}
       ins(%mm : tensor<{m}x{n}x{t}>) outs(%e : tensor<{m}x{n}x{t}>) {{
   ^bb0(%v: {t}, %o: {t}):

@@ -6,7 +6,7 @@ import pytest
 from mlir import ir
 
 from slicer.dialect import make_context
-from slicer.dialect.ops import walk_ops
+from slicer.core.operations import walk_ops
 from slicer.lowering.vectorize import VectorizeOptions, plan_tiles
 
 GENERIC = """

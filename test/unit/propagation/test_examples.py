@@ -68,7 +68,8 @@ def test_tactics_and_propagation_preserve_the_program(example, strategy, tactics
 def test_megatron_mlp_ends_with_one_sum_loop_holding_every_op():
     with make_context():
         module = slicer.apply_tactics(ir.Module.parse((EXAMPLES / "mlp.mlir").read_text()),
-                                      [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")], mesh=MESH)
+                                      [slicer.Tile(arg=1, dim=1, axes="y"), slicer.Tile(arg=3, dim=0, axes="y")],
+                                      mesh=MESH)
         slicer.propagate(module)
         report = slicer.explain(module)
     for line in report.splitlines()[1:]:

@@ -47,9 +47,11 @@ def residual_chain(depth: int) -> str:
     x = "%x"
     for i in range(depth):
         lines += [
-            f"  %h{i} = linalg.matmul ins({x}, %w1_{i} : {x_t}, tensor<{MODEL}x{HIDDEN}xf32>) outs(%fh : {h_t}) -> {h_t}",
+            f"  %h{i} = linalg.matmul ins({x}, %w1_{i} : {x_t}, tensor<{MODEL}x{HIDDEN}xf32>) outs(%fh : "
+            f"{h_t}) -> {h_t}",
             f"  %a{i} = linalg.max ins(%h{i}, %fh : {h_t}, {h_t}) outs(%eh : {h_t}) -> {h_t}",
-            f"  %o{i} = linalg.matmul ins(%a{i}, %w2_{i} : {h_t}, tensor<{HIDDEN}x{MODEL}xf32>) outs(%fx : {x_t}) -> {x_t}",
+            f"  %o{i} = linalg.matmul ins(%a{i}, %w2_{i} : {h_t}, tensor<{HIDDEN}x{MODEL}xf32>) outs(%fx : "
+            f"{x_t}) -> {x_t}",
             f"  %r{i} = linalg.add ins({x}, %o{i} : {x_t}, {x_t}) outs(%ex : {x_t}) -> {x_t}",
         ]
         x = f"%r{i}"
@@ -68,7 +70,8 @@ def counts(text: str) -> tuple[int, int]:
     """(linalg ops, collectives) of a program's text."""
     names = re.findall(r"^\s*(?:%[^=]+=\s*)?\"?([a-z_]+\.[a-z_.]+)", text, re.M)
     linalg = sum(1 for n in names if n.startswith("linalg.") and n not in ("linalg.yield", "linalg.index"))
-    collectives = sum(1 for n in names if n.startswith("shard.") and n not in ("shard.grid", "shard.process_multi_index"))
+    collectives = sum(1 for n in names if n.startswith("shard.") and n not in ("shard.grid",
+                                                                               "shard.process_multi_index"))
     return linalg, collectives
 
 

@@ -8,9 +8,9 @@ from mlir import ir
 
 import slicer
 from slicer.checking import check_equivalent
-from slicer.lowering import compile_function
 from slicer.core.names import RANGE_PRODUCT
 from slicer.dialect import make_context, walk_ops
+from slicer.lowering import compile_function
 from slicer.passes import transform
 from slicer.runtime import Simulator
 

@@ -15,8 +15,9 @@ from slicer.propagation.engine import propagate_module
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES / "strategies"))
-import example_modules  # noqa: E402
 import strategies  # noqa: E402
+
+import example_modules  # noqa: E402
 
 CASES = [(strategies.program_path(name), tactics, {"x": 2, "y": 2})
          for name, table in strategies.STRATEGIES.items() for tactics, _ in table.values()]

@@ -5,11 +5,25 @@ import numpy as np
 import pytest
 
 from slicer.core.errors import MeshError
-from slicer.redistribution import (STEP_TYPES, AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
-                                   Plan, ReduceScatter, RedistributionError, simulate, step_from_fields, type_before)
+from slicer.redistribution import (
+    STEP_TYPES,
+    AllGather,
+    AllReduce,
+    AllSlice,
+    AllToAll,
+    DistType,
+    Mesh,
+    Permute,
+    Plan,
+    RedistributionError,
+    ReduceScatter,
+    simulate,
+    step_from_fields,
+    type_before,
+)
+from slicer.redistribution.layout import Layout
 from slicer.redistribution.steps import STEP_OF_IR, step_with_type
 from slicer.redistribution.synthesis import permute_step
-from slicer.redistribution.layout import Layout
 
 M = Mesh(x=2, y=4)
 SHAPE = (8, 16)

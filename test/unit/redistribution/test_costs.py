@@ -79,5 +79,6 @@ def test_pricing_orders_time_then_bytes():
     assert fast_more_bytes < slow_fewer_bytes  # time first
     assert pricing.cost(("x",), 10, 20) < fast_more_bytes  # then total bytes
     assert divmod(pricing.cost(("x",), 10, 20), pricing.scale) == (round(1e-5 * FS) + 10 * 4 * FS // 10 ** 9, 20)
-    assert pricing.bound(0, 0) == 0 and pricing.bound(10, 20, 2) == pricing.scale * (2 * round(1e-5 * FS) + 40 * 10 ** 6) + 20
+    assert pricing.bound(0, 0) == 0 and pricing.bound(10, 20,
+                                                      2) == pricing.scale * (2 * round(1e-5 * FS) + 40 * 10 ** 6) + 20
     assert Pricing(CostModel.bytes(), mesh, 4, 1024).cost(("x",), 10, 20) == 20

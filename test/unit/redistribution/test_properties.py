@@ -5,9 +5,9 @@ is deterministic, never slower (estimated time) than the naive plan, in normal f
 the stated bound whenever a normal-form plan exists. Under the bytes objective: with whole axes the plan is at
 the traffic lower bound unless the diagnosis names why not and exact searches prove the reason
 (`gaps.Diagnosis.check`); sub-axes never add traffic. A second test draws types that name sub-axes
-(``x:(1)2``) themselves. 600 cases by default (the suite's share of the 2-core budget), 20,000 with SLICER_NIGHTLY=1. The tally printed at the end
-gives the share of cases at the lower bound with whole axes and with sub-axes (issue 16), and why the rest
-miss it.
+(``x:(1)2``) themselves. 600 cases by default (the suite's share of the 2-core budget), 20,000 with SLICER_NIGHTLY=1.
+The tally printed at the end gives the share of cases at the lower bound with whole axes and with sub-axes (issue 16),
+and why the rest miss it.
 """
 
 import collections
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plan_gaps import PARTIAL, TILES, diagnose  # test/unit/redistribution
 
 from slicer.redistribution import DistType, Mesh, plan, simulate
 from slicer.redistribution.costs import CostModel
-from plan_gaps import PARTIAL, TILES, diagnose  # test/unit/redistribution
 from slicer.redistribution.subaxes import factors, group_size
 from slicer.redistribution.synthesis import naive_plan
 
@@ -157,7 +157,8 @@ def test_random_redistributions(capsys):
              f"{TALLY['sub-axis types']} more with sub-axes in the types",
              f"  at the traffic lower bound (bytes objective): whole axes {100 * TALLY['bound: whole axes'] / n:.1f}%, "
              f"with sub-axes {100 * TALLY['bound: sub-axes'] / n:.1f}% (sub-axes save bytes in "
-             f"{100 * TALLY['sub-axes save bytes'] / n:.1f}%); time objective {100 * TALLY['bound: time objective'] / n:.1f}%",
+             f"{100 * TALLY['sub-axes save bytes'] / n:.1f}%); time objective "
+             f"{100 * TALLY['bound: time objective'] / n:.1f}%",
              "  whole axes, why the rest miss it:"]
     skip = {"cases", "simulated", "sub-axis types", "sub-axis types using parts", "bound: whole axes",
             "bound: sub-axes", "bound: time objective", "sub-axes save bytes"}

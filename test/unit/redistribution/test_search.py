@@ -12,8 +12,16 @@ import pytest
 from slicer.redistribution import DistType, Mesh, plan
 from slicer.redistribution.costs import FS, CostModel
 from slicer.redistribution.layout import Layout
-from slicer.redistribution.moves import (SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove,
-                                         ReduceScatterMove, SliceMove, SwitchMove)
+from slicer.redistribution.moves import (
+    SWITCH,
+    AllReduceMove,
+    AllToAllMove,
+    GatherMove,
+    PermuteMove,
+    ReduceScatterMove,
+    SliceMove,
+    SwitchMove,
+)
 from slicer.redistribution.search import Search, placements_with_products
 from slicer.redistribution.synthesis import TOLERANCE, reduced
 

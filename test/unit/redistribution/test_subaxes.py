@@ -6,17 +6,28 @@ in-process simulator against the unpartitioned program."""
 import numpy as np
 import pytest
 
-from slicer.runtime.oracle import compare
 from slicer.core.names import REFINES_ATTR, REORDERING_ALL_TO_ALL
-from slicer.redistribution import (AllGather, AllReduce, AllSlice, AllToAll, DistType, Mesh, Permute,
-                                   RedistributionError, ReduceScatter, plan, simulate)
-from slicer.runtime.communicators import chunk_order, color_key
+from slicer.lowering import KernelGraph, build_kernel_graph
+from slicer.passes import transform
+from slicer.redistribution import (
+    AllGather,
+    AllReduce,
+    AllSlice,
+    AllToAll,
+    DistType,
+    Mesh,
+    Permute,
+    RedistributionError,
+    ReduceScatter,
+    plan,
+    simulate,
+)
 from slicer.redistribution.costs import CostModel
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import groups, initial_blocks, mismatches, simulate_blocks
-from slicer.lowering import KernelGraph, build_kernel_graph
-from slicer.passes import transform
 from slicer.redistribution.subaxes import Refinement, atoms, canonical
+from slicer.runtime.communicators import chunk_order, color_key
+from slicer.runtime.oracle import compare
 
 M24 = Mesh(x=2, y=4)
 
@@ -95,8 +106,8 @@ def test_simulator_follows_the_rules_over_parts(step, spec_before):
     """One step over a part of an axis: the simulator's blocks are those its typing rule says."""
     before = T(spec_before)
     after = step.rule(before, M24)
-    from slicer.redistribution.steps import step_with_type
     from slicer.redistribution.plans import Plan
+    from slicer.redistribution.steps import step_with_type
     p = Plan(M24, before, after, (step_with_type(step, after),))
     data = np.arange(256, dtype=np.float32).reshape(16, 16)
     blocks = simulate_blocks(p, initial_blocks(M24, before, data, seed=1))
@@ -123,7 +134,8 @@ def test_issue_cases_at_most_xla_and_the_paper():
     for cost in (CostModel(), CostModel.bytes()):
         a = plan(M24, T("[[x],[y]]", (1024, 1024)), T("[[y],[x]]", (1024, 1024)), cost=cost)
         assert a.bytes_received_per_device <= 768 * 1024 and a.bytes_received_total <= 4 << 20
-        assert any(not isinstance(s, AllSlice) and any(":" in x for x in getattr(s, "mesh_axes", ())) for s in a.steps) \
+        assert any(not isinstance(s,
+                                  AllSlice) and any(":" in x for x in getattr(s, "mesh_axes", ())) for s in a.steps) \
             or any(t.has_sub_axes() for t in a.trace.types)
         whole = plan(M24, a.src, a.dst, cost=cost, sub_axes=False)
         assert whole.bytes_received_per_device == 960 * 1024
@@ -154,7 +166,8 @@ def test_user_written_sub_axes_plan_and_simulate():
 
 PROGRAM = """
 "slicer.mesh"() {sym_name = "mesh", axes = [AXES], shape = array<i64: SIZES>} : () -> ()
-func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) -> (TYPE {slicer.sharding = #slicer.sharding<@mesh, DST>}) {
+func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) ->
+    (TYPE {slicer.sharding = #slicer.sharding<@mesh, DST>}) {
   return %a : TYPE
 }
 """
@@ -163,7 +176,8 @@ func.func @f(%a: TYPE {slicer.sharding = #slicer.sharding<@mesh, SRC>}) -> (TYPE
 def reshard_program(mesh: Mesh, shape, src: str, dst: str) -> str:
     t = "tensor<" + "x".join(map(str, shape)) + "xf32>"
     return (PROGRAM.replace("AXES", ", ".join(f'"{a}"' for a in mesh.axis_names))
-            .replace("SIZES", ", ".join(map(str, mesh.shape))).replace("TYPE", t).replace("SRC", src).replace("DST", dst))
+            .replace("SIZES", ", ".join(map(str, mesh.shape))).replace("TYPE",
+                                                                       t).replace("SRC", src).replace("DST", dst))
 
 
 SPMD_CASES = {

@@ -9,8 +9,8 @@ from slicer.redistribution import DistType, Mesh, RedistributionError, plan, sim
 from slicer.redistribution.synthesis import naive_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # the reshard suite
-from reshard_suite import cases  # noqa: E402
-from plan_gaps import TILES, explain  # noqa: E402  (test/unit/redistribution)
+from plan_gaps import TILES, explain
+from reshard_suite import cases
 
 
 def P(mesh, shape, src, dst, dtype="f32"):

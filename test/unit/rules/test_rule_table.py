@@ -5,8 +5,8 @@ from mlir import ir
 
 import slicer.core.names as ir_names
 import slicer.dialect as sd
-from slicer.dialect import SumAction, TileAction
 from slicer.core.errors import InternalError
+from slicer.dialect import SumAction, TileAction
 from slicer.rules import NoRule, RuleOutcome, rule_for
 
 T = TileAction
@@ -32,7 +32,8 @@ def generic(maps, iterators, ins, outs, region):
 def test_matmul():
     rule = rule_for(op_named(
         "%e = tensor.empty() : tensor<8x4xf32>\n"
-        "%c = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x4xf32>) outs(%e : tensor<8x4xf32>) -> tensor<8x4xf32>",
+        "%c = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x4xf32>) outs(%e : tensor<8x4xf32>) -> "
+        "tensor<8x4xf32>",
         "linalg.matmul", "%a: tensor<8x16xf32>, %b: tensor<16x4xf32>"))
     assert rule.iterator_types == ("parallel", "parallel", "reduction")
     # rows of A: parallel d0, A and C sliced on dim 0, result tiled on dim 0
@@ -171,7 +172,8 @@ def test_explicit_entries():
     empty = rule_for(op_named("%m = tensor.empty() : tensor<3x5xf32>", "tensor.empty", args))
     assert empty.tile(result=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),))
     pad = rule_for(op_named("%z = arith.constant 0.0 : f32\n%p = tensor.pad %a low[1, 0] high[0, 0] {\n"
-                            "^bb0(%i: index, %j: index):\n tensor.yield %z : f32\n} : tensor<4x6xf32> to tensor<5x6xf32>",
+                            "^bb0(%i: index, %j: index):\n tensor.yield %z : f32\n} : tensor<4x6xf32> to "
+                            "tensor<5x6xf32>",
                             "tensor.pad", args))
     assert pad.tile(operand=0, dim=1) == RuleOutcome(loop=1, actions=(T(1),), slices=((0, 1),))
     assert pad.tile(result=0, dim=1) == pad.tile(operand=0, dim=1)
@@ -231,7 +233,8 @@ def test_every_op_of_the_examples_has_a_rule():
             for func in sd.walk_ops(module, "func.func"):
                 for op in func.regions[0].blocks[0].operations:
                     op = op.operation
-                    if op.name in ("func.return", ir_names.LOOP) or not isinstance(op.results[0].type, ir.RankedTensorType):
+                    if op.name in ("func.return",
+                                   ir_names.LOOP) or not isinstance(op.results[0].type, ir.RankedTensorType):
                         continue  # scalars are not partitioned; loops are already partitioned
                     rule = rule_for(op)
                     names.add(op.name)

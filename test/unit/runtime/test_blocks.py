@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from slicer.redistribution import DistType, Mesh
 from slicer.core.errors import InputError
+from slicer.redistribution import DistType, Mesh
 from slicer.runtime.blocks import random_block, random_global, rank_slices, read_block
 
 CASES = [

@@ -5,12 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from session_programs import STEP, data, expected
 
 import slicer
 from slicer.core.errors import CheckpointError
 from slicer.runtime.checkpoint import MANIFEST
-
-from session_programs import STEP, data, expected
 
 
 def program(mesh, *tactics, text=STEP):
@@ -27,7 +26,8 @@ def saved_under():
 def others():
     return {
         "replicated on x=2": program({"x": 2}, slicer.Tile(arg="x", dim=0, axes="x")),
-        "columns on y=2": program({"y": 2}, slicer.Tile(arg="w", dim=1, axes="y"), slicer.Tile(result="w", dim=1, axes="y")),
+        "columns on y=2": program({"y": 2}, slicer.Tile(arg="w", dim=1, axes="y"),
+                                  slicer.Tile(result="w", dim=1, axes="y")),
         "one device": program({"x": 1}),
     }
 

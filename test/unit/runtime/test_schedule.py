@@ -55,8 +55,8 @@ def test_a_collective_starts_at_most_one_kernel_ahead_of_its_place():
 
 
 def test_chained_collectives_wait_for_their_producer_where_the_chain_stands():
-    g = graph(["a", "b"], [("c", "a", "A"), ("c", "A", "AA"), ("k", "k0", ["b"], ["z"]), ("k", "k1", ["AA", "z"], ["o"])],
-              ["o"])
+    g = graph(["a", "b"],
+              [("c", "a", "A"), ("c", "A", "AA"), ("k", "k0", ["b"], ["z"]), ("k", "k1", ["AA", "z"], ["o"])], ["o"])
     assert names(g, schedule(g)) == ["start A", "wait A", "start AA", "kernel k0", "wait AA", "kernel k1"]
 
 

@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from session_programs import STEP, compiled, data, expected
 
 import slicer
 from slicer.core.errors import RunError
-
-from session_programs import STEP, compiled, data, expected
 
 
 @pytest.fixture(scope="module")

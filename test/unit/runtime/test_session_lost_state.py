@@ -2,7 +2,6 @@
 the steps since the last checkpoint saved or loaded, or since it started."""
 
 import numpy as np
-
 from session_programs import compiled, data
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.runtime.oracle import compare
-from slicer.passes import transform
 from slicer.core.errors import SimulationError
+from slicer.passes import transform
 from slicer.runtime import Simulator
+from slicer.runtime.oracle import compare
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,7 +34,8 @@ func.func @g(%a: {shape} {{slicer.dist = "{arg}"}}) -> ({res_type} {{slicer.dist
 def test_all_gather_over_two_axes_concatenates_in_listed_order():
     # [[y,x],[]]: row block idx(y)*2 + idx(x); gathering over grid_axes [1, 0] (y major) restores the array
     text = spmd("x=2,y=4", "tensor<1x8xf32>", "[[y,x],[]]", """
-  %g = shard.all_gather %a on @mesh grid_axes = [1, 0] gather_axis = 0 {slicer.dist = ["[[],[]]"]} : tensor<1x8xf32> -> tensor<8x8xf32>
+  %g = shard.all_gather %a on @mesh grid_axes = [1, 0] gather_axis = 0 {slicer.dist = ["[[],[]]"]} : tensor<1x8xf32> ->
+      tensor<8x8xf32>
   return %g : tensor<8x8xf32>""", "tensor<8x8xf32>", "[[],[]]")
     a = np.arange(64, dtype=np.float32).reshape(8, 8)
     np.testing.assert_array_equal(Simulator(text)(a), a)
@@ -46,12 +47,14 @@ def test_all_gather_over_two_axes_concatenates_in_listed_order():
 
 def test_all_to_all_and_reduce_scatter():
     text = spmd("x=2,y=2", "tensor<4x2xf32>", "[[x],[y]]", """
-  %t = shard.all_to_all %a on @mesh grid_axes = [0] split_axis = 1 concat_axis = 0 {slicer.dist = ["[[],[y,x]]"]} : tensor<4x2xf32> -> tensor<8x1xf32>
+  %t = shard.all_to_all %a on @mesh grid_axes = [0] split_axis = 1 concat_axis = 0 {slicer.dist = ["[[],[y,x]]"]} :
+      tensor<4x2xf32> -> tensor<8x1xf32>
   return %t : tensor<8x1xf32>""", "tensor<8x1xf32>", "[[],[y,x]]")
     a = np.arange(32, dtype=np.float32).reshape(8, 4)
     np.testing.assert_array_equal(Simulator(text)(a), a)
     text = spmd("y=4", "tensor<8x4xf32>", "[[],[]] partial=[y]", """
-  %r = shard.reduce_scatter %a on @mesh grid_axes = [0] scatter_axis = 0 {slicer.dist = ["[[y],[]]"]} : tensor<8x4xf32> -> tensor<2x4xf32>
+  %r = shard.reduce_scatter %a on @mesh grid_axes = [0] scatter_axis = 0 {slicer.dist = ["[[y],[]]"]} : tensor<8x4xf32>
+      -> tensor<2x4xf32>
   return %r : tensor<2x4xf32>""", "tensor<2x4xf32>", "[[y],[]]")
     np.testing.assert_array_equal(Simulator(text)(a), a)
 

@@ -8,11 +8,12 @@ import pytest
 from mlir import ir
 
 import slicer
+from slicer.core.environment import BUCKETS
 from slicer.core.errors import OptionError
 from slicer.dialect import make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
-from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_all_reduces, bucket_bytes, env_bucket, plan_buckets
+from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_bytes, bucket_setting, plan_buckets
 
 STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text().split("// -----")[0]
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"
@@ -37,14 +38,25 @@ def test_members_in_the_order_their_inputs_are_computed_up_to_the_cap():
     assert sizes_of(100) == []
 
 
-def test_environment_switch(monkeypatch):
-    monkeypatch.setenv("SLICER_BUCKETS", "off")
-    assert env_bucket() is None
-    monkeypatch.setenv("SLICER_BUCKETS", "1048576")
-    assert env_bucket() == 1 << 20
-    monkeypatch.setenv("SLICER_BUCKETS", "big")
-    with pytest.raises(OptionError, match="SLICER_BUCKETS"):
-        env_bucket()
+def test_the_argument_and_its_default_in_the_environment(monkeypatch):
+    """`compile(buckets=)`: "off" (False, 0), "auto" (True) or bytes; None: $SLICER_BUCKETS, else auto."""
+    assert bucket_setting("off") is None and bucket_setting(False) is None and bucket_setting(0) is None
+    assert bucket_setting("auto") == 0 and bucket_setting(True) == 0
+    assert bucket_setting(np.int64(1 << 20)) == 1 << 20
+    for bad in ("big", -1, 2.5, "1"):
+        with pytest.raises(OptionError, match=r"buckets=.*'auto' \(the cost model's bucket size\), 'off'"):
+            bucket_setting(bad)
+    monkeypatch.delenv(BUCKETS.name, raising=False)
+    assert bucket_setting() == 0
+    monkeypatch.setenv(BUCKETS.name, "off")
+    assert bucket_setting() is None and bucket_setting(4096) == 4096  # the argument wins
+    monkeypatch.setenv(BUCKETS.name, "1")
+    assert bucket_setting() == 0
+    monkeypatch.setenv(BUCKETS.name, "1048576")
+    assert bucket_setting() == 1 << 20
+    monkeypatch.setenv(BUCKETS.name, "big")
+    with pytest.raises(OptionError, match="SLICER_BUCKETS='big'"):
+        bucket_setting()
 
 
 GRADS = """
@@ -76,7 +88,7 @@ BATCH = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
 
 @pytest.mark.parametrize("results,kind", [("", "all_reduce"), (";result0.0=x;result1.0=x;result2.0=x", "reduce_scatter")])
 @pytest.mark.slow
-def test_bucketed_gradients_are_bit_identical_on_the_simulator(monkeypatch, results, kind):
+def test_bucketed_gradients_are_bit_identical_on_the_simulator(results, kind):
     """Data parallel MLP gradients (dw1, db1, dw2 as contractions of a batch tiled over x) all_reduced, or
     reduce_scattered over dim 0 as FSDP keeps them."""
     text = GRADS
@@ -84,13 +96,38 @@ def test_bucketed_gradients_are_bit_identical_on_the_simulator(monkeypatch, resu
     rng = np.random.default_rng(5)
     inputs = [rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 32), (8, 32), (8, 16))]
     runs = {}
-    for setting in ("0", "8192"):
-        monkeypatch.setenv("SLICER_BUCKETS", setting)
-        prog = slicer.compile(text, mesh=slicer.Mesh(x=4), tactics=tactics)
+    for setting in ("off", 8192):
+        prog = slicer.compile(text, mesh=slicer.Mesh(x=4), tactics=tactics, buckets=setting)
         collectives = [n.op for n in prog.graph.nodes if isinstance(n, CollectiveNode)]
-        assert collectives == [kind] * (3 if setting == "0" else 1)
+        assert collectives == [kind] * (3 if setting == "off" else 1)
         runs[setting] = prog.run(*inputs)
-    for plain, bucketed in zip(runs["0"], runs["8192"]):
+    for plain, bucketed in zip(runs["off"], runs[8192]):
         assert plain.tobytes() == bucketed.tobytes()
-    np.testing.assert_allclose(runs["8192"][0], inputs[0].T @ inputs[1], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(runs["8192"][1], inputs[1].sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runs[8192][0], inputs[0].T @ inputs[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runs[8192][1], inputs[1].sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_takes_the_bucket_size(monkeypatch):
+    """`slicer.compile(buckets=)`: off keeps one all_reduce per gradient, a size that holds them all makes one,
+    one smaller than any pair leaves them alone; unset, $SLICER_BUCKETS decides; the gradients stay numpy's."""
+    tactics = slicer.parse_tactics(BATCH)
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (8, 32), (8, 32), (8, 16))]
+
+    def collectives(**options) -> int:
+        prog = slicer.compile(GRADS, mesh=slicer.Mesh(x=2), tactics=tactics, **options)
+        if options.get("buckets") == 8192:
+            dw1, db1, dw2 = prog.run(*inputs)
+            np.testing.assert_allclose(dw1, inputs[0].T @ inputs[1], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(db1, inputs[1].sum(0), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(dw2, inputs[2].T @ inputs[3], rtol=1e-5, atol=1e-5)
+        return sum(isinstance(n, CollectiveNode) for n in prog.graph.nodes)
+
+    monkeypatch.delenv(BUCKETS.name, raising=False)
+    assert (collectives(buckets="off"), collectives(buckets=8192), collectives(buckets=256)) == (3, 1, 3)
+    monkeypatch.setenv(BUCKETS.name, "8192")
+    assert collectives() == 1
+    monkeypatch.setenv(BUCKETS.name, "0")
+    assert collectives() == 3 and collectives(buckets=8192) == 1
+    with pytest.raises(OptionError, match="buckets=-1"):
+        slicer.compile(GRADS, mesh=slicer.Mesh(x=2), tactics=tactics, buckets=-1)

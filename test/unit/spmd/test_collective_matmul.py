@@ -1,17 +1,26 @@
 """The collective-matmul rewrite: when the cost model splits a contraction (never for tiny tensors, only where
 the collective is worth hiding), which dim it cuts, and that the split program computes the same bits."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from mlir import ir
 
 import slicer
+from slicer.core.environment import COLLECTIVE_MATMUL
 from slicer.core.errors import OptionError
-from slicer.dialect import make_context
+from slicer.dialect import grids, make_context
 from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
-from slicer.spmd.chunked_contractions import candidate, choose_chunks, collective_matmul, decide, env_chunks, pipeline_seconds
-from slicer.spmd.overlap_ir import grids
+from slicer.spmd.chunked_contractions import (
+    candidate,
+    choose_chunks,
+    chunks_setting,
+    collective_matmul,
+    decide,
+    pipeline_seconds,
+)
 
 MODEL = CostModel()  # the built-in figures: 30 us, 2 GB/s
 
@@ -60,33 +69,45 @@ def test_tiny_tensors_stay_whole_and_a_large_collective_is_split():
     assert chunks_for(2048, 256, 256)[1] == 0  # rows: B is now the smaller operand
 
 
-def test_environment_switch(monkeypatch):
-    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "0")
-    assert env_chunks() is None
-    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "3")
-    assert env_chunks() == 3
-    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "many")
-    with pytest.raises(OptionError, match="SLICER_COLLECTIVE_MATMUL"):
-        env_chunks()
+def test_the_argument_and_its_default_in_the_environment(monkeypatch):
+    """`compile(collective_matmul=)`: "off" (False, 0, 1), "auto" (True) or a count >= 2; None:
+    $SLICER_COLLECTIVE_MATMUL, else auto."""
+    assert all(chunks_setting(off) is None for off in ("off", False, 0, 1))
+    assert chunks_setting("auto") == 0 and chunks_setting(True) == 0 and chunks_setting(np.int32(3)) == 3
+    for bad in ("many", -2, 2.0, "3"):
+        with pytest.raises(OptionError, match=r"collective_matmul=.*'auto' \(the cost model decides\)"):
+            chunks_setting(bad)
+    monkeypatch.delenv(COLLECTIVE_MATMUL.name, raising=False)
+    assert chunks_setting() == 0
+    monkeypatch.setenv(COLLECTIVE_MATMUL.name, "0")
+    assert chunks_setting() is None and chunks_setting(2) == 2  # the argument wins
+    monkeypatch.setenv(COLLECTIVE_MATMUL.name, "3")
+    assert chunks_setting() == 3
+    monkeypatch.setenv(COLLECTIVE_MATMUL.name, "many")
+    with pytest.raises(OptionError, match="SLICER_COLLECTIVE_MATMUL='many'"):
+        chunks_setting()
     with make_context(), ir.Location.unknown(), pytest.raises(OptionError, match="chunks=1"):
         collective_matmul(ir.Module.parse(megatron(8, 8, 8)).operation, chunks=1)
 
 
 def test_split_mlp_is_bit_identical_on_the_simulator(monkeypatch):
-    from pathlib import Path
+    """`compile(collective_matmul=)`: off leaves the second matmul whole (one all_reduce), 4 splits it in 4 (4
+    all_reduces), and unset the environment's default decides; the split computes the same bits, numpy's MLP."""
     text = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_text()
     tactics = slicer.parse_tactics("arg0.0=x;arg1.1=y;arg3.0=y")
     rng = np.random.default_rng(3)
     runs = {}
-    for setting in ("0", "4"):
-        monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", setting)
-        prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=tactics)
-        if setting == "0":
+    monkeypatch.setenv(COLLECTIVE_MATMUL.name, "2")
+    for setting in ("off", 4, None):
+        prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=tactics, collective_matmul=setting)
+        if setting == "off":
             inputs = [rng.standard_normal(prog.graph.arg_shape(i)).astype(np.float32) for i in range(len(prog.graph.args))]
         runs[setting] = prog.run(*inputs)
         collectives = sum(isinstance(n, CollectiveNode) for n in prog.graph.nodes)
-        assert collectives == (1 if setting == "0" else 4)
-    assert runs["0"].tobytes() == runs["4"].tobytes()
+        assert collectives == {"off": 1, 4: 4, None: 2}[setting]
+    assert runs["off"].tobytes() == runs[4].tobytes() == runs[None].tobytes()
+    x, w1, b1, w2 = inputs
+    np.testing.assert_allclose(runs[4], np.maximum(x @ w1 + b1, 0) @ w2, rtol=1e-4, atol=1e-4)
 
 
 REDUCE_OVER_THE_TILED_DIM = """
@@ -104,11 +125,11 @@ func.func @f(%a0: tensor<4x12xi32>) -> tensor<4xi32> {
 """
 
 
-@pytest.mark.parametrize("forced", ["0", "2"])
-def test_a_reduce_feeding_an_all_reduce_is_split_or_left_not_an_internal_error(forced, monkeypatch):
+@pytest.mark.parametrize("forced", ["auto", 2])
+def test_a_reduce_feeding_an_all_reduce_is_split_or_left_not_an_internal_error(forced):
     """linalg.reduce keeps its operand segments out of the attributes the bindings show: the split must still
     tell its inputs from its init (a fuzzer case, seed 1127, ended in a KeyError here)."""
-    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", forced)
-    prog = slicer.compile(REDUCE_OVER_THE_TILED_DIM, mesh={"x": 2, "y": 2}, tactics=slicer.parse_tactics("arg0.1=x"))
+    prog = slicer.compile(REDUCE_OVER_THE_TILED_DIM, mesh={"x": 2, "y": 2}, tactics=slicer.parse_tactics("arg0.1=x"),
+                          collective_matmul=forced)
     a = np.arange(48, dtype=np.int32).reshape(4, 12)
     np.testing.assert_array_equal(prog.run(a, ranks=None), a.sum(axis=1))

@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mlir import ir
 
 from slicer.passes import transform

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slicer.dialect import IRDL_PATH
-from slicer.runtime.oracle import compare
-from slicer.passes import transform
 from slicer.core.toolchain import find_tool
+from slicer.dialect import IRDL_PATH
+from slicer.passes import transform
+from slicer.runtime.oracle import compare
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*_loops.mlir"))

@@ -4,11 +4,10 @@ Each is partitioned, checked for the collectives it should need, and simulated a
 
 import numpy as np
 import pytest
-
-from slicer.runtime.oracle import compare
-from slicer.passes import transform
-
 from test_partition_examples import collectives, round_trip
+
+from slicer.passes import transform
+from slicer.runtime.oracle import compare
 
 MESH_2x2x2 = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y", "z"], shape = array<i64: 2, 2, 2>} : () -> ()\n'
 MESH_Y4 = '"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 4>} : () -> ()\n'
@@ -56,15 +55,19 @@ func.func @f(%a: tensor<4x8x16xf32>, %w: tensor<4x16x8xf32>) -> tensor<4x8x8xf32
     %wx = "slicer.slice"(%w, %rx) {dim = 0 : i64} : (tensor<4x16x8xf32>, !slicer.range<"x", 2>) -> tensor<2x16x8xf32>
     %1 = "slicer.loop"() ({
     ^bb0(%ry: !slicer.range<"y", 2>):
-      %axy = "slicer.slice"(%ax, %ry) {dim = 1 : i64} : (tensor<2x8x16xf32>, !slicer.range<"y", 2>) -> tensor<2x4x16xf32>
+      %axy = "slicer.slice"(%ax, %ry) {dim = 1 : i64} : (tensor<2x8x16xf32>, !slicer.range<"y", 2>) ->
+          tensor<2x4x16xf32>
       %2 = "slicer.loop"() ({
       ^bb0(%rz: !slicer.range<"z", 2>):
-        %axyz = "slicer.slice"(%axy, %rz) {dim = 2 : i64} : (tensor<2x4x16xf32>, !slicer.range<"z", 2>) -> tensor<2x4x8xf32>
-        %wxz = "slicer.slice"(%wx, %rz) {dim = 1 : i64} : (tensor<2x16x8xf32>, !slicer.range<"z", 2>) -> tensor<2x8x8xf32>
+        %axyz = "slicer.slice"(%axy, %rz) {dim = 2 : i64} : (tensor<2x4x16xf32>, !slicer.range<"z", 2>) ->
+            tensor<2x4x8xf32>
+        %wxz = "slicer.slice"(%wx, %rz) {dim = 1 : i64} : (tensor<2x16x8xf32>, !slicer.range<"z", 2>) ->
+            tensor<2x8x8xf32>
         %z = arith.constant 0.0 : f32
         %e = tensor.empty() : tensor<2x4x8xf32>
         %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
-        %m = linalg.batch_matmul ins(%axyz, %wxz : tensor<2x4x8xf32>, tensor<2x8x8xf32>) outs(%f : tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+        %m = linalg.batch_matmul ins(%axyz, %wxz : tensor<2x4x8xf32>, tensor<2x8x8xf32>) outs(%f : tensor<2x4x8xf32>) ->
+            tensor<2x4x8xf32>
         tosa.yield %m : tensor<2x4x8xf32>
       }) {action = #slicer.sum, mesh = @mesh} : () -> tensor<2x4x8xf32>
       tosa.yield %2 : tensor<2x4x8xf32>

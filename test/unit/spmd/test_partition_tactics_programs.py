@@ -1,25 +1,25 @@
 """Every example x strategy of the tactics issue, partitioned and run by the SPMD simulator, equals the original.
 
-Programs (examples/: MLP, batch matmul, row sums, attention, layer norm, reshapes, transpose; and a softmax): the tactics are applied (`slicer.apply_tactics`), optionally propagated
-(`slicer-propagate`), partitioned (`slicer-partition`) and simulated for every device of meshes with 1, 2, 4
-and 8 devices (1-D meshes for one-axis strategies, 2-D for two-axis ones, 2x2x2 for a three-axis one), on
-random data. Partitions made only of tile loops must give bit-identical results (each device runs the same
-arithmetic on its block); partial sums are compared with a tight tolerance.
+Programs (examples/: MLP, batch matmul, row sums, attention, layer norm, reshapes, transpose; and a softmax): the
+tactics are applied (`slicer.apply_tactics`), optionally propagated (`slicer-propagate`), partitioned
+(`slicer-partition`) and simulated for every device of meshes with 1, 2, 4 and 8 devices (1-D meshes for one-axis
+strategies, 2-D for two-axis ones, 2x2x2 for a three-axis one), on random data. Partitions made only of tile loops must
+give bit-identical results (each device runs the same arithmetic on its block); partial sums are compared with a tight
+tolerance.
 """
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_partition_examples import round_trip
 
 import slicer
-from slicer.lowering import compile_function
 from slicer.checking import random_inputs
-from slicer.runtime.oracle import compare
+from slicer.lowering import compile_function
 from slicer.passes import transform
-
-from test_partition_examples import round_trip
+from slicer.runtime.oracle import compare
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -35,7 +35,8 @@ CASES = {
     ("mlp", "2d"): ([T(arg=0, dim=0, axes="x"), T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y"), R(arg=2)],
                     [{"x": a, "y": b} for a, b in TWO_D]),
     ("batch_matmul", "data"): ([T(arg=0, dim=0, axes="x"), T(arg=1, dim=0, axes="x")], [{"x": n} for n in ONE_D[:3]]),
-    ("batch_matmul", "2d"): ([T(arg=0, dim=0, axes="x"), T(arg=1, dim=2, axes="y"), T(result=0, dim=1, axes=("y", "x"))],
+    ("batch_matmul",
+     "2d"): ([T(arg=0, dim=0, axes="x"), T(arg=1, dim=2, axes="y"), T(result=0, dim=1, axes=("y", "x"))],
                              [{"x": a, "y": b} for a, b in TWO_D]),
     ("batch_matmul", "3d"): ([T(arg=0, dim=0, axes="x"), T(arg=1, dim=0, axes="x"), T(arg=1, dim=2, axes="y"),
                               T(arg=0, dim=2, axes="z"), T(arg=1, dim=1, axes="z")], [{"x": 2, "y": 2, "z": 2}]),
@@ -65,7 +66,7 @@ def program(name: str) -> str:
     return SOFTMAX if name == "softmax" else (EXAMPLES / f"{name}.mlir").read_text()
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference(name: str):
     fn = compile_function(program(name))
     return fn, random_inputs(fn.inputs, seed=len(name))

@@ -37,7 +37,7 @@ EXPECTED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step():
     """(model, imported training step), once."""
     warnings.filterwarnings("ignore")
@@ -56,13 +56,12 @@ def collectives(prog):
 
 @pytest.mark.parametrize("strategy", tp.STRATEGIES)
 @pytest.mark.slow
-def test_collectives_per_strategy(strategy, monkeypatch):
+def test_collectives_per_strategy(strategy):
     """The partitioner's collectives, before the schedule's rewrites (bucketing would combine them)."""
-    monkeypatch.setenv("SLICER_BUCKETS", "0")
-    monkeypatch.setenv("SLICER_COLLECTIVE_MATMUL", "0")
     model, imported = step()
     tactics, mesh = tp.strategy_tactics(strategy, imported, "mlp")
-    prog = slicer.compile(imported, mesh=slicer.Mesh(**mesh), tactics=tactics)
+    prog = slicer.compile(imported, mesh=slicer.Mesh(**mesh), tactics=tactics, buckets="off",
+                          collective_matmul="off")
     found = collectives(prog)
     assert Counter((c.op.split(".")[-1], ",".join(c.mesh_axes)) for c in found) == EXPECTED[strategy]
     param_bytes = sum(p.numel() * 4 for p in model.parameters())

@@ -198,7 +198,8 @@ def test_torch_mlp_batch_3_data_parallel_and_hidden_30_megatron():
     data = slicer.compile(program, mesh={"x": 2}, tactics=slicer.parse_tactics("input.0=x"))
     np.testing.assert_allclose(data.run(x), want, rtol=1e-5, atol=1e-5)
     assert "shard.all_" not in data.spmd  # no collective at all
-    megatron = slicer.compile(program, mesh={"y": 4}, tactics=slicer.parse_tactics("0.weight.0=y;0.bias.0=y;2.weight.1=y"))
+    megatron = slicer.compile(program, mesh={"y": 4},
+                              tactics=slicer.parse_tactics("0.weight.0=y;0.bias.0=y;2.weight.1=y"))
     np.testing.assert_allclose(megatron.run(x), want, rtol=1e-5, atol=1e-5)  # hidden 30: blocks 8, 8, 8, 6
     assert megatron.spmd.count("shard.all_reduce") == 1
 
@@ -284,6 +285,7 @@ func.func @f(%a: tensor<3x4xf32>) -> tensor<12xf32> {
 
 def test_partitioner_refuses_a_reshape_of_padded_blocks():
     from mlir import ir
+
     from slicer.passes import transform
     with pytest.raises(ir.MLIRError, match="'tensor.collapse_shape' cannot compute on padded blocks: operand #0 "
                                             "holds padded blocks on dim 0 \\(size 3 cut over \\[x\\]"):

@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
-from example_modules import load  # noqa: E402
 from mlir import ir  # noqa: E402
 
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer.dialect import make_context  # noqa: E402
 from slicer.spmd import report  # noqa: E402
 

@@ -68,7 +68,8 @@ def test_errors_are_all_reported_and_nothing_is_rewritten():
 def test_mesh_given_as_mapping_is_inserted_once_and_reused():
     module = parse(MLP)
     slicer.apply_tactics(module, [slicer.Tile(arg=0, dim=0, axes="x")], mesh={"x": 2, "y": 4})
-    assert [(name, m.mesh()) for name, m in sd.find_meshes(module.operation).items()] == [("mesh", slicer.Mesh(x=2, y=4))]
+    assert [(name, m.mesh()) for name,
+            m in sd.find_meshes(module.operation).items()] == [("mesh", slicer.Mesh(x=2, y=4))]
 
     slicer.apply_tactics(module, [slicer.Tile(arg=3, dim=0, axes="y")], mesh=slicer.Mesh(x=2, y=4))
     assert len(sd.find_meshes(module.operation)) == 1
@@ -128,7 +129,8 @@ def test_conflicts_between_tactics_on_one_value():
 def test_annotation_errors_name_their_origin():
     text = MESH + """
 func.func @f(%a: tensor<6x4xf32>) -> tensor<6x4xf32> {
-  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["x", "y"], []]>} : (tensor<6x4xf32>) -> tensor<6x4xf32>
+  %b = "slicer.annotate"(%a) {sharding = #slicer.sharding<@mesh, [["x", "y"], []]>} : (tensor<6x4xf32>) ->
+      tensor<6x4xf32>
   return %b : tensor<6x4xf32>
 }"""
     assert errors_of(parse(text), []) == [

@@ -5,7 +5,7 @@ layernorm, reshape, transpose) and a softmax whose first reduction is a max. Str
 over x), Megatron-like (over y) and both at once (2-D), plus results.
 """
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,7 @@ def program(name: str) -> str:
     return SOFTMAX if name == "softmax" else (EXAMPLES / f"{name}.mlir").read_text()
 
 
-@lru_cache(maxsize=None)
+@cache
 def original(name: str):
     """The unpartitioned program, compiled once, and random inputs for it."""
     fn = compile_function(program(name))

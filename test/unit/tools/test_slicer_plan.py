@@ -12,7 +12,7 @@ import pytest
 from slicer.tools import slicer_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # the reshard suite
-from reshard_suite import cases  # noqa: E402
+from reshard_suite import cases
 
 
 def run(*args):
@@ -100,7 +100,9 @@ def test_cost_options():
     assert slow["cost_model"]["latency_s"] == 1e-3 and slow["cost_model"]["axis_bandwidth_bytes_per_s"] == {"x": 1e8}
     assert slow["estimated_seconds"] > time["estimated_seconds"]
     bytes_ = json.loads(run(*base, "--cost", "bytes").stdout)
-    assert bytes_["cost_model"]["objective"] == "bytes" and bytes_["bytes_received_total"] <= time["bytes_received_total"]
+    assert (
+        bytes_["cost_model"]["objective"] == "bytes" and bytes_["bytes_received_total"] <= time["bytes_received_total"]
+    )
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
 """slicer-run's viewing flags that need no MPI run: --show prints pictures, and bad values are clear
 errors before anything is launched."""
 
-from slicer.tools.slicer_run import main
-
 from viz_examples import EXAMPLES
+
+from slicer.tools.slicer_run import main
 
 
 def test_show_of_an_unknown_value_stops_before_running(capsys):

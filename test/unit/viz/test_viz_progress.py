@@ -4,7 +4,10 @@ import io
 
 import pytest
 
-from slicer.core.progress import PROGRESS_ENV, Progress
+from slicer.core.environment import PROGRESS
+from slicer.core.progress import Progress
+
+PROGRESS_ENV = PROGRESS.name
 from slicer.lowering import compile_library, llvm_codegen
 
 

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from viz_examples import compile_example
 
 import slicer
 from slicer.core.mesh import Mesh
@@ -13,8 +14,6 @@ from slicer.redistribution import DistType
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices
 from slicer.viz import ShardingPicture, device_ranges
-
-from viz_examples import compile_example
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

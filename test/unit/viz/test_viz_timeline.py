@@ -20,12 +20,17 @@ def two_rank_timings() -> Timings:
     """Rank 0 computes 1 ms, starts the all_reduce (waiting 2 ms for rank 1, packing 0.5 ms), runs a second
     kernel while it is in flight, then waits 0.5 ms for the transfer; rank 1 computes 2 ms first."""
     events = (
-        (Event(0, "kernel_0", "kernel", 0.0, 1 * MS), Event(1, AR, "start", 1 * MS, 3.5 * MS, {"skew": 2 * MS, "pack": 0.5 * MS}),
-         Event(2, "kernel_1", "kernel", 3.5 * MS, 4 * MS), Event(1, AR, "wait", 4 * MS, 4.5 * MS, {"transfer": 0.5 * MS})),
-        (Event(0, "kernel_0", "kernel", 0.0, 2 * MS), Event(1, AR, "start", 2 * MS, 3.5 * MS, {"skew": 1 * MS, "pack": 0.5 * MS}),
-         Event(2, "kernel_1", "kernel", 3.5 * MS, 4 * MS), Event(1, AR, "wait", 4 * MS, 4.5 * MS, {"transfer": 0.5 * MS})),
+        (Event(0, "kernel_0", "kernel", 0.0, 1 * MS),
+         Event(1, AR, "start", 1 * MS, 3.5 * MS, {"skew": 2 * MS, "pack": 0.5 * MS}),
+         Event(2, "kernel_1", "kernel", 3.5 * MS, 4 * MS),
+         Event(1, AR, "wait", 4 * MS, 4.5 * MS, {"transfer": 0.5 * MS})),
+        (Event(0, "kernel_0", "kernel", 0.0, 2 * MS),
+         Event(1, AR, "start", 2 * MS, 3.5 * MS, {"skew": 1 * MS, "pack": 0.5 * MS}),
+         Event(2, "kernel_1", "kernel", 3.5 * MS, 4 * MS),
+         Event(1, AR, "wait", 4 * MS, 4.5 * MS, {"transfer": 0.5 * MS})),
     )
-    steps = (StepTiming("kernel_0", "kernel", 2 * MS), StepTiming("all_reduce {'mesh_axes': ['y']}", "collective", 3 * MS, 2 * MS))
+    steps = (StepTiming("kernel_0", "kernel", 2 * MS),
+             StepTiming("all_reduce {'mesh_axes': ['y']}", "collective", 3 * MS, 2 * MS))
     return Timings(4 * MS, steps, 2, 3, events=events, peak_bytes=(100, 100))
 
 

@@ -1,6 +1,6 @@
 """Shared by the viz tests: compiled examples (cached per session: compiling takes about a second)."""
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import slicer
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compile(example: str, mesh: tuple, tactics: str) -> slicer.Program:
     text = (EXAMPLES / f"{example}.mlir").read_text()
     return slicer.compile(text, mesh=slicer.Mesh(list(mesh)), tactics=slicer.parse_tactics(tactics),

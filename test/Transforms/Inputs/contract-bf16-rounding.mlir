@@ -1,0 +1,61 @@
+// A bf16 contraction into a local f32 buffer whose only reader rounds it to bf16, transposed (attention's
+// context [b, h, s, e] read as [b, s, h, e]); and the same with K = 640, longer than one K block of the bf16
+// GEMM, whose f32 C and rounding stay.
+#a = affine_map<(b, h, s, e, t) -> (b, h, s, t)>
+#v = affine_map<(b, h, s, e, t) -> (b, h, t, e)>
+#c = affine_map<(b, h, s, e, t) -> (b, h, s, e)>
+#id = affine_map<(b, s, h, e) -> (b, s, h, e)>
+#tr = affine_map<(b, s, h, e) -> (b, h, s, e)>
+#fill = affine_map<(b, h, s, e) -> ()>
+#all = affine_map<(b, h, s, e) -> (b, h, s, e)>
+func.func @context(%p: memref<2x4x32x40xbf16>, %v: memref<2x4x40x64xbf16>, %r: memref<2x32x4x64xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<2x4x32x64xf32>
+  linalg.generic {indexing_maps = [#fill, #all], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%zero : f32) outs(%c : memref<2x4x32x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  }
+  linalg.generic {indexing_maps = [#a, #v, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%p, %v : memref<2x4x32x40xbf16>, memref<2x4x40x64xbf16>) outs(%c : memref<2x4x32x64xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %out: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %m = arith.mulf %xf, %yf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%c : memref<2x4x32x64xf32>) outs(%r : memref<2x32x4x64xbf16>) {
+  ^bb0(%x: f32, %o: bf16):
+    %t = arith.truncf %x : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
+}
+
+func.func @long_k(%p: memref<2x4x32x640xbf16>, %v: memref<2x4x640x64xbf16>, %r: memref<2x32x4x64xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<2x4x32x64xf32>
+  linalg.generic {indexing_maps = [#fill, #all], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%zero : f32) outs(%c : memref<2x4x32x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  }
+  linalg.generic {indexing_maps = [#a, #v, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%p, %v : memref<2x4x32x640xbf16>, memref<2x4x640x64xbf16>) outs(%c : memref<2x4x32x64xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %out: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %m = arith.mulf %xf, %yf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%c : memref<2x4x32x64xf32>) outs(%r : memref<2x32x4x64xbf16>) {
+  ^bb0(%x: f32, %o: bf16):
+    %t = arith.truncf %x : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
+}
