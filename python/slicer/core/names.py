@@ -18,7 +18,7 @@ REORDERING_ALL_TO_ALL = "slicer.all_to_all"
 """An all-to-all whose split dim gains the group's axes in another order (`shard.all_to_all` cannot)."""
 SEND = "slicer.send"
 """A point-to-point transfer's sending half: the operand goes to the device at coordinate `peer` of mesh axis
-`axis` (the sender's other coordinates), matched by the `slicer.recv` of the same `tag` (pipeline stages)."""
+`mesh_axis` (the sender's other coordinates), matched by the `slicer.recv` of the same `tag` (pipeline stages)."""
 RECV = "slicer.recv"
 """A point-to-point transfer's receiving half: its result comes from the device at coordinate `peer` of `axis`."""
 P2P_AXIS_ATTR = "mesh_axis"

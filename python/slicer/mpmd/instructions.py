@@ -108,12 +108,16 @@ def _p2p(attrs) -> dict:
 def check_transfers(stages: list[Stage]) -> None:
     """CompileError unless every send meets its receive (same tag, peer and type) and the stages run to the
     end with sends that do not wait (module docstring)."""
-    sends = {(i["message"], s.index, i["stage"]): i for s in stages for i in s.instructions if i["op"] == "send"}
-    recvs = {(i["message"], i["stage"], s.index): i for s in stages for i in s.instructions if i["op"] == "recv"}
+    sends = [(i["message"], s.index, i["stage"]) for s in stages for i in s.instructions if i["op"] == "send"]
+    recvs = [(i["message"], i["stage"], s.index) for s in stages for i in s.instructions if i["op"] == "recv"]
+    for kind, keys in (("sends", sends), ("receives", recvs)):
+        if len(set(keys)) != len(keys):
+            tag, source, target = next(k for k in keys if keys.count(k) > 1)
+            raise CompileError(f"the pipelined step {kind} tag {tag} from stage {source} to stage {target} twice")
     for key in set(sends) ^ set(recvs):
         tag, source, target = key
         raise CompileError(f"the pipelined step sends tag {tag} from stage {source} to stage {target}, but "
-                           f"{'no receive' if key in sends else 'no send'} matches it")
+                           f"{'no receive' if key in set(sends) else 'no send'} matches it")
     position = [0] * len(stages)
     sent: set = set()
     while any(position[s.index] < len(s.instructions) for s in stages):

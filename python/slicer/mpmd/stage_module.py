@@ -91,8 +91,9 @@ def build_module(schedule: Schedule, stages: tuple[StageFunctions, ...], links: 
             sig = getattr(stage, kind)
             lines.append(f"  func.func private @{kind}_{stage.index}({', '.join(t for _, t in sig.args)}) -> "
                          f"({', '.join(t for _, t in sig.results)})")
-    tags = {(link.name, target, grad): 2 * (i * len(stages) + target) + grad
-            for i, link in enumerate(links) for target in link.targets for grad in (0, 1)}
+    count = schedule.microbatches
+    tags = {(link.name, target, grad, m): (2 * (i * len(stages) + target) + grad) * count + m
+            for i, link in enumerate(links) for target in link.targets for grad in (0, 1) for m in range(count)}
     for physical in range(schedule.stages):
         lines += _stage_function(schedule, physical, stages, {link.name: link for link in links}, tags, axis)
     lines.append("}")
@@ -129,14 +130,14 @@ def _stage_function(schedule: Schedule, physical: int, stages, links: dict, tags
             continue
         for name in stage.received:
             link = links[name]
-            env[(name, m)] = values[name] = _recv(body, axis, peer[link.source], tags[(name, stage.index, 0)],
+            env[(name, m)] = values[name] = _recv(body, axis, peer[link.source], tags[(name, stage.index, 0, m)],
                                                   link.type)
         outs = _call(body, "forward", stage, values)
         if stage.index == last:
             loss = outs[0] if loss is None else _add(body, loss, outs[0], stage.forward.results[0][1])
         for name, value in zip(stage.sent, outs):
             for target in links[name].targets:
-                body.emit(f'"{N.SEND}"({value}) {_p2p(axis, peer[target], tags[(name, target, 0)])} : '
+                body.emit(f'"{N.SEND}"({value}) {_p2p(axis, peer[target], tags[(name, target, 0, m)])} : '
                           f"({links[name].type}) -> ()")
     results: list[tuple[str, str]] = []
     if loss is not None:
@@ -171,7 +172,7 @@ def _backward(body: _Body, stage: StageFunctions, links: dict, tags: dict, axis:
             continue
         total = None
         for target in link.targets:
-            got = _recv(body, axis, peer[target], tags[(name, target, 1)], link.type)
+            got = _recv(body, axis, peer[target], tags[(name, target, 1, m)], link.type)
             total = got if total is None else _add(body, total, got, link.type)
         values[GRAD + name] = total
     for name, typ in stage.backward.args:
@@ -182,7 +183,7 @@ def _backward(body: _Body, stage: StageFunctions, links: dict, tags: dict, axis:
         transfer = name[len(GRAD):]
         if transfer in links and transfer in stage.received:
             link = links[transfer]
-            body.emit(f'"{N.SEND}"({value}) {_p2p(axis, peer[link.source], tags[(transfer, stage.index, 1)])} '
+            body.emit(f'"{N.SEND}"({value}) {_p2p(axis, peer[link.source], tags[(transfer, stage.index, 1, m)])} '
                       f": ({link.type}) -> ()")
         else:
             env[("acc", stage.index, name)] = value

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from mlir import ir
 
-from slicer.core.errors import InvalidTactic
+from slicer.core.errors import CompileError, InvalidTactic
 from slicer.core.functions import entry_function, function_type
 from slicer.core.mesh import Mesh
 from slicer.dialect import make_context
@@ -58,21 +58,21 @@ def _tactics_for(program: ImportedProgram, tactics: Sequence[Tactic]) -> list[Ta
 def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic],
                      compile_program: Callable) -> PipelineProgram:
     """The pipelined program of `step` (module docstring); `compile_program(program, mesh=, tactics=)` is
-    `slicer.compile`. InvalidTactic for a step that is not a torch training step or a pipeline that does not
-    fit the mesh."""
+    `slicer.compile`. InvalidTactic for a step that is not a torch training step, CompileError for a pipeline
+    that does not fit the mesh."""
     if not isinstance(step, ImportedProgram) or step.origin is None:
         raise InvalidTactic("pipeline: the program must be a training step imported with slicer.training_step "
                             "(the stages are imported again from its torch model)")
     if not mesh.has_axis(pipeline.axis):
-        raise InvalidTactic(f"pipeline: unknown mesh axis '{pipeline.axis}' (the mesh has axes "
+        raise CompileError(f"pipeline: unknown mesh axis '{pipeline.axis}' (the mesh has axes "
                             f"{', '.join(mesh.axis_names)})")
     count = mesh.size(pipeline.axis)
     virtual = count * pipeline.virtual_stages
     if pipeline.split is None:
-        raise InvalidTactic("pipeline: stages= (cuts placed by the cost model) is not available yet; give "
+        raise CompileError("pipeline: stages= (cuts placed by the cost model) is not available yet; give "
                             "split=[module names]")
     if len(pipeline.split) + 1 != virtual:
-        raise InvalidTactic(f"pipeline: split={list(pipeline.split)} makes {len(pipeline.split) + 1} stages but "
+        raise CompileError(f"pipeline: split={list(pipeline.split)} makes {len(pipeline.split) + 1} stages but "
                             f"axis '{pipeline.axis}' has {count} devices"
                             + (f" and virtual_stages={pipeline.virtual_stages}" if pipeline.virtual_stages > 1
                                else "") + f": give {virtual - 1} split points")
