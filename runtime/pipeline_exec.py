@@ -13,6 +13,7 @@ receive to its backward (what the schedule's peak counts).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -30,9 +31,11 @@ def last_uses(instructions: Sequence[dict]) -> dict[int, int]:
     return last
 
 
-def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Callable, transport, stage: int):
+def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Callable, transport, stage: int,
+              events: list | None = None):
     """A generator running one stage's `instructions` on `args`: yields while a receive waits for its message
-    (`transport.receive` returns None), returns the stage's results. `call(callee, arrays) -> arrays`."""
+    (`transport.receive` returns None), returns the stage's results. `call(callee, arrays) -> arrays`.
+    `events`, if given, receives (callee, start, end) for each call, in `time.perf_counter()` seconds."""
     env: dict[int, np.ndarray] = dict(enumerate(args))
     last = last_uses(instructions)
     for position, ins in enumerate(instructions):
@@ -44,8 +47,11 @@ def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Ca
         elif op == "send":
             transport.send(stage, ins, env[ins["operand"]])
         elif op == "call":
+            start = time.perf_counter()
             outs = call(ins["callee"], [env[v] for v in ins["operands"]])
             env.update(zip(ins["results"], outs))
+            if events is not None:
+                events.append((ins["callee"], start, time.perf_counter()))
         elif op == "zeros":
             env[ins["result"]] = np.zeros(ins["shape"], dtypes.parse_dtype(ins["dtype"]))
         elif op == "add":
@@ -120,9 +126,9 @@ class MpiTransport:
 
 
 def run_mpi(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Callable, transport: MpiTransport,
-            stage: int) -> list[np.ndarray]:
+            stage: int, events: list | None = None) -> list[np.ndarray]:
     """One stage run on this rank (receives block, so the generator never yields)."""
-    runner = interpret(instructions, args, call, transport, stage)
+    runner = interpret(instructions, args, call, transport, stage, events)
     try:
         while True:
             next(runner)

@@ -31,6 +31,7 @@ from .rank import run_rank
 from .simulator import assemble
 
 PLAN_FILE = "plan.json"
+TIMELINE_FILE = "timeline.json"  # the last step's calls per rank: [[stage, [[callee, start, end], ...]], ...]
 
 
 def write_pipeline_job(job_dir: Path, plan: dict, graphs: dict[str, KernelGraph], state: dict[str, np.ndarray],
@@ -105,7 +106,9 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
                 graph = graphs[callee]
                 array = take_block(np.asarray(array), graph.values[graph.args[at]].dist, graph.mesh, sub_rank)
             args.append(array)
-        results = run_mpi(stage["instructions"], args, call, transport, index)
+        events: list = []
+        comm.Barrier()
+        results = run_mpi(stage["instructions"], args, call, transport, index, events)
         for position, (name, value) in enumerate(zip(stage["results"], returned)):
             if name == "loss":
                 losses.append(float(np.asarray(results[position])))  # replicated: every rank has it
@@ -125,6 +128,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
             final[name] = assemble(graph.mesh, graph.result_dists[at], gathered, name, graph.result_shape(at))
     for executor in executors.values():
         executor.close()
+    timelines = comm.gather((index, events), root=0)  # the last step's calls, on every rank
     finals = comm.gather((final, losses) if sub_rank == 0 else None, root=0)
     if rank == 0:
         merged, all_losses = {}, []
@@ -133,6 +137,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
                 merged.update(part[0])
                 all_losses = part[1] or all_losses
         np.save(job_dir / "losses.npy", np.asarray(all_losses))
+        (job_dir / TIMELINE_FILE).write_text(json.dumps(timelines))
         np.savez(job_dir / "final.npz", **merged)
 
 
@@ -146,14 +151,17 @@ def _same_layout(stage: dict, graphs: dict, reads: dict, writes: dict, name: str
 
 
 def launch_pipeline(job_dir: Path, ranks: int, *, timeout: float = 600, mpiexec: str | None = None):
-    """Run the job written in `job_dir` on `ranks` ranks: (losses, final state by name)."""
+    """Run the job written in `job_dir` on `ranks` ranks: (losses, final state by name, the last step's
+    timeline: per rank, its stage and its calls as (callee, start, end) seconds of a clock all ranks share)."""
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.pipeline_job", str(job_dir)], timeout=timeout,
                     mpiexec=mpiexec)
     if done.returncode != 0:
         raise RunError(f"the pipelined job failed on {ranks} ranks (exit {done.returncode}):\n"
                        f"{done.stderr.strip()[-4000:]}")
     final = dict(np.load(job_dir / "final.npz"))
-    return [float(x) for x in np.load(job_dir / "losses.npy")], final
+    timeline = [(stage, [tuple(e) for e in events])
+                for stage, events in json.loads((job_dir / TIMELINE_FILE).read_text())]
+    return [float(x) for x in np.load(job_dir / "losses.npy")], final, timeline
 
 
 def main(argv: list[str] | None = None) -> None:

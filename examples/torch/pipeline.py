@@ -25,13 +25,14 @@ from slicer import strategies as st
 
 
 def pipelined(model, loss_fn, batch, optimizer, *, split, microbatches: int, schedule: str = "1f1b",
-              virtual_stages: int = 1, mesh=None, tactics=()):
-    """(training step, pipelined program) of `model` cut at `split` over the axis p of `mesh` (default p=2)."""
+              virtual_stages: int = 1, mesh=None, strategy=None):
+    """(training step, pipelined program) of `model` cut at `split` over the axis p of `mesh` (default p=2);
+    `strategy(step)`, if given, the tactics of the mesh's other axes (e.g. `st.data_parallel(step, "x")`)."""
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
     mesh = mesh or slicer.Mesh(p=2)
     pipe = st.pipeline(step, "p", split=split, microbatches=microbatches, schedule=schedule,
                        virtual_stages=virtual_stages)
-    return step, slicer.compile(step, mesh=mesh, tactics=pipe + list(tactics))
+    return step, slicer.compile(step, mesh=mesh, tactics=pipe + (strategy(step) if strategy else []))
 
 
 def compare(model, loss_fn, batch, optimizer, prog, microbatches: int, steps: int = 3, ranks=None):
@@ -40,7 +41,8 @@ def compare(model, loss_fn, batch, optimizer, prog, microbatches: int, steps: in
     want_losses, want = torch_accumulation_steps(model, loss_fn, batch, optimizer, steps, microbatches)
     got_losses, got = prog.train([batch] * steps, ranks=ranks)
     loss_error = max(train_step.relative_error(g, w) for g, w in zip(got_losses, want_losses))
-    state_error = max(train_step.relative_error(got[n], want[n]) for n, _ in model.named_parameters())
+    state_error = max(train_step.relative_error(got[n], want[n]) for n, p in model.named_parameters()
+                      if p.requires_grad)
     return loss_error, state_error, got
 
 

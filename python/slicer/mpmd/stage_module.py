@@ -111,8 +111,8 @@ def _stage_function(schedule: Schedule, physical: int, stages, links: dict, tags
     args: list[tuple[str, str]] = []
     for stage in mine:
         for name in stage.batch:
-            for m in range(schedule.microbatches):
-                args.append((f"{name}.m{m}", types[name]))
+            args += [(f"{name}.m{m}", types[name]) for m in range(schedule.microbatches)
+                     if (f"{name}.m{m}", types[name]) not in args]
     for stage in mine:
         args += [(n, types[n]) for n in (*stage.owned, *stage.state) if (n, types[n]) not in args]
         args += [(n, types[n]) for n in stage.hyper if (n, types[n]) not in args]

@@ -44,6 +44,7 @@ class PipelineProgram:
     programs: dict
     text: str
     stages: tuple
+    timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end), ...])
 
     def explain(self) -> str:
         """The schedule per stage, its bubble fraction and each stage's activations held at the peak."""
@@ -67,6 +68,16 @@ class PipelineProgram:
             lines.append(f"stage {stage}: at most {peak} micro-batch(es) in flight, holding {peak} x "
                          f"{received} bytes of received activations (the backward recomputes the rest)")
         return "\n".join(lines)
+
+    def measured_bubble(self) -> float:
+        """The idle fraction of the stages' time in the last MPI run's last step (`timeline`): 1 - the ranks'
+        busy time over ranks x the span from the first call's start to the last call's end."""
+        if not self.timeline:
+            raise RunError("measured_bubble needs a run on MPI ranks first: prog.train(batches, ranks=N)")
+        calls = [e for _, events in self.timeline for e in events]
+        span = max(e[2] for e in calls) - min(e[1] for e in calls)
+        busy = sum(e[2] - e[1] for e in calls)
+        return 1 - busy / (len(self.timeline) * span)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         """Every parameter, buffer, optimizer state value and hyperparameter the stages start from."""
@@ -104,7 +115,7 @@ class PipelineProgram:
             graphs = {name: program.graph for name, program in self.programs.items()}
             with tempfile.TemporaryDirectory(prefix="slicer-pipeline-") as job:
                 write_pipeline_job(Path(job), plan, graphs, state, steps)
-                losses, final = launch_pipeline(Path(job), ranks, timeout=timeout)
+                losses, final, self.timeline = launch_pipeline(Path(job), ranks, timeout=timeout)
             return losses, {**{k: v for k, v in state.items() if k in final}, **final}
         return self._train_here(state, steps)
 

@@ -5,7 +5,8 @@
 2. The schedule (`mpmd.pipeline_schedule`) is built and verified.
 3. Each stage program is compiled by `slicer.compile` for the mesh with the pipeline axis at size 1 (the
    devices of one stage), with the tactics that name its arguments (data parallel, ZeRO, Megatron on the
-   other axes: the stage programs keep the step's names).
+   other axes: the stage programs keep the step's names) and explicit layouts for every value that passes
+   between programs (`stage_layouts.py`).
 4. The pipelined module (`mpmd.stage_module`: one function per stage, `slicer.send` / `slicer.recv`) is
    built from the stage programs' signatures and lowered to each stage's instructions (`mpmd.instructions`),
    which checks that every transfer meets its peer and that nothing deadlocks.
@@ -27,10 +28,10 @@ from slicer.mpmd.instructions import lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
 from slicer.mpmd.stage_module import Link, Signature, StageFunctions, build_module
 from slicer.tactics import Tactic
-from slicer.tactics.patterns import matching
 from slicer.tactics.pipeline_tactic import Pipeline
 
 from .pipeline_program import PipelineProgram
+from .stage_layouts import stage_tactics, tiles_of
 
 KINDS = ("forward", "backward", "update")
 
@@ -42,17 +43,6 @@ def _signature(program: ImportedProgram) -> Signature:
         args = tuple(zip(program.arg_names, (str(t) for t in ftype.inputs)))
         results = tuple(zip(program.result_names, (str(t) for t in ftype.results)))
     return Signature(args, results)
-
-
-def _tactics_for(program: ImportedProgram, tactics: Sequence[Tactic]) -> list[Tactic]:
-    """The tactics naming an argument or result `program` has (each stage program has some of the step's)."""
-    kept = []
-    for tactic in tactics:
-        target, names = (tactic.arg, program.arg_names) if tactic.arg is not None else (tactic.result,
-                                                                                          program.result_names)
-        if isinstance(target, str) and matching(target, names):
-            kept.append(tactic)
-    return kept
 
 
 def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic],
@@ -80,12 +70,16 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     stages, transfers = import_stages(step.origin, list(pipeline.split), pipeline.microbatches)
     sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
     others = [t for t in tactics if not isinstance(t, Pipeline)]
-    compiled, functions = {}, []
+    compiled, functions, layouts = {}, [], {}
     for stage in stages:
         for kind in KINDS:
             program = getattr(stage, kind)
-            compiled[f"{kind}_{stage.index}"] = compile_program(program, mesh=sub_mesh,
-                                                                tactics=_tactics_for(program, others))
+            compiled[f"{kind}_{stage.index}"] = prog = compile_program(
+                program, mesh=sub_mesh, tactics=stage_tactics(program, others, step.arg_names, layouts))
+            if kind == "forward":
+                for transfer in stage.sent:
+                    at = program.result_names.index(transfer.name)
+                    layouts[transfer.name] = tiles_of(transfer.name, prog.graph.result_dists[at])
         signatures = {kind: _signature(getattr(stage, kind)) for kind in KINDS}
         functions.append(StageFunctions(stage.index, signatures["forward"], signatures["backward"],
                                         signatures["update"], stage.batch, tuple(t.name for t in stage.received),
