@@ -55,8 +55,8 @@ def split_points(model, split, stages: int | None) -> list[str]:
     naming the closest otherwise)."""
     names = [n for n, _ in model.named_modules() if n]
     if split is None:
-        raise FrontendError("pipeline: give split=[module names that begin each later stage] (e.g. ['blocks.4'])"
-                            f"{'' if stages is None else ' or a split the cost model found'}")
+        raise FrontendError("pipeline: give split=[module names that begin each later stage] (e.g. ['blocks.4']) "
+                            "or stages=N")
     if isinstance(split, str) or not split:
         raise FrontendError(f"pipeline: split= takes a non-empty list of module names, got {split!r}")
     for point in split:

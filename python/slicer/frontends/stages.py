@@ -16,6 +16,7 @@ from typing import Any
 from slicer.core.errors import FrontendError
 
 from .accumulation import check_microbatches, micro_batch
+from .stage_balance import balanced_split, unit_costs
 from .stage_programs import StagePrograms, stage_programs
 from .stage_split import StageGraph, Transfer, split_forward, split_points
 from .torch_import import load_torch
@@ -35,9 +36,10 @@ class StepOrigin:
     seed: int
 
 
-def import_stages(origin: StepOrigin, split, microbatches: int) -> tuple[tuple[StagePrograms, ...],
-                                                                       tuple[Transfer, ...]]:
-    """Every stage's programs and the transfers between them, for `microbatches` micro-batches."""
+def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | None = None
+                  ) -> tuple[tuple[StagePrograms, ...], tuple[Transfer, ...], tuple[str, ...]]:
+    """Every stage's programs, the transfers between them and the split points, for `microbatches`
+    micro-batches; `split` None: `stages` stages balanced by their FLOPs (`stage_balance.py`)."""
     torch, fx = load_torch()
     if origin.precision is not None or origin.microbatches != 1:
         raise FrontendError("pipeline: import the step without microbatches= and precision= (the pipeline's "
@@ -47,12 +49,14 @@ def import_stages(origin: StepOrigin, split, microbatches: int) -> tuple[tuple[S
                             "drop clip_grad_norm= from the optimizer")
     check_microbatches(microbatches, origin.batch)
     model, optimizer = origin.model, origin.optimizer
-    points = split_points(model, split, None)
+    example = [micro_batch(t, 0, microbatches) for t in origin.batch]
+    if split is None:
+        split = balanced_split(unit_costs(torch, model, origin.loss_fn, example), stages)
+    points = split_points(model, split, stages)
     params = dict(model.named_parameters())
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
     trained = [n for n, p in params.items() if p.requires_grad]
     owned = {**{n: p.detach() for n, p in params.items()}, **{n: b.detach() for n, b in buffers.items()}}
-    example = [micro_batch(t, 0, microbatches) for t in origin.batch]
     names = [*owned, *origin.batch_names]
     graphs = split_forward(torch, model, origin.loss_fn, names, [*owned.values(), *example], len(owned), points)
     values = dict(zip(names, [*owned.values(), *example]))
@@ -62,9 +66,9 @@ def import_stages(origin: StepOrigin, split, microbatches: int) -> tuple[tuple[S
     hyper = {n: torch.tensor(v, dtype=torch.float64)
              for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
     last = len(graphs) - 1
-    stages = tuple(stage_programs(torch, fx, g, transfers, values, set(origin.batch_names), set(trained), optimizer,
-                                  microbatches, state, hyper, g.index == last) for g in graphs)
-    return stages, tuple(transfers.values())
+    programs = tuple(stage_programs(torch, fx, g, transfers, values, set(origin.batch_names), set(trained),
+                                    optimizer, microbatches, state, hyper, g.index == last) for g in graphs)
+    return programs, tuple(transfers.values()), tuple(points)
 
 
 def _transfers(torch, graphs: list[StageGraph], values: dict) -> dict[str, Transfer]:

@@ -44,13 +44,15 @@ class PipelineProgram:
     programs: dict
     text: str
     stages: tuple
+    split: tuple = ()  # the split points used (found by the cost model for stages=N)
     timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end), ...])
 
     def explain(self) -> str:
         """The schedule per stage, its bubble fraction and each stage's activations held at the peak."""
         run = self.schedule.verify()
         s, m = self.schedule.stages, self.schedule.microbatches
-        lines = [f"{self.pipeline} on mesh {self.mesh}: {s} stages, {m} micro-batches, schedule "
+        lines = [f"{self.pipeline} on mesh {self.mesh}: {s} stages (split at {', '.join(self.split)}), "
+                 f"{m} micro-batches, schedule "
                  f"{self.schedule.name}" + (f" ({self.schedule.chunks} chunks per stage)"
                                             if self.schedule.chunks > 1 else "")]
         for stage in self.stage_programs:
@@ -78,6 +80,31 @@ class PipelineProgram:
         span = max(e[2] for e in calls) - min(e[1] for e in calls)
         busy = sum(e[2] - e[1] for e in calls)
         return 1 - busy / (len(self.timeline) * span)
+
+    def memory(self) -> list[dict[str, int]]:
+        """Bytes per device of each stage: its parameters, buffers and optimizer state (`state`), its
+        accumulated gradients (`gradients`), the received activations it holds at the schedule's peak
+        (`activations`: micro-batches in flight x their bytes per device) and the largest peak of one of its
+        programs beyond its arguments (`working`: the forward, backward or update running), and their sum
+        (`peak`): what the stage needs at most while it runs."""
+        run = self.schedule.verify()
+        reports = {name: program.memory() for name, program in self.programs.items()}
+        figures = []
+        for stage in range(self.schedule.stages):
+            chunks = [v for v in self.stage_programs if v.index % self.schedule.stages == stage]
+            mine = {n: r for n, r in reports.items() if int(n.rsplit("_", 1)[1]) in {v.index for v in chunks}}
+            update = [reports[f"update_{v.index}"] for v in chunks]
+            held = [(b.bytes_per_device, role) for r in update for b, role in zip(r.arguments, r.roles)]
+            state = sum(size for size, role in held if role in ("parameter", "buffer", "state"))
+            grads = sum(size for size, role in held if role == "input")
+            forward = [reports[f"forward_{v.index}"] for v in chunks]
+            received = sum(b.bytes_per_device for r, v in zip(forward, chunks) for b, name in
+                           zip(r.arguments, v.forward.arg_names) if name in {t.name for t in v.received})
+            activations = run.peak[stage] * received // max(1, len(chunks))
+            working = max(r.peak - r.argument_bytes for r in mine.values())
+            figures.append({"stage": stage, "state": state, "gradients": grads, "activations": activations,
+                            "working": working, "peak": state + grads + activations + working})
+        return figures
 
     def initial_state(self) -> dict[str, np.ndarray]:
         """Every parameter, buffer, optimizer state value and hyperparameter the stages start from."""

@@ -58,16 +58,18 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
                             f"{', '.join(mesh.axis_names)})")
     count = mesh.size(pipeline.axis)
     virtual = count * pipeline.virtual_stages
-    if pipeline.split is None:
-        raise CompileError("pipeline: stages= (cuts placed by the cost model) is not available yet; give "
-                            "split=[module names]")
-    if len(pipeline.split) + 1 != virtual:
+    if pipeline.stages is not None and pipeline.stages != virtual:
+        raise CompileError(f"pipeline: stages={pipeline.stages} but axis '{pipeline.axis}' has {count} devices"
+                           + (f" and virtual_stages={pipeline.virtual_stages}" if pipeline.virtual_stages > 1
+                              else "") + f": give stages={virtual}")
+    if pipeline.split is not None and len(pipeline.split) + 1 != virtual:
         raise CompileError(f"pipeline: split={list(pipeline.split)} makes {len(pipeline.split) + 1} stages but "
                             f"axis '{pipeline.axis}' has {count} devices"
                             + (f" and virtual_stages={pipeline.virtual_stages}" if pipeline.virtual_stages > 1
                                else "") + f": give {virtual - 1} split points")
     schedule = make_schedule(pipeline.schedule, count, pipeline.microbatches, pipeline.virtual_stages)
-    stages, transfers = import_stages(step.origin, list(pipeline.split), pipeline.microbatches)
+    split = list(pipeline.split) if pipeline.split is not None else None
+    stages, transfers, points = import_stages(step.origin, split, pipeline.microbatches, virtual)
     sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
     others = [t for t in tactics if not isinstance(t, Pipeline)]
     compiled, functions, layouts = {}, [], {}
@@ -89,7 +91,7 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     links = tuple(Link(t.name, t.source, t.targets, types[t.name], t.differentiable) for t in transfers)
     text = build_module(schedule, tuple(functions), links, pipeline.axis)
     lowered = lower_module(text)
-    return PipelineProgram(step, mesh, pipeline, schedule, stages, compiled, text, lowered)
+    return PipelineProgram(step, mesh, pipeline, schedule, stages, compiled, text, lowered, points)
 
 
 __all__ = ["compile_pipeline"]

@@ -50,3 +50,15 @@ def test_bad_split_points_say_what_to_change(points, message):
     model, loss_fn, batch = train_step.gpt(n_layer=2)
     with pytest.raises(FrontendError, match=message):
         _split(model, loss_fn, batch, points)
+
+
+def test_stages_n_cuts_a_gpt_where_the_blocks_balance():
+    from slicer.frontends.stage_balance import balanced_split, unit_costs
+
+    model, loss_fn, batch = train_step.gpt(n_layer=12)
+    costs = unit_costs(torch, model, loss_fn, batch)
+    assert [n for n, _ in costs][:3] == ["wte", "wpe", "blocks.0"] and costs[-1][0] == "lm_head"
+    assert balanced_split(costs, 4) == ["blocks.3", "blocks.6", "blocks.9"]
+    assert balanced_split([("a", 1), ("b", 5), ("c", 1), ("d", 1)], 2) == ["c"]
+    with pytest.raises(FrontendError, match="only 4 top-level modules"):
+        balanced_split([("a", 1), ("b", 5), ("c", 1), ("d", 1)], 5)
