@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check lit pytest bytecode clean
+.PHONY: demo test check lint lit pytest bytecode clean
 
 # pip compiles the installed packages' bytecode one file at a time (half of the install's time, torch being most
 # of it); compileall does the same on every core, leaving out the packages' own test folders (13% of the sources;
@@ -32,7 +32,7 @@ PYTEST := $(VENV)/bin/python -m pytest -n auto --dist worksteal --durations=25
 # (markers: pyproject.toml; test/conftest.py sets `mpi` and `benchmark` from a test's path).
 FAST := -m "not mpi and not benchmark and not slow"
 
-pytest: $(STAMP) bytecode
+pytest: $(STAMP) lint bytecode
 	$(PYTEST)
 
 # The package compiled to bytecode once, before the suites: every test process, MPI rank and tool subprocess
@@ -41,9 +41,17 @@ pytest: $(STAMP) bytecode
 bytecode: $(STAMP)
 	$(VENV)/bin/python -m compileall -q -j 0 python dialect lowering runtime > /dev/null
 
+# The lint gate (issue 47), first step of `check` and `test`: ruff with pyproject.toml's rules (pyflakes, isort,
+# bugbear, pyupgrade, line length; every suppression with its code), then mypy on the package (basic mode;
+# pyproject.toml lists the modules whose type errors are still to fix). A second for ruff; mypy's first run
+# takes longer, later ones read its cache (.mypy_cache).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/mypy
+
 # Both suites always run, at the same time (lit's time is mostly one long test, which pytest's workers overlap);
 # lit's report is printed after pytest's. The target fails if either does.
-test: $(STAMP) bytecode
+test: $(STAMP) lint bytecode
 	@mkdir -p build; status=0; \
 	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
 	$(PYTEST) || status=1; \
@@ -53,7 +61,7 @@ test: $(STAMP) bytecode
 
 # The inner loop: lit without its whole-model tests (`REQUIRES: whole-suite`) and the fast tier of pytest (not
 # mpi, benchmark or slow), run together as `test` runs them.
-check: $(STAMP) bytecode
+check: $(STAMP) lint bytecode
 	@mkdir -p build; status=0; \
 	$(VENV)/bin/lit -sv --param tier=fast test > build/lit.log 2>&1 & lit=$$!; \
 	$(PYTEST) $(FAST) || status=1; \
@@ -62,4 +70,4 @@ check: $(STAMP) bytecode
 	exit $$status
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache .mypy_cache

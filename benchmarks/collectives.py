@@ -215,7 +215,8 @@ def worker(args) -> None:
         block = block_of(mesh, p.src)
         out = np.empty(step.type_after.local_shape(mesh), np.float32)
         plain = _plain(comm, ex, step, block, out)
-        variants = {"slicer": lambda: ex.step(step, before, block), "mpi4py": plain}
+        variants = {"slicer": lambda ex=ex, step=step, before=before, block=block: ex.step(step, before, block),
+                    "mpi4py": plain}
         times = {k: [] for k in variants}
         parts = []
         for rep in range(args.reps + 2):
@@ -343,9 +344,9 @@ def packing(args) -> None:
         split = shape[:axis] + (k, shape[axis] // k) + shape[axis + 1:]
         view = np.moveaxis(block.reshape(split), axis, 0)
         flat = np.empty(block.size, np.float32)
-        element = median_time(lambda: np.copyto(packed, view))
-        runs = median_time(lambda: chunks.pack(block, packed))
-        memcpy = median_time(lambda: np.copyto(flat, block.reshape(-1)))
+        element = median_time(lambda packed=packed, view=view: np.copyto(packed, view))
+        runs = median_time(lambda chunks=chunks, block=block, packed=packed: chunks.pack(block, packed))
+        memcpy = median_time(lambda flat=flat, block=block: np.copyto(flat, block.reshape(-1)))
         lines.append(f"| {'x'.join(map(str, shape))} | {k} along dim {axis} | {chunks.run_bytes} | "
                      f"{element * 1e3:.3f} | "
                      f"{runs * 1e3:.3f} | {memcpy * 1e3:.3f} |")

@@ -68,14 +68,15 @@ def measure(depth: int, dims: dict, strategies: list[str], kernels: bool) -> dic
     row = {"depth": depth, "import_s": import_s, "global": op_counts(imported.text), "strategies": {}}
     for name in strategies:
         text, mesh = gpt.strategies(depth)[name]
-        program, partition_s = timed(lambda: slicer.compile(imported, mesh=mesh, tactics=slicer.parse_tactics(text)))
+        program, partition_s = timed(lambda mesh=mesh, text=text: slicer.compile(imported, mesh=mesh,
+                                                                           tactics=slicer.parse_tactics(text)))
         texts = split_kernels(program.graph.kernels_mlir)
         entry = {"partition_s": partition_s, "partitioned": op_counts(program.spmd),
                  "kernels": len(texts), "distinct_kernels": len(set(texts.values()))}
         if kernels:
             with tempfile.TemporaryDirectory() as cache:
-                _, cold = timed(lambda: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
-                _, cached = timed(lambda: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
+                _, cold = timed(lambda program=program: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
+                _, cached = timed(lambda program=program: compile_kernels(program.graph.kernels_mlir, cache_dir=cache))
             entry.update(kernels_cold_s=cold, kernels_cached_s=cached)
         row["strategies"][name] = entry
         print(f"L={depth:2d} {name:13s} partition {partition_s:6.2f} s  linalg {row['global']['linalg']:5d} -> "

@@ -147,7 +147,7 @@ def run_kernels(results: dict, widths: list[int]) -> None:
         got, want = kernel(*arrays), reference().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.sqrt(flops / got.size),
                                    err_msg=f"{case[0]} {kind}")
-        t = timed({"slicer": lambda: kernel(*arrays), "torch": reference}, ARGS.reps)
+        t = timed({"slicer": lambda kernel=kernel, arrays=arrays: kernel(*arrays), "torch": reference}, ARGS.reps)
         row = {"layer": case[0], "kind": kind, "shape": dict(zip("NCFHks", case[1:])) | {"p": case[7]},
                "slicer_ms": t["slicer"] * 1e3, "torch_ms": t["torch"] * 1e3, "slicer_gflops": flops / t["slicer"] / 1e9,
                "torch_gflops": flops / t["torch"] / 1e9, "vs_torch": t["torch"] / t["slicer"]}

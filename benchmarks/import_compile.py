@@ -69,20 +69,21 @@ def main(argv=None) -> int:
     for name, build in models.MODELS.items():
         model, inputs = build()
         if first is None:
-            _, wall, cpu = timed(lambda: slicer.from_torch(model, *inputs))
+            _, wall, cpu = timed(lambda model=model, inputs=inputs: slicer.from_torch(model, *inputs))
             first = results["first_import"] = {"model": name, "wall": wall, "cpu": cpu}
         rows = {key: [] for key in ("import", "import_no_cleanup")}
         strategies = models.STRATEGIES[name]
         compile_rows = {s: [] for s in strategies}
         propagate_rows = {s: {"incremental": [], "reference": []} for s in strategies}
         for _ in range(args.reps):
-            imported, wall, cpu = timed(lambda: slicer.from_torch(model, *inputs))
+            imported, wall, cpu = timed(lambda model=model, inputs=inputs: slicer.from_torch(model, *inputs))
             rows["import"].append((wall, cpu))
-            _, wall, cpu = timed(lambda: slicer.from_torch(model, *inputs, cleanup=False))
+            _, wall, cpu = timed(lambda model=model, inputs=inputs: slicer.from_torch(model, *inputs, cleanup=False))
             rows["import_no_cleanup"].append((wall, cpu))
             for strategy, (tactics, axis) in strategies.items():
                 mesh, parsed = slicer.Mesh(**{axis: 4}), slicer.parse_tactics(tactics)
-                prog, wall, cpu = timed(lambda: slicer.compile(imported, mesh=mesh, tactics=parsed))
+                prog, wall, cpu = timed(lambda imported=imported, mesh=mesh, parsed=parsed: slicer.compile(
+                    imported, mesh=mesh, tactics=parsed))
                 compile_rows[strategy].append((wall, cpu))
                 for engine in ("incremental", "reference"):
                     propagate_rows[strategy][engine].append(
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
             tactics, axis = strategies["megatron"]
             prog = slicer.compile(imported, mesh=slicer.Mesh(**{axis: 4}), tactics=slicer.parse_tactics(tactics))
             with tempfile.TemporaryDirectory() as cache:
-                library, wall, cpu = timed(lambda: compile_library(prog.graph.kernels_mlir, cache_dir=cache))
+                library, wall, cpu = timed(lambda prog=prog, cache=cache: compile_library(prog.graph.kernels_mlir,
+                                                                                         cache_dir=cache))
                 ll = sum(f.stat().st_size for f in Path(cache).rglob("kernels.ll"))
             entry["kernel_build_megatron"] = {"wall": wall, "cpu_python": cpu, "kernels": len(library),
                                               "steps": library.meta.get("timings", {}), "llvm_ir_bytes": ll}

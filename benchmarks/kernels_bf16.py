@@ -20,9 +20,9 @@ import time
 import ml_dtypes
 import numpy as np
 
+from slicer.core.host import cpu_flags
 from slicer.lowering import DEFAULT_PIPELINE, aligned_empty, compile_library
 from slicer.lowering.contract.matrix_units import units_of_flags
-from slicer.core.host import cpu_flags as host_cpu_flags
 
 BF16 = ml_dtypes.bfloat16
 
@@ -100,7 +100,7 @@ def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | No
     import torch  # here: the rest of the module (and --help) needs no torch
 
     torch.set_num_threads(1)
-    chosen = units if units != "auto" else units_of_flags(host_cpu_flags())
+    chosen = units if units != "auto" else units_of_flags(cpu_flags())
     pipeline = DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units=units)
     rng = np.random.default_rng(0)
     rows = []
@@ -120,8 +120,9 @@ def run(quick: bool = False, reps: int = 5, units: str = "auto", cache: str | No
             ours(*narrow, out=out)
             expected = reference(*[t.float() for t in tensors]).numpy().reshape(out.shape)
             np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3 * np.sqrt(shapes[0][-1]), err_msg=label)
-            t = timed({"ours": lambda: ours(*narrow, out=out), "torch": lambda: reference(*tensors),
-                       "f32": lambda: f32(*wide, out=out32)}, reps)
+            t = timed({"ours": lambda ours=ours, narrow=narrow, out=out: ours(*narrow, out=out),
+                       "torch": lambda reference=reference, tensors=tensors: reference(*tensors),
+                       "f32": lambda f32=f32, wide=wide, out32=out32: f32(*wide, out=out32)}, reps)
             row = {"case": label, "units": chosen, **{f"{k}_ms": v * 1e3 for k, v in t.items()},
                    **{f"{k}_gflops": flops / v / 1e9 for k, v in t.items()},
                    "vs_torch_bf16": t["torch"] / t["ours"], "vs_slicer_f32": t["f32"] / t["ours"]}
@@ -158,7 +159,7 @@ def main() -> None:
     parser.add_argument("--units", default="auto", help="force the bf16 units: amx, avx512bf16 or f32")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f}; host bf16 units: {units_of_flags(host_cpu_flags())}")
+    print(f"load average {os.getloadavg()[0]:.1f}; host bf16 units: {units_of_flags(cpu_flags())}")
     rows = run(args.quick, args.reps, args.units)
     if args.json:
         import json

@@ -92,7 +92,8 @@ def main() -> None:
     b, d, h = (16, 32, 64) if args.small else map(int, args.sizes.split(","))
     text = mlp_text(b, d, h, "gelu")
     rng = np.random.default_rng(0)
-    arrays = [(rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32) for s in ((b, d), (d, h), (h,), (h, d))]
+    arrays = [(rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[0])).astype(np.float32)
+              for s in ((b, d), (d, h), (h,), (h, d))]
     names = args.variants.split(",")
     programs = {name: compile_variant(text, VARIANTS[name]) for name in names}
     reference, times, last = None, {name: [] for name in names}, {}

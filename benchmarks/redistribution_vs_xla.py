@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from slicer.core.host import host_cores
 from slicer.redistribution import AllSlice, DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices
 from slicer.runtime.mpiexec import run_spmd
-from slicer.core.host import host_cores
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -156,6 +156,8 @@ def check_losses(results: dict, rtol: float = FIRST_LOSS_RTOL) -> tuple[str | No
         entry["first_loss_rel_diff"] = abs(got - want) / abs(want)
         entry["final_loss_rel_diff"] = abs(entry["losses"][-1] - results[reference]["losses"][-1]) / \
             abs(results[reference]["losses"][-1])
+        entry["worst_loss_rel_diff"] = max(abs(a - b) / abs(b) for a, b in zip(entry["losses"],
+                                                                                 results[reference]["losses"]))
         if entry["first_loss_rel_diff"] > rtol:
             bad.append(f"{name}: step-1 loss {got:.7g} differs from {reference}'s {want:.7g} by "
                        f"{entry['first_loss_rel_diff']:.2e} relative (more than {rtol:g})")
@@ -200,13 +202,14 @@ def table(sizes: Sizes, results: dict, ratio: dict, reference: str | None, round
             f"{sizes.warmup} warm-up{f' x {rounds} rounds' if rounds > 1 else ''}; peak memory = VmHWM per "
             f"process; losses vs {reference}")
     rows = ["| contender | procs | median ms | min ms | tokens/s | peak MiB per process | step-1 loss | "
-            "final loss | final vs ref | vs best torch | vs JAX |", "|" + "---|" * 11]
+            "final loss | final vs ref | worst step vs ref | vs best torch | vs JAX |", "|" + "---|" * 12]
     for name in (n for n in CONTENDERS if n in results):
         e, r = results[name], ratio.get(name, {})
-        vs = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
+        vs = lambda key, r=r: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
         rows.append(f"| {name} | {e['processes']} | {e['median_s'] * 1e3:.1f} | {e['min_s'] * 1e3:.1f} | "
                     f"{e['tokens_per_s']:.0f} | {', '.join(f'{m:.0f}' for m in e['peak_rss_mib'])} | "
                     f"{e['losses'][0]:.6f} | {e['losses'][-1]:.6f} | {e['final_loss_rel_diff']:.1e} | "
+                    f"{e['worst_loss_rel_diff']:.1e} | "
                     f"{vs('vs_best_torch')} | {vs('vs_jax')} |")
     return head + "\n" + "\n".join(rows)
 

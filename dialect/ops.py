@@ -70,7 +70,8 @@ class MeshOp:
 
 def mesh(name: str, axes: Mesh | Mapping[str, int] | Sequence[tuple[str, int]], *, loc=None, ip=None) -> MeshOp:
     """Create `slicer.mesh @name` with the given axes (in order) and sizes."""
-    pairs = list(axes.axes) if isinstance(axes, Mesh) else list(axes.items()) if isinstance(axes, Mapping) else list(axes)
+    pairs = (list(axes.axes) if isinstance(axes, Mesh)
+             else list(axes.items()) if isinstance(axes, Mapping) else list(axes))
     op = ir.Operation.create(
         MESH,
         attributes={
@@ -302,6 +303,7 @@ class AnnotateOp:
 def annotate(value: ir.Value, sharding: Sharding, *, loc=None, ip=None) -> ir.Value:
     """Request that `value` be distributed as `sharding`; returns the annotated value."""
     op = ir.Operation.create(
-        ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()}, loc=loc, ip=ip
+        ANNOTATE, results=[value.type], operands=[value], attributes={SHARDING_OPERAND_ATTR: sharding.to_attr()},
+        loc=loc, ip=ip
     )
     return op.results[0]

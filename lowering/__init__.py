@@ -6,8 +6,20 @@ loads its compiled kernels (`KernelGraph`, `KernelLibrary`, the cache) imports n
 the kernel pipeline; only building a graph or compiling kernels does.
 """
 
+from typing import TYPE_CHECKING
+
 from slicer.core.errors import JitError, KernelError, KernelGraphError
 from slicer.core.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names for type checkers (PEP 562 hides them); nothing is imported at run time
+    from .aot import TOOL_RUNS, Target, compile_kernel, compile_kernels, compile_library, library_key
+    from .cache import CacheStats, KernelCache, cache_stats, default_cache_dir, reset_cache_stats
+    from .graph_builder import build_kernel_graph
+    from .jit import CompiledFunction, compile_function, compile_functions, run
+    from .kernel import ArraySpec, BoundCall, Kernel, KernelLibrary, aligned_empty
+    from .kernel_graph import CollectiveNode, KernelGraph, KernelNode
+    from .kernel_pipeline import DEFAULT_PIPELINE, LOOPS_PIPELINE, KernelPipeline
+    from .loops import lower_loops
 
 _EXPORTS = {
     **{name: ".aot" for name in ("TOOL_RUNS", "Target", "compile_kernel", "compile_kernels", "compile_library",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -40,7 +39,7 @@ from mlir.dialects import func as func_d
 from slicer.core import environment, linalg_facts
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
-from slicer.core.host import cpu_flags, cpu_info, host_cores
+from slicer.core.host import cpu_flags, host_cores
 from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
@@ -48,7 +47,7 @@ from slicer.dialect import make_context, walk_ops
 
 from . import llvm_codegen
 from .asserts import take_messages
-from .cache import LIBRARY, KernelCache, cache_key
+from .cache import LIBRARY, KernelCache, cache_key, host_cpu
 from .contract.matrix_units import units_of_target
 from .emitter import TARGET_AVX512, host_has_avx512
 from .kernel import Kernel, KernelLibrary
@@ -103,7 +102,7 @@ class Target:
 
     def fingerprint(self) -> str:
         """What the cache key records: for native, the host's model name and CPU flags."""
-        host = _host_cpu() if self.cpu == "native" else ""
+        host = host_cpu() if self.cpu == "native" else ""
         return f"cpu={self.cpu};features={self.features};host={host}"
 
 
@@ -113,15 +112,6 @@ _AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "ic
 
 
 _AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
-
-
-@lru_cache(maxsize=1)
-def _host_cpu() -> str:
-    # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool.
-    fields = cpu_info()
-    if not fields:
-        return f"{platform.machine()}:{platform.processor()}"
-    return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
 @lru_cache(maxsize=1)
@@ -311,7 +301,8 @@ def compile_kernel(module: ir.Module | ir.Operation | str, entry: str | None = N
     text = _module_text(module)
     with make_context(), ir.Location.unknown():
         try:
-            name = function_name(entry_function(ir.Module.parse(text), entry))
+            parsed = ir.Module.parse(text)  # held: an op of a collected module is freed memory
+            name = function_name(entry_function(parsed, entry))
         except (ir.MLIRError, EntryError) as exc:
             raise KernelError(str(exc)) from None
     return compile_library(text, **options)[name]
@@ -389,7 +380,7 @@ def _generate_in_process(module: ir.Module, source: str, target: Target, obj: Pa
         try:
             llvm_codegen.emit(llvm_module, target.cpu, target.features, obj)
             outcome.append(None)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
             outcome.append(exc)
 
     worker = threading.Thread(target=generate, name="slicer-codegen", daemon=True)

@@ -12,7 +12,10 @@ does not validate (missing file, bad JSON, wrong key, .so checksum mismatch) is
 removed and rebuilt, never trusted.
 
 Root: the `cache_dir` argument, else `$SLICER_CACHE_DIR`, else
-`~/.cache/slicer/kernels` (`$XDG_CACHE_HOME` respected).
+`~/.cache/slicer/kernels` (`$XDG_CACHE_HOME` respected): each host has its own. A job across hosts builds or
+finds its kernels on each host by cache key; a host whose CPU is the driver's (`host_cpu`: same model and
+flags, so the same key) may instead take the driver's library bytes (`KernelCache.receive`, runtime's
+kernel_transfer) rather than compiling them again.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from slicer.core import environment
 from slicer.core.errors import KernelError
+from slicer.core.host import cpu_info
 
 log = logging.getLogger("slicer.kernels")
 
@@ -64,6 +70,17 @@ def reset_cache_stats() -> None:
 def default_cache_dir() -> Path:
     chosen = environment.value(environment.CACHE_DIR)
     return Path(chosen) if chosen else Path(environment.cache_home()) / "slicer" / "kernels"
+
+
+@lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """This host's CPU as the cache key records it for native code: machine, model name and flags of the first
+    processor (`core.host.cpu_info`, the one reader of /proc/cpuinfo). Two hosts with the same value build the
+    same libraries under the same keys."""
+    fields = cpu_info()  # /proc/cpuinfo rather than `llc --version`: a cache hit must not start a tool
+    if not fields:
+        return f"{platform.machine()}:{platform.processor()}"
+    return f"{platform.machine()}:{fields.get('model name', '')}:{fields.get('flags', fields.get('Features', ''))}"
 
 
 def cache_key(*parts: str) -> str:
@@ -180,6 +197,36 @@ class KernelCache:
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+
+    def library_bytes(self, key: str) -> tuple[dict, bytes]:
+        """The valid entry of `key` as (meta, library bytes), to send to a host with the same CPU (`receive`)."""
+        entry = self.load(key)
+        return entry.meta, entry.library.read_bytes()
+
+    def receive(self, key: str, meta: dict, data: bytes) -> Entry:
+        """Make `data` (a library another host built, with its `meta`, from `library_bytes`) the entry of
+        `key`, unless a valid entry exists; KernelError if the bytes do not match the meta's checksum or key."""
+        entry = self.lookup(key)
+        if entry is not None:
+            return entry
+        name = meta.get("library")
+        if meta.get("key") != key or meta.get("format") != CACHE_FORMAT or not isinstance(name, str) or "/" in name \
+                or hashlib.sha256(data).hexdigest() != meta.get("library_sha256"):
+            raise KernelError(f"the kernel library received for cache key {key[:12]} does not match its meta data "
+                              "(checksum or key): it was not stored")
+        with self._locked(key):
+            entry = self.lookup(key, repair=True)
+            if entry is not None:
+                return entry
+            staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
+            try:
+                (staging / name).write_bytes(data)
+                (staging / META).write_text(json.dumps(meta, indent=1))
+                os.replace(staging, self.entry_dir(key))
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        return Entry(self.entry_dir(key), meta)
 
     def get_or_build(self, key: str, build: Callable[[Path], dict]) -> tuple[Entry, bool]:
         """(entry, hit). On a miss `build(tmpdir)` writes `kernels.so` there and returns the meta dict."""

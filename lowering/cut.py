@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import linalg
@@ -47,7 +48,7 @@ def signature(op: ir.Operation) -> str:
 
 def cut(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
     """`ops` (a collective-free segment, in order) as consecutive kernels' op lists."""
-    kernels, current, window = [], [], deque(maxlen=WINDOW)
+    kernels, current, window = [], [], deque[Any](maxlen=WINDOW)
     count = 0
     for op in ops:
         current.append(op)

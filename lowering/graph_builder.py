@@ -8,6 +8,7 @@ need the MLIR bindings: only building one does.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import (
@@ -22,7 +23,7 @@ from slicer.core.errors import KernelGraphError
 from slicer.core.functions import EntryError, entry_function, function_name
 from slicer.core.linalg_facts import VIEW_OPS
 from slicer.core.names import DIST_ATTR, DIST_SOURCE_ATTR, GRID_ATTR, LOGICAL_SHAPE_ATTR, MULTI_INDEX, SPMD_MESH_ATTR
-from slicer.core.operations import as_op, nested_ops, walk_ops
+from slicer.core.operations import as_op, defining_op, nested_ops, walk_ops
 from slicer.dialect import grids, make_context
 from slicer.redistribution import DistType, Mesh, subaxes
 from slicer.redistribution.steps import REDUCTIONS, STEP_OF_IR
@@ -30,6 +31,7 @@ from slicer.spmd.dist_types import parse_dist_text, varying_axes
 
 from .cut import cut
 from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
+from .widenings import is_widening
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
 _RETURN = func.ReturnOp.OPERATION_NAME
@@ -98,8 +100,17 @@ def _rematerialisable(op: ir.Operation) -> bool:
     """Ops recomputed in every kernel that uses them instead of being passed between kernels: views (`VIEW_OPS`: the
     kernel takes their source and applies the view again, so no kernel returns a view beside its source, two
     blocks of the same bytes both stored: a GPT training step returned each MLP input as [8,64,128] and as its
-    [512,128]) and cheap ops (`_cheap`)."""
-    return op.name in VIEW_OPS or _cheap(op)
+    [512,128]), cheap ops (`_cheap`) and widenings (`widenings.is_widening`: a kernel takes the bf16 tensor and
+    widens it itself, where fusion folds the widening into its readers, instead of a kernel storing the f32 copy
+    for another: a layer norm's output widened at the end of one kernel made the next kernel's q, k and v
+    projections f32 GEMMs)."""
+    return op.name in VIEW_OPS or _cheap(op) or is_widening(op)
+
+
+def _recomputed_from_source(op: ir.Operation) -> bool:
+    """A view or a widening: a kernel reading it outside the kernel that makes it recomputes it from its source,
+    which that kernel then returns."""
+    return op.name in VIEW_OPS or is_widening(op)
 
 
 def _cheap(op: ir.Operation) -> bool:
@@ -108,7 +119,8 @@ def _cheap(op: ir.Operation) -> bool:
     if op.name in _REMAT or _constant_generic(op):
         return all(isinstance(v.owner, ir.Block) or not isinstance(v.type, ir.RankedTensorType)
                    or _cheap(as_op(v.owner)) for v in op.operands)
-    return op.name.startswith("arith.") and not op.regions and not any(isinstance(r.type, ir.ShapedType) for r in op.results)
+    return (op.name.startswith("arith.") and not op.regions
+            and not any(isinstance(r.type, ir.ShapedType) for r in op.results))
 
 
 def _constant_generic(op: ir.Operation) -> bool:
@@ -151,7 +163,8 @@ class _Builder:
     def record(self, value: ir.Value, dist: DistType) -> str:
         name = self.name_of(value)
         t = ir.RankedTensorType(value.type)
-        varying, loc = (), ""
+        varying: tuple[str, ...] = ()
+        loc = ""
         if isinstance(value.owner, ir.Block):
             loc = location_text(ir.BlockArgument(value).location)
         else:
@@ -175,7 +188,8 @@ class _Builder:
         if LOGICAL_SHAPE_ATTR in entry:
             (self.arg_shapes if which == "arg" else self.result_shapes)[index] = tuple(
                 ir.DenseI64ArrayAttr(entry[LOGICAL_SHAPE_ATTR]))
-        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape), self.mesh), source
+        return parse_dist_text(ir.StringAttr(entry[DIST_ATTR]).value, tuple(ir.RankedTensorType(type_).shape),
+                               self.mesh), source
 
     def op_dist(self, op: ir.Operation, result: ir.Value) -> DistType:
         if DIST_ATTR not in op.attributes:
@@ -190,7 +204,7 @@ class _Builder:
         ret = ops[-1]
         ops = self.sink_views(self.sink_argument_collectives(ops[:-1])) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
-        nodes = []
+        nodes: list = []
         for item in self.segment(ops[:-1]):
             if isinstance(item, list):
                 node = self.kernel(item, f"kernel_{sum(isinstance(n, KernelNode) for n in nodes)}")
@@ -280,7 +294,7 @@ class _Builder:
 
     def segment(self, ops: list) -> list:
         """Collectives, and the op lists of the kernels between them (long ones cut: `cut.py`)."""
-        items, current = [], []
+        items, current = [], list[Any]()
         for op in ops:
             if op.name in STEP_OF_IR:
                 if current:
@@ -314,7 +328,7 @@ class _Builder:
             if value in seen or value in inside:
                 return
             seen.add(value)
-            owner = None if isinstance(value.owner, ir.Block) else as_op(value.owner)
+            owner = defining_op(value)
             if owner is not None and _rematerialisable(owner):
                 for operand in owner.operands:
                     need(operand)
@@ -335,7 +349,8 @@ class _Builder:
         for op in ops:
             for deep in walk_ops(op):
                 for operand in deep.operands:
-                    if operand in self.position or (isinstance(operand.owner, ir.Block) and operand.owner == self.block):
+                    if operand in self.position or (isinstance(operand.owner, ir.Block)
+                                                    and operand.owner == self.block):
                         need(operand)
         kernel_ops = set(ops)
         outputs = []
@@ -346,7 +361,7 @@ class _Builder:
                 users = [self.top_level(as_op(u.owner)) for u in result.uses]
                 if _rematerialisable(op) and not any(u.name in STEP_OF_IR or u.name == _RETURN for u in users):
                     continue  # recomputed by the kernels that use it
-                if any(u not in kernel_ops or (u.name in VIEW_OPS and self.viewed_elsewhere(u, kernel_ops))
+                if any(u not in kernel_ops or (_recomputed_from_source(u) and self.viewed_elsewhere(u, kernel_ops))
                        for u in users):
                     outputs.append(result)
         if not outputs:
@@ -356,7 +371,8 @@ class _Builder:
         self.emit(name, live_in, outputs, remat + ops, needs_coords)
         for value in outputs:
             self.record(value, self.op_dist(as_op(value.owner), value))
-        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs), needs_coords)
+        return KernelNode(name, tuple(self.name_of(v) for v in live_in), tuple(self.name_of(v) for v in outputs),
+                          needs_coords)
 
     def viewed_elsewhere(self, view: ir.Operation, kernel_ops: set) -> bool:
         """Whether a kernel other than the one of `kernel_ops` (where the view op `view` is) applies `view` again:
@@ -367,7 +383,8 @@ class _Builder:
                 user = self.top_level(as_op(use.owner))
                 if user.name in STEP_OF_IR or user.name == _RETURN:
                     continue
-                if user not in kernel_ops or (user.name in VIEW_OPS and self.viewed_elsewhere(user, kernel_ops)):
+                if user not in kernel_ops or (_recomputed_from_source(user)
+                                              and self.viewed_elsewhere(user, kernel_ops)):
                     return True
         return False
 

@@ -31,6 +31,7 @@ import numpy as np
 from slicer.core import dtypes
 from slicer.core.errors import KernelGraphError
 from slicer.redistribution import DistType, Mesh, step_from_fields
+from slicer.redistribution.collective import Collective
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class KernelNode:
 @dataclass(frozen=True)
 class CollectiveNode:
     op: str
-    step: object  # a slicer.redistribution step (AllGather, ...), its type_after the result's type
+    step: Collective  # a slicer.redistribution step (AllGather, ...), its type_after the result's type
     input: str
     output: str
 
@@ -136,7 +137,7 @@ class KernelGraph:
             dist = DistType.parse(v["dist"], tuple(v["shape"]), mesh)
             values[name] = Value(name, tuple(v["local_shape"]), v["dtype"], dist, tuple(v.get("varying", ())),
                                  v.get("loc", ""))
-        nodes = []
+        nodes: list[KernelNode | CollectiveNode] = []
         for n in data["nodes"]:
             if n["kind"] == "kernel":
                 nodes.append(KernelNode(n["name"], tuple(n["inputs"]), tuple(n["outputs"]), n["needs_coords"]))

@@ -27,6 +27,7 @@ import os
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mlir import ir
 
@@ -98,6 +99,9 @@ class _Api:
         self.host_cpu = self._take_string(self.LLVMGetHostCPUName())
         self.host_features = self._take_string(self.LLVMGetHostCPUFeatures())
 
+    if TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any: ...  # the C functions of _SIGNATURES, set by __init__
+
     def _take_string(self, pointer: int | None) -> str:
         text = ctypes.string_at(pointer).decode() if pointer else ""
         if pointer:
@@ -117,6 +121,14 @@ def _api() -> _Api | None:
             return None  # another build of the bindings, without these symbols: the tools do it
 
 
+def _loaded() -> _Api:
+    """The C API, where `available()` said yes."""
+    api = _api()
+    if api is None:
+        raise KernelError("in-process code generation is not available here (see llvm_codegen.available)")
+    return api
+
+
 def available() -> bool:
     """Whether code can be generated in this process (else `aot.py` runs mlir-translate and llc)."""
     choice = environment.value(environment.KERNEL_CODEGEN) or "in-process"
@@ -134,9 +146,9 @@ def platform_machine() -> str:
 def cpu_and_features(cpu: str, features: str) -> tuple[str, str]:
     """What llc makes of `-mcpu=<cpu> -mattr=<features>`: `native` is the host's CPU name with the host's
     features, followed by the requested ones (later entries win in LLVM's feature strings)."""
-    api = _api()
     if cpu != "native":
         return cpu, features
+    api = _loaded()
     host = api.host_features
     return api.host_cpu, f"{host},{features}" if features and host else (features or host)
 
@@ -145,10 +157,11 @@ class LlvmModule:
     """An LLVM module and the LLVMContext it lives in, owned here: `emit` disposes of both."""
 
     def __init__(self, context: int, module: int):
-        self.context, self.module = context, module
+        self.context: int | None = context
+        self.module: int | None = module
 
     def dispose(self) -> None:
-        api = _api()
+        api = _loaded()
         if self.module:
             api.LLVMDisposeModule(self.module)
         if self.context:
@@ -159,7 +172,7 @@ class LlvmModule:
 def translate(module: ir.Module) -> LlvmModule:
     """`module` (LLVM dialect, in its context) as LLVM IR, as `mlir-translate --mlir-to-llvmir` makes it. A
     module that does not translate raises KernelError carrying MLIR's diagnostics, notes included."""
-    api = _api()
+    api = _loaded()
     context = api.LLVMContextCreate()
     operation = _MlirOperation(capsule_pointer(module.operation._CAPIPtr, OPERATION_CAPSULE))
     with _Diagnostics(module.context) as diagnostics:
@@ -174,7 +187,7 @@ def emit(llvm_module: LlvmModule, cpu: str, features: str, output: Path) -> None
     """Write the object code of `llvm_module` to `output`, as `llc -O3 -mcpu=<cpu> -mattr=<features>
     -relocation-model=pic -filetype=obj` does, then dispose of the module (whatever happens: a caller that
     stopped waiting leaves it to this function). A failed emission raises KernelError with LLVM's message."""
-    api = _api()
+    api = _loaded()
     cpu_name, feature_text = cpu_and_features(cpu, features)
     machine = data_layout = None
     try:
@@ -209,7 +222,7 @@ class _Diagnostics:
     """MLIR's diagnostics while translating, each with its notes, as the tool would print them."""
 
     def __init__(self, context: ir.Context):
-        self.context, self.lines = context, []
+        self.context, self.lines = context, list[str]()
 
     def __enter__(self) -> _Diagnostics:
         self.handler = self.context.attach_diagnostic_handler(self._take)

@@ -31,7 +31,7 @@ from mlir.dialects import math as math_d
 
 from slicer.core.linalg_facts import defined_in
 from slicer.core.names import LINALG_PREFIX, TARGET_AVX512_BF16_ATTR
-from slicer.core.operations import walk_ops
+from slicer.core.operations import defining_op, walk_ops
 from slicer.core.pipeline import run_pipeline
 
 from .widen_i1 import GENERALIZE_NAMED_OPS
@@ -271,10 +271,9 @@ def _moves_only(op: ir.Operation) -> bool:
 
 def _filled_with(init: ir.Value) -> ir.Value | None:
     """The scalar a tensor is filled with (a `linalg.fill`, or its generalized form), or None."""
-    owner = init.owner
-    if not isinstance(owner, ir.Operation) and not hasattr(owner, "operation"):
+    owner = defining_op(init)
+    if owner is None:
         return None
-    owner = owner.operation
     if owner.name == _FILL:
         return owner.operands[0]
     if owner.name == _GENERIC and _moves_only(owner) and len(owner.operands) == 2 \

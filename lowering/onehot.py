@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import arith, linalg
@@ -87,7 +88,7 @@ def _index_dim(op: ir.Operation) -> int:
 
 def _operands(op: ir.Operation) -> tuple[list[Operand], list[int]] | None:
     """The generic's operands (static memrefs indexed by plain loop dims) and its loop ranges, or None."""
-    operands, ranges = [], {}
+    operands, ranges = [], dict[Any, Any]()
     for value, amap in zip(op.operands, indexing_maps(op)):
         dims = projected_dims(amap)
         if not isinstance(value.type, ir.MemRefType) or dims is None or not ir.MemRefType(value.type).has_static_shape:

@@ -296,7 +296,7 @@ def transform_script(plans: list[TilePlan]) -> str:
 def vectorize_module(module: ir.Module, options: VectorizeOptions = VectorizeOptions()) -> None:
     """Tile and vectorize every linalg.generic of `module` in place (best effort, always correct)."""
     context = module.context
-    plans = []
+    plans: list = []
     i64 = ir.IntegerType.get_signless(64, context)
     for op in walk_ops(module, _GENERIC):
         plan = plan_tiles(op, len(plans), options)

@@ -37,7 +37,8 @@ _CARRIERS = tuple(op.OPERATION_NAME for op in (
     tensor.EmptyOp, tensor.ExpandShapeOp, tensor.CollapseShapeOp, tensor.ExtractSliceOp, tensor.InsertSliceOp,
     tensor.ConcatOp, tensor.CastOp, bufferization.AllocTensorOp))
 _MODULE, _FUNC, _RETURN = builtin.ModuleOp.OPERATION_NAME, func_d.FuncOp.OPERATION_NAME, func_d.ReturnOp.OPERATION_NAME
-_GENERIC, _CONSTANT, _EXTRACT = linalg.GenericOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, tensor.ExtractOp.OPERATION_NAME
+_GENERIC, _CONSTANT = linalg.GenericOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME
+_EXTRACT = tensor.ExtractOp.OPERATION_NAME
 GENERALIZE_NAMED_OPS = "func.func(linalg-generalize-named-ops)"
 
 

@@ -20,20 +20,9 @@ from mlir import ir
 from mlir.dialects import arith, linalg
 
 from slicer.core.linalg_facts import PARALLEL, indexing_maps, input_count, iterator_kinds
+from slicer.core.operations import walk_ops
 
 _GENERIC, _EXTF, _YIELD = linalg.GenericOp.OPERATION_NAME, arith.ExtFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
-
-
-def _walk_generics(root: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op):
-        if op.operation.name == _GENERIC:
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
 
 
 def is_widening(op: ir.Operation) -> bool:
@@ -68,13 +57,13 @@ def fold_widenings(module: ir.Module) -> int:
     """Fold every widening of `module` into the generics that read it as an input (module docstring); returns
     how many reads changed. Needs the module's context to be current."""
     changed = 0
-    for op in _walk_generics(module.operation):
+    for op in walk_ops(module, _GENERIC):
         chain = _chain(op)
         if chain is None:
             continue
         source, result = op.operands[0], op.results[0]
         for use in list(result.uses):
-            reader = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            reader = use.owner.operation
             if reader.name != _GENERIC or use.operand_number >= input_count(reader):
                 continue
             _read_narrow(reader, use.operand_number, source, chain)

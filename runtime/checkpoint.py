@@ -192,23 +192,41 @@ class Checkpoint:
     def verify(self) -> None:
         """CheckpointError unless every block file is there with its recorded size and sha256, and each value's
         blocks cover its shape."""
+        self.check_coverage()
         for name, value in self.values.items():
-            covered = 0
             for block in value["blocks"]:
-                path = self.directory / block["file"]
-                if not path.is_file():
-                    raise CheckpointError(f"{self._where(name)}: block file '{path}' is missing")
-                size = path.stat().st_size
-                if size != block["bytes"]:
-                    raise CheckpointError(f"{self._where(name)}: block file '{path}' has {size} bytes, the manifest "
-                                          f"says {block['bytes']} (truncated or rewritten)")
-                if sha256_of(path) != block["sha256"]:
-                    raise CheckpointError(f"{self._where(name)}: block file '{path}' does not match its sha256 in "
-                                          "the manifest (changed or corrupted since it was saved)")
-                covered += int(np.prod([b - a for a, b in zip(block["start"], block["stop"])], dtype=np.int64))
+                problem = self.block_problem(name, block)
+                if problem:
+                    raise CheckpointError(problem)
+
+    def check_coverage(self) -> None:
+        """CheckpointError unless each value's blocks cover its shape (the manifest alone)."""
+        for name, value in self.values.items():
+            covered = sum(int(np.prod([b - a for a, b in zip(block["start"], block["stop"])], dtype=np.int64))
+                          for block in value["blocks"])
             if covered != int(np.prod(value["shape"], dtype=np.int64)):
                 raise CheckpointError(f"{self._where(name)}: its blocks hold {covered} elements, its shape "
                                       f"{value['shape']} has {int(np.prod(value['shape']))}")
+
+    def block_problem(self, name: str, block: dict) -> str | None:
+        """What is wrong with the file of `block` (of value `name`) here, or None: missing, another size, another
+        sha256 than the manifest records."""
+        path = self.directory / block["file"]
+        if not path.is_file():
+            held = f" (the manifest says host {block['host']} holds it)" if block.get("host") else ""
+            return f"{self._where(name)}: block file '{path}' is missing{held}"
+        size = path.stat().st_size
+        if size != block["bytes"]:
+            return (f"{self._where(name)}: block file '{path}' has {size} bytes, the manifest says {block['bytes']} "
+                    "(truncated or rewritten)")
+        if sha256_of(path) != block["sha256"]:
+            return (f"{self._where(name)}: block file '{path}' does not match its sha256 in the manifest (changed or "
+                    "corrupted since it was saved)")
+        return None
+
+    def present(self, block: dict) -> bool:
+        """Whether `block`'s file is here (its size and content are checked where it is read)."""
+        return (self.directory / block["file"]).is_file()
 
     def check_fits(self, values: Sequence[StateValue]) -> None:
         """CheckpointError unless this checkpoint holds exactly `values` (names, shapes, dtypes)."""
@@ -232,21 +250,17 @@ class Checkpoint:
         bounds = [(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(slices, shape)]
         out = np.empty(tuple(b - a for a, b in bounds), dtypes.parse_dtype(value["dtype"]))
         for block in value["blocks"]:
-            lo = [max(a, s) for (a, _), s in zip(bounds, block["start"])]
-            hi = [min(b, e) for (_, b), e in zip(bounds, block["stop"])]
-            if any(a >= b for a, b in zip(lo, hi)):
-                continue
-            data = self._load(name, block)
-            source = tuple(slice(a - s, b - s) for a, b, s in zip(lo, hi, block["start"]))
-            target = tuple(slice(a - o, b - o) for a, b, (o, _) in zip(lo, hi, bounds))
-            out[target] = data[source]
+            where = overlap(bounds, block)
+            if where is not None:
+                out[where[1]] = self.load(name, block)[where[0]]
         return out
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every value as a global numpy array, by name, in the order saved."""
         return {name: self.read(name) for name in self.values}
 
-    def _load(self, name: str, block: dict) -> np.ndarray:
+    def load(self, name: str, block: dict) -> np.ndarray:
+        """The saved block `block` of value `name` (a memory map)."""
         path = self.directory / block["file"]
         try:
             data = dtypes.from_npy(np.load(path, mmap_mode="r", allow_pickle=False),
@@ -261,6 +275,17 @@ class Checkpoint:
 
     def _where(self, name: str) -> str:
         return f"checkpoint '{self.directory}', state '{name}'"
+
+
+def overlap(bounds, block: dict) -> tuple[tuple[slice, ...], tuple[slice, ...]] | None:
+    """Where saved `block` meets the index range `bounds` ((start, stop) per dim): (slices of the block, slices
+    of the range), or None if they do not meet."""
+    lo = [max(a, s) for (a, _), s in zip(bounds, block["start"])]
+    hi = [min(b, e) for (_, b), e in zip(bounds, block["stop"])]
+    if any(a >= b for a, b in zip(lo, hi)):
+        return None
+    return (tuple(slice(a - s, b - s) for a, b, s in zip(lo, hi, block["start"])),
+            tuple(slice(a - o, b - o) for a, b, (o, _) in zip(lo, hi, bounds)))
 
 
 def open_checked(directory: str | Path, values: Sequence[StateValue]) -> Checkpoint:
@@ -290,4 +315,4 @@ def load_checkpoint(directory: str | Path, *, tensors: bool = False) -> dict:
 
 
 __all__ = ["Checkpoint", "load_checkpoint", "MANIFEST", "StateValue", "begin", "block_file", "open_checked",
-           "save_jobs", "write_block", "write_manifest", "writers"]
+           "overlap", "save_jobs", "write_block", "write_manifest", "writers"]

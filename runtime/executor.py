@@ -82,7 +82,7 @@ def refusal_cause(exc: KernelError) -> str:
     carries after its first line "Failure while executing pass pipeline:"), indented, each cut at
     `CAUSE_LINE` characters."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "\n".join(f"  {l if len(l) <= CAUSE_LINE else l[:CAUSE_LINE] + ' ...'}" for l in lines)
+    return "\n".join(f"  {line if len(line) <= CAUSE_LINE else line[:CAUSE_LINE] + ' ...'}" for line in lines)
 
 
 def _jit_kernels(graph: KernelGraph) -> dict:

@@ -8,15 +8,13 @@ blocks come from and what is measured:
 
 - `run_arrays`: every rank passes the global arrays (a memory map is enough: each rank reads only its
   blocks); one untimed run. `Program.run_in_mpi`.
-- `run_job_here`: the job `launch` would start (`runtime.job`: inputs from `.npy` files or a seed, warm-up,
-  `repeat` timed runs, results and timings written to a job directory), run by the ranks of this job instead
-  of a new one; any failing rank aborts the job (`runtime.rank`). `slicer-run` under mpiexec.
+- `run_job_here`: the timed run `launch` asks a job it starts for (`runtime.timed_run`: inputs from `.npy`
+  files, each rank reading its block, or a seed; warm-up, `repeat` timed runs), run by the ranks of this job
+  instead of a new one; rank 0 gathers the parts and assembles results and timings; any failing rank aborts
+  the job (`runtime.rank`). `slicer-run` under mpiexec.
 """
 
 from __future__ import annotations
-
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -27,10 +25,10 @@ from slicer.lowering import KernelGraph
 
 from .blocks import take_block
 from .executor import RankExecutor
-from .job import run_job, write_job
-from .rank import run_rank
+from .rank import at_step, run_rank
 from .simulator import assemble
-from .timings import TIMINGS_FILE, Timings
+from .timed_run import combine, overlapping, rank_inputs, timed_run
+from .timings import Timings
 
 #: Set by MPICH/Hydra (`PMI_SIZE`) and Open MPI (`OMPI_COMM_WORLD_SIZE`) in every rank of an mpiexec job.
 JOB_SIZE_ENV = (environment.PMI_SIZE, environment.OMPI_COMM_WORLD_SIZE)
@@ -85,22 +83,24 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
             for i, dist in enumerate(graph.result_dists)]
 
 
-def run_job_here(graph: KernelGraph, comm, job_dir: Path | None, *, inputs: list[str] | None = None,
-                 seed: int = 0, repeat: int = 1) -> tuple[list[np.ndarray], Timings, Path] | None:
-    """The timed job of `runtime.job` on the ranks of this job: rank 0 writes the job into `job_dir` (a new
-    temporary directory if None), every rank runs its part, rank 0 gets (results, timings, job directory)
-    and the others None. `inputs`: one `.npy` path per argument, else random inputs from `seed`."""
+def run_job_here(graph: KernelGraph, comm, *, inputs: list[str] | None = None, seed: int = 0,
+                 repeat: int = 1) -> tuple[list[np.ndarray], Timings] | None:
+    """The timed run of `runtime.timed_run` on the ranks of this job: rank 0 gets (results, timings), the
+    others None. `inputs`: one `.npy` path per argument (each rank reads its block), else random from `seed`."""
     check_job(comm, graph.mesh)
-    if comm.Get_rank() == 0:
-        job_dir = Path(job_dir) if job_dir else Path(tempfile.mkdtemp(prefix="slicer-run-"))
-        job_dir.mkdir(parents=True, exist_ok=True)
-        write_job(job_dir, graph, inputs=inputs, seed=seed, repeat=repeat)
-    job_dir = Path(comm.bcast(str(job_dir) if job_dir else None, root=0))
     holder = {}
-    run_rank(lambda c: holder.setdefault("results", run_job(job_dir, c)), comm)
+
+    def main(c) -> None:
+        executor = RankExecutor(graph, c, overlap=overlapping())
+        at_step(executor.rank, "compiled")
+        part = timed_run(executor, rank_inputs(graph, executor.rank, files=inputs, seed=seed), repeat, c)
+        holder["parts"] = c.gather(part, root=0)
+        executor.close()
+
+    run_rank(main, comm)
     if comm.Get_rank() != 0:
         return None
-    return holder["results"], Timings.from_json((job_dir / TIMINGS_FILE).read_text()), job_dir
+    return combine(graph, holder["parts"], repeat)
 
 
 __all__ = ["check_job", "job_comm", "run_arrays", "run_job_here", "world"]

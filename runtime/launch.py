@@ -1,40 +1,50 @@
-"""Starting a kernel graph on local MPI ranks and reading its results back (`slicer-run`, `Program.run`).
+"""Starting a kernel graph on MPI ranks for a timed run and reading its results back (`slicer-run`, `Program.run`).
 
-The launcher compiles (or finds in the cache) the kernels once, so the ranks only load them; it writes the
-graph, where each kernel is (`kernels.json`, see `executor.kernel_sources`) and the job description to a job
-directory, runs `python -m slicer.runtime.job` under `mpiexec`, and
-returns the assembled results with the run's timings.
+The run takes the one path every driver-started job takes (`runtime.rank_server`, the protocol a session uses
+too): a job of `ranks` ranks (`RankJob`, on this host or on the hosts mpiexec places them on), the program
+loaded on it (`session.load_program`: kernels compiled or found here once, found by cache key on every host),
+then one "timed" request: each rank gets its blocks of the arguments over the link (the driver takes them
+from the global arrays, or from `.npy` files through a memory map, a rank's block at a time), or makes random
+blocks from a seed itself, runs them (`timed_run`) and replies with its result blocks and measurements, which
+the driver assembles. Nothing goes through a directory the ranks would have to share with the driver.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from slicer.core import dtypes
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
-from .executor import kernel_sources, load_kernels
-from .job import write_job
-from .mpiexec import run_spmd
-from .timings import TIMINGS_FILE, Timings
+from .rank_job import RankJob
+from .session import SessionPlan, load_program
+from .timed_run import combine, rank_inputs
+from .timings import Timings
 
 
-def launch(graph: KernelGraph, job_dir: Path, ranks: int, *, inputs: Sequence[str] | None = None, seed: int = 0,
-           repeat: int = 1, timeout: float = 600, mpiexec: str | None = None) -> tuple[list[np.ndarray], Timings]:
-    """Run `graph` on `ranks` MPI ranks with inputs from `.npy` files (or random from `seed`), `repeat` timed
-    runs; results are written to and read from `job_dir`."""
+def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | None = None,
+           inputs: Sequence[str] | None = None, seed: int = 0, repeat: int = 1, timeout: float = 600,
+           mpiexec: str | None = None, oversubscribe: bool = False) -> tuple[list[np.ndarray], Timings]:
+    """Run `graph` on `ranks` MPI ranks with the global `arrays`, or inputs from `.npy` files, or random from
+    `seed`, `repeat` timed runs; the global results and the run's timings."""
     if repeat < 1:
         raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
-    kernels, backend = load_kernels(graph)
-    write_job(job_dir, graph, inputs=inputs, seed=seed, repeat=repeat, kernel_sources=kernel_sources(kernels, backend))
-    done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.job", str(job_dir)], timeout=timeout, mpiexec=mpiexec)
-    if done.returncode != 0:
-        raise RunError(f"the SPMD job failed on {ranks} ranks (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}")
-    results = [dtypes.from_npy(np.load(job_dir / f"result{i}.npy"), graph.values[name].numpy_dtype)
-               for i, name in enumerate(graph.results)]
-    return results, Timings.from_json((job_dir / TIMINGS_FILE).read_text())
+    plan = SessionPlan.stateless(graph)
+
+    def blocks(rank: int) -> list[np.ndarray] | None:
+        if arrays is not None:
+            return [plan.block(np.asarray(a), i, rank) for i, a in enumerate(arrays)]
+        return rank_inputs(graph, rank, files=inputs) if inputs else None
+
+    job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+    try:
+        load_program(job, plan, oversubscribe=oversubscribe)
+        parts = job.request([("timed", blocks(rank), seed, repeat) for rank in range(ranks)])
+    finally:
+        job.close()
+    return combine(graph, parts, repeat)
+
+
+__all__ = ["launch"]

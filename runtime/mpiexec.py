@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,7 +27,6 @@ from pathlib import Path
 from slicer.core import environment
 from slicer.core.errors import LaunchError
 from slicer.core.host import host_cores
-
 
 YIELD_CVAR = environment.MPICH_YIELD.name
 YIELD_ENV = environment.MPI_YIELD.name
@@ -59,6 +59,15 @@ def thread_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     starts its pool at import: ~50 ms of CPU per rank on this machine's 2 cores, for threads a rank never uses."""
     environ = environment.for_child() if environ is None else environ
     return {name: "1" for name in THREAD_VARIABLES if name not in environ}
+
+
+def mpiexec_command(explicit: str | None = None) -> list[str]:
+    """The launcher's command: `explicit` may be a path or a command line with options ("mpiexec -f hosts",
+    "mpiexec -hosts a:4,b:4": ranks on several hosts), else `find_mpiexec`'s."""
+    if explicit and not Path(explicit).is_file() and len(shlex.split(explicit)) > 1:
+        first, *options = shlex.split(explicit)
+        return [find_mpiexec(first), *options]
+    return [find_mpiexec(explicit)]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -106,7 +115,7 @@ def _end_group(process: subprocess.Popen) -> None:
 def spmd_command(ranks: int, argv: list[str], *, mpiexec: str | None = None,
                  env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start `argv` on `ranks` local MPI ranks."""
-    command = [find_mpiexec(mpiexec), "-n", str(ranks), *argv]
+    command = [*mpiexec_command(mpiexec), "-n", str(ranks), *argv]
     child = environment.for_child({**(env or {}), "PYTHONUNBUFFERED": "1"})
     child.update(wait_environment(ranks, child))
     child.update(thread_environment(child))
@@ -134,7 +143,7 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
     """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
     process = start_spmd(ranks, argv, mpiexec=mpiexec, env=env, stdout=subprocess.PIPE)
     command = process.args
-    previous = {}
+    previous: dict = {}
 
     def stop(signum, frame):  # a terminating signal ends the job, then the launcher as it would have
         _end_group(process)

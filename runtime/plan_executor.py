@@ -194,7 +194,7 @@ class PlanRunner:
 
     def __init__(self, ex: MeshExecutor, plan, shape: tuple[int, ...], dtype: np.dtype):
         self.programs = []
-        for step, before in zip(plan.steps, plan.trace.types):
+        for step, _before in zip(plan.steps, plan.trace.types):
             program = ex.program(step, shape, dtype)
             self.programs.append(program)
             shape = program.out_shape

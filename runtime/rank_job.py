@@ -1,25 +1,28 @@
 """A job of MPI ranks that stays up between requests: the launcher side of `runtime.rank_server`.
 
-`RankJob(ranks)` starts `python -m slicer.runtime.rank_server` under mpiexec; every rank connects back to a
-Unix socket in a private directory (mode 0700, and the connection is authenticated with a per-job key, as
-`multiprocessing.connection` does it), and `request` sends one message to each rank and waits for every reply.
-A training session keeps its parameters on such a job and sends only the batch at each step.
+`RankJob(ranks)` starts `python -m slicer.runtime.rank_server` under mpiexec (which may place the ranks on
+other hosts: `-hosts`, a hostfile); every rank connects back over TCP (`runtime.rank_link`: an address the
+driver chooses, `SLICER_DRIVER_ADDRESS`, authenticated both ways with a per-job key) and says where it runs
+(`hosts`: each rank's host name, cores and available memory, for `resources.check_hosts`). `request` sends
+one message to each rank and waits for every reply. A training session keeps its parameters on such a job and
+sends only the batch at each step; `Program.run` loads its program on one and asks for a run. The driver's
+private directory (mode 0700) holds only the job's stderr.
 
 The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's), large
 messages in chunks (`runtime.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
 `message` the bytes on the wire, so a test can check that a step sends the batch and nothing else.
 
 A request the ranks refused without harm (`rank_server`: a step whose run-time check failed on its data, a save
-that could not write) raises that error, of its catalogue class, and the job serves on with its state. When a
-rank fails otherwise it replies with its error and aborts the job; the request then raises RunError with that
-message (or the job's stderr if the rank could not send it), the job is ended and every later request is
-refused. A rank that dies without replying (kill -9, a crash) is named by its process having ended (each
-rank says its pid when it connects); a rank that is hung or stopped is named by its silence: a rank answering
-a request sends a heartbeat every half second (`rank_server.Replies`), every frame of its reply counts as well,
-and one from which nothing has come for `silence` seconds (default 5, $SLICER_RANK_SILENCE_SECONDS), nor is
-waiting to be read, ends the job. The driver reads the ranks a frame at a time, so a large reply from one rank
-(a state dict of gigabytes) never keeps another's heartbeats unread. A request that gets no answer within
-`timeout` seconds ends the job the same way.
+that could not write) raises that error, of its catalogue class, and the job serves on with its state. When a rank
+fails otherwise it replies with its error and aborts the job; the request then raises RunError with that message
+(or the job's stderr if the rank could not send it), the job is ended and every later request is refused. A rank
+that dies without replying (kill -9, a crash) is named by its connection closing first, or, on the driver's host,
+by its process having ended (each rank says its pid when it connects); a rank that is hung or stopped is named by
+its silence: a rank answering a request sends a heartbeat every half second (`rank_server.Replies`), every frame of
+its reply counts as well, and one from which nothing has come for `silence` seconds (default 5,
+$SLICER_RANK_SILENCE_SECONDS), nor is waiting to be read, ends the job. The driver reads the ranks a frame at a
+time, so a large reply from one rank (a state dict of gigabytes) never keeps another's heartbeats unread. A request
+that gets no answer within `timeout` seconds ends the job the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +46,8 @@ from slicer.core import environment, errors
 from slicer.core.errors import LaunchError, RunError
 
 from .mpiexec import end_job, start_spmd
-from .rank_server import KEY_ENV
+from .rank_link import ADDRESS_ENV, KEY_ENV, Listener
+from .resources import HostReport
 from .wire import Receiver, send
 
 CONNECT_SECONDS = 120.0  # time for mpiexec to start the ranks and each to import what it needs
@@ -87,16 +91,19 @@ class RankJob:
         self._dir = Path(tempfile.mkdtemp(prefix="slicer-ranks-"))
         self._stderr = open(self._dir / "stderr", "w+")
         key = secrets.token_bytes(32)
-        address = str(self._dir / "socket")
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(address)
-        server.listen(ranks)
-        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.rank_server", address],
+        try:
+            server = Listener(ranks)
+        except BaseException:
+            self._stderr.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.rank_server", server.address],
                                   mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
         self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
         self.connections: list[Connection | None] = [None] * ranks
         self.receivers: list[Receiver | None] = [None] * ranks
         self.pids: list[int | None] = [None] * ranks  # each rank's process id (on its host)
+        self.hosts: list[HostReport | None] = [None] * ranks  # where each rank runs
         self.silence = silence_limit()
         self._failed: str | None = None
         try:
@@ -107,26 +114,23 @@ class RankJob:
         finally:
             server.close()
 
-    def _accept(self, server: socket.socket, key: bytes) -> None:
-        server.settimeout(0.2)
+    def _accept(self, server: Listener, key: bytes) -> None:
         deadline = time.monotonic() + CONNECT_SECONDS
         while any(c is None for c in self.connections):
             if self.process.poll() is not None:
                 raise RunError(f"the job of {self.ranks} ranks stopped while starting:\n{self._stderr_tail()}")
             if time.monotonic() > deadline:
-                raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s")
-            try:
-                sock, _ = server.accept()
-            except TimeoutError:
+                raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s (to "
+                                  f"{server.address}: on several hosts, {ADDRESS_ENV} names an address of this host "
+                                  "the others reach)")
+            connection = server.accept(key, 0.2)
+            if connection is None:
                 continue
-            sock.setblocking(True)
-            connection = Connection(sock.detach())
-            deliver_challenge(connection, key)
-            answer_challenge(connection, key)
-            kind, rank, size, pid = connection.recv()
+            kind, rank, size, pid, (host, cores, memory) = connection.recv()
             if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
                 raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
             self.connections[rank], self.pids[rank] = connection, pid
+            self.hosts[rank] = HostReport(host, cores, memory)
             self.receivers[rank] = Receiver(connection)
 
     @property
@@ -141,7 +145,7 @@ class RankJob:
             raise RunError(f"this job of {self.ranks} ranks has ended: {self._failed}")
         if self.process.poll() is not None:
             self._fail(f"the job of {self.ranks} ranks has stopped:\n{self._stderr_tail()}")
-        for rank, (connection, message) in enumerate(zip(self.connections, messages)):
+        for rank, (connection, message) in enumerate(zip(self.connections, messages, strict=True)):
             self.sent.payload += _array_bytes(message)
             try:
                 self.sent.message += send(connection, message)
@@ -192,11 +196,16 @@ class RankJob:
                            f"was ended ({SILENCE_ENV} sets the limit)")
 
     def _first_error(self) -> str | None:
-        """An error message a rank sent before the job ended, if one arrives within a moment."""
+        """An error message a rank sent before the job ended, if one arrives within a moment: until nothing more
+        comes for 0.25 s (a failing rank sends its message, then waits `ABORT_GRACE_SECONDS` before it aborts and
+        mpiexec ends the others: their connections closing come after it), at most 2 s."""
         deadline = time.monotonic() + 2.0
         live = list(self.connections)
         while live and time.monotonic() < deadline:
-            for connection in wait(live, timeout=0.2):
+            ready = wait(live, timeout=0.25)
+            if not ready:
+                break
+            for connection in ready:
                 try:
                     done, message = self.receivers[self.connections.index(connection)].frame()
                 except (EOFError, OSError):
@@ -207,12 +216,16 @@ class RankJob:
         return None
 
     def _lost(self, rank: int) -> str:
-        """What to say when rank `rank`'s connection closed without a reply: the ranks whose process is already
-        gone, else `rank`. Looked at before mpiexec ends the others, this names the rank that died; on a loaded
+        """What to say when rank `rank`'s connection closed without a reply. A rank on another host: `rank`,
+        whose connection closed first (its kernel closes it the moment the process dies; mpiexec ends the
+        others only after hearing of it). On this host: the ranks whose process is already gone, else `rank`.
+        Looked at before mpiexec ends the others, this names the rank that died; on a loaded
         machine mpiexec may have ended the others already, and which died first cannot be told from outside
         (their processes are mpiexec's children, both were killed), so every gone rank is named."""
-        gone = [r for r, pid in enumerate(self.pids) if pid is not None and not _alive(pid)]
-        named = gone or [rank]
+        here = socket.gethostname()
+        local = [r for r, host in enumerate(self.hosts) if host is not None and host.name == here]
+        gone = [r for r in local if self.pids[r] is not None and not _alive(self.pids[r])]
+        named = (gone or [rank]) if rank in local else [rank]  # another host's: its connection closed first
         what = ("the process ended without replying: killed or crashed" if len(named) == 1 else
                 "their processes ended without replying: one was killed or crashed and mpiexec ended the others")
         return (f"{_ranks(named)} of the job of {self.ranks} ranks went away ({what}); the job was ended:\n"

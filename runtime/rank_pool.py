@@ -92,7 +92,7 @@ def give_back(job: RankJob) -> None:
 
 
 def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mpiexec: str | None = None,
-             timeout: float = 600):
+             timeout: float = 600, oversubscribe: bool = False):
     """Run `graph` once on the kept job of `ranks` ranks with the global `arrays`; the global results (one
     array, or a tuple), as a session's step returns them. While a session holds the kept job, on a job of
     its own."""
@@ -100,7 +100,7 @@ def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mp
     own = _lent(ranks, mpiexec)
     job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout) if own else warm_job(ranks, mpiexec, timeout)
     try:
-        load_program(job, plan)
+        load_program(job, plan, oversubscribe=oversubscribe)
         replies = job.request([("step", {i: plan.block(a, i, r) for i, a in enumerate(arrays)})
                                for r in range(ranks)])
     except RunError:

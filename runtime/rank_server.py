@@ -1,17 +1,28 @@
-"""A rank of a job that stays up between calls: `python -m slicer.runtime.rank_server ADDRESS` under mpiexec.
+"""A rank of a job that stays up between calls: `python -m slicer.runtime.rank_server ADDRESSES` under mpiexec.
 
-The process that started the job (`runtime.rank_job.RankJob`) listens on ADDRESS (a Unix socket of its own,
-authenticated with the key in `SLICER_SESSION_KEY`); every rank connects, says which rank it is, and then
-answers requests, one at a time, all ranks the same sequence (requests that run the program are collective):
+The one protocol of every job a driver starts, `Program.run` and `Program.session` alike. The process that
+started the job (`runtime.rank_job.RankJob`) listens on TCP (`runtime.rank_link`: ADDRESSES are its
+`host:port`s, the connection authenticated both ways with the key in `SLICER_SESSION_KEY`); every rank
+connects, says which rank it is, on which host (its name, cores and available memory, for
+`resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
+(requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
+may run on other hosts:
 
-- ("load", graph_json, kernel_sources, feeds, arg_names): the program this job runs (`ResidentRank`): the
-  kernels are loaded once, the collectives' communicators and buffers set up once;
+- ("kernels", cpu, keys): which of the program's kernel cache keys this host's cache lacks
+  (`kernel_transfer.missing_keys`; None when this host's CPU is not the driver's);
+- ("load", graph_json, kernel_sources, feeds, arg_names, libraries): the program this job runs
+  (`ResidentRank`): the libraries this host lacked are stored in its cache, the kernels loaded once (or
+  compiled on a host with another CPU), the collectives' communicators and buffers set up once;
 - ("put", {arg: block}): make these blocks resident;
 - ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
 - ("get", [arg, ...]): reply with these resident blocks;
-- ("save", directory, {arg: file}): write these resident blocks as checkpoint files (`runtime.checkpoint`),
-  reply with each file's size and sha256;
-- ("restore", checkpoint, {arg: (name, slices)}): read these blocks from a checked checkpoint, make them resident;
+- ("save", directory, {arg: file}): write these resident blocks as checkpoint files into the directory as this
+  host sees it (`runtime.checkpoint_hosts`), reply with each file's size, sha256 and this host's name;
+- ("restore", checkpoint, {arg: (name, slices)}): read these blocks of an opened checkpoint, collectively: from
+  the files this rank sees, the rest over MPI from a rank that sees them (`checkpoint_hosts.read_across`),
+  make them resident;
+- ("timed", blocks or None, seed, repeat): a timed run (`timed_run`) on these argument blocks (None: random
+  blocks from `seed`, made on the rank); reply with this rank's `RankPart`;
 - ("close",): free the program and leave.
 
 Messages go through `runtime.wire` (large ones in chunks). Replies are ("ok", payload); while a rank answers a
@@ -29,23 +40,26 @@ collective: the session reports the message and ends.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Client
 
 from slicer.core import environment
-from slicer.core.errors import InternalError, KernelAssertionError, SlicerError
+from slicer.core.errors import CheckpointError, InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
-from .checkpoint import write_block
+from .checkpoint_hosts import read_across, write_here
 from .heap import keep_freed_memory
+from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
+from .rank_link import connect
 from .resident import ResidentRank
+from .resources import available_memory, host_cores
+from .timed_run import overlapping, rank_inputs, timed_run
 from .wire import Receiver, send
 
-KEY_ENV = environment.SESSION_KEY.name
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
 READ_ONLY_REQUESTS = ("get", "save")  # no collective, no state replaced: a rank failing one harms nothing
 
@@ -89,8 +103,9 @@ class Replies:
 def serve(address: str, comm) -> None:
     """Answer the driver's requests on this rank until it says "close" or goes away."""
     key = environment.value(environment.SESSION_KEY) or ""
-    connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-    connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid()))
+    connection = connect(address, bytes.fromhex(key), rank=comm.Get_rank())
+    connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid(),
+                     (socket.gethostname(), host_cores(), available_memory())))
     replies, receiver = Replies(connection), Receiver(connection)
     program: ResidentRank | None = None
     while True:
@@ -126,6 +141,8 @@ def _harmless(kind: str, exc: BaseException) -> bool:
     one rank only would leave the ranks' states out of step: that ends the job)."""
     if kind == "step":
         return isinstance(exc, KernelAssertionError)
+    if kind == "restore":  # every rank raises the same one before any block is replaced (`read_across`)
+        return isinstance(exc, CheckpointError)
     return kind in READ_ONLY_REQUESTS and isinstance(exc, Exception)
 
 
@@ -143,12 +160,15 @@ def _abort(replies: Replies, comm, message: str) -> None:
 
 def _answer(request, program: ResidentRank | None, comm):
     kind = request[0]
+    if kind == "kernels":
+        return missing_keys(request[1], request[2]), program
     if kind == "load":
-        _, graph_json, sources, feeds, *names = request  # names: the arguments' (older drivers send none)
+        _, graph_json, sources, feeds, names, received = request
         if program is not None:
             program.close()
-        program = ResidentRank(KernelGraph.from_json(graph_json), comm, feeds=feeds, kernel_sources=sources,
-                               names=names[0] if names else ())
+        graph = KernelGraph.from_json(graph_json)
+        program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
+                               names=names, overlap=overlapping())
         at_step(program.rank, "compiled")
         return None, program
     if kind == "close":
@@ -169,11 +189,16 @@ def _answer(request, program: ResidentRank | None, comm):
         _, directory, files = request
         blocks = program.blocks(sorted(files))
         g = program.graph
-        return {file: write_block(directory, file, blocks[arg], g.values[g.args[arg]].local_shape)
-                for arg, file in files.items()}, program
+        return write_here(directory, {file: (blocks[arg], g.values[g.args[arg]].local_shape)
+                                      for arg, file in files.items()}), program
+    if kind == "timed":
+        _, given, seed, repeat = request
+        inputs = given if given is not None else rank_inputs(program.graph, program.rank, seed=seed)
+        return timed_run(program.executor, [program.checked(i, b) for i, b in enumerate(inputs)], repeat,
+                         comm), program
     if kind == "restore":
         _, checkpoint, wanted = request
-        program.put({arg: checkpoint.read(name, slices) for arg, (name, slices) in wanted.items()})
+        program.put(read_across(checkpoint, comm, wanted))
         return None, program
     raise InternalError(f"unknown request {kind!r}")
 

@@ -36,14 +36,15 @@ class ResidentRank:
     the ones `put` gave; every other argument is an input of each `step`."""
 
     def __init__(self, graph: KernelGraph, comm, *, feeds: Mapping[int, int], kernel_sources: dict | None = None,
-                 names: Sequence[str] = ()):
-        """`names`: the arguments' names to report (a failed check names the inputs it depends on)."""
+                 names: Sequence[str] = (), overlap: bool = True):
+        """`names`: the arguments' names to report (a failed check names the inputs it depends on); `overlap`:
+        collectives overlap kernels (`RankExecutor`)."""
         self.graph = graph
         self.feeds = dict(feeds)
         self.names = tuple(names)
         self.comm = comm
         self._failures = np.zeros(2, np.int32)  # the agreement's buffers: this rank's failed checks, every rank's
-        self.executor = RankExecutor(graph, comm, kernel_sources=kernel_sources)
+        self.executor = RankExecutor(graph, comm, overlap=overlap, kernel_sources=kernel_sources)
         self.rank = self.executor.rank
         self.resident: dict[int, np.ndarray] = {}
         self.steps = 0
@@ -52,7 +53,7 @@ class ResidentRank:
     def put(self, blocks: Mapping[int, np.ndarray]) -> None:
         """Make these argument blocks resident (replacing any held), checked against their local shapes: all
         of them, or none if one does not fit."""
-        self.resident.update({index: self._checked(index, block) for index, block in blocks.items()})
+        self.resident.update({index: self.checked(index, block) for index, block in blocks.items()})
 
     def step(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Run once on the resident blocks and `inputs` (argument index -> this rank's block); the results
@@ -60,7 +61,7 @@ class ResidentRank:
         blocks = []
         for index in range(len(self.graph.args)):
             if index in inputs:
-                blocks.append(self._checked(index, inputs[index]))
+                blocks.append(self.checked(index, inputs[index]))
             elif index in self.resident:
                 blocks.append(self.resident[index])
             else:
@@ -131,7 +132,7 @@ class ResidentRank:
         """Free the collectives' buffers and communicators (collective: every rank calls it)."""
         self.executor.close()
 
-    def _checked(self, index: int, block) -> np.ndarray:
+    def checked(self, index: int, block) -> np.ndarray:
         value = self.graph.values[self.graph.args[index]]
         block = np.require(np.asarray(block), requirements="C")
         if tuple(block.shape) != tuple(value.local_shape) or block.dtype != value.numpy_dtype:

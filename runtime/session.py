@@ -13,7 +13,9 @@ Three kinds, one interface:
   blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
 
 Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
-blocks it holds and reads the ones it needs, whatever mesh or strategy saved them.
+blocks it holds and reads the ones it needs, whatever mesh or strategy saved them; ranks on several hosts
+without a shared file system write on their own host and get the blocks they do not see over MPI
+(`runtime.checkpoint_hosts`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
+from slicer.lowering.cache import host_cpu
 
 from .blocks import rank_slices, take_block
 from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
+from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
+from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
 from .resident import ResidentRank
+from .resources import check_hosts
 from .simulator import Simulator, assemble
 
 
@@ -169,12 +175,17 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-def load_program(job: RankJob, plan: SessionPlan) -> None:
-    """Make `plan`'s program the one `job`'s ranks run: its kernels compiled (or found in the cache) here,
-    once, and only loaded by the ranks."""
-    kernels, backend = load_kernels(plan.graph)
-    job.request([("load", plan.graph.to_json(), kernel_sources(kernels, backend), dict(plan.feeds),
-                  plan.arg_names)] * job.ranks)
+def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False) -> None:
+    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
+    kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
+    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`)."""
+    hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
+    check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
+    sources = kernel_sources(*load_kernels(plan.graph))
+    missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
+    found = libraries(sorted({key for keys in missing if keys for key in keys}))
+    job.request([("load", plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+                  None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
 class Session(ABC):
@@ -214,13 +225,13 @@ class Session(ABC):
         checked against the manifest and the state's names, shapes and dtypes against this program before
         anything is replaced (CheckpointError otherwise); then each rank reads its block from the saved blocks
         that overlap it. The step count is the checkpoint's."""
-        checkpoint = open_checked(directory, self.plan.state_values())
+        checkpoint = self._open(directory)
         self._restore(checkpoint)
         self.steps = checkpoint.step
         self.checkpoint = ("loaded", Path(directory), checkpoint.step)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - a default, not abstract: the simulated session holds no ranks
+        """Release the session's ranks (sessions that start or join ranks override it)."""
 
     def lost_state(self) -> str:
         """What is lost when the session's ranks are gone: the steps since the last checkpoint saved or loaded
@@ -249,6 +260,10 @@ class Session(ABC):
     def _write_blocks(self, directory: Path, jobs: list[dict[int, str]]) -> dict[str, dict]:
         """Write each rank's blocks `jobs[rank]` (argument index -> file); the files' records."""
         raise CheckpointError(f"{type(self).__name__} cannot save checkpoints")
+
+    def _open(self, directory) -> Checkpoint:
+        """The checkpoint in `directory`, fitting this program, its files checked (here: every file)."""
+        return open_checked(directory, self.plan.state_values())
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Make the (checked) checkpoint's values the state."""
@@ -295,7 +310,7 @@ class LaunchedSession(Session):
     session closes or is dropped, the ranks up for the next user (its `load` replaces this program)."""
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
-                 borrow: Callable[[], RankJob | None] | None = None,
+                 oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
                  give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
         plan.check_layouts()
@@ -305,7 +320,7 @@ class LaunchedSession(Session):
         self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         try:
-            load_program(self.job, plan)
+            load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)
@@ -333,6 +348,11 @@ class LaunchedSession(Session):
         for written in self._request([("save", str(directory), job) for job in jobs]):
             records.update(written)
         return records
+
+    def _open(self, directory) -> Checkpoint:
+        """The manifest read here and fitting this program; the ranks check the files they read, on their hosts
+        (`checkpoint_hosts.read_across`), before any block is replaced."""
+        return open_fitting(directory, self.plan.state_values())
 
     def _restore(self, checkpoint):
         self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
@@ -383,23 +403,23 @@ class InJobSession(Session):
         self._everywhere(lambda: begin(directory) if rank == 0 else None)
         jobs = save_jobs(self.plan.graph.mesh, values)
         blocks = self.rank_program.blocks(sorted(jobs[rank]))
-        written = self._everywhere(lambda: {f: write_block(directory, f, blocks[a], self.plan.local_shape(a))
-                                            for a, f in jobs[rank].items()})
+        written = self._everywhere(lambda: write_here(directory, {f: (blocks[a], self.plan.local_shape(a))
+                                                                  for a, f in jobs[rank].items()}))
         records = {file: record for part in written for file, record in part.items()}
         self._everywhere(lambda: write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
                          if rank == 0 else None)
         return directory
 
     def load(self, directory) -> None:
-        """As `Session.load`, collectively: rank 0 checks the checkpoint, then every rank reads its blocks."""
-        values = self.plan.state_values()
+        """As `Session.load`, collectively: rank 0 reads the manifest, then every rank its blocks, from the files
+        it sees and over MPI from ranks that see the others (`checkpoint_hosts.read_across`)."""
         rank = self.rank_program.rank
-        checkpoint = self._everywhere(lambda: open_checked(directory, values) if rank == 0 else None)[0]
-        job = self.plan.restore_job(rank)
-        mine: dict[int, np.ndarray] = {}
-        self._everywhere(lambda: mine.update({i: checkpoint.read(name, slices) for i, (name, slices) in job.items()}))
-        self.rank_program.put(mine)
+        checkpoint = self._everywhere(lambda: self._open(directory) if rank == 0 else None)[0]
+        self.rank_program.put(read_across(checkpoint, self.comm, self.plan.restore_job(rank)))
         self.steps = checkpoint.step
+
+    def _open(self, directory) -> Checkpoint:
+        return open_fitting(directory, self.plan.state_values())
 
     def _everywhere(self, work) -> list:
         """Run `work` on every rank; every rank's result, or on every rank the first rank's CheckpointError."""

@@ -2,9 +2,10 @@
 runs, with a collective's time split into waiting for the other ranks, packing, transfer and unpacking, plus
 how long it was in flight while other steps ran (overlap); and each rank's timeline of the last run.
 
-Collected by `job.run_job` on every rank (`RankExecutor.run(..., timed=True)`: a barrier before each
-collective starts, so its wait is the ranks' skew), reduced on rank 0, written as `timings.json` and read
-back by the launcher. Pictures of it (a timeline per rank, a Chrome trace) are `slicer.viz.timeline`.
+Collected by `timed_run.timed_run` on every rank (`RankExecutor.run(..., timed=True)`: a barrier before each
+collective starts, so its wait is the ranks' skew) and reduced where the ranks' parts meet (`timed_run.combine`:
+the driver, or rank 0 of the user's job). Pictures of it (a timeline per rank, a Chrome trace) are
+`slicer.viz.timeline`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
-
-TIMINGS_FILE = "timings.json"
-"""The file in a job directory where rank 0 writes the run's `Timings` (read by the launcher and slicer-run)."""
 
 
 @dataclass(frozen=True)

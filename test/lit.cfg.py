@@ -11,7 +11,8 @@ config.suffixes = [".mlir", ".py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(os.path.dirname(config.test_source_root), "build", "lit")
 # pytest suites and helpers live beside the lit tests but are not lit tests.
-config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "example_modules.py", "rank_faults.py", "Inputs", "__pycache__"]
+config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "example_modules.py", "rank_faults.py", "Inputs",
+                   "__pycache__"]
 
 python = lit_config.params.get("python", sys.executable)
 # `make check` (the fast tier) runs `lit --param tier=fast`: tests that say `REQUIRES: whole-suite` (each over

@@ -63,7 +63,7 @@ def _lines(counts: collections.Counter) -> list[str]:
     for (op, axes, size), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
         out.append(f"{n} x {op} over [{axes}] {size} B")
     totals = collections.Counter()
-    for (op, axes, size), n in counts.items():
+    for (op, axes, _size), n in counts.items():
         totals[(op, axes)] += n
     summary = ", ".join(f"{n} {op} over [{axes}]" for (op, axes), n in sorted(totals.items())) or "none"
     return [f"({summary}; {sum(n * s for (_, _, s), n in counts.items())} B)"] + out
@@ -82,7 +82,9 @@ def main(argv=None) -> int:
         counts, seconds, progs = {}, 0.0, {}
         for n, step in steps.items():
             start = time.perf_counter()
-            progs[n] = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics_of(step))
+            # the partitioner's collectives, before the schedule's rewrites combine or split them
+            progs[n] = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics_of(step), buckets="off",
+                                      collective_matmul="off")
             seconds = time.perf_counter() - start
             counts[n] = collectives(progs[n])
         per_block = counts[2] - counts[1]

@@ -21,8 +21,8 @@ from ..emitter import GeneratedFunctions, Index, call_instead, module_avx512
 from .analysis import Contraction, NotAContraction, analyze, bf16_operands, reads_bf16
 from .bf16_gemm import bf16_gemm_text
 from .bf16_ukernels import bf16_mr, bf16_ukernel_text
-from .epilogue import rounding_epilogue
 from .blocking import ContractOptions
+from .epilogue import rounding_epilogue
 from .matrix_units import AMX, chosen_units, module_units
 from .packing import Packer
 from .ukernel import ukernel_text

@@ -23,12 +23,14 @@ from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
 from slicer.core.linalg_facts import PARALLEL, indexing_maps, input_count, iterator_kinds, projected_dims
+from slicer.core.operations import walk_ops
 
 from ..memref_facts import MemAccess, static_strides
 from .analysis import Contraction, with_output
 from .bf16_gemm import BF16_BLOCKS
 
-_GENERIC, _TRUNCF, _YIELD = linalg.GenericOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME, linalg.YieldOp.OPERATION_NAME
+_GENERIC, _TRUNCF = linalg.GenericOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME
+_YIELD = linalg.YieldOp.OPERATION_NAME
 
 
 def _is_rounding(op: ir.Operation, buffer: ir.Value) -> bool:
@@ -58,7 +60,7 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
         return None
     readers = []
     for use in buffer.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        user = use.owner.operation
         if user == c.op.operation:
             continue
         if _is_rounding(user, buffer):
@@ -98,7 +100,7 @@ def _between(first: ir.Operation, second: ir.Operation) -> list[ir.Operation] | 
         if op == second:
             return found
         if found is not None:
-            op.walk(lambda inner: found.append(inner.operation) or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
+            found.extend(walk_ops(op))
         if op == first:
             found = []
     return None
@@ -121,7 +123,7 @@ def _touched(ops: list[ir.Operation], buffer: ir.Value) -> bool:
             continue
         aliases.add(value)
         for use in value.uses:
-            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            user = use.owner.operation
             if user.name in _VIEWS:
                 stack.extend(user.results)
     return any(operand in aliases for op in ops for operand in op.operands)

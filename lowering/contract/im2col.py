@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import arith, linalg, memref, scf
@@ -196,7 +197,7 @@ def _output_order(output: _Operand, patch: _Operand, other: _Others, ranges: lis
     moved innermost when that run is narrower than a register tile and the other side is wider (see step 2)."""
     dims = output.plain
     for side, rest in ((patch, other), (other, patch)):
-        run = []  # C's innermost run of dims read by this side only
+        run: list = []  # C's innermost run of dims read by this side only
         for d in reversed(_run(output, ranges)):
             if d not in side.dims or d in rest.dims:
                 break
@@ -254,7 +255,7 @@ def _collapse(value: ir.Value, dims: list[int], groups: list[list[int]]) -> tupl
     """`value` (indexed by loop `dims`) with each group's memref dims collapsed; its new loop dims (group indices)."""
     type_ = ir.MemRefType(value.type)
     group_of = {d: g for g, chain in enumerate(groups) for d in chain}
-    reassociation, new_dims = [], []
+    reassociation, new_dims = list[Any](), []
     for i, d in enumerate(dims):
         if reassociation and group_of[dims[i - 1]] == group_of[d]:
             reassociation[-1].append(i)

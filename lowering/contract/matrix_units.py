@@ -38,7 +38,7 @@ def units_of_flags(flags: set[str]) -> str:
 
 def host_units() -> str:
     """The best bf16 units of this host's CPU."""
-    return units_of_flags(cpu_flags())
+    return units_of_flags(set(cpu_flags()))
 
 
 def units_of_target(cpu: str, features: str, avx512: bool) -> str:

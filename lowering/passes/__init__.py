@@ -32,7 +32,8 @@ from .kernel_widen_narrow_floats import SlicerKernelWidenNarrowFloats
 from .lower_to_loops import SlicerLowerToLoops
 
 LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDistinctResults, SlicerKernelWidenI1,
-                   SlicerKernelWidenNarrowFloats, SlicerKernelFoldWidenings, SlicerKernelIm2col, SlicerKernelOneHot, SlicerKernelContract,
+                   SlicerKernelWidenNarrowFloats, SlicerKernelFoldWidenings, SlicerKernelIm2col, SlicerKernelOneHot,
+                   SlicerKernelContract,
                    SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts,
                    SlicerKernelExpandBf16)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""

@@ -11,8 +11,8 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from slicer.core.errors import NotAContraction
-from slicer.core.passes import ModulePass, register_pass
 from slicer.core.operations import walk_ops
+from slicer.core.passes import ModulePass, register_pass
 
 from ..contract.im2col import rewrite
 from ..emitter import GeneratedFunctions

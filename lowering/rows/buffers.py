@@ -116,7 +116,7 @@ class RowBuffers:
         if op.lane is None or op.lane in op.row_prefix[: self.rows]:
             return
         seen = set()
-        for i, o in enumerate(self.ops):
+        for o in self.ops:
             prefix = tuple(o.row_prefix[: self.rows])
             for m in o.inputs:
                 if not isinstance(m, MemAccess) or m.value in seen:

@@ -190,7 +190,7 @@ class CascadeEmitter(PointEmitter):
             mem, red = op.outputs[k], Reduction(combiner, "add", 0.0, None)
             scratch = _Scratch(e, cascade.types[k], str(mem.type.element_type), cascade.lane is not None)
 
-            def one(offset: Index, width: int | None) -> None:
+            def one(offset: Index, width: int | None, k=k, mem=mem, red=red, scratch=scratch) -> None:
                 here = cascade.scratch[(level, k)]
                 part = None if into is None else scratch.load(here, offset, width)
                 scratch.store(e.value(f"arith.constant {'dense<0.0>' if width else '0.0'} : {scratch.vtype(width)}"),

@@ -26,9 +26,9 @@ class RowsGen(CascadeEmitter):
         first = self.ops[0]
         row_dims = first.row_prefix[: self.rows]
         extents = [first.ranges[d] for d in row_dims]
-        for value, (f, l, _, type_) in list(self.scratch.items()):
+        for value, (first_write, last, _, type_) in list(self.scratch.items()):
             name = e.value(f"memref.alloca() {{alignment = 64 : i64}} : {type_}", "s")
-            self.scratch[value] = (f, l, name, type_)
+            self.scratch[value] = (first_write, last, name, type_)
         self.cascades = {}
         for index, op in enumerate(self.ops):
             cascade = plan_cascade(op, set(op.row_prefix[: self.rows]))

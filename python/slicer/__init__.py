@@ -30,7 +30,8 @@ _ERRORS = [name for name in _errors if name != "Located" and name not in _INTERN
 
 _EXPORTS = {
     "Mesh": ".core.mesh",
-    "Tile": ".tactics", "Replicate": ".tactics", "parse_tactics": ".tactics", "format_tactics": ".tactics",
+    "Tile": ".tactics", "Replicate": ".tactics", "Remat": ".tactics", "parse_tactics": ".tactics",
+    "format_tactics": ".tactics",
     "compile": ".api", "auto": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
@@ -40,7 +41,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Mesh", "Tile", "Replicate", "parse_tactics", "format_tactics",
+    "Mesh", "Tile", "Replicate", "Remat", "parse_tactics", "format_tactics",
     "compile", "auto", "Program", "Timings", "apply_tactics", "propagate", "explain", "from_torch", "ImportedProgram",
     "strategies", "training_step", "SGD", "AdamW", "schedules", "load_checkpoint", "torch_state", "dropout_mask",
     "MixedPrecision", *_ERRORS,

@@ -17,8 +17,6 @@ searches the tactics instead (`slicer.automatic`). Every compile-time problem ra
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,10 +26,12 @@ import numpy as np
 from mlir import ir
 
 from slicer.automatic import AutoResult, search_tactics
+from slicer.automatic.options import format_bytes
 from slicer.checking import check_equivalent
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import (
+    AutoError,
     CompileError,
     DegradedStrategy,
     InvalidTactic,
@@ -61,10 +61,11 @@ from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
-from slicer.strategies import follow_arguments
-from slicer.tactics import Replicate, Tactic, TacticRewriter, Tile
+from slicer.strategies import follow_arguments, remat_plans
+from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
+from slicer.viz.remat_memory import RematReport, remat_units
 from slicer.viz.sharding import uneven_dims
 
 
@@ -81,6 +82,8 @@ class Program:
     propagation: str
     arg_names: tuple[str | None, ...] = ()
     imported: ImportedProgram | None = None
+    before_remat: str | None = None
+    """The SPMD program before `slicer-remat` (when a `Remat` tactic rewrote it): `memory()` compares the peaks."""
     _simulator: Simulator | None = field(default=None, init=False, repr=False, compare=False)
     _names: dict | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -124,7 +127,11 @@ class Program:
         liveness with the collectives' buffers), the unpartitioned program's figures, and with `timings` of a
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
-        return memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        found = memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        if self.before_remat is None:
+            return found
+        without = memory_report(build_kernel_graph(self.before_remat, self.graph.entry), names={})
+        return replace(found, remat=RematReport(remat_units(self.spmd, self.graph.entry), found.peak, without.peak))
 
     def value_names(self) -> dict[str, str]:
         """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
@@ -173,9 +180,11 @@ class Program:
             mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False):
         """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
         function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat`
-        timed runs: medians per step of the slowest rank). More ranks than this host's cores need
-        `oversubscribe=True`. With `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept
-        from an earlier call (`slicer.runtime.rank_pool`) instead of starting one."""
+        timed runs: medians per step of the slowest rank). More ranks than a host's cores need
+        `oversubscribe=True`. `mpiexec`: the launcher (a path, or a command line such as
+        "mpiexec -f hostfile"), which may place the ranks on several hosts (docs/runtime.md). With
+        `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept from an earlier call
+        (`slicer.runtime.rank_pool`) instead of starting one."""
         arrays = self.check_arrays(arrays)
         if ranks is None:
             if return_timings:
@@ -188,20 +197,13 @@ class Program:
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
-        check_ranks(ranks, oversubscribe)
-        check_memory(self.graph, ranks)
+        if mpiexec is None:  # this host's ranks: refused before starting them (else per host, as they report)
+            check_ranks(ranks, oversubscribe)
+            check_memory(self.graph, ranks)
         if keeping_ranks() and repeat == 1 and not return_timings:
-            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout)
-        job_dir = Path(tempfile.mkdtemp(prefix="slicer-run-"))
-        try:
-            inputs = []
-            for i, array in enumerate(arrays):
-                np.save(job_dir / f"input{i}.npy", array)
-                inputs.append(str(job_dir / f"input{i}.npy"))
-            results, timings = launch(self.graph, job_dir, ranks, inputs=inputs, repeat=repeat, timeout=timeout,
-                                      mpiexec=mpiexec)
-        finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe)
+        results, timings = launch(self.graph, ranks, arrays=arrays, repeat=repeat, timeout=timeout, mpiexec=mpiexec,
+                                  oversubscribe=oversubscribe)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
 
@@ -233,9 +235,11 @@ class Program:
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: start the session with "
                            f"ranks={self.mesh.device_count}")
-        check_ranks(ranks, oversubscribe)
-        check_memory(self.graph, ranks)
-        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, give_back=give_back,
+        if mpiexec is None:
+            check_ranks(ranks, oversubscribe)
+            check_memory(self.graph, ranks)
+        return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe,
+                               give_back=give_back,
                                borrow=lambda: borrow(ranks, mpiexec, timeout))  # the kept job (SLICER_KEEP_RANKS=1)
 
     def _session_plan(self, given: Mapping | None) -> SessionPlan:
@@ -399,12 +403,16 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                 arg_names = ()  # apply_tactics reports it
             _check_static(parsed, entry, arg_names)
             progress.step("tactics")
-            apply_tactics(parsed, tuple(tactics), mesh=mesh, entry=entry)
+            remats = [t for t in tactics if isinstance(t, Remat)]
+            apply_tactics(parsed, tuple(t for t in tactics if not isinstance(t, Remat)), mesh=mesh, entry=entry)
             progress.step("propagation")
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)
             progress.step("partitioning")
             run_pipeline(parsed, "slicer-partition")
+            before_remat = parsed.get_asm(enable_debug_info=True) if remats else None
+            for tactic in remats:
+                run_pipeline(parsed, remat_pipeline(tactic))
             _overlap_passes(parsed, *overlap)
             _say_degraded(parsed, strict)
         except ir.MLIRError as exc:
@@ -416,7 +424,13 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         spmd = parsed.get_asm(enable_debug_info=True)  # keeps provenance locations
         progress.step("kernel graph")
         graph = replace(build_kernel_graph(spmd, entry), bf16_units=bf16_units)
-    return Program(original, spmd, graph, propagation, arg_names, imported)
+    return Program(original, spmd, graph, propagation, arg_names, imported, before_remat)
+
+
+def remat_pipeline(tactic: Remat) -> str:
+    """The `slicer-remat` pass a `Remat` tactic runs after partitioning."""
+    names = f" names={','.join(tactic.names)}" if tactic.names else ""
+    return f"slicer-remat{{pattern={tactic.pattern} policy={tactic.policy}{names}}}"
 
 
 def _overlap_passes(module: ir.Module, chunks: int | None, bucket: int | None) -> None:
@@ -439,22 +453,47 @@ def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), o
     `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
     objective and when nothing fits the budget."""
     if isinstance(program, ImportedProgram):
-        return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective,
-                              entry=entry or program.entry, arg_names=program.arg_names,
-                              arg_roles=program.arg_roles, result_names=program.result_names,
-                              follow_results=bool(program.result_names), compile_graph=_graph_of(program, entry))
+        def search(extra=()):
+            return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics,
+                                  objective=objective, entry=entry or program.entry, arg_names=program.arg_names,
+                                  arg_roles=program.arg_roles, result_names=program.result_names,
+                                  follow_results=bool(program.result_names),
+                                  compile_graph=_graph_of(program, entry, extra))
+        try:
+            return search()
+        except AutoError as exc:
+            if memory_budget is None or not program.arg_roles:
+                raise
+            return _auto_with_remat(program, search, exc)
     text = program if isinstance(program, str) else str(program)
     return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry,
                           compile_graph=_graph_of(text, entry))
 
 
-def _graph_of(program, entry):
-    """The real pipeline for `auto`'s verification: `program` compiled with some tactics -> its kernel graph
-    (a lost split is a warning `compile` gives; the candidate is priced as it compiles, so it is not repeated)."""
+def _auto_with_remat(step: ImportedProgram, search, refused: AutoError) -> AutoResult:
+    """`auto` when no layout fits the budget: the search again with each remat plan of `remat_plans(step)`,
+    cheapest recomputation first, every candidate compiled with it (its peak and time, recomputation included,
+    are the compiled kernel graph's); the first plan under which a layout fits, or the first refusal."""
+    for remat in remat_plans(step):
+        try:
+            found = search((remat,))
+        except AutoError:
+            continue
+        why = (f"rematerialisation {remat.policy} on {remat.pattern}: without remat {refused} With it the compiled "
+               f"peak is {format_bytes(found.memory_bytes)}; remat plans are tried cheapest recomputation first "
+               f"({', '.join(p.policy for p in remat_plans(step))})")
+        return replace(found, tactics=found.tactics + (remat,), why_remat=why)
+    raise refused
+
+
+def _graph_of(program, entry, extra=()):
+    """The real pipeline for `auto`'s verification: `program` compiled with some tactics (and the tactics
+    `extra` after them: a remat plan) -> its kernel graph (a lost split is a warning `compile` gives; the
+    candidate is priced as it compiles, so it is not repeated)."""
     def compile_graph(tactics, mesh) -> KernelGraph:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegradedStrategy)
-            return compile(program, mesh=mesh, tactics=tactics, entry=entry).graph
+            return compile(program, mesh=mesh, tactics=tuple(tactics) + tuple(extra), entry=entry).graph
     return compile_graph
 
 

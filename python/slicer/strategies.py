@@ -18,6 +18,8 @@ concatenation, earlier strategies first (tactics are applied in order, docs/tact
   updated parameter all-gathered, leaving as it came in); both stages give the same tactics (the gradients feed
   only the sharded update, so they are sharded either way). Stage 3 (FSDP): the parameters too (arguments and
   results) instead. A parameter without optimizer state (plain SGD) has nothing to shard below stage 3.
+- `remat`: the forward computation of the modules matching a pattern (`blocks.*`) recomputed in the backward
+  pass under a policy (a `Remat` tactic, applied after partitioning by `slicer-remat`; docs/remat.md).
 - `megatron`: parameters matching a `column` pattern tiled on dim 0 (torch `nn.Linear` weights are
   [out, in]; a bias the pattern matches too), matching a `row` pattern on dim 1 (a 1-D parameter matching a
   row pattern, a row-parallel bias, stays replicated), with their optimizer state and results tiled the same.
@@ -43,9 +45,11 @@ from mlir import ir
 from slicer.core.errors import InvalidTactic, MeshError
 from slicer.core.functions import EntryError, entry_function, function_type, value_names
 from slicer.core.mesh import Mesh
-from slicer.dialect import make_context
+from slicer.core.source_lines import module_path
+from slicer.dialect import make_context, walk_ops
 from slicer.frontends import ARG_ROLES, ImportedProgram
-from slicer.tactics import Replicate, Tactic, Tile
+from slicer.spmd.rematerialize import unit_of
+from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.patterns import closest, matching
 from slicer.tactics.pipeline_tactic import Pipeline
 
@@ -211,6 +215,54 @@ def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = 
                      schedule, virtual_stages)]
 
 
+def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full",
+          names: Sequence[str] = ()) -> list[Tactic]:
+    """Rematerialisation: the forward computation of the modules whose paths match `pattern` (`blocks.*`: each
+    of the model's blocks; `*` crosses dots) recomputed in the backward pass instead of kept, saving what
+    `policy` says: "full" (each module's inputs and outputs only), "save_dots" (the linear layers' matmul results too),
+    "save_names" (the values of the modules `names` match too), "none" (everything). One `Remat` tactic,
+    composed with the others by concatenation (docs/remat.md). InvalidTactic when `pattern` names no module of
+    the step (the closest named), or for a bad policy."""
+    tactic = Remat(pattern=pattern, policy=policy, names=tuple(names))
+    paths = _module_paths(step)
+    if not any(unit_of(path, pattern) for path in paths):
+        close = closest(pattern, sorted({p for path in paths for p in _prefixes(path)}))
+        hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+        raise InvalidTactic(f"strategies.remat: the pattern {pattern!r} matches no module of {step.source}{hint}; "
+                            "'*' matches any characters, dots included (e.g. 'blocks.*')")
+    return [tactic]
+
+
+def remat_plans(step: ImportedProgram) -> list[Remat]:
+    """The remat tactics `slicer.auto` tries when no layout fits its budget, cheapest recomputation first:
+    `save_dots`, then `full`, on the step's repeated modules (the children of a module list with numbered
+    entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
+    numbered: dict[str, set[str]] = {}
+    for path in _module_paths(step):
+        parts = path.split(".")
+        for n in range(1, len(parts)):
+            if parts[n].isdigit():
+                numbered.setdefault(".".join(parts[:n]), set()).add(parts[n])
+                break
+    lists = [prefix for prefix, entries in numbered.items() if len(entries) > 1]
+    return [Remat(pattern=f"{prefix}.*", policy=policy) for policy in ("save_dots", "full") for prefix in lists[:1]]
+
+
+def _module_paths(step: ImportedProgram) -> set[str]:
+    """The module paths the ops of `step` were computed in (`blocks.0.attn.q`; set at import)."""
+    if not isinstance(step, ImportedProgram):
+        raise InvalidTactic("strategies.remat: expected an imported training step (an ImportedProgram, e.g. from "
+                            f"slicer.training_step), got {type(step).__name__}")
+    with make_context():
+        module = ir.Module.parse(step.text)
+        return {p for p in (module_path(op.location) for op in walk_ops(module.operation)) if p}
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+
+
 def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[Tactic]:
     """The tactics that lay out each result named like an argument (the next value of a parameter or of
     optimizer state) as that argument, for every such result no tactic in `tactics` names: the argument's tiles
@@ -227,6 +279,8 @@ def follow_arguments(step: ImportedProgram, tactics: Sequence[Tactic]) -> list[T
     named_args: set[int] = set()
     arg_tiles: dict[int, list[Tile]] = {}
     for tactic in tactics:
+        if isinstance(tactic, Remat):
+            continue  # places no value
         target = tactic.result if tactic.result is not None else None
         if target is not None:
             named_results.update([target] if isinstance(target, int) else matching(target, result_names))
@@ -293,4 +347,4 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
     return dim
 
 
-__all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "zero"]
+__all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans", "zero"]

@@ -1,6 +1,6 @@
 # REQUIRES: whole-suite
-# RUN: env SLICER_BUCKETS=0 SLICER_COLLECTIVE_MATMUL=0 %PYTHON %S/../../examples/training/collectives.py | FileCheck %s
-# (the partitioner's collectives, before the schedule's rewrites combine gradients into buckets)
+# RUN: %PYTHON %S/../../examples/training/collectives.py | FileCheck %s
+# (the partitioner's collectives: the example compiles with buckets="off", collective_matmul="off")
 # The canonical collectives of a training step, per transformer block: the GPT of examples/training/model.py
 # (token and position embeddings, pre-norm blocks with separate q/k/v, gelu MLP, LM head, cross-entropy;
 # AdamW), imported with slicer.training_step and partitioned with slicer.strategies. A block's collectives are

@@ -189,7 +189,7 @@ def main(argv=None) -> int:
                 timeout = args.mpi_timeout if mpi else args.timeout
                 last: dict = {}
 
-                def still_fails(c: Case, sig=sig, mpi=mpi, aot=aot, timeout=timeout, last=last) -> bool:
+                def still_fails(c: Case, sig=sig, mpi=mpi, aot=aot, timeout=timeout, last=last, first=first) -> bool:
                     if outcomes[first]["kind"] == "clean-error" and not c.valid:
                         return False  # a rejection is only interesting on a valid schedule
                     o = pool.request(request(c, mpi, timeout, aot), timeout)

@@ -184,7 +184,7 @@ def main():
                 if len(set(digests)) != 1:
                     failures.append(f"replicas differ: {name}")
             count += 1
-        for name, expected, pending, mine in reversed(in_flight):  # all in flight; completed in reverse order
+        for name, expected, pending, _mine in reversed(in_flight):  # all in flight; completed in reverse order
             array = pending.wait()
             if not np.array_equal(array, expected):
                 failures.append(f"nonblocking: {name}")

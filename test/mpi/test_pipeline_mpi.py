@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
 import slicer  # noqa: E402
-from slicer import strategies as st  # noqa: E402
 from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
 
 pipeline = load("torch/pipeline.py", "pipeline")
 

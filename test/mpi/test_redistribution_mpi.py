@@ -80,5 +80,5 @@ def test_partitioned_sub_axes_on_8_ranks(name, tmp_path):
     assert marker in spmd
     data = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     np.save(tmp_path / "input0.npy", data)
-    (result,), _ = launch(build_kernel_graph(spmd), tmp_path, 8, inputs=[str(tmp_path / "input0.npy")], timeout=240)
+    (result,), _ = launch(build_kernel_graph(spmd), 8, inputs=[str(tmp_path / "input0.npy")], timeout=240)
     np.testing.assert_array_equal(result, data)

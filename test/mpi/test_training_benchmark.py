@@ -75,3 +75,4 @@ def test_a_first_step_loss_off_by_more_than_the_tolerance_fails_the_run():
     assert reference == "torch_threads"
     assert len(bad) == 1 and bad[0].startswith("jax_fsdp: step-1 loss")
     assert results["slicer_data"]["final_loss_rel_diff"] == pytest.approx(0.1 / 1.5)
+    assert results["slicer_data"]["worst_loss_rel_diff"] == pytest.approx(0.1 / 1.5)  # the worst step's, here the last

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from slicer.core.mesh import Mesh
-from slicer.tactics import Replicate, Tactic, Tile
+from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.patterns import matching
 
 from .cost_model import Layout
@@ -117,7 +117,7 @@ def resolve_fixed(sketch: Sketch, tactics: tuple[Tactic, ...]) -> dict[int, Layo
     results fix nothing here)."""
     fixed: dict[int, list] = {}
     for tactic in tactics:
-        if tactic.arg is None:
+        if isinstance(tactic, Remat) or tactic.arg is None:  # remat places no value
             continue
         targets = [tactic.arg] if isinstance(tactic.arg, int) else matching(tactic.arg, sketch.arg_names)
         for i in targets:

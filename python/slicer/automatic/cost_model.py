@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
@@ -374,7 +375,7 @@ class _Run:
         divide = math.prod(ev.group(a) for a in loops.values()) or 1
         result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
         reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
-        gathered, running = [], {}
+        gathered, running = [], dict[Any, Any]()
         # A value gathered on several dims is gathered one dim after another, into the whole value: the last
         # all_gather's copy is counted whole (`running`). Each transfer stays priced on the shard, as the model's
         # time figures were fitted: pricing the second on the partly gathered copy it moves sent the search on the
@@ -386,7 +387,7 @@ class _Run:
             gathered.append((v, d, axes, local, running[v]))
         last = {g[0]: i for i, g in enumerate(gathered)}
         gathered = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + whether it makes the whole copy
-        reductions, fill_divides = [], []
+        reductions, fill_divides = list[Any](), []
         for k, v in enumerate(op.operands):
             uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
             fill_divides.append(math.prod(ev.group(loops[u]) for u in uses if u in loops))

@@ -21,6 +21,7 @@ import functools
 import itertools
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slicer.core.errors import AutoError
 from slicer.core.mesh import Mesh
@@ -259,7 +260,7 @@ class Search:
             if start is not None and self.estimate(start) is not None and start not in starts:
                 starts.append(start)
         starts.sort(key=lambda c: self.score(self.estimate(c)))
-        data, best = set(self.data_groups()), {}
+        data, best = set(self.data_groups()), dict[Any, Any]()
         for start in starts:  # the best per set of axes the data is tiled over (the structural choice)
             best.setdefault(frozenset(a for (g, a) in start if g in data), start)
         return list(best.values())

@@ -35,6 +35,8 @@ class AutoResult:
     replicated: Estimate | None = field(default=None, repr=False)
     collectives: tuple = field(default=(), repr=False)
     compiled: tuple = field(default=(), repr=False)  # verification.Compiled, in the order compiled
+    why_remat: str = ""
+    """Why the tactics end in a `Remat` (rematerialisation): only with it does a layout fit the budget."""
 
     @functools.cached_property
     def decisions(self) -> tuple[Decision, ...]:
@@ -63,6 +65,8 @@ class AutoResult:
                          "device")
         if self.user_tactics:
             lines.append(f"the first {self.user_tactics} tactics are yours, kept as given")
+        if self.why_remat:
+            lines.append(self.why_remat)
         lines.append("decisions (group over axis: choice; what it saves; the runner-up):")
         chosen = self._estimate()
         for d in self.decisions:

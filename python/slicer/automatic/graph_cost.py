@@ -31,7 +31,8 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
     (a calibration prices the same graphs with many sets of figures: counting the peak every time was 40% of its
     fit)."""
     kernels = graph_kernels(graph) if kernels is None else kernels
-    est = Estimate()
+    collectives: list[Collective] = []
+    est = Estimate(collectives=collectives)
     clock = link = 0.0
     gate = 0.0  # when the rank is about to run the last kernel so far: a collective starts no earlier (`schedule`)
     ready: dict[str, float] = {}
@@ -66,7 +67,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
                 cache.made(node.output, graph.value_bytes(node.output))
             where = graph.values[node.output].loc or graph.values[node.input].loc
             extra = machine.sync_seconds + machine.collective_seconds
-            est.collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
+            collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
             continue
         gate = clock
         wait(node.inputs)

@@ -99,7 +99,7 @@ def run_tasks(tasks: Sequence[Callable[[], object]], cache: dict, seconds_per_ta
 
 def _take(tasks, counter) -> dict[int, object]:
     """Run the next task not taken yet until none is left; {index: result} of those run here."""
-    done = {}
+    done: dict = {}
     while True:
         with counter.get_lock():
             index = counter.value
@@ -132,7 +132,7 @@ def _fork(tasks, counter, cache: dict, compact) -> tuple[int, int]:
         with os.fdopen(write, "wb") as pipe:
             pipe.write(payload)
         status = 0
-    except BaseException:  # the parent runs the child's tasks again, and reports any error itself
+    except BaseException:  # noqa: BLE001 - the parent runs the child's tasks again, and reports any error itself
         pass
     finally:
         os._exit(status)  # no atexit handlers, no buffers flushed twice: the parent owns them
@@ -158,7 +158,7 @@ def _receive(child: tuple[int, int], deadline: float):
         return None
     try:
         return pickle.loads(payload)
-    except Exception:  # a truncated payload: the child died while writing
+    except Exception:  # noqa: BLE001 - a truncated payload: the child died while writing
         return None
 
 
@@ -166,5 +166,5 @@ def _mpi_initialised() -> bool:
     mpi = sys.modules.get("mpi4py.MPI")
     try:
         return bool(mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized())
-    except Exception:
-        return True  # an MPI state that cannot be asked: do not fork
+    except Exception:  # noqa: BLE001 - an MPI state that cannot be asked: do not fork
+        return True

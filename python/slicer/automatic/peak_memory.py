@@ -163,5 +163,5 @@ class MemoryTrace:
         # The running sum of `diff` plus each position's copies, at C speed (a search asks this of every layout
         # it prices: a Python loop over the positions was a tenth of the search's time).
         copies = map(operator.add, self.transient, packed)
-        held = itertools.accumulate(diff[:self.num_ops + 2])
-        return max(0, max(map(operator.add, held, copies), default=0))
+        running = itertools.accumulate(diff[:self.num_ops + 2])
+        return max(0, max(map(operator.add, running, copies), default=0))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slicer.core.errors import SlicerError
 from slicer.tactics import format_tactics
@@ -67,7 +68,7 @@ def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1
         return search.score(replace(est, peak_bytes=int(est.peak_bytes * scale)) if scale != 1.0 else est)
 
     ranked = sorted((k for k, e in search.cache.items() if e is not None), key=score)
-    found, seen, priced = [], set(seen), []
+    found, seen, priced = [], set(seen), list[Any]()
     for k in ([key(choice)] if scale == 1.0 else []) + ranked:
         text = format_tactics(search.tactics(dict(k)))
         if text in seen:
@@ -93,7 +94,7 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
     machine, comm = search.evaluator.machine, search.evaluator.comm
     queues = [candidates(search, choice, TOP_OVER) if search.budget is not None
               else candidates(search, choice, TOP, distinct=True), []]
-    tried, scale, turn, others, rescaled = set(), 1.0, 0, [], False
+    tried, scale, turn, others, rescaled = set(), 1.0, 0, list[Any](), False
     while queues[0] or queues[1] or others:
         turn = 1 - turn if queues[1 - turn] else turn
         if rescaled and queues[1]:  # after the first over the budget: the best the rescaled peaks let in

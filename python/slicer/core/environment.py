@@ -57,15 +57,18 @@ MPI_YIELD = _own("MPI_YIELD", "on when the ranks outnumber the cores", "`1`/`0`:
 COLLECTIVES = _own("COLLECTIVES", "`auto`", "how ranks run collectives: `shm` (shared memory), `mpi`, or `auto` "
                    "(shared memory for groups on one host)", "runtime/shm_collectives.py")
 OVERLAP = _own("OVERLAP", "`1`", "`0`: ranks wait for every collective where it stands (no overlap with kernels)",
-               "runtime/job.py")
+               "runtime/timed_run.py")
 KEEP_RANKS = _own("KEEP_RANKS", "`0`", "`1`: an untimed `Program.run(..., ranks=N)` reuses a job of N ranks kept "
                   "warm", "runtime/rank_pool.py")
 RANK_SILENCE_SECONDS = _own("RANK_SILENCE_SECONDS", "`5`", "seconds a busy rank may send no heartbeat before the "
                             "driver ends the job as hung", "runtime/rank_job.py")
 RANK_HOOK = _own("RANK_HOOK", "none", "a Python file each rank loads; its `at_step(rank, step)` runs at the rank's "
                  "named steps (the tests kill or stop ranks with it)", "runtime/rank.py")
-SESSION_KEY = _own("SESSION_KEY", "set by the driver", "the key a rank of a session authenticates with (the driver "
-                   "sets it for its ranks)", "runtime/rank_server.py")
+SESSION_KEY = _own("SESSION_KEY", "set by the driver", "the key a rank of a job the driver started (a run or a "
+                   "session) authenticates with (the driver sets it for its ranks)", "runtime/rank_server.py")
+DRIVER_ADDRESS = _own("DRIVER_ADDRESS", "every interface of the driver's host", "`HOST[:PORT]` the ranks connect "
+                      "back to: an address, host name or interface (`eth0`) of the driver's host that the job's "
+                      "other hosts reach; `PORT` fixes the port (else any free one)", "runtime/rank_link.py")
 
 
 def _system(name: str, means: str, reader: str) -> Variable:
@@ -109,8 +112,7 @@ def switch(variable: Variable) -> str | int:
         return "auto"
     if text.isdigit():
         return int(text)
-    raise OptionError(f"{variable.name}={text!r}: use 0 (off), 1 or auto (the cost model decides) or a number: "
-                      f"{variable.means}")
+    raise OptionError(f"{variable.name}={text!r} is not 0/off, 1/auto or a whole number (it is the {variable.means})")
 
 
 def cache_home() -> str:

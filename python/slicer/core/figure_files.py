@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -34,7 +35,7 @@ def chosen_figures(env: Variable, calibrated: Path, builtin: Callable[[], T], lo
     return cached[1]
 
 
-def read_figures(path: Path, what: str, rerun: str) -> tuple[dict, str]:
+def read_figures(path: str | os.PathLike, what: str, rerun: str) -> tuple[dict, str]:
     """(the JSON object stored at `path`, ""), or ({}, what is wrong with the file: naming `what`, e.g. "the cost
     model", and the command that writes a good one, `rerun`) for the caller to raise as its own error."""
     try:

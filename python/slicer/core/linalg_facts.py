@@ -148,7 +148,7 @@ def reshape_kept_dims(op: ir.Operation) -> dict[int, int] | None:
         return None
     groups = [[ir.IntegerAttr(d).value for d in group] for group in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
     # collapse: group i lists the operand dims forming result dim i; expand: the result dims of operand dim i
-    kept = {}
+    kept: dict = {}
     for i, group in enumerate(groups):
         if len(group) == 1:
             kept.update({group[0]: i} if op.name == _COLLAPSE else {i: group[0]})

@@ -60,6 +60,16 @@ BLOCKED_ATTR = "slicer.blocked"
 """Left by slicer-propagate on an op a tactic's tiling could not enter (why: no rule, a dim not divisible); the
 partitioner quotes it when that op then gathers the tactic's value (a degraded strategy) and drops it."""
 
+MODULE_LOC_PREFIX = "module:"
+"""An imported op's location is `NameLoc("module:<path>", <file:line>)` when a module of the model computed it
+(`blocks.0.attn`, the dotted path of `named_modules`); `slicer-remat` recomputes modules by these paths."""
+REMAT_ATTR = "slicer.remat"
+"""On ops `slicer-remat` cloned into the backward pass: the module they recompute (tells them from the forward
+ops, and keeps a later CSE from merging them back)."""
+REMAT_UNITS_ATTR = "slicer.remat_units"
+"""On a function `slicer-remat` rewrote: one string per unit, `"<unit> <policy> <saved bytes> <recomputed bytes>
+<cloned ops>"` (bytes per device of the values its backward reads), which `Program.memory()` reports."""
+
 # -- attributes on the SPMD program ----------------------------------------------------------------------------
 DIST_ATTR = "slicer.dist"
 """Distributed types: a string on func args/results, an array of strings (one per result) on ops."""

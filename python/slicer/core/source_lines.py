@@ -14,6 +14,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from slicer.core.names import MODULE_LOC_PREFIX
+
 #: One frame of a location's text: `"file":line:col` (or unquoted, as a diagnostic prints it).
 _FRAME = re.compile(r'"([^"]+)":(\d+):\d+|([^\s"():]+):(\d+):\d+')
 
@@ -76,4 +78,25 @@ def source_line(location) -> str | None:
     return f"{frame[0]}:{frame[1]}" if frame else None
 
 
-__all__ = ["first_user_frame", "frames", "source_line", "user_frame"]
+_MODULE = re.compile(r'"' + re.escape(MODULE_LOC_PREFIX) + r'([^"]*)"')
+
+
+def module_path(location) -> str | None:
+    """The dotted path of the model's module that computed an op (`blocks.0.attn`), read from the
+    `NameLoc("module:<path>", ...)` parts of its location (`core.names.MODULE_LOC_PREFIX`): for a location fused
+    from several ops (an import-time fusion, a collective's provenance), the deepest module holding them all
+    (`blocks.0` for `blocks.0.attn.proj` and `blocks.0`); None when it names no module or the ops share none."""
+    paths = _MODULE.findall(str(location))
+    if not paths:
+        return None
+    common = paths[0].split(".")
+    for path in paths[1:]:
+        parts = path.split(".")
+        n = 0
+        while n < min(len(common), len(parts)) and common[n] == parts[n]:
+            n += 1
+        common = common[:n]
+    return ".".join(common) or None
+
+
+__all__ = ["first_user_frame", "frames", "module_path", "source_line", "user_frame"]

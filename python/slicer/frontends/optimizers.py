@@ -33,12 +33,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Union
 
 from slicer.core.errors import FrontendError, InputError
 
 #: A hyperparameter's setting: a number, or a schedule (a function of the step number, `slicer.schedules`).
-Setting = Union[float, Callable[[int], float]]
+Setting = float | Callable[[int], float]
 
 
 def _problem(owner: str, name: str, value, *, low: float = 0.0, low_open: bool = False,

@@ -24,6 +24,7 @@ from mlir.dialects import linalg, tensor
 
 from slicer.core.errors import InternalError
 from slicer.core.names import DIM_ATTR, REASSOCIATION_ATTR, STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
+from slicer.core.operations import as_op, defining_op
 from slicer.dialect import walk_ops
 
 
@@ -170,9 +171,9 @@ def _shared_fills(module: ir.Operation) -> list[ir.Operation]:
     zeros) writes and other ops read too."""
     found = []
     for op in walk_ops(module, tensor.ExpandShapeOp.OPERATION_NAME):
-        source = op.operands[0].owner
-        if (isinstance(source, ir.OpView) and source.operation.name == linalg.GenericOp.OPERATION_NAME
-                and len(source.operation.operands) == len(source.operation.results)
+        source = defining_op(op.operands[0])
+        if (source is not None and source.name == linalg.GenericOp.OPERATION_NAME
+                and len(source.operands) == len(source.results)
                 and len(list(op.operands[0].uses)) > 1):
             found.append(op)
     return found
@@ -197,7 +198,7 @@ def reshape_per_use(module: ir.Operation) -> int:
         groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
                   for g in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
         for use in list(op.results[0].uses)[1:]:
-            owner = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+            owner = as_op(use.owner)
             with ir.InsertionPoint(owner), op.location:
                 copy = tensor.collapse_shape(op.results[0].type, op.operands[0], groups)
             owner.operands[use.operand_number] = copy

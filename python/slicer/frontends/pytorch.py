@@ -149,7 +149,8 @@ def _import(torch, fx, module, args, what: str) -> str:
         return export(torch, fx, module, args, what)
     except FrontendError:
         raise
-    except Exception as exported:  # torch.export and torch-mlir raise many kinds; the first line says what failed
+    except Exception as exported:  # noqa: BLE001 - torch.export and torch-mlir raise many kinds
+        # (the first line says what failed)
         try:
             return import_graph(fx, trace(torch, module, args), what)
         except FrontendError:

@@ -10,10 +10,10 @@ Two ways from Python to an aten graph:
   forward, the backward autograd derives and whatever the function does with the gradients, recorded as aten
   ops (a joint graph), which torch-mlir's fx importer imports as it is (`stateless_fx_import`).
 Both decompose with `decompositions.py` and `stateful.py` (batch norm in both modes, dropout from the step's own
-random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then parses torch-mlir's output in Slicer's MLIR, rejects what
-Slicer cannot partition (state kept between calls), runs the import-time cleanup (`cleanup.py`), names the
-entry function's arguments and results (`slicer.name`), and gives every op the location of its Python source
-line (so errors about the program name the line of the user's model).
+random state, `randomness.py`); any other op that draws from torch's generator is refused by `trace`. `finish` then
+parses torch-mlir's output in Slicer's MLIR, rejects what Slicer cannot partition (state kept between calls), runs the
+import-time cleanup (`cleanup.py`), names the entry function's arguments and results (`slicer.name`), and gives every op
+the location of its Python source line (so errors about the program name the line of the user's model).
 
 torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
 """
@@ -32,15 +32,16 @@ from mlir import ir
 
 from slicer.core.errors import FrontendError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, RES_ATTRS_ATTR
+from slicer.core.names import ARG_ATTRS_ATTR, ARG_NAME_ATTR, MODULE_LOC_PREFIX, RES_ATTRS_ATTR
 from slicer.core.operations import map_locations
-from slicer.core.source_lines import first_user_frame, source_line, user_frame
+from slicer.core.source_lines import first_user_frame, module_path, source_line, user_frame
 from slicer.dialect import make_context, walk_ops
 
 from .accumulators import widen_accumulators
 from .cleanup import checked_step, clean_up, drop_last_results
 from .composites import decomposed_composites
 from .decompositions import decompositions
+from .module_paths import module_frames
 from .randomness import check_no_random_ops
 from .stateful import stateful_decompositions
 from .torch_lowering import lower
@@ -178,7 +179,7 @@ def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
-    options = {"decomposition_table": tracing_table(torch)} if grad else {}
+    options: dict[str, object] = {"decomposition_table": tracing_table(torch)} if grad else {}
     options["record_stack_traces"] = True  # the model's lines (`located_backward`)
 
     @contextlib.contextmanager
@@ -225,7 +226,9 @@ def record_lines_of(torch, function) -> None:
 def _locate_backward(graph):
     """`graph` with every node that has no stack trace of its own (the backward: autograd runs it, not the
     model's code) given the stack trace of the forward node of the same sequence number (`mark_backward`), so
-    the backward of `q, k, v = qkv.split(D, 2)` (a concat) is located at that line, like its forward."""
+    the backward of `q, k, v = qkv.split(D, 2)` (a concat) is located at that line, like its forward, and in its
+    module (`module_paths.module_frames`)."""
+    module_frames(graph)
     forward: dict[int, str] = {}
     for node in graph.graph.nodes:
         number = node.meta.get("seq_nr")
@@ -332,15 +335,17 @@ def source_locations(module: ir.Operation) -> None:
     """Give every op of `module` the location of the Python line that wrote it (`model.py:67`, the innermost
     frame of torch's call stack outside torch, torch-mlir and Slicer: `slicer.core.source_lines`), or an unknown
     location where it has none, so that every error about the program names that line (not a line of the
-    imported MLIR, which the user never saw)."""
+    imported MLIR, which the user never saw); named `module:<path>` after the model's module that computed it
+    when tracing recorded one (`module_paths.py`)."""
     unknown = ir.Location.unknown()
     cache: dict[str, ir.Location] = {}
 
     def simplified(location: ir.Location) -> ir.Location:
         text = str(location)
         if text not in cache:
-            frame = user_frame(text)
-            cache[text] = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
+            frame, path = user_frame(text), module_path(text)
+            simple = ir.Location.file(frame[0], frame[1], 0) if frame else unknown
+            cache[text] = ir.Location.name(MODULE_LOC_PREFIX + path, childLoc=simple) if path else simple
         return cache[text]
 
     map_locations(module, simplified)

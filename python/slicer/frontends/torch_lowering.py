@@ -77,7 +77,7 @@ def _crash_message(module, what: str, stderr: str, returncode: int) -> str:
     crashed = "crashed" if returncode < 0 else f"aborted (exit status {returncode})"
     op, line = crashing_op(module, stderr)
     if op is None:
-        fatal = next((l.strip() for l in stderr.splitlines() if "LLVM ERROR" in l), "")
+        fatal = next((line.strip() for line in stderr.splitlines() if "LLVM ERROR" in line), "")
         return (f"torch-mlir {crashed} while lowering {what} to linalg{': ' + fatal if fatal else ''}; the Python "
                 "process is unharmed. Simplify the model to find the op, or compute that part outside the model")
     where = f" at {line}" if line else ""
@@ -89,7 +89,7 @@ def _crash_message(module, what: str, stderr: str, returncode: int) -> str:
 def crashing_op(module, stderr: str) -> tuple[str | None, str | None]:
     """(op name, Python source line) of the torch-dialect op whose conversion the stack dump `stderr` shows
     (the innermost frame naming an op class of `module`), or (None, None)."""
-    ops = {}
+    ops: dict = {}
     for op in walk_ops(module):
         ops.setdefault(_class_key(op.name), op)
     for match in _OP_CLASS.finditer(stderr):

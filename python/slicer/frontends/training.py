@@ -49,6 +49,7 @@ from slicer.core.errors import FrontendError
 
 from .accumulation import accumulated_gradients, check_microbatches, fence_count
 from .clipping import LossGuard, optimizer_clip
+from .module_paths import module_paths
 from .optimizers import SGD, AdamW
 from .precision import MixedPrecision, check_precision
 from .program import ImportedProgram
@@ -111,7 +112,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
     try:
-        with _attributes_kept(torch, model), cumulative_averages(torch, model):
+        with _attributes_kept(torch, model), cumulative_averages(torch, model), module_paths(torch, model):
             graph = trace(torch, step, args, what)
         # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
         first = 1 + len(trained)

@@ -25,10 +25,11 @@ from .bucket_collectives import SlicerBucketCollectives
 from .collective_matmul import SlicerCollectiveMatmul
 from .partition import SlicerPartition
 from .propagate import SlicerPropagate
+from .remat import SlicerRemat
 from .verify import SlicerVerify
 
 PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerAuto, SlicerPropagate, SlicerPartition, SlicerCollectiveMatmul,
-                SlicerBucketCollectives, *LOWERING_PASSES)
+                SlicerRemat, SlicerBucketCollectives, *LOWERING_PASSES)
 """Every pass class, imported (hence registered) here: `PASSES` holds exactly these, by name."""
 
 

@@ -27,7 +27,7 @@ from slicer.frontends.stages import import_stages
 from slicer.mpmd.instructions import lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
 from slicer.mpmd.stage_module import Link, Signature, StageFunctions, build_module
-from slicer.tactics import Tactic
+from slicer.tactics import Replicate, Tactic, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 
 from .pipeline_program import PipelineProgram
@@ -72,6 +72,10 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     stages, transfers, points = import_stages(step.origin, split, pipeline.microbatches, virtual)
     sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
     others = [t for t in tactics if not isinstance(t, Pipeline)]
+    unknown = [t for t in others if not isinstance(t, (Tile, Replicate))]
+    if unknown:
+        raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (each stage's backward "
+                           "already recomputes the stage's forward from its received values)")
     compiled, functions, layouts = {}, [], {}
     for stage in stages:
         for kind in KINDS:

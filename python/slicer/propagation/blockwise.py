@@ -297,7 +297,8 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
     have different types gets one loop per result type, each with its own block-wise copy of the op."""
     producer, rng = candidate.producer, candidate.producer.range
     action = outcome.action
-    rule = f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over {', '.join(rng.axes)})"
+    rule = (f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over "
+            f"{', '.join(rng.axes)})")
     results: list[ir.Value | None] = [None] * len(op.results)
     with ir.InsertionPoint(op), op.location:
         for group in _same_type_groups(op.results):
@@ -314,7 +315,9 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
                 init = op.operands[index]
                 if not is_zero_tensor(init):
                     r = index - (len(op.operands) - len(op.results))
-                    results[r] = linalg.add(results[r], init, outs=[tensor.empty(ir.RankedTensorType(init.type).shape, ir.RankedTensorType(init.type).element_type)])
+                    results[r] = linalg.add(results[r], init,
+                                            outs=[tensor.empty(ir.RankedTensorType(init.type).shape,
+                                                               ir.RankedTensorType(init.type).element_type)])
     for old, new in zip(op.results, results):
         old.replace_all_uses_with(new)
     journal.erase(op)

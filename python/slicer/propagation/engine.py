@@ -531,11 +531,11 @@ def find_conflicts(function: ir.Operation) -> list[Conflict]:
                 need = f"dim {view.dim} tiled over {', '.join(view.range.axes)}"
                 user = next((as_op(u.owner) for u in view.result.uses), None)
             else:
-                if not any(axes & set(l.range.axes) for l in busy if l.range is not None):
+                if not any(axes & set(loop.range.axes) for loop in busy if loop.range is not None):
                     continue
                 need = f"the whole value (operand #{index})"
                 user = op
-            winner_loop = next((l for l in busy if l.range is not None and axes & set(l.range.axes)), None)
+            winner_loop = next((loop for loop in busy if loop.range is not None and axes & set(loop.range.axes)), None)
             winner = tactic_name(winner_loop) if winner_loop is not None else "an enclosing loop"
             at = f" at '{user.name}'" if user is not None else ""
             message = (

@@ -44,8 +44,10 @@ def explain(module) -> str:
         if inner.name == LOOP or inner.parent is None or inner.parent.name not in (func.FuncOp.OPERATION_NAME, LOOP):
             continue  # loops are shown on the ops they partition; scalar bodies are not ops of the program
         loops = list(reversed(enclosing_loops(inner)))
-        where = " / ".join(_describe_loop(l) for l in loops) if loops else "replicated (no loop)"
-        conflict = f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        where = " / ".join(_describe_loop(loop) for loop in loops) if loops else "replicated (no loop)"
+        conflict = (
+            f"  !! {ir.StringAttr(inner.attributes[CONFLICT_ATTR]).value}" if CONFLICT_ATTR in inner.attributes else ""
+        )
         if BLOCKED_ATTR in inner.attributes:
             conflict += f"  !! {ir.StringAttr(inner.attributes[BLOCKED_ATTR]).value}"
         lines.append(f"  {inner.name:<24} {where}{conflict}")

@@ -11,7 +11,7 @@ back by ``from_ir``); the layers above own what needs IR or MPI and key it by th
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -41,6 +41,18 @@ class Collective:
     reduction = "sum"  # how a reducing step combines (`steps.REDUCTIONS`; an instance field of `AllReduce`)
     relabels: ClassVar[bool] = False  # any type of the same local shape before it: consecutive ones compose
 
+    if TYPE_CHECKING:  # what each kind defines (a frozen dataclass: its fields, its rules), for type checkers
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+        mesh_axes: tuple[str, ...]
+        type_after: DistType
+
+        def __init__(self, *fields: Any, **named: Any) -> None: ...
+        def rule(self, before: DistType, mesh: Mesh, layout: Layout | None = None) -> DistType: ...
+        def inverse(self, dims: list, partial: list) -> bool: ...
+        def numpy_group(self, layout: Layout, row, blocks: list) -> list: ...
+        @staticmethod
+        def busiest(k: int, local: int) -> int: ...
+
     def received(self, before: DistType, layout: Layout) -> np.ndarray:
         """Elements each device receives (all devices take part alike)."""
         k = subaxes.group_size(layout.mesh, self.mesh_axes)
@@ -59,7 +71,8 @@ class Collective:
     def local_after(cls, k: int, local: int) -> int:
         """Elements a device holds after a step of this kind over ``k`` devices holding ``local`` each
         (by its ``phase``: shrinking steps divide by ``k``, growing ones multiply)."""
-        return {0: local // k, 2: local * k}.get(cls.phase, local)
+        by_phase: dict[int | None, int] = {0: local // k, 2: local * k}
+        return by_phase.get(cls.phase, local)
 
     def tensor_dims(self) -> tuple[int, ...]:
         """The tensor dims the step slices, gathers, splits or concatenates (in ``ir_dim_keys`` order)."""
@@ -90,7 +103,7 @@ class Collective:
         agreeing on the other axes (axes are named: the same step, unless it names devices)."""
         return self
 
-    def merged(self, after: Collective, mesh: Mesh) -> Collective | None:
+    def merged(self, after: Self, mesh: Mesh) -> Self | None:
         """One step doing this step then ``after`` (same kind), or None when there is none."""
         return None
 

@@ -58,7 +58,7 @@ def simulate_blocks(plan, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run every step of ``plan`` on the rank-indexed list of source blocks."""
     layout = Layout.get(plan.mesh, plan.src.shape)
     blocks = list(blocks)
-    for step, before, after in zip(plan.steps, plan.trace.types, plan.trace.types[1:]):
+    for step, _before, after in zip(plan.steps, plan.trace.types, plan.trace.types[1:]):
         blocks = run_step(layout, step, blocks)
         shape = after.local_shape(plan.mesh)
         if any(b.shape != shape for b in blocks):

@@ -145,7 +145,7 @@ class Plan:
     def step_dicts(self) -> list[dict]:
         out = []
         for step, received, seconds in zip(self.steps, self.trace.received, self.step_seconds()):
-            d = {"op": step.op}
+            d: dict[str, object] = {"op": step.op}
             d.update(step.fields())
             d["type_after"] = step.type_after.spec()
             d["bytes_received_per_device"] = int(received.max()) * self.itemsize

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import ClassVar, Union
+from typing import ClassVar
 
 import numpy as np
 
@@ -512,4 +512,5 @@ class ReduceScatter(Collective):
         return ReduceScatter(self.scatter_dim, self.mesh_axes + after.mesh_axes, after.type_after)
 
 
-Step = Union[AllSlice, AllGather, AllToAll, Permute, AllReduce, ReduceScatter]
+#: A plan's step: any registered collective kind (the six above, or one defined elsewhere and registered).
+Step = Collective

@@ -116,7 +116,7 @@ def overlap_error(mesh: Mesh, texts: Sequence[tuple[str, str]], spec: str) -> st
         by_axis.setdefault(name, []).append((pre, pre * k, text, where))
     for name, parts in by_axis.items():
         parts.sort()
-        for (pre1, end1, t1, w1), (pre2, end2, t2, w2) in zip(parts, parts[1:]):
+        for (_pre1, end1, t1, w1), (pre2, _end2, t2, w2) in zip(parts, parts[1:]):
             if end1 > pre2:
                 what = f"mesh axis '{t1}' is used twice" if t1 == t2 else f"mesh axes '{t1}' and '{t2}' overlap"
                 why = ("a partial-sum axis cannot also tile a dim" if "partial" in (w1, w2) and w1 != w2
@@ -225,7 +225,7 @@ class Refinement:
 
     def down_axes(self, texts: Iterable[str]) -> tuple[str, ...]:
         """Tokens of ``mesh`` -> names of ``fine`` (each token must be a run of parts)."""
-        out = []
+        out: list = []
         for text in texts:
             parts = self._down.get(text)
             if parts is None:

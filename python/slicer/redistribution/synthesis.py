@@ -22,6 +22,7 @@ deterministic (moves are generated in a fixed order and heap ties are broken by 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ def _refinements(mesh: Mesh, src: DistType, dst: DistType, cuts: dict, sub_axes:
         return
     tokens = {subaxes.size(mesh, a) for a in src.used_axes() | dst.used_axes() if subaxes.is_sub_axis(a)}
     others = {name: [k for a, k in mesh.axes if a != name and k > 1] + sorted(tokens) for name in mesh.axis_names}
-    likely, rest = [], []
+    likely, rest = list[Any](), list[Any]()
     for name, n in mesh.axes:
         if n < 4 or len(subaxes.factors(n)) < 2:
             continue

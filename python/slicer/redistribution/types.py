@@ -99,8 +99,8 @@ class DistType:
         places = []
         for d, axes in enumerate(dims):
             for axis in axes:
-                subaxes.check_token(mesh, axis, lambda problem: f"{problem} in dim {d} of {spec}: the mesh {mesh} "
-                                                                f"has axes {', '.join(mesh.axis_names)}")
+                subaxes.check_token(mesh, axis, lambda problem, d=d: f"{problem} in dim {d} of {spec}: the mesh "
+                                                                     f"{mesh} has axes {', '.join(mesh.axis_names)}")
                 places.append((axis, f"dim {d}"))
         for axis in partial:
             subaxes.check_token(mesh, axis, lambda problem: f"{problem} in partial=[...] of {spec}: the mesh {mesh} "

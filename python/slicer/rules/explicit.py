@@ -141,7 +141,7 @@ def _slice_dims(op: ir.Operation, full: ir.RankedTensorType) -> list[str | None]
     """Per dim of `full` (the sliced tensor): None if the slice takes it whole, else why not."""
     offsets, sizes, strides = (list(ir.DenseI64ArrayAttr(op.attributes[k]))
                                for k in (STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR))
-    reasons = []
+    reasons: list = []
     for d in range(full.rank):
         if offsets[d] == 0 and sizes[d] == full.shape[d] and strides[d] == 1 and not full.is_dynamic_dim(d):
             reasons.append(None)
@@ -158,7 +158,7 @@ def kept_dims(op: ir.Operation, part: ir.RankedTensorType) -> list[int] | None:
     """For an extract/insert slice (maybe rank-reducing): the dim of the sliced tensor each dim of the slice
     `part` is, in order, or None if the sizes do not line up. The dropped dims are unit dims of the slice; a
     unit dim is kept as early as possible (any later unit dim can still be dropped), as upstream decides."""
-    kept = []
+    kept: list = []
     for d, size in enumerate(ir.DenseI64ArrayAttr(op.attributes[STATIC_SIZES_ATTR])):
         if len(kept) < part.rank and size == part.shape[len(kept)]:
             kept.append(d)

@@ -104,7 +104,7 @@ def _dim_use(expr: ir.AffineExpr) -> DimUse:
 
 
 def _index_blocks(body: ir.Block) -> tuple[tuple[int, str], ...]:
-    found = {}
+    found: dict = {}
     for top in body.operations:
         for op in walk_ops(top, linalg.IndexOp.OPERATION_NAME):
             dim = ir.IntegerAttr(op.attributes[DIM_ATTR]).value

@@ -28,6 +28,7 @@ A loop the body reads with `linalg.index` stays tileable when every such read is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import affine, arith, linalg, tensor
@@ -85,7 +86,7 @@ def table_uses(op: ir.Operation, loop_sizes: list[int | None]) -> TableUses:
     num_inputs = len(op.operands) - len(op.results)
     inputs = list(body.arguments)[:num_inputs]
     first = len(op.operands)
-    uses, gathers, excused = [], [], {}
+    uses, gathers, excused = [], [], dict[Any, Any]()
     for t, table in enumerate(tables):
         reads = [o.operation for o in body.operations
                  if o.operation.name == tensor.ExtractOp.OPERATION_NAME and o.operation.operands[0] == table]

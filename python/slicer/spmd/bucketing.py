@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from numbers import Integral
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import tensor
@@ -138,7 +139,7 @@ def greedy_buckets(members, cap: int) -> list[list]:
     member joins the open bucket while the bucket stays within `cap` bytes and no member's result is used before the
     new member's input exists (every first use after its ready). The one rule of bucketing: `plan_buckets` applies it
     to the IR, the search's memory trace to its model of a program (`automatic/peak_memory.py`)."""
-    buckets, current, size, first = [], [], 0, 0
+    buckets, current, size, first = [], list[Any](), 0, 0
     for member in sorted(members, key=lambda m: m[:2]):
         ready, _, use, nbytes, _ = member
         if current and not (size + nbytes <= cap and min(first, use) > ready):
@@ -185,12 +186,14 @@ def _reshape(value: ir.Value, shape: list[int], text: str | None) -> ir.Value:
     if list(t.shape) == shape:
         return value
     if t.rank != 1:
-        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value, [list(range(t.rank))])
+        value = tensor.collapse_shape(ir.RankedTensorType.get([_count(t)], t.element_type), value,
+                                      [list(range(t.rank))])
         if len(shape) == 1:  # the last op: its result may cross into another kernel
             set_dist(defining_op(value), text)
     if len(shape) == 1:
         return value
-    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [], shape)
+    out = tensor.expand_shape(ir.RankedTensorType.get(shape, t.element_type), value, [list(range(len(shape)))], [],
+                              shape)
     set_dist(defining_op(out), text)
     return out
 

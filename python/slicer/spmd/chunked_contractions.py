@@ -245,7 +245,8 @@ def split(found: Candidate, chunks: int) -> None:
         set_dist(defining_op(whole), text)
         for i, piece in enumerate(pieces):
             shape = ir.RankedTensorType(piece.type).shape
-            whole = tensor.insert_slice(piece, whole, [], [], [], [i * size if d == dim else 0 for d in range(len(shape))],
+            whole = tensor.insert_slice(piece, whole, [], [], [],
+                                        [i * size if d == dim else 0 for d in range(len(shape))],
                                         list(shape), [1] * len(shape))
             set_dist(defining_op(whole), text)
     collective.results[0].replace_all_uses_with(whole)

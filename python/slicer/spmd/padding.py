@@ -41,6 +41,7 @@ from slicer.core.linalg_facts import (
 )
 from slicer.core.mesh import block_size
 from slicer.core.names import DIST_ATTR
+from slicer.core.operations import defining_op
 from slicer.redistribution import DistType, Mesh, subaxes
 
 from .dist_types import dist_text
@@ -94,7 +95,7 @@ def pad_with_zeros(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
 def resize(value: ir.Value, dim: int, size: int) -> list[ir.Value]:
     """`value` trimmed or padded with zeros along `dim` to `size` rows (the ops' results, the last the value);
     a `tensor.empty` (no content to keep) is made again at the new size."""
-    owner = None if isinstance(value.owner, ir.Block) else value.owner
+    owner = defining_op(value)
     src = ir.RankedTensorType(value.type)
     if owner is not None and owner.name == tensor.EmptyOp.OPERATION_NAME and not owner.operands:
         return [tensor.empty([size if d == dim else n for d, n in enumerate(src.shape)], src.element_type)]
@@ -222,12 +223,17 @@ def mask_reduction(op: ir.Operation, reduced: dict[int, Pad], valid_of: Callable
     `dist_attr`."""
     with ir.InsertionPoint(op):
         valid = {loop: valid_of(pad) for loop, pad in reduced.items()}
-    if op.name in (linalg.GenericOp.OPERATION_NAME, linalg.ReduceOp.OPERATION_NAME):  # bodies they print
-        _mask_body(op, valid)
-        return
     block = op.regions[0].blocks[0] if op.regions and op.regions[0].blocks else None
     n_in = _inputs(op)
-    if block is None or not _is_contraction(block, n_in):
+    contraction = block is not None and _is_contraction(block, n_in)
+    if op.name in (linalg.GenericOp.OPERATION_NAME, linalg.ReduceOp.OPERATION_NAME) and not (
+            contraction and _products_of_inputs(op, block, n_in, valid)):
+        _mask_body(op, valid)  # bodies they print
+        return
+    # A contraction (named, or a generic `acc + a * b` of its inputs' elements) keeps its body, so the kernels
+    # still run it as a packed GEMM (a select in the body is no `out + product`): its operands are zeroed in
+    # the padding instead, which makes every term there zero.
+    if not contraction:
         raise Unsupported(f"'{op.name}' reduces over a padded dim and is neither a linalg.generic nor a "
                            "contraction; write it as a linalg.generic or make the dim divisible")
     maps = indexing_maps(op)
@@ -250,6 +256,28 @@ def _mask_body(op: ir.Operation, valid: dict[int, ir.Value]) -> None:
         cond = _all_valid(valid)
         for j, value in enumerate(list(terminator.operands)):
             terminator.operands[j] = arith.select(cond, value, block.arguments[n_in + j])
+
+
+def _products_of_inputs(op: ir.Operation, block: ir.Block, n_in: int, valid: dict[int, ir.Value]) -> bool:
+    """Whether a contraction's product (`_is_contraction`) multiplies its inputs' elements only (each factor
+    a block argument, maybe widened or rounded: zero stays zero), each loop of `valid` indexing one of them:
+    zeroing those inputs in the padding then zeroes every term there."""
+    term = combined_with(list(block.operations)[-1].operands[0], block.arguments[n_in])[1]
+    factors, stack = [], [term]
+    while stack:
+        value = stack.pop()
+        owner = None if isinstance(value, ir.BlockArgument) else value.owner
+        if owner is not None and owner.name in (arith.MulFOp.OPERATION_NAME, arith.MulIOp.OPERATION_NAME):
+            stack.extend(owner.operands)
+            continue
+        while owner is not None and owner.name in (arith.ExtFOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME):
+            value = owner.operands[0]
+            owner = None if isinstance(value, ir.BlockArgument) else value.owner
+        if not isinstance(value, ir.BlockArgument) or value.owner != block or value.arg_number >= n_in:
+            return False
+        factors.append(value.arg_number)
+    maps = indexing_maps(op)
+    return all(any(loop in {loop_dim(e) for e in maps[i].results} for i in factors) for loop in valid)
 
 
 def _is_contraction(block: ir.Block, n_in: int) -> bool:

@@ -13,21 +13,7 @@ collectives (`slicer.spmd.emit_collectives`). Every value carries its type in `s
 location is `NameLoc("<why>", FusedLoc[consumer location, producer location])`, so provenance (tactic
 NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --print-collectives`.
 
-The typing rules (see docs/partition.md):
-- argument: its requested `slicer.sharding`, else inferred from its uses (`slicer.spmd.infer`);
-- plain op (context C): every tensor operand is converted to *replicated*; results are replicated;
-  except a maximum over dims its input is tiled on (`tiled_max`: the blocks reduced, then one all_reduce by
-  maximum), and an elementwise op linear in two or more partial sums over the same axes (`slicer.rules.linear_in`):
-  it adds their terms on each device and its result is partial (one reduction of the sum, not one per term);
-- a value used in a deeper context than it was defined in first loses the axes of the new loops (its
-  family member is the same for every index of those loops);
-- `slice(v, d, r)` with `r` over axes A: `v` is converted to the type with A as the major tiles of dim d
-  (a no-op if it is already so, a local slice if `v` was whole there, else a plan, e.g. reduce_scatter of a
-  partial sum); the slice result is that type with A removed: nothing is computed;
-- `tile<d>` loop over A: result = yielded type with A prepended (major) on dim d; `sum` loop: partial over A;
-- `slicer.annotate`: converted to the annotation; `func.return`: converted to the requested result sharding,
-  or by default to the propagated type with its partial sums reduced (recorded as `slicer.dist_source =
-  "default"` on the result, which the report shows).
+The typing rules (argument, plain op, slice, loop, annotate, return): the table of docs/partition.md.
 """
 
 from __future__ import annotations
@@ -261,8 +247,9 @@ class _FunctionPartitioner:
 
     def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
         if sharding.mesh != self.grid:
-            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but @{self.fname} "
-                                             f"is partitioned over @{self.grid}; use one mesh per function")
+            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but "
+                                             f"@{self.fname} is partitioned over @{self.grid}; use one mesh per "
+                                             "function")
 
     def fail(self, op: ir.Operation, message: str) -> PassFailure:
         return PassFailure(Located(op.location, f"slicer-partition: {message}"))
@@ -594,8 +581,5 @@ def _provenance(loop: ir.Operation) -> str:
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:
     if name not in func.attributes:
         return [{} for _ in range(count)]
-    out = []
-    for d in ir.ArrayAttr(func.attributes[name]):
-        d = ir.DictAttr(d)
-        out.append({d[i].name: d[i].attr for i in range(len(d))})
-    return out
+    dicts = [ir.DictAttr(d) for d in ir.ArrayAttr(func.attributes[name])]
+    return [{d[i].name: d[i].attr for i in range(len(d))} for d in dicts]

@@ -27,6 +27,7 @@ from slicer.core.names import (
     DIST_SOURCE_ATTR,
     GRID_ATTR,
     GRID_AXES_ATTR,
+    MODULE_LOC_PREFIX,
     RES_ATTRS_ATTR,
     SPMD_MESH_ATTR,
     SYM_NAME_ATTR,
@@ -133,7 +134,8 @@ def _places(loc: ir.Location) -> tuple[str, tuple[Place, ...]]:
 def _describe(loc: ir.Location) -> str:
     names = []
     while loc.is_a_name():
-        names.append(loc.name_str)
+        if not loc.name_str.startswith(MODULE_LOC_PREFIX):  # the model's module of an imported op: not a reason
+            names.append(loc.name_str)
         loc = loc.child_loc
     if loc.is_a_file():
         where = f"{loc.filename}:{loc.start_line}:{loc.start_col}"

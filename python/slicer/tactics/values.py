@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 from slicer.core.errors import InvalidTactic
 
@@ -132,18 +131,57 @@ class Replicate:
     __str__ = __repr__
 
 
-Tactic = Union[Tile, Replicate]
+REMAT_POLICIES = ("full", "save_dots", "save_names", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remat:
+    """Recompute the forward computation of the modules whose paths match `pattern` (`blocks.*`: every block;
+    see `slicer.tactics.patterns`) in the backward pass instead of keeping it (docs/remat.md). `policy`: what
+    each module still saves, "full" (its inputs and outputs only), "save_dots" (the linear layers' matmul
+    results too: contractions without batch dims),
+    "save_names" (the values computed by the modules `names` match too) or "none" (everything: no remat).
+    Applied after partitioning, by `slicer-remat`; it does not place values, so it composes with every tactic."""
+
+    pattern: str
+    policy: str = "full"
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", (self.names,) if isinstance(self.names, str) else tuple(self.names))
+        if not isinstance(self.pattern, str) or not self.pattern or any(c in self.pattern for c in "=;,"):
+            raise InvalidTactic(f"{self}: pattern={self.pattern!r} must be a module path or pattern without '=', "
+                                "';' or ',' (e.g. 'blocks.*')")
+        if self.policy not in REMAT_POLICIES:
+            raise InvalidTactic(f"{self}: policy={self.policy!r} must be one of {', '.join(REMAT_POLICIES)}")
+        if (self.policy == "save_names") != bool(self.names):
+            raise InvalidTactic(f"{self}: names= (module paths or patterns whose values are saved, e.g. "
+                                "['blocks.*.attn.q']) go with policy='save_names', and it needs them")
+        for name in self.names:
+            if not isinstance(name, str) or not name or any(c in name for c in "=;,()"):
+                raise InvalidTactic(f"{self}: name {name!r} must be a module path or pattern")
+
+    def __repr__(self) -> str:
+        names = f", names={list(self.names)!r}" if self.names else ""
+        return f"Remat(pattern={self.pattern!r}, policy={self.policy!r}{names})"
+
+    __str__ = __repr__
+
+
+Tactic = Tile | Replicate | Remat
 
 # ----------------------------------------------------------------------------- text form
 
+_REMAT = re.compile(r"^remat:([^=]+?)=(\w+)(?:\(([^)]*)\))?$")
 _ITEM = re.compile(r"^(?:(arg|result)(\d+)|(?:(arg|result):)?([^=]+?))(?:\.(\d+))?=(.*)$")
 _POSITIONAL = re.compile(r"^(arg|result)\d+(\.|$)")
 _PREFIXES = ("arg:", "result:")
 TEXT_SYNTAX = ("argI.D=AXES (tile dim D of argument I over AXES, comma-separated, major to minor), "
                "resultI.D=AXES, argI=replicated or resultI=replicated, or NAME.D=AXES / NAME=replicated for an "
                "argument named NAME and result:NAME.D=AXES / result:NAME=replicated for a result (NAME may be a "
-               "pattern: *, ?, [seq]), separated by ';' "
-               "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y;result:exp_avg.*.0=x)")
+               "pattern: *, ?, [seq]), or remat:MODULES=POLICY (POLICY full, save_dots, none, or "
+               "save_names(NAME,...)), separated by ';' "
+               "(e.g. arg0.1=y;result0.0=x,y;arg2=replicated;fc1.weight.0=y;result:exp_avg.*.0=x;remat:blocks.*=full)")
 
 
 def parse_tactics(text: str) -> tuple[Tactic, ...]:
@@ -159,6 +197,12 @@ def parse_tactics(text: str) -> tuple[Tactic, ...]:
     for item in text.split(";"):
         item = item.strip()
         if not item:
+            continue
+        remat = _REMAT.match(item)
+        if remat is not None:
+            pattern, policy, names = remat.groups()
+            listed = tuple(n.strip() for n in names.split(",")) if names is not None else ()
+            tactics.append(_build(item, Remat, {}, pattern=pattern.strip(), policy=policy, names=listed))
             continue
         match = _ITEM.match(item)
         if match is None:
@@ -211,6 +255,10 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
     """The text form of `tactics` (inverse of `parse_tactics`)."""
     items = []
     for tactic in tactics:
+        if isinstance(tactic, Remat):
+            names = f"({','.join(tactic.names)})" if tactic.names else ""
+            items.append(f"remat:{tactic.pattern}={tactic.policy}{names}")
+            continue
         kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
         target = _named_target(kind, index) if isinstance(index, str) else f"{kind}{index}"
         if isinstance(tactic, Replicate):
@@ -221,5 +269,5 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
 
 
 __all__ = [
-    "Replicate", "Tactic", "Tile", "TEXT_SYNTAX", "format_tactics", "parse_tactics",
+    "REMAT_POLICIES", "Remat", "Replicate", "Tactic", "Tile", "TEXT_SYNTAX", "format_tactics", "parse_tactics",
 ]

@@ -153,7 +153,11 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
     result = ChunkResult()
     context = make_context()
     context.allow_unregistered_dialects = args.allow_unregistered_dialect
-    handler = context.attach_diagnostic_handler(lambda d: result.diags.append(from_mlir(d)) or True)
+    def take(diagnostic) -> bool:
+        result.diags.append(from_mlir(diagnostic))
+        return True
+
+    handler = context.attach_diagnostic_handler(take)
     try:
         with context, ir.Location.unknown():
             try:

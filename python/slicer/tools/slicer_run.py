@@ -1,18 +1,21 @@
-"""`slicer-run`: partition a program and run it on N local MPI ranks.
+"""`slicer-run`: partition a program and run it on N MPI ranks (local, or on the hosts `--mpiexec` names).
 
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
                [-n/--ranks N]
                [--inputs a.npy,b.npy | --random SEED] [-o/--output DIR] [--check] [--entry NAME]
                [--mpiexec PATH] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
+               [--buckets auto|off|BYTES] [--collective-matmul auto|off|CHUNKS]
 
 `--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
 to minor); `argI=replicated`; `resultI.D=AXES` for results. `--auto` searches the tactics (`slicer.auto`:
 the `--tactic`s given first, completed) within `--memory-budget` bytes per device and prints them with its
 reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
 `--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
-program run in one process (slicer.core.compare). Under `mpiexec -n N python -m slicer.runtime ...`
-the same command runs in the current MPI job instead of starting one (slicer.runtime.in_job).
+program run in one process (slicer.core.compare). `--buckets` and `--collective-matmul` are
+`slicer.compile`'s arguments of the same names (the schedule's rewrites; default: the environment's, else auto).
+Under `mpiexec -n N python -m slicer.runtime ...` the same command runs in the current MPI job instead of
+starting one (slicer.runtime.in_job).
 Exit codes as every tool (slicer.tools.cli): 0 ok, 1 the compile, run or `--check` failed, 2 a bad command line.
 
 Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
@@ -30,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +50,8 @@ from slicer.runtime.blocks import random_global
 from slicer.runtime.in_job import check_job, job_comm, run_job_here
 from slicer.runtime.resources import check_memory, check_ranks
 from slicer.runtime.timings import Timings
+from slicer.spmd.bucketing import bucket_setting
+from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
 from slicer.viz.sharding import load_pyplot
@@ -72,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="directory for result<i>.npy (default: a temporary directory)")
     p.add_argument("--check", action="store_true", help="compare with the unpartitioned program; exit 1 if they differ")
     p.add_argument("--entry", help="the function to run (default: the module's single public function)")
-    p.add_argument("--mpiexec", help="mpiexec to use (default: beside this Python, then PATH)")
+    p.add_argument("--mpiexec", help="mpiexec to use: a path, or a command line placing the ranks on several hosts "
+                                     "(\"mpiexec -f hosts.txt\"; docs/runtime.md, Several hosts); default: beside "
+                                     "this Python, then PATH")
     p.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="timed runs; each step is reported as the median over them of the slowest rank")
@@ -86,7 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG pictures of every value's blocks and the run's timeline to DIR (matplotlib)")
     p.add_argument("--trace", metavar="FILE", help="write the run's timeline as a Chrome trace (JSON) to FILE")
+    p.add_argument("--buckets", type=_setting, metavar="auto|off|BYTES",
+                   help="combine all_reduces of gradients into buckets of this size (slicer.compile(buckets=))")
+    p.add_argument("--collective-matmul", type=_setting, metavar="auto|off|CHUNKS",
+                   help="split contractions so their collectives overlap (slicer.compile(collective_matmul=))")
     return p
+
+
+def _setting(text: str) -> int | str:
+    """A rewrite's setting on the command line: a whole number, else the word ("auto", "off")."""
+    return int(text) if text.strip().isdigit() else text.strip()
 
 
 def parse_args(argv):
@@ -102,7 +119,7 @@ class Request:
     text: str
     ranks: int
     inputs: list[str] | None
-    comm: object  # the MPI job this process is a rank of, or None (slicer-run then starts one)
+    comm: Any  # the MPI job this process is a rank of (an mpi4py communicator), or None (slicer-run starts one)
 
 
 def read_command_line(args) -> Request:
@@ -110,6 +127,10 @@ def read_command_line(args) -> Request:
     here is a usage error (exit 2)."""
     mesh = Mesh.parse(args.mesh)
     tactics = parse_tactics(";".join(args.tactic))
+    if args.buckets is not None:
+        bucket_setting(args.buckets)
+    if args.collective_matmul is not None:
+        chunks_setting(args.collective_matmul)
     if args.memory_budget is not None:
         if not args.auto:
             raise RunError("--memory-budget is a bound for the search: give --auto with it")
@@ -184,7 +205,8 @@ def run(args, request: Request) -> int:
         if lead:
             print(f"== slicer.auto chose: {found.text() or '(nothing: everything replicated)'}")
             print(found.explain())
-    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program)
+    prog = compile(text, mesh=mesh, tactics=tactics, entry=args.entry, source_name=args.program, buckets=args.buckets,
+                   collective_matmul=args.collective_matmul)
     if args.plot:
         load_pyplot()  # no matplotlib: say so before running anything
     if lead:
@@ -195,25 +217,34 @@ def run(args, request: Request) -> int:
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:
-        done = run_job_here(prog.graph, comm, args.output, inputs=request.inputs, seed=args.random or 0,
-                            repeat=args.repeat)
-        return EXIT_OK if done is None else _report(prog, args, text, done[2], done[0], done[1])
-    check_ranks(request.ranks, args.oversubscribe)
+        done = run_job_here(prog.graph, comm, inputs=request.inputs, seed=args.random or 0, repeat=args.repeat)
+        return EXIT_OK if done is None else _report(prog, args, text, _save(args.output, done[0]), *done)
+    if args.mpiexec is None:  # this host's ranks; with an mpiexec of several hosts each rank's host is checked
+        check_ranks(request.ranks, args.oversubscribe)
     reference = 0
     if args.check:  # the unpartitioned reference holds the whole arguments and results in this process
         g = prog.graph
         reference = sum(_global_bytes(g, n, g.arg_shape(i)) for i, n in enumerate(g.args)) + \
             sum(_global_bytes(g, n, g.result_shape(i)) for i, n in enumerate(g.results))
     check_memory(prog.graph, request.ranks, extra=reference)
-    out = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
-    out.mkdir(parents=True, exist_ok=True)
     before = cache_stats().misses
-    results, timings = launch(prog.graph, out, request.ranks, inputs=request.inputs, seed=args.random or 0,
-                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec)
+    results, timings = launch(prog.graph, request.ranks, inputs=request.inputs, seed=args.random or 0,
+                              repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec,
+                              oversubscribe=args.oversubscribe)
+    out = _save(args.output, results)
     compiled = cache_stats().misses - before
     print("== kernels: "
           f"{'compiled ' + str(compiled) + ' library' if compiled else 'all from the cache, nothing compiled'}")
     return _report(prog, args, text, out, results, timings)
+
+
+def _save(output: str | None, results: list[np.ndarray]) -> Path:
+    """Write the results as `result<i>.npy` into `output` (a new temporary directory if None); the directory."""
+    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="slicer-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for index, array in enumerate(results):
+        np.save(out / f"result{index}.npy", array)
+    return out
 
 
 def _global_bytes(graph, name: str, shape) -> int:

@@ -29,7 +29,7 @@ def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str
     dist, note = global_type(graph, name)
     if name in graph.results:  # a result is what the blocks assemble into
         dist, note = graph.result_dists[graph.results.index(name)], ""
-    varying = ()
+    varying: tuple[str, ...] = ()
     if dist is None:
         dist, varying = value.dist, value.varying
     shape = dist.shape  # arguments and results of uneven dims: their logical shape (the type's is padded)

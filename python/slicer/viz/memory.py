@@ -21,7 +21,7 @@ there, not two; the estimate counts two.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from slicer.runtime.collective_kinds import mpi_scratch_bytes
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
+from .remat_memory import RematReport
 from .sharding import uneven_dims
 from .value_lookup import describe, source_names
 
@@ -61,6 +62,7 @@ class MemoryReport:
     unpartitioned_peak: int
     measured: tuple[int, ...] = ()
     roles: tuple[str, ...] = ()  # per argument, when the program says (an imported training step)
+    remat: RematReport | None = None  # what rematerialisation saved and recomputed, when the program has it
 
     @property
     def argument_bytes(self) -> int:
@@ -80,8 +82,7 @@ class MemoryReport:
 
     def with_measured(self, timings: Timings | None) -> MemoryReport:
         peaks = tuple(timings.peak_bytes) if timings is not None else ()
-        return MemoryReport(self.devices, self.arguments, self.results, self.timeline, self.peak, self.peak_when,
-                            self.unpartitioned_peak, peaks, self.roles)
+        return replace(self, measured=peaks)
 
     def by_role(self) -> dict[str, tuple[int, int]]:
         """What a training step holds, per device and unpartitioned: its arguments by role (parameters, buffers,
@@ -120,6 +121,8 @@ class MemoryReport:
             for title, (mine, whole) in roles.items():
                 lines.append(f"    {title + ':':<27}{_size(mine):>20}   unpartitioned "
                              f"{_size(whole)}{_ratio(whole, mine)}")
+        if self.remat is not None:
+            lines.append(self.remat.text())
         if self.measured:
             lines.append(f"  {'measured:':<11}{_size(max(self.measured)):>20}   {self.measured_text()}")
         return "\n".join(lines)

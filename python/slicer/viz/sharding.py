@@ -143,8 +143,8 @@ class ShardingPicture:
         replicated = [a for a in complement(mesh, used) if subaxes.size(mesh, a) > 1]
         partial = [a for a in dist.partial if subaxes.size(mesh, a) > 1]
         block = (f"{self.block[0]}-element" if len(self.block) == 1 else "x".join(map(str, self.block))) or "scalar"
-        size = f" ({int(np.prod(self.block, dtype=np.int64)) * self.dtype_size} B)" if self.dtype_size else ""
-        holding = f"each device holds one {block} block{size}"
+        nbytes = f" ({int(np.prod(self.block, dtype=np.int64)) * self.dtype_size} B)" if self.dtype_size else ""
+        holding = f"each device holds one {block} block{nbytes}"
         if self.shape != tuple(dist.shape):
             holding += " (padding included: the last blocks of an uneven dim hold fewer rows)"
         copies = subaxes.group_size(mesh, replicated)

@@ -10,10 +10,10 @@ import numpy as np
 
 from slicer.frontends import ImportedProgram
 
-B, D, H, O = 8, 8, 16, 8
+B, D, H, OUT = 8, 8, 16, 8
 LR, MU = 0.1, 0.9
-PARAMS = {"fc1.weight": (H, D), "fc1.bias": (H,), "fc2.weight": (O, H), "fc2.bias": (O,)}
-INPUTS = {"x": (B, D), "t": (B, O)}
+PARAMS = {"fc1.weight": (H, D), "fc1.bias": (H,), "fc2.weight": (OUT, H), "fc2.bias": (OUT,)}
+INPUTS = {"x": (B, D), "t": (B, OUT)}
 STATE = {f"momentum.{p}": s for p, s in PARAMS.items()} | {"step": ()}
 
 ARG_NAMES = (*INPUTS, *PARAMS, *STATE)
@@ -84,8 +84,8 @@ def _ssa(name: str) -> str:
 
 def program_text() -> str:
     s = {_ssa(n): v for n, v in SHAPES.items()}
-    s |= {"h": (B, H), "hb": (B, H), "a": (B, H), "o": (B, O), "ob": (B, O), "d": (B, O), "go": (B, O),
-          "gw2": (O, H), "gb2": (O,), "ga": (B, H), "gh": (B, H), "gw1": (H, D), "gb1": (H,)}
+    s |= {"h": (B, H), "hb": (B, H), "a": (B, H), "o": (B, OUT), "ob": (B, OUT), "d": (B, OUT), "go": (B, OUT),
+          "gw2": (OUT, H), "gb2": (OUT,), "ga": (B, H), "gh": (B, H), "gw1": (H, D), "gb1": (H,)}
     lines = ["  %zero = arith.constant 0.0 : f32", f"  %lr = arith.constant {LR} : f32",
              f"  %mu = arith.constant {MU} : f32", f"  %inv_b = arith.constant {1.0 / B} : f32",
              "  %half = arith.constant 0.5 : f32", "  %one = arith.constant 1.0 : f32"]
@@ -93,21 +93,21 @@ def program_text() -> str:
     lines += _elementwise("hb", ["h", "fc1_bias"], (B, H), s,
                           ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"], bias_of="j")
     lines += _elementwise("a", ["hb"], (B, H), s, ["%v = arith.maximumf %a0, %zero : f32", "linalg.yield %v : f32"])
-    lines += _matmul("o", "a", "fc2_weight", "boh", "bh", "oh", "bo", (B, O), s)
-    lines += _elementwise("ob", ["o", "fc2_bias"], (B, O), s,
+    lines += _matmul("o", "a", "fc2_weight", "boh", "bh", "oh", "bo", (B, OUT), s)
+    lines += _elementwise("ob", ["o", "fc2_bias"], (B, OUT), s,
                           ["%v = arith.addf %a0, %a1 : f32", "linalg.yield %v : f32"], bias_of="j")
-    lines += _elementwise("d", ["ob", "t"], (B, O), s, ["%v = arith.subf %a0, %a1 : f32", "linalg.yield %v : f32"])
+    lines += _elementwise("d", ["ob", "t"], (B, OUT), s, ["%v = arith.subf %a0, %a1 : f32", "linalg.yield %v : f32"])
     # loss = 0.5 / B * sum(d^2), a 0-d tensor
     lines += _zeros("loss_z", ())
-    lines += _generic("loss_s", [("d", (B, O))], [_map("ij", "ij"), _map("ij", "")], ["reduction", "reduction"], (),
+    lines += _generic("loss_s", [("d", (B, OUT))], [_map("ij", "ij"), _map("ij", "")], ["reduction", "reduction"], (),
                       ["%q = arith.mulf %a0, %a0 : f32", "%v = arith.addf %acc, %q : f32", "linalg.yield %v : f32"],
                       init="%loss_z")
     s["loss_s"] = ()
     lines += _generic("loss", [("loss_s", ())], [_map("", ""), _map("", "")], [], (),
                       ["%v = arith.mulf %a0, %half : f32", "%w = arith.mulf %v, %inv_b : f32", "linalg.yield %w : f32"])
-    lines += _elementwise("go", ["d"], (B, O), s, ["%v = arith.mulf %a0, %inv_b : f32", "linalg.yield %v : f32"])
-    lines += _matmul("gw2", "go", "a", "ohb", "bo", "bh", "oh", (O, H), s)
-    lines += _sum_rows("gb2", "go", (B, O), s)
+    lines += _elementwise("go", ["d"], (B, OUT), s, ["%v = arith.mulf %a0, %inv_b : f32", "linalg.yield %v : f32"])
+    lines += _matmul("gw2", "go", "a", "ohb", "bo", "bh", "oh", (OUT, H), s)
+    lines += _sum_rows("gb2", "go", (B, OUT), s)
     lines += _matmul("ga", "go", "fc2_weight", "bho", "bo", "oh", "bh", (B, H), s)
     lines += _elementwise("gh", ["ga", "hb"], (B, H), s, [
         "%p = arith.cmpf ogt, %a1, %zero : f32", "%v = arith.select %p, %a0, %zero : f32", "linalg.yield %v : f32"])

@@ -87,7 +87,8 @@ SHARED_COLLAPSE = """
 #o = affine_map<(d0, d1, d2) -> (d0, d1)>
 #i = affine_map<(d0, d1) -> (d0, d1)>
 #s = affine_map<(d0, d1) -> (d1)>
-func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2x8x4x4xf32>) -> (tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>) {
+func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2x8x4x4xf32>) ->
+    (tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>) {
   %zero = arith.constant 0.0 : f32
   %rows = tensor.collapse_shape %x [[0, 1], [2]] : tensor<2x8x16xf32> into tensor<16x16xf32>
   %e = tensor.empty() : tensor<16x16xf32>
@@ -95,25 +96,29 @@ func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2
   %e3 = tensor.empty() : tensor<16xf32>
   %f3 = linalg.fill ins(%zero : f32) outs(%e3 : tensor<16xf32>) -> tensor<16xf32>
   %qrows = tensor.collapse_shape %dq [[0, 1], [2, 3]] : tensor<2x8x4x4xf32> into tensor<16x16xf32>
-  %dwq = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]} ins(%qrows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
+  %dwq = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%qrows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
   ^bb0(%a: f32, %b: f32, %acc: f32):
     %m = arith.mulf %a, %b : f32
     %s = arith.addf %acc, %m : f32
     linalg.yield %s : f32
   } -> tensor<16x16xf32>
-  %dbq = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]} ins(%qrows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
+  %dbq = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]}
+      ins(%qrows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
   ^bb0(%a: f32, %acc: f32):
     %s = arith.addf %a, %acc : f32
     linalg.yield %s : f32
   } -> tensor<16xf32>
   %krows = tensor.collapse_shape %dk [[0, 1], [2, 3]] : tensor<2x8x4x4xf32> into tensor<16x16xf32>
-  %dwk = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]} ins(%krows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
+  %dwk = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%krows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
   ^bb0(%a: f32, %b: f32, %acc: f32):
     %m = arith.mulf %a, %b : f32
     %s = arith.addf %acc, %m : f32
     linalg.yield %s : f32
   } -> tensor<16x16xf32>
-  %dbk = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]} ins(%krows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
+  %dbk = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]}
+      ins(%krows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
   ^bb0(%a: f32, %acc: f32):
     %s = arith.addf %a, %acc : f32
     linalg.yield %s : f32
@@ -135,5 +140,6 @@ def test_a_collapse_read_twice_expands_both_readers_so_a_tiled_sequence_passes()
     check_equivalent(SHARED_COLLAPSE, cleaned, step="clean_up")
     with warnings.catch_warnings():
         warnings.simplefilter("error", slicer.DegradedStrategy)
-        prog = slicer.compile(cleaned, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("arg0.1=x;arg1.1=x;arg2.1=x"))
+        prog = slicer.compile(cleaned, mesh=slicer.Mesh(x=2),
+                              tactics=slicer.parse_tactics("arg0.1=x;arg1.1=x;arg2.1=x"))
     assert "all_gather" not in prog.explain() and "all_reduce" in prog.explain()

@@ -1,7 +1,7 @@
 """A training step with its sequence tiled (issue 50): nanoGPT (examples/torch/idioms.py, attention written with
-`F.scaled_dot_product_attention`, causal or with a padding mask) with the token ids and targets tiled on dim 1 over x, on the simulator with
-2 and 4 devices, equal to torch eager. The loss reads the logits as `logits.flatten(0, 1)`, whose collapsed
-dim has the sequence as its minor dim: the import-time cleanup (`reshape_per_use`) expands the loss's ops (and
+`F.scaled_dot_product_attention`, causal or with a padding mask) with the token ids and targets tiled on dim 1 over x,
+on the simulator with 2 and 4 devices, equal to torch eager. The loss reads the logits as `logits.flatten(0, 1)`, whose
+collapsed dim has the sequence as its minor dim: the import-time cleanup (`reshape_per_use`) expands the loss's ops (and
 every linear layer's gradient) over [B, S], so the loss is computed where the blocks are. No DegradedStrategy,
 and the only all_gathers are attention's (K and V of each block, [.., S, E] per head: today's sequence
 parallelism holds them whole); the same on 2 MPI ranks in test/mpi/test_training_idioms_mpi.py."""
@@ -13,11 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+from mlir import ir  # noqa: E402
+
 import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
 from slicer.dialect import make_context  # noqa: E402
 from slicer.spmd import report  # noqa: E402
-from example_modules import load  # noqa: E402
-from mlir import ir  # noqa: E402
 
 idioms = load("torch/idioms.py", "idioms")
 train = idioms.train_step

@@ -37,7 +37,7 @@ def test_an_op_of_mlir_text_keeps_the_advice_for_mlir():
 
 @pytest.mark.slow
 def test_imported_ops_carry_the_line_of_the_model_not_of_torch():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
     from example_modules import load
 

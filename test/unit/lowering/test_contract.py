@@ -19,17 +19,17 @@ def einsum_fn(name: str, spec: str, sizes: dict[str, int], dtype: str = "f32", s
     """A linalg.generic computing `spec` (e.g. "mk,kn->mn") on tensors, accumulating into zeros."""
     inputs, output = spec.split("->")
     operands = inputs.split(",")
-    letters = sorted(set(inputs.replace(",", "")) | set(output), key=lambda l: (l in output and output.index(l), l))
+    letters = sorted(set(inputs.replace(",", "")) | set(output), key=lambda ch: (ch in output and output.index(ch), ch))
     loops = list(output) + sorted(set(inputs.replace(",", "")) - set(output))
     dims = ", ".join(f"d{i}" for i in range(len(loops)))
 
     def amap(term):
-        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(l)}' for l in term)})>"
+        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(ch)}' for ch in term)})>"
 
     def ttype(term):
-        return f"tensor<{'x'.join(str(sizes[l]) for l in term)}x{dtype}>"
+        return f"tensor<{'x'.join(str(sizes[ch]) for ch in term)}x{dtype}>"
 
-    kinds = ", ".join('"parallel"' if l in output else '"reduction"' for l in loops)
+    kinds = ", ".join('"parallel"' if ch in output else '"reduction"' for ch in loops)
     args = ", ".join(f"%a{i}: {ttype(t)}" for i, t in enumerate(operands))
     scaled = (f"    %sc = arith.mulf %m, %scale : {dtype}\n", "%sc") if scale is not None else ("", "%m")
     del letters
@@ -90,7 +90,7 @@ def test_einsum_contractions_equal_numpy(cache_dir, dtype):
     np_dtype = np.float32 if dtype == "f32" else np.float64
     for i, (spec, sizes) in enumerate(CASES):
         inputs = spec.split("->")[0].split(",")
-        arrays = [RNG.standard_normal([sizes[l] for l in term]).astype(np_dtype) for term in inputs]
+        arrays = [RNG.standard_normal([sizes[ch] for ch in term]).astype(np_dtype) for term in inputs]
         expected = np.einsum(spec, *[a.astype(np.float64) for a in arrays])
         tol = 1e-4 if dtype == "f32" else 1e-11
         np.testing.assert_allclose(library[f"c{i}"](*arrays), expected, rtol=tol, atol=tol * 10, err_msg=_ids(CASES[i]))

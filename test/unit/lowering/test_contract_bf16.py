@@ -46,12 +46,12 @@ def bf16_einsum_fn(name: str, spec: str, sizes: dict[str, int], out: str = "f32"
     dims = ", ".join(f"d{i}" for i in range(len(loops)))
 
     def amap(term):
-        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(l)}' for l in term)})>"
+        return f"affine_map<({dims}) -> ({', '.join(f'd{loops.index(ch)}' for ch in term)})>"
 
     def ttype(term, t="bf16"):
-        return f"tensor<{'x'.join(str(sizes[l]) for l in term)}x{t}>"
+        return f"tensor<{'x'.join(str(sizes[ch]) for ch in term)}x{t}>"
 
-    kinds = ", ".join('"parallel"' if l in output else '"reduction"' for l in loops)
+    kinds = ", ".join('"parallel"' if ch in output else '"reduction"' for ch in loops)
     args = ", ".join(f"%a{i}: {ttype(t)}" for i, t in enumerate(operands))
     if out == "f32":
         body = ("    %w0 = arith.extf %x0 : bf16 to f32\n    %w1 = arith.extf %x1 : bf16 to f32\n"
@@ -105,7 +105,7 @@ def _pipeline(units: str, rows: int = 8):
 
 
 def _inputs(spec: str, sizes: dict[str, int]) -> list[np.ndarray]:
-    return [RNG.standard_normal([sizes[l] for l in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
+    return [RNG.standard_normal([sizes[ch] for ch in term]).astype(BF16) for term in spec.split("->")[0].split(",")]
 
 
 def _check(result: np.ndarray, spec: str, arrays: list[np.ndarray], rounding: float, label: str) -> None:
@@ -343,7 +343,8 @@ func.func @ctx(%p: tensor<2x4x32x{k}xbf16>, %v: tensor<2x4x{k}x64xbf16>) -> ({re
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<2x4x32x64xf32>
   %fill = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x32x64xf32>) -> tensor<2x4x32x64xf32>
-  %c = linalg.generic {{indexing_maps = [#a, #v, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}}
+  %c = linalg.generic {{indexing_maps = [#a, #v, #c], iterator_types =
+      ["parallel", "parallel", "parallel", "parallel", "reduction"]}}
       ins(%p, %v : tensor<2x4x32x{k}xbf16>, tensor<2x4x{k}x64xbf16>) outs(%fill : tensor<2x4x32x64xf32>) {{
   ^bb0(%x: bf16, %y: bf16, %out: f32):
     %xf = arith.extf %x : bf16 to f32

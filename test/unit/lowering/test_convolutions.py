@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from mlir import ir  # noqa: E402
 from mlir.dialects import linalg  # noqa: E402
 
-from slicer.dialect import make_context  # noqa: E402
 from slicer.core.operations import walk_ops  # noqa: E402
+from slicer.dialect import make_context  # noqa: E402
 from slicer.lowering import DEFAULT_PIPELINE, compile_library  # noqa: E402
 from slicer.lowering.contract import NotAContraction, analyze, im2col  # noqa: E402
 

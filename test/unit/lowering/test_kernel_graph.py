@@ -107,3 +107,74 @@ def test_an_arguments_all_gather_is_placed_before_the_kernel_reading_it():
     inputs = [rng.standard_normal(s).astype(np.float32) for s in ((16, 256), (256, 256), (256, 256), (256, 256))]
     np.testing.assert_allclose(Simulator(graph)(*inputs), inputs[0] @ inputs[1] @ inputs[2] @ inputs[3],
                                rtol=1e-4, atol=1e-2)
+
+
+WIDENED_ACROSS_A_COLLECTIVE = """
+#id = affine_map<(i, j) -> (i, j)>
+func.func @f(%x: tensor<8x16xbf16>, %w: tensor<16x4xbf16>) -> (tensor<f32>, tensor<8x4xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %eh = tensor.empty() : tensor<8x16xbf16>
+  %half = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x16xbf16>) outs(%eh : tensor<8x16xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %h = arith.mulf %in, %in : bf16
+    linalg.yield %h : bf16
+  } -> tensor<8x16xbf16>
+  %e = tensor.empty() : tensor<8x16xf32>
+  %wide = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%half : tensor<8x16xbf16>) outs(%e : tensor<8x16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %f = arith.extf %in : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<8x16xf32>
+  %es = tensor.empty() : tensor<f32>
+  %fs = linalg.fill ins(%zero : f32) outs(%es : tensor<f32>) -> tensor<f32>
+  %s = linalg.generic {indexing_maps = [#id, affine_map<(i, j) -> ()>], iterator_types = ["reduction", "reduction"]}
+      ins(%wide : tensor<8x16xf32>) outs(%fs : tensor<f32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %a = arith.addf %acc, %in : f32
+    linalg.yield %a : f32
+  } -> tensor<f32>
+  %ey = tensor.empty() : tensor<8x4xf32>
+  %fy = linalg.fill ins(%zero : f32) outs(%ey : tensor<8x4xf32>) -> tensor<8x4xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (k, j)>,
+                                        affine_map<(i, j, k) -> ()>, affine_map<(i, j, k) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide, %w, %s : tensor<8x16xf32>, tensor<16x4xbf16>, tensor<f32>) outs(%fy : tensor<8x4xf32>) {
+  ^bb0(%a: f32, %b: bf16, %t: f32, %acc: f32):
+    %bf = arith.extf %b : bf16 to f32
+    %m = arith.mulf %a, %bf : f32
+    %sc = arith.mulf %m, %t : f32
+    %r = arith.addf %acc, %sc : f32
+    linalg.yield %r : f32
+  } -> tensor<8x4xf32>
+  return %s, %y : tensor<f32>, tensor<8x4xf32>
+}
+"""
+
+
+def test_a_widening_is_recomputed_by_the_kernels_that_read_it():
+    """A bf16 tensor (computed: x * x) widened in one kernel and read after a collective by another: the first
+    kernel returns the bf16 tensor, the second takes it and widens it itself (`graph_builder._rematerialisable`),
+    so no kernel stores the f32 copy for another (its contraction can then read bf16); the results equal the
+    unpartitioned program's."""
+    import ml_dtypes
+
+    import slicer
+    from slicer.lowering import compile_function
+
+    pipeline = "slicer-apply-tactics{mesh=x=2 tactics=arg0.0=x},slicer-propagate,slicer-partition"
+    graph = build_kernel_graph(partition(WIDENED_ACROSS_A_COLLECTIVE, pipeline))
+    kernels = [n for n in graph.nodes if isinstance(n, KernelNode)]
+    assert len(kernels) == 2 and any(isinstance(n, CollectiveNode) for n in graph.nodes)
+    second = graph.kernels_mlir[graph.kernels_mlir.index(f"@{kernels[1].name}("):]
+    signature = second[:second.index("{")]
+    assert "4x16xbf16" in signature and "xf32>, %" not in signature.split("->")[0].replace("tensor<f32>", "")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((16, 4)).astype(ml_dtypes.bfloat16)
+    expected = compile_function(WIDENED_ACROSS_A_COLLECTIVE)(x, w)
+    tactics = [slicer.Tile(arg=0, dim=0, axes="x")]
+    actual = slicer.compile(WIDENED_ACROSS_A_COLLECTIVE, mesh={"x": 2}, tactics=tactics).run(x, w)
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -5,8 +5,8 @@ broadcast keeps one long vector tile of its innermost loop."""
 import pytest
 from mlir import ir
 
-from slicer.dialect import make_context
 from slicer.core.operations import walk_ops
+from slicer.dialect import make_context
 from slicer.lowering.vectorize import VectorizeOptions, plan_tiles
 
 GENERIC = """

@@ -44,7 +44,8 @@ CHEAP = ("arith.constant", "tensor.empty", "linalg.fill")  # recomputed anywhere
 
 def count_loops(module):
     loops = [LoopOp(op) for op in walk_ops(module, LOOP)]
-    return (sum(isinstance(l.action, TileAction) for l in loops), sum(isinstance(l.action, SumAction) for l in loops))
+    return (sum(isinstance(loop.action, TileAction) for loop in loops),
+            sum(isinstance(loop.action, SumAction) for loop in loops))
 
 
 def replicated_compute_ops(module) -> list[str]:

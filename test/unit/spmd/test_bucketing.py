@@ -15,7 +15,8 @@ from slicer.lowering import CollectiveNode
 from slicer.redistribution import CostModel
 from slicer.spmd.bucketing import MAX_BUCKET, MIN_BUCKET, bucket_bytes, bucket_setting, plan_buckets
 
-STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text().split("// -----")[0]
+STEP = (Path(__file__).resolve().parents[2] / "Transforms" / "slicer-bucket-collectives.mlir").read_text()
+STEP = STEP.split("// -----")[0]
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"
 
 
@@ -23,7 +24,8 @@ def sizes_of(cap: int) -> list[list[tuple]]:
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(STEP)
         block = module.body.operations[1].regions[0].blocks[0]
-        return [[tuple(ir.RankedTensorType(m.operands[0].type).shape) for m in b.members] for b in plan_buckets(block, cap)]
+        return [[tuple(ir.RankedTensorType(m.operands[0].type).shape) for m in b.members]
+                for b in plan_buckets(block, cap)]
 
 
 def test_bucket_size_amortizes_the_latency_within_bounds():
@@ -67,11 +69,13 @@ func.func @grads(%x: tensor<8x16xf32>, %dh: tensor<8x32xf32>, %a: tensor<8x32xf3
   %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<16x32xf32>) -> tensor<16x32xf32>
   %t1 = tensor.empty() : tensor<16x8xf32>
   %xt = linalg.transpose ins(%x : tensor<8x16xf32>) outs(%t1 : tensor<16x8xf32>) permutation = [1, 0]
-  %dw1 = linalg.matmul ins(%xt, %dh : tensor<16x8xf32>, tensor<8x32xf32>) outs(%f1 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %dw1 = linalg.matmul ins(%xt, %dh : tensor<16x8xf32>, tensor<8x32xf32>) outs(%f1 : tensor<16x32xf32>) ->
+      tensor<16x32xf32>
   %e2 = tensor.empty() : tensor<32xf32>
   %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<32xf32>) -> tensor<32xf32>
   %db1 = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>],
-                         iterator_types = ["reduction", "parallel"]} ins(%dh : tensor<8x32xf32>) outs(%f2 : tensor<32xf32>) {
+                         iterator_types = ["reduction", "parallel"]} ins(%dh : tensor<8x32xf32>)
+                             outs(%f2 : tensor<32xf32>) {
   ^bb0(%v: f32, %acc: f32):
     %s = arith.addf %v, %acc : f32
     linalg.yield %s : f32
@@ -80,13 +84,15 @@ func.func @grads(%x: tensor<8x16xf32>, %dh: tensor<8x32xf32>, %a: tensor<8x32xf3
   %f3 = linalg.fill ins(%zero : f32) outs(%e3 : tensor<32x16xf32>) -> tensor<32x16xf32>
   %t3 = tensor.empty() : tensor<32x8xf32>
   %at = linalg.transpose ins(%a : tensor<8x32xf32>) outs(%t3 : tensor<32x8xf32>) permutation = [1, 0]
-  %dw2 = linalg.matmul ins(%at, %dy : tensor<32x8xf32>, tensor<8x16xf32>) outs(%f3 : tensor<32x16xf32>) -> tensor<32x16xf32>
+  %dw2 = linalg.matmul ins(%at, %dy : tensor<32x8xf32>, tensor<8x16xf32>) outs(%f3 : tensor<32x16xf32>) ->
+      tensor<32x16xf32>
   return %dw1, %db1, %dw2 : tensor<16x32xf32>, tensor<32xf32>, tensor<32x16xf32>
 }"""
 BATCH = "arg0.0=x;arg1.0=x;arg2.0=x;arg3.0=x"
 
 
-@pytest.mark.parametrize("results,kind", [("", "all_reduce"), (";result0.0=x;result1.0=x;result2.0=x", "reduce_scatter")])
+@pytest.mark.parametrize("results,kind",
+                         [("", "all_reduce"), (";result0.0=x;result1.0=x;result2.0=x", "reduce_scatter")])
 @pytest.mark.slow
 def test_bucketed_gradients_are_bit_identical_on_the_simulator(results, kind):
     """Data parallel MLP gradients (dw1, db1, dw2 as contractions of a batch tiled over x) all_reduced, or

@@ -29,13 +29,16 @@ def megatron(m: int, k: int, n: int) -> str:
     return f"""
 module {{
   shard.grid @mesh(shape = 2) {{slicer.axes = ["y"]}}
-  func.func @f(%a: tensor<{m}x{k}xf32> {{slicer.dist = "[[],[y]]"}}, %b: tensor<{k}x{n}xf32> {{slicer.dist = "[[y],[]]"}})
+  func.func @f(%a: tensor<{m}x{k}xf32> {{slicer.dist = "[[],[y]]"}}, %b: tensor<{k}x{n}xf32>
+      {{slicer.dist = "[[y],[]]"}})
       -> (tensor<{m}x{n}xf32> {{slicer.dist = "[[],[]]"}}) attributes {{slicer.spmd_mesh = "y=2"}} {{
     %cst = arith.constant 0.000000e+00 : f32
     %0 = tensor.empty() {{slicer.dist = ["[[],[]]"]}} : tensor<{m}x{n}xf32>
     %1 = linalg.fill {{slicer.dist = ["[[],[]]"]}} ins(%cst : f32) outs(%0 : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-    %2 = linalg.matmul {{slicer.dist = ["[[],[]] partial=[y]"]}} ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%1 : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-    %3 = shard.all_reduce %2 on @mesh grid_axes = [0] {{slicer.dist = ["[[],[]]"]}} : tensor<{m}x{n}xf32> -> tensor<{m}x{n}xf32>
+    %2 = linalg.matmul {{slicer.dist = ["[[],[]] partial=[y]"]}} ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>)
+        outs(%1 : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+    %3 = shard.all_reduce %2 on @mesh grid_axes = [0] {{slicer.dist = ["[[],[]]"]}} : tensor<{m}x{n}xf32> ->
+        tensor<{m}x{n}xf32>
     return %3 : tensor<{m}x{n}xf32>
   }}
 }}"""
@@ -101,7 +104,8 @@ def test_split_mlp_is_bit_identical_on_the_simulator(monkeypatch):
     for setting in ("off", 4, None):
         prog = slicer.compile(text, mesh=slicer.Mesh(x=2, y=2), tactics=tactics, collective_matmul=setting)
         if setting == "off":
-            inputs = [rng.standard_normal(prog.graph.arg_shape(i)).astype(np.float32) for i in range(len(prog.graph.args))]
+            inputs = [rng.standard_normal(prog.graph.arg_shape(i)).astype(np.float32)
+                      for i in range(len(prog.graph.args))]
         runs[setting] = prog.run(*inputs)
         collectives = sum(isinstance(n, CollectiveNode) for n in prog.graph.nodes)
         assert collectives == {"off": 1, 4: 4, None: 2}[setting]

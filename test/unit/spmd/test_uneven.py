@@ -131,6 +131,36 @@ def test_contraction_over_padding_turned_into_infinities_is_masked():
     np.testing.assert_allclose(out, mlp_numpy(*inputs, act=RECIPROCAL), rtol=1e-4, atol=1e-3)
 
 
+GENERIC_MATMUL = """linalg.generic {{indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (k, j)>,
+                                        affine_map<(i, j, k) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%a, %w2 : tensor<{B}x{H}xf32>, tensor<{H}x16xf32>) outs(%f2 : tensor<{B}x16xf32>) {{
+  ^bb0(%av: f32, %wv: f32, %acc: f32):
+    %m = arith.mulf %av, %wv : f32
+    %t = arith.addf %acc, %m : f32
+    linalg.yield %t : f32
+  }} -> tensor<{B}x16xf32>"""
+
+
+def test_generic_contraction_over_padding_keeps_its_gemm_body():
+    """The row-parallel contraction written as a linalg.generic `acc + a * b` (as imports give it): its operands
+    are zeroed in the padding, as a named one's, so its body stays `out + product` (a select there would take it
+    off the packed GEMM: vocabulary-parallel LM heads, benchmarks/README.md); the padding's infinities stay out."""
+    named = """linalg.matmul ins(%a, %w2 : tensor<{B}x{H}xf32>, tensor<{H}x16xf32>)
+                     outs(%f2 : tensor<{B}x16xf32>) -> tensor<{B}x16xf32>"""
+    assert named in MLP
+    text = MLP.replace(named, GENERIC_MATMUL).format(B=4, H=10, ACT=RECIPROCAL)
+    tactics = [T(arg=1, dim=1, axes="y"), T(arg=3, dim=0, axes="y")]
+    prog = slicer.compile(text, mesh={"y": 4}, tactics=tactics)  # blocks 3, 3, 3, 1
+    spmd = str(prog.spmd)
+    body = spmd[spmd.index('iterator_types = ["parallel", "parallel", "reduction"]'):]
+    assert "arith.mulf" in body[:body.index("linalg.yield")] and "arith.select" not in body[:body.index("linalg.yield")]
+    inputs = mlp_inputs(4, 10, seed=3)
+    out = prog.run(*inputs)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, mlp_numpy(*inputs, act=RECIPROCAL), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("cols, mesh", [(15, {"y": 4}), (5, {"y": 4})])  # blocks 4, 4, 4, 3 and 2, 2, 1, 0
 def test_sum_over_padding_turned_into_ones_is_masked(cols, mesh):
     """exp(0) = 1 in the padding; the sum loop's reduction keeps its accumulator for the padded columns."""

@@ -178,7 +178,7 @@ def test_tactics_name_arguments_that_carry_names():
     by_name = slicer.apply_tactics(parse(NAMED), [slicer.Tile(arg="fc1.weight", dim=1, axes="y")])
     by_position = slicer.apply_tactics(parse(NAMED), [slicer.Tile(arg=1, dim=1, axes="y")])
     assert str(by_name).replace("Tile(arg='fc1.weight'", "Tile(arg=1") == str(by_position)
-    assert [str(l.range) for l in loops(by_name)] == ["range<y, 4>"]
+    assert [str(loop.range) for loop in loops(by_name)] == ["range<y, 4>"]
 
 
 def test_unknown_and_ambiguous_names_list_the_known_ones():

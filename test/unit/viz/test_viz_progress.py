@@ -6,9 +6,9 @@ import pytest
 
 from slicer.core.environment import PROGRESS
 from slicer.core.progress import Progress
+from slicer.lowering import compile_library, llvm_codegen
 
 PROGRESS_ENV = PROGRESS.name
-from slicer.lowering import compile_library, llvm_codegen
 
 
 class Terminal(io.StringIO):
