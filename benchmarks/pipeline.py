@@ -40,7 +40,8 @@ def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int, l
             "textbook_bubble": 1 / (microbatches + 1), "peak_microbatches": list(run.peak),
             "peak_activation_bytes": [p * b for p, b in zip(run.peak, held)],
             "parameters_per_stage": [sum(_size(v, p) for p in v.parameters) for v in prog.stage_programs],
-            "step_seconds": max(e[2] for e in calls) - min(e[1] for e in calls)}
+            "step_seconds": max(e[2] for e in calls) - min(e[1] for e in calls),
+            "timeline": prog.timeline_text(60).splitlines()}
 
 
 def _held_bytes(prog) -> list[int]:

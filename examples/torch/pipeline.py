@@ -62,6 +62,8 @@ def main(argv=None) -> None:
     print(prog.explain())
     loss_error, state_error, _ = compare(model, loss_fn, batch, optimizer, prog, args.microbatches, ranks=args.ranks)
     print(f"3 steps against torch: losses within {loss_error:.2e}, parameters within {state_error:.2e} (relative)")
+    if args.ranks:
+        print(prog.timeline_text())  # the last step on the ranks: F forward, B backward, U update, . idle
 
 
 if __name__ == "__main__":

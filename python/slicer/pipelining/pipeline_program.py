@@ -81,6 +81,24 @@ class PipelineProgram:
         busy = sum(e[2] - e[1] for e in calls)
         return 1 - busy / (len(self.timeline) * span)
 
+    def timeline_text(self, width: int = 80) -> str:
+        """The last MPI run's last step as one row per rank over `width` columns: `F` forward, `B` backward,
+        `U` update, `.` idle (waiting for a transfer: the bubble)."""
+        if not self.timeline:
+            raise RunError("timeline_text needs a run on MPI ranks first: prog.train(batches, ranks=N)")
+        calls = [e for _, events in self.timeline for e in events]
+        start, end = min(e[1] for e in calls), max(e[2] for e in calls)
+        scale = width / max(end - start, 1e-12)
+        rows = []
+        for rank, (stage, events) in enumerate(self.timeline):
+            row = ["."] * width
+            for callee, first, last in events:
+                for column in range(int((first - start) * scale), max(int((last - start) * scale), 1 +
+                                                                       int((first - start) * scale))):
+                    row[min(column, width - 1)] = callee[0].upper()
+            rows.append(f"rank {rank} (stage {stage}) {''.join(row)}")
+        return "\n".join(rows + [f"{(end - start) * 1e3:.1f} ms, bubble {self.measured_bubble():.3f}"])
+
     def memory(self) -> list[dict[str, int]]:
         """Bytes per device of each stage: its parameters, buffers and optimizer state (`state`), its
         accumulated gradients (`gradients`), the received activations it holds at the schedule's peak
