@@ -142,7 +142,7 @@ def run_spmd(ranks: int, argv: list[str], *, mpiexec: str | None = None, timeout
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `argv` (a command) on `ranks` MPI ranks; output is captured. Raises LaunchError on a timeout."""
     process = start_spmd(ranks, argv, mpiexec=mpiexec, env=env, stdout=subprocess.PIPE)
-    command = process.args
+    command: list[str] = process.args  # type: ignore[assignment]  # start_job passes a list of str
     previous: dict = {}
 
     def stop(signum, frame):  # a terminating signal ends the job, then the launcher as it would have

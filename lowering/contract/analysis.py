@@ -110,7 +110,7 @@ def _loop_ranges(operands: list[MemAccess], count: int) -> list[int]:
             ranges[d] = size
     if any(r is None for r in ranges):
         raise NotAContraction("a loop dim indexes no operand")
-    return [int(r) for r in ranges]
+    return [r for r in ranges if r is not None]  # all of them (checked above)
 
 
 def _product_value(block: ir.Block) -> ir.Value:

@@ -110,6 +110,7 @@ class Loops:
         self.name = name
         self.ukernel = ukernel
         self.e = Emitter()
+        self.false = ""  # the i1 false of the function being emitted (set by the driver that emits one)
         self.t = c.element
         self.lanes = VECTOR_BYTES // FLOAT_BYTES[self.t]
         self.mr = options.mr

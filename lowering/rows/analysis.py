@@ -125,7 +125,7 @@ def _operands(op: ir.Operation, loops: int) -> tuple[list, list[MemAccess], list
         (inputs if index < n_in else outputs).append(mem)
     if any(r is None for r in ranges) or not outputs or not loops:
         raise NotRowwise("a loop dim indexes no buffer")
-    return inputs, outputs, [int(r) for r in ranges]
+    return inputs, outputs, [r for r in ranges if r is not None]  # all of them (checked above)
 
 
 def _checked_body(block: ir.Block) -> list[ir.Operation]:

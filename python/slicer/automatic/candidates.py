@@ -114,7 +114,7 @@ def tactics_of(sketch: Sketch, groups: list[Group], layouts, named: bool) -> lis
 
 def resolve_fixed(sketch: Sketch, tactics: tuple[Tactic, ...]) -> dict[int, Layout]:
     """The argument layouts the user's own tactics fix (a `Replicate` fixes a whole argument; tactics on
-    results fix nothing here)."""
+    results fix nothing here, nor does a `Remat`: it places no value)."""
     fixed: dict[int, list] = {}
     for tactic in tactics:
         if isinstance(tactic, Remat) or tactic.arg is None:  # remat places no value

@@ -17,6 +17,7 @@ import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from slicer.core import environment
 from slicer.core.errors import AutoError
@@ -106,7 +107,7 @@ class Machine:
             raise AutoError(f"machine figures {source or 'data'} name {', '.join(unknown)}, which are not figures "
                             f"(known: {', '.join(STORED)}); rerun slicer-plan --calibrate kernels")
         try:
-            values = {name: float(value) for name, value in data.items()}
+            values: dict[str, Any] = {name: float(value) for name, value in data.items()}  # figures: floats
         except (TypeError, ValueError) as exc:
             raise AutoError(f"machine figures {source or 'data'} are not numbers ({exc}); rerun slicer-plan "
                             "--calibrate kernels") from None

@@ -48,10 +48,13 @@ class Mesh:
     """
 
     __slots__ = ("_axes", "_index")
+    _axes: tuple[tuple[str, int], ...]
+    _index: dict[str, int]
 
     def __init__(self, axes: Iterable[tuple[str, int]] | Mapping[str, int] | None = None, /, **sizes: int):
         if axes is not None and sizes:
             raise MeshError("Mesh(): give the axes either as pairs/mapping or as keywords, not both")
+        items: list[tuple]
         if axes is None:
             items = list(sizes.items())
         elif isinstance(axes, Mapping):

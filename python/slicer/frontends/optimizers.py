@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from slicer.core.errors import FrontendError, InputError
 
@@ -67,11 +68,17 @@ def _setting(owner: str, name: str, value, **bounds) -> Setting:
 
 #: The range of every hyperparameter's value at a step (a schedule's or `session.step(name=...)`'s): a learning
 #: rate may be 0 there (a warmup's first step), not in the optimizer's own setting.
-RANGES = {"lr": {}, "weight_decay": {}, "momentum": {"high": 1.0}, "beta1": {"high": 1.0}, "beta2": {"high": 1.0}}
+RANGES: dict[str, dict[str, Any]] = {"lr": {}, "weight_decay": {}, "momentum": {"high": 1.0}, "beta1": {"high": 1.0},
+                                     "beta2": {"high": 1.0}}
 
 
 class _Optimizer:
     """What both optimizers share: hyperparameters as runtime scalars, and gradient clipping."""
+
+    if TYPE_CHECKING:  # what each optimizer defines: a field, and its own list of hyperparameters
+        clip_grad_norm: float | None
+
+        def hyperparameters(self) -> dict[str, Setting]: ...
 
     def hyperparameter_values(self, step: int, given: Mapping[str, object] | None = None, *,
                               at_import: bool = False) -> dict[str, float]:
@@ -98,7 +105,7 @@ class _Optimizer:
                 raise FrontendError(problem)
             if problem is not None:
                 raise InputError(problem)
-            values[name] = float(value)
+            values[name] = float(value)  # type: ignore[arg-type]  # checked by _problem: a finite number
         return values
 
     def _check_clipping(self) -> None:

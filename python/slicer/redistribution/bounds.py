@@ -121,7 +121,7 @@ class Bounds:
         self._constant_h: dict = {}  # state -> constant_size_bound
         self._resolution: dict = {}  # partial -> resolution
         self._reachable: dict = {}  # (products, addable[, "relaxed"]) -> _reachable_sizes(_relaxed)
-        self._all_rows = None  # _all_target_products
+        self._all_rows: tuple[list, np.ndarray] | None = None  # _all_target_products
         self._per_dim: list[dict] = [{} for _ in problem.src[0]]  # per dim: axes -> dim_facts
         self._shrinking_h: dict = {}  # (products, slices, unresolved, leaving part) -> shrinking_bound
         self._shrinking_state_h: dict = {}  # state -> shrinking_bound

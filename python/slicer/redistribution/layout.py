@@ -34,7 +34,7 @@ class Layout:
         self._axis_coords: dict[str, np.ndarray] = {}
         self.device_count = n
         self._group_cache: dict[tuple[str, ...], np.ndarray] = {}
-        self._id_cache: dict[DistType, np.ndarray] = {}
+        self._id_cache: dict[tuple[tuple, tuple], np.ndarray] = {}  # (dims, partial) -> ids
         self._overlap_cache: dict = {}
 
     @staticmethod

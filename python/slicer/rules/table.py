@@ -169,9 +169,9 @@ class OpRule:
                                              "one dim, so its blocks cannot be concatenated", loop)
                 actions.append(TileAction(dims[0]))
             return RuleOutcome(loop=loop, actions=tuple(actions), slices=tuple(slices))
-        for r, reason in enumerate(self.combiners):
-            if reason is not None:
-                return RuleOutcome.block(f"{name}: loop d{loop} is a reduction and result #{r}'s {reason}, "
+        for r, combiner_problem in enumerate(self.combiners):
+            if combiner_problem is not None:
+                return RuleOutcome.block(f"{name}: loop d{loop} is a reduction and result #{r}'s {combiner_problem}, "
                                          "so partial results cannot be added up", loop)
         inits = tuple(self._num_own_operands() - len(self.results) + r for r in range(len(self.results)))
         shift = next((s for s in self.index_shifts if s[0] == loop), None)

@@ -41,6 +41,7 @@ from slicer.automatic.machine import Machine
 from slicer.automatic.machine_fit import fit_machine, relative_errors
 from slicer.core.host import host_cores
 from slicer.core.mesh import Mesh
+from slicer.lowering import KernelGraph
 from slicer.redistribution.costs import CostModel
 from slicer.tactics import parse_tactics
 
@@ -268,7 +269,7 @@ class Measured:
     """A probe's compiled program and its median seconds per run."""
 
     probe: Probe
-    graph: object  # slicer.lowering.KernelGraph
+    graph: KernelGraph
     seconds: float
     rounds: tuple[float, ...]
 

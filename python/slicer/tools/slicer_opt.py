@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             for message in result.messages:
                 print(message, file=sys.stderr)
             ok &= result.ok
-        if result.ok:
+        if result.ok and result.output is not None:
             outputs.append(result.output)
     rendered = "// -----\n".join(outputs)
     if args.output == "-":

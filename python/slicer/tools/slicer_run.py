@@ -3,7 +3,7 @@
     slicer-run PROGRAM.mlir --mesh x=2,y=2 [--tactic arg1.1=y ...] [--auto [--memory-budget 2GiB]]
                [-n/--ranks N]
                [--inputs a.npy,b.npy | --random SEED] [-o/--output DIR] [--check] [--entry NAME]
-               [--mpiexec PATH] [--repeat N] [--oversubscribe] [--timeout SECONDS]
+               [--mpiexec PATH|COMMAND] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
                [--buckets auto|off|BYTES] [--collective-matmul auto|off|CHUNKS]
 

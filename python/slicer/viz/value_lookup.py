@@ -50,9 +50,9 @@ def _ssa_names(graph: KernelGraph, source: str) -> dict[str, str]:
         if not value.loc:
             continue
         try:
-            _, line, col = value.loc.rsplit(":", 2)
+            _, line, column = value.loc.rsplit(":", 2)
             text = lines[int(line) - 1]
-            col = int(col) - 1
+            col = int(column) - 1
         except (ValueError, IndexError):
             continue
         at = _ARG.match(text, col)

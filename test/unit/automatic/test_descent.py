@@ -6,6 +6,9 @@ import pytest
 
 import slicer
 from slicer import Tile
+from slicer.automatic import read_sketch
+from slicer.automatic.candidates import resolve_fixed
+from slicer.tactics import Remat
 
 ROOT_MLP = """
 func.func @mlp(%x: tensor<BxDxf32>, %w1: tensor<DxHxf32>, %b1: tensor<Hxf32>, %w2: tensor<HxDxf32>) -> tensor<BxDxf32> {
@@ -93,6 +96,14 @@ def test_user_tactics_come_first_and_are_completed():
     mine = (Tile(arg=1, dim=1, axes="y"),)
     result = slicer.auto(text, slicer.Mesh(y=2), tactics=mine, memory_budget=400_000)
     assert result.tactics[:1] == mine and Tile(arg=3, dim=0, axes="y") in result.tactics
+
+
+def test_a_remat_tactic_fixes_no_argument_of_the_search():
+    """A `Remat` among the user's tactics places no value: the search's fixed layouts are the other tactics'
+    (resolve_fixed read `tactic.arg`, which a Remat has not: AttributeError; found by mypy)."""
+    sketch = read_sketch(mlp(8, 128, 512))
+    mine = (Tile(arg=1, dim=1, axes="y"),)
+    assert resolve_fixed(sketch, (*mine, Remat(pattern="blocks.*"))) == resolve_fixed(sketch, mine) != {}
 
 
 def test_text_form_round_trips_and_explain_names_the_runner_up():
