@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # the lazy names for type checkers (PEP 562 hides them); noth
     from .loops import lower_loops
 
 _EXPORTS = {
-    **{name: ".aot" for name in ("TOOL_RUNS", "Target", "compile_kernel", "compile_kernels", "compile_library",
-                                 "library_key")},
+    **{name: ".aot" for name in ("TOOL_RUNS", "compile_kernel", "compile_kernels", "compile_library")},
+    **{name: ".target" for name in ("Target", "library_key")},
     **{name: ".cache" for name in ("CacheStats", "KernelCache", "cache_stats", "default_cache_dir",
                                    "reset_cache_stats")},
     **{name: ".jit" for name in ("CompiledFunction", "compile_function", "compile_functions", "run")},

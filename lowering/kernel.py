@@ -10,17 +10,7 @@ before the kernel pipeline runs (the one preparation the JIT and the AOT compile
 share) and reads their signatures as `ArraySpec`s; this module imports no MLIR, so
 an MPI rank loads its compiled kernels without the bindings.
 
-Why not `mlir.runtime.get_ranked_memref_descriptor` per call: it defines a new
-ctypes class per call (~200 us measured). Here a kernel's shapes are static, so its
-descriptors differ from call to call only in their two buffer addresses: each call copies
-the kernel's one template of all its descriptors (`_Frame`, one ctypes buffer) and writes
-the addresses in, each read through the buffer protocol (`ctypes.c_char.from_buffer`,
-0.2 us, where numpy's `.ctypes.data` takes 0.7-0.8). An argument then costs ~0.5 us and a
-new output ~0.7 us; a runtime passes new arrays at every call (each run's blocks are new),
-where the weak per-argument cache of descriptors this replaced missed and took ~2 us per
-array: 2.3-2.5 ms of a GPT training step's 14.5 ms on 2 ranks (measured). The call keeps
-no reference to its arrays. `Kernel.bind` takes the checks out of the loop: ~1 us, one
-ctypes call.
+Details: docs/module-notes.md, `lowering/kernel.py`.
 """
 
 from __future__ import annotations
@@ -93,9 +83,9 @@ def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
 def _aligned_block(nbytes: int, dtype: np.dtype, count: int, shape: tuple,
                    align: int = ALIGN) -> tuple[np.ndarray, int]:
     """A new array of `count` elements of `shape` starting on an `align`-byte boundary of a new `nbytes` buffer
-    (`count` elements and `align` bytes), and its address: ~0.6 us per output of every kernel call (the address
-    through the buffer protocol, the view by `np.frombuffer`), where `.ctypes.data` and `np.ndarray(buffer=)` took
-    ~1.7."""
+    (`count` elements and `align` bytes), and its address: paid per output of every kernel call, so the address
+    comes through the buffer protocol and the view by `np.frombuffer`, faster than `.ctypes.data` and
+    `np.ndarray(buffer=)`."""
     raw = np.empty(nbytes, np.uint8)
     base = ctypes.addressof(ctypes.c_char.from_buffer(raw))  # writable and never empty (`align` bytes at least)
     start = -base % align
@@ -155,9 +145,9 @@ class _Slot:
 
     def address(self, array) -> int:
         """`array`'s buffer address once it is checked against the spec. Hot path: a plain writable array, read
-        through the buffer protocol (an identity test, two tuple comparisons, 0.2 us), which refuses a
+        through the buffer protocol (an identity test, two tuple comparisons), which refuses a
         non-contiguous, read-only or empty buffer. Those take `_check`, which names the fault or accepts the array,
-        and numpy's `.ctypes.data` (~2.5 us in all); an input among them is remembered (weakly: the memo keeps
+        and numpy's `.ctypes.data` (slower); an input among them is remembered (weakly: the memo keeps
         nothing alive) until another comes, as a runtime passes its read-only argument blocks at every run."""
         remembered = self.remembered
         if (remembered is not None and remembered[0]() is array and array.shape == self.shape
@@ -248,8 +238,8 @@ class Kernel:
         """Run on `inputs`; returns the output array (tuple if several). Outputs must not alias inputs."""
         if len(inputs) != len(self._in_slots):
             raise KernelError(f"kernel @{self.name} takes {len(self._in_slots)} input arrays, got {len(inputs)}")
-        frame_layout = self._frame
-        frame = frame_layout.type.from_buffer_copy(frame_layout.template)
+        framing = self._frame
+        frame = framing.type.from_buffer_copy(framing.template)
         for slot, array in zip(self._in_slots, inputs):
             frame[slot.word] = frame[slot.word + 1] = slot.address(array)
         if out is None:
@@ -266,7 +256,7 @@ class Kernel:
                 raise KernelError(f"kernel @{self.name} has {len(self._out_slots)} outputs, out= gives {len(outputs)}")
             for slot, array in zip(self._out_slots, outputs):
                 frame[slot.word] = frame[slot.word + 1] = slot.address(array)  # a read-only one is refused
-        self._function(*map(ctypes.addressof(frame).__add__, frame_layout.offsets))  # `frame` lives over the call
+        self._function(*map(ctypes.addressof(frame).__add__, framing.offsets))  # `frame` lives over the call
         result = outputs[0] if len(outputs) == 1 else tuple(outputs)
         if self._check is not None:
             self._check(self.name, result)
@@ -276,7 +266,7 @@ class Kernel:
         """Validate once and return a no-argument callable running this kernel on these exact arrays.
 
         For loops that reuse the same buffers (the SPMD launcher's steps): a call costs one ctypes
-        call (~0.5 us) and no checks. The bound call keeps the arrays alive.
+        call and no checks. The bound call keeps the arrays alive.
         """
         outputs = [out] if isinstance(out, np.ndarray) else list(out)
         if len(inputs) != len(self._in_slots) or len(outputs) != len(self._out_slots):

@@ -9,33 +9,8 @@ inspect the IR. Every element is a pass-pipeline element: an upstream MLIR pass
 use too, so each step runs alone as `slicer-opt -p 'slicer-kernel-rows{unroll=2}'`
 and has its lit test in `test/Transforms/<pass-name>.mlir`. The lowering's
 passes are thin classes in `slicer.lowering.passes` (imported here, which
-registers them), one file per pass:
-
-- `slicer-lower-to-loops`: slicer loops become upstream loops (`loops.py`);
-- `slicer-kernel-clamp-gathers`, `slicer-kernel-checked-asserts`: a program's
-  failed `cf.assert` is an error the caller raises, not an abort (`asserts.py`);
-- `slicer-kernel-distinct-results`: each result its own buffer (`results.py`);
-- `slicer-kernel-widen-i1`: boolean tensors stored as bytes (`widen_i1.py`), so
-  masks cross kernels and are arguments; `slicer-kernel-reject-narrow-memrefs`:
-  a clear error instead of an assertion failure in the LLVM lowering for any
-  sub-byte buffer left;
-- `slicer-kernel-im2col`: convolutions as an im2col patch copy and a plain
-  contraction (`contract/im2col.py`);
-- `slicer-kernel-contract{...}`: contractions as packed GEMMs (`contract.py`);
-  `slicer-kernel-rows{...}`: elementwise ops and reductions as vector loops
-  fused row by row (`rows.py`); `slicer-kernel-vectorize{...}`: the rest tiled
-  and vectorized by a transform script generated per op (`vectorize.py`).
-
-Consecutive upstream elements run in one PassManager; a Slicer pass runs
-between them by calling its `apply`, so its errors reach the caller as they
-are (a `KernelError` for an op the kernels cannot store, an `OptionError` for a
-bad option), which `aot.py` and `jit.py` report as their own. A pipeline that
-names no such stage or element is a `PipelineError`.
-
-Input: a module of `func.func` on statically shaped tensors (linalg, arith,
-math, tensor, slicer loops). Output: LLVM dialect where every public function
-takes its inputs then its outputs as memrefs (results became out-params so the
-caller owns every output buffer) and has a `_mlir_ciface_` C interface.
+registers them), one file per pass (listed in docs/module-notes.md, `lowering/kernel_pipeline.py`
+and docs/architecture.md).
 """
 
 from __future__ import annotations

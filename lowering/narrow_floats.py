@@ -13,14 +13,7 @@ integer converted to bf16) keep producing it and are widened right after, so a p
 so `linalg-fuse-elementwise-ops` (which runs next) fuses it into its consumers: an elementwise chain rounds at
 each op's result, as torch eager does, all in registers.
 
-The contraction after this rewrite is `generic(bf16, bf16) -> f32` followed by a rounding op: bf16 operands
-with f32 accumulation, the form the contraction kernels take. Named ops on narrow floats are generalized
-first (`linalg-generalize-named-ops`, only in modules that have any), as `widen_i1` does for booleans.
-
-The upstream `arith-emulate-unsupported-floats` pass does the per-instruction form (widen, compute, round after
-every instruction); it is not how linalg ops compute, because it rounds every intermediate and every step of an
-accumulation. The kernel pipeline runs it later, with `math-extend-to-supported-types`, on the bf16 arithmetic
-left outside linalg ops (scalars read with `tensor.extract`), so LLVM never promotes bf16 itself.
+Details: docs/module-notes.md, `lowering/narrow_floats.py`.
 """
 
 from __future__ import annotations
@@ -101,8 +94,7 @@ def expand_bf16_truncation(module: ir.Module) -> bool:
     """Run `EXPAND_BF16` if `module` has an `arith.truncf` to bf16 (scalar or vector), after rounding f64 to
     a narrow float through f32 exactly (`_round_f64_through_f32`); returns whether it ran. A module marked for
     a target with AVX512-BF16 (`TARGET_AVX512_BF16_ATTR`, set by the AOT compiler) keeps its f32 -> bf16
-    roundings: LLVM makes them `vcvtneps2bf16` (measured: a 2048x2048 bf16 softmax in 1.03 ms against 1.56 ms
-    with the integer expansion)."""
+    roundings: LLVM makes them `vcvtneps2bf16`, faster than the integer expansion."""
     for op in walk_ops(module.operation):
         if op.name == _TRUNCF and isinstance(_element_of_any(op.operands[0].type), ir.F64Type) \
                 and is_narrow(_element_of_any(op.results[0].type)):

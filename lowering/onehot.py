@@ -7,19 +7,7 @@ comparison into the contraction's body, the ids compared with either a tensor of
 
     C[m, n] += uitofp(idx[k] == ids[m] and ...) * g[k, n]
 
-As a packed GEMM it costs M*N*K multiply-adds, all but N*K of them adding 0 (GPT-2's embedding gradient:
-50257 x 768 x 256 per rank, as much as its LM head's matmul); with the loop index in its body it is not even
-a GEMM but a vector loop over every point. This pass rewrites such a bufferized generic into loops over the
-dims the mask reads (reduction dims outermost, each mask op computed in the outermost loop binding what it
-reads), and, only where the mask holds, loops over the other dims computing the body as it is
-(`out + 1.0 * g`). Each point the GEMM visits where the mask is 0 adds `0 * g`, which is +-0 (or NaN where
-g is not finite: the scatter, like torch's, does not spread a NaN of one row into every row), so the sums
-are those of the same terms, in token order.
-
-A factor is a mask when it is `arith.uitofp` of an i1 value; the rewrite applies when that value compares
-for equality (`arith.cmpi eq`, possibly under `arith.andi`) something that changes with reduction dims
-only against something that changes with parallel dims only (a one-hot: each k hits few m), and the dims
-the mask does not read hold enough work per hit to pay for the comparisons.
+Details: docs/module-notes.md, `lowering/onehot.py`.
 """
 
 from __future__ import annotations

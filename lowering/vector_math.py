@@ -1,24 +1,10 @@
 """Vectorizable expansions of math functions (exp, tanh, erf, log) into arith ops.
 
 LLVM has no vector instruction for these: `llvm.exp` on `vector<16xf32>` becomes 16 calls to
-`expf`, which made softmax 60x slower than a memory copy. The generated kernels (`rows.py`,
+`expf`, which made softmax far slower than a memory copy. The generated kernels (`rows.py`,
 `contract.py`) emit these expansions instead; they work for scalars and vectors of f32/f64 alike.
 
-Methods:
-- exp: n = round(x log2 e), Cody-Waite reduction r = x - n ln 2, degree 6 (f32) / 13 (f64) Taylor
-  polynomial p(r), then p * 2^n: with AVX-512 one vscalef (which also gives inf, 0, subnormals;
-  13 vector ops in all); otherwise by adding n to p's exponent bits, x clamped so 2^n stays normal:
-  inf above the overflow bound, NaN kept, results below the smallest normal number (x < -87.3 in
-  f32) flushed to 0 (about 20 ops);
-- tanh: f32: the rational minimax form Eigen uses, x p(x^2) / q(x^2) on x clamped to +-7.9 (one
-  division, no exp: bias + tanh-gelu went from 0.46x to about memcpy speed); f64: an odd Taylor
-  polynomial for |x| < 0.3, 1 - 2 / (exp(2|x|) + 1) above, sign restored;
-- erf (f32 only; f64 erf stays a libm call): the rational form of Eigen's float erf on x clamped to
-  +-4;
-- log: x = m 2^k with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals rescaled first),
-  log m = 2 atanh((m - 1) / (m + 1)) by its series; -inf at 0, NaN below 0.
-Accuracy (test/unit/lowering/test_rows.py::test_math_functions_are_accurate): within 4 ulp of the
-float64 result on normal outputs, special values exact.
+Details: docs/module-notes.md, `lowering/vector_math.py`.
 """
 
 from __future__ import annotations

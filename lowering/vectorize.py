@@ -3,37 +3,8 @@
 Upstream MLIR 22 has no pass that tiles linalg ops (the old `linalg-tile` is
 gone); tiling and vectorization are transform-dialect ops. So this module
 writes one transform script per module from the ops it finds and applies it
-with the upstream interpreter (`transform.interpreter.apply_named_sequence`):
-
-1. every `linalg.generic` (named ops are generalized before) gets a tag and a
-   tile size per loop, chosen from its iterator types and static loop ranges:
-   - contraction-like (>= 2 parallel and >= 1 reduction loops, e.g. matmul
-     C[i,j] += A[i,k] B[k,j]), two levels: first j by `matmul[1]` and k by
-     `kc` in loop order (j, kb) so a kc x matmul[1] block of B stays in cache
-     while all row tiles use it; then i by `matmul[0]` and k by `matmul[2]`
-     (the register tile); batch dims and other reductions one at a time;
-   - anything else: the innermost loop by `parallel`, every other loop by 1; where an input is read across
-     its rows (a transpose), the innermost loop and the one that input walks along its rows by `transpose`
-     each (square blocks);
-   a loop no longer than its tile is not tiled;
-2. `tile_using_for` per level, then `loop.peel` of every tile loop (it fails
-   harmlessly when the range is a multiple of the tile), so the main tiles
-   have static shapes (no masks) and the remainder is a static tile as well;
-3. `structured.vectorize` on every piece of a planned op (a piece still
-   dynamic fails harmlessly); ops without a plan (non-projected maps such as
-   convolutions, i1 operands whose bytes a bit-packed vector<Nxi1> would
-   misread) are left to `convert-linalg-to-loops` later: that is the fallback;
-4. contractions become `vector.fma` (outer-product lowering), transfers are
-   lowered, and loop-invariant transfers (the matmul accumulator tile) hoisted.
-   Every pattern application is bounded (`max_iterations`, `max_num_rewrites`):
-   two lowering pattern sets once rewrote each other forever on a transpose
-   feeding a matmul; a bound turns such a bug into the fallback below instead
-   of a hang.
-
-Each op's tiling runs in a `failures(suppress)` sequence: an op the tiler
-rejects stays as it is and runs as loops. If the interpreter fails anyway, the
-module is restored and left unvectorized (a warning is logged), so the
-pipeline stays correct for any linalg program.
+with the upstream interpreter (`transform.interpreter.apply_named_sequence`); its steps: docs/module-notes.md,
+`lowering/vectorize.py`.
 """
 
 from __future__ import annotations
@@ -137,7 +108,7 @@ def plan_tiles(op: ir.Operation, tag: int, options: VectorizeOptions) -> TilePla
         if across is not None:
             # An operand read across its rows (a transpose): square blocks, so that each block reads whole
             # cache lines of a few rows and its vector.transpose becomes shuffles. Tiles of the innermost loop
-            # alone read one element per row, 64 rows apart: 6 GB/s against 86 for a copy (256x512, AVX-512).
+            # alone read one element per row, 64 rows apart: a fraction of a copy's bandwidth.
             wanted[-1] = wanted[across] = options.transpose
         levels = [(wanted, order)]
     result = []

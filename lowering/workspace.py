@@ -3,8 +3,8 @@ per process.
 
 Kernels allocate their temporaries (attention's 64 MiB score matrix, packing buffers, a fused kernel's
 intermediate tensors) on every call. With glibc, blocks above the mmap threshold are fresh mappings each
-time, so every call paid a page fault and the zeroing of each 4 KiB page: measured 34 ms of the 96 ms
-attention kernel (S=1024, D=1024, 16 heads) on this machine. The memref lowering therefore calls the generic
+time, so every call paid a page fault and the zeroing of each 4 KiB page: a third of an attention kernel's
+time. The memref lowering therefore calls the generic
 `_mlir_memref_to_llvm_alloc` / `_free` (`finalize-memref-to-llvm{use-generic-functions}`), and each library
 defines them here: blocks of at least 64 KiB go back to a cache on free and are handed out again for an
 allocation of the same size (a kernel's next call asks for exactly the same sizes). Smaller blocks and misses

@@ -35,8 +35,8 @@ class BufferTracker:
     """Drops values from an executor's environment after their last use and records the peak bytes held.
 
     The bytes held are counted incrementally (each node's outputs added, each released value taken away, a
-    buffer held under several names counted once): summing the whole environment after every node cost
-    about 1 us per held array, over 100 ms per step of a training step holding hundreds of blocks."""
+    buffer held under several names counted once): summing the whole environment after every node cost time per
+    held array, and a training step holds hundreds of blocks."""
 
     def __init__(self, graph: KernelGraph):
         last_use = graph.last_uses()
@@ -58,7 +58,7 @@ class BufferTracker:
         self._buffers: dict[tuple[int, int], int] = {}  # (address, bytes) -> names holding it
         self._keys: dict[str, tuple[int, int]] = {}
         # The addresses of the arrays that come back run after run (the argument blocks), by identity: reading an
-        # address from numpy costs ~1 us, and a training step's optimizer kernels take and return hundreds of blocks.
+        # address from numpy is slow, and a training step's optimizer kernels take and return hundreds of blocks.
         self._addresses: dict[int, tuple[weakref.ref, int]] = {}
 
     def _address(self, array: np.ndarray) -> int:

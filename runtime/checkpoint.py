@@ -14,11 +14,7 @@ slices)` assembles any index range of a value from the saved blocks that overlap
 map, so a rank restoring its block reads only the bytes of that block), so a state saved under FSDP on x=4
 loads under Megatron on y=2, data parallel, or one device.
 
-Why not torch.distributed.checkpoint: the runtime does not depend on torch (the ranks load kernels with
-numpy and mpi4py only), and DCP's format is torch's pickled metadata plus its own storage layer; `.npy`
-blocks and a JSON manifest are readable by any numpy program and `slicer.load_checkpoint` gives the torch
-`state_dict` view when torch is there. The layout is DCP's idea (every rank writes its shards, a global
-metadata file indexes them, loading reads the overlaps of each target shard).
+Details: docs/module-notes.md, `runtime/checkpoint.py`.
 """
 
 from __future__ import annotations

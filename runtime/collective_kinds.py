@@ -49,8 +49,8 @@ class Packing:
     recv: tuple | None = None
 
     def scratch_bytes(self) -> int:
-        return sum(int(np.prod(spec[0], dtype=np.int64)) * np.dtype(spec[1]).itemsize
-                   for spec in (self.send, self.recv) if spec is not None)
+        return sum(int(np.prod(buffer[0], dtype=np.int64)) * np.dtype(buffer[1]).itemsize
+                   for buffer in (self.send, self.recv) if buffer is not None)
 
 
 class Execution(ABC):
@@ -278,8 +278,8 @@ class AllToAllExecution(Execution):
 @executes(Permute)
 class PermuteExecution(Execution):
     """Point to point: ``Isend`` to the receiver, ``Irecv`` from the sender; unmoved ranks keep their block.
-    MPI copies once (CMA) and syncs only the pair: faster than shared memory's two copies (measured, 8 ranks on
-    2 cores: 0.47 vs 0.83 ms for 1 MiB), so shared memory only when the strategy is "shm"."""
+    MPI copies once (CMA) and syncs only the pair: faster than shared memory's two copies, so shared memory only
+    when the strategy is "shm"."""
 
     poolable = False  # its members read only their source
 
@@ -329,8 +329,8 @@ class PermuteExecution(Execution):
 class _ReduceExecution(Execution):
     """Sums over MPI travel in ``wide`` (`dtypes.accumulation_dtype`: MPI has no f16 or bf16 type), summed by
     MPI's own SUM, rounded once on the way out. Chosen over a user-defined MPI.Op summing bf16 bytes in f32:
-    that one rounds at every combine of more than 2 members and was slower (2 ranks, 4M elements on a loaded
-    2-core host: 41 ms against 31 ms for the f32 wire). Bool sums are logical ors (numpy's sum in bool). Shared
+    that one rounds at every combine of more than 2 members and was slower. Bool sums are logical ors (numpy's sum
+    in bool). Shared
     memory sums in the block's dtype (f16/bf16 in f32, rounded once), as the simulator."""
 
     def packing(self, step, mesh, in_shape, dtype, mpi):

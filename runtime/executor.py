@@ -9,24 +9,7 @@ objects (`kernels_from_sources`), without importing the MLIR bindings or the ker
 executed by `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
 semantics are the ones tested against the numpy simulator.
 
-Collectives are nonblocking (`schedule`): each starts as soon as its input is ready, at most one kernel ahead of its
-place, and is waited for only where its output is first needed, so it overlaps the kernels in between (in
-sequence-parallel attention, the gather of V runs while the scores are computed from Q and the gathered K). The
-schedule is computed once per graph and is the same on every rank, so every rank starts the collectives of a
-communicator in the same order, as MPI requires. While MPI collectives are in flight, each kernel is followed by an
-`MPI_Testall` so that MPI progresses them (MPICH has no progress thread); shared-memory ones need no progress calls.
-Each collective node has its own packing buffers (a `StepRunner`), reused by every run, and shared memory in a slot
-it shares with the collectives never in flight at the same time (`MeshExecutor.pooled_programs`); its output block
-is new at every run and dropped after its last use, as a kernel's (`BufferTracker`). Results are the same bits as
-with `overlap=False` (every collective waited for where it stands): data movement is exact, and reductions use the
-same nonblocking MPI call either way.
-
-A run-time check of the program that fails in a kernel (`KernelAssertionError`: a token id past an embedding's
-table) does not stop the rank where it stands, which would leave the other ranks waiting for it in the next
-collective: the kernel finished (its gathers read clamped indices), so the rank runs the rest of the step, every
-collective included, and raises the first failure at the end (`failed` says which kernel). Arguments are never
-written (every kernel and collective output is a new block), so the caller can drop the step's results and keep
-the state it had (`resident.ResidentRank.step` does, once every rank agreed).
+Details: docs/module-notes.md, `runtime/executor.py`.
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@ Every kernel call writes into fresh output arrays (numpy's, through malloc), and
 its last use: a training step allocates and frees the same parameter-sized blocks on every step. glibc's
 malloc returns a freed block above its mmap threshold (dynamic, at most 32 MiB) to the kernel and trims the
 heap's top beyond its trim threshold (twice that), so the next block of that size is a fresh mapping whose
-every page faults and is zeroed on first touch. Measured on this machine, an Adam update of 1024x1024
-parameters (three 4 MiB results) ran its kernel in 2.9 ms that way and in 0.83 ms with the heap kept; a
-4-layer GPT's training step on 2 ranks in 20.6 ms and 17.2 ms.
+every page faults and is zeroed on first touch: several times the time of a kernel with large results.
 
 `keep_freed_memory()` fixes both thresholds (`mallopt`), as PyTorch's CPU performance guide gets by
 preloading jemalloc or tcmalloc, which this package cannot depend on. The mmap threshold cannot go past

@@ -11,10 +11,10 @@ reads and writes the blocks directly.
 
 Why numpy copies (measured in benchmarks/README.md, "Packing"): MPICH moves large intranode messages with a
 single-copy protocol (CMA) only for contiguous buffers; a strided vector datatype goes in many small pieces,
-1.6x slower than packing on 2 ranks, 6-7x on 8 ranks over 2 cores. The copy views each run of ``inner``
-elements as one opaque ``void`` element, so numpy's inner loop is a strided copy of whole runs (2x faster
-than element-wise for runs of 32-128 bytes, and as fast as a C loop of ``memcpy`` calls compiled with -O3;
-for large blocks with short runs both are bound by the memory system, about 5x slower than one ``memcpy``).
+slower than packing, more so with more ranks than cores. The copy views each run of ``inner`` elements as one
+opaque ``void`` element, so numpy's inner loop is a strided copy of whole runs (faster than element-wise for
+short runs, and as fast as a C loop of ``memcpy`` calls compiled with -O3; for large blocks with short runs
+both are bound by the memory system).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def prod(xs) -> int:
 
 def copy_runs(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` for views of equal shape and dtype; when both have a contiguous last axis, each row
-    of it moves as one ``void`` element (numpy's element-wise strided loop is 2-4x slower on short rows)."""
+    of it moves as one ``void`` element (numpy's element-wise strided loop is slower on short rows)."""
     n = dst.shape[-1] * dst.itemsize if dst.ndim else 0
     if n and dst.strides[-1] == dst.itemsize and src.strides[-1] == src.itemsize and dst.size:
         kind = np.dtype((np.void, n))

@@ -34,12 +34,11 @@ YIELD_ENV = environment.MPI_YIELD.name
 
 def wait_environment(ranks: int, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The MPICH settings for `ranks` local ranks: when they outnumber the cores, a rank waiting for a message
-    sleeps (`nanosleep`, about 50 us with Linux's default timer slack) between polls instead of spinning, so
+    sleeps (`nanosleep`, with Linux's default timer slack) between polls instead of spinning, so
     the ranks with work get the cores. MPICH's ch4 device calls this yield in every blocking wait of a
     threaded MPI (mpi4py initialises MPI_THREAD_MULTIPLE); the default, `sched_yield`, does not give the core
-    away under Linux's CFS scheduler. Measured in benchmarks/README.md ("Waiting"): 8 ranks on 2 cores, a
-    768-byte all_reduce 17.8 ms -> 1.1 ms, an all_to_all of 1 MiB per rank 34 ms -> 2.7 ms, attention run by
-    the runtime 8.4 ms -> 1.7 ms. A setting already in the environment wins; `SLICER_MPI_YIELD=0/1` forces
+    away under Linux's CFS scheduler (measured in benchmarks/README.md, "Waiting"). A setting already in the
+    environment wins; `SLICER_MPI_YIELD=0/1` forces
     it off / on."""
     environ = environment.for_child() if environ is None else environ
     if YIELD_CVAR in environ:
@@ -56,7 +55,7 @@ def thread_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """One BLAS/OpenMP thread per rank, for each of those settings the environment does not already give (as
     `torchrun` does for OMP_NUM_THREADS): a rank is one of several processes sharing the host's cores, and its
     kernels are Slicer's own, so a library's thread pool only oversubscribes the cores. numpy's OpenBLAS also
-    starts its pool at import: ~50 ms of CPU per rank on this machine's 2 cores, for threads a rank never uses."""
+    starts its pool at import: CPU time per rank, for threads a rank never uses."""
     environ = environment.for_child() if environ is None else environ
     return {name: "1" for name in THREAD_VARIABLES if name not in environ}
 

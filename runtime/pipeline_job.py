@@ -112,7 +112,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
         for position, (name, value) in enumerate(zip(stage["results"], returned)):
             if name == "loss":
                 losses.append(float(np.asarray(results[position])))  # replicated: every rank has it
-            elif name in stage["args"] and _same_layout(stage, graphs, reads, writes, name, value):
+            elif name in stage["args"] and _same_dist(stage, graphs, reads, writes, name, value):
                 resident[name] = results[position]
             else:
                 raise RunError(f"stage {index}: result {name} is laid out unlike its argument; tile the result "
@@ -141,7 +141,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
         np.savez(job_dir / "final.npz", **merged)
 
 
-def _same_layout(stage: dict, graphs: dict, reads: dict, writes: dict, name: str, value: int) -> bool:
+def _same_dist(stage: dict, graphs: dict, reads: dict, writes: dict, name: str, value: int) -> bool:
     """Does the result `name` (value id `value`) have the layout its argument of the same name is read in?"""
     arg = stage["args"].index(name)
     if arg not in reads:

@@ -5,32 +5,7 @@ Cartesian rank = linear device rank, row-major as everywhere in Slicer) and, laz
 per group of mesh axes, split so that the sub-rank equals the device's group index over the axes (major to
 minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered to one rank.
 
-Each step runs one of two ways (``MeshExecutor(strategy=...)``, default "auto"):
-- over shared memory (:mod:`.shm_collectives`) when the step's group of ranks is on one host: one MPI shared window per
-  step, a copy in, a copy out (fused with packing, sums in the simulator's order), futex waits. On a host
-  with more ranks than cores this is 1.5-2x faster than MPI's collectives (benchmarks/README.md). Permutes
-  stay point to point over MPI (one copy, only the pair synchronises) unless the strategy is "shm";
-- over MPI otherwise: all_gather -> ``Allgather``, all_to_all -> ``Alltoall`` (a reordering one packs its
-  chunks in its receivers' order), permute -> ``Sendrecv``,
-  all_reduce -> ``Allreduce``, reduce_scatter -> ``Reduce_scatter_block``, on contiguous buffers: a step
-  whose chunks are not contiguous (a gather, split or scatter along a dim that is not leading) packs or
-  unpacks them with one numpy strided copy (:mod:`.packing`, which says why not MPI datatypes).
-all_slice is a local copy either way. What each kind does (its calls, packing and buffers, over MPI and shared
-memory) is its entry of :mod:`.collective_kinds`; the runners here are one path for every kind.
-
-A :class:`StepRunner` is one step on this rank for one block shape and dtype: its buffers (shared window,
-or MPI pack and receive buffers) are allocated once and reused by every run; a plan's intermediate blocks are
-reused the same way (:class:`PlanRunner`). ``start`` copies in (or issues the nonblocking MPI call:
-``Iallgather``, ``Ialltoall``, ``Isend``/``Irecv``, ``Iallreduce``, ``Ireduce_scatter_block``) and returns a
-:class:`Pending` whose ``wait`` completes the step: the runtime overlaps collectives with kernels this way.
-The runtime always uses ``start``/``wait``, so an MPI sum is computed by the same MPI algorithm, hence
-bit-identically, whether or not it overlaps anything; shared-memory sums are the simulator's bits whichever
-way they run. Data movement is exact either way.
-
-Each ``Pending`` records the times of its phases (:class:`Phases`: pack, issue, transfer, unpack), which the
-runtime's timeline and ``benchmarks/collectives.py`` report.
-
-mpi4py is imported lazily so that the rest of the package works without MPI.
+Details: docs/module-notes.md, `runtime/plan_executor.py`.
 """
 
 from __future__ import annotations

@@ -12,17 +12,7 @@ The wire is `multiprocessing.connection`'s framing of pickled messages (the stan
 messages in chunks (`runtime.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
 `message` the bytes on the wire, so a test can check that a step sends the batch and nothing else.
 
-A request the ranks refused without harm (`rank_server`: a step whose run-time check failed on its data, a save
-that could not write) raises that error, of its catalogue class, and the job serves on with its state. When a rank
-fails otherwise it replies with its error and aborts the job; the request then raises RunError with that message
-(or the job's stderr if the rank could not send it), the job is ended and every later request is refused. A rank
-that dies without replying (kill -9, a crash) is named by its connection closing first, or, on the driver's host,
-by its process having ended (each rank says its pid when it connects); a rank that is hung or stopped is named by
-its silence: a rank answering a request sends a heartbeat every half second (`rank_server.Replies`), every frame of
-its reply counts as well, and one from which nothing has come for `silence` seconds (default 5,
-$SLICER_RANK_SILENCE_SECONDS), nor is waiting to be read, ends the job. The driver reads the ranks a frame at a
-time, so a large reply from one rank (a state dict of gigabytes) never keeps another's heartbeats unread. A request
-that gets no answer within `timeout` seconds ends the job the same way.
+Details: docs/module-notes.md, `runtime/rank_job.py`.
 """
 
 from __future__ import annotations

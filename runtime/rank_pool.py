@@ -1,7 +1,8 @@
 """Warm ranks: one job of N ranks kept up between `Program.run` calls, instead of a new job per call.
 
-Starting a job costs each rank its interpreter, numpy, mpi4py and `MPI_Init` (about 0.25 s of CPU per rank
-here) before any work; a notebook or a test suite that runs many small programs pays that again and again.
+Starting a job costs each rank its interpreter, numpy, mpi4py and `MPI_Init` (a large
+share of a small program's time) before any work; a notebook or a test suite that runs many small programs pays
+that again and again.
 With `SLICER_KEEP_RANKS=1` in the environment, `Program.run(..., ranks=N)` (one untimed run: no
 `return_timings`, `repeat=1`) runs on a job of N ranks kept for the rest of the process (`RankJob` serving
 `rank_server`, as a training session does): each call loads its program on the ranks (kernels from the

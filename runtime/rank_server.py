@@ -6,35 +6,7 @@ started the job (`runtime.rank_job.RankJob`) listens on TCP (`runtime.rank_link`
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
 (requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
-may run on other hosts:
-
-- ("kernels", cpu, keys): which of the program's kernel cache keys this host's cache lacks
-  (`kernel_transfer.missing_keys`; None when this host's CPU is not the driver's);
-- ("load", graph_json, kernel_sources, feeds, arg_names, libraries): the program this job runs
-  (`ResidentRank`): the libraries this host lacked are stored in its cache, the kernels loaded once (or
-  compiled on a host with another CPU), the collectives' communicators and buffers set up once;
-- ("put", {arg: block}): make these blocks resident;
-- ("step", {arg: block}): run once with these input blocks; reply with the results that feed no argument;
-- ("get", [arg, ...]): reply with these resident blocks;
-- ("save", directory, {arg: file}): write these resident blocks as checkpoint files into the directory as this
-  host sees it (`runtime.checkpoint_hosts`), reply with each file's size, sha256 and this host's name;
-- ("restore", checkpoint, {arg: (name, slices)}): read these blocks of an opened checkpoint, collectively: from
-  the files this rank sees, the rest over MPI from a rank that sees them (`checkpoint_hosts.read_across`),
-  make them resident;
-- ("timed", blocks or None, seed, repeat): a timed run (`timed_run`) on these argument blocks (None: random
-  blocks from `seed`, made on the rank); reply with this rank's `RankPart`;
-- ("close",): free the program and leave.
-
-Messages go through `runtime.wire` (large ones in chunks). Replies are ("ok", payload); while a rank answers a
-request it also sends ("beat", None) every half second (`Replies`), which is how the driver tells a hung or
-stopped rank from a busy one.
-
-A request that fails without harm replies ("refused", (error class name, message)) and the rank serves on, its
-state as it was: a step whose run-time check failed on its data (`ResidentRank.step`: every rank finished the
-step and agreed not to apply it), and a get or save that failed (they only read the state, with no collective:
-the other ranks wait for nobody). Any other failure replies ("error", message) and the rank then aborts the
-whole job (as `runtime.rank` does for a one-shot job), since the other ranks may be waiting for it in a
-collective: the session reports the message and ends.
+may run on other hosts (listed in docs/module-notes.md, `runtime/rank_server.py`).
 """
 
 from __future__ import annotations

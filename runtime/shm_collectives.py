@@ -2,32 +2,11 @@
 
 Why (measured in benchmarks/README.md, "Shared memory"): on a host with fewer cores than ranks, an MPI
 collective costs far more than its copies. Each of its rounds needs the peer ranks to be scheduled, and
-MPICH's ranks wait by polling and sleeping (about 50 us per sleep, `mpiexec.wait_environment`): with 1 MiB
-per rank on 8 ranks over 2 cores an all_gather takes 7.1 ms with `MPI_Allgather`, 4.8 ms here, an all_to_all
-3.2 vs 1.5 ms, a reduce_scatter 3.2 vs 1.9 ms. Here a rank that
+MPICH's ranks wait by polling and sleeping (`mpiexec.wait_environment`). Here a rank that
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
-A `Segment` lives in an MPI shared-memory window (`MPI_Win_allocate_shared`, contiguous across the group's
-ranks, so the group's regions form one strided array and every copy below is one numpy call for all members,
-no Python loop over them) and holds, per member, control words and one or two data regions. Each use of a
-segment has an epoch ``e`` (1, 2, ...): a member publishes its region by storing ``e`` in its ARRIVE word
-and waking the futex waiters on it; readers wait until every member's ARRIVE is ``e``, copy, then store ``e``
-in their DONE word. A member overwrites its region at epoch ``e`` only after every reader's DONE reached
-``e - 1``; steps with blocks up to 4 MiB alternate between two segments, so that a step run back to back
-rarely waits for that. Several steps never in flight at the same time may share segments (a `Slot`, as large as
-the largest of them): the epochs then count the uses of all of them, in the order every rank starts them.
-Starting a step (copying in, publishing) never waits for the current epoch, so steps can be in flight together
-and complete in any order (the same argument as for MPI's nonblocking collectives: every wait depends only on
-starts that precede it in every rank's schedule).
-
-Sums add the members' contributions in group order, ``((c0 + c1) + c2) + ...``, in the block's dtype (bf16
-and f16 in f32, rounded once: `dtypes.sum_blocks`), exactly as the numpy simulator does: the results are the
-simulator's bits, and every member holding a reduced element holds the same bits.
-
-Stores are plain aligned 4-byte numpy stores, ordered after the data copies by x86-64's memory model (TSO),
-and futexes are a Linux system call: `available()` says whether this host qualifies; elsewhere the executor
-uses MPI.
+Details: docs/module-notes.md, `runtime/shm_collectives.py`.
 """
 
 from __future__ import annotations
@@ -45,7 +24,7 @@ from slicer.redistribution.steps import REDUCTIONS
 
 ARRIVE, ARRIVE2, DONE = 0, 16, 32  # int32 indices of the control words (one 64-byte line each)
 _CTRL_BYTES = 192
-_SPINS = 64  # flag checks (about 1 us each) before sleeping on the futex, when every rank has a core
+_SPINS = 64  # flag checks (cheap) before sleeping on the futex, when every rank has a core
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not _PRIVATE): the words live in memory shared by processes
 _DOUBLE_BUFFER_BYTES = 4 << 20

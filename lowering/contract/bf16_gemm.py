@@ -28,10 +28,10 @@ from .blocking import ContractOptions, blocking
 from .matrix_units import AMX
 
 A_IN_PLACE_COLUMNS = 512
-"""At most this many columns (N), A is read in place rather than packed (`Bf16Gemm.a_in_place`). Measured
-(AVX512-BF16, one thread): attention's `p @ v` (64 columns a head) 309 -> 434 GFLOP/s, 2048 x 1024 x 64
-415 -> 441, x 256 431 -> 443; at 1024 columns and more, equal within noise (a packed block then serves the
-whole N block of `nc` columns). AMX reads A in place at any N (`Bf16Gemm.a_in_place`)."""
+"""At most this many columns (N), A is read in place rather than packed (`Bf16Gemm.a_in_place`): faster on
+AVX512-BF16 up to here (attention's `p @ v`, 64 columns a head, gains most), equal within noise from 1024 columns
+on (a packed block then serves the whole N block of `nc` columns). AMX reads A in place at any N
+(`Bf16Gemm.a_in_place`)."""
 BF16_BLOCKS = {"mc": 256, "nc": 1024, "kc": 512}
 """Cache blocks of the bf16 GEMMs (rows, columns, depth): the f32 ones' (`ContractOptions`) hold 4-byte
 elements and 8-row tiles; bf16 panels take half the bytes, and AMX tiles are 32 rows."""
@@ -60,8 +60,9 @@ class Bf16Gemm(Bf16Packer):
     def a_in_place(self) -> bool:
         """Whether whole A tiles are read from A itself, not packed: when N is at most `A_IN_PLACE_COLUMNS` (a
         packed A block would serve so few panels that packing costs a good part of the products: attention's
-        `p @ v`, 64 columns a head), or always on AMX (its products are ~5x faster than AVX-512's, so packing
-        would weigh 5x more; tile loads take any row stride, as oneDNN's brgemm reads A in place: reasoned,
+        `p @ v`, 64 columns a head), or always on AMX (its products are several times faster than AVX-512's, so
+        packing would weigh that much more; tile loads take any row stride, as oneDNN's brgemm reads A in place:
+        reasoned,
         not measured here, no AMX on this machine), and A is laid out as the panel is (contiguous along the
         one K dim, every K block a whole number of k pairs or AMX steps). Edge tiles (fewer rows) are packed."""
         c = self.c

@@ -4,31 +4,10 @@ generator (`slicer-kernel-contract`) takes.
 
 torch-mlir lowers `conv2d` and both of its gradients to `linalg.generic`s of the contraction form `out + a * b`
 whose input map has sums of loop dims (`(n, f, oh, ow, c, kh, kw) -> (n, c, oh * 2 + kh, ow * 2 + kw)`): not a
-projection, so the GEMM analysis rejects them and they ran as tiled scalar-ish loops (20-30x slower than torch).
-The rewrite, per such op, on buffers:
-
-1. The patch (im2col): each input read through sums of dims is copied once into a buffer indexed by the loop
-   dims it depends on, laid out [reduction dims in the other input's order, parallel dims in C's order] or the
-   two groups swapped, whichever puts the input's long rows (`ow` of `ow * s + kw`) innermost, and the op reads
-   that buffer through a projection. The copy is O(K * N); the GEMM is O(M * N * K). In the kernel pipeline
-   the copy is a generated function of vector loads and stores along the input's rows (`patch_copy.py`).
-2. C's layout: when C's innermost run of contiguous dims is narrower than a register tile (a 2x2 feature map,
-   a 3x3 kernel of a weight gradient) and the other side's dims are wider, the op computes into a buffer laid
-   out with the other side's dims innermost, copied into C afterwards (zero-filled instead of copied in when C
-   starts at zero): otherwise most of every register tile would be padding.
-3. Loop dims that are contiguous in every operand that reads them (`(oh, ow)` of C and the patch, `(c, kh, kw)`
-   of the weight and the patch) are collapsed into one (`memref.collapse_shape`): a tile then spans whole rows of
-   a feature map instead of one row of a few pixels.
-
-4. A patch larger than L2 (`PATCH_BYTES`: ResNet-18's first stage at batch 16 makes a 38 MB one, which the
-   copy writes and the GEMM reads back from memory) is built and consumed in chunks: an `scf.for` over one loop
-   dim read plainly by the patch (the batch of the forward and the input gradient, a reduction over the batch of
-   the weight gradient, which accumulates into C), chosen so that the GEMM's smallest side stays largest, around
-   the copy and the contraction on subviews.
-
-The result is a contraction over projections (`analysis.analyze` takes it: M the output channels, N the pixels,
-K the input channels x the kernel window, or the transposed forms); the copies are elementwise generics for
-the row kernels. Padding stays torch-mlir's `tensor.pad` (a padded buffer), read by the copy.
+projection, so the GEMM analysis rejects them and they ran as tiled scalar-ish loops (far slower than
+torch).
+The rewrite, per such op, on buffers, is a patch copy and a plain contraction (its steps: docs/module-notes.md,
+`lowering/contract/im2col.py`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 along the patch's innermost dim where the input is contiguous along it (`ow` of `oh + kh, ow + kw` at stride 1).
 
 Left as a `linalg.generic`, the copy reaches the LLVM stage as scalar loops (the vectorizer tiles it into rows of
-one output row but leaves the row's copy to `convert-linalg-to-loops`): ResNet-18's first stage wrote its 2.4 MB
-patch per image at 13 GB/s, a fifth of its forward convolution's time. A row's tail is one more vector
+one output row but leaves the row's copy to `convert-linalg-to-loops`): in ResNet-18's first stage it was a
+large share of the forward convolution's time. A row's tail is one more vector
 overlapping the last (a copy may write an element twice), a row narrower than a vector a masked load and store.
 A strided input (`ow * 2 + kw`) or an innermost dim read elsewhere than the input's last dim is copied element by
 element.

@@ -16,11 +16,7 @@ along the lane (a column sum) or one scalar (the lane is reduced, or fixed by th
 stack at function entry, and only where it stays small (`CASCADE_SCRATCH_BYTES`); an op past that keeps the single
 chain.
 
-Why generated here, not `linalg` split-reduction upstream: the split (`transform.structured.split_reduction`)
-makes a tensor of partial sums [R / B, ...] per op, a second pass over it and one buffer more, and one
-split gives two levels only; a column sum of 1024 rows then still has ~1.5-2x torch's error (measured by
-simulation), and the extra pass would cost memory bandwidth on large reductions. Here the blocks are
-L1-resident rows and the loop order, hence the memory order, is the one the op had.
+Details: docs/module-notes.md, `lowering/rows/cascade.py`.
 """
 
 from __future__ import annotations

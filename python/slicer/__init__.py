@@ -12,14 +12,10 @@ The public API (docs/architecture.md shows the layers behind it):
     out = prog.run(x, ranks=4)                      # the model's inputs only
 
     step = slicer.training_step(model, loss_fn, x, y, optimizer=slicer.AdamW(lr=1e-3))   # loss, backward, update
-    opt = slicer.AdamW(lr=slicer.schedules.cosine(1e-3, total_steps=1000, warmup_steps=100), clip_grad_norm=1.0)
     loss, *new = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="x", dim=0, axes="x")]).run(x, y)
     tactics = slicer.strategies.zero(step, "x", stage=3)  # a training step (ImportedProgram with roles): FSDP
 
-Every error Slicer raises for something the user can change is a `slicer.SlicerError`.
-
-The names are loaded when first read (PEP 562, `slicer.core.lazy`): `import slicer.core.names` does not load
-the compiler, and a low layer imports alone.
+Every error Slicer raises for something the user can change is a `slicer.SlicerError`. More: docs/module-notes.md.
 """
 
 from .core.errors import INTERNAL as _INTERNAL
@@ -32,7 +28,7 @@ _EXPORTS = {
     "Mesh": ".core.mesh",
     "Tile": ".tactics", "Replicate": ".tactics", "Remat": ".tactics", "parse_tactics": ".tactics",
     "format_tactics": ".tactics",
-    "compile": ".api", "auto": ".api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
+    "compile": ".api", "auto": ".automatic_api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
     "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
     "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",

@@ -25,13 +25,10 @@ from pathlib import Path
 import numpy as np
 from mlir import ir
 
-from slicer.automatic import AutoResult, search_tactics
-from slicer.automatic.options import format_bytes
 from slicer.checking import check_equivalent
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
 from slicer.core.errors import (
-    AutoError,
     CompileError,
     DegradedStrategy,
     InvalidTactic,
@@ -61,12 +58,12 @@ from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
-from slicer.strategies import follow_arguments, remat_plans
+from slicer.strategies import follow_arguments
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
-from slicer.viz import MemoryReport, ShardingPicture, memory_report, source_names, value_picture
+from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
+from slicer.viz.block_picture import uneven_dims
 from slicer.viz.remat_memory import RematReport, remat_units
-from slicer.viz.sharding import uneven_dims
 
 
 @dataclass(frozen=True)
@@ -141,7 +138,7 @@ class Program:
             object.__setattr__(self, "_names", names)
         return dict(self._names)
 
-    def sharding(self, what, *, grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
+    def picture(self, what, *, grid_dims: tuple[int, ...] | None = None) -> BlockPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
         "result0", a value of the kernel graph ("%4", as `explain()` lists them) or a name from the source
         ("w1"), or the name of an argument or result (a model's input "x" or parameter "fc1.weight"). `.text()`
@@ -149,8 +146,8 @@ class Program:
         return value_picture(self.graph, what, self.original, names=self.value_names(), grid_dims=grid_dims)
 
     def show(self, what, *, png: str | Path | None = None, grid_dims: tuple[int, ...] | None = None) -> None:
-        """Print the sharding picture of a value (see `sharding`); with `png`, also draw it into that file."""
-        picture = self.sharding(what, grid_dims=grid_dims)
+        """Print the block picture of a value (see `picture`); with `png`, also draw it into that file."""
+        picture = self.picture(what, grid_dims=grid_dims)
         print(picture.text())
         if png is not None:
             picture.png(png)
@@ -443,60 +440,6 @@ def _overlap_passes(module: ir.Module, chunks: int | None, bucket: int | None) -
         run_pipeline(module, f"slicer-bucket-collectives{{bucket-bytes={bucket}}}")
 
 
-def auto(program, mesh, *, memory_budget=None, tactics: Sequence[Tactic] = (), objective: str = "time",
-         entry: str | None = None) -> AutoResult:
-    """Search the tactics that partition `program` (text, IR, or an `ImportedProgram` from `slicer.from_torch` or
-    `slicer.training_step`) on `mesh` fastest within `memory_budget` (bytes per device, or "2GiB"; None: no
-    limit); `tactics` are the user's own, kept first and completed; `objective` "time" or "memory". The search's
-    best few candidates are compiled and ranked again by their kernel graphs' cost and exact peak memory
-    (automatic/verification.py). Returns an `AutoResult`: `.tactics` for `slicer.compile`, `.predicted_seconds`,
-    `.memory_bytes`, `.explain()`, `.text()` (the text form). Raises `AutoError` for a bad mesh, budget or
-    objective and when nothing fits the budget."""
-    if isinstance(program, ImportedProgram):
-        def search(extra=()):
-            return search_tactics(program.text, mesh, memory_budget=memory_budget, tactics=tactics,
-                                  objective=objective, entry=entry or program.entry, arg_names=program.arg_names,
-                                  arg_roles=program.arg_roles, result_names=program.result_names,
-                                  follow_results=bool(program.result_names),
-                                  compile_graph=_graph_of(program, entry, extra))
-        try:
-            return search()
-        except AutoError as exc:
-            if memory_budget is None or not program.arg_roles:
-                raise
-            return _auto_with_remat(program, search, exc)
-    text = program if isinstance(program, str) else str(program)
-    return search_tactics(text, mesh, memory_budget=memory_budget, tactics=tactics, objective=objective, entry=entry,
-                          compile_graph=_graph_of(text, entry))
-
-
-def _auto_with_remat(step: ImportedProgram, search, refused: AutoError) -> AutoResult:
-    """`auto` when no layout fits the budget: the search again with each remat plan of `remat_plans(step)`,
-    cheapest recomputation first, every candidate compiled with it (its peak and time, recomputation included,
-    are the compiled kernel graph's); the first plan under which a layout fits, or the first refusal."""
-    for remat in remat_plans(step):
-        try:
-            found = search((remat,))
-        except AutoError:
-            continue
-        why = (f"rematerialisation {remat.policy} on {remat.pattern}: without remat {refused} With it the compiled "
-               f"peak is {format_bytes(found.memory_bytes)}; remat plans are tried cheapest recomputation first "
-               f"({', '.join(p.policy for p in remat_plans(step))})")
-        return replace(found, tactics=found.tactics + (remat,), why_remat=why)
-    raise refused
-
-
-def _graph_of(program, entry, extra=()):
-    """The real pipeline for `auto`'s verification: `program` compiled with some tactics (and the tactics
-    `extra` after them: a remat plan) -> its kernel graph (a lost split is a warning `compile` gives; the
-    candidate is priced as it compiles, so it is not repeated)."""
-    def compile_graph(tactics, mesh) -> KernelGraph:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DegradedStrategy)
-            return compile(program, mesh=mesh, tactics=tuple(tactics) + tuple(extra), entry=entry).graph
-    return compile_graph
-
-
 def _say_degraded(module: ir.Module, strict: bool) -> None:
     """Warn of every degraded tactic the partitioner noted (`slicer.spmd.degraded`), once per cause (a tactic lost
     in every layer for one reason is one warning: `by_cause`), or raise with `strict`."""
@@ -536,4 +479,4 @@ _DYNAMIC = ("slicer.compile partitions and runs programs whose shapes are known 
             "slicer.propagate accept dynamic dims and tile the static ones only.")
 
 
-__all__ = ["Program", "Timings", "apply_tactics", "auto", "compile", "propagate"]
+__all__ = ["Program", "Timings", "apply_tactics", "compile", "propagate"]

@@ -12,27 +12,7 @@ concatenation, earlier strategies first (tactics are applied in order, docs/tact
     tactics = st.data_parallel(step, "x") + tp + st.zero(step, "x", stage=3, mesh=mesh, after=tp)
     prog = slicer.compile(step, mesh=mesh, tactics=tactics)
 
-- `data_parallel`: every input tiled on dim 0 (the batch); parameters and state stay replicated (no tactic).
-- `zero` stages 1 and 2: data parallel, and each parameter's optimizer state (arguments and results) tiled on
-  dim 0, so the update runs on shards (gradients reduce-scattered), and the parameter's result replicated (the
-  updated parameter all-gathered, leaving as it came in); both stages give the same tactics (the gradients feed
-  only the sharded update, so they are sharded either way). Stage 3 (FSDP): the parameters too (arguments and
-  results) instead. A parameter without optimizer state (plain SGD) has nothing to shard below stage 3.
-- `remat`: the forward computation of the modules matching a pattern (`blocks.*`) recomputed in the backward
-  pass under a policy (a `Remat` tactic, applied after partitioning by `slicer-remat`; docs/remat.md).
-- `megatron`: parameters matching a `column` pattern tiled on dim 0 (torch `nn.Linear` weights are
-  [out, in]; a bias the pattern matches too), matching a `row` pattern on dim 1 (a 1-D parameter matching a
-  row pattern, a row-parallel bias, stays replicated), with their optimizer state and results tiled the same.
-
-Composition. Repeating a tactic is harmless (the rewriter applies it once). Two strategies tiling the same dim of
-one value over different axes are refused by the rewriter (`TacticError`: a dim is tiled by one tactic). So
-`zero(..., after=tactics)` takes the tactics it comes after: a parameter whose dim 0 they tile is sharded on its
-first dim they leave free (a column-parallel weight [out, in] tiled on out over y: FSDP over x tiles in, and the
-x all_gather rebuilds exactly the y block Megatron computes with), and a value they already tile over `axis` is
-left alone. A sharded dim the axis does not divide is cut into padded blocks; dims of size 1 and 0-d state
-(`step`) stay replicated; so does a parameter with no dim left free. Below stage 3, the result of a parameter
-that `after` tiles gets no Replicate (it would conflict with their tile): its layout over `axis` is then the
-propagated one (sharded, as its update), not its argument's.
+Details: docs/module-notes.md, `strategies.py`.
 """
 
 from __future__ import annotations

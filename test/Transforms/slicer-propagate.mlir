@@ -430,7 +430,7 @@ func.func @embedding_over_the_vocabulary(%idx: tensor<3xi64>, %table: tensor<16x
 "slicer.mesh"() {sym_name = "mesh", axes = ["x"], shape = array<i64: 2>} : () -> ()
 // A partial sum (a sum loop's result: a gradient under ZeRO) read by an update on its rows' blocks
 // (a reduce_scatter) and by a sum of squares whole (an all_reduce): the sum of squares reads the same blocks
-// instead (shared layout), a sum loop over x of its blocks' sums; an elementwise reader (no reduction over the
+// instead (shared blocks), a sum loop over x of its blocks' sums; an elementwise reader (no reduction over the
 // rows) still reads it whole.
 // CHECK-LABEL: func.func @shared_blocks_of_a_partial_sum
 // CHECK: %[[G:[0-9]+]] = "slicer.loop"

@@ -1,7 +1,7 @@
 """Automatic partitioning (docs/tactics.md, "Automatic partitioning"): search the tactics of a program on a mesh
 under a memory budget, and explain the choice.
 
-`search_tactics` reads the program once (`sketch.py`), groups its arguments (`candidates.py`), prices layouts
+`search_tactics` reads the program once (`sketch.py`), groups its arguments (`candidates.py`), prices tilings
 with a model of propagation, partitioning, kernels and collectives (`cost_model.py`) in a greedy descent
 (`descent.py`), compiles its best few candidates when given the pipeline and ranks them again by the compiled
 programs' cost (`verification.py`, `graph_cost.py`), and returns an `AutoResult` (`explanation.py`).
@@ -17,7 +17,7 @@ from slicer.core.errors import AutoError, CompileError, InvalidTactic
 from slicer.tactics import Replicate, Tile, format_tactics
 
 from .cost_model import Estimate, Evaluator
-from .descent import Predicted, Search, timed_search
+from .descent import Predicted, TacticSearch, timed_search
 from .explanation import AutoResult
 from .machine import Machine
 from .options import check_mesh, check_objective, format_bytes, parse_budget
@@ -45,7 +45,7 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
         names = sketch.arg_names
         follow = {r: names.index(n) for r, n in enumerate(sketch.result_names) if n and n in names}
     evaluator = Evaluator(sketch, mesh, follow=follow)
-    search = Search(sketch, mesh, roles=arg_roles, budget=budget, tactics=tactics, objective=objective,
+    search = TacticSearch(sketch, mesh, roles=arg_roles, budget=budget, tactics=tactics, objective=objective,
                     evaluator=evaluator)
     _check_user_tactics(search, tactics)
     choice, est, _ = timed_search(search, refuse=compile_graph is None)
@@ -70,7 +70,7 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
                       len(tactics), search.estimate({}), tuple((k, tuple(v)) for k, v in counts.items()), compiled)
 
 
-def _refuse_compiled(search: Search, chosen) -> None:
+def _refuse_compiled(search: TacticSearch, chosen) -> None:
     """AutoError: compiled, none of the candidates tried fits the budget."""
     tiles = format_tactics(chosen.tactics) or "everything replicated"
     raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(search.budget)} per device on "
@@ -79,7 +79,7 @@ def _refuse_compiled(search: Search, chosen) -> None:
                     "or use a larger mesh")
 
 
-def _check_user_tactics(search: Search, tactics) -> None:
+def _check_user_tactics(search: TacticSearch, tactics) -> None:
     """CompileError for a user tactic naming an axis the mesh lacks (the rewriter would say so after the
     search; saying it first saves the search)."""
     for tactic in tactics:
@@ -89,5 +89,5 @@ def _check_user_tactics(search: Search, tactics) -> None:
                                    f"not have (axes: {', '.join(search.mesh.axis_names)})")
 
 
-__all__ = ["AutoResult", "Estimate", "Evaluator", "Machine", "Predicted", "Search", "Sketch", "read_sketch",
+__all__ = ["AutoResult", "Estimate", "Evaluator", "Machine", "Predicted", "TacticSearch", "Sketch", "read_sketch",
            "search_tactics"]

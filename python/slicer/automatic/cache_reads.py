@@ -1,9 +1,9 @@
 """Which of a device's reads miss its cache (`CacheClock`), for `Machine.op_time`'s two bandwidths.
 
-The same optimizer kernel of a GPT training step (AdamW over every parameter, 20 MiB moved) ran in 0.42 ms on
-this machine when it ran alone, over and over, and in 0.72 ms inside the step: there its parameters, moments
-and gradients were last touched a whole forward and backward earlier, and come from memory, not from the
-cache. A bandwidth fitted to small probes, all of whose data stays cached, prices such reads 2-3x too fast.
+The same optimizer kernel of a GPT training step runs much slower inside the step than alone, over and over
+(benchmarks/README.md, "Figures behind the code"): there its parameters, moments and gradients were last touched
+a whole forward and backward earlier, and come from memory, not from the cache. A bandwidth fitted to small
+probes, all of whose data stays cached, prices such reads too fast.
 
 The clock counts the bytes one device stores (each op's results, each collective's) and the bytes it reads from
 memory; a read of a value is cold when more than `capacity` bytes (`Machine.cache_bytes`: the device's share of

@@ -3,7 +3,7 @@ may tile.
 
 Values that propagation ties together are decided once:
 - a parameter and its optimizer state (`exp_avg.<param>`, `momentum.<param>`, ...: same shape, updated
-  elementwise together, so any other layout of the state costs a collective per step);
+  elementwise together, so any other tiling of the state costs a collective per step);
 - the copies of one parameter in every layer (`blocks.0.attn.q.weight`, `blocks.1.attn.q.weight`: names equal
   once their numbers are replaced by `*`, same shape): the same role in the same computation.
 A variable of the search is one (group, axis) pair; its value is the dim the axis tiles, or None. Two axes that
@@ -19,7 +19,7 @@ from slicer.core.mesh import Mesh
 from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.patterns import matching
 
-from .cost_model import Layout
+from .cost_model import Tiling
 from .sketch import Sketch
 
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)")
@@ -72,10 +72,10 @@ def options(group: Group, mesh: Mesh, axis: str) -> list[int | None]:
     return [None] + [d for d, extent in enumerate(group.shape) if extent % size == 0 and extent >= size]
 
 
-def layouts_of(sketch: Sketch, mesh: Mesh, groups: list[Group], choice: dict, fixed: dict[int, Layout]):
-    """Argument layouts from a choice {(group index, axis): dim}, or None when a dim is not divisible by the
+def tilings_of(sketch: Sketch, mesh: Mesh, groups: list[Group], choice: dict, fixed: dict[int, Tiling]):
+    """Argument tilings from a choice {(group index, axis): dim}, or None when a dim is not divisible by the
     axes that tile it together."""
-    layouts = [fixed.get(i, ((),) * len(s)) for i, s in enumerate(sketch.shapes[:sketch.num_args])]
+    tilings = [fixed.get(i, ((),) * len(s)) for i, s in enumerate(sketch.shapes[:sketch.num_args])]
     for g, group in enumerate(groups):
         dims: dict[int, tuple[str, ...]] = {}
         for axis in mesh.axis_names:
@@ -88,12 +88,12 @@ def layouts_of(sketch: Sketch, mesh: Mesh, groups: list[Group], choice: dict, fi
             if len(axes) > 1 and group.shape[d] % mesh.group_size(axes):
                 return None
         for m in group.members:
-            layouts[m] = tuple(dims.get(d, ()) for d in range(len(sketch.shapes[m])))
-    return tuple(layouts)
+            tilings[m] = tuple(dims.get(d, ()) for d in range(len(sketch.shapes[m])))
+    return tuple(tilings)
 
 
-def tactics_of(sketch: Sketch, groups: list[Group], layouts, named: bool) -> list[Tactic]:
-    """The tactics that lay the groups' arguments out as `layouts`: one pattern per group member kind when the
+def tactics_of(sketch: Sketch, groups: list[Group], tilings, named: bool) -> list[Tactic]:
+    """The tactics that lay the groups' arguments out as `tilings`: one pattern per group member kind when the
     pattern names exactly the group's arguments, else one tactic per argument (positions when unnamed)."""
     tactics: list[Tactic] = []
     names = sketch.arg_names
@@ -102,18 +102,18 @@ def tactics_of(sketch: Sketch, groups: list[Group], layouts, named: bool) -> lis
         for m in group.members:
             kinds.setdefault(layer_pattern(names[m]), []).append(m)
         for pattern, members in kinds.items():
-            layout = layouts[members[0]]
-            if not any(layout):
+            tiling = tilings[members[0]]
+            if not any(tiling):
                 continue
             exact = named and sorted(matching(pattern, names)) == sorted(members)
             targets = [pattern] if exact else [names[m] if named else m for m in members]
             for target in targets:
-                tactics += [Tile(arg=target, dim=d, axes=axes) for d, axes in enumerate(layout) if axes]
+                tactics += [Tile(arg=target, dim=d, axes=axes) for d, axes in enumerate(tiling) if axes]
     return tactics
 
 
-def resolve_fixed(sketch: Sketch, tactics: tuple[Tactic, ...]) -> dict[int, Layout]:
-    """The argument layouts the user's own tactics fix (a `Replicate` fixes a whole argument; tactics on
+def resolve_fixed(sketch: Sketch, tactics: tuple[Tactic, ...]) -> dict[int, Tiling]:
+    """The argument tilings the user's own tactics fix (a `Replicate` fixes a whole argument; tactics on
     results fix nothing here, nor does a `Remat`: it places no value)."""
     fixed: dict[int, list] = {}
     for tactic in tactics:

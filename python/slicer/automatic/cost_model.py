@@ -1,29 +1,17 @@
-"""What a layout of the arguments costs: a model of propagation and partitioning over the `Sketch`, priced with
-this machine's kernel and collective figures.
+"""What a tiling of the arguments costs: a model of propagation and partitioning over the `Sketch` (each op's
+share in `op_partition.py`), priced with this machine's kernel and collective figures.
 
-Each op takes the tilings its operands bring, in the order of the tactics they come from (an earlier argument
-wins, as propagation's earlier tactic does): a tiled operand dim tiles the loop it walks, unless that loop or
-that axis is already taken, the dim walks no loop, or the op has a dim on that loop the tiling does not divide and
-cannot pad (`OpSketch.even_sizes`); then the operand is all_gathered. An operand that is a
-partial sum is all_reduced before the op, or reduce_scattered when the op's loop it walks is tiled over the
-same axes. A tiled reduction loop leaves partial sums; a tiled dim of an embedding table too. Results that must
-leave laid out as an argument (a training step's next parameters) are converted at the end.
-
-Time: each op's FLOPs at the contraction rate (a reduction with products) or the vector rate, or the bytes it reads
-and stores at the memory bandwidth, whichever is slower, on the device's block of its loop nest; collectives at
-`CostModel.seconds` (latency + the busiest device's bytes / bandwidth, calibrated per axis by
-`slicer-plan --calibrate`) with each step's busiest-device count (`redistribution.steps`). The runtime starts a
-collective as soon as its input exists and waits where it is used (`runtime/executor.py`): a collective on a
-serial link overlaps the kernels in between, up to `Machine.overlap` of its time; the rest is exposed.
-Memory: as the kernel graph counts it (`memory.py`: arguments, results and the values that cross kernels; a
-gathered copy while its op runs).
+Time: each op's FLOPs at the contraction or vector rate, or the bytes it moves at the memory bandwidth, whichever
+is slower, on the device's block of its loop nest; collectives at `CostModel.seconds` with each step's
+busiest-device count, started as soon as their input exists and waited for where they are used, overlapping the
+kernels in between up to `Machine.overlap`. Memory: as the kernel graph counts it (`peak_memory.py`). The model
+in full: docs/tactics.md, "Automatic partitioning".
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
@@ -32,15 +20,16 @@ from slicer.spmd.bucketing import bucket_bytes
 
 from .cache_reads import CacheClock
 from .machine import Machine
+from .op_partition import partition_op
 from .peak_memory import MemoryTrace
 from .sketch import FREE_OPS, INSERT_SLICE, VIEW_OPS, OpSketch, Sketch
 from .value_uses import copy_reads, last_uses, view_readers, view_roots
 
-Layout = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
+Tiling = tuple[tuple[str, ...], ...]  # per dim: the axes tiling it, major to minor
 
 
 @dataclass(frozen=True)
-class Collective:
+class ModelledCollective:
     """One collective the model expects: its kind, axes, bytes the busiest device receives, time, the op."""
 
     kind: str
@@ -58,15 +47,15 @@ class Estimate:
     exposed: float = 0.0
     overlapped: float = 0.0
     peak_bytes: int = 0
-    collectives: list[Collective] | None = field(default_factory=list)  # None: not kept (`figures`)
+    collectives: list[ModelledCollective] | None = field(default_factory=list)  # None: not kept (`figures`)
 
     @property
     def total(self) -> float:
         return self.compute + self.exposed
 
     def figures(self) -> Estimate:
-        """The figures alone, its collectives not kept (None): what the search ranks layouts by, and what a
-        forked search process sends back (`parallel.run_tasks`; hundreds of collectives per layout)."""
+        """The figures alone, its collectives not kept (None): what the search ranks tilings by, and what a
+        forked search process sends back (`parallel.run_tasks`; hundreds of collectives per tiling)."""
         return replace(self, collectives=None)
 
 
@@ -80,9 +69,9 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
     issuing) is never hidden; it runs while the others catch up, and the rank then waits for what is left of the
     transfer, at least `1 - machine.overlap` of it (the rest hides behind kernels). This is how
     `graph_cost.price_graph` prices a compiled program's collectives (the figures of `Machine` were fitted there),
-    so the search ranks layouts as the compiled programs are ranked: waiting for the lag and then doing the rank's
-    work put every collective used at once 0.1 ms above its compiled price (a GPT-2 block's Megatron all_reduces on
-    2x2: 1.52 ms modelled, 1.33 compiled). A bucket's later members ride along: no lag, no work of their own."""
+    so the search ranks tilings as the compiled programs are ranked: waiting for the lag and then doing the rank's
+    work priced every collective used at once above its compiled price. A bucket's later members ride along: no
+    lag, no work of their own."""
     lag, cpu = (0.0, 0.0) if bucketed else (machine.sync_seconds, machine.collective_seconds)
     start = max(max(posted, run.gate) + lag, run.link)
     run.link = start + transfer
@@ -93,14 +82,14 @@ def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: floa
 
 
 class Evaluator:
-    """Prices layouts of one sketch's arguments on one mesh (see the module docstring)."""
+    """Prices tilings of one sketch's arguments on one mesh (see the module docstring)."""
 
     def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
                  follow: dict[int, int] | None = None):
         self.sketch, self.mesh = sketch, mesh
         self.comm = comm or CostModel.default()
         self.machine = machine or Machine.default()
-        self.follow = follow or {}  # result index -> the argument whose layout it leaves in
+        self.follow = follow or {}  # result index -> the argument whose tiling it leaves in
         self.root = view_roots(sketch)  # a view's result -> the value whose bytes it shares
         self.last_use = last_uses(sketch, self.root)
         self.bucket_limit = bucket_bytes(self.comm)
@@ -109,12 +98,12 @@ class Evaluator:
         self._local: dict = {}
         self._priced: dict = {}  # a collective's figures by (kind, axes, local bytes, bucketed)
         self._orders: dict = {}
-        self._shapes: dict = {}  # (op index, its operands' states) -> `_Run.shape_of`
-        # A value's state (layout, priority, partial axes) as a small number, so that an op's key is a tuple of
+        self._shapes: dict = {}  # (op index, its operands' states) -> `op_partition.partition_op`
+        # A value's state (tiling, priority, partial axes) as a small number, so that an op's key is a tuple of
         # numbers, not of nested tuples of axis names hashed at every read; each value starts replicated.
         self._state_ids: dict[tuple, int] = {}
         self.replicated = {v: ((),) * len(shape) for v, shape in enumerate(sketch.shapes)}
-        self.default_states = {v: self.state_id(layout, 0, None) for v, layout in self.replicated.items()}
+        self.default_states = {v: self.state_id(tiling, 0, None) for v, tiling in self.replicated.items()}
         # Per op, read once for the thousands of evaluations: each operand's root (-1 for none) and whether the
         # op is a view (it makes no fill).
         self.op_roots = [tuple(self.root.get(v, v) if v >= 0 else -1 for v in op.operands) for op in sketch.ops]
@@ -136,19 +125,19 @@ class Evaluator:
             found = self._groups[axes] = self.mesh.group_size(axes)
         return found
 
-    def state_id(self, layout: Layout, prio: int, partial) -> int:
-        """The number of a value's state: its layout, priority and partial axes (None: never set)."""
-        key = (layout, prio, partial)
+    def state_id(self, tiling: Tiling, prio: int, partial) -> int:
+        """The number of a value's state: its tiling, priority and partial axes (None: never set)."""
+        key = (tiling, prio, partial)
         found = self._state_ids.get(key)
         if found is None:
             found = self._state_ids[key] = len(self._state_ids)
         return found
 
-    def local_bytes(self, value: int, layout: Layout) -> int:
-        key = (value, layout)
+    def local_bytes(self, value: int, tiling: Tiling) -> int:
+        key = (value, tiling)
         found = self._local.get(key)
         if found is None:
-            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in layout))
+            found = self._local[key] = self._nbytes[value] // max(1, math.prod(self.group(a) for a in tiling))
         return found
 
     def _collective(self, est: Estimate, kind, axes, local: int, where: str, bucketed: bool = False) -> float:
@@ -161,7 +150,7 @@ class Evaluator:
         if found[0] is None:
             return 0.0
         ordered, busiest, seconds, extra = found
-        est.collectives.append(Collective(kind, ordered, busiest, seconds + extra, where))
+        est.collectives.append(ModelledCollective(kind, ordered, busiest, seconds + extra, where))
         return seconds
 
     def _price_collective(self, kind, axes, local: int, bucketed: bool) -> tuple:
@@ -186,9 +175,9 @@ class Evaluator:
             found = self._orders[axes] = _mesh_order(self.mesh, axes)
         return found
 
-    def evaluate(self, layouts: tuple[Layout, ...]) -> Estimate:
-        """The estimate of the program with argument `i` laid out as `layouts[i]`."""
-        run = _Run(self, layouts)
+    def evaluate(self, tilings: tuple[Tiling, ...]) -> Estimate:
+        """The estimate of the program with argument `i` laid out as `tilings[i]`."""
+        run = _Run(self, tilings)
         for index, op in enumerate(self.sketch.ops):
             run.op(index, op)
         run.finish()
@@ -197,25 +186,25 @@ class Evaluator:
 
 
 class _Run:
-    """One evaluation: each value's layout, partial axes and priority; the clock, the link and live bytes."""
+    """One evaluation: each value's tiling, partial axes and priority; the clock, the link and live bytes."""
 
-    def __init__(self, ev: Evaluator, layouts: tuple[Layout, ...]):
+    def __init__(self, ev: Evaluator, tilings: tuple[Tiling, ...]):
         self.ev, self.est = ev, Estimate()
         sk = ev.sketch
         n = sk.num_args
-        args = tuple(layouts[:n]) + tuple(ev.replicated[i] for i in range(len(layouts), n))
-        self.layout: dict[int, Layout] = dict(ev.replicated)
-        self.layout.update(enumerate(args))
+        args = tuple(tilings[:n]) + tuple(ev.replicated[i] for i in range(len(tilings), n))
+        self.tiling: dict[int, Tiling] = dict(ev.replicated)
+        self.tiling.update(enumerate(args))
         # values tiled or partial: the others take the fast path
-        self.distributed: set[int] = {i for i, layout in enumerate(args) if any(layout)}
+        self.distributed: set[int] = {i for i, tiling in enumerate(args) if any(tiling)}
         self.partial: dict[int, frozenset[str]] = dict.fromkeys(range(n), frozenset())
         self.prio: dict[int, int] = {i: i for i in range(n)}
         self.ready: dict[int, float] = dict.fromkeys(range(n), 0.0)
         self.state: dict[int, int] = dict(ev.default_states)  # each value's `Evaluator.state_id`
         empty = frozenset()
-        self.state.update((i, ev.state_id(layout, i, empty)) for i, layout in enumerate(args))
+        self.state.update((i, ev.state_id(tiling, i, empty)) for i, tiling in enumerate(args))
         self.memory = MemoryTrace(len(sk.ops), ev.bucket_limit)
-        argument_bytes = [ev.local_bytes(i, layout) for i, layout in enumerate(args)]
+        argument_bytes = [ev.local_bytes(i, tiling) for i, tiling in enumerate(args)]
         self.memory.arguments(argument_bytes)
         self.cache = CacheClock.of(ev.machine, sum(argument_bytes))
         self.clock = self.link = 0.0
@@ -227,8 +216,8 @@ class _Run:
         # when the current kernel began (its first op): a collective after it starts no earlier (`wait_for`)
         self.gate, self.gate_kernel = 0.0, 0
 
-    def lay(self, v: int) -> Layout:
-        return self.layout[v]
+    def lay(self, v: int) -> Tiling:
+        return self.tiling[v]
 
     def communicate(self, v: int, kind: str, axes, local: int, where: str, bucketable: bool = False) -> None:
         """A collective of value `v`: started when `v` is ready and the link free, waited for now. All_reduces
@@ -258,35 +247,6 @@ class _Run:
             self.buckets[key] = (self.at, local)
         self.clock += wait_for(self.est, self.ev.machine, self.ready.get(v, 0.0), self, transfer, bucketed)
 
-    def assign_loops(self, op: OpSketch):
-        """Loop -> axes from the tiled operands in priority order; the operand dims that must be gathered and
-        the axes of tiled table dims (partial sums)."""
-        wanted = []
-        layout, prio, nbytes = self.layout, self.prio, self.ev._nbytes
-        for k, v in enumerate(op.operands):
-            if v < 0:
-                continue
-            for d, axes in enumerate(layout[v]):
-                if axes:
-                    wanted.append((prio.get(v, 0), -nbytes[v], k, d, axes))
-        loops: dict[int, tuple[str, ...]] = {}
-        used: set[str] = set()
-        gathers, table_axes = [], set()
-        for _, _, k, d, axes in sorted(wanted):
-            loop = op.operand_loops[k][d] if op.ruled and d < len(op.operand_loops[k]) else None
-            if (k, d) in op.gathers and not used & set(axes):
-                table_axes |= set(axes)
-                used |= set(axes)
-            elif loop is not None and loops.get(loop) == axes:
-                continue
-            elif loop is None or loop in loops or used & set(axes) or (loop in op.reductions and not op.summable) \
-                    or (op.even_sizes and op.even_sizes[loop] % self.ev.group(axes)):
-                gathers.append((k, d, axes))  # (the last: a dim the tiling does not divide, where it cannot be padded)
-            else:
-                loops[loop] = axes
-                used |= set(axes)
-        return loops, gathers, table_axes
-
     def op(self, index: int, op: OpSketch) -> None:
         ev = self.ev
         operands = op.operands
@@ -296,16 +256,16 @@ class _Run:
         if self.distributed.isdisjoint(operands):
             self.replicated_op(index, op)
             return
-        layout, prio, partial, state = self.layout, self.prio, self.partial, self.state
+        tiling, prio, partial, state = self.tiling, self.prio, self.partial, self.state
         # A view of partial sums read by an op tiled over some axes: propagation takes the view into that op's loop
         # nest, which slices the partial sums themselves, so they are reduced there (FSDP's weight gradients, each
-        # reshaped from its per-head layout, are reduced at the optimizer's update of the weight's shard, not in the
+        # reshaped from its per-head tiling, are reduced at the optimizer's update of the weight's shard, not in the
         # backward pass); read by ops computed whole, the view is one of them and reduces its operand.
         through = ev.op_views[index] and bool(partial.get(operands[0])) and self.tiled_reader(index)
         key = (index, through, *[state[v] if v >= 0 else -1 for v in operands])
         shape = ev._shapes.get(key)
         if shape is None:
-            shape = ev._shapes[key] = self.shape_of(op, through)
+            shape = ev._shapes[key] = partition_op(ev, op, tiling, prio, self.partial, through)
         gathers, gathered_operands, reductions, fill_divides, result_prio, reduced, results, work = shape
         roots = ev.op_roots[index]
         if gathers:
@@ -328,7 +288,7 @@ class _Run:
                 if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
                     self.communicate(v, *reduction[:3], op.line, bucketable=reduction[3])
                     partial[v] = frozenset()
-                    state[v] = ev.state_id(layout[v], prio.get(v, 0), partial[v])
+                    state[v] = ev.state_id(tiling[v], prio.get(v, 0), partial[v])
                 if roots[k] in fills:
                     self.make_fill(roots[k], fill_divides[k])
         elif fills:
@@ -341,7 +301,7 @@ class _Run:
         memory = self.memory
         memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:
-            layout[v], prio[v], state[v] = result, result_prio, result_state
+            tiling[v], prio[v], state[v] = result, result_prio, result_state
             partial[v] = reduced
             if distributed:
                 self.distributed.add(v)
@@ -357,65 +317,9 @@ class _Run:
     def tiled_reader(self, index: int) -> bool:
         """A reader of view `index`'s result (through further views) has an operand already tiled: an argument's
         block (a weight's shard under its update) or a value made before the view."""
-        layout = self.layout
-        return any(u >= 0 and u in self.distributed and any(layout[u])
+        tiling = self.tiling
+        return any(u >= 0 and u in self.distributed and any(tiling[u])
                    for reader in self.ev.view_readers[index] for u in self.ev.sketch.ops[reader].operands)
-
-    def shape_of(self, op: OpSketch, through: bool = False) -> tuple:
-        """What `op` does with its operands' current layouts, priorities and partial axes, and only those (the
-        evaluator remembers it by them, numbered as states, `Evaluator._shapes`: a search prices thousands of
-        layouts that differ in one group, so most ops see the same operands again): the operand dims it gathers
-        (value, dim, axes, block bytes, gathered bytes, whether it makes the whole copy: a value gathered on two dims
-        is gathered one dim after the other) and those operands' positions; per operand the reduction
-        of a partial sum (kind, axes, block bytes; empty when none has one) and the share of a fill it makes; its
-        results' priority and partial axes; per result (value, layout, bytes per device, tiled or partial, state);
-        and its work for `op_seconds` (the share of its loop nest, bytes stored, bytes read per operand)."""
-        ev, layout = self.ev, self.layout
-        loops, gathers, table_axes = self.assign_loops(op)
-        divide = math.prod(ev.group(a) for a in loops.values()) or 1
-        result_prio = min([self.prio.get(v, 0) for v in op.operands if v >= 0 and any(layout[v])] or [10 ** 9])
-        reduced = frozenset({a for loop, axes in loops.items() if loop in op.reductions for a in axes} | table_axes)
-        gathered, running = [], dict[Any, Any]()
-        # A value gathered on several dims is gathered one dim after another, into the whole value: the last
-        # all_gather's copy is counted whole (`running`). Each transfer stays priced on the shard, as the model's
-        # time figures were fitted: pricing the second on the partly gathered copy it moves sent the search on the
-        # GPT training step on 2x2 under its budget to a program 1.46x slower compiled.
-        for k, d, axes in gathers:
-            v = op.operands[k]
-            local = ev.local_bytes(v, layout[v])
-            running[v] = running.get(v, local) * ev.group(axes)
-            gathered.append((v, d, axes, local, running[v]))
-        last = {g[0]: i for i, g in enumerate(gathered)}
-        gathered = [(*g, last[g[0]] == i) for i, g in enumerate(gathered)]  # + whether it makes the whole copy
-        reductions, fill_divides = list[Any](), []
-        for k, v in enumerate(op.operands):
-            uses = op.operand_loops[k] if op.ruled and k < len(op.operand_loops) else ()
-            fill_divides.append(math.prod(ev.group(loops[u]) for u in uses if u in loops))
-            partial = self.partial.get(v) if v >= 0 else None
-            if partial and k == 0 and through:
-                reduced |= partial  # the view's reader slices the partial sums: reduced there (see `op`)
-                partial = None
-            if not partial:
-                reductions.append(None)
-                continue
-            axes = ev.mesh_order(partial)
-            scatter = [d for d, u in enumerate(uses) if u is not None and loops.get(u) == axes and not layout[v][d]]
-            # (`spmd/bucketing.py` buckets a reduce_scatter of dim 0 only)
-            reductions.append(("reduce_scatter" if scatter else "all_reduce", axes, ev.local_bytes(v, layout[v]),
-                               not scatter or scatter[0] == 0))
-        results, produced = [], 0
-        for r, v in enumerate(op.results):
-            if v < 0:
-                continue
-            uses = op.result_loops[r] if op.ruled and r < len(op.result_loops) else ()
-            result = tuple(loops.get(u, ()) if u is not None else () for u in uses) or ((),) * len(ev.sketch.shapes[v])
-            nbytes = 0 if op.cheap or v in ev.root else ev.local_bytes(v, result)
-            results.append((v, result, nbytes, bool(reduced or any(result)), ev.state_id(result, result_prio, reduced)))
-            produced += nbytes
-        read = [ev._nbytes[v] // share if v >= 0 and v not in ev.cheap_values else 0
-                for v, share in zip(op.operands, fill_divides)]  # each operand's block the device walks
-        return (tuple(gathered), {k for k, _, _ in gathers}, tuple(reductions) if any(reductions) else (),
-                tuple(fill_divides), result_prio, reduced, tuple(results), (divide, produced, tuple(read)))
 
     def read_by_gathers(self, index: int, gathered: set[int], roots: tuple[int, ...]) -> None:
         """Op `index` reads its operands `gathered` as gathered copies: a value it is the last reader of, read here
@@ -503,7 +407,7 @@ class _Run:
         for r, v in enumerate(sk.results):
             if v < 0:
                 continue
-            want = self.ev_layout_of_result(r, v)
+            want = self.result_tiling(r, v)
             partial = self.partial.get(v, frozenset())
             if partial:
                 axes = ev.mesh_order(partial)
@@ -515,7 +419,7 @@ class _Run:
                     self.communicate(v, "all_gather", axes, ev.local_bytes(v, self.lay(v)), "the results")
         self.est.peak_bytes = int(self.memory.peak(ev.last_use, sk.results, ev.last_reader))
 
-    def ev_layout_of_result(self, r: int, v: int) -> Layout:
+    def result_tiling(self, r: int, v: int) -> Tiling:
         arg = self.ev.follow.get(r)
         if arg is None:
             return self.lay(v)  # a free result leaves as computed

@@ -1,18 +1,19 @@
-"""The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each layout
+"""The search: greedy descent with local improvement over the (group, axis) variables of `candidates.py`, each tiling
 priced by `cost_model.Evaluator`.
 
 Each sweep tries every value of every variable (larger groups first, so a model's weights are decided before its
 small inputs when they dominate, and the other way round) and keeps a change as soon as it lowers the objective;
 sweeps repeat until none helps. Descents start from: the model's arguments decided with the data kept whole (so
 tiling the data first does not block tensor parallelism that needs it whole); nothing tiled and the data tiled over
-each set of axes (`Search.seeds`); and starting points composed per mesh axis (`Search.composed`): 1-D patterns,
+each set of axes (`TacticSearch.seeds`); and starting points composed per mesh axis
+(`TacticSearch.composed`): 1-D patterns,
 the end points of descents over one axis's variables alone (by the objective, by time ignoring the budget, by
 memory, from the data tiled, with the data whole), assigned to each axis in every combination, the best kept for
 each set of axes the data is tiled over. A descent changes one variable at a time, so from data over both axes of
 a 2-D mesh it never reaches data over one axis with Megatron over the other (several variables must change at
-once, each change alone raising the peak); the composed start is that layout. The best end point wins. The
+once, each change alone raising the peak); the composed start is that tiling. The best end point wins. The
 objective is lexicographic: first the bytes above the budget, then time (objective "time") or peak memory
-("memory"). Every layout is priced once (a cache by choice). The descents from different starts are
+("memory"). Every tiling is priced once (a cache by choice). The descents from different starts are
 independent: they run side by side, one forked process per core (`parallel.py`), with the same answers."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from slicer.core.errors import AutoError
 from slicer.core.mesh import Mesh
 from slicer.tactics import Tactic, format_tactics
 
-from .candidates import Group, layouts_of, make_groups, options, resolve_fixed, tactics_of
+from .candidates import Group, make_groups, options, resolve_fixed, tactics_of, tilings_of
 from .cost_model import Estimate, Evaluator
 from .options import format_bytes
 from .parallel import run_tasks
@@ -35,11 +36,11 @@ from .sketch import Sketch
 
 MAX_SWEEPS = 6
 #: The share of the budget the search keeps free: the model's peaks run a few % below the compiled programs' for
-#: some layouts (the GPT training step on 8 devices: data -3%, Megatron -4%; FSDP within 1% since the model follows
+#: some tilings (the GPT training step on 8 devices: data -3%, Megatron -4%; FSDP within 1% since the model follows
 #: the compiled program's gathered copies and gradient buckets), and a candidate the model puts just under the
 #: budget that compiles over it costs a second compile (seconds), so the search plans for a slightly smaller budget;
 #: compiled programs are checked against the budget. 2% (when the model erred by up to 5%) left out FSDP's GPT
-#: forward on 2x4, modelled exactly, under a budget 2% above its peak: no layout found fit.
+#: forward on 2x4, modelled exactly, under a budget 2% above its peak: no tiling found fit.
 PLANNING_MARGIN = 0.01
 
 
@@ -68,7 +69,7 @@ class Decision:
     alternatives: tuple[tuple[int | None, Estimate | None], ...]
 
 
-class Search:
+class TacticSearch:
     """One search on one sketch and mesh (see the module docstring)."""
 
     def __init__(self, sketch: Sketch, mesh: Mesh, *, roles=(), budget: int | None = None, tactics=(),
@@ -82,12 +83,12 @@ class Search:
         self.evaluator = evaluator or Evaluator(sketch, mesh)
         self.cache: dict = {}
         self._tactics: dict = {}
-        self._pricing = [0, 0.0]  # layouts priced here and their seconds: what a descent is expected to cost
+        self._pricing = [0, 0.0]  # tilings priced here and their seconds: what a descent is expected to cost
         self.symmetries = [] if self.fixed else axis_symmetries(mesh, self.evaluator.comm)
 
     def estimate(self, choice: dict, complete: bool = False) -> Estimate | None:
-        """The model's estimate of the layout `choice` (priced once); `complete`: with its collectives, which a
-        layout priced by a forked process (`descents`) comes back without."""
+        """The model's estimate of the tiling `choice` (priced once); `complete`: with its collectives, which a
+        tiling priced by a forked process (`descents`) comes back without."""
         key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
         usable = lambda est: not complete or est is None or est.collectives is not None  # noqa: E731
         if key in self.cache and usable(self.cache[key]):
@@ -98,8 +99,8 @@ class Search:
                 self.cache[key] = _renamed(self.cache[mirror], rename, self.mesh)
                 return self.cache[key]
         started = time.perf_counter()
-        layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
-        self.cache[key] = None if layouts is None else self.evaluator.evaluate(layouts)
+        tilings = tilings_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
+        self.cache[key] = None if tilings is None else self.evaluator.evaluate(tilings)
         self._pricing[0] += 1
         self._pricing[1] += time.perf_counter() - started
         return self.cache[key]
@@ -107,10 +108,10 @@ class Search:
     def descents(self, tasks: list) -> list[dict]:
         """The end points of independent descents (`tasks`, each a call of `descend`), side by side on the
         machine's cores (`parallel.run_tasks`; the same answers as one after another). A descent is expected
-        to price a sweep's worth of layouts at the mean cost of those priced so far."""
+        to price a sweep's worth of tilings at the mean cost of those priced so far."""
         count, seconds = self._pricing
-        per_layout = seconds / count if count else 0.0
-        return run_tasks(tasks, self.cache, per_layout * 2 * len(self.variables),
+        per_tiling = seconds / count if count else 0.0
+        return run_tasks(tasks, self.cache, per_tiling * 2 * len(self.variables),
                          compact=lambda est: None if est is None else est.figures())
 
     def score(self, est: Estimate | None, exact: bool = False) -> tuple:
@@ -277,9 +278,9 @@ class Search:
         """The tactics of `choice` (remembered: verification formats the same candidates' tactics repeatedly)."""
         key = tuple(sorted((k, v) for k, v in choice.items() if v is not None))
         if key not in self._tactics:
-            layouts = layouts_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
+            tilings = tilings_of(self.sketch, self.mesh, self.groups, dict(key), self.fixed)
             named = any(not n.startswith("arg") or not n[3:].isdigit() for n in self.sketch.arg_names)
-            self._tactics[key] = tuple(tactics_of(self.sketch, self.groups, layouts, named))
+            self._tactics[key] = tuple(tactics_of(self.sketch, self.groups, tilings, named))
         return list(self._tactics[key])
 
     def decisions(self, choice: dict) -> list[Decision]:
@@ -295,7 +296,7 @@ class Search:
 
 def axis_symmetries(mesh: Mesh, comm) -> list[dict[str, str]]:
     """The renamings of the mesh's axes that change no figure of the model: axes of the same size and the same
-    link figures exchanged (on a 2x2 mesh, x for y). A layout and its image under one cost the same (the model
+    link figures exchanged (on a 2x2 mesh, x for y). A tiling and its image under one cost the same (the model
     orders axes only by the mesh, breaks no tie by an axis's name), so the search prices one of each pair: the
     descents from data over x and from data over y are mirror images, step for step. None with more than 5
     axes (the permutations would cost more than they save) or none of the same size."""
@@ -312,7 +313,7 @@ def axis_symmetries(mesh: Mesh, comm) -> list[dict[str, str]]:
 
 
 def _renamed(est: Estimate | None, rename: dict[str, str], mesh: Mesh) -> Estimate | None:
-    """The estimate of a layout's mirror image: the same figures, its collectives over the renamed axes."""
+    """The estimate of a tiling's mirror image: the same figures, its collectives over the renamed axes."""
     if est is None or est.collectives is None:
         return est
     order = mesh.axis_names
@@ -321,7 +322,7 @@ def _renamed(est: Estimate | None, rename: dict[str, str], mesh: Mesh) -> Estima
     return replace(est, collectives=collectives)
 
 
-def timed_search(search: Search, refuse: bool = True) -> tuple[dict, Estimate, float]:
+def timed_search(search: TacticSearch, refuse: bool = True) -> tuple[dict, Estimate, float]:
     start = time.perf_counter()
     choice, est = search.run(refuse)
     return choice, est, time.perf_counter() - start

@@ -41,7 +41,7 @@ class AutoResult:
     @functools.cached_property
     def decisions(self) -> tuple[Decision, ...]:
         """Every variable of the search with its value and its alternatives' estimates, priced when first asked
-        (for `explain`: up to a hundred layouts on a training step, ~1 s the answer need not wait for)."""
+        (for `explain`: up to a hundred tilings on a training step, work the answer need not wait for)."""
         return tuple(self.decide()) if self.decide is not None else ()
 
     def text(self) -> str:
@@ -54,7 +54,7 @@ class AutoResult:
         p = self.predicted_seconds
         budget = f", budget {format_bytes(self.budget)}" if self.budget is not None else ""
         lines = [f"automatic partitioning on mesh {self.mesh} (objective {self.objective}{budget}): "
-                 f"{self.evaluations} layouts priced in {self.search_seconds:.2f} s",
+                 f"{self.evaluations} tilings priced in {self.search_seconds:.2f} s",
                  f"tactics: {self.text() or '(none: everything replicated)'}",
                  f"predicted per run: {_ms(p.total)} = compute {_ms(p.compute)} + communication exposed "
                  f"{_ms(p.exposed)} (overlapped {_ms(p.overlapped)}); "

@@ -19,7 +19,7 @@ from slicer.lowering.kernel_graph import CollectiveNode, KernelGraph
 from slicer.redistribution import subaxes
 
 from .cache_reads import CacheClock
-from .cost_model import Collective, Estimate, moved_reads, op_seconds
+from .cost_model import Estimate, ModelledCollective, moved_reads, op_seconds
 from .machine import Machine
 from .sketch import FREE_OPS, Sketch, read_kernels
 
@@ -31,7 +31,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
     (a calibration prices the same graphs with many sets of figures: counting the peak every time was 40% of its
     fit)."""
     kernels = graph_kernels(graph) if kernels is None else kernels
-    collectives: list[Collective] = []
+    collectives: list[ModelledCollective] = []
     est = Estimate(collectives=collectives)
     clock = link = 0.0
     gate = 0.0  # when the rank is about to run the last kernel so far: a collective starts no earlier (`schedule`)
@@ -67,7 +67,7 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
                 cache.made(node.output, graph.value_bytes(node.output))
             where = graph.values[node.output].loc or graph.values[node.input].loc
             extra = machine.sync_seconds + machine.collective_seconds
-            collectives.append(Collective(node.op, axes, busiest, seconds + extra, where))
+            collectives.append(ModelledCollective(node.op, axes, busiest, seconds + extra, where))
             continue
         gate = clock
         wait(node.inputs)

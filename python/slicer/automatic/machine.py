@@ -53,9 +53,9 @@ class Machine:
     kernel_seconds: float = 2.0e-5
     # Per array a kernel call is given or returns (its descriptor, its output's allocation, the runtime's count of
     # what it holds): a training step's optimizer kernels take and return hundreds. The compiled price
-    # (`graph_cost`) charges it; the search's model does not: it is about the same for every layout of a program,
+    # (`graph_cost`) charges it; the search's model does not: it is about the same for every tiling of a program,
     # and charged there it moved the search on the GPT training step on 2x2 under its budget (a near-tie of
-    # layouts whose modelled peaks err differently) to one compiled 1.5x slower than FSDP.
+    # tilings whose modelled peaks err differently) to one compiled much slower than FSDP.
     array_seconds: float = 1.0e-6
     run_seconds: float = 1.0e-4  # a run's fixed cost on the ranks (argument and result blocks, the first call)
     sync_seconds: float = 5.0e-5

@@ -8,7 +8,7 @@ contraction rate, the other ops' arithmetic rate, the bandwidth of data in cache
 (`cache_reads.py`), the fixed costs, the cost per array a kernel takes or returns, a collective's own costs),
 keeping the ratios within a group, which came from whole programs: a handful of probes pins seven scales down from
 run to run, not eight figures. It minimises the squared log-ratios of predicted to
-measured times (relative errors: a 30 us probe and a 3 ms one count alike) over the scales' logarithms, with a
+measured times (relative errors: a short probe and a long one count alike) over the scales' logarithms, with a
 weak pull towards the starting figures (`PRIOR`): a group no probe exercises (on one rank, the collectives') keeps
 its figures. Levenberg-Marquardt with a forward-difference Jacobian, from 16 starts (`fit_machine`): seven scales
 and a few probes, so a few thousand pricings of small graphs (a second); numpy has no non-linear least squares and
@@ -37,8 +37,8 @@ STEP = 1e-4  # the Jacobian's step in log-scales
 #: The figures fitted as one scale per group: the contraction rate, the other ops' arithmetic rate, the
 #: bandwidths of data in cache and from memory, the fixed costs, the cost per kernel array (per op, kernel and
 #: run), a collective's own costs. The built-in figures' ratios within a group come from whole programs (GPT
-#: forwards and training steps); a few probes cannot separate them (the fit of every figure on its own swung from
-#: run to run of the same probes, 60-270 GFLOP/s for the other ops).
+#: forwards and training steps); a few probes cannot separate them (the fit of every figure on its own swung
+#: widely from run to run of the same probes).
 SCALED_TOGETHER = (("contraction_flops",), ("vector_flops",), ("bandwidth",), ("memory_bandwidth",),
                    ("op_seconds", "kernel_seconds", "run_seconds"), ("array_seconds",),
                    ("sync_seconds", "collective_seconds"))
@@ -72,7 +72,7 @@ def fit_machine(samples: Sequence[tuple[KernelGraph, float]], comm, start: Machi
 
     # An op other than a contraction costs the slower of its arithmetic and its bytes, so the fit has a valley
     # per way of splitting the ops between the two: descend from the built-in scales and from the two rates
-    # 4x and 16x faster or slower each, and keep the best (the two bandwidths shifted alike).
+    # factors of 4 and 16 up or down each, and keep the best (the two bandwidths shifted alike).
     vector, bandwidths = SCALED_TOGETHER.index(("vector_flops",)), [SCALED_TOGETHER.index(("bandwidth",)),
                                                                      SCALED_TOGETHER.index(("memory_bandwidth",))]
     starts = []

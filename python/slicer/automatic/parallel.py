@@ -1,12 +1,12 @@
 """Independent descents of the search run side by side, one forked process per core.
 
-The descents of `descent.Search.run` from different starting points share nothing but the cache of priced
-layouts, which only saves work: a descent's end point depends on its start alone (the model is a pure function
-of the layout). So on a machine with more than one core the search forks one process per further core (up to
+The descents of `descent.TacticSearch.run` from different starting points share nothing but the cache of priced
+tilings, which only saves work: a descent's end point depends on its start alone (the model is a pure function
+of the tiling). So on a machine with more than one core the search forks one process per further core (up to
 the number of tasks); every process, this one included, takes the next task not taken yet until none is left,
-and each child sends back its tasks' results and the layouts it priced, which join this process's cache. The
-answers are the ones the tasks give run one after another, in the same order. On this 2-core machine the
-4-layer GPT training step's search on 2x4 under its budget takes 4.1-4.5 s instead of 7.8.
+and each child sends back its tasks' results and the tilings it priced, which join this process's cache. The
+answers are the ones the tasks give run one after another, in the same order (the time it saves:
+benchmarks/README.md, `auto.py`).
 
 Forked rather than spawned: a child starts with the sketch, the evaluator and its memos, and the cache in place,
 so nothing is pickled on the way in. `multiprocessing`'s pools pickle each work item, here a bound method of a
@@ -67,7 +67,7 @@ def run_tasks(tasks: Sequence[Callable[[], object]], cache: dict, seconds_per_ta
     sending back: the search's estimates without their list of collectives, re-priced here if needed).
 
     Tasks are handed out one at a time from a counter in shared memory, in order, to whichever process is
-    free (descents take 0.1 to 1.5 s: a fixed split left one process waiting for the other)."""
+    free (descents differ widely in length: a fixed split left one process waiting for the other)."""
     count = processes(len(tasks), seconds_per_task)
     if count == 1:
         return [task() for task in tasks]

@@ -1,4 +1,4 @@
-"""Peak bytes per device of a priced layout, counted as the kernel graph counts them (`KernelGraph.
+"""Peak bytes per device of a priced tiling, counted as the kernel graph counts them (`KernelGraph.
 live_bytes_per_node`): arguments from the start to their last use, results to the end, and otherwise only the values
 that cross from one kernel to another; a value made and used inside one kernel lives in registers and scratch rows,
 not in a stored block; a kernel holds all its inputs and outputs while it runs. Kernels end where a collective is (the
@@ -69,7 +69,7 @@ class MemoryTrace:
                 for members in self.members.values() for group in greedy_buckets(members, self.bucket_bytes)]
 
     def resize(self, value: int, nbytes: int) -> None:
-        """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's layout is known)."""
+        """Value `value` is stored as `nbytes` per device (a fill, sized once its consumer's tiling is known)."""
         index, kernel, _ = self.born[value]
         self.born[value] = (index, kernel, nbytes)
 
@@ -160,7 +160,7 @@ class MemoryTrace:
             end = last.get(op_kernel[end], end) if end < num_ops else end
             diff[index + 2] += nbytes
             diff[max(end, index) + 2] -= nbytes
-        # The running sum of `diff` plus each position's copies, at C speed (a search asks this of every layout
+        # The running sum of `diff` plus each position's copies, at C speed (a search asks this of every tiling
         # it prices: a Python loop over the positions was a tenth of the search's time).
         copies = map(operator.add, self.transient, packed)
         running = itertools.accumulate(diff[:self.num_ops + 2])

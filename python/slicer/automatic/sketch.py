@@ -2,7 +2,7 @@
 op of the entry function as the loops its operands and results walk (from the rule table, `slicer.rules`), its
 work (FLOPs, bytes) and whether it is a contraction.
 
-The search evaluates thousands of layouts; reading the IR and deriving rules once makes each evaluation a walk
+The search evaluates thousands of tilings; reading the IR and deriving rules once makes each evaluation a walk
 over Python tuples (`cost_model.evaluate`), with no MLIR and no rewriting.
 """
 

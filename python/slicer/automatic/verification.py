@@ -1,25 +1,10 @@
-"""The search's answer checked on the real pipeline: its best few distinct layouts compiled (tactics, propagation,
+"""The search's answer checked on the real pipeline: its best few distinct tilings compiled (tactics, propagation,
 partitioning, the schedule's rewrites, the kernel graph: whatever `compile_graph` does, `slicer.compile` for
 `slicer.auto`) and ranked again by the compiled programs' own cost (`graph_cost.price_graph`: their kernels'
 FLOPs and bytes, their collectives, their exact peak memory), so the memory budget is checked on what will run
 and the explanation names the collectives the program really has.
 
-Compiling a 4-layer GPT training step takes seconds, so candidates are compiled best first while the next compile
-(expected to take as long as the slowest so far) would end within the search's time limit (`TIME_LIMIT`, counted from
-the search's start), at most `TOP`; the first is always compiled. Without a budget they are the best distinct layouts:
-not the variants of one the model prices alike (`candidates(distinct=True)`). While none compiled fits the budget (the
-model's peaks are estimates: tiling a bias may cost a compiled program more than the model says), up to `TOP_OVER` are
-tried, past the time limit too (a refusal where a layout fits is worse than a slow answer: the GPT step on 2x2 under
-its budget, with this machine's calibrated figures, was refused after three compiles 0.6-1.9% over, where FSDP's
-layout fits); a candidate the model prices within 1% of one compiled is skipped (the same program as far as the model
-tells: over the budget, it would compile over it too); after each that compiles over the budget the rest are ranked
-again with the model's peaks scaled by the compiled/modelled ratio seen; after the first, the best of that ranking is
-compiled next (the GPT step on 2x4, 0.2% over: it fits, where the smallest peak of another family was 1.6x slower);
-then the best layout by the budget itself and the smallest modelled peak of each family of layouts, fastest first
-(`other_families`: the GPT forward on 2x4, the first two 37% and 7% over, FSDP's layout fits), then both rankings in
-turn (the axes the data's batch is tiled over: the model's peak errs per family, low for Megatron's and high for
-FSDP's on the GPT training step). Once one fits, a candidate is also skipped when its model figure is more than
-`PRUNE` times slower than the best compiled one's.
+Details: docs/module-notes.md, `automatic/verification.py`.
 """
 
 from __future__ import annotations
@@ -43,7 +28,7 @@ TIME_LIMIT = 10.0
 @dataclass(frozen=True)
 class Compiled:
     """One candidate compiled: its choice (the search's variables), its tactics and its cost priced on the
-    kernel graph; `model` the search model's estimate of the same layout."""
+    kernel graph; `model` the search model's estimate of the same tiling."""
 
     choice: dict
     tactics: tuple
@@ -54,10 +39,10 @@ class Compiled:
 
 def candidates(search, choice: dict, count: int = TOP, seen=(), scale: float = 1.0,
                distinct: bool = False) -> list[dict]:
-    """The search's choice, then the best other layouts it priced whose tactics differ (and are not in `seen`),
+    """The search's choice, then the best other tilings it priced whose tactics differ (and are not in `seen`),
     best first by the search's objective with every modelled peak times `scale`; with `distinct`, none the model
     prices alike (`_same`) with one before it: the verification's few compiles go to different programs, not to
-    one layout and its variants with a tiled bias or position table (the GPT step on 2 ranks without a budget: the
+    one tiling and its variants with a tiled bias or position table (the GPT step on 2 ranks without a budget: the
     model's best three were ZeRO-3 of the MLP weights and two such variants, data parallelism fourth, within 1%;
     compiled, data parallelism is the faster by 2%, measured by 7%)."""
     def key(c):
@@ -89,7 +74,7 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
     """Compile the best candidates (see the module docstring); each a `Compiled`, in the order compiled.
     A candidate the pipeline refuses (a `SlicerError`) is skipped. After a candidate compiles over the budget,
     the next ones alternate between the search's ranking and one with the model's peaks scaled by the smallest
-    compiled/modelled ratio of those over the budget (the model's error differs from layout to layout)."""
+    compiled/modelled ratio of those over the budget (the model's error differs from tiling to tiling)."""
     found: list[Compiled] = []
     machine, comm = search.evaluator.machine, search.evaluator.comm
     queues = [candidates(search, choice, TOP_OVER) if search.budget is not None
@@ -111,7 +96,7 @@ def verify(search, choice: dict, user_tactics: tuple, compile_graph, started: fl
         late = found and time.perf_counter() - started + max(c.seconds for c in found) > TIME_LIMIT
         if (fits and (late or len(found) >= TOP)) or len(found) >= TOP_OVER:
             break  # the next compile (about as long as the slowest so far) would end past the limit; while none
-            #        fits, the search goes on past it: a refusal where a layout fits is worse than a slow answer
+            #        fits, the search goes on past it: a refusal where a tiling fits is worse than a slow answer
         model = search.estimate(cand)
         if any(_same(model, c.model) for c in found):
             continue  # the same program as far as the model tells (over the budget: it would compile over it too)
@@ -141,10 +126,10 @@ def family(search, choice: dict) -> frozenset:
 
 
 def other_families(search, tried: set) -> list[dict]:
-    """After every candidate compiled so far is over the budget: the best layout by the budget itself not tried, then
+    """After every candidate compiled so far is over the budget: the best tiling by the budget itself not tried, then
     the smallest modelled peak of each family (`family`) not tried, fastest first of those the model puts under the
-    budget. The model's peak errs per kind of layout (on the GPT training step, 3% high for FSDP and 3% low for
-    Megatron), so a layout of another kind the model puts just over the budget may fit where those of the kind
+    budget. The model's peak errs per kind of tiling (on the GPT training step, 3% high for FSDP and 3% low for
+    Megatron), so a tiling of another kind the model puts just over the budget may fit where those of the kind
     compiled do not, and the smallest of a kind is the one most likely to fit."""
     by_family: dict = {}
     for key, est in search.cache.items():
@@ -154,14 +139,14 @@ def other_families(search, tried: set) -> list[dict]:
     for keys in by_family.values():  # the smallest of each family not tried (tactics formatted only as needed)
         keys.sort(key=lambda k: search.cache[k].peak_bytes)
         smallest.append(next((k for k in keys if format_tactics(search.tactics(dict(k))) not in tried), None))
-    # the families' smallest, the compiled candidates' own included (the layout of that kind sharding the most:
+    # the families' smallest, the compiled candidates' own included (the tiling of that kind sharding the most:
     # FSDP among the data-parallel ones), fastest first of those the model puts under the budget: on the GPT step
-    # over 2x2 under a budget 2% above FSDP's peak, with this machine's calibrated figures, three layouts compiled
+    # over 2x2 under a budget 2% above FSDP's peak, with this machine's calibrated figures, three tilings compiled
     # 0.6-1.9% over it; the smallest of another family fit but priced 1.12x FSDP, which is its own family's smallest
     found = [dict(k) for k in sorted((k for k in smallest if k is not None),
                                      key=lambda k: search.score(search.cache[k], exact=True))]
-    # first, the best by the budget itself (not the planning budget, `Search.score(exact=True)`) not tried: the
-    # margin the search plans with may have left out the one layout the model puts under the budget that compiles
+    # first, the best by the budget itself (not the planning budget, `TacticSearch.score(exact=True)`) not tried: the
+    # margin the search plans with may have left out the one tiling the model puts under the budget that compiles
     # under it (FSDP's GPT forward on 2x4 under a budget 2% above its peak, modelled exactly: 0.04% over the plan)
     exact = sorted((k for k, est in search.cache.items() if est is not None),
                    key=lambda k: search.score(search.cache[k], exact=True))

@@ -36,7 +36,8 @@ NARROW_FLOATS = ("bf16", "f16")
 
 @functools.cache
 def bfloat16() -> np.dtype:
-    """ml_dtypes' bfloat16, loaded on first use: importing ml_dtypes costs ~0.5 s of CPU (its extension registers
+    """ml_dtypes' bfloat16, loaded on first use: importing ml_dtypes costs a noticeable part of a second of CPU
+    (its extension registers
     every type it has), which every process (each `slicer-opt`, each rank) would pay whether or not it meets a
     bf16 value. A process that holds a bf16 array has loaded it already."""
     import ml_dtypes  # costly: see above (test_layers allows it)
@@ -91,8 +92,8 @@ def sum_blocks(blocks, dtype=None) -> np.ndarray:
 
 def sum_into(rows, out: np.ndarray) -> None:
     """`out` = the sum of `rows` (arrays of `out`'s shape and dtype, a narrow float) in their order, in f32,
-    rounded once. bf16 widens by a shift of its bits (exact, and 1.6x faster for the whole sum than numpy's
-    casting inside `np.add.reduce`: 2 rows of 2M elements in 5.0 ms against 8.1 ms)."""
+    rounded once. bf16 widens by a shift of its bits (exact, and faster for the whole sum than numpy's casting
+    inside `np.add.reduce`)."""
     wide = accumulation_dtype(out.dtype)
     if element_type(out.dtype) != "bf16":
         np.copyto(out, np.add.reduce(rows, axis=0, dtype=wide), casting="unsafe")

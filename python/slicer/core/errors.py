@@ -4,41 +4,7 @@ All derive from `SlicerError`, so a tool catches one class and prints the messag
 wrong (naming the op, axis, dim, tactic or file, and where) and what would fix it. Anything else that escapes
 (a `KeyError`, an `IndexError`, "internal error in slicer pass ...") is a bug in Slicer.
 
-    SlicerError
-    ├── CompileError        the program cannot be partitioned or compiled as asked
-    │   ├── PassFailure     a pass found errors in its input (located diagnostics)
-    │   │   └── TacticError     tactics that do not fit the program or mesh
-    │   ├── PipelineError   a pass pipeline that does not parse, an unknown pass or option
-    │   │   └── OptionError     a pass option that does not exist, does not parse or is out of range
-    │   ├── EntryError      no function, or several, match the function a request names
-    │   ├── StepMismatch    check-each-step: a step changed what the program computes
-    │   ├── AutoError       automatic partitioning cannot search as asked, or nothing fits the budget
-    │   ├── BudgetExceeded  a stage stopped at its budget (an internal error: propagation that does not
-    │   │   │               converge, a kernel that does not compile in time); names where, saves a reproducer
-    │   │   └── PropagationError  propagation exceeded its rewrite budget
-    │   └── Unsupported     a component declines an input it does not handle (caught inside Slicer)
-    │       ├── NoRule      an op with no propagation rule
-    │       └── NotAContraction, NotRowwise   a kernel generator leaves an op to tile-and-vectorize
-    ├── InvalidTactic       a tactic value that is wrong on its own
-    ├── FrontendError       a model or function that cannot be imported (slicer.from_torch)
-    ├── RedistributionError a distributed type, plan or dtype that is invalid
-    │   └── MeshError       a malformed mesh, or an axis or rank it does not have
-    ├── KernelError         a kernel that cannot be compiled or called as asked (JitError: the JIT's)
-    ├── KernelGraphError    an SPMD function that cannot be cut into kernels and collectives
-    ├── VizError            a value, picture or timeline that cannot be shown as asked
-    ├── InternalError       an invariant of Slicer does not hold: a bug in Slicer; report it
-    ├── UnknownName         `slicer.<name>` for a name the package does not have (an AttributeError too)
-    └── RunError            a run failed
-        ├── InputError      an input array or file that does not match the program
-        ├── LaunchError     the MPI job could not be started or did not finish
-        ├── ResourceError   the job does not fit the host (cores, memory)
-        ├── SimulationError the in-process simulator cannot run the program
-        └── KernelAssertionError a run-time check of the program failed on its data
-
-Warnings (the program runs and is right, but not as asked; Python's `warnings`, not exceptions):
-
-    SlicerWarning
-    └── DegradedStrategy    a tactic's split was lost: its value gathered, an op computed whole on every device
+Details: docs/module-notes.md, `core/errors.py`.
 """
 
 from __future__ import annotations
@@ -111,7 +77,7 @@ class FrontendError(SlicerError, ValueError):
 
 
 class RedistributionError(SlicerError, ValueError):
-    """An invalid distributed type, plan, dtype or spec for the redistribution machinery."""
+    """An invalid distributed type, plan, dtype or text form for the redistribution machinery."""
 
 
 class MeshError(RedistributionError):

@@ -94,7 +94,7 @@ class Mesh:
         """Parse ``"x=2,y=4"`` (spaces allowed)."""
         text = text.strip()
         if not text:
-            raise MeshError("empty mesh spec: write axes as name=size, e.g. 'x=2,y=4'")
+            raise MeshError("empty mesh: write axes as name=size, e.g. 'x=2,y=4'")
         pairs = []
         for part in text.split(","):
             if "=" not in part:

@@ -110,8 +110,8 @@ BUILT_DIALECTS = ("func", "arith", "linalg", "tensor", "math", "memref", "scf", 
 """The dialects Slicer builds ops of (through the bindings' builders or `ir.Operation.create`; `tosa` for
 `YIELD`), loaded into every context it makes (`dialect.make_context`). Others load when first used: a user's
 `index` or `complex` when parsed, `transform` when the kernel vectorizer parses its script, a pass's dependent
-dialects when it runs. Loading all ~60 registered dialects, as a default `ir.Context()` does, cost ~5 ms per
-context (thousands per test run); these cost ~2."""
+dialects when it runs. Loading all ~60 registered dialects, as a default `ir.Context()` does, costs more than
+twice as much per context (thousands per test run)."""
 
 # -- upstream attributes Slicer reads or writes (op names come from the bindings: `linalg.GenericOp.OPERATION_NAME`)
 SYM_NAME_ATTR = "sym_name"

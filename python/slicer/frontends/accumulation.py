@@ -9,24 +9,7 @@ What it computes is torch's accumulation loop (with `torch.optim`, foreach=False
     clip_grad_norm_(...)                           # if asked for (clipping.py), on the accumulated gradients
     optimizer.step()
 
-and the step's loss is the sum of the `loss_i / k`: the mean of the micro-batch losses. For a loss that is a mean
-over the batch's samples (cross-entropy, MSE), the micro-batches being equal, that mean is the whole batch's
-loss and the accumulated gradient the whole batch's gradient (to rounding). Micro-batch i is rows i, i + k,
-i + 2k, ... of every batch tensor (dim 0), not the i-th contiguous chunk: taken as `t.reshape(B / k, k, ...)
-[:, i]`, every block of a batch tiled on dim 0 (data parallel, B / k a multiple of the devices) holds its own
-share of every micro-batch, so a micro-batch is split over the devices as the batch is, with no communication;
-a contiguous chunk lies on a few devices and would be gathered (`Tile` degraded).
-
-Modules with state see the micro-batches as torch's loop does: batch norm in training mode normalizes each
-micro-batch by its own statistics and updates its running statistics k times (`num_batches_tracked` += k).
-Dropout's masks (`randomness.py`) are drawn at the step's counter with the sites numbered from 0 in each
-micro-batch, and indexed in the whole batch (`randomness.micro_batch_index`): a tensor whose dim 0 holds whole
-samples gets the whole batch's mask at its samples, so the masks are those of the same step without
-accumulation; another tensor (say [S, B, D]) gets distinct draws that are not.
-
-Memory. The program is the loop unrolled: k forward and backward passes in order, each micro-batch's
-activations dead once its backward has run, so the peak holds one micro-batch's activations (plus the
-accumulated gradients) instead of the whole batch's. The program, and its compile time, grow linearly in k.
+Details: docs/module-notes.md, `frontends/accumulation.py`.
 """
 
 from __future__ import annotations

@@ -3,45 +3,8 @@
 torch-mlir's linalg is correct but written for a single device: named ops next to explicit transposes,
 keepdim reductions into `[B, S, 1]` tensors, softmax's max with an unused argmax result, and a fused QKV
 projection cut into its pieces with `tensor.extract_slice`. Propagation can push a tiling through all of it
-only once the program says which dims are which. The cleanup, upstream passes wherever they exist:
-
-1. `linalg-generalize-named-ops`: every linalg op as a `linalg.generic` (transposes become indexing maps);
-   `linalg-fold-unit-extent-dims`: keepdim unit dims dropped (a `(d0, d1, 0)` map blocks the reshape fusion
-   below); `canonicalize`.
-2. `split_into_pieces` (`pieces.py`; upstream has no pass for it): `extract_slice`s that cut one dim of a
-   tensor into aligned pieces of equal size (`qkv[..., 16:32]` of a 48-wide dim) take a piece of an
-   `expand_shape` of that dim instead (`[.., 48] -> [.., 3, 16]`, piece `[.., 1, ..]`, rank-reducing). The
-   piece's dims are then dims of the tensor, so tiling the heads of Q tiles dim 16 of the expanded QKV
-   projection. Slices of slices are pieces of pieces.
-3. `linalg-fuse-elementwise-ops`: elementwise chains fused, unused results (softmax's argmax) erased, and the
-   `expand_shape`s above propagated into their producers by expanding their loops (so the QKV weight is read
-   as `[3, 16, D]`); `canonicalize`, `cse`.
-4. `reshape_per_use` (`pieces.py`): fusion folds a reshape into its consumers only when it has one use, so a
-   `[B, S, D] -> [B * S, D]` collapse read twice (the backward of a linear layer: the weight's gradient and
-   the bias's; the targets of a loss) stays, and S, the minor dim of its group, cannot be tiled through it
-   (sequence parallelism would gather the loss's logits). Each use gets its own copy (and the expand_shape of
-   a fill read elsewhere too its own fill) and step 3 runs again, until no further reshape folds.
-
-Before all of it, `drop_reciprocal_asserts`: torch-mlir guards every float reciprocal (BatchNorm's
-`1 / sqrt(var + eps)`) with `cf.assert %x != 0, "unimplemented: tensor with zero element"`. torch has no such
-check (its reciprocal of 0 is inf, which the division computes anyway), and the assert is a side effect that
-elementwise fusion cannot erase: it stays behind as a result-less `linalg.generic` per consumer, reading the conv
-output, which propagation leaves replicated and partitioning gathers (3 all_gathers in a small CNN under data
-parallelism). Dropping the asserts keeps torch's semantics and leaves no such op.
-
-Each step ends with the module verified. The input is a valid module (torch-mlir's), so a step that fails or
-leaves an invalid one is a bug in Slicer: an `InternalError` naming the step, the op and the model's Python
-line (and `cleanup=False`, which imports without the cleanup), never a raw `MLIRError`.
-
-Fences. Elementwise fusion fuses a producer into its consumer when the consumer is its only user, which merges
-a chain of adds `a1 = g0 + g1; a2 = a1 + g2; ...` into one op reading every `g` at the end of the chain: where
-the chain is meant to be computed step by step (gradient accumulation, `accumulation.py`: each micro-batch's
-gradient added as soon as it exists, so that it dies), the fused op would keep all of them live. A traced
-function returns such values as extra trailing results, the "fences" (a second user, so they stay separate ops);
-`clean_up(module, fences=n)` drops its last n results once the fusion ran.
-
-Elementwise producers fused into a contraction are recomputed per output element of the contraction
-(layer norm inside the QKV matmul): the same program, partitionable as one op.
+only once the program says which dims are which. The cleanup runs upstream passes wherever they exist; its
+steps: docs/module-notes.md, `frontends/cleanup.py`.
 """
 
 from __future__ import annotations

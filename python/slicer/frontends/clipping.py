@@ -11,15 +11,7 @@ Clipping runs between the backward pass and the optimizer's update, on the gradi
   need each one reduced first);
 - by value, as `torch.nn.utils.clip_grad_value_(params, clip_value)`: every `g = clamp(g, -v, v)`.
 
-Asked for either way: the optimizer's `clip_grad_norm=` option (`slicer.SGD(lr=0.1, clip_grad_norm=1.0)`), or
-the loss function calling `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` (as a torch training loop does
-after `loss.backward()`): `LossGuard` intercepts those calls while the loss function is traced and records them,
-so both give the same program. The requests apply in the order made, the loss function's before the optimizer's.
-
-Calls inside the loss function that Slicer would otherwise ignore silently are a FrontendError naming the call
-(`LossGuard`): reading or writing a parameter's `.grad` (the step's gradients exist only after the loss),
-`loss.backward()`, a torch optimizer's `step()`, and the other gradient helpers of torch.nn.utils
-(`get_total_norm`, `clip_grads_with_norm_`).
+Details: docs/module-notes.md, `frontends/clipping.py`.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def _correlate(aten, grad_output, weight, padding):
     """sum_f dy[n, f] (*) w[f, c] flipped, padded by `padding`: [N, C, ...]. A 1x1 kernel is a batched matmul
     (torch-mlir lowers a 1x1 convolution to a generic reading the weight by index, which no GEMM takes). The
     flip is a product with the anti-identity over the kernel window, a tiny contraction: torch-mlir's `flip`
-    reads by computed index, element by element (70 ms for ResNet-18's 512x512x3x3 weight)."""
+    reads by computed index, element by element (slow on ResNet-18's 512x512x3x3 weight)."""
     import torch  # optional dependency; only called while torch traces
 
     f, c, kh, kw = weight.shape

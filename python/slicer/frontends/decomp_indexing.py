@@ -13,21 +13,7 @@ lowers to one `linalg.generic` (after fusion) that partitions like a contraction
     scatter_add(x, d, i, s)[.., v, ..]  = x[.., v, ..] + sum_j where(onehot[.., j, v], s[.., j, ..], 0)
     scatter(x, d, i, s)                 = where(any_j onehot, that sum, x)
 
-Each pick is exact (one term of the sum; no product by 0 or 1, so infinities stay); accumulations add the same
-terms as torch, in another order. `scatter` without accumulation where an index repeats is unspecified in torch
-(one of the writes wins); here the writes add up.
-
-`topk(x, k)` for a static k is k rounds of: the largest value not yet taken (a max), the first index holding it
-(a min over the positions that do), that position marked taken. The values are torch's, NaN counted as larger
-than every number as in torch (first with `largest=True`, last with `largest=False`). Among equal values the
-indices come in increasing order; torch's CPU kernel returns equal values in the order its selection algorithm
-leaves them, which is not the index order (`topk([2, 2, 0, ...], 2)` gives indices [1, 0], and for k=1 often not
-the first maximum), so with ties the indices (and the entry a gradient flows back to) may name other entries
-of the same value than torch's. With `sorted=False` the result is sorted all the same (torch leaves that order
-unspecified). Its cost is k passes over the dim: meant for a router's small k, not for a sort.
-
-Indices must be in range (torch raises for out-of-range ones; here they pick or write nothing), except that
-`index_put` (`x[i] = v`, `x[i] += v`) wraps negative indices as Python indexing does.
+Details: docs/module-notes.md, `frontends/decomp_indexing.py`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """The aten decompositions applied while a PyTorch program is traced, so that everything it computes lowers to
 linalg on tensors (what Slicer partitions and compiles).
 
-torch-mlir's own table (`get_decomposition_table`) is the base. On top of it:
-
-- `aten.gelu`: torch's decomposition, the exact formula torch evaluates (torch-mlir's lowering of the tanh
-  approximation multiplies by 0.797724 where torch uses sqrt(2/pi) = 0.7978846: a relative difference of 2e-4).
-- Indexed reads and writes as one-hot contractions. torch's decompositions of the embedding's backward
-  (`index_put` with accumulation) and of the negative log-likelihood's backward (`scatter`) lower to torch-mlir's
-  `tm_tensor.scatter`, an op MLIR's linalg has no form for (this MLIR cannot parse it), and the loss's forward
-  (`gather`) to a `tensor.extract` at a data-dependent position, which no tiling can follow. Written with a
-  one-hot mask `onehot[n, v] = (index[n] == v)` they are elementwise ops, reductions and a matmul: the
-  embedding's gradient is `onehot^T @ grad` (an accumulation over tokens, as index_put's), the loss picks
-  `sum_v where(onehot, logp, 0)` (one term, exact), its backward is `where(onehot, -grad, 0)`. The mask is
-  never stored: fused into the ops that read it, it is a comparison in their bodies, and the kernels run the
-  embedding's `onehot^T @ grad` as a scatter, not as a [vocabulary, tokens] x [tokens, D] matmul
-  (lowering/onehot.py).
-- `aten.pow.Tensor_Scalar` with an integral exponent (`x ** 2` and its backward's `x ** 1`): torch-mlir lowers it
-  to `math.fpowi` with an i64 exponent, which LLVM's code generator refuses ("POWI exponent does not match
-  sizeof(int)": the ahead-of-time kernels fall back to the JIT). Written as torch's CPU kernel computes it
-  (x*x, x*x*x, 1/(x*x), 1/x, x, 1), or other integers as a float exponent (`math.powf`).
-- `aten.convolution_backward` of a 2-d convolution: both gradients as stride-1 convolutions without the zeros of
-  torch-mlir's dilated forms (`decomp_convolution.py`).
+torch-mlir's own table (`get_decomposition_table`) is the base; what Slicer adds on top of it:
+docs/module-notes.md, `frontends/decompositions.py`.
 """
 
 from __future__ import annotations

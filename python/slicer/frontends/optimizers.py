@@ -15,17 +15,7 @@ in the same order of operations, on state that is an argument of the step and co
   `exp(x) - 1` (the same loss). The step size and the square root of the second correction are then rounded to
   float32, where torch rounds the Python floats it multiplies float32 tensors by.
 
-Hyperparameters (`lr`, `weight_decay`, AdamW's `beta1`, `beta2`, SGD's `momentum`) are runtime scalars of the
-step, not constants: arguments of role "hyper", float64 0-d tensors, replicated under every strategy, set before
-each step by the session (`session.step(*batch, lr=...)`, else the setting: a number, or a schedule of the step
-number, `slicer.schedules`), so changing them recompiles nothing. float64 because a Python float is one: every
-product torch forms of Python floats (`1 - lr * weight_decay`, `1 - beta1`, `lr / bias_correction1`) is formed
-in float64 here too and rounded to float32 once, where torch rounds the Python float it multiplies a float32
-tensor by; the update is then the same float32 arithmetic (measured on the tests' MLP and GPT: equal to torch's
-as closely as with the constants, test/unit/frontends/test_training_controls.py).
-
-`clip_grad_norm=` clips the gradients by their global norm before the update, as
-`torch.nn.utils.clip_grad_norm_` (frontends/clipping.py), which the loss function may call instead.
+Details: docs/module-notes.md, `frontends/optimizers.py`.
 """
 
 from __future__ import annotations

@@ -10,19 +10,7 @@
         slicer.Tile(arg="mlp.fc2.weight", dim=1, axes="y")])
     out = prog.run(x, ranks=4)                                   # the inputs only: parameters are bound
 
-How: the model runs through `torch.func.functional_call` with its parameters and buffers passed as arguments,
-so `torch.export` (via `torch_mlir.fx.export_and_import(..., output_type="linalg-on-tensors")`) makes them
-function arguments instead of constants; the arguments are named (`slicer.name`): the model's inputs by the
-names of `forward`'s parameters, then every parameter and buffer by its dotted name (`model.named_parameters()`,
-then `named_buffers()`). The import-time cleanup (`slicer.frontends.cleanup`) then makes the program
-partitionable. Shapes are those of the example inputs (static); keyword arguments are fixed at import.
-
-A function that computes gradients (`torch.func.grad_and_value`, `torch.autograd.grad` inside) is beyond
-torch.export: where the export fails, the program is traced with make_fx instead (`torch_import.trace`, gradients
-enabled), which records the forward, the backward and what follows as aten ops. For a whole training step
-(gradients and an optimizer's update, named results), `slicer.training_step` (`training.py`) does that for you.
-
-torch and torch-mlir are an optional extra (`pip install 'slicer[torch]'`), imported when first used.
+Details: docs/module-notes.md, `frontends/pytorch.py`.
 """
 
 from __future__ import annotations

@@ -11,29 +11,7 @@ on any mesh and strategy: a rank computing its block of a tiled tensor computes 
 block (`torch.arange` over each dim is a `linalg.generic` reading `linalg.index`, which the partitioner offsets
 by the block's start on a tiled dim), not indices from 0.
 
-The generator is Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3",
-SC 2011; the Random123 library): a counter-based generator made for exactly this use (any element's bits
-computed independently of the others), which passes TestU01's BigCrush, is what cuRAND and torch's CUDA
-generator use (there keyed by seed and offset, as here), and has published known-answer vectors (Random123's
-`tests/kat_vectors`) that pin this implementation. It needs 32x32 -> 64-bit multiplies, xor, and, shifts and
-adds, written here on int64 values holding 32-bit words (the product of two words wraps in int64 but its low
-64 bits, all that is read, are exact), so one definition (`philox4x32`) runs on numpy arrays (the reference,
-`dropout_mask`) and on torch tensors (what is traced into the step).
-
-The words: counter = (index mod 2^32, index div 2^32, step mod 2^32, site), key = (seed mod 2^32,
-seed div 2^32 mod 2^32), where `index` is the element's row-major index in the whole (global) tensor, `site`
-numbers the dropout calls of one step in the order the forward makes them (0, 1, ...), and `step` counts the
-steps from 0. A draw of probability q is one when the top 24 bits of the first output word are below
-round(q * 2^24) (probability q exactly for q a multiple of 2^-24). Dropout of probability p is what torch's CPU
-kernel makes of it: `input * (bernoulli(1 - p) / (1 - p))`, so an element is kept with probability 1 - p.
-Every `bernoulli_` / `bernoulli(p)` / dropout call of the forward is one site (numbered in call order), so
-`nn.Dropout`, `F.dropout` and `nn.Dropout2d` (a mask of [N, C, 1, 1]) all draw from the stream.
-
-A step accumulating gradients over micro-batches (`accumulation.py`) numbers each micro-batch's sites from 0
-and indexes its elements in the whole batch (`micro_batch_index`), so its masks are the whole batch's.
-
-The seed and the step counter are the step's state `rng` (int64 [seed, step]); the step returns `rng` with the
-counter advanced, so a session advances it every step and its checkpoints carry it (`training.py`).
+Details: docs/module-notes.md, `frontends/randomness.py`.
 """
 
 from __future__ import annotations

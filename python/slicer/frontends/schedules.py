@@ -5,20 +5,8 @@ scalar (no recompilation):
     opt = slicer.AdamW(lr=slicer.schedules.cosine(3e-4, total_steps=1000, warmup_steps=100, min_lr=3e-5))
 
 Step `t` is the number of steps run before (0 for the first), as torch.optim.lr_scheduler counts them when
-`scheduler.step()` follows `optimizer.step()`. Each schedule is `lr * factor(t)`, with torch's formulas:
-
-- `constant(lr)`: `lr` (torch: no scheduler, or `ConstantLR` with factor 1);
-- `linear_warmup(lr, warmup_steps, start_factor)`: `lr * (start + (1 - start) * min(t, warmup) / warmup)`,
-  torch's `LinearLR(start_factor=start, end_factor=1, total_iters=warmup)`;
-- `cosine(lr, total_steps, warmup_steps, min_lr, start_factor)`: the linear warmup, then
-  `min_lr + (lr - min_lr) * (1 + cos(pi * (t - warmup) / (total - warmup))) / 2` (torch's closed form of
-  `CosineAnnealingLR(T_max=total - warmup, eta_min=min_lr)`, after the warmup as `SequentialLR` chains them);
-  past `total_steps` it stays at `min_lr` (torch's CosineAnnealingLR would rise again: train for `total_steps`);
-- `step_decay(lr, step_size, gamma)`: `lr * gamma ** (t // step_size)`, torch's `StepLR`.
-
-Any callable `f(step) -> float` is a schedule too (e.g. a function a `torch.optim.lr_scheduler.LambdaLR`
-multiplies the base rate by, times that rate). The value it returns is checked at every step (a finite number in
-the hyperparameter's range, InputError otherwise).
+`scheduler.step()` follows `optimizer.step()`. Each schedule is `lr * factor(t)`, with torch's formulas
+(listed in docs/module-notes.md, `frontends/schedules.py`).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def split_forward(torch, model, loss_fn, names: list[str], values: list, count: 
     from torch.fx.experimental.proxy_tensor import make_fx  # optional dependency
     from torch.fx.passes.split_module import split_module
 
-    class Loss(torch.nn.Module):
+    class StagedLoss(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
@@ -112,7 +112,7 @@ def split_forward(torch, model, loss_fn, names: list[str], values: list, count: 
         def forward(self, *batch):
             return loss_fn(self.model, *batch)
 
-    wrapper = Loss()
+    wrapper = StagedLoss()
 
     def forward(*tensors):
         named = {f"model.{n}": t for n, t in zip(names[:count], tensors[:count])}

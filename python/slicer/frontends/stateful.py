@@ -9,17 +9,7 @@ arguments, which a session feeds back like optimizer state (`SessionPlan.feeds`)
 statistics over the whole batch the program computes (the program is global: under data parallel a reduction
 over the tiled batch dim is an all_reduce, so this is SyncBatchNorm), the running variance unbiased (n / (n - 1)).
 
-Batch norm's decompositions. torch-mlir lowers `aten.native_batch_norm` in eval mode with the saved mean and
-inverse deviation typed `tensor<0xf32>` (torch's kernel returns empty tensors there), and then casts the
-[C] tensor it computes to that type: "'tensor.cast' op operand type 'tensor<4xf32>' and result type
-'tensor<0xf32>' are cast incompatible". torch's own decompositions of `native_batch_norm` and its backward
-(torch._decomp) write both modes in elementwise ops and reductions, with no such outputs left for torch-mlir
-to type; `stateful_decompositions` adds them (and dropout's, `randomness.py`) to the tracing table.
-
-Cumulative averages. With `momentum=None` batch norm's running statistics are the plain average over the batches
-seen: torch's module computes the factor `1 / num_batches_tracked` with `float(tensor)`, a read of a tensor's value
-that a trace cannot record. `cumulative_averages` gives such modules, while the step is traced, a forward that
-keeps the factor a tensor (same formula, so the statistics are torch's).
+Details: docs/module-notes.md, `frontends/stateful.py`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ writing its top-k gates into zeros) ends in a segmentation fault or "LLVM ERROR:
 TorchToTMTensor conversion. The fx importer (Python building torch-dialect IR, which cannot abort) stays in this
 process; its output, printed with its locations (the Python source lines of every aten op), goes to the
 `torch-mlir-opt` tool shipped in torch-mlir's wheel, which runs the same two pipelines `export_and_import` runs
-and prints linalg on tensors, locations kept. The child costs a few tens of milliseconds (a native tool, no
-Python start-up: measured 0.03 s for a GPT-2 block), against seconds for torch.export itself.
+and prints linalg on tensors, locations kept. The child is a native tool with no Python start-up: it costs
+little against torch.export itself.
 
 When the child dies, the op it was converting is read from its stack dump (torch-mlir names the conversion
 pattern's op class, e.g. `ConvertAtenScatterOp<AtenScatterSrcOp>`), found in the torch-dialect IR, and named

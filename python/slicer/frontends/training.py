@@ -6,38 +6,8 @@
 
 The program computes the loss, its gradients (autograd's backward) and the optimizer's update (`optimizers.py`)
 in one function, traced into aten ops with make_fx and imported by torch-mlir's fx importer (`torch_import.py`).
-Arguments, each named (`slicer.name`) and with a role (`ImportedProgram.arg_roles`):
-
-    batch       the tensors after the model in `loss_fn(model, *batch)`, named like loss_fn's parameters  "input"
-    parameters  `model.named_parameters()`                                                               "parameter"
-    buffers     `model.named_buffers()` (read, not updated)                                            "buffer"
-    state       `momentum.<param>` (SGD with momentum); `exp_avg.<param>`, `exp_avg_sq.<param>`, `step`  "state"
-    hyper       the optimizer's hyperparameters, float64 scalars: `lr`, `weight_decay`, then `momentum`     "hyper"
-                (SGD with momentum) or `beta1`, `beta2` (AdamW); set by the session at each step
-    rng         int64 [seed, step counter], when the forward draws dropout masks (`randomness.py`)      "state"
-
-Results: `loss`, then the new value of every trained parameter, of every buffer the forward writes (batch norm's
-running statistics and `num_batches_tracked` in training mode, `stateful.py`), of every state tensor and of
-`rng` (the counter plus one), named like their arguments (`result_names`, and `slicer.name` in the entry
-function's `res_attrs`): feed result `w` back as argument `w` for the next step. The bound values (`parameters`)
-are the module's own tensors, the initial state (zeros, step 0, `[seed, 0]`) and the hyperparameters' values at
-step 0 (`optimizers.py`: a number, or a schedule's first value; a session sets them before every step,
-`session.step(*batch, lr=...)`). Parameters with `requires_grad=False` are arguments but neither trained nor
-returned.
-
-The model runs as it is (`model.training` says which mode): in training mode dropout drops elements by masks
-computed in the program from `seed` (`slicer.dropout_mask` reproduces them) and batch norm normalizes by the
-batch's statistics and updates its running ones; in eval mode neither.
-
-Gradient accumulation (`accumulation.py`): with `microbatches=k` the step runs the forward and backward passes
-over k micro-batches (rows i, i + k, ... of the batch), one after the other, accumulates their gradients (of
-`loss_i / k`, as torch's accumulation loop does) and makes one update; the loss is the mean of the micro-batch
-losses. The peak memory holds one micro-batch's activations.
-
-Gradient clipping (`clipping.py`) runs between the backward pass and the update: the optimizer's
-`clip_grad_norm=`, or `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called in the loss function, which
-is traced under a guard that records those calls and refuses what the step would not honour (`.grad`,
-`backward()`, a torch optimizer's `step()`).
+Its arguments are each named (`slicer.name`) and have a role (`ImportedProgram.arg_roles`); the list:
+docs/module-notes.md, `frontends/training.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pipeline schedules as values: the order in which each stage runs the forward and backward of each micro-batch.
 
-A `Schedule` lists, per stage, its `Work` in order: `F` (forward) or `B` (backward) of a micro-batch on one of
+A `PipelineSchedule` lists, per stage, its `Work` in order: `F` (forward) or `B` (backward) of a micro-batch on one of
 the stage's model chunks (`chunk`: the virtual stages of the interleaved schedule; 0 otherwise). The
 dependencies are the pipeline's: the forward of micro-batch m on virtual stage v needs v-1's forward of m, its
 backward needs v+1's backward of m and its own forward. `verify` proves the orders meet them without a
@@ -51,7 +51,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class PipelineSchedule:
     """`orders[s]`: stage s's works in order; `chunks`: model chunks per stage (virtual stages = S * chunks)."""
 
     name: str
@@ -128,13 +128,13 @@ def _peak(order: tuple[Work, ...]) -> int:
     return peak
 
 
-def gpipe(stages: int, microbatches: int) -> Schedule:
+def gpipe(stages: int, microbatches: int) -> PipelineSchedule:
     order = tuple(Work(FORWARD, m) for m in range(microbatches)) + tuple(
         Work(BACKWARD, m) for m in reversed(range(microbatches)))
-    return Schedule("gpipe", stages, microbatches, (order,) * stages)
+    return PipelineSchedule("gpipe", stages, microbatches, (order,) * stages)
 
 
-def one_f_one_b(stages: int, microbatches: int) -> Schedule:
+def one_f_one_b(stages: int, microbatches: int) -> PipelineSchedule:
     orders = []
     for stage in range(stages):
         warmup = min(stages - 1 - stage, microbatches)
@@ -143,10 +143,10 @@ def one_f_one_b(stages: int, microbatches: int) -> Schedule:
             order += [Work(FORWARD, m), Work(BACKWARD, m - warmup)]
         order += [Work(BACKWARD, m) for m in range(microbatches - warmup, microbatches)]
         orders.append(tuple(order))
-    return Schedule("1f1b", stages, microbatches, tuple(orders))
+    return PipelineSchedule("1f1b", stages, microbatches, tuple(orders))
 
 
-def interleaved(stages: int, microbatches: int, chunks: int) -> Schedule:
+def interleaved(stages: int, microbatches: int, chunks: int) -> PipelineSchedule:
     """Megatron-LM's interleaved 1F1B (`get_forward_backward_func`, virtual pipeline): micro-batches in groups
     of S, each group's forwards run on chunk 0, then 1, ...; backwards on the chunks in reverse."""
     if microbatches % stages:
@@ -170,10 +170,10 @@ def interleaved(stages: int, microbatches: int, chunks: int) -> Schedule:
             order += [forward(k), backward(k - warmup)]
         order += [backward(k) for k in range(total - warmup, total)]
         orders.append(tuple(order))
-    return Schedule("interleaved", stages, microbatches, tuple(orders), chunks)
+    return PipelineSchedule("interleaved", stages, microbatches, tuple(orders), chunks)
 
 
-def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:
+def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> PipelineSchedule:
     """The schedule `name` (one of `SCHEDULES`), verified; InvalidTactic for a bad name or count."""
     if name not in SCHEDULES:
         raise InvalidTactic(f"pipeline: schedule={name!r} must be one of {', '.join(SCHEDULES)}")
@@ -188,5 +188,5 @@ def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) ->
     return schedule
 
 
-__all__ = ["BACKWARD", "FORWARD", "Run", "SCHEDULES", "Schedule", "Work", "gpipe", "interleaved", "make_schedule",
+__all__ = ["BACKWARD", "FORWARD", "Run", "SCHEDULES", "PipelineSchedule", "Work", "gpipe", "interleaved", "make_schedule",
            "one_f_one_b"]

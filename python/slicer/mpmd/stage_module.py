@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 from slicer.core import names as N
 
-from .pipeline_schedule import BACKWARD, Schedule
+from .pipeline_schedule import BACKWARD, PipelineSchedule
 
 GRAD = "grad."
 
 
 @dataclass(frozen=True)
-class Signature:
+class CalleeSignature:
     """A callee's arguments and results: (name, MLIR type) pairs."""
 
     args: tuple[tuple[str, str], ...]
@@ -53,9 +53,9 @@ class StageFunctions:
     """Virtual stage `index`: its callees and the names its arguments fall into."""
 
     index: int
-    forward: Signature
-    backward: Signature
-    update: Signature
+    forward: CalleeSignature
+    backward: CalleeSignature
+    update: CalleeSignature
     batch: tuple[str, ...]
     received: tuple[str, ...]
     sent: tuple[str, ...]
@@ -83,7 +83,7 @@ def _arg(name: str) -> str:
     return "%" + "".join(c if c.isalnum() or c in "._$" else "_" for c in name)
 
 
-def build_module(schedule: Schedule, stages: tuple[StageFunctions, ...], links: tuple[Link, ...], axis: str) -> str:
+def build_module(schedule: PipelineSchedule, stages: tuple[StageFunctions, ...], links: tuple[Link, ...], axis: str) -> str:
     """The module of the pipelined step (module docstring)."""
     lines = ["module {"]
     for stage in stages:
@@ -100,7 +100,7 @@ def build_module(schedule: Schedule, stages: tuple[StageFunctions, ...], links: 
     return "\n".join(lines) + "\n"
 
 
-def _stage_function(schedule: Schedule, physical: int, stages, links: dict, tags: dict, axis: str) -> list[str]:
+def _stage_function(schedule: PipelineSchedule, physical: int, stages, links: dict, tags: dict, axis: str) -> list[str]:
     """The lines of `@stage_<physical>`."""
     mine = [stages[schedule.virtual_stage(physical, c)] for c in range(schedule.chunks)]
     last = len(stages) - 1
@@ -223,4 +223,4 @@ def _zeros(body: _Body, typ: str) -> str:
     return value
 
 
-__all__ = ["Link", "Signature", "StageFunctions", "build_module"]
+__all__ = ["Link", "CalleeSignature", "StageFunctions", "build_module"]

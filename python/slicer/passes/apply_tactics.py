@@ -37,9 +37,9 @@ class SlicerApplyTactics(ModulePass):
             parse_tactics(self.tactics)
         except InvalidTactic as exc:
             raise OptionError(f"pass '{self.name}' option 'tactics': {exc}") from None
-        self.mesh_spec()
+        self.mesh_option()
 
-    def mesh_spec(self) -> str | Mesh | None:
+    def mesh_option(self) -> str | Mesh | None:
         """None, a declared mesh's name, or the mesh `x=2,y=4`."""
         if not self.mesh:
             return None
@@ -56,7 +56,7 @@ class SlicerApplyTactics(ModulePass):
             original = str(module)
             after_each = lambda label: check_equivalent(original, str(module), step=f"tactic {label}")  # noqa: E731
         try:
-            TacticRewriter(module, parse_tactics(self.tactics), mesh=self.mesh_spec(), entry=self.entry or None,
+            TacticRewriter(module, parse_tactics(self.tactics), mesh=self.mesh_option(), entry=self.entry or None,
                            after_each=after_each).run()
         except StepMismatch as exc:
             raise PassFailure(Located(module.location, str(exc))) from None

@@ -24,7 +24,7 @@ from slicer.core.arrays import as_array
 from slicer.core.errors import RunError
 from slicer.core.mesh import Mesh
 from slicer.frontends.accumulation import micro_batch
-from slicer.mpmd.pipeline_schedule import Schedule
+from slicer.mpmd.pipeline_schedule import PipelineSchedule
 from slicer.runtime import Simulator
 from slicer.runtime.pipeline_exec import run_local
 from slicer.runtime.pipeline_job import launch_pipeline, write_pipeline_job
@@ -39,7 +39,7 @@ class PipelineProgram:
     step: object
     mesh: Mesh
     pipeline: Pipeline
-    schedule: Schedule
+    schedule: PipelineSchedule
     stage_programs: tuple
     programs: dict
     text: str

@@ -5,7 +5,7 @@
 2. The schedule (`mpmd.pipeline_schedule`) is built and verified.
 3. Each stage program is compiled by `slicer.compile` for the mesh with the pipeline axis at size 1 (the
    devices of one stage), with the tactics that name its arguments (data parallel, ZeRO, Megatron on the
-   other axes: the stage programs keep the step's names) and explicit layouts for every value that passes
+   other axes: the stage programs keep the step's names) and explicit crossing for every value that passes
    between programs (`stage_layouts.py`).
 4. The pipelined module (`mpmd.stage_module`: one function per stage, `slicer.send` / `slicer.recv`) is
    built from the stage programs' signatures and lowered to each stage's instructions (`mpmd.instructions`),
@@ -26,7 +26,7 @@ from slicer.frontends import ImportedProgram
 from slicer.frontends.stages import import_stages
 from slicer.mpmd.instructions import lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
-from slicer.mpmd.stage_module import Link, Signature, StageFunctions, build_module
+from slicer.mpmd.stage_module import CalleeSignature, Link, StageFunctions, build_module
 from slicer.tactics import Replicate, Tactic, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 
@@ -36,13 +36,13 @@ from .stage_layouts import stage_tactics, tiles_of
 KINDS = ("forward", "backward", "update")
 
 
-def _signature(program: ImportedProgram) -> Signature:
+def _signature(program: ImportedProgram) -> CalleeSignature:
     with make_context():
         module = ir.Module.parse(program.text)
         ftype = function_type(entry_function(module, program.entry))
         args = tuple(zip(program.arg_names, (str(t) for t in ftype.inputs)))
         results = tuple(zip(program.result_names, (str(t) for t in ftype.results)))
-    return Signature(args, results)
+    return CalleeSignature(args, results)
 
 
 def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic],
@@ -76,16 +76,16 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     if unknown:
         raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (each stage's backward "
                            "already recomputes the stage's forward from its received values)")
-    compiled, functions, layouts = {}, [], {}
+    compiled, functions, crossing = {}, [], {}
     for stage in stages:
         for kind in KINDS:
             program = getattr(stage, kind)
             compiled[f"{kind}_{stage.index}"] = prog = compile_program(
-                program, mesh=sub_mesh, tactics=stage_tactics(program, others, step.arg_names, layouts))
+                program, mesh=sub_mesh, tactics=stage_tactics(program, others, step.arg_names, crossing))
             if kind == "forward":
                 for transfer in stage.sent:
                     at = program.result_names.index(transfer.name)
-                    layouts[transfer.name] = tiles_of(transfer.name, prog.graph.result_dists[at])
+                    crossing[transfer.name] = tiles_of(transfer.name, prog.graph.result_dists[at])
         signatures = {kind: _signature(getattr(stage, kind)) for kind in KINDS}
         functions.append(StageFunctions(stage.index, signatures["forward"], signatures["backward"],
                                         signatures["update"], stage.batch, tuple(t.name for t in stage.received),

@@ -34,6 +34,11 @@ def ancestors(op: ir.Operation) -> list[ir.Operation]:
     return found
 
 
+def loops_around(op: ir.Operation, function: ir.Operation) -> list[ir.Operation]:
+    """The ops around `op` inside `function` (its ancestors up to, without, the function and the module)."""
+    return [a for a in ancestors(op) if a != function and a.name != builtin.ModuleOp.OPERATION_NAME]
+
+
 def enclosing_loops(op: ir.Operation) -> list[LoopOp]:
     return [LoopOp(p) for p in ancestors(op) if p.name == LOOP]
 

@@ -13,7 +13,7 @@ from .ir_utils import op_id
 
 
 class RewriteListener:
-    """What the engine's worklist (`engine._Worklist`) is told about a rewrite, as MLIR's
+    """What the engine's worklist (`worklist.Worklist`) is told about a rewrite, as MLIR's
     `RewriterBase::Listener` is (the Python bindings have no listener for rewrites made outside patterns)."""
 
     def before(self, op: ir.Operation, anchor: ir.Operation) -> None:

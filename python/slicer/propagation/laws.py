@@ -1,35 +1,6 @@
 """The rewrites of the loop/slice calculus, each a function `op -> bool` (True if it rewrote).
 
-In the order the engine tries them (`LAWS`, then `LATE_LAWS`):
-- `eliminate_dead`: unused value-semantics ops (slicer loops and slices included,
-  which upstream DCE cannot remove: dynamic ops carry no side-effect information).
-- `merge_duplicate_slice`: two identical slices in one block are one value (so
-  CSE can merge what deforestation copied for each consumer).
-- `merge_duplicate_loop`: two equivalent loops in one block are one loop (the
-  CSE upstream cannot do for dynamic ops).
-- `order_slices`: slices of slices along different dims commute; the one by the
-  outer loop's range goes first (then it can be hoisted out of the inner loop).
-- `compose_slices`: slices of slices along one dim are one slice over the
-  product range (range algebra), which deforestation then matches against a
-  loop over that product range.
-- `deforest`: slice(loop_tile<d>(r' -> body(r')), d, r) == body(r).
-- `commute_slice_into_loop`: a slice over range r of a loop over other axes is
-  a loop over those axes of the slices of its blocks.
-- `push_slice_into_producer` (backward): a block of an op's result is the op on
-  blocks of its operands, when the rule table says so.
-- `pull_op_into_loop` (forward): an op consuming a tile loop's result becomes a
-  loop (tile or sum, by the rule table) over the same range computing it block-wise.
-- `reduce_shared_blocks` (shared layout): a reduction reading a partial sum whole reads, when another reader
-  slices it over the same axes, those blocks instead (one reduce_scatter for both, `shared_layout`).
-- `hoist_invariant`: a pure op in a loop body that uses nothing from the body
-  moves before the loop.
-- `fuse_sibling_loops`: independent loops over the same range with the same
-  action and one result type in one block become one loop.
-Where they live: `merging` (dead code, duplicates, hoisting), `shared_layout` (shared layout), `slices` (ordering,
-composing, deforestation, commuting), `blockwise` (backward and forward through the rule table), `fusion` (sibling
-loops); what they share about loops in `loops`, the record they keep in `journal`.
-Provenance: loops made by the laws carry `slicer.rule` (which rule) and inherit
-`slicer.tactic` / `slicer.priority` (which tactic started the chain).
+Details: docs/module-notes.md, `propagation/laws.py`.
 """
 
 from __future__ import annotations
@@ -46,7 +17,7 @@ from .merging import (
                       merge_duplicate_loop,
                       merge_duplicate_slice,
 )
-from .shared_layout import reduce_shared_blocks, sum_loop_of
+from .shared_blocks import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 
 LAWS = (

@@ -33,11 +33,11 @@ from .steps import (
                     type_before,
 )
 from .synthesis import plan
-from .types import DistType, numpy_dtype, parse_shape, parse_spec
+from .types import DistType, numpy_dtype, parse_shape, parse_type_text
 
 __all__ = [
     "Mesh", "DistType", "Plan", "plan", "simulate", "simulate_blocks", "initial_blocks", "interpret", "Trace",
     "RedistributionError", "Step", "AllSlice", "AllGather", "AllToAll", "Permute", "AllReduce", "ReduceScatter",
-    "STEP_TYPES", "Collective", "step_from_fields", "type_before", "numpy_dtype", "parse_shape", "parse_spec",
+    "STEP_TYPES", "Collective", "step_from_fields", "type_before", "numpy_dtype", "parse_shape", "parse_type_text",
     "CostModel",
 ]

@@ -1,25 +1,19 @@
 """The admissible bounds of the plan search (the A* heuristic), kept apart from the moves and the driver.
 
-Every bound is computed on two quantities, each consistent on its own: the elements still to be received
-by all devices together (*total*, what the ``bytes`` objective minimises and the ``time`` objective uses to
-break ties), and by the busiest device summed over the remaining steps (*busiest*, what the ``time``
-objective pays for), plus the number of communicating steps still needed (*steps*, each of which pays a
-latency). `costs.Pricing` combines them into the search's scalar cost. Where the total counts a permute as moving at
-least ``1 - 1/s`` of the devices (see ``_middle_bound``), the busiest device of any permute that moves something
-receives a whole block.
+Every bound is computed on two quantities, each consistent on its own: the elements still to be received by all
+devices together (*total*, what the ``bytes`` objective minimises and the ``time`` objective uses to break ties),
+and by the busiest device summed over the remaining steps (*busiest*, what ``time`` pays for), plus the number of
+communicating steps still needed (*steps*, each paying a latency); `costs.Pricing` combines them into the
+search's scalar cost. Two consistent bounds, combined by ``max``:
 
-Two consistent bounds, combined by ``max`` (see ``search.py`` for the search they guide):
+- *overlap*: the elements of each device's target block it does not hold now (all of them while a partial sum
+  the target does not keep is unresolved) -- the traffic lower bound of the plan itself;
+- *structural*: all-to-alls must change the per-dim group products (`group_products.py`) and, since they move
+  minor suffixes only, clear every dim's wrongly placed suffix (`dim_order.py`) unless a permute, never cheap,
+  reorders it (``_middle_bound``); shrinking nodes also bound what resolving partial sums will cost.
 
-- *overlap*: the elements of each device's target block it does not hold now (all of them while a partial
-  sum the target does not keep is unresolved) -- the traffic lower bound of the plan itself;
-- *structural*: all-to-alls must change the per-dim group products (``products_cost``) and, since they move
-  minor suffixes only, must clear every dim's wrongly placed suffix (``order_groups``) unless a permute,
-  which is never cheap, reorders it (``_middle_bound``); shrinking nodes also bound what resolving partial
-  sums and the sizes they can reach will cost.
-
-`Bounds` is an object of its own, which `search.Search` holds and asks: it is built from the `Problem`
-both solve (a frozen description: source, target, mesh axes, layout, pricing, memory cap) and the
-search's per-dims facts (``info``, a table shared with it), and keeps its caches to itself.
+`Bounds` is built from the `Problem` it shares with `search.PlanSearch` and the search's per-dims facts (``info``, a
+table shared with it), and keeps its caches to itself.
 """
 
 from __future__ import annotations
@@ -27,20 +21,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from slicer.core.mesh import Mesh
-
-from .costs import CostModel, Pricing
-from .layout import Layout
-from .types import DistType
+from .dim_order import DimOrder
+from .group_products import GroupProducts
+from .problem import Problem
 
 UNREACHABLE = 1 << 200  # heuristic value of a state from which the target cannot be reached (above any cost)
 NONE = (float(UNREACHABLE), UNREACHABLE, 0)  # (busiest, total, steps) of such a state
 EXACT_RESOLUTIONS = 2  # shrinking nodes with more unresolved partial axes bound their resolution choice-free
-RELAX_ABOVE = 3  # shrinking nodes with more unused axes than this bound their extensions without listing them
 
 
 def whole(x: float) -> int:
@@ -53,56 +41,8 @@ def whole(x: float) -> int:
     return max(0, math.ceil(x - abs(x) * 1e-12 - 1e-9))
 
 
-@dataclass(frozen=True, eq=False)
-class Problem:
-    """What one plan search solves, as `search.Search` and its `Bounds` both read it: from ``src`` to
-    ``dst``, *reduced* states ``(dims, partial)`` (mesh axes of size 1 dropped, plain tuples so that states
-    hash fast) of an array of ``shape``, over the non-trivial mesh ``axes`` (``sizes``: every mesh axis's
-    size) laid out by ``layout``, with costs in ``pricing``'s integers; with ``cap``, over plans in any
-    order whose blocks never exceed ``cap`` elements; ``informed=False`` drops the heuristic."""
-
-    shape: tuple[int, ...]
-    src: tuple
-    dst: tuple
-    axes: tuple[str, ...]
-    sizes: dict[str, int]
-    layout: Layout
-    pricing: Pricing
-    cap: int | None = None
-    informed: bool = True
-    n: int = field(init=False)  # number of devices
-    elements: int = field(init=False)  # number of elements of the whole array
-    _groups: dict = field(default_factory=dict, init=False, repr=False)  # memo of ``group``
-
-    def __post_init__(self):
-        # derived once (frozen, hence set through object): plain attributes, read on every node
-        object.__setattr__(self, "n", self.layout.device_count)
-        object.__setattr__(self, "elements", math.prod(self.shape))
-
-    @classmethod
-    def of(cls, mesh: Mesh, layout: Layout, src: DistType, dst: DistType, cap: int | None = None,
-           informed: bool = True, cost: CostModel | None = None, itemsize: int = 4, token_of=None) -> Problem:
-        """The problem of planning from the reduced type ``src`` to ``dst`` on ``mesh``, priced by ``cost``
-        (default: bytes) for elements of ``itemsize`` bytes, axes named for the cost model by ``token_of``."""
-        pricing = Pricing(cost or CostModel.bytes(), mesh, itemsize, math.prod(src.shape), token_of)
-        return cls(src.shape, (src.dims, src.partial), (dst.dims, dst.partial),
-                   tuple(a for a in mesh.axis_names if mesh.size(a) > 1), {a: mesh.size(a) for a in mesh.axis_names},
-                   layout, pricing, cap, informed)
-
-    def group(self, axes: tuple[str, ...]) -> int:
-        """Number of devices in a group over ``axes`` (memoised: it is asked for every new node)."""
-        k = self._groups.get(axes)
-        if k is None:
-            k = self._groups[axes] = math.prod(self.sizes[a] for a in axes)
-        return k
-
-    def products_of(self, dims: tuple) -> tuple[int, ...]:
-        """Per-dim group sizes of ``dims``."""
-        return tuple(map(self.group, dims))
-
-
 class Bounds:
-    """The heuristic of a `search.Search`: consistent lower bounds on the cost still to pay from a node of
+    """The heuristic of a `search.PlanSearch`: consistent lower bounds on the cost still to pay from a node of
     ``problem``. ``info[dims]`` is what every node with these dims shares, of which the bounds read
     ``products``, ``size`` and ``unused(problem)``: the search's table, built on demand for both, since
     they ask about the same dims (and its `work` counts each once)."""
@@ -114,27 +54,21 @@ class Bounds:
         sizes = sorted(problem.sizes[a] for a in problem.axes)
         self.permute_floor = 1.0 - 1.0 / sizes[1] if len(sizes) > 1 else 1.0  # see _middle_bound
         self._uninformed = problem.cap is not None or not problem.informed
+        self.products = GroupProducts(problem, info, self._target_axes)
+        self.order = DimOrder(problem, self._target_axes)
         # memos, each keyed by what its bound depends on
         self._overlap_h: dict = {}  # state -> overlap_pair
         self._cheap: dict = {}  # (state, phase) -> cheap_h
-        self._products_h: dict = {}  # products -> products_cost
         self._constant_h: dict = {}  # state -> constant_size_bound
         self._resolution: dict = {}  # partial -> resolution
-        self._reachable: dict = {}  # (products, addable[, "relaxed"]) -> _reachable_sizes(_relaxed)
-        self._all_rows: tuple[list, np.ndarray] | None = None  # _all_target_products
-        self._per_dim: list[dict] = [{} for _ in problem.src[0]]  # per dim: axes -> dim_facts
         self._shrinking_h: dict = {}  # (products, slices, unresolved, leaving part) -> shrinking_bound
         self._shrinking_state_h: dict = {}  # state -> shrinking_bound
-        self._target_products: dict = {}  # product of the groups -> target_products
 
     @property
     def work(self) -> int:
-        """The bounds' share of `search.Search.work`, in the same units (about one bounded node each): nodes
-        bounded, per-device overlap bounds (a unit per 64 devices), block sizes reachable by slicing (a unit
-        each: with partial sums to resolve there can be a thousand of them for a few nodes) and products
-        bounded (two units: a vector operation over the target's product rows)."""
-        return (len(self._cheap) + len(self._overlap_h) * max(1, self.problem.n // 64)
-                + len(self._reachable) + 2 * len(self._products_h))
+        """The bounds' share of `search.PlanSearch.work`, in the same units (about one bounded node each): nodes
+        bounded, per-device overlap bounds (a unit per 64 devices) and the products bound's (`GroupProducts.work`)."""
+        return len(self._cheap) + len(self._overlap_h) * max(1, self.problem.n // 64) + self.products.work
 
     def overlap_pair(self, state) -> tuple[int, int]:
         """(busiest, total): the elements of its target block the neediest device does not hold, and that
@@ -161,110 +95,6 @@ class Bounds:
     def _elements(self, L: int, fraction: float) -> int:
         """``n L fraction`` as an integer lower bound on a number of elements (see `whole`)."""
         return whole(self.problem.n * L * fraction)
-
-    def products_cost(self, p: tuple[int, ...]) -> float:
-        """Lower bound, as a fraction of ``n L``, on the all-to-all traffic still needed by a constant-size
-        (phase >= 1) node with per-dim group products ``p``; ``inf`` if no type that gathers into the
-        target has the same block size.
-
-        Only all-to-alls change the products; moving a factor ``k`` costs ``n L (1 - 1/k)``. The constant-size
-        phase must end at products ``q`` of a type that gathers into the target (``q_d`` = the target's
-        group of dim ``d`` times a product of axes the target leaves free). Dim ``d`` must send away a total
-        factor that is a multiple of ``r = p_d / gcd(p_d, q_d)``; since ``1 - 1/k`` is subadditive over
-        products, the all-to-alls leaving ``d`` cost at least ``n L (1 - 1/r)`` together, and as each
-        all-to-all leaves one dim the sum over dims is a lower bound (likewise for the factors each dim
-        must receive; the larger sum is taken). Permutes and all-reduces keep the products."""
-        value = self._products_h.get(p)
-        if value is None:
-            rows, q = self.target_products(math.prod(p))
-            if not rows:
-                value = math.inf
-            elif len(rows) <= 4:  # numpy's per-call overhead loses on a few rows
-                value = math.inf
-                for row in rows:
-                    out = into = 0.0
-                    for pd, qd in zip(p, row):
-                        g = math.gcd(pd, qd)
-                        out += 1.0 - g / pd
-                        into += 1.0 - g / qd
-                    value = min(value, max(out, into))
-            else:
-                pv = np.array(p, dtype=np.int64)
-                g = np.gcd(pv, q)
-                out = (1.0 - g / pv).sum(axis=1)  # 1 - 1/r with r = p/g
-                into = (1.0 - g / q).sum(axis=1)
-                value = float(np.maximum(out, into).min())
-            self._products_h[p] = value
-        return value
-
-    def target_products(self, total: int) -> tuple[list, np.ndarray]:
-        """Per-dim group products multiplying to ``total`` of the types that gather into the target (the
-        target's groups times products of axes that neither its dims nor its partial sums use), as a
-        list of tuples and as an array with one row each. All totals are enumerated once."""
-        if not self._target_products:
-            problem = self.problem
-            vectors = {self.info[problem.dst[0]].products}
-            for a in problem.axes:
-                if a not in self._target_axes:
-                    k = problem.sizes[a]
-                    vectors |= {v[:d] + (v[d] * k,) + v[d + 1:] for v in vectors for d in range(len(v))}
-            by_total: dict = {}
-            for v in sorted(vectors):
-                by_total.setdefault(math.prod(v), []).append(v)
-            for t, rows in by_total.items():
-                self._target_products[t] = (rows, np.array(rows, dtype=np.int64))
-        return self._target_products.get(total, ([], None))
-
-    def dim_facts(self, d: int, axes: tuple) -> tuple[int, float, float, int]:
-        """(group size, leaving fraction, entering fraction, first wrong position) of dim ``d`` holding
-        ``axes`` -- the per-dim terms of the order bound (``order_groups``), cached per dim: states
-        share most of their dims, so a new state costs a few lookups."""
-        facts = self._per_dim[d].get(axes)
-        if facts is None:
-            g = self.problem.dst[0][d]
-            group = self.problem.group
-            j = 0
-            while j < len(axes) and (axes[j] == g[j] if j < len(g) else axes[j] not in self._target_axes):
-                j += 1
-            facts = (group(axes), 1.0 - 1.0 / group(axes[j:]), 1.0 - 1.0 / group(g[j:]) if j < len(g) else 0.0, j)
-            self._per_dim[d][axes] = facts
-        return facts
-
-    def order_groups(self, dims: tuple) -> tuple[float, float]:
-        """The order bound, as fractions of ``n L``: (leaving, entering) all-to-all traffic if no permute
-        is used.
-
-        All-to-alls take a dim's minor suffix and append at another dim's minor end. A dim's axes from
-        its first wrong position on (an axis other than the target's at that position, or, past the
-        target's axes, an axis the target places elsewhere) must therefore all leave it -- together at
-        least ``1 - 1/k`` of a block for a group of ``k`` devices -- and the target's axes from that
-        position on must all enter it."""
-        out = into = 0.0
-        for d, axes in enumerate(dims):
-            facts = self.dim_facts(d, axes)
-            out += facts[1]
-            into += facts[2]
-        return out, into
-
-    def entering_after_slices(self, dims: tuple, addable: tuple) -> float:
-        """The entering part of the order bound for a shrinking-phase node, whose slices may still append
-        ``addable`` axes: a dim without a wrong position may yet be extended along the target by slices,
-        as far as the target's next axes are addable; the rest must enter by all-to-alls. Each slice
-        either keeps this or cuts such an extension short, so it never drops along a free slice."""
-        value = 0.0
-        target = self.problem.dst[0]
-        for d, axes in enumerate(dims):
-            facts = self.dim_facts(d, axes)
-            j = facts[3]
-            if j < len(axes):
-                value += facts[2]
-                continue
-            g = target[d]
-            while j < len(g) and g[j] in addable:  # no wrong position: slices may extend it
-                j += 1
-            if j < len(g):
-                value += 1.0 - 1.0 / self.problem.group(g[j:])
-        return value
 
     def _middle_bound(self, moved_products: float, order: float, floor: float | None = None) -> float:
         """Combine the products bound with the order bound (fractions of ``n L``): a plan without
@@ -294,7 +124,7 @@ class Bounds:
 
     def constant_size_bound(self, state) -> tuple[float, int, int]:
         """(busiest, total, steps) bound of a constant-size (phase >= 1) node: all-to-all and permute
-        traffic (see ``products_cost``, ``order_groups``, ``_middle_bound``), the all-reduce its unresolved
+        traffic (see ``GroupProducts.cost``, ``DimOrder``, ``_middle_bound``), the all-reduce its unresolved
         partial sums still need (``resolution``: only an all-reduce can resolve them now, and it changes
         no dim, so its cost adds to the others), then the gathers, which cost exactly ``n (T - L)``
         (``T - L`` on every device). Every part drops by at most the cost of the move taken, so it is
@@ -308,13 +138,14 @@ class Bounds:
         if value is None:
             dims, partial = state
             products, total, out, into = [], 1, 0.0, 0.0
+            per_dim = self.order.per_dim
             for d, axes in enumerate(dims):
-                facts = self._per_dim[d].get(axes) or self.dim_facts(d, axes)
+                facts = per_dim[d].get(axes) or self.order.facts(d, axes)
                 products.append(facts[0])
                 total *= facts[0]
                 out += facts[1]
                 into += facts[2]
-            moved = self.products_cost(tuple(products))
+            moved = self.products.cost(tuple(products))
             if moved == math.inf:
                 value = NONE
             else:
@@ -335,7 +166,7 @@ class Bounds:
         the products it can still reach by slicing unused axes (relaxed to cost 0) or reduce-scattering
         unresolved partial axes, with the order bound's leaving part (slices append, so they never
         shorten a dim's wrong suffix) or its entering part relaxed for the slices still possible
-        (``entering_after_slices``), plus the cost of resolving the partial sums.
+        (``DimOrder.entering_after_slices``), plus the cost of resolving the partial sums.
 
         That last cost depends on how each unresolved axis is resolved: reduce-scattered onto a dim
         (which appends it, and costs ``k - 1`` times an output block, at least ``(k - 1) L`` for the block
@@ -350,7 +181,7 @@ class Bounds:
         unresolved, resolve_all = self.resolution(partial)
         slices = tuple(a for a in unused if a not in partial)
         addable = tuple(a for a in unused if a in slices or a in unresolved)
-        out = max(self.order_groups(dims)[0], self.entering_after_slices(dims, addable))
+        out = max(self.order.leaving_entering(dims)[0], self.order.entering_after_slices(dims, addable))
         key = (info.products, slices, unresolved, out)
         value = self._shrinking_h.get(key)
         if value is None:
@@ -364,7 +195,7 @@ class Bounds:
                            for products, extra, count, left in self._resolution_choices(info.products, unresolved)]
             n = self.problem.n
             for products, free, extra, count in choices:
-                for L, moved in self._reachable_sizes(products, free):
+                for L, moved in self.products.reachable_sizes(products, free):
                     growth = self.target_size - L
                     middle = self._middle_bound(moved, out, 1.0)
                     total = min(total, n * growth + self._elements(L, self._middle_bound(moved, out) + extra))
@@ -393,69 +224,6 @@ class Bounds:
             left = tuple(a for a, d in zip(unresolved, where) if d < 0)
             out.append((tuple(grown), scattered + 2.0 * (1.0 - 1.0 / reduced), steps, left))
         return out
-
-    def _reachable_sizes(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
-        """(block size, least ``products_cost``) for each block size reachable from ``products`` by
-        appending some of ``addable`` to dims. The bound above is monotone in the cost, so the least cost
-        per size is all it needs. Memoised recursion on the first addable axis (unused, or on one of the
-        dims): shrinking nodes a slice apart share most of their subproblems."""
-        if len(addable) > RELAX_ABOVE:
-            return self._reachable_sizes_relaxed(products, addable)
-        key = (products, addable)
-        out = self._reachable.get(key)
-        if out is None:
-            if not addable:
-                cost = self.products_cost(products)
-                out = () if cost == math.inf else ((self.problem.elements // math.prod(products), cost),)
-            else:
-                k, rest = self.problem.sizes[addable[0]], addable[1:]
-                least = dict(self._reachable_sizes(products, rest))
-                for d in range(len(products)):
-                    grown = products[:d] + (products[d] * k,) + products[d + 1:]
-                    for size, cost in self._reachable_sizes(grown, rest):
-                        if cost < least.get(size, math.inf):
-                            least[size] = cost
-                out = tuple(sorted(least.items()))
-            self._reachable[key] = out
-        return out
-
-    def _reachable_sizes_relaxed(self, products: tuple, addable: tuple) -> tuple[tuple[int, float], ...]:
-        """(block size, lower bound on ``products_cost``) for each block size reachable from
-        ``products`` by appending some of ``addable`` to dims. Appending only grows a dim's group, so
-        what a dim must send away towards a target row ``q`` never shrinks below its value now, and what
-        it must receive is at least what it would with every addable axis appended to it. One
-        vectorised pass over the target rows per node instead of enumerating every extension: used when
-        there are many addable axes (hundreds of extensions), where it is the cheaper of the two."""
-        key = (products, addable, "relaxed")
-        out = self._reachable.get(key)
-        if out is None:
-            sizes, elements = self.problem.sizes, self.problem.elements
-            rows, q = self._all_target_products()
-            p = np.array(products, dtype=np.int64)
-            grown = p * math.prod(sizes[a] for a in addable)
-            g = np.gcd(p, q)
-            out_part = (1.0 - g / p).sum(axis=1)
-            into_part = (1.0 - np.gcd(grown, q) / q).sum(axis=1)
-            cost = np.maximum(out_part, into_part)
-            totals = q.prod(axis=1)
-            base = math.prod(products)
-            reachable = {base}
-            for a in addable:
-                reachable |= {t * sizes[a] for t in reachable}
-            least: dict = {}
-            for total, c in zip(totals.tolist(), cost.tolist()):
-                if total in reachable and total % base == 0 and c < least.get(total, math.inf):
-                    least[total] = c
-            out = self._reachable[key] = tuple(sorted((elements // t, c) for t, c in least.items()))
-        return out
-
-    def _all_target_products(self) -> tuple[list, np.ndarray]:
-        """All target product rows (every block size), as in ``target_products``."""
-        if self._all_rows is None:
-            self.target_products(1)
-            rows = [r for t in sorted(self._target_products) for r in self._target_products[t][0]]
-            self._all_rows = (rows, np.array(rows, dtype=np.int64).reshape(len(rows), len(self.problem.shape)))
-        return self._all_rows
 
     def structural_pair(self, state, phase: int) -> tuple[float, int, int]:
         """(busiest, total, steps) of the structural bound (see ``cheap_h``)."""
@@ -501,7 +269,7 @@ class Bounds:
             L = self.info[dims].size
             return bound(L, self._elements(L, self.permute_floor)), self.cheap_h(state, 0)
         p = problem.products_of(dims)
-        moved = self.products_cost(p)
+        moved = self.products.cost(p)
         L = problem.elements // math.prod(p)
         if moved == math.inf:
             return UNREACHABLE, UNREACHABLE

@@ -10,17 +10,7 @@ after another, so a plan's time is the sum over its steps; local slices and perm
 are free. Plans of equal time are ranked by the bytes received in total, then by the number of steps.
 The ``bytes`` objective (``--cost bytes``) ranks by total bytes received, then steps, as before.
 
-Latency and bandwidth are per mesh axis: one figure for every axis, and optionally figures of their own
-for axes mapped to slower links (across hosts, say). Defaults: ``slicer-plan --calibrate`` measures them
-with the MPI executor on this machine and stores them in ``$XDG_CACHE_HOME/slicer/cost_model.json``
-(``~/.cache/...``); `CostModel.default` reads that file, or the file named by ``$SLICER_COST_MODEL``
-(``builtin`` forces the built-in figures, which the test suites use so that plans do not depend on the
-machine), else uses the built-in figures below, measured on the development machine.
-
-The search needs exact arithmetic (its heuristics must never overestimate, even by a rounding error), so
-`Pricing` turns a model into integers for one search: time in femtoseconds, and one scalar cost per move,
-``time * M + total elements received`` with ``M`` larger than any plan's total, which orders plans by
-time, then total bytes.
+Details: docs/module-notes.md, `redistribution/costs.py`.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class Plan:
         for step, received, seconds in zip(self.steps, self.trace.received, self.step_seconds()):
             d: dict[str, object] = {"op": step.op}
             d.update(step.fields())
-            d["type_after"] = step.type_after.spec()
+            d["type_after"] = step.type_after.text()
             d["bytes_received_per_device"] = int(received.max()) * self.itemsize
             d["estimated_seconds"] = seconds
             out.append(d)
@@ -158,8 +158,8 @@ class Plan:
             "mesh": str(self.mesh),
             "shape": format_shape(self.src.shape),
             "dtype": self.dtype,
-            "src": self.src.spec(),
-            "dst": self.dst.spec(),
+            "src": self.src.text(),
+            "dst": self.dst.text(),
             "steps": self.step_dicts(),
             "bytes_received_per_device": self.bytes_received_per_device,
             "bytes_received_total": self.bytes_received_total,
@@ -174,7 +174,7 @@ class Plan:
 
     def __str__(self) -> str:
         lines = [f"mesh {self.mesh}  shape {format_shape(self.src.shape)}  dtype {self.dtype}",
-                 f"   {self.src.spec()}  ({_fmt_bytes(self.src_bytes)} per device)"]
+                 f"   {self.src.text()}  ({_fmt_bytes(self.src_bytes)} per device)"]
         for i, d in enumerate(self.step_dicts()):
             args = ", ".join(f"{k}={_fmt_value(v)}" for k, v in d.items()
                              if k not in ("op", "type_after", "bytes_received_per_device", "estimated_seconds"))

@@ -6,7 +6,7 @@ states hash fast; a search node adds the normal-form phase: 0 = shrinking (slice
 from `costs.Pricing`: elements received summed over all devices (``bytes`` objective), or estimated time
 then that sum (``time``).
 
-A `Search` solves one `bounds.Problem` (source, target, mesh axes, layout, pricing, memory cap) and holds
+A `PlanSearch` solves one `bounds.Problem` (source, target, mesh axes, layout, pricing, memory cap) and holds
 the `bounds.Bounds` built from the same problem, which it asks for the heuristic of each node: the ``max``
 of two consistent bounds, the traffic lower bound of the plan itself (*overlap*) and what all-to-alls and
 permutes must still do (*structural*, which sees that blocks must change shape, which the overlap bound
@@ -14,11 +14,7 @@ does not, and keeps the search small when the traffic lower bound is out of reac
 moves and their memos, the bounds keep theirs; what both need to know of a node's dims (``info``, a
 `_DimsTable`) is built once for both.
 
-Speed is a requirement (the issue asks for plans in under 10 ms on meshes of 4 axes and arrays of 4 dims),
-so everything a node needs that depends only on its ``dims`` (local shape, products, all-to-all and gather
-successors with their costs) is computed once per search and looked up afterwards, and the per-device
-overlap bound is evaluated lazily: a node is queued under the dictionary-only signature bound and re-queued
-under the full heuristic the first time it reaches the front of the queue.
+Details: docs/module-notes.md, `redistribution/search.py`.
 """
 
 from __future__ import annotations
@@ -34,10 +30,11 @@ import numpy as np
 
 from slicer.core.mesh import Mesh
 
-from .bounds import UNREACHABLE, Bounds, Problem
+from .bounds import UNREACHABLE, Bounds
 from .costs import CostModel
 from .layout import Layout
 from .moves import SWITCH, AllReduceMove, AllToAllMove, GatherMove, PermuteMove, ReduceScatterMove, SliceMove
+from .problem import Problem
 from .steps import AllGather, AllReduce, AllToAll, Permute, ReduceScatter
 from .types import DistType
 
@@ -114,7 +111,7 @@ class _DimsInfo:
             self._unused = tuple(a for a in problem.axes if a not in used)
         return self._unused
 
-    def slices(self, search: Search) -> list:
+    def slices(self, search: PlanSearch) -> list:
         """(axis, move, dims after) for each unused axis sliced onto the minor end of a dim it divides
         (all a shrinking node needs). Without partial sums in the source, shrinking is slices only, and
         slices onto different dims commute; so they are taken in dim order -- none onto a dim below the
@@ -131,7 +128,7 @@ class _DimsInfo:
                             if self.local[d] % problem.sizes[a] == 0]
         return self._slices
 
-    def moves(self, search: Search) -> tuple[list, list]:
+    def moves(self, search: PlanSearch) -> tuple[list, list]:
         """(all-to-alls, gathers) out of these dims:
 
         - all-to-alls: (move, dims after, cost) -- a minor suffix of dim d onto the minor end of dim e, in
@@ -192,7 +189,7 @@ class _DimsTable(dict):
         return out
 
 
-class Search:
+class PlanSearch:
     """A* over normal-form plans from ``src`` to ``dst`` (reduced types), or, with ``cap``, over plans in
     any order whose blocks never exceed ``cap`` elements. ``informed=False`` drops the heuristic
     (uniform-cost search; the tests compare the two). What it solves is ``problem`` (a `bounds.Problem`),
@@ -212,8 +209,8 @@ class Search:
 
     @property
     def work(self) -> int:
-        """What the search has done so far, deterministically, in units of about one bounded node (7 us
-        here): the dims it described (``info``, 3 units each) plus the work of its `bounds` (nodes
+        """What the search has done so far, deterministically, in units of about one bounded node: the dims it
+        described (``info``, 3 units each) plus the work of its `bounds` (nodes
         bounded, per-device overlap bounds, reachable block sizes and products bounded: `Bounds.work`).
         Weights from least-squares fits of CPU time on these counts over 900 searches (R^2 = 0.92), the
         last one raised where a fit on searches with many partial sums needed it."""

@@ -2,39 +2,8 @@
 
 Each step is an immutable value carrying exactly what the matching upstream ``shard`` collective needs
 (``mesh_axes`` major to minor, the tensor dims, or for ``permute`` an explicit source->target device map)
-plus ``type_after``. Its class carries:
-
-- its typing rule both ways: ``rule(before, mesh)`` derives the type after the step (or raises
-  :class:`RedistributionError` when the step does not apply), ``type_before(after, mesh)`` inverts it (the
-  type a value had before the step, for pictures of values read only by a collective);
-- its cost: ``received(before, layout)``, the elements each device receives, from ``busiest(k, local)``,
-  which the search prices its moves with; ``link_axes(mesh)``, the axes it communicates over;
-  ``phase``, its place in the normal form;
-- its semantics on real data: ``numpy_blocks(layout, blocks)`` (per group: ``numpy_group``), the reference
-  the MPI executor (`slicer.runtime.plan_executor`) is checked against;
-- its text form: ``op`` (the plan's name of the kind) and ``fields()`` / ``from_fields`` (JSON, kernel graph);
-- its IR form: ``ir_name`` (from `slicer.core.names`), ``ir_dims()`` / ``ir_groups()`` / ``ir_ints()`` /
-  ``ir_reductions()`` (attribute key -> value) and ``from_ir``, which `slicer.spmd.emit_collectives` writes and
-  `slicer.lowering.graph_builder` reads;
-- how the planner lifts it to the real mesh and merges two steps of its kind (``lifted``, ``on_mesh``,
-  ``merged``).
-
-What every class provides, and ``STEP_TYPES`` (op -> class), the registry each class joins with ``@register``,
-are in `slicer.redistribution.collective`. Live memory during a step is its input block plus its output block.
-
-Rules (``K`` = product of the sizes of ``mesh_axes``, ``L`` = local element count before the step):
-
-=================  =========================================================  =====================  =======
-step               effect on the type                                          received per device    after
-=================  =========================================================  =====================  =======
-all_slice          append unused ``mesh_axes`` as the finest tiles of a dim     0                      L/K
-all_gather         drop ``mesh_axes``, a minor suffix of a dim                  (K-1)L                 KL
-all_to_all         move the minor suffix ``mesh_axes`` of ``concat_dim`` to     (K-1)L/K               L
-                   the finest tiles of ``split_dim``
-permute            any type with the same local shape (explicit device map)     L if moved, else 0     L
-all_reduce         drop ``mesh_axes`` from the partial axes                     2(K-1)L/K (ring)       L
-reduce_scatter     partial ``mesh_axes`` become the finest tiles of a dim       (K-1)L/K               L/K
-=================  =========================================================  =====================  =======
+plus ``type_after``. Its class carries its typing rule both ways, its cost, its numpy semantics, its text form
+and its IR form (the full list: docs/module-notes.md, `redistribution/steps.py`).
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ def order_key(mesh: Mesh, text: str) -> tuple[int, int]:
     return mesh.axis_index(name), pre
 
 
-def overlap_error(mesh: Mesh, texts: Sequence[tuple[str, str]], spec: str) -> str | None:
-    """Why the tokens ``texts`` ((token, where) pairs) of the type ``spec`` cannot share one type: two of
+def overlap_error(mesh: Mesh, texts: Sequence[tuple[str, str]], text: str) -> str | None:
+    """Why the tokens ``texts`` ((token, where) pairs) of the type ``text`` cannot share one type: two of
     them cover a common part of an axis, or two parts of an axis are not independent. None if they can."""
     by_axis: dict[str, list] = {}
     for text, where in texts:
@@ -121,9 +121,9 @@ def overlap_error(mesh: Mesh, texts: Sequence[tuple[str, str]], spec: str) -> st
                 what = f"mesh axis '{t1}' is used twice" if t1 == t2 else f"mesh axes '{t1}' and '{t2}' overlap"
                 why = ("a partial-sum axis cannot also tile a dim" if "partial" in (w1, w2) and w1 != w2
                        else "an axis (or any part of it) may tile at most one dim, once")
-                return f"{what} in {spec} ({w1} and {w2}): {why}"
+                return f"{what} in {text} ({w1} and {w2}): {why}"
             if pre2 % end1:
-                return (f"sub-axes '{t1}' ({w1}) and '{t2}' ({w2}) of axis '{name}' in {spec} are not independent: "
+                return (f"sub-axes '{t1}' ({w1}) and '{t2}' ({w2}) of axis '{name}' in {text} are not independent: "
                         f"the pre-size {pre2} of the minor one must be a multiple of {end1}, where the major one ends")
     return None
 

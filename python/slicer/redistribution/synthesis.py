@@ -5,7 +5,7 @@ shrink, then keep their size, then grow, so every intermediate block is at most 
 ``peak_bytes_per_device <= max(|src|, |dst|) + max_step min(|step input|, |step output|) <= 2 max(|src|, |dst|)``
 (live bytes of a step = its input block + its output block).
 
-Search (``search.py``): A* over (type, phase) nodes, phase 0 = shrinking, 1 = constant size, 2 = growing.
+PlanSearch (``search.py``): A* over (type, phase) nodes, phase 0 = shrinking, 1 = constant size, 2 = growing.
 Moves: slice one unused axis onto a dim; reduce-scatter one partial axis onto a dim; all-reduce any set of
 partial axes; all-to-all of any minor suffix of a dim (several axes at once) onto another dim; permute to
 *any* type of the same local shape (one merged permute instead of several); gather a minor suffix, only if
@@ -34,7 +34,7 @@ from .costs import CostModel, tie_scale
 from .layout import Layout
 from .moves import GatherMove, PermuteMove
 from .plans import Plan
-from .search import Search, collector_paused
+from .search import PlanSearch, collector_paused
 from .steps import AllGather, AllReduce, AllSlice, Permute, Step, apply_rule, step_with_type
 from .subaxes import Refinement
 from .types import DistType, itemsize
@@ -168,9 +168,9 @@ def _plan_on(refinement: Refinement, src: DistType, dst: DistType, model: CostMo
         # divide the dim yet). Then allow any order, still capping every block at max(|src|, |dst|), and
         # only as a last resort at the whole array.
         cap = max(src.local_size(refinement.mesh), dst.local_size(refinement.mesh))
-        found = Search(fine, layout, red_src, red_dst, cap=cap, **search_args).run()
+        found = PlanSearch(fine, layout, red_src, red_dst, cap=cap, **search_args).run()
         if found is None:
-            found = Search(fine, layout, red_src, red_dst, cap=math.prod(src.shape), **search_args).run()
+            found = PlanSearch(fine, layout, red_src, red_dst, cap=math.prod(src.shape), **search_args).run()
         if found is None:  # pragma: no cover - gather everything then slice always type-checks
             raise RedistributionError(f"no plan from {src} to {dst}")
     moves, score = found
@@ -210,7 +210,7 @@ def _plan_within(mesh: Mesh, src: DistType, dst: DistType, dtype: str, frozen: t
 
 
 TOLERANCE = 0.005  # plans above the traffic lower bound are within this fraction of the least traffic
-SUB_AXIS_BUDGET = 300  # search work (`Search.work`, ~7 us a unit) allowed for trying sub-axes, per plan
+SUB_AXIS_BUDGET = 300  # search work (`PlanSearch.work` units) allowed for trying sub-axes, per plan
 SETUP_WORK = 15  # what setting up a search on a refined mesh costs, in the same units (plus one per 64 devices)
 
 
@@ -227,7 +227,7 @@ def _normal_form_moves(mesh: Mesh, layout: Layout, src: DistType, dst: DistType,
     most 0.5% more traffic (measured: none on 900 random 4-axis cases, `benchmarks/planning.py`). For the
     ``time`` objective, exact A*: its permute bound is exact (any permute costs a whole block on its
     busiest device), which removes most of those plateaus."""
-    search = Search(mesh, layout, src, dst, **search_args)
+    search = PlanSearch(mesh, layout, src, dst, **search_args)
     limit = None if budget is None else budget[0]
     start = search.bounds.h(search.problem.src, 0)
     if upper is None or start <= upper:

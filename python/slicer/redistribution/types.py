@@ -89,24 +89,24 @@ class DistType:
         shape = tuple(int(s) for s in shape)
         dims = tuple(tuple(d) for d in dims)
         partial = tuple(partial)
-        spec = format_dims(dims, partial)
+        text = format_dims(dims, partial)
         if any(s <= 0 for s in shape):
             raise RedistributionError(f"shape {format_shape(shape)} has a non-positive size")
         if len(dims) != len(shape):
             raise RedistributionError(
-                f"spec {spec} has {len(dims)} dims but the shape {format_shape(shape) or '()'} has rank "
+                f"type {text} has {len(dims)} dims but the shape {format_shape(shape) or '()'} has rank "
                 f"{len(shape)}: give one axis list per dim, e.g. {format_dims([[] for _ in shape])}")
         places = []
         for d, axes in enumerate(dims):
             for axis in axes:
-                subaxes.check_token(mesh, axis, lambda problem, d=d: f"{problem} in dim {d} of {spec}: the mesh "
+                subaxes.check_token(mesh, axis, lambda problem, d=d: f"{problem} in dim {d} of {text}: the mesh "
                                                                      f"{mesh} has axes {', '.join(mesh.axis_names)}")
                 places.append((axis, f"dim {d}"))
         for axis in partial:
-            subaxes.check_token(mesh, axis, lambda problem: f"{problem} in partial=[...] of {spec}: the mesh {mesh} "
+            subaxes.check_token(mesh, axis, lambda problem: f"{problem} in partial=[...] of {text}: the mesh {mesh} "
                                                             f"has axes {', '.join(mesh.axis_names)}")
             places.append((axis, "partial"))
-        problem = subaxes.overlap_error(mesh, places, spec)
+        problem = subaxes.overlap_error(mesh, places, text)
         if problem:
             raise RedistributionError(problem)
         for d, (size, axes) in enumerate(zip(shape, dims)):
@@ -114,7 +114,7 @@ class DistType:
             if size % count:
                 factors = "*".join(f"{a}({subaxes.size(mesh, a)})" for a in axes)
                 raise RedistributionError(
-                    f"dim {d} of size {size} is not divisible by {count} = {factors} in {spec}: "
+                    f"dim {d} of size {size} is not divisible by {count} = {factors} in {text}: "
                     f"use a size that is a multiple of {count} or tile dim {d} by fewer axes")
         dims = tuple(subaxes.canonical(mesh, d) for d in dims)
         partial = subaxes.canonical_set(mesh, partial)
@@ -123,7 +123,7 @@ class DistType:
     @classmethod
     def parse(cls, text: str, shape: Iterable[int], mesh: Mesh) -> DistType:
         """Parse the text form (``[[x,y],[]] partial=[z]``) and validate it against ``shape`` and ``mesh``."""
-        dims, partial = parse_spec(text)
+        dims, partial = parse_type_text(text)
         return cls.of(mesh, shape, dims, partial)
 
     # -- queries ------------------------------------------------------------------------------------------
@@ -148,11 +148,11 @@ class DistType:
     def local_size(self, mesh: Mesh) -> int:
         return int(np.prod(self.local_shape(mesh), dtype=np.int64))
 
-    def spec(self) -> str:
+    def text(self) -> str:
         return format_dims(self.dims, self.partial)
 
     def __str__(self):
-        return self.spec()
+        return self.text()
 
 
 _TOKEN = re.compile(r"\s*(?:(\[)|(\])|(,)|(?:\"([^\"]*)\"|'([^']*)'|([A-Za-z_][A-Za-z0-9_]*))"
@@ -164,24 +164,24 @@ def _parse_list(text: str, pos: int, whole: str) -> tuple[list, int]:
     items: list = []
     m = _TOKEN.match(text, pos)
     if not m or not m.group(1):
-        raise RedistributionError(f"invalid spec '{whole}': expected '[' at position {pos}")
+        raise RedistributionError(f"invalid distributed type '{whole}': expected '[' at position {pos}")
     pos = m.end()
     expect_item = True
     while True:
         m = _TOKEN.match(text, pos)
         if not m:
             raise RedistributionError(
-                f"invalid spec '{whole}': unexpected text at position {pos}; write e.g. [[x,y],[]]")
+                f"invalid distributed type '{whole}': unexpected text at position {pos}; write e.g. [[x,y],[]]")
         if m.group(2):
             return items, m.end()
         if m.group(3):
             if expect_item:
-                raise RedistributionError(f"invalid spec '{whole}': unexpected ',' at position {pos}")
+                raise RedistributionError(f"invalid distributed type '{whole}': unexpected ',' at position {pos}")
             expect_item = True
             pos = m.end()
             continue
         if not expect_item:
-            raise RedistributionError(f"invalid spec '{whole}': missing ',' at position {pos}")
+            raise RedistributionError(f"invalid distributed type '{whole}': missing ',' at position {pos}")
         if m.group(1):
             sub, pos = _parse_list(text, pos, whole)
             items.append(sub)
@@ -194,7 +194,7 @@ def _parse_list(text: str, pos: int, whole: str) -> tuple[list, int]:
         expect_item = False
 
 
-def parse_spec(text: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+def parse_type_text(text: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """Parse ``[[x,y],[]] partial=[z]`` into ``(dims, partial)`` without validation."""
     whole = text
     text = text.strip()
@@ -205,20 +205,23 @@ def parse_spec(text: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]
         head = text[:m.start()].rstrip().rstrip(",").rstrip()
         plist, end = _parse_list(tail, 0, whole)
         if tail[end:].strip():
-            raise RedistributionError(f"invalid spec '{whole}': unexpected text after partial=[...]")
+            raise RedistributionError(f"invalid distributed type '{whole}': unexpected text after partial=[...]")
         if any(isinstance(p, list) for p in plist):
-            raise RedistributionError(f"invalid spec '{whole}': partial=[...] lists axis names, e.g. partial=[z]")
+            raise RedistributionError(f"invalid distributed type '{whole}': partial=[...] lists axis names, "
+                                      "e.g. partial=[z]")
         partial = plist
         text = head
     if not text.startswith("["):
-        raise RedistributionError(f"invalid spec '{whole}': write one axis list per dim, e.g. [[x,y],[]]")
+        raise RedistributionError(f"invalid distributed type '{whole}': write one axis list per dim, e.g. [[x,y],[]]")
     dims, end = _parse_list(text, 0, whole)
     if text[end:].strip():
-        raise RedistributionError(f"invalid spec '{whole}': unexpected text after the dims list")
+        raise RedistributionError(f"invalid distributed type '{whole}': unexpected text after the dims list")
     for d in dims:
         if not isinstance(d, list):
             raise RedistributionError(
-                f"invalid spec '{whole}': each dim needs its own list of axes, e.g. [[{d}],[]] instead of [{d}]")
+                f"invalid distributed type '{whole}': each dim needs its own list of axes, e.g. [[{d}],[]] "
+                f"instead of [{d}]")
         if any(isinstance(a, list) for a in d):
-            raise RedistributionError(f"invalid spec '{whole}': axis lists cannot be nested deeper than [[x],[y]]")
+            raise RedistributionError(f"invalid distributed type '{whole}': axis lists cannot be nested deeper "
+                                      "than [[x],[y]]")
     return tuple(tuple(d) for d in dims), tuple(partial)

@@ -1,27 +1,6 @@
 """Small explicit rule entries for the non-linalg ops propagation meets (docs/propagation.md).
 
-Each entry describes the op in the same terms as a linalg op (`OpRule`: loops,
-which loop each operand/result dim walks, what blocks), so `OpRule.tile` answers
-for them exactly as for linalg ops:
-- `arith.*` / `math.*` on tensors: elementwise, one parallel loop per dim (a
-  tensor `arith.constant` only when it is a splat);
-- `tensor.empty`: one parallel loop per result dim (no operand to slice);
-- `tensor.expand_shape`: one loop per result dim; a source dim walks the major
-  result dim of its group that is not a unit dim (unit dims change no offset:
-  torch's keepdim reshapes `[8] -> [8, 1]` are free); the other dims of a group
-  cannot be tiled (their blocks are strided in the source);
-- `tensor.collapse_shape`: the same, seen from the other side: one loop per
-  source dim, a result dim walks the major non-unit source dim of its group;
-- `tensor.concat`: every dim but the concatenated one (whose blocks would mix
-  the inputs);
-- `tensor.extract_slice` / `tensor.insert_slice`: the dims the slice takes whole
-  (offset 0, full size, stride 1): there a block of one side is the block of the
-  other; a dim that is cut cannot be tiled (its blocks would cross the slice
-  bounds). A rank-reducing slice drops unit dims of the slice (the pieces of a
-  split, `t[:, i]`): the dims it keeps map to the result's dims in order;
-- `tensor.pad`: the dims it does not pad (low and high padding 0, as a convolution's batch and channel
-  dims); a padded dim cannot be tiled (a block's padding would depend on where the block lies).
-`linalg.transpose` needs no entry: it is a linalg op (its rule comes from its maps).
+Details: docs/module-notes.md, `rules/explicit.py`.
 """
 
 from __future__ import annotations

@@ -8,21 +8,7 @@ around `view_as_complex` (complex RoPE) as a generic whose body reads a tensor d
            %row = arith.index_cast %i;  %col = linalg.index 2
            %v = tensor.extract %table[%row, %col];  linalg.yield %v }
 
-Each table is one more operand of the op's rule (numbered after the op's own operands, in order of first
-read), and each of its dims is classified by the positions it is read at, across every extract of it:
-- `linalg.index d` -> the dim walks loop `d`: a block of the loop reads the block of the table (inside a
-  block, `linalg.index d` counts from the block's start, and so does the sliced table's dim);
-- `affine.apply (s_minor + s_major * N)` of two loop indices where N is the minor loop's size (a merged
-  dim, as a collapse: heads = kv_heads * repeats) -> the dim walks the major loop; the minor loop cannot be
-  tiled (its blocks are strided in the table);
-- a value computed from the op's inputs (a token id) -> the dim is *gathered*: no loop walks it. When the
-  table is read only there and the read element is yielded as it is (an embedding), the dim may be tiled
-  all the same, as vocabulary parallelism does (Megatron-LM, torchtitan): each block looks up the indices
-  in its range `[r * V/k, (r+1) * V/k)` and yields 0 for the others, and the blocks add up to the lookup
-  (`OpRule.gathers`; `RuleOutcome.gather` asks for that masked lookup);
-- anything else (a constant, other arithmetic) -> the dim cannot be tiled.
-A loop the body reads with `linalg.index` stays tileable when every such read is one of the positions above
-(`freed_loops`): the block-relative index then reads the block-relative table.
+Details: docs/module-notes.md, `rules/gathers.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import affine, arith, linalg, tensor
+from mlir.dialects import affine, arith, cf, linalg, tensor
 
 from slicer.core.names import DIM_ATTR
 from slicer.core.operations import defining_op
@@ -209,6 +195,17 @@ def _yields_reads(body: ir.Block, reads: list[ir.Operation], num_inputs: int) ->
     return all(all(use.owner.operation == ops[-1].operation for use in r.uses) for r in read_results)
 
 
+_CASTS = (arith.IndexCastOp.OPERATION_NAME, arith.IndexCastUIOp.OPERATION_NAME)
+
+
+def _only_bounds_checks(op: ir.Operation) -> bool:
+    """Is `op` a comparison whose result only `cf.assert`s read, or a cast whose result only such comparisons
+    read (torch-mlir's `0 <= index < size` checks of an embedding's position)?"""
+    if op.name == arith.CmpIOp.OPERATION_NAME:
+        return all(use.owner.operation.name == cf.AssertOp.OPERATION_NAME for use in op.results[0].uses)
+    return op.name in _CASTS and all(_only_bounds_checks(use.owner.operation) for use in op.results[0].uses)
+
+
 def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> bool:
     """Is every `linalg.index loop` of the body used only as one of `positions` (or inside an affine.apply
     that is one)?"""
@@ -223,6 +220,8 @@ def _only_positions(body: ir.Block, loop: int, positions: list[ir.Value]) -> boo
                 continue
             if user.name == affine.AffineApplyOp.OPERATION_NAME and _among(user.results[0], positions):
                 continue
+            if _only_bounds_checks(user):
+                continue  # torch-mlir's bounds asserts on the position: a block's index passes them too
             return False
     return True
 

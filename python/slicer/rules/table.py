@@ -6,25 +6,7 @@ tiled (`DimUse.reason` says why, e.g. it is indexed by `d0 + d1`). Loops are
 "parallel" or "reduction"; a reduction can be split into partial results only if
 the op combines into each result by addition (`OpRule.combiners`).
 
-`OpRule.tile(operand=k | result=r, dim=j)` answers the question propagation asks:
-"this dim is tiled; what happens to the op?" -> a `RuleOutcome`:
-- `loop`: the loop dim `d_i` the dim walks;
-- `actions`: per result, `TileAction(e)` (the result is rebuilt by concatenating
-  along its dim `e` that walks `d_i`) for a parallel loop, or `SumAction()` for a
-  reduction loop (the partial results are added up);
-- `slices`: operand index -> dim to slice (every operand dim that walks `d_i`;
-  operands that do not walk it are used whole);
-- `zero_inits`: for a sum, the init (`outs`) operands each block must start from
-  zero instead of from the init, which is added once after the sum (otherwise it
-  would be added once per block);
-- `shift`: (loop, trip count) when the body reads the tiled reduction loop's index (`linalg.index`): each
-  block's copy must read its global index, the block-relative one plus the block's start;
-- `gather`: (operand, dim) when the tiled dim is a gathered table's indexed dim (`gathers.py`): each block
-  is a masked lookup in its block of the table (0 for the indices outside it), the results are sums;
-- or `blocked`: why the op cannot be tiled along that dim.
-
-Operands are numbered as the op's operands (for linalg: inputs then outputs);
-results as the op's results. Rules are data: building one needs no rewriting.
+Details: docs/module-notes.md, `rules/table.py`.
 """
 
 from __future__ import annotations

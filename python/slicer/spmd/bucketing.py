@@ -206,7 +206,7 @@ def _count(t: ir.RankedTensorType) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
+class BucketShape:
     """How a bucket lays out its members: all_reduce: one flat row; reduce_scatter over `rows` devices: `rows`
     rows, each member's row block `i` (what device `i` keeps) in row `i` at the member's offset."""
 
@@ -222,13 +222,13 @@ class Layout:
         return [columns] if self.rows == 1 else [1, columns]
 
 
-def _layout(first: ir.Operation, grid_table: dict) -> Layout:
+def _bucket_shape(first: ir.Operation, grid_table: dict) -> BucketShape:
     in_rest = _dims_text(dist_of(first.operands[0]))[1]
     out_dims, out_rest = _dims_text(dist_of(first.results[0]))
     if first.name == ALL_REDUCE:
-        return Layout(1, "[[]]" + in_rest, "[[]]" + out_rest, "[[]]" + out_rest)
+        return BucketShape(1, "[[]]" + in_rest, "[[]]" + out_rest, "[[]]" + out_rest)
     head = out_dims[1:out_dims.index("]") + 1]
-    return Layout(group_of(first, grid_table)[1], "[[],[]]" + in_rest, f"[{head},[]]" + out_rest,
+    return BucketShape(group_of(first, grid_table)[1], "[[],[]]" + in_rest, f"[{head},[]]" + out_rest,
                   f"[{head}]" + out_rest)
 
 
@@ -237,43 +237,43 @@ def rewrite(bucket: Bucket, block: ir.Block, grid_table: dict) -> None:
     `bucket.after`), and a slice of its result before each member's first use."""
     first = bucket.members[0]
     element = ir.RankedTensorType(first.operands[0].type).element_type
-    layout = _layout(first, grid_table)
-    total = sum(_count(ir.RankedTensorType(m.operands[0].type)) for m in bucket.members) // layout.rows
+    bucket_shape = _bucket_shape(first, grid_table)
+    total = sum(_count(ir.RankedTensorType(m.operands[0].type)) for m in bucket.members) // bucket_shape.rows
     anchor = ir.InsertionPoint.at_block_begin(block) if bucket.after is None else ir.InsertionPoint.after(bucket.after)
     offsets = []
     with anchor, first.location:
-        whole = tensor.empty(layout.shape(total), element)
-        set_dist(defining_op(whole), layout.in_text)
+        whole = tensor.empty(bucket_shape.shape(total), element)
+        set_dist(defining_op(whole), bucket_shape.in_text)
         offset = 0
         for member in bucket.members:
-            columns = _count(ir.RankedTensorType(member.operands[0].type)) // layout.rows
-            piece = _reshape(member.operands[0], layout.shape(columns), layout.in_text)
-            at = [offset] if layout.rows == 1 else [0, offset]
-            whole = tensor.insert_slice(piece, whole, [], [], [], at, layout.shape(columns), [1] * len(at))
-            set_dist(defining_op(whole), layout.in_text)
+            columns = _count(ir.RankedTensorType(member.operands[0].type)) // bucket_shape.rows
+            piece = _reshape(member.operands[0], bucket_shape.shape(columns), bucket_shape.in_text)
+            at = [offset] if bucket_shape.rows == 1 else [0, offset]
+            whole = tensor.insert_slice(piece, whole, [], [], [], at, bucket_shape.shape(columns), [1] * len(at))
+            set_dist(defining_op(whole), bucket_shape.in_text)
             offsets.append((offset, columns))
             offset += columns
         reduced = first.clone()
         reduced.operands[0] = whole
-        reduced.results[0].set_type(ir.RankedTensorType.get(layout.out_shape(total), element))
-        set_dist(reduced, layout.out_text)
+        reduced.results[0].set_type(ir.RankedTensorType.get(bucket_shape.out_shape(total), element))
+        set_dist(reduced, bucket_shape.out_text)
     for member, (offset, columns) in zip(bucket.members, offsets):
-        _split_out(member, reduced.results[0], offset, columns, block, layout)
+        _split_out(member, reduced.results[0], offset, columns, block, bucket_shape)
 
 
 def _split_out(member: ir.Operation, whole: ir.Value, offset: int, columns: int, block: ir.Block,
-               layout: Layout) -> None:
+               bucket_shape: BucketShape) -> None:
     """Member `member`'s result as a slice of the bucket's result `whole`, made right before its first use."""
     result = member.results[0]
     users = [top_level(as_op(u.owner), block) for u in result.uses]
     ops = [op.operation for op in block.operations]
     first = min(users, key=ops.index)
     t = ir.RankedTensorType(result.type)
-    shape = layout.out_shape(columns)
+    shape = bucket_shape.out_shape(columns)
     with ir.InsertionPoint(first), member.location:
         piece = tensor.extract_slice(ir.RankedTensorType.get(shape, t.element_type), whole, [], [], [],
                                      [offset] if len(shape) == 1 else [0, offset], shape, [1] * len(shape))
-        set_dist(defining_op(piece), layout.out_text)
+        set_dist(defining_op(piece), bucket_shape.out_text)
         piece = _reshape(piece, list(t.shape), dist_of(result))
     result.replace_all_uses_with(piece)
     member.erase()

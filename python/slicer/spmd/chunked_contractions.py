@@ -72,7 +72,7 @@ def chunks_setting(setting: int | str | None = None) -> int | None:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class ChunkEstimate:
     """One way to run a contraction and its collective: `chunks` pieces, estimated `seconds` in all."""
 
     chunks: int
@@ -87,14 +87,14 @@ def pipeline_seconds(compute: float, comm: float, chunks: int, extra: float) -> 
     return per + (chunks - 1) * max(per, comm) + comm + extra
 
 
-def choose_chunks(compute: float, comm_of, extra_of, candidates) -> Estimate:
+def choose_chunks(compute: float, comm_of, extra_of, candidates) -> ChunkEstimate:
     """The best of running whole (1 chunk) or in one of `candidates` chunk counts: `comm_of(k)` is the
     collective time of one of `k` chunks, `extra_of(k)` what the split costs besides. 1 unless a split saves
     more than `MIN_GAIN` and 2% of the whole."""
-    whole = Estimate(1, compute + comm_of(1))
+    whole = ChunkEstimate(1, compute + comm_of(1))
     best = whole
     for k in candidates:
-        estimate = Estimate(k, pipeline_seconds(compute, comm_of(k), k, extra_of(k)))
+        estimate = ChunkEstimate(k, pipeline_seconds(compute, comm_of(k), k, extra_of(k)))
         if estimate.seconds < best.seconds:
             best = estimate
     saved = whole.seconds - best.seconds
@@ -102,7 +102,7 @@ def choose_chunks(compute: float, comm_of, extra_of, candidates) -> Estimate:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ChunkCandidate:
     """A contraction `producer` whose only use is the collective `collective`, splittable along output dim
     `dim` (loop dim `loop`)."""
 
@@ -123,7 +123,7 @@ def _loop_sizes(op: ir.Operation) -> dict[int, int] | None:
     return sizes
 
 
-def candidate(collective: ir.Operation) -> Candidate | None:
+def candidate(collective: ir.Operation) -> ChunkCandidate | None:
     """The split `collective`'s input allows, or None: the input is the one result of a linalg contraction
     (a loop dim its output does not index) used only here, every indexing map a projection, and some output
     dim (not the scattered one) a parallel loop dim the split can cut; of those, the dim whose cut re-reads
@@ -151,10 +151,10 @@ def candidate(collective: ir.Operation) -> Candidate | None:
         reread = sum(tensor_bytes(v) for v, m in zip(inputs, maps) if loop not in projected_dims(m))
         if best is None or reread < best[0]:
             best = (reread, dim, loop)
-    return None if best is None else Candidate(producer, collective, best[1], best[2])
+    return None if best is None else ChunkCandidate(producer, collective, best[1], best[2])
 
 
-def decide(found: Candidate, grid_table: dict, model: CostModel, forced: int) -> int:
+def decide(found: ChunkCandidate, grid_table: dict, model: CostModel, forced: int) -> int:
     """How many chunks to cut `found` into (1: leave it): `forced` where it divides the dim, else the model's
     choice among the counts up to `MAX_CHUNKS` that divide it."""
     size = ir.RankedTensorType(found.producer.results[0].type).shape[found.dim]
@@ -209,7 +209,7 @@ def _chunk_init(init: ir.Value, dim: int, offset: int, size: int) -> ir.Value:
     return filled
 
 
-def split(found: Candidate, chunks: int) -> None:
+def split(found: ChunkCandidate, chunks: int) -> None:
     """Rewrite `found` into `chunks` contraction + collective pairs and the assembly of their results (before
     the collective, in place of both ops)."""
     producer, collective, dim, loop = found.producer, found.collective, found.dim, found.loop

@@ -34,7 +34,7 @@ _MOVES_DATA = (tensor.ExpandShapeOp.OPERATION_NAME, tensor.CollapseShapeOp.OPERA
 
 
 @dataclass(frozen=True)
-class Loss:
+class LostSplit:
     """A tactic's value gathered over `axes` for an op computed replicated over them: the split is lost if that
     op, or the first op computing on its result (after reshapes, slices and copies), is replicated over them."""
 
@@ -77,7 +77,8 @@ def lost_axes(dist: DistType, context: frozenset[str], mesh: Mesh) -> tuple[str,
     return tuple(found)
 
 
-def loss(tactic: str, op: ir.Operation, what: str, dist: DistType, context: frozenset[str], mesh: Mesh) -> Loss | None:
+def loss(tactic: str, op: ir.Operation, what: str, dist: DistType, context: frozenset[str],
+         mesh: Mesh) -> LostSplit | None:
     """The loss when `op` (computed in loops over `context`) gathers `what`, a value of type `dist` that `tactic`
     tiled; None when the gather drops none of the tactic's axes (or no tactic tiled the value)."""
     lost = lost_axes(dist, context, mesh)
@@ -85,7 +86,7 @@ def loss(tactic: str, op: ir.Operation, what: str, dist: DistType, context: froz
         return None
     why = (ir.StringAttr(op.attributes[BLOCKED_ATTR]).value if BLOCKED_ATTR in op.attributes
            else f"propagation found no way to compute '{op.name}' block-wise over {','.join(lost)}")
-    return Loss(tactic, lost, f"{what} of '{op.name}' at {where(op.location)}", dist, why)
+    return LostSplit(tactic, lost, f"{what} of '{op.name}' at {where(op.location)}", dist, why)
 
 
 def where(loc: ir.Location) -> str:
@@ -109,7 +110,7 @@ _STOPS = " stops here: "
 
 
 def cause(note: str) -> str:
-    """What degrades the strategy at the place `note` (a `Loss.note`) describes, without naming the tactic or the
+    """What degrades the strategy at the place `note` (a `LostSplit.note`) describes, without naming the tactic or the
     place: the reason propagation gave ("... has size 3, which y=2 does not divide"), so that the notes of one
     cause (every layer's heads, forward and backward) can be said once."""
     _, found, rest = note.partition(_SPLIT)

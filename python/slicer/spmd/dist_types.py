@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from mlir import ir
 
-from slicer.redistribution import DistType, Mesh, parse_spec, subaxes
+from slicer.redistribution import DistType, Mesh, parse_type_text, subaxes
 
 
 def replicated(shape: Iterable[int]) -> DistType:
@@ -52,13 +52,13 @@ def dist_text(t: DistType, context: Iterable[str] = ()) -> str:
     differ on those axes hold different members of the loop's family (e.g. the partial products of a sum
     loop before the all_reduce are `[[],[]] varying=[y]`). `parse_dist_text` and `varying_axes` read it."""
     context = sorted(context)
-    return t.spec() + (VARYING + "[" + ",".join(context) + "]" if context else "")
+    return t.text() + (VARYING + "[" + ",".join(context) + "]" if context else "")
 
 
 def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> DistType:
     """The type of a `slicer.dist` text (`dist_text`; its `varying=[...]` part dropped), with the global
     shape recovered from the local one."""
-    dims, partial = parse_spec(text.split(VARYING)[0])
+    dims, partial = parse_type_text(text.split(VARYING)[0])
     shape = tuple(n * subaxes.group_size(mesh, d) for n, d in zip(local_shape, dims))
     return DistType.of(mesh, shape, dims, partial)
 
@@ -66,7 +66,7 @@ def parse_dist_text(text: str, local_shape: tuple[int, ...], mesh: Mesh) -> Dist
 def varying_axes(text: str) -> tuple[str, ...]:
     """The `varying=[...]` axes of a `slicer.dist` text (values computed in loop bodies), else ()."""
     _, found, tail = text.partition(VARYING)
-    return parse_spec(f"[{tail}]")[0][0] if found else ()
+    return parse_type_text(f"[{tail}]")[0][0] if found else ()
 
 
 def local_type(t: DistType, mesh: Mesh, element_type: ir.Type) -> ir.RankedTensorType:

@@ -12,27 +12,7 @@ sides the same way | | all_reduce(M) | `shard.all_reduce grid_axes = M` (reducti
 same semantics | | reduce_scatter(d, M) | `shard.reduce_scatter grid_axes = M scatter_axis = d` | same semantics |
 | permute(pairs) | `slicer.permute` (`slicer.dialect.collectives`) | `shard` has no general permutation |
 
-Each step class names its op and attributes (`ir_op_name`, `ir_dims`, `ir_groups`, `ir_ints`,
-`ir_reductions` in `slicer.redistribution.collective`), so the emitter is one generic path for every
-collective; a kind emitted otherwise has its own entry in ``EMISSIONS`` (step class -> emission, registered
-with :func:`emits`): the local slice, which is not a collective op at all.
-(In `shard`'s attribute names a tensor dim is an "axis"; in Slicer "axis" is a mesh axis only.)
-
-Axis order: `grid_axes` is written in the plan's `mesh_axes` order, major to minor. The `shard` dialect numbers
-the members of a group row-major over `grid_axes` *in the order listed* (the first listed axis is the most
-significant), which is exactly the redistribution package's group index; upstream accepts unsorted lists. The
-in-process simulator executes these ops with the redistribution package's step semantics and compares whole
-programs with the unpartitioned original, which checks this correspondence end to end.
-
-Sub-axes: a `shard` grid axis cannot be used in part, but a grid whose axes are the parts is the same set of
-devices with the same linear ranks (cutting an axis row-major keeps every rank). So a step over sub-axes
-(`y:(2)2` on `y=4`) runs on a second grid, emitted once next to the first: `shard.grid @mesh_y2x2(shape =
-2x2x2)` with `slicer.axes = ["x", "y:(1)2", "y:(2)2"]` and `slicer.refines = @mesh`, and its `grid_axes` index
-that grid. Steps over whole axes keep using the mesh's own grid, so plans without sub-axes emit exactly what
-they did before.
-
-Every emitted op carries `slicer.dist` (the type after the step) and the location given by the caller
-(provenance: why the collective exists, see `slicer.spmd.partitioner`).
+Details: docs/module-notes.md, `spmd/emit_collectives.py`.
 """
 
 from __future__ import annotations
@@ -208,5 +188,5 @@ class PlanEmitter:
                 continue
             emission = EMISSIONS.get(type(step), PlanEmitter.emit_op)
             value = emission(self, value, step, plan, after, loc(step))
-            value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.spec())])
+            value.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(step.type_after.text())])
         return value

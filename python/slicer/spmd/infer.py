@@ -1,4 +1,4 @@
-"""Infer how an unannotated function argument should arrive: the cheapest layout consistent with its uses.
+"""Infer how an unannotated function argument should arrive: the cheapest distributed type consistent with its uses.
 
 An argument whose every use is a `slicer.slice` along the same dim `d` over the same range axes `A` can arrive
 tiled by `A` on `d`: each device then already holds exactly the block its slice selects and the slice costs

@@ -4,7 +4,7 @@ collective's and a contraction's time both rewrites decide with.
 
 The estimates are the redistribution cost model's (`CostModel.seconds`: latency plus the busiest device's
 bytes over the bandwidth of the axes) and, for kernels, `KERNEL_FLOPS`: the contraction rate this runtime's
-GEMM kernels reach on one core (benchmarks/README.md, "end_to_end.py": 208 GFLOP/s per core on 2 ranks).
+GEMM kernels reach on one core (benchmarks/README.md, "end_to_end.py").
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ KERNEL_FLOPS = 2.0e11
 """Floating-point operations per second of a contraction kernel on one core (an estimate: see above)."""
 
 MEMORY_BANDWIDTH = 1.0e10
-"""Bytes per second one core copies from one buffer to another (2 MiB in 0.2 ms measured with numpy on the
-development machine): what an extra copy costs."""
+"""Bytes per second one core copies from one buffer to another (measured with numpy on the development machine):
+what an extra copy costs."""
 
 KERNEL_OVERHEAD = 20e-6
 """Seconds a kernel call or a collective's start and wait cost the runtime beyond their work."""

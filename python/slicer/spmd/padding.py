@@ -311,7 +311,7 @@ def _zero_outside(value: ir.Value, dims: dict[int, ir.Value]) -> ir.Value:
 
 
 def repad(partitioner, entry, target: DistType, before: ir.Operation, why: str):
-    """For `partitioner` (a `partitioner._FunctionPartitioner`) converting `entry` (its `_Entry`): where the
+    """For `partitioner` (a `conversion.PartitionState`) converting `entry` (its `PartitionedValue`): where the
     padded sizes of `entry`'s type and `target` differ (a dim tiled unevenly on one side only, or over different
     counts), those dims gathered whole, trimmed to their logical size and padded with zeros to the target's
     size, locally; the plan to `target` then starts from the result (returned as an entry)."""

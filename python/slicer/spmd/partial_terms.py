@@ -111,7 +111,7 @@ def _terms(p, op: ir.Operation, value: ir.Value, terms: dict, context: frozenset
 
 def partial_terms(p, op: ir.Operation, context: frozenset[str]) -> Terms:
     """How `op` adds partial sums up (`Terms`), or `NONE`: every operand is then converted to replicated.
-    `p` is the function's `spmd.partitioner._FunctionPartitioner`."""
+    `p` is the function's `spmd.conversion.PartitionState`."""
     terms = _partial_inputs(p, op, context)
     if not terms or not _saves(op, terms):
         return NONE

@@ -1,48 +1,33 @@
 """SPMD partitioning: from a loop program to one SPMD `func.func` per function (`slicer-partition`).
 
-Input ("propagated program"): functions whose partitioning is written with `slicer.loop` nests over mesh axes
-(`tile<d>` / `sum`), `slicer.slice` ops slicing values defined outside their loop, plain ops (replicated
-computation), `slicer.annotate` (a required distribution) and `slicer.sharding` argument/result attributes.
-
-Output: every device runs the same function on local tensors. Loop bodies are inlined with the range bound to
-the device's coordinate (`shard.process_multi_index`); a slice of a value the device already holds is nothing,
-of a value it holds whole a local `tensor.extract_slice`; `sum` loops leave partial sums. Where a use needs
-another distributed type than its producer gives, the redistribution synthesizer's plan is emitted as
-collectives (`slicer.spmd.emit_collectives`). Every value carries its type in `slicer.dist`; the `slicer.mesh` becomes a
-`shard.grid` (axis names kept in `slicer.axes`); the function gets `slicer.spmd_mesh = "x=2,y=4"`. Each collective's
-location is `NameLoc("<why>", FusedLoc[consumer location, producer location])`, so provenance (tactic
-NameLocs from slicer-apply-tactics, the op, the loop) survives to `slicer-opt --print-collectives`.
-
-The typing rules (argument, plain op, slice, loop, annotate, return): the table of docs/partition.md.
+Every device runs the same function on local tensors: loop bodies are inlined with the range bound to the
+device's coordinate, slices become nothing or local slices, and where a use needs another distributed type than
+its producer gives, the redistribution synthesizer's plan is emitted as collectives located by why they exist.
+This module walks a function and types arguments, plain ops and results; the typing rules of slices, loops and
+annotations are in `loops_and_slices.py`, conversions in `conversion.py`. The rules: docs/partition.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mlir import ir
 from mlir.dialects import func as func_d
 
-from slicer.core import dtypes
-from slicer.core.errors import Located, PassFailure, Unsupported
-from slicer.core.functions import EntryError, defined_functions, entry_function, function_name
+from slicer.core.errors import Located, PassFailure
+from slicer.core.functions import EntryError, defined_functions, entry_function
 from slicer.core.names import (
     ANNOTATE,
     ARG_ATTRS_ATTR,
     AXES_ATTR,
     BLOCKED_ATTR,
-    CONFLICT_ATTR,
     DIST_ATTR,
     DIST_SOURCE_ATTR,
     FUNCTION_TYPE_ATTR,
     GRID,
-    GRID_ATTR,
-    INDEX_AXES_ATTR,
     LOGICAL_SHAPE_ATTR,
     LOOP,
-    MULTI_INDEX,
     RES_ATTRS_ATTR,
-    RULE_ATTR,
     SHAPE_ATTR,
     SHARDING_ATTR,
     SLICE,
@@ -53,25 +38,21 @@ from slicer.core.names import (
 )
 from slicer.core.operations import nested_ops
 from slicer.dialect import (
-    AnnotateOp,
     LoopOp,
     MeshOp,
     RangeType,
     Sharding,
-    SliceOp,
-    SumAction,
-    TileAction,
     find_meshes,
     split_product_slices,
     walk_ops,
 )
-from slicer.redistribution import DistType, Mesh, RedistributionError, plan, subaxes
+from slicer.redistribution import DistType
 
-from .degraded import Loss, loss, moves_data, record
-from .dist_types import dist_text, local_type, replicated, tensor_shape, with_major, without_axes
-from .emit_collectives import PlanEmitter
+from .conversion import PartitionedValue, PartitionState
+from .degraded import loss, moves_data, record
+from .dist_types import dist_text, local_type, replicated, tensor_shape
 from .infer import infer_argument
-from .padding import Pad, padded_type, pads_through, repad
+from .loops_and_slices import partition_annotate, partition_loop, partition_slice
 from .partial_terms import first_device_term, partial_terms, split_linear_sum
 from .tiled_max import reduce_by_max
 
@@ -131,130 +112,11 @@ def _replace_mesh(view: MeshOp) -> None:
     view.operation.erase()
 
 
-@dataclass
-class _Entry:
-    """What a value of the loop program has become: its local SSA value, distributed type and context."""
-
-    local: ir.Value
-    type: DistType
-    context: frozenset[str]
-    origin: str
-    loc: ir.Location
-    logical: tuple[int, ...] | None = None  # the value's true shape when `type`'s is padded (uneven tiles)
-    pads: dict = field(default_factory=dict)  # in loop bodies: dim -> padding.Pad, dims of padded blocks
-    tactic: str = ""  # the tactic whose loop tiled it (a degraded strategy names it when the value is gathered)
-    loss: Loss | None = None  # a gathered tactic value it was reshaped or copied from (slicer.spmd.degraded)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The value's logical global shape (`type.shape` rounds uneven tiled dims up)."""
-        return self.logical or self.type.shape
-
 
 @dataclass
-class _FunctionPartitioner:
-    func: ir.Operation
-    grid: str
-    mesh: Mesh
-    env: dict = field(default_factory=dict)
-    cache: dict = field(default_factory=dict)
-    ranges: dict = field(default_factory=dict)
-    erase: list = field(default_factory=list)
-    degraded: list = field(default_factory=list)
-    _coords: list | None = None
+class _FunctionPartitioner(PartitionState):
+    """Partitions one function: its arguments typed, its body walked in order, each op by its typing rule."""
 
-    @property
-    def fname(self) -> str:
-        return function_name(self.func)
-
-    # -- helpers -------------------------------------------------------------------------------------------
-    def canon(self, t: DistType, loc: ir.Location) -> DistType:
-        try:
-            return DistType.of(self.mesh, t.shape, t.dims, t.partial)
-        except RedistributionError as exc:
-            raise PassFailure(Located(loc, f"slicer-partition: {exc}")) from None
-
-    def valid(self, entry: _Entry, t: DistType) -> bool:
-        """Can `entry`'s value take the tiling of `t` (dims that do not divide as padded blocks over one axis)?"""
-        try:
-            t = padded_type(self.mesh, entry.shape, t)
-            DistType.of(self.mesh, t.shape, t.dims, t.partial)
-        except RedistributionError:
-            return False
-        return True
-
-    def target(self, logical: tuple[int, ...], t: DistType, loc: ir.Location) -> DistType:
-        """`t`'s tiling on a value of logical shape `logical`: canonical, uneven dims padded."""
-        try:
-            return self.canon(padded_type(self.mesh, logical, t), loc)
-        except RedistributionError as exc:
-            raise PassFailure(Located(loc, f"slicer-partition: {exc}")) from None
-
-    def coords(self) -> list[ir.Value]:
-        if self._coords is None:
-            block = self.func.regions[0].blocks[0]
-            op = ir.Operation.create(
-                MULTI_INDEX, results=[ir.IndexType.get()] * self.mesh.ndim,
-                attributes={GRID_ATTR: ir.FlatSymbolRefAttr.get(self.grid),
-                            INDEX_AXES_ATTR: ir.DenseI16ArrayAttr.get(list(range(self.mesh.ndim)))},
-                loc=self.func.location, ip=ir.InsertionPoint.at_block_begin(block))
-            self._coords = list(op.results)
-        return self._coords
-
-    def lookup(self, value: ir.Value) -> _Entry | None:
-        return self.env.get(value)
-
-    def convert(self, entry: _Entry, target: DistType, before: ir.Operation, why: str) -> ir.Value:
-        """`entry`'s local value redistributed to `target`'s tiling, emitted before `before` (cached per
-        target). The target's shape is recomputed from the value's logical shape (uneven dims padded)."""
-        target = self.target(entry.shape, target, before.location)
-        if entry.type == target:
-            return entry.local
-        key = (entry.local, entry.type, target)
-        if key in self.cache:
-            return self.cache[key]
-        element = str(ir.RankedTensorType(entry.local.type).element_type)
-        if dtypes.numpy_dtype(element) is None:
-            raise PassFailure(Located(before.location, f"slicer-partition: cannot redistribute {entry.origin}: "
-                                                       f"{dtypes.unsupported(element)}"))
-        source = entry
-        if target.shape != entry.type.shape:
-            source = repad(self, entry, target, before, why)
-        local = source.local if source.type == target else self.emit_plan(source, target, before, why)
-        self.cache[key] = local
-        return local
-
-    def emit_plan(self, entry: _Entry, target: DistType, before: ir.Operation, why: str) -> ir.Value:
-        """The synthesizer's plan from `entry`'s type to `target` (same padded shape), emitted before `before`."""
-        element = str(ir.RankedTensorType(entry.local.type).element_type)
-        try:
-            # Devices differing on the entry's loop axes hold different members of its family: the plan
-            # must not communicate over those axes.
-            p = plan(self.mesh, entry.type, target, dtype=element, frozen=tuple(sorted(entry.context)))
-        except RedistributionError as exc:
-            raise PassFailure(Located(before.location, f"slicer-partition: cannot redistribute {entry.origin} from "
-                                                       f"{entry.type} to {target} for {why}: {exc}")) from None
-        reason_base = f"{why}; source: {entry.origin} {entry.type} -> {target}"
-        if CONFLICT_ATTR in before.attributes:  # recorded by slicer-propagate on the consumer
-            reason_base += f"; {ir.StringAttr(before.attributes[CONFLICT_ATTR]).value}"
-
-        def loc(step) -> ir.Location:
-            child = ir.Location.fused([before.location, entry.loc])
-            return ir.Location.name(f"{step.op}: {reason_base}", childLoc=child)
-
-        with ir.InsertionPoint(before):
-            return PlanEmitter(self.mesh, self.grid, self.coords).emit(entry.local, p, loc)
-
-    def check_mesh(self, sharding: Sharding, what: str, op: ir.Operation | None = None) -> None:
-        if sharding.mesh != self.grid:
-            raise self.fail(op or self.func, f"{what} requests a sharding over mesh @{sharding.mesh}, but "
-                                             f"@{self.fname} is partitioned over @{self.grid}; use one mesh per "
-                                             "function")
-
-    def fail(self, op: ir.Operation, message: str) -> PassFailure:
-        return PassFailure(Located(op.location, f"slicer-partition: {message}"))
-
-    # -- driver --------------------------------------------------------------------------------------------
     def run(self) -> None:
         block = self.func.regions[0].blocks[0]
         arg_attrs = _attr_dicts(self.func, ARG_ATTRS_ATTR, len(block.arguments))
@@ -277,8 +139,9 @@ class _FunctionPartitioner:
             t = self.target(shape, t, self.func.location)
             element = ir.RankedTensorType(arg.type).element_type
             arg.set_type(local_type(t, self.mesh, element))
-            self.env[arg] = _Entry(arg, t, frozenset(), f"argument #{index} of @{self.fname}", arg.location, shape)
-            attrs[DIST_ATTR] = ir.StringAttr.get(t.spec())
+            origin = f"argument #{index} of @{self.fname}"
+            self.env[arg] = PartitionedValue(arg, t, frozenset(), origin, arg.location, shape)
+            attrs[DIST_ATTR] = ir.StringAttr.get(t.text())
             if t.shape != shape:
                 attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(shape))
             new_arg_attrs.append(attrs)
@@ -307,13 +170,13 @@ class _FunctionPartitioner:
         for op in list(block.operations):
             op = op.operation
             if op.name == LOOP:
-                self.process_loop(op, context)
+                partition_loop(self, op, context, self.process_block)
             elif op.name == SLICE:
-                self.process_slice(op, context)
+                partition_slice(self, op, context)
             elif op.name == ANNOTATE:
-                self.process_annotate(op, context)
+                partition_annotate(self, op, context)
             elif op.name == YIELD and op.parent is not None and op.parent.name == LOOP:
-                continue  # handled by process_loop
+                continue  # handled by partition_loop
             elif op.name == func_d.ReturnOp.OPERATION_NAME:
                 self.process_return(op, context)
             else:
@@ -365,166 +228,13 @@ class _FunctionPartitioner:
                 continue
             t = DistType(shape, replicated(shape).dims, partial) if partial else replicated(shape)
             origin = f"'{op.name}'" + (f" of partial sums over [{','.join(partial)}]" if partial else "")
-            self.env[result] = _Entry(result, t, context, origin, op.location, None, padded[index], loss=carried)
+            self.env[result] = PartitionedValue(result, t, context, origin, op.location, None, padded[index],
+                                                loss=carried)
             dists.append(t)
         if dists:
             op.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context)) for t in dists])
 
-    def padded_results(self, op: ir.Operation, context: frozenset[str], operand_pads: dict) -> list[dict]:
-        """The padded dims of each result of `op` (`operand_pads`: operand index -> its padded dims); an op
-        reducing over a padded dim is masked so the padding never reaches a real value (`padding.pads_through`)."""
-        if not operand_pads:
-            return [{} for _ in op.results]
-        emitter = PlanEmitter(self.mesh, self.grid, self.coords)
-
-        def mark(made: ir.Operation) -> None:
-            shape = tuple(ir.RankedTensorType(made.results[0].type).shape)
-            made.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(replicated(shape), context))])
-
-        try:
-            return pads_through(op, operand_pads, emitter.group_index, mark)
-        except Unsupported as exc:
-            raise self.fail(op, f"'{op.name}' cannot compute on padded blocks: {exc}") from None
-
-    # -- slices --------------------------------------------------------------------------------------------
-    def process_slice(self, op: ir.Operation, context: frozenset[str]) -> None:
-        view = SliceOp(op)
-        axes = self.ranges.get(view.range_value)
-        if axes is None:
-            raise self.fail(op, "'slicer.slice' range is not the argument of an enclosing slicer.loop; the "
-                                "partitioner binds ranges only to enclosing loops")
-        entry = self.lookup(view.source)
-        if entry is None:
-            raise self.fail(op, f"'slicer.slice' source of type {view.source.type} is not a static tensor value "
-                                "defined in this function")
-        dim = view.dim
-        if set(axes) & entry.context:
-            self.slice_own_member(op, view, entry, axes, context)
-            return
-        if dim in entry.pads:
-            raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] cuts dim {dim}, which already holds padded "
-                                f"blocks ({entry.pads[dim].describe()}); an uneven dim is cut over one axis only")
-        new_axes = (context - entry.context)
-        wanted = with_major(without_axes(entry.type, new_axes), dim, axes)
-        if not self.valid(entry, wanted):
-            # Keeping the source's own tiles of dim `dim` as minor tiles under `axes` does not divide the
-            # dim (another tactic tiled it over other axes): the slice needs dim `dim` over `axes` alone.
-            wanted = DistType(wanted.shape, tuple(tuple(axes) if i == dim else d for i, d in enumerate(wanted.dims)),
-                              wanted.partial)
-        wanted = self.target(entry.shape, wanted, op.location)
-        local = self.convert(entry, wanted, op,
-                             f"'slicer.slice' of dim {dim} over [{','.join(axes)}] needs the source tiled major by "
-                             f"[{','.join(axes)}] on dim {dim}")
-        result_shape = tensor_shape(view.result)
-        rest = tuple(wanted.dims[dim][len(axes):])
-        dims = tuple(rest if i == dim else d for i, d in enumerate(wanted.dims))
-        t = self.target(result_shape, DistType(result_shape, dims, wanted.partial), op.location)  # other dims
-        pads = dict(entry.pads)
-        if wanted.shape[dim] != entry.shape[dim]:  # padded blocks: the device's tail rows are padding
-            pads[dim] = Pad(entry.shape[dim], result_shape[dim], tuple(axes))
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, result_shape, pads,
-                                       entry.tactic)
-        self.erase.append(op)
-
-    def slice_own_member(self, op: ir.Operation, view: SliceOp, entry: _Entry, axes: tuple[str, ...],
-                         context: frozenset[str]) -> None:
-        """`slice(v, d, r)` where `v` is itself computed inside the loop over `r`'s axes: device `r` takes block
-        `r` of its own member `v(r)`, a purely local slice (no plan: a plan over those axes would mix members)."""
-        if not set(axes) <= entry.context:
-            raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] of a value computed inside loops over only "
-                                "some of these axes is not supported; slice by one loop's range at a time")
-        dim = view.dim
-        if entry.shape[dim] % subaxes.group_size(self.mesh, axes) or dim in entry.pads:
-            raise self.fail(op, f"'slicer.slice' over [{','.join(axes)}] of a value computed inside that loop cuts "
-                                f"dim {dim} of size {entry.shape[dim]} unevenly; padded blocks are cut from values "
-                                "defined outside the loop: make the size divisible or slice the loop's input")
-        whole = without_axes(entry.type, context - entry.context)
-        whole = DistType(whole.shape, tuple(() if i == dim else d for i, d in enumerate(whole.dims)), whole.partial)
-        local = self.convert(entry, whole, op, f"'slicer.slice' of dim {dim} takes a block of the whole dim")
-        emitter = PlanEmitter(self.mesh, self.grid, self.coords)
-        with ir.InsertionPoint(op):
-            where = ir.Location.name(f"local block of dim {dim} over [{','.join(axes)}]", childLoc=op.location)
-            local = emitter.local_block(local, dim, axes, where)
-        t = self.canon(DistType(tensor_shape(view.result), whole.dims, whole.partial), op.location)
-        local.owner.attributes[DIST_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(dist_text(t, context))])
-        self.env[view.result] = _Entry(local, t, context, f"slice of {entry.origin}", op.location, tactic=entry.tactic)
-        self.erase.append(op)
-
-    # -- loops ---------------------------------------------------------------------------------------------
-    def process_loop(self, op: ir.Operation, context: frozenset[str]) -> None:
-        loop = LoopOp(op)
-        if loop.mesh != self.grid:
-            raise self.fail(op, f"'slicer.loop' is over mesh @{loop.mesh} but the function is partitioned over "
-                                f"@{self.grid}; use one mesh per module or pick it with slicer-partition{{mesh=...}}")
-        rng, action = loop.range, loop.action
-        if rng is None or action is None:
-            raise self.fail(op, "malformed 'slicer.loop' (run slicer-verify for details)")
-        axes = tuple(rng.axes)
-        clash = [a for a in axes if a in context]
-        if clash:
-            raise self.fail(op, f"'slicer.loop' over [{','.join(axes)}] is nested in a loop over the same mesh axis "
-                                f"'{clash[0]}'; a device has one coordinate per axis, so each axis can be looped "
-                                "over once per nest")
-        body_context = context | frozenset(axes)
-        self.ranges[loop.range_arg] = axes
-        self.process_block(loop.body, body_context)
-        terminator = loop.terminator
-        if terminator is None or terminator.name != YIELD:
-            raise self.fail(op, f"'slicer.loop' body must end in '{YIELD}'")
-        kind = f"{action} loop over [{','.join(axes)}]"
-        for index, (value, result) in enumerate(zip(list(terminator.operands), loop.results)):
-            entry = self.lookup(value)
-            if entry is None:
-                raise self.fail(op, f"'slicer.loop' result #{index} is not a static tensor")
-            inner = without_axes(entry.type, body_context - entry.context)
-            local = self.convert(entry, inner, terminator, f"yield #{index} of the {kind}")
-            shape = tensor_shape(result)
-            pads = dict(entry.pads)
-            if isinstance(action, TileAction):
-                dims = tuple(axes + inner.dims[action.dim] if i == action.dim else d for i, d in enumerate(inner.dims))
-                t = DistType(shape, dims, inner.partial)
-                pad = pads.pop(action.dim, None)
-                if pad is not None and (pad.axes != axes or pad.size != shape[action.dim]):
-                    raise self.fail(op, f"'slicer.loop' result #{index} assembles over [{','.join(axes)}] padded "
-                                        f"blocks of another cut ({pad.describe()}); tile it over one axis only")
-            else:
-                t = DistType(shape, inner.dims, inner.partial + axes)
-            t = self.target(shape, t, op.location)
-            if t.local_shape(self.mesh) != inner.local_shape(self.mesh):
-                raise self.fail(op, f"'slicer.loop' result #{index} of type {result.type} is tiled as {t}, whose "
-                                    f"blocks are {t.local_shape(self.mesh)}, but the body yields {inner} blocks of "
-                                    f"{inner.local_shape(self.mesh)}: an uneven dim is cut into padded blocks over "
-                                    "one axis at a time (tile it over one axis)")
-            origin = ("partial sums of the " if isinstance(action, SumAction) else "result of the ") + kind
-            origin += _provenance(op) + f" yielding {entry.origin}"
-            tactic = ir.StringAttr(op.attributes[TACTIC_ATTR]).value if TACTIC_ATTR in op.attributes else entry.tactic
-            self.env[result] = _Entry(local, t, context, origin, ir.Location.fused([op.location, entry.loc]),
-                                      shape, pads, tactic)
-        body_ops = [o.operation for o in loop.body.operations]
-        for body_op in body_ops[:-1]:
-            body_op.move_before(op)
-        terminator.erase()  # its operands stay used by nothing; the loop results are rewritten by their users
-        del self.ranges[loop.range_arg]
-        self.erase.append(op)
-
-    # -- annotations, return -------------------------------------------------------------------------------
-    def process_annotate(self, op: ir.Operation, context: frozenset[str]) -> None:
-        view = AnnotateOp(op)
-        entry = self.lookup(view.source)
-        sharding = view.sharding
-        if entry is None or sharding is None:
-            raise self.fail(op, "'slicer.annotate' needs a static tensor source and a #slicer.sharding")
-        self.check_mesh(sharding, "'slicer.annotate'", op)
-        used = [a for a in sharding.used_axes() if a in context]
-        if used:
-            raise self.fail(op, f"'slicer.annotate' inside a loop over '{used[0]}' requests a sharding over that axis; "
-                                "inside the loop the value is one block per index: annotate outside the loop")
-        target = self.target(entry.shape, DistType(entry.type.shape, sharding.dims, ()), op.location)
-        local = self.convert(entry, target, op, f"'slicer.annotate' requests {sharding}")
-        self.env[view.result] = _Entry(local, target, context, f"annotated {entry.origin}", op.location,
-                                       entry.logical, entry.pads, entry.tactic)
-        self.erase.append(op)
-
+    # -- return --------------------------------------------------------------------------------------------
     def process_return(self, op: ir.Operation, context: frozenset[str]) -> None:
         res_attrs = _attr_dicts(self.func, RES_ATTRS_ATTR, len(op.operands))
         new_attrs, result_types = [], []
@@ -557,7 +267,7 @@ class _FunctionPartitioner:
             target = self.target(entry.shape, target, op.location)
             local = self.convert(entry, target, op, why)
             op.operands[index] = local
-            attrs[DIST_ATTR] = ir.StringAttr.get(target.spec())
+            attrs[DIST_ATTR] = ir.StringAttr.get(target.text())
             if target.shape != entry.shape:
                 attrs[LOGICAL_SHAPE_ATTR] = ir.DenseI64ArrayAttr.get(list(entry.shape))
             attrs[DIST_SOURCE_ATTR] = ir.StringAttr.get(source)
@@ -568,14 +278,7 @@ class _FunctionPartitioner:
         self.func.attributes[RES_ATTRS_ATTR] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in new_attrs])
 
 
-def _provenance(loop: ir.Operation) -> str:
-    """The tactic/rule that created a loop, when slicer-apply-tactics or slicer-propagate recorded them."""
-    notes = []
-    for attr, label in ((TACTIC_ATTR, "tactic"), (RULE_ATTR, "rule"), (CONFLICT_ATTR, "conflict")):
-        if attr in loop.attributes:
-            value = loop.attributes[attr]
-            notes.append(f"{label} {ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else value}")
-    return f" ({'; '.join(notes)})" if notes else ""
+
 
 
 def _attr_dicts(func: ir.Operation, name: str, count: int) -> list[dict]:

@@ -1,31 +1,7 @@
 """Rematerialisation (`slicer-remat`, docs/remat.md): the forward computation of chosen modules recomputed in
 the backward pass instead of kept alive from the forward pass to its backward use.
 
-Read from the SPMD function of a training step (after partitioning, so what is recomputed is each device's
-local work and the collectives are explicit):
-- *forward* ops are those up to the last op the result named `loss` depends on (the forward pass, with what it
-  computes only for the backward: a reshaped activation a weight gradient reads); every later op is backward
-  (or the update);
-- an op belongs to the *unit* of the first prefix of its module path (`core.source_lines.module_path`, set at
-  import: `blocks.0.attn.q`) that the pattern matches: `blocks.*` makes `blocks.0`, `blocks.1`, ... the units;
-- a value a unit's forward computes and the backward reads is *saved* (kept, as without remat) when the policy
-  says so, else *recomputed*. Always saved: a value a forward op outside the unit reads (the unit's output, the
-  next unit's input: kept anyway), a result of the function (the loss), the result of a collective (a Megatron
-  all_reduce is saved, never run again: recomputing a block costs no communication), and what an op computes
-  from the function's arguments and constants alone (a view of a weight, a zero fill: no activation). The
-  policies: "full" saves nothing else (each unit keeps its inputs and outputs only); "save_dots" saves the
-  results of contractions without batch dims (the linear layers' matmuls against weights, JAX's
-  `dots_with_no_batch_dims_saveable`): recomputed are the elementwise ops, norms, and the attention core (its
-  batched contractions with the softmax, as Megatron's selective recomputation does); "save_names" saves the
-  values computed by the modules whose paths match `names` (`blocks.*.attn.q`: the query projection's output);
-  "none" saves everything (no rewrite).
-
-The rewrite, per unit: the forward ops its recomputed values need (transitively, stopping at saved values,
-which the copies read) are cloned once each, in program order, each right before the first backward op that
-reads its result or the first clone that does (each recomputation just before its use: the last unit's runs
-first, not all at once), and every backward read of a recomputed value reads the clone. Clones carry
-`slicer.remat = "<unit>"`; no value is recomputed twice (one clone per op, shared by all its backward readers).
-The forward values then die in the forward pass.
+Details: docs/module-notes.md, `spmd/rematerialize.py`.
 """
 
 from __future__ import annotations

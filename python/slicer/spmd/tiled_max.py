@@ -69,7 +69,7 @@ def tiled_max(op: ir.Operation, input_type: DistType | None, context: frozenset[
 def reduce_by_max(partitioner, op: ir.Operation, context: frozenset[str]) -> bool:
     """Partition `op` as a `TiledMax` when it is one (False, nothing done, otherwise): the op reduces its
     device's block (masked where the block is padding: an uneven tiled dim), and one all_reduce by maximum after
-    it gives the replicated result. `partitioner` is the function's `spmd.partitioner._FunctionPartitioner`."""
+    it gives the replicated result. `partitioner` is the function's `spmd.conversion.PartitionState`."""
     p = partitioner
     entry = p.lookup(op.operands[0]) if len(op.operands) else None
     found = tiled_max(op, entry.type if entry is not None and entry.context == context else None, context)

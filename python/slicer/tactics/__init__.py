@@ -6,7 +6,8 @@ and their application to a program as `slicer.loop`/`slicer.slice`.
 
 from slicer.core.errors import InvalidTactic, TacticError
 
-from .rewrite import NEW_MESH_NAME, TacticRewriter
+from .requests import NEW_MESH_NAME
+from .rewrite import TacticRewriter
 from .values import REMAT_POLICIES, TEXT_SYNTAX, Remat, Replicate, Tactic, Tile, format_tactics, parse_tactics
 
 __all__ = ["InvalidTactic", "NEW_MESH_NAME", "REMAT_POLICIES", "Remat", "Replicate", "TEXT_SYNTAX", "Tactic",

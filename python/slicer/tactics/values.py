@@ -15,16 +15,7 @@ line (`slicer-apply-tactics{tactics=arg0.1=y;result0.0=x,y;arg2=replicated}`,
 by name `mlp.fc1.weight.0=y;mlp.fc1.bias=replicated;result:exp_avg.*.0=x`); all three front doors
 produce the same tactic values.
 
-Axis order: several axes on one dim are listed **major to minor** (as in
-`#slicer.sharding` and JAX): `axes=("x", "y")` gives block index
-`idx(x) * |y| + idx(y)`.
-
-Checks that need no program (one of `arg`/`result`, non-negative indices, axis
-names, no axis twice) run when the value is built and raise `InvalidTactic`;
-checks against the program and mesh (index and dim in range, axis exists, dim
-divisible, no conflict with an earlier tactic) run when the tactics are applied
-(`slicer.tactics.rewrite`), which raises `TacticError` with located diagnostics
-and leaves the module untouched.
+Details: docs/module-notes.md, `tactics/values.py`.
 """
 
 from __future__ import annotations

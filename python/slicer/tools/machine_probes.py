@@ -3,28 +3,7 @@
 Small programs of the kinds whole programs are made of are compiled by the real pipeline (`slicer.compile`) and run
 on the machine's MPI ranks, one per core (what the search's programs do); their kernel graphs and median times go
 to `automatic.machine_fit.fit_machine`, which finds the figures that price them as measured. The probes (sizes per
-rank; the first dim is tiled over the ranks):
-
-- matmuls of 512^3 and 32x64x64: the contraction rate, and the fixed costs the small one is made of;
-- MLPs as PyTorch's import writes them (transposed weights, broadcast biases, a tanh-GELU), 256x128x512 and
-  32x64x256, under data parallelism;
-- a layer norm then a softmax over 256x512 rows: row reductions, exp, sqrt, divisions;
-- Adam updates of 128x1024 and 2048x1024 parameters: the bandwidth of data in the caches and of data past them
-  (a training step's optimizer reads its parameters and moments from memory), and the largest cache's share of a
-  rank, read from the system (`cache_share`), decides which reads are which (`automatic/cache_reads.py`);
-- an Adam update of 48 small parameters: a kernel taking 192 arrays and returning 144, as a training step's
-  optimizer kernels do (the runtime's cost per array);
-- a linear layer's backward (the weight's gradient a contraction over the rows, the bias's a column sum) and an
-  Adam-like step of the weight;
-- on more than one rank, the MLP under Megatron (an all_reduce), a matmul whose weight is sharded (an
-  all_gather before it), and a chain of 8 matmuls each gathering its weight while the previous one runs, as
-  FSDP does: a collective's own work and lag, alone and hidden in part behind kernels.
-
-Probes of single ops fit whole programs worse: a 20x slower transpose set the bandwidth for every op, and fast
-elementwise ops in cache gave other ops a rate three times what they reach in a model.
-
-Each probe's time is the median of `rounds` rounds, interleaved (the machine's load comes and goes), each the
-median of `repeat` runs of the slowest rank.
+rank; the first dim is tiled over the ranks): docs/module-notes.md, `tools/machine_probes.py`.
 """
 
 from __future__ import annotations

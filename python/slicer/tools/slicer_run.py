@@ -7,22 +7,7 @@
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
                [--buckets auto|off|BYTES] [--collective-matmul auto|off|CHUNKS]
 
-`--tactic argI.D=AXES` tiles dim D of argument I over AXES (comma-separated, major
-to minor); `argI=replicated`; `resultI.D=AXES` for results. `--auto` searches the tactics (`slicer.auto`:
-the `--tactic`s given first, completed) within `--memory-budget` bytes per device and prints them with its
-reasons. Each rank reads or creates only its own block of each input; rank 0 assembles the results into
-`--output` as `result<i>.npy`. `--check` compares them with the unpartitioned
-program run in one process (slicer.core.compare). `--buckets` and `--collective-matmul` are
-`slicer.compile`'s arguments of the same names (the schedule's rewrites; default: the environment's, else auto).
-Under `mpiexec -n N python -m slicer.runtime ...` the same command runs in the current MPI job instead of
-starting one (slicer.runtime.in_job).
-Exit codes as every tool (slicer.tools.cli): 0 ok, 1 the compile, run or `--check` failed, 2 a bad command line.
-
-Seeing the partitioning (slicer.viz): `--explain` prints the whole report (propagation, memory per device,
-kernel graph) and, after the run, the memory each rank measured and the run's timeline; `--show VALUE`
-prints which device holds which block of a value (`arg1`, `result0`, `%4`, or a source name such as `w1`);
-`--plot DIR` draws that for every value of the kernel graph and the run's timeline as PNG files (needs
-matplotlib); `--trace FILE` writes the timeline as a Chrome trace (chrome://tracing, ui.perfetto.dev).
+Details: docs/module-notes.md, `tools/slicer_run.py`.
 """
 
 from __future__ import annotations
@@ -37,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from slicer.api import auto, compile
+from slicer.api import compile
 from slicer.automatic.options import parse_budget
+from slicer.automatic_api import auto
 from slicer.checking import as_tuple
 from slicer.core import dtypes
 from slicer.core.compare import difference, same_result
@@ -54,7 +40,7 @@ from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.tactics import parse_tactics
 from slicer.viz import timeline_png, timeline_text, value_picture, write_chrome_trace
-from slicer.viz.sharding import load_pyplot
+from slicer.viz.block_picture import load_pyplot
 from slicer.viz.value_lookup import describe
 
 from .cli import EXIT_OK, failure, unreadable, usage_error
@@ -213,7 +199,7 @@ def run(args, request: Request) -> int:
         print(f"== compiled {args.program} for mesh {mesh} in {time.perf_counter() - start:.2f} s")
         print(prog.explain() if args.explain else prog.explain().split("propagation:")[0].rstrip())
         for what in args.show:
-            print(prog.sharding(what).text())
+            print(prog.picture(what).text())
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:

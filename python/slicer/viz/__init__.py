@@ -1,5 +1,5 @@
 """Seeing the partitioning (layer 12 of docs/architecture.md, between the runtime and the frontends): memory per
-device (`memory`), which device holds which block of any value (`sharding`, `value_lookup`), and where a run's time
+device (`memory`), which device holds which block of any value (`block_picture`, `value_lookup`), and where a run's time
 goes (`timeline`). Text needs nothing; PNG files need matplotlib (`pip install 'slicer[viz]'`), imported only
 when a PNG is drawn.
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 from slicer.core import dtypes
 from slicer.lowering import KernelGraph
 
+from .block_picture import BlockPicture, device_ranges
 from .memory import MemoryReport, memory_report
-from .sharding import ShardingPicture, device_ranges
 from .timeline import chrome_trace, timeline_png, timeline_text, write_chrome_trace
 from .value_lookup import describe, global_type, resolve, source_names
 
 
 def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str, str] | None = None,
-                  grid_dims: tuple[int, ...] | None = None) -> ShardingPicture:
-    """The sharding picture of a value of `graph`: `what` is an argument index, "arg1", "result0", a kernel-graph
+                  grid_dims: tuple[int, ...] | None = None) -> BlockPicture:
+    """the block picture of a value of `graph`: `what` is an argument index, "arg1", "result0", a kernel-graph
     name ("%4") or a source name ("w1", with `source` the program's text)."""
     names = source_names(graph, source) if names is None and source else (names or {})
     name = resolve(graph, what, names, source)
@@ -38,7 +38,7 @@ def value_picture(graph: KernelGraph, what, source: str = "", *, names: dict[str
     elif name in graph.args:
         shape = graph.arg_shape(graph.args.index(name))
     title = f"{describe(graph, name, names)}: {value.dtype}{list(shape)} as {dist} on mesh {graph.mesh}"
-    return ShardingPicture(graph.mesh, dist, title=title, notes=(note,) if note else (),
+    return BlockPicture(graph.mesh, dist, title=title, notes=(note,) if note else (),
                            dtype_size=_itemsize(value.dtype), grid_dims=grid_dims, varying=varying, shape=shape)
 
 
@@ -47,6 +47,6 @@ def _itemsize(element_type: str) -> int | None:
     return dtypes.byte_size(element_type)
 
 
-__all__ = ["MemoryReport", "ShardingPicture", "chrome_trace", "describe", "device_ranges", "global_type",
+__all__ = ["MemoryReport", "BlockPicture", "chrome_trace", "describe", "device_ranges", "global_type",
            "memory_report", "resolve", "source_names", "timeline_png", "timeline_text", "value_picture",
            "write_chrome_trace"]

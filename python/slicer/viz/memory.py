@@ -30,13 +30,13 @@ from slicer.runtime.collective_kinds import mpi_scratch_bytes
 from slicer.runtime.resources import human_bytes
 from slicer.runtime.timings import Timings
 
+from .block_picture import uneven_dims
 from .remat_memory import RematReport
-from .sharding import uneven_dims
 from .value_lookup import describe, source_names
 
 
 @dataclass(frozen=True)
-class Block:
+class ValueBytes:
     """One argument or result: what to call it, and its bytes per device and whole."""
 
     label: str
@@ -54,8 +54,8 @@ class MemoryReport:
     """Bytes per device of a compiled program (see the module docstring); `measured`: per rank, after a run."""
 
     devices: int
-    arguments: tuple[Block, ...]
-    results: tuple[Block, ...]
+    arguments: tuple[ValueBytes, ...]
+    results: tuple[ValueBytes, ...]
     timeline: tuple[tuple[str, int], ...]  # ("arguments", bytes), then (node label, bytes during it)
     peak: int
     peak_when: str
@@ -232,10 +232,10 @@ def memory_report(graph: KernelGraph, source: str = "", timings: Timings | None 
     def whole(name: str, shape) -> int:
         return int(np.prod(shape, dtype=np.int64)) * itemsize[name]
 
-    arguments = tuple(Block(str(describe(graph, name, names)), _type(graph, name, shape=graph.arg_shape(i)),
+    arguments = tuple(ValueBytes(str(describe(graph, name, names)), _type(graph, name, shape=graph.arg_shape(i)),
                             graph.value_bytes(name), whole(name, graph.arg_shape(i)))
                       for i, name in enumerate(graph.args))
-    results = tuple(Block(str(describe(graph, name, names)), _type(graph, name, dist, graph.result_shape(i)),
+    results = tuple(ValueBytes(str(describe(graph, name, names)), _type(graph, name, dist, graph.result_shape(i)),
                           graph.value_bytes(name), whole(name, graph.result_shape(i)))
                     for i, (name, dist) in enumerate(zip(graph.results, graph.result_dists)))
     timeline = list(graph.live_bytes_per_node())

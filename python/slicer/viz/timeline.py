@@ -23,7 +23,7 @@ from slicer.core.errors import VizError
 from slicer.core.mesh import Mesh
 from slicer.runtime.timings import Event, Timings
 
-from .sharding import load_pyplot
+from .block_picture import load_pyplot
 
 KERNEL, WAITING, TRANSFER = "kernel", "waiting", "transfer"
 COLORS = {KERNEL: "#4c78a8", WAITING: "#d3d3d3", TRANSFER: "#f58518"}

@@ -2,7 +2,7 @@
 not the order they are read. A training step reads its gradients in the optimizer, parameter by parameter (the first
 layer's first), and makes them in the backward pass (the last layer's first): formed in reading order, the model's first
 buckets held the last layer's gradients and were packed early in the backward pass, cutting kernels the compiled
-program does not cut (its peak for the GPT step on 2x2 under FSDP-like layouts was 3% low)."""
+program does not cut (its peak for the GPT step on 2x2 under FSDP-like tilings was 3% low)."""
 
 from slicer.automatic.peak_memory import MemoryTrace
 

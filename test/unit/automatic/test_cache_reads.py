@@ -77,10 +77,10 @@ def test_a_program_past_the_cache_reads_its_arguments_from_memory(elementwise):
     slow = replace(one, memory_bandwidth=one.bandwidth / 10)
     comm = CostModel()
     sketch = read_sketch(ELEMENTWISE)
-    layouts = (((), ()), ((), ()))
+    tilings = (((), ()), ((), ()))
 
     def prices(machine):
-        model = Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(layouts).compute
+        model = Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(tilings).compute
         return model, price_graph(elementwise.graph, machine, comm).compute
 
     base = prices(one)

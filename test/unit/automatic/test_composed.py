@@ -1,5 +1,5 @@
 """The search composes its starting points per mesh axis: on a 2x2 mesh under a budget that only data parallelism
-over one axis with Megatron over the other meets, it finds that layout (which the greedy descent, changing one
+over one axis with Megatron over the other meets, it finds that tiling (which the greedy descent, changing one
 variable at a time, never visited from data over both axes), and the chosen program computes the module's
 values on the simulator."""
 
@@ -8,7 +8,7 @@ import pytest
 
 import slicer
 from slicer import strategies
-from slicer.automatic import Search, read_sketch
+from slicer.automatic import TacticSearch, read_sketch
 
 
 def _mlp(torch, rows: int, width: int):
@@ -61,7 +61,7 @@ def test_composed_starts_pair_distinct_one_axis_patterns():
     weights sharded on the other."""
     _, _, program, mesh, _ = mlp_on_2x2()
     sketch = read_sketch(program.text, program.entry, program.arg_names, program.result_names)
-    search = Search(sketch, mesh, budget=540_000)
+    search = TacticSearch(sketch, mesh, budget=540_000)
     patterns = search.axis_patterns(list(search.variables))
     assert {} in patterns and len(patterns) >= 3
     names = [g.key for g in search.groups]

@@ -1,7 +1,7 @@
 """A tiling reaching a dim it does not divide, where the dim cannot be padded (a reshape splitting the tiled dim into
 heads, as attention does), stops there: propagation gathers the value before that op (`_indivisible`), and the
 search's model does too (`OpSketch.even_sizes`), so it prices the all_gather and the whole value after it instead of
-blocks the compiled program never has (the GPT step on 8 devices: a layout modelled at 8.2 MiB compiled to 13.5)."""
+blocks the compiled program never has (the GPT step on 8 devices: a tiling modelled at 8.2 MiB compiled to 13.5)."""
 
 import pytest
 

@@ -92,8 +92,8 @@ def want(x, w1a, w2a, w1b, w2b):
 def modelled_peak(text, mesh, tactics) -> int:
     sketch = read_sketch(text)
     fixed = resolve_fixed(sketch, tuple(tactics))
-    layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
-    return Evaluator(sketch, mesh).evaluate(layouts).peak_bytes
+    tilings = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
+    return Evaluator(sketch, mesh).evaluate(tilings).peak_bytes
 
 
 def test_a_generic_fill_is_read_as_a_fill():

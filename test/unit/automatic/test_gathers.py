@@ -1,7 +1,7 @@
 """A weight tiled on two dims its op cannot use is all_gathered one dim after the other, into the whole weight:
 the search's model counts that whole copy, as for the weight tiled on one dim over both axes. It counted each
 dim's gather from the shard: a "whole" copy of 6/8 of the weight on 2x4 (2/8 + 4/8), which put a GPT-2 block's 2-D
-sharded MLP 22% under its compiled peak and left the block on 2x4 without a layout its budget admits
+sharded MLP 22% under its compiled peak and left the block on 2x4 without a tiling its budget admits
 (benchmarks/auto.py: the choice modelled at 404,736 bytes compiled to 494,080). The copy gathered over the first
 axis lives only until the second all_gather, between kernels, which the model's trace does not count (nor the
 moment of an all_gather, when its input and output both live: the compiled peaks here are 5-15% higher)."""
@@ -51,8 +51,8 @@ func.func @mlp(%x: tensor<64x128xf32>, %w1: tensor<128x512xf32>, %w2: tensor<512
 def _peak(mesh, tactics: str) -> int:
     sketch = read_sketch(MLP)
     fixed = resolve_fixed(sketch, tuple(slicer.parse_tactics(tactics)))
-    layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
-    return Evaluator(sketch, mesh).evaluate(layouts).peak_bytes
+    tilings = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
+    return Evaluator(sketch, mesh).evaluate(tilings).peak_bytes
 
 
 @pytest.mark.parametrize("two_dims, one_dim", [

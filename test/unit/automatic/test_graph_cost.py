@@ -29,8 +29,8 @@ def model_estimate(step, mesh, tactics):
     names = sketch.arg_names
     follow = {r: names.index(n) for r, n in enumerate(sketch.result_names) if n and n in names}
     fixed = resolve_fixed(sketch, tuple(tactics))
-    layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
-    return sketch, Evaluator(sketch, mesh, follow=follow).evaluate(layouts)
+    tilings = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
+    return sketch, Evaluator(sketch, mesh, follow=follow).evaluate(tilings)
 
 
 def meetings(collectives, sync):

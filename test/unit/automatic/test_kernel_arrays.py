@@ -39,9 +39,9 @@ def test_the_compiled_price_charges_every_array_a_kernel_takes_and_returns(many)
     assert price_graph(graph, dear, comm).compute - price_graph(graph, base, comm).compute == \
         pytest.approx(arrays * 1e-3)
     sketch = read_sketch(probe.text)
-    layouts = tuple(((), ()) for _ in probe.shapes)
+    tilings = tuple(((), ()) for _ in probe.shapes)
 
     def model(machine):
-        return Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(layouts).compute
+        return Evaluator(sketch, slicer.Mesh({"x": 1}), comm=comm, machine=machine).evaluate(tilings).compute
 
     assert model(dear) == model(base)

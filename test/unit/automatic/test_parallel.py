@@ -1,6 +1,6 @@
 """The search's descents run side by side in forked processes (`automatic/parallel.py`): the answers are the ones
-run one after another, in order; the layouts the children priced join the cache (as figures, re-priced in full
-when the chosen layout needs its collectives); a child that dies has its tasks run by the parent; and the
+run one after another, in order; the tilings the children priced join the cache (as figures, re-priced in full
+when the chosen tiling needs its collectives); a child that dies has its tasks run by the parent; and the
 setting that limits the processes is checked."""
 
 import multiprocessing
@@ -10,7 +10,7 @@ import time
 import pytest
 from test_composed import mlp_on_2x2
 
-from slicer.automatic import Search, descent, parallel, read_sketch
+from slicer.automatic import TacticSearch, descent, parallel, read_sketch
 from slicer.core.errors import AutoError
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -92,7 +92,7 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
 
     def searched(processes: str):
         monkeypatch.setenv(parallel.PROCESSES_ENV, processes)
-        search = Search(sketch, mesh, budget=540_000)
+        search = TacticSearch(sketch, mesh, budget=540_000)
         return search, *search.run(refuse=False)
 
     monkeypatch.setattr(parallel, "MIN_SECONDS", 0.0)  # this small search would not pay for a fork
@@ -119,7 +119,7 @@ def test_the_search_chooses_the_same_in_parallel_as_in_one_process(monkeypatch):
         if est is not None:
             assert (other.compute, other.exposed, other.overlapped, other.peak_bytes) == \
                 (est.compute, est.exposed, est.overlapped, est.peak_bytes), key
-    assert any(e is not None and e.collectives is None for e in forked.cache.values()), "no layout priced by a child"
+    assert any(e is not None and e.collectives is None for e in forked.cache.values()), "no tiling priced by a child"
 
 
 @needs_two_cores

@@ -63,8 +63,8 @@ def test_partial_sums_are_reduced_where_the_compiled_program_reduces_them(tactic
     parsed = slicer.parse_tactics(tactics)
     sketch = read_sketch(STEP)
     fixed = resolve_fixed(sketch, tuple(parsed))
-    layouts = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
-    model = Evaluator(sketch, mesh).evaluate(layouts)
+    tilings = tuple(fixed.get(i, ((),) * len(sketch.shapes[i])) for i in range(sketch.num_args))
+    model = Evaluator(sketch, mesh).evaluate(tilings)
     assert [(c.kind, c.where) for c in model.collectives] == [(kind, f'loc("{where}")')]
 
     graph = slicer.compile(STEP, mesh=mesh, tactics=parsed).graph

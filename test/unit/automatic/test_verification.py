@@ -1,11 +1,11 @@
-"""Verification's fallback while every compiled candidate is over the budget: the best layout by the budget itself,
-then the smallest modelled peak of each family of layouts (the axes the data's batch is tiled over), fastest first;
-and, without a budget, the best distinct layouts."""
+"""Verification's fallback while every compiled candidate is over the budget: the best tiling by the budget itself,
+then the smallest modelled peak of each family of tilings (the axes the data's batch is tiled over), fastest first;
+and, without a budget, the best distinct tilings."""
 
 from test_descent import mlp
 
 import slicer
-from slicer.automatic import Search, read_sketch
+from slicer.automatic import TacticSearch, read_sketch
 from slicer.automatic.verification import family, other_families
 from slicer.tactics import format_tactics
 
@@ -18,7 +18,7 @@ def _searched(budget):
     """The search on an MLP over 2x2 and its choice."""
     text = mlp(64, 128, 512)
     sketch = read_sketch(text)
-    search = Search(sketch, slicer.Mesh(x=2, y=2), budget=budget)
+    search = TacticSearch(sketch, slicer.Mesh(x=2, y=2), budget=budget)
     choice, _ = search.run(refuse=False)
     return search, choice
 
@@ -32,8 +32,8 @@ def test_family_is_the_axes_of_the_batch():
 
 
 def test_other_families_pick_each_familys_smallest_peak_fastest_first():
-    """First the best layout by the budget itself, whatever its family (the planning margin may have ranked it
-    low); then the smallest of each family not tried, the compiled ones' own included (its most sharded layout),
+    """First the best tiling by the budget itself, whatever its family (the planning margin may have ranked it
+    low); then the smallest of each family not tried, the compiled ones' own included (its most sharded tiling),
     ordered by the objective: under the budget by the model first, fastest first."""
     search = _search(300_000)
     data = search.data_groups()[0]
@@ -45,15 +45,15 @@ def test_other_families_pick_each_familys_smallest_peak_fastest_first():
     assert len(set(families)) == len(families) >= 2 and frozenset({"x"}) in families + [family(search, first)]
     scores = [search.score(search.estimate(c), exact=True) for c in found]
     assert scores == sorted(scores)
-    for c, fam in zip(found, families):  # each the smallest of its family among the layouts priced and not tried
+    for c, fam in zip(found, families):  # each the smallest of its family among the tilings priced and not tried
         same = [e.peak_bytes for k, e in search.cache.items() if e is not None and family(search, dict(k)) == fam
                 and format_tactics(search.tactics(dict(k))) not in tried]
         assert search.estimate(c).peak_bytes == min(same)
     assert all(format_tactics(search.tactics(c)) not in tried for c in [first, *found])
 
 
-def test_distinct_candidates_leave_out_the_layouts_priced_like_one_before():
-    """Without a budget, verification compiles the best layouts the model tells apart: of layouts priced alike
+def test_distinct_candidates_leave_out_the_tilings_priced_like_one_before():
+    """Without a budget, verification compiles the best tilings the model tells apart: of tilings priced alike
     (within 1% in time and peak: a tiled bias), only the best is listed; the plain ranking lists them all."""
     from slicer.automatic.verification import _same, candidates
 

@@ -1,6 +1,6 @@
 """Gradient clipping by global norm costs one scalar all_reduce, whatever the strategy: the collectives of a
 clipped AdamW step are those of the unclipped step plus ONE all_reduce of a scalar (the sum of the squares of
-every gradient, each a partial sum: `propagation.shared_layout` makes a sum of squares read the gradient blocks
+every gradient, each a partial sum: `propagation.shared_blocks` makes a sum of squares read the gradient blocks
 the update already reads, `spmd.partial_terms` adds the partial sums up before one reduction), and the steps
 still equal torch eager (torch.optim.AdamW foreach=False, clip_grad_norm_) on the simulator."""
 

@@ -211,3 +211,28 @@ def test_the_element_type_is_a_parameter_f64(cache_dir):
     assert _contractions_after_rewrite(text)[0].endswith("f64")
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1).numpy()
     np.testing.assert_allclose(compile_library(text, cache_dir=cache_dir)["f64"](x, w), want, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[6]], ids=_ids)
+def test_bf16_convolutions_accumulate_in_f32_and_round_once(cache_dir, case):
+    """A bf16 convolution (mixed precision's, or a `model.to(torch.bfloat16)`): im2col's patch of bf16 and the
+    bf16 GEMM (f32 accumulation), each output rounded once. Reference: float64 on the same bf16 inputs; bound:
+    the f32 sum's error (1e-5 of sum |x||w|) plus one bf16 rounding (2^-8 of the value)."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    x_shape, f, k, s, p = case
+    x = RNG.standard_normal(x_shape).astype(bf16)
+    w = (RNG.standard_normal((f, x_shape[1], k, k)) / k).astype(bf16)
+    text = conv_fn("conv", x.shape, w.shape, s, p, dtype="bf16")
+    with make_context():
+        module = ir.Module.parse(text)
+        DEFAULT_PIPELINE.until("vectorize").run(module)
+        assert "__slicer_ukernel_bf16_" in str(module)  # the patch and the weights packed as bf16 pairs
+    got = compile_library(text, cache_dir=cache_dir)["conv"](x, w)
+    assert got.dtype == bf16
+    wide = [torch.from_numpy(a.astype(np.float64)) for a in (x, w)]
+    exact = torch.nn.functional.conv2d(*wide, stride=s, padding=p).numpy()
+    scale = torch.nn.functional.conv2d(wide[0].abs(), wide[1].abs(), stride=s, padding=p).numpy()
+    error = np.abs(got.astype(np.float64) - exact)
+    assert (error <= 1e-5 * scale + 2.0 ** -8 * np.abs(exact)).all(), float((error - 2.0 ** -8 * np.abs(exact)).max())

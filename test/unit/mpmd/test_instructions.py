@@ -7,7 +7,7 @@ import pytest
 from slicer.core.errors import CompileError
 from slicer.mpmd.instructions import Stage, check_transfers, lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
-from slicer.mpmd.stage_module import Link, Signature, StageFunctions, build_module
+from slicer.mpmd.stage_module import CalleeSignature, Link, StageFunctions, build_module
 
 ACT, W, LOSS = "tensor<2x4xf32>", "tensor<4x4xf32>", "tensor<f32>"
 
@@ -17,10 +17,10 @@ def _stage(index: int, last: bool) -> StageFunctions:
     batch = ("x",) if index == 0 else ()
     front = [("x", ACT)] if index == 0 else [("s0.0", ACT)]
     grads_in = [] if last else [("grad.s0.0", ACT)]
-    forward = Signature((*front, ("w", W)), (("loss", LOSS),) if last else (("s0.0", ACT),))
+    forward = CalleeSignature((*front, ("w", W)), (("loss", LOSS),) if last else (("s0.0", ACT),))
     back_results = (([("grad.s0.0", ACT)] if index else []) + [(f"grad.w{index}", W)])
-    backward = Signature((*front, *grads_in, ("w", W), (f"grad.w{index}", W)), tuple(back_results))
-    update = Signature(((f"grad.w{index}", W), ("w", W), ("lr", "tensor<f64>")), (("w", W),))
+    backward = CalleeSignature((*front, *grads_in, ("w", W), (f"grad.w{index}", W)), tuple(back_results))
+    update = CalleeSignature(((f"grad.w{index}", W), ("w", W), ("lr", "tensor<f64>")), (("w", W),))
     return StageFunctions(index, forward, backward, update, batch, received, () if last else ("s0.0",), ("w",), (),
                           ("lr",))
 

@@ -6,7 +6,7 @@ the chunks for the interleaved schedule) and the activations held: M micro-batch
 import pytest
 
 from slicer.core.errors import InvalidTactic
-from slicer.mpmd.pipeline_schedule import FORWARD, Schedule, Work, make_schedule
+from slicer.mpmd.pipeline_schedule import FORWARD, PipelineSchedule, Work, make_schedule
 
 
 @pytest.mark.parametrize("stages,microbatches", [(2, 8), (4, 8), (2, 1), (3, 5)])
@@ -34,12 +34,12 @@ def test_1f1b_order_on_two_stages():
 def test_an_order_that_waits_for_itself_is_refused():
     order = (Work("B", 0), Work(FORWARD, 0))
     with pytest.raises(InvalidTactic, match="deadlocks"):
-        Schedule("bad", 2, 1, (order, (Work(FORWARD, 0), Work("B", 0)))).verify()
+        PipelineSchedule("bad", 2, 1, (order, (Work(FORWARD, 0), Work("B", 0)))).verify()
 
 
 def test_a_missing_work_is_refused():
     with pytest.raises(InvalidTactic, match="once"):
-        Schedule("bad", 1, 2, ((Work(FORWARD, 0), Work("B", 0)),)).verify()
+        PipelineSchedule("bad", 1, 2, ((Work(FORWARD, 0), Work("B", 0)),)).verify()
 
 
 @pytest.mark.parametrize("args,message", [(("zigzag", 2, 4), "one of"), (("1f1b", 2, 0), ">= 1"),

@@ -1,4 +1,4 @@
-"""The propagation engine's worklist (`engine._Worklist`) asks only the ops a rewrite may have affected; the
+"""The propagation engine's worklist (`worklist.Worklist`) asks only the ops a rewrite may have affected; the
 result must be exactly that of asking every op at every step. Both engines run on every example and strategy
 (and on each hand-written case of test/Transforms/slicer-propagate.mlir) and must give the same program."""
 
@@ -88,12 +88,12 @@ def test_worklist_on_a_training_step(stage):
 def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(monkeypatch):
     """An AdamW step of the training MLP under data + Megatron on 2x2 (loops over x around loops over y): the late
     phase asks the fusion law only about loops with an earlier loop in their block of the same range type,
-    action, mesh and result type (`_Worklist._earliest_siblings`; the law refuses the others), and the program
+    action, mesh and result type (`late_scan.LateScan`; the law refuses the others), and the program
     is still the one asking every op gives."""
     pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
     from slicer import strategies
-    from slicer.propagation import engine
+    from slicer.propagation import worklist
     from slicer.propagation.fusion import may_fuse, sibling_facts
 
     def has_earlier_sibling(op) -> bool:
@@ -104,10 +104,10 @@ def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(mon
             earlier.append(other.operation)
         return any(o.name == op.name and may_fuse(sibling_facts(o), sibling_facts(op)) for o in earlier)
 
-    asked, ask = [], engine._ask
+    asked, ask = [], worklist.ask_laws
 
     def recording(op, journal, laws):
-        if laws is engine.LATE_LAWS:
+        if laws is worklist.LATE_LAWS:
             asked.append(has_earlier_sibling(op))
         return ask(op, journal, laws)
 
@@ -117,9 +117,9 @@ def test_the_late_phase_asks_only_loops_with_an_earlier_sibling_to_fuse_with(mon
     tactics = slicer.format_tactics(strategies.data_parallel(step, "x") +
                                     strategies.megatron(step, "y", column=["0.*"], row=["2.weight"]))
     mesh = {"x": 2, "y": 2}
-    monkeypatch.setattr(engine, "_ask", recording)
+    monkeypatch.setattr(worklist, "ask_laws", recording)
     incremental = propagated(step.text, tactics, mesh, True)
-    monkeypatch.setattr(engine, "_ask", ask)
+    monkeypatch.setattr(worklist, "ask_laws", ask)
     assert "fusion of sibling loops" in incremental
     assert asked and all(asked), f"{asked.count(False)} of {len(asked)} loops asked had no sibling to fuse with"
     assert incremental == propagated(step.text, tactics, mesh, False)

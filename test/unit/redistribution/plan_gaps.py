@@ -15,7 +15,7 @@ import numpy as np
 
 from slicer.redistribution.layout import Layout, nontrivial_partial
 from slicer.redistribution.plans import Plan
-from slicer.redistribution.search import Search
+from slicer.redistribution.search import PlanSearch
 from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 PARTIAL = "partial-sum source: a reduction receives data for every element of the target block"
@@ -26,7 +26,7 @@ TILES = ("whole-tile collectives: the bound needs an irregular sub-tile exchange
          "that no sequence of slice/all_to_all/permute/gather expresses")
 
 
-def _cost(search: Search) -> int | None:
+def _cost(search: PlanSearch) -> int | None:
     found = search.run()
     return None if found is None else found[1]
 
@@ -73,10 +73,10 @@ def diagnose(plan: Plan) -> Diagnosis | None:
         return Diagnosis(PARTIAL, bound, planned, None, None, None)
     layout = Layout.get(mesh, plan.src.shape)
     src, dst = reduced(mesh, plan.src), reduced(mesh, plan.dst)
-    normal_form = _cost(Search(mesh, layout, src, dst))
+    normal_form = _cost(PlanSearch(mesh, layout, src, dst))
     cap = max(plan.src.local_size(mesh), plan.dst.local_size(mesh))
-    capped = _cost(Search(mesh, layout, src, dst, cap=cap))
-    unbounded = _cost(Search(mesh, layout, src, dst, cap=int(np.prod(src.shape, dtype=np.int64))))
+    capped = _cost(PlanSearch(mesh, layout, src, dst, cap=cap))
+    unbounded = _cost(PlanSearch(mesh, layout, src, dst, cap=int(np.prod(src.shape, dtype=np.int64))))
     if normal_form is None:
         reason = NO_NORMAL_FORM
     elif capped is not None and capped < normal_form:

@@ -22,7 +22,7 @@ from slicer.redistribution.moves import (
     SliceMove,
     SwitchMove,
 )
-from slicer.redistribution.search import Search, placements_with_products
+from slicer.redistribution.search import PlanSearch, placements_with_products
 from slicer.redistribution.synthesis import TOLERANCE, reduced
 
 
@@ -88,8 +88,8 @@ MODELS = {
 }
 
 
-def search_for(mesh, src, dst, **kw) -> Search:
-    return Search(mesh, Layout.get(mesh, src.shape), reduced(mesh, src), reduced(mesh, dst), **kw)
+def search_for(mesh, src, dst, **kw) -> PlanSearch:
+    return PlanSearch(mesh, Layout.get(mesh, src.shape), reduced(mesh, src), reduced(mesh, dst), **kw)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -199,7 +199,8 @@ def test_block_index_and_permute_floor(sizes):
     at least ``1 - 1/s`` of the devices, ``s`` the second smallest axis size (the permute floor)."""
     mesh = Mesh([(name, k) for name, k in zip("abcd", sizes)])
     shape = (mesh.device_count * 4,) * 3
-    search = Search(mesh, Layout.get(mesh, shape), DistType(shape, ((), (), ()), ()), DistType(shape, ((), (), ()), ()))
+    search = PlanSearch(mesh, Layout.get(mesh, shape), DistType(shape, ((), (), ()), ()),
+                        DistType(shape, ((), (), ()), ()))
     axes = tuple((a, mesh.size(a)) for a in mesh.axis_names)
     floor = search.bounds.permute_floor
     assert floor == pytest.approx(1 - 1 / sorted(sizes)[1])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from slicer.redistribution import DistType, Mesh, RedistributionError, numpy_dtype, parse_shape, parse_spec
+from slicer.redistribution import DistType, Mesh, RedistributionError, numpy_dtype, parse_shape, parse_type_text
 
 
 def test_mesh_basics():
@@ -41,7 +41,7 @@ def test_parse_and_format_round_trip():
     assert p.partial == ("y", "z") and str(p) == "[[x],[]] partial=[y,z]"  # canonical mesh order
     assert DistType.parse(str(p), (16, 8), m) == p
     assert t.local_shape(m) == (2, 8) and t.local_size(m) == 16
-    assert parse_spec("[[],[y]]") == (((), ("y",)), ())
+    assert parse_type_text("[[],[y]]") == (((), ("y",)), ())
 
 
 @pytest.mark.parametrize("spec, shape, words", [
@@ -52,7 +52,7 @@ def test_parse_and_format_round_trip():
     ("[[x,y],[]]", (12, 8), "dim 0 of size 12 is not divisible by 8"),
     ("[[x]]", (8, 8), "has 1 dims but the shape 8x8 has rank 2"),
     ("[x,y]", (8, 8), "each dim needs its own list"),
-    ("[[x],[]", (8, 8), "invalid spec"),
+    ("[[x],[]", (8, 8), "invalid distributed type"),
     ("[[x] [y]]", (8, 8), "missing ','"),
     ("x", (8, 8), "one axis list per dim"),
 ])

@@ -212,7 +212,7 @@ def test_explain_memory_and_pictures_show_each_devices_block():
     memory = prog.memory().text()
     # a device holds its padded block (2 rows of 16 f32), the unpartitioned program the 3 logical rows
     assert "128 B of 192 B" in memory
-    picture = prog.sharding("w1").text()
+    picture = prog.picture("w1").text()
     assert "f32[16, 10]" in picture and "4 blocks over y holding 3, 3, 3, 1, each padded to 3" in picture
     assert "9:10" in picture  # the last block's rows end at the logical size
 

@@ -119,7 +119,7 @@ def test_element_types_without_a_numpy_dtype_are_not_estimated():
     prog = slicer.compile(text, mesh=slicer.Mesh(x=2), tactics=slicer.parse_tactics("arg0.0=x"))
     assert "memory per device: not estimated (value %0: element type f8E4M3FN is not supported; supported: bf16" \
         in prog.explain()
-    picture = prog.sharding("w1").text()
+    picture = prog.picture("w1").text()
     assert "each device holds one 16x32 block;" in picture  # no byte count, the blocks all the same
 
 
@@ -129,4 +129,4 @@ def test_bf16_counts_two_bytes_per_element():
                                tactics=slicer.parse_tactics("arg0.0=x")) for t in ("f32", "bf16")}
     assert "peak:          2.3 KiB (2368 B)" in progs["bf16"].explain()
     assert "peak:          4.6 KiB (4736 B)" in progs["f32"].explain()
-    assert "each device holds one 16x32 block (1024 B)" in progs["bf16"].sharding("w1").text()
+    assert "each device holds one 16x32 block (1024 B)" in progs["bf16"].picture("w1").text()

@@ -1,4 +1,4 @@
-"""Values named by the program's own names everywhere: a sharding picture, `show`, the memory report and
+"""Values named by the program's own names everywhere: a block picture, `show`, the memory report and
 `explain` accept and print an argument's or result's `slicer.name` (a model's input "x", a parameter
 "fc1.weight", a result "out"), as `slicer.from_torch` and `slicer.training_step` name them; SSA names still
 work."""
@@ -36,11 +36,11 @@ def prog():
 
 
 def test_pictures_take_and_print_argument_and_result_names(prog):
-    assert prog.sharding("fc1.weight").text().splitlines()[0] == \
+    assert prog.picture("fc1.weight").text().splitlines()[0] == \
         "argument #1 fc1.weight (%1): f32[16, 32] as [[],[y]] on mesh y=2"
-    assert prog.sharding("x").text().startswith("argument #0 x (%0): f32[8, 16]")
-    assert prog.sharding("out").text().startswith("result #0 out (")
-    assert prog.sharding("%arg1").text().startswith("argument #1 fc1.weight (%1)")  # the SSA name still works
+    assert prog.picture("x").text().startswith("argument #0 x (%0): f32[8, 16]")
+    assert prog.picture("out").text().startswith("result #0 out (")
+    assert prog.picture("%arg1").text().startswith("argument #1 fc1.weight (%1)")  # the SSA name still works
 
 
 def test_show_prints_the_name(prog, capsys):
@@ -60,4 +60,4 @@ def test_memory_and_explain_list_names(prog):
 
 def test_unknown_names_list_the_named_values(prog):
     with pytest.raises(slicer.VizError, match=re.escape("argument #1 fc1.weight (%1)")):
-        prog.sharding("fc2.weight")
+        prog.picture("fc2.weight")

@@ -1,4 +1,4 @@
-"""A reduction reads a partial sum in the layout another reader already asks for (`reduce_shared_blocks`).
+"""A reduction reads a partial sum in the blocks another reader already asks for (`reduce_shared_blocks`).
 
 A `sum` loop's result is a partial sum over the loop's axes A (each device holds a term); the partitioner
 resolves it where it is read: an op reading it whole gets an all_reduce, a slice of it by a range over A gets a
@@ -12,7 +12,7 @@ all_reduce together.
 
 The law makes the reader read `loop tile<d> over A (r -> slice(v, d, r))` -- the loop a tactic would make --
 and the forward law (`blockwise.pull_op_into_loop`) then pulls it into a `sum` loop over A whose blocks are the
-other reader's (the partitioner converts the value once per layout: the reduce_scatter is shared).
+other reader's (the partitioner converts the value once per distributed type: the reduce_scatter is shared).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .ir_utils import enclosing_axes, enclosing_loops, result_index
 from .journal import Journal
 from .loop_facts import inherit_provenance, outcome_kind, tile_loop_of, tile_outcome
 
-RULE = "shared layout: a reduction over dim {dim} reads the partial sum's blocks over {axes} (no further collective)"
+RULE = "shared blocks: a reduction over dim {dim} reads the partial sum's blocks over {axes} (no further collective)"
 
 
 def sum_loop_of(value: ir.Value) -> LoopOp | None:
@@ -55,7 +55,7 @@ def sliced_by_range_of(value: ir.Value, producer: LoopOp) -> list[SliceOp]:
     return found
 
 
-def shared_layouts(value: ir.Value, producer: LoopOp) -> list[tuple[int, RangeType, LoopOp]]:
+def shared_block_sources(value: ir.Value, producer: LoopOp) -> list[tuple[int, RangeType, LoopOp]]:
     """The blocks of `value`, a result of the `sum` loop `producer`, that a reader may take at no further cost, as
     (dim, range, the loop asking for them): those of its slices by a range over `producer`'s axes (each device's
     sum of its block: a reduce_scatter the slice needs anyway), and those of the tile loop over other axes that
@@ -75,7 +75,7 @@ def shared_layouts(value: ir.Value, producer: LoopOp) -> list[tuple[int, RangeTy
 
 def reduce_shared_blocks(op: ir.Operation, journal: Journal) -> bool:
     """`op` reads `v`, a `sum` loop's result, whole, and some blocks of `v` come at no further cost
-    (`shared_layouts`): when the rule table says `op` reduces over that dim (a `sum` outcome, divisible), `op`
+    (`shared_block_sources`): when the rule table says `op` reduces over that dim (a `sum` outcome, divisible), `op`
     reads `loop tile<d> over R (r -> slice(v, d, r))` instead (see the module docstring)."""
     if op.name.startswith(DIALECT_PREFIX) or op.name in (func.ReturnOp.OPERATION_NAME, YIELD) or not op.results:
         return False
@@ -86,7 +86,7 @@ def reduce_shared_blocks(op: ir.Operation, journal: Journal) -> bool:
         if producer is None or producer.range is None:
             continue
         busy = enclosing_axes(op)
-        for dim, rng, origin in shared_layouts(value, producer):
+        for dim, rng, origin in shared_block_sources(value, producer):
             if busy & (set(rng.axes) | set(producer.range.axes)) or not _reduces_over(op, index, dim, rng.size):
                 continue  # (inside a loop over those axes, the value is a member there, not read whole)
             journal.rewriting(op)
@@ -118,4 +118,4 @@ def _read_blocks(op: ir.Operation, index: int, dim: int, rng: RangeType, origin:
     op.operands[index] = blocks.results[0]
 
 
-__all__ = ["reduce_shared_blocks", "shared_layouts", "sliced_by_range_of", "sum_loop_of"]
+__all__ = ["reduce_shared_blocks", "shared_block_sources", "sliced_by_range_of", "sum_loop_of"]

@@ -7,7 +7,7 @@ over the mesh axes) holding that block: `0,2` are replicas (the same block on bo
 (the block is the sum of theirs), and `0,2 + 1,3` both. A value computed in a loop body (`varying` axes) is
 one member of the loop's family per coordinate on those axes: one facet per member, over its devices.
 
-    picture = ShardingPicture(mesh, dist, title="argument #1 %w1: f32[16, 32]")
+    picture = BlockPicture(mesh, dist, title="argument #1 %w1: f32[16, 32]")
     print(picture.text())
     picture.png("w1.png")            # needs matplotlib (pip install 'slicer[viz]')
 """
@@ -79,7 +79,7 @@ def uneven_dims(mesh: Mesh, dist: DistType, shape) -> list[str]:
     return out
 
 
-class ShardingPicture:
+class BlockPicture:
     """The blocks of an array of type `dist` on `mesh` and the devices holding each (module docstring).
     `shape`: the array's logical shape when `dist`'s is padded (uneven dims: the last blocks hold fewer rows)."""
 
