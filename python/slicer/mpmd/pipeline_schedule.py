@@ -188,5 +188,5 @@ def make_schedule(name: str, stages: int, microbatches: int, chunks: int = 1) ->
     return schedule
 
 
-__all__ = ["BACKWARD", "FORWARD", "Run", "SCHEDULES", "PipelineSchedule", "Work", "gpipe", "interleaved", "make_schedule",
-           "one_f_one_b"]
+__all__ = ["BACKWARD", "FORWARD", "PipelineSchedule", "Run", "SCHEDULES", "Work", "gpipe", "interleaved",
+           "make_schedule", "one_f_one_b"]

@@ -83,7 +83,8 @@ def _arg(name: str) -> str:
     return "%" + "".join(c if c.isalnum() or c in "._$" else "_" for c in name)
 
 
-def build_module(schedule: PipelineSchedule, stages: tuple[StageFunctions, ...], links: tuple[Link, ...], axis: str) -> str:
+def build_module(schedule: PipelineSchedule, stages: tuple[StageFunctions, ...], links: tuple[Link, ...],
+                 axis: str) -> str:
     """The module of the pipelined step (module docstring)."""
     lines = ["module {"]
     for stage in stages:
