@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,14 +44,21 @@ def write_pipeline_job(job_dir: Path, plan: dict, graphs: dict[str, KernelGraph]
         (job_dir / f"graph_{callee}.json").write_text(graph.to_json())
         kernels, backend = load_kernels(graph)
         (job_dir / f"kernels_{callee}.json").write_text(json.dumps(kernel_sources(kernels, backend)))
-    np.savez(job_dir / "state.npz", **state)
-    np.savez(job_dir / "steps.npz", **{f"{i}|{k}": v for i, s in enumerate(steps) for k, v in s.items()})
+    _save(job_dir / "state.npz", state)
+    _save(job_dir / "steps.npz", {f"{i}|{k}": v for i, s in enumerate(steps) for k, v in s.items()})
+
+
+def _save(path: Path, arrays: dict) -> None:
+    """`arrays` by name into the `.npz` file `path`."""
+    save: Any = np.savez  # its stubs read the keyword arrays as its `allow_pickle` flag
+    save(path, **arrays)
 
 
 def _placement(stage: dict, graphs: dict[str, KernelGraph]):
     """For each value id a call reads, (callee, argument position); for each call result, (callee, result
     position): where its distributed type comes from."""
-    reads, writes = {}, {}
+    reads: dict[int, tuple[str, int]] = {}
+    writes: dict[int, tuple[str, int]] = {}
     for ins in stage["instructions"]:
         if ins["op"] == "call":
             for position, value in enumerate(ins["operands"]):
@@ -92,20 +100,12 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
     def call(callee, arrays):
         return executors[callee].run(list(arrays))[0]
 
-    losses, resident = [], {}  # resident: name -> this rank's block of a result that is the next step's argument
+    losses: list[float] = []
+    resident: dict[str, np.ndarray] = {}  # name -> this rank's block of a result that is the next step's argument
     returned = stage["instructions"][-1]["operands"]
     for number in range(len(steps)):
         values = {**state, **steps[number]}
-        args = []
-        for position, name in enumerate(stage["args"]):
-            array = values[name]
-            if name in resident:
-                array = resident[name]
-            elif position in reads:
-                callee, at = reads[position]
-                graph = graphs[callee]
-                array = take_block(np.asarray(array), graph.values[graph.args[at]].dist, graph.mesh, sub_rank)
-            args.append(array)
+        args = _stage_args(stage, values, resident, reads, graphs, sub_rank)
         events: list = []
         comm.Barrier()
         results = run_mpi(stage["instructions"], args, call, transport, index, events)
@@ -131,14 +131,31 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
     timelines = comm.gather((index, events), root=0)  # the last step's calls, on every rank
     finals = comm.gather((final, losses) if sub_rank == 0 else None, root=0)
     if rank == 0:
-        merged, all_losses = {}, []
+        merged: dict[str, np.ndarray] = {}
+        all_losses: list[float] = []
         for part in finals:
             if part is not None:
                 merged.update(part[0])
                 all_losses = part[1] or all_losses
         np.save(job_dir / "losses.npy", np.asarray(all_losses))
         (job_dir / TIMELINE_FILE).write_text(json.dumps(timelines))
-        np.savez(job_dir / "final.npz", **merged)
+        _save(job_dir / "final.npz", merged)
+
+
+def _stage_args(stage: dict, values: dict, resident: dict, reads: dict, graphs: dict, sub_rank: int) -> list:
+    """This rank's blocks of the stage function's arguments: the resident ones, else taken from the global
+    values in the layout of the first program that reads them."""
+    args = []
+    for position, name in enumerate(stage["args"]):
+        array = values[name]
+        if name in resident:
+            array = resident[name]
+        elif position in reads:
+            callee, at = reads[position]
+            graph = graphs[callee]
+            array = take_block(np.asarray(array), graph.values[graph.args[at]].dist, graph.mesh, sub_rank)
+        args.append(array)
+    return args
 
 
 def _same_dist(stage: dict, graphs: dict, reads: dict, writes: dict, name: str, value: int) -> bool:

@@ -17,6 +17,7 @@ traced (make_fx, `torch_import.trace`) and imported by torch-mlir like a trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .program import ImportedProgram
 from .stage_split import StageGraph, Transfer
@@ -61,7 +62,8 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     graph reads (the micro-batch's batch tensors and received values included); `trained`: the parameters that
     get gradients; `batch_names`: the step's batch tensors; `state`, `hyper`: the optimizer's initial state and
     hyperparameters by name (all stages')."""
-    module, index = graph.module, graph.index
+    module: Any = graph.module
+    index = graph.index
     received = tuple(transfers[n] for n in graph.inputs if n in transfers)
     batch = tuple(n for n in graph.inputs if n in batch_names)
     params = tuple(n for n in graph.inputs if n in trained)

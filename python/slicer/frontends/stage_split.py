@@ -173,7 +173,7 @@ def _stage_graphs(top, names: list[str], placeholders, count: int) -> list[Stage
     for call in calls:
         if not any(u in produced for u in call.users):
             produced[call] = (int(call.target.rsplit("_", 1)[1]), -1)  # a single output, used as it is
-    outputs: dict[int, list[str]] = {}
+    outputs: dict[int, list[tuple[int, str]]] = {}
     stages: list[StageGraph] = []
     transfer_of: dict[object, str] = {}
     for call in calls:

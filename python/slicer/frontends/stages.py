@@ -51,7 +51,7 @@ def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | No
     model, optimizer = origin.model, origin.optimizer
     example = [micro_batch(t, 0, microbatches) for t in origin.batch]
     if split is None:
-        split = balanced_split(unit_costs(torch, model, origin.loss_fn, example), stages)
+        split = balanced_split(unit_costs(torch, model, origin.loss_fn, example), stages or 2)
     points = split_points(model, split, stages)
     params = dict(model.named_parameters())
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
@@ -81,7 +81,8 @@ def _transfers(torch, graphs: list[StageGraph], values: dict) -> dict[str, Trans
     transfers: dict[str, Transfer] = {}
     with torch.no_grad():
         for graph in graphs[:-1]:
-            out = graph.module(*(values[n] for n in graph.inputs))
+            module: Any = graph.module
+            out = module(*(values[n] for n in graph.inputs))
             for name, value in zip(graph.outputs, out if isinstance(out, (tuple, list)) else (out,)):
                 values[name] = value
                 transfers[name] = Transfer(name, graph.index, tuple(readers[name]), tuple(value.shape),

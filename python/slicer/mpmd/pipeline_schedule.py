@@ -83,8 +83,8 @@ class PipelineSchedule:
             needs = [] if v == 0 else [(FORWARD, work.microbatch, v - 1)]
         else:
             needs = [(FORWARD, work.microbatch, v)] + ([] if v == last else [(BACKWARD, work.microbatch, v + 1)])
-        times = [done.get(n) for n in needs]
-        return None if any(t is None for t in times) else max(times, default=0)
+        times = [done[n] for n in needs if n in done]
+        return None if len(times) < len(needs) else max(times, default=0)
 
     def _run(self) -> Run:
         done: dict[tuple, int] = {}

@@ -117,7 +117,7 @@ def _stage_function(schedule: PipelineSchedule, physical: int, stages, links: di
     for stage in mine:
         args += [(n, types[n]) for n in (*stage.owned, *stage.state) if (n, types[n]) not in args]
         args += [(n, types[n]) for n in stage.hyper if (n, types[n]) not in args]
-    env = {name: _arg(name) for name, _ in args}
+    env: dict = {name: _arg(name) for name, _ in args}
     body = _Body()
     loss = None
     peer = {v.index: v.index % schedule.stages for v in stages}

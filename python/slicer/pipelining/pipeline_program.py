@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class PipelineProgram:
     """The stages' programs (`programs`: callee name -> `slicer.Program`), the schedule, the pipelined module
     (`text`) and its lowering (`stages`: each stage's instructions)."""
 
-    step: object
+    step: Any
     mesh: Mesh
     pipeline: Pipeline
     schedule: PipelineSchedule

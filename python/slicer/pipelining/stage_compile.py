@@ -76,7 +76,9 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     if unknown:
         raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (each stage's backward "
                            "already recomputes the stage's forward from its received values)")
-    compiled, functions, crossing = {}, [], {}
+    compiled: dict = {}
+    functions: list[StageFunctions] = []
+    crossing: dict[str, list[Tactic]] = {}
     for stage in stages:
         for kind in KINDS:
             program = getattr(stage, kind)

@@ -29,7 +29,8 @@ def tiles_of(name: str, dist, *, result: bool = False) -> list[Tactic]:
         raise CompileError(f"pipeline: {name} crosses between stages as a partial sum over "
                            f"{', '.join(dist.partial)}; the stages can only exchange whole or tiled values")
     key = "result" if result else "arg"
-    tiles = [Tile(**{key: name}, dim=d, axes=tuple(reversed(axes))) for d, axes in enumerate(dist.dims) if axes]
+    tiles: list[Tactic] = [Tile(**{key: name}, dim=d, axes=tuple(reversed(axes)))
+                           for d, axes in enumerate(dist.dims) if axes]
     return tiles or [Replicate(**{key: name})]
 
 
@@ -37,7 +38,7 @@ def _named(tactics: Sequence[Tactic], names: Sequence[str], results: bool) -> di
     """Name -> the tactics (of `tactics`) on that argument (or result) among `names`."""
     found: dict[str, list[Tactic]] = {}
     for tactic in tactics:
-        target = tactic.result if results else tactic.arg
+        target = getattr(tactic, "result" if results else "arg", None)
         if target is None:
             continue
         indexes = [target] if isinstance(target, int) else matching(target, names)
@@ -50,7 +51,7 @@ def _named(tactics: Sequence[Tactic], names: Sequence[str], results: bool) -> di
 def _as(tactics: list[Tactic], name: str, *, result: bool = False) -> list[Tactic]:
     """`tactics` (on some value) retargeted to argument (or result) `name`."""
     key = "result" if result else "arg"
-    moved = [Tile(**{key: name}, dim=t.dim, axes=t.axes) for t in tactics if isinstance(t, Tile)]
+    moved: list[Tactic] = [Tile(**{key: name}, dim=t.dim, axes=t.axes) for t in tactics if isinstance(t, Tile)]
     return moved or [Replicate(**{key: name})]
 
 
