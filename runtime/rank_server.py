@@ -27,6 +27,7 @@ from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
+from .reshard import Reshard, move_resident
 from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
@@ -135,14 +136,12 @@ def _answer(request, program: ResidentRank | None, comm):
     if kind == "kernels":
         return missing_keys(request[1], request[2]), program
     if kind == "load":
-        _, graph_json, sources, feeds, names, received = request
-        if program is not None:
-            program.close()
-        graph = KernelGraph.from_json(graph_json)
-        program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
-                               names=names, overlap=overlapping())
-        at_step(program.rank, "compiled")
-        return None, program
+        return None, _load(request[1:], program, comm)[0]
+    if kind == "reshard":
+        if program is None:
+            raise InternalError("reshard before a program was loaded")
+        program, seconds = _load(request[2:], program, comm, request[1])
+        return seconds, program
     if kind == "close":
         if program is not None:
             program.close()
@@ -173,6 +172,26 @@ def _answer(request, program: ResidentRank | None, comm):
         program.put(read_across(checkpoint, comm, wanted))
         return None, program
     raise InternalError(f"unknown request {kind!r}")
+
+
+def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = None) -> tuple[ResidentRank, float]:
+    """The program of a "load" request's `fields`, replacing `program`; with `reshard`, `program`'s resident
+    blocks moved to its layout (before its kernels are loaded: the old blocks are freed as they move), and the
+    seconds the moves took on this rank."""
+    graph_json, sources, feeds, names, received = fields
+    moved, start, seconds = None, time.perf_counter(), 0.0
+    if program is not None and reshard is not None:
+        moved = move_resident(program, reshard, comm)  # closes the old program
+        seconds = time.perf_counter() - start
+    elif program is not None:
+        program.close()
+    graph = KernelGraph.from_json(graph_json)
+    program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
+                           names=names, overlap=overlapping())
+    if moved is not None:
+        program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
+    at_step(program.rank, "compiled")
+    return program, seconds
 
 
 def main(argv: list[str] | None = None) -> None:

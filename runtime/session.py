@@ -40,6 +40,7 @@ from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
 from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
+from .reshard import Reshard, move_resident, plan_moves, target_plan
 from .resident import ResidentRank
 from .resources import check_hosts
 from .simulator import Simulator, assemble
@@ -175,17 +176,20 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False) -> None:
+def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
+                 moves: Reshard | None = None) -> list:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
-    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`)."""
+    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
+    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
     hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
     check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
-    job.request([("load", plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
-                  None if keys is None else {key: found[key] for key in keys}) for keys in missing])
+    head = ("load",) if moves is None else ("reshard", moves)
+    return job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+                         None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
 class Session(ABC):
@@ -195,6 +199,7 @@ class Session(ABC):
         self.plan = plan
         self.steps = 0
         self.checkpoint: tuple[str, Path, int] | None = None  # the last one saved or loaded: (how, where, step)
+        self.resharded: Reshard | None = None  # the moves that made this session (`reshard`), if they did
 
     def step(self, *batch, **hyperparameters):
         """Run one step on `batch` (numpy arrays or torch tensors); returns the results that replace no
@@ -229,6 +234,26 @@ class Session(ABC):
         self._restore(checkpoint)
         self.steps = checkpoint.step
         self.checkpoint = ("loaded", Path(directory), checkpoint.step)
+
+    def reshard_plan(self, program) -> Reshard:
+        """How `reshard(program)` would move the state (`Reshard.explain()`), without moving it."""
+        return plan_moves(self.plan, target_plan(self.plan, program))
+
+    def reshard(self, program, *, budget: int | None = None) -> Session:
+        """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
+        state moved on the ranks by the synthesizer's plans (`runtime/reshard.py`: what is refused; `budget`, bytes
+        per device: `Reshard.check_budget`). This one is then done with; the new one has `resharded`, the moves."""
+        plan = target_plan(self.plan, program)
+        plan.check_layouts()
+        moves = plan_moves(self.plan, plan)
+        moves.check_budget(budget)
+        new = self._resharded(plan, moves)
+        new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
+        return new
+
+    @abstractmethod
+    def _resharded(self, plan: SessionPlan, moves: Reshard) -> Session:
+        """The session of `plan` on this session's devices, its state moved by `moves`."""
 
     def close(self) -> None:  # noqa: B027 - a default, not abstract: the simulated session holds no ranks
         """Release the session's ranks (sessions that start or join ranks override it)."""
@@ -303,6 +328,10 @@ class SimulatedSession(Session):
     def _restore(self, checkpoint):
         self.state = {i: checkpoint.read(name) for i, (name, _) in self.plan.restore_job(0).items()}
 
+    def _resharded(self, plan, moves):  # global values: a move changes their type only, the arrays pass as they are
+        simulator = self.simulator if plan.graph is self.plan.graph else Simulator(plan.graph, backend="native")
+        return SimulatedSession(replace(plan, state={m.new: self.state.pop(m.old) for m in moves.moves}), simulator)
+
 
 class LaunchedSession(Session):
     """The session on a job of `ranks` MPI ranks: the state stays on the ranks. The job is started for it, or
@@ -319,6 +348,8 @@ class LaunchedSession(Session):
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
         self._give_back = weakref.finalize(self, give_back, lent) if lent is not None and give_back else None
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
+        self._moved_to: str | None = None  # why this session serves no more (it was resharded), if so
+        self.move_seconds = 0.0  # of a session made by `reshard`: the slowest rank's time moving the state
         try:
             load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
@@ -357,18 +388,41 @@ class LaunchedSession(Session):
     def _restore(self, checkpoint):
         self._request([("restore", checkpoint, self.plan.restore_job(r)) for r in range(self.job.ranks)])
 
-    def _request(self, messages: list[tuple]) -> list:
-        """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
-        is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
-        and the state as it was: that error passes as it is."""
+    def _resharded(self, plan, moves):
+        """The ranks move the state and load `plan`'s program (one request, `load_program`); the new session
+        takes the job over (and gives a lent job back when it closes), this one is done with."""
+        if self._moved_to:
+            raise RunError(self._moved_to)
+        new = object.__new__(LaunchedSession)
+        Session.__init__(new, plan)
+        new.job, new._sent_before, new._moved_to, new._give_back = self.job, self._sent_before, None, None
+        if self._give_back is not None:  # the lent job goes back when the new session closes or is dropped
+            _, give_back, args, _ = self._give_back.detach()
+            new._give_back = weakref.finalize(new, give_back, *args)
+        self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
+        new.move_seconds = max(new._request_as(lambda: load_program(new.job, plan, moves=moves)))
+        return new
+
+    def _request_as(self, work):
+        """`work()` (requests to the job), its RunError saying what state is lost when the job has ended."""
         try:
-            return self.job.request(messages)
+            return work()
         except RunError as exc:
             if self.job.healthy:
                 raise
             raise RunError(f"{exc}\n{self.lost_state()}") from None
 
+    def _request(self, messages: list[tuple]) -> list:
+        """`job.request`; when the job has ended (a rank died, hung or failed), its RunError says what state
+        is lost (`lost_state`). A request the ranks refused (a step that failed on its data) leaves the job up
+        and the state as it was: that error passes as it is."""
+        if self._moved_to:
+            raise RunError(self._moved_to)
+        return self._request_as(lambda: self.job.request(messages))
+
     def close(self):
+        if self._moved_to:
+            return
         if self._give_back is None:
             self.job.close()
         else:
@@ -378,13 +432,19 @@ class LaunchedSession(Session):
 class InJobSession(Session):
     """The session inside the user's MPI job: this rank holds its blocks and runs its part of each step."""
 
-    def __init__(self, plan: SessionPlan, comm):
+    def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
+        """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
         super().__init__(plan)
         plan.check_layouts()
         self.comm = comm
         self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank
-        self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()})
+        self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()} if blocks is None else
+                              {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
+
+    def _resharded(self, plan, moves):
+        """Every rank moves its blocks (`reshard.move_resident`), then runs `plan`'s program on them."""
+        return InJobSession(plan, self.comm, blocks=move_resident(self.rank_program, moves, self.comm))
 
     def _step(self, inputs):
         rank = self.rank_program.rank

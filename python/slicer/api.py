@@ -239,6 +239,16 @@ class Program:
                                give_back=give_back,
                                borrow=lambda: borrow(ranks, mpiexec, timeout))  # the kept job (SLICER_KEEP_RANKS=1)
 
+    def session_plan(self, state_names: Sequence[str] = ()) -> SessionPlan:
+        """How this program runs as a session (what `session.reshard(program)` takes): an imported program's
+        state is its bound state; another's is its arguments named in `state_names` (their initial values
+        empty: a reshard moves the values in)."""
+        if self.imported is not None:
+            return self._session_plan(None)
+        g, names = self.graph, self.arg_names or ()
+        return self._session_plan({n: np.empty(g.arg_shape(i), g.values[g.args[i]].numpy_dtype)
+                                   for i, n in enumerate(names) if n in state_names})
+
     def _session_plan(self, given: Mapping | None) -> SessionPlan:
         g = self.graph
         names = tuple(n or f"arg{i}" for i, n in enumerate(self.arg_names or (None,) * len(g.args)))

@@ -195,6 +195,53 @@ def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = 
                      schedule, virtual_stages)]
 
 
+def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: str = "blocks.*.moe.experts*", *,
+                    mesh: Mesh | Mapping[str, int] | None = None) -> list[Tactic]:
+    """Expert parallel over `axis`: the stacked expert weights (parameters matching the `experts` pattern, each
+    [E, ...] with the experts on dim 0) tiled on dim 0, with their optimizer state and results, so each device
+    holds E/n experts. Put it before `data_parallel` on the same axis (dp2ep): tactics apply in order, so the
+    experts' einsums follow the experts and the group-tiled tokens move to them (and back) by all_to_all; after
+    data parallel the experts would be all-gathered instead. An axis that does not divide E cuts the experts
+    into padded blocks, as every tiled dim is. `mesh`, when given, is checked to have the axis."""
+    info, axes = _read_step(step, "expert_parallel"), _axes(axis, "expert_parallel")
+    params = info.names("parameter")
+    found = [params[i] for i in matching(experts, params)] if isinstance(experts, str) else None
+    if found is None:
+        raise InvalidTactic(f"strategies.expert_parallel: experts={experts!r} must be a name or glob pattern")
+    if not found:
+        close = closest(experts, params)
+        hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+        raise InvalidTactic(f"strategies.expert_parallel: the experts pattern {experts!r} matches no parameter of "
+                            f"{step.source}{hint}; name the stacked expert weights ([E, ...]), e.g. "
+                            f"experts='blocks.*.moe.experts*'; parameters: {', '.join(params)}")
+    _axes_size(mesh, axes, "expert_parallel")
+    for name in found:
+        shape = info.shape(name) or ()
+        if len(shape) < 2:
+            raise InvalidTactic(f"strategies.expert_parallel: {name!r} (shape {list(shape)}) is not a stacked "
+                                "expert weight [E, ...]; narrow the experts pattern to the [E, D, F] weights")
+    dims = {n: 0 for p in found for n in [p, *info.state_of(p)] if len(info.shape(n) or ()) >= 1}
+    return info.tiles([n for n in info.arg_names if n in dims], dims, axes)
+
+
+def _axes_size(mesh, axes: tuple[str, ...], helper: str) -> int | None:
+    """The number of devices along `axes` of `mesh` (None: no mesh given); InvalidTactic for an unknown axis
+    (`_check_mesh` says zero's name in its messages)."""
+    if mesh is None:
+        return None
+    try:
+        mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+    except MeshError as exc:
+        raise InvalidTactic(f"strategies.{helper}: mesh={mesh!r}: {exc}") from None
+    size = 1
+    for axis in axes:
+        if not mesh.has_axis(axis):
+            raise InvalidTactic(f"strategies.{helper}: unknown mesh axis '{axis}' (the mesh has axes "
+                                f"{', '.join(mesh.axis_names)})")
+        size *= mesh.size(axis)
+    return size
+
+
 def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full",
           names: Sequence[str] = ()) -> list[Tactic]:
     """Rematerialisation: the forward computation of the modules whose paths match `pattern` (`blocks.*`: each
@@ -328,3 +375,7 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
 
 
 __all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans", "zero"]
+
+
+__all__ = ["data_parallel", "expert_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans",
+           "zero"]

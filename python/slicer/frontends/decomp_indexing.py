@@ -1,6 +1,6 @@
 """Indexed reads and writes of static shapes (`topk`, `gather`, `scatter`, `scatter_add`, `index_select`,
 `index_add`, `index_put` with one index tensor) as one-hot comparisons, selects and reductions, while a program
-is traced.
+is traced; and `cumsum` (lowered to a `tm_tensor.scan` too) as a triangular mask and a sum.
 
 torch-mlir lowers topk, sort, scatter and index_put to its own `tm_tensor` ops, which MLIR's linalg has no form
 for (this MLIR cannot parse them), and gather and index_select to a `tensor.extract` at a data-dependent position,
@@ -36,6 +36,7 @@ def indexing_decompositions(torch) -> dict:
         aten.index_select.default: _index_select,
         aten.index_add.default: _index_add,
         aten.index_put.default: _index_put,
+        aten.cumsum.default: _cumsum,
     }
 
 
@@ -198,6 +199,22 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
         taken = taken | chosen
     out_dim = dim % self.dim()
     return torch.cat(values, -1).movedim(-1, out_dim), torch.cat(indices, -1).movedim(-1, out_dim)
+
+
+def _cumsum(self, dim, dtype=None):
+    """Running sums along `dim`: out[.., i, ..] = sum_{j <= i} self[.., j, ..], a triangular mask and a sum (a
+    router's slot positions, GShard's `cumsum(mask, dim=tokens)`). Its cost is n^2 per row: meant for a group's
+    tokens, not a long scan. Integers and booleans sum in int64, as torch's."""
+    torch = _torch()
+    if dtype is None and not self.is_floating_point() and not self.is_complex():
+        dtype = torch.long
+    x = self.to(dtype) if dtype is not None else self
+    if x.dim() == 0:
+        return x.clone()
+    moved = x.movedim(dim % x.dim(), -1).unsqueeze(-2)  # [.., 1, n(j)]
+    positions = torch.arange(x.shape[dim], device=x.device)
+    below = positions.unsqueeze(-1) >= positions  # [n(i), n(j)]: j <= i
+    return torch.where(below, moved, _zero(x)).sum(-1).movedim(-1, dim % x.dim())
 
 
 def one_hot(tensor, num_classes=-1):

@@ -1,8 +1,8 @@
 """The decompositions behind the idioms of test_training_idioms.py, run by torch eager against what they replace:
 topk (values exact, indices up to ties, NaN ordered as torch), gather, scatter, scatter_add, index_select,
-index_add, index_put, one_hot as one-hot forms (decomp_indexing.py); scaled_dot_product_attention as its math
-(decomp_attention.py); prims views as aten views (decomp_prims.py). And what the import says where an idiom
-cannot be imported: a FrontendError naming the op and the model's line."""
+index_add, index_put, one_hot as one-hot forms, cumsum as a triangular mask (decomp_indexing.py);
+scaled_dot_product_attention as its math (decomp_attention.py); prims views as aten views (decomp_prims.py).
+And what the import says where an idiom cannot be imported: a FrontendError naming the op and the model's line."""
 
 import itertools
 
@@ -134,9 +134,7 @@ class Uses(torch.nn.Module):
             return torch.topk(y, int(y.abs().sum().item()) % 3 + 1).values  # LINE k_from_data
         if self.how == "one_hot_counts":
             return F.one_hot(y.argmax(-1)).float() * y  # LINE one_hot_counts
-        if self.how == "sort":
-            return torch.sort(y, -1).values  # LINE sort
-        return y.cumsum(-1)  # LINE cumsum
+        return torch.sort(y, -1).values  # LINE sort
 
 
 def line_of(tag: str) -> str:
@@ -147,13 +145,24 @@ def line_of(tag: str) -> str:
 
 @pytest.mark.parametrize("how, op", [("k_from_data", "reads the value of a tensor while it is traced"),
                                      ("one_hot_counts", "reads the value of a tensor while it is traced"),
-                                     ("sort", "uses 'tm_tensor.sort'"), ("cumsum", "uses 'tm_tensor.scan'")])
+                                     ("sort", "uses 'tm_tensor.sort'")])
 def test_what_cannot_be_imported_is_an_error_naming_the_op_and_the_line(how, op):
     model, x = Uses(how), torch.randn(2, 8)
     with pytest.raises(slicer.FrontendError) as error:
         slicer.training_step(model, lambda m, x: m(x).sum(), x, optimizer=slicer.SGD(0.1))
     assert op in str(error.value) and line_of(how) in str(error.value)
     assert "Traceback" not in str(error.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_cumsum_is_torchs(dtype):
+    """A router's slot positions (`cumsum(mask, dim=tokens)`, GShard) as a triangular mask and a sum."""
+    torch.manual_seed(2)
+    x = (torch.randn(3, 5, 4) * 3).to(dtype)
+    for dim in (0, 1, -1):
+        got, want = TABLE[aten.cumsum.default](x, dim), torch.cumsum(x, dim)
+        assert got.dtype == want.dtype and torch.allclose(got, want, rtol=1e-6, atol=1e-6), (dim, dtype)
+    assert torch.equal(TABLE[aten.cumsum.default](x, 1, dtype=torch.float64), torch.cumsum(x, 1, dtype=torch.float64))
 
 
 def test_topk_with_k_past_the_dim_is_an_error_naming_the_line():

@@ -1,0 +1,34 @@
+"""Expert parallel with data parallel on the same axis (dp2ep, slicer.strategies.expert_parallel) on 1, 2 and 4
+MPI ranks: two AdamW steps of the GShard/Switch MoE of examples/torch/switch_moe.py (top-2, capacity 1.25, dropped
+tokens, load-balancing loss) equal torch eager; the all_to_alls run over MPI. The simulator's checks (collectives,
+memory, errors) are in test/unit/api/test_expert_parallel.py."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import collective_ops, load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+
+moe = load("torch/switch_moe.py", "switch_moe")
+train = load("torch/train_step.py", "train_step")
+
+
+@pytest.fixture(scope="module")
+def imported():
+    model, loss_fn, batch = moe.switch_moe(seed=5, groups=4, seq=8, experts=4)
+    optimizer = slicer.AdamW(0.01)
+    return model, loss_fn, batch, optimizer, slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_dp2ep_training_steps_equal_torch_on_mpi_ranks(imported, ranks):
+    model, loss_fn, batch, optimizer, step = imported
+    tactics = st.expert_parallel(step, "x", mesh={"x": ranks}) + st.data_parallel(step, "x")
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=ranks), tactics=tactics)
+    assert ("shard.all_to_all" in collective_ops(prog)) == (ranks > 1)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2, ranks=ranks)
+    assert loss_error <= 1e-5 and param_error <= 1e-5

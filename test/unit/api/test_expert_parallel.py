@@ -1,0 +1,92 @@
+"""slicer.strategies.expert_parallel on the GShard/Switch MoE of examples/torch/switch_moe.py (top-2, capacity
+factor 1.25, dropped tokens, one-hot einsum dispatch and combine, stacked experts [E, D, F], load-balancing
+loss): with data parallel on the same axis (dp2ep) an AdamW step equals torch's on the simulator, tokens reach
+the experts by all_to_all (the experts are never gathered), each device holds 1/n of the experts and their
+state; experts the axis does not divide are cut into padded blocks; bad patterns and meshes are
+InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+
+moe = load("torch/switch_moe.py", "switch_moe")
+train = load("torch/train_step.py", "train_step")
+
+
+@pytest.fixture(scope="module")
+def imported():
+    model, loss_fn, batch = moe.switch_moe(seed=3)
+    optimizer = slicer.AdamW(0.01)
+    return model, loss_fn, batch, optimizer, slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+
+
+def dp2ep(step, devices):
+    return st.expert_parallel(step, "x", mesh={"x": devices}) + st.data_parallel(step, "x")
+
+
+def collectives(prog) -> list[tuple[str, str]]:
+    """(collective, its 'why' line) of each collective `explain()` lists."""
+    return re.findall(r"^\s*\d+\. shard\.(\w+) over \[x\].*\n\s*why: (.*)$", prog.explain(), re.MULTILINE)
+
+
+@pytest.mark.slow  # the import of the step (the module's fixture) takes ~15 s
+def test_expert_parallel_tiles_the_stacked_experts_and_their_state_on_dim_0(imported):
+    *_, step = imported
+    tactics = st.expert_parallel(step, "x")
+    names = ["blocks.0.moe.experts_w1", "blocks.0.moe.experts_w2"]
+    state = [f"{kind}.{n}" for n in names for kind in ("exp_avg", "exp_avg_sq")]
+    assert tactics == ([slicer.Tile(arg=n, dim=0, axes="x") for n in names + state]
+                       + [slicer.Tile(result=n, dim=0, axes="x") for n in names + state])
+
+
+@pytest.mark.slow
+def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1_over_n_experts(imported):
+    model, loss_fn, batch, optimizer, step = imported
+    block = model.blocks[0]
+    with torch.no_grad():
+        dispatch, _ = block.moe.route(block.norm(batch[0]))
+    assert dispatch.sum() < 2 * batch[0].shape[0] * batch[0].shape[1]  # some tokens overflow their expert: dropped
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    found = collectives(prog)
+    # the dispatched tokens go to their experts and the experts' outputs come back by all_to_all, forward and
+    # backward; no collective gathers an expert weight
+    moved = [why for kind, why in found if kind == "all_to_all"]
+    assert len(moved) >= 4
+    assert not [why for kind, why in found if kind == "all_gather" and "source: result of the tile<0> loop over "
+                "[x] (tactic Tile(arg='blocks.0.moe.experts_w" in why]
+    memory = prog.memory()
+    experts = [b for b in memory.arguments if "experts_w" in b.label]
+    assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)
+
+
+@pytest.mark.slow
+def test_experts_the_axis_does_not_divide_are_cut_into_padded_blocks_and_train_equal_to_torch():
+    """4 experts (and 3 groups) on 3 devices: blocks of 2, 2 and 0 (padded) experts, still equal to torch."""
+    model, loss_fn, batch = moe.switch_moe(seed=4, groups=3)
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=3), tactics=dp2ep(step, 3))
+    assert "all_to_all" in [kind for kind, _ in collectives(prog)]
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+
+
+@pytest.mark.slow
+def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
+    *_, step = imported
+    with pytest.raises(slicer.InvalidTactic, match=r"the experts pattern 'layers\.\*\.experts' matches no "
+                                                   r"parameter .*closest"):
+        st.expert_parallel(step, "x", experts="layers.*.experts")
+    with pytest.raises(slicer.InvalidTactic, match=r"'head.bias' \(shape \[16\]\) is not a stacked expert weight"):
+        st.expert_parallel(step, "x", experts="head.*")
+    with pytest.raises(slicer.InvalidTactic, match=r"unknown mesh axis 'x'"):
+        st.expert_parallel(step, "x", mesh={"y": 2})

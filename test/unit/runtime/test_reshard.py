@@ -1,0 +1,93 @@
+"""Live resharding planned and run on the simulator (`runtime/reshard.py`): the moves' plans between two layouts
+of the small stateful step, a common mesh for meshes of another shape, and the errors raised before anything
+moves. On MPI ranks: test/mpi/test_reshard_mpi.py."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from session_programs import STEP, data, expected
+
+import slicer
+from slicer.core.errors import InputError, ResourceError
+from slicer.core.mesh import Mesh
+from slicer.redistribution import DistType, plan, simulate_blocks
+from slicer.runtime.blocks import take_block
+from slicer.runtime.reshard import common_mesh, on_mesh
+
+
+def program(mesh, w_axes):
+    """STEP on `mesh`, the batch split over its first axis, w's rows over `w_axes` (None: as propagated)."""
+    tactics = [slicer.Tile(arg="x", dim=0, axes=next(iter(mesh)))]
+    if w_axes:
+        tactics.append(slicer.Tile(arg="w", dim=0, axes=w_axes))
+        tactics.append(slicer.Tile(result=1, dim=0, axes=w_axes))
+    return slicer.compile(STEP, mesh=slicer.Mesh(**mesh), tactics=tactics)
+
+
+@pytest.fixture(scope="module")
+def programs():
+    return {"x-rep": program({"x": 2}, None), "x-rows": program({"x": 2}, "x"), "y-rows": program({"y": 2}, "y")}
+
+
+def test_axes_of_two_meshes_are_parts_of_one_axis():
+    old, new = Mesh(x=2, y=2), Mesh(x=4)
+    common = common_mesh(old, new)
+    assert common == Mesh(d=4)
+    moved = on_mesh(DistType.of(old, (4, 8), [["y"], ["x"]]), old, common)
+    assert moved.dims == (("d:(2)2",), ("d:(1)2",))
+    assert on_mesh(DistType.of(new, (4, 8), [["x"], []]), new, common).dims == (("d",), ())
+    with pytest.raises(InputError, match="save the session"):
+        common_mesh(Mesh(x=2), Mesh(x=4))
+
+
+def test_a_simulated_session_resharded_keeps_its_state_and_steps_on(programs):
+    x, w0 = data()
+    outs, w_final = expected(x, w0, 3)
+    s = programs["x-rep"].session(state={"w": w0})
+    np.testing.assert_allclose(s.step(x), outs[0], rtol=1e-6)
+    moves = s.reshard_plan(programs["y-rows"])
+    assert [m.name for m in moves.moves] == ["w"] and moves.mesh == Mesh(d=2)
+    assert moves.moves[0].plan.reaches_lower_bound and moves.bytes_received_per_device == 0  # a local slice
+    assert "w: " in moves.explain() and "lower bound" in moves.explain()
+    assert w0.nbytes <= moves.peak_bytes_per_device <= moves.budget_bytes  # the whole w, then its half too
+    assert f"predicted peak {moves.peak_bytes_per_device} B" in moves.explain()
+    with pytest.raises(ResourceError, match=r"over the budget of 10 B"):
+        s.reshard(programs["y-rows"], budget=10)
+    s2 = s.reshard(programs["y-rows"])
+    assert s2.steps == 1 and s2.resharded is not None
+    np.testing.assert_array_equal(s2.state_dict()["w"], w0 * 2)
+    np.testing.assert_allclose(s2.step(x), outs[1], rtol=1e-6)
+    s3 = s2.reshard(programs["x-rep"])
+    np.testing.assert_allclose(s3.step(x), outs[2], rtol=1e-6)
+    np.testing.assert_array_equal(s3.state_dict()["w"], w_final)
+
+
+def test_a_value_the_new_program_needs_and_the_session_lacks_is_refused_before_anything_moves(programs):
+    x, w0 = data()
+    s = programs["x-rep"].session(state={"w": w0})
+    other = programs["x-rows"].session_plan(["w"])
+    renamed = replace(other, arg_names=("x", "v"))
+    with pytest.raises(InputError, match=r"needs state \['v'\] that the session does not hold"):
+        s.reshard(renamed)
+    np.testing.assert_allclose(s.step(x), x @ w0, rtol=1e-6)  # the session goes on as it was
+
+
+@pytest.mark.parametrize("old_mesh, old_dims, new_mesh, new_dims", [
+    ({"x": 2, "y": 2}, [["y"], ["x"]], {"x": 4}, [["x"], []]),
+    ({"x": 4}, [[], ["x"]], {"x": 2, "y": 2}, [["x", "y"], []]),
+    ({"x": 2, "y": 2}, [["x"], []], {"a": 2, "b": 2}, [["b"], ["a"]]),
+])
+def test_a_move_between_meshes_of_another_shape_gives_every_rank_its_new_block(old_mesh, old_dims, new_mesh,
+                                                                               new_dims):
+    """The plan on the common axis d, run on every device's old block (rank = its linear index on both meshes),
+    ends with each device holding its block of the value on the new mesh."""
+    old, new = Mesh(**old_mesh), Mesh(**new_mesh)
+    value = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+    src, dst = DistType.of(old, value.shape, old_dims), DistType.of(new, value.shape, new_dims)
+    common = common_mesh(old, new)
+    move = plan(common, on_mesh(src, old, common), on_mesh(dst, new, common))
+    blocks = [take_block(value, src, old, rank) for rank in range(4)]
+    moved = simulate_blocks(move, blocks) if move.steps else blocks
+    for rank in range(4):
+        np.testing.assert_array_equal(moved[rank].reshape(dst.local_shape(new)), take_block(value, dst, new, rank))
