@@ -48,7 +48,7 @@ from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
-from slicer.pipelining import PipelineProgram, compile_pipeline
+from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
@@ -362,7 +362,7 @@ BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
 def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),
             entry: str | None = None, source_name: str | None = None, strict: bool = False,
             bf16_units: str = "auto", buckets: int | str | None = None,
-            collective_matmul: int | str | None = None) -> Program | PipelineProgram:
+            collective_matmul: int | str | None = None) -> Program:
     """Partition `module` (text, IR, or an `ImportedProgram` from `slicer.from_torch`) over `mesh` (a `Mesh`,
     or `{axis: size}` as `apply_tactics` takes) with `tactics` (plus its IR annotations). Tactics refer to
     arguments by position, or by name when the program names them. `source_name` names the text's file in
@@ -394,7 +394,9 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
                            f"got {mesh!r}")
     if any(isinstance(t, Pipeline) for t in tactics):  # MPMD: each stage's programs compiled here
-        return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)), tactics, compile)
+        # a PipelineProgram (explain, memory, train): the one case compile gives no SPMD Program
+        return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)),  # type: ignore[return-value]
+                                tactics, compile)
     imported = module if isinstance(module, ImportedProgram) else None
     if imported is not None:
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
