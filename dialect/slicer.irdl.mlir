@@ -150,4 +150,31 @@ irdl.dialect @slicer {
     irdl.attributes {"grid" = %grid, "grid_axes" = %axes, "split_grid_axes" = %split_axes,
                      "split_axis" = %split, "concat_axis" = %concat}
   }
+
+  // Point-to-point transfers between devices of one mesh axis (MPMD pipeline
+  // stages; any program whose devices run different code). `slicer.send`
+  // hands its operand to the device whose coordinate along `mesh_axis` is `peer`
+  // (its other coordinates the sender's); the `slicer.recv` of that device
+  // with the same `tag` returns it. Lowered to MPI send / receive.
+  // `"slicer.send"(%t) {mesh_axis = "p", peer = 1 : i64, tag = 0 : i64} : (tensor<4x8xf32>) -> ()`
+  irdl.operation @send {
+    %src = irdl.base "!builtin.tensor"
+    irdl.operands(source: %src)
+    irdl.results()
+    %axis = irdl.base "#builtin.string"
+    %peer = irdl.base "#builtin.integer"
+    %tag = irdl.base "#builtin.integer"
+    irdl.attributes {"mesh_axis" = %axis, "peer" = %peer, "tag" = %tag}
+  }
+
+  // `%t = "slicer.recv"() {mesh_axis = "p", peer = 0 : i64, tag = 0 : i64} : () -> tensor<4x8xf32>`
+  irdl.operation @recv {
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands()
+    irdl.results(result: %res)
+    %axis = irdl.base "#builtin.string"
+    %peer = irdl.base "#builtin.integer"
+    %tag = irdl.base "#builtin.integer"
+    irdl.attributes {"mesh_axis" = %axis, "peer" = %peer, "tag" = %tag}
+  }
 }

@@ -48,6 +48,7 @@ from slicer.frontends import ImportedProgram
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
+from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, in_job, launch
 from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
@@ -59,6 +60,7 @@ from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
 from slicer.strategies import follow_arguments
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
+from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
 from slicer.viz.block_picture import uneven_dims
 from slicer.viz.remat_memory import RematReport, remat_units
@@ -391,6 +393,10 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
     if not isinstance(mesh, Mesh):
         raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
                            f"got {mesh!r}")
+    if any(isinstance(t, Pipeline) for t in tactics):  # MPMD: each stage's programs compiled here
+        # a PipelineProgram (explain, memory, train): the one case compile gives no SPMD Program
+        return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)),  # type: ignore[return-value]
+                                tactics, compile)
     imported = module if isinstance(module, ImportedProgram) else None
     if imported is not None:
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source

@@ -31,6 +31,7 @@ from slicer.frontends import ARG_ROLES, ImportedProgram
 from slicer.spmd.rematerialize import unit_of
 from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.patterns import closest, matching
+from slicer.tactics.pipeline_tactic import Pipeline
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,22 @@ def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[
             dims.update({s: dim for s in info.state_of(param) if dim < len(info.shape(s) or ())})
     ordered = [n for n in info.arg_names if n in dims]
     return info.tiles(ordered, dims, axes)
+
+
+def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = None, stages: int | None = None,
+             microbatches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> list[Tactic]:
+    """Pipeline parallelism over `axis`: the step cut into stages, each on its own devices of the axis with its
+    own parameters, optimizer state and update (docs/pipeline.md). `split` names the module that begins each
+    later stage (torch's split points, `["blocks.4", "blocks.8"]`); the batch is cut into `microbatches`
+    micro-batches (rows i, i + M, ...) whose gradients are accumulated, run in the order of `schedule`
+    ("gpipe", "1f1b", or "interleaved" with `virtual_stages` > 1 chunks per stage). Returns `[Pipeline]`,
+    which composes by concatenation with the strategies of the other axes (they lay out each stage's
+    programs)."""
+    if not isinstance(step, ImportedProgram) or step.origin is None:
+        raise InvalidTactic("strategies.pipeline: expected a training step imported with slicer.training_step "
+                            f"(its stages are imported again from the torch model), got {type(step).__name__}")
+    return [Pipeline(axis, microbatches, tuple(split) if isinstance(split, (list, tuple)) else split, stages,
+                     schedule, virtual_stages)]
 
 
 def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: str = "blocks.*.moe.experts*", *,
@@ -357,4 +374,8 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
     return dim
 
 
-__all__ = ["data_parallel", "expert_parallel", "follow_arguments", "megatron", "remat", "remat_plans", "zero"]
+__all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans", "zero"]
+
+
+__all__ = ["data_parallel", "expert_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans",
+           "zero"]

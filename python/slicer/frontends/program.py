@@ -8,7 +8,7 @@ by its methods (`as_array`), so this layer stays importable without the optional
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ class ImportedProgram:
     result_names: tuple[str, ...] = ()
     arg_roles: tuple[str, ...] = ()
     hyperparameters: Callable[..., dict[str, float]] | None = None
+    origin: Any = field(default=None, compare=False, repr=False)  # training_step's StepOrigin (pipelining)
 
     def names_with_role(self, role: str) -> tuple[str, ...]:
         """The names of the arguments whose role is `role` (one of `ARG_ROLES`)."""

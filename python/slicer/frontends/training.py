@@ -24,6 +24,7 @@ from .optimizers import SGD, AdamW
 from .precision import MixedPrecision, check_precision
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
+from .stages import StepOrigin
 from .stateful import cumulative_averages, prune_outputs
 from .torch_import import (
     ENTRY,
@@ -104,7 +105,9 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     bound = (*values, rng) if random else tuple(values)
     return ImportedProgram(text, arg_names, len(batch_names), bound, ENTRY, what,
                            result_names=result_names, arg_roles=roles,
-                           hyperparameters=optimizer.hyperparameter_values)
+                           hyperparameters=optimizer.hyperparameter_values,
+                           origin=StepOrigin(model, loss_fn, tuple(example_batch), tuple(batch_names), optimizer,
+                                             microbatches, precision, seed))
 
 
 @contextlib.contextmanager

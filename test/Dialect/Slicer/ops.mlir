@@ -73,3 +73,13 @@ func.func @reordering_all_to_all(%a: tensor<8x8xf32>) -> tensor<64x1xf32> {
   %0 = "slicer.all_to_all"(%a) {grid = @mesh, grid_axes = array<i16: 0, 1>, split_grid_axes = array<i16: 1, 0>, split_axis = 1 : index, concat_axis = 0 : index} : (tensor<8x8xf32>) -> tensor<64x1xf32>
   return %0 : tensor<64x1xf32>
 }
+
+// Point-to-point transfers (pipeline stages).
+// CHECK-LABEL: func.func @transfers
+// CHECK: "slicer.send"(%{{.*}}) {mesh_axis = "p", peer = 1 : i64, tag = 0 : i64} : (tensor<4x8xf32>) -> ()
+// CHECK: "slicer.recv"() {mesh_axis = "p", peer = 1 : i64, tag = 1 : i64} : () -> tensor<4x8xf32>
+func.func @transfers(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  "slicer.send"(%a) {mesh_axis = "p", peer = 1 : i64, tag = 0 : i64} : (tensor<4x8xf32>) -> ()
+  %r = "slicer.recv"() {mesh_axis = "p", peer = 1 : i64, tag = 1 : i64} : () -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}

@@ -1,0 +1,199 @@
+"""`PipelineProgram`: a training step compiled under a `Pipeline` tactic (`stage_compile.py`).
+
+    prog = slicer.compile(step, mesh=slicer.Mesh(p=2), tactics=st.pipeline(step, "p", split=["blocks.1"],
+                                                                           microbatches=4))
+    print(prog.explain())                       # the schedule, each stage's order, bubble, activations held
+    losses, state = prog.train([batch1, batch2, batch3], ranks=2)
+
+`train` runs one step per batch (a tuple of the step's batch tensors), starting from the step's bound state (the
+model's parameters, the optimizer's initial state), in this process (`ranks=None`: every stage's programs on
+the simulator, the transfers between them in memory) or on MPI ranks (`runtime.pipeline_job`); it returns each
+step's loss and the final state by name (parameters and optimizer state).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slicer.core.arrays import as_array
+from slicer.core.errors import RunError
+from slicer.core.mesh import Mesh
+from slicer.frontends.accumulation import micro_batch
+from slicer.mpmd.pipeline_schedule import PipelineSchedule
+from slicer.runtime import Simulator
+from slicer.runtime.pipeline_exec import run_local
+from slicer.runtime.pipeline_job import launch_pipeline, write_pipeline_job
+from slicer.tactics.pipeline_tactic import Pipeline
+
+
+@dataclass
+class PipelineProgram:
+    """The stages' programs (`programs`: callee name -> `slicer.Program`), the schedule, the pipelined module
+    (`text`) and its lowering (`stages`: each stage's instructions)."""
+
+    step: Any
+    mesh: Mesh
+    pipeline: Pipeline
+    schedule: PipelineSchedule
+    stage_programs: tuple
+    programs: dict
+    text: str
+    stages: tuple
+    split: tuple = ()  # the split points used (found by the cost model for stages=N)
+    timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end), ...])
+
+    def explain(self) -> str:
+        """The schedule per stage, its bubble fraction and each stage's activations held at the peak."""
+        run = self.schedule.verify()
+        s, m = self.schedule.stages, self.schedule.microbatches
+        lines = [f"{self.pipeline} on mesh {self.mesh}: {s} stages (split at {', '.join(self.split)}), "
+                 f"{m} micro-batches, schedule "
+                 f"{self.schedule.name}" + (f" ({self.schedule.chunks} chunks per stage)"
+                                            if self.schedule.chunks > 1 else "")]
+        for stage in self.stage_programs:
+            sent = ", ".join(f"{t.name} {list(t.shape)} {t.dtype} -> stage(s) {list(t.targets)}" for t in stage.sent)
+            lines.append(f"virtual stage {stage.index}: {len(stage.parameters)} trained parameters "
+                         f"({sum(int(np.prod(_shape(self.step, stage, p))) for p in stage.parameters)} values)"
+                         + (f"; sends {sent}" if sent else ""))
+        lines.append(self.schedule.text())
+        ideal = (s - 1) / (m + s - 1)
+        lines.append(f"bubble: {run.bubble:.3f} of the stages' time (forward 1, backward 2; (S-1)/(M+S-1) = "
+                     f"{ideal:.3f})")
+        for stage, peak in enumerate(run.peak):
+            received = sum(int(np.prod(t.shape)) * _itemsize(t.dtype) for v in self.stage_programs
+                           if v.index % s == stage for t in v.received)
+            lines.append(f"stage {stage}: at most {peak} micro-batch(es) in flight, holding {peak} x "
+                         f"{received} bytes of received activations (the backward recomputes the rest)")
+        return "\n".join(lines)
+
+    def measured_bubble(self) -> float:
+        """The idle fraction of the stages' time in the last MPI run's last step (`timeline`): 1 - the ranks'
+        busy time over ranks x the span from the first call's start to the last call's end."""
+        if not self.timeline:
+            raise RunError("measured_bubble needs a run on MPI ranks first: prog.train(batches, ranks=N)")
+        calls = [e for _, events in self.timeline for e in events]
+        span = max(e[2] for e in calls) - min(e[1] for e in calls)
+        busy = sum(e[2] - e[1] for e in calls)
+        return 1 - busy / (len(self.timeline) * span)
+
+    def timeline_text(self, width: int = 80) -> str:
+        """The last MPI run's last step as one row per rank over `width` columns: `F` forward, `B` backward,
+        `U` update, `.` idle (waiting for a transfer: the bubble)."""
+        if not self.timeline:
+            raise RunError("timeline_text needs a run on MPI ranks first: prog.train(batches, ranks=N)")
+        calls = [e for _, events in self.timeline for e in events]
+        start, end = min(e[1] for e in calls), max(e[2] for e in calls)
+        scale = width / max(end - start, 1e-12)
+        rows = []
+        for rank, (stage, events) in enumerate(self.timeline):
+            row = ["."] * width
+            for callee, first, last in events:
+                for column in range(int((first - start) * scale), max(int((last - start) * scale), 1 +
+                                                                       int((first - start) * scale))):
+                    row[min(column, width - 1)] = callee[0].upper()
+            rows.append(f"rank {rank} (stage {stage}) {''.join(row)}")
+        return "\n".join(rows + [f"{(end - start) * 1e3:.1f} ms, bubble {self.measured_bubble():.3f}"])
+
+    def memory(self) -> list[dict[str, int]]:
+        """Bytes per device of each stage: its parameters, buffers and optimizer state (`state`), its
+        accumulated gradients (`gradients`), the received activations it holds at the schedule's peak
+        (`activations`: micro-batches in flight x their bytes per device) and the largest peak of one of its
+        programs beyond its arguments (`working`: the forward, backward or update running), and their sum
+        (`peak`): what the stage needs at most while it runs."""
+        run = self.schedule.verify()
+        reports = {name: program.memory() for name, program in self.programs.items()}
+        figures = []
+        for stage in range(self.schedule.stages):
+            chunks = [v for v in self.stage_programs if v.index % self.schedule.stages == stage]
+            mine = {n: r for n, r in reports.items() if int(n.rsplit("_", 1)[1]) in {v.index for v in chunks}}
+            update = [reports[f"update_{v.index}"] for v in chunks]
+            held = [(b.bytes_per_device, role) for r in update for b, role in zip(r.arguments, r.roles)]
+            state = sum(size for size, role in held if role in ("parameter", "buffer", "state"))
+            grads = sum(size for size, role in held if role == "input")
+            forward = [reports[f"forward_{v.index}"] for v in chunks]
+            received = sum(b.bytes_per_device for r, v in zip(forward, chunks) for b, name in
+                           zip(r.arguments, v.forward.arg_names) if name in {t.name for t in v.received})
+            activations = run.peak[stage] * received // max(1, len(chunks))
+            working = max(r.peak - r.argument_bytes for r in mine.values())
+            figures.append({"stage": stage, "state": state, "gradients": grads, "activations": activations,
+                            "working": working, "peak": state + grads + activations + working})
+        return figures
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        """Every parameter, buffer, optimizer state value and hyperparameter the stages start from."""
+        state: dict[str, np.ndarray] = {}
+        for stage in self.stage_programs:
+            for program in (stage.forward, stage.update):
+                names = program.arg_names[program.num_inputs:]
+                state.update({n: as_array(v) for n, v in zip(names, program.parameters)})
+        return state
+
+    def _step_values(self, number: int, batch: Sequence) -> dict[str, np.ndarray]:
+        names = self.step.input_names
+        if len(batch) != len(names):
+            raise RunError(f"the pipelined step takes {len(names)} batch tensor(s) ({', '.join(names)}), got "
+                           f"{len(batch)}")
+        m = self.schedule.microbatches
+        values = {f"{n}.m{i}": np.ascontiguousarray(micro_batch(as_array(t), i, m))
+                  for n, t in zip(names, batch) for i in range(m)}
+        hyper = self.step.hyperparameters(number, {}) if self.step.hyperparameters else {}
+        values.update({n: np.asarray(v, dtype=np.float64) for n, v in hyper.items()})
+        return values
+
+    def train(self, batches: Sequence[Sequence], *, ranks: int | None = None,
+              timeout: float = 600) -> tuple[list[float], dict[str, np.ndarray]]:
+        """One step per batch (module docstring): (losses, final state by name)."""
+        state = self.initial_state()
+        steps = [self._step_values(i, batch) for i, batch in enumerate(batches)]
+        if ranks is not None:
+            if ranks != self.mesh.device_count:
+                raise RunError(f"the pipelined program runs on {self.mesh.device_count} ranks (mesh {self.mesh}), "
+                               f"not {ranks}")
+            plan = {"mesh": [list(a) for a in self.mesh.axes], "pipeline_axis": self.pipeline.axis,
+                    "stages": [{"index": s.index, "args": list(s.args), "results": list(s.results),
+                                "instructions": [dict(i) for i in s.instructions]} for s in self.stages]}
+            graphs = {name: program.graph for name, program in self.programs.items()}
+            with tempfile.TemporaryDirectory(prefix="slicer-pipeline-") as job:
+                write_pipeline_job(Path(job), plan, graphs, state, steps)
+                losses, final, self.timeline = launch_pipeline(Path(job), ranks, timeout=timeout)
+            return losses, {**{k: v for k, v in state.items() if k in final}, **final}
+        return self._train_here(state, steps)
+
+    def _train_here(self, state: dict, steps: list[dict]) -> tuple[list[float], dict[str, np.ndarray]]:
+        simulators = {name: Simulator(program.graph, backend="native") for name, program in self.programs.items()}
+
+        def call(stage, callee, arrays):
+            out = simulators[callee](*arrays)
+            return list(out) if isinstance(out, tuple) else [out]
+
+        losses = []
+        for values in steps:
+            merged = {**state, **values}
+            results = run_local(self.stages, [[merged[n] for n in s.args] for s in self.stages], call)
+            for stage, outs in zip(self.stages, results):
+                for name, value in zip(stage.results, outs):
+                    if name == "loss":
+                        losses.append(float(value))
+                    else:
+                        state[name] = value
+        trained = {n for s in self.stage_programs for n in (*s.parameters, *s.state)}
+        return losses, {n: v for n, v in state.items() if n in trained}
+
+
+def _shape(step, stage, name: str) -> tuple[int, ...]:
+    program = stage.update
+    position = program.arg_names.index(name) - program.num_inputs
+    return tuple(np.shape(program.parameters[position]))
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}.get(dtype, 4)
+
+
+__all__ = ["PipelineProgram"]

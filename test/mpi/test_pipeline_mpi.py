@@ -1,0 +1,38 @@
+"""Pipeline parallelism on 2 MPI ranks: a GPT cut into 2 stages (`strategies.pipeline`, 1F1B, 4 micro-batches),
+each rank running its stage's programs and sending activations and gradients to the other; 3 AdamW steps equal
+torch's accumulation loop over the same micro-batches on the whole model (losses and every parameter within
+1e-5). (In process, SGD: test/unit/pipelining/test_pipeline_program.py.)"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+
+pipeline = load("torch/pipeline.py", "pipeline")
+
+
+@pytest.mark.slow
+def test_two_stages_on_two_ranks_equal_torch():
+    model, loss_fn, batch = pipeline.train_step.gpt(n_layer=2, batch=8)
+    pipeline.train_step.freeze_attention_bias(model)  # Adam amplifies the rounding noise of a zero gradient
+    optimizer = slicer.AdamW(0.01, betas=(0.9, 0.99), weight_decay=0.1)
+    _, prog = pipeline.pipelined(model, loss_fn, batch, optimizer, split=["blocks.1"], microbatches=4)
+    loss_error, state_error, got = pipeline.compare(model, loss_fn, batch, optimizer, prog, 4, ranks=2)
+    assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
+    assert float(got["step"]) == 3.0
+
+
+@pytest.mark.slow
+def test_two_stages_times_two_way_data_parallel_on_four_ranks_equal_torch():
+    """Pipeline over p composed with data parallel over x (4 ranks, oversubscribed: correctness only): each
+    stage's programs split the micro-batch over x, the activations cross between the ranks of equal x."""
+    model, loss_fn, batch = pipeline.train_step.gpt(n_layer=2, batch=8)
+    optimizer = slicer.SGD(0.1, momentum=0.9)
+    _, prog = pipeline.pipelined(model, loss_fn, batch, optimizer, split=["blocks.1"], microbatches=2,
+                                 mesh=slicer.Mesh(p=2, x=2), strategy=lambda step: st.data_parallel(step, "x"))
+    loss_error, state_error, _ = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2, ranks=4)
+    assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)

@@ -1,0 +1,60 @@
+"""A GPT's training step compiled under `strategies.pipeline` (2 stages of 2 chunks, interleaved 1F1B) and
+trained in this process (every stage's programs on the simulator, the transfers in memory): 3 SGD-with-momentum
+steps equal torch's accumulation loop over the same micro-batches (losses and every parameter within 1e-5);
+`explain()` shows each stage's order, the bubble and the activations held; the pipelined module carries the
+transfers as `slicer.send` / `slicer.recv`. A pipeline that does not fit its mesh or step is refused. (1F1B on 2
+MPI ranks with AdamW, and with data parallel on 4: test/mpi/test_pipeline_mpi.py.)"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+from slicer.core.errors import CompileError, InvalidTactic  # noqa: E402
+from slicer.tactics.pipeline_tactic import Pipeline  # noqa: E402
+
+pipeline = load("torch/pipeline.py", "pipeline")
+train_step = pipeline.train_step
+
+
+@pytest.mark.slow
+def test_interleaved_steps_in_process_equal_torch():
+    """2 stages of 2 model chunks each (virtual stages 0, 2 on stage 0 and 1, 3 on stage 1)."""
+    model, loss_fn, batch = train_step.gpt(n_layer=3, batch=4)
+    optimizer = slicer.SGD(0.1, momentum=0.9)
+    _, prog = pipeline.pipelined(model, loss_fn, batch, optimizer, split=["blocks.0", "blocks.1", "blocks.2"],
+                                 microbatches=2, schedule="interleaved", virtual_stages=2)
+    text = prog.explain()
+    assert "stage 0: F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1" in text and "bubble: 0.200" in text
+    assert prog.text.count('"slicer.send"') == prog.text.count('"slicer.recv"') == 12  # 3 cuts x 2 x 2
+    assert [m["stage"] for m in prog.memory()] == [0, 1]
+    loss_error, state_error, got = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2)
+    assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
+    assert "momentum.blocks.1.mlp.c_fc.weight" in got
+
+
+def test_pipeline_tactics_are_checked_before_importing():
+    with pytest.raises(InvalidTactic, match="split= or stages|split=\\[module names"):
+        Pipeline("p", 4)
+    with pytest.raises(InvalidTactic, match="interleaved"):
+        Pipeline("p", 4, ("blocks.1",), schedule="1f1b", virtual_stages=2)
+    assert str(Pipeline("p", 8, ("blocks.4", "blocks.8"))) == \
+        "pipeline(axis=p, split=[blocks.4, blocks.8], microbatches=8, schedule=1f1b)"
+
+
+def test_a_pipeline_needs_an_imported_training_step():
+    with pytest.raises(InvalidTactic, match="slicer.training_step"):
+        st.pipeline("func.func @f() { return }", "p", split=["a"], microbatches=2)
+
+
+def test_split_points_must_match_the_axis():
+    model, loss_fn, batch = train_step.gpt(n_layer=2, batch=4)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))
+    tactics = st.pipeline(step, "p", split=["blocks.1"], microbatches=2)
+    with pytest.raises(CompileError, match="give 3 split points"):
+        slicer.compile(step, mesh=slicer.Mesh(p=4), tactics=tactics)
+    with pytest.raises(CompileError, match="unknown mesh axis 'p'"):
+        slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=tactics)
