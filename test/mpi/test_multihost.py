@@ -57,9 +57,29 @@ LINK_RATE = "1gbit"
 # "hosts" it moved the bytes between them through shared memory, never over the veth pair. When the host's first
 # process ends, every process of the host ends with it (its pid namespace's init), as a machine's would.
 HOST = "unshare --uts --mount --pid --fork --kill-child --mount-proc sh -c"
-OWN_FILES = ("mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount -t tmpfs tmpfs {cache} && "
-             "cat /proc/sys/kernel/random/uuid > /tmp/boot_id && "
+OWN_FILES = ("{keep_open}mount -t tmpfs tmpfs /tmp && {keep_mount}mount -t tmpfs tmpfs /dev/shm && "
+             "mount -t tmpfs tmpfs {cache} && cat /proc/sys/kernel/random/uuid > /tmp/boot_id && "
              "mount --bind /tmp/boot_id /proc/sys/kernel/random/boot_id")
+
+
+def _kept_under_tmp() -> list[Path]:
+    """The folders under /tmp a host's ranks need (the checkout, the venv) and that its fresh /tmp would hide: a
+    checkout cloned into /tmp, as a CI job may. Each is opened before /tmp is mounted afresh and bound back to its
+    path after, as a shared file system a machine mounts where its peer has it."""
+    tmp = Path("/tmp")
+    found: list[Path] = []
+    for path in sorted({ROOT.resolve(), Path(sys.prefix).resolve()}):
+        if path.is_relative_to(tmp) and not any(path.is_relative_to(kept) for kept in found):
+            found.append(path)
+    return found
+
+
+def _own_files(cache: Path) -> str:
+    kept = _kept_under_tmp()
+    keep_open = "".join(f"exec {9 - i}<{path} && " for i, path in enumerate(kept))
+    keep_mount = "".join(f"mkdir -p {path} && mount --no-canonicalize --bind /proc/self/fd/{9 - i} {path} && "
+                         for i, path in enumerate(kept))
+    return OWN_FILES.format(keep_open=keep_open, keep_mount=keep_mount, cache=cache)
 
 
 def _ip(*args) -> subprocess.CompletedProcess:
@@ -121,11 +141,11 @@ class TwoHosts:
             'exit 2;; esac\n'
             f'echo "$host $ns" >> {self.log}\n'
             # its own hostname (MPI groups ranks into nodes by it), its own /tmp, /dev/shm and kernel cache
-            f'exec ip netns exec "$ns" {HOST} "hostname $ns && {OWN_FILES.format(cache=cache)} && $*"\n')
+            f'exec ip netns exec "$ns" {HOST} "hostname $ns && {_own_files(cache)} && $*"\n')
         self.mpiexec = self.directory / "mpiexec"
         # hydra itself runs on the first host (which then starts its proxy there without the launcher)
         self.mpiexec.write_text(
-            f"#!/bin/sh\nexec ip netns exec {a} {HOST} 'hostname {a} && {OWN_FILES.format(cache=cache)} && exec "
+            f"#!/bin/sh\nexec ip netns exec {a} {HOST} 'hostname {a} && {_own_files(cache)} && exec "
             f"{find_mpiexec()} -hosts {HOSTS[0]}:2,{HOSTS[1]}:2 -launcher ssh -launcher-exec {launcher} -iface {IFACE} "
             '"$@"\' host "$@"\n')
         for script in (launcher, self.mpiexec):

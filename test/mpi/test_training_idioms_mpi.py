@@ -2,8 +2,7 @@
 `F.scaled_dot_product_attention` (causal, scale=, grouped-query attention both ways) under data parallel and
 Megatron (q, k, v and fc1 by heads and hidden units), and a Mixtral-style top-2 mixture of experts (topk,
 one_hot, einsum over stacked expert weights, a load-balancing loss) under data parallel and with its experts
-split over the ranks (Megatron's column split of the stacked weights); the nanoGPT with its sequence tiled (the
-token ids and targets on dim 1: the loss computed where the blocks are). 5 AdamW steps in a session, equal to torch
+split over the ranks (Megatron's column split of the stacked weights). 5 AdamW steps in a session, equal to torch
 eager (torch.optim, foreach=False) within 1e-5, no strategy degraded. (On the simulator, every idiom:
 test/unit/frontends/test_training_idioms.py.)"""
 
@@ -31,7 +30,7 @@ def imported(model_name: str):
     return model, loss_fn, batch, slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)
 
 
-CASES = [("gpt", "data"), ("moe", "experts"), ("gpt", "sequence")]
+CASES = [("gpt", "data"), ("moe", "experts")]
 """nanoGPT with SDPA under Megatron and the top-2 MoE's one-hot router under Megatron train in test_zoo.py."""
 
 
@@ -41,8 +40,6 @@ def test_idiomatic_models_train_like_torch_on_two_ranks(model_name, strategy):
     model, loss_fn, batch, step = imported(model_name)
     if strategy == "data":
         mesh, tactics = {"x": 2}, st.data_parallel(step, "x")
-    elif strategy == "sequence":  # the token ids and targets tiled on the sequence (issue 50)
-        mesh, tactics = {"x": 2}, [slicer.Tile(arg=n, dim=1, axes="x") for n in ("idx", "targets")]
     else:
         mesh, tactics = {"y": 2}, st.megatron(step, "y", **(idioms.MEGATRON if model_name == "gpt" else EXPERTS))
     with warnings.catch_warnings():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from mlir import ir
-from mlir.dialects import cf, tensor
+from mlir.dialects import cf
 from mlir.dialects import func as func_d
 
 from slicer.core.errors import InternalError
@@ -22,7 +22,7 @@ from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
-from .pieces import concat_as_stack, reshape_per_use, shared_reshapes, split_into_pieces
+from .pieces import concat_as_stack, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
@@ -36,28 +36,8 @@ def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0)
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
-    state = _reshape_state(module)
-    for _ in range(MAX_RESHAPE_ROUNDS):  # each round folds reshapes into consumers whose results may be shared
-        if not state[0]:
-            break
-        checked_step(module, "reshape_per_use", reshape_per_use)
-        checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
-        state, before = _reshape_state(module), state
-        if state == before:
-            break  # the copies were merged back by cse: their consumers cannot expand
     if fences:
         checked_step(module, "drop_fences", lambda m: drop_last_results(entry_function(m, entry), fences))
-
-
-MAX_RESHAPE_ROUNDS = 8
-"""A bound on the rounds of `reshape_per_use` and fusion (a reshape folds at most once per round)."""
-
-
-def _reshape_state(module: ir.Operation) -> tuple[int, int]:
-    """(reshapes `reshape_per_use` would copy, reshapes in all): no change means fusion folded none."""
-    return shared_reshapes(module), sum(
-        1 for name in (tensor.CollapseShapeOp.OPERATION_NAME, tensor.ExpandShapeOp.OPERATION_NAME)
-        for _ in walk_ops(module, name))
 
 
 def drop_last_results(func: ir.Operation, count: int) -> None:

@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import linalg, tensor
+from mlir.dialects import tensor
 
 from slicer.core.errors import InternalError
-from slicer.core.names import DIM_ATTR, REASSOCIATION_ATTR, STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
-from slicer.core.operations import as_op, defining_op
+from slicer.core.names import DIM_ATTR, STATIC_OFFSETS_ATTR, STATIC_SIZES_ATTR, STATIC_STRIDES_ATTR
 from slicer.dialect import walk_ops
 
 
@@ -162,54 +161,5 @@ def concat_as_stack(module: ir.Operation) -> int:
     return count
 
 
-def _shared_collapses(module: ir.Operation) -> list[ir.Operation]:
-    return [op for op in walk_ops(module, tensor.CollapseShapeOp.OPERATION_NAME) if len(list(op.results[0].uses)) > 1]
-
-
-def _shared_fills(module: ir.Operation) -> list[ir.Operation]:
-    """The `tensor.expand_shape`s of a value that a `linalg.generic` with no inputs (a fill: torch-mlir's
-    zeros) writes and other ops read too."""
-    found = []
-    for op in walk_ops(module, tensor.ExpandShapeOp.OPERATION_NAME):
-        source = defining_op(op.operands[0])
-        if (source is not None and source.name == linalg.GenericOp.OPERATION_NAME
-                and len(source.operands) == len(source.results)
-                and len(list(op.operands[0].uses)) > 1):
-            found.append(op)
-    return found
-
-
-def shared_reshapes(module: ir.Operation) -> int:
-    """How many reshapes of `module` `reshape_per_use` would give copies to."""
-    return len(_shared_collapses(module)) + len(_shared_fills(module))
-
-
-def reshape_per_use(module: ir.Operation) -> int:
-    """Give each use of a `tensor.collapse_shape` of several users its own copy (a collapse is a view: a copy
-    costs nothing), and each `tensor.expand_shape` of a fill read elsewhere too its own fill, so that
-    elementwise fusion, which folds only single-use reshapes into their consumers (and producers), expands
-    the loops of every consumer instead. A `[B, S, D] -> [B * S, D]` collapse read by a weight's gradient and a
-    bias's (the backward of a linear layer), or the targets read by a loss, then leaves the consumers iterating
-    over `[B, S]`: tiling S (sequence parallelism) passes through them, where the collapsed dim's blocks would
-    be strided (only the major dim of a group can be tiled). `cse` merges the copies that stay. Returns how
-    many copies were made."""
-    count = 0
-    for op in _shared_collapses(module):
-        groups = [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
-                  for g in ir.ArrayAttr(op.attributes[REASSOCIATION_ATTR])]
-        for use in list(op.results[0].uses)[1:]:
-            owner = as_op(use.owner)
-            with ir.InsertionPoint(owner), op.location:
-                copy = tensor.collapse_shape(op.results[0].type, op.operands[0], groups)
-            owner.operands[use.operand_number] = copy
-            count += 1
-    for op in _shared_fills(module):
-        fill = op.operands[0].owner.operation
-        copy = fill.clone(ir.InsertionPoint(op))
-        op.operands[0] = copy.results[ir.OpResult(op.operands[0]).result_number]
-        count += 1
-    return count
-
-
-__all__ = ["aligned_piece", "concat_as_stack", "equal_pieces", "reshape_per_use", "shared_reshapes",
+__all__ = ["aligned_piece", "concat_as_stack", "equal_pieces",
            "split_into_pieces"]

@@ -2,8 +2,6 @@
 dim, the expansion reaches the producer's weight, and heads tiled after the split partition the projection
 itself instead of gathering it."""
 
-import warnings
-
 from mlir import ir
 
 import slicer
@@ -76,70 +74,3 @@ def test_heads_after_the_split_partition_the_fused_projection():
         projections = [op for op in walk_ops(module.operation, "linalg.generic")
                        if any("16x3x" in str(v.type) for v in op.operands)]  # reads the weight as [16, 3, 16]
         assert projections and all(op.parent.name == LOOP for op in projections)
-
-
-# The backward of two linear layers (q and k) on one input as torch-mlir writes it: the activations [B, S, D]
-# collapsed to [B * S, D] once and read by both weights' gradients (contractions over the rows), each output
-# gradient [B, S, H, E] collapsed once and read by its weight's gradient and its bias's (sums over the rows).
-SHARED_COLLAPSE = """
-#r = affine_map<(d0, d1, d2) -> (d2, d0)>
-#c = affine_map<(d0, d1, d2) -> (d2, d1)>
-#o = affine_map<(d0, d1, d2) -> (d0, d1)>
-#i = affine_map<(d0, d1) -> (d0, d1)>
-#s = affine_map<(d0, d1) -> (d1)>
-func.func @grads(%x: tensor<2x8x16xf32>, %dq: tensor<2x8x4x4xf32>, %dk: tensor<2x8x4x4xf32>) ->
-    (tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>) {
-  %zero = arith.constant 0.0 : f32
-  %rows = tensor.collapse_shape %x [[0, 1], [2]] : tensor<2x8x16xf32> into tensor<16x16xf32>
-  %e = tensor.empty() : tensor<16x16xf32>
-  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x16xf32>) -> tensor<16x16xf32>
-  %e3 = tensor.empty() : tensor<16xf32>
-  %f3 = linalg.fill ins(%zero : f32) outs(%e3 : tensor<16xf32>) -> tensor<16xf32>
-  %qrows = tensor.collapse_shape %dq [[0, 1], [2, 3]] : tensor<2x8x4x4xf32> into tensor<16x16xf32>
-  %dwq = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%qrows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
-  ^bb0(%a: f32, %b: f32, %acc: f32):
-    %m = arith.mulf %a, %b : f32
-    %s = arith.addf %acc, %m : f32
-    linalg.yield %s : f32
-  } -> tensor<16x16xf32>
-  %dbq = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]}
-      ins(%qrows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
-  ^bb0(%a: f32, %acc: f32):
-    %s = arith.addf %a, %acc : f32
-    linalg.yield %s : f32
-  } -> tensor<16xf32>
-  %krows = tensor.collapse_shape %dk [[0, 1], [2, 3]] : tensor<2x8x4x4xf32> into tensor<16x16xf32>
-  %dwk = linalg.generic {indexing_maps = [#r, #c, #o], iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%krows, %rows : tensor<16x16xf32>, tensor<16x16xf32>) outs(%f : tensor<16x16xf32>) {
-  ^bb0(%a: f32, %b: f32, %acc: f32):
-    %m = arith.mulf %a, %b : f32
-    %s = arith.addf %acc, %m : f32
-    linalg.yield %s : f32
-  } -> tensor<16x16xf32>
-  %dbk = linalg.generic {indexing_maps = [#i, #s], iterator_types = ["reduction", "parallel"]}
-      ins(%krows : tensor<16x16xf32>) outs(%f3 : tensor<16xf32>) {
-  ^bb0(%a: f32, %acc: f32):
-    %s = arith.addf %a, %acc : f32
-    linalg.yield %s : f32
-  } -> tensor<16xf32>
-  return %dwq, %dbq, %dwk, %dbk : tensor<16x16xf32>, tensor<16xf32>, tensor<16x16xf32>, tensor<16xf32>
-}
-"""
-
-
-def test_a_collapse_read_twice_expands_both_readers_so_a_tiled_sequence_passes():
-    """Each reader of the shared collapse iterates over [B, S] after the cleanup (no collapse is left), so tiling
-    S, the minor dim of the collapsed group, partitions both: partial sums all_reduced, nothing gathered."""
-    with make_context():
-        module = ir.Module.parse(SHARED_COLLAPSE)
-        clean_up(module.operation)
-        cleaned = str(module)
-        collapsed = [op.operands[0].type for op in walk_ops(module.operation, "tensor.collapse_shape")]
-        assert all(t.shape[0] == 4 for t in collapsed), cleaned  # the gradients [4, 4, ..] as returned, no input
-    check_equivalent(SHARED_COLLAPSE, cleaned, step="clean_up")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", slicer.DegradedStrategy)
-        prog = slicer.compile(cleaned, mesh=slicer.Mesh(x=2),
-                              tactics=slicer.parse_tactics("arg0.1=x;arg1.1=x;arg2.1=x"))
-    assert "all_gather" not in prog.explain() and "all_reduce" in prog.explain()

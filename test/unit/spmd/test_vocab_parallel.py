@@ -61,9 +61,9 @@ def test_cross_entropy_keeps_the_logits_tiled(devices):
     prog = slicer.compile(slicer.from_torch(model, *inputs), mesh=slicer.Mesh(x=devices),
                           tactics=slicer.parse_tactics(vp.TACTICS))
     found = collectives(prog)
-    rows = (vp.BATCH, vp.SEQ)  # the loss iterates over [B, S] (the cleanup's `reshape_per_use`)
+    rows = vp.BATCH * vp.SEQ
     assert [(c.op, c.local_before) for c in found] == [("shard.all_reduce", (2, 8, 32))] + \
-        [("shard.all_reduce", rows)] * 3  # the embedding; max, sum of exponentials, the target's logit
+        [("shard.all_reduce", (rows,))] * 3  # the embedding; max, sum of exponentials, the target's logit
     assert biggest(found) < LOGITS // devices
     assert "reduction =  max" in prog.spmd or "reduction = max" in prog.spmd
     want = model(*inputs).detach().numpy()
