@@ -14,11 +14,24 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q --no-compile -e '.[test,torch]'
+	$(VENV)/bin/python -m pip install -q --no-compile -e '.[test,torch]' $(EDITABLE)
 	$(VENV)/bin/python -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
+	@mkdir -p build && touch $(LINKS)
 
-demo: $(STAMP)
+# The package is installed as a tree of links (pip's strict editable mode, under build/__editable__*): one
+# `slicer` folder in which python/slicer/'s modules and the top-level dialect/, lowering/ and runtime/ (mapped by
+# pyproject.toml's package-dir) all sit, so imports, import-linter and mypy see one package, each file once. An
+# edit shows at once (each module is a link); a module added, renamed or removed changes its folder, and the
+# tree is made again.
+EDITABLE := --config-settings editable_mode=strict
+LINKS := build/.package-links
+SOURCE_DIRS := $(shell find python/slicer dialect lowering runtime -type d -not -name __pycache__ 2>/dev/null)
+$(LINKS): $(STAMP) $(SOURCE_DIRS)
+	$(VENV)/bin/python -m pip install -q --no-deps -e . $(EDITABLE)
+	@mkdir -p build && touch $(LINKS)
+
+demo: $(STAMP) $(LINKS)
 	$(VENV)/bin/python examples/demo.py
 
 lit: $(STAMP) bytecode
@@ -37,9 +50,10 @@ pytest: $(STAMP) lint bytecode
 
 # The package compiled to bytecode once, before the suites: every test process, MPI rank and tool subprocess
 # then reads it instead of compiling the sources again (hundreds of processes; none writes bytecode itself
-# where PYTHONDONTWRITEBYTECODE is set, as on CI machines). The linked folders are compiled where they live.
-bytecode: $(STAMP)
-	$(VENV)/bin/python -m compileall -q -j 0 python dialect lowering runtime > /dev/null
+# where PYTHONDONTWRITEBYTECODE is set, as on CI machines). Compiled in the link tree, where the modules are
+# imported from (Python keeps a module's bytecode beside the path it imported).
+bytecode: $(LINKS)
+	$(VENV)/bin/python -m compileall -q -j 0 build/__editable__.slicer-* > /dev/null
 
 # The lint gate (issue 47), first step of `check` and `test`: ruff with pyproject.toml's rules (pyflakes, isort,
 # bugbear, pyupgrade, line length; every suppression with its code), then mypy on the package (basic mode;

@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from training_common import MODELS, OPENBLAS_VARIABLES, ROOT, SMALL, Sizes  # noqa: E402
+from training_common import MODELS, OPENBLAS_VARIABLES, SMALL, Sizes  # noqa: E402
 
 STRATEGIES = ("data", "fsdp", "megatron")
 TORCH = ("torch_threads", "torch_ddp", "torch_fsdp2")
@@ -130,9 +130,8 @@ def run_all(args) -> tuple[dict, dict, list[str]]:
         failures += [error] if error else []
     slicer_names = [c for c in args.contenders if c in SLICER]
     if slicer_names:
-        path = os.pathsep.join(p for p in (str(ROOT / "python"), environment.get("PYTHONPATH")) if p)
         strategies = ",".join(n.removeprefix("slicer_") for n in slicer_names)
-        result, error = _run([str(HERE / "training_slicer.py"), strategies, sizes], {**environment, "PYTHONPATH": path},
+        result, error = _run([str(HERE / "training_slicer.py"), strategies, sizes], environment,
                              "slicer (" + strategies + ")")
         failures += [error] if error else []
         for name in slicer_names:

@@ -19,7 +19,7 @@ python = lit_config.params.get("python", sys.executable)
 # ~10 s: importing and partitioning whole torch models) are left to `make test`.
 if lit_config.params.get("tier") != "fast":
     config.available_features.add("whole-suite")
-sys.path.insert(0, os.path.join(os.path.dirname(config.test_source_root), "python"))
+# The installed package (`make` installs the checkout; pyproject.toml maps dialect/, lowering/, runtime/ into it).
 from slicer.core.toolchain import find_tool  # noqa: E402
 
 repo = os.path.dirname(config.test_source_root)
@@ -34,8 +34,6 @@ config.substitutions.append((r"\bslicer-opt\b", f"{python} -m slicer.tools.slice
 config.substitutions.append((r"\bmlir-opt\b", mlir_opt))
 config.substitutions.append((r"\bFileCheck\b", filecheck))
 config.environment["PYTHONUNBUFFERED"] = "1"
-# The checkout's own package, whichever checkout (a git worktree, a clean clone) runs the tests.
-config.environment["PYTHONPATH"] = os.path.join(repo, "python")
 # Plans must not depend on this machine's `slicer-plan --calibrate` figures.
 config.environment["SLICER_COST_MODEL"] = "builtin"
 config.environment["SLICER_MACHINE"] = "builtin"

@@ -1,5 +1,7 @@
-"""The package as the house-keeping tests read it: every module file (the linked dialect/, lowering/ and
-runtime/ folders included) parsed once, with the string constants that are docstrings set apart."""
+"""The package as the house-keeping tests read it: every module file of the checkout's four source folders
+(python/slicer/ and the top-level dialect/, lowering/ and runtime/, which pyproject.toml maps to
+`slicer.dialect`, `slicer.lowering` and `slicer.runtime`) parsed once, with the string constants that are
+docstrings set apart. Paths are named as in the package: `runtime/executor.py`, `core/names.py`."""
 
 from __future__ import annotations
 
@@ -8,14 +10,43 @@ import os
 from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[3] / "python" / "slicer"
-"""The checkout's own package (not whichever `slicer` is first on the path)."""
+REPO = Path(__file__).resolve().parents[3]
+PACKAGE = REPO / "python" / "slicer"
+"""The checkout's own package root (not whichever `slicer` is first on the path)."""
+
+MAPPED = {name: REPO / name for name in ("dialect", "lowering", "runtime")}
+"""The subpackages whose sources live at the top of the checkout (pyproject.toml's `package-dir`)."""
+
+
+def source(relative_path: str) -> Path:
+    """The file or folder of the checkout behind a path named as in the package (`runtime/executor.py`)."""
+    head, _, rest = relative_path.partition("/")
+    return MAPPED[head] / rest if head in MAPPED else PACKAGE / relative_path
+
+
+def package_roots() -> list[Path]:
+    """The folders the package is made of: python/slicer/ and the mapped top-level ones."""
+    return [PACKAGE, *MAPPED.values()]
 
 
 def package_files() -> list[Path]:
-    """Every module of the package, the linked folders (dialect/, lowering/, runtime/) included."""
-    return sorted(Path(root) / name for root, _, files in os.walk(PACKAGE, followlinks=True)
+    """Every module of the package, the mapped folders (dialect/, lowering/, runtime/) included."""
+    return sorted(Path(root) / name for top in package_roots() for root, _, files in os.walk(top)
                   for name in files if name.endswith(".py"))
+
+
+def package_dirs() -> list[str]:
+    """Every package of the project, dotted (`slicer`, `slicer.lowering.contract`, ...): folders with an
+    `__init__.py` under the roots."""
+    found = []
+    for top in package_roots():
+        prefix = "slicer" if top == PACKAGE else f"slicer.{top.name}"
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            if "__init__.py" in files:
+                inner = Path(root).relative_to(top)
+                found.append(prefix if inner == Path(".") else f"{prefix}.{'.'.join(inner.parts)}")
+    return sorted(found)
 
 
 @cache
@@ -24,6 +55,11 @@ def parsed(path: Path) -> ast.Module:
 
 
 def relative(path: Path) -> str:
+    """`path` named as in the package: `runtime/executor.py` for the checkout's runtime/executor.py."""
+    path = path.resolve()
+    for name, top in MAPPED.items():
+        if path.is_relative_to(top):
+            return str(Path(name) / path.relative_to(top))
     return str(path.relative_to(PACKAGE))
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from package_tree import PACKAGE, package_files, parsed, relative, string_literals
+from package_tree import PACKAGE, package_files, parsed, relative, source, string_literals
 
 from slicer.core import environment
 from slicer.core.errors import InternalError
@@ -65,7 +65,7 @@ def test_every_variable_is_named_once_and_read_by_a_module_that_exists():
     assert len(names) == len(set(names))
     assert all(v.slicer == v.name.startswith("SLICER_") for v in environment.VARIABLES)
     for variable in environment.VARIABLES:
-        assert (PACKAGE / variable.reader).is_file(), variable
+        assert source(variable.reader).is_file(), variable
 
 
 def test_a_variable_outside_the_table_cannot_be_read():

@@ -5,14 +5,13 @@ reads freed memory (another module's function, or a segfault: found by the fuzze
 
 import ast
 import gc
-from pathlib import Path
 
 from mlir import ir
+from package_tree import package_files, relative
 
 from slicer.core.functions import entry_function, function_type
 from slicer.dialect import make_context
 
-PACKAGE = Path(__file__).resolve().parents[3] / "python" / "slicer"
 F = "func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> { return %a : tensor<4x8xf32> }"
 G = "func.func @g(%a: tensor<16xi32>) -> tensor<16xi32> { return %a : tensor<16xi32> }"
 OP_FINDERS = {"entry_function", "defined_functions", "public_functions"}
@@ -32,12 +31,12 @@ def test_a_function_of_a_held_module_stays_valid():
 def test_no_op_is_taken_from_a_module_that_is_not_held():
     """No call like `entry_function(ir.Module.parse(text))`: the parsed module must be a variable."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in package_files():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
                     in OP_FINDERS):
                 continue
             for arg in node.args[:1]:
                 if isinstance(arg, ast.Call) and getattr(arg.func, "id", getattr(arg.func, "attr", None)) in PARSERS:
-                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+                    found.append(f"{relative(path)}:{node.lineno}")
     assert not found, f"ops taken from a temporary module (hold the module in a variable): {found}"

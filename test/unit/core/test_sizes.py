@@ -1,4 +1,4 @@
-"""Sizes that read in one sitting: no module of the package (the linked dialect/, lowering/, runtime/
+"""Sizes that read in one sitting: no module of the package (the mapped dialect/, lowering/, runtime/
 included) over `MAX_FILE_LINES` lines, no class over `MAX_CLASS_LINES`, no function or method over
 `MAX_FUNCTION_LINES` (decorators and docstring included). A longer one is split by concern, not by line count."""
 

@@ -22,9 +22,9 @@ BLANKET = re.compile(r"#\s*(?:ruff|flake8)\s*:\s*noqa(?!\s*:\s*[A-Z]+[0-9]+)|#\s
 
 
 def python_files() -> list[Path]:
-    """The checkout's Python files, each once: the package's linked folders are walked where they live."""
+    """The checkout's Python files, each once."""
     found = []
-    for root, dirs, files in os.walk(ROOT):  # links to folders are not followed
+    for root, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]
         found += [Path(root) / name for name in files if name.endswith(".py")]
     return sorted(found)
@@ -61,7 +61,7 @@ def test_the_check_tells_a_coded_suppression_from_a_bare_one():
 def test_every_suppression_names_its_codes():
     files = python_files()
     assert any(path.parts[-3:] == ("python", "slicer", "api.py") for path in files)
-    assert any(path.relative_to(ROOT).parts[0] == "runtime" for path in files)  # the linked folders, once
+    assert any(path.relative_to(ROOT).parts[0] == "runtime" for path in files)  # the mapped folders too
     assert not any("python/slicer/runtime" in str(path.relative_to(ROOT)) for path in files)
     bad = [f"{path.relative_to(ROOT)}:{problem}" for path in files for problem in problems(path.read_text())]
     assert not bad, "suppressions must name their codes:\n" + "\n".join(bad)

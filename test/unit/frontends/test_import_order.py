@@ -3,16 +3,13 @@
 ("JIT session error: Symbols not found", "Unknown function"). The JIT notices (lowering/foreign_llvm.py) and
 builds its scalar loops with the LLVM tools. Each case runs in a fresh interpreter: the order is per process."""
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch_mlir")
 
-PYTHON_DIR = Path(__file__).resolve().parents[3] / "python"
 
 # exp and remainder call runtime-library functions (expf, fmodf) whose names come from LLVM's table
 SCRIPT = """
@@ -44,6 +41,6 @@ print("foreign" if foreign_llvm_tables() else "own", "ok")
 @pytest.mark.slow
 def test_the_jit_equals_numpy_in_either_import_order(first, tables):
     done = subprocess.run([sys.executable, "-c", SCRIPT.format(first=first)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(PYTHON_DIR)})
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [tables, "ok"]
