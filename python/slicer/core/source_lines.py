@@ -25,7 +25,8 @@ _LIBRARIES = ("torch", "torch_mlir", "slicer")
 
 @cache
 def _library_dirs(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
-    """The folders of the packages `names` (found without importing them), each ending in "/"."""
+    """The folders of the packages `names` (found without importing them), each ending in "/": as found and
+    resolved (an editable install's link tree holds links to the checkout's files)."""
     dirs = []
     for name in names:
         try:
@@ -33,7 +34,7 @@ def _library_dirs(names: tuple[str, ...] = _LIBRARIES) -> tuple[str, ...]:
         except (ImportError, ValueError):
             spec = None
         for location in (spec.submodule_search_locations or []) if spec is not None else []:
-            dirs.append(str(Path(location).resolve()) + "/")
+            dirs += [str(Path(location).absolute()) + "/", str(Path(location).resolve()) + "/"]
     return tuple(dirs)
 
 
@@ -57,10 +58,10 @@ def first_user_frame(stack) -> tuple[str, int] | None:
     for file, line in stack:
         if not file.endswith(".py"):
             continue
-        resolved = _resolved(file)
-        if not resolved.startswith(libraries):
+        paths = (str(Path(file).absolute()), _resolved(file))  # a module imported through a link is either
+        if not any(path.startswith(libraries) for path in paths):
             return file, line
-        if not resolved.startswith(slicer):
+        if not any(path.startswith(slicer) for path in paths):
             candidates.append((file, line))
     return candidates[0] if candidates else None
 
