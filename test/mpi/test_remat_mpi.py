@@ -1,7 +1,9 @@
 """Rematerialisation on a real training step: the 2-block GPT of examples/training/model.py (SGD with
 momentum), data parallel and Megatron on 2 devices, each with remat `full` and `save_dots` on every block, run
-3 steps in a session on the simulator and on 2 MPI ranks (and data parallel on 1 rank): the same bits as the step
-without remat, equal to torch eager, and the Megatron all_reduces not run again."""
+3 steps in a session on the simulator and on 2 MPI ranks (and data parallel on 1 rank): equal to the step without
+remat within a few roundings (a recomputed op may be fused with other neighbours in the compiled kernels than in
+the forward, so the bits may differ: seen for one bias under Megatron with `save_dots`), equal to torch eager, and
+the Megatron all_reduces not run again."""
 
 import sys
 from pathlib import Path
@@ -46,7 +48,7 @@ def run(prog, batch, ranks):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, devices, ranks", [("data", 2, (None, 2)), ("megatron", 2, (None, 2)),
                                                   ("data", 1, (1,))])
-def test_remat_gives_the_same_bits_as_without_and_equals_torch(gpt, kind, devices, ranks):
+def test_remat_equals_the_step_without_it_and_torch(gpt, kind, devices, ranks):
     model, batch, step = gpt
     mesh, tactics = strategy(kind, step, devices)
     plain = slicer.compile(step, mesh=mesh, tactics=tactics)
@@ -59,8 +61,9 @@ def test_remat_gives_the_same_bits_as_without_and_equals_torch(gpt, kind, device
         for count in ranks:
             losses, state = run(prog, batch, count)
             base_losses, base_state = base[count]
-            assert losses == base_losses, (policy, count)
+            assert max(train.relative_error(g, w) for g, w in zip(losses, base_losses, strict=True)) <= 1e-6
             for name, value in base_state.items():
-                assert np.array_equal(state[name], value), (policy, count, name)
+                # absolute floor: the keys' bias gets a gradient of rounding noise only (softmax ignores it)
+                assert np.allclose(state[name], value, rtol=1e-6, atol=1e-9), (policy, count, name)
             assert max(train.relative_error(g, w) for g, w in zip(losses, want_losses, strict=True)) <= 1e-5
             assert max(train.relative_error(state[n], w) for n, w in want_params.items()) <= 1e-5
