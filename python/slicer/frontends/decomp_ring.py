@@ -90,9 +90,11 @@ def _allowed(torch, causal: bool, mask, blocks: int, chunk: int, step: int, devi
     return allowed, additive
 
 
-def _scores(torch, q, k, factor, allowed, additive):
-    """One step's scores in f32, masked keys at LOWEST."""
-    scores = (q @ k.transpose(-1, -2)).float() * factor
+def _scores(torch, q, k, factor, allowed, additive, *, again: bool = False):
+    """One step's scores in f32, masked keys at LOWEST. `again` (the backward's recomputation): scaled before the
+    product instead of after, so that the cleanup's CSE does not take the forward's scores for them (which would
+    keep every step's scores alive until the backward)."""
+    scores = (q.float() * factor) @ k.float().transpose(-1, -2) if again else (q @ k.transpose(-1, -2)).float() * factor
     if additive is not None:
         scores = scores + additive
     if allowed is not None:
@@ -147,7 +149,7 @@ def _backward(ctx, grad):
         if step:
             k, v, dk, dv = rotate(k), rotate(v), rotate(dk), rotate(dv)
         allowed, additive = _allowed(torch, causal, mask, blocks, chunk, step, q.device)
-        weights = torch.exp(_scores(torch, q, k, factor, allowed, additive) - lse)
+        weights = torch.exp(_scores(torch, q, k, factor, allowed, additive, again=True) - lse)
         if allowed is not None:
             weights = torch.where(allowed, weights, torch.zeros((), device=q.device))
         step_dv = weights.transpose(-1, -2) @ dout
