@@ -1,7 +1,8 @@
 """Context parallelism (`strategies.context_parallel`, ring attention: frontends/decomp_ring.py): the ring form
 against torch's `F.scaled_dot_product_attention` (output and gradients; causal, boolean and additive padding
 masks, 1 to 4 blocks), the strategy's tactics, and a nanoGPT training step under it on the simulator equal to
-torch, its keys and values moved by permutes only (no gather). On 2 MPI ranks: test/mpi/test_training_idioms_mpi.py."""
+torch, its keys and values moved by permutes only (no gather); and the positions of a batch of one sequence read at
+each block's own index (the batch-1 rule of rules/gathers.py)."""
 
 import numpy as np
 import pytest
@@ -104,3 +105,28 @@ def test_padding_masked_step_on_four_devices_equals_torch():
         prog = slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=st.context_parallel(step, "x"))
     loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=1)
     assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
+
+
+class Positions(torch.nn.Module):
+    """Token and position embeddings, as nanoGPT adds them (`wpe(arange(S))`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(16, 4), torch.nn.Embedding(8, 4)
+
+    def forward(self, idx):
+        return self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+
+
+@pytest.mark.filterwarnings("error::slicer.DegradedStrategy")
+def test_a_sequence_of_one_batch_row_reads_its_positions_at_its_own_block():
+    """Batch 1, the sequence tiled over x=2: each device looks up the positions of its own tokens (torch-mlir's
+    bounds asserts on a position do not block the loop: rules/gathers.py); equal to torch, nothing gathered."""
+    torch.manual_seed(0)
+    model, idx = Positions(), torch.randint(0, 16, (1, 8))
+    program = slicer.from_torch(model, idx)
+    prog = slicer.compile(program, mesh=slicer.Mesh(x=2), tactics=[slicer.Tile(arg="idx", dim=1, axes="x"),
+                                                                   slicer.Tile(result=0, dim=1, axes="x")])
+    assert "all_gather" not in prog.explain().split("propagation:")[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(prog.run(idx), model(idx).numpy(), rtol=1e-6)
