@@ -50,10 +50,11 @@ from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
 from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
-from slicer.runtime import Simulator, Timings, in_job, launch
-from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
-from slicer.runtime.resources import check_memory, check_ranks
-from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
+from slicer.runtime import Simulator, Timings, launch
+from slicer.runtime.jobs import in_job
+from slicer.runtime.jobs.rank_pool import borrow, give_back, keeping_ranks, run_warm
+from slicer.runtime.jobs.resources import check_memory, check_ranks
+from slicer.runtime.jobs.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
@@ -181,7 +182,7 @@ class Program:
         `oversubscribe=True`. `mpiexec`: the launcher (a path, or a command line such as
         "mpiexec -f hostfile"), which may place the ranks on several hosts (docs/runtime.md). With
         `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept from an earlier call
-        (`slicer.runtime.rank_pool`) instead of starting one."""
+        (`slicer.runtime.jobs.rank_pool`) instead of starting one."""
         arrays = self.check_arrays(arrays)
         if ranks is None:
             if return_timings:
@@ -207,7 +208,7 @@ class Program:
     def session(self, ranks: int | None = None, *, state: Mapping | None = None, oversubscribe: bool = False,
                 mpiexec: str | None = None, timeout: float = 600, comm=None) -> Session:
         """A session that runs this program step after step with its state resident where it runs (see
-        `slicer.runtime.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
+        `slicer.runtime.jobs.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
 
         The state is every argument that is not an input: for an imported program (`slicer.training_step`,
         `slicer.from_torch`) its bound parameters, buffers and optimizer state; `state` gives or overrides
@@ -299,7 +300,7 @@ class Program:
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
         is enough: each rank reads only its blocks); rank 0 gets the results, the others None. `comm`: the
         job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not).
-        The same path as `slicer-run` started under mpiexec (slicer.runtime.in_job)."""
+        The same path as `slicer-run` started under mpiexec (slicer.runtime.jobs.in_job)."""
         arrays = self.check_arrays(arrays)
         outputs = in_job.run_arrays(self.graph, arrays, comm or in_job.world())
         if outputs is None:

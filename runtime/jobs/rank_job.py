@@ -1,7 +1,7 @@
-"""A job of MPI ranks that stays up between requests: the launcher side of `runtime.rank_server`.
+"""A job of MPI ranks that stays up between requests: the launcher side of `runtime.jobs.rank_server`.
 
-`RankJob(ranks)` starts `python -m slicer.runtime.rank_server` under mpiexec (which may place the ranks on
-other hosts: `-hosts`, a hostfile); every rank connects back over TCP (`runtime.rank_link`: an address the
+`RankJob(ranks)` starts `python -m slicer.runtime.jobs.rank_server` under mpiexec (which may place the ranks on
+other hosts: `-hosts`, a hostfile); every rank connects back over TCP (`runtime.jobs.rank_link`: an address the
 driver chooses, `SLICER_DRIVER_ADDRESS`, authenticated both ways with a per-job key) and says where it runs
 (`hosts`: each rank's host name, cores and available memory, for `resources.check_hosts`). `request` sends
 one message to each rank and waits for every reply. A training session keeps its parameters on such a job and
@@ -9,10 +9,10 @@ sends only the batch at each step; `Program.run` loads its program on one and as
 private directory (mode 0700) holds only the job's stderr.
 
 The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's), large
-messages in chunks (`runtime.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
+messages in chunks (`runtime.jobs.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
 `message` the bytes on the wire, so a test can check that a step sends the batch and nothing else.
 
-Details: docs/module-notes.md, `runtime/rank_job.py`.
+Details: docs/module-notes.md, `runtime/jobs/rank_job.py`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class RankJob:
             self._stderr.close()
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
-        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.rank_server", server.address],
+        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.jobs.rank_server", server.address],
                                   mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
         self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
         self.connections: list[Connection | None] = [None] * ranks

@@ -6,10 +6,10 @@ content hash), or from the JIT when the AOT path refuses a kernel (e.g. i1 buffe
 before starting the ranks and tells them where each one is (`kernel_sources`): a rank then only loads shared
 objects (`kernels_from_sources`), without importing the MLIR bindings or the kernel pipeline, which
 `slicer.lowering` loads when `compile_kernels` or the JIT is first read; collectives are the redistribution steps
-executed by `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
-semantics are the ones tested against the numpy simulator.
+executed by `slicer.runtime.collectives.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so
+the MPI semantics are the ones tested against the numpy simulator.
 
-Details: docs/module-notes.md, `runtime/executor.py`.
+Details: docs/module-notes.md, `runtime/execution/executor.py`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from slicer import lowering
 from slicer.core.errors import InputError, KernelAssertionError, KernelError
 from slicer.lowering import CollectiveNode, KernelCache, KernelGraph, KernelLibrary
 
+from ..collectives.plan_executor import MeshExecutor
 from .buffer_tracker import BufferTracker
-from .plan_executor import MeshExecutor
 from .timings import Event
 
 log = logging.getLogger("slicer.runtime")

@@ -5,7 +5,7 @@ Cartesian rank = linear device rank, row-major as everywhere in Slicer) and, laz
 per group of mesh axes, split so that the sub-rank equals the device's group index over the axes (major to
 minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered to one rank.
 
-Details: docs/module-notes.md, `runtime/plan_executor.py`.
+Details: docs/module-notes.md, `runtime/collectives/plan_executor.py`.
 """
 
 from __future__ import annotations

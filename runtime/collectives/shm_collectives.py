@@ -6,7 +6,7 @@ MPICH's ranks wait by polling and sleeping (`mpiexec.wait_environment`). Here a 
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
-Details: docs/module-notes.md, `runtime/shm_collectives.py`.
+Details: docs/module-notes.md, `runtime/collectives/shm_collectives.py`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Training sessions: a program run step after step with its state kept where it runs (`Program.session`).
 
-A training step's arguments are the batch and the state (parameters, buffers, optimizer state); its results
-are the loss and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session
-keeps the state resident in its partitioned layout and, at each `step(*batch)`, sends only the batch: every
-rank gets its block of each batch array, the results that feed arguments replace them in place on the rank,
-and the others (the loss) come back. `state_dict()` assembles the global state.
-
-Three kinds, one interface:
-- `SimulatedSession` (ranks=None): the in-process simulator, holding the state as global arrays;
-- `LaunchedSession` (ranks=N): a job of N ranks started once (`runtime.rank_job`), serving every step;
-- `InJobSession`: under the user's own `mpiexec -n N python train.py`, every rank of COMM_WORLD holds its
-  blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
-
-Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
-blocks it holds and reads the ones it needs, whatever mesh or strategy saved them; ranks on several hosts
-without a shared file system write on their own host and get the blocks they do not see over MPI
-(`runtime.checkpoint_hosts`).
+A step's arguments are the batch and the state (parameters, buffers, optimizer state); its results are the loss
+and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session keeps the state on
+the ranks in its partitioned layout and, at each `step(*batch)`, sends only the batch. Three kinds, one interface:
+`SimulatedSession` (ranks=None: the in-process simulator), `LaunchedSession` (a job of N ranks started once,
+`runtime.jobs.rank_job`) and `InJobSession` (every rank of the user's own `mpiexec` job runs the step itself).
+Each saves and loads checkpoints (`runtime.state.checkpoint`, across hosts `checkpoint_hosts`): docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -34,16 +24,25 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 from slicer.lowering.cache import host_cpu
 
-from .blocks import rank_slices, take_block
-from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
-from .checkpoint_hosts import open_fitting, read_across, write_here
-from .executor import kernel_sources, load_kernels
+from ..execution.blocks import rank_slices, take_block
+from ..execution.executor import kernel_sources, load_kernels
+from ..simulation.simulator import Simulator, assemble
+from ..state.checkpoint import (
+    Checkpoint,
+    StateValue,
+    begin,
+    open_checked,
+    save_jobs,
+    write_block,
+    write_manifest,
+    writers,
+)
+from ..state.checkpoint_hosts import open_fitting, read_across, write_here
+from ..state.reshard import Reshard, move_resident, plan_moves, target_plan
+from ..state.resident import ResidentRank
 from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
-from .reshard import Reshard, move_resident, plan_moves, target_plan
-from .resident import ResidentRank
 from .resources import check_hosts
-from .simulator import Simulator, assemble
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,7 @@ class Session(ABC):
         """The state as global numpy arrays, by argument name."""
 
     def save(self, directory) -> Path:
-        """Write a checkpoint of the state to `directory` (runtime/checkpoint.py): every rank its own blocks,
+        """Write a checkpoint of the state to `directory` (runtime/state/checkpoint.py): every rank its own blocks,
         each file renamed into place once written, then the manifest (checksums, layout, step count)."""
         values = self.plan.state_values()
         directory = begin(directory)
@@ -241,8 +240,9 @@ class Session(ABC):
 
     def reshard(self, program, *, budget: int | None = None) -> Session:
         """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
-        state moved on the ranks by the synthesizer's plans (`runtime/reshard.py`: what is refused; `budget`, bytes
-        per device: `Reshard.check_budget`). This one is then done with; the new one has `resharded`, the moves."""
+        state moved on the ranks by the synthesizer's plans (`runtime/state/reshard.py`: what is refused;
+        `budget`, bytes per device: `Reshard.check_budget`). This one is then done with; the new one has
+        `resharded`, the moves."""
         plan = target_plan(self.plan, program)
         plan.check_layouts()
         moves = plan_moves(self.plan, plan)
