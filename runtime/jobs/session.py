@@ -181,8 +181,7 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
     CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
     the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
-    hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
-    check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
+    check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
