@@ -2,7 +2,7 @@
 
 A step's arguments are the batch and the state (parameters, buffers, optimizer state); its results are the loss
 and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session keeps the state on
-the ranks in its partitioned layout and, at each `step(*batch)`, sends only the batch. Three kinds, one interface:
+the ranks in its partitioned form and, at each `step(*batch)`, sends only the batch. Three kinds, one interface:
 `SimulatedSession` (ranks=None: the in-process simulator), `LaunchedSession` (a job of N ranks started once,
 `runtime.jobs.rank_job`) and `InJobSession` (every rank of the user's own `mpiexec` job runs the step itself).
 Each saves and loads checkpoints (`runtime.state.checkpoint`, across hosts `checkpoint_hosts`): docs/runtime.md.
@@ -68,7 +68,7 @@ class SessionPlan:
         """The plan of a plain run: every argument an input, nothing resident, every result returned."""
         return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
 
-    def check_layouts(self) -> None:
+    def check_feeds(self) -> None:
         """RunError unless each result that replaces an argument has that argument's distributed type:
         its blocks then replace the argument's blocks in place on every rank."""
         g = self.graph
@@ -180,7 +180,7 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
     CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
+    the ranks first move the old program's state to the new types (`reshard`), each replying its moves' seconds."""
     check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
@@ -215,7 +215,7 @@ class Session(ABC):
 
     def save(self, directory) -> Path:
         """Write a checkpoint of the state to `directory` (runtime/state/checkpoint.py): every rank its own blocks,
-        each file renamed into place once written, then the manifest (checksums, layout, step count)."""
+        each file renamed into place once written, then the manifest (checksums, distributed types, step count)."""
         values = self.plan.state_values()
         directory = begin(directory)
         records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
@@ -243,7 +243,7 @@ class Session(ABC):
         `budget`, bytes per device: `Reshard.check_budget`). This one is then done with; the new one has
         `resharded`, the moves."""
         plan = target_plan(self.plan, program)
-        plan.check_layouts()
+        plan.check_feeds()
         moves = plan_moves(self.plan, plan)
         moves.check_budget(budget)
         new = self._resharded(plan, moves)
@@ -303,7 +303,7 @@ class SimulatedSession(Session):
 
     def __init__(self, plan: SessionPlan, simulator: Simulator):
         super().__init__(plan)
-        plan.check_layouts()  # global arrays need no matching layouts, but a program must run alike everywhere
+        plan.check_feeds()  # global arrays need no matching types, but a program must run alike everywhere
         self.simulator = simulator
         self.state = {i: np.array(a) for i, a in plan.state.items()}
 
@@ -341,7 +341,7 @@ class LaunchedSession(Session):
                  oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
                  give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
-        plan.check_layouts()
+        plan.check_feeds()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
@@ -434,7 +434,7 @@ class InJobSession(Session):
     def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
         """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
         super().__init__(plan)
-        plan.check_layouts()
+        plan.check_feeds()
         self.comm = comm
         self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank

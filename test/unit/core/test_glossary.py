@@ -28,8 +28,6 @@ HOMES = {
         "runtime/simulation/simulator.py": "the simulator runs steps on the redistribution `Layout`",
         "viz/block_picture.py": "the picture draws the redistribution `Layout`",
         "lowering/": "a memref's layout and LLVM's data layout (upstream MLIR's and LLVM's word)",
-        "runtime/jobs/session.py":
-            "`check_layouts` compares distributed types (to be renamed with the launching rewrite)",
     }),
     "sharding": (re.compile(r"sharding", re.IGNORECASE), {
         "core/names.py": "the IR names of `#slicer.sharding`",
