@@ -30,7 +30,7 @@ import numpy as np
 
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
-from slicer.core.errors import CheckpointError, InputError, RunError
+from slicer.core.errors import CheckpointError, InputError, InternalError, RunError
 from slicer.lowering import KernelGraph
 from slicer.lowering.cache import host_cpu
 
@@ -39,8 +39,9 @@ from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, 
 from .checkpoint_hosts import open_fitting, read_across, write_here
 from .executor import kernel_sources, load_kernels
 from .kernel_transfer import cache_keys, libraries
+from .loaded_programs import LoadedPrograms, program_key
 from .rank_job import RankJob, Sent
-from .reshard import Reshard, move_resident, plan_moves, target_plan
+from .reshard import Reshard, plan_moves, target_plan
 from .resident import ResidentRank
 from .resources import check_hosts
 from .simulator import Simulator, assemble
@@ -178,17 +179,24 @@ class SessionPlan:
 
 def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
                  moves: Reshard | None = None) -> list:
-    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
-    kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
-    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
+    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
+    they kept loaded if they ran it before (`loaded_programs`), else its kernels compiled (or found in the cache)
+    here, once, and found by cache key on every host (a host with this CPU lacking some receives their bytes,
+    one with another CPU compiles them: `kernel_transfer`). With `moves`, the ranks first move the old program's
+    state to this layout (`reshard`), each replying its moves' seconds."""
     hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
     check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
+    graph_json = plan.graph.to_json()
+    kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names), moves)] * job.ranks)
+    if all(seconds is not None for seconds in kept):
+        return kept
+    if any(seconds is not None for seconds in kept):
+        raise InternalError("the ranks of a job keep different programs loaded")
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     head = ("load",) if moves is None else ("reshard", moves)
-    return job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+    return job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
                          None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
@@ -432,21 +440,38 @@ class LaunchedSession(Session):
 class InJobSession(Session):
     """The session inside the user's MPI job: this rank holds its blocks and runs its part of each step."""
 
-    def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
-        """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
+    def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None,
+                 programs: LoadedPrograms | None = None):
+        """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`;
+        `programs`: the programs this rank keeps loaded (a resharded session's, passed on)."""
         super().__init__(plan)
         plan.check_layouts()
         self.comm = comm
-        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
+        kept = programs if programs is not None else LoadedPrograms()
+        self.programs: LoadedPrograms | None = kept
+        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names)
+        program = kept.switch(key)
+        if program is None:
+            program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
+            kept.switch(key, program)
+        self.rank_program = program
         rank = self.rank_program.rank
         self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()} if blocks is None else
                               {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
 
     def _resharded(self, plan, moves):
-        """Every rank moves its blocks (`reshard.move_resident`), then runs `plan`'s program on them."""
-        return InJobSession(plan, self.comm, blocks=move_resident(self.rank_program, moves, self.comm))
+        """Every rank moves its blocks (`LoadedPrograms.move_state`), then runs `plan`'s program on them (the one
+        it kept loaded, if it ran it before)."""
+        kept = self.programs
+        if kept is None:
+            raise RunError("this session was resharded (session.reshard): use the one it returned")
+        new = InJobSession(plan, self.comm, blocks=kept.move_state(moves, self.comm), programs=kept)
+        self.programs = None  # handed over: closing this session leaves the new one's programs alone
+        return new
 
     def _step(self, inputs):
+        if self.programs is None:
+            raise RunError("this session was resharded (session.reshard): use the one it returned")
         rank = self.rank_program.rank
         returned = self.rank_program.step({i: self.plan.block(a, i, rank) for i, a in inputs.items()})
         return self.plan.outputs(self.comm.allgather(returned))
@@ -494,7 +519,8 @@ class InJobSession(Session):
         return [payload for _, payload in outcomes]
 
     def close(self):
-        self.rank_program.close()
+        if self.programs is not None:
+            self.programs.close()
 
 
 __all__ = ["InJobSession", "LaunchedSession", "Session", "SessionPlan", "SimulatedSession", "load_program"]
