@@ -33,11 +33,13 @@ def import_in_blocks(step: ImportedProgram, blocks: int) -> ImportedProgram:
                              seed=origin.seed, microbatches=origin.microbatches, precision=origin.precision)
 
 
-def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple[ImportedProgram, tuple]:
+def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
     """What `slicer.compile` partitions for `tactics` with a `ContextParallel` among them: `step` imported again
     with ring attention over the devices of its axes on `mesh`, and the other tactics (CompileError for an axis
-    the mesh lacks or a step given as text)."""
-    context = next(t for t in tactics if isinstance(t, ContextParallel))
+    the mesh lacks or a step given as text); without one, `step` and `tactics` as they are."""
+    context = next((t for t in tactics if isinstance(t, ContextParallel)), None)
+    if context is None:
+        return step, tuple(tactics)
     blocks = 1
     for axis in context.axes:
         if not mesh.has_axis(axis):
