@@ -363,3 +363,14 @@ def test_the_in_job_mode_across_two_hosts(two_hosts):
     # between two of them
     said = {ns: done.stdout.count(f"in-job ok on {ns}") for ns in two_hosts.namespaces}
     assert said == {ns: 2 for ns in two_hosts.namespaces}, done.stdout
+
+
+def test_an_all_reduce_over_both_hosts_runs_in_two_levels_and_equals_the_flat_one(two_hosts):
+    """A group of all 4 ranks (two on each host): shared memory within each host, MPI across (as MPI's own split
+    finds the hosts), equal to the flat MPI all_reduce and the simulator (`host_collectives_worker.py`)."""
+    done = run_spmd(4, [sys.executable, str(Path(__file__).with_name("host_collectives_worker.py")), "--real-hosts"],
+                    mpiexec=str(two_hosts.mpiexec), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["cases"] == 72 and not report["failures"], report["failures"]
+    assert report["levels"] == {"None ('x', 'y')": True, "None ('y', 'x')": True, "None ('x',)": False}
