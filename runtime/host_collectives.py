@@ -1,33 +1,28 @@
-"""Collectives over a group of ranks on several hosts with several of its ranks on each: in two levels, shared
-memory within each host and MPI across the hosts.
+"""Collectives over a group of ranks on several hosts with several of its ranks on each, in two levels: shared
+memory within each host, MPI across the hosts. The all_reduce and the all_gather (`TWO_LEVELS`).
 
-An all_reduce of ``n`` elements over ``H`` hosts with ``L`` members each: every member copies its block into
-shared memory; member ``l`` of a host combines chunk ``l`` (``n / L`` elements) of its host's blocks; the ``L``
-members with the same local index all_reduce their chunks across the hosts over MPI (``L`` concurrent
-all_reduces, each between ``H`` ranks, one per host); each writes its result chunk back into shared memory and
-every member copies all ``L`` chunks out. A byte crosses between two hosts at most once per receiving host,
-and the rounds within a host cost one copy in and one out, not MPI's rounds (`shm_collectives`).
+All_reduce: every member publishes its block in shared memory; member ``l`` of a host combines chunk ``l`` of
+its host's blocks; the members with local index ``l`` all_reduce that chunk across the hosts over MPI; each
+publishes its result chunk and every member copies all chunks out. All_gather: a member's block goes across the
+hosts to the members with its local index, which publish what they received; every member copies the group's
+blocks out: a block crosses to each other host once, not once per member there.
 
-Why by hand: MPICH (5.0) has node-aware algorithms (``MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM=sched_smp``, the
-blocking collectives' ch4 "compositions"), but its default selection for the nonblocking calls the runtime
-issues (``src/mpi/coll/coll_selection.json``: recursive doubling, reduce-scatter + all-gather) is flat over the
-whole group, and its node-aware variants move the data within a host over its own shared memory, whose rounds
-each need every member scheduled: the cost `shm_collectives` removes when ranks outnumber cores.
-
-Sums are combined in the accumulation type (`dtypes.accumulation_dtype`: f32 for bf16 and f16) through both
-levels and rounded once, as the flat path does; their order differs from the flat collective's (host by host),
-so a float sum equals it up to rounding (exactly when every partial sum is exact, as for small integers), and a
-maximum equals it exactly. Every member gets the same bits.
+Why by hand: MPICH (5.0) has node-aware algorithms (``sched_smp``, the blocking ch4 "compositions"), but its
+default selection for the nonblocking calls the runtime issues is flat over the group, and its node-aware
+variants move data within a host through MPI's own rounds (see `shm_collectives` for their cost). Sums stay in
+the accumulation type through both levels and round once; their order is host by host, so a float sum equals
+the flat one to rounding, exactly on exact data. Details: docs/module-notes.md, `runtime/host_collectives.py`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from slicer.core import dtypes
-from slicer.redistribution.steps import REDUCTIONS, AllReduce
+from slicer.redistribution.steps import REDUCTIONS, AllGather, AllReduce
 
 from . import shm_collectives
 from .collective_kinds import mpi_type, typed_rows
@@ -43,14 +38,28 @@ def _mpi():
     return MPI
 
 
-class HostAllReduce:
-    """The two-level all_reduce of one step on this rank (`plan_executor.StepRunner` owns it): `local` is the
-    communicator of the group's members on this host, `across` that of the members with this rank's local index
-    on every host (ordered by group index). ``start`` publishes the block, ``test`` advances without blocking,
-    ``finish`` completes into ``out``."""
+@dataclass
+class Levels:
+    """A group's two levels on one rank (`plan_executor.MeshExecutor.levels`): `local`, the communicator of the
+    group's members on this rank's host; `across`, that of the members with this rank's local index on every
+    host; both ordered by group index. `places[j]`: member j's (local index, rank in its `across`)."""
 
-    def __init__(self, program, local, across, *, spins: int):
-        self.p, self.local, self.across = program, local, across
+    local: Any  # MPI communicators
+    across: Any
+    places: list[tuple[int, int]]
+
+    def free(self) -> None:
+        self.local.Free()
+        self.across.Free()
+
+
+class HostAllReduce:
+    """The two-level all_reduce of one step on this rank (`plan_executor.StepRunner` owns it). ``start``
+    publishes the block, ``test`` advances without blocking, ``finish`` completes into ``out``."""
+
+    def __init__(self, program, levels: Levels, *, spins: int):
+        self.p, self.levels = program, levels
+        local, self.across = levels.local, levels.across
         dtype = program.dtype
         self.wide = np.dtype(dtypes.accumulation_dtype(dtype))
         self.how = REDUCTIONS[program.step.reduction]
@@ -128,12 +137,71 @@ class HostAllReduce:
     def free(self) -> None:
         """Free the shared memory and the two communicators (collective over the group)."""
         self.slot.free()
-        self.local.Free()
-        self.across.Free()
+        self.levels.free()
+
+
+class HostAllGather:
+    """The two-level all_gather of one step on this rank: its block goes across the hosts to the members with
+    its local index (an MPI all_gather between one member per host), each publishes the blocks it received in
+    shared memory, and every member copies the group's blocks out of its host's regions: a block crosses to
+    each other host once, not once per member there (a flat all_gather sends it to every member)."""
+
+    def __init__(self, program, levels: Levels, *, spins: int):
+        self.p, self.levels = program, levels
+        hosts = levels.across.Get_size()
+        self.nbytes = int(np.prod(program.in_shape, dtype=np.int64)) * program.dtype.itemsize
+        self.received = np.empty((hosts, self.nbytes), np.uint8)
+        self.slot = shm_collectives.Slot(levels.local, 0, hosts * self.nbytes, spins=spins)
+        self.segment = self.slot.segments[0]
+        self.local_index = np.array([place[0] for place in levels.places])
+        self.host_index = np.array([place[1] for place in levels.places])
+        self.state = _DONE
+        self.request: Any = None  # the MPI all_gather across the hosts, while in flight (an MPI.Request)
+
+    def start(self, block: np.ndarray) -> None:
+        """Send this member's block across the hosts (it stays unchanged until the step completes)."""
+        self.segment = seg = self.slot.next()
+        seg.epoch += 1
+        byte = _mpi().BYTE
+        self.request = self.levels.across.Iallgather([block, byte], [self.received, byte])
+        self.state = _ACROSS
+
+    def _publish(self) -> None:
+        seg = self.segment
+        np.copyto(seg.mine2[:self.received.size], self.received.reshape(-1))
+        seg.publish(ARRIVE2, seg.epoch)
+        self.state = _GATHERING
+
+    def test(self) -> bool:
+        """Advance as far as possible without blocking; True once every member's received blocks are there."""
+        seg = self.segment
+        if self.state == _ACROSS and self.request.Test() and (seg.epoch == 1 or seg.ready(DONE, seg.epoch - 1)):
+            self._publish()
+        return self.state == _GATHERING and seg.ready(ARRIVE2, seg.epoch)
+
+    def finish(self, out: np.ndarray) -> None:
+        """Complete the all_gather into `out` (member j's block: chunk j of the gathered dim)."""
+        seg = self.segment
+        if self.state == _ACROSS:
+            self.request.Wait()
+            if seg.epoch > 1:  # every member is done reading this segment's previous use
+                seg.wait(DONE, seg.epoch - 1)
+            self._publish()
+        seg.wait(ARRIVE2, seg.epoch)
+        regions = seg.data2[:, :self.received.size].reshape(seg.k, -1, self.nbytes)
+        rows = regions[self.local_index, self.host_index]  # member j's block, in group order
+        self.p.chunks.unpack_rows(typed_rows(rows, self.p.dtype), out)
+        seg.publish(DONE, seg.epoch)
+        self.state = _DONE
+
+    def free(self) -> None:
+        """Free the shared memory and the two communicators (collective over the group)."""
+        self.slot.free()
+        self.levels.free()
 
 
 #: step class -> its form in two levels (the kinds that have one).
-TWO_LEVELS: dict[type, type] = {AllReduce: HostAllReduce}
+TWO_LEVELS: dict[type, type] = {AllReduce: HostAllReduce, AllGather: HostAllGather}
 
 
 def form(step) -> type | None:

@@ -116,7 +116,7 @@ class StepRunner:
         elif use_shm:
             self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
         elif (two_levels := host_collectives.form(step)) and (levels := ex.levels(self.comm)) is not None:
-            self.hier = two_levels(self, *levels, spins=ex.spins)
+            self.hier = two_levels(self, levels, spins=ex.spins)
 
     def attach_slot(self, slot, spins: int) -> None:
         """Run over shared memory in `slot` (a pooled program: see `__init__`)."""
@@ -217,7 +217,8 @@ class MeshExecutor:
     ``strategy``: "mpi" (MPI collectives), "shm" (shared memory, :mod:`.shm_collectives`; refused when a group spans
     hosts) or "auto" (the default, or ``SLICER_COLLECTIVES`` in the environment): shared memory for every
     group whose ranks share one host, where :func:`.shm_collectives.available` holds, and two levels
-    (:mod:`.host_collectives`) for an all_reduce over a group with as many members on each of several hosts.
+    (:mod:`.host_collectives`) for an all_reduce or all_gather over a group with as many members on each of
+    several hosts.
 
     ``hosts``: the host of each rank (any labels), as MPI's shared-memory split finds them when None; given,
     it simulates hosts among ranks that share one (a test of the two-level collectives on one machine)."""
@@ -283,26 +284,29 @@ class MeshExecutor:
             raise RedistributionError("strategy 'shm': a group of ranks spans several hosts; use 'auto' or 'mpi'")
         return self._on_host[key]
 
-    def levels(self, comm):
-        """For a collective in two levels on ``comm`` (`host_collectives`): (the communicator of its members on
-        this rank's host, the one of its members with this rank's index there on every host), both ordered by
-        group index; None when the strategy is not "auto", shared memory is not available, or the group is not
-        on several hosts with as many members (at least 2) on each. Collective over the group; the communicators
-        belong to the caller."""
+    def levels(self, comm) -> host_collectives.Levels | None:
+        """For a collective in two levels on ``comm`` (`host_collectives`): its communicators within this rank's
+        host and across the hosts, and where each member is; None when the strategy is not "auto", shared memory
+        is not available, or the group is not on several hosts with as many members (at least 2) on each.
+        Collective over the group; the communicators belong to the caller."""
         if self.strategy != "auto" or not shm_collectives.available():
             return None
         key = id(comm)
         if key not in self._levels:
-            members = [self.hosts[r] for r in comm.allgather(self.rank)]  # by group index
+            members = [self.hosts[r] for r in comm.allgather(self.rank)]  # host of each member, by group index
             counts = {h: members.count(h) for h in members}
-            self._levels[key] = len(counts) > 1 and min(counts.values()) == max(counts.values()) > 1
-        if not self._levels[key]:
+            eligible = len(counts) > 1 and min(counts.values()) == max(counts.values()) > 1
+            self._levels[key] = members if eligible else None
+        members = self._levels[key]
+        if members is None:
             return None
         me = comm.Get_rank()
-        hosts = list(dict.fromkeys(self.hosts[r] for r in comm.allgather(self.rank)))
+        hosts = list(dict.fromkeys(members))
         local = comm.Split(color=hosts.index(self.hosts[self.rank]), key=me)
         across = comm.Split(color=local.Get_rank(), key=me)
-        return local, across
+        local_index = [members[:j].count(h) for j, h in enumerate(members)]
+        places = [(i, local_index[:j].count(i)) for j, i in enumerate(local_index)]
+        return host_collectives.Levels(local, across, places)
 
     def close(self) -> None:
         """Free the shared memory and communicators (collective: every rank calls it)."""

@@ -1,11 +1,10 @@
-"""Runs under `mpiexec -n 4`: the all_reduce in two levels (`runtime.host_collectives`) on one machine, its hosts
-simulated (`MeshExecutor(hosts=...)`: ranks 0,1 | 2,3, then 0,2 | 1,3), or with `--real-hosts` on the hosts MPI
-finds (test_multihost.py's two), against the flat MPI all_reduce
-(strategy "mpi") and the simulator, on mesh x=2,y=2 over both axes (in both orders). Exact data (small integers in
-floats, integers, bools, maxima) must equal both bit for bit; random floats equal them to rounding (the sums'
-order differs: host by host). Every rank of a group must get the same bits, and the same program run back to back (its
-shared memory reused) stays right. Rank 0 prints one JSON line: the cases, the failures, and which groups ran
-in two levels."""
+"""Runs under `mpiexec -n 4`: the all_reduce and all_gather in two levels (`runtime.host_collectives`), their hosts
+simulated on one machine (`MeshExecutor(hosts=...)`: ranks 0,1 | 2,3, then 0,2 | 1,3), or with `--real-hosts` the
+hosts MPI finds (test_multihost.py's two), against the flat MPI collective (strategy "mpi") and the simulator, on
+mesh x=2,y=2 over both axes (and x alone: one member per host, flat). Exact data (small integers in floats,
+integers, bools, maxima, any gather) must equal both bit for bit; random float sums equal them to rounding (their
+order differs: host by host). Every rank of a group gets the same bits, and a program run back to back (its shared
+memory reused) stays right. Rank 0 prints one JSON line: the cases, the failures, which groups ran in two levels."""
 
 import json
 import sys
@@ -17,7 +16,8 @@ from mpi4py import MPI
 from slicer.redistribution import DistType, Mesh
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import run_step
-from slicer.redistribution.steps import AllReduce, apply_rule, step_with_type
+from slicer.redistribution.steps import AllGather, AllReduce, apply_rule, step_with_type
+from slicer.redistribution.subaxes import group_size
 from slicer.runtime.plan_executor import MeshExecutor
 
 EXACT_DTYPES = (np.float32, ml_dtypes.bfloat16, np.int32)
@@ -37,6 +37,29 @@ def run(program, block: np.ndarray) -> np.ndarray:
     for _ in range(3):
         pending.test()
     return pending.wait()
+
+
+def gather_cases(ex, flat, rng, failures: list, levels: dict, hosts) -> int:
+    """all_gather over both axes (each member's block in its place) and over x alone, bit for bit."""
+    mesh, rank, count = ex.mesh, ex.rank, 0
+    for axes in (("x", "y"), ("x",)):
+        for dtype, shape, dim in ((np.float32, (3, 5), 0), (np.float32, (40, 33), 1), (ml_dtypes.bfloat16, (6, 4), 1)):
+            global_shape = tuple(n * (group_size(mesh, axes) if i == dim else 1) for i, n in enumerate(shape))
+            before = DistType.of(mesh, global_shape, tuple(axes if i == dim else () for i in range(len(shape))))
+            step = AllGather(dim, axes, before)
+            step = step_with_type(step, apply_rule(step, before, mesh))
+            local = tuple(before.local_shape(mesh))
+            program = ex.program(step, local, dtype)
+            levels[f"{hosts} {axes} all_gather"] = program.hier is not None
+            for repeat in range(2):
+                blocks = [rng.standard_normal(local).astype(dtype) for _ in range(mesh.device_count)]
+                want = run_step(Layout.get(mesh, global_shape), step, blocks)[rank]
+                got = run(program, blocks[rank])
+                count += 1
+                if not (got.shape == want.shape and np.array_equal(got, want)
+                        and np.array_equal(got, flat.step(step, before, blocks[rank]))):
+                    failures.append(f"hosts {hosts} {axes} all_gather {np.dtype(dtype).name}{list(shape)} #{repeat}")
+    return count
 
 
 def main():
@@ -76,6 +99,7 @@ def main():
                         elif not exact and not (np.allclose(got, want, rtol=1e-6, atol=1e-6)
                                                 and np.allclose(got, reference, rtol=1e-6, atol=1e-6)):
                             failures.append(f"{name}: off by {np.abs(got - want).max()}")
+        cases += gather_cases(ex, flat, rng, failures, levels, hosts)
         ex.close()
     flat.close()
     every = comm.gather(failures, root=0)

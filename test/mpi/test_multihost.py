@@ -7,8 +7,8 @@ training session (data parallel on x, Megatron on y, SGD) equal to torch, with a
 across hosts counted on the veth pair; the cost model's calibration, which gives the axis across the hosts its own
 (slower) figures in one run; a rank of the second host killed (kill -9 of its process, `os._exit`) named
 within seconds, with no process of the job left in either namespace; a checkpoint saved on both hosts' own
-/tmp loaded on another layout; an all_reduce over all four ranks in two levels (shared memory within each
-host, MPI across), equal to the flat one.
+/tmp loaded on another layout; an all_reduce and an all_gather over all four ranks in two levels (shared memory
+within each host, MPI across), equal to the flat ones.
 The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
 tests are skipped with the reason.
 """
@@ -194,12 +194,13 @@ def test_the_in_job_mode_across_two_hosts(two_hosts):
     assert said == {ns: 2 for ns in two_hosts.namespaces}, done.stdout
 
 
-def test_an_all_reduce_over_both_hosts_runs_in_two_levels_and_equals_the_flat_one(two_hosts):
+def test_collectives_over_both_hosts_run_in_two_levels_and_equal_the_flat_ones(two_hosts):
     """A group of all 4 ranks (two on each host): shared memory within each host, MPI across (as MPI's own split
     finds the hosts), equal to the flat MPI all_reduce and the simulator (`host_collectives_worker.py`)."""
     done = run_spmd(4, [sys.executable, str(Path(__file__).with_name("host_collectives_worker.py")), "--real-hosts"],
                     mpiexec=str(two_hosts.mpiexec), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["cases"] == 72 and not report["failures"], report["failures"]
-    assert report["levels"] == {"None ('x', 'y')": True, "None ('y', 'x')": True, "None ('x',)": False}
+    assert report["cases"] == 84 and not report["failures"], report["failures"]
+    assert report["levels"] == {"None ('x', 'y')": True, "None ('y', 'x')": True, "None ('x',)": False,
+                                "None ('x', 'y') all_gather": True, "None ('x',) all_gather": False}
