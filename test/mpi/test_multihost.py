@@ -133,11 +133,12 @@ def test_a_killed_rank_on_the_second_host_is_named_and_nothing_is_left(two_hosts
 
 @pytest.mark.slow
 def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two_hosts, tmp_path):
-    """`slicer-plan --calibrate links --mesh x=2,y=2 --mpiexec <two hosts>`: x crosses the hosts (the veth pair
-    at 1 Gbit/s, TCP), y stays on one (shared memory): the stored cost model has figures per axis, x's link the
-    slower, in one run. (Latency alone is not compared: on one machine a veth pair's is microseconds, below
-    what 4 ranks on 2 busy cores can measure.)"""
-    from slicer.redistribution.costs import CostModel
+    """`slicer-plan --calibrate links -n 4 --mpiexec <two hosts>`, no mesh given: the run measures its links per
+    class, between the hosts (the veth pair at 1 Gbit/s, TCP) and within each (shared memory), and the stored
+    model prices the axes of x=2,y=2 by where their groups lie: x (across) on the network's figures, the slower,
+    y on the host's, in one run. (Latency alone is not compared: on one machine a veth pair's is microseconds,
+    below what 4 ranks on 2 busy cores can measure.)"""
+    from slicer.redistribution.costs import HOST, NETWORK, CostModel
 
     if not two_hosts.shaped:
         # unshaped, a veth pair on one machine moves bytes at memory speed, as shared memory does: x could not be
@@ -145,13 +146,15 @@ def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two
         pytest.skip("the kernel has no token-bucket qdisc (tc tbf) to give the link between the hosts a network's rate")
     out = tmp_path / "cost_model.json"
     done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "links", "-n", "4",
-                           "--mesh", "x=2,y=2", "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
+                           "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     model = CostModel.load(out)
-    assert dict(model.axis_latency).keys() >= {"x", "y"}
-    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
-    assert x_bandwidth < y_bandwidth, model
+    assert dict(model.link_latency).keys() == {HOST, NETWORK} and model.ranks_per_host == 2, model
+    assert dict(model.link_bandwidth)[NETWORK] < dict(model.link_bandwidth)[HOST], model
+    mesh = model.for_mesh(slicer.Mesh(x=2, y=2))
+    assert mesh.axis_figures("x") == (dict(model.link_latency)[NETWORK], dict(model.link_bandwidth)[NETWORK])
+    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = mesh.axis_figures("x"), mesh.axis_figures("y")
     assert x_latency + (1 << 20) / x_bandwidth > y_latency + (1 << 20) / y_bandwidth, model  # a MiB each
 
 
