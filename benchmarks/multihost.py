@@ -2,10 +2,10 @@
 (its rows split, 1 MiB gathered), on the two namespace hosts of test/mpi/namespace_hosts.py (root: network
 namespaces; 1 Gbit/s TCP between the hosts), ranks 0-1 on host a and 2-3 on host b, mesh x=2,y=2: over y (within
 each host, shared memory), over x (across the hosts, MPI), and over both (two members on each host: in two levels,
-`runtime/host_collectives.py`, and flat, `SLICER_COLLECTIVES=mpi`). For each: the result checked against numpy, the
-runtime's timings (median of `--repeat` runs of the slowest rank), the collective's transfer, the bytes host a
-sent over the veth pair per run, and the last runs' timelines in one PNG on one time axis (docs/runtime.md); with
-`--rounds`, the variants in turn and each figure's median over the rounds.
+`runtime/collectives/host_collectives.py`, and flat, `SLICER_COLLECTIVES=mpi`). For each: the result checked against
+numpy, the runtime's timings (median of `--repeat` runs of the slowest rank), the collective's transfer, the bytes
+host a sent over the veth pair per run, and the last runs' timelines in one PNG on one time axis (docs/runtime.md);
+with `--rounds`, the variants in turn and each figure's median over the rounds.
 
     sudo .venv/bin/python benchmarks/multihost.py --variants within,across --pictures docs/images
     sudo .venv/bin/python benchmarks/multihost.py --rounds 3 --json /tmp/multihost.json

@@ -18,7 +18,7 @@ from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import run_step
 from slicer.redistribution.steps import AllGather, AllReduce, apply_rule, step_with_type
 from slicer.redistribution.subaxes import group_size
-from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.collectives.plan_executor import MeshExecutor
 
 EXACT_DTYPES = (np.float32, ml_dtypes.bfloat16, np.int32)
 

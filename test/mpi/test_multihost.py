@@ -32,7 +32,7 @@ from rank_faults import kill_env
 from slicer.core.errors import RunError
 from slicer.lowering import CollectiveNode
 from slicer.redistribution.layout import Layout
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 
 @pytest.fixture(scope="module")

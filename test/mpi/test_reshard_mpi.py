@@ -1,4 +1,4 @@
-"""Live resharding on 2 MPI ranks (`Session.reshard`, runtime/reshard.py): a training session of the 2-block GPT
+"""Live resharding on 2 MPI ranks (`Session.reshard`, runtime/state/reshard.py): a training session of the 2-block GPT
 of examples/training (SGD with momentum) switched data parallel -> ZeRO-3 -> data parallel -> ZeRO-3 (FSDP) ->
 Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each. After
 every switch the state equals, bit for bit, what saving it and loading the checkpoint in that session gives,
@@ -21,7 +21,7 @@ import slicer  # noqa: E402
 from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import InputError, RunError  # noqa: E402
-from slicer.runtime.mpiexec import run_spmd  # noqa: E402
+from slicer.runtime.jobs.mpiexec import run_spmd  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "training"))

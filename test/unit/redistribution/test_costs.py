@@ -7,7 +7,7 @@ import pytest
 
 from slicer.redistribution import CostModel, DistType, Mesh, RedistributionError, plan
 from slicer.redistribution.costs import FS, HOST, NETWORK, Pricing, axis_link, tie_scale
-from slicer.runtime.calibration import LINK_AXES, model_from
+from slicer.runtime.collectives.calibration import LINK_AXES, model_from
 
 
 def test_figures_and_seconds():

@@ -11,7 +11,8 @@ Why by hand: MPICH (5.0) has node-aware algorithms (``sched_smp``, the blocking 
 default selection for the nonblocking calls the runtime issues is flat over the group, and its node-aware
 variants move data within a host through MPI's own rounds (see `shm_collectives` for their cost). Sums stay in
 the accumulation type through both levels and round once; their order is host by host, so a float sum equals
-the flat one to rounding, exactly on exact data. Details: docs/module-notes.md, `runtime/host_collectives.py`.
+the flat one to rounding, exactly on exact data.
+Details: docs/module-notes.md, `runtime/collectives/host_collectives.py`.
 """
 
 from __future__ import annotations

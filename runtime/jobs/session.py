@@ -1,21 +1,11 @@
 """Training sessions: a program run step after step with its state kept where it runs (`Program.session`).
 
-A training step's arguments are the batch and the state (parameters, buffers, optimizer state); its results
-are the loss and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session
-keeps the state resident in its partitioned layout and, at each `step(*batch)`, sends only the batch: every
-rank gets its block of each batch array, the results that feed arguments replace them in place on the rank,
-and the others (the loss) come back. `state_dict()` assembles the global state.
-
-Three kinds, one interface:
-- `SimulatedSession` (ranks=None): the in-process simulator, holding the state as global arrays;
-- `LaunchedSession` (ranks=N): a job of N ranks started once (`runtime.rank_job`), serving every step;
-- `InJobSession`: under the user's own `mpiexec -n N python train.py`, every rank of COMM_WORLD holds its
-  blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
-
-Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
-blocks it holds and reads the ones it needs, whatever mesh or strategy saved them; ranks on several hosts
-without a shared file system write on their own host and get the blocks they do not see over MPI
-(`runtime.checkpoint_hosts`).
+A step's arguments are the batch and the state (parameters, buffers, optimizer state); its results are the loss
+and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session keeps the state on
+the ranks in its partitioned form and, at each `step(*batch)`, sends only the batch. Three kinds, one interface:
+`SimulatedSession` (ranks=None: the in-process simulator), `LaunchedSession` (a job of N ranks started once,
+`runtime.jobs.rank_job`) and `InJobSession` (every rank of the user's own `mpiexec` job runs the step itself).
+Each saves and loads checkpoints (`runtime.state.checkpoint`, across hosts `checkpoint_hosts`): docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -34,16 +24,25 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 from slicer.lowering.cache import host_cpu
 
-from .blocks import rank_slices, take_block
-from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
-from .checkpoint_hosts import open_fitting, read_across, write_here
-from .executor import kernel_sources, load_kernels
+from ..execution.blocks import rank_slices, take_block
+from ..execution.executor import kernel_sources, load_kernels
+from ..simulation.simulator import Simulator, assemble
+from ..state.checkpoint import (
+    Checkpoint,
+    StateValue,
+    begin,
+    open_checked,
+    save_jobs,
+    write_block,
+    write_manifest,
+    writers,
+)
+from ..state.checkpoint_hosts import open_fitting, read_across, write_here
+from ..state.reshard import Reshard, move_resident, plan_moves, target_plan
+from ..state.resident import ResidentRank
 from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
-from .reshard import Reshard, move_resident, plan_moves, target_plan
-from .resident import ResidentRank
 from .resources import check_hosts
-from .simulator import Simulator, assemble
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class SessionPlan:
         """The plan of a plain run: every argument an input, nothing resident, every result returned."""
         return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
 
-    def check_layouts(self) -> None:
+    def check_feeds(self) -> None:
         """RunError unless each result that replaces an argument has that argument's distributed type:
         its blocks then replace the argument's blocks in place on every rank."""
         g = self.graph
@@ -181,9 +180,8 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
     kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
     CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
-    hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
-    check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
+    the ranks first move the old program's state to the new types (`reshard`), each replying its moves' seconds."""
+    check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
@@ -216,8 +214,8 @@ class Session(ABC):
         """The state as global numpy arrays, by argument name."""
 
     def save(self, directory) -> Path:
-        """Write a checkpoint of the state to `directory` (runtime/checkpoint.py): every rank its own blocks,
-        each file renamed into place once written, then the manifest (checksums, layout, step count)."""
+        """Write a checkpoint of the state to `directory` (runtime/state/checkpoint.py): every rank its own blocks,
+        each file renamed into place once written, then the manifest (checksums, distributed types, step count)."""
         values = self.plan.state_values()
         directory = begin(directory)
         records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
@@ -241,10 +239,11 @@ class Session(ABC):
 
     def reshard(self, program, *, budget: int | None = None) -> Session:
         """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
-        state moved on the ranks by the synthesizer's plans (`runtime/reshard.py`: what is refused; `budget`, bytes
-        per device: `Reshard.check_budget`). This one is then done with; the new one has `resharded`, the moves."""
+        state moved on the ranks by the synthesizer's plans (`runtime/state/reshard.py`: what is refused;
+        `budget`, bytes per device: `Reshard.check_budget`). This one is then done with; the new one has
+        `resharded`, the moves."""
         plan = target_plan(self.plan, program)
-        plan.check_layouts()
+        plan.check_feeds()
         moves = plan_moves(self.plan, plan)
         moves.check_budget(budget)
         new = self._resharded(plan, moves)
@@ -304,7 +303,7 @@ class SimulatedSession(Session):
 
     def __init__(self, plan: SessionPlan, simulator: Simulator):
         super().__init__(plan)
-        plan.check_layouts()  # global arrays need no matching layouts, but a program must run alike everywhere
+        plan.check_feeds()  # global arrays need no matching types, but a program must run alike everywhere
         self.simulator = simulator
         self.state = {i: np.array(a) for i, a in plan.state.items()}
 
@@ -342,7 +341,7 @@ class LaunchedSession(Session):
                  oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
                  give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
-        plan.check_layouts()
+        plan.check_feeds()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
@@ -435,7 +434,7 @@ class InJobSession(Session):
     def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
         """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
         super().__init__(plan)
-        plan.check_layouts()
+        plan.check_feeds()
         self.comm = comm
         self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
         rank = self.rank_program.rank

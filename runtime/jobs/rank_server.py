@@ -1,12 +1,12 @@
-"""A rank of a job that stays up between calls: `python -m slicer.runtime.rank_server ADDRESSES` under mpiexec.
+"""A rank of a job that stays up between calls: `python -m slicer.runtime.jobs.rank_server ADDRESSES` under mpiexec.
 
 The one protocol of every job a driver starts, `Program.run` and `Program.session` alike. The process that
-started the job (`runtime.rank_job.RankJob`) listens on TCP (`runtime.rank_link`: ADDRESSES are its
+started the job (`runtime.jobs.rank_job.RankJob`) listens on TCP (`runtime.jobs.rank_link`: ADDRESSES are its
 `host:port`s, the connection authenticated both ways with the key in `SLICER_SESSION_KEY`); every rank
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
 (requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
-may run on other hosts (listed in docs/module-notes.md, `runtime/rank_server.py`).
+may run on other hosts (listed in docs/module-notes.md, `runtime/jobs/rank_server.py`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from slicer.core import environment
 from slicer.core.errors import CheckpointError, InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
-from .checkpoint_hosts import read_across, write_here
+from ..state.checkpoint_hosts import read_across, write_here
+from ..state.reshard import Reshard, move_resident
+from ..state.resident import ResidentRank
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
-from .reshard import Reshard, move_resident
-from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
 from .wire import Receiver, send

@@ -26,7 +26,7 @@ from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, Plan, plan, subaxes
 
-from .plan_executor import MeshExecutor
+from ..collectives.plan_executor import MeshExecutor
 
 COMMON_AXIS = "d"  # the one axis of the common mesh of two different meshes
 
