@@ -72,7 +72,10 @@ def cross_host_bytes(graph) -> int:
     return total
 
 
-def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
+@pytest.mark.parametrize("strategy", ["dp-x+megatron-y", pytest.param("zero3-xy", marks=pytest.mark.slow)])
+def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts, strategy):
+    """Data parallel on x (across the hosts) and Megatron on y (within each); or ZeRO-3 over both axes, whose
+    parameters' all_gathers and gradients' all_reduces over x,y run in two levels (two members on each host)."""
     pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
     sys.path.insert(0, str(ROOT / "examples" / "training"))
@@ -88,10 +91,12 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
     batch = gpt_model.batch(torch.Generator().manual_seed(0), 4, 8, 16)
     optimizer = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
     step = slicer.training_step(model, gpt_model.loss_fn, *batch, optimizer=optimizer)
-    prog = slicer.compile(step, mesh=slicer.Mesh(x=2, y=2), tactics=st.data_parallel(step, "x")
-                          + st.megatron(step, "y", **gpt_model.MEGATRON))
-    across = cross_host_bytes(prog.graph)
-    assert across > 0  # data parallel over x: the gradients' all_reduce crosses the hosts
+    mesh = slicer.Mesh(x=2, y=2)
+    tactics = (st.data_parallel(step, "x") + st.megatron(step, "y", **gpt_model.MEGATRON)
+               if strategy == "dp-x+megatron-y" else st.zero(step, ("x", "y"), stage=3, mesh=mesh))
+    prog = slicer.compile(step, mesh=mesh, tactics=tactics)
+    across = cross_host_bytes(prog.graph)  # over x alone (none for ZeRO-3 over both axes)
+    assert across > 0 or strategy == "zero3-xy"  # data parallel over x: the gradients' all_reduce crosses the hosts
     want_losses, want_params = train.torch_steps(model, gpt_model.loss_fn, batch, optimizer, 3)
     with prog.session(ranks=4, mpiexec=str(two_hosts.mpiexec), timeout=300) as s:
         before = two_hosts.bytes_sent()
@@ -101,7 +106,8 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for name, want in want_params.items():
         assert train.relative_error(state[name], want) < 1e-5, name
-    print(f"veth pair: {sent} bytes from the first host during 3 steps; the plans: {across} bytes per step")
+    print(f"{strategy}: veth pair: {sent} bytes from the first host during 3 steps; the plans over x alone: {across} "
+          "bytes per step")
     assert sent >= 3 * across, (sent, across)
 
 
