@@ -4,13 +4,13 @@ axis x (x=2, y=2, ranks row-major) crosses hosts.
 
 Run on them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT
 training session (data parallel on x, Megatron on y, SGD) equal to torch, with at least the bytes its plans send
-across hosts counted on the veth pair, and one with ZeRO-3 over both axes (collectives in two levels); the cost model's calibration, which gives the axis across the hosts its own
-(slower) figures in one run; a rank of the second host killed (kill -9 of its process, `os._exit`) named
-within seconds, with no process of the job left in either namespace; a checkpoint saved on both hosts' own
-/tmp loaded on another layout; an all_reduce and an all_gather over all four ranks in two levels (shared memory
-within each host, MPI across), equal to the flat ones.
-The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
-tests are skipped with the reason.
+across hosts counted on the veth pair, and one with ZeRO-3 over both axes (collectives in two levels); the cost
+model's calibration, which measures the link across the hosts slower than the one within, in one run; a rank of
+the second host killed (kill -9 of its process, `os._exit`) named within seconds, with no process of the job
+left in either namespace; a checkpoint saved on both hosts' own /tmp loaded on another layout; an all_reduce and
+an all_gather over all four ranks in two levels (shared memory within each host, MPI across), equal to the flat
+ones. The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the tests are skipped
+with the reason.
 """
 
 import contextlib
