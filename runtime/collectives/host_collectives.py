@@ -136,9 +136,8 @@ class HostAllReduce:
         self.state = _DONE
 
     def free(self) -> None:
-        """Free the shared memory and the two communicators (collective over the group)."""
+        """Free the shared memory (collective over the host's members; the communicators are the executor's)."""
         self.slot.free()
-        self.levels.free()
 
 
 class HostAllGather:
@@ -196,9 +195,8 @@ class HostAllGather:
         self.state = _DONE
 
     def free(self) -> None:
-        """Free the shared memory and the two communicators (collective over the group)."""
+        """Free the shared memory (collective over the host's members; the communicators are the executor's)."""
         self.slot.free()
-        self.levels.free()
 
 
 #: step class -> its form in two levels (the kinds that have one).

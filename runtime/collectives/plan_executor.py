@@ -294,7 +294,8 @@ class MeshExecutor:
         """For a collective in two levels on ``comm`` (`host_collectives`): its communicators within this rank's
         host and across the hosts, and where each member is; None when the strategy is not "auto", shared memory
         is not available, or the group is not on several hosts with as many members (at least 2) on each.
-        Collective over the group; the communicators belong to the caller."""
+        Collective over the group the first time; the steps on one group share its communicators (a step's
+        nonblocking collectives start in one order on every rank, as on the group's own), freed by `close`."""
         if self.strategy != "auto" or not shm_collectives.available():
             return None
         key = id(comm)
@@ -304,15 +305,16 @@ class MeshExecutor:
             eligible = len(counts) > 1 and min(counts.values()) == max(counts.values()) > 1
             self._levels[key] = members if eligible else None
         members = self._levels[key]
-        if members is None:
-            return None
+        if members is None or isinstance(members, host_collectives.Levels):
+            return members
         me = comm.Get_rank()
         hosts = list(dict.fromkeys(members))
         local = comm.Split(color=hosts.index(self.hosts[self.rank]), key=me)
         across = comm.Split(color=local.Get_rank(), key=me)
         local_index = [members[:j].count(h) for j, h in enumerate(members)]
         places = [(i, local_index[:j].count(i)) for j, i in enumerate(local_index)]
-        return host_collectives.Levels(local, across, places)
+        levels = self._levels[key] = host_collectives.Levels(local, across, places)
+        return levels
 
     def close(self) -> None:
         """Free the shared memory and communicators (collective: every rank calls it)."""
@@ -322,6 +324,10 @@ class MeshExecutor:
         for slot in self._slots:
             slot.free()
         self._slots.clear()
+        for levels in self._levels.values():
+            if isinstance(levels, host_collectives.Levels):
+                levels.free()
+        self._levels.clear()
         for comm in self._subs.values():
             comm.Free()
         self._subs.clear()
