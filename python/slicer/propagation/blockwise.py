@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
-from slicer.core.errors import Located, PassFailure
+from slicer.core.errors import InternalError, Located, PassFailure
 from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
 from slicer.core.names import (
@@ -27,7 +27,7 @@ from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, 
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
 from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
-from .ir_utils import enclosing_axes, is_zero_tensor, op_id, result_index
+from .ir_utils import enclosing_axes, is_zero_tensor, loop_range, op_id, result_index, slice_range, tile_dim
 from .journal import Journal
 from .loop_facts import (
     describe,
@@ -48,7 +48,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
     producer = defining_op(view.source)
     if producer is None or producer.name.startswith(DIALECT_PREFIX) or producer.name == func.CallOp.OPERATION_NAME:
         return False
-    rng = view.range
+    rng = slice_range(view)
     try:
         outcome = tile_outcome(producer, result=result_index(view.source), dim=view.dim)
     except NoRule:
@@ -121,12 +121,12 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     everything = rule_operands(op)
     operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(everything)]
     tables = {everything[i]: operands[i] for i in range(len(op.operands), len(everything)) if i in slices}
-    starts = shift_starts = None
+    lookup = shift = None  # (table operand, dim, block starts) of a gather; (index, block starts) of a shift
     if outcome.gather is not None:
         table, dim = outcome.gather
-        starts = range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
+        lookup = table, dim, range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
     if outcome.shift is not None:
-        shift_starts = range_starts(outcome.shift[1], size, range_value)
+        shift = outcome.shift[0], range_starts(outcome.shift[1], size, range_value)
     if outcome_kind(outcome) == "sum":
         for index in outcome.zero_inits:
             operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
@@ -136,10 +136,10 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     for index, value in enumerate(operands[:len(op.operands)]):
         clone.operands[index] = value
     read_table_blocks(clone, tables)
-    if starts is not None:
-        mask_lookup(clone, operands[outcome.gather[0]], outcome.gather[1], starts)
-    if shift_starts is not None:
-        shift_index(clone, outcome.shift[0], shift_starts)
+    if lookup is not None:
+        mask_lookup(clone, operands[lookup[0]], lookup[1], lookup[2])
+    if shift is not None:
+        shift_index(clone, *shift)
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
         clone.results[index].set_type(with_dim(old, dim, block_size(old.shape[dim], size)))
@@ -158,7 +158,10 @@ def _update_static_shapes(op: ir.Operation, original: ir.Operation) -> None:
         old = original.operands[part].type if part is not None else original.results[0].type
         new = op.operands[part].type if part is not None else op.results[0].type
         sizes = list(ir.DenseI64ArrayAttr(original.attributes[STATIC_SIZES_ATTR]))
-        for r, d in enumerate(kept_dims(original, old)):
+        kept = kept_dims(original, old)
+        if kept is None:
+            raise InternalError(f"'{original.name}' computed block-wise though its sizes do not line up with {old}")
+        for r, d in enumerate(kept):
             sizes[d] = new.shape[r]
         op.attributes[STATIC_SIZES_ATTR] = ir.DenseI64ArrayAttr.get(sizes)
     elif op.name == arith.ConstantOp.OPERATION_NAME and isinstance(op.results[0].type, ir.RankedTensorType):
@@ -189,7 +192,7 @@ def forward_candidates(op: ir.Operation) -> list[Candidate]:
         loop_and_result = tile_loop_of(value) or own_block_tiling(value)
         if loop_and_result is not None:
             producer, _ = loop_and_result
-            found.append(Candidate(index, producer, producer.action.dim))
+            found.append(Candidate(index, producer, tile_dim(producer)))
     return sorted(found, key=lambda c: (priority(c.producer), c.operand))
 
 
@@ -212,7 +215,7 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
     if outer is None:
         return None
     loop_op, index = outer
-    if view.dim != loop_op.action.dim or view.range_value.type != loop_op.range_arg.type:
+    if view.dim != tile_dim(loop_op) or view.range_value.type != loop_op.range_arg.type:
         return None
     terminator = loop_op.terminator
     if terminator is None or terminator.name != YIELD:
@@ -220,7 +223,7 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
     inner = tile_loop_of(terminator.operands[index])
     if inner is None or as_op(inner[0].operation).block != loop_op.body:
         return None
-    if set(inner[0].range.axes) & set(loop_op.range.axes):
+    if set(loop_range(inner[0]).axes) & set(loop_range(loop_op).axes):
         return None
     return inner
 
@@ -235,7 +238,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     busy_axes = enclosing_axes(op)
     for candidate in candidates:
-        rng = candidate.producer.range
+        rng = loop_range(candidate.producer)
         if busy_axes & set(rng.axes):
             continue  # already partitioned over these axes here: a conflict, reported at the end
         try:
@@ -261,7 +264,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
 def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journal) -> None:
     """Record that the tiling of `candidate` could not enter `op`, in the journal and on the op
     (`slicer.blocked`, shown by explain and quoted by the partitioner if the op then gathers the value)."""
-    rng = candidate.producer.range
+    rng = loop_range(candidate.producer)
     note = f"the tiling over {','.join(rng.axes)} from {tactic_name(candidate.producer)} stops here: {reason}"
     journal.blocked.append((op, note))
     op.attributes[BLOCKED_ATTR] = ir.StringAttr.get(note)
@@ -270,7 +273,7 @@ def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journ
 def _no_rule_message(op: ir.Operation, candidate, exc: NoRule) -> str:
     """Why a tiling stops at `op`, and what to change: for an op of an imported model (its location is a line
     of Python), in the model's terms (the line, the tactic's argument); for MLIR text, in the program's."""
-    axes, tactic = ", ".join(candidate.producer.range.axes), tactic_name(candidate.producer)
+    axes, tactic = ", ".join(loop_range(candidate.producer).axes), tactic_name(candidate.producer)
     what = (f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over {axes}, from "
             f"{tactic}) through '{op.name}'")
     line = source_line(op.location)
@@ -295,7 +298,7 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
     """Replace `op` by a loop computing it block-wise. A `slicer.loop`'s results share one type (IRDL 22
     binds a variadic result constraint to a single type, see slicer.irdl.mlir), so an op whose results
     have different types gets one loop per result type, each with its own block-wise copy of the op."""
-    producer, rng = candidate.producer, candidate.producer.range
+    producer, rng = candidate.producer, loop_range(candidate.producer)
     action = outcome.action
     rule = (f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over "
             f"{', '.join(rng.axes)})")
