@@ -52,9 +52,10 @@ from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import Simulator, Timings, launch
 from slicer.runtime.jobs import in_job
+from slicer.runtime.jobs.in_job_session import InJobSession
 from slicer.runtime.jobs.rank_pool import borrow, give_back, keeping_ranks, run_warm
 from slicer.runtime.jobs.resources import check_memory, check_ranks
-from slicer.runtime.jobs.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
+from slicer.runtime.jobs.session import LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting

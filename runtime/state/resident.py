@@ -5,7 +5,7 @@ state; run step after step, the state never needs to leave the ranks. `ResidentR
 of the resident arguments and runs the kernel graph with the batch blocks it is given: each result that
 `feeds` an argument replaces that argument's block (no copy), the other results are returned. The same class
 serves a rank of a job the session started (`runtime.jobs.rank_server`) and a rank of the user's own MPI job
-(`runtime.jobs.session.InJobSession`), so both run the same code.
+(`runtime.jobs.in_job_session.InJobSession`), so both run the same code.
 
 A step is all or nothing. A run-time check that fails on the step's data (a token id past an embedding's table)
 on some rank does not stop that rank mid-step: every rank finishes the step (`RankExecutor.run`), then the ranks
