@@ -184,7 +184,7 @@ class TacticSearch:
             choice = min(within, key=lambda c: self.score(self.estimate(c), exact=True)) if within else \
                 min(smallest, key=lambda c: self.priced(c).peak_bytes)
             if refuse and self.priced(choice).peak_bytes > budget:
-                self.refuse(choice, budget)
+                self.refuse(choice)
             est = self.priced(choice, complete=True)
         return choice, est
 
@@ -274,7 +274,11 @@ class TacticSearch:
             best.setdefault(frozenset(a for (g, a) in start if g in data), start)
         return list(best.values())
 
-    def refuse(self, choice: dict, budget: int) -> None:
+    def refuse(self, choice: dict) -> None:
+        """AutoError: `choice`, the smallest peak found, is over the memory budget."""
+        budget = self.budget
+        if budget is None:
+            raise InternalError("a search without a memory budget refused a tiling for its memory")
         est = self.priced(choice)
         tiles = format_tactics(self.tactics(choice)) or "everything replicated"
         raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(budget)} per device on "
