@@ -18,6 +18,7 @@ runs no pass and no tool: it loads the .so.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -103,14 +104,14 @@ def compile_kernels(
     texts = split_kernels(_module_text(module))
     unique = list(dict.fromkeys(texts.values()))
     workers = max(1, min(len(unique), jobs or host_cores()))
-    options = dict(pipeline=pipeline, target=target, cache_dir=cache_dir)
-    _build_missing_together(unique, workers, **options)
+    _build_missing_together(unique, workers, pipeline=pipeline, target=target, cache_dir=cache_dir)
+    build = functools.partial(compile_library, pipeline=pipeline, target=target, cache_dir=cache_dir)
     if workers == 1:
-        libraries = {text: compile_library(text, **options) for text in unique}
+        libraries = {text: build(text) for text in unique}
     else:
         # Threads suffice: the LLVM tools are processes, and a build's MLIR passes run in their own context.
         with ThreadPoolExecutor(workers) as pool:
-            libraries = dict(zip(unique, pool.map(lambda text: compile_library(text, **options), unique)))
+            libraries = dict(zip(unique, pool.map(build, unique)))
     return {name: _only_kernel(libraries[text]) for name, text in texts.items()}
 
 

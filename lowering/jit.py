@@ -152,9 +152,10 @@ def opt_level_for(module: ir.Module) -> int:
             if not sizes:
                 continue
         trips = _trips_around(op)
-        if trips is None or any(d is None or d < 0 for d in sizes):
+        static = [d for d in sizes if d is not None and d >= 0]
+        if trips is None or len(static) != len(sizes):
             return JIT_OPT_LEVEL  # a dynamic size
-        points += math.prod(sizes) * trips
+        points += math.prod(static) * trips
         if points > SMALL_PROGRAM_POINTS:
             return JIT_OPT_LEVEL
     return 0
@@ -165,10 +166,9 @@ def _trips_around(op: ir.Operation) -> int | None:
     trips, parent = 1, op.parent
     while parent is not None:
         if parent.name == scf.ForOp.OPERATION_NAME:
-            bounds = [_constant_index(v) for v in list(parent.operands)[:3]]  # lower, upper, step
-            if None in bounds or bounds[2] <= 0:
+            low, high, step = (_constant_index(v) for v in list(parent.operands)[:3])
+            if low is None or high is None or step is None or step <= 0:
                 return None
-            low, high, step = bounds
             trips *= max(0, -(-(high - low) // step))
         parent = parent.parent
     return trips

@@ -67,6 +67,8 @@ class Bf16Packer(Loops):
         e = self.e
         if is_a:
             return e.add(e.add(base, e.mul(lane, kcp)), k)
+        pair: Index
+        parity: Index
         if isinstance(k, int):
             pair, parity = k // 2, k % 2
         else:
@@ -265,7 +267,8 @@ def _transpose(e, rows: list[str], vtype: str) -> list[str]:
     low = [v for j in range(n // 2) for v in (j, n + j)]
     high = [v for j in range(n // 2, n) for v in (j, n + j)]
     for _ in range(n.bit_length() - 1):
-        new, new_labels = [None] * n, [None] * n
+        new: list[str] = [""] * n  # every slot is filled below
+        new_labels: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         for i in range(n // 2):
             for slot, idx in ((2 * i, low), (2 * i + 1, high)):
                 both = labels[i] + labels[i + n // 2]

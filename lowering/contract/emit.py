@@ -130,12 +130,9 @@ class Gemm(Packer):
         if full_h is True and full_w is True:
             direct()
             return
-        if full_h is True:
-            cond = full_w
-        elif full_w is True:
-            cond = full_h
-        else:
-            cond = e.value(f"arith.andi {full_h}, {full_w} : i1")
+        known_at_run_time = [f for f in (full_h, full_w) if isinstance(f, str)]  # one or both (else returned)
+        cond = known_at_run_time[0] if len(known_at_run_time) == 1 else \
+            e.value(f"arith.andi {full_h}, {full_w} : i1")
         then, otherwise = e.if_else(cond)
         with then:
             direct()

@@ -78,6 +78,8 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
     if strides is None or not ir.MemRefType(out.type).has_static_shape:
         return None
     read, written = (projected_dims(m) for m in indexing_maps(rounding))
+    if read is None or written is None:  # not a projection of the loop dims: not a rounding of C as it is
+        return None
     # output dim j is the rounding's loop written[j], which reads C's dim k where read[k] == written[j]
     dims = tuple(c.output.dims[read.index(loop)] for loop in written)
     return rounding, with_output(c, MemAccess(out, ir.MemRefType(out.type), dims, strides), "bf16")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from slicer.core.errors import InternalError
+
 from ..body import emit_op
 from ..emitter import Index
 from .analysis import Side
@@ -55,6 +57,8 @@ class Packer(Loops):
         for f in side.factors:
             v = env[f]
             total = v if total is None else e.value(f"arith.mulf {total}, {v} : {vtype}")
+        if total is None:
+            raise InternalError("a contraction side without factors (analysis gives each side at least one)")
         return total
 
     def vectorizable(self, side: Side, lane_dim: int) -> bool:
@@ -106,7 +110,9 @@ class Packer(Loops):
             lo_idx = [v for j in range(lanes // 2) for v in (j, lanes + j)]
             hi_idx = [v for j in range(lanes // 2, lanes) for v in (j, lanes + j)]
             for _ in range(group.bit_length() - 1):  # log2(group) stages
-                new, new_labels = [None] * group, [None] * group
+                # every slot is filled below: 2 * half == group
+                new: list[str] = [""] * group
+                new_labels: list[list[tuple[int, int]]] = [[] for _ in range(group)]
                 for i in range(half):
                     for slot, idx in ((2 * i, lo_idx), (2 * i + 1, hi_idx)):
                         both = labels[i] + labels[i + half]

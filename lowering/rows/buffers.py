@@ -34,6 +34,11 @@ class RowsOptions:
 class RowBuffers:
     """A row group's parameters and buffer plan, and the loads and stores that follow it."""
 
+    # Set by the emitter (rows/emit.py) as it walks the rows: the current rows' index values, and whether the
+    # stores it marked non-temporal are on (their buffers' alignment checked at run time).
+    row_values: list[Index]
+    nt_enabled: bool
+
     def __init__(self, ops: list[RowOp], rows: int, options: RowsOptions, name: str):
         self.ops, self.rows, self.o, self.name = ops, rows, options, name
         self.e = Emitter()
@@ -124,7 +129,7 @@ class RowBuffers:
                 uses = accesses[m.value]
                 if uses[0][1] != "r" or m.dims[: self.rows] != prefix or len(m.dims) != self.rows + 1:
                     continue
-                if not m.contiguous_along(o.lane) or m.type.shape[-1] != op.ranges[op.lane]:
+                if o.lane is None or not m.contiguous_along(o.lane) or m.type.shape[-1] != op.ranges[op.lane]:
                     continue
                 seen.add(m.value)
                 self.prefetch.append(m)

@@ -62,7 +62,7 @@ class RowsGen(CascadeEmitter):
                 low = e.value(f"arith.remui {e.idx(byte)}, {e.idx(VECTOR_BYTES)} : index")
                 ok = e.value(f"arith.cmpi eq, {low}, {e.idx(0)} : index")
                 aligned = ok if aligned is None else e.value(f"arith.andi {aligned}, {ok} : i1")
-            if aligned == "false":
+            if aligned is None or aligned == "false":  # (None: no buffer, which `if self.nt` excludes)
                 self.nt = {}
                 nest(0, [])
             else:

@@ -364,7 +364,7 @@ BF16_UNIT_CHOICES = (AUTO, *BF16_UNITS)
 """What `compile(..., bf16_units=)` takes."""
 
 
-def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic] = (),
+def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic | Pipeline] = (),
             entry: str | None = None, source_name: str | None = None, strict: bool = False,
             bf16_units: str = "auto", buckets: int | str | None = None,
             collective_matmul: int | str | None = None) -> Program:
@@ -399,10 +399,11 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
         # a PipelineProgram (explain, memory, train): the one case compile gives no SPMD Program
         return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)),  # type: ignore[return-value]
                                 tactics, compile)
+    given = tuple(t for t in tactics if not isinstance(t, Pipeline))  # all of them: no Pipeline here
     imported = module if isinstance(module, ImportedProgram) else None
     if imported is not None:
         original, entry, source_name = imported.text, entry or imported.entry, source_name or imported.source
-        tactics = tuple(tactics) + tuple(follow_arguments(imported, tuple(tactics)))
+        given = given + tuple(follow_arguments(imported, given))
     else:
         original = module if isinstance(module, str) else str(module)
     with make_context(), Progress(f"partitioning {source_name or 'the program'}", total=4) as progress:
@@ -414,8 +415,8 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                 arg_names = ()  # apply_tactics reports it
             _check_static(parsed, entry, arg_names)
             progress.step("tactics")
-            remats = [t for t in tactics if isinstance(t, Remat)]
-            apply_tactics(parsed, tuple(t for t in tactics if not isinstance(t, Remat)), mesh=mesh, entry=entry)
+            remats = [t for t in given if isinstance(t, Remat)]
+            apply_tactics(parsed, tuple(t for t in given if not isinstance(t, Remat)), mesh=mesh, entry=entry)
             progress.step("propagation")
             run_pipeline(parsed, "slicer-propagate")
             propagation = explain_propagation(parsed)

@@ -83,7 +83,7 @@ def _read_step(step, helper: str) -> _Step:
             ) from None
         shapes = tuple(tuple(t.shape) if isinstance(t, ir.RankedTensorType) and t.has_static_shape else None
                        for t in function_type(func).inputs)
-        result_names = step.result_names or tuple(value_names(func, "result"))
+        result_names: tuple[str | None, ...] = step.result_names or tuple(value_names(func, "result"))
     if len(shapes) != len(step.arg_names):
         raise InvalidTactic(f"strategies.{helper}: {step.source} names {len(step.arg_names)} arguments but its entry "
                             f"function @{step.entry} takes {len(shapes)}")
@@ -208,7 +208,7 @@ def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[
 
 
 def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = None, stages: int | None = None,
-             microbatches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> list[Tactic]:
+             microbatches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> list[Tactic | Pipeline]:
     """Pipeline parallelism over `axis`: the step cut into stages, each on its own devices of the axis with its
     own parameters, optimizer state and update (docs/pipeline.md). `split` names the module that begins each
     later stage (torch's split points, `["blocks.4", "blocks.8"]`); the batch is cut into `microbatches`
@@ -219,8 +219,7 @@ def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = 
     if not isinstance(step, ImportedProgram) or step.origin is None:
         raise InvalidTactic("strategies.pipeline: expected a training step imported with slicer.training_step "
                             f"(its stages are imported again from the torch model), got {type(step).__name__}")
-    return [Pipeline(axis, microbatches, tuple(split) if isinstance(split, (list, tuple)) else split, stages,
-                     schedule, virtual_stages)]
+    return [Pipeline(axis, microbatches, split, stages, schedule, virtual_stages)]
 
 
 def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: str = "blocks.*.moe.experts*", *,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from slicer.core.mesh import Mesh
 from slicer.redistribution.costs import CostModel
-from slicer.redistribution.steps import STEP_TYPES, AllGather, AllReduce, ReduceScatter
+from slicer.redistribution.steps import STEP_TYPES
 from slicer.spmd.bucketing import bucket_bytes
 
 from .cache_reads import CacheClock
@@ -150,7 +150,8 @@ class Evaluator:
         if found[0] is None:
             return 0.0
         ordered, busiest, seconds, extra = found
-        est.collectives.append(ModelledCollective(kind, ordered, busiest, seconds + extra, where))
+        if est.collectives is not None:  # (None: an estimate's figures alone, `Estimate.figures`)
+            est.collectives.append(ModelledCollective(kind, ordered, busiest, seconds + extra, where))
         return seconds
 
     def _price_collective(self, kind, axes, local: int, bucketed: bool) -> tuple:
@@ -159,8 +160,7 @@ class Evaluator:
         k = self.group(axes)
         if k <= 1:
             return (None,)
-        step = {"all_gather": AllGather, "all_reduce": AllReduce, "reduce_scatter": ReduceScatter}[kind]
-        busiest = step.busiest(k, local)
+        busiest = STEP_TYPES[kind].busiest(k, local)
         ordered = self.mesh_order(axes)
         seconds = self.comm.seconds(ordered, busiest)
         if bucketed:
@@ -201,7 +201,7 @@ class _Run:
         self.prio: dict[int, int] = {i: i for i in range(n)}
         self.ready: dict[int, float] = dict.fromkeys(range(n), 0.0)
         self.state: dict[int, int] = dict(ev.default_states)  # each value's `Evaluator.state_id`
-        empty = frozenset()
+        empty: frozenset[str] = frozenset()
         self.state.update((i, ev.state_id(tiling, i, empty)) for i, tiling in enumerate(args))
         self.memory = MemoryTrace(len(sk.ops), ev.bucket_limit)
         argument_bytes = [ev.local_bytes(i, tiling) for i, tiling in enumerate(args)]
@@ -241,7 +241,7 @@ class _Run:
             self.memory.bucket_member(key, v, made, local, result, self.at)
         else:  # a collective of its own, before its reader
             self.memory.boundary()
-        if bucketed:
+        if bucketed and bucket is not None:
             self.buckets[key] = (bucket[0], bucket[1] + local)
         elif join:
             self.buckets[key] = (self.at, local)
@@ -286,7 +286,8 @@ class _Run:
             for k, v in enumerate(operands):
                 reduction = reductions[k]
                 if reduction is not None and partial.get(v):  # (not when an earlier operand was the same value)
-                    self.communicate(v, *reduction[:3], op.line, bucketable=reduction[3])
+                    kind, axes, local, bucketable = reduction
+                    self.communicate(v, kind, axes, local, op.line, bucketable=bucketable)
                     partial[v] = frozenset()
                     state[v] = ev.state_id(tiling[v], prio.get(v, 0), partial[v])
                 if roots[k] in fills:
@@ -297,7 +298,8 @@ class _Run:
                     self.make_fill(r, fill_divides[k])
         # the copies its collectives made for it (gathered, reduced) are in cache
         fresh = gathered_operands | {k for k, reduction in enumerate(reductions) if reduction is not None}
-        seconds = self.op_seconds(index, op, *work, fresh)
+        divide, produced, read = work
+        seconds = self.op_seconds(index, op, divide, produced, read, fresh)
         memory = self.memory
         memory.op_kernel[index] = memory.kernel
         for v, result, nbytes, distributed, result_state in results:

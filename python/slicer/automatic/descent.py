@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slicer.core.errors import AutoError
+from slicer.core.errors import AutoError, InternalError
 from slicer.core.mesh import Mesh
 from slicer.tactics import Tactic, format_tactics
 
@@ -105,6 +105,13 @@ class TacticSearch:
         self._pricing[1] += time.perf_counter() - started
         return self.cache[key]
 
+    def priced(self, choice: dict, complete: bool = False) -> Estimate:
+        """`estimate` of a tiling a descent reached (it moves only to tilings that have one)."""
+        est = self.estimate(choice, complete)
+        if est is None:
+            raise InternalError(f"the search reached a tiling without an estimate: {choice}")
+        return est
+
     def descents(self, tasks: list) -> list[dict]:
         """The end points of independent descents (`tasks`, each a call of `descend`), side by side on the
         machine's cores (`parallel.run_tasks`; the same answers as one after another). A descent is expected
@@ -168,16 +175,17 @@ class TacticSearch:
         starts += [c for c in composed if c not in starts]
         ends = [first] + self.descents([functools.partial(self.descend, by_size, start) for start in starts])
         choice = min(ends, key=lambda c: self.score(self.estimate(c)))
-        est = self.estimate(choice, complete=True)
-        if self.budget is not None and est.peak_bytes > self.planning:
+        est = self.priced(choice, complete=True)
+        budget, planning = self.budget, self.planning
+        if budget is not None and planning is not None and est.peak_bytes > planning:
             smallest = self.descents([functools.partial(self.descend, by_size, end, objective_memory=True)
                                       for end in ends])
-            within = [c for c in ends + smallest if self.estimate(c).peak_bytes <= self.budget]  # in the margin
+            within = [c for c in ends + smallest if self.priced(c).peak_bytes <= budget]  # in the margin
             choice = min(within, key=lambda c: self.score(self.estimate(c), exact=True)) if within else \
-                min(smallest, key=lambda c: self.estimate(c).peak_bytes)
-            if refuse and self.estimate(choice).peak_bytes > self.budget:
+                min(smallest, key=lambda c: self.priced(c).peak_bytes)
+            if refuse and self.priced(choice).peak_bytes > budget:
                 self.refuse(choice)
-            est = self.estimate(choice, complete=True)
+            est = self.priced(choice, complete=True)
         return choice, est
 
     def data_groups(self) -> list[int]:
@@ -191,7 +199,7 @@ class TacticSearch:
         can complete data parallelism over some axes with model parallelism over the others."""
         data = self.data_groups()
         axes = [a for a in self.mesh.axis_names if self.mesh.size(a) > 1]
-        seeds = [{}]
+        seeds: list[dict] = [{}]
         for mask in range(1, 2 ** len(axes)):
             chosen = [a for i, a in enumerate(axes) if mask >> i & 1]
             seed = {(g, a): 0 for g in data for a in chosen if 0 in options(self.groups[g], self.mesh, a)}
@@ -248,17 +256,17 @@ class TacticSearch:
         patterns = self.axis_patterns(by_size) if patterns is None else patterns
         starts: list[dict] = []
         for combo in itertools.product(range(len(patterns)), repeat=len(axes)):
-            start = {}
+            start: dict = {}
+            fits = True  # every group of the combination has its pattern's dim as an option on its axis
             for axis, p in zip(axes, combo):
                 for g, d in patterns[p].items():
                     if d not in options(self.groups[g], self.mesh, axis):
+                        fits = False
                         break
                     start[(g, axis)] = d
-                else:
-                    continue
-                start = None
-                break
-            if start is not None and self.estimate(start) is not None and start not in starts:
+                if not fits:
+                    break
+            if fits and self.estimate(start) is not None and start not in starts:
                 starts.append(start)
         starts.sort(key=lambda c: self.score(self.estimate(c)))
         data, best = set(self.data_groups()), dict[Any, Any]()
@@ -267,9 +275,13 @@ class TacticSearch:
         return list(best.values())
 
     def refuse(self, choice: dict) -> None:
-        est = self.estimate(choice)
+        """AutoError: `choice`, the smallest peak found, is over the memory budget."""
+        budget = self.budget
+        if budget is None:
+            raise InternalError("a search without a memory budget refused a tiling for its memory")
+        est = self.priced(choice)
         tiles = format_tactics(self.tactics(choice)) or "everything replicated"
-        raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(self.budget)} per device on "
+        raise AutoError(f"no partitioning found fits the memory budget of {format_bytes(budget)} per device on "
                         f"mesh {self.mesh}: the smallest peak found is {format_bytes(est.peak_bytes)} "
                         f"({est.peak_bytes} bytes, with {tiles}); raise the budget to at least that or use a larger "
                         "mesh")

@@ -30,6 +30,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from slicer.core import environment
 from slicer.core.errors import AutoError
@@ -61,7 +62,7 @@ def processes(task_count: int, seconds_per_task: float) -> int:
 
 
 def run_tasks(tasks: Sequence[Callable[[], object]], cache: dict, seconds_per_task: float,
-              compact: Callable[[object], object] = lambda value: value) -> list:
+              compact: Callable[[Any], object] = lambda value: value) -> list:
     """The results of `tasks`, in order, each run in this process or in a forked child (see the module
     docstring); the entries the children add to `cache` join it, as `compact` makes them (what is worth
     sending back: the search's estimates without their list of collectives, re-priced here if needed).

@@ -45,7 +45,7 @@ def _signature(program: ImportedProgram) -> CalleeSignature:
     return CalleeSignature(args, results)
 
 
-def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic],
+def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic | Pipeline],
                      compile_program: Callable) -> PipelineProgram:
     """The pipelined program of `step` (module docstring); `compile_program(program, mesh=, tactics=)` is
     `slicer.compile`. InvalidTactic for a step that is not a torch training step, CompileError for a pipeline

@@ -10,7 +10,7 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
 from slicer.core.dtypes import byte_size
-from slicer.core.errors import Located, PassFailure
+from slicer.core.errors import InternalError, Located, PassFailure
 from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
 from slicer.core.names import (
@@ -29,7 +29,7 @@ from slicer.dialect import LoopOp, SliceOp, TileAction, loop, slice_, with_dim, 
 from slicer.rules import NoRule, RuleOutcome, kept_dims, rule_operands
 
 from .gather_blocks import mask_lookup, range_starts, read_table_blocks, shift_index
-from .ir_utils import enclosing_axes, is_zero_tensor, op_id, result_index
+from .ir_utils import enclosing_axes, is_zero_tensor, loop_range, op_id, result_index, slice_range, tile_dim
 from .journal import Journal
 from .loop_facts import (
     describe,
@@ -50,7 +50,7 @@ def push_slice_into_producer(op: ir.Operation, journal: Journal) -> bool:
     producer = defining_op(view.source)
     if producer is None or producer.name.startswith(DIALECT_PREFIX) or producer.name == func.CallOp.OPERATION_NAME:
         return False
-    rng = view.range
+    rng = slice_range(view)
     try:
         outcome = tile_outcome(producer, result=result_index(view.source), dim=view.dim)
     except NoRule:
@@ -123,12 +123,12 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     everything = rule_operands(op)
     operands = [slice_(v, range_value, slices[i]) if i in slices else v for i, v in enumerate(everything)]
     tables = {everything[i]: operands[i] for i in range(len(op.operands), len(everything)) if i in slices}
-    starts = shift_starts = None
+    lookup = shift = None  # (table operand, dim, block starts) of a gather; (index, block starts) of a shift
     if outcome.gather is not None:
         table, dim = outcome.gather
-        starts = range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
+        lookup = table, dim, range_starts(ir.RankedTensorType(everything[table].type).shape[dim], size, range_value)
     if outcome.shift is not None:
-        shift_starts = range_starts(outcome.shift[1], size, range_value)
+        shift = outcome.shift[0], range_starts(outcome.shift[1], size, range_value)
     if outcome_kind(outcome) == "sum":
         for index in outcome.zero_inits:
             operands[index] = _zeros(ir.RankedTensorType(op.operands[index].type))
@@ -138,10 +138,10 @@ def _blockwise_clone(op: ir.Operation, outcome: RuleOutcome, range_value: ir.Val
     for index, value in enumerate(operands[:len(op.operands)]):
         clone.operands[index] = value
     read_table_blocks(clone, tables)
-    if starts is not None:
-        mask_lookup(clone, operands[outcome.gather[0]], outcome.gather[1], starts)
-    if shift_starts is not None:
-        shift_index(clone, outcome.shift[0], shift_starts)
+    if lookup is not None:
+        mask_lookup(clone, operands[lookup[0]], lookup[1], lookup[2])
+    if shift is not None:
+        shift_index(clone, *shift)
     for index, dim in _result_dims(outcome).items():
         old = ir.RankedTensorType(op.results[index].type)
         clone.results[index].set_type(with_dim(old, dim, block_size(old.shape[dim], size)))
@@ -160,7 +160,10 @@ def _update_static_shapes(op: ir.Operation, original: ir.Operation) -> None:
         old = original.operands[part].type if part is not None else original.results[0].type
         new = op.operands[part].type if part is not None else op.results[0].type
         sizes = list(ir.DenseI64ArrayAttr(original.attributes[STATIC_SIZES_ATTR]))
-        for r, d in enumerate(kept_dims(original, old)):
+        kept = kept_dims(original, old)
+        if kept is None:
+            raise InternalError(f"'{original.name}' computed block-wise though its sizes do not line up with {old}")
+        for r, d in enumerate(kept):
             sizes[d] = new.shape[r]
         op.attributes[STATIC_SIZES_ATTR] = ir.DenseI64ArrayAttr.get(sizes)
     elif op.name == arith.ConstantOp.OPERATION_NAME and isinstance(op.results[0].type, ir.RankedTensorType):
@@ -191,7 +194,7 @@ def forward_candidates(op: ir.Operation) -> list[Candidate]:
         loop_and_result = tile_loop_of(value) or own_block_tiling(value)
         if loop_and_result is not None:
             producer, _ = loop_and_result
-            found.append(Candidate(index, producer, producer.action.dim))
+            found.append(Candidate(index, producer, tile_dim(producer)))
     return sorted(found, key=lambda c: (priority(c.producer), c.operand))
 
 
@@ -214,7 +217,7 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
     if outer is None:
         return None
     loop_op, index = outer
-    if view.dim != loop_op.action.dim or view.range_value.type != loop_op.range_arg.type:
+    if view.dim != tile_dim(loop_op) or view.range_value.type != loop_op.range_arg.type:
         return None
     terminator = loop_op.terminator
     if terminator is None or terminator.name != YIELD:
@@ -222,7 +225,7 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
     inner = tile_loop_of(terminator.operands[index])
     if inner is None or as_op(inner[0].operation).block != loop_op.body:
         return None
-    if set(inner[0].range.axes) & set(loop_op.range.axes):
+    if set(loop_range(inner[0]).axes) & set(loop_range(loop_op).axes):
         return None
     return inner
 
@@ -239,7 +242,7 @@ def preferred_order(op: ir.Operation, candidates: list[Candidate]) -> list[Candi
     `einsum("gsd,egcd->gsec")` takes the experts' outputs the combine moved (docs/tactics.md)."""
     groups: dict[frozenset[str], list[int]] = {}
     for index, candidate in enumerate(candidates):
-        groups.setdefault(frozenset(candidate.producer.range.axes), []).append(index)
+        groups.setdefault(frozenset(loop_range(candidate.producer).axes), []).append(index)
     ordered = list(candidates)
     for axes, places in groups.items():
         if len(places) < 2:
@@ -256,11 +259,12 @@ def _rank(op: ir.Operation, candidate: Candidate, tiled: set[int], axes: frozens
     """0, 1 or 2 as `preferred_order` ranks the candidate's loop at `op` (`tiled`: the operands tiled over
     `axes`; `budget`: the bytes the group's first loop moves, None when unknown)."""
     outcome = _outcome(op, candidate.operand, candidate.dim)
-    if outcome is None or any(not isinstance(a, TileAction) for a in outcome.actions):
+    tiles = [a for a in outcome.actions if isinstance(a, TileAction)] if outcome is not None else []
+    if outcome is None or len(tiles) != len(outcome.actions):
         return 2
     if not tiled <= set(outcome.slice_map):
         return 2
-    if not any(_read_tiled(op.results[r], a.dim, axes, _READ_DEPTH) for r, a in enumerate(outcome.actions)):
+    if not any(_read_tiled(op.results[r], a.dim, axes, _READ_DEPTH) for r, a in enumerate(tiles)):
         return 2
     moved = _moved_bytes(op, candidate, tiled)
     if moved is None or budget is None or moved > budget:
@@ -280,13 +284,13 @@ def _moved_bytes(op: ir.Operation, candidate: Candidate, tiled: set[int]) -> int
     if outcome is None:
         return None
     operands, sliced = rule_operands(op), outcome.slice_map
-    size = candidate.producer.range.size
+    size = loop_range(candidate.producer).size
     moved = 0
     for index in tiled - {candidate.operand}:
         own = tile_loop_of(operands[index]) or own_block_tiling(operands[index])
         if index not in sliced:
             moved += _bytes(operands[index].type)
-        elif own is not None and own[0].action.dim != sliced[index] and \
+        elif own is not None and tile_dim(own[0]) != sliced[index] and \
                 not _taken_block(operands[index], sliced[index], candidate.producer.range_arg.type):
             moved += _bytes(operands[index].type) // size
     if any(not isinstance(a, TileAction) for a in outcome.actions):
@@ -318,13 +322,14 @@ def _read_tiled(value: ir.Value, dim: int, axes: frozenset[str], depth: int) -> 
         if reader.name.startswith(DIALECT_PREFIX) or reader.name in (func.ReturnOp.OPERATION_NAME, YIELD):
             continue
         for other in forward_candidates(reader):
-            if other.operand != position and frozenset(other.producer.range.axes) == axes:
+            if other.operand != position and frozenset(loop_range(other.producer).axes) == axes:
                 outcome = _outcome(reader, other.operand, other.dim)
                 if outcome is not None and outcome.slice_map.get(position) == dim:
                     return True
         outcome = _outcome(reader, position, dim) if depth > 1 else None
-        if outcome is not None and all(isinstance(a, TileAction) for a in outcome.actions):
-            if any(_read_tiled(reader.results[r], a.dim, axes, depth - 1) for r, a in enumerate(outcome.actions)):
+        tiles = [a for a in outcome.actions if isinstance(a, TileAction)] if outcome is not None else []
+        if outcome is not None and len(tiles) == len(outcome.actions):
+            if any(_read_tiled(reader.results[r], a.dim, axes, depth - 1) for r, a in enumerate(tiles)):
                 return True
     return False
 
@@ -342,7 +347,7 @@ def _taken_block(value: ir.Value, dim: int, range_type: ir.Type) -> bool:
     """Does an op already take a block of `value`, a tile loop's result tiled on another dim, on `dim` over
     the axes of `range_type` (a `slicer.slice`)?"""
     producer = tile_loop_of(value)
-    if producer is None or producer[0].action.dim == dim:
+    if producer is None or tile_dim(producer[0]) == dim:
         return False
     for use in value.uses:
         user = as_op(use.owner)
@@ -361,7 +366,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
         return False
     busy_axes = enclosing_axes(op)
     for candidate in candidates:
-        rng = candidate.producer.range
+        rng = loop_range(candidate.producer)
         if busy_axes & set(rng.axes):
             continue  # already partitioned over these axes here: a conflict, reported at the end
         try:
@@ -387,7 +392,7 @@ def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
 def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journal) -> None:
     """Record that the tiling of `candidate` could not enter `op`, in the journal and on the op
     (`slicer.blocked`, shown by explain and quoted by the partitioner if the op then gathers the value)."""
-    rng = candidate.producer.range
+    rng = loop_range(candidate.producer)
     note = f"the tiling over {','.join(rng.axes)} from {tactic_name(candidate.producer)} stops here: {reason}"
     journal.blocked.append((op, note))
     op.attributes[BLOCKED_ATTR] = ir.StringAttr.get(note)
@@ -396,7 +401,7 @@ def _blocked(op: ir.Operation, reason: str, candidate: Candidate, journal: Journ
 def _no_rule_message(op: ir.Operation, candidate, exc: NoRule) -> str:
     """Why a tiling stops at `op`, and what to change: for an op of an imported model (its location is a line
     of Python), in the model's terms (the line, the tactic's argument); for MLIR text, in the program's."""
-    axes, tactic = ", ".join(candidate.producer.range.axes), tactic_name(candidate.producer)
+    axes, tactic = ", ".join(loop_range(candidate.producer).axes), tactic_name(candidate.producer)
     what = (f"cannot propagate the tiling of operand #{candidate.operand} dim {candidate.dim} (over {axes}, from "
             f"{tactic}) through '{op.name}'")
     line = source_line(op.location)
@@ -421,7 +426,7 @@ def _make_loop(op: ir.Operation, candidate: Candidate, outcome: RuleOutcome, jou
     """Replace `op` by a loop computing it block-wise. A `slicer.loop`'s results share one type (IRDL 22
     binds a variadic result constraint to a single type, see slicer.irdl.mlir), so an op whose results
     have different types gets one loop per result type, each with its own block-wise copy of the op."""
-    producer, rng = candidate.producer, candidate.producer.range
+    producer, rng = candidate.producer, loop_range(candidate.producer)
     action = outcome.action
     rule = (f"forward: {describe(op, outcome)} (from operand #{candidate.operand} dim {candidate.dim} tiled over "
             f"{', '.join(rng.axes)})")

@@ -9,7 +9,7 @@ from slicer.core.capsules import OPERATION_CAPSULE, capsule_pointer
 from slicer.core.errors import InternalError
 from slicer.core.names import LINALG_PREFIX, LOOP, RANGE_PRODUCT, SLICE, VALUE_ATTR
 from slicer.core.operations import as_op, defining_op
-from slicer.dialect import Action, LoopOp, RangeType
+from slicer.dialect import Action, LoopOp, RangeType, SliceOp, TileAction
 
 # Ops on tensors with value semantics: erasable when unused, movable when their inputs allow.
 PURE_PREFIXES = (LINALG_PREFIX, "tensor.", "arith.", "math.", SLICE, LOOP, RANGE_PRODUCT)
@@ -39,6 +39,22 @@ def loop_action(loop: LoopOp) -> Action:
     found = loop.action
     if found is None:
         raise InternalError(f"'{LOOP}' without a loop action (tile<d> or sum): {loop.operation.attributes}")
+    return found
+
+
+def tile_dim(loop: LoopOp) -> int:
+    """The dim a tile loop concatenates its blocks along (a loop `tile_loop_of` found: its action is a tile)."""
+    action = loop_action(loop)
+    if not isinstance(action, TileAction):
+        raise InternalError(f"'{LOOP}' with action {action} where a tile loop was expected")
+    return action.dim
+
+
+def slice_range(view: SliceOp) -> RangeType:
+    """The range of a slice the laws rewrite: a well-formed `slicer.slice` takes a `!slicer.range`."""
+    found = view.range
+    if found is None:
+        raise InternalError(f"'{SLICE}' whose range operand is not a range: {view.range_value.type}")
     return found
 
 

@@ -10,6 +10,7 @@ stage's programs over the mesh's other axes. Its text form:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slicer.core.errors import InvalidTactic
@@ -25,7 +26,7 @@ class Pipeline:
 
     axis: str
     microbatches: int
-    split: tuple[str, ...] | None = None
+    split: Sequence[str] | None = None  # a tuple once made (`__post_init__`)
     stages: int | None = None
     schedule: str = "1f1b"
     virtual_stages: int = 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from slicer.core.errors import Located, MeshError
+from slicer.core.errors import InternalError, Located, MeshError
 from slicer.core.functions import (
     EntryError,
     defined_functions,
@@ -167,8 +167,17 @@ class RequestCollector:
             return []
         requests = []
         for tactic in self.tactics:
-            kind, index = ("arg", tactic.arg) if tactic.arg is not None else ("result", tactic.result)
-            tile = (tactic.dim, tactic.axes) if isinstance(tactic, Tile) else None
+            if not isinstance(tactic, (Tile, Replicate)):  # a Remat: it places no value
+                self.error(func.location, f"{tactic} is applied after partitioning (slicer.compile runs "
+                                          "slicer-remat), not with the tactics that place values")
+                continue
+            if tactic.arg is not None:
+                kind, index = "arg", tactic.arg
+            elif tactic.result is not None:
+                kind, index = "result", tactic.result
+            else:  # refused when the tactic was made (`values._check_target`)
+                raise InternalError(f"{tactic} names neither an argument nor a result")
+            tile = (tactic.dim, tactic.axis_names) if isinstance(tactic, Tile) else None
             if not isinstance(index, str):
                 requests.append(TacticRequest(kind, index, tile, str(tactic), func, mesh, func.location))
             elif is_pattern(index):
@@ -176,9 +185,9 @@ class RequestCollector:
                     requests.append(TacticRequest(kind, position, tile, f"{tactic} on '{name}'", func, mesh,
                                                   func.location, name=name))
             else:
-                position = self.resolve_name(func, kind, index, str(tactic))
-                if position is not None:
-                    requests.append(TacticRequest(kind, position, tile, str(tactic), func, mesh, func.location,
+                resolved = self.resolve_name(func, kind, index, str(tactic))
+                if resolved is not None:
+                    requests.append(TacticRequest(kind, resolved, tile, str(tactic), func, mesh, func.location,
                                                   name=index))
         return requests
 
@@ -186,7 +195,7 @@ class RequestCollector:
         """The (position, name) of every argument (or result) of `func` whose name `pattern` matches, in order; an
         empty list after reporting a pattern that matches nothing (naming the closest names)."""
         names = self.names(func, kind)
-        found = [(i, names[i]) for i in matching(pattern, names)]
+        found = [(i, name) for i in matching(pattern, names) if (name := names[i]) is not None]
         if found:
             return found
         noun = "argument" if kind == "arg" else "result"

@@ -94,6 +94,11 @@ class Tile:
             if axes.count(axis) > 1:
                 raise InvalidTactic(f"{self}: axis '{axis}' is listed twice; a dim is tiled by each axis at most once")
 
+    @property
+    def axis_names(self) -> AxisNames:
+        """`axes` as the tuple of names it is once made (`__post_init__`: one name given is a tuple of one)."""
+        return (self.axes,) if isinstance(self.axes, str) else self.axes
+
     def __repr__(self) -> str:
         axes = self.axes[0] if isinstance(self.axes, tuple) and len(self.axes) == 1 else self.axes
         return f"Tile({', '.join(_target_text(self) + [f'dim={self.dim!r}', f'axes={axes!r}'])})"

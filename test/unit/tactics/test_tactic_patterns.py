@@ -132,3 +132,13 @@ def test_the_pass_option_takes_result_patterns():
     assert labels == ["Tile(arg='blocks.*.q.weight', dim=1, axes='y') on 'blocks.0.attn.q.weight'",
                       "Tile(arg='blocks.*.q.weight', dim=1, axes='y') on 'blocks.1.attn.q.weight'",
                       "Tile(result='exp_avg.*', dim=0, axes='x') on 'exp_avg.blocks.0.attn.q.weight'"]
+
+
+def test_the_pass_refuses_a_remat_item_saying_where_it_applies():
+    """`remat:` parses with the other tactics, but it places no value: `slicer-apply-tactics` reports it (it
+    crashed with an AttributeError before) and applies nothing."""
+    module = parse()
+    with pytest.raises(ir.MLIRError) as info:
+        run_pipeline(module, "slicer-apply-tactics{tactics=x.0=x;remat:blocks.*=full}")
+    assert "Remat(pattern='blocks.*', policy='full') is applied after partitioning" in str(info.value)
+    assert loop_targets(module) == []
