@@ -30,7 +30,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_common import ADAMW, MODELS, Sizes, batches, build_model, loss_function, peak_rss_mib
+from training_common import ADAMW, MODELS, Sizes, autocast, batches, build_model, loss_function, peak_rss_mib
 
 _FUNC = re.compile(r"func\.func (?:public |private )?@([\w.$-]+)\(")
 
@@ -228,7 +228,8 @@ def torch_kind(name: str) -> str:
 def torch_profile(sizes: Sizes, data, steps: int, threads: int = 2) -> dict:
     """torch's step (zero_grad, loss, backward, AdamW): on `threads` 2, the whole batch on 2 threads (the
     reference of training.py); on 1, half the batch on one thread (a DDP rank's work but the gradients'
-    all_reduce). Self CPU time per op and per kind, median step wall time."""
+    all_reduce); under autocast to bf16 with `--precision bf16`. Self CPU time per op and per kind, median step
+    wall time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -239,7 +240,8 @@ def torch_profile(sizes: Sizes, data, steps: int, threads: int = 2) -> dict:
 
     def one(idx, targets):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model, idx[:half], targets[:half])
+        with autocast(sizes):  # --precision bf16: torch.autocast, as training.py's torch contenders
+            loss = loss_fn(model, idx[:half], targets[:half])
         loss.backward()
         optimizer.step()
         return loss.item()

@@ -65,6 +65,7 @@ class Contraction:
     block_args: list[ir.Value]  # the body's block arguments (inputs..., out)
     direct_c: bool  # C's innermost dim is N0 with stride 1: tiles are vector loads/stores of C
     zero_init: bool = False  # C holds zeros before the op (a zero fill we may have removed)
+    addend: MemAccess | None = None  # added to the whole sum before it is rounded to a bf16 C (epilogue.py)
 
     def describe(self) -> str:
         letters = "abcdefghijklmnopqrstuvwxyz"

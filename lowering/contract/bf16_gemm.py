@@ -234,9 +234,28 @@ class Bf16Gemm(Bf16Packer):
         with e.loop(0, h) as i:
             with e.loop(0, w, step) as j:
                 x = e.value(f"{load_op} {scratch}[{e.idx(i)}, {e.idx(j)}] : {s_type}{suffix_f}")
+                if c.addend is not None:
+                    x = e.value(f"arith.addf {x}, {self._addend(where, i, j, vectors)} : {vt_f}")
                 if t != "f32":
                     x = e.value(f"arith.truncf {x} : {vt_f} to {vt_c}")
                 e.line(f"{store_op} {x}, %out[{coords(i, j)}] : {out.type_text}{suffix_c}")
+
+    def _addend(self, where, i, j, vectors: bool) -> str:
+        """The addend (`Contraction.addend`, widened to f32) at row i, column j of the tile at `where`: a vector
+        along N0 (read as one where the addend is contiguous along it, one value broadcast where it does not
+        depend on it) or one element."""
+        c, e = self.c, self.e
+        a = c.addend
+        m0, n0 = c.m[-1], c.n[-1]
+        point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
+        at = e.indices(point[d] for d in a.dims)
+        t = str(a.type.element_type)
+        if vectors and n0 in a.dims:  # contiguous along N0 (epilogue.py checks)
+            x = e.value(f"vector.load %addend[{at}] : {a.type_text}, vector<{LANES}x{t}>")
+            return x if t == "f32" else e.value(f"arith.extf {x} : vector<{LANES}x{t}> to vector<{LANES}xf32>")
+        x = e.value(f"memref.load %addend[{at}] : {a.type_text}")
+        x = x if t == "f32" else e.value(f"arith.extf {x} : {t} to f32")
+        return e.value(f"vector.broadcast {x} : f32 to vector<{LANES}xf32>") if vectors else x
 
     def _clear(self, scratch: str) -> None:
         e = self.e

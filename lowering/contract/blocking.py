@@ -166,11 +166,13 @@ class Loops:
         batch_loops(0, {})
 
     def function_text(self) -> str:
-        """The generated function: its signature (inputs, `%out`, captured values) around the emitted body."""
+        """The generated function: its signature (inputs, `%out`, the addend if any, captured values) around the
+        emitted body."""
         c = self.c
         inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
         caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
-        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{caps}) {{"
+        addend = f", %addend: {c.addend.type_text}" if c.addend is not None else ""
+        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{addend}{caps}) {{"
         return "\n".join([head, self.e.body(), "  return", "}"])
 
     # -- blocks ------------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
                 fill.erase()
         if operands is not None:
             fused = rounding_epilogue(c)
-            if fused is not None:  # the GEMM stores bf16 where the rounding op did (epilogue.py)
+            if fused is not None:  # the GEMM stores bf16 (bias added first) where the rounding did (epilogue.py)
                 rounding, c = fused
                 roundings.append(rounding)
             units = units or chosen_units(options.bf16_units, module_units(module))
@@ -195,7 +195,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     if units == AMX:
         module.operation.attributes[USES_AMX_ATTR] = ir.UnitAttr.get(context)
     for op, c, name in calls:
-        call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + list(c.captured))
+        addend = [c.addend.value] if c.addend is not None else []
+        call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + addend + list(c.captured))
         replaced.append(f"@{name}: {c.describe()}")
     for rounding in roundings:
         rounding.erase()

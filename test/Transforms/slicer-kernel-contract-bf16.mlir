@@ -21,8 +21,21 @@
 // ROUND: call @{{__slicer_contract_[0-9]+}}(%{{.*}}, %{{.*}}, %[[C]])
 // ROUND: linalg.generic {{.*}} ins(%[[C]] : memref<2x4x32x64xf32>) outs(%{{.*}} : memref<2x32x4x64xbf16>)
 // ROUND: arith.truncf
+// A bias added before the rounding is added by the GEMM too, to each whole f32 tile before it is rounded: the
+// bias is the call's argument after the output, and neither the f32 C nor the op remain.
+// ROUND-LABEL: func.func @q_bias
+// ROUND-SAME: (%[[X:.*]]: memref<2x32x64xbf16>, %[[W:.*]]: memref<4x16x64xbf16>, %[[B:.*]]: memref<4x16xbf16>, %[[Q:.*]]: memref<2x4x32x16xbf16>)
+// ROUND-NOT: xf32>
+// ROUND: call @[[QB:__slicer_contract_[0-9]+]](%[[X]], %[[W]], %[[Q]], %[[B]])
+// ROUND-NEXT: return
 // ROUND-LABEL: func.func private @{{__slicer_contract_[0-9]+}}
 // ROUND: vector.store %{{.*}}, %{{.*}} : memref<2x32x4x64xbf16>, vector<16xbf16>
+// ROUND: func.func private @[[QB]](
+// ROUND-SAME: %[[BIAS:[a-z0-9]+]]: memref<4x16xbf16>) {
+// ROUND: memref.load %[[BIAS]]
+// ROUND-NEXT: arith.extf
+// ROUND-NEXT: arith.addf
+// ROUND-NEXT: arith.truncf
 
 // BADUNITS: error: slicer-kernel-contract: bf16-units must be one of auto, amx, avx512bf16, f32, got 'tpu'
 

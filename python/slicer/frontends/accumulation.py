@@ -50,9 +50,11 @@ def fence_count(count: int, weights: int) -> int:
     return max(0, count - 2) * weights
 
 
-def accumulated_gradients(torch, loss_of, batch, weights: list, count: int, stream, guard):
+def accumulated_gradients(torch, loss_of, batch, weights: list, count: int, stream, guard, dtypes=None):
     """(the step's loss, the gradient of each of `weights`, the fences) over `count` micro-batches of `batch`,
-    as torch's accumulation loop computes them (module docstring): `loss_of(*micro_batch)` runs the forward
+    as torch's accumulation loop computes them (module docstring), each micro-batch's gradients converted to
+    `dtypes` (one a weight, if given: a compute copy's widened to its f32 master's) before they are summed:
+    `loss_of(*micro_batch)` runs the forward
     (the loss function under `guard`, whose clipping requests each trace records anew) and returns the checked
     scalar loss; `stream` (`randomness.RandomStream`) is told which micro-batch it draws for. The fences are
     the partial sums of the gradients before the last micro-batch's: the traced step returns them after its
@@ -71,6 +73,8 @@ def accumulated_gradients(torch, loss_of, batch, weights: list, count: int, stre
             new = torch.autograd.grad(loss, weights, allow_unused=True, materialize_grads=True)
         else:  # no trained parameter reaches the loss
             new = [torch.zeros_like(w) for w in weights]
+        if dtypes is not None:
+            new = [g.to(d) for g, d in zip(new, dtypes)]
         loss = loss.detach()
         total = loss if total is None else total + loss
         if grads is not None:

@@ -14,10 +14,9 @@ reduce_scatter sums the f32 partial results, and the sum is rounded once, after 
 step computes on one device, and `reduce_dtype` is f32. Summing in `param_dtype` (each device's term rounded
 first, half the bytes on the wire) is not offered: `reduce_dtype` must be "f32".
 
-Each parameter's cast is its own op, computed once per step (the traced step returns the copies as fences,
-`cleanup.py`, so the import's elementwise fusion does not fuse a cast into the contraction that reads it):
-under ZeRO-3 a parameter is cast on its block and its all_gather moves `param_dtype` bytes, and contractions
-read `param_dtype` operands.
+The compute copy of a trained f32 parameter is state, `<param_dtype>.<param>` (`bf16.fc1.weight`: its rounding),
+written by the update next to the new parameter, so a step does not read the f32 parameters again to round them;
+under ZeRO-3 it is sharded with its parameter and gathered in `param_dtype`. Details: docs/module-notes.md.
 """
 
 from __future__ import annotations
@@ -64,10 +63,22 @@ class MixedPrecision:
         dtype = self.compute_dtype(torch)
         return {n: t.to(dtype) if t.dtype == torch.float32 else t for n, t in tensors.items()}
 
-    @staticmethod
-    def cast_count(torch, parameters) -> int:
+    def cast_count(self, torch, parameters) -> int:
         """How many of `parameters` (tensors) `compute_copies` casts: the fences the step returns."""
-        return sum(1 for t in parameters if t.dtype == torch.float32)
+        return sum(1 for t in parameters if t.dtype == torch.float32 and t.dtype != self.compute_dtype(torch))
+
+    def copy_names(self, torch, parameters: dict, trained) -> dict[str, str]:
+        """{name of a trained f32 parameter of `parameters` (name -> tensor) -> the state name of its compute
+        copy, `<param_dtype>.<name>`}; empty when `param_dtype` is f32 (see the module docstring)."""
+        if self.param_dtype == "f32":
+            return {}
+        return {n: f"{self.param_dtype}.{n}" for n in trained if parameters[n].dtype == torch.float32}
+
+    def copies_of(self, torch, parameters: dict, copies: dict[str, str]) -> dict:
+        """{state name -> the compute copy of its parameter} for `copies` (`copy_names`), from `parameters` (name ->
+        f32 tensor): the initial state, and the new state from the updated parameters."""
+        dtype = self.compute_dtype(torch)
+        return {state: parameters[name].to(dtype) for name, state in copies.items()}
 
     def input_cast(self, torch):
         """A forward pre-hook casting the floating f32 tensors among a module's positional inputs to

@@ -64,6 +64,10 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
         raise FrontendError(f"{_what(model)} has no parameter that requires grad: nothing to train")
     state = {n: torch.zeros_like(params[p].detach()) for p in trained for n in optimizer.state_names(p)}
     state.update({n: torch.zeros((), dtype=torch.float32) for n in optimizer.shared_state()})
+    own: dict[str, str] = {}  # trained parameter -> the state holding its compute copy (precision.py)
+    if precision is not None:
+        own = precision.copy_names(torch, params, trained)
+        state.update(precision.copies_of(torch, {n: p.detach() for n, p in params.items()}, own))
     hyper = {n: torch.tensor(v, dtype=torch.float64)
              for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
     names = [*params, *buffers, *state, *hyper]
@@ -74,10 +78,11 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
                             f"hyperparameters, the loss or the random state ({', '.join(clash)}), which name the "
                             "step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
-                          trained, list(state), list(hyper), microbatches, precision)
+                          trained, list(state), list(hyper), microbatches, precision, own)
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     rng = torch.tensor([seed, 0], dtype=torch.int64)
-    casts = precision.cast_count(torch, params.values()) if precision is not None else 0
+    casts = (precision.cast_count(torch, [t for n, t in params.items() if n not in own])
+             if precision is not None else 0)
     what = f"the training step of {_what(model)}"
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
@@ -169,7 +174,7 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
                    trained: list[str], state: list[str], hyper: list[str], microbatches: int,
-                   precision: MixedPrecision | None = None):
+                   precision: MixedPrecision | None = None, copies: dict[str, str] | None = None):
     """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters, rng) -> (loss, new
     trained parameters, every buffer's new value, new state[, new rng], the accumulation's fences), for
     make_fx. The model runs through
@@ -180,8 +185,10 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     autograd's (`torch.autograd.grad`), not functorch's: inside `torch.func.grad` a module may not write a tensor
     from outside the transform, and the buffers are. With `microbatches` > 1 they are accumulated over the
     micro-batches (`accumulation.py`). Under a `precision` policy the model computes on its copies of the
-    parameters and inputs (`MixedPrecision.compute_copies`, `input_cast`; the copies are fences too); the loss
-    comes back in f32."""
+    parameters and inputs: a trained parameter's is the state `copies[name]`, written by the update
+    (`MixedPrecision.copies_of`), the others are cast (`compute_copies`, `input_cast`; those casts are fences
+    too); the loss comes back in f32."""
+    copies = copies or {}
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -198,15 +205,16 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     def step(*args):
         batch, rng = args[:num_batch], args[-1]
         values = dict(zip(params + buffers + state + hyper, args[num_batch:-1]))
-        weights = {n: values[n].detach().requires_grad_() for n in trained}
+        # what the gradients are taken of: a trained parameter, or its compute copy (state) under a policy
+        weights = {n: values[copies.get(n, n)].detach().requires_grad_() for n in trained}
         guard.weights = weights
-        copies = {n: values[n].clone() for n in buffers}
+        written = {n: values[n].clone() for n in buffers}
         parameters = {**{n: values[n] for n in params}, **weights}
         # under a precision policy the parameters' compute copies (not the buffers: a batch norm writes its
         # running statistics into its f32 buffers, as under FSDP2)
         computed = precision.compute_copies(torch, parameters) if precision is not None else parameters
         casts = [t for n, t in computed.items() if t is not parameters[n]]
-        named = {f"model.{n}": t for n, t in {**computed, **copies}.items()}
+        named = {f"model.{n}": t for n, t in {**computed, **written}.items()}
 
         def loss_of(*micro_batch):
             loss = _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
@@ -214,14 +222,17 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
 
         with random_stream(rng) as stream, _casts_around(model, precision, torch):
             loss, grads, fences = accumulated_gradients(torch, loss_of, batch, list(weights.values()),
-                                                        microbatches, stream, guard)
+                                                        microbatches, stream, guard,
+                                                        [values[n].dtype for n in trained])
         grads = dict(zip(trained, grads))
         for clip in guard.clips + optimizer_clip(optimizer):
             grads = clip.apply(torch, grads)
         new_params, new_state = optimizer.update({n: values[n] for n in trained}, grads,
                                                  {n: values[n] for n in state}, {n: values[n] for n in hyper})
+        if copies:
+            new_state.update(precision.copies_of(torch, new_params, copies))
         advanced = (stream.advanced(torch),) if stream.drawn else ()
-        return (loss, *(new_params[n] for n in trained), *(copies[n] for n in buffers),
+        return (loss, *(new_params[n] for n in trained), *(written[n] for n in buffers),
                 *(new_state[n] for n in state), *advanced, *fences, *casts)
 
     return step

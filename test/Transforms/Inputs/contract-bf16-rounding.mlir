@@ -59,3 +59,36 @@ func.func @long_k(%p: memref<2x4x32x640xbf16>, %v: memref<2x4x640x64xbf16>, %r: 
   }
   return
 }
+
+// A Linear layer's q projection with its bias, as the kernels of a mixed-precision step hold it: C [b, s, h, e]
+// (the weight's rows split into heads), read transposed to [b, h, s, e] with the bias [h, e] added in f32 and
+// the sum rounded once (torch's addmm under autocast).
+#x = affine_map<(b, s, h, e, k) -> (b, s, k)>
+#w = affine_map<(b, s, h, e, k) -> (h, e, k)>
+#q = affine_map<(b, s, h, e, k) -> (b, s, h, e)>
+#heads = affine_map<(b, h, s, e) -> (b, s, h, e)>
+#bias = affine_map<(b, h, s, e) -> (h, e)>
+#same = affine_map<(b, h, s, e) -> (b, h, s, e)>
+func.func @q_bias(%x: memref<2x32x64xbf16>, %w: memref<4x16x64xbf16>, %b: memref<4x16xbf16>, %r: memref<2x4x32x16xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<2x32x4x16xf32>
+  linalg.fill ins(%zero : f32) outs(%c : memref<2x32x4x16xf32>)
+  linalg.generic {indexing_maps = [#x, #w, #q], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<2x32x64xbf16>, memref<4x16x64xbf16>) outs(%c : memref<2x32x4x16xf32>) {
+  ^bb0(%a: bf16, %v: bf16, %out: f32):
+    %af = arith.extf %a : bf16 to f32
+    %vf = arith.extf %v : bf16 to f32
+    %m = arith.mulf %af, %vf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#heads, #bias, #same], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%c, %b : memref<2x32x4x16xf32>, memref<4x16xbf16>) outs(%r : memref<2x4x32x16xbf16>) {
+  ^bb0(%in: f32, %bias: bf16, %o: bf16):
+    %bf = arith.extf %bias : bf16 to f32
+    %s = arith.addf %in, %bf : f32
+    %t = arith.truncf %s : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
+}

@@ -57,16 +57,17 @@ def _policy_by_hand(model, batches, lr, dtype, output_dtype=None):
     return losses, {n: p.detach().numpy() for n, p in master.named_parameters()}
 
 
-def _assert_session_steps(prog, batches, want_losses, want: dict, tolerance: float) -> dict:
+def _assert_session_steps(prog, batches, want_losses, want: dict, tolerance: float) -> tuple[list, dict]:
     """Run `batches` through a session of `prog`: its losses within `tolerance` (relative) of `want_losses`, its
-    final parameters within `tolerance` of the largest element of `want`'s (by name). Returns the losses."""
+    final parameters within `tolerance` of the largest element of `want`'s (by name). Returns the losses and the
+    final state (`state_dict()`)."""
     with prog.session() as session:
         losses = [float(session.step(x.numpy(), y.numpy())) for x, y in batches]
         got = session.state_dict()
     assert np.allclose(losses, want_losses, rtol=tolerance), (losses, want_losses)
     for name, value in want.items():
         assert np.abs(got[name] - value).max() <= tolerance * np.abs(value).max(), name
-    return losses
+    return losses, got
 
 
 STRATEGIES = {"data": lambda step: st.data_parallel(step, "x"), "zero3": lambda step: st.zero(step, "x", stage=3)}
@@ -98,7 +99,13 @@ def test_mixed_precision_steps_equal_the_policy_run_by_hand(param_dtype, strateg
     else:
         assert {t for c, t in kinds if c == "all_reduce"} <= {"f32", "i64"}, kinds
     want_losses, want = _policy_by_hand(model, batches, 0.1, HALF[param_dtype])
-    _assert_session_steps(prog, batches, want_losses, want, TOLERANCE[param_dtype])
+    _, got = _assert_session_steps(prog, batches, want_losses, want, TOLERANCE[param_dtype])
+    # each trained parameter's compute copy is state the update wrote: its rounding, bit for bit
+    half = HALF[param_dtype]
+    for name in want:
+        copy = got[f"{param_dtype}.{name}"]
+        rounded = torch.from_numpy(got[name]).to(half).view(torch.int16).numpy()
+        assert copy.dtype.itemsize == 2 and np.array_equal(copy.view(np.int16), rounded), name
 
 
 @pytest.mark.slow
@@ -112,7 +119,7 @@ def test_outputs_cast_to_f32_give_an_f32_loss_equal_to_the_policy_run_by_hand():
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
     want_losses, want = _policy_by_hand(model, batches, 0.1, torch.bfloat16, torch.float32)
     bf16_losses, _ = _policy_by_hand(model, batches, 0.1, torch.bfloat16)
-    losses = _assert_session_steps(prog, batches, want_losses, want, TOLERANCE["bf16"])
+    losses, _ = _assert_session_steps(prog, batches, want_losses, want, TOLERANCE["bf16"])
     # the first step's loss is an f32 cross-entropy of the same bf16 logits: equal to 1e-6, not to a bf16 one's
     assert abs(losses[0] / want_losses[0] - 1) <= 1e-6 < abs(bf16_losses[0] / want_losses[0] - 1), losses
 

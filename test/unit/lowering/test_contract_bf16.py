@@ -385,3 +385,84 @@ def test_the_rounding_epilogue_is_stored_by_the_gemm_bit_for_bit(cache_dir, unit
     np.testing.assert_array_equal(alone.view(np.uint16), rounded.view(np.uint16))
     np.testing.assert_array_equal(alone.view(np.uint16), c.transpose(0, 2, 1, 3).astype(BF16).view(np.uint16))
     _check(alone.transpose(0, 2, 1, 3), "bhst,bhte->bhse", [p, v], 2.0 ** -8, f"{units} context k={k}")
+
+
+def _bias_program(layout: str, bias_type: str, also_return_c: bool) -> str:
+    """A Linear layer's product into f32 with its bias added and the sum rounded to bf16 (torch's addmm under
+    autocast), in one of two layouts: "q" (C [b, s, h, e] read as [b, h, s, e], bias [h, e], as attention's
+    q/k/v) or "linear" (C [m, n], bias [n]); optionally C returned too (a second reader: nothing is fused)."""
+    if layout == "q":
+        loops, x, w, c, bias_dims = "bshek", "bsk", "hek", "bshe", "he"
+        sizes = dict(b=2, s=32, h=4, e=16, k=64)
+        out_loops, read, wrote = "bhse", "bshe", "bhse"
+    else:
+        loops, x, w, c, bias_dims = "mnk", "mk", "nk", "mn", "n"
+        sizes = dict(m=48, n=80, k=96)
+        out_loops, read, wrote = "mn", "mn", "mn"
+
+    def amap(over, term):
+        return f"affine_map<({', '.join(over)}) -> ({', '.join(term)})>"
+
+    def ttype(term, t):
+        return f"tensor<{'x'.join(str(sizes[ch]) for ch in term)}x{t}>"
+
+    widen = "    %bf = arith.extf %bias : bf16 to f32\n" if bias_type == "bf16" else ""
+    bias = "%bf" if bias_type == "bf16" else "%bias"
+    results = ttype(wrote, "bf16") + (f", {ttype(c, 'f32')}" if also_return_c else "")
+    kinds = ", ".join('"reduction"' if ch == "k" else '"parallel"' for ch in loops)
+    parallel = ", ".join('"parallel"' for _ in out_loops)
+    return f"""
+func.func @f(%x: {ttype(x, 'bf16')}, %w: {ttype(w, 'bf16')}, %b: {ttype(bias_dims, bias_type)}) -> ({results}) {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : {ttype(c, 'f32')}
+  %fill = linalg.fill ins(%zero : f32) outs(%e : {ttype(c, 'f32')}) -> {ttype(c, 'f32')}
+  %c = linalg.generic {{indexing_maps = [{amap(loops, x)}, {amap(loops, w)}, {amap(loops, c)}], iterator_types =
+      [{kinds}]}} ins(%x, %w : {ttype(x, 'bf16')}, {ttype(w, 'bf16')}) outs(%fill : {ttype(c, 'f32')}) {{
+  ^bb0(%p: bf16, %q: bf16, %out: f32):
+    %pf = arith.extf %p : bf16 to f32
+    %qf = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pf, %qf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }} -> {ttype(c, 'f32')}
+  %eo = tensor.empty() : {ttype(wrote, 'bf16')}
+  %r = linalg.generic {{indexing_maps =
+      [{amap(out_loops, read)}, {amap(out_loops, bias_dims)}, {amap(out_loops, wrote)}], iterator_types = [{parallel}]}}
+      ins(%c, %b : {ttype(c, 'f32')}, {ttype(bias_dims, bias_type)}) outs(%eo : {ttype(wrote, 'bf16')}) {{
+  ^bb0(%in: f32, %bias: {bias_type}, %o: bf16):
+{widen}    %sum = arith.addf %in, {bias} : f32
+    %t = arith.truncf %sum : f32 to bf16
+    linalg.yield %t : bf16
+  }} -> {ttype(wrote, 'bf16')}
+  return %r{", %c" if also_return_c else ""} : {results}
+}}
+""", sizes
+
+
+@pytest.mark.parametrize("layout, bias_type, units", [("q", "bf16", AVX512BF16), ("linear", "bf16", AVX512BF16),
+                                                      ("linear", "f32", F32)])
+def test_a_bias_added_before_the_rounding_is_added_by_the_gemm_bit_for_bit(cache_dir, layout, bias_type, units):
+    """`truncf(C + bias)` read from a contraction's f32 C only: the bf16 GEMM adds the bias to each whole f32 tile
+    and rounds (`contract/epilogue.py`), no f32 C left; the result is numpy's: the f32 C plus the bias in f32,
+    rounded to nearest even (bit for bit), where C is the unfused program's, itself within f32 accumulation of
+    float64's product."""
+    if units not in RUNNABLE:
+        pytest.skip(f"this CPU has no {units}")
+    fused, sizes = _bias_program(layout, bias_type, False)
+    generated = _after_contract(fused, units=units)
+    entry = generated.split("func.func private")[0]
+    assert "call @__slicer_contract_0(%arg0, %arg1, %arg3, %arg2)" in entry and "linalg.generic" not in entry
+    spec = "bsk,hek->bshe" if layout == "q" else "mk,nk->mn"
+    x, w = _inputs(spec, sizes)
+    bias_shape = (sizes["h"], sizes["e"]) if layout == "q" else (sizes["n"],)
+    bias = RNG.standard_normal(bias_shape).astype(BF16 if bias_type == "bf16" else np.float32)
+    got = compile_library(fused, pipeline=_pipeline(units), cache_dir=cache_dir)["f"](x, w, bias)
+    unfused, c = compile_library(_bias_program(layout, bias_type, True)[0], pipeline=_pipeline(units),
+                                 cache_dir=cache_dir)["f"](x, w, bias)
+    _check(c, spec, [x, w], 0.0, f"{units} {layout} C")
+    want = (c + bias.astype(np.float32)).astype(BF16)
+    if layout == "q":
+        want = want.transpose(0, 2, 1, 3)
+    assert got.dtype == BF16 and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(got.view(np.uint16), unfused.view(np.uint16))
