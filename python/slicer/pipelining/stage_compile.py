@@ -74,8 +74,8 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     others = [t for t in tactics if not isinstance(t, Pipeline)]
     unknown = [t for t in others if not isinstance(t, (Tile, Replicate))]
     if unknown:
-        raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (each stage's backward "
-                           "already recomputes the stage's forward from its received values)")
+        raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (the values "
+                           "passed between the stages' programs are tiled or replicated, nothing else)")
     compiled: dict = {}
     functions: list[StageFunctions] = []
     crossing: dict[str, list[Tactic]] = {}
@@ -85,13 +85,14 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
             compiled[f"{kind}_{stage.index}"] = prog = compile_program(
                 program, mesh=sub_mesh, tactics=stage_tactics(program, others, step.arg_names, crossing))
             if kind == "forward":
-                for transfer in stage.sent:
-                    at = program.result_names.index(transfer.name)
-                    crossing[transfer.name] = tiles_of(transfer.name, prog.graph.result_dists[at])
+                for name in (*(t.name for t in stage.sent), *stage.saved):
+                    at = program.result_names.index(name)
+                    crossing[name] = tiles_of(name, prog.graph.result_dists[at])
         signatures = {kind: _signature(getattr(stage, kind)) for kind in KINDS}
         functions.append(StageFunctions(stage.index, signatures["forward"], signatures["backward"],
                                         signatures["update"], stage.batch, tuple(t.name for t in stage.received),
-                                        tuple(t.name for t in stage.sent), (*stage.parameters, *stage.buffers),
+                                        tuple(t.name for t in stage.sent), stage.saved,
+                                        (*stage.parameters, *stage.buffers),
                                         stage.state, stage.hyper))
     types = {name: typ for f in functions for name, typ in f.forward.results}
     links = tuple(Link(t.name, t.source, t.targets, types[t.name], t.differentiable) for t in transfers)
