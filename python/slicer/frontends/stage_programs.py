@@ -18,13 +18,16 @@ arguments named.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
 from .program import ImportedProgram
 from .stage_partition import partition
 from .stage_split import StageGraph, Transfer
-from .torch_import import ENTRY, finish, import_graph, trace
+from .torch_import import ENTRY, finish, torch_dialect, trace
+from .torch_lowering import lower
 
 GRAD = "grad."  # prefix of a gradient's name: grad.<parameter> accumulated, grad.<transfer> sent back
 
@@ -51,30 +54,36 @@ class StagePrograms:
 
 
 def _imported(torch, fx, function, names: list[str], values: list, roles: list[str], results: list[str],
-              what: str, hyperparameters=None) -> ImportedProgram:
+              what: str, pool: Executor, hyperparameters=None) -> Future[ImportedProgram]:
     """`function(*values)` traced and imported as a program whose arguments are `names` with `roles`."""
     inputs = sum(1 for r in roles if r == "input")
-    return _program(fx, trace(torch, function, values, what), names, values[inputs:], roles, results, what,
-                    hyperparameters)
+    return _program(fx, trace(torch, function, values, what, lines=False), names, values[inputs:], roles, results,
+                    what, pool, hyperparameters)
 
 
 def _program(fx, graph, names: list[str], values: list, roles: list[str], results: list[str], what: str,
-             hyperparameters=None) -> ImportedProgram:
+             pool: Executor, hyperparameters=None) -> Future[ImportedProgram]:
     """The aten graph `graph` imported as a program whose arguments are `names` with `roles` (the inputs first;
-    `values`: an example of every argument after them)."""
-    text = finish(import_graph(fx, graph, what), what, names, results)
+    `values`: an example of every argument after them): torch-mlir's import here, its lowering (a child
+    process) and the cleanup in `pool`, while the next graph is traced."""
+    raw = torch_dialect(fx, graph)
     inputs = sum(1 for r in roles if r == "input")
-    return ImportedProgram(text, tuple(names), inputs, tuple(values), ENTRY, what, tuple(results), tuple(roles),
-                           hyperparameters)
+
+    def imported() -> ImportedProgram:
+        text = finish(lower(raw, what), what, names, results)
+        return ImportedProgram(text, tuple(names), inputs, tuple(values), ENTRY, what, tuple(results), tuple(roles),
+                               hyperparameters)
+
+    return pool.submit(imported)
 
 
 def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer], values: dict, batch_names: set[str],
                    trained: set[str], optimizer, microbatches: int, state: dict, hyper: dict,
-                   last: bool) -> StagePrograms:
-    """The programs of the stage `graph` (see the module docstring). `values`: an example of every name its
-    graph reads (the micro-batch's batch tensors and received values included); `trained`: the parameters that
-    get gradients; `batch_names`: the step's batch tensors; `state`, `hyper`: the optimizer's initial state and
-    hyperparameters by name (all stages')."""
+                   last: bool, pool: Executor) -> Callable[[], StagePrograms]:
+    """The programs of the stage `graph` (see the module docstring), once `pool` has imported them: call the
+    result. `values`: an example of every name its graph reads (the micro-batch's batch tensors and received
+    values included); `trained`: the parameters that get gradients; `batch_names`: the step's batch tensors;
+    `state`, `hyper`: the optimizer's initial state and hyperparameters by name (all stages')."""
     module: Any = graph.module
     index = graph.index
     received = tuple(transfers[n] for n in graph.inputs if n in transfers)
@@ -106,16 +115,16 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     sent_values = [] if last else [torch.zeros(t.shape, dtype=getattr(torch, t.dtype)) for t in sent]
     examples = [values[n] for n in front] + sent_values + [values[n] for n in owned] + zeros
     results = ["loss"] if last else [t.name for t in sent]
-    cut = partition(torch, trace(torch, joint, examples, f"the forward and backward of {what}"), len(front),
-                    len(grads_in), len(owned), len(results))
+    joint_graph = trace(torch, joint, examples, f"the forward and backward of {what}", lines=False)
+    cut = partition(torch, joint_graph, len(front), len(grads_in), len(owned), len(results))
     saved = [f"s{index}.saved.{k}" for k in range(cut.saved)]
     fwd = _program(fx, cut.forward, front + owned, [values[n] for n in owned],
                    ["input"] * len(front) + ["parameter"] * len(params) + ["buffer"] * len(buffers),
-                   results + saved, f"the forward of {what}")
+                   results + saved, f"the forward of {what}", pool)
     bwd = _program(fx, cut.backward, front + saved + grads_in + owned + accumulated,
                    [values[n] for n in owned] + zeros, ["input"] * (len(front) + len(saved) + len(grads_in))
                    + ["parameter"] * len(params) + ["buffer"] * len(buffers) + ["state"] * len(accumulated),
-                   [GRAD + t.name for t in back] + accumulated, f"the backward of {what}")
+                   [GRAD + t.name for t in back] + accumulated, f"the backward of {what}", pool)
     own_state = [n for n in state if n.partition(".")[2] in params] + list(optimizer.shared_state())
 
     def update(*args):
@@ -128,10 +137,10 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     upd = _imported(torch, fx, update, [*accumulated, *params, *own_state, *hyper],
                     zeros + [values[p] for p in params] + [state[s] for s in own_state] + list(hyper.values()),
                     ["input"] * len(accumulated) + ["parameter"] * len(params) + ["state"] * len(own_state)
-                    + ["hyper"] * len(hyper), [*params, *own_state], f"the update of {what}",
+                    + ["hyper"] * len(hyper), [*params, *own_state], f"the update of {what}", pool,
                     optimizer.hyperparameter_values)
-    return StagePrograms(index, fwd, bwd, upd, batch, received, sent, tuple(saved), params, buffers,
-                         tuple(own_state), tuple(hyper))
+    return lambda: StagePrograms(index, fwd.result(), bwd.result(), upd.result(), batch, received, sent,
+                                 tuple(saved), params, buffers, tuple(own_state), tuple(hyper))
 
 
 __all__ = ["GRAD", "StagePrograms", "stage_programs"]
