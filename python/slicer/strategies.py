@@ -261,9 +261,9 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
 
 
 def remat_plans(step: ImportedProgram) -> list[Remat]:
-    """The remat tactics `slicer.auto` tries when no layout fits its budget, cheapest recomputation first:
-    `save_dots`, then `full`, on the step's repeated modules (the children of a module list with numbered
-    entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
+    """The remat tactics `slicer.auto` prices and chooses among when its budget requires remat, cheapest
+    recomputation first: `save_dots`, then `full`, on the step's repeated modules (the children of a module list
+    with numbered entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
     numbered: dict[str, set[str]] = {}
     for path in _module_paths(step):
         parts = path.split(".")

@@ -43,9 +43,9 @@ from slicer.core.errors import RunError
 from slicer.lowering import CollectiveNode
 from slicer.lowering.cache import default_cache_dir
 from slicer.redistribution.layout import Layout
-from slicer.runtime import rank_pool
-from slicer.runtime.mpiexec import find_mpiexec, run_spmd
-from slicer.runtime.rank_link import ADDRESS_ENV
+from slicer.runtime.jobs import rank_pool
+from slicer.runtime.jobs.mpiexec import find_mpiexec, run_spmd
+from slicer.runtime.jobs.rank_link import ADDRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("10.213.0.1", "10.213.0.2")

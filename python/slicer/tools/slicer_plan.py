@@ -33,8 +33,8 @@ from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
 from slicer.redistribution.costs import CostModel, calibration_path
-from slicer.runtime.calibration import model_from
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.collectives.calibration import model_from
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 from .cli import EXIT_FAILURE, EXIT_OK, failure, usage_error
 from .machine_probes import calibrate_machine, default_ranks
@@ -168,7 +168,7 @@ def calibrate_kernels(args) -> None:
 
 def calibrate_links(args, mesh: Mesh | None) -> None:
     """The links' figures: the measurement on ``--ranks`` ranks, fitted, stored, printed."""
-    argv = [sys.executable, "-m", "slicer.runtime.calibration"]
+    argv = [sys.executable, "-m", "slicer.runtime.collectives.calibration"]
     if mesh is not None:
         argv += ["--mesh", str(mesh)]
     done = run_spmd(args.ranks, argv, mpiexec=args.mpiexec, timeout=900)

@@ -1,7 +1,7 @@
 """Where a run's time goes: every rank's kernels and collectives on one time axis.
 
-From `Timings.events` (per rank, the last run without barriers: `slicer.runtime.timings.Event`s in seconds from
-the run's start). A kernel is compute; a collective has two events: its *start* (its "skew" part, when present,
+From `Timings.events` (per rank, the last run without barriers: `slicer.runtime.execution.timings.Event`s in seconds
+from the run's start). A kernel is compute; a collective has two events: its *start* (its "skew" part, when present,
 is waiting for the other ranks; the rest packs its block and issues the transfer) and its *wait*, where its
 output is first needed (its "transfer" part is blocked until the data arrived, then "unpack"). Between the two
 the collective is *in flight*: with nonblocking collectives that time overlaps the kernels in between. Three
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slicer.core.errors import VizError
 from slicer.core.mesh import Mesh
-from slicer.runtime.timings import Event, Timings
+from slicer.runtime.execution.timings import Event, Timings
 
 from .block_picture import load_pyplot
 

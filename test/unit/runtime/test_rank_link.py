@@ -1,4 +1,4 @@
-"""The driver's link to its ranks (`runtime.rank_link`) and the per-host checks of a job's ranks
+"""The driver's link to its ranks (`runtime.jobs.rank_link`) and the per-host checks of a job's ranks
 (`resources.check_hosts`), in one process: a rank thread connects with the job's key and is refused without
 it; `SLICER_DRIVER_ADDRESS` names an address, an interface or a port; each host's ranks are counted against
 its own cores and memory."""
@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from slicer.core.errors import LaunchError, ResourceError
-from slicer.runtime import rank_link
-from slicer.runtime.resources import HostReport, check_hosts
+from slicer.runtime.jobs import rank_link
+from slicer.runtime.jobs.resources import HostReport, check_hosts
 
 
 def test_a_rank_connects_with_the_key_and_a_stranger_does_not(monkeypatch):

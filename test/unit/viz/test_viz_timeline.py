@@ -7,7 +7,7 @@ import pytest
 
 import slicer
 from slicer.core.mesh import Mesh
-from slicer.runtime.timings import Event, StepTiming, Timings
+from slicer.runtime.execution.timings import Event, StepTiming, Timings
 from slicer.viz import chrome_trace, timeline_png, timeline_text, write_chrome_trace
 
 MS = 1e-3

@@ -13,7 +13,7 @@ on those ranks, and a run or another session meanwhile gets a job of its own.
 A job is kept per number of ranks and `mpiexec`, and only for the environment it was started in: a call
 made under other `SLICER_*`/`MPIR_*` settings (which the ranks read when they start) replaces it. A job whose
 rank failed is dropped (the call raises the rank's error, as a launched job's does). Every kept job ends with
-the process (`atexit`; the ranks also die with it, `runtime.mpiexec`).
+the process (`atexit`; the ranks also die with it, `runtime.jobs.mpiexec`).
 """
 
 from __future__ import annotations

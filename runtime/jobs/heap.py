@@ -14,7 +14,7 @@ its two AdamW moments, 154 MiB each; its logits, 51 MiB per 256 tokens): so the 
 page (with transparent huge pages, a fault may also wait for the kernel to compact memory): GPT-2 small's
 AdamW update of its embedding ran several times slower so (benchmarks/README.md). (A thread's arena still
 maps a block larger than its heap: glibc's fallback.) It is called by the processes Slicer starts as ranks
-(`runtime.rank_server`), not in a user's own process. The cost: a rank holds on to its peak of
+(`runtime.jobs.rank_server`), not in a user's own process. The cost: a rank holds on to its peak of
 live blocks until it exits, which it reaches on every run anyway. Elsewhere than glibc nothing changes.
 """
 

@@ -25,8 +25,8 @@ from slicer.redistribution import DistType, subaxes
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices, groups, initial_blocks, run_step
 
-from .blocks import pad_global
-from .executor import load_kernels
+from ..execution.blocks import pad_global
+from ..execution.executor import load_kernels
 
 
 class Simulator:

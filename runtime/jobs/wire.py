@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pickle
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class Receiver:
         """Whether a chunked message is under way (some of its frames read, not all)."""
         return self._parts is not None
 
-    def frame(self) -> tuple[bool, object]:
+    def frame(self) -> tuple[bool, Any]:
         if self._parts is None:
             message = pickle.loads(self.connection.recv_bytes())
             if not (isinstance(message, tuple) and len(message) == 3 and message[0] == PARTS):
@@ -81,7 +82,7 @@ class Receiver:
             self._offset += self.connection.recv_bytes_into(self._parts[self._part], self._offset)
         return self._advance()
 
-    def _advance(self) -> tuple[bool, object]:
+    def _advance(self) -> tuple[bool, Any]:
         parts = self._parts
         if parts is None:
             raise InternalError("a message's parts advanced before its header came")

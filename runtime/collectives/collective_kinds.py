@@ -141,7 +141,7 @@ def execution(step) -> Execution:
     found = EXECUTIONS.get(type(step))
     if found is None:
         raise RedistributionError(f"collective '{step.op}' has no execution: register one with "
-                                  "slicer.runtime.collective_kinds.executes")
+                                  "slicer.runtime.collectives.collective_kinds.executes")
     return found
 
 

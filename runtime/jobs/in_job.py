@@ -3,15 +3,15 @@
 
 Both find the job the same way (`job_comm`), check the same way that it has one rank per device of the mesh
 (`check_job`), and have every rank run its blocks with the `RankExecutor`; rank 0 assembles the global
-results (`slicer.runtime.simulator.assemble`) and the other ranks get None. They differ only in where the
+results (`slicer.runtime.simulation.simulator.assemble`) and the other ranks get None. They differ only in where the
 blocks come from and what is measured:
 
 - `run_arrays`: every rank passes the global arrays (a memory map is enough: each rank reads only its
   blocks); one untimed run. `Program.run_in_mpi`.
-- `run_job_here`: the timed run `launch` asks a job it starts for (`runtime.timed_run`: inputs from `.npy`
+- `run_job_here`: the timed run `launch` asks a job it starts for (`runtime.jobs.timed_run`: inputs from `.npy`
   files, each rank reading its block, or a seed; warm-up, `repeat` timed runs), run by the ranks of this job
   instead of a new one; rank 0 gathers the parts and assembles results and timings; any failing rank aborts
-  the job (`runtime.rank`). `slicer-run` under mpiexec.
+  the job (`runtime.jobs.rank`). `slicer-run` under mpiexec.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from slicer.core.errors import KernelAssertionError, RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 
-from .blocks import take_block
-from .executor import RankExecutor
+from ..execution.blocks import take_block
+from ..execution.executor import RankExecutor
+from ..execution.timings import Timings
+from ..simulation.simulator import assemble
 from .rank import at_step, run_rank
-from .simulator import assemble
 from .timed_run import combine, overlapping, rank_inputs, timed_run
-from .timings import Timings
 
 #: Set by MPICH/Hydra (`PMI_SIZE`) and Open MPI (`OMPI_COMM_WORLD_SIZE`) in every rank of an mpiexec job.
 JOB_SIZE_ENV = (environment.PMI_SIZE, environment.OMPI_COMM_WORLD_SIZE)
@@ -85,7 +85,7 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
 
 def run_job_here(graph: KernelGraph, comm, *, inputs: list[str] | None = None, seed: int = 0,
                  repeat: int = 1) -> tuple[list[np.ndarray], Timings] | None:
-    """The timed run of `runtime.timed_run` on the ranks of this job: rank 0 gets (results, timings), the
+    """The timed run of `runtime.jobs.timed_run` on the ranks of this job: rank 0 gets (results, timings), the
     others None. `inputs`: one `.npy` path per argument (each rank reads its block), else random from `seed`."""
     check_job(comm, graph.mesh)
     holder = {}

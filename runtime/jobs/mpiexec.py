@@ -2,7 +2,7 @@
 
 Order: an explicit path, the `mpiexec` installed beside this interpreter (the
 `mpich` wheel puts it in the venv's bin/), then PATH. Hydra (MPICH) runs as root
-and oversubscribes cores without extra flags, so `slicer.runtime.resources`
+and oversubscribes cores without extra flags, so `slicer.runtime.jobs.resources`
 decides beforehand whether a job fits the host; when the ranks outnumber the cores,
 MPICH is told to sleep instead of spinning while a rank waits (`wait_environment`).
 

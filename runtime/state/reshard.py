@@ -13,7 +13,7 @@ or x=2,y=2 and x=4) every axis of either mesh is a part of one axis over all the
 axis `a` of size n after axes of product p is the sub-axis `d:(p)n`, `subaxes`), and the synthesizer plans on
 `d` with sub-axes. `plan_moves` plans every value (`Reshard.explain()`: per value the plan, the bytes each
 device receives against the synthesizer's lower bound, its peak bytes and predicted time); `move_blocks` is
-a rank's part of running them.
+a rank's part of running them (`loaded_programs.LoadedPrograms.move_state`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import numpy as np
 from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, Plan, plan, subaxes
-
-from .plan_executor import MeshExecutor
 
 COMMON_AXIS = "d"  # the one axis of the common mesh of two different meshes
 
@@ -150,7 +148,7 @@ def plan_moves(old, new) -> Reshard:
     if missing:
         raise InputError(f"the new program needs state {missing} that the session does not hold (it holds "
                          f"{sorted(have)}): reshard to a program of the same model, or start a session of it")
-    moves = []
+    moves, planned = [], {}  # values of one model share few (type, type) pairs: each planned once
     for index in sorted(new.state):
         name = new.arg_names[index]
         was = have[name]
@@ -164,7 +162,9 @@ def plan_moves(old, new) -> Reshard:
                              "program: live resharding moves values held whole (no partial sums) and padded alike "
                              "(an uneven dim is padded per layout); save and load the session instead")
         src, dst = on_mesh(a.dist, g_old.mesh, common), on_mesh(b.dist, g_new.mesh, common)
-        moves.append(Move(name, was, index, plan(common, src, dst, dtype=a.dtype)))
+        if (src, dst, a.dtype) not in planned:
+            planned[src, dst, a.dtype] = plan(common, src, dst, dtype=a.dtype)
+        moves.append(Move(name, was, index, planned[src, dst, a.dtype]))
     taken = {m.name for m in moves}
     moves.sort(key=lambda m: m.plan.dst_bytes - m.plan.src_bytes)  # those freeing memory first (a stable sort)
     return Reshard(common, tuple(moves), tuple(sorted(n for n in have if n not in taken)))
@@ -176,21 +176,6 @@ def target_plan(plan, program):
     if not hasattr(program, "session_plan"):
         return program
     return program.session_plan([plan.arg_names[i] for i in sorted(plan.state)])
-
-
-def move_resident(program, reshard: Reshard, comm) -> dict[int, np.ndarray]:
-    """A rank's move of `program`'s (a `ResidentRank`'s) resident blocks, collectively on `comm`: the moved
-    blocks by new argument index. The values not moved are dropped first, each old block freed once moved, and
-    `program` closed."""
-    held = program.blocks([m.old for m in reshard.moves])
-    program.resident.clear()
-    executor = MeshExecutor(reshard.mesh, comm)
-    try:
-        moved = move_blocks(executor, reshard, held)
-    finally:
-        executor.close()
-    program.close()
-    return moved
 
 
 def move_blocks(executor, reshard: Reshard, blocks: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -205,5 +190,5 @@ def move_blocks(executor, reshard: Reshard, blocks: dict[int, np.ndarray]) -> di
     return moved
 
 
-__all__ = ["COMMON_AXIS", "Move", "Reshard", "common_mesh", "move_blocks", "move_resident", "on_mesh", "plan_moves",
+__all__ = ["COMMON_AXIS", "Move", "Reshard", "common_mesh", "move_blocks", "on_mesh", "plan_moves",
            "target_plan"]

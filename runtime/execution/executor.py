@@ -6,10 +6,10 @@ content hash), or from the JIT when the AOT path refuses a kernel (e.g. i1 buffe
 before starting the ranks and tells them where each one is (`kernel_sources`): a rank then only loads shared
 objects (`kernels_from_sources`), without importing the MLIR bindings or the kernel pipeline, which
 `slicer.lowering` loads when `compile_kernels` or the JIT is first read; collectives are the redistribution steps
-executed by `slicer.runtime.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so the MPI
-semantics are the ones tested against the numpy simulator.
+executed by `slicer.runtime.collectives.plan_executor` on per-axis sub-communicators of a Cartesian communicator, so
+the MPI semantics are the ones tested against the numpy simulator.
 
-Details: docs/module-notes.md, `runtime/executor.py`.
+Details: docs/module-notes.md, `runtime/execution/executor.py`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from slicer import lowering
 from slicer.core.errors import InputError, KernelAssertionError, KernelError
 from slicer.lowering import CollectiveNode, KernelCache, KernelGraph, KernelLibrary
 
+from ..collectives.plan_executor import MeshExecutor, Pending, StepRunner
 from .buffer_tracker import BufferTracker
-from .plan_executor import MeshExecutor
 from .timings import Event
 
 log = logging.getLogger("slicer.runtime")
@@ -206,8 +206,8 @@ class RankExecutor:
         indices = [i for i, node in enumerate(graph.nodes) if isinstance(node, CollectiveNode)]
         steps = [(graph.nodes[i].step, graph.values[graph.nodes[i].input].local_shape,
                   graph.values[graph.nodes[i].input].numpy_dtype) for i in indices]
-        programs = self.mesh_exec.pooled_programs(steps, [tuple(spans[i]) for i in indices])
-        self.programs: dict[int, object] = dict(zip(indices, programs))
+        programs = self.mesh_exec.pooled_programs(steps, [(spans[i][0], spans[i][1]) for i in indices])  # start, wait
+        self.programs: dict[int, StepRunner] = dict(zip(indices, programs))
         self.labels = {index: (f"{node.op} {node.step.fields()}" if isinstance(node, CollectiveNode) else node.name)
                        for index, node in enumerate(graph.nodes)}
         self.failed: tuple[int, KernelAssertionError] | None = None  # the last run's first failed check: (node, error)
@@ -216,7 +216,7 @@ class RankExecutor:
         """Free the collectives' shared memory and communicators (collective: every rank calls it)."""
         self.mesh_exec.close()
 
-    def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
+    def run(self, blocks: list[np.ndarray], *, timed: bool = False) -> tuple[list[np.ndarray], list[Event]]:
         """This rank's argument blocks -> (its result blocks, its timeline: one `Event` per action, in
         `time.perf_counter()` seconds). With `timed`, every collective starts after a barrier of the whole job,
         which separates waiting for the other ranks (the event's "skew") from the transfer. A failed check
@@ -232,8 +232,8 @@ class RankExecutor:
                 )
         events = []
         self.buffers.start(env)
-        in_flight: dict[int, object] = {}
-        progressed: dict[int, object] = {}  # the MPI ones: shared-memory steps move their data in wait()
+        in_flight: dict[int, Pending] = {}
+        progressed: dict[int, Pending] = {}  # the MPI ones: shared-memory steps move their data in wait()
         nodes, labels, perf = graph.nodes, self.labels, time.perf_counter
         for action in self.actions:
             index = action.node

@@ -1,21 +1,12 @@
 """Training sessions: a program run step after step with its state kept where it runs (`Program.session`).
 
-A training step's arguments are the batch and the state (parameters, buffers, optimizer state); its results
-are the loss and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session
-keeps the state resident in its partitioned layout and, at each `step(*batch)`, sends only the batch: every
-rank gets its block of each batch array, the results that feed arguments replace them in place on the rank,
-and the others (the loss) come back. `state_dict()` assembles the global state.
-
-Three kinds, one interface:
-- `SimulatedSession` (ranks=None): the in-process simulator, holding the state as global arrays;
-- `LaunchedSession` (ranks=N): a job of N ranks started once (`runtime.rank_job`), serving every step;
-- `InJobSession`: under the user's own `mpiexec -n N python train.py`, every rank of COMM_WORLD holds its
-  blocks and runs the step itself (as a torchrun script does); every rank gets the loss and the state dict.
-
-Every kind saves and loads checkpoints (`save(dir)`, `load(dir)`, `runtime.checkpoint`): each rank writes the
-blocks it holds and reads the ones it needs, whatever mesh or strategy saved them; ranks on several hosts
-without a shared file system write on their own host and get the blocks they do not see over MPI
-(`runtime.checkpoint_hosts`).
+A step's arguments are the batch and the state (parameters, buffers, optimizer state); its results are the loss
+and the next state, each named like the argument it replaces (`SessionPlan.feeds`). A session keeps the state on
+the ranks in its partitioned form and, at each `step(*batch)`, sends only the batch. Three kinds, one interface:
+`SimulatedSession` (ranks=None: the in-process simulator), `LaunchedSession` (a job of N ranks started once,
+`runtime.jobs.rank_job`) and `InJobSession` (every rank of the user's own `mpiexec` job runs the step itself,
+`in_job_session.py`).
+Each saves and loads checkpoints (`runtime.state.checkpoint`, across hosts `checkpoint_hosts`): docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -30,20 +21,29 @@ import numpy as np
 
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
-from slicer.core.errors import CheckpointError, InputError, RunError
+from slicer.core.errors import CheckpointError, InputError, InternalError, RunError
 from slicer.lowering import KernelGraph
 from slicer.lowering.cache import host_cpu
 
-from .blocks import rank_slices, take_block
-from .checkpoint import Checkpoint, StateValue, begin, open_checked, save_jobs, write_block, write_manifest, writers
-from .checkpoint_hosts import open_fitting, read_across, write_here
-from .executor import kernel_sources, load_kernels
+from ..execution.blocks import rank_slices, take_block
+from ..execution.executor import kernel_sources, load_kernels
+from ..simulation.simulator import Simulator, assemble
+from ..state.checkpoint import (
+    Checkpoint,
+    StateValue,
+    begin,
+    open_checked,
+    save_jobs,
+    write_block,
+    write_manifest,
+    writers,
+)
+from ..state.checkpoint_hosts import open_fitting
+from ..state.loaded_programs import program_key
+from ..state.reshard import Reshard, plan_moves, target_plan
 from .kernel_transfer import cache_keys, libraries
 from .rank_job import RankJob, Sent
-from .reshard import Reshard, move_resident, plan_moves, target_plan
-from .resident import ResidentRank
 from .resources import check_hosts
-from .simulator import Simulator, assemble
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class SessionPlan:
         """The plan of a plain run: every argument an input, nothing resident, every result returned."""
         return cls(graph, tuple(range(len(graph.args))), {}, {}, tuple(graph.args))
 
-    def check_layouts(self) -> None:
+    def check_feeds(self) -> None:
         """RunError unless each result that replaces an argument has that argument's distributed type:
         its blocks then replace the argument's blocks in place on every rank."""
         g = self.graph
@@ -178,17 +178,23 @@ class SessionPlan:
 
 def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
                  moves: Reshard | None = None) -> list:
-    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): its
-    kernels compiled (or found in the cache) here, once, and found by cache key on every host (a host with this
-    CPU lacking some receives their bytes, one with another CPU compiles them: `kernel_transfer`). With `moves`,
-    the ranks first move the old program's state to this layout (`reshard`), each replying its moves' seconds."""
-    hosts = [host for host in job.hosts if host is not None]  # every rank reported its host when it connected
-    check_hosts(hosts, plan.graph, oversubscribe=oversubscribe)
+    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
+    they kept loaded if they ran it before (`loaded_programs`), else its kernels compiled (or found in the cache)
+    here, once, and found by cache key on every host (a host with this CPU lacking some receives their bytes,
+    one with another CPU compiles them: `kernel_transfer`). With `moves`, the ranks first move the old program's
+    state to the new types (`reshard`), each replying its moves' seconds."""
+    check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
+    graph_json = plan.graph.to_json()
+    kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names), moves)] * job.ranks)
+    if all(seconds is not None for seconds in kept):
+        return kept
+    if any(seconds is not None for seconds in kept):
+        raise InternalError("the ranks of a job keep different programs loaded")
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     head = ("load",) if moves is None else ("reshard", moves)
-    return job.request([(*head, plan.graph.to_json(), sources, dict(plan.feeds), plan.arg_names,
+    return job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
                          None if keys is None else {key: found[key] for key in keys}) for keys in missing])
 
 
@@ -216,8 +222,8 @@ class Session(ABC):
         """The state as global numpy arrays, by argument name."""
 
     def save(self, directory) -> Path:
-        """Write a checkpoint of the state to `directory` (runtime/checkpoint.py): every rank its own blocks,
-        each file renamed into place once written, then the manifest (checksums, layout, step count)."""
+        """Write a checkpoint of the state to `directory` (runtime/state/checkpoint.py): every rank its own blocks,
+        each file renamed into place once written, then the manifest (checksums, distributed types, step count)."""
         values = self.plan.state_values()
         directory = begin(directory)
         records = self._write_blocks(directory, save_jobs(self.plan.graph.mesh, values))
@@ -241,10 +247,11 @@ class Session(ABC):
 
     def reshard(self, program, *, budget: int | None = None) -> Session:
         """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
-        state moved on the ranks by the synthesizer's plans (`runtime/reshard.py`: what is refused; `budget`, bytes
-        per device: `Reshard.check_budget`). This one is then done with; the new one has `resharded`, the moves."""
+        state moved on the ranks by the synthesizer's plans (`runtime/state/reshard.py`: what is refused;
+        `budget`, bytes per device: `Reshard.check_budget`). This one is then done with; the new one has
+        `resharded`, the moves."""
         plan = target_plan(self.plan, program)
-        plan.check_layouts()
+        plan.check_feeds()
         moves = plan_moves(self.plan, plan)
         moves.check_budget(budget)
         new = self._resharded(plan, moves)
@@ -304,7 +311,7 @@ class SimulatedSession(Session):
 
     def __init__(self, plan: SessionPlan, simulator: Simulator):
         super().__init__(plan)
-        plan.check_layouts()  # global arrays need no matching layouts, but a program must run alike everywhere
+        plan.check_feeds()  # global arrays need no matching types, but a program must run alike everywhere
         self.simulator = simulator
         self.state = {i: np.array(a) for i, a in plan.state.items()}
 
@@ -342,7 +349,7 @@ class LaunchedSession(Session):
                  oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
                  give_back: Callable[[RankJob], None] | None = None):
         super().__init__(plan)
-        plan.check_layouts()
+        plan.check_feeds()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
@@ -429,72 +436,4 @@ class LaunchedSession(Session):
             self._give_back()  # once: a finalizer runs at most once
 
 
-class InJobSession(Session):
-    """The session inside the user's MPI job: this rank holds its blocks and runs its part of each step."""
-
-    def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None):
-        """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`."""
-        super().__init__(plan)
-        plan.check_layouts()
-        self.comm = comm
-        self.rank_program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
-        rank = self.rank_program.rank
-        self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()} if blocks is None else
-                              {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
-
-    def _resharded(self, plan, moves):
-        """Every rank moves its blocks (`reshard.move_resident`), then runs `plan`'s program on them."""
-        return InJobSession(plan, self.comm, blocks=move_resident(self.rank_program, moves, self.comm))
-
-    def _step(self, inputs):
-        rank = self.rank_program.rank
-        returned = self.rank_program.step({i: self.plan.block(a, i, rank) for i, a in inputs.items()})
-        return self.plan.outputs(self.comm.allgather(returned))
-
-    def state_dict(self):
-        mine = self.rank_program.blocks(self.plan.state_jobs()[self.rank_program.rank])
-        return self.plan.state_from(self.comm.allgather(mine))
-
-    def save(self, directory) -> Path:
-        """As `Session.save`, collectively: every rank writes its blocks, rank 0 the manifest."""
-        values = self.plan.state_values()
-        directory = Path(directory)
-        rank = self.rank_program.rank
-        self._everywhere(lambda: begin(directory) if rank == 0 else None)
-        jobs = save_jobs(self.plan.graph.mesh, values)
-        blocks = self.rank_program.blocks(sorted(jobs[rank]))
-        written = self._everywhere(lambda: write_here(directory, {f: (blocks[a], self.plan.local_shape(a))
-                                                                  for a, f in jobs[rank].items()}))
-        records = {file: record for part in written for file, record in part.items()}
-        self._everywhere(lambda: write_manifest(directory, self.plan.graph.mesh, values, self.steps, records)
-                         if rank == 0 else None)
-        return directory
-
-    def load(self, directory) -> None:
-        """As `Session.load`, collectively: rank 0 reads the manifest, then every rank its blocks, from the files
-        it sees and over MPI from ranks that see the others (`checkpoint_hosts.read_across`)."""
-        rank = self.rank_program.rank
-        checkpoint = self._everywhere(lambda: self._open(directory) if rank == 0 else None)[0]
-        self.rank_program.put(read_across(checkpoint, self.comm, self.plan.restore_job(rank)))
-        self.steps = checkpoint.step
-
-    def _open(self, directory) -> Checkpoint:
-        return open_fitting(directory, self.plan.state_values())
-
-    def _everywhere(self, work) -> list:
-        """Run `work` on every rank; every rank's result, or on every rank the first rank's CheckpointError."""
-        try:
-            outcome = ("ok", work())
-        except CheckpointError as exc:
-            outcome = ("error", f"rank {self.rank_program.rank}: {exc}")
-        outcomes = self.comm.allgather(outcome)
-        for status, payload in outcomes:
-            if status == "error":
-                raise CheckpointError(payload)
-        return [payload for _, payload in outcomes]
-
-    def close(self):
-        self.rank_program.close()
-
-
-__all__ = ["InJobSession", "LaunchedSession", "Session", "SessionPlan", "SimulatedSession", "load_program"]
+__all__ = ["LaunchedSession", "Session", "SessionPlan", "SimulatedSession", "load_program"]

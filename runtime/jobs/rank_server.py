@@ -1,12 +1,12 @@
-"""A rank of a job that stays up between calls: `python -m slicer.runtime.rank_server ADDRESSES` under mpiexec.
+"""A rank of a job that stays up between calls: `python -m slicer.runtime.jobs.rank_server ADDRESSES` under mpiexec.
 
 The one protocol of every job a driver starts, `Program.run` and `Program.session` alike. The process that
-started the job (`runtime.rank_job.RankJob`) listens on TCP (`runtime.rank_link`: ADDRESSES are its
+started the job (`runtime.jobs.rank_job.RankJob`) listens on TCP (`runtime.jobs.rank_link`: ADDRESSES are its
 `host:port`s, the connection authenticated both ways with the key in `SLICER_SESSION_KEY`); every rank
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
 (requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
-may run on other hosts (listed in docs/module-notes.md, `runtime/rank_server.py`).
+may run on other hosts (listed in docs/module-notes.md, `runtime/jobs/rank_server.py`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from slicer.core import environment
 from slicer.core.errors import CheckpointError, InternalError, KernelAssertionError, SlicerError
 from slicer.lowering import KernelGraph
 
-from .checkpoint_hosts import read_across, write_here
+from ..state.checkpoint_hosts import read_across, write_here
+from ..state.loaded_programs import LoadedPrograms, program_key
+from ..state.reshard import Reshard
+from ..state.resident import ResidentRank
 from .heap import keep_freed_memory
 from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
-from .reshard import Reshard, move_resident
-from .resident import ResidentRank
 from .resources import available_memory, host_cores
 from .timed_run import overlapping, rank_inputs, timed_run
 from .wire import Receiver, send
@@ -80,7 +81,7 @@ def serve(address: str, comm) -> None:
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid(),
                      (socket.gethostname(), host_cores(), available_memory())))
     replies, receiver = Replies(connection), Receiver(connection)
-    program: ResidentRank | None = None
+    programs = LoadedPrograms()
     while True:
         try:
             request = receiver.receive()
@@ -89,7 +90,7 @@ def serve(address: str, comm) -> None:
         replies.working()
         kind = request[0]
         try:
-            reply, program = _answer(request, program, comm)
+            reply = _answer(request, programs, comm)
         except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
             if isinstance(exc, SlicerError):
                 message = f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}"
@@ -131,67 +132,77 @@ def _abort(replies: Replies, comm, message: str) -> None:
     comm.Abort(1)
 
 
-def _answer(request, program: ResidentRank | None, comm):
+def _answer(request, programs: LoadedPrograms, comm):
+    """This rank's reply to `request`, run on the program `programs` runs (replaced by load, reshard and
+    activate requests)."""
     kind = request[0]
     if kind == "kernels":
-        return missing_keys(request[1], request[2]), program
-    if kind == "load":
-        return None, _load(request[1:], program, comm)[0]
-    if kind == "reshard":
-        if program is None:
-            raise InternalError("reshard before a program was loaded")
-        program, seconds = _load(request[2:], program, comm, request[1])
-        return seconds, program
+        return missing_keys(request[1], request[2])
+    if kind == "activate":  # the program of key request[1] again, if kept here (every rank keeps the same ones)
+        _, key, moves = request
+        if key not in programs:
+            return None
+        return _switch(programs, comm, key, None, moves)
+    if kind in ("load", "reshard"):
+        moves, fields = (None, request[1:]) if kind == "load" else (request[1], request[2:])
+        graph_json, _, feeds, names, _ = fields
+        return _switch(programs, comm, program_key(graph_json, feeds, names), fields, moves)
     if kind == "close":
-        if program is not None:
-            program.close()
-        return None, None
+        programs.close()
+        return None
+    program = programs.running
     if program is None:
         raise InternalError(f"request {kind!r} before a program was loaded")
     if kind == "put":
         program.put(request[1])
-        return None, program
+        return None
     if kind == "step":
         at_step(program.rank, f"step{program.steps}")
-        return program.step(request[1]), program
+        return program.step(request[1])
     if kind == "get":
-        return program.blocks(request[1]), program
+        return program.blocks(request[1])
     if kind == "save":
         _, directory, files = request
         blocks = program.blocks(sorted(files))
         g = program.graph
         return write_here(directory, {file: (blocks[arg], g.values[g.args[arg]].local_shape)
-                                      for arg, file in files.items()}), program
+                                      for arg, file in files.items()})
     if kind == "timed":
         _, given, seed, repeat = request
         inputs = given if given is not None else rank_inputs(program.graph, program.rank, seed=seed)
-        return timed_run(program.executor, [program.checked(i, b) for i, b in enumerate(inputs)], repeat,
-                         comm), program
+        return timed_run(program.executor, [program.checked(i, b) for i, b in enumerate(inputs)], repeat, comm)
     if kind == "restore":
         _, checkpoint, wanted = request
         program.put(read_across(checkpoint, comm, wanted))
-        return None, program
+        return None
     raise InternalError(f"unknown request {kind!r}")
 
 
-def _load(fields, program: ResidentRank | None, comm, reshard: Reshard | None = None) -> tuple[ResidentRank, float]:
-    """The program of a "load" request's `fields`, replacing `program`; with `reshard`, `program`'s resident
-    blocks moved to its layout (before its kernels are loaded: the old blocks are freed as they move), and the
-    seconds the moves took on this rank."""
-    graph_json, sources, feeds, names, received = fields
-    moved, start, seconds = None, time.perf_counter(), 0.0
-    if program is not None and reshard is not None:
-        moved = move_resident(program, reshard, comm)  # closes the old program
+def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | None) -> float:
+    """Run the program of `key`: the one loaded from a "load" request's `fields`, or (None) the one kept. With
+    `moves`, the running program's state is moved to the new layout first (the old blocks freed as they move);
+    returns the seconds the moves took on this rank. The program left is kept loaded (`LoadedPrograms`)."""
+    moved, seconds = None, 0.0
+    if moves is not None:
+        start = time.perf_counter()
+        moved = programs.move_state(moves, comm)
         seconds = time.perf_counter() - start
-    elif program is not None:
-        program.close()
-    graph = KernelGraph.from_json(graph_json)
-    program = ResidentRank(graph, comm, feeds=feeds, kernel_sources=local_sources(graph, sources, received),
-                           names=names, overlap=overlapping())
-    if moved is not None:
+    if fields is None:
+        program = programs.switch(key)
+    else:
+        graph_json, sources, feeds, names, received = fields
+        graph = KernelGraph.from_json(graph_json)
+        program = programs.switch(key, ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
+                                                    kernel_sources=local_sources(graph, sources, received)))
+    if program is None:
+        raise InternalError("activate: the program is not kept on this rank")
+    if moved is None:
+        program.resident.clear()  # a kept program starts without state, as a loaded one does
+    else:
+        graph = program.graph
         program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
     at_step(program.rank, "compiled")
-    return program, seconds
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> None:

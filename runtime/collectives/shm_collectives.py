@@ -6,7 +6,7 @@ MPICH's ranks wait by polling and sleeping (`mpiexec.wait_environment`). Here a 
 waits sleeps in the kernel (a futex) and is woken by the store that it waits for; the data moves with one
 copy into shared memory and one copy out, the packing of non-contiguous chunks fused into those copies.
 
-Details: docs/module-notes.md, `runtime/shm_collectives.py`.
+Details: docs/module-notes.md, `runtime/collectives/shm_collectives.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from slicer.core import environment
-from slicer.core.errors import RunError
+from slicer.core.errors import InternalError, RunError
 from slicer.core.host import host_cores
 from slicer.redistribution.steps import REDUCTIONS
 
@@ -34,7 +34,7 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-_libc = None
+_libc: ctypes.CDLL | None = None
 _TIMEOUT = _Timespec(0, 200_000_000)  # re-check the word every 0.2 s even without a wake-up
 
 
@@ -69,13 +69,18 @@ def spins_for(comm) -> int:
     return _SPINS if ranks <= host_cores() else 1
 
 
+def _futex(*args) -> None:
+    if _libc is None:
+        raise InternalError("a shared-memory collective ran before `available()` loaded libc")
+    _libc.syscall(_SYS_FUTEX, *args)
+
+
 def _wait(address: int, value: int) -> None:
-    _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAIT, ctypes.c_int(value), ctypes.byref(_TIMEOUT),
-                  None, 0)
+    _futex(ctypes.c_void_p(address), _FUTEX_WAIT, ctypes.c_int(value), ctypes.byref(_TIMEOUT), None, 0)
 
 
 def _wake(address: int) -> None:
-    _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, ctypes.c_int(1 << 30), None, None, 0)
+    _futex(ctypes.c_void_p(address), _FUTEX_WAKE, ctypes.c_int(1 << 30), None, None, 0)
 
 
 def _round(n: int) -> int:
@@ -109,7 +114,7 @@ class Segment:
         part = _CTRL_BYTES + _round(region) + _round(region2)
         size = part * count
         win = MPI.Win.Allocate_shared(size, 1, comm=comm)
-        buffers = [np.frombuffer(win.Shared_query(r)[0], dtype=np.uint8) for r in range(k)]
+        buffers = [np.frombuffer(win.Shared_query(r)[0].cast("B"), dtype=np.uint8) for r in range(k)]
         base = buffers[0].ctypes.data
         if any(b.ctypes.data != base + r * size for r, b in enumerate(buffers)):  # pragma: no cover
             win.Free()

@@ -1,6 +1,6 @@
 """Starting a kernel graph on MPI ranks for a timed run and reading its results back (`slicer-run`, `Program.run`).
 
-The run takes the one path every driver-started job takes (`runtime.rank_server`, the protocol a session uses
+The run takes the one path every driver-started job takes (`runtime.jobs.rank_server`, the protocol a session uses
 too): a job of `ranks` ranks (`RankJob`, on this host or on the hosts mpiexec places them on), the program
 loaded on it (`session.load_program`: kernels compiled or found here once, found by cache key on every host),
 then one "timed" request: each rank gets its blocks of the arguments over the link (the driver takes them
@@ -18,10 +18,10 @@ import numpy as np
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
+from ..execution.timings import Timings
 from .rank_job import RankJob
 from .session import SessionPlan, load_program
 from .timed_run import combine, rank_inputs
-from .timings import Timings
 
 
 def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | None = None,

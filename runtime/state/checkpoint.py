@@ -14,7 +14,7 @@ slices)` assembles any index range of a value from the saved blocks that overlap
 map, so a rank restoring its block reads only the bytes of that block), so a state saved under FSDP on x=4
 loads under Megatron on y=2, data parallel, or one device.
 
-Details: docs/module-notes.md, `runtime/checkpoint.py`.
+Details: docs/module-notes.md, `runtime/state/checkpoint.py`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from slicer.core.errors import CheckpointError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType
 
-from .blocks import rank_slices
+from ..execution.blocks import rank_slices
 
 MANIFEST = "manifest.json"
 FORMAT = "slicer-checkpoint"

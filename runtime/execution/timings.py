@@ -53,7 +53,7 @@ class Timings:
     """A run's timings: total (median over `repeat` timed runs of the slowest rank), per step, and what was
     compiled or loaded. `events[rank]` is that rank's timeline (`Event`s) of the last run without barriers.
     `peak_bytes[rank]`: the most bytes of blocks that rank's executor held at once (arguments, kernel outputs,
-    collective results; `slicer.runtime.buffer_tracker`), over all runs."""
+    collective results; `slicer.runtime.execution.buffer_tracker`), over all runs."""
 
     seconds: float
     steps: tuple[StepTiming, ...]

@@ -5,14 +5,16 @@ Cartesian rank = linear device rank, row-major as everywhere in Slicer) and, laz
 per group of mesh axes, split so that the sub-rank equals the device's group index over the axes (major to
 minor; ``Cart_sub`` would impose mesh order instead). Nothing is ever gathered to one rank.
 
-Details: docs/module-notes.md, `runtime/plan_executor.py`.
+Details: docs/module-notes.md, `runtime/collectives/plan_executor.py`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 import numpy as np
 
@@ -94,13 +96,17 @@ class StepRunner:
         flight at the same time (`MeshExecutor.pooled_programs`); `pooled_comm` says on which group, None: not."""
         self.step, self.in_shape, self.dtype = step, tuple(in_shape), np.dtype(dtype)
         self.kind = collective_kinds.execution(step)
-        self.pooled_comm = None
+        self.comm: Any = None  # the group's communicator (an mpi4py Intracomm), set by the kind's `prepare`
+        self.pooled_comm: Any = None
         self.out_shape = tuple(step.type_after.local_shape(ex.mesh))
         self.op = step.op
-        self.send = self.recv = None  # packed buffers (None: the block / the output is the buffer)
-        self.owned_out = None  # an output block owned by this program (PlanRunner's intermediates)
-        self.shm = None  # the shared-memory form of the step, when the group is on one host
-        self.release = None  # called when a started step completes (MeshExecutor.start's pool)
+        # packed buffers (None: the block / the output is the buffer)
+        self.send: np.ndarray | None = None
+        self.recv: np.ndarray | None = None
+        self.owned_out: np.ndarray | None = None  # an output block owned by this program (PlanRunner's intermediates)
+        self.shm: shm_collectives.ShmStep | None = None  # the shared-memory form of the step, when on one host
+        # called when a started step completes (MeshExecutor.start's pool)
+        self.release: Callable[[StepRunner], None] | None = None
         use_shm = self.kind.prepare(self, ex)
         if use_shm and pooled and self.kind.poolable:
             self.pooled_comm = self.comm
@@ -271,7 +277,7 @@ class MeshExecutor:
         self._programs.append(program)
         return program
 
-    def pooled_programs(self, steps: list[tuple[Step, tuple[int, ...], object]],
+    def pooled_programs(self, steps: Sequence[tuple[Step, tuple[int, ...], object]],
                         spans: list[tuple[int, int]]) -> list[StepRunner]:
         """Programs of `steps` ((step, block shape, dtype) each), step i in flight from position `spans[i][0]` to
         `spans[i][1]` of a schedule every rank follows. Steps over shared memory on the same group (Permute aside)

@@ -1,6 +1,6 @@
 """Measuring the time model's figures with the MPI executor (``slicer-plan --calibrate``).
 
-Run under ``mpiexec -n R python -m slicer.runtime.calibration [--mesh x=2,y=4]``: on a 1-D mesh of
+Run under ``mpiexec -n R python -m slicer.runtime.collectives.calibration [--mesh x=2,y=4]``: on a 1-D mesh of
 all ranks (the default figures) and, with ``--mesh``, along each axis of that mesh on its own (figures per
 axis), it times the two kinds of step plans are made of -- an all-to-all over the axis and a permute that
 moves every block one step along it -- for blocks from a few bytes to several MiB, each the median over

@@ -1,4 +1,4 @@
-"""A pipelined training job on MPI ranks: `python -m slicer.runtime.pipeline_job JOB_DIR` under mpiexec.
+"""A pipelined training job on MPI ranks: `python -m slicer.runtime.jobs.pipeline_job JOB_DIR` under mpiexec.
 
 JOB_DIR (written by `write_pipeline_job`) holds `plan.json` (the mesh, the pipeline axis, each stage's
 instructions, `mpmd.instructions`, which callee each program is), `graph_<callee>.json` and
@@ -24,13 +24,13 @@ from slicer.core.errors import RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 
-from .blocks import take_block
-from .executor import RankExecutor, kernel_sources, load_kernels
+from ..execution.blocks import take_block
+from ..execution.executor import RankExecutor, kernel_sources, load_kernels
+from ..execution.pipeline_exec import MpiTransport, run_mpi
+from ..simulation.simulator import assemble
 from .heap import keep_freed_memory, reset_resident_peak, resident_bytes
 from .mpiexec import run_spmd
-from .pipeline_exec import MpiTransport, run_mpi
 from .rank import run_rank
-from .simulator import assemble
 
 PLAN_FILE = "plan.json"
 TIMELINE_FILE = "timeline.json"  # per rank: [stage, [[callee, start, end], ...] (the last step's calls), peak]
@@ -176,7 +176,7 @@ def launch_pipeline(job_dir: Path, ranks: int, *, timeout: float = 600, mpiexec:
     """Run the job written in `job_dir` on `ranks` ranks: (losses, final state by name, the last step's
     timeline: per rank, its stage and its calls as (callee, start, end) seconds of a clock all ranks share,
     and per rank the bytes its resident peak (VmHWM) grew by during the steps)."""
-    done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.pipeline_job", str(job_dir)], timeout=timeout,
+    done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.jobs.pipeline_job", str(job_dir)], timeout=timeout,
                     mpiexec=mpiexec)
     if done.returncode != 0:
         raise RunError(f"the pipelined job failed on {ranks} ranks (exit {done.returncode}):\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from slicer.lowering import KernelGraph
 from slicer.lowering.cache import KernelCache, host_cpu
 
-from .executor import JIT, kernel_sources, load_kernels
+from ..execution.executor import JIT, kernel_sources, load_kernels
 
 
 def cache_keys(sources: dict) -> list[str]:

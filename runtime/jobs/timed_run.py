@@ -20,10 +20,10 @@ import numpy as np
 from slicer.core import environment
 from slicer.lowering import KernelGraph, cache_stats
 
-from .blocks import random_block, read_block
+from ..execution.blocks import random_block, read_block
+from ..execution.timings import Timings, reduce_runs
+from ..simulation.simulator import assemble
 from .rank import at_step
-from .simulator import assemble
-from .timings import Timings, reduce_runs
 
 OVERLAP_ENV = environment.OVERLAP.name  # "0": wait for every collective where it stands (no overlap with kernels)
 

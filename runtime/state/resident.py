@@ -4,8 +4,8 @@ A training step takes the batch and the state (parameters, optimizer state) and 
 state; run step after step, the state never needs to leave the ranks. `ResidentRank` holds this rank's blocks
 of the resident arguments and runs the kernel graph with the batch blocks it is given: each result that
 `feeds` an argument replaces that argument's block (no copy), the other results are returned. The same class
-serves a rank of a job the session started (`runtime.rank_server`) and a rank of the user's own MPI job
-(`runtime.session.InJobSession`), so both run the same code.
+serves a rank of a job the session started (`runtime.jobs.rank_server`) and a rank of the user's own MPI job
+(`runtime.jobs.in_job_session.InJobSession`), so both run the same code.
 
 A step is all or nothing. A run-time check that fails on the step's data (a token id past an embedding's table)
 on some rank does not stop that rank mid-step: every rank finishes the step (`RankExecutor.run`), then the ranks
@@ -26,7 +26,7 @@ import numpy as np
 from slicer.core.errors import InputError, KernelAssertionError
 from slicer.lowering import CollectiveNode, KernelGraph
 
-from .executor import RankExecutor
+from ..execution.executor import RankExecutor
 
 
 class ResidentRank:

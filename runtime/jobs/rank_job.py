@@ -1,7 +1,7 @@
-"""A job of MPI ranks that stays up between requests: the launcher side of `runtime.rank_server`.
+"""A job of MPI ranks that stays up between requests: the launcher side of `runtime.jobs.rank_server`.
 
-`RankJob(ranks)` starts `python -m slicer.runtime.rank_server` under mpiexec (which may place the ranks on
-other hosts: `-hosts`, a hostfile); every rank connects back over TCP (`runtime.rank_link`: an address the
+`RankJob(ranks)` starts `python -m slicer.runtime.jobs.rank_server` under mpiexec (which may place the ranks on
+other hosts: `-hosts`, a hostfile); every rank connects back over TCP (`runtime.jobs.rank_link`: an address the
 driver chooses, `SLICER_DRIVER_ADDRESS`, authenticated both ways with a per-job key) and says where it runs
 (`hosts`: each rank's host name, cores and available memory, for `resources.check_hosts`). `request` sends
 one message to each rank and waits for every reply. A training session keeps its parameters on such a job and
@@ -9,10 +9,10 @@ sends only the batch at each step; `Program.run` loads its program on one and as
 private directory (mode 0700) holds only the job's stderr.
 
 The wire is `multiprocessing.connection`'s framing of pickled messages (the standard library's), large
-messages in chunks (`runtime.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
+messages in chunks (`runtime.jobs.wire`). `sent` counts what went to the ranks: `payload` the bytes of the arrays,
 `message` the bytes on the wire, so a test can check that a step sends the batch and nothing else.
 
-Details: docs/module-notes.md, `runtime/rank_job.py`.
+Details: docs/module-notes.md, `runtime/jobs/rank_job.py`.
 """
 
 from __future__ import annotations
@@ -87,13 +87,14 @@ class RankJob:
             self._stderr.close()
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
-        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.rank_server", server.address],
+        self.process = start_spmd(ranks, [sys.executable, "-m", "slicer.runtime.jobs.rank_server", server.address],
                                   mpiexec=mpiexec, env={**(env or {}), KEY_ENV: key.hex()}, stderr=self._stderr)
         self._finalizer = weakref.finalize(self, _end, self.process, self._dir, self._stderr)
-        self.connections: list[Connection | None] = [None] * ranks
-        self.receivers: list[Receiver | None] = [None] * ranks
-        self.pids: list[int | None] = [None] * ranks  # each rank's process id (on its host)
-        self.hosts: list[HostReport | None] = [None] * ranks  # where each rank runs
+        # per rank, once every rank connected (`_accept`): its connection, process id (on its host) and host
+        self.connections: list[Connection] = []
+        self.receivers: list[Receiver] = []
+        self.pids: list[int] = []
+        self.hosts: list[HostReport] = []
         self.silence = silence_limit()
         self._failed: str | None = None
         try:
@@ -105,23 +106,34 @@ class RankJob:
             server.close()
 
     def _accept(self, server: Listener, key: bytes) -> None:
+        """Wait until every rank connected and said hello; then fill `connections`, `pids` and `hosts`."""
         deadline = time.monotonic() + CONNECT_SECONDS
-        while any(c is None for c in self.connections):
-            if self.process.poll() is not None:
-                raise RunError(f"the job of {self.ranks} ranks stopped while starting:\n{self._stderr_tail()}")
-            if time.monotonic() > deadline:
-                raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s (to "
-                                  f"{server.address}: on several hosts, {ADDRESS_ENV} names an address of this host "
-                                  "the others reach)")
-            connection = server.accept(key, 0.2)
-            if connection is None:
-                continue
-            kind, rank, size, pid, (host, cores, memory) = connection.recv()
-            if kind != "hello" or size != self.ranks or self.connections[rank] is not None:
-                raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
-            self.connections[rank], self.pids[rank] = connection, pid
-            self.hosts[rank] = HostReport(host, cores, memory)
-            self.receivers[rank] = Receiver(connection)
+        joined: dict[int, tuple[Connection, int, HostReport]] = {}
+        try:
+            while len(joined) < self.ranks:
+                if self.process.poll() is not None:
+                    raise RunError(f"the job of {self.ranks} ranks stopped while starting:\n{self._stderr_tail()}")
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"the {self.ranks} ranks did not connect within {CONNECT_SECONDS:.0f} s (to "
+                                      f"{server.address}: on several hosts, {ADDRESS_ENV} names an address of this "
+                                      "host the others reach)")
+                connection = server.accept(key, 0.2)
+                if connection is None:
+                    continue
+                kind, rank, size, pid, (host, cores, memory) = connection.recv()
+                if kind != "hello" or size != self.ranks or rank in joined:
+                    connection.close()
+                    raise RunError(f"unexpected rank {rank} of {size} connecting to a job of {self.ranks} ranks")
+                joined[rank] = connection, pid, HostReport(host, cores, memory)
+        except BaseException:
+            for connection, _, _ in joined.values():
+                connection.close()
+            raise
+        order = [joined[r] for r in range(self.ranks)]
+        self.connections = [connection for connection, _, _ in order]
+        self.pids = [pid for _, pid, _ in order]
+        self.hosts = [host for _, _, host in order]
+        self.receivers = [Receiver(connection) for connection in self.connections]
 
     @property
     def healthy(self) -> bool:
@@ -190,16 +202,16 @@ class RankJob:
         comes for 0.25 s (a failing rank sends its message, then waits `ABORT_GRACE_SECONDS` before it aborts and
         mpiexec ends the others: their connections closing come after it), at most 2 s."""
         deadline = time.monotonic() + 2.0
-        live = list(self.connections)
+        live = dict(enumerate(self.connections))
         while live and time.monotonic() < deadline:
-            ready = wait(live, timeout=0.25)
+            ready = {id(c) for c in wait(list(live.values()), timeout=0.25)}
             if not ready:
                 break
-            for connection in ready:
+            for rank in [r for r, c in live.items() if id(c) in ready]:
                 try:
-                    done, message = self.receivers[self.connections.index(connection)].frame()
+                    done, message = self.receivers[rank].frame()
                 except (EOFError, OSError):
-                    live.remove(connection)
+                    del live[rank]
                     continue
                 if done and message[0] == "error":
                     return message[1]
@@ -213,8 +225,8 @@ class RankJob:
         machine mpiexec may have ended the others already, and which died first cannot be told from outside
         (their processes are mpiexec's children, both were killed), so every gone rank is named."""
         here = socket.gethostname()
-        local = [r for r, host in enumerate(self.hosts) if host is not None and host.name == here]
-        gone = [r for r in local if self.pids[r] is not None and not _alive(self.pids[r])]
+        local = [r for r, host in enumerate(self.hosts) if host.name == here]
+        gone = [r for r in local if not _alive(self.pids[r])]
         named = (gone or [rank]) if rank in local else [rank]  # another host's: its connection closed first
         what = ("the process ended without replying: killed or crashed" if len(named) == 1 else
                 "their processes ended without replying: one was killed or crashed and mpiexec ended the others")
@@ -235,7 +247,7 @@ class RankJob:
 
     def close(self, *, graceful: bool = True) -> None:
         """Ask every rank to leave (when the job is still healthy), then end the job and remove its files."""
-        if graceful and self._failed is None and self.process.poll() is None and all(self.connections):
+        if graceful and self._failed is None and self.process.poll() is None and self.connections:
             try:
                 for connection in self.connections:
                     send(connection, ("close",))
@@ -244,8 +256,7 @@ class RankJob:
             except (RunError, OSError, subprocess.TimeoutExpired):
                 pass
         for connection in self.connections:
-            if connection is not None:
-                connection.close()
+            connection.close()
         self._failed = self._failed or "closed"
         self._finalizer()
 
