@@ -86,8 +86,8 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
     executors = {c: RankExecutor(graphs[c], group, kernel_sources=json.loads(
         (job_dir / f"kernels_{c}.json").read_text())) for c in callees}
     reads, writes = _placement(stage, graphs)
-    for ins in stage["instructions"]:
-        if ins["op"] == "recv" and ins["result"] in reads:
+    for ins in stage["instructions"]:  # received values and zeros: blocks shaped as their first reader takes them
+        if ins["op"] in ("recv", "zeros") and ins["result"] in reads:
             callee, position = reads[ins["result"]]
             ins["local_shape"] = list(graphs[callee].values[graphs[callee].args[position]].local_shape)
     state = dict(np.load(job_dir / "state.npz"))

@@ -26,11 +26,13 @@ VIEWS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand
 class Partition:
     """The forward and backward graphs (fx GraphModules) of a stage and the forward values saved for the
     backward (`saved`: how many; the forward returns its own results then them, the backward takes them after
-    the batch tensors and received values)."""
+    the batch tensors and received values). A batch tensor, received value, parameter or buffer the backward does
+    not read is not its argument (`kept`): its layout there would be nobody's choice."""
 
     forward: object
     backward: object
     saved: int
+    kept: tuple[bool, ...]  # per argument of the backward as `partition` lists them: still an argument
 
 
 def _op(node) -> str:
@@ -79,7 +81,14 @@ def partition(torch, joint, front: int, grads: int, owned: int, outputs: int) ->
     inputs = places[:front] + saved + places[front:]
     bwd = _graph(torch, inputs, [n for n in nodes if (n in backward or n in recompute) and n.op != "placeholder"],
                  results[outputs:])
-    return Partition(torch.fx.GraphModule(joint, fwd), torch.fx.GraphModule(joint, bwd), len(saved))
+    kept = []
+    for position, node in enumerate(list(bwd.nodes)[:len(inputs)]):
+        droppable = position < front or front + len(saved) + grads <= position < len(inputs) - (len(places) - front
+                                                                                            - grads - owned)
+        kept.append(not (droppable and not node.users))
+        if not kept[-1]:
+            bwd.erase_node(node)
+    return Partition(torch.fx.GraphModule(joint, fwd), torch.fx.GraphModule(joint, bwd), len(saved), tuple(kept))
 
 
 def _ancestors(roots) -> set:

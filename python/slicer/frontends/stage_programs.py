@@ -121,10 +121,13 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     fwd = _program(fx, cut.forward, front + owned, [values[n] for n in owned],
                    ["input"] * len(front) + ["parameter"] * len(params) + ["buffer"] * len(buffers),
                    results + saved, f"the forward of {what}", pool)
-    bwd = _program(fx, cut.backward, front + saved + grads_in + owned + accumulated,
-                   [values[n] for n in owned] + zeros, ["input"] * (len(front) + len(saved) + len(grads_in))
-                   + ["parameter"] * len(params) + ["buffer"] * len(buffers) + ["state"] * len(accumulated),
-                   [GRAD + t.name for t in back] + accumulated, f"the backward of {what}", pool)
+    names = front + saved + grads_in + owned + accumulated
+    roles = (["input"] * (len(front) + len(saved) + len(grads_in)) + ["parameter"] * len(params)
+             + ["buffer"] * len(buffers) + ["state"] * len(accumulated))
+    kept = [n for n, keep in zip(names, cut.kept) if keep]
+    bwd = _program(fx, cut.backward, kept, [values[n] for n in owned if n in kept] + zeros,
+                   [r for r, keep in zip(roles, cut.kept) if keep], [GRAD + t.name for t in back] + accumulated,
+                   f"the backward of {what}", pool)
     own_state = [n for n in state if n.partition(".")[2] in params] + list(optimizer.shared_state())
 
     def update(*args):
