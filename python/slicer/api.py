@@ -34,6 +34,7 @@ from slicer.core.errors import (
     InvalidTactic,
     KernelGraphError,
     Located,
+    MeshError,
     ResourceError,
     RunError,
     SlicerError,
@@ -44,7 +45,7 @@ from slicer.core.mesh import Mesh
 from slicer.core.operations import as_op
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
-from slicer.frontends import ImportedProgram
+from slicer.frontends import ImportedProgram, import_for_context
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
@@ -389,15 +390,11 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                            f"contractions (the kernels are compiled for it); use bf16_units={host_units()!r} or "
                            "'auto'")
     overlap = chunks_setting(collective_matmul), bucket_setting(buckets)
-    if isinstance(mesh, Mapping):
-        sizes = dict(mesh)
-        try:
-            mesh = Mesh(sizes)
-        except SlicerError as exc:
-            raise CompileError(f"mesh {sizes!r}: {exc}") from None
-    if not isinstance(mesh, Mesh):
-        raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
-                           f"got {mesh!r}")
+    try:
+        mesh = Mesh.coerce(mesh)
+    except MeshError as exc:
+        raise CompileError(str(exc)) from None
+    module, tactics = import_for_context(module, mesh, tactics)  # a ContextParallel: attention in blocks
     if any(isinstance(t, Pipeline) for t in tactics):  # MPMD: each stage's programs compiled here
         # a PipelineProgram (explain, memory, train): the one case compile gives no SPMD Program
         return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)),  # type: ignore[return-value]

@@ -6,7 +6,9 @@ axis), it times the two kinds of step plans are made of -- an all-to-all over th
 moves every block one step along it -- for blocks from a few bytes to several MiB, each the median over
 repetitions of the slowest rank (a barrier before and after). It then fits ``time = latency + busiest
 bytes / bandwidth`` to all of them (least squares on the relative error, so that small and large sizes
-count alike) and rank 0 prints the figures as one JSON line. `slicer-plan --calibrate` starts it and
+count alike) and rank 0 prints the figures as one JSON line. A job on several hosts with as many ranks on each
+also measures its links per class (`costs.HOST`, `costs.NETWORK`: `links_mesh`), which `CostModel.for_mesh`
+gives to any mesh's axes by where their groups lie. `slicer-plan --calibrate` starts it and
 stores the result where `costs.CostModel.default` finds it.
 """
 
@@ -21,13 +23,15 @@ import time
 import numpy as np
 
 from slicer.core.mesh import Mesh
-from slicer.redistribution.costs import CostModel
+from slicer.redistribution.costs import HOST, NETWORK, CostModel
 from slicer.redistribution.steps import AllToAll, Permute
 from slicer.redistribution.types import DistType
 
 from .plan_executor import MeshExecutor
 
 SIZES = tuple(1 << s for s in range(3, 23, 2))  # block bytes per device: 8 B .. 4 MiB
+LINK_AXES = {NETWORK: "hosts_", HOST: "host_"}  # the axes of `links_mesh`
+LINK_OF = {axis: link for link, axis in LINK_AXES.items()}
 
 
 def _steps(mesh: Mesh, axis: str, elements: int):
@@ -77,9 +81,13 @@ def measure(comm, mesh: Mesh, axes: tuple[str, ...], reps: int = 7, sizes=SIZES)
     return out
 
 
-def _max():
+def _mpi():
     from mpi4py import MPI  # optional dependency: only MPI runs need it
-    return MPI.MAX
+    return MPI
+
+
+def _max():
+    return _mpi().MAX
 
 
 def fit(samples: list[dict]) -> tuple[float, float]:
@@ -96,15 +104,37 @@ def fit(samples: list[dict]) -> tuple[float, float]:
     return max(float(latency), 1e-7), float(1.0 / inverse)
 
 
-def model_from(samples: list[dict], default_axis: str, source: str) -> CostModel:
+def model_from(samples: list[dict], default_axis: str, source: str, ranks_per_host: int = 0) -> CostModel:
     """The cost model of ``samples``: default figures from those over ``default_axis``, figures of their own
-    for the other axes measured."""
-    mine = [s for s in samples if s["axis"] == default_axis]
-    latency, bandwidth = fit(mine)
-    per_axis = {a: fit([s for s in samples if s["axis"] == a]) for a in {s["axis"] for s in samples} - {default_axis}}
+    for the other axes measured, and per link class for the samples of `links_mesh`'s axes (a job of
+    `ranks_per_host` ranks on each host)."""
+    latency, bandwidth = fit([s for s in samples if s["axis"] == default_axis])
+    axes = {s["axis"] for s in samples if "link" not in s} - {default_axis}
+    per_axis = {a: fit([s for s in samples if s["axis"] == a and "link" not in s]) for a in axes}
+    links: set[str] = {s["link"] for s in samples if "link" in s}
+    per_link = {k: fit([s for s in samples if s.get("link") == k]) for k in links}
     return CostModel(latency=latency, bandwidth=bandwidth,
                      axis_latency=tuple(sorted((a, f[0]) for a, f in per_axis.items())),
-                     axis_bandwidth=tuple(sorted((a, f[1]) for a, f in per_axis.items())), source=source)
+                     axis_bandwidth=tuple(sorted((a, f[1]) for a, f in per_axis.items())), source=source,
+                     link_latency=tuple(sorted((k, f[0]) for k, f in per_link.items())),
+                     link_bandwidth=tuple(sorted((k, f[1]) for k, f in per_link.items())),
+                     ranks_per_host=ranks_per_host if per_link else 0)
+
+
+def links_mesh(comm) -> tuple[Mesh | None, int]:
+    """(a mesh whose major axis `_hosts` crosses the hosts and whose minor axis `_host` stays within each, the
+    ranks per host) for a job on several hosts with as many ranks on each, numbered host by host (the mesh
+    None otherwise, or when there is one host); collective."""
+    MPI = _mpi()
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    first, size = local.allreduce(comm.Get_rank(), op=MPI.MIN), local.Get_size()
+    local.Free()
+    firsts, sizes = comm.allgather(first), comm.allgather(size)
+    per_host = sizes[0]
+    hosts = comm.Get_size() // per_host
+    if hosts < 2 or any(s != per_host for s in sizes) or any(f != r - r % per_host for r, f in enumerate(firsts)):
+        return None, 0
+    return Mesh([(LINK_AXES[NETWORK], hosts)] + ([(LINK_AXES[HOST], per_host)] if per_host > 1 else [])), per_host
 
 
 def main(argv=None) -> int:
@@ -122,8 +152,12 @@ def main(argv=None) -> int:
     if args.mesh:
         mesh = Mesh.parse(args.mesh)
         samples += measure(comm, mesh, tuple(a for a in mesh.axis_names if mesh.size(a) > 1), args.reps, sizes)
+    links, per_host = links_mesh(comm)
+    if links is not None:  # the links between the hosts and within them, whatever the mesh
+        found = measure(comm, links, links.axis_names, args.reps, sizes)
+        samples += [dict(s, link=LINK_OF[s["axis"]]) for s in found]
     if comm.Get_rank() == 0:
-        print(json.dumps({"ranks": comm.Get_size(), "samples": samples}))
+        print(json.dumps({"ranks": comm.Get_size(), "ranks_per_host": per_host, "samples": samples}))
     sys.stdout.flush()
     return 0
 

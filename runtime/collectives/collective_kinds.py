@@ -150,7 +150,7 @@ def mpi_scratch_bytes(step, mesh: Mesh, in_shape: tuple, dtype) -> int:
     return execution(step).packing(step, mesh, tuple(in_shape), np.dtype(dtype), True).scratch_bytes()
 
 
-def _mpi_type(dtype: np.dtype):
+def mpi_type(dtype: np.dtype):
     """The predefined MPI datatype that reductions of ``dtype`` use."""
     MPI = _mpi()
     types = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i1": MPI.INT8_T, "i2": MPI.INT16_T, "i4": MPI.INT32_T,
@@ -343,7 +343,7 @@ class _ReduceExecution(Execution):
         use_shm = super().prepare(p, ex)
         if not use_shm:
             MPI = _mpi()
-            p.mpi_type = _mpi_type(p.wide)
+            p.mpi_type = mpi_type(p.wide)
             p.mpi_op = MPI.LOR if p.dtype == np.bool_ else {"sum": MPI.SUM, "max": MPI.MAX}[p.step.reduction]
         return use_shm
 

@@ -23,7 +23,7 @@ from slicer.core.mesh import Mesh
 from slicer.redistribution.steps import Step
 from slicer.redistribution.types import DistType
 
-from . import collective_kinds, communicators, shm_collectives
+from . import collective_kinds, communicators, host_collectives, shm_collectives
 
 _PLAN_CACHE = 8  # plan programs kept per executor (each holds its buffers)
 
@@ -57,11 +57,19 @@ class Pending:
         self.program, self.requests, self.block, self.out, self.recv = program, requests, block, out, recv
         self.phases = phases
 
+    @property
+    def progresses(self) -> bool:
+        """The transfer advances only when asked (`test`) between the rank's other work: MPI requests, or the
+        steps of a collective in two levels (`host_collectives`)."""
+        return bool(self.requests) or self.program.hier is not None
+
     def test(self) -> bool:
         """Let MPI progress the transfer; True once it is complete (or, over shared memory, once every
         member's data is there)."""
         if self.program.shm is not None:
             return self.program.shm.test()
+        if self.program.hier is not None:
+            return self.program.hier.test()
         return not self.requests or _mpi().Request.Testall(self.requests)
 
     def wait(self) -> np.ndarray:
@@ -70,7 +78,7 @@ class Pending:
             _mpi().Request.Waitall(self.requests)
         waited = perf_counter()
         out = self.program.finish(self)
-        if self.program.shm is not None:  # waiting and copying out are one step: the transfer
+        if self.program.shm is not None or self.program.hier is not None:  # waiting and copying out: one step
             self.phases.transfer, self.phases.unpack = perf_counter() - start, 0.0
         else:
             self.phases.transfer, self.phases.unpack = waited - start, perf_counter() - waited
@@ -105,6 +113,7 @@ class StepRunner:
         self.recv: np.ndarray | None = None
         self.owned_out: np.ndarray | None = None  # an output block owned by this program (PlanRunner's intermediates)
         self.shm: shm_collectives.ShmStep | None = None  # the shared-memory form of the step, when on one host
+        self.hier: Any = None  # its form in two levels, when the group spans hosts with several members on each
         # called when a started step completes (MeshExecutor.start's pool)
         self.release: Callable[[StepRunner], None] | None = None
         use_shm = self.kind.prepare(self, ex)
@@ -112,6 +121,8 @@ class StepRunner:
             self.pooled_comm = self.comm
         elif use_shm:
             self.shm = shm_collectives.ShmStep(self, self.comm, spins=ex.spins)
+        elif (two_levels := host_collectives.form(step)) and (levels := ex.levels(self.comm)) is not None:
+            self.hier = two_levels(self, levels, spins=ex.spins)
 
     def attach_slot(self, slot, spins: int) -> None:
         """Run over shared memory in `slot` (a pooled program: see `__init__`)."""
@@ -125,6 +136,9 @@ class StepRunner:
         if self.shm is not None:
             self.shm.free()
             self.shm = None
+        if self.hier is not None:
+            self.hier.free()
+            self.hier = None
 
     # -- the step ----------------------------------------------------------------------------------------
     def start(self, block: np.ndarray, out: np.ndarray | None = None) -> Pending:
@@ -132,6 +146,9 @@ class StepRunner:
         if self.shm is not None:  # (the output block is made when the data is copied out: `finish`)
             out = block if self.kind.keeps_block(self) else out
             self.shm.start(block)
+            return Pending(self, [], block, out, None, Phases(perf_counter() - t0))
+        if self.hier is not None:
+            self.hier.start(block)
             return Pending(self, [], block, out, None, Phases(perf_counter() - t0))
         out = self.kind.output(self, block, out)
         send = self.kind.pack(self, block, out)
@@ -144,7 +161,7 @@ class StepRunner:
         """The step, blocking: the output block and its phases (shared memory: `start` then `wait`; MPI: the
         blocking call, which for sums may use another algorithm than the nonblocking one, hence other bits
         in the last place: the runtime always uses `start`)."""
-        if self.shm is not None:
+        if self.shm is not None or self.hier is not None:
             pending = self.start(block, out)
             return pending.wait(), pending.phases
         t0 = perf_counter()
@@ -163,6 +180,10 @@ class StepRunner:
         if self.shm is not None:
             out = self.new_out() if out is None else out
             self.shm.finish(out, pending.block)
+            return out
+        if self.hier is not None:
+            out = self.new_out() if out is None else out
+            self.hier.finish(out)
             return out
         if recv is not None and recv is not out:
             self.kind.unpack(self, recv, out)
@@ -201,9 +222,14 @@ class MeshExecutor:
 
     ``strategy``: "mpi" (MPI collectives), "shm" (shared memory, :mod:`.shm_collectives`; refused when a group spans
     hosts) or "auto" (the default, or ``SLICER_COLLECTIVES`` in the environment): shared memory for every
-    group whose ranks share one host, where :func:`.shm_collectives.available` holds."""
+    group whose ranks share one host, where :func:`.shm_collectives.available` holds, and two levels
+    (:mod:`.host_collectives`) for an all_reduce or all_gather over a group with as many members on each of
+    several hosts.
 
-    def __init__(self, mesh: Mesh, comm=None, *, strategy: str | None = None):
+    ``hosts``: the host of each rank (any labels), as MPI's shared-memory split finds them when None; given,
+    it simulates hosts among ranks that share one (a test of the two-level collectives on one machine)."""
+
+    def __init__(self, mesh: Mesh, comm=None, *, strategy: str | None = None, hosts=None):
         MPI = _mpi()
         comm = comm if comm is not None else MPI.COMM_WORLD
         if comm.Get_size() != mesh.device_count:
@@ -221,6 +247,8 @@ class MeshExecutor:
         self._programs: list = []  # every program made, freed by close()
         self._slots: list = []  # shared-memory slots of pooled programs, freed by close()
         self._on_host: dict = {}
+        self._levels: dict = {}
+        self.hosts = self._host_labels(hosts)
         self.strategy = strategy or shm_collectives.wanted()
         self.spins = shm_collectives.spins_for(comm)
         if self.strategy not in ("auto", "mpi", "shm"):
@@ -240,18 +268,53 @@ class MeshExecutor:
             self._subs[axes] = comm
         return comm
 
+    def _host_labels(self, hosts) -> list:
+        """The host of each rank of the job (collective): the lowest rank sharing its memory, or `hosts`."""
+        if hosts is not None:
+            if len(hosts) != self.cart.Get_size():
+                raise RedistributionError(f"hosts: {len(hosts)} labels for {self.cart.Get_size()} ranks")
+            return list(hosts)
+        local = self.cart.Split_type(_mpi().COMM_TYPE_SHARED)
+        lowest = local.allreduce(self.rank, op=_mpi().MIN)
+        local.Free()
+        return self.cart.allgather(lowest)
+
     def use_shm(self, comm) -> bool:
         """Whether steps on ``comm`` (a group of this executor) run over shared memory."""
         if self.strategy == "mpi" or not shm_collectives.available():
             return False
         key = id(comm)
-        if key not in self._on_host:
-            local = comm.Split_type(_mpi().COMM_TYPE_SHARED)
-            self._on_host[key] = local.Get_size() == comm.Get_size()
-            local.Free()
+        if key not in self._on_host:  # (collective over the group, as every program's creation)
+            self._on_host[key] = len({self.hosts[r] for r in comm.allgather(self.rank)}) == 1
         if self.strategy == "shm" and not self._on_host[key]:
             raise RedistributionError("strategy 'shm': a group of ranks spans several hosts; use 'auto' or 'mpi'")
         return self._on_host[key]
+
+    def levels(self, comm) -> host_collectives.Levels | None:
+        """For a collective in two levels on ``comm`` (`host_collectives`): its communicators within this rank's
+        host and across the hosts, and where each member is; None when the strategy is not "auto", shared memory
+        is not available, or the group is not on several hosts with as many members (at least 2) on each.
+        Collective over the group the first time; the steps on one group share its communicators (a step's
+        nonblocking collectives start in one order on every rank, as on the group's own), freed by `close`."""
+        if self.strategy != "auto" or not shm_collectives.available():
+            return None
+        key = id(comm)
+        if key not in self._levels:
+            members = [self.hosts[r] for r in comm.allgather(self.rank)]  # host of each member, by group index
+            counts = {h: members.count(h) for h in members}
+            eligible = len(counts) > 1 and min(counts.values()) == max(counts.values()) > 1
+            self._levels[key] = members if eligible else None
+        members = self._levels[key]
+        if members is None or isinstance(members, host_collectives.Levels):
+            return members
+        me = comm.Get_rank()
+        hosts = list(dict.fromkeys(members))
+        local = comm.Split(color=hosts.index(self.hosts[self.rank]), key=me)
+        across = comm.Split(color=local.Get_rank(), key=me)
+        local_index = [members[:j].count(h) for j, h in enumerate(members)]
+        places = [(i, local_index[:j].count(i)) for j, i in enumerate(local_index)]
+        levels = self._levels[key] = host_collectives.Levels(local, across, places)
+        return levels
 
     def close(self) -> None:
         """Free the shared memory and communicators (collective: every rank calls it)."""
@@ -261,6 +324,10 @@ class MeshExecutor:
         for slot in self._slots:
             slot.free()
         self._slots.clear()
+        for levels in self._levels.values():
+            if isinstance(levels, host_collectives.Levels):
+                levels.free()
+        self._levels.clear()
         for comm in self._subs.values():
             comm.Free()
         self._subs.clear()

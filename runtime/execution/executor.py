@@ -233,7 +233,7 @@ class RankExecutor:
         events = []
         self.buffers.start(env)
         in_flight: dict[int, Pending] = {}
-        progressed: dict[int, Pending] = {}  # the MPI ones: shared-memory steps move their data in wait()
+        progressed: dict[int, Pending] = {}  # those that advance when asked (`Pending.progresses`)
         nodes, labels, perf = graph.nodes, self.labels, time.perf_counter
         for action in self.actions:
             index = action.node
@@ -264,7 +264,7 @@ class RankExecutor:
                 waited = perf()
                 program = self.programs[index]
                 pending = in_flight[index] = program.start(_contiguous(env[node.input]))
-                if pending.requests:
+                if pending.progresses:
                     progressed[index] = pending
                 end = perf()
                 parts = {"skew": waited - start, "pack": end - waited} if timed else {"pack": end - waited}

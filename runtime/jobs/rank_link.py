@@ -8,18 +8,23 @@ The address is chosen by the driver. `SLICER_DRIVER_ADDRESS` = `HOST[:PORT]` nam
 driver's host the ranks can reach, a host name, or a network interface's name (`eth0`: its IPv4 address); the
 port is any free one unless given (a firewall between the hosts then needs only that port open). Unset, the
 driver listens on every interface and gives the ranks its addresses to try in turn (loopback first, for the
-ranks on its own host). Every connection is authenticated both ways with the job's key (HMAC challenges,
+ranks on its own host): a rank tries them staggered, not one after another (`connect`), so an address its host
+cannot reach (a bridge or private network of the driver's host only) costs it a quarter second, not the
+connect timeout. Every connection is authenticated both ways with the job's key (HMAC challenges,
 `multiprocessing.connection`'s), which the ranks get from mpiexec's environment (`SLICER_SESSION_KEY`); a
 peer that does not answer the challenge within `HANDSHAKE_SECONDS` is dropped.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import ipaddress
 import os
+import selectors
 import socket
 import struct
+import time
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 from slicer.core import environment
@@ -29,6 +34,7 @@ ADDRESS_ENV = environment.DRIVER_ADDRESS.name
 KEY_ENV = environment.SESSION_KEY.name
 HANDSHAKE_SECONDS = 10  # a connecting peer answers the key's challenge within this, or is dropped
 CONNECT_SECONDS = 5.0  # a rank's try of one of the driver's addresses
+STAGGER_SECONDS = 0.25  # the next address is tried this long after the previous one, while that one is pending
 _SIOCGIFADDR = 0x8915
 
 
@@ -127,20 +133,69 @@ def _handshake(sock: socket.socket, key: bytes, *, first: bool) -> Connection:
     return connection
 
 
+def _socket(key: selectors.SelectorKey) -> socket.socket:
+    assert isinstance(key.fileobj, socket.socket)  # only sockets are registered
+    return key.fileobj
+
+
+def _connections(targets: list[tuple[str, int]], problems: list[str]):
+    """Connected sockets to `targets`, in the order they connect: target i is tried once the one before it failed
+    or after `STAGGER_SECONDS`, whichever comes first, each for at most `CONNECT_SECONDS` (as RFC 8305's "happy
+    eyeballs": the first address still wins when it answers at once, a silent one delays the rest only by the
+    stagger). What fails is said in `problems`; sockets still connecting when the caller stops are closed."""
+    selector = selectors.DefaultSelector()
+    queue, next_start = list(targets), time.monotonic()
+    try:
+        while queue or selector.get_map():
+            now = time.monotonic()
+            if queue and (now >= next_start or not selector.get_map()):
+                host, port = queue.pop(0)
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setblocking(False)
+                code = sock.connect_ex((host, port))
+                if code not in (0, errno.EINPROGRESS):
+                    problems.append(f"{host}:{port}: {os.strerror(code)}")
+                    sock.close()
+                    continue
+                selector.register(sock, selectors.EVENT_WRITE, (f"{host}:{port}", now + CONNECT_SECONDS))
+                next_start = now + STAGGER_SECONDS
+                continue
+            expiry = min(data[1] for data in (k.data for k in selector.get_map().values()))
+            wait = min(expiry, next_start) if queue else expiry
+            for key, _ in selector.select(max(0.0, wait - now)):
+                sock, (address, _) = _socket(key), key.data
+                selector.unregister(sock)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    problems.append(f"{address}: {os.strerror(code)}")
+                    sock.close()
+                else:
+                    yield sock, address
+            now = time.monotonic()
+            for key in [k for k in selector.get_map().values() if k.data[1] <= now]:
+                selector.unregister(key.fileobj)
+                _socket(key).close()
+                problems.append(f"{key.data[0]}: no answer within {CONNECT_SECONDS:g} s")
+    finally:
+        for key in list(selector.get_map().values()):
+            _socket(key).close()
+        selector.close()
+
+
 def connect(addresses: str, key: bytes, *, rank: int) -> Connection:
-    """A rank's connection to its driver: the first of `addresses` (`host:port,...`) that answers with the key."""
-    problems = []
-    for address in addresses.split(","):
-        host, _, port = address.rpartition(":")
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS)
-        except OSError as exc:
-            problems.append(f"{address}: {exc}")
-            continue
-        try:
-            return _handshake(sock, key, first=False)
-        except Exception as exc:  # noqa: BLE001 - another listener on that address: try the next
-            problems.append(f"{address}: {type(exc).__name__}: {exc}")
+    """A rank's connection to its driver: the first of `addresses` (`host:port,...`, tried as `_connections`
+    says) that answers with the key."""
+    problems: list[str] = []
+    targets = [(host, int(port)) for host, _, port in (a.rpartition(":") for a in addresses.split(","))]
+    candidates = _connections(targets, problems)
+    try:
+        for sock, address in candidates:
+            try:
+                return _handshake(sock, key, first=False)
+            except Exception as exc:  # noqa: BLE001 - another listener on that address: try the next
+                problems.append(f"{address}: {type(exc).__name__}: {exc}")
+    finally:
+        candidates.close()
     raise LaunchError(f"rank {rank} on host {socket.gethostname()} cannot reach the driver ({'; '.join(problems)}): "
                       f"set {ADDRESS_ENV} to an address (or interface) of the driver's host that every host of the "
                       "job can reach")

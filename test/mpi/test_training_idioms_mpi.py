@@ -1,8 +1,9 @@
 """Training steps of models written the usual way (examples/torch/idioms.py) on 2 MPI ranks: a nanoGPT with
 `F.scaled_dot_product_attention` (causal, scale=, grouped-query attention both ways) under data parallel and
-Megatron (q, k, v and fc1 by heads and hidden units), and a Mixtral-style top-2 mixture of experts (topk,
-one_hot, einsum over stacked expert weights, a load-balancing loss) under data parallel and with its experts
-split over the ranks (Megatron's column split of the stacked weights). 5 AdamW steps in a session, equal to torch
+Megatron (q, k, v and fc1 by heads and hidden units), one under context parallelism (ring attention), and a
+Mixtral-style top-2 mixture of experts (topk, one_hot, einsum over stacked expert weights, a load-balancing
+loss) under data parallel and with its experts split over the ranks (Megatron's column split of the stacked
+weights). 5 AdamW steps in a session, equal to torch
 eager (torch.optim, foreach=False) within 1e-5, no strategy degraded. (On the simulator, every idiom:
 test/unit/frontends/test_training_idioms.py.)"""
 
@@ -46,5 +47,27 @@ def test_idiomatic_models_train_like_torch_on_two_ranks(model_name, strategy):
         warnings.simplefilter("error", slicer.DegradedStrategy)
         prog = slicer.compile(step, mesh=slicer.Mesh(**mesh), tactics=tactics)
     assert any(c.startswith("shard.all_reduce") for c in collective_ops(prog))  # the split is real
+    loss_error, param_error = train.compare(model, loss_fn, batch, ADAMW, prog, ranks=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
+
+
+@pytest.mark.slow
+def test_context_parallel_trains_like_torch_on_two_ranks():
+    """Ring attention (`strategies.context_parallel`) on 2 ranks: a one-block causal nanoGPT, one sequence, its
+    keys and values moved by permutes; AdamW steps equal torch's."""
+    torch.manual_seed(0)
+    model = idioms.NanoGPT(32, 8, flavors=("causal",))
+    tokens = torch.randint(0, 32, (1, 9))
+    batch = (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+    def loss_fn(m, idx, targets):
+        return torch.nn.functional.cross_entropy(m(idx).flatten(0, 1), targets.flatten())
+
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=ADAMW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", slicer.DegradedStrategy)
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.context_parallel(step, "x"))
+    ops = collective_ops(prog)
+    assert any(c.startswith("slicer.permute") for c in ops) and not any(c.startswith("shard.all_gather") for c in ops)
     loss_error, param_error = train.compare(model, loss_fn, batch, ADAMW, prog, ranks=2)
     assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)

@@ -63,13 +63,14 @@ def search_tactics(text: str, mesh, *, memory_budget=None, tactics=(), objective
         return plan
 
     plans, skipped = [searched(text, None)], list[str]()
-    consider_remat = bool(remat_plans) and budget is not None and objective == "time"
-    if consider_remat and budget_binds(plans[0].search, plans[0].estimate):
+    consider_remat = bool(remat_plans) and budget is not None
+    if consider_remat and (not plans[0].fits(budget) or
+                           objective == "time" and budget_binds(plans[0].search, plans[0].estimate)):
         plans += _remat_plans(searched, text, remat_plans, skipped)
         consider_remat = False
     tried: list[RematPlan] = []
     while True:
-        for plan in [p for p in ranked(plans, budget) if p not in tried]:
+        for plan in [p for p in ranked(plans, budget, objective) if p not in tried]:
             tried.append(plan)
             if compile_graph is None:
                 if plan.refused:  # the model's smallest peak is over the budget

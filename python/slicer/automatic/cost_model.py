@@ -87,7 +87,7 @@ class Evaluator:
     def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
                  follow: dict[int, int] | None = None):
         self.sketch, self.mesh = sketch, mesh
-        self.comm = comm or CostModel.default()
+        self.comm = (comm or CostModel.default()).for_mesh(mesh)  # an axis across hosts: the network's figures
         self.machine = machine or Machine.default()
         self.follow = follow or {}  # result index -> the argument whose tiling it leaves in
         self.root = view_roots(sketch)  # a view's result -> the value whose bytes it shares

@@ -12,9 +12,10 @@ op before it, so the model prices one more collective per recomputed block there
 tensor parallelism; the compiled candidates are ranked on their own graphs).
 
 Without a budget remat only costs time and is never chosen. With one, the search without remat goes first;
-when no layout fits, or the budget binds (a faster tiling it priced is over the budget), every plan is searched
-too and the plans are ranked by the model's time of their best fitting layout (the layout without remat
-included); the best is compiled and checked (`verification.py`), the next tried when it compiles over the budget.
+when no layout fits, or (objective "time") the budget binds (a faster tiling it priced is over the budget), every
+plan is searched too and the plans are ranked by the model's time (or peak) of their best fitting layout (the
+layout without remat included); the best is compiled and checked (`verification.py`), the next tried when it
+compiles over the budget.
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ def budget_binds(search, estimate: Estimate) -> bool:
     return any(e is not None and e.total < limit and e.peak_bytes > planning for e in search.cache.values())
 
 
-def ranked(plans: list[RematPlan], budget: int | None) -> list[RematPlan]:
-    """The plans with a fitting layout, fastest first by the model (a tie keeps the given order: cheaper
-    recomputation first), then the others, smallest peak first."""
-    fitting = sorted((p for p in plans if p.fits(budget)), key=lambda p: p.estimate.total)
+def ranked(plans: list[RematPlan], budget: int | None, objective: str = "time") -> list[RematPlan]:
+    """The plans with a fitting layout, best first by the model's time (or peak, `objective` "memory"; a tie
+    keeps the given order: cheaper recomputation first), then the others, smallest peak first."""
+    fitting = sorted((p for p in plans if p.fits(budget)),
+                     key=lambda p: p.estimate.total if objective == "time" else p.estimate.peak_bytes)
     return fitting + sorted((p for p in plans if not p.fits(budget)), key=lambda p: p.estimate.peak_bytes)
 
 

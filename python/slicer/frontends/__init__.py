@@ -7,6 +7,7 @@ imported when first used."""
 
 from . import schedules
 from .cleanup import clean_up, split_into_pieces
+from .context_import import import_for_context
 from .optimizers import SGD, AdamW
 from .precision import MixedPrecision
 from .program import ARG_ROLES, ImportedProgram, as_array
@@ -16,4 +17,4 @@ from .torch_state import torch_state
 from .training import training_step
 
 __all__ = ["ARG_ROLES", "AdamW", "ImportedProgram", "SGD", "as_array", "clean_up", "dropout_mask", "from_torch",
-           "MixedPrecision", "schedules", "split_into_pieces", "torch_state", "training_step"]
+           "import_for_context", "MixedPrecision", "schedules", "split_into_pieces", "torch_state", "training_step"]

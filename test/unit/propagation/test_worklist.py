@@ -25,6 +25,7 @@ CASES += [(EXAMPLES / f"{name}.mlir", tactics, {"x": 2, "y": 4}) for name, tacti
     ("mha", "arg0.0=x"), ("mha", "arg0.0=x;arg1.1=y;arg2.1=y;arg3.1=y;arg4.0=y"), ("attention", "arg0.0=x"),
     ("layernorm", "arg0.1=y"), ("batch_matmul", "arg0.0=x;arg1.2=y"), ("reduction", "arg0.1=y"),
     ("reshape", "arg0.0=x"), ("transpose", "arg0.0=x"), ("softmax", "arg0.1=y"), ("mlp", "arg0.0=x;arg1.1=x"))]
+CASES += [(ROOT / "test" / "Transforms" / "Inputs" / "rotation.mlir", "arg0.0=x", {"x": 2})]  # tile_rotation
 HAND_WRITTEN = (ROOT / "test" / "Transforms" / "slicer-propagate.mlir").read_text().split("// -----")
 
 
