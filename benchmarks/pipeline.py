@@ -1,12 +1,14 @@
 """Pipeline parallelism on 2 ranks, measured in one run: the bubble fraction, the activations held, and the
 step's time next to data parallel and FSDP on the same model (docs/pipeline.md).
 
-    python benchmarks/pipeline.py --json results.json      # GPT, 4 blocks, 2 stages, 8 micro-batches
+    python benchmarks/pipeline.py --json results.json      # GPT, 4 blocks (d 256), 2 stages, 8 micro-batches
 
-For GPipe and 1F1B (2 stages cut at the middle block): the bubble fraction measured on the ranks (the last
-step's calls: 1 - busy time / (ranks x span)), the schedule's unit-time bubble and the textbook (S-1)/(M+S-1),
-the micro-batches each stage holds at its peak (the schedule's) and their bytes (the received activations the
-stage keeps), the trained parameter values per stage, and the step's time (the span of the last step's calls).
+For GPipe and 1F1B (2 stages, `stages=2`: cut where the FLOPs balance): the bubble fraction measured on the
+ranks (a job's last step: 1 - busy time / (ranks x span), median of 3 jobs), the schedule's unit-time bubble
+and the textbook (S-1)/(M+S-1), the micro-batches each stage holds at its peak (the schedule's) and their bytes
+(`held_bytes`: received and saved activations), each rank's measured resident peak growth during the steps
+(VmHWM), the memory report, the trained parameter values per stage, each stage's busy time and the step's time
+(the span of the last step's calls).
 Next to them, in the same run: the same step with 8 accumulated micro-batches, data parallel and ZeRO-3 over
 x=2, timed as `session.step` (median of 3 after a warm-up). The machine is shared: times are noisy; compare
 ratios within one run.
@@ -28,32 +30,28 @@ import slicer
 from slicer import strategies as st
 
 
-def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int, layers: int) -> dict:
+def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int) -> dict:
     step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.AdamW(1e-3))
-    tactics = st.pipeline(step, "p", split=[f"blocks.{layers // 2}"], microbatches=microbatches, schedule=schedule)
+    tactics = st.pipeline(step, "p", stages=2, microbatches=microbatches, schedule=schedule)
+    start = time.perf_counter()
     prog = slicer.compile(step, mesh=slicer.Mesh(p=2), tactics=tactics)
-    prog.train([batch] * 3, ranks=2)
+    compile_seconds = time.perf_counter() - start
+    bubbles, spans = [], []
+    for _ in range(3):  # three jobs of 3 steps; each job's last step measured
+        prog.train([batch] * 3, ranks=2)
+        calls = [e for _, events in prog.timeline for e in events]
+        bubbles.append(prog.measured_bubble())
+        spans.append(max(e[2] for e in calls) - min(e[1] for e in calls))
     run = prog.schedule.verify()
-    calls = [e for _, events in prog.timeline for e in events]
-    held = _held_bytes(prog)
-    return {"schedule": schedule, "measured_bubble": prog.measured_bubble(), "unit_bubble": run.bubble,
+    held = prog.held_bytes()
+    return {"schedule": schedule, "split": list(prog.split), "compile_seconds": compile_seconds,
+            "measured_bubble": statistics.median(bubbles), "measured_bubbles": bubbles, "unit_bubble": run.bubble,
             "textbook_bubble": 1 / (microbatches + 1), "peak_microbatches": list(run.peak),
-            "peak_activation_bytes": [p * b for p, b in zip(run.peak, held)],
+            "held_bytes_per_microbatch": held, "peak_activation_bytes": [p * b for p, b in zip(run.peak, held)],
+            "resident_growth_bytes": prog.resident_growth, "memory": prog.memory(),
             "parameters_per_stage": [sum(_size(v, p) for p in v.parameters) for v in prog.stage_programs],
-            "step_seconds": max(e[2] for e in calls) - min(e[1] for e in calls),
-            "timeline": prog.timeline_text(60).splitlines()}
-
-
-def _held_bytes(prog) -> list[int]:
-    """Bytes of the values each stage receives per micro-batch (what it holds per micro-batch in flight)."""
-    sizes = [0, 0]
-    for stage in prog.stage_programs:
-        for t in stage.received:
-            count = 1
-            for d in t.shape:
-                count *= d
-            sizes[stage.index % 2] += count * (8 if "64" in t.dtype else 4)
-    return sizes
+            "stage_busy_seconds": [sum(e[2] - e[1] for e in events) for _, events in prog.timeline],
+            "step_seconds": statistics.median(spans), "timeline": prog.timeline_text(60).splitlines()}
 
 
 def _size(stage, name: str) -> int:
@@ -80,15 +78,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    model, loss_fn, batch = train_step.gpt(n_layer=args.layers, batch=args.batch, seq=16, d_model=64)
-    results = {"model": f"GPT {args.layers} blocks, batch {args.batch}, seq 16, d_model 64", "stages": 2,
-               "microbatches": args.microbatches, "pipeline": [], "spmd": {}}
+    model, loss_fn, batch = train_step.gpt(n_layer=args.layers, batch=args.batch, seq=args.seq,
+                                           d_model=args.d_model, vocab=256)
+    results = {"model": f"GPT {args.layers} blocks, batch {args.batch}, seq {args.seq}, d_model {args.d_model}, "
+                        "vocabulary 256", "stages": 2, "microbatches": args.microbatches, "pipeline": [], "spmd": {}}
     for schedule in ("gpipe", "1f1b"):
-        results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, schedule, args.microbatches,
-                                                     args.layers))
+        results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, schedule, args.microbatches))
     for strategy in ("data", "fsdp"):
         results["spmd"][strategy] = {"step_seconds": _spmd_seconds(model, loss_fn, batch, strategy,
                                                                    args.microbatches)}

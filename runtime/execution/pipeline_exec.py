@@ -53,7 +53,7 @@ def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Ca
             if events is not None:
                 events.append((ins["callee"], start, time.perf_counter()))
         elif op == "zeros":
-            env[ins["result"]] = np.zeros(ins["shape"], dtypes.parse_dtype(ins["dtype"]))
+            env[ins["result"]] = np.zeros(ins.get("local_shape", ins["shape"]), dtypes.parse_dtype(ins["dtype"]))
         elif op == "add":
             a, b = (env[v] for v in ins["operands"])
             env[ins["result"]] = a + b

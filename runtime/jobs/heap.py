@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from pathlib import Path
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -46,3 +47,24 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES), (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES), (M_MMAP_MAX, 0))
     return all([bool(mallopt(parameter, value)) for parameter, value in settings])
+
+
+def resident_bytes() -> tuple[int, int]:
+    """(resident bytes now, their peak since the process started or `reset_resident_peak`) of this process:
+    Linux's VmRSS and VmHWM (/proc/self/status); (0, 0) where there is none."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return 0, 0
+    found = {k: int(v.split()[0]) * 1024 for k, _, v in (line.partition(":") for line in lines)
+             if k in ("VmRSS", "VmHWM")}
+    return found.get("VmRSS", 0), found.get("VmHWM", 0)
+
+
+def reset_resident_peak() -> None:
+    """Make this process's resident peak (VmHWM) its resident bytes now (Linux: 5 into /proc/self/clear_refs);
+    nothing where that cannot be done."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass

@@ -7,7 +7,8 @@ parameter, buffer and optimizer state value, global) and `steps.npz` (each step'
 hyperparameters). Each rank plays the device whose pipeline coordinate is its stage: it runs its stage's
 programs over the devices of its stage (a communicator per stage, on the mesh's other axes) and sends to and
 receives from the ranks at the other stages' coordinates with its own other coordinates. After the steps,
-rank 0 writes `losses.npy` and `final.npz` (the state, assembled). Any failing rank aborts the job.
+rank 0 writes `losses.npy`, `final.npz` (the state, assembled) and `timeline.json` (each rank's calls in the last
+step, and how much its resident peak grew during the steps). Any failing rank aborts the job.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from ..execution.blocks import take_block
 from ..execution.executor import RankExecutor, kernel_sources, load_kernels
 from ..execution.pipeline_exec import MpiTransport, run_mpi
 from ..simulation.simulator import assemble
-from .heap import keep_freed_memory
+from .heap import keep_freed_memory, reset_resident_peak, resident_bytes
 from .mpiexec import run_spmd
 from .rank import run_rank
 
 PLAN_FILE = "plan.json"
-TIMELINE_FILE = "timeline.json"  # the last step's calls per rank: [[stage, [[callee, start, end], ...]], ...]
+TIMELINE_FILE = "timeline.json"  # per rank: [stage, [[callee, start, end], ...] (the last step's calls), peak]
 
 
 def write_pipeline_job(job_dir: Path, plan: dict, graphs: dict[str, KernelGraph], state: dict[str, np.ndarray],
@@ -85,8 +86,8 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
     executors = {c: RankExecutor(graphs[c], group, kernel_sources=json.loads(
         (job_dir / f"kernels_{c}.json").read_text())) for c in callees}
     reads, writes = _placement(stage, graphs)
-    for ins in stage["instructions"]:
-        if ins["op"] == "recv" and ins["result"] in reads:
+    for ins in stage["instructions"]:  # received values and zeros: blocks shaped as their first reader takes them
+        if ins["op"] in ("recv", "zeros") and ins["result"] in reads:
             callee, position = reads[ins["result"]]
             ins["local_shape"] = list(graphs[callee].values[graphs[callee].args[position]].local_shape)
     state = dict(np.load(job_dir / "state.npz"))
@@ -103,6 +104,9 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
     losses: list[float] = []
     resident: dict[str, np.ndarray] = {}  # name -> this rank's block of a result that is the next step's argument
     returned = stage["instructions"][-1]["operands"]
+    comm.Barrier()
+    reset_resident_peak()
+    before = resident_bytes()[0]
     for number in range(len(steps)):
         values = {**state, **steps[number]}
         args = _stage_args(stage, values, resident, reads, graphs, sub_rank)
@@ -117,6 +121,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
             else:
                 raise RunError(f"stage {index}: result {name} is laid out unlike its argument; tile the result "
                                "like the argument")
+    grown = resident_bytes()[1] - before  # the steps' resident peak beyond the state and kernels held before
     final = {}
     for name, value in zip(stage["results"], returned):
         if name == "loss":
@@ -128,7 +133,7 @@ def run_pipeline_job(job_dir: Path, comm) -> None:
             final[name] = assemble(graph.mesh, graph.result_dists[at], gathered, name, graph.result_shape(at))
     for executor in executors.values():
         executor.close()
-    timelines = comm.gather((index, events), root=0)  # the last step's calls, on every rank
+    timelines = comm.gather((index, events, grown), root=0)
     finals = comm.gather((final, losses) if sub_rank == 0 else None, root=0)
     if rank == 0:
         merged: dict[str, np.ndarray] = {}
@@ -169,16 +174,17 @@ def _same_dist(stage: dict, graphs: dict, reads: dict, writes: dict, name: str, 
 
 def launch_pipeline(job_dir: Path, ranks: int, *, timeout: float = 600, mpiexec: str | None = None):
     """Run the job written in `job_dir` on `ranks` ranks: (losses, final state by name, the last step's
-    timeline: per rank, its stage and its calls as (callee, start, end) seconds of a clock all ranks share)."""
+    timeline: per rank, its stage and its calls as (callee, start, end) seconds of a clock all ranks share,
+    and per rank the bytes its resident peak (VmHWM) grew by during the steps)."""
     done = run_spmd(ranks, [sys.executable, "-m", "slicer.runtime.jobs.pipeline_job", str(job_dir)], timeout=timeout,
                     mpiexec=mpiexec)
     if done.returncode != 0:
         raise RunError(f"the pipelined job failed on {ranks} ranks (exit {done.returncode}):\n"
                        f"{done.stderr.strip()[-4000:]}")
     final = dict(np.load(job_dir / "final.npz"))
-    timeline = [(stage, [tuple(e) for e in events])
-                for stage, events in json.loads((job_dir / TIMELINE_FILE).read_text())]
-    return [float(x) for x in np.load(job_dir / "losses.npy")], final, timeline
+    ranks_seen = json.loads((job_dir / TIMELINE_FILE).read_text())
+    timeline = [(stage, [tuple(e) for e in events]) for stage, events, _ in ranks_seen]
+    return [float(x) for x in np.load(job_dir / "losses.npy")], final, timeline, [g for _, _, g in ranks_seen]
 
 
 def main(argv: list[str] | None = None) -> None:

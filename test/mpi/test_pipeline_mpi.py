@@ -1,7 +1,7 @@
 """Pipeline parallelism on 2 MPI ranks: a GPT cut into 2 stages (`strategies.pipeline`, 1F1B, 4 micro-batches),
 each rank running its stage's programs and sending activations and gradients to the other; 3 AdamW steps equal
 torch's accumulation loop over the same micro-batches on the whole model (losses and every parameter within
-1e-5). (In process, SGD: test/unit/pipelining/test_pipeline_program.py.)"""
+1e-5); and with Megatron over a second axis on 4 ranks. (In process, SGD: test/unit/pipelining/.)"""
 
 import pytest
 
@@ -27,12 +27,15 @@ def test_two_stages_on_two_ranks_equal_torch():
 
 
 @pytest.mark.slow
-def test_two_stages_times_two_way_data_parallel_on_four_ranks_equal_torch():
-    """Pipeline over p composed with data parallel over x (4 ranks, oversubscribed: correctness only): each
-    stage's programs split the micro-batch over x, the activations cross between the ranks of equal x."""
+def test_two_stages_times_two_way_megatron_on_four_ranks_equal_torch():
+    """Pipeline over p composed with Megatron over x (4 ranks, oversubscribed: correctness only): each stage's
+    MLPs split over x (c_fc by output features, c_proj by input features); the activations, the saved values and
+    the accumulated gradients pass between the stage's programs in one layout, and the activations between the
+    ranks of equal x. (Data parallel over x takes the same stage layouts.)"""
     model, loss_fn, batch = pipeline.train_step.gpt(n_layer=2, batch=8)
     optimizer = slicer.SGD(0.1, momentum=0.9)
+    mlp = {"column": ["blocks.*.mlp.c_fc.*"], "row": ["blocks.*.mlp.c_proj.weight"]}
     _, prog = pipeline.pipelined(model, loss_fn, batch, optimizer, split=["blocks.1"], microbatches=2,
-                                 mesh=slicer.Mesh(p=2, x=2), strategy=lambda step: st.data_parallel(step, "x"))
+                                 mesh=slicer.Mesh(p=2, x=2), strategy=lambda step: st.megatron(step, "x", **mlp))
     loss_error, state_error, _ = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2, ranks=4)
     assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)

@@ -120,7 +120,7 @@ def split_forward(torch, model, loss_fn, names: list[str], values: list, count: 
 
     with stage_marks(torch, model, points):
         try:
-            graph = make_fx(forward, tracing_mode="real")(*values)
+            graph = make_fx(forward, tracing_mode="fake")(*values)
         except FrontendError:
             raise
         except Exception as exc:

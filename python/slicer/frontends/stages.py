@@ -10,6 +10,7 @@ them).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from .stage_balance import balanced_split, unit_costs
 from .stage_programs import StagePrograms, stage_programs
 from .stage_split import StageGraph, Transfer, split_forward, split_points
 from .torch_import import load_torch
+
+LOWERING_THREADS = 2  # torch-mlir-opt children running while the next stage program is traced
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,10 @@ def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | No
     hyper = {n: torch.tensor(v, dtype=torch.float64)
              for n, v in optimizer.hyperparameter_values(0, at_import=True).items()}
     last = len(graphs) - 1
-    programs = tuple(stage_programs(torch, fx, g, transfers, values, set(origin.batch_names), set(trained),
-                                    optimizer, microbatches, state, hyper, g.index == last) for g in graphs)
+    with ThreadPoolExecutor(max_workers=LOWERING_THREADS) as pool:  # torch-mlir's lowerings beside the tracing
+        pending = [stage_programs(torch, fx, g, transfers, values, set(origin.batch_names), set(trained), optimizer,
+                                  microbatches, state, hyper, g.index == last, pool) for g in graphs]
+        programs = tuple(p() for p in pending)
     return programs, tuple(transfers.values()), tuple(points)
 
 

@@ -128,7 +128,7 @@ def tracing_table(torch) -> dict:
     return {**decompositions(torch), **stateful_decompositions(torch)}
 
 
-def trace(torch, function, args, what: str = "the traced program"):
+def trace(torch, function, args, what: str = "the traced program", *, lines: bool = True):
     """The aten graph (`torch.fx.GraphModule`) of `function(*args)`, traced by running it with gradients enabled
     (make_fx) on fake copies of `args`, else on `args` themselves (`TRACING_MODES`). Raises FrontendError if the
     graph writes into one of its arguments (a buffer updated in training mode: Slicer's programs are functions of
@@ -140,11 +140,12 @@ def trace(torch, function, args, what: str = "the traced program"):
     results by tracing the aten graph again under `torch.func.functionalize`. Not the function itself: that is a
     functorch transform, inside which `torch.autograd.grad` on tensors made to require grad is refused. The graph
     runs node by node (`torch.fx.Interpreter`) with its nodes' metadata preserved, so the new nodes keep the
-    stacks of the ones they come from."""
+    stacks of the ones they come from. `lines` False: no Python stacks recorded (a function that is an aten
+    graph already, whose stacks would name fx's generated code, not the model's lines)."""
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    graph = _make_fx(torch, make_fx, function, args)
+    graph = _make_fx(torch, make_fx, function, args, lines=lines)
     mutating = [node for node in graph.graph.nodes if _schema(node) is not None and _schema(node).is_mutable]
     for node in mutating:
         written = _written_argument(node)
@@ -157,7 +158,8 @@ def trace(torch, function, args, what: str = "the traced program"):
     if mutating:
         run = torch.fx.Interpreter(graph).run
         with fx_traceback.preserve_node_meta():
-            graph = _make_fx(torch, make_fx, torch.func.functionalize(run, remove="mutations"), args, grad=False)
+            graph = _make_fx(torch, make_fx, torch.func.functionalize(run, remove="mutations"), args, grad=False,
+                             lines=lines)
     return graph
 
 
@@ -171,16 +173,16 @@ depends on the data (a boolean mask): there the fake graph has a symbolic size w
 example's, which is what Slicer's static shapes need."""
 
 
-def _make_fx(torch, make_fx, function, args, *, grad: bool = True):
+def _make_fx(torch, make_fx, function, args, *, grad: bool = True, lines: bool = True):
     """make_fx's graph of `function(*args)`, in the first of `TRACING_MODES` that traces it with static shapes;
     the last mode's error if none does. `grad`: with gradients enabled and decomposed (the
     function itself: the aten table and the composite functions, `composites.py`), else as it is (its aten
-    graph traced again, see `trace`)."""
+    graph traced again, see `trace`). `lines`: record each node's Python stack."""
     from torch._subclasses import fake_tensor  # optional dependency, like torch itself
     from torch.fx import traceback as fx_traceback  # optional dependency, like torch itself
 
     options: dict[str, object] = {"decomposition_table": tracing_table(torch)} if grad else {}
-    options["record_stack_traces"] = True  # the model's lines (`located_backward`)
+    options["record_stack_traces"] = lines  # the model's lines (`located_backward`)
 
     @contextlib.contextmanager
     def context():
@@ -292,7 +294,12 @@ def _written_argument(node) -> int | None:
 def import_graph(fx, graph, what: str) -> str:
     """torch-mlir's linalg for an aten graph from `trace` (its placeholders become the arguments, in order),
     lowered in a child process like `export`'s."""
-    return lower(fx.stateless_fx_import(graph, output_type="raw", model_name=ENTRY), what)
+    return lower(torch_dialect(fx, graph), what)
+
+
+def torch_dialect(fx, graph):
+    """torch-mlir's raw import of an aten graph from `trace` (torch dialect; `lower` makes it linalg)."""
+    return fx.stateless_fx_import(graph, output_type="raw", model_name=ENTRY)
 
 
 def finish(text: str, what: str, arg_names, result_names=(), *, cleanup: bool = True, training: bool = False,

@@ -8,7 +8,8 @@
       "slicer.send"(%7) {mesh_axis = "p", peer = 0 : i64, tag = 1 : i64} : (tensor<2x8x32xf32>) -> ()
 
 Each stage's function runs its works in the schedule's order: a forward receives what its stage reads from
-earlier stages, calls the stage's forward and sends what later stages read; a backward receives the gradients
+earlier stages, calls the stage's forward and sends what later stages read (and keeps what its backward reads,
+`saved`); a backward receives the gradients
 of what it sent (summed over the stages that read it), calls the stage's backward (which accumulates the
 parameters' gradients, from zeros) and sends the gradients of what it received; after the last work each of
 its model chunks calls its update once. The micro-batches of the batch are separate arguments (`<name>.m<i>`);
@@ -59,6 +60,7 @@ class StageFunctions:
     batch: tuple[str, ...]
     received: tuple[str, ...]
     sent: tuple[str, ...]
+    saved: tuple[str, ...]  # the forward's results after the sent values, the backward's arguments
     owned: tuple[str, ...]  # parameters and buffers, as the forward takes them
     state: tuple[str, ...]  # optimizer state
     hyper: tuple[str, ...]
@@ -125,7 +127,7 @@ def _stage_function(schedule: PipelineSchedule, physical: int, stages, links: di
         stage = stages[schedule.virtual_stage(physical, work.chunk)]
         m = work.microbatch
         values = {**env, **{n: env[f"{n}.m{m}"] for n in stage.batch},
-                  **{n: env[(n, m)] for n in stage.received if (n, m) in env}}
+                  **{n: env[(n, m)] for n in (*stage.received, *stage.saved) if (n, m) in env}}
         if work.kind == BACKWARD:
             _backward(body, stage, links, tags, axis, peer, values, env, m)
             continue
@@ -136,6 +138,8 @@ def _stage_function(schedule: PipelineSchedule, physical: int, stages, links: di
         outs = _call(body, "forward", stage, values)
         if stage.index == last:
             loss = outs[0] if loss is None else _add(body, loss, outs[0], stage.forward.results[0][1])
+        for name, value in zip(stage.saved, outs[len(outs) - len(stage.saved):]):
+            env[(name, m)] = value
         for name, value in zip(stage.sent, outs):
             for target in links[name].targets:
                 body.emit(f'"{N.SEND}"({value}) {_p2p(axis, peer[target], tags[(name, target, 0, m)])} : '

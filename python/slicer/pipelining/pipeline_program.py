@@ -47,6 +47,7 @@ class PipelineProgram:
     stages: tuple
     split: tuple = ()  # the split points used (found by the cost model for stages=N)
     timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end), ...])
+    resident_growth: list | None = None  # the last MPI run: per rank, bytes its resident peak grew by in the steps
 
     def explain(self) -> str:
         """The schedule per stage, its bubble fraction and each stage's activations held at the peak."""
@@ -65,12 +66,26 @@ class PipelineProgram:
         ideal = (s - 1) / (m + s - 1)
         lines.append(f"bubble: {run.bubble:.3f} of the stages' time (forward 1, backward 2; (S-1)/(M+S-1) = "
                      f"{ideal:.3f})")
-        for stage, peak in enumerate(run.peak):
-            received = sum(int(np.prod(t.shape)) * _itemsize(t.dtype) for v in self.stage_programs
-                           if v.index % s == stage for t in v.received)
-            lines.append(f"stage {stage}: at most {peak} micro-batch(es) in flight, holding {peak} x "
-                         f"{received} bytes of received activations (the backward recomputes the rest)")
+        for stage, (peak, held) in enumerate(zip(run.peak, self.held_bytes())):
+            lines.append(f"stage {stage}: at most {peak} micro-batch(es) in flight, holding {peak} x {held} bytes "
+                         "of activations per device (received, and saved by the forward for the backward)")
         return "\n".join(lines)
+
+    def held_bytes(self) -> list[int]:
+        """Per stage, the bytes per device it keeps for one micro-batch from its forward to its backward: the
+        values it received and those its forward saved (arguments of its backward; averaged over its model
+        chunks)."""
+        held = []
+        for stage in range(self.schedule.stages):
+            chunks = [v for v in self.stage_programs if v.index % self.schedule.stages == stage]
+            total = 0
+            for v in chunks:
+                kept = {*v.saved, *(t.name for t in v.received)}
+                report = self.programs[f"backward_{v.index}"].memory()
+                total += sum(b.bytes_per_device for b, name in zip(report.arguments, v.backward.arg_names)
+                             if name in kept)
+            held.append(total // max(1, len(chunks)))
+        return held
 
     def measured_bubble(self) -> float:
         """The idle fraction of the stages' time in the last MPI run's last step (`timeline`): 1 - the ranks'
@@ -102,24 +117,22 @@ class PipelineProgram:
 
     def memory(self) -> list[dict[str, int]]:
         """Bytes per device of each stage: its parameters, buffers and optimizer state (`state`), its
-        accumulated gradients (`gradients`), the received activations it holds at the schedule's peak
-        (`activations`: micro-batches in flight x their bytes per device) and the largest peak of one of its
+        accumulated gradients (`gradients`), the activations it holds at the schedule's peak
+        (`activations`: micro-batches in flight x `held_bytes`) and the largest peak of one of its
         programs beyond its arguments (`working`: the forward, backward or update running), and their sum
         (`peak`): what the stage needs at most while it runs."""
         run = self.schedule.verify()
+        held = self.held_bytes()
         reports = {name: program.memory() for name, program in self.programs.items()}
         figures = []
         for stage in range(self.schedule.stages):
             chunks = [v for v in self.stage_programs if v.index % self.schedule.stages == stage]
             mine = {n: r for n, r in reports.items() if int(n.rsplit("_", 1)[1]) in {v.index for v in chunks}}
             update = [reports[f"update_{v.index}"] for v in chunks]
-            held = [(b.bytes_per_device, role) for r in update for b, role in zip(r.arguments, r.roles)]
-            state = sum(size for size, role in held if role in ("parameter", "buffer", "state"))
-            grads = sum(size for size, role in held if role == "input")
-            forward = [reports[f"forward_{v.index}"] for v in chunks]
-            received = sum(b.bytes_per_device for r, v in zip(forward, chunks) for b, name in
-                           zip(r.arguments, v.forward.arg_names) if name in {t.name for t in v.received})
-            activations = run.peak[stage] * received // max(1, len(chunks))
+            owned = [(b.bytes_per_device, role) for r in update for b, role in zip(r.arguments, r.roles)]
+            state = sum(size for size, role in owned if role in ("parameter", "buffer", "state"))
+            grads = sum(size for size, role in owned if role == "input")
+            activations = run.peak[stage] * held[stage]
             working = max(r.peak - r.argument_bytes for r in mine.values())
             figures.append({"stage": stage, "state": state, "gradients": grads, "activations": activations,
                             "working": working, "peak": state + grads + activations + working})
@@ -161,7 +174,8 @@ class PipelineProgram:
             graphs = {name: program.graph for name, program in self.programs.items()}
             with tempfile.TemporaryDirectory(prefix="slicer-pipeline-") as job:
                 write_pipeline_job(Path(job), plan, graphs, state, steps)
-                losses, final, self.timeline = launch_pipeline(Path(job), ranks, timeout=timeout)
+                losses, final, self.timeline, self.resident_growth = launch_pipeline(Path(job), ranks,
+                                                                                     timeout=timeout)
             return losses, {**{k: v for k, v in state.items() if k in final}, **final}
         return self._train_here(state, steps)
 
@@ -190,10 +204,6 @@ def _shape(step, stage, name: str) -> tuple[int, ...]:
     program = stage.update
     position = program.arg_names.index(name) - program.num_inputs
     return tuple(np.shape(program.parameters[position]))
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}.get(dtype, 4)
 
 
 __all__ = ["PipelineProgram"]

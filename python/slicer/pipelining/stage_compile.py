@@ -31,7 +31,7 @@ from slicer.tactics import Replicate, Tactic, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 
 from .pipeline_program import PipelineProgram
-from .stage_layouts import stage_tactics, tiles_of
+from .stage_layouts import check_passed_types, stage_tactics, tiles_of
 
 KINDS = ("forward", "backward", "update")
 
@@ -43,6 +43,20 @@ def _signature(program: ImportedProgram) -> CalleeSignature:
         args = tuple(zip(program.arg_names, (str(t) for t in ftype.inputs)))
         results = tuple(zip(program.result_names, (str(t) for t in ftype.results)))
     return CalleeSignature(args, results)
+
+
+def _compiled(program: ImportedProgram, mesh: Mesh, tactics: list[Tactic], forward, compile_program: Callable):
+    """`program` compiled on `mesh` with `tactics`; a stage's `forward` (its StagePrograms, else None) again
+    with its sent and saved results that came out as partial sums replicated (summed in the program: the
+    stages exchange whole or tiled values only)."""
+    prog = compile_program(program, mesh=mesh, tactics=tactics)
+    if forward is None:
+        return prog
+    crossing = {*(t.name for t in forward.sent), *forward.saved}
+    partial = [n for n, d in zip(program.result_names, prog.graph.result_dists) if n in crossing and d.partial]
+    if not partial:
+        return prog
+    return compile_program(program, mesh=mesh, tactics=tactics + [Replicate(result=n) for n in partial])
 
 
 def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic | Pipeline],
@@ -74,29 +88,31 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     others = [t for t in tactics if not isinstance(t, Pipeline)]
     unknown = [t for t in others if not isinstance(t, (Tile, Replicate))]
     if unknown:
-        raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (each stage's backward "
-                           "already recomputes the stage's forward from its received values)")
+        raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (the values "
+                           "passed between the stages' programs are tiled or replicated, nothing else)")
     compiled: dict = {}
     functions: list[StageFunctions] = []
     crossing: dict[str, list[Tactic]] = {}
     for stage in stages:
         for kind in KINDS:
             program = getattr(stage, kind)
-            compiled[f"{kind}_{stage.index}"] = prog = compile_program(
-                program, mesh=sub_mesh, tactics=stage_tactics(program, others, step.arg_names, crossing))
+            compiled[f"{kind}_{stage.index}"] = prog = _compiled(program, sub_mesh, stage_tactics(
+                program, others, step.arg_names, crossing), stage if kind == "forward" else None, compile_program)
             if kind == "forward":
-                for transfer in stage.sent:
-                    at = program.result_names.index(transfer.name)
-                    crossing[transfer.name] = tiles_of(transfer.name, prog.graph.result_dists[at])
+                for name in (*(t.name for t in stage.sent), *stage.saved):
+                    at = program.result_names.index(name)
+                    crossing[name] = tiles_of(name, prog.graph.result_dists[at])
         signatures = {kind: _signature(getattr(stage, kind)) for kind in KINDS}
         functions.append(StageFunctions(stage.index, signatures["forward"], signatures["backward"],
                                         signatures["update"], stage.batch, tuple(t.name for t in stage.received),
-                                        tuple(t.name for t in stage.sent), (*stage.parameters, *stage.buffers),
+                                        tuple(t.name for t in stage.sent), stage.saved,
+                                        (*stage.parameters, *stage.buffers),
                                         stage.state, stage.hyper))
     types = {name: typ for f in functions for name, typ in f.forward.results}
     links = tuple(Link(t.name, t.source, t.targets, types[t.name], t.differentiable) for t in transfers)
     text = build_module(schedule, tuple(functions), links, pipeline.axis)
     lowered = lower_module(text)
+    check_passed_types(lowered, compiled)
     return PipelineProgram(step, mesh, pipeline, schedule, stages, compiled, text, lowered, points)
 
 

@@ -9,7 +9,11 @@ ZeRO, Megatron over the other axes):
 - each argument no tactic names: replicated, except an accumulated gradient `grad.<p>`, laid out as `p`, and a
   received value or its gradient, laid out as the sending stage's forward made it (that forward is compiled
   first; its result's distributed type is read back and written as tiles);
-- the loss: replicated; a received value's gradient (a backward's result): as the value.
+- the loss: replicated; a received value's gradient (a backward's result): as the value; an accumulated
+  gradient (a backward's result): as its parameter;
+- a value the forward sends or saves and that its partitioned program would return as a partial sum: replicated
+  (summed in the forward, `stage_compile.py`).
+`check_passed_types` then checks both ends of every value passed between a stage's programs.
 """
 
 from __future__ import annotations
@@ -82,7 +86,40 @@ def stage_tactics(program: ImportedProgram, user: Sequence[Tactic], step_names: 
             tactics.append(Replicate(result=name))
         elif name.startswith(GRAD) and base in transfers:
             tactics += _as(transfers[base], name, result=True)
+        elif name.startswith(GRAD) and base in on_step:
+            tactics += _as(on_step[base], name, result=True)
     return tactics
 
 
-__all__ = ["stage_tactics", "tiles_of"]
+def check_passed_types(stages, programs: dict) -> None:
+    """CompileError unless every value one of a stage's programs returns and another reads (`stages`: the
+    lowered stages, `mpmd.instructions`; `programs`: callee -> compiled program) has the same distributed type
+    at both ends: the runtime hands each rank's block over as it is."""
+    for stage in stages:
+        made: dict[int, tuple[str, int]] = {}
+        first: dict[int, tuple[str, int, object]] = {}  # a stage argument -> its first reader and its layout there
+        for ins in stage.instructions:
+            if ins["op"] != "call":
+                continue
+            graph = programs[ins["callee"]].graph
+            for position, value in enumerate(ins["operands"]):
+                dist = graph.values[graph.args[position]].dist
+                if value < len(stage.args):
+                    callee, at, seen = first.setdefault(value, (ins["callee"], position, dist))
+                    if seen != dist:
+                        raise CompileError(f"pipeline: stage {stage.index} reads its argument {stage.args[value]} "
+                                           f"as {seen} in {callee} and as {dist} in {ins['callee']} (an argument "
+                                           "a program does not use is left replicated there); the stage's ranks "
+                                           "hold one block of it: such a combination cannot be pipelined yet")
+                if value not in made:
+                    continue
+                source, at = made[value]
+                given, wanted = programs[source].graph.result_dists[at], graph.values[graph.args[position]].dist
+                if given != wanted:
+                    raise CompileError(f"pipeline: stage {stage.index} passes result #{at} of {source} ({given}) "
+                                       f"to {ins['callee']} as argument #{position}, which takes {wanted}; "
+                                       "lay out the value alike in both (a tactic on the step's argument)")
+            made.update({value: (ins["callee"], at) for at, value in enumerate(ins["results"])})
+
+
+__all__ = ["check_passed_types", "stage_tactics", "tiles_of"]

@@ -17,12 +17,14 @@ def _stage(index: int, last: bool) -> StageFunctions:
     batch = ("x",) if index == 0 else ()
     front = [("x", ACT)] if index == 0 else [("s0.0", ACT)]
     grads_in = [] if last else [("grad.s0.0", ACT)]
-    forward = CalleeSignature((*front, ("w", W)), (("loss", LOSS),) if last else (("s0.0", ACT),))
+    saved = f"s{index}.saved.0"  # an activation the forward keeps for the backward
+    forward = CalleeSignature((*front, ("w", W)), ((("loss", LOSS),) if last else (("s0.0", ACT),)) + ((saved, ACT),))
     back_results = (([("grad.s0.0", ACT)] if index else []) + [(f"grad.w{index}", W)])
-    backward = CalleeSignature((*front, *grads_in, ("w", W), (f"grad.w{index}", W)), tuple(back_results))
+    backward = CalleeSignature((*front, (saved, ACT), *grads_in, ("w", W), (f"grad.w{index}", W)),
+                               tuple(back_results))
     update = CalleeSignature(((f"grad.w{index}", W), ("w", W), ("lr", "tensor<f64>")), (("w", W),))
-    return StageFunctions(index, forward, backward, update, batch, received, () if last else ("s0.0",), ("w",), (),
-                          ("lr",))
+    return StageFunctions(index, forward, backward, update, batch, received, () if last else ("s0.0",), (saved,),
+                          ("w",), (), ("lr",))
 
 
 def _module(schedule: str = "1f1b", microbatches: int = 3) -> str:
