@@ -9,7 +9,7 @@ against plain mpi4py on contiguous buffers of the same bytes and against XLA run
     python benchmarks/collectives.py --compare before.json after.json     # saved runs side by side
 
 The driver runs without MPI. Each round, for each rank count, it starts one MPI job (`mpiexec -n N`, through
-`slicer.runtime.mpiexec`, so oversubscribed ranks sleep instead of spinning) running this file as a worker,
+`slicer.runtime.jobs.mpiexec`, so oversubscribed ranks sleep instead of spinning) running this file as a worker,
 then one process with JAX on N CPU devices (`xla_reshard.py`, skipped with a message when JAX is missing):
 measurements of both systems are interleaved in time, and the reported time is the median over rounds of
 each round's median over `--reps` repetitions (each repetition: a barrier, then `--inner` back-to-back
@@ -118,10 +118,10 @@ def _one_step_plan(mesh, shape, src, dst):
 
 
 def _executor_module():
-    """The plan executor's module: `slicer.runtime.plan_executor`, or in a checkout from before the move
+    """The plan executor's module: `slicer.runtime.collectives.plan_executor`, or in a checkout from before the move
     (``--before``) `slicer.redistribution.mpi_exec`."""
     try:
-        from slicer.runtime import plan_executor
+        from slicer.runtime.collectives import plan_executor
         return plan_executor
     except ImportError:
         from slicer.redistribution import mpi_exec
@@ -129,10 +129,11 @@ def _executor_module():
 
 
 def _packing_module():
-    """The packing module (`slicer.runtime.mpi_packing`, or `slicer.redistribution.packing` before the move)."""
+    """The packing module (`slicer.runtime.collectives.mpi_packing`, or `slicer.redistribution.packing` before the
+    move)."""
     try:
-        from slicer.runtime import packing
-        return packing
+        from slicer.runtime.collectives import mpi_packing
+        return mpi_packing
     except ImportError:
         from slicer.redistribution import packing
         return packing
@@ -324,7 +325,7 @@ def packing(args) -> None:
     """How to pack: numpy element-wise strided copy vs whole runs as `void` elements vs one memcpy of the same
     bytes (one process); and MPI vector datatypes vs packing (MPI jobs)."""
     Chunks = _packing_module().Chunks
-    from slicer.runtime.mpiexec import run_spmd
+    from slicer.runtime.jobs.mpiexec import run_spmd
 
     def median_time(fn, reps=20):
         samples = []
@@ -366,7 +367,7 @@ def waiting(args) -> None:
     """MPICH spinning vs sleeping while a rank waits (SLICER_MPI_YIELD=0/1), interleaved: plain MPI calls and
     sequence-parallel attention (examples/mha.mlir, arg0.0=x) run by the runtime."""
     import slicer
-    from slicer.runtime.mpiexec import run_spmd
+    from slicer.runtime.jobs.mpiexec import run_spmd
 
     text = (HERE.parent / "examples" / "mha.mlir").read_text()
     rows = []
@@ -400,7 +401,7 @@ def waiting(args) -> None:
 
 # -- driver -----------------------------------------------------------------------------------------------
 def run_mpi(ranks: int, args, cases_file: str) -> dict:
-    from slicer.runtime.mpiexec import run_spmd
+    from slicer.runtime.jobs.mpiexec import run_spmd
     env = {"SLICER_COLLECTIVES": args.strategy}
     if args.before:
         env["PYTHONPATH"] = os.pathsep.join([args.before, os.environ.get("PYTHONPATH", "")])

@@ -252,9 +252,9 @@ def slicer_worker(job: str) -> None:
 
     # The runtime's executor (one import site: the lead may move it).
     from slicer.lowering.kernel_graph import KernelGraph
-    from slicer.runtime.blocks import read_block
-    from slicer.runtime.executor import RankExecutor
-    from slicer.runtime.simulator import assemble
+    from slicer.runtime.execution.blocks import read_block
+    from slicer.runtime.execution.executor import RankExecutor
+    from slicer.runtime.simulation.simulator import assemble
 
     job_dir = Path(job)
     graph = KernelGraph.from_json((job_dir / "graph.json").read_text())
@@ -343,8 +343,8 @@ class Contender:
 
 def slicer_contender(name: str, ranks: int, arrays: list[np.ndarray], job: Path) -> Contender:
     import slicer
-    from slicer.runtime.executor import load_kernels
-    from slicer.runtime.mpiexec import find_mpiexec
+    from slicer.runtime.execution.executor import load_kernels
+    from slicer.runtime.jobs.mpiexec import find_mpiexec
 
     text, tactics, _ = program(name)
     start = time.perf_counter()
@@ -369,7 +369,7 @@ def compile_times(name: str = "mha", ranks: int = 2) -> dict:
     """Partition + kernel compile of `name`, cold (empty cache) and cached, each in a fresh process."""
     script = (
         "import sys, time\nstart = time.perf_counter()\nimport slicer\n"
-        "from slicer.runtime.executor import load_kernels\n"
+        "from slicer.runtime.execution.executor import load_kernels\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\nfrom end_to_end import program\n"
         "imported = time.perf_counter()\n"
         f"text, tactics, _ = program({name!r})\n"
@@ -402,7 +402,7 @@ def main() -> None:
     if args.small and os.environ.get(SMALL_ENV) != "1":  # the sizes are read at import: start again with them
         os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], dict(os.environ, **{SMALL_ENV: "1"}))
     if args.slicer_worker:
-        from slicer.runtime.rank import run_rank
+        from slicer.runtime.jobs.rank import run_rank
 
         run_rank(lambda comm: slicer_worker(args.slicer_worker))
         return

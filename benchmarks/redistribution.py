@@ -19,7 +19,7 @@ from reshard_suite import cases
 from slicer.redistribution import plan
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
-from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.collectives.plan_executor import MeshExecutor
 
 
 def timed(comm, executor, p, block, reps):

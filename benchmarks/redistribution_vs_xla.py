@@ -35,7 +35,7 @@ from slicer.core.host import host_cores
 from slicer.redistribution import AllSlice, DistType, Mesh, plan
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import block_slices
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -116,7 +116,7 @@ def worker(reps: int) -> None:
     """Under mpiexec: time every case's plan with the MPI executor; rank 0 prints {name: median seconds}."""
     from mpi4py import MPI  # optional at import time: only the worker runs under MPI
 
-    from slicer.runtime.plan_executor import MeshExecutor
+    from slicer.runtime.collectives.plan_executor import MeshExecutor
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

@@ -3,6 +3,7 @@ none, full and save_dots on every block (`slicer.strategies.remat(step, "blocks.
 
     python benchmarks/remat.py --json remat.json                       # 12 blocks, data parallel on x=2
     python benchmarks/remat.py --strategy megatron --layers 4 --seq 128
+    python benchmarks/remat.py --auto-budget 100 --json remat-auto.json    # slicer.auto under 100 MiB too
 
 The model is examples/training/model.py's GPT (SGD with momentum), imported once. Per policy: the planned peak
 per device (`prog.memory()`, kernel-graph liveness) and its part beyond the arguments ("activations and
@@ -10,7 +11,9 @@ gradients"), the planned activations saved and recomputed (`prog.memory().remat`
 step in a session (after warm-up), and each rank's VmHWM (/proc, read before the session closes). The targets
 compare each policy with `none` in the same run: the activation peak ratio, the step time ratio, and the planned
 peak difference against the measured VmHWM difference (both with remat and without). Every policy's losses
-must be the same bits as `none`'s. Timings on a shared 2-core machine are noisy: compare ratios within a run.
+must be the same bits as `none`'s. With `--auto-budget MIB`: `slicer.auto(step, mesh, memory_budget=...)` too,
+its plan measured in the same run, against the fastest hand-written plan (the strategy with each policy) whose
+planned peak fits the budget. Timings on a shared 2-core machine are noisy: compare ratios within a run.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ def tactics_for(step, strategy: str, sizes: Sizes):
 
 
 def measure(step, mesh, tactics, policy: str, data, warmup: int) -> dict:
-    """Compile with `policy` on every block, plan, run the batches in a session on 2 ranks."""
+    """Compile with `policy` on every block (or, for "auto", `tactics` as `slicer.auto` gave them), plan, run
+    the batches in a session on 2 ranks."""
     start = time.perf_counter()
-    extra = st.remat(step, "blocks.*", policy) if policy != "none" else []
+    extra = st.remat(step, "blocks.*", policy) if policy not in ("none", "auto") else []
     prog = slicer.compile(step, mesh=mesh, tactics=tactics + extra)
     compiled = time.perf_counter() - start
     memory = prog.memory()
@@ -68,7 +72,7 @@ def compare(results: dict) -> dict:
     base = results["none"]
     out = {}
     for policy, r in results.items():
-        if policy == "none":
+        if policy in ("none", "auto"):
             continue
         planned = (base["planned_peak_bytes"] - r["planned_peak_bytes"]) / MIB
         measured = [b - m for b, m in zip(base["vmhwm_mib"], r["vmhwm_mib"], strict=True)]
@@ -80,6 +84,28 @@ def compare(results: dict) -> dict:
             "same_losses": r["losses"] == base["losses"],
         }
     return out
+
+
+def measure_auto(step, mesh, budget: int, data, warmup: int) -> dict:
+    """`slicer.auto` under `budget`: its search, then its plan measured like the hand-written ones."""
+    start = time.perf_counter()
+    found = slicer.auto(step, mesh, memory_budget=budget)
+    searched = time.perf_counter() - start
+    out = measure(step, mesh, list(found.tactics), "auto", data, warmup)
+    out.update(tactics=found.text(), search_s=searched, explain=found.explain())
+    print(f"auto: {found.text()} in {searched:.0f} s", file=sys.stderr)
+    return out
+
+
+def auto_vs_hand(results: dict, budget: int) -> dict:
+    """auto's measured step time against the fastest hand-written plan whose planned peak fits `budget`."""
+    hand = {p: r for p, r in results.items() if p != "auto" and r["planned_peak_bytes"] <= budget}
+    if not hand or "auto" not in results:
+        return {"fitting_hand_written": sorted(hand)}
+    best = min(hand, key=lambda p: hand[p]["step_s"])
+    return {"fitting_hand_written": sorted(hand), "best_hand_written": best,
+            "auto_tactics": results["auto"]["tactics"], "auto_peak_bytes": results["auto"]["planned_peak_bytes"],
+            "time_ratio": results["auto"]["step_s"] / hand[best]["step_s"]}
 
 
 def main(argv=None) -> None:
@@ -94,6 +120,7 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--auto-budget", type=float, help="also slicer.auto under this budget (MiB per device)")
     parser.add_argument("--json", help="write the results here (default: stdout)")
     args = parser.parse_args(argv)
     sizes = Sizes(n_layer=args.layers, d_model=args.d_model, n_head=args.heads, seq=args.seq, batch=args.batch,
@@ -109,8 +136,11 @@ def main(argv=None) -> None:
         print(f"{policy}: planned peak {r['planned_peak_bytes'] / MIB:.1f} MiB (activations "
               f"{r['planned_activation_bytes'] / MIB:.1f} MiB), step {r['step_s'] * 1e3:.0f} ms, VmHWM "
               f"{', '.join(f'{m:.0f}' for m in r['vmhwm_mib'])} MiB", file=sys.stderr)
+    if args.auto_budget:
+        results["auto"] = measure_auto(step, mesh, int(args.auto_budget * MIB), data, args.warmup)
     report = {"sizes": json.loads(sizes.to_json()), "strategy": args.strategy, "results": results,
-              "vs_none": compare(results) if "none" in results else {}}
+              "vs_none": compare(results) if "none" in results else {},
+              "auto_vs_hand": auto_vs_hand(results, int(args.auto_budget * MIB)) if args.auto_budget else {}}
     text = json.dumps(report, indent=1)
     if args.json:
         Path(args.json).write_text(text)
@@ -120,6 +150,10 @@ def main(argv=None) -> None:
         print(f"{policy} vs none: activations {c['activation_ratio']:.2f}x, step time {c['step_time_ratio']:.2f}x, "
               f"peak drop planned {c['planned_drop_mib']:.1f} MiB, measured "
               f"{', '.join(f'{m:.1f}' for m in c['measured_drop_mib'])} MiB, same losses {c['same_losses']}",
+              file=sys.stderr)
+    if report["auto_vs_hand"].get("best_hand_written"):
+        a = report["auto_vs_hand"]
+        print(f"auto ({a['auto_tactics']}) vs {a['best_hand_written']}: step time {a['time_ratio']:.2f}x",
               file=sys.stderr)
 
 

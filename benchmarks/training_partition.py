@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     import slicer
     from slicer.lowering import compile_kernels
-    from slicer.runtime.resources import human_bytes
+    from slicer.runtime.jobs.resources import human_bytes
 
     model, batch, loss_fn = build_model(args.model, args.depth, DIMS[args.dims])
     start = time.perf_counter()

@@ -72,7 +72,7 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
 
     import slicer
     from slicer.lowering import CollectiveNode, cut
-    from slicer.runtime.executor import kernel_sources, load_kernels
+    from slicer.runtime.execution.executor import kernel_sources, load_kernels
 
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved
@@ -105,7 +105,7 @@ def step_inputs(plan, number: int, batch) -> dict:
 
 def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
     """Run `job` on its ranks; every rank's report (`worker`)."""
-    from slicer.runtime.mpiexec import run_spmd
+    from slicer.runtime.jobs.mpiexec import run_spmd
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "job.pickle"
@@ -120,7 +120,7 @@ def run_job(job: dict, warmup: int, clock: str = "wall") -> list[dict]:
 def held_bytes(rank_program) -> dict:
     """What the rank's executor holds besides the blocks of values: MPI pack/receive buffers, shared-memory
     windows (this rank's part); and the resident state's blocks. (Collective outputs are blocks of values, new at
-    every run: `runtime/executor.py`.)"""
+    every run: `runtime/execution/executor.py`.)"""
     packed, slots = 0, {}
     for program in rank_program.executor.programs.values():
         packed += sum(b.nbytes for b in (program.send, program.recv) if b is not None)
@@ -136,10 +136,10 @@ def worker(path: str) -> None:
     from mpi4py import MPI
 
     from slicer.lowering import KernelGraph
-    from slicer.runtime.heap import keep_freed_memory
-    from slicer.runtime.resident import ResidentRank
+    from slicer.runtime.jobs.heap import keep_freed_memory
+    from slicer.runtime.state.resident import ResidentRank
 
-    keep_freed_memory()  # as a session's rank (runtime/rank_server.py)
+    keep_freed_memory()  # as a session's rank (runtime/jobs/rank_server.py)
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

@@ -34,7 +34,7 @@ from training_common import (
 import slicer
 from slicer import strategies
 
-RANK_PROGRAM = "slicer.runtime.rank_server"
+RANK_PROGRAM = "slicer.runtime.jobs.rank_server"
 
 
 def tactics_for(step, strategy: str, sizes: Sizes = Sizes()):

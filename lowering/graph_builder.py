@@ -231,7 +231,8 @@ class _Builder:
         views the weights at the top (a query weight reshaped per head). Gathered there, every layer's weight was
         held from the first kernel on: FSDP's GPT forward on 8 devices 1.32 MB against 0.79 MB, its layers' weights
         gathered one after the other. Moved, it is among the collectives before the kernel reading it, so kernels
-        and their cuts stay as they were; the runtime starts it one kernel ahead (`runtime.executor.schedule`)."""
+        and their cuts stay as they were; the runtime starts it one kernel ahead
+        (`runtime.execution.executor.schedule`)."""
         where = {op: i for i, op in enumerate(ops)}
         collectives = [i for i, op in enumerate(ops) if op.name in STEP_OF_IR]
         after: dict[int, list[int]] = {}  # a collective's position -> the ops moved after it

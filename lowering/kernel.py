@@ -42,7 +42,7 @@ module gains it from `asserts.checked_asserts`)."""
 def check_failed(kernel: str, number: int, messages: tuple[str, ...], outputs=None) -> KernelAssertionError:
     """The error for check `number` (1-based) of a kernel's module failing in a call of `kernel`. Its
     `outputs` are what the call wrote (it ran to the end: gathers read clamped indices, `asserts.py`), so a
-    rank running a step with other ranks can finish the step before failing it (`runtime/executor.py`)."""
+    rank running a step with other ranks can finish the step before failing it (`runtime/execution/executor.py`)."""
     message = messages[number - 1] if 0 < number <= len(messages) else f"check #{number}"
     error = KernelAssertionError(
         f"a run-time check of the program failed in kernel @{kernel}: '{message}'. The program checks this on "
@@ -224,7 +224,7 @@ class Kernel:
         self._in_slots = [_Slot(name, i, "input", s, words[i]) for i, s in enumerate(inputs)]
         self._out_slots = [_Slot(name, i, "output", s, words[len(inputs) + i]) for i, s in enumerate(outputs)]
         # the buffer addresses of the outputs the last call without out= made (for the runtime's count of what it
-        # holds, `runtime/buffer_tracker.py`); None after a call with out=
+        # holds, `runtime/execution/buffer_tracker.py`); None after a call with out=
         self.addresses: list[int] | None = None
 
     def __repr__(self) -> str:

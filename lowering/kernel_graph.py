@@ -13,7 +13,7 @@ Nodes, in program order:
 Values are named `%<n>` (function arguments first). The graph serialises to JSON
 (with all kernels in one MLIR module; `aot.compile_kernels` compiles and caches them one by one) and prints
 readably (`slicer-opt --print-kernel-graph`). Both the in-process simulator
-(`slicer.runtime.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
+(`slicer.runtime.simulation.simulator`) and the MPI runtime (`slicer.runtime`) execute it.
 
 `graph_builder.build_kernel_graph` builds one from an SPMD module (MLIR); this module is the graph's data only
 and imports no MLIR, so an MPI rank reads its graph without loading the bindings.

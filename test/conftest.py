@@ -1,14 +1,14 @@
 """Settings shared by every pytest test.
 
 The MPI tests run 4- and 8-rank jobs on small CI machines (2 cores): they oversubscribe on purpose, so the
-launcher's refusal of more ranks than cores (`slicer.runtime.resources.check_ranks`) is lifted here. The
+launcher's refusal of more ranks than cores (`slicer.runtime.jobs.resources.check_ranks`) is lifted here. The
 refusal itself is tested with the variable removed. Plans use the built-in cost figures, not the ones a
 `slicer-plan --calibrate` run may have stored on this machine.
 
 `make test` runs pytest with two workers (pytest-xdist), so an MPI job shares the cores with the other
-worker's tests: waiting ranks sleep between polls (`SLICER_MPI_YIELD=1`, see `slicer.runtime.mpiexec`)
+worker's tests: waiting ranks sleep between polls (`SLICER_MPI_YIELD=1`, see `slicer.runtime.jobs.mpiexec`)
 instead of spinning on a core another process needs. Untimed `Program.run` calls reuse warm ranks
-(`SLICER_KEEP_RANKS=1`, see `slicer.runtime.rank_pool`).
+(`SLICER_KEEP_RANKS=1`, see `slicer.runtime.jobs.rank_pool`).
 
 Kernels are compiled once per run: every test, worker process and MPI rank shares one kernel cache,
 `build/test-kernel-cache/run-*` (`SLICER_CACHE_DIR`), made empty when the run starts and removed when it
@@ -34,7 +34,7 @@ os.environ.setdefault("SLICER_COST_MODEL", "builtin")
 os.environ.setdefault("SLICER_MACHINE", "builtin")
 # MPI ranks share the cores with the other test worker: a waiting rank sleeps instead of spinning.
 os.environ.setdefault("SLICER_MPI_YIELD", "1")
-# Program.run reuses a job per rank count (slicer.runtime.rank_pool) instead of starting ranks for every call:
+# Program.run reuses a job per rank count (slicer.runtime.jobs.rank_pool) instead of starting ranks for every call:
 # starting them is most of an MPI test's CPU. The launched path stays covered: timed runs, slicer-run and the
 # tests of test/mpi/test_rank_pool.py that turn it off.
 os.environ.setdefault("SLICER_KEEP_RANKS", "1")

@@ -1,4 +1,4 @@
-"""Faults the MPI tests inject into ranks: the file `$SLICER_RANK_HOOK` names (`slicer.runtime.rank.at_step`).
+"""Faults the MPI tests inject into ranks: the file `$SLICER_RANK_HOOK` names (`slicer.runtime.jobs.rank.at_step`).
 
 `kill_env("R")` / `kill_env("R:step")` make rank R die abruptly (no cleanup, like a crashed process) at its
 first named step (or at `step`); `hang_env("R:step")` stops it there (SIGSTOP, like a hung process). Each returns

@@ -30,7 +30,7 @@ _EXPORTS = {
     "format_tactics": ".tactics",
     "compile": ".api", "auto": ".automatic_api", "Program": ".api", "apply_tactics": ".api", "propagate": ".api",
     "Timings": ".runtime", "explain": ".propagation", "from_torch": ".frontends", "ImportedProgram": ".frontends",
-    "strategies": ".strategies", "load_checkpoint": ".runtime.checkpoint",
+    "strategies": ".strategies", "load_checkpoint": ".runtime.state.checkpoint",
     "training_step": ".frontends", "torch_state": ".frontends", "SGD": ".frontends", "AdamW": ".frontends",
     "schedules": ".frontends", "dropout_mask": ".frontends", "MixedPrecision": ".frontends",
     **{name: ".core.errors" for name in _ERRORS},

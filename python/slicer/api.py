@@ -34,6 +34,7 @@ from slicer.core.errors import (
     InvalidTactic,
     KernelGraphError,
     Located,
+    MeshError,
     ResourceError,
     RunError,
     SlicerError,
@@ -45,21 +46,25 @@ from slicer.core.operations import as_op
 from slicer.core.progress import Progress
 from slicer.dialect import make_context, parse_source, walk_ops
 from slicer.frontends import ImportedProgram
+from slicer.frontends.context_import import import_for_context
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
 from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
-from slicer.runtime import Simulator, Timings, in_job, launch
-from slicer.runtime.rank_pool import borrow, give_back, keeping_ranks, run_warm
-from slicer.runtime.resources import check_memory, check_ranks
-from slicer.runtime.session import InJobSession, LaunchedSession, Session, SessionPlan, SimulatedSession
+from slicer.runtime import Simulator, Timings, launch
+from slicer.runtime.jobs import in_job
+from slicer.runtime.jobs.in_job_session import InJobSession
+from slicer.runtime.jobs.rank_pool import borrow, give_back, keeping_ranks, run_warm
+from slicer.runtime.jobs.resources import check_memory, check_ranks
+from slicer.runtime.jobs.session import LaunchedSession, Session, SessionPlan, SimulatedSession
 from slicer.spmd import report
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.spmd.degraded import by_cause
 from slicer.strategies import follow_arguments
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
+from slicer.tactics.context_tactic import ContextParallel
 from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
 from slicer.viz.block_picture import uneven_dims
@@ -133,10 +138,11 @@ class Program:
     def value_names(self) -> dict[str, str]:
         """Kernel-graph value ("%4") -> the name the program gives it: an argument's or result's own name (a
         model's input or parameter, `arg_names`), else its SSA name in the source ("%w1")."""
-        if self._names is None:
+        names = self._names
+        if names is None:
             names = source_names(self.graph, self.original, self.arg_names, self._result_names())
             object.__setattr__(self, "_names", names)
-        return dict(self._names)
+        return dict(names)
 
     def picture(self, what, *, grid_dims: tuple[int, ...] | None = None) -> BlockPicture:
         """The picture of which device holds which block of a value: `what` is an argument index, "arg1",
@@ -181,8 +187,8 @@ class Program:
         `oversubscribe=True`. `mpiexec`: the launcher (a path, or a command line such as
         "mpiexec -f hostfile"), which may place the ranks on several hosts (docs/runtime.md). With
         `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept from an earlier call
-        (`slicer.runtime.rank_pool`) instead of starting one."""
-        arrays = self.check_arrays(arrays)
+        (`slicer.runtime.jobs.rank_pool`) instead of starting one."""
+        checked = self.check_arrays(arrays)
         if ranks is None:
             if return_timings:
                 raise RunError("timings are measured on MPI ranks: give ranks=N with return_timings=True")
@@ -190,7 +196,7 @@ class Program:
                 check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
             except ResourceError as exc:
                 raise RunError(str(exc)) from None
-            return self.simulator()(*arrays)
+            return self.simulator()(*checked)
         if ranks != self.mesh.device_count:
             raise RunError(f"the mesh {self.mesh} has {self.mesh.device_count} devices: run with "
                            f"ranks={self.mesh.device_count}")
@@ -198,8 +204,8 @@ class Program:
             check_ranks(ranks, oversubscribe)
             check_memory(self.graph, ranks)
         if keeping_ranks() and repeat == 1 and not return_timings:
-            return run_warm(self.graph, arrays, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe)
-        results, timings = launch(self.graph, ranks, arrays=arrays, repeat=repeat, timeout=timeout, mpiexec=mpiexec,
+            return run_warm(self.graph, checked, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe)
+        results, timings = launch(self.graph, ranks, arrays=checked, repeat=repeat, timeout=timeout, mpiexec=mpiexec,
                                   oversubscribe=oversubscribe)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
@@ -207,7 +213,7 @@ class Program:
     def session(self, ranks: int | None = None, *, state: Mapping | None = None, oversubscribe: bool = False,
                 mpiexec: str | None = None, timeout: float = 600, comm=None) -> Session:
         """A session that runs this program step after step with its state resident where it runs (see
-        `slicer.runtime.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
+        `slicer.runtime.jobs.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
 
         The state is every argument that is not an input: for an imported program (`slicer.training_step`,
         `slicer.from_torch`) its bound parameters, buffers and optimizer state; `state` gives or overrides
@@ -274,7 +280,7 @@ class Program:
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
         inputs = tuple(i for i in range(len(g.args)) if i not in state and i not in hyper)
         return SessionPlan(g, inputs, state, feeds, names, result_names, hyper,
-                           self.imported.hyperparameters if hyper else None)
+                           self.imported.hyperparameters if hyper and self.imported is not None else None)
 
     def _result_names(self) -> tuple[str, ...]:
         if self.imported is not None and self.imported.result_names:
@@ -291,17 +297,18 @@ class Program:
         """The in-process simulator of this program (`run` with `ranks=None`), built once: its kernels are the
         native ones the ranks load, compiled once per content hash into the on-disk kernel cache (so a second
         `run`, or another process compiling the same program, compiles nothing)."""
-        if self._simulator is None:
-            object.__setattr__(self, "_simulator", Simulator(self.graph, backend="native"))
-        return self._simulator
+        simulator = self._simulator
+        if simulator is None:
+            simulator = Simulator(self.graph, backend="native")
+            object.__setattr__(self, "_simulator", simulator)
+        return simulator
 
     def run_in_mpi(self, *arrays: np.ndarray, comm=None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
         is enough: each rank reads only its blocks); rank 0 gets the results, the others None. `comm`: the
         job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not).
-        The same path as `slicer-run` started under mpiexec (slicer.runtime.in_job)."""
-        arrays = self.check_arrays(arrays)
-        outputs = in_job.run_arrays(self.graph, arrays, comm or in_job.world())
+        The same path as `slicer-run` started under mpiexec (slicer.runtime.jobs.in_job)."""
+        outputs = in_job.run_arrays(self.graph, self.check_arrays(arrays), comm or in_job.world())
         if outputs is None:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -385,14 +392,12 @@ def compile(module, *, mesh: Mesh | Mapping[str, int], tactics: Sequence[Tactic]
                            f"contractions (the kernels are compiled for it); use bf16_units={host_units()!r} or "
                            "'auto'")
     overlap = chunks_setting(collective_matmul), bucket_setting(buckets)
-    if isinstance(mesh, Mapping):
-        try:
-            mesh = Mesh(mesh)
-        except SlicerError as exc:
-            raise CompileError(f"mesh {dict(mesh)!r}: {exc}") from None
-    if not isinstance(mesh, Mesh):
-        raise CompileError(f"mesh must be a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)) or a mapping of axis sizes, "
-                           f"got {mesh!r}")
+    try:
+        mesh = Mesh.coerce(mesh)
+    except MeshError as exc:
+        raise CompileError(str(exc)) from None
+    if any(isinstance(t, ContextParallel) for t in tactics):  # attention in blocks of the sequence
+        module, tactics = import_for_context(module, mesh, tactics)
     if any(isinstance(t, Pipeline) for t in tactics):  # MPMD: each stage's programs compiled here
         # a PipelineProgram (explain, memory, train): the one case compile gives no SPMD Program
         return compile_pipeline(module, mesh, next(t for t in tactics if isinstance(t, Pipeline)),  # type: ignore[return-value]

@@ -7,7 +7,7 @@
 
 Results are compared by the one rule of `slicer.core.compare` (exact integers, close floats, NaN equal to NaN).
 This layer sits just above `slicer.lowering` (it needs the JIT) and below `slicer.passes`, which call it; the
-partitioning oracle that also runs the SPMD program in the simulator is `slicer.runtime.oracle.compare`.
+partitioning oracle that also runs the SPMD program in the simulator is `slicer.runtime.simulation.oracle.compare`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from slicer.dialect import make_context, walk_ops
 from slicer.frontends import ARG_ROLES, ImportedProgram
 from slicer.spmd.rematerialize import unit_of
 from slicer.tactics import Remat, Replicate, Tactic, Tile
+from slicer.tactics.context_tactic import ContextParallel
 from slicer.tactics.patterns import closest, matching
 from slicer.tactics.pipeline_tactic import Pipeline
 
@@ -106,6 +107,33 @@ def data_parallel(step: ImportedProgram, axis: str | Sequence[str]) -> list[Tact
         raise InvalidTactic(f"strategies.data_parallel: {step.source} has no input with a dim to split (inputs: "
                             f"{', '.join(info.names('input')) or 'none'})")
     return [Tile(arg=n, dim=0, axes=axes) for n in inputs]
+
+
+def context_parallel(step: ImportedProgram, axis: str | Sequence[str], method: str = "ring", *,
+                     dims: Mapping[str, int] | None = None) -> list:
+    """Context parallelism over `axis`: the sequence of every input tiled over the axis, and attention
+    (`F.scaled_dot_product_attention`) computed as ring attention, each device keeping its queries while the keys
+    and values travel around the axis block by block (docs/tactics.md, "Context parallelism"). The sequence dim of
+    an input is the first dim after the batch of the length of dim 1 of the first input (`[B, S]` tokens and
+    targets: 1; a padding mask `[B, 1, 1, S]`: 3); `dims` names others ({input name: dim}). Returns
+    `[ContextParallel, Tile, ...]`: `slicer.compile` imports the step again with its attention in as many blocks
+    as the axis has devices. Composes by concatenation with the strategies of other axes."""
+    info, axes = _read_step(step, "context_parallel"), _axes(axis, "context_parallel")
+    if step.origin is None:
+        raise InvalidTactic("strategies.context_parallel: expected a training step imported with "
+                            "slicer.training_step (its attention is imported again in blocks)")
+    inputs = [n for n in info.names("input") if len(info.shape(n) or ()) >= 2]
+    if not inputs:
+        raise InvalidTactic(f"strategies.context_parallel: {step.source} has no input with a sequence dim")
+    length = (info.shape(inputs[0]) or ())[1]
+    found = {n: next((d for d, size in enumerate(info.shape(n) or ()) if d and size == length), None) for n in inputs}
+    found.update(dict(dims or {}))
+    missing = [n for n, d in found.items() if d is None]
+    if missing:
+        raise InvalidTactic(f"strategies.context_parallel: no dim of length {length} (the sequence) in "
+                            f"{', '.join(missing)}; give dims={{name: dim}}")
+    return [ContextParallel(axes, method), *(Tile(arg=n, dim=d, axes=axes) for n, d in found.items()
+                                             if d is not None)]
 
 
 def zero(step: ImportedProgram, axis: str | Sequence[str], stage: int = 1, *,
@@ -261,9 +289,9 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
 
 
 def remat_plans(step: ImportedProgram) -> list[Remat]:
-    """The remat tactics `slicer.auto` tries when no layout fits its budget, cheapest recomputation first:
-    `save_dots`, then `full`, on the step's repeated modules (the children of a module list with numbered
-    entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
+    """The remat tactics `slicer.auto` prices and chooses among when its budget requires remat, cheapest
+    recomputation first: `save_dots`, then `full`, on the step's repeated modules (the children of a module list
+    with numbered entries, `blocks.0`, `blocks.1`, ...: `blocks.*`); none for a step without them."""
     numbered: dict[str, set[str]] = {}
     for path in _module_paths(step):
         parts = path.split(".")

@@ -6,6 +6,8 @@
 // RUN: slicer-opt %S/../../examples/data_parallel_mlp_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-DATA
 // RUN: slicer-opt %S/../../examples/mlp_2d_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-2D
 // RUN: slicer-opt %S/../../examples/attention_heads_loops.mlir -p slicer-partition | FileCheck %s --check-prefix=EX-ATTN
+// A dim rotated by one block of two: one permute (device 1 sends its block to 0, 0 to 1), no gather:
+// RUN: slicer-opt %S/Inputs/rotation.mlir -p 'slicer-apply-tactics{mesh=x=2 tactics=arg0.0=x},slicer-propagate,slicer-partition,slicer-verify' | FileCheck %s --check-prefix=ROTATION
 // The collectives report (stderr): why each collective exists, where from, and the bytes each device receives.
 // RUN: slicer-opt %S/../../examples/mlp_2d_loops.mlir -p slicer-partition --print-collectives 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
 // bf16 partitions as f32 does: local bf16 blocks, the partial sums reduced by an all_reduce of bf16 values:
@@ -392,3 +394,10 @@ func.func @partial_sum_in_a_longer_op(%r: tensor<f32>, %w: tensor<8xf32>, %v: te
   } -> tensor<f32>
   return %n : tensor<f32>
 }
+
+// ROTATION-LABEL: func.func @rotation
+// ROTATION-NOT: shard.all_gather
+// ROTATION-NOT: tensor.concat
+// ROTATION: %[[BLOCK:.*]] = "slicer.permute"(%arg0) {grid = @mesh, pairs = array<i64: 1, 0, 0, 1>{{.*}}} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+// ROTATION: linalg.generic {{.*}} ins(%[[BLOCK]] : tensor<2x2xf32>)
+// ROTATION-NOT: shard.all_gather

@@ -12,10 +12,21 @@
 // RUN: slicer-opt %S/../../examples/reshape.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=RESHAPE
 // RUN: slicer-opt %S/../../examples/transpose.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=TRANSPOSE
 // RUN: slicer-opt %S/../../examples/mlp.mlir -p 'slicer-apply-tactics{mesh=x=2,y=4 tactics=arg0.0=x;arg1.1=x},slicer-propagate' | mlir-opt --irdl-file=%irdl > /dev/null
+// A dim rotated by whole blocks (ring attention's keys moving one step): its reader computes on the rotation's blocks:
+// RUN: slicer-opt %S/Inputs/rotation.mlir -p 'slicer-apply-tactics{mesh=x=2 tactics=arg0.0=x},slicer-propagate' | FileCheck %s --check-prefix=ROTATION
 // One case per law / rule kind (hand-written loop form):
 // RUN: slicer-opt %s -split-input-file -p slicer-propagate | FileCheck %s
 // Errors: strict conflicts and an op without a rule.
 // RUN: slicer-opt %S/Inputs/propagate-invalid.mlir -split-input-file -verify-diagnostics -p 'slicer-propagate{strict-conflicts=1}'
+
+// The rotation stays whole (its slices cross the blocks); the exp reads it by blocks, in a tile loop over x.
+// ROTATION-LABEL: func.func @rotation
+// ROTATION: %[[ROT:.*]] = tensor.concat dim(0)
+// ROTATION: "slicer.loop"() ({
+// ROTATION: "slicer.slice"(%[[ROT]], %{{.*}}) {dim = 0 : i64}
+// ROTATION: math.exp
+// ROTATION: }) {action = #slicer.tile<0 : i64>
+// ROTATION: return
 
 // Megatron MLP: one sum loop over y holds both matmuls, the bias add and the relu.
 // MEGATRON-LABEL: func.func @mlp

@@ -12,8 +12,8 @@ Classes (`Outcome.kind`):
 
 Stages: `tactic` (building slicer.Tile/Replicate), `compile`, `run-sim`/`check-sim` (the in-process SPMD
 simulator, `ranks=None`, whose kernels are JIT-compiled), `run-aot`/`check-aot` (the simulator again with the
-kernels the MPI ranks load: AOT-compiled by the vectorizing pipeline, `slicer.runtime.executor.load_kernels`, each
-on copies of its inputs against a page with no access, so that a read past an operand faults: `guarded.py`;
+kernels the MPI ranks load: AOT-compiled by the vectorizing pipeline, `slicer.runtime.execution.executor.load_kernels`,
+each on copies of its inputs against a page with no access, so that a read past an operand faults: `guarded.py`;
 as cheap as the simulator, so many more cases test that pipeline than MPI could), `run-mpi`/`check-mpi`
 (`ranks=N` MPI ranks).
 """

@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from slicer.lowering import KernelGraph
-from slicer.runtime.executor import RankExecutor
+from slicer.runtime.execution.executor import RankExecutor
 
 
 def reachable_arrays(root) -> list[np.ndarray]:

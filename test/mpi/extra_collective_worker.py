@@ -21,10 +21,10 @@ from slicer.redistribution import DistType, Mesh
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import initial_blocks, run_step
 from slicer.redistribution.steps import apply_rule, step_with_type
-from slicer.runtime.executor import RankExecutor
-from slicer.runtime.plan_executor import MeshExecutor
-from slicer.runtime.simulator import assemble
-from slicer.runtime.timings import Timings
+from slicer.runtime.collectives.plan_executor import MeshExecutor
+from slicer.runtime.execution.executor import RankExecutor
+from slicer.runtime.execution.timings import Timings
+from slicer.runtime.simulation.simulator import assemble
 from slicer.viz import chrome_trace
 
 

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 
 from slicer.core.errors import InputError
-from slicer.runtime.rank import at_step, run_rank
+from slicer.runtime.jobs.rank import at_step, run_rank
 
 
 def main(comm):

@@ -16,7 +16,7 @@ from slicer.redistribution.costs import CostModel
 from slicer.redistribution.numpy_semantics import mismatches
 from slicer.redistribution.synthesis import naive_plan
 from slicer.redistribution.types import numpy_dtype
-from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.collectives.plan_executor import MeshExecutor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the reshard suite
 from reshard_suite import cases

@@ -1,5 +1,8 @@
 """Run under mpiexec by test_reshard_mpi.py: a session inside the user's own MPI job resharded from w replicated
-on x=2 to w's rows split over y=2 (another mesh) and back, stepping on after each switch."""
+on x=2 to w's rows split over y=2 (another mesh) and back, stepping on after each switch; the session left
+refuses steps and closing it leaves the new one running. Then the programs a rank keeps loaded
+(`LoadedPrograms`, capacity 1): a program switched back to is the one kept, with no state, and runs; one more
+evicts (closes) the least recently left."""
 
 import sys
 
@@ -10,6 +13,9 @@ sys.path.insert(0, sys.argv[1])  # test/unit/runtime: the session test program
 from session_programs import STEP, data, expected
 
 import slicer
+from slicer.core.errors import RunError
+from slicer.runtime.state.loaded_programs import LoadedPrograms
+from slicer.runtime.state.resident import ResidentRank
 
 
 def program(axis: str, split_w: bool):
@@ -28,11 +34,38 @@ def main():
     assert str(s.plan.graph.values[s.plan.graph.args[1]].dist).startswith("[[y]")
     np.testing.assert_array_equal(s.state_dict()["w"], w0 * 2)
     np.testing.assert_allclose(s.step(x), outs[1], rtol=1e-5)
-    s = s.reshard(program("x", False))
+    old, s = s, s.reshard(program("x", False))
+    try:
+        old.step(x)
+        raise AssertionError("the session left by a reshard stepped")
+    except RunError as exc:
+        assert "resharded" in str(exc)
+    old.close()  # handed over: the new session's programs stay open
     np.testing.assert_allclose(s.step(x), outs[2], rtol=1e-5)
     np.testing.assert_array_equal(s.state_dict()["w"], w_final)
     s.close()
+    kept_programs(x, w0)
     print("reshard ok")
+
+
+def kept_programs(x, w0):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    graphs = [program(axis, split).session_plan(["w"]) for axis, split in (("x", False), ("y", True), ("x", True))]
+    kept = LoadedPrograms(capacity=1)
+    made = [ResidentRank(p.graph, comm, feeds=p.feeds, names=p.arg_names) for p in graphs]
+    assert kept.switch("a", made[0]) is made[0]
+    made[0].put({1: graphs[0].block(w0, 1, comm.rank)})
+    assert kept.switch("b", made[1]) is made[1] and kept.running is made[1]
+    assert "a" in kept and "b" in kept and kept.switch("a") is made[0] and made[0].resident == {}
+    made[0].put({1: graphs[0].block(w0, 1, comm.rank)})
+    y = made[0].step({0: graphs[0].block(x, 0, comm.rank)})  # the kept program runs as loaded
+    assert y and all(np.isfinite(block).all() for block in y.values())
+    assert kept.switch("c", made[2]) is made[2] and "b" not in kept and "a" in kept  # b left first: closed
+    assert kept.switch("b") is None and kept.running is made[2]
+    kept.close()
+    assert len(kept) == 0 and kept.running is None
 
 
 main()

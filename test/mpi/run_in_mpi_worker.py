@@ -6,7 +6,7 @@ import numpy as np
 
 import slicer
 from slicer.lowering import compile_function
-from slicer.runtime.rank import run_rank
+from slicer.runtime.jobs.rank import run_rank
 
 
 def main(comm):

@@ -18,7 +18,7 @@ from slicer.redistribution import AllGather, AllReduce, AllSlice, AllToAll, Dist
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import run_step
 from slicer.redistribution.steps import apply_rule, step_with_type
-from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.collectives.plan_executor import MeshExecutor
 
 KINDS = ("all_gather", "all_to_all", "all_slice", "all_reduce", "reduce_scatter", "permute")
 BF16 = np.dtype(ml_dtypes.bfloat16)

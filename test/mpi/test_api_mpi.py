@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 HERE = Path(__file__).parent
 

@@ -24,7 +24,7 @@ from example_modules import load  # noqa: E402
 from rank_faults import hang_env  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import RunError  # noqa: E402
-from slicer.runtime.mpiexec import run_spmd  # noqa: E402
+from slicer.runtime.jobs.mpiexec import run_spmd  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 HERE = Path(__file__).parent

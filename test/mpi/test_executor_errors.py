@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from slicer.redistribution import DistType, Mesh, RedistributionError, plan
-from slicer.runtime.plan_executor import MeshExecutor
+from slicer.runtime.collectives.plan_executor import MeshExecutor
 
 
 def test_unknown_strategy_names_the_choices():

@@ -11,7 +11,7 @@ from pathlib import Path
 import slicer
 from example_modules import THREE_LAYERS, ZERO3
 from slicer.lowering.kernel_graph import CollectiveNode
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 WORKER = Path(__file__).with_name("executor_memory_worker.py")
 

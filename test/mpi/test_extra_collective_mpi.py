@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from slicer.lowering import build_kernel_graph
-from slicer.runtime.simulator import Simulator
+from slicer.runtime.simulation.simulator import Simulator
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "core"))
 from extra_collective import registered

@@ -1,32 +1,20 @@
-"""Two "hosts" on one machine that share what two machines share, and nothing else: the network between them.
+"""Two "hosts" on one machine that share what two machines share, and nothing else: the network between them
+(`namespace_hosts.py` makes them: root, `ip netns`). Ranks 0-1 run on host a, 2-3 on host b, so the mesh's major
+axis x (x=2, y=2, ranks row-major) crosses hosts.
 
-Where the tests run as root and `ip netns` works, the fixture makes two network namespaces joined by a veth
-pair (the interface `slicer0` in both, private addresses 10.213.0.1 and .2: nothing else is contacted), and a
-wrapper used as `mpiexec`: MPICH's hydra with `-hosts <h1>:2,<h2>:2 -launcher ssh -launcher-exec <script>`,
-hydra itself and the script's proxies each in their host's namespaces (`HOST`): a hostname, pid namespace and
-boot id of its own (MPI's shared-memory split, Slicer's shared-memory collectives and UCX see two nodes, so the
-collectives between the hosts go over the veth pair) and a mount namespace with its own empty tmpfs on /tmp,
-/dev/shm and the kernel cache directory: a rank finds nothing the driver or the other host wrote, and the second
-host receives its kernels' libraries from the driver (same CPU) instead of finding them. The driver (this test
-process) joins the first host's network namespace (`setns`, its main thread, for the module's tests) and
-listens on `slicer0` (`SLICER_DRIVER_ADDRESS`): ranks 0-1 (host a) and 2-3 (host b) reach it over the
-network, so the mesh's major axis x (x=2, y=2, ranks row-major) crosses hosts.
-
-Each end of the pair sends at most 1 Gbit/s (`tc` token bucket), as Ethernet between two machines would. Run on
-them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT training
-session (data parallel on x, Megatron on y, SGD) equal to torch, with at least the bytes its plans send across
-hosts counted on the veth pair; the cost model's calibration, which gives the axis across the hosts its own
-(slower) figures in one run; and a rank of the second host killed (kill -9 of its process, `os._exit`) named
-within seconds, with no process of the job left in either namespace; a checkpoint saved on both hosts' own
-/tmp loaded on another layout.
-The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the
-tests are skipped with the reason.
+Run on them: a forward program equal to numpy; the in-job mode (a user's script under that mpiexec); a GPT
+training session (data parallel on x, Megatron on y, SGD) equal to torch, with at least the bytes its plans send
+across hosts counted on the veth pair, and one with ZeRO-3 over both axes (collectives in two levels); the cost
+model's calibration, which measures the link across the hosts slower than the one within, in one run; a rank of
+the second host killed (kill -9 of its process, `os._exit`) named within seconds, with no process of the job
+left in either namespace; a checkpoint saved on both hosts' own /tmp loaded on another layout; an all_reduce and
+an all_gather over all four ranks in two levels (shared memory within each host, MPI across), equal to the flat
+ones. The namespaces are removed whatever happens (the fixture's finalizer); elsewhere the tests are skipped
+with the reason.
 """
 
 import contextlib
-import ctypes
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -34,187 +22,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import namespace_hosts
 import numpy as np
 import pytest
+from namespace_hosts import HOSTS, ROOT
 
 import slicer
 from rank_faults import kill_env
 from slicer.core.errors import RunError
 from slicer.lowering import CollectiveNode
-from slicer.lowering.cache import default_cache_dir
 from slicer.redistribution.layout import Layout
-from slicer.runtime import rank_pool
-from slicer.runtime.mpiexec import find_mpiexec, run_spmd
-from slicer.runtime.rank_link import ADDRESS_ENV
-
-ROOT = Path(__file__).resolve().parents[2]
-HOSTS = ("10.213.0.1", "10.213.0.2")
-IFACE = "slicer0"
-CLONE_NEWNET = 0x40000000
-LINK_RATE = "1gbit"
-# A host's own namespaces beside its network: hostname (MPI groups ranks into nodes by it), mounts and process
-# ids; and its own boot id: UCX (MPICH's network layer here) tells machines apart by it, and with one for both
-# "hosts" it moved the bytes between them through shared memory, never over the veth pair. When the host's first
-# process ends, every process of the host ends with it (its pid namespace's init), as a machine's would.
-HOST = "unshare --uts --mount --pid --fork --kill-child --mount-proc sh -c"
-OWN_FILES = ("{keep_open}mount -t tmpfs tmpfs /tmp && {keep_mount}mount -t tmpfs tmpfs /dev/shm && "
-             "mount -t tmpfs tmpfs {cache} && cat /proc/sys/kernel/random/uuid > /tmp/boot_id && "
-             "mount --bind /tmp/boot_id /proc/sys/kernel/random/boot_id")
-
-
-def _kept_under_tmp() -> list[Path]:
-    """The folders under /tmp a host's ranks need (the checkout, the venv) and that its fresh /tmp would hide: a
-    checkout cloned into /tmp, as a CI job may. Each is opened before /tmp is mounted afresh and bound back to its
-    path after, as a shared file system a machine mounts where its peer has it."""
-    tmp = Path("/tmp")
-    found: list[Path] = []
-    for path in sorted({ROOT.resolve(), Path(sys.prefix).resolve()}):
-        if path.is_relative_to(tmp) and not any(path.is_relative_to(kept) for kept in found):
-            found.append(path)
-    return found
-
-
-def _own_files(cache: Path) -> str:
-    kept = _kept_under_tmp()
-    keep_open = "".join(f"exec {9 - i}<{path} && " for i, path in enumerate(kept))
-    keep_mount = "".join(f"mkdir -p {path} && mount --no-canonicalize --bind /proc/self/fd/{9 - i} {path} && "
-                         for i, path in enumerate(kept))
-    return OWN_FILES.format(keep_open=keep_open, keep_mount=keep_mount, cache=cache)
-
-
-def _ip(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    if shutil.which("ip") is None or shutil.which("unshare") is None or shutil.which("tc") is None:
-        return "needs iproute2's `ip` and `tc`, and util-linux's `unshare`"
-    return None
-
-
-def _setns(path: str) -> None:
-    """This thread into the network namespace at `path`."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-    finally:
-        os.close(fd)
-
-
-class TwoHosts:
-    """The namespaces, their veth pair and the mpiexec wrapper (see the module docstring)."""
-
-    def __init__(self, directory: Path):
-        tag = f"{os.getpid() % 100000}"
-        self.namespaces = (f"slicer-mh{tag}a", f"slicer-mh{tag}b")
-        self.directory = directory
-        self.log = directory / "launches.log"
-
-    def create(self) -> None:
-        a, b = self.namespaces
-        va, vb = f"smh{a[9:-1]}a", f"smh{a[9:-1]}b"
-        for args in (["netns", "add", a], ["netns", "add", b], ["link", "add", va, "type", "veth", "peer", "name", vb],
-                     ["link", "set", va, "netns", a], ["link", "set", vb, "netns", b],
-                     ["-n", a, "link", "set", va, "name", IFACE], ["-n", b, "link", "set", vb, "name", IFACE],
-                     ["-n", a, "addr", "add", f"{HOSTS[0]}/24", "dev", IFACE],
-                     ["-n", b, "addr", "add", f"{HOSTS[1]}/24", "dev", IFACE],
-                     *[["-n", ns, "link", "set", dev, "up"] for ns in (a, b) for dev in ("lo", IFACE)]):
-            done = _ip(*args)
-            if done.returncode != 0:
-                raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-        # Each end sends at most 1 Gbit/s (a token bucket), as Ethernet between two machines: unshaped, a veth
-        # pair on one machine moves bytes at the speed of memory, as shared memory does.
-        self.shaped = all(subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", IFACE, "root", "tbf", "rate",
-                                          LINK_RATE, "burst", "128kb", "latency", "100ms"],
-                                         capture_output=True).returncode == 0 for ns in (a, b))
-        launcher = self.directory / "netns-launcher.sh"
-        cache = default_cache_dir()  # each host mounts its own (empty) one there
-        cache.mkdir(parents=True, exist_ok=True)
-        launcher.write_text(
-            "#!/bin/sh\n# hydra's ssh launcher calls: [options] host command...: run the command on that host\n"
-            'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\n'
-            'host=$1; shift\n'
-            f'case "$host" in {HOSTS[0]}) ns={a};; {HOSTS[1]}) ns={b};; *) echo "unknown host $host" >&2; '
-            'exit 2;; esac\n'
-            f'echo "$host $ns" >> {self.log}\n'
-            # its own hostname (MPI groups ranks into nodes by it), its own /tmp, /dev/shm and kernel cache
-            f'exec ip netns exec "$ns" {HOST} "hostname $ns && {_own_files(cache)} && $*"\n')
-        self.mpiexec = self.directory / "mpiexec"
-        # hydra itself runs on the first host (which then starts its proxy there without the launcher)
-        self.mpiexec.write_text(
-            f"#!/bin/sh\nexec ip netns exec {a} {HOST} 'hostname {a} && {_own_files(cache)} && exec "
-            f"{find_mpiexec()} -hosts {HOSTS[0]}:2,{HOSTS[1]}:2 -launcher ssh -launcher-exec {launcher} -iface {IFACE} "
-            '"$@"\' host "$@"\n')
-        for script in (launcher, self.mpiexec):
-            script.chmod(0o755)
-
-    def remove(self) -> None:
-        for ns in self.namespaces:  # removing a namespace removes its end of the veth pair, hence the pair
-            _ip("netns", "del", ns)
-
-    def bytes_sent(self) -> int:
-        """Bytes the first host sent over the pair."""
-        done = _ip("-n", self.namespaces[0], "-s", "-j", "link", "show", IFACE)
-        return int(json.loads(done.stdout)[0]["stats64"]["tx"]["bytes"])
-
-    def processes(self) -> dict[str, list[str]]:
-        """The processes in each host's namespace (their command lines), but this one (the driver, which joined
-        the first's)."""
-        found = {}
-        for ns in self.namespaces:
-            pids = [int(p) for p in _ip("netns", "pids", ns).stdout.split()]
-            # (the `ip` listing them, started from this thread, is in the first namespace too: gone by now)
-            found[ns] = [c for c in map(_command, pids) if c and not c.startswith(f"{os.getpid()}:")]
-        return found
-
-    def hosts_launched(self) -> set[str]:
-        return set(self.log.read_text().split()) if self.log.exists() else set()
-
-
-def _command(pid: int) -> str | None:
-    """`pid: command line` of a running process, None if it is gone."""
-    try:
-        return f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-    except OSError:
-        return None
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 
 @pytest.fixture(scope="module")
 def two_hosts():
     # Two "hosts" need network namespaces, which only root can make (issue 27: skipped elsewhere, with the reason;
     # this machine runs its tests as root, so the test runs here).
-    reason = _why_not()
-    if reason:
-        pytest.skip(f"multi-host test {reason}")
-    # the scripts where the hosts see them: not in /tmp, which each host mounts afresh
-    directory = ROOT / "build" / f"multihost-{os.getpid()}"
-    directory.mkdir(parents=True, exist_ok=True)
-    hosts = TwoHosts(directory)
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    before = os.environ.get(ADDRESS_ENV)
     try:
-        try:
-            hosts.create()
-            _setns(f"/var/run/netns/{hosts.namespaces[0]}")
-        except OSError as exc:  # root in a container without CAP_NET_ADMIN / CAP_SYS_ADMIN: nothing to test on
-            pytest.skip(f"network namespaces are not available here: {exc}")
-        os.environ[ADDRESS_ENV] = IFACE  # an interface's name: the driver listens on its address
-        yield hosts
-    finally:
-        rank_pool.close_all()  # a kept job on these hosts
-        if before is None:
-            os.environ.pop(ADDRESS_ENV, None)
-        else:
-            os.environ[ADDRESS_ENV] = before
-        if ctypes.CDLL(None, use_errno=True).setns(home, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns back")
-        os.close(home)
-        hosts.remove()
-        shutil.rmtree(directory, ignore_errors=True)
-        assert not [ns for ns in hosts.namespaces if ns in _ip("netns", "list").stdout]
+        with namespace_hosts.two_hosts() as hosts:
+            yield hosts
+    except namespace_hosts.Unavailable as exc:
+        pytest.skip(f"multi-host test {exc}")
 
 
 def test_a_forward_program_across_two_hosts_equals_numpy(two_hosts):
@@ -243,7 +72,10 @@ def cross_host_bytes(graph) -> int:
     return total
 
 
-def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
+@pytest.mark.parametrize("strategy", ["dp-x+megatron-y", pytest.param("zero3-xy", marks=pytest.mark.slow)])
+def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts, strategy):
+    """Data parallel on x (across the hosts) and Megatron on y (within each); or ZeRO-3 over both axes, whose
+    parameters' all_gathers and gradients' all_reduces over x,y run in two levels (two members on each host)."""
     pytest.importorskip("torch")
     pytest.importorskip("torch_mlir")
     sys.path.insert(0, str(ROOT / "examples" / "training"))
@@ -259,10 +91,12 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
     batch = gpt_model.batch(torch.Generator().manual_seed(0), 4, 8, 16)
     optimizer = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
     step = slicer.training_step(model, gpt_model.loss_fn, *batch, optimizer=optimizer)
-    prog = slicer.compile(step, mesh=slicer.Mesh(x=2, y=2), tactics=st.data_parallel(step, "x")
-                          + st.megatron(step, "y", **gpt_model.MEGATRON))
-    across = cross_host_bytes(prog.graph)
-    assert across > 0  # data parallel over x: the gradients' all_reduce crosses the hosts
+    mesh = slicer.Mesh(x=2, y=2)
+    tactics = (st.data_parallel(step, "x") + st.megatron(step, "y", **gpt_model.MEGATRON)
+               if strategy == "dp-x+megatron-y" else st.zero(step, ("x", "y"), stage=3, mesh=mesh))
+    prog = slicer.compile(step, mesh=mesh, tactics=tactics)
+    across = cross_host_bytes(prog.graph)  # over x alone (none for ZeRO-3 over both axes)
+    assert across > 0 or strategy == "zero3-xy"  # data parallel over x: the gradients' all_reduce crosses the hosts
     want_losses, want_params = train.torch_steps(model, gpt_model.loss_fn, batch, optimizer, 3)
     with prog.session(ranks=4, mpiexec=str(two_hosts.mpiexec), timeout=300) as s:
         before = two_hosts.bytes_sent()
@@ -272,7 +106,8 @@ def test_a_gpt_training_session_across_two_hosts_equals_torch(two_hosts):
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for name, want in want_params.items():
         assert train.relative_error(state[name], want) < 1e-5, name
-    print(f"veth pair: {sent} bytes from the first host during 3 steps; the plans: {across} bytes per step")
+    print(f"{strategy}: veth pair: {sent} bytes from the first host during 3 steps; the plans over x alone: {across} "
+          "bytes per step")
     assert sent >= 3 * across, (sent, across)
 
 
@@ -304,11 +139,12 @@ def test_a_killed_rank_on_the_second_host_is_named_and_nothing_is_left(two_hosts
 
 @pytest.mark.slow
 def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two_hosts, tmp_path):
-    """`slicer-plan --calibrate links --mesh x=2,y=2 --mpiexec <two hosts>`: x crosses the hosts (the veth pair
-    at 1 Gbit/s, TCP), y stays on one (shared memory): the stored cost model has figures per axis, x's link the
-    slower, in one run. (Latency alone is not compared: on one machine a veth pair's is microseconds, below
-    what 4 ranks on 2 busy cores can measure.)"""
-    from slicer.redistribution.costs import CostModel
+    """`slicer-plan --calibrate links -n 4 --mpiexec <two hosts>`, no mesh given: the run measures its links per
+    class, between the hosts (the veth pair at 1 Gbit/s, TCP) and within each (shared memory), and the stored
+    model prices the axes of x=2,y=2 by where their groups lie: x (across) on the network's figures, the slower,
+    y on the host's, in one run. (Latency alone is not compared: on one machine a veth pair's is microseconds,
+    below what 4 ranks on 2 busy cores can measure.)"""
+    from slicer.redistribution.costs import HOST, NETWORK, CostModel
 
     if not two_hosts.shaped:
         # unshaped, a veth pair on one machine moves bytes at memory speed, as shared memory does: x could not be
@@ -316,13 +152,15 @@ def test_calibration_on_two_hosts_gives_the_axis_across_them_its_own_figures(two
         pytest.skip("the kernel has no token-bucket qdisc (tc tbf) to give the link between the hosts a network's rate")
     out = tmp_path / "cost_model.json"
     done = subprocess.run([sys.executable, "-m", "slicer.tools.slicer_plan", "--calibrate", "links", "-n", "4",
-                           "--mesh", "x=2,y=2", "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
+                           "--mpiexec", str(two_hosts.mpiexec), "-o", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     model = CostModel.load(out)
-    assert dict(model.axis_latency).keys() >= {"x", "y"}
-    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = model.axis_figures("x"), model.axis_figures("y")
-    assert x_bandwidth < y_bandwidth, model
+    assert dict(model.link_latency).keys() == {HOST, NETWORK} and model.ranks_per_host == 2, model
+    assert dict(model.link_bandwidth)[NETWORK] < dict(model.link_bandwidth)[HOST], model
+    mesh = model.for_mesh(slicer.Mesh(x=2, y=2))
+    assert mesh.axis_figures("x") == (dict(model.link_latency)[NETWORK], dict(model.link_bandwidth)[NETWORK])
+    (x_latency, x_bandwidth), (y_latency, y_bandwidth) = mesh.axis_figures("x"), mesh.axis_figures("y")
     assert x_latency + (1 << 20) / x_bandwidth > y_latency + (1 << 20) / y_bandwidth, model  # a MiB each
 
 
@@ -363,3 +201,15 @@ def test_the_in_job_mode_across_two_hosts(two_hosts):
     # between two of them
     said = {ns: done.stdout.count(f"in-job ok on {ns}") for ns in two_hosts.namespaces}
     assert said == {ns: 2 for ns in two_hosts.namespaces}, done.stdout
+
+
+def test_collectives_over_both_hosts_run_in_two_levels_and_equal_the_flat_ones(two_hosts):
+    """A group of all 4 ranks (two on each host): shared memory within each host, MPI across (as MPI's own split
+    finds the hosts), equal to the flat MPI all_reduce and the simulator (`host_collectives_worker.py`)."""
+    done = run_spmd(4, [sys.executable, str(Path(__file__).with_name("host_collectives_worker.py")), "--real-hosts"],
+                    mpiexec=str(two_hosts.mpiexec), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["cases"] == 84 and not report["failures"], report["failures"]
+    assert report["levels"] == {"None ('x', 'y')": True, "None ('y', 'x')": True, "None ('x',)": False,
+                                "None ('x', 'y') all_gather": True, "None ('x',) all_gather": False}

@@ -11,7 +11,7 @@ import pytest
 import slicer
 from rank_faults import kill_env
 from slicer.core.errors import RunError
-from slicer.runtime import rank_pool
+from slicer.runtime.jobs import rank_pool
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit" / "runtime"))
 from session_programs import STEP, compiled, data, expected

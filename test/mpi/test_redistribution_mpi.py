@@ -15,8 +15,8 @@ import pytest
 
 from slicer.lowering import build_kernel_graph
 from slicer.passes import transform
-from slicer.runtime.launch import launch
-from slicer.runtime.mpiexec import spmd_command
+from slicer.runtime.jobs.launch import launch
+from slicer.runtime.jobs.mpiexec import spmd_command
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "redistribution"))
 from test_subaxes import SPMD_CASES, reshard_program

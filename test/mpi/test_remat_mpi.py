@@ -1,9 +1,10 @@
 """Rematerialisation on a real training step: the 2-block GPT of examples/training/model.py (SGD with
 momentum), data parallel and Megatron on 2 devices, each with remat `full` and `save_dots` on every block, run
 3 steps in a session on the simulator and on 2 MPI ranks (and data parallel on 1 rank): equal to the step without
-remat within a few roundings (a recomputed op may be fused with other neighbours in the compiled kernels than in
-the forward, so the bits may differ: seen for one bias under Megatron with `save_dots`), equal to torch eager, and
-the Megatron all_reduces not run again."""
+remat within a few roundings (the recomputed values have the same bits, but the clones join the backward's
+kernels, and the backward's own sums may then run in another order: under Megatron with `save_dots` the q, k and
+v biases' gradients differ in their last bits; docs/remat.md, "Results"), equal to torch eager, and the Megatron
+all_reduces not run again."""
 
 import sys
 from pathlib import Path

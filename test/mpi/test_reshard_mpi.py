@@ -1,6 +1,7 @@
-"""Live resharding on 2 MPI ranks (`Session.reshard`, runtime/reshard.py): a training session of the 2-block GPT
+"""Live resharding on 2 MPI ranks (`Session.reshard`, runtime/state/reshard.py): a training session of the 2-block GPT
 of examples/training (SGD with momentum) switched data parallel -> ZeRO-3 -> data parallel -> ZeRO-3 (FSDP) ->
-Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each. After
+Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each (the
+switches back to a program run before take the one the ranks kept loaded). After
 every switch the state equals, bit for bit, what saving it and loading the checkpoint in that session gives,
 and the losses and final parameters equal torch eager's. A program needing state the session lacks, or on
 another device count, is refused before anything moves and the session goes on. Train then serve: a forward
@@ -21,7 +22,7 @@ import slicer  # noqa: E402
 from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 from slicer.core.errors import InputError, RunError  # noqa: E402
-from slicer.runtime.mpiexec import run_spmd  # noqa: E402
+from slicer.runtime.jobs.mpiexec import run_spmd  # noqa: E402
 
 train = load("torch/train_step.py", "train_step")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "training"))
@@ -61,7 +62,12 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
         for k, (name, steps) in enumerate(chain[1:]):
             s.save(tmp_path / f"ck{k}")
             before = s.state_dict()
+            sent = s.job.sent.message
             old, s = s, s.reshard(programs[name])
+            # A program the ranks ran before is kept loaded (runtime/state/loaded_programs.py): switching back to it
+            # sends the moves and its key, not the program.
+            again = name in [n for n, _ in chain[:k + 1]]
+            assert (s.job.sent.message - sent < len(programs[name].graph.to_json())) == again, (name, again)
             with pytest.raises(RunError, match="was resharded"):
                 old.step(*batch)  # the old session's ranks run the new program now
             assert s.resharded is not None and len(s.resharded.moves) == len(before)

@@ -8,7 +8,7 @@ import pytest
 
 from rank_faults import kill_env
 from slicer.core.errors import LaunchError
-from slicer.runtime.mpiexec import find_mpiexec, run_spmd
+from slicer.runtime.jobs.mpiexec import find_mpiexec, run_spmd
 
 WORKER = str(Path(__file__).with_name("fault_worker.py"))
 

@@ -9,7 +9,7 @@ import pytest
 
 from rank_faults import kill_env
 from slicer.core.errors import RunError
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "unit" / "runtime"))

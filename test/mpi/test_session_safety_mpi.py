@@ -1,7 +1,7 @@
 """No step loses a session's state (issue 45), on 2 MPI ranks.
 
 - `state_dict()` and `save()` of a session holding a gibibyte of state: the replies stream in chunks
-  (runtime/wire.py) and the driver counts every frame as life, so the liveness check (here 2 s of silence)
+  (runtime/jobs/wire.py) and the driver counts every frame as life, so the liveness check (here 2 s of silence)
   never trips; before, the driver sat in one `recv` of a rank's half gigabyte while the other's heartbeats
   waited unread, and ended the job.
 - A step whose batch has a token id past the embedding's table (a small GPT's training step, data parallel,
@@ -22,9 +22,9 @@ import pytest
 import slicer
 from rank_faults import kill_env
 from slicer.core.errors import CheckpointError, KernelAssertionError, RunError
-from slicer.runtime.checkpoint import Checkpoint
-from slicer.runtime.mpiexec import run_spmd
-from slicer.runtime.rank_job import SILENCE_ENV
+from slicer.runtime.jobs.mpiexec import run_spmd
+from slicer.runtime.jobs.rank_job import SILENCE_ENV
+from slicer.runtime.state.checkpoint import Checkpoint
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "unit" / "runtime"))

@@ -118,9 +118,9 @@ def test_a_rank_killed_mid_run_stops_the_job():
 
 @pytest.mark.slow
 def test_under_mpiexec_directly(tmp_path):
-    """The same command inside an mpiexec job runs on its ranks (slicer.runtime.in_job); a job of the wrong
+    """The same command inside an mpiexec job runs on its ranks (slicer.runtime.jobs.in_job); a job of the wrong
     size is a usage error."""
-    from slicer.runtime.mpiexec import find_mpiexec
+    from slicer.runtime.jobs.mpiexec import find_mpiexec
 
     command = [sys.executable, "-m", "slicer.runtime", str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2", "--tactic",
                "arg0.0=x", "--random", "5"]
@@ -200,7 +200,7 @@ def test_killing_the_launcher_ends_the_job(tmp_path):
     import time
 
     marker = f"slicer-orphan-test-{os.getpid()}"
-    launcher = (f"from slicer.runtime.mpiexec import run_spmd; import sys; "
+    launcher = (f"from slicer.runtime.jobs.mpiexec import run_spmd; import sys; "
                 f"run_spmd(2, [sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'])")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         process = subprocess.Popen([sys.executable, "-c", launcher])

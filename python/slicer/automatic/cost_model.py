@@ -61,8 +61,8 @@ class Estimate:
 
 def wait_for(est: Estimate, machine: Machine, posted: float, run, transfer: float, bucketed: bool = False) -> float:
     """A collective posted at `posted` (when its input exists: the runtime starts it then, but at most one kernel ahead
-    of its place, `runtime/executor.py`: not before `run.gate`) and waited for at `run.clock`, its transfer on the
-    serial link `run.link` (advanced): the seconds the rank waits, added to `est` (exposed; the rest of its cost
+    of its place, `runtime/execution/executor.py`: not before `run.gate`) and waited for at `run.clock`, its transfer
+    on the serial link `run.link` (advanced): the seconds the rank waits, added to `est` (exposed; the rest of its cost
     overlapped). The other ranks post it up to `machine.sync_seconds` later (they drift apart), so the transfer
     begins then; a collective posted well before it is needed (a prefetched all_gather of a parameter) hides that
     lag, one waited for right away does not. The rank's own work on it (`machine.collective_seconds`: packing,
@@ -87,7 +87,7 @@ class Evaluator:
     def __init__(self, sketch: Sketch, mesh: Mesh, comm: CostModel | None = None, machine: Machine | None = None,
                  follow: dict[int, int] | None = None):
         self.sketch, self.mesh = sketch, mesh
-        self.comm = comm or CostModel.default()
+        self.comm = (comm or CostModel.default()).for_mesh(mesh)  # an axis across hosts: the network's figures
         self.machine = machine or Machine.default()
         self.follow = follow or {}  # result index -> the argument whose tiling it leaves in
         self.root = view_roots(sketch)  # a view's result -> the value whose bytes it shares

@@ -55,8 +55,9 @@ def price_graph(graph: KernelGraph, machine: Machine, comm, kernels: dict | None
             if seconds <= 0:
                 ready[node.output] = ready.get(node.input, 0.0)
                 continue
-            # posted when its input exists, at most one kernel ahead of its place (`runtime.executor.schedule`); the
-            # other ranks up to `sync_seconds` later (see cost_model.wait_for)
+            # posted when its input exists, at most one kernel ahead of its place
+            # (`runtime.execution.executor.schedule`); the other ranks up to `sync_seconds` later (see
+            # cost_model.wait_for)
             start = max(max(ready.get(node.input, 0.0), gate) + machine.sync_seconds, link)
             link = start + seconds
             pending[node.output] = (link, seconds)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 
 from slicer.core.errors import AutoError, MeshError
 from slicer.core.mesh import Mesh
@@ -42,16 +41,9 @@ def parse_budget(budget) -> int | None:
 def check_mesh(mesh) -> Mesh:
     """`mesh` as a Mesh: a Mesh, a mapping {axis: size} or text 'x=2,y=2'."""
     try:
-        if isinstance(mesh, Mesh):
-            return mesh
-        if isinstance(mesh, Mapping):
-            return Mesh(dict(mesh))
-        if isinstance(mesh, str):
-            return Mesh.parse(mesh)
-    except (MeshError, TypeError, ValueError) as exc:
-        raise AutoError(f"mesh {mesh!r}: {exc}; give a slicer.Mesh, e.g. slicer.Mesh(x=2, y=2), or 'x=2,y=2'") from None
-    raise AutoError(f"mesh {mesh!r}: give a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)), a mapping of axis sizes or "
-                    "text 'x=2,y=2'")
+        return Mesh.coerce(mesh)
+    except MeshError as exc:
+        raise AutoError(str(exc)) from None
 
 
 def check_objective(objective) -> str:

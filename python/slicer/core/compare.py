@@ -1,5 +1,5 @@
 """The one rule for "these results are the same": used by `--check-each-step` (slicer.checking), the test
-oracle (slicer.runtime.oracle) and `slicer-run --check`. Pure numpy.
+oracle (slicer.runtime.simulation.oracle) and `slicer-run --check`. Pure numpy.
 
 - Shapes must be equal.
 - Integers and booleans must be equal exactly.

@@ -51,24 +51,24 @@ KERNEL_CODEGEN = _own("KERNEL_CODEGEN", "`in-process`", "`tools`: generate kerne
 KERNEL_COMPILE_SECONDS = _own("KERNEL_COMPILE_SECONDS", "`900`", "seconds one LLVM tool may take on a kernel "
                               "library before `BudgetExceeded`", "lowering/aot.py")
 OVERSUBSCRIBE = _own("OVERSUBSCRIBE", "`0`", "`1`: allow more local ranks than cores everywhere (as "
-                     "`oversubscribe=True`)", "runtime/resources.py")
+                     "`oversubscribe=True`)", "runtime/jobs/resources.py")
 MPI_YIELD = _own("MPI_YIELD", "on when the ranks outnumber the cores", "`1`/`0`: MPICH ranks sleep between polls "
-                 "while they wait / spin", "runtime/mpiexec.py")
+                 "while they wait / spin", "runtime/jobs/mpiexec.py")
 COLLECTIVES = _own("COLLECTIVES", "`auto`", "how ranks run collectives: `shm` (shared memory), `mpi`, or `auto` "
-                   "(shared memory for groups on one host)", "runtime/shm_collectives.py")
+                   "(shared memory for groups on one host)", "runtime/collectives/shm_collectives.py")
 OVERLAP = _own("OVERLAP", "`1`", "`0`: ranks wait for every collective where it stands (no overlap with kernels)",
-               "runtime/timed_run.py")
+               "runtime/jobs/timed_run.py")
 KEEP_RANKS = _own("KEEP_RANKS", "`0`", "`1`: an untimed `Program.run(..., ranks=N)` reuses a job of N ranks kept "
-                  "warm", "runtime/rank_pool.py")
+                  "warm", "runtime/jobs/rank_pool.py")
 RANK_SILENCE_SECONDS = _own("RANK_SILENCE_SECONDS", "`5`", "seconds a busy rank may send no heartbeat before the "
-                            "driver ends the job as hung", "runtime/rank_job.py")
+                            "driver ends the job as hung", "runtime/jobs/rank_job.py")
 RANK_HOOK = _own("RANK_HOOK", "none", "a Python file each rank loads; its `at_step(rank, step)` runs at the rank's "
-                 "named steps (the tests kill or stop ranks with it)", "runtime/rank.py")
+                 "named steps (the tests kill or stop ranks with it)", "runtime/jobs/rank.py")
 SESSION_KEY = _own("SESSION_KEY", "set by the driver", "the key a rank of a job the driver started (a run or a "
-                   "session) authenticates with (the driver sets it for its ranks)", "runtime/rank_server.py")
+                   "session) authenticates with (the driver sets it for its ranks)", "runtime/jobs/rank_server.py")
 DRIVER_ADDRESS = _own("DRIVER_ADDRESS", "every interface of the driver's host", "`HOST[:PORT]` the ranks connect "
                       "back to: an address, host name or interface (`eth0`) of the driver's host that the job's "
-                      "other hosts reach; `PORT` fixes the port (else any free one)", "runtime/rank_link.py")
+                      "other hosts reach; `PORT` fixes the port (else any free one)", "runtime/jobs/rank_link.py")
 
 
 def _system(name: str, means: str, reader: str) -> Variable:
@@ -80,12 +80,12 @@ CC = _system("CC", "the C compiler that links kernel libraries (else `cc`, `gcc`
              "lowering/aot.py")
 XDG_CACHE_HOME = _system("XDG_CACHE_HOME", "the cache folder (else `~/.cache`) of kernels and calibrated figures",
                          "core/environment.py")
-PMI_SIZE = _system("PMI_SIZE", "set by MPICH in every rank: the job's size", "runtime/in_job.py")
+PMI_SIZE = _system("PMI_SIZE", "set by MPICH in every rank: the job's size", "runtime/jobs/in_job.py")
 OMPI_COMM_WORLD_SIZE = _system("OMPI_COMM_WORLD_SIZE", "set by Open MPI in every rank: the job's size",
-                               "runtime/in_job.py")
+                               "runtime/jobs/in_job.py")
 MPICH_YIELD = _system("MPIR_CVAR_ENABLE_HEAVY_YIELD", "MPICH's sleeping wait; when set, `SLICER_MPI_YIELD` is not "
-                      "consulted", "runtime/mpiexec.py")
-THREADS = tuple(_system(name, "a library's thread count; unset: the ranks get `1`", "runtime/mpiexec.py")
+                      "consulted", "runtime/jobs/mpiexec.py")
+THREADS = tuple(_system(name, "a library's thread count; unset: the ranks get `1`", "runtime/jobs/mpiexec.py")
                 for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"))
 
 VARIABLES: tuple[Variable, ...] = tuple(v for v in globals().values() if isinstance(v, Variable)) + THREADS
@@ -127,7 +127,7 @@ def for_child(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def slicer_settings() -> tuple[tuple[str, str], ...]:
     """The Slicer and MPICH settings of this process, sorted: a rank started under other ones may behave
-    differently (`runtime/rank_pool.py` keeps a warm job only for the settings it started under)."""
+    differently (`runtime/jobs/rank_pool.py` keeps a warm job only for the settings it started under)."""
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("SLICER_", "MPIR_"))))
 
 

@@ -182,6 +182,23 @@ class Mesh:
     def __hash__(self):
         return hash(("Mesh", self._axes))
 
+    @classmethod
+    def coerce(cls, mesh) -> Mesh:
+        """`mesh` as a Mesh: a Mesh, a mapping {axis: size} or text 'x=2,y=2' (the forms the API takes);
+        anything else, or a bad size, is a MeshError saying what to give (callers raise it as their own)."""
+        try:
+            if isinstance(mesh, Mesh):
+                return mesh
+            if isinstance(mesh, Mapping):
+                return cls(dict(mesh))
+            if isinstance(mesh, str):
+                return cls.parse(mesh)
+        except (MeshError, TypeError, ValueError) as exc:
+            raise MeshError(f"mesh {mesh!r}: {exc}; give a slicer.Mesh, e.g. slicer.Mesh(x=2, y=2), or "
+                            "'x=2,y=2'") from None
+        raise MeshError(f"mesh {mesh!r}: give a slicer.Mesh (e.g. slicer.Mesh(x=2, y=2)), a mapping of axis sizes "
+                        "or text 'x=2,y=2'")
+
     def __str__(self):
         return ",".join(f"{name}={size}" for name, size in self._axes)
 

@@ -86,7 +86,10 @@ def module_path(location) -> str | None:
     """The dotted path of the model's module that computed an op (`blocks.0.attn`), read from the
     `NameLoc("module:<path>", ...)` parts of its location (`core.names.MODULE_LOC_PREFIX`): for a location fused
     from several ops (an import-time fusion, a collective's provenance), the deepest module holding them all
-    (`blocks.0` for `blocks.0.attn.proj` and `blocks.0`); None when it names no module or the ops share none."""
+    (`blocks.0` for `blocks.0.attn.proj` and `blocks.0`). When they share none, the first part's: MLIR's fusions
+    put the rewritten op's own location first, then those of the constants folded into it, and a constant that
+    many modules share carries any one's location (the attention mask's `-inf` folded into `blocks.3.attn`'s
+    masked fill carried `wte`'s). None when it names no module, or the first part names the model itself."""
     paths = _MODULE.findall(str(location))
     if not paths:
         return None
@@ -97,7 +100,7 @@ def module_path(location) -> str | None:
         while n < min(len(common), len(parts)) and common[n] == parts[n]:
             n += 1
         common = common[:n]
-    return ".".join(common) or None
+    return ".".join(common) or paths[0] or None
 
 
 __all__ = ["first_user_frame", "frames", "module_path", "source_line", "user_frame"]

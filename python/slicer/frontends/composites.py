@@ -13,15 +13,39 @@ derives the backward of the replacement's ops. A replacement returns NotImplemen
 from __future__ import annotations
 
 import contextlib
+import contextvars
 
 from .decomp_attention import scaled_dot_product_attention
 from .decomp_indexing import one_hot
+from .decomp_ring import ring_attention
+
+_RING_BLOCKS: contextvars.ContextVar[int | None] = contextvars.ContextVar("ring_blocks", default=None)
+
+
+@contextlib.contextmanager
+def attention_in_blocks(blocks: int):
+    """While active, `F.scaled_dot_product_attention` is traced as ring attention over `blocks` blocks of the
+    sequence (`decomp_ring.py`; context parallelism), where that form applies, else as its plain math."""
+    token = _RING_BLOCKS.set(blocks)
+    try:
+        yield
+    finally:
+        _RING_BLOCKS.reset(token)
+
+
+def _attention(*args, **kwargs):
+    blocks = _RING_BLOCKS.get()
+    if blocks is not None:
+        result = ring_attention(blocks, *args, **kwargs)
+        if result is not NotImplemented:
+            return result
+    return scaled_dot_product_attention(*args, **kwargs)
 
 
 def composite_decompositions(torch) -> dict:
     """{torch function: its replacement while tracing} (see the module docstring)."""
     functional = torch.nn.functional
-    return {functional.scaled_dot_product_attention: scaled_dot_product_attention, functional.one_hot: one_hot}
+    return {functional.scaled_dot_product_attention: _attention, functional.one_hot: one_hot}
 
 
 @contextlib.contextmanager
@@ -45,4 +69,4 @@ def decomposed_composites(torch):
         yield
 
 
-__all__ = ["composite_decompositions", "decomposed_composites"]
+__all__ = ["attention_in_blocks", "composite_decompositions", "decomposed_composites"]

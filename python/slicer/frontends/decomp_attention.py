@@ -31,7 +31,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     import torch  # optional dependency; only called while torch traces
 
     if enable_gqa and key.shape[-3] != query.shape[-3]:
-        key, value = _repeat_heads(key, query.shape[-3]), _repeat_heads(value, query.shape[-3])
+        key, value = repeat_heads(key, query.shape[-3]), repeat_heads(value, query.shape[-3])
     factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = (query @ key.transpose(-2, -1)) * factor
     lowest = torch.full((), float("-inf"), dtype=scores.dtype, device=scores.device)
@@ -48,11 +48,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return weights @ value
 
 
-def _repeat_heads(tensor, heads: int):
+def repeat_heads(tensor, heads: int):
     """[.., Hkv, S, E] -> [.., heads, S, E]: head h of the result is head h // (heads / Hkv) of `tensor`."""
     *batch, groups, seq, size = tensor.shape
     repeats = heads // groups
     return tensor.unsqueeze(-3).expand(*batch, groups, repeats, seq, size).reshape(*batch, heads, seq, size)
 
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["repeat_heads", "scaled_dot_product_attention"]

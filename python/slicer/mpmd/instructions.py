@@ -1,5 +1,5 @@
 """A pipelined step's module (`stage_module.py`) lowered to what each stage's ranks execute: a straight-line list of
-instructions per stage, plain data a rank runs without MLIR (`runtime/pipeline_exec.py`).
+instructions per stage, plain data a rank runs without MLIR (`runtime/execution/pipeline_exec.py`).
 
     {"op": "recv", "result": 3, "stage": 0, "message": 0, "shape": [2, 8, 32], "dtype": "float32"}   MPI receive
     {"op": "send", "operand": 5, "stage": 1, "message": 0}                                       MPI send (started)

@@ -7,7 +7,7 @@
 
 `train` runs one step per batch (a tuple of the step's batch tensors), starting from the step's bound state (the
 model's parameters, the optimizer's initial state), in this process (`ranks=None`: every stage's programs on
-the simulator, the transfers between them in memory) or on MPI ranks (`runtime.pipeline_job`); it returns each
+the simulator, the transfers between them in memory) or on MPI ranks (`runtime.jobs.pipeline_job`); it returns each
 step's loss and the final state by name (parameters and optimizer state).
 """
 
@@ -27,8 +27,8 @@ from slicer.core.mesh import Mesh
 from slicer.frontends.accumulation import micro_batch
 from slicer.mpmd.pipeline_schedule import PipelineSchedule
 from slicer.runtime import Simulator
-from slicer.runtime.pipeline_exec import run_local
-from slicer.runtime.pipeline_job import launch_pipeline, write_pipeline_job
+from slicer.runtime.execution.pipeline_exec import run_local
+from slicer.runtime.jobs.pipeline_job import launch_pipeline, write_pipeline_job
 from slicer.tactics.pipeline_tactic import Pipeline
 
 

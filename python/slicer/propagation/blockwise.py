@@ -3,11 +3,13 @@ result is the op on blocks of its operands) and forward (an op consuming a tile 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mlir import ir
 from mlir.dialects import arith, func, linalg, tensor
 
+from slicer.core.dtypes import byte_size
 from slicer.core.errors import Located, PassFailure
 from slicer.core.linalg_facts import is_linalg_op, reshape_kept_dims
 from slicer.core.mesh import block_size
@@ -225,12 +227,136 @@ def own_block_tiling(value: ir.Value) -> tuple[LoopOp, int] | None:
     return inner
 
 
+def preferred_order(op: ir.Operation, candidates: list[Candidate]) -> list[Candidate]:
+    """`candidates` with those over the same axes reordered (each group keeps its places in the list), earliest
+    tactic first among equals. A later loop goes before the group's first when it keeps every operand tiled
+    over those axes distributed (a conflicting one is sliced: it moves by all_to_all, nothing is gathered),
+    tiles `op`'s result on a dim a reader takes tiled over those axes, and moves no more bytes than the first
+    (whose partial sums count as reduced); one that takes an operand in a block another op already takes
+    (the partitioner reuses that copy) before the others. The combine of a mixture of experts,
+    `einsum("gsec,egcd->gsd")` with groups and experts tiled over one axis, so keeps its result group-tiled
+    (the experts' outputs come back by all_to_all) instead of summing over the experts, and the backward's
+    `einsum("gsd,egcd->gsec")` takes the experts' outputs the combine moved (docs/tactics.md)."""
+    groups: dict[frozenset[str], list[int]] = {}
+    for index, candidate in enumerate(candidates):
+        groups.setdefault(frozenset(candidate.producer.range.axes), []).append(index)
+    ordered = list(candidates)
+    for axes, places in groups.items():
+        if len(places) < 2:
+            continue
+        tiled = {candidates[i].operand for i in places}
+        first = _moved_bytes(op, candidates[places[0]], tiled)
+        ranks = {i: _rank(op, candidates[i], tiled, axes, first) for i in places}
+        for place, i in zip(places, sorted(places, key=lambda i: (ranks[i], i))):
+            ordered[place] = candidates[i]
+    return ordered
+
+
+def _rank(op: ir.Operation, candidate: Candidate, tiled: set[int], axes: frozenset[str], budget: int | None) -> int:
+    """0, 1 or 2 as `preferred_order` ranks the candidate's loop at `op` (`tiled`: the operands tiled over
+    `axes`; `budget`: the bytes the group's first loop moves, None when unknown)."""
+    outcome = _outcome(op, candidate.operand, candidate.dim)
+    if outcome is None or any(not isinstance(a, TileAction) for a in outcome.actions):
+        return 2
+    if not tiled <= set(outcome.slice_map):
+        return 2
+    if not any(_read_tiled(op.results[r], a.dim, axes, _READ_DEPTH) for r, a in enumerate(outcome.actions)):
+        return 2
+    moved = _moved_bytes(op, candidate, tiled)
+    if moved is None or budget is None or moved > budget:
+        return 2
+    operands = rule_operands(op)
+    range_type = candidate.producer.range_arg.type
+    sliced = outcome.slice_map
+    return 0 if any(_taken_block(operands[i], sliced[i], range_type) for i in tiled - {candidate.operand}) else 1
+
+
+def _moved_bytes(op: ir.Operation, candidate: Candidate, tiled: set[int]) -> int | None:
+    """Bytes the candidate's loop at `op` moves, in whole-value bytes (a device's share of each is the same
+    fraction): an operand in `tiled` sliced on another dim than its own tiling moves its block (all_to_all, a
+    block another op already takes is free), one not sliced is gathered whole, partial sums of `op`'s
+    results are reduced whole. None when `op` has no rule for it."""
+    outcome = _outcome(op, candidate.operand, candidate.dim)
+    if outcome is None:
+        return None
+    operands, sliced = rule_operands(op), outcome.slice_map
+    size = candidate.producer.range.size
+    moved = 0
+    for index in tiled - {candidate.operand}:
+        own = tile_loop_of(operands[index]) or own_block_tiling(operands[index])
+        if index not in sliced:
+            moved += _bytes(operands[index].type)
+        elif own is not None and own[0].action.dim != sliced[index] and \
+                not _taken_block(operands[index], sliced[index], candidate.producer.range_arg.type):
+            moved += _bytes(operands[index].type) // size
+    if any(not isinstance(a, TileAction) for a in outcome.actions):
+        moved += sum(_bytes(result.type) for result in op.results)
+    return moved
+
+
+def _bytes(type_: ir.Type) -> int:
+    """Bytes of a tensor of `type_` (a byte per element of an unknown type)."""
+    shaped = ir.RankedTensorType(type_)
+    return math.prod(shaped.shape) * (byte_size(str(shaped.element_type)) or 1)
+
+
+_READ_DEPTH = 3
+"""How many readers deep `_read_tiled` looks through ops that only carry a tiling on (reshapes, elementwise)."""
+
+
+def _read_tiled(value: ir.Value, dim: int, axes: frozenset[str], depth: int) -> bool:
+    """Does a reader of `value` take it tiled on `dim` over `axes`: a slice over them, or an op that another
+    operand tiled over them by a loop would make slice `value` on `dim` (looking `depth` readers deep through
+    ops that would tile their result from `value`'s tiling)?"""
+    for use in value.uses:
+        reader, position = as_op(use.owner), use.operand_number
+        if reader.name == SLICE:
+            view = SliceOp(reader)
+            if view.dim == dim and view.range is not None and frozenset(view.range.axes) == axes:
+                return True
+            continue
+        if reader.name.startswith(DIALECT_PREFIX) or reader.name in (func.ReturnOp.OPERATION_NAME, YIELD):
+            continue
+        for other in forward_candidates(reader):
+            if other.operand != position and frozenset(other.producer.range.axes) == axes:
+                outcome = _outcome(reader, other.operand, other.dim)
+                if outcome is not None and outcome.slice_map.get(position) == dim:
+                    return True
+        outcome = _outcome(reader, position, dim) if depth > 1 else None
+        if outcome is not None and all(isinstance(a, TileAction) for a in outcome.actions):
+            if any(_read_tiled(reader.results[r], a.dim, axes, depth - 1) for r, a in enumerate(outcome.actions)):
+                return True
+    return False
+
+
+def _outcome(op: ir.Operation, operand: int, dim: int) -> RuleOutcome | None:
+    """The rule's outcome of tiling `op`'s operand `operand` on `dim`, None when there is no rule or it blocks."""
+    try:
+        outcome = tile_outcome(op, operand=operand, dim=dim)
+    except NoRule:
+        return None
+    return outcome if outcome.ok else None
+
+
+def _taken_block(value: ir.Value, dim: int, range_type: ir.Type) -> bool:
+    """Does an op already take a block of `value`, a tile loop's result tiled on another dim, on `dim` over
+    the axes of `range_type` (a `slicer.slice`)?"""
+    producer = tile_loop_of(value)
+    if producer is None or producer[0].action.dim == dim:
+        return False
+    for use in value.uses:
+        user = as_op(use.owner)
+        if user.name == SLICE and SliceOp(user).dim == dim and SliceOp(user).range_value.type == range_type:
+            return True
+    return False
+
+
 def pull_op_into_loop(op: ir.Operation, journal: Journal) -> bool:
     if op.name.startswith(DIALECT_PREFIX) or op.name in (func.ReturnOp.OPERATION_NAME, YIELD) or not op.results:
         return False
     if op.parent is not None and op.parent.name.startswith(LINALG_PREFIX):
         return False  # scalar code of a linalg body: the linalg op is pulled (its rule reads the body)
-    candidates = forward_candidates(op)
+    candidates = preferred_order(op, forward_candidates(op))
     if not candidates:
         return False
     busy_axes = enclosing_axes(op)

@@ -17,6 +17,7 @@ from .merging import (
                       merge_duplicate_loop,
                       merge_duplicate_slice,
 )
+from .rotations import tile_rotation
 from .shared_blocks import reduce_shared_blocks, sum_loop_of
 from .slices import commute_slice_into_loop, compose_slices, deforest, order_slices
 
@@ -32,6 +33,7 @@ LAWS = (
     pull_op_into_loop,
     reduce_shared_blocks,
     hoist_invariant,
+    tile_rotation,
 )
 # Fusion runs only when no other law applies, so it sees the loops propagation settled on.
 LATE_LAWS = (fuse_sibling_loops,)
@@ -42,5 +44,5 @@ __all__ = [
     "fuse_sibling_loops", "fusion_candidates", "hoist_invariant", "may_fuse", "merge_duplicate_loop",
     "merge_duplicate_slice", "order_slices", "priority", "pull_op_into_loop", "push_slice_into_producer",
            "reduce_shared_blocks",
-    "sibling_facts", "sum_loop_of", "tactic_name", "tile_loop_of",
+    "sibling_facts", "sum_loop_of", "tactic_name", "tile_loop_of", "tile_rotation",
 ]

@@ -8,7 +8,7 @@ Types use the JAX / MLIR ``shard`` text form, axes major to minor: ``[[x,y],[]] 
 axes (sub-axes) in Shardy's form, ``y:(1)2``. Plans minimise the estimated time (`CostModel`) or the bytes
 received (``plan(..., cost="bytes")``). Each collective is one class of `steps` (its typing rule both ways,
 cost, numpy semantics, text and IR forms), registered in `STEP_TYPES`. Executing plans over MPI is the
-runtime's (`slicer.runtime.plan_executor`); this package is pure Python and numpy.
+runtime's (`slicer.runtime.collectives.plan_executor`); this package is pure Python and numpy.
 `Mesh` and `RedistributionError` are defined in `slicer.core` and re-exported here.
 """
 

@@ -3,7 +3,7 @@
 A collective kind is one class (`steps.py` holds the six of the planner), registered with :func:`register`.
 The class owns its typing rule, cost, numpy semantics, text form and IR form (attribute keys and values, read
 back by ``from_ir``); the layers above own what needs IR or MPI and key it by the class: the emission in
-`slicer.spmd.emit_collectives` (``EMISSIONS``), the execution in `slicer.runtime.collective_kinds`
+`slicer.spmd.emit_collectives` (``EMISSIONS``), the execution in `slicer.runtime.collectives.collective_kinds`
 (``EXECUTIONS``). Nothing else branches on the kind: a new kind is its class plus one entry in each table
 (docs/architecture.md, "A new collective").
 """

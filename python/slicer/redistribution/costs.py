@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slicer.core import environment
@@ -32,6 +32,7 @@ from . import subaxes
 DEFAULT_LATENCY = 30e-6
 DEFAULT_BANDWIDTH = 2.0e9
 FS = 10 ** 15  # search time unit: femtoseconds
+HOST, NETWORK = "host", "network"  # the link classes: between ranks of one host, between hosts
 OBJECTIVES = ("time", "bytes")
 ENV = environment.COST_MODEL.name
 
@@ -41,7 +42,9 @@ class CostModel:
     """Objective and figures of the cost model (see the module docstring). Hashable, immutable.
 
     ``axis_latency`` / ``axis_bandwidth``: ``(axis name, figure)`` pairs for axes whose links differ from
-    the default (seconds per step, bytes per second and device)."""
+    the default (seconds per step, bytes per second and device). ``link_latency`` / ``link_bandwidth``: the
+    same per link class (`HOST`, `NETWORK`), measured on a job of ``ranks_per_host`` ranks per host (numbered
+    host by host); `for_mesh` gives a mesh's axes their class's figures."""
 
     objective: str = "time"
     latency: float = DEFAULT_LATENCY
@@ -49,15 +52,20 @@ class CostModel:
     axis_latency: tuple[tuple[str, float], ...] = ()
     axis_bandwidth: tuple[tuple[str, float], ...] = ()
     source: str = field(default="built-in", compare=False)
+    link_latency: tuple[tuple[str, float], ...] = ()
+    link_bandwidth: tuple[tuple[str, float], ...] = ()
+    ranks_per_host: int = 0  # 0: not known
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
             raise RedistributionError(f"cost objective '{self.objective}': use one of {', '.join(OBJECTIVES)}")
-        for what, value in [("latency", self.latency)] + [(f"latency of axis '{a}'", v) for a, v in self.axis_latency]:
+        for what, value in ([("latency", self.latency)] + [(f"latency of axis '{a}'", v) for a, v in self.axis_latency]
+                            + [(f"latency of link '{a}'", v) for a, v in self.link_latency]):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise RedistributionError(f"cost model {what} {value!r}: give a non-negative number of seconds")
         for what, value in ([("bandwidth", self.bandwidth)]
-                            + [(f"bandwidth of axis '{a}'", v) for a, v in self.axis_bandwidth]):
+                            + [(f"bandwidth of axis '{a}'", v) for a, v in self.axis_bandwidth]
+                            + [(f"bandwidth of link '{a}'", v) for a, v in self.link_bandwidth]):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise RedistributionError(f"cost model {what} {value!r}: give a positive number of bytes per second")
 
@@ -75,7 +83,12 @@ class CostModel:
                                                  v in data.get("axis_latency_s", {}).items())),
                        axis_bandwidth=tuple(sorted((str(a), float(v)) for a, v in
                                                    data.get("axis_bandwidth_bytes_per_s", {}).items())),
-                       source=source)
+                       source=source,
+                       link_latency=tuple(sorted((str(a), float(v)) for a, v in
+                                                 data.get("link_latency_s", {}).items())),
+                       link_bandwidth=tuple(sorted((str(a), float(v)) for a, v in
+                                                   data.get("link_bandwidth_bytes_per_s", {}).items())),
+                       ranks_per_host=int(data.get("ranks_per_host", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RedistributionError(
                 f"cost model {source or 'data'} is not valid ({exc!r}): it needs latency_s and bandwidth_bytes_per_s "
@@ -84,7 +97,9 @@ class CostModel:
 
     def to_dict(self) -> dict:
         return {"objective": self.objective, "latency_s": self.latency, "bandwidth_bytes_per_s": self.bandwidth,
-                "axis_latency_s": dict(self.axis_latency), "axis_bandwidth_bytes_per_s": dict(self.axis_bandwidth)}
+                "axis_latency_s": dict(self.axis_latency), "axis_bandwidth_bytes_per_s": dict(self.axis_bandwidth),
+                "link_latency_s": dict(self.link_latency), "link_bandwidth_bytes_per_s": dict(self.link_bandwidth),
+                "ranks_per_host": self.ranks_per_host}
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CostModel:
@@ -104,7 +119,22 @@ class CostModel:
         return chosen_figures(environment.COST_MODEL, calibration_path(), cls, cls.load)
 
     def with_objective(self, objective: str) -> CostModel:
-        return CostModel(objective, self.latency, self.bandwidth, self.axis_latency, self.axis_bandwidth, self.source)
+        return replace(self, objective=objective)
+
+    def for_mesh(self, mesh: Mesh) -> CostModel:
+        """This model with each axis of `mesh` that has no figures of its own given its link class's
+        (`axis_link`), when the model has them; itself otherwise."""
+        bandwidths = dict(self.link_bandwidth)
+        links = {a: (lat, bandwidths[a]) for a, lat in self.link_latency if a in bandwidths}
+        if not links or self.ranks_per_host <= 0:
+            return self
+        latency, bandwidth = dict(self.axis_latency), dict(self.axis_bandwidth)
+        for axis in mesh.axis_names:
+            link = links.get(axis_link(mesh, axis, self.ranks_per_host))
+            if axis not in latency and link is not None:
+                latency[axis], bandwidth[axis] = link
+        return replace(self, axis_latency=tuple(sorted(latency.items())),
+                       axis_bandwidth=tuple(sorted(bandwidth.items())))
 
     # -- figures ------------------------------------------------------------------------------------------
     def axis_figures(self, axis: str) -> tuple[float, float]:
@@ -122,10 +152,18 @@ class CostModel:
         return max(f[0] for f in figures) + busiest_bytes / min(f[1] for f in figures)
 
     def __str__(self) -> str:
-        extra = "".join(f", {a}: {lat * 1e6:.3g} us" for a, lat in self.axis_latency)
-        extra += "".join(f", {a}: {bw / 1e9:.3g} GB/s" for a, bw in self.axis_bandwidth)
+        extra = "".join(f", {a}: {lat * 1e6:.3g} us" for a, lat in self.axis_latency + self.link_latency)
+        extra += "".join(f", {a}: {bw / 1e9:.3g} GB/s" for a, bw in self.axis_bandwidth + self.link_bandwidth)
         return (f"{self.objective} (latency {self.latency * 1e6:.3g} us, bandwidth {self.bandwidth / 1e9:.3g} GB/s"
                 f"{extra}; {self.source})")
+
+
+def axis_link(mesh: Mesh, axis: str, ranks_per_host: int) -> str:
+    """The link class of a whole mesh axis on a job of `ranks_per_host` ranks per host, numbered host by host
+    (row-major device ranks): `HOST` when each of its groups lies within one host, else `NETWORK`."""
+    minor = math.prod(mesh.size(a) for a in mesh.axis_names[mesh.axis_index(axis) + 1:])
+    span = minor * mesh.size(axis)  # each group lies in an aligned run of `span` consecutive ranks
+    return HOST if span <= ranks_per_host and ranks_per_host % span == 0 else NETWORK
 
 
 def tie_scale(model: CostModel, devices: int, elements: int) -> int:

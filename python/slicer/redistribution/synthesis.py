@@ -64,8 +64,9 @@ def plan(mesh: Mesh, src: DistType, dst: DistType, *, dtype: str = "f32", frozen
     computed inside a partitioning loop over those axes): no step may communicate over them, since that
     would mix members. The plan is synthesised on the mesh without them and lifted back (every collective
     runs within the groups of equal frozen coordinates; a permute's pairs are repeated for each of them).
-    Neither type may use a frozen axis."""
-    model = cost_model(cost)
+    Neither type may use a frozen axis. A model with figures per link class prices each axis by its class
+    (`CostModel.for_mesh`)."""
+    model = cost_model(cost).for_mesh(mesh)
     if frozen:
         return _plan_within(mesh, src, dst, dtype, tuple(frozen), model, sub_axes)
     size = itemsize(dtype)

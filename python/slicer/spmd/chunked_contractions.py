@@ -9,7 +9,7 @@ each chunk's collective is in flight while the next chunk computes.
                                                           %r  = insert_slice %r0, %r1 into tensor.empty
 
 The kernel graph is cut at every collective, so chunk `i + 1` is a kernel of its own that the runtime runs
-while chunk `i`'s collective is in flight (`runtime/executor.py`, `schedule`). Each element is still summed by
+while chunk `i`'s collective is in flight (`runtime/execution/executor.py`, `schedule`). Each element is still summed by
 one collective over the same group, so the results are the same bits. The chunks are ordinary linalg on
 smaller shapes (their kernels are the same GEMM code); the price is a copy of the result (the insert_slices),
 the operands that do not have the chunked dim read once per chunk, and a kernel call and collective per chunk.

@@ -176,6 +176,14 @@ class PlanEmitter:
         attrs.update({key: ir.Attribute.parse(f"#shard<partial {how}>") for key, how in step.ir_reductions().items()})
         return _collective(step.ir_op_name(), value, after, grid, attrs, loc)
 
+    def emit_step(self, value: ir.Value, step, after: ir.Type, loc: ir.Location) -> ir.Value:
+        """`step`, a collective that names no axes (a permute), as its op outside any plan: a rotation of a
+        value's blocks (`spmd/permuted_blocks.py`) changes the value, not its distributed type."""
+        if step.ir_groups():
+            raise RedistributionError(f"PlanEmitter.emit_step: {step.op} names axes; emit it in a plan")
+        attrs = {key: ir.DenseI64ArrayAttr.get(ints) for key, ints in step.ir_ints().items()}
+        return _collective(step.ir_op_name(), value, after, self.grid, attrs, loc)
+
     def emit(self, value: ir.Value, plan: Plan, loc: Callable[[object], ir.Location]) -> ir.Value:
         """Emit every step of `plan` on `value` (whose local type is the plan's source); returns the result.
 

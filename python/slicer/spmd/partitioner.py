@@ -46,6 +46,7 @@ from slicer.dialect import (
     split_product_slices,
     walk_ops,
 )
+from slicer.propagation.rotations import op_id, rotations_in
 from slicer.redistribution import DistType
 
 from .conversion import PartitionedValue, PartitionState
@@ -54,6 +55,7 @@ from .dist_types import dist_text, local_type, replicated, tensor_shape
 from .infer import infer_argument
 from .loops_and_slices import partition_annotate, partition_loop, partition_slice
 from .partial_terms import first_device_term, partial_terms, split_linear_sum
+from .permuted_blocks import partition_rotation
 from .tiled_max import reduce_by_max
 
 
@@ -167,9 +169,17 @@ class _FunctionPartitioner(PartitionState):
                 del op.attributes[BLOCKED_ATTR]
 
     def process_block(self, block: ir.Block, context: frozenset[str]) -> None:
+        rotations, chained = rotations_in(block)
         for op in list(block.operations):
             op = op.operation
-            if op.name == LOOP:
+            rotation = rotations.get(op_id(op)) if rotations else None
+            if rotation is not None:
+                if not partition_rotation(self, rotation, context):  # partitioned op by op after all
+                    for piece in [*rotation.chain, op]:
+                        self.process_plain(piece, context)
+            elif rotations and op_id(op) in chained:
+                continue  # a piece of a rotation, partitioned with it
+            elif op.name == LOOP:
                 partition_loop(self, op, context, self.process_block)
             elif op.name == SLICE:
                 partition_slice(self, op, context)

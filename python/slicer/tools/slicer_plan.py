@@ -7,7 +7,8 @@ minimises the bytes received instead of the estimated time; ``--latency``, ``--b
 ``slicer-plan --calibrate [all|links|kernels] [-n/--ranks 8] [--mesh x=2,y=4] [--mpiexec PATH] [-o/--output FILE]
 [--machine-output FILE] [--rounds 3]`` measures this machine's figures and stores them where every plan and search
 finds them: the links' latency and bandwidth with the MPI executor on this machine, or on the hosts the given
-mpiexec starts ranks on (per axis with ``--mesh``: an axis across hosts gets its own, slower, figures), in
+mpiexec starts ranks on (per axis with ``--mesh``; on several hosts also per link class, across the hosts and
+within one, which price any mesh's axes by where their groups lie: `CostModel.for_mesh`), in
 ``$XDG_CACHE_HOME/slicer/cost_model.json`` (or ``--output``); and the kernels' figures `slicer.auto` prices
 programs with (`slicer.automatic.Machine`: probe programs compiled and run on one rank per core, at most
 ``--ranks``; `slicer.tools.machine_probes`; each probe the median of ``--rounds`` interleaved rounds), in
@@ -33,8 +34,8 @@ from slicer.core.errors import RedistributionError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, numpy_dtype, parse_shape, plan, simulate, subaxes
 from slicer.redistribution.costs import CostModel, calibration_path
-from slicer.runtime.calibration import model_from
-from slicer.runtime.mpiexec import run_spmd
+from slicer.runtime.collectives.calibration import model_from
+from slicer.runtime.jobs.mpiexec import run_spmd
 
 from .cli import EXIT_FAILURE, EXIT_OK, failure, usage_error
 from .machine_probes import calibrate_machine, default_ranks
@@ -168,7 +169,7 @@ def calibrate_kernels(args) -> None:
 
 def calibrate_links(args, mesh: Mesh | None) -> None:
     """The links' figures: the measurement on ``--ranks`` ranks, fitted, stored, printed."""
-    argv = [sys.executable, "-m", "slicer.runtime.calibration"]
+    argv = [sys.executable, "-m", "slicer.runtime.collectives.calibration"]
     if mesh is not None:
         argv += ["--mesh", str(mesh)]
     done = run_spmd(args.ranks, argv, mpiexec=args.mpiexec, timeout=900)
@@ -176,11 +177,12 @@ def calibrate_links(args, mesh: Mesh | None) -> None:
         raise RedistributionError(f"the calibration run on {args.ranks} ranks failed (exit {done.returncode}):\n"
                                   f"{done.stderr.strip()[-2000:]}")
     try:
-        samples = json.loads(done.stdout.strip().splitlines()[-1])["samples"]
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        samples = measured["samples"]
     except (IndexError, ValueError, KeyError):
         raise RedistributionError(f"the calibration run printed no measurements:\n{done.stdout[-2000:]}") from None
     path = Path(args.output) if args.output else calibration_path()
-    model = model_from(samples, "ranks", f"calibrated on {args.ranks} ranks, {path}")
+    model = model_from(samples, "ranks", f"calibrated on {args.ranks} ranks, {path}", measured.get("ranks_per_host", 0))
     model.save(path)
     print(f"cost model: {model}")
     print(f"stored in {path}")

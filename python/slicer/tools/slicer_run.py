@@ -32,10 +32,10 @@ from slicer.core.errors import InputError, RunError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.lowering import cache_stats, compile_function
 from slicer.runtime import launch
-from slicer.runtime.blocks import random_global
-from slicer.runtime.in_job import check_job, job_comm, run_job_here
-from slicer.runtime.resources import check_memory, check_ranks
-from slicer.runtime.timings import Timings
+from slicer.runtime.execution.blocks import random_global
+from slicer.runtime.execution.timings import Timings
+from slicer.runtime.jobs.in_job import check_job, job_comm, run_job_here
+from slicer.runtime.jobs.resources import check_memory, check_ranks
 from slicer.spmd.bucketing import bucket_setting
 from slicer.spmd.chunked_contractions import chunks_setting
 from slicer.tactics import parse_tactics

@@ -15,7 +15,7 @@ from slicer.lowering import KernelGraph
 
 from .block_picture import BlockPicture, device_ranges
 from .memory import MemoryReport, memory_report
-from .timeline import chrome_trace, timeline_png, timeline_text, write_chrome_trace
+from .timeline import chrome_trace, timeline_png, timeline_text, timelines_png, write_chrome_trace
 from .value_lookup import describe, global_type, resolve, source_names
 
 
@@ -48,5 +48,5 @@ def _itemsize(element_type: str) -> int | None:
 
 
 __all__ = ["MemoryReport", "BlockPicture", "chrome_trace", "describe", "device_ranges", "global_type",
-           "memory_report", "resolve", "source_names", "timeline_png", "timeline_text", "value_picture",
-           "write_chrome_trace"]
+           "memory_report", "resolve", "source_names", "timeline_png", "timeline_text", "timelines_png",
+           "value_picture", "write_chrome_trace"]

@@ -3,14 +3,14 @@ same figures for the unpartitioned program.
 
 The estimate is the kernel graph's liveness (`KernelGraph.live_bytes_per_node`: a value lives from the node
 producing it to its last use, a node's inputs and outputs together) plus the scratch buffers the MPI executor
-of collectives allocates besides its input and output block (`slicer.runtime.collective_kinds`, the sizes its
-buffers are made with): a step along a dim that is not the block's leading one packs its chunks (a
+of collectives allocates besides its input and output block (`slicer.runtime.collectives.collective_kinds`, the sizes
+its buffers are made with): a step along a dim that is not the block's leading one packs its chunks (a
 `reduce_scatter` its input, an `all_gather` what it receives), and half-precision reductions widen to f32 (MPI
 has no portable f16 or bf16 sum; `dtypes.accumulation_dtype`). Scratch inside kernels and inside MPI is not counted.
 The unpartitioned program is counted the same way (`unpartitioned_peak`): the same nodes and liveness, every
 value whole and a collective's output the same value as its input, so both figures include what is held between
 kernels (a training step's activations and gradients), not only arguments and results. After a run, `Timings.peak_bytes`
-is what each rank's executor measured of the same buffers (`slicer.runtime.buffer_tracker`).
+is what each rank's executor measured of the same buffers (`slicer.runtime.execution.buffer_tracker`).
 
 Every device holds blocks of the same sizes: one figure per device. A dim that does not divide its tiles is
 cut into padded blocks (docs/partition.md, "Uneven shapes"): every device holds a block of ceil(n/k) rows, the
@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from slicer.lowering import CollectiveNode, KernelGraph
-from slicer.runtime.collective_kinds import mpi_scratch_bytes
-from slicer.runtime.resources import human_bytes
-from slicer.runtime.timings import Timings
+from slicer.runtime.collectives.collective_kinds import mpi_scratch_bytes
+from slicer.runtime.execution.timings import Timings
+from slicer.runtime.jobs.resources import human_bytes
 
 from .block_picture import uneven_dims
 from .remat_memory import RematReport
@@ -161,7 +161,7 @@ def _vs(measured: int, estimate: int) -> str:
 
 def collective_scratch_bytes(graph: KernelGraph, node: CollectiveNode) -> int:
     """Bytes the MPI executor allocates for `node` besides its input and output block (module docstring): its
-    kind's packing (`slicer.runtime.collective_kinds`)."""
+    kind's packing (`slicer.runtime.collectives.collective_kinds`)."""
     value = graph.values[node.input]
     return mpi_scratch_bytes(node.step, graph.mesh, value.local_shape, value.numpy_dtype)
 

@@ -11,7 +11,7 @@ from mlir import ir
 
 from slicer.core.functions import entry_function
 from slicer.dialect import make_context
-from slicer.runtime.resources import human_bytes
+from slicer.runtime.jobs.resources import human_bytes
 from slicer.spmd.rematerialize import read_units
 
 

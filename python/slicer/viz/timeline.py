@@ -1,7 +1,7 @@
 """Where a run's time goes: every rank's kernels and collectives on one time axis.
 
-From `Timings.events` (per rank, the last run without barriers: `slicer.runtime.timings.Event`s in seconds from
-the run's start). A kernel is compute; a collective has two events: its *start* (its "skew" part, when present,
+From `Timings.events` (per rank, the last run without barriers: `slicer.runtime.execution.timings.Event`s in seconds
+from the run's start). A kernel is compute; a collective has two events: its *start* (its "skew" part, when present,
 is waiting for the other ranks; the rest packs its block and issues the transfer) and its *wait*, where its
 output is first needed (its "transfer" part is blocked until the data arrived, then "unpack"). Between the two
 the collective is *in flight*: with nonblocking collectives that time overlaps the kernels in between. Three
@@ -10,7 +10,8 @@ renderings:
 - `chrome_trace(timings)`: the Trace Event Format that chrome://tracing and https://ui.perfetto.dev open: one
   process per rank, every event a complete event ("ph": "X") with its parts nested inside, and each collective
   in flight as an async span from its start to its wait;
-- `timeline_png(timings, path)`: one row of bars per rank (matplotlib), in-flight collectives as thin lines;
+- `timeline_png(timings, path)`: one row of bars per rank (matplotlib), in-flight collectives as thin lines
+  (`timelines_png`: several runs one above the other, on one time axis);
 - `timeline_text(timings)`: the same rows in characters, for a terminal.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from slicer.core.errors import VizError
 from slicer.core.mesh import Mesh
-from slicer.runtime.timings import Event, Timings
+from slicer.runtime.execution.timings import Event, Timings
 
 from .block_picture import load_pyplot
 
@@ -144,13 +145,8 @@ def timeline_text(timings: Timings, width: int = 64, mesh: Mesh | None = None) -
     return "\n".join(lines)
 
 
-def timeline_png(timings: Timings, path: str | Path, *, mesh: Mesh | None = None, dpi: int = 100) -> Path:
-    """Draw the run as bars per rank into a PNG file (matplotlib); returns its path."""
-    events = _events(timings)
-    plt = load_pyplot()
-    path = Path(path)
-    end = _end(events)
-    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.55 * len(events)))
+def _draw(ax, events, mesh: Mesh | None, end: float) -> None:
+    """One run's rows of bars on `ax` (`end`: the run's end, for which labels fit)."""
     for rank, rank_events in enumerate(events):
         for _, _, begin, finish in _in_flight(rank_events):
             ax.plot([begin * 1e3, finish * 1e3], [rank + 0.38, rank + 0.38], color=COLORS[TRANSFER], linewidth=1.5)
@@ -166,18 +162,58 @@ def timeline_png(timings: Timings, path: str | Path, *, mesh: Mesh | None = None
     ax.set_yticks(range(len(events)))
     ax.set_yticklabels([_rank_name(rank, mesh) for rank in range(len(events))], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, end * 1e3 * 1.01)
-    ax.set_xlabel("ms since the run's start")
+
+
+def _legend(plt, ax, below: float) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[k], edgecolor="black", hatch="//" if k == WAITING else None)
                for k in (KERNEL, WAITING, TRANSFER)]
     handles.append(plt.Line2D([0], [0], color=COLORS[TRANSFER], linewidth=1.5))
     ax.legend(handles, ["kernel (compute)", "waiting for other ranks", "transfer (pack, blocked, unpack)",
-                        "collective in flight"], loc="upper center",
-              bbox_to_anchor=(0.5, -0.35 if len(events) < 4 else -0.15), ncol=4, fontsize=8, frameon=False)
-    ax.set_title(f"last run on {timings.ranks} ranks: {end * 1e3:.3f} ms (median of {timings.repeat}: "
-                 f"{timings.seconds * 1e3:.3f} ms)", fontsize=9)
+                        "collective in flight"], loc="upper center", bbox_to_anchor=(0.5, below), ncol=4, fontsize=8,
+              frameon=False)
+
+
+def _title(timings: Timings, end: float) -> str:
+    return (f"last run on {timings.ranks} ranks: {end * 1e3:.3f} ms (median of {timings.repeat}: "
+            f"{timings.seconds * 1e3:.3f} ms)")
+
+
+def _save(fig, plt, path: Path, dpi: int) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
+
+
+def timeline_png(timings: Timings, path: str | Path, *, mesh: Mesh | None = None, dpi: int = 100) -> Path:
+    """Draw the run as bars per rank into a PNG file (matplotlib); returns its path."""
+    events = _events(timings)
+    plt = load_pyplot()
+    end = _end(events)
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.55 * len(events)))
+    _draw(ax, events, mesh, end)
+    ax.set_xlim(0, end * 1e3 * 1.01)
+    ax.set_xlabel("ms since the run's start")
+    _legend(plt, ax, -0.35 if len(events) < 4 else -0.15)
+    ax.set_title(_title(timings, end), fontsize=9)
+    return _save(fig, plt, Path(path), dpi)
+
+
+def timelines_png(runs: dict[str, Timings], path: str | Path, *, mesh: Mesh | None = None, dpi: int = 100) -> Path:
+    """Several runs (title -> timings) one above the other on one time axis, into a PNG file; returns its path."""
+    if not runs:
+        raise VizError("timelines_png needs at least one run")
+    events = {title: _events(timings) for title, timings in runs.items()}
+    plt = load_pyplot()
+    end = max(_end(e) for e in events.values())
+    heights = [0.6 + 0.55 * len(e) for e in events.values()]
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, figsize=(11, 0.9 + sum(heights)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (title, timings) in zip(axes[:, 0], runs.items()):
+        _draw(ax, events[title], mesh, end)
+        ax.set_title(f"{title}: {_title(timings, _end(events[title]))}", fontsize=9)
+    axes[-1, 0].set_xlim(0, end * 1e3 * 1.01)
+    axes[-1, 0].set_xlabel("ms since the run's start")
+    _legend(plt, axes[-1, 0], -0.45)
+    return _save(fig, plt, Path(path), dpi)

@@ -125,7 +125,7 @@ def test_compile_forces_the_units_of_bf16_contractions():
     name that is none, are a CompileError saying what to use."""
     from slicer.lowering import KernelGraph
     from slicer.lowering.contract.matrix_units import BF16_UNITS, host_units
-    from slicer.runtime.executor import kernel_pipeline
+    from slicer.runtime.execution.executor import kernel_pipeline
 
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((64, 96), (96, 48)))

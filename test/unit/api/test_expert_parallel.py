@@ -1,7 +1,8 @@
 """slicer.strategies.expert_parallel on the GShard/Switch MoE of examples/torch/switch_moe.py (top-2, capacity
 factor 1.25, dropped tokens, one-hot einsum dispatch and combine, stacked experts [E, D, F], load-balancing
 loss): with data parallel on the same axis (dp2ep) an AdamW step equals torch's on the simulator, tokens reach
-the experts by all_to_all (the experts are never gathered), each device holds 1/n of the experts and their
+the experts and come back by one all_to_all each (the experts are never gathered, the combine reduces nothing),
+each device holds 1/n of the experts and their
 state; experts the axis does not divide are cut into padded blocks; bad patterns and meshes are
 InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
 
@@ -57,12 +58,17 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
     assert loss_error <= 1e-5 and param_error <= 1e-5
     found = collectives(prog)
-    # the dispatched tokens go to their experts and the experts' outputs come back by all_to_all, forward and
-    # backward; no collective gathers an expert weight
-    moved = [why for kind, why in found if kind == "all_to_all"]
-    assert len(moved) >= 4
-    assert not [why for kind, why in found if kind == "all_gather" and "source: result of the tile<0> loop over "
-                "[x] (tactic Tile(arg='blocks.0.moe.experts_w" in why]
+    kinds = [kind for kind, _ in found]
+    # forward: the dispatched tokens go to their experts and the experts' outputs come back, one all_to_all
+    # each, before the loss's scalar all_reduces; backward: the outputs' gradient to the experts (twice, through
+    # two reshapes), the dispatched tokens' gradient back; the gates' gradient reuses the forward's moved outputs.
+    # No reduce_scatter over the experts, no expert weight gathered; the other all_reduce is the replicated
+    # parameters' gradients.
+    assert kinds[:kinds.index("all_reduce")] == ["all_to_all"] * 2
+    assert sorted(kinds) == ["all_reduce"] * 3 + ["all_to_all"] * 5
+    dispatch, combine = [why for kind, why in found if kind == "all_to_all"][:2]
+    assert "source: result of the tile<1> loop over [x] (tactic Tile(arg='x'" in dispatch  # group-tiled tokens
+    assert "(tactic Tile(arg='blocks.0.moe.experts_w1'" in combine.split("source: ")[1]  # the experts' outputs
     memory = prog.memory()
     experts = [b for b in memory.arguments if "experts_w" in b.label]
     assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)

@@ -108,8 +108,8 @@ def test_a_prefetched_collective_hides_the_ranks_lag_one_waited_for_at_once_does
 
 
 def test_an_arguments_all_gather_is_priced_from_the_kernel_before_it():
-    """The compiled price follows the rank's schedule (`runtime.executor.schedule`): an argument's all_gather starts
-    when the kernel before it does, not at the start of the run. ZeRO-3 on three layers with two more kernels
+    """The compiled price follows the rank's schedule (`runtime.execution.executor.schedule`): an argument's all_gather
+    starts when the kernel before it does, not at the start of the run. ZeRO-3 on three layers with two more kernels
     before the last; kernels of 50 ms (their ops left out: only the cost per call), gathers of 130 ms on one
     link."""
     import dataclasses

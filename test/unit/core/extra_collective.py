@@ -20,8 +20,8 @@ from slicer.redistribution import collective
 from slicer.redistribution import step_rules as rules
 from slicer.redistribution.collective import Collective, register
 from slicer.redistribution.types import DistType
-from slicer.runtime import collective_kinds
-from slicer.runtime.collective_kinds import Execution, executes, typed_rows
+from slicer.runtime.collectives import collective_kinds
+from slicer.runtime.collectives.collective_kinds import Execution, executes, typed_rows
 from slicer.spmd import emit_collectives
 
 OP_NAME = "slicer_test.gather_sum"

@@ -1,7 +1,7 @@
 """The package as the house-keeping tests read it: every module file of the checkout's four source folders
 (python/slicer/ and the top-level dialect/, lowering/ and runtime/, which pyproject.toml maps to
 `slicer.dialect`, `slicer.lowering` and `slicer.runtime`) parsed once, with the string constants that are
-docstrings set apart. Paths are named as in the package: `runtime/executor.py`, `core/names.py`."""
+docstrings set apart. Paths are named as in the package: `runtime/execution/executor.py`, `core/names.py`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ MAPPED = {name: REPO / name for name in ("dialect", "lowering", "runtime")}
 
 
 def source(relative_path: str) -> Path:
-    """The file or folder of the checkout behind a path named as in the package (`runtime/executor.py`)."""
+    """The file or folder of the checkout behind a path named as in the package (`runtime/execution/executor.py`)."""
     head, _, rest = relative_path.partition("/")
     return MAPPED[head] / rest if head in MAPPED else PACKAGE / relative_path
 
@@ -55,7 +55,8 @@ def parsed(path: Path) -> ast.Module:
 
 
 def relative(path: Path) -> str:
-    """`path` named as in the package: `runtime/executor.py` for the checkout's runtime/executor.py."""
+    """`path` named as in the package: `runtime/execution/executor.py` for the checkout's
+    runtime/execution/executor.py."""
     path = path.resolve()
     for name, top in MAPPED.items():
         if path.is_relative_to(top):

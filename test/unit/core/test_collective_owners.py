@@ -1,5 +1,6 @@
 """One owner per collective (docs/architecture.md, "A new collective"): each kind is one class, and what needs IR
-or MPI is a table keyed by the class (`spmd.emit_collectives.EMISSIONS`, `runtime.collective_kinds.EXECUTIONS`).
+or MPI is a table keyed by the class (`spmd.emit_collectives.EMISSIONS`,
+`runtime.collectives.collective_kinds.EXECUTIONS`).
 Checked two ways: the package branches on the kind of a collective (isinstance on a step class, comparisons with
 a kind's class, op name or IR op name) outside the collectives' own modules in at most `MAX_BRANCHING_FILES`
 files; and a kind the package does not have, registered in one place (extra_collective.py), goes through
@@ -22,13 +23,13 @@ from slicer.dialect import make_context
 from slicer.lowering import CollectiveNode, KernelGraph, build_kernel_graph
 from slicer.redistribution import STEP_TYPES, Plan, type_before
 from slicer.redistribution.collective import STEP_OF_IR
-from slicer.runtime.simulator import Simulator
+from slicer.runtime.simulation.simulator import Simulator
 from slicer.spmd.emit_collectives import PlanEmitter
 from slicer.spmd.report import report
 from slicer.viz import memory_report, value_picture
 
 #: The collectives' own modules: their classes and registry, the views of their IR ops. (The tables keyed by class,
-#: `runtime/collective_kinds.py` and `spmd/emit_collectives.py`, need no branch either.)
+#: `runtime/collectives/collective_kinds.py` and `spmd/emit_collectives.py`, need no branch either.)
 OWN = {"redistribution/steps.py", "redistribution/collective.py", "dialect/collectives.py"}
 #: Passes written for particular kinds (bucketing combines all-reduces and reduce-scatters; chunked contractions
 #: split the contraction feeding one) may name them; nothing that dispatches on the kind may.

@@ -59,6 +59,6 @@ def test_comparison_tolerances_follow_the_dtype():
 
 @pytest.mark.parametrize("name", ["bf16", "f16"])
 def test_random_inputs_of_narrow_floats_are_floats(name):
-    from slicer.runtime.blocks import random_values
+    from slicer.runtime.execution.blocks import random_values
     values = random_values(3, (64,), (slice(None),), dtypes.numpy_dtype(name))
     assert values.dtype == dtypes.numpy_dtype(name) and len(np.unique(values.astype(np.float32))) > 32

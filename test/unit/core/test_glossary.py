@@ -24,11 +24,10 @@ UPSTREAM_NAMES = {"tight_layout", "StridedLayoutAttr", "LLVMCreateTargetDataLayo
 HOMES = {
     "layout": (re.compile(r"layout", re.IGNORECASE), {
         "redistribution/": "the `Layout` class and its users in the planner",
-        "runtime/blocks.py": "each rank's block, from the redistribution `Layout`",
-        "runtime/simulator.py": "the simulator runs steps on the redistribution `Layout`",
+        "runtime/execution/blocks.py": "each rank's block, from the redistribution `Layout`",
+        "runtime/simulation/simulator.py": "the simulator runs steps on the redistribution `Layout`",
         "viz/block_picture.py": "the picture draws the redistribution `Layout`",
         "lowering/": "a memref's layout and LLVM's data layout (upstream MLIR's and LLVM's word)",
-        "runtime/session.py": "`check_layouts` compares distributed types (to be renamed with the launching rewrite)",
     }),
     "sharding": (re.compile(r"sharding", re.IGNORECASE), {
         "core/names.py": "the IR names of `#slicer.sharding`",
@@ -41,7 +40,7 @@ HOMES = {
         "checking.py": "random inputs for a compiled function's `ArraySpec`s",
         "core/lazy.py": "importlib's module spec",
         "core/source_lines.py": "importlib's module spec",
-        "runtime/rank.py": "importlib's module spec",
+        "runtime/jobs/rank.py": "importlib's module spec",
     }),
 }
 """word -> (what matches it in a name, {module or folder: why the word means its glossary sense there})."""

@@ -1,5 +1,5 @@
 """No two modules of the package share a file name, so a name in a traceback, a doc or a review says which
-module it is (`runtime/plan_executor.py`, never a second `mpi_exec.py` beside `mpiexec.py`).
+module it is (`runtime/collectives/plan_executor.py`, never a second `mpi_exec.py` beside `mpiexec.py`).
 
 The one exception is deliberate: the two kernel generators (`lowering/contract/`, `lowering/rows/`) are split
 the same way by concern (`analysis.py`, `emit.py`), so a reader who knows one knows where to look in the other.

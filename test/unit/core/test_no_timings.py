@@ -24,10 +24,11 @@ TIMING = re.compile(
 
 NOT_MEASURED = {
     ("core/progress.py", "kernel pipeline (0.0 s)"): "an example of the progress line's text",
-    ("runtime/rank_job.py", "default 5 s"): "a default the user may change, not a measurement",
-    ("runtime/rank_job.py", "comes for 0.25 s"): "a design constant (how long to wait for a failing rank's message)",
-    ("runtime/rank_job.py", "at most 2 s."): "a design constant (the wait's bound)",
-    ("runtime/shm_collectives.py", "every 0.2 s"): "a design constant (the futex wait's timeout)",
+    ("runtime/jobs/rank_job.py", "default 5 s"): "a default the user may change, not a measurement",
+    ("runtime/jobs/rank_job.py", "comes for 0.25 s"):
+        "a design constant (how long to wait for a failing rank's message)",
+    ("runtime/jobs/rank_job.py", "at most 2 s."): "a design constant (the wait's bound)",
+    ("runtime/collectives/shm_collectives.py", "every 0.2 s"): "a design constant (the futex wait's timeout)",
     ("viz/timeline.py", "3 ms of 4.5 ms is column 6"): "arithmetic on an example, not a measurement",
 }
 """Lines that quote a time that is not a measurement: (module, the text on the line) -> why."""

@@ -9,7 +9,7 @@ import pytest
 
 import slicer
 from slicer.lowering import build_kernel_graph
-from slicer.runtime.executor import load_kernels
+from slicer.runtime.execution.executor import load_kernels
 
 REFUSED = "AOT kernel compilation refused"
 

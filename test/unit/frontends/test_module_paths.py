@@ -38,6 +38,9 @@ def test_module_path_of_a_fused_location_is_the_deepest_common_module():
         == "blocks.0"
     assert module_path('loc(fused["module:blocks.0", "module:blocks.1"])') == "blocks"
     assert module_path('loc(fused["module:", "module:blocks.1"])') is None
+    # a constant folded into an op carries any of its users' modules: the op's own (the first) wins
+    assert module_path('loc(fused["module:blocks.3.attn"("m.py":34:0), "module:wte"("m.py":62:0)])') \
+        == "blocks.3.attn"
     assert module_path('loc("m.py":3:0)') is None
 
 

@@ -98,7 +98,7 @@ def test_gathers_without_checks_stay_in_bounds(cache_dir):
 @pytest.mark.parametrize("backend", ["jit", "aot"])
 def test_a_failed_check_carries_what_the_call_wrote(cache_dir, backend):
     """The kernel ran to the end (gathers clamped): a rank finishes its step with these outputs before failing
-    it, so the other ranks are not left waiting in a collective (runtime/executor.py)."""
+    it, so the other ranks are not left waiting in a collective (runtime/execution/executor.py)."""
     ids = GOOD.copy()
     ids[0, 1] = 12
     with pytest.raises(KernelAssertionError) as caught:

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from slicer.redistribution import CostModel, DistType, Mesh, RedistributionError, plan
-from slicer.redistribution.costs import FS, Pricing, tie_scale
+from slicer.redistribution.costs import FS, HOST, NETWORK, Pricing, axis_link, tie_scale
+from slicer.runtime.collectives.calibration import LINK_AXES, model_from
 
 
 def test_figures_and_seconds():
@@ -32,6 +33,37 @@ def test_files_round_trip_and_default(tmp_path, monkeypatch):
     m.save()  # where --calibrate stores it
     assert CostModel.default() == m
     assert plan(Mesh(x=2), DistType.parse("[[x]]", (8,), Mesh(x=2)), DistType.parse("[[]]", (8,), Mesh(x=2))).model == m
+
+
+def test_figures_per_link_price_an_axis_by_where_its_groups_lie(tmp_path):
+    """A job of 2 ranks per host, numbered host by host: on x=2,y=2 x crosses the hosts and y stays within one;
+    on x=2,y=4 y crosses too; the links' figures go to the axes that have none of their own."""
+    assert {a: axis_link(Mesh(x=2, y=2), a, 2) for a in "xy"} == {"x": NETWORK, "y": HOST}
+    assert {a: axis_link(Mesh(x=2, y=4), a, 2) for a in "xy"} == {"x": NETWORK, "y": NETWORK}
+    assert axis_link(Mesh(x=4), "x", 8) == HOST  # the whole job on one host
+    m = CostModel(latency=1e-5, bandwidth=1e9, link_latency=((HOST, 2e-6), (NETWORK, 1e-4)),
+                  link_bandwidth=((HOST, 4e9), (NETWORK, 1e8)), ranks_per_host=2)
+    mesh = Mesh(x=2, y=2)
+    assert m.for_mesh(mesh).axis_figures("x") == (1e-4, 1e8) and m.for_mesh(mesh).axis_figures("y") == (2e-6, 4e9)
+    assert m.for_mesh(mesh).seconds(("x", "y"), 1000) == pytest.approx(1e-4 + 1e-5)  # the slower link
+    own = CostModel(axis_latency=(("x", 5e-3),), axis_bandwidth=(("x", 1e6),), link_latency=m.link_latency,
+                    link_bandwidth=m.link_bandwidth, ranks_per_host=2)
+    assert own.for_mesh(mesh).axis_figures("x") == (5e-3, 1e6)  # an axis's own figures stay
+    assert CostModel(latency=1e-5).for_mesh(mesh) == CostModel(latency=1e-5)  # no links measured: unchanged
+    assert CostModel.load(m.save(tmp_path / "m.json")) == m
+    assert plan(mesh, DistType.parse("[[x]]", (8,), mesh), DistType.parse("[[]]", (8,), mesh), cost=m).model == \
+        m.for_mesh(mesh)
+    # the calibration's samples: a link's are fitted on their own, not as an axis
+    line = [{"axis": axis, "link": link, "op": "permute", "busiest_bytes": b, "seconds": lat + b / bw}
+            for link, axis, lat, bw in ((NETWORK, LINK_AXES[NETWORK], 1e-4, 1e8), (HOST, LINK_AXES[HOST], 2e-6, 4e9))
+            for b in (8, 1 << 12, 1 << 20)]
+    whole = [{k: v for k, v in dict(s, axis="ranks").items() if k != "link"} for s in line[:3]]
+    fitted = model_from(whole + line, "ranks", "test", 2)
+    fitted_links = dict(zip(dict(fitted.link_latency), zip(dict(fitted.link_latency).values(),
+                                                           dict(fitted.link_bandwidth).values())))
+    assert fitted.axis_latency == () and fitted.ranks_per_host == 2
+    assert fitted_links[NETWORK] == pytest.approx((1e-4, 1e8), rel=1e-6)
+    assert fitted_links[HOST] == pytest.approx((2e-6, 4e9), rel=1e-6)
 
 
 @pytest.mark.parametrize("make, words", [

@@ -26,8 +26,8 @@ from slicer.redistribution.costs import CostModel
 from slicer.redistribution.layout import Layout
 from slicer.redistribution.numpy_semantics import groups, initial_blocks, mismatches, simulate_blocks
 from slicer.redistribution.subaxes import Refinement, atoms, canonical
-from slicer.runtime.communicators import chunk_order, color_key
-from slicer.runtime.oracle import compare
+from slicer.runtime.collectives.communicators import chunk_order, color_key
+from slicer.runtime.simulation.oracle import compare
 
 M24 = Mesh(x=2, y=4)
 

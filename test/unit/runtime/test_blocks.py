@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from slicer.core.errors import InputError
 from slicer.redistribution import DistType, Mesh
-from slicer.runtime.blocks import random_block, random_global, rank_slices, read_block
+from slicer.runtime.execution.blocks import random_block, random_global, rank_slices, read_block
 
 CASES = [
     ("x=2,y=2", (8, 6), "[[x],[y]]"),

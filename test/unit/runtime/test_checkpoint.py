@@ -9,7 +9,7 @@ from session_programs import STEP, data, expected
 
 import slicer
 from slicer.core.errors import CheckpointError
-from slicer.runtime.checkpoint import MANIFEST
+from slicer.runtime.state.checkpoint import MANIFEST
 
 
 def program(mesh, *tactics, text=STEP):

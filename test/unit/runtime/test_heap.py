@@ -1,4 +1,4 @@
-"""A rank process's malloc keeps the blocks it frees (runtime/heap.py): a kernel's next parameter-sized output
+"""A rank process's malloc keeps the blocks it frees (runtime/jobs/heap.py): a kernel's next parameter-sized output
 reuses heap memory instead of a fresh mapping that faults on every page."""
 
 import platform
@@ -10,7 +10,7 @@ import pytest
 PROBE = """
 import ctypes, sys
 import numpy as np
-from slicer.runtime.heap import keep_freed_memory
+from slicer.runtime.jobs.heap import keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in

@@ -1,7 +1,7 @@
 """The driver tells the ranks their compiled kernels' cache keys (`kernel_sources`), so a rank loads them without
 the MLIR bindings; an entry missing or changed since is a clear KernelError, never a wrong kernel. A host whose
 cache lacks them (another machine) and has the driver's CPU receives the libraries' bytes, checked
-(`runtime.kernel_transfer`)."""
+(`runtime.jobs.kernel_transfer`)."""
 
 import json
 import subprocess
@@ -15,8 +15,8 @@ import slicer
 from slicer.core.errors import KernelError
 from slicer.lowering import KernelNode
 from slicer.lowering.cache import host_cpu
-from slicer.runtime.executor import kernel_sources, kernels_from_sources, load_kernels
-from slicer.runtime.kernel_transfer import cache_keys, libraries, local_sources, missing_keys
+from slicer.runtime.execution.executor import kernel_sources, kernels_from_sources, load_kernels
+from slicer.runtime.jobs.kernel_transfer import cache_keys, libraries, local_sources, missing_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,7 +28,7 @@ def graph():
 
 
 def test_a_rank_imports_no_mlir():
-    code = "import slicer.runtime.rank_server, sys; print([m for m in sys.modules if m.startswith('mlir')])"
+    code = "import slicer.runtime.jobs.rank_server, sys; print([m for m in sys.modules if m.startswith('mlir')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

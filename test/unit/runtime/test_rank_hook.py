@@ -1,4 +1,4 @@
-"""The ranks' hook (`slicer.runtime.rank.at_step`): the file `$SLICER_RANK_HOOK` names runs at each named step,
+"""The ranks' hook (`slicer.runtime.jobs.rank.at_step`): the file `$SLICER_RANK_HOOK` names runs at each named step,
 nothing runs without one, and a bad file is a `LaunchError` that says what to give. The tests' own faults
 (test/rank_faults.py) are loaded through it in test/mpi."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from slicer.core.environment import RANK_HOOK
 from slicer.core.errors import LaunchError
-from slicer.runtime.rank import at_step
+from slicer.runtime.jobs.rank import at_step
 
 
 def test_the_named_file_runs_at_each_step(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Live resharding planned and run on the simulator (`runtime/reshard.py`): the moves' plans between two layouts
+"""Live resharding planned and run on the simulator (`runtime/state/reshard.py`): the moves' plans between two layouts
 of the small stateful step, a common mesh for meshes of another shape, and the errors raised before anything
 moves. On MPI ranks: test/mpi/test_reshard_mpi.py."""
 
@@ -12,8 +12,8 @@ import slicer
 from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, plan, simulate_blocks
-from slicer.runtime.blocks import take_block
-from slicer.runtime.reshard import common_mesh, on_mesh
+from slicer.runtime.execution.blocks import take_block
+from slicer.runtime.state.reshard import common_mesh, on_mesh
 
 
 def program(mesh, w_axes):

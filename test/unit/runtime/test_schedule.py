@@ -7,8 +7,8 @@ import pytest
 
 from slicer.core.mesh import Mesh
 from slicer.lowering import CollectiveNode, KernelGraph, KernelNode
-from slicer.runtime.executor import schedule
-from slicer.runtime.timings import Event, Timings, node_timings, reduce_runs
+from slicer.runtime.execution.executor import schedule
+from slicer.runtime.execution.timings import Event, Timings, node_timings, reduce_runs
 
 
 def graph(args, nodes, results):

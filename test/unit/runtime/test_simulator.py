@@ -10,7 +10,7 @@ import pytest
 from slicer.core.errors import SimulationError
 from slicer.passes import transform
 from slicer.runtime import Simulator
-from slicer.runtime.oracle import compare
+from slicer.runtime.simulation.oracle import compare
 
 ROOT = Path(__file__).resolve().parents[3]
 

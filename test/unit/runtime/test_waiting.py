@@ -1,8 +1,8 @@
 """When local ranks outnumber the cores, MPICH is told to sleep while waiting; each rank gets one BLAS/OpenMP
 thread; settings in the environment win."""
 
-from slicer.runtime import mpiexec
-from slicer.runtime.mpiexec import THREAD_VARIABLES, YIELD_CVAR, spmd_command, thread_environment, wait_environment
+from slicer.runtime.jobs import mpiexec
+from slicer.runtime.jobs.mpiexec import THREAD_VARIABLES, YIELD_CVAR, spmd_command, thread_environment, wait_environment
 
 
 def test_oversubscribed_ranks_sleep_while_waiting(monkeypatch):

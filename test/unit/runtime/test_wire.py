@@ -1,11 +1,11 @@
-"""The driver-rank wire (runtime/wire.py): large messages go in chunks and arrive whole, a frame at a time."""
+"""The driver-rank wire (runtime/jobs/wire.py): large messages go in chunks and arrive whole, a frame at a time."""
 
 import threading
 from multiprocessing import Pipe
 
 import numpy as np
 
-from slicer.runtime.wire import Receiver, send
+from slicer.runtime.jobs.wire import Receiver, send
 
 
 def _message(rng):

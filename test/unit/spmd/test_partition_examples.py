@@ -16,7 +16,7 @@ import pytest
 from slicer.core.toolchain import find_tool
 from slicer.dialect import IRDL_PATH
 from slicer.passes import transform
-from slicer.runtime.oracle import compare
+from slicer.runtime.simulation.oracle import compare
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*_loops.mlir"))

@@ -7,7 +7,7 @@ import pytest
 from test_partition_examples import collectives, round_trip
 
 from slicer.passes import transform
-from slicer.runtime.oracle import compare
+from slicer.runtime.simulation.oracle import compare
 
 MESH_2x2x2 = '"slicer.mesh"() {sym_name = "mesh", axes = ["x", "y", "z"], shape = array<i64: 2, 2, 2>} : () -> ()\n'
 MESH_Y4 = '"slicer.mesh"() {sym_name = "mesh", axes = ["y"], shape = array<i64: 4>} : () -> ()\n'

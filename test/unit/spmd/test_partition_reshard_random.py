@@ -9,7 +9,7 @@ import pytest
 
 from slicer.passes import transform
 from slicer.redistribution import DistType, Mesh, RedistributionError
-from slicer.runtime.oracle import compare
+from slicer.runtime.simulation.oracle import compare
 
 MESHES = [(("x", 2), ("y", 2)), (("x", 2), ("y", 4)), (("x", 4), ("y", 2)), (("x", 2), ("y", 2), ("z", 2))]
 SHAPES = [(8, 16), (8, 8, 4)]

@@ -19,7 +19,7 @@ import slicer
 from slicer.checking import random_inputs
 from slicer.lowering import compile_function
 from slicer.passes import transform
-from slicer.runtime.oracle import compare
+from slicer.runtime.simulation.oracle import compare
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -374,7 +374,7 @@ def test_uneven_2d_strategies_with_and_without_propagation(name, propagate):
     sliced again over another dim, reductions over padded columns (layer norm's mean and variance, the row
     sums, softmax's max and sum) and results requested over other axes."""
     from slicer.passes import transform
-    from slicer.runtime.oracle import compare
+    from slicer.runtime.simulation.oracle import compare
     make, tactics = UNEVEN_2D[name]
     text = make()
     loops = str(slicer.apply_tactics(text, tactics, mesh={"x": 2, "y": 4}))

@@ -1,13 +1,13 @@
 """Memory per device against hand-computed figures (slicer.viz.memory), and the executor's buffer tracking
-that measures the same thing on the ranks (slicer.runtime.buffer_tracker)."""
+that measures the same thing on the ranks (slicer.runtime.execution.buffer_tracker)."""
 
 import numpy as np
 import pytest
 from viz_examples import EXAMPLES, compile_example
 
 import slicer
-from slicer.runtime.buffer_tracker import BufferTracker, live_bytes
-from slicer.runtime.timings import Timings
+from slicer.runtime.execution.buffer_tracker import BufferTracker, live_bytes
+from slicer.runtime.execution.timings import Timings
 
 F32 = 4
 X, W1, B1, W2, Y = 8 * 16 * F32, 16 * 32 * F32, 32 * F32, 32 * 16 * F32, 8 * 16 * F32  # the MLP's arrays

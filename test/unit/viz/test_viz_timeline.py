@@ -7,8 +7,8 @@ import pytest
 
 import slicer
 from slicer.core.mesh import Mesh
-from slicer.runtime.timings import Event, StepTiming, Timings
-from slicer.viz import chrome_trace, timeline_png, timeline_text, write_chrome_trace
+from slicer.runtime.execution.timings import Event, StepTiming, Timings
+from slicer.viz import chrome_trace, timeline_png, timeline_text, timelines_png, write_chrome_trace
 
 MS = 1e-3
 
@@ -67,6 +67,17 @@ def test_timeline_png(tmp_path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(data[16:20], "big") > 500
+
+
+def test_timelines_png_stacks_runs_on_one_time_axis(tmp_path):
+    pytest.importorskip("matplotlib")
+    one = timeline_png(two_rank_timings(), tmp_path / "one.png", mesh=Mesh(y=2)).read_bytes()
+    both = timelines_png({"a": two_rank_timings(), "b": two_rank_timings()}, tmp_path / "two.png",
+                         mesh=Mesh(y=2)).read_bytes()
+    assert both[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(both[20:24], "big") > int.from_bytes(one[20:24], "big")  # taller: two panels
+    with pytest.raises(slicer.VizError, match="at least one run"):
+        timelines_png({}, tmp_path / "none.png")
 
 
 def test_timings_without_a_timeline_are_refused(tmp_path):

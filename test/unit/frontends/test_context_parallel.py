@@ -1,0 +1,106 @@
+"""Context parallelism (`strategies.context_parallel`, ring attention: frontends/decomp_ring.py): the ring form
+against torch's `F.scaled_dot_product_attention` (output and gradients; causal, boolean and additive padding
+masks, 1 to 4 blocks), the strategy's tactics, and a nanoGPT training step under it on the simulator equal to
+torch, its keys and values moved by permutes only (no gather). On 2 MPI ranks: test/mpi/test_training_idioms_mpi.py."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+from slicer.frontends.decomp_ring import ring_attention  # noqa: E402
+from slicer.tactics.context_tactic import ContextParallel  # noqa: E402
+
+idioms = load("torch/idioms.py", "idioms")
+train = idioms.train_step
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 4])
+@pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
+def test_ring_attention_equals_scaled_dot_product_attention(blocks, mask):
+    """Output and gradients of q, k, v in f64 (the running maximum and sum are f32: 1e-5)."""
+    torch.manual_seed(blocks)
+    q, k, v = (torch.randn(2, 3, 12, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    attn_mask = None
+    if mask in ("bool", "additive"):
+        attn_mask = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+        attn_mask[1, ..., -5:] = False  # the last 5 keys of the second sequence are padding
+        if mask == "additive":
+            attn_mask = (~attn_mask).double() * -10000.0
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=mask == "causal")
+    got = ring_attention(blocks, q, k, v, attn_mask=attn_mask, is_causal=mask == "causal")
+    grad = torch.randn_like(want)
+    for g, w in zip(torch.autograd.grad(got, (q, k, v), grad), torch.autograd.grad(want, (q, k, v), grad)):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_ring_attention_leaves_other_forms_to_the_plain_math():
+    q = torch.randn(1, 2, 8, 4)
+    assert ring_attention(2, q, q, q, dropout_p=0.1) is NotImplemented
+    assert ring_attention(3, q, q, q) is NotImplemented  # 3 blocks do not divide 8
+    assert ring_attention(2, q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool)) is NotImplemented  # per query
+
+
+def one_block_gpt(flavor: str, batch: int):
+    """A one-block `NanoGPT` attending as `flavor` (idioms.ATTENTION), with its loss and a batch."""
+    torch.manual_seed(0)
+    model = idioms.NanoGPT(32, 8, flavors=(flavor,))
+    tokens = torch.randint(0, 32, (batch, 9))
+    idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    if flavor != "bool_mask":
+        return model, lambda m, idx, targets: F.cross_entropy(m(idx).flatten(0, 1), targets.flatten()), (idx, targets)
+    mask = torch.ones(batch, 1, 1, 8, dtype=torch.bool)
+    mask[1::2, ..., -2:] = False
+
+    def masked(m, idx, targets, mask):
+        return F.cross_entropy(m(idx, mask).flatten(0, 1), targets.flatten())
+
+    return model, masked, (idx, targets, mask)
+
+
+def test_context_parallel_tactics():
+    model, loss_fn, batch = one_block_gpt("bool_mask", 2)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))
+    assert st.context_parallel(step, "x") == [ContextParallel(("x",)), slicer.Tile(arg="idx", dim=1, axes="x"),
+                                              slicer.Tile(arg="targets", dim=1, axes="x"),
+                                              slicer.Tile(arg="mask", dim=3, axes="x")]
+    with pytest.raises(slicer.InvalidTactic, match="all_to_all, Ulysses, is not built yet"):
+        st.context_parallel(step, "x", method="all_to_all")
+    forward = slicer.from_torch(model, batch[0], batch[2])
+    with pytest.raises(slicer.InvalidTactic, match="training step"):
+        st.context_parallel(forward, "x")
+
+
+@pytest.mark.filterwarnings("error::slicer.DegradedStrategy")
+def test_causal_step_on_two_devices_equals_torch():
+    """A sequence of one batch row: every op between the ring's permutes computes on its own tokens (no gather,
+    no DegradedStrategy); two SGD steps equal torch's."""
+    model, loss_fn, batch = one_block_gpt("causal", 1)
+    optimizer = slicer.SGD(0.1, momentum=0.9)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.context_parallel(step, "x"))
+    collectives = prog.explain().split("propagation:")[0]
+    assert "slicer.permute" in collectives and "all_gather" not in collectives
+    # k and v once (the backward recomputes the same rotation: one op), dk and dv twice (a step, then home)
+    assert collectives.count("slicer.permute over") == 2 + 4
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
+
+
+@pytest.mark.slow
+def test_padding_masked_step_on_four_devices_equals_torch():
+    """A boolean padding mask [B, 1, 1, S] travels with the keys; batch 2 (the loss's flatten of [B, S] still
+    gathers its logits: docs/tactics.md, "Sequence tiling")."""
+    model, loss_fn, batch = one_block_gpt("bool_mask", 2)
+    optimizer = slicer.SGD(0.1)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    with pytest.warns(slicer.DegradedStrategy, match="collapse_shape"):
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=st.context_parallel(step, "x"))
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=1)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
