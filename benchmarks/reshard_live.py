@@ -78,7 +78,7 @@ def main(argv=None) -> None:
             same = list(moved) == list(loaded) and all(np.array_equal(moved[n], v) for n, v in loaded.items())
             r = s.resharded
             rows.append({"round": round_, "switch": f"{previous} -> {name}", "reshard_s": live,
-                         "moves_s": s.move_seconds,
+                         "moves_s": s.move_seconds, "kept_program": s.kept_program,
                          "save_load_s": save_load, "moves_speedup": save_load / max(s.move_seconds, 1e-9),
                          "speedup": save_load / live, "recv_bytes_per_device": r.bytes_received_per_device,
                          "lower_bound_bytes_per_device": r.lower_bound_bytes_per_device,

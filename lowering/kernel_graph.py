@@ -25,6 +25,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -107,6 +108,12 @@ class KernelGraph:
 
     # -- serialisation -----------------------------------------------------------------------------------
     def to_json(self) -> str:
+        """The graph as JSON (what ranks load, `from_json`), made once: a built graph is never changed, and a
+        session switching programs keys them by this text (`runtime.state.loaded_programs`)."""
+        return self._json
+
+    @cached_property
+    def _json(self) -> str:
         def value(v: Value) -> dict:
             return {"local_shape": list(v.local_shape), "dtype": v.dtype, "dist": str(v.dist),
                     "shape": list(v.dist.shape), "varying": list(v.varying), "loc": v.loc}

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -176,8 +178,16 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
+class ProgramLoad(NamedTuple):
+    """What `load_program` did: each rank's seconds moving the state (0 without moves), and whether the ranks
+    had kept the program loaded (`loaded_programs`: only the moves ran)."""
+
+    move_seconds: list
+    kept: bool
+
+
 def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
-                 moves: Reshard | None = None) -> list:
+                 moves: Reshard | None = None) -> ProgramLoad:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
     they kept loaded if they ran it before (`loaded_programs`), else its kernels compiled (or found in the cache)
     here, once, and found by cache key on every host (a host with this CPU lacking some receives their bytes,
@@ -187,15 +197,16 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     graph_json = plan.graph.to_json()
     kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names), moves)] * job.ranks)
     if all(seconds is not None for seconds in kept):
-        return kept
+        return ProgramLoad(kept, True)
     if any(seconds is not None for seconds in kept):
         raise InternalError("the ranks of a job keep different programs loaded")
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     head = ("load",) if moves is None else ("reshard", moves)
-    return job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
-                         None if keys is None else {key: found[key] for key in keys}) for keys in missing])
+    return ProgramLoad(job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
+                                     None if keys is None else {key: found[key] for key in keys})
+                                    for keys in missing]), False)
 
 
 class Session(ABC):
@@ -243,7 +254,7 @@ class Session(ABC):
 
     def reshard_plan(self, program) -> Reshard:
         """How `reshard(program)` would move the state (`Reshard.explain()`), without moving it."""
-        return plan_moves(self.plan, target_plan(self.plan, program))
+        return _planned_moves(self.plan, target_plan(self.plan, program))
 
     def reshard(self, program, *, budget: int | None = None) -> Session:
         """A session of `program` (a compiled program of the same model, or its `SessionPlan`) with this session's
@@ -252,8 +263,8 @@ class Session(ABC):
         `resharded`, the moves."""
         plan = target_plan(self.plan, program)
         plan.check_feeds()
-        moves = plan_moves(self.plan, plan)
-        moves.check_budget(budget)
+        moves = _planned_moves(self.plan, plan)
+        moves = moves.check_budget(budget)
         new = self._resharded(plan, moves)
         new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
         return new
@@ -300,6 +311,24 @@ class Session(ABC):
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Make the (checked) checkpoint's values the state."""
         raise CheckpointError(f"{type(self).__name__} cannot load checkpoints")
+
+
+_PLANNED: OrderedDict[tuple, Reshard] = OrderedDict()  # the last switches' moves, by both programs' keys
+_PLANNED_KEPT = 16
+
+
+def _planned_moves(old: SessionPlan, new: SessionPlan) -> Reshard:
+    """`plan_moves(old, new)`, planned once per pair of programs in this process: a session switching back
+    and forth between a few programs plans each switch once (the synthesizer's plans take longer than moving a
+    small state). A plan stays correct if the cost model's figures change later, only perhaps not the
+    cheapest."""
+    key = tuple((program_key(p.graph.to_json(), p.feeds, p.arg_names), tuple(sorted(p.state))) for p in (old, new))
+    if key not in _PLANNED:
+        _PLANNED[key] = plan_moves(old, new)
+        while len(_PLANNED) > _PLANNED_KEPT:
+            _PLANNED.popitem(last=False)
+    _PLANNED.move_to_end(key)
+    return _PLANNED[key]
 
 
 def _steps(first: int, last: int) -> str:
@@ -357,6 +386,7 @@ class LaunchedSession(Session):
         self._sent_before = replace(self.job.sent)  # a lent job has sent other programs' bytes before
         self._moved_to: str | None = None  # why this session serves no more (it was resharded), if so
         self.move_seconds = 0.0  # of a session made by `reshard`: the slowest rank's time moving the state
+        self.kept_program = False  # of a session made by `reshard`: its program was still loaded on the ranks
         try:
             load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
@@ -407,7 +437,8 @@ class LaunchedSession(Session):
             _, give_back, args, _ = self._give_back.detach()
             new._give_back = weakref.finalize(new, give_back, *args)
         self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
-        new.move_seconds = max(new._request_as(lambda: load_program(new.job, plan, moves=moves)))
+        loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves))
+        new.move_seconds, new.kept_program = max(loaded.move_seconds), loaded.kept
         return new
 
     def _request_as(self, work):
@@ -436,4 +467,4 @@ class LaunchedSession(Session):
             self._give_back()  # once: a finalizer runs at most once
 
 
-__all__ = ["LaunchedSession", "Session", "SessionPlan", "SimulatedSession", "load_program"]
+__all__ = ["LaunchedSession", "ProgramLoad", "Session", "SessionPlan", "SimulatedSession", "load_program"]

@@ -18,7 +18,7 @@ a rank's part of running them (`loaded_programs.LoadedPrograms.move_state`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,13 +47,38 @@ class Move:
                 f"predicted {p.estimated_seconds() * 1e6:.1f} us")
 
 
+STACK_BYTES = 4 << 20  # a stack's source bytes per device at most (its copy is held while it moves)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Moves of values sharing one plan, run as one collective sequence: the blocks stacked on a new leading dim
+    and moved by `plan`, that plan lifted to the stack (the same steps, the leading dim whole). A state holds many
+    values of one shape and layout (each layer's weights, their optimizer moments), and a move of small values
+    costs its collectives' latency, not their bytes. `members`: indices into `Reshard.moves`; `plan` None for a
+    single move, run by its own plan."""
+
+    members: tuple[int, ...]
+    plan: Plan | None = None
+
+
 @dataclass(frozen=True)
 class Reshard:
-    """Every move of a switch between two programs, on the mesh they share (`mesh`), and what is dropped."""
+    """Every move of a switch between two programs, on the mesh they share (`mesh`), what is dropped, and how
+    the moves run (`stacks`, in order; empty: one after another, each by its own plan)."""
 
     mesh: Mesh
     moves: tuple[Move, ...]
     dropped: tuple[str, ...]
+    stacks: tuple[Stack, ...] = ()
+
+    @property
+    def runs(self) -> tuple[Stack, ...]:
+        """The stacks the moves run as (each move alone when none were made)."""
+        return self.stacks or tuple(Stack((i,)) for i in range(len(self.moves)))
+
+    def unstacked(self) -> Reshard:
+        return replace(self, stacks=())
 
     @property
     def bytes_received_per_device(self) -> int:
@@ -71,28 +96,49 @@ class Reshard:
         and the running plan's peak (which counts its source block). The executor's buffers come on top."""
         old = sum(m.plan.src_bytes for m in self.moves)
         peak, made = old, 0
-        for m in self.moves:
-            old -= m.plan.src_bytes
-            peak = max(peak, old + made + m.plan.peak_bytes_per_device)
-            made += m.plan.dst_bytes
+        for stack in self.runs:
+            members = [self.moves[i].plan for i in stack.members]
+            src, dst = sum(p.src_bytes for p in members), sum(p.dst_bytes for p in members)
+            if stack.plan is not None:  # each block freed once copied into the stack: one more block at most
+                peak = max(peak, old + made + members[0].src_bytes)
+            old -= src
+            peak = max(peak, old + made + (stack.plan or members[0]).peak_bytes_per_device)
+            made += dst
         return peak
 
     @property
     def budget_bytes(self) -> int:
-        """The default budget per device: the larger of the old and the new state plus the largest plan's
-        memory bound beyond its blocks (`Plan.memory_bound_bytes`)."""
+        """The default budget per device: the larger of the old and the new state plus the largest value's plan
+        memory bound beyond its blocks (`Plan.memory_bound_bytes`): what the moves need one by one."""
         old, new = (sum(m.plan.src_bytes for m in self.moves), sum(m.plan.dst_bytes for m in self.moves))
         extra = max((m.plan.memory_bound_bytes - max(m.plan.src_bytes, m.plan.dst_bytes) for m in self.moves),
                     default=0)
         return max(old, new) + extra
 
-    def check_budget(self, budget: int | None = None) -> None:
-        """ResourceError, before anything moves, when the predicted peak exceeds `budget` bytes per device
-        (default `budget_bytes`)."""
+    def check_budget(self, budget: int | None = None) -> Reshard:
+        """The moves as they will run within `budget` bytes per device (default `budget_bytes`, what they need
+        one by one): the largest stacks (up to `STACK_BYTES`, halved until they fit) whose peak fits, else one by
+        one; ResourceError, before anything moves, when even that exceeds it."""
         budget = self.budget_bytes if budget is None else budget
-        if self.peak_bytes_per_device > budget:
-            raise ResourceError(f"resharding would hold {self.peak_bytes_per_device} B per device at its peak, over "
-                                f"the budget of {budget} B: raise the budget or save and load the session")
+        if self.peak_bytes_per_device <= budget:
+            return self
+        single = self.unstacked()
+        if single.peak_bytes_per_device > budget:
+            raise ResourceError(f"resharding would hold {single.peak_bytes_per_device} B per device at its peak, "
+                                f"over the budget of {budget} B: raise the budget or save and load the session")
+        return self.within(budget)
+
+    def within(self, budget: int) -> Reshard:
+        """The moves stacked as much as `budget` allows (see `check_budget`; one by one when no stack fits)."""
+        single, limit = self.unstacked(), STACK_BYTES
+        lifted: dict[tuple, Plan] = {}
+        smallest = min((m.plan.src_bytes for m in self.moves if m.plan.steps), default=0)
+        while smallest and limit >= 2 * smallest:
+            stacked = with_stacks(single, limit, lifted)
+            if stacked.peak_bytes_per_device <= budget:
+                return stacked
+            limit //= 2
+        return single
 
     def explain(self) -> str:
         """Per value its plan, bytes received per device (against the lower bound), peak bytes and time."""
@@ -100,7 +146,9 @@ class Reshard:
                 f"per device (lower bound {self.lower_bound_bytes_per_device} B), predicted peak "
                 f"{self.peak_bytes_per_device} B per device (budget {self.budget_bytes} B)")
         dropped = [f"dropped (the new program does not take them): {', '.join(self.dropped)}"] if self.dropped else []
-        return "\n".join([head, *(m.line() for m in self.moves), *dropped])
+        stacked = [f"stacked, one collective sequence each: {', '.join(self.moves[i].name for i in s.members)}"
+                   for s in self.runs if s.plan is not None]
+        return "\n".join([head, *(m.line() for m in self.moves), *stacked, *dropped])
 
     def __str__(self) -> str:
         return self.explain()
@@ -167,7 +215,41 @@ def plan_moves(old, new) -> Reshard:
         moves.append(Move(name, was, index, planned[src, dst, a.dtype]))
     taken = {m.name for m in moves}
     moves.sort(key=lambda m: m.plan.dst_bytes - m.plan.src_bytes)  # those freeing memory first (a stable sort)
-    return Reshard(common, tuple(moves), tuple(sorted(n for n in have if n not in taken)))
+    single = Reshard(common, tuple(moves), tuple(sorted(n for n in have if n not in taken)))
+    return single.within(single.budget_bytes)
+
+
+def with_stacks(reshard: Reshard, limit: int = STACK_BYTES, lifted: dict | None = None) -> Reshard:
+    """`reshard` with its moves grouped into stacks by plan (the same types, shape and dtype), in the order of
+    their first member, each stack cut to at most `limit` bytes of source per device; a group of one, or a move
+    with nothing to communicate, runs its own plan. `lifted`: the stacks' plans made so far, by (plan's types,
+    dtype, count), to reuse (a dict filled here)."""
+    groups: dict[tuple, list[list[int]]] = {}
+    order: list[list[int]] = []
+    for index, move in enumerate(reshard.moves):
+        chunks = groups.setdefault((move.plan.src, move.plan.dst, move.plan.dtype), [])
+        if not move.plan.steps:  # nothing to communicate: kept as it is
+            order.append([index])
+            continue
+        if not chunks or (len(chunks[-1]) + 1) * move.plan.src_bytes > limit:
+            chunks.append([])
+            order.append(chunks[-1])
+        chunks[-1].append(index)
+    if all(len(members) == 1 for members in order):
+        return reshard.unstacked()
+    lifted = {} if lifted is None else lifted
+    return replace(reshard, stacks=tuple(Stack(tuple(members), _stacked_plan(reshard, members, lifted)
+                                               if len(members) > 1 else None) for members in order))
+
+
+def _stacked_plan(reshard: Reshard, members: list[int], lifted: dict) -> Plan:
+    """The shared plan of `members` lifted to their stack: a new leading dim, whole on every device."""
+    p = reshard.moves[members[0]].plan
+    key = (p.src, p.dst, p.dtype, len(members))
+    if key not in lifted:
+        lift = lambda d: DistType.of(reshard.mesh, (len(members), *d.shape), [[], *d.dims], d.partial)  # noqa: E731
+        lifted[key] = plan(reshard.mesh, lift(p.src), lift(p.dst), dtype=p.dtype)
+    return lifted[key]
 
 
 def target_plan(plan, program):
@@ -184,11 +266,23 @@ def move_blocks(executor, reshard: Reshard, blocks: dict[int, np.ndarray]) -> di
     `plan_executor.MeshExecutor` on `reshard.mesh`; each old block is taken out of `blocks` as it moves, so it
     is freed once moved."""
     moved = {}
-    for move in reshard.moves:
-        block = np.reshape(blocks.pop(move.old), move.plan.src.local_shape(reshard.mesh))
-        moved[move.new] = executor.run(move.plan, block) if move.plan.steps else block
+    for stack in reshard.runs:
+        members = [reshard.moves[i] for i in stack.members]
+        if stack.plan is None:
+            move = members[0]
+            block = np.reshape(blocks.pop(move.old), move.plan.src.local_shape(reshard.mesh))
+            moved[move.new] = executor.run(move.plan, block) if move.plan.steps else block
+            continue
+        shape = members[0].plan.src.local_shape(reshard.mesh)
+        stacked = np.empty((len(members), *shape), np.asarray(blocks[members[0].old]).dtype)
+        for k, move in enumerate(members):  # each old block freed once copied (`peak_bytes_per_device`)
+            stacked[k] = np.reshape(blocks.pop(move.old), shape)
+        out = executor.run(stack.plan, stacked)
+        del stacked
+        for k, move in enumerate(members):
+            moved[move.new] = out[k]
     return moved
 
 
-__all__ = ["COMMON_AXIS", "Move", "Reshard", "common_mesh", "move_blocks", "on_mesh", "plan_moves",
-           "target_plan"]
+__all__ = ["COMMON_AXIS", "STACK_BYTES", "Move", "Reshard", "Stack", "common_mesh", "move_blocks", "on_mesh",
+           "plan_moves", "target_plan", "with_stacks"]

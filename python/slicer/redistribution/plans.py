@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -79,15 +80,15 @@ class Plan:
         """Every device receives exactly the part of its target block it did not hold."""
         return bool(np.array_equal(self.received_bytes_by_device, self.lower_bound_elements * self.itemsize))
 
-    @property
+    @cached_property  # a plan is immutable; sums over many plans read these often
     def src_bytes(self) -> int:
         return self.src.local_size(self.mesh) * self.itemsize
 
-    @property
+    @cached_property  # a plan is immutable; sums over many plans read these often
     def dst_bytes(self) -> int:
         return self.dst.local_size(self.mesh) * self.itemsize
 
-    @property
+    @cached_property  # a plan is immutable; sums over many plans read these often
     def peak_bytes_per_device(self) -> int:
         """Max live bytes on a device: the source block, or a step's input plus output block. A run of
         consecutive local slices counts as one step (its blocks in between are views, never copied: the

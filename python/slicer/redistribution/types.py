@@ -19,6 +19,7 @@ written with whole axes is only ever printed with whole axes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -146,7 +147,7 @@ class DistType:
         return tuple(s // subaxes.group_size(mesh, d) for s, d in zip(self.shape, self.dims))
 
     def local_size(self, mesh: Mesh) -> int:
-        return int(np.prod(self.local_shape(mesh), dtype=np.int64))
+        return math.prod(self.local_shape(mesh))  # (math.prod: a few ints, where np.prod's call costs 10x more)
 
     def text(self) -> str:
         return format_dims(self.dims, self.partial)

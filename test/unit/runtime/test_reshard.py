@@ -13,7 +13,7 @@ from slicer.core.errors import InputError, ResourceError
 from slicer.core.mesh import Mesh
 from slicer.redistribution import DistType, plan, simulate_blocks
 from slicer.runtime.execution.blocks import take_block
-from slicer.runtime.state.reshard import common_mesh, on_mesh
+from slicer.runtime.state.reshard import Move, Reshard, common_mesh, on_mesh, with_stacks
 
 
 def program(mesh, w_axes):
@@ -91,3 +91,32 @@ def test_a_move_between_meshes_of_another_shape_gives_every_rank_its_new_block(o
     moved = simulate_blocks(move, blocks) if move.steps else blocks
     for rank in range(4):
         np.testing.assert_array_equal(moved[rank].reshape(dst.local_shape(new)), take_block(value, dst, new, rank))
+
+
+def test_values_sharing_a_plan_move_stacked_as_one_and_give_the_same_blocks():
+    """Moves of values of one shape and layout run as one stack (their blocks stacked on a new leading dim, the
+    plan lifted to it): every device ends with the same blocks as moving each value alone; the stacks respect
+    the byte limit, the peak counts the stacked copy, and a budget the stacks exceed runs the moves one by one."""
+    mesh = Mesh(x=2)
+    src, dst = DistType.of(mesh, (8, 4), [["x"], []]), DistType.of(mesh, (8, 4), [[], ["x"]])
+    gather = plan(mesh, DistType.of(mesh, (6,), [["x"]]), DistType.of(mesh, (6,), [[]]))
+    shared = plan(mesh, src, dst)
+    moves = tuple(Move(f"w{i}", i, i, shared) for i in range(5)) + (Move("b", 5, 5, gather),)
+    reshard = with_stacks(Reshard(mesh, moves, ()))
+    assert [(s.members, s.plan is not None) for s in reshard.stacks] == [((0, 1, 2, 3, 4), True), ((5,), False)]
+    assert "stacked, one collective sequence each: w0, w1, w2, w3, w4" in reshard.explain()
+    assert len(with_stacks(Reshard(mesh, moves, ()), limit=2 * shared.src_bytes).stacks) == 4  # 2 + 2 + 1, b
+    values = [np.arange(32, dtype=np.float32).reshape(8, 4) * (i + 1) for i in range(5)]
+    stack = reshard.stacks[0]
+    stacked = [np.stack([take_block(v, src, mesh, rank) for v in values]) for rank in range(2)]
+    moved = simulate_blocks(stack.plan, stacked)
+    for rank in range(2):
+        for k, value in enumerate(values):
+            np.testing.assert_array_equal(moved[rank][k], take_block(value, dst, mesh, rank))
+    single = reshard.unstacked()
+    assert single.peak_bytes_per_device < reshard.peak_bytes_per_device  # the stack's blocks move together
+    assert reshard.check_budget(reshard.peak_bytes_per_device).stacks == reshard.stacks
+    assert reshard.check_budget(single.peak_bytes_per_device).peak_bytes_per_device <= single.peak_bytes_per_device
+    assert single.within(single.peak_bytes_per_device).stacks == ()  # no stack of 2 fits the one-by-one peak
+    with pytest.raises(ResourceError, match="over the budget"):
+        reshard.check_budget(single.peak_bytes_per_device - 1)
