@@ -64,8 +64,10 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
             before = s.state_dict()
             old, s = s, s.reshard(programs[name])
             # A program the ranks ran before is kept loaded (runtime/state/loaded_programs.py): switching back to it
-            # runs the moves only.
-            assert s.kept_program == (name in [n for n, _ in chain[:k + 1]]), name
+            # runs the moves only. (A first switch may find its program kept too: the job may be lent by the pool
+            # after another session ran it.)
+            if name in [n for n, _ in chain[:k + 1]]:
+                assert s.kept_program, name
             with pytest.raises(RunError, match="was resharded"):
                 old.step(*batch)  # the old session's ranks run the new program now
             assert s.resharded is not None and len(s.resharded.moves) == len(before)
