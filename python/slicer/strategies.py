@@ -31,7 +31,7 @@ from slicer.frontends import ARG_ROLES, ImportedProgram
 from slicer.spmd.rematerialize import unit_of
 from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.context_tactic import ContextParallel
-from slicer.tactics.patterns import closest, matching
+from slicer.tactics.patterns import closest_hint, matching
 from slicer.tactics.pipeline_tactic import Pipeline
 
 
@@ -187,8 +187,7 @@ def megatron(step: ImportedProgram, axis: str | Sequence[str], column: Sequence[
         for pattern in patterns:
             found = [params[i] for i in matching(pattern, params)]
             if not found:
-                close = closest(pattern, params)
-                hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+                hint = closest_hint(pattern, params)
                 raise InvalidTactic(f"strategies.megatron: the {kind} pattern {pattern!r} matches no parameter of "
                                     f"{step.source}{hint}; '*' matches any characters, dots included; parameters: "
                                     f"{', '.join(params)}")
@@ -236,8 +235,7 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
     if found is None:
         raise InvalidTactic(f"strategies.expert_parallel: experts={experts!r} must be a name or glob pattern")
     if not found:
-        close = closest(experts, params)
-        hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+        hint = closest_hint(experts, params)
         raise InvalidTactic(f"strategies.expert_parallel: the experts pattern {experts!r} matches no parameter of "
                             f"{step.source}{hint}; name the stacked expert weights ([E, ...]), e.g. "
                             f"experts='blocks.*.moe.experts*'; parameters: {', '.join(params)}")
@@ -280,8 +278,7 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
     tactic = Remat(pattern=pattern, policy=policy, names=tuple(names))
     paths = _module_paths(step)
     if not any(unit_of(path, pattern) for path in paths):
-        close = closest(pattern, sorted({p for path in paths for p in _prefixes(path)}))
-        hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+        hint = closest_hint(pattern, sorted({p for path in paths for p in _prefixes(path)}))
         raise InvalidTactic(f"strategies.remat: the pattern {pattern!r} matches no module of {step.source}{hint}; "
                             "'*' matches any characters, dots included (e.g. 'blocks.*')")
     return [tactic]

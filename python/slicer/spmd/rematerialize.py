@@ -19,7 +19,7 @@ from slicer.core.linalg_facts import indexing_maps, is_linalg_op, mentioned_dims
 from slicer.core.names import ARG_NAME_ATTR, COLLECTIVE_OPS, REMAT_ATTR, REMAT_UNITS_ATTR, RES_ATTRS_ATTR
 from slicer.core.operations import as_op, defining_op
 from slicer.core.source_lines import module_path
-from slicer.tactics.patterns import closest, matches
+from slicer.tactics.patterns import closest_hint, matches
 from slicer.tactics.values import REMAT_POLICIES as POLICIES
 
 from .overlap_ir import tensor_bytes, top_level
@@ -224,8 +224,7 @@ def _rematerialize_function(func, loss: int, pattern: str, policy: str, names: t
             members.setdefault(unit, []).append(op)
             unit_by_op[_op_id(op)] = unit
     if not members:
-        close = closest(pattern, sorted(paths))
-        hint = f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+        hint = closest_hint(pattern, sorted(paths))
         raise InvalidTactic(f"remat: the pattern {pattern!r} matches no module of the forward pass{hint}; '*' "
                             "matches any characters, dots included (e.g. 'blocks.*')")
     return [_rematerialize_unit(facts, name, ops, unit_by_op, policy, names) for name, ops in members.items()]

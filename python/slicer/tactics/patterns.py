@@ -61,4 +61,11 @@ def closest(pattern: str, names: Sequence[str | None], n: int = 3) -> list[str]:
     return close
 
 
-__all__ = ["closest", "is_pattern", "matches", "matching"]
+def closest_hint(pattern: str, names: Sequence[str | None]) -> str:
+    """' (closest: 'a', 'b')' naming the names closest to `pattern` (`closest`), or '' when none is: the part of
+    a "matches nothing" message that says what the user may have meant."""
+    close = closest(pattern, names)
+    return f" (closest: {', '.join(repr(c) for c in close)})" if close else ""
+
+
+__all__ = ["closest", "closest_hint", "is_pattern", "matches", "matching"]
