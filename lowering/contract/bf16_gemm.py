@@ -21,7 +21,6 @@ from math import prod
 from mlir.dialects import memref, vector
 
 from ..emitter import Emitter, Index
-from ..memref_facts import MemAccess
 from .analysis import Contraction
 from .bf16_packing import Bf16Packer
 from .bf16_ukernels import LANES, NR, bf16_mr, k_padding
@@ -169,7 +168,7 @@ class Bf16Gemm(Bf16Packer):
         contiguous along N and whole, else the scratch tile."""
         c, e = self.c, self.e
         full_h, full_w = e.cmp("eq", height, self.mr), e.cmp("eq", width, NR)
-        direct = c.direct_c and c.element == "f32"
+        direct = c.direct_c and c.element == "f32" and not c.epilogue
         whole = _both(e, full_h, full_w)
 
         def view():
@@ -236,25 +235,40 @@ class Bf16Gemm(Bf16Packer):
         with e.loop(0, h) as i:
             with e.loop(0, w, step) as j:
                 x = e.value(f"{load_op} {scratch}[{e.idx(i)}, {e.idx(j)}] : {s_type}{suffix_f}")
-                if c.addend is not None:
-                    x = e.value(f"arith.addf {x}, {self._addend(c.addend, where, i, j, vectors)} : {vt_f}")
+                x = self._epilogue(x, where, i, j, vectors)
                 if t != "f32":
                     x = e.value(f"arith.truncf {x} : {vt_f} to {vt_c}")
                 e.line(f"{store_op} {x}, %out[{coords(i, j)}] : {out.type_text}{suffix_c}")
 
-    def _addend(self, a: MemAccess, where, i, j, vectors: bool) -> str:
-        """The addend (`Contraction.addend`, widened to f32) at row i, column j of the tile at `where`: a vector
+    def _epilogue(self, x: str, where, i, j, vectors: bool) -> str:
+        """`x`, the whole f32 sum at row i, column j of the tile at `where` (a vector along N0, or one element),
+        through the contraction's epilogue steps (`Contraction.epilogue`): the same f32 ops the epilogue op did."""
+        added = 0
+        vt_f, vt_b = (f"vector<{LANES}xf32>", f"vector<{LANES}xbf16>") if vectors else ("f32", "bf16")
+        for step in self.c.epilogue:
+            if step == "add":
+                a = self._addend(added, where, i, j, vectors)
+                x = self.e.value(f"arith.addf {x}, {a} : {vt_f}")
+                added += 1
+            else:
+                narrow = self.e.value(f"arith.truncf {x} : {vt_f} to {vt_b}")
+                x = self.e.value(f"arith.extf {narrow} : {vt_b} to {vt_f}")
+        return x
+
+    def _addend(self, index: int, where, i, j, vectors: bool) -> str:
+        """Addend `index` (`Contraction.addends`, widened to f32) at row i, column j of the tile at `where`: a vector
         along N0 (read as one where the addend is contiguous along it, one value broadcast where it does not
         depend on it) or one element."""
         c, e = self.c, self.e
+        a, name = c.addends[index], f"%addend{index}"
         m0, n0 = c.m[-1], c.n[-1]
         point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
         at = e.indices(point[d] for d in a.dims)
         t = str(a.type.element_type)
         if vectors and n0 in a.dims:  # contiguous along N0 (epilogue.py checks)
-            x = e.value(f"vector.load %addend[{at}] : {a.type_text}, vector<{LANES}x{t}>")
+            x = e.value(f"vector.load {name}[{at}] : {a.type_text}, vector<{LANES}x{t}>")
             return x if t == "f32" else e.value(f"arith.extf {x} : vector<{LANES}x{t}> to vector<{LANES}xf32>")
-        x = e.value(f"memref.load %addend[{at}] : {a.type_text}")
+        x = e.value(f"memref.load {name}[{at}] : {a.type_text}")
         x = x if t == "f32" else e.value(f"arith.extf {x} : {t} to f32")
         return e.value(f"vector.broadcast {x} : f32 to vector<{LANES}xf32>") if vectors else x
 
