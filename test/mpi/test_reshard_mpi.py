@@ -1,7 +1,7 @@
 """Live resharding on 2 MPI ranks (`Session.reshard`, runtime/state/reshard.py): a training session of the 2-block GPT
 of examples/training (SGD with momentum) switched data parallel -> ZeRO-3 -> data parallel -> ZeRO-3 (FSDP) ->
 Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each (the
-switches back to a program run before take the one the ranks kept loaded). After
+switches back to a program run before take the one the ranks kept loaded; Megatron's is preloaded). After
 every switch the state equals, bit for bit, what saving it and loading the checkpoint in that session gives,
 and the losses and final parameters equal torch eager's. A program needing state the session lacks, or on
 another device count, is refused before anything moves and the session goes on. Train then serve: a forward
@@ -62,12 +62,16 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
         for k, (name, steps) in enumerate(chain[1:]):
             s.save(tmp_path / f"ck{k}")
             before = s.state_dict()
+            if name == "megatron":  # loaded ahead (`preload`): the switch only moves the state
+                s.preload(programs[name])
+                assert not s.preload(programs[name]) and s.state_dict().keys() == before.keys()
             old, s = s, s.reshard(programs[name])
             # A program the ranks ran before is kept loaded (runtime/state/loaded_programs.py): switching back to it
             # runs the moves only. (A first switch may find its program kept too: the job may be lent by the pool
             # after another session ran it.)
-            if name in [n for n, _ in chain[:k + 1]]:
+            if name in [n for n, _ in chain[:k + 1]] or name == "megatron":
                 assert s.kept_program, name
+            assert s.move_peak_bytes >= 0
             with pytest.raises(RunError, match="was resharded"):
                 old.step(*batch)  # the old session's ranks run the new program now
             assert s.resharded is not None and len(s.resharded.moves) == len(before)
