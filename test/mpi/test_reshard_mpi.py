@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "train
 import model as gpt_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "runtime"))
-from session_programs import STEP  # noqa: E402
+from session_programs import STEP, data, expected  # noqa: E402
 
 SGD = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
 
@@ -142,3 +142,30 @@ def test_train_under_fsdp_then_serve_under_megatron_on_the_same_ranks(gpt):
             parameter.copy_(torch.from_numpy(trained[name]))
         want = served(batch[0]).numpy()
     assert train.relative_error(logits, want) < 1e-5
+
+
+@pytest.mark.slow
+def test_four_ranks_move_their_state_between_a_2x2_mesh_and_a_line_of_4_and_back():
+    """x=2,y=2 -> x=4 -> x=2,y=2 on 4 real ranks (sub-axes of one axis of 4, `subaxes`): w's rows split over y,
+    then over all 4, then over y again (the line preloaded); after each switch the state equals numpy's bit for
+    bit and the steps go on as numpy's."""
+    x, w0 = data()
+    outs, w_final = expected(x, w0, 3)
+    grid = slicer.compile(STEP, mesh=slicer.Mesh(x=2, y=2), tactics=[
+        slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="w", dim=0, axes="y"),
+        slicer.Tile(result=1, dim=0, axes="y")])
+    line = slicer.compile(STEP, mesh=slicer.Mesh(x=4), tactics=[
+        slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="w", dim=0, axes="x"),
+        slicer.Tile(result=1, dim=0, axes="x")])
+    s = grid.session(ranks=4, state={"w": w0}, oversubscribe=True, timeout=300)
+    try:
+        np.testing.assert_allclose(s.step(x), outs[0], rtol=1e-5)
+        assert s.preload(line)
+        for k, program in enumerate((line, grid)):
+            s = s.reshard(program)
+            assert s.kept_program  # the line was preloaded, the grid ran before
+            np.testing.assert_array_equal(s.state_dict()["w"], w0 * 2 ** (k + 1))
+            np.testing.assert_allclose(s.step(x), outs[k + 1], rtol=1e-5)
+        np.testing.assert_array_equal(s.state_dict()["w"], w_final)
+    finally:
+        s.close()
