@@ -118,15 +118,18 @@ def torch_profile(model, data, precision: str, threads: int) -> dict:
         loss.backward()
         optimizer.step()
 
+    if threads == 1:  # a DDP rank's work: half the batch on one thread (but the gradients' all_reduce)
+        data = [(images[:len(images) // 2], labels[:len(labels) // 2]) for images, labels in data]
     for images, labels in data[:2]:
         one(images, labels)
     times, cpu = [], []
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for images, labels in data[2:]:
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu, start_thread = time.perf_counter(), time.process_time(), time.thread_time()
             one(images, labels)
             times.append(time.perf_counter() - start)
-            cpu.append(time.process_time() - start_cpu)
+            cpu.append((time.process_time() if threads > 1 else time.thread_time()) - (
+                start_cpu if threads > 1 else start_thread))
     ops = {e.key: e.self_cpu_time_total / 1e6 / len(times) for e in prof.key_averages() if e.self_cpu_time_total > 0}
     return {"step_s": statistics.median(times), "step_process_cpu_s": statistics.median(cpu),
             "top": sorted(ops.items(), key=lambda kv: -kv[1])[:25]}
@@ -157,7 +160,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=("f32", "bf16"), default="f32")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--split-ops", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=2)
+    parser.add_argument("--torch-threads", type=int, choices=(1, 2), default=2,
+                        help="1: half the batch on one thread (a DDP rank's work), its thread CPU time")
     parser.add_argument("--json")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.torch_threads))
