@@ -21,6 +21,7 @@ def _split(model, loss_fn, batch, points):
     return split_forward(torch, model, loss_fn, names, values, len(owned), split_points(model, points, None))
 
 
+@pytest.mark.slow
 def test_a_gpt_cut_in_three_reads_its_own_weights_and_sends_the_hidden_state():
     model, loss_fn, batch = train_step.gpt(n_layer=3)
     graphs = _split(model, loss_fn, batch, ["blocks.1", "blocks.2"])
