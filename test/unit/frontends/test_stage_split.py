@@ -53,6 +53,7 @@ def test_bad_split_points_say_what_to_change(points, message):
         _split(model, loss_fn, batch, points)
 
 
+@pytest.mark.slow
 def test_stages_n_cuts_a_gpt_where_the_blocks_balance():
     from slicer.frontends.stage_balance import balanced_split, unit_costs
 
