@@ -166,6 +166,7 @@ class PipelineRank:
     def close(self) -> None:
         for executor in self.executors.values():
             executor.close()
+        self.group.Free()
 
 
 class PipelineHolder:
@@ -182,6 +183,8 @@ class PipelineHolder:
             plan, graphs, sources, received = args
             self.running = PipelineRank(plan, graphs, sources, received, comm)
             return self.running.index
+        if what == "close":
+            return self.close()
         if self.running is None:
             raise InternalError(f"pipeline request {what!r} before a pipelined program was loaded")
         if what == "put":

@@ -16,6 +16,7 @@ pipeline axis at 1), each written by the rank that holds it, so it loads like an
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from slicer.runtime.execution.pipeline_exec import run_local
 from slicer.runtime.jobs.kernel_transfer import cache_keys, libraries
 from slicer.runtime.jobs.pipeline_rank import arg_dist, feed_problem
 from slicer.runtime.jobs.rank_job import RankJob
+from slicer.runtime.jobs.rank_pool import borrow, give_back
 from slicer.runtime.state.checkpoint import (
     StateValue,
     begin,
@@ -173,11 +175,15 @@ class LaunchedPipelineSession(PipelineSession):
         ranks = prog.mesh.device_count
         axis = prog.mesh.axis_index(prog.pipeline.axis)
         self.stage_of = [prog.mesh.coords(r)[axis] for r in range(ranks)]
-        self.job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+        lent = borrow(ranks, mpiexec, timeout)  # the kept job (SLICER_KEEP_RANKS=1), if no other session holds it
+        self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+        self._give_back = weakref.finalize(self, give_back, lent) if lent is not None else None
         try:
             self._load()
         except BaseException:
             self.job.close(graceful=False)
+            if self._give_back is not None:
+                self._give_back()  # an ended job: dropped from the pool
             raise
 
     def _load(self) -> None:
@@ -240,7 +246,13 @@ class LaunchedPipelineSession(PipelineSession):
         return [(stage, [tuple(e) for e in events]) for stage, events, _ in replies], [g for _, _, g in replies]
 
     def close(self) -> None:
-        self.job.close()
+        """Release the ranks: the job ends, or a kept one (`rank_pool`) frees the stages and serves on."""
+        if self._give_back is None:
+            self.job.close()
+        elif self._give_back.alive:
+            if self.job.healthy:
+                self.job.request([("pipeline", "close")] * self.job.ranks)
+            self._give_back()
 
 
 def check_batch(names: Sequence[str], batch: Sequence) -> None:
