@@ -9,7 +9,7 @@ on the mesh's other axes) and sends to and receives from the ranks at the other 
 own other coordinates. A step sends only the step's values (micro-batches, hyperparameters); the results named
 like an argument replace its blocks on the rank. The state is read back by name (`blocks`), saved and restored
 as a checkpoint's blocks (`runtime.state.checkpoint_hosts`: each rank its own stage's blocks), and `timeline`
-gives the last step's calls and how much the rank's resident peak grew since the load.
+gives the last step's calls and how much the rank's resident peak grew during the steps.
 """
 
 from __future__ import annotations
@@ -98,9 +98,7 @@ class PipelineRank:
         self.resident: dict[str, np.ndarray] = {}  # name -> this rank's block of a value kept between steps
         self.events: list = []
         self.steps = 0
-        self.comm.Barrier()
-        reset_resident_peak()
-        self.before = resident_bytes()[0]
+        self.before = 0  # resident bytes before the first step (its peak reset then)
 
     def dist(self, name: str):
         return arg_dist(self.stage, self.graphs, name)
@@ -126,6 +124,9 @@ class PipelineRank:
         args = [self.block(n, values[n]) if n in values else self.resident[n] for n in self.stage["args"]]
         events: list = []
         self.comm.Barrier()
+        if not self.steps:
+            reset_resident_peak()
+            self.before = resident_bytes()[0]
         results = run_mpi(self.stage["instructions"], args, self._call, self.transport, self.index, events)
         loss = None
         for name, value in zip(self.stage["results"], results):
@@ -160,7 +161,7 @@ class PipelineRank:
 
     def timeline(self) -> tuple[int, list, int]:
         """(this rank's stage, the last step's calls (callee, start, end), bytes the resident peak grew by since
-        the load)."""
+        the first step began: beyond the state and kernels held before it)."""
         return self.index, self.events, resident_bytes()[1] - self.before
 
     def close(self) -> None:

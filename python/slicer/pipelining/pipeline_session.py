@@ -241,7 +241,7 @@ class LaunchedPipelineSession(PipelineSession):
 
     def timeline(self) -> tuple[list, list]:
         """The last step on the ranks: per rank (stage, [(callee, start, end), ...]) in seconds of a clock the
-        ranks share, and per rank the bytes its resident peak grew by since the session loaded."""
+        ranks share, and per rank the bytes its resident peak grew by since its first step began."""
         replies = self.job.request([("pipeline", "timeline")] * self.job.ranks)
         return [(stage, [tuple(e) for e in events]) for stage, events, _ in replies], [g for _, _, g in replies]
 
