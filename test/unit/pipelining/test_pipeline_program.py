@@ -43,7 +43,12 @@ def test_interleaved_steps_in_process_equal_torch(tmp_path):
     with prog.session() as session:
         session.load(tmp_path)
         loaded = session.state_dict()
-    assert session.steps == 1 and set(loaded) == set(got) and all(np.array_equal(loaded[n], saved[n]) for n in saved)
+        session.step(*batch, lr=0.0)  # this step's learning rate: the parameters stay, the momentum moves
+        still = session.state_dict()
+    assert session.steps == 2 and set(loaded) == set(got) and all(np.array_equal(loaded[n], saved[n]) for n in saved)
+    weight = "blocks.1.mlp.c_fc.weight"
+    assert np.array_equal(still[weight], saved[weight])
+    assert not np.array_equal(still[f"momentum.{weight}"], saved[f"momentum.{weight}"])
 
 
 def test_pipeline_tactics_are_checked_before_importing():
