@@ -60,12 +60,12 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     found = collectives(prog)
     kinds = [kind for kind, _ in found]
     # forward: the dispatched tokens go to their experts and the experts' outputs come back, one all_to_all
-    # each, before the loss's scalar all_reduces; backward: the outputs' gradient to the experts (twice, through
-    # two reshapes), the dispatched tokens' gradient back; the gates' gradient reuses the forward's moved outputs.
-    # No reduce_scatter over the experts, no expert weight gathered; the other all_reduce is the replicated
-    # parameters' gradients.
+    # each, before the loss's scalar all_reduces; backward: the outputs' gradient to the experts (once, though
+    # both backward einsums read it through their own reshapes), the dispatched tokens' gradient back; the
+    # gates' gradient reuses the forward's moved outputs. No reduce_scatter over the experts, no expert weight
+    # gathered; the other all_reduce is the replicated parameters' gradients.
     assert kinds[:kinds.index("all_reduce")] == ["all_to_all"] * 2
-    assert sorted(kinds) == ["all_reduce"] * 3 + ["all_to_all"] * 5
+    assert sorted(kinds) == ["all_reduce"] * 3 + ["all_to_all"] * 4
     dispatch, combine = [why for kind, why in found if kind == "all_to_all"][:2]
     assert "source: result of the tile<1> loop over [x] (tactic Tile(arg='x'" in dispatch  # group-tiled tokens
     assert "(tactic Tile(arg='blocks.0.moe.experts_w1'" in combine.split("source: ")[1]  # the experts' outputs
