@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import arith, linalg
 
+from slicer.core.linalg_facts import REDUCTION, iterator_kinds
 from slicer.core.names import USES_AMX_ATTR
 from slicer.core.operations import walk_ops
 
@@ -168,7 +169,10 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
             if reads_bf16(c) and operands is None and c.element == "bf16":  # the f32 GEMM stores f32 or f64 only
                 raise NotAContraction("a bf16 C whose sides are not bf16 inputs as they are")
         except NotAContraction as why:
-            log.debug("not a contraction (%s): %s", why, op.location)
+            if _has_product_and_sum(op):  # a GEMM missed: its loops run in the vectorizer's generic code
+                log.info("contraction left to the vectorizer (%s): %s", why, op.location)
+            else:
+                log.debug("not a contraction (%s): %s", why, op.location)
             continue
         zero, fill = zero_before(op, c.output.value)
         if zero:
@@ -201,6 +205,13 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     for rounding in roundings:
         rounding.erase()
     return replaced
+
+
+def _has_product_and_sum(op: ir.Operation) -> bool:
+    """Whether a generic the analysis rejected still has a reduction loop and a product in its body (what a
+    contraction looks like; the log tells these apart from elementwise ops and plain reductions)."""
+    body = op.regions[0].blocks[0].operations
+    return REDUCTION in iterator_kinds(op) and any(o.name == arith.MulFOp.OPERATION_NAME for o in body)
 
 
 def _bf16_ukernels(ukernels: dict[str, str], units: str, options: ContractOptions):
