@@ -65,6 +65,7 @@ def test_a_pipeline_needs_an_imported_training_step():
         st.pipeline("func.func @f() { return }", "p", split=["a"], microbatches=2)
 
 
+@pytest.mark.slow
 def test_split_points_must_match_the_axis():
     model, loss_fn, batch = train_step.gpt(n_layer=2, batch=4)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))
