@@ -26,7 +26,7 @@ from ..state.checkpoint_hosts import read_across, write_here
 from ..state.loaded_programs import LoadedPrograms, program_key
 from ..state.reshard import Reshard
 from ..state.resident import ResidentRank
-from .heap import keep_freed_memory
+from .heap import keep_freed_memory, reset_resident_peak, resident_bytes
 from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
@@ -143,6 +143,12 @@ def _answer(request, programs: LoadedPrograms, comm):
         if key not in programs:
             return None
         return _switch(programs, comm, key, None, moves)
+    if kind == "holds":
+        return request[1] in programs
+    if kind == "preload":  # load a program and keep it for a later switch; the running one goes on
+        graph_json, _, feeds, names, _ = request[1:]
+        programs.keep(program_key(graph_json, feeds, names), _loaded(request[1:], comm))
+        return None
     if kind in ("load", "reshard"):
         moves, fields = (None, request[1:]) if kind == "load" else (request[1], request[2:])
         graph_json, _, feeds, names, _ = fields
@@ -178,22 +184,27 @@ def _answer(request, programs: LoadedPrograms, comm):
     raise InternalError(f"unknown request {kind!r}")
 
 
-def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | None) -> float:
+def _loaded(fields, comm) -> ResidentRank:
+    """The program of a load request's `fields` (graph JSON, kernel sources, feeds, names, kernel bytes
+    received), loaded on this rank without state."""
+    graph_json, sources, feeds, names, received = fields
+    graph = KernelGraph.from_json(graph_json)
+    return ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
+                        kernel_sources=local_sources(graph, sources, received))
+
+
+def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | None) -> tuple[float, int]:
     """Run the program of `key`: the one loaded from a "load" request's `fields`, or (None) the one kept. With
     `moves`, the running program's state is moved to the new layout first (the old blocks freed as they move);
-    returns the seconds the moves took on this rank. The program left is kept loaded (`LoadedPrograms`)."""
-    moved, seconds = None, 0.0
+    returns the seconds the moves took on this rank and the bytes its resident peak grew by meanwhile (VmHWM
+    over the resident bytes before). The program left is kept loaded (`LoadedPrograms`)."""
+    moved, seconds, peak = None, 0.0, 0
     if moves is not None:
-        start = time.perf_counter()
+        reset_resident_peak()
+        before, start = resident_bytes()[0], time.perf_counter()
         moved = programs.move_state(moves, comm)
-        seconds = time.perf_counter() - start
-    if fields is None:
-        program = programs.switch(key)
-    else:
-        graph_json, sources, feeds, names, received = fields
-        graph = KernelGraph.from_json(graph_json)
-        program = programs.switch(key, ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
-                                                    kernel_sources=local_sources(graph, sources, received)))
+        seconds, peak = time.perf_counter() - start, max(0, resident_bytes()[1] - before)
+    program = programs.switch(key) if fields is None else programs.switch(key, _loaded(fields, comm))
     if program is None:
         raise InternalError("activate: the program is not kept on this rank")
     if moved is None:
@@ -202,7 +213,7 @@ def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | N
         graph = program.graph
         program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
     at_step(program.rank, "compiled")
-    return seconds
+    return seconds, peak
 
 
 def main(argv: list[str] | None = None) -> None:
