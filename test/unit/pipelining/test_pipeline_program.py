@@ -98,3 +98,17 @@ def test_remat_naming_no_module_of_any_stage_is_refused(remat_gpt):
     tactics = st.pipeline(step, "p", split=["blocks.1"], microbatches=2) + [slicer.Remat(pattern="decoder.*")]
     with pytest.raises(InvalidTactic, match="names no module any stage's forward computes"):
         slicer.compile(step, mesh=slicer.Mesh(p=2), tactics=tactics)
+
+
+@pytest.mark.slow
+def test_remat_with_megatron_in_each_stage_equals_torch(remat_gpt):
+    """Pipeline over p, Megatron's MLPs over x, remat `full` on every block (in process, 4 devices): the stage
+    programs are partitioned after the cut, so each stage's backward recomputes its share of the blocks."""
+    model, loss_fn, batch, optimizer, plain = remat_gpt
+    mlp = {"column": ["blocks.*.mlp.c_fc.*"], "row": ["blocks.*.mlp.c_proj.weight"]}
+    _, prog = pipeline.pipelined(model, loss_fn, batch, optimizer, split=["blocks.1"], microbatches=2,
+                                 schedule="gpipe", mesh=slicer.Mesh(p=2, x=2),
+                                 strategy=lambda step: st.megatron(step, "x", **mlp) + st.remat(step, "blocks.*"))
+    assert all(got < 0.5 * want for got, want in zip(prog.held_bytes(), plain.held_bytes(), strict=True))
+    loss_error, state_error, _ = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2)
+    assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
