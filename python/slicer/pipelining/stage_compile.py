@@ -29,6 +29,7 @@ from slicer.frontends.stages import import_stages
 from slicer.mpmd.instructions import lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
 from slicer.mpmd.stage_module import CalleeSignature, Link, StageFunctions, build_module
+from slicer.strategies import check_remat
 from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 
@@ -86,10 +87,9 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     schedule = make_schedule(pipeline.schedule, count, pipeline.microbatches, pipeline.virtual_stages)
     split = list(pipeline.split) if pipeline.split is not None else None
     remat = [t for t in tactics if isinstance(t, Remat)]
+    for tactic in remat:
+        check_remat(step, tactic, "pipeline")
     stages, transfers, points = import_stages(step.origin, split, pipeline.microbatches, virtual, remat)
-    if any(t.policy != "none" for t in remat) and not any(stage.remat for stage in stages):
-        raise InvalidTactic(f"pipeline: {remat[0]} names no module any stage's forward computes (the modules are "
-                            "the model's, as named_modules spells them: e.g. 'blocks.*')")
     sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
     others = [t for t in tactics if not isinstance(t, (Pipeline, Remat))]
     unknown = [t for t in others if not isinstance(t, (Tile, Replicate))]
