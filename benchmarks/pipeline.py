@@ -13,10 +13,11 @@ Next to them, in the same run: the same step with 8 accumulated micro-batches, d
 x=2, timed as `session.step` (median of 3 after a warm-up). The machine is shared: times are noisy; compare
 ratios within one run.
 
-    python benchmarks/pipeline.py --remat full,save_dots   # 1F1B with remat on every block, next to without
+    python benchmarks/pipeline.py --remat full,save_dots [--schedule gpipe]  # remat on every block, and without
 
-With `--remat`: 1F1B without remat and with each policy on `blocks.*`, the same figures, and their ratios to
-the run without remat (held bytes and resident growth per stage, step time); nothing else.
+With `--remat`: the schedule (1F1B by default) without remat and with each policy on `blocks.*`, the same
+figures, and their ratios to the run without remat (held bytes and resident growth per stage, step time);
+nothing else.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--remat", default=None,
-                        help="policies (full,save_dots): 1F1B with remat on every block next to 1F1B without, only")
+                        help="policies (full,save_dots): remat on every block next to the same schedule without, only")
+    parser.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b"), help="the schedule for --remat")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     model, loss_fn, batch = train_step.gpt(n_layer=args.layers, batch=args.batch, seq=args.seq,
@@ -97,7 +99,8 @@ def main(argv=None) -> None:
                         "vocabulary 256", "stages": 2, "microbatches": args.microbatches, "pipeline": [], "spmd": {}}
     if args.remat:
         for policy in ("none", *args.remat.split(",")):
-            results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, "1f1b", args.microbatches, policy))
+            results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, args.schedule, args.microbatches,
+                                                         policy))
         plain = results["pipeline"][0]
         results["remat_ratios"] = {r["remat"]: {
             "held_bytes": [a / b for a, b in zip(r["held_bytes_per_microbatch"], plain["held_bytes_per_microbatch"])],
