@@ -143,6 +143,8 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
                          strides)
 
     stored = access(rounding.operands[-1], written)
+    if any(rounding.operands[i] == rounding.operands[-1] and maps[i] != maps[-1] for i in found.addends):
+        return None  # an addend read elsewhere than the GEMM writes it (tile by tile)
     addends = [access(rounding.operands[i], projected_dims(maps[i])) for i in found.addends]
     if stored is None or any(a is None for a in addends):
         return None
