@@ -135,6 +135,7 @@ SIGILL, so the tests of those units are skipped here, saying which units the CPU
 the AMX code without running it)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
 def test_bf16_contractions_into_f32_equal_numpy(cache_dir, units):
     if units not in RUNNABLE:
@@ -149,6 +150,7 @@ def test_bf16_contractions_into_bf16_round_once(cache_dir, units):
     _run_cases(units, BF16_C_CASES, "bf16", cache_dir)
 
 
+@pytest.mark.slow
 def test_32_row_tiles_pack_and_drive_as_amx_does(cache_dir):
     """The vector kernels at AMX's tile rows (`mr=32`): the packing of 32-row A tiles (two 16-row transposes
     each), 32-row edge tiles and 32 x 32 C views that the AMX kernels use, checked on any CPU."""
