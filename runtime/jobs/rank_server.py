@@ -31,7 +31,7 @@ from .kernel_transfer import local_sources, missing_keys
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
 from .resources import available_memory, host_cores
-from .timed_run import overlapping, rank_inputs, timed_run
+from .timed_run import rank_inputs, timed_run
 from .wire import Receiver, send
 
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
@@ -145,8 +145,8 @@ def _answer(request, programs: LoadedPrograms, comm):
         return _switch(programs, comm, key, None, moves)
     if kind in ("load", "reshard"):
         moves, fields = (None, request[1:]) if kind == "load" else (request[1], request[2:])
-        graph_json, _, feeds, names, _ = fields
-        return _switch(programs, comm, program_key(graph_json, feeds, names), fields, moves)
+        graph_json, _, feeds, names, _, options = fields
+        return _switch(programs, comm, program_key(graph_json, feeds, names, options), fields, moves)
     if kind == "close":
         programs.close()
         return None
@@ -190,9 +190,9 @@ def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | N
     if fields is None:
         program = programs.switch(key)
     else:
-        graph_json, sources, feeds, names, received = fields
+        graph_json, sources, feeds, names, received, options = fields
         graph = KernelGraph.from_json(graph_json)
-        program = programs.switch(key, ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
+        program = programs.switch(key, ResidentRank(graph, comm, feeds=feeds, names=names, options=options,
                                                     kernel_sources=local_sources(graph, sources, received)))
     if program is None:
         raise InternalError("activate: the program is not kept on this rank")

@@ -28,7 +28,7 @@ from slicer.lowering import KernelGraph
 from slicer.lowering.cache import host_cpu
 
 from ..execution.blocks import rank_slices, take_block
-from ..execution.executor import kernel_sources, load_kernels
+from ..execution.executor import RunOptions, kernel_sources, load_kernels
 from ..simulation.simulator import Simulator, assemble
 from ..state.checkpoint import (
     Checkpoint,
@@ -186,16 +186,18 @@ class ProgramLoad(NamedTuple):
     kept: bool
 
 
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
+def load_program(job: RankJob, plan: SessionPlan, *, options: RunOptions, oversubscribe: bool = False,
                  moves: Reshard | None = None) -> ProgramLoad:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
     they kept loaded if they ran it before (`loaded_programs`), else its kernels compiled (or found in the cache)
     here, once, and found by cache key on every host (a host with this CPU lacking some receives their bytes,
     one with another CPU compiles them: `kernel_transfer`). With `moves`, the ranks first move the old program's
-    state to the new types (`reshard`), each replying its moves' seconds."""
+    state to the new types (`reshard`), each replying its moves' seconds. `options`: how the ranks run its
+    collectives (part of the program's key: a program kept under other options is loaded again)."""
     check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     graph_json = plan.graph.to_json()
-    kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names), moves)] * job.ranks)
+    kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names, options), moves)]
+                       * job.ranks)
     if all(seconds is not None for seconds in kept):
         return ProgramLoad(kept, True)
     if any(seconds is not None for seconds in kept):
@@ -205,7 +207,7 @@ def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     head = ("load",) if moves is None else ("reshard", moves)
     return ProgramLoad(job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
-                                     None if keys is None else {key: found[key] for key in keys})
+                                     None if keys is None else {key: found[key] for key in keys}, options)
                                     for keys in missing]), False)
 
 
@@ -322,7 +324,8 @@ def _planned_moves(old: SessionPlan, new: SessionPlan) -> Reshard:
     and forth between a few programs plans each switch once (the synthesizer's plans take longer than moving a
     small state). A plan stays correct if the cost model's figures change later, only perhaps not the
     cheapest."""
-    key = tuple((program_key(p.graph.to_json(), p.feeds, p.arg_names), tuple(sorted(p.state))) for p in (old, new))
+    key = tuple((program_key(p.graph.to_json(), p.feeds, p.arg_names, RunOptions()), tuple(sorted(p.state)))
+                for p in (old, new))
     if key not in _PLANNED:
         _PLANNED[key] = plan_moves(old, new)
         while len(_PLANNED) > _PLANNED_KEPT:
@@ -376,9 +379,10 @@ class LaunchedSession(Session):
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
                  oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
-                 give_back: Callable[[RankJob], None] | None = None):
+                 give_back: Callable[[RankJob], None] | None = None, options: RunOptions | None = None):
         super().__init__(plan)
         plan.check_feeds()
+        self.options = options if options is not None else RunOptions.chosen()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
@@ -388,7 +392,7 @@ class LaunchedSession(Session):
         self.move_seconds = 0.0  # of a session made by `reshard`: the slowest rank's time moving the state
         self.kept_program = False  # of a session made by `reshard`: its program was still loaded on the ranks
         try:
-            load_program(self.job, plan, oversubscribe=oversubscribe)
+            load_program(self.job, plan, oversubscribe=oversubscribe, options=self.options)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)
@@ -433,11 +437,12 @@ class LaunchedSession(Session):
         new = object.__new__(LaunchedSession)
         Session.__init__(new, plan)
         new.job, new._sent_before, new._moved_to, new._give_back = self.job, self._sent_before, None, None
+        new.options = self.options
         if self._give_back is not None:  # the lent job goes back when the new session closes or is dropped
             _, give_back, args, _ = self._give_back.detach()
             new._give_back = weakref.finalize(new, give_back, *args)
         self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
-        loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves))
+        loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves, options=new.options))
         new.move_seconds, new.kept_program = max(loaded.move_seconds), loaded.kept
         return new
 
