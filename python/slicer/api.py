@@ -66,6 +66,7 @@ from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
 from slicer.viz.block_picture import uneven_dims
+from slicer.viz.experts import expert_lines, expert_report, experts_per_device
 from slicer.viz.remat_memory import RematReport, remat_units
 
 
@@ -97,7 +98,7 @@ class Program:
         step: parameters, optimizer state, batch, activations and gradients), kernels."""
         with make_context():
             collectives = report(ir.Module.parse(self.spmd)).text()
-        g = self.graph
+        g, roles = self.graph, self.imported.arg_roles if self.imported is not None else ()
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
@@ -109,7 +110,8 @@ class Program:
             named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
             uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, dist, g.result_shape(i)))
             lines.append(f"  result #{i}{named}: {list(g.result_shape(i))} as {dist} ({source}{uneven})")
-        lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
+        experts = expert_lines(*expert_report(self.spmd, g, self.arg_names, roles))
+        lines += ["collectives:", *("  " + line for line in collectives.splitlines()), *experts,
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:
             lines.append(self.memory(timings).text())
@@ -128,6 +130,7 @@ class Program:
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
         found = memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        found = replace(found, experts=experts_per_device(self.spmd, self.graph, self.arg_names, roles))
         if self.before_remat is None:
             return found
         without = memory_report(build_kernel_graph(self.before_remat, self.graph.entry), names={})
@@ -180,13 +183,11 @@ class Program:
     def run(self, *arrays: np.ndarray, ranks: int | None = None, repeat: int = 1, timeout: float = 600,
             mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False,
             collectives: str | None = None, overlap: bool | None = None):
-        """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
-        function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat` timed
-        runs: medians per step of the slowest rank). More ranks than a host's cores need `oversubscribe=True`.
-        `mpiexec`: the launcher (a path, or a command line such as "mpiexec -f hostfile"), which may place the
-        ranks on several hosts (docs/runtime.md). With `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of
-        `ranks` ranks kept from an earlier call (`runtime.jobs.rank_pool`). `collectives` ("auto", "shm", "mpi")
-        and `overlap` (with kernels): how the ranks run collectives (None: `SLICER_COLLECTIVES`, `SLICER_OVERLAP`)."""
+        """Run on `ranks` MPI ranks (None: the in-process simulator): numpy arrays (a tuple for several results),
+        and with `return_timings` the MPI run's `Timings` (`repeat` timed runs: medians per step of the slowest
+        rank). More ranks than a host's cores need `oversubscribe=True`; `mpiexec`: the launcher (docs/runtime.md).
+        `SLICER_KEEP_RANKS=1`: an untimed run reuses a kept job (`runtime.jobs.rank_pool`). `collectives` ("auto",
+        "shm", "mpi") and `overlap` (with kernels): how ranks run collectives (None: SLICER_COLLECTIVES, _OVERLAP)."""
         checked, options = self.check_arrays(arrays), RunOptions.chosen(collectives, overlap)
         if ranks is None:
             if return_timings:
@@ -220,8 +221,7 @@ class Program:
         initial values by argument name (or position). A result named like an argument replaces it after each
         step; the other results are what `step` returns. `ranks=None` runs on the in-process simulator; under an
         MPI job (`mpiexec -n N python train.py`, or `comm` given) every rank of the job runs its part.
-        `oversubscribe`, `mpiexec`, `timeout` (seconds per request), `collectives` and `overlap` are as `run`
-        takes them."""
+        `oversubscribe`, `mpiexec`, `timeout` (seconds per request), `collectives`, `overlap`: as `run` takes them."""
         plan, options = self._session_plan(state), RunOptions.chosen(collectives, overlap)
         comm = comm if comm is not None else in_job.job_comm()
         if comm is not None:

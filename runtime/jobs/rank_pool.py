@@ -28,8 +28,9 @@ from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from ..execution.executor import RunOptions
+from .program_load import load_program
 from .rank_job import RankJob
-from .session import SessionPlan, load_program
+from .session import SessionPlan
 
 KEEP_RANKS_ENV = environment.KEEP_RANKS.name
 _JOBS: dict[tuple, RankJob] = {}
