@@ -5,7 +5,8 @@ started the job (`runtime.jobs.rank_job.RankJob`) listens on TCP (`runtime.jobs.
 `host:port`s, the connection authenticated both ways with the key in `SLICER_SESSION_KEY`); every rank
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
-(requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
+(requests that run the program are collective; a pipelined program's, ("pipeline", ...), are answered by
+`pipeline_rank`). Nothing comes through the driver's file system, so the ranks
 may run on other hosts (listed in docs/module-notes.md, `runtime/jobs/rank_server.py`).
 """
 
@@ -28,6 +29,7 @@ from ..state.reshard import Reshard
 from ..state.resident import ResidentRank
 from .heap import keep_freed_memory, reset_resident_peak, resident_bytes
 from .kernel_transfer import local_sources, missing_keys
+from .pipeline_rank import PipelineHolder
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
 from .resources import available_memory, host_cores
@@ -81,7 +83,7 @@ def serve(address: str, comm) -> None:
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid(),
                      (socket.gethostname(), host_cores(), available_memory())))
     replies, receiver = Replies(connection), Receiver(connection)
-    programs = LoadedPrograms()
+    programs, pipelines = LoadedPrograms(), PipelineHolder()
     while True:
         try:
             request = receiver.receive()
@@ -90,7 +92,7 @@ def serve(address: str, comm) -> None:
         replies.working()
         kind = request[0]
         try:
-            reply = _answer(request, programs, comm)
+            reply = pipelines.answer(request, comm) if kind == "pipeline" else _answer(request, programs, comm)
         except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
             if isinstance(exc, SlicerError):
                 message = f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}"
@@ -104,6 +106,7 @@ def serve(address: str, comm) -> None:
         replies.send(("ok", reply))
         if kind == "close":
             break
+    pipelines.close()
     replies.stop()
     connection.close()
 
