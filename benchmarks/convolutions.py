@@ -39,6 +39,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16, help="the step's global batch")
     parser.add_argument("--image", type=int, default=32, help="the step's image size")
     parser.add_argument("--widths", default="64,128,256,512", help="the ResNet's stage widths")
+    parser.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                        help="the step's bf16: slicer.MixedPrecision(bf16, f32) against torch.autocast to bf16")
     return parser.parse_args()
 
 
@@ -169,7 +171,9 @@ def run_step(results: dict, widths: list[int]) -> None:
     generator = torch.Generator().manual_seed(0)
     batches = [(torch.randn(ARGS.batch, 3, ARGS.image, ARGS.image, generator=generator),
                 torch.randint(0, 10, (ARGS.batch,), generator=generator)) for _ in range(3 + ARGS.steps)]
-    step = slicer.training_step(model, zoo_models._classify, *batches[0], optimizer=slicer.SGD(lr=0.01))
+    precision = slicer.MixedPrecision(param_dtype="bf16", reduce_dtype="f32") if ARGS.precision == "bf16" else None
+    step = slicer.training_step(model, zoo_models._classify, *batches[0], optimizer=slicer.SGD(lr=0.01),
+                                precision=precision)
     program = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=strategies.data_parallel(step, "x"))
     times = []
     with program.session(ranks=2) as session:
@@ -177,7 +181,7 @@ def run_step(results: dict, widths: list[int]) -> None:
             start = time.perf_counter()
             float(session.step(images, labels))
             times.append(time.perf_counter() - start)
-    results["step"] = {"batch": ARGS.batch, "image": ARGS.image, "widths": widths,
+    results["step"] = {"batch": ARGS.batch, "image": ARGS.image, "widths": widths, "precision": ARGS.precision,
                        "slicer_data_2_ranks_ms": statistics.median(times[3:]) * 1e3}
     for threads in (2, 1):
         torch.set_num_threads(threads)
@@ -186,7 +190,9 @@ def run_step(results: dict, widths: list[int]) -> None:
         for images, labels in batches:
             start = time.perf_counter()
             optimizer.zero_grad()
-            zoo_models._classify(model, images, labels).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ARGS.precision == "bf16"):
+                loss = zoo_models._classify(model, images, labels)
+            loss.backward()
             optimizer.step()
             times.append(time.perf_counter() - start)
         results["step"][f"torch_{threads}_threads_ms"] = statistics.median(times[3:]) * 1e3

@@ -4,11 +4,12 @@ step's time next to data parallel and FSDP on the same model (docs/pipeline.md).
     python benchmarks/pipeline.py --json results.json      # GPT, 4 blocks (d 256), 2 stages, 8 micro-batches
 
 For GPipe and 1F1B (2 stages, `stages=2`: cut where the FLOPs balance): the bubble fraction measured on the
-ranks (a job's last step: 1 - busy time / (ranks x span), median of 3 jobs), the schedule's unit-time bubble
-and the textbook (S-1)/(M+S-1), the micro-batches each stage holds at its peak (the schedule's) and their bytes
-(`held_bytes`: received and saved activations), each rank's measured resident peak growth during the steps
-(VmHWM), the memory report, the trained parameter values per stage, each stage's busy time and the step's time
-(the span of the last step's calls).
+ranks (1 - busy time / (ranks x span) of a step, median of 3 steps of one session after a warm-up), the
+schedule's unit-time bubble and the textbook (S-1)/(M+S-1), the micro-batches each stage holds at its peak
+(the schedule's) and their bytes (`held_bytes`: received and saved activations), each rank's measured resident
+peak growth during the steps (VmHWM), the memory report, the trained parameter values per stage, each stage's
+busy time (and by forward, backward, update) and the step's time (the span of a step's calls).
+`--layers 12 --pipeline-only`: the 12-block rows, without data parallel and FSDP.
 Next to them, in the same run: the same step with 8 accumulated micro-batches, data parallel and ZeRO-3 over
 x=2, timed as `session.step` (median of 3 after a warm-up). The machine is shared: times are noisy; compare
 ratios within one run.
@@ -36,12 +37,17 @@ def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int) -
     start = time.perf_counter()
     prog = slicer.compile(step, mesh=slicer.Mesh(p=2), tactics=tactics)
     compile_seconds = time.perf_counter() - start
-    bubbles, spans = [], []
-    for _ in range(3):  # three jobs of 3 steps; each job's last step measured
-        prog.train([batch] * 3, ranks=2)
-        calls = [e for _, events in prog.timeline for e in events]
-        bubbles.append(prog.measured_bubble())
-        spans.append(max(e[2] for e in calls) - min(e[1] for e in calls))
+    bubbles, spans, busy = [], [], []
+    with prog.session(ranks=2, timeout=900) as session:  # one job: a warm-up step, then 3 steps measured
+        session.step(*batch)
+        for _ in range(3):
+            session.step(*batch)
+            prog.timeline, prog.resident_growth = session.timeline()
+            calls = [e for _, events in prog.timeline for e in events]
+            bubbles.append(prog.measured_bubble())
+            spans.append(max(e[2] for e in calls) - min(e[1] for e in calls))
+            busy.append([{kind: sum(e[2] - e[1] for e in events if e[0].startswith(kind))
+                          for kind in ("forward", "backward", "update")} for _, events in prog.timeline])
     run = prog.schedule.verify()
     held = prog.held_bytes()
     return {"schedule": schedule, "split": list(prog.split), "compile_seconds": compile_seconds,
@@ -50,7 +56,9 @@ def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int) -
             "held_bytes_per_microbatch": held, "peak_activation_bytes": [p * b for p, b in zip(run.peak, held)],
             "resident_growth_bytes": prog.resident_growth, "memory": prog.memory(),
             "parameters_per_stage": [sum(_size(v, p) for p in v.parameters) for v in prog.stage_programs],
-            "stage_busy_seconds": [sum(e[2] - e[1] for e in events) for _, events in prog.timeline],
+            "stage_busy_seconds": [statistics.median(sum(b[s].values()) for b in busy) for s in range(2)],
+            "stage_busy_seconds_by_kind": [{k: statistics.median(b[s][k] for b in busy) for k in busy[0][s]}
+                                           for s in range(2)],
             "step_seconds": statistics.median(spans), "timeline": prog.timeline_text(60).splitlines()}
 
 
@@ -82,6 +90,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--pipeline-only", action="store_true", help="skip data parallel and FSDP")
     args = parser.parse_args(argv)
     model, loss_fn, batch = train_step.gpt(n_layer=args.layers, batch=args.batch, seq=args.seq,
                                            d_model=args.d_model, vocab=256)
@@ -89,7 +98,7 @@ def main(argv=None) -> None:
                         "vocabulary 256", "stages": 2, "microbatches": args.microbatches, "pipeline": [], "spmd": {}}
     for schedule in ("gpipe", "1f1b"):
         results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, schedule, args.microbatches))
-    for strategy in ("data", "fsdp"):
+    for strategy in () if args.pipeline_only else ("data", "fsdp"):
         results["spmd"][strategy] = {"step_seconds": _spmd_seconds(model, loss_fn, batch, strategy,
                                                                    args.microbatches)}
     text = json.dumps(results, indent=2)

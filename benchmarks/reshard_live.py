@@ -9,10 +9,14 @@ the new program's kernels loaded from the cache or kept: the request that makes 
 alone, the slowest rank's time running the plans, `move_seconds`), and `save(dir)` of the old session plus
 `load(dir)` into an open session of the new program (on a second job of 2 ranks, its kernels loaded before the
 timer starts). The state after both is compared bit for bit. Per switch: both wall times (driver, seconds),
-their ratio, the bytes each device receives against the synthesizer's lower bound, the state's bytes.
+their ratio, the bytes each device receives against the synthesizer's lower bound, the state's bytes, and the
+most a rank's resident peak (VmHWM) grew while the moves ran against the predicted peak of state bytes.
+With `--preload`, each program is loaded ahead (`s.preload(program)`, timed on its own before the switch), so
+the first round's switches find it kept too: the switch a user who preloads pays.
 
     python benchmarks/reshard_live.py                      # D=128, 2 layers, twice round
     python benchmarks/reshard_live.py --d-model 256 --json reshard.json
+    python benchmarks/reshard_live.py --preload             # every switch's program loaded ahead
 
 Timings on the shared 2-core machine are noisy: compare the ratio of one run, not figures across runs.
 """
@@ -57,6 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="times round the chain of switches")
+    parser.add_argument("--preload", action="store_true", help="load each program ahead (session.preload)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     batch, progs = programs(args.d_model, args.layers)
@@ -72,13 +77,19 @@ def main(argv=None) -> None:
                 save_load = time.perf_counter() - start
                 loaded = other.state_dict()
             start = time.perf_counter()
+            preloaded = s.preload(progs[name]) if args.preload else False
+            preload_s = time.perf_counter() - start
+            start = time.perf_counter()
             s = s.reshard(progs[name])
             live = time.perf_counter() - start
             moved = s.state_dict()
             same = list(moved) == list(loaded) and all(np.array_equal(moved[n], v) for n, v in loaded.items())
             r = s.resharded
             rows.append({"round": round_, "switch": f"{previous} -> {name}", "reshard_s": live,
-                         "moves_s": s.move_seconds, "kept_program": s.kept_program,
+                         "moves_s": s.move_seconds, "kept_program": s.kept_program, "preloaded": preloaded,
+                         "preload_s": preload_s, "move_peak_bytes": s.move_peak_bytes,
+                         "predicted_peak_bytes_per_device": r.peak_bytes_per_device,
+                         "old_state_bytes_per_device": sum(m.plan.src_bytes for m in r.moves),
                          "save_load_s": save_load, "moves_speedup": save_load / max(s.move_seconds, 1e-9),
                          "speedup": save_load / live, "recv_bytes_per_device": r.bytes_received_per_device,
                          "lower_bound_bytes_per_device": r.lower_bound_bytes_per_device,
@@ -88,7 +99,9 @@ def main(argv=None) -> None:
             print(f"round {round_} {previous:>8} -> {name:<8} reshard {live:7.3f} s (moves {moves:7.4f} s)  save+load "
                   f"{save_load:7.3f} s  {save_load / live:5.1f}x ({save_load / moves:6.1f}x moves)  "
                   f"recv/dev {r.bytes_received_per_device} B (bound "
-                  f"{r.lower_bound_bytes_per_device} B)  bit-identical {same}", flush=True)
+                  f"{r.lower_bound_bytes_per_device} B)  VmHWM +{s.move_peak_bytes} B (predicted "
+                  f"+{r.peak_bytes_per_device - sum(m.plan.src_bytes for m in r.moves)} B)  kept {s.kept_program}"
+                  f"{f'  (preloaded in {preload_s:.3f} s)' if preloaded else ''}  bit-identical {same}", flush=True)
             previous = name
             s.step(*batch)
     print("\n".join(s.resharded.explain().splitlines()[:4]), "...")

@@ -16,7 +16,8 @@ config.excludes = ["unit", "mpi", "lit.cfg.py", "conftest.py", "example_modules.
 
 python = lit_config.params.get("python", sys.executable)
 # `make check` (the fast tier) runs `lit --param tier=fast`: tests that say `REQUIRES: whole-suite` (each over
-# ~10 s: importing and partitioning whole torch models) are left to `make test`.
+# ~10 s of CPU: importing and partitioning whole torch models, or every strategy on four models; not a pass's own
+# test) are left to `make test`.
 if lit_config.params.get("tier") != "fast":
     config.available_features.add("whole-suite")
 # The installed package (`make` installs the checkout; pyproject.toml maps dialect/, lowering/, runtime/ into it).

@@ -65,7 +65,10 @@ class Contraction:
     block_args: list[ir.Value]  # the body's block arguments (inputs..., out)
     direct_c: bool  # C's innermost dim is N0 with stride 1: tiles are vector loads/stores of C
     zero_init: bool = False  # C holds zeros before the op (a zero fill we may have removed)
-    addend: MemAccess | None = None  # added to the whole sum before it is rounded to a bf16 C (epilogue.py)
+    # What the GEMM does to each whole f32 sum before storing it (epilogue.py), in order: "add" (the next of
+    # `addends`, widened to f32), "round" (to bf16 and back to f32); a bf16 C is then rounded as it is stored.
+    epilogue: tuple[str, ...] = ()
+    addends: tuple[MemAccess, ...] = ()
 
     def describe(self) -> str:
         letters = "abcdefghijklmnopqrstuvwxyz"

@@ -56,6 +56,7 @@ class Bf16Gemm(Bf16Packer):
         self.args = [f"%in{i}" for i in range(len(c.inputs))]
         self.cap = [f"%cap{i}" for i in range(len(c.captured))]
         self.in_place = self.a_in_place()
+        self.a_flat: str | None = None  # A as a flat memref, when it is read in place (set by `generate`)
 
     def a_in_place(self) -> bool:
         """Whether whole A tiles are read from A itself, not packed: when N is at most `A_IN_PLACE_COLUMNS` (a
@@ -88,13 +89,13 @@ class Bf16Gemm(Bf16Packer):
         e = self.e
         packed = (ap, e.mul(tlin, e.mul(kcp, self.mr)), kcp)
         whole = e.cmp("eq", height, self.mr)
-        if not self.in_place or whole is False:
-            return packed
         a = self.c.inputs[self.a_input]
+        lda = a.stride_of(self.c.m[-1])
+        if self.a_flat is None or whole is False or lda is None:  # A not read in place (`a_in_place`), an edge tile
+            return packed
         _, offset = a.type.get_strides_and_offset()
         point = {**where, self.c.k[0]: kstart}
-        direct = (self.a_flat, e.affine([(point[d], s) for d, s in zip(a.dims, a.strides)], offset),
-                  a.stride_of(self.c.m[-1]))
+        direct = (self.a_flat, e.affine([(point[d], s) for d, s in zip(a.dims, a.strides)], offset), lda)
         if whole is True:
             return direct
         types = ("memref<?xbf16>", "index", "index")
@@ -103,7 +104,7 @@ class Bf16Gemm(Bf16Packer):
 
     def generate(self) -> str:
         c, e = self.c, self.e
-        kcp_max = self.round_up(self.kb.max_units, self.pad)
+        kcp_max = -(-self.kb.max_units // self.pad) * self.pad
         self.a_flat = self._a_flat() if self.in_place else None
         self.false = e.value("arith.constant false", "b")
         self.nt_flag = self.nontemporal_flag() if c.element == "f32" and self.units != AMX else self.false
@@ -156,7 +157,7 @@ class Bf16Gemm(Bf16Packer):
         if self.units != AMX or not isinstance(kcp, str):
             call(kcp)
             return
-        then, otherwise = e.if_else(e.cmp("eq", kcp, full))
+        then, otherwise = e.if_else(e.value(f"arith.cmpi eq, {kcp}, {e.idx(full)} : index", "b"))
         with then:
             call(full)
         with otherwise:
@@ -167,7 +168,7 @@ class Bf16Gemm(Bf16Packer):
         contiguous along N and whole, else the scratch tile."""
         c, e = self.c, self.e
         full_h, full_w = e.cmp("eq", height, self.mr), e.cmp("eq", width, NR)
-        direct = c.direct_c and c.element == "f32"
+        direct = c.direct_c and c.element == "f32" and not c.epilogue
         whole = _both(e, full_h, full_w)
 
         def view():
@@ -185,10 +186,10 @@ class Bf16Gemm(Bf16Packer):
             self._scratch_tile(where, height, width, scratch, zero, vectors,
                                lambda dyn: self._call(a, bp, boff, dyn, kcp, zero, self.false))
 
-        if whole is True and c.direct_c:
-            view() if direct else via_scratch(True)
-        elif whole is False or not c.direct_c:
+        if whole is False or not c.direct_c:
             via_scratch(False)
+        elif whole is True:
+            view() if direct else via_scratch(True)
         else:
             then, otherwise = e.if_else(whole)
             with then:
@@ -234,26 +235,40 @@ class Bf16Gemm(Bf16Packer):
         with e.loop(0, h) as i:
             with e.loop(0, w, step) as j:
                 x = e.value(f"{load_op} {scratch}[{e.idx(i)}, {e.idx(j)}] : {s_type}{suffix_f}")
-                if c.addend is not None:
-                    x = e.value(f"arith.addf {x}, {self._addend(where, i, j, vectors)} : {vt_f}")
+                x = self._epilogue(x, where, i, j, vectors)
                 if t != "f32":
                     x = e.value(f"arith.truncf {x} : {vt_f} to {vt_c}")
                 e.line(f"{store_op} {x}, %out[{coords(i, j)}] : {out.type_text}{suffix_c}")
 
-    def _addend(self, where, i, j, vectors: bool) -> str:
-        """The addend (`Contraction.addend`, widened to f32) at row i, column j of the tile at `where`: a vector
+    def _epilogue(self, x: str, where, i, j, vectors: bool) -> str:
+        """`x`, the whole f32 sum at row i, column j of the tile at `where` (a vector along N0, or one element),
+        through the contraction's epilogue steps (`Contraction.epilogue`): the same f32 ops the epilogue op did."""
+        added = 0
+        vt_f, vt_b = (f"vector<{LANES}xf32>", f"vector<{LANES}xbf16>") if vectors else ("f32", "bf16")
+        for step in self.c.epilogue:
+            if step == "add":
+                a = self._addend(added, where, i, j, vectors)
+                x = self.e.value(f"arith.addf {x}, {a} : {vt_f}")
+                added += 1
+            else:
+                narrow = self.e.value(f"arith.truncf {x} : {vt_f} to {vt_b}")
+                x = self.e.value(f"arith.extf {narrow} : {vt_b} to {vt_f}")
+        return x
+
+    def _addend(self, index: int, where, i, j, vectors: bool) -> str:
+        """Addend `index` (`Contraction.addends`, widened to f32) at row i, column j of the tile at `where`: a vector
         along N0 (read as one where the addend is contiguous along it, one value broadcast where it does not
         depend on it) or one element."""
         c, e = self.c, self.e
-        a = c.addend
+        a, name = c.addends[index], f"%addend{index}"
         m0, n0 = c.m[-1], c.n[-1]
         point = {**where, m0: e.add(where[m0], i), n0: e.add(where[n0], j)}
         at = e.indices(point[d] for d in a.dims)
         t = str(a.type.element_type)
         if vectors and n0 in a.dims:  # contiguous along N0 (epilogue.py checks)
-            x = e.value(f"vector.load %addend[{at}] : {a.type_text}, vector<{LANES}x{t}>")
+            x = e.value(f"vector.load {name}[{at}] : {a.type_text}, vector<{LANES}x{t}>")
             return x if t == "f32" else e.value(f"arith.extf {x} : vector<{LANES}x{t}> to vector<{LANES}xf32>")
-        x = e.value(f"memref.load %addend[{at}] : {a.type_text}")
+        x = e.value(f"memref.load {name}[{at}] : {a.type_text}")
         x = x if t == "f32" else e.value(f"arith.extf {x} : {t} to f32")
         return e.value(f"vector.broadcast {x} : f32 to vector<{LANES}xf32>") if vectors else x
 

@@ -166,13 +166,13 @@ class Loops:
         batch_loops(0, {})
 
     def function_text(self) -> str:
-        """The generated function: its signature (inputs, `%out`, the addend if any, captured values) around the
+        """The generated function: its signature (inputs, `%out`, the epilogue's addends, captured values) around the
         emitted body."""
         c = self.c
         inputs = ", ".join(f"{a}: {op.type_text}" for a, op in zip(self.args, c.inputs))
         caps = "".join(f", {n}: {v.type}" for n, v in zip(self.cap, c.captured))
-        addend = f", %addend: {c.addend.type_text}" if c.addend is not None else ""
-        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{addend}{caps}) {{"
+        addends = "".join(f", %addend{i}: {a.type_text}" for i, a in enumerate(c.addends))
+        head = f"func.func private @{self.name}({inputs}, %out: {c.output.type_text}{addends}{caps}) {{"
         return "\n".join([head, self.e.body(), "  return", "}"])
 
     # -- blocks ------------------------------------------------------------------------------------

@@ -195,8 +195,8 @@ def contract_module(module: ir.Module, options: ContractOptions = ContractOption
     if units == AMX:
         module.operation.attributes[USES_AMX_ATTR] = ir.UnitAttr.get(context)
     for op, c, name in calls:
-        addend = [c.addend.value] if c.addend is not None else []
-        call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + addend + list(c.captured))
+        addends = [a.value for a in c.addends]
+        call_instead(op, name, [o.value for o in c.inputs] + [c.output.value] + addends + list(c.captured))
         replaced.append(f"@{name}: {c.describe()}")
     for rounding in roundings:
         rounding.erase()

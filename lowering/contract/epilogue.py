@@ -1,27 +1,20 @@
-"""The rounding epilogue of a bf16 contraction, fused into its GEMM: the GEMM stores bf16 straight into the
-buffer the rounding wrote, and neither the f32 result nor the pass over it remain.
+"""The epilogue of a bf16 contraction, fused into its GEMM: the GEMM stores straight into the buffer the
+epilogue op wrote, and neither the f32 result nor the pass over it remain.
 
-Mixed precision makes a contraction of bf16 operands yield f32 (its accumulator; `narrow_floats.py`) followed
-by an elementwise op that rounds it to bf16, often with a transpose (attention's context `p @ v`, computed as
-[b, h, s, e] and read as [b, s, h, e] by the output projection):
-
-    linalg.generic ins(%a, %b : bf16, bf16) outs(%c : memref<...xf32>) { out + extf(a) * extf(b) }
-    linalg.generic ins(%c : f32, permuted) outs(%r : memref<...xbf16>) { truncf }
-
-When `%c` is a local buffer that nothing else reads, the bf16 GEMM (`bf16_gemm.py`, whose bf16 C is rounded as
-a tile is stored) writes `%r` directly through the rounding's maps: C's dims are `%r`'s, permuted. The result
-is the same bits, the f32 sum rounded once to nearest even, provided the sum is whole when it is rounded, so
-only where K fits one K block of the bf16 GEMM (`BF16_BLOCKS["kc"]`): a longer K keeps the f32 C and the
-separate rounding.
-
-A Linear layer's bias comes in the same op: `truncf(C + extf(bias))` (torch's `addmm` under autocast rounds
-once, after the bias). The GEMM then adds the bias (any projection of C's dims, bf16 or f32) to each whole f32
-tile before rounding it: the same f32 addition on the same values, so the same bits.
+Mixed precision makes a contraction of bf16 operands yield f32 (its accumulator; `narrow_floats.py`), then an
+elementwise op rounds it, often transposed (attention's context [b, h, s, e] read as [b, s, h, e]), after a
+Linear layer's bias (`truncf(C + bias)`: torch's addmm under autocast rounds once), or as a chain of additions
+and roundings: fc1's `extf(truncf(C + bias))` (f32 holding bf16 values, the gelu's input; here in place in C's
+own buffer), the attention projection's `truncf(extf(x) + extf(truncf(C + bias)))` (the residual stream).
+When C starts at zero (`zero_init.filled_value`: the frontend's fill too) and only that op reads it, the bf16
+GEMM (`bf16_gemm.py`) applies the same f32 steps (`Contraction.epilogue`) to each whole f32 tile and writes
+the op's output through its maps: the same bits, provided the sum is whole when it is rounded, so only where K
+fits one K block (`BF16_BLOCKS["kc"]`); a longer K keeps the f32 C and the separate op.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import prod
 
 from mlir import ir
@@ -33,107 +26,136 @@ from slicer.core.operations import walk_ops
 from ..memref_facts import MemAccess, static_strides
 from .analysis import Contraction, with_output
 from .bf16_gemm import BF16_BLOCKS
+from .zero_init import filled_value
 
 _GENERIC, _TRUNCF = linalg.GenericOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME
 _YIELD, _EXTF, _ADDF = linalg.YieldOp.OPERATION_NAME, arith.ExtFOp.OPERATION_NAME, arith.AddFOp.OPERATION_NAME
 
 
-def _rounding_addend(op: ir.Operation, buffer: ir.Value) -> int | None:
-    """When `op` rounds `buffer` (f32, its first input) to one bf16 memref, all loops parallel, the maps of C and
-    the output permutations, its body `truncf(in0)` or `truncf(in0 + b)` with `b` its second input (`extf` of it
-    when it is narrower), read through a projection: 0 for the first, 1 for the second; None otherwise."""
-    if op.name != _GENERIC or op.operands[0] != buffer or input_count(op) not in (1, 2) or len(op.operands) != \
-            input_count(op) + 1:
+@dataclass(frozen=True)
+class _Epilogue:
+    """What an elementwise op does to a contraction's f32 C (`_epilogue_of`): which of its inputs is C, the
+    steps over the f32 value (`Contraction.epilogue`) and the input each "add" step adds, in order."""
+
+    c_input: int
+    steps: tuple[str, ...]
+    addends: tuple[int, ...]
+
+
+def _epilogue_of(op: ir.Operation, buffer: ir.Value) -> _Epilogue | None:
+    """What `op` does to `buffer` (f32, one of its inputs), when it is a chain the bf16 GEMM can apply to a whole
+    f32 tile: all loops parallel, C and the output read through permutations, the other inputs through
+    projections (each its own addend), the body a chain from C of `addf` with an addend (`extf` of it when it is
+    narrower) and `truncf` to bf16 (followed by `extf` back to f32 when the chain goes on), its result bf16 or,
+    after at least one rounding, f32; None otherwise."""
+    operands = list(op.operands)
+    if op.name != _GENERIC or buffer not in operands[:-1] or len(operands) != input_count(op) + 1:
         return None
-    out_type = op.operands[-1].type
-    if not isinstance(out_type, ir.MemRefType) or not isinstance(ir.MemRefType(out_type).element_type, ir.BF16Type):
+    c_input = operands.index(buffer)
+    out_type = operands[-1].type
+    if not isinstance(out_type, ir.MemRefType) or str(ir.MemRefType(out_type).element_type) not in ("bf16", "f32"):
         return None
     maps = indexing_maps(op)
-    if any(kind != PARALLEL for kind in iterator_kinds(op)) or not (maps[0].is_permutation and maps[-1].is_permutation):
+    if any(kind != PARALLEL for kind in iterator_kinds(op)) or not (maps[c_input].is_permutation and
+                                                                   maps[-1].is_permutation):
         return None
+    for i, amap in enumerate(maps[:-1]):
+        dims = projected_dims(amap)
+        if i != c_input and (dims is None or len(set(dims)) != len(dims)):
+            return None
     block = op.regions[0].blocks[0]
-    body, args = list(block.operations), list(block.arguments)
-    if len(body) < 2 or body[-1].name != _YIELD or body[-2].name != _TRUNCF:
+    args = list(block.arguments)
+    widened: dict[ir.Value, int] = {args[i]: i for i in range(len(args) - 1) if i != c_input}
+    current, narrow = args[c_input], False  # the chain's value, and whether it is the bf16 one
+    steps: list[str] = []
+    addends: list[int] = []
+    for inner in list(block.operations)[:-1]:
+        names = inner.name, [str(v.type) for v in inner.operands], str(inner.results[0].type)
+        if inner.name == _EXTF and inner.operands[0] in widened and names[2] == "f32":
+            widened[inner.results[0]] = widened.pop(inner.operands[0])
+        elif inner.name == _ADDF and not narrow and current in inner.operands and names[2] == "f32":
+            other = inner.operands[1] if inner.operands[0] == current else inner.operands[0]
+            if other not in widened or str(other.type) != "f32" or widened[other] in addends:
+                return None
+            addends.append(widened[other])
+            steps.append("add")
+            current = inner.results[0]
+        elif inner.name == _TRUNCF and not narrow and inner.operands[0] == current and names[2] == "bf16":
+            current, narrow = inner.results[0], True
+        elif inner.name == _EXTF and narrow and inner.operands[0] == current and names[2] == "f32":
+            current, narrow = inner.results[0], False
+            steps.append("round")
+        else:
+            return None
+    last = list(block.operations)[-1]
+    if last.name != _YIELD or last.operands[0] != current:
         return None
-    if body[-1].operands[0] != body[-2].results[0]:
+    if str(ir.MemRefType(out_type).element_type) == "f32" and (narrow or "round" not in steps):
         return None
-    rounded = body[-2].operands[0]
-    if len(args) == 2:
-        return 0 if len(body) == 2 and rounded == args[0] else None
-    addend_dims = projected_dims(maps[1])
-    if addend_dims is None or len(set(addend_dims)) != len(addend_dims):
+    if set(addends) != set(widened.values()):  # an input the chain does not add
         return None
-    ops = body[:-2]
-    widened = ops[0].results[0] if len(ops) == 2 and ops[0].name == _EXTF and ops[0].operands[0] == args[1] else None
-    addend = widened if widened is not None else args[1]
-    if len(ops) != (2 if widened is not None else 1) or ops[-1].name != _ADDF or rounded != ops[-1].results[0]:
-        return None
-    first, second = ops[-1].operands
-    if str(addend.type) != "f32" or not ((first == args[0] and second == addend) or
-                                         (first == addend and second == args[0])):
-        return None
-    return 1
+    return _Epilogue(c_input, tuple(steps), tuple(addends))
 
 
 def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None:
-    """(the rounding op, `c` writing bf16 into the rounding's output, adding its addend first if it has one) when
-    `c`'s f32 C is a zero-initialised local buffer whose only reader is a rounding (`_rounding_addend`) and K fits
-    one K block of the bf16 GEMM; None otherwise."""
+    """(the epilogue op, `c` writing into its output and applying its steps) when `c`'s f32 C starts at zero, its
+    only reader is an epilogue (`_epilogue_of`) and it is a local buffer or the epilogue's own output (in place),
+    and K fits one K block of the bf16 GEMM; None otherwise."""
     if c.element != "f32" or not c.zero_init or prod(c.ranges[d] for d in c.k) > BF16_BLOCKS["kc"]:
         return None
     buffer = c.output.value
-    owner = None if isinstance(buffer, ir.BlockArgument) else buffer.owner
-    if owner is None or owner.name != memref.AllocOp.OPERATION_NAME:
-        return None
     readers = []
     for use in buffer.uses:
         user = use.owner.operation
         if user == c.op.operation:
             continue
-        if _rounding_addend(user, buffer) is not None:
-            readers.append(user)
+        if _epilogue_of(user, buffer) is not None:
+            readers += [] if user in readers else [user]  # an epilogue in place uses C twice
         elif not _fills(user, buffer):
             return None
     if len(readers) != 1 or readers[0].block != c.op.operation.block:
         return None
     rounding = readers[0]
-    out = rounding.operands[-1]
-    between = _between(c.op.operation, rounding)
-    # the GEMM writes `out` (and reads the addend) earlier than the rounding did
-    if between is None or any(_touched(between, v) for v in rounding.operands[1:]):
-        return None
+    found = _epilogue_of(rounding, buffer)
+    owner = None if isinstance(buffer, ir.BlockArgument) else buffer.owner
+    local = owner is not None and owner.name == memref.AllocOp.OPERATION_NAME
     maps = indexing_maps(rounding)
-    read, written = projected_dims(maps[0]), projected_dims(maps[-1])
+    # C is a local buffer, or the epilogue's own output, written in place element by element
+    if found is None or not (local or (rounding.operands[-1] == buffer and maps[found.c_input] == maps[-1])):
+        return None
+    between = _between(c.op.operation, rounding)
+    others = [v for i, v in enumerate(rounding.operands) if i != found.c_input]
+    # the GEMM writes the output (and reads the addends) earlier than the epilogue did
+    if between is None or any(_touched(between, v) for v in others):
+        return None
+    read, written = projected_dims(maps[found.c_input]), projected_dims(maps[-1])
     if read is None or written is None:  # not a projection of the loop dims: not a rounding of C as it is
         return None
 
     def access(value: ir.Value, loops) -> MemAccess | None:
-        """`value` read or written at the rounding's `loops`, as an access by `c`'s loop dims: rounding loop l
+        """`value` read or written at the epilogue's `loops`, as an access by `c`'s loop dims: epilogue loop l
         is C's dim k where read[k] == l, which is `c`'s loop c.output.dims[k]."""
         strides = static_strides(ir.MemRefType(value.type))
-        if strides is None or not ir.MemRefType(value.type).has_static_shape:
+        if strides is None or not ir.MemRefType(value.type).has_static_shape or loops is None:
             return None
         return MemAccess(value, ir.MemRefType(value.type), tuple(c.output.dims[read.index(lo)] for lo in loops),
                          strides)
 
-    stored = access(out, written)
-    addend_loops = projected_dims(maps[1]) if input_count(rounding) == 2 else None
-    addend = access(rounding.operands[1], addend_loops) if addend_loops is not None else None
-    if stored is None or (input_count(rounding) == 2 and addend is None):
+    stored = access(rounding.operands[-1], written)
+    addends = [access(rounding.operands[i], projected_dims(maps[i])) for i in found.addends]
+    if stored is None or any(a is None for a in addends):
         return None
-    fused = with_output(c, stored, "bf16")
+    fused = with_output(c, stored, str(ir.MemRefType(rounding.operands[-1].type).element_type))
     n0 = fused.n[-1]
-    if addend is not None and n0 in addend.dims and (addend.dims[-1] != n0 or addend.strides[-1] != 1):
-        return None  # the epilogue reads the addend in vectors along N0, or one value for a whole row
-    return rounding, replace(fused, addend=addend)
+    for a in addends:
+        if a is not None and n0 in a.dims and (a.dims[-1] != n0 or a.strides[-1] != 1):
+            return None  # the epilogue reads an addend in vectors along N0, or one value for a whole row
+    return rounding, replace(fused, addends=tuple(a for a in addends if a is not None), epilogue=found.steps)
 
 
 def _fills(user: ir.Operation, buffer: ir.Value) -> bool:
-    """Whether `user` only writes a constant into `buffer` (the zero fill before the contraction)."""
-    if user.name == linalg.FillOp.OPERATION_NAME:
-        return user.operands[-1] == buffer
-    return (user.name == _GENERIC and len(user.operands) == 2 and user.operands[1] == buffer
-            and not isinstance(user.operands[0].type, ir.ShapedType))
+    """Whether `user` only writes one value into `buffer` (the zero fill before the contraction)."""
+    return user.operands[-1] == buffer and filled_value(user) is not None
 
 
 def _between(first: ir.Operation, second: ir.Operation) -> list[ir.Operation] | None:

@@ -66,8 +66,16 @@ class _Operand:
     @property
     def plain(self) -> list[int] | None:
         """The loop dim of each memref dim when every expression is one dim with coefficient 1."""
-        dims = [next(iter(e)) if len(e) == 1 and next(iter(e.values())) == 1 else None for e in self.exprs]
-        return None if None in dims else dims
+        dims = self.plain_dims()
+        return dims if len(dims) == len(self.exprs) else None
+
+    @property
+    def order(self) -> list[int]:
+        """`plain` of an operand the rewrite has checked is read plainly (C, the other side)."""
+        dims = self.plain
+        if dims is None:
+            raise NotAContraction("an operand other than the patch's input is read through sums of loop dims")
+        return dims
 
     def plain_dims(self) -> list[int]:
         """The loop dims read plainly (one dim, coefficient 1) by some memref dim, in memref order."""
@@ -84,7 +92,7 @@ class _Others:
 
     def __init__(self, inputs: list[_Operand]):
         self.dims = set().union(*(o.dims for o in inputs))
-        self.plain = max(inputs, key=lambda o: len(o.exprs)).plain
+        self.plain = max(inputs, key=lambda o: len(o.exprs)).order
         self.exprs = [e for o in inputs for e in o.exprs]
 
 
@@ -148,6 +156,22 @@ def _copy(source: ir.Value, source_exprs: list[Linear], target: ir.Value, dims: 
         linalg.YieldOp([block.arguments[0]])
 
 
+def _strides(value: ir.Value) -> tuple[int, ...]:
+    """The static strides of a buffer the rewrite made or checked (`_operands` refuses dynamic ones)."""
+    strides = static_strides(ir.MemRefType(value.type))
+    if strides is None:
+        raise NotAContraction("dynamic strides")
+    return strides
+
+
+def _bytes(element: ir.Type) -> int:
+    """Bytes of one element of a type in `_FLOATS` (checked before)."""
+    width = byte_width(element)
+    if width is None:
+        raise NotAContraction(f"element type {element}")
+    return width
+
+
 def _alloc(shape: list[int], element: ir.Type) -> ir.Value:
     return memref.AllocOp(_memref_type(shape, element), [], [],
                           alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)).result
@@ -155,7 +179,7 @@ def _alloc(shape: list[int], element: ir.Type) -> ir.Value:
 
 def _run(output: _Operand, ranges: list[int]) -> list[int]:
     """C's innermost run: its trailing dims while each is contiguous with the next (stride = inner extent)."""
-    dims = output.plain
+    dims = output.order
     run = [dims[-1]] if output.strides[-1] == 1 else []
     for i in range(len(dims) - 2, -1, -1):
         if not run or output.strides[i] != output.strides[i + 1] * ranges[dims[i + 1]]:
@@ -174,7 +198,7 @@ def _check_body(op: ir.Operation) -> None:
 def _output_order(output: _Operand, patch: _Operand, other: _Others, ranges: list[int]) -> list[int]:
     """The loop dims of C's buffer, outer to inner: C's own, or with the side that is not C's innermost run
     moved innermost when that run is narrower than a register tile and the other side is wider (see step 2)."""
-    dims = output.plain
+    dims = output.order
     for side, rest in ((patch, other), (other, patch)):
         run: list = []  # C's innermost run of dims read by this side only
         for d in reversed(_run(output, ranges)):
@@ -243,7 +267,7 @@ def _collapse(value: ir.Value, dims: list[int], groups: list[list[int]]) -> tupl
             new_dims.append(group_of[d])
     if len(reassociation) == len(dims):
         return value, new_dims
-    strides, offset = static_strides(type_), type_.get_strides_and_offset()[1]
+    strides, offset = _strides(value), type_.get_strides_and_offset()[1]
     shape = [prod(type_.shape[i] for i in group) for group in reassociation]
     result = _memref_type(shape, type_.element_type, [strides[group[-1]] for group in reassociation], offset)
     attr = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i) for i in g])
@@ -272,7 +296,7 @@ def rewrite(op: ir.Operation, functions: GeneratedFunctions | None = None) -> bo
         raise NotAContraction("more than one input is read through sums of loop dims")
     at = sums[0]  # the patch's input; the others (the other side, and what fusion put next to it) are plain
 
-    def split(operands):
+    def split(operands: list[_Operand]) -> tuple[_Operand, _Others, _Operand]:
         return operands[at], _Others([o for i, o in enumerate(operands[:-1]) if i != at]), operands[-1]
 
     _relayout_output(op, *split(operands), ranges)
@@ -284,17 +308,17 @@ def rewrite(op: ir.Operation, functions: GeneratedFunctions | None = None) -> bo
         ranges = _ranges(operands, len(kinds))
     patch, other, output = split(operands)
     with op.location, ir.InsertionPoint(op):
-        p_order = _patch_order(patch, other, output.plain, kinds, ranges)
+        p_order = _patch_order(patch, other, output.order, kinds, ranges)
         patch_buffer = _alloc([ranges[d] for d in p_order], patch.type.element_type)
         if functions is None:
             _copy(patch.value, patch.exprs, patch_buffer, p_order)
         else:
             element = patch.type.element_type
             text = patch_copy_text(GeneratedFunctions.SELF, str(patch.type), str(patch_buffer.type), str(element),
-                                   byte_width(element), patch.exprs, p_order, ranges)
+                                   _bytes(element), patch.exprs, p_order, ranges)
             func_d.CallOp([], ir.FlatSymbolRefAttr.get(functions.name_of(text)), [patch.value, patch_buffer])
-    new_operands = [(o.value, o.plain, o.strides) for o in operands]
-    new_operands[at] = (patch_buffer, p_order, static_strides(ir.MemRefType(patch_buffer.type)))
+    new_operands = [(o.value, o.order, o.strides) if i != at else (patch_buffer, p_order, _strides(patch_buffer))
+                    for i, o in enumerate(operands)]
     groups = _groups([(dims, strides) for _, dims, strides in new_operands], ranges, kinds)
     maps = []
     with op.location, ir.InsertionPoint(op):
@@ -317,7 +341,7 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: _Others, output: 
     starts at zero, and copied out after) when `_output_order` asks for it; before any chunking, so the copies
     run once."""
     c_order = _output_order(output, patch, other, ranges)
-    if c_order == output.plain:
+    if c_order == output.order:
         return
     element = output.type.element_type
     zero, fill = zero_before(op, output.value)
@@ -328,9 +352,9 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: _Others, output: 
             if fill is not None:  # nothing reads C in between, and the copy out writes all of it
                 fill.erase()
         else:
-            _copy(output.value, [{d: 1} for d in output.plain], c_buffer, c_order)
+            _copy(output.value, [{d: 1} for d in output.order], c_buffer, c_order)
     with op.location, ir.InsertionPoint.after(op):
-        _copy(c_buffer, [{d: 1} for d in c_order], output.value, output.plain)
+        _copy(c_buffer, [{d: 1} for d in c_order], output.value, output.order)
     count = len(ranges)
     op.operands[len(op.operands) - 1] = c_buffer
     maps = list(ir.ArrayAttr(op.attributes[INDEXING_MAPS_ATTR]))[:-1]
@@ -339,15 +363,16 @@ def _relayout_output(op: ir.Operation, patch: _Operand, other: _Others, output: 
     )
 
 
-def _chunk_dim(patch: _Operand, other: _Others, output: _Operand, ranges: list[int], kinds: list[str]):
+def _chunk_dim(patch: _Operand, other: _Others, output: _Operand, ranges: list[int],
+               kinds: list[str]) -> tuple[int, int] | None:
     """(loop dim, chunk) to build the patch in pieces of about `PATCH_BYTES` (step 4), or None: the dim read
     plainly by the patch (and plainly by every operand that reads it) whose chunks leave the GEMM's smallest
     side (M, N or K) largest."""
-    element = byte_width(patch.type.element_type)
+    element = _bytes(patch.type.element_type)
     total = prod(ranges[d] for d in patch.dims) * element
     if total <= PATCH_BYTES:
         return None
-    best = None
+    best: tuple[int, int, int] | None = None
     for d in patch.plain_dims():
         if ranges[d] == 1 or any(d in e and e != {d: 1} for o in (patch, other, output) for e in o.exprs):
             continue
@@ -361,7 +386,7 @@ def _chunk_dim(patch: _Operand, other: _Others, output: _Operand, ranges: list[i
         sides[group] = sides[group] // ranges[d] * chunk
         if best is None or min(sides) > best[0]:
             best = (min(sides), d, chunk)
-    return None if best is None or best[2] == ranges[best[1]] else best[1:]
+    return None if best is None or best[2] == ranges[best[1]] else (best[1], best[2])
 
 
 def _chunked(op: ir.Operation, operands: list[_Operand], dim: int, chunk: int) -> ir.Operation:

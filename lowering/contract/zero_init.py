@@ -9,7 +9,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, func, linalg, memref
 
-from slicer.core.linalg_facts import has_operand_segments, input_count
+from slicer.core.linalg_facts import has_operand_segments, indexing_maps, input_count
 from slicer.core.names import LINALG_PREFIX
 
 # Users of a buffer that neither alias it nor hide a write through a view.
@@ -39,7 +39,7 @@ def zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation 
         operands = list(previous.operands)
         if buffer not in operands:
             continue
-        if _is_fill(previous) and operands[-1] == buffer and _is_zero(operands[0]):
+        if operands[-1] == buffer and _is_zero(filled_value(previous)):
             return True, (None if readers else previous)
         if previous.name == memref.CopyOp.OPERATION_NAME and operands[1] == buffer and operands[0] != buffer:
             # A copy of a zero buffer (bufferization copies a shared zero fill per use).
@@ -57,22 +57,32 @@ def zero_before(op: ir.Operation, buffer: ir.Value) -> tuple[bool, ir.Operation 
     return False, None
 
 
-def _is_fill(op: ir.Operation) -> bool:
-    """linalg.fill, or its generalized form: a generic yielding its one scalar input everywhere."""
+def filled_value(op: ir.Operation) -> ir.Value | None:
+    """The scalar `op` writes into every element of its one output, when it is a fill: linalg.fill; its
+    generalized form, a generic yielding its one scalar input; or a generic of no input yielding a value from
+    outside its body through a permutation (the frontend's fill). None for any other op."""
     if op.name == linalg.FillOp.OPERATION_NAME:
-        return True
-    if (
-        op.name != linalg.GenericOp.OPERATION_NAME
-        or len(op.operands) != 2
-        or isinstance(op.operands[0].type, ir.ShapedType)
-    ):
-        return False
+        return op.operands[0]
+    if op.name != linalg.GenericOp.OPERATION_NAME or len(op.operands) not in (1, 2):
+        return None
+    scalar_input = len(op.operands) == 2
+    if scalar_input and isinstance(op.operands[0].type, ir.ShapedType):
+        return None
+    if not scalar_input and not indexing_maps(op)[0].is_permutation:
+        return None
     body = op.regions[0].blocks[0]
-    last = list(body.operations)[-1]
-    return len(list(body.operations)) == 1 and len(last.operands) == 1 and last.operands[0] == body.arguments[0]
+    ops = list(body.operations)
+    if len(ops) != 1 or len(ops[0].operands) != 1:
+        return None
+    yielded = ops[0].operands[0]
+    if scalar_input:
+        return op.operands[0] if yielded == body.arguments[0] else None
+    return None if yielded in list(body.arguments) else yielded  # the body is the yield: the rest is outside
 
 
-def _is_zero(value: ir.Value) -> bool:
+def _is_zero(value: ir.Value | None) -> bool:
+    if value is None:
+        return False
     owner = None if isinstance(value, ir.BlockArgument) else value.owner
     if owner is None or owner.name != arith.ConstantOp.OPERATION_NAME:
         return False

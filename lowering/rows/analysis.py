@@ -20,7 +20,7 @@ from slicer.core.linalg_facts import PARALLEL, combined_with, indexing_maps, inp
 from ..body import is_elementwise
 from ..memref_facts import VECTOR_BYTES, MemAccess, byte_width, static_strides
 
-_REDUCTION_KINDS = {
+_REDUCTION_KINDS: dict[str, tuple[str, float | int | str]] = {
     arith.AddFOp.OPERATION_NAME: ("add", 0.0), arith.MulFOp.OPERATION_NAME: ("mul", 1.0),
     arith.MaximumFOp.OPERATION_NAME: ("maximumf", "-inf"), arith.MinimumFOp.OPERATION_NAME: ("minimumf", "inf"),
     arith.MaxNumFOp.OPERATION_NAME: ("maxnumf", "-inf"), arith.MinNumFOp.OPERATION_NAME: ("minnumf", "inf"),
@@ -39,7 +39,7 @@ class Reduction:
 
     combiner: ir.Operation
     kind: str
-    identity: object
+    identity: float | int | str  # a number, or a name: "-inf", "inf" (floats), "min", "max", "umax" (integers)
     value: ir.Value  # x
 
 

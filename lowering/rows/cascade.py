@@ -27,9 +27,10 @@ from math import prod
 from mlir import ir
 from mlir.dialects import arith
 
+from slicer.core.errors import InternalError
 from slicer.core.linalg_facts import combined_with
 
-from ..emitter import Index
+from ..emitter import Emitter, Index
 from ..memref_facts import MemAccess, byte_width
 from .analysis import Reduction, RowOp
 from .point import PointEmitter
@@ -131,10 +132,18 @@ def plan_cascade(op: RowOp, fixed: set[int]) -> Cascade | None:
     for k, _ in outputs:
         element = op.outputs[k].type.element_type
         types[k] = f"memref<{length}x{element}>" if scratch_lane is not None else f"memref<{element}>"
-    size = sum(length * byte_width(op.outputs[k].type.element_type) for k, _ in outputs) * (len(levels) - 1)
+    size = sum(length * _float_bytes(op.outputs[k].type.element_type) for k, _ in outputs) * (len(levels) - 1)
     if size > CASCADE_SCRATCH_BYTES:
         return None
     return Cascade(levels, outputs, scratch_lane, types, {})
+
+
+def _float_bytes(type_: ir.Type) -> int:
+    """Bytes of one element of a float output summed in a cascade (`_summed_outputs` takes float additions only)."""
+    width = byte_width(type_)
+    if width is None:
+        raise InternalError(f"a cascade sums an output of {type_}, not a float")
+    return width
 
 
 class CascadeEmitter(PointEmitter):
@@ -191,7 +200,7 @@ class CascadeEmitter(PointEmitter):
                 part = None if into is None else scratch.load(here, offset, width)
                 scratch.store(e.value(f"arith.constant {'dense<0.0>' if width else '0.0'} : {scratch.vtype(width)}"),
                               here, offset, width)
-                if part is None:
+                if into is None or part is None:
                     return
                 if into == 0:
                     at = {**point, cascade.lane: offset} if cascade.lane is not None else point
@@ -201,7 +210,7 @@ class CascadeEmitter(PointEmitter):
                     scratch.store(self.combine(red, scratch.load(there, offset, width), part, width), there, offset,
                                   width)
 
-            if main:
+            if main and lanes:
                 with e.loop(0, main, lanes) as j:
                     one(j, lanes)
             for j in range(main, length):
@@ -212,7 +221,7 @@ class CascadeEmitter(PointEmitter):
 class _Scratch:
     """Loads and stores of one output's cascade scratch (a row along the lane, or a 0-d buffer)."""
 
-    e: object
+    e: Emitter
     type_: str
     element: str
     along_lane: bool

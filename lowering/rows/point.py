@@ -58,14 +58,17 @@ class PointEmitter(RowBuffers):
 
     def identity(self, red: Reduction, element: ir.Type, lanes: int) -> str:
         identity = red.identity
+        value: int | str
         if isinstance(element, ir.IntegerType):
             width = element.width
-            value = {"min": -(1 << (width - 1)), "max": (1 << (width - 1)) - 1, "umax": -1}.get(identity, identity)
+            extremes = {"min": -(1 << (width - 1)), "max": (1 << (width - 1)) - 1, "umax": -1}
+            value = extremes[identity] if isinstance(identity, str) else int(identity)
         else:
-            value = {
+            infinities = {
                 "-inf": "0xFF800000" if str(element) == "f32" else "0xFFF0000000000000",
                 "inf": "0x7F800000" if str(element) == "f32" else "0x7FF0000000000000",
-            }.get(identity, repr(float(identity)))
+            }
+            value = infinities[identity] if isinstance(identity, str) else repr(float(identity))
         return self.e.value(f"arith.constant dense<{value}> : {vector_type(element, lanes)}")
 
     def combine(self, red: Reduction, a: str, b: str, lanes: int | None, fast: bool = False) -> str:
@@ -204,9 +207,10 @@ class _Point:
         elem = self.elem = {k: op.outputs[k].type.element_type for k in keys}
         nan_keys = self.nan_keys = [k for k in keys if op.reductions[k].kind in _NAN_TRACKED]
         slots = self.slots = [("acc", k) for k in keys] + [("nan", k) for k in nan_keys]
-        false = e.value(f"arith.constant dense<false> : vector<{lanes}xi1>") if nan_keys else None
         accs = {("acc", k): [self.gen.identity(op.reductions[k], elem[k], lanes) for _ in range(unroll)] for k in keys}
-        accs |= {("nan", k): [false] * unroll for k in nan_keys}
+        if nan_keys:
+            false = e.value(f"arith.constant dense<false> : vector<{lanes}xi1>")
+            accs |= {("nan", k): [false] * unroll for k in nan_keys}
         self.accs = accs
         self.slot_type = {s: vector_type(elem[s[1]], lanes) if s[0] == "acc" else f"vector<{lanes}xi1>" for s in slots}
 
@@ -262,15 +266,15 @@ class _Point:
             totals[k] = e.value(f"vector.reduction <{red.kind}>, {vectors[0]}{flags} : "
                                 f"{vector_type(elem, lanes)} into {elem}")
             if k in self.nan_keys:
-                flags = self.accs[("nan", k)]
-                while len(flags) > 1:
-                    flags = [
-                        e.value(f"arith.ori {flags[i]}, {flags[i + 1]} : vector<{lanes}xi1>")
-                        if i + 1 < len(flags)
-                        else flags[i]
-                        for i in range(0, len(flags), 2)
+                nan_flags = self.accs[("nan", k)]
+                while len(nan_flags) > 1:
+                    nan_flags = [
+                        e.value(f"arith.ori {nan_flags[i]}, {nan_flags[i + 1]} : vector<{lanes}xi1>")
+                        if i + 1 < len(nan_flags)
+                        else nan_flags[i]
+                        for i in range(0, len(nan_flags), 2)
                     ]
-                any_nan = e.value(f"vector.reduction <or>, {flags[0]} : vector<{lanes}xi1> into i1")
+                any_nan = e.value(f"vector.reduction <or>, {nan_flags[0]} : vector<{lanes}xi1> into i1")
                 nan = e.value(f"arith.constant {'0x7FC00000' if str(elem) == 'f32' else '0x7FF8000000000000'} : {elem}")
                 totals[k] = e.value(f"arith.select {any_nan}, {nan}, {totals[k]} : {elem}")
         return totals

@@ -66,6 +66,7 @@ from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
 from slicer.viz.block_picture import uneven_dims
+from slicer.viz.experts import expert_lines, expert_report, experts_per_device
 from slicer.viz.remat_memory import RematReport, remat_units
 
 
@@ -97,7 +98,7 @@ class Program:
         step: parameters, optimizer state, batch, activations and gradients), kernels."""
         with make_context():
             collectives = report(ir.Module.parse(self.spmd)).text()
-        g = self.graph
+        g, roles = self.graph, self.imported.arg_roles if self.imported is not None else ()
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
             v = g.values[name]
@@ -109,7 +110,8 @@ class Program:
             named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
             uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, dist, g.result_shape(i)))
             lines.append(f"  result #{i}{named}: {list(g.result_shape(i))} as {dist} ({source}{uneven})")
-        lines += ["collectives:", *("  " + line for line in collectives.splitlines()),
+        experts = expert_lines(*expert_report(self.spmd, g, self.arg_names, roles))
+        lines += ["collectives:", *("  " + line for line in collectives.splitlines()), *experts,
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:
             lines.append(self.memory(timings).text())
@@ -128,6 +130,7 @@ class Program:
         run the peak each rank measured (slicer.viz.memory)."""
         roles = self.imported.arg_roles if self.imported is not None else ()
         found = memory_report(self.graph, self.original, timings, roles, names=self.value_names())
+        found = replace(found, experts=experts_per_device(self.spmd, self.graph, self.arg_names, roles))
         if self.before_remat is None:
             return found
         without = memory_report(build_kernel_graph(self.before_remat, self.graph.entry), names={})

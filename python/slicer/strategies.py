@@ -17,6 +17,7 @@ Details: docs/module-notes.md, `strategies.py`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -240,6 +241,13 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
                             f"{step.source}{hint}; name the stacked expert weights ([E, ...]), e.g. "
                             f"experts='blocks.*.moe.experts*'; parameters: {', '.join(params)}")
     _axes_size(mesh, axes, "expert_parallel")
+    listed = [n for n in found if _EXPERT_INDEX.search(n)]
+    if listed:
+        raise InvalidTactic(f"strategies.expert_parallel: {listed[0]!r} is a weight of one expert of an "
+                            "nn.ModuleList (one module per expert, each on every device); expert parallel tiles "
+                            "stacked expert weights [E, ...] on E. Stack the experts' weights into one parameter "
+                            "per layer (e.g. w1 = nn.Parameter(torch.stack([e.w1.weight.T for e in experts])), "
+                            "applied with torch.einsum or torch.bmm, as examples/torch/switch_moe.py does)")
     for name in found:
         shape = info.shape(name) or ()
         if len(shape) < 2:
@@ -247,6 +255,10 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
                                 "expert weight [E, ...]; narrow the experts pattern to the [E, D, F] weights")
     dims = {n: 0 for p in found for n in [p, *info.state_of(p)] if len(info.shape(n) or ()) >= 1}
     return info.tiles([n for n in info.arg_names if n in dims], dims, axes)
+
+
+_EXPERT_INDEX = re.compile(r"(^|\.)[^.]*experts?[^.]*\.\d+\.", re.IGNORECASE)
+"""A ModuleList of experts' index in a parameter's name (`moe.experts.3.w1.weight`)."""
 
 
 def _axes_size(mesh, axes: tuple[str, ...], helper: str) -> int | None:

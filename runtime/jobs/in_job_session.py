@@ -41,6 +41,17 @@ class InJobSession(Session):
         self.rank_program.put({i: plan.block(a, i, rank) for i, a in plan.state.items()} if blocks is None else
                               {i: b.reshape(self.plan.local_shape(i)) for i, b in blocks.items()})
 
+    def _preload(self, plan):
+        """Every rank loads `plan`'s program and keeps it beside the running one (`LoadedPrograms.keep`)."""
+        kept = self.programs
+        if kept is None:
+            raise RunError("this session was resharded (session.reshard): use the one it returned")
+        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names)
+        if key in kept:
+            return False
+        kept.keep(key, ResidentRank(plan.graph, self.comm, feeds=plan.feeds, names=plan.arg_names))
+        return True
+
     def _resharded(self, plan, moves):
         """Every rank moves its blocks (`LoadedPrograms.move_state`), then runs `plan`'s program on them (the one
         it kept loaded, if it ran it before)."""

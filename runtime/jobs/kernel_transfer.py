@@ -8,7 +8,7 @@ whose file system holds the same cache, every key is there. A host with the same
 (`KernelCache.receive`: checked against their sha256) instead of compiling them; a host with another CPU
 compiles the program's kernels itself, once per host (the cache's lock serialises that host's ranks).
 
-Two requests make a load (`session.load_program`): ("kernels", cpu, keys), to which each rank replies the
+Two requests make a load (`program_load.load_program`): ("kernels", cpu, keys), to which each rank replies the
 keys it lacks (None: another CPU, it compiles), then ("load", ..., libraries) with the bytes it lacked.
 """
 

@@ -2,7 +2,7 @@
 
 The run takes the one path every driver-started job takes (`runtime.jobs.rank_server`, the protocol a session uses
 too): a job of `ranks` ranks (`RankJob`, on this host or on the hosts mpiexec places them on), the program
-loaded on it (`session.load_program`: kernels compiled or found here once, found by cache key on every host),
+loaded on it (`program_load.load_program`: kernels compiled or found here once, found by cache key on every host),
 then one "timed" request: each rank gets its blocks of the arguments over the link (the driver takes them
 from the global arrays, or from `.npy` files through a memory map, a rank's block at a time), or makes random
 blocks from a seed itself, runs them (`timed_run`) and replies with its result blocks and measurements, which
@@ -19,8 +19,9 @@ from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
 from ..execution.timings import Timings
+from .program_load import load_program
 from .rank_job import RankJob
-from .session import SessionPlan, load_program
+from .session import SessionPlan
 from .timed_run import combine, rank_inputs
 
 

@@ -27,8 +27,9 @@ from slicer.core import environment
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
+from .program_load import load_program
 from .rank_job import RankJob
-from .session import SessionPlan, load_program
+from .session import SessionPlan
 
 KEEP_RANKS_ENV = environment.KEEP_RANKS.name
 _JOBS: dict[tuple, RankJob] = {}

@@ -5,7 +5,8 @@ started the job (`runtime.jobs.rank_job.RankJob`) listens on TCP (`runtime.jobs.
 `host:port`s, the connection authenticated both ways with the key in `SLICER_SESSION_KEY`); every rank
 connects, says which rank it is, on which host (its name, cores and available memory, for
 `resources.check_hosts`) and its pid, and then answers requests, one at a time, all ranks the same sequence
-(requests that run the program are collective). Nothing comes through the driver's file system, so the ranks
+(requests that run the program are collective; a pipelined program's, ("pipeline", ...), are answered by
+`pipeline_rank`). Nothing comes through the driver's file system, so the ranks
 may run on other hosts (listed in docs/module-notes.md, `runtime/jobs/rank_server.py`).
 """
 
@@ -26,8 +27,9 @@ from ..state.checkpoint_hosts import read_across, write_here
 from ..state.loaded_programs import LoadedPrograms, program_key
 from ..state.reshard import Reshard
 from ..state.resident import ResidentRank
-from .heap import keep_freed_memory
+from .heap import keep_freed_memory, reset_resident_peak, resident_bytes
 from .kernel_transfer import local_sources, missing_keys
+from .pipeline_rank import PipelineHolder
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
 from .resources import available_memory, host_cores
@@ -81,7 +83,7 @@ def serve(address: str, comm) -> None:
     connection.send(("hello", comm.Get_rank(), comm.Get_size(), os.getpid(),
                      (socket.gethostname(), host_cores(), available_memory())))
     replies, receiver = Replies(connection), Receiver(connection)
-    programs = LoadedPrograms()
+    programs, pipelines = LoadedPrograms(), PipelineHolder()
     while True:
         try:
             request = receiver.receive()
@@ -90,7 +92,7 @@ def serve(address: str, comm) -> None:
         replies.working()
         kind = request[0]
         try:
-            reply = _answer(request, programs, comm)
+            reply = pipelines.answer(request, comm) if kind == "pipeline" else _answer(request, programs, comm)
         except BaseException as exc:  # noqa: BLE001 - any failure must reach the driver
             if isinstance(exc, SlicerError):
                 message = f"slicer rank {comm.Get_rank()} failed: {type(exc).__name__}: {exc}"
@@ -104,6 +106,7 @@ def serve(address: str, comm) -> None:
         replies.send(("ok", reply))
         if kind == "close":
             break
+    pipelines.close()
     replies.stop()
     connection.close()
 
@@ -143,6 +146,12 @@ def _answer(request, programs: LoadedPrograms, comm):
         if key not in programs:
             return None
         return _switch(programs, comm, key, None, moves)
+    if kind == "holds":
+        return request[1] in programs
+    if kind == "preload":  # load a program and keep it for a later switch; the running one goes on
+        graph_json, _, feeds, names, _ = request[1:]
+        programs.keep(program_key(graph_json, feeds, names), _loaded(request[1:], comm))
+        return None
     if kind in ("load", "reshard"):
         moves, fields = (None, request[1:]) if kind == "load" else (request[1], request[2:])
         graph_json, _, feeds, names, _ = fields
@@ -178,22 +187,27 @@ def _answer(request, programs: LoadedPrograms, comm):
     raise InternalError(f"unknown request {kind!r}")
 
 
-def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | None) -> float:
+def _loaded(fields, comm) -> ResidentRank:
+    """The program of a load request's `fields` (graph JSON, kernel sources, feeds, names, kernel bytes
+    received), loaded on this rank without state."""
+    graph_json, sources, feeds, names, received = fields
+    graph = KernelGraph.from_json(graph_json)
+    return ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
+                        kernel_sources=local_sources(graph, sources, received))
+
+
+def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | None) -> tuple[float, int]:
     """Run the program of `key`: the one loaded from a "load" request's `fields`, or (None) the one kept. With
     `moves`, the running program's state is moved to the new layout first (the old blocks freed as they move);
-    returns the seconds the moves took on this rank. The program left is kept loaded (`LoadedPrograms`)."""
-    moved, seconds = None, 0.0
+    returns the seconds the moves took on this rank and the bytes its resident peak grew by meanwhile (VmHWM
+    over the resident bytes before). The program left is kept loaded (`LoadedPrograms`)."""
+    moved, seconds, peak = None, 0.0, 0
     if moves is not None:
-        start = time.perf_counter()
+        reset_resident_peak()
+        before, start = resident_bytes()[0], time.perf_counter()
         moved = programs.move_state(moves, comm)
-        seconds = time.perf_counter() - start
-    if fields is None:
-        program = programs.switch(key)
-    else:
-        graph_json, sources, feeds, names, received = fields
-        graph = KernelGraph.from_json(graph_json)
-        program = programs.switch(key, ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
-                                                    kernel_sources=local_sources(graph, sources, received)))
+        seconds, peak = time.perf_counter() - start, max(0, resident_bytes()[1] - before)
+    program = programs.switch(key) if fields is None else programs.switch(key, _loaded(fields, comm))
     if program is None:
         raise InternalError("activate: the program is not kept on this rank")
     if moved is None:
@@ -202,7 +216,7 @@ def _switch(programs: LoadedPrograms, comm, key: str, fields, moves: Reshard | N
         graph = program.graph
         program.put({i: block.reshape(graph.values[graph.args[i]].local_shape) for i, block in moved.items()})
     at_step(program.rank, "compiled")
-    return seconds
+    return seconds, peak
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,18 +17,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from slicer.core import dtypes
 from slicer.core.arrays import as_array
-from slicer.core.errors import CheckpointError, InputError, InternalError, RunError
+from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
-from slicer.lowering.cache import host_cpu
 
 from ..execution.blocks import rank_slices, take_block
-from ..execution.executor import kernel_sources, load_kernels
 from ..simulation.simulator import Simulator, assemble
 from ..state.checkpoint import (
     Checkpoint,
@@ -43,9 +40,8 @@ from ..state.checkpoint import (
 from ..state.checkpoint_hosts import open_fitting
 from ..state.loaded_programs import program_key
 from ..state.reshard import Reshard, plan_moves, target_plan
-from .kernel_transfer import cache_keys, libraries
+from .program_load import load_program, preload_program
 from .rank_job import RankJob, Sent
-from .resources import check_hosts
 
 
 @dataclass(frozen=True)
@@ -178,37 +174,6 @@ class SessionPlan:
         g = self.graph
         return {i: (self.arg_names[i], rank_slices(g.mesh, g.values[g.args[i]].dist, rank)) for i in sorted(self.state)}
 
-class ProgramLoad(NamedTuple):
-    """What `load_program` did: each rank's seconds moving the state (0 without moves), and whether the ranks
-    had kept the program loaded (`loaded_programs`: only the moves ran)."""
-
-    move_seconds: list
-    kept: bool
-
-
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
-                 moves: Reshard | None = None) -> ProgramLoad:
-    """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
-    they kept loaded if they ran it before (`loaded_programs`), else its kernels compiled (or found in the cache)
-    here, once, and found by cache key on every host (a host with this CPU lacking some receives their bytes,
-    one with another CPU compiles them: `kernel_transfer`). With `moves`, the ranks first move the old program's
-    state to the new types (`reshard`), each replying its moves' seconds."""
-    check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
-    graph_json = plan.graph.to_json()
-    kept = job.request([("activate", program_key(graph_json, plan.feeds, plan.arg_names), moves)] * job.ranks)
-    if all(seconds is not None for seconds in kept):
-        return ProgramLoad(kept, True)
-    if any(seconds is not None for seconds in kept):
-        raise InternalError("the ranks of a job keep different programs loaded")
-    sources = kernel_sources(*load_kernels(plan.graph))
-    missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
-    found = libraries(sorted({key for keys in missing if keys for key in keys}))
-    head = ("load",) if moves is None else ("reshard", moves)
-    return ProgramLoad(job.request([(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
-                                     None if keys is None else {key: found[key] for key in keys})
-                                    for keys in missing]), False)
-
-
 class Session(ABC):
     """The interface of every session: `step(*batch)`, `state_dict()`, `steps`, a context manager."""
 
@@ -268,6 +233,21 @@ class Session(ABC):
         new = self._resharded(plan, moves)
         new.steps, new.checkpoint, new.resharded = self.steps, self.checkpoint, moves
         return new
+
+    def preload(self, program) -> bool:
+        """Load `program` (as `reshard` takes it) on this session's ranks beside the running one, without state,
+        so that `reshard(program)` later only moves the state (a switch's load paid ahead, e.g. before training
+        starts); the moves are planned now too. The state and the running program are untouched. Returns False
+        if the ranks held the program already (they keep the programs they left, `loaded_programs`)."""
+        plan = target_plan(self.plan, program)
+        plan.check_feeds()
+        _planned_moves(self.plan, plan)  # refused here if the state cannot move there; planned once
+        return self._preload(plan)
+
+    def _preload(self, plan: SessionPlan) -> bool:
+        """Load `plan`'s program beside the running one (sessions on ranks override it): the simulator holds
+        no loaded programs."""
+        return False
 
     @abstractmethod
     def _resharded(self, plan: SessionPlan, moves: Reshard) -> Session:
@@ -387,6 +367,7 @@ class LaunchedSession(Session):
         self._moved_to: str | None = None  # why this session serves no more (it was resharded), if so
         self.move_seconds = 0.0  # of a session made by `reshard`: the slowest rank's time moving the state
         self.kept_program = False  # of a session made by `reshard`: its program was still loaded on the ranks
+        self.move_peak_bytes = 0  # of a session made by `reshard`: the most a rank's resident peak grew moving
         try:
             load_program(self.job, plan, oversubscribe=oversubscribe)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
@@ -439,7 +420,13 @@ class LaunchedSession(Session):
         self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
         loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves))
         new.move_seconds, new.kept_program = max(loaded.move_seconds), loaded.kept
+        new.move_peak_bytes = max(loaded.move_peak_bytes)
         return new
+
+    def _preload(self, plan):
+        if self._moved_to:
+            raise RunError(self._moved_to)
+        return self._request_as(lambda: preload_program(self.job, plan))
 
     def _request_as(self, work):
         """`work()` (requests to the job), its RunError saying what state is lost when the job has ended."""
@@ -467,4 +454,4 @@ class LaunchedSession(Session):
             self._give_back()  # once: a finalizer runs at most once
 
 
-__all__ = ["LaunchedSession", "ProgramLoad", "Session", "SessionPlan", "SimulatedSession", "load_program"]
+__all__ = ["LaunchedSession", "Session", "SessionPlan", "SimulatedSession"]

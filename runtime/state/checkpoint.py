@@ -120,13 +120,14 @@ def write_block(directory: str | Path, file: str, block: np.ndarray, shape: Sequ
 
 
 def write_manifest(directory: str | Path, mesh: Mesh, values: Sequence[StateValue], step: int,
-                   records: Mapping[str, dict]) -> None:
+                   records: Mapping[str, dict], placed: Mapping[str, Mapping[int, tuple]] | None = None) -> None:
     """Write the manifest, last: every value, its blocks (`records`: file -> size and sha256, from the
-    writers) and the step count."""
+    writers) and the step count. `placed` (value name -> writing rank -> its slices) replaces `writers` where
+    the ranks are not the mesh's own (a pipelined program's stages each hold their values on `mesh`)."""
     entries = []
     for value in values:
         blocks = []
-        for rank, slices in writers(mesh, value).items():
+        for rank, slices in (writers(mesh, value) if placed is None else placed[value.name]).items():
             file = block_file(value, rank)
             if file not in records:
                 raise CheckpointError(f"block '{file}' of state '{value.name}' was not written (rank {rank})")

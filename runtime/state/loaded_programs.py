@@ -70,10 +70,21 @@ class LoadedPrograms:
             self._kept[self.running_key or ""] = self.running
             self._kept.move_to_end(self.running_key or "")
         self.running, self.running_key = program, key
+        self._evict()
+        return program
+
+    def keep(self, key: str, program: ResidentRank) -> None:
+        """Keep `program` (just loaded, without state) under `key` for a later switch, as the most recently
+        left; beyond `capacity` the least recently left is closed (collective, as `switch`)."""
+        if key in self:
+            raise InternalError("preload of a program this rank holds already")
+        self._kept[key] = program
+        self._evict()
+
+    def _evict(self) -> None:
         while len(self._kept) > self.capacity:
             _, evicted = self._kept.popitem(last=False)
             evicted.close()
-        return program
 
     def move_state(self, moves: Reshard, comm) -> dict:
         """The running program's state moved to the new layout of `moves` (collective), by new argument index;

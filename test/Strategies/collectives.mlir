@@ -1,3 +1,4 @@
+// REQUIRES: whole-suite
 // The canonical forward collectives of each partitioning strategy (docs/tactics.md, "Composing
 // strategies"), pinned exactly: every collective, in order, and their count (the `total` line). The strategies and their
 // tactics are those of examples/strategies/strategies.py; test/mpi/test_strategies.py runs them on MPI ranks.

@@ -28,6 +28,25 @@
 // ROUND-NOT: xf32>
 // ROUND: call @[[QB:__slicer_contract_[0-9]+]](%[[X]], %[[W]], %[[Q]], %[[B]])
 // ROUND-NEXT: return
+// The frontend's zero fill (a generic of no input yielding 0.0) is a zero fill too: gone, and the rounding fused.
+// ROUND-LABEL: func.func @frontend_fill
+// ROUND-SAME: (%[[FX:.*]]: memref<48x96xbf16>, %[[FW:.*]]: memref<80x96xbf16>, %[[FR:.*]]: memref<48x80xbf16>)
+// ROUND-NOT: linalg.generic
+// ROUND: call @{{__slicer_contract_[0-9]+}}(%[[FX]], %[[FW]], %[[FR]])
+// ROUND-NEXT: return
+// fc1's epilogue (bias, rounded, widened back to f32) in place in its f32 result, and the projection's (bias,
+// rounded, the residual added in f32, rounded again): the GEMM does both on each whole f32 tile, the addends
+// passed after the output in the order they are added.
+// ROUND-LABEL: func.func @fc1_widen
+// ROUND-SAME: (%[[X1:.*]]: memref<48x96xbf16>, %[[W1:.*]]: memref<80x96xbf16>, %[[B1:.*]]: memref<80xbf16>, %[[R1:.*]]: memref<48x80xf32>)
+// ROUND-NOT: linalg.generic
+// ROUND: call @[[FC1:__slicer_contract_[0-9]+]](%[[X1]], %[[W1]], %[[R1]], %[[B1]])
+// ROUND-NEXT: return
+// ROUND-LABEL: func.func @proj_residual
+// ROUND-SAME: (%[[X2:.*]]: memref<48x96xbf16>, %[[W2:.*]]: memref<80x96xbf16>, %[[B2:.*]]: memref<80xbf16>, %[[RES:.*]]: memref<48x80xbf16>, %[[R2:.*]]: memref<48x80xbf16>)
+// ROUND-NOT: linalg.generic
+// ROUND: call @[[PROJ:__slicer_contract_[0-9]+]](%[[X2]], %[[W2]], %[[R2]], %[[B2]], %[[RES]])
+// ROUND-NEXT: return
 // ROUND-LABEL: func.func private @{{__slicer_contract_[0-9]+}}
 // ROUND: vector.store %{{.*}}, %{{.*}} : memref<2x32x4x64xbf16>, vector<16xbf16>
 // ROUND: func.func private @[[QB]](
@@ -36,6 +55,26 @@
 // ROUND-NEXT: arith.extf
 // ROUND-NEXT: arith.addf
 // ROUND-NEXT: arith.truncf
+// ROUND: func.func private @[[FC1]](
+// ROUND-SAME: %[[FB:[a-z0-9]+]]: memref<80xbf16>) {
+// ROUND: vector.load %[[FB]]
+// ROUND-NEXT: arith.extf
+// ROUND-NEXT: arith.addf
+// ROUND-NEXT: arith.truncf
+// ROUND-NEXT: arith.extf
+// ROUND: vector.store %{{.*}} : memref<48x80xf32>, vector<16xf32>
+// ROUND: func.func private @[[PROJ]](
+// ROUND-SAME: %[[PB:[a-z0-9]+]]: memref<80xbf16>, %[[PR:[a-z0-9]+]]: memref<48x80xbf16>) {
+// ROUND: vector.load %[[PB]]
+// ROUND-NEXT: arith.extf
+// ROUND-NEXT: arith.addf
+// ROUND-NEXT: arith.truncf
+// ROUND-NEXT: arith.extf
+// ROUND: vector.load %[[PR]]
+// ROUND-NEXT: arith.extf
+// ROUND-NEXT: arith.addf
+// ROUND-NEXT: arith.truncf
+// ROUND: vector.store %{{.*}} : memref<48x80xbf16>, vector<16xbf16>
 
 // BADUNITS: error: slicer-kernel-contract: bf16-units must be one of auto, amx, avx512bf16, f32, got 'tpu'
 

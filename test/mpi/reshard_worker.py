@@ -1,6 +1,7 @@
 """Run under mpiexec by test_reshard_mpi.py: a session inside the user's own MPI job resharded from w replicated
 on x=2 to w's rows split over y=2 (another mesh) and back, stepping on after each switch; the session left
-refuses steps and closing it leaves the new one running. Then the programs a rank keeps loaded
+refuses steps and closing it leaves the new one running; a program preloaded (`Session.preload`) leaves the
+running one as it was and is switched to with the state. Then the programs a rank keeps loaded
 (`LoadedPrograms`, capacity 1): a program switched back to is the one kept, with no state, and runs; one more
 evicts (closes) the least recently left."""
 
@@ -41,7 +42,11 @@ def main():
     except RunError as exc:
         assert "resharded" in str(exc)
     old.close()  # handed over: the new session's programs stay open
-    np.testing.assert_allclose(s.step(x), outs[2], rtol=1e-5)
+    split = program("x", True)
+    assert s.preload(split) and not s.preload(split)  # loaded beside the running one, then held
+    np.testing.assert_allclose(s.step(x), outs[2], rtol=1e-5)  # the running program and its state untouched
+    np.testing.assert_array_equal(s.state_dict()["w"], w_final)
+    s = s.reshard(split)  # the preloaded program: only the state moves
     np.testing.assert_array_equal(s.state_dict()["w"], w_final)
     s.close()
     kept_programs(x, w0)
@@ -64,6 +69,9 @@ def kept_programs(x, w0):
     assert y and all(np.isfinite(block).all() for block in y.values())
     assert kept.switch("c", made[2]) is made[2] and "b" not in kept and "a" in kept  # b left first: closed
     assert kept.switch("b") is None and kept.running is made[2]
+    preloaded = ResidentRank(graphs[1].graph, comm, feeds=graphs[1].feeds, names=graphs[1].arg_names)
+    kept.keep("b", preloaded)  # capacity 1: "a", left longest ago, closed
+    assert "a" not in kept and kept.running is made[2] and kept.switch("b") is preloaded
     kept.close()
     assert len(kept) == 0 and kept.running is None
 

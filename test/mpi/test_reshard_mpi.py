@@ -1,7 +1,7 @@
 """Live resharding on 2 MPI ranks (`Session.reshard`, runtime/state/reshard.py): a training session of the 2-block GPT
 of examples/training (SGD with momentum) switched data parallel -> ZeRO-3 -> data parallel -> ZeRO-3 (FSDP) ->
 Megatron on y=2 (another mesh: planned on one axis over both ranks) on one job, a step or two under each (the
-switches back to a program run before take the one the ranks kept loaded). After
+switches back to a program run before take the one the ranks kept loaded; Megatron's is preloaded). After
 every switch the state equals, bit for bit, what saving it and loading the checkpoint in that session gives,
 and the losses and final parameters equal torch eager's. A program needing state the session lacks, or on
 another device count, is refused before anything moves and the session goes on. Train then serve: a forward
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "train
 import model as gpt_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "runtime"))
-from session_programs import STEP  # noqa: E402
+from session_programs import STEP, data, expected  # noqa: E402
 
 SGD = slicer.SGD(0.1, momentum=0.9, weight_decay=0.01)
 
@@ -62,12 +62,16 @@ def test_a_gpt_session_resharded_between_strategies_is_bit_identical_to_save_and
         for k, (name, steps) in enumerate(chain[1:]):
             s.save(tmp_path / f"ck{k}")
             before = s.state_dict()
+            if name == "megatron":  # loaded ahead (`preload`): the switch only moves the state
+                s.preload(programs[name])
+                assert not s.preload(programs[name]) and s.state_dict().keys() == before.keys()
             old, s = s, s.reshard(programs[name])
             # A program the ranks ran before is kept loaded (runtime/state/loaded_programs.py): switching back to it
             # runs the moves only. (A first switch may find its program kept too: the job may be lent by the pool
             # after another session ran it.)
-            if name in [n for n, _ in chain[:k + 1]]:
+            if name in [n for n, _ in chain[:k + 1]] or name == "megatron":
                 assert s.kept_program, name
+            assert s.move_peak_bytes >= 0
             with pytest.raises(RunError, match="was resharded"):
                 old.step(*batch)  # the old session's ranks run the new program now
             assert s.resharded is not None and len(s.resharded.moves) == len(before)
@@ -138,3 +142,30 @@ def test_train_under_fsdp_then_serve_under_megatron_on_the_same_ranks(gpt):
             parameter.copy_(torch.from_numpy(trained[name]))
         want = served(batch[0]).numpy()
     assert train.relative_error(logits, want) < 1e-5
+
+
+@pytest.mark.slow
+def test_four_ranks_move_their_state_between_a_2x2_mesh_and_a_line_of_4_and_back():
+    """x=2,y=2 -> x=4 -> x=2,y=2 on 4 real ranks (sub-axes of one axis of 4, `subaxes`): w's rows split over y,
+    then over all 4, then over y again (the line preloaded); after each switch the state equals numpy's bit for
+    bit and the steps go on as numpy's."""
+    x, w0 = data()
+    outs, w_final = expected(x, w0, 3)
+    grid = slicer.compile(STEP, mesh=slicer.Mesh(x=2, y=2), tactics=[
+        slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="w", dim=0, axes="y"),
+        slicer.Tile(result=1, dim=0, axes="y")])
+    line = slicer.compile(STEP, mesh=slicer.Mesh(x=4), tactics=[
+        slicer.Tile(arg="x", dim=0, axes="x"), slicer.Tile(arg="w", dim=0, axes="x"),
+        slicer.Tile(result=1, dim=0, axes="x")])
+    s = grid.session(ranks=4, state={"w": w0}, oversubscribe=True, timeout=300)
+    try:
+        np.testing.assert_allclose(s.step(x), outs[0], rtol=1e-5)
+        assert s.preload(line)
+        for k, program in enumerate((line, grid)):
+            s = s.reshard(program)
+            assert s.kept_program  # the line was preloaded, the grid ran before
+            np.testing.assert_array_equal(s.state_dict()["w"], w0 * 2 ** (k + 1))
+            np.testing.assert_allclose(s.step(x), outs[k + 1], rtol=1e-5)
+        np.testing.assert_array_equal(s.state_dict()["w"], w_final)
+    finally:
+        s.close()

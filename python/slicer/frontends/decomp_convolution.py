@@ -14,7 +14,7 @@ the batch afterwards. Here both are stride-1 convolutions without zeros, which t
   padded input row `i = q * s + r` receives `sum_j dy[q - j] * w[r + s * j]`, a stride-1 full correlation of
   dy with the flipped sub-kernel `w[..., r::s, t::s]` (none when the kernel is narrower than the stride: those
   rows are zero); the phases are interleaved into the padded input and its padding cropped. A 1x1 phase is a
-  batched matmul, and kernels are flipped by a product with the anti-identity (`_correlate`).
+  batched matmul, and kernels are flipped by moving whole taps (`_correlate`).
 
 Dilated, grouped, transposed and non-2-d convolutions keep torch-mlir's decomposition (`NotImplemented`).
 """
@@ -89,8 +89,10 @@ def _phase(aten, grad_output, weight, phase, stride, rows, nc):
 def _correlate(aten, grad_output, weight, padding):
     """sum_f dy[n, f] (*) w[f, c] flipped, padded by `padding`: [N, C, ...]. A 1x1 kernel is a batched matmul
     (torch-mlir lowers a 1x1 convolution to a generic reading the weight by index, which no GEMM takes). The
-    flip is a product with the anti-identity over the kernel window, a tiny contraction: torch-mlir's `flip`
-    reads by computed index, element by element (slow on ResNet-18's 512x512x3x3 weight)."""
+    flip moves whole taps: the weight transposed to [kh * kw, C, F] (each tap one contiguous block, and the
+    conversion's [C, F] order), its taps concatenated in reverse, all plain copies. torch-mlir's `flip` reads by
+    computed index element by element, and a product with the anti-identity (K = N = kh * kw, a GEMM shape the
+    micro-kernels waste) was a large share of ResNet-18's step (benchmarks/README.md)."""
     import torch  # optional dependency; only called while torch traces
 
     f, c, kh, kw = weight.shape
@@ -98,9 +100,9 @@ def _correlate(aten, grad_output, weight, padding):
         n, _, h, w = grad_output.shape
         product = torch.matmul(weight.reshape(f, c).t(), grad_output.reshape(n, f, h * w))  # [N, C, H * W]
         return product.reshape(n, c, h, w)
-    window = torch.arange(kh * kw, device=weight.device)
-    anti = (window.unsqueeze(1) + window.unsqueeze(0) == kh * kw - 1).to(weight.dtype)  # reverses the window
-    flipped = torch.matmul(weight.reshape(f, c, kh * kw), anti).reshape(f, c, kh, kw).transpose(0, 1)
+    taps = weight.reshape(f, c, kh * kw).permute(2, 1, 0)  # [kh * kw, C, F]: one tap a contiguous block
+    flipped = torch.cat([taps[i:i + 1] for i in reversed(range(kh * kw))])
+    flipped = flipped.reshape(kh, kw, c, f).permute(2, 3, 0, 1)
     return aten.convolution(grad_output, flipped, None, [1, 1], padding, [1, 1], False, [0, 0], 1)
 
 

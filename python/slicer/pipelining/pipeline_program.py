@@ -6,17 +6,16 @@
     losses, state = prog.train([batch1, batch2, batch3], ranks=2)
 
 `train` runs one step per batch (a tuple of the step's batch tensors), starting from the step's bound state (the
-model's parameters, the optimizer's initial state), in this process (`ranks=None`: every stage's programs on
-the simulator, the transfers between them in memory) or on MPI ranks (`runtime.jobs.pipeline_job`); it returns each
-step's loss and the final state by name (parameters and optimizer state).
+model's parameters, the optimizer's initial state), in a session (`prog.session(ranks)`, `pipeline_session.py`):
+in this process (`ranks=None`: every stage's programs on the simulator, the transfers between them in memory)
+or on MPI ranks (`runtime.jobs.pipeline_rank`); it returns each step's loss and the final state by name
+(parameters, buffers and optimizer state).
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,9 @@ from slicer.core.errors import RunError
 from slicer.core.mesh import Mesh
 from slicer.frontends.accumulation import micro_batch
 from slicer.mpmd.pipeline_schedule import PipelineSchedule
-from slicer.runtime import Simulator
-from slicer.runtime.execution.pipeline_exec import run_local
-from slicer.runtime.jobs.pipeline_job import launch_pipeline, write_pipeline_job
 from slicer.tactics.pipeline_tactic import Pipeline
+
+from .pipeline_session import LaunchedPipelineSession, LocalPipelineSession, PipelineSession, check_batch
 
 
 @dataclass
@@ -147,57 +145,49 @@ class PipelineProgram:
                 state.update({n: as_array(v) for n, v in zip(names, program.parameters)})
         return state
 
-    def _step_values(self, number: int, batch: Sequence) -> dict[str, np.ndarray]:
+    def state_names(self) -> set[str]:
+        """The names of the state: every stage's parameters, buffers and optimizer state."""
+        return {n for s in self.stage_programs for n in (*s.parameters, *s.buffers, *s.state)}
+
+    def plan(self) -> dict:
+        """What the ranks run (`runtime.jobs.pipeline_rank`): the mesh, the pipeline axis, each stage's
+        arguments, results and instructions."""
+        return {"mesh": [list(a) for a in self.mesh.axes], "pipeline_axis": self.pipeline.axis,
+                "stages": [{"index": s.index, "args": list(s.args), "results": list(s.results),
+                            "instructions": [dict(i) for i in s.instructions]} for s in self.stages]}
+
+    def step_values(self, number: int, batch: Sequence, given: Mapping | None = None) -> dict[str, np.ndarray]:
+        """Step `number`'s values: the batch cut into micro-batches (`x.m0`, ...) and the hyperparameters (the
+        optimizer's at that step, or `given`)."""
         names = self.step.input_names
-        if len(batch) != len(names):
-            raise RunError(f"the pipelined step takes {len(names)} batch tensor(s) ({', '.join(names)}), got "
-                           f"{len(batch)}")
+        check_batch(names, batch)
         m = self.schedule.microbatches
         values = {f"{n}.m{i}": np.ascontiguousarray(micro_batch(as_array(t), i, m))
                   for n, t in zip(names, batch) for i in range(m)}
-        hyper = self.step.hyperparameters(number, {}) if self.step.hyperparameters else {}
+        hyper = self.step.hyperparameters(number, dict(given or {})) if self.step.hyperparameters else {}
         values.update({n: np.asarray(v, dtype=np.float64) for n, v in hyper.items()})
         return values
 
+    def session(self, ranks: int | None = None, *, mpiexec: str | None = None,
+                timeout: float = 600) -> PipelineSession:
+        """A session (`pipeline_session`): every stage in this process (`ranks=None`) or on `ranks` MPI ranks
+        (the mesh's device count), loaded once; each `step(*batch)` sends the step's micro-batches only."""
+        if ranks is None:
+            return LocalPipelineSession(self)
+        if ranks != self.mesh.device_count:
+            raise RunError(f"the pipelined program runs on {self.mesh.device_count} ranks (mesh {self.mesh}), "
+                           f"not {ranks}")
+        return LaunchedPipelineSession(self, mpiexec=mpiexec, timeout=timeout)
+
     def train(self, batches: Sequence[Sequence], *, ranks: int | None = None,
               timeout: float = 600) -> tuple[list[float], dict[str, np.ndarray]]:
-        """One step per batch (module docstring): (losses, final state by name)."""
-        state = self.initial_state()
-        steps = [self._step_values(i, batch) for i, batch in enumerate(batches)]
-        if ranks is not None:
-            if ranks != self.mesh.device_count:
-                raise RunError(f"the pipelined program runs on {self.mesh.device_count} ranks (mesh {self.mesh}), "
-                               f"not {ranks}")
-            plan = {"mesh": [list(a) for a in self.mesh.axes], "pipeline_axis": self.pipeline.axis,
-                    "stages": [{"index": s.index, "args": list(s.args), "results": list(s.results),
-                                "instructions": [dict(i) for i in s.instructions]} for s in self.stages]}
-            graphs = {name: program.graph for name, program in self.programs.items()}
-            with tempfile.TemporaryDirectory(prefix="slicer-pipeline-") as job:
-                write_pipeline_job(Path(job), plan, graphs, state, steps)
-                losses, final, self.timeline, self.resident_growth = launch_pipeline(Path(job), ranks,
-                                                                                     timeout=timeout)
-            return losses, {**{k: v for k, v in state.items() if k in final}, **final}
-        return self._train_here(state, steps)
-
-    def _train_here(self, state: dict, steps: list[dict]) -> tuple[list[float], dict[str, np.ndarray]]:
-        simulators = {name: Simulator(program.graph, backend="native") for name, program in self.programs.items()}
-
-        def call(stage, callee, arrays):
-            out = simulators[callee](*arrays)
-            return list(out) if isinstance(out, tuple) else [out]
-
-        losses = []
-        for values in steps:
-            merged = {**state, **values}
-            results = run_local(self.stages, [[merged[n] for n in s.args] for s in self.stages], call)
-            for stage, outs in zip(self.stages, results):
-                for name, value in zip(stage.results, outs):
-                    if name == "loss":
-                        losses.append(float(value))
-                    else:
-                        state[name] = value
-        trained = {n for s in self.stage_programs for n in (*s.parameters, *s.state)}
-        return losses, {n: v for n, v in state.items() if n in trained}
+        """One step per batch (module docstring), in a session: (losses, final state by name). On ranks, the
+        last step's `timeline` and each rank's `resident_growth` are kept."""
+        with self.session(ranks, timeout=timeout) as session:
+            losses = [session.step(*batch) for batch in batches]
+            if isinstance(session, LaunchedPipelineSession):
+                self.timeline, self.resident_growth = session.timeline()
+            return losses, session.state_dict()
 
 
 def _shape(step, stage, name: str) -> tuple[int, ...]:

@@ -121,8 +121,22 @@ def take_body(loop_op: LoopOp, range_value: ir.Value, journal: Journal, *, befor
     """The body of `loop_op` (range replaced by `range_value`) placed before `before`, for the one consumer
     the caller is rewriting: moved out of a single-use loop, else copied (`may_take_body` holds)."""
     if _single_use(loop_op):
-        return move_body(loop_op, range_value, journal, before=before)
+        return move_body(loop_op, range_value, journal, before=before, settled=_same_place(loop_op, range_value))
     return _copy_body(loop_op, range_value, before=before)
+
+
+def _same_place(loop_op: LoopOp, range_value: ir.Value) -> bool:
+    """Does `loop_op`'s body move into a loop of its own block over the same range, `range_value` being that
+    loop's range (a chain of single-use loops, each consumer pulled into a loop and its producer's body moved
+    in)? The body's ops then keep their answers to every law but the merging of duplicates: their enclosing
+    loops have the same axes, their range is one of the same type, and what they read and what reads them moves
+    with them (the yielded values' new readers are the rewrite's own). Moved `settled`, they are not asked
+    again: each consumer pulled in moved the chain's body so far once more, and asking all of it again made
+    propagation quadratic in a chain's length (`RewriteListener.moving`)."""
+    if not isinstance(range_value, ir.BlockArgument) or range_value.type != loop_op.range_arg.type:
+        return False
+    home = range_value.owner.owner
+    return home is not None and as_op(home).name == LOOP and as_op(home).block == loop_op.operation.block
 
 
 def earlier_in_block(op: ir.Operation, candidates) -> list[ir.Operation]:

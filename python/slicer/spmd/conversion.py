@@ -24,6 +24,7 @@ from .degraded import LostSplit
 from .dist_types import dist_text, replicated
 from .emit_collectives import PlanEmitter
 from .padding import padded_type, pads_through, repad
+from .view_moves import move_through_view
 
 
 @dataclass
@@ -114,6 +115,10 @@ class PartitionState:
         if dtypes.numpy_dtype(element) is None:
             raise PassFailure(Located(before.location, f"slicer-partition: cannot redistribute {entry.origin}: "
                                                        f"{dtypes.unsupported(element)}"))
+        moved = move_through_view(self, entry, target, before, why) if target.shape == entry.type.shape else None
+        if moved is not None:  # several views of one value: the value moves once (`view_moves`)
+            self.cache[key] = moved
+            return moved
         source = entry
         if target.shape != entry.type.shape:
             source = repad(self, entry, target, before, why)

@@ -63,6 +63,7 @@ class MemoryReport:
     measured: tuple[int, ...] = ()
     roles: tuple[str, ...] = ()  # per argument, when the program says (an imported training step)
     remat: RematReport | None = None  # what rematerialisation saved and recomputed, when the program has it
+    experts: tuple[str, ...] = ()  # per stacked expert weight: the experts each device holds (slicer.viz.experts)
 
     @property
     def argument_bytes(self) -> int:
@@ -121,6 +122,7 @@ class MemoryReport:
             for title, (mine, whole) in roles.items():
                 lines.append(f"    {title + ':':<27}{_size(mine):>20}   unpartitioned "
                              f"{_size(whole)}{_ratio(whole, mine)}")
+        lines += [f"  experts per device: {line}" for line in self.experts]
         if self.remat is not None:
             lines.append(self.remat.text())
         if self.measured:

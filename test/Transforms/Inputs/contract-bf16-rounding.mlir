@@ -92,3 +92,98 @@ func.func @q_bias(%x: memref<2x32x64xbf16>, %w: memref<4x16x64xbf16>, %b: memref
   }
   return
 }
+
+// The zero fill as the frontend writes it: a generic of no input yielding a constant. C still starts at zero
+// (no load of C) and the rounding is still the GEMM's.
+#mk = affine_map<(m, n, k) -> (m, k)>
+#nk = affine_map<(m, n, k) -> (n, k)>
+#mn = affine_map<(m, n, k) -> (m, n)>
+#mn2 = affine_map<(m, n) -> (m, n)>
+func.func @frontend_fill(%x: memref<48x96xbf16>, %w: memref<80x96xbf16>, %r: memref<48x80xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<48x80xf32>
+  linalg.generic {indexing_maps = [#mn2], iterator_types = ["parallel", "parallel"]} outs(%c : memref<48x80xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#mk, #nk, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<48x96xbf16>, memref<80x96xbf16>) outs(%c : memref<48x80xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %out: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %m = arith.mulf %af, %bf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#mn2, #mn2], iterator_types = ["parallel", "parallel"]}
+      ins(%c : memref<48x80xf32>) outs(%r : memref<48x80xbf16>) {
+  ^bb0(%in: f32, %o: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
+}
+
+// fc1 of a mixed-precision step: the product plus the bias rounded to bf16 and widened back to f32 (the gelu's
+// input), in place in the f32 result.
+#n1 = affine_map<(m, n) -> (n)>
+func.func @fc1_widen(%x: memref<48x96xbf16>, %w: memref<80x96xbf16>, %b: memref<80xbf16>, %r: memref<48x80xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.generic {indexing_maps = [#mn2], iterator_types = ["parallel", "parallel"]} outs(%r : memref<48x80xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#mk, #nk, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<48x96xbf16>, memref<80x96xbf16>) outs(%r : memref<48x80xf32>) {
+  ^bb0(%a: bf16, %v: bf16, %out: f32):
+    %af = arith.extf %a : bf16 to f32
+    %vf = arith.extf %v : bf16 to f32
+    %m = arith.mulf %af, %vf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#mn2, #n1, #mn2], iterator_types = ["parallel", "parallel"]}
+      ins(%r, %b : memref<48x80xf32>, memref<80xbf16>) outs(%r : memref<48x80xf32>) {
+  ^bb0(%in: f32, %bias: bf16, %o: f32):
+    %bf = arith.extf %bias : bf16 to f32
+    %s = arith.addf %in, %bf : f32
+    %t = arith.truncf %s : f32 to bf16
+    %e = arith.extf %t : bf16 to f32
+    linalg.yield %e : f32
+  }
+  return
+}
+
+// The attention projection (and fc2) of a mixed-precision step: the product plus the bias rounded, added to
+// the residual stream in f32 and rounded again.
+func.func @proj_residual(%x: memref<48x96xbf16>, %w: memref<80x96xbf16>, %b: memref<80xbf16>,
+                         %res: memref<48x80xbf16>, %r: memref<48x80xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<48x80xf32>
+  linalg.generic {indexing_maps = [#mn2], iterator_types = ["parallel", "parallel"]} outs(%c : memref<48x80xf32>) {
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }
+  linalg.generic {indexing_maps = [#mk, #nk, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<48x96xbf16>, memref<80x96xbf16>) outs(%c : memref<48x80xf32>) {
+  ^bb0(%a: bf16, %v: bf16, %out: f32):
+    %af = arith.extf %a : bf16 to f32
+    %vf = arith.extf %v : bf16 to f32
+    %m = arith.mulf %af, %vf : f32
+    %s = arith.addf %out, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#mn2, #mn2, #n1, #mn2], iterator_types = ["parallel", "parallel"]}
+      ins(%res, %c, %b : memref<48x80xbf16>, memref<48x80xf32>, memref<80xbf16>) outs(%r : memref<48x80xbf16>) {
+  ^bb0(%in: bf16, %acc: f32, %bias: bf16, %o: bf16):
+    %rf = arith.extf %in : bf16 to f32
+    %bf = arith.extf %bias : bf16 to f32
+    %s = arith.addf %acc, %bf : f32
+    %t = arith.truncf %s : f32 to bf16
+    %e = arith.extf %t : bf16 to f32
+    %y = arith.addf %rf, %e : f32
+    %z = arith.truncf %y : f32 to bf16
+    linalg.yield %z : bf16
+  }
+  return
+}

@@ -2,9 +2,9 @@
 factor 1.25, dropped tokens, one-hot einsum dispatch and combine, stacked experts [E, D, F], load-balancing
 loss): with data parallel on the same axis (dp2ep) an AdamW step equals torch's on the simulator, tokens reach
 the experts and come back by one all_to_all each (the experts are never gathered, the combine reduces nothing),
-each device holds 1/n of the experts and their
-state; experts the axis does not divide are cut into padded blocks; bad patterns and meshes are
-InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
+each device holds 1/n of the experts and their state (`explain()` names the dispatches and combines, the memory
+report the experts per device); experts the axis does not divide are cut into padded blocks; bad patterns,
+meshes and experts of an nn.ModuleList are InvalidTactic. MPI ranks: test/mpi/test_expert_parallel_mpi.py."""
 
 import re
 
@@ -60,18 +60,25 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     found = collectives(prog)
     kinds = [kind for kind, _ in found]
     # forward: the dispatched tokens go to their experts and the experts' outputs come back, one all_to_all
-    # each, before the loss's scalar all_reduces; backward: the outputs' gradient to the experts (twice, through
-    # two reshapes), the dispatched tokens' gradient back; the gates' gradient reuses the forward's moved outputs.
-    # No reduce_scatter over the experts, no expert weight gathered; the other all_reduce is the replicated
-    # parameters' gradients.
+    # each, before the loss's scalar all_reduces; backward: the outputs' gradient to the experts (once, though
+    # both backward einsums read it through their own reshapes), the dispatched tokens' gradient back; the
+    # gates' gradient reuses the forward's moved outputs. No reduce_scatter over the experts, no expert weight
+    # gathered; the other all_reduce is the replicated parameters' gradients.
     assert kinds[:kinds.index("all_reduce")] == ["all_to_all"] * 2
-    assert sorted(kinds) == ["all_reduce"] * 3 + ["all_to_all"] * 5
+    assert sorted(kinds) == ["all_reduce"] * 3 + ["all_to_all"] * 4
     dispatch, combine = [why for kind, why in found if kind == "all_to_all"][:2]
     assert "source: result of the tile<1> loop over [x] (tactic Tile(arg='x'" in dispatch  # group-tiled tokens
     assert "(tactic Tile(arg='blocks.0.moe.experts_w1'" in combine.split("source: ")[1]  # the experts' outputs
     memory = prog.memory()
     experts = [b for b in memory.arguments if "experts_w" in b.label]
     assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)
+    assert memory.experts == tuple(f"blocks.0.moe.experts_w{i}: 2 of 4 experts per device" for i in (1, 2))
+    section = prog.explain().split("expert parallel:\n")[1].split("propagation:")[0]
+    sizes = [int(b) for kind, b in re.findall(r"^\s*\d+\. shard\.(\w+) .*: (\d+) B received", prog.explain(), re.M)
+             if kind == "all_to_all"]
+    assert f"dispatch (tokens to their experts): 2 all_to_alls, {sizes[0] + sizes[2]} B" in section
+    assert f"combine (the experts' outputs back to their tokens): 2 all_to_alls, {sizes[1] + sizes[3]} B" in section
+    assert "blocks.0.moe.experts_w2: 2 of 4 experts per device" in section
 
 
 @pytest.mark.slow
@@ -96,3 +103,20 @@ def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
         st.expert_parallel(step, "x", experts="head.*")
     with pytest.raises(slicer.InvalidTactic, match=r"unknown mesh axis 'x'"):
         st.expert_parallel(step, "x", mesh={"y": 2})
+
+
+def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
+    """Experts as an nn.ModuleList (`moe.experts.<i>.w1`, each [D, F] on every device) are not stacked weights:
+    tiling each on its dim 0 would split inside an expert, so expert_parallel says to stack them."""
+    text = """func.func @train_step(%x: tensor<2x4xf32>, %a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<2x4xf32> {
+      %0 = arith.addf %a, %b : tensor<4x4xf32>
+      %e = tensor.empty() : tensor<2x4xf32>
+      %1 = linalg.matmul ins(%x, %0 : tensor<2x4xf32>, tensor<4x4xf32>) outs(%e : tensor<2x4xf32>) -> tensor<2x4xf32>
+      return %1 : tensor<2x4xf32>
+    }"""
+    names = ("x", "blocks.0.moe.experts.0.w1.weight", "blocks.0.moe.experts.1.w1.weight")
+    step = slicer.ImportedProgram(text, names, 1, (None, None), "train_step", "a ModuleList MoE",
+                                  arg_roles=("input", "parameter", "parameter"))
+    with pytest.raises(slicer.InvalidTactic, match=r"'blocks\.0\.moe\.experts\.0\.w1\.weight' is a weight of one "
+                                                   r"expert of an nn\.ModuleList .*Stack the experts' weights"):
+        st.expert_parallel(step, "x")

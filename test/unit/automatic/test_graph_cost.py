@@ -69,6 +69,7 @@ def test_the_compiled_cost_counts_the_graphs_own_peak(step):
     assert est.compute > 0 and est.exposed > 0 and est.total == pytest.approx(est.compute + est.exposed)
 
 
+@pytest.mark.slow
 def test_auto_reports_the_compiled_program_it_chose(step):
     mesh = slicer.Mesh(x=2)
     result = slicer.auto(step, mesh)

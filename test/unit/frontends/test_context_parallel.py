@@ -65,6 +65,7 @@ def one_block_gpt(flavor: str, batch: int, seq: int = 8):
     return model, masked, (idx, targets, mask)
 
 
+@pytest.mark.slow
 def test_context_parallel_tactics():
     model, loss_fn, batch = one_block_gpt("bool_mask", 2)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))
@@ -90,6 +91,7 @@ def held_across_collectives(graph, which) -> list[str]:
     return sorted(set(found))
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("error::slicer.DegradedStrategy")
 def test_causal_step_on_two_devices_equals_torch():
     """A sequence of one batch row: every op between the ring's permutes computes on its own tokens (no gather,

@@ -63,6 +63,7 @@ def test_strategies_give_their_collectives_and_torch_results(imported, name, str
         assert models.relative_error(prog.run(*given), want) <= 1e-5
 
 
+@pytest.mark.slow
 def test_megatron_splits_the_parameters_it_names(imported):
     _, _, program, _ = imported["gpt2_block"]
     prog = slicer.compile(program, mesh=slicer.Mesh(y=4), tactics=slicer.parse_tactics(

@@ -21,6 +21,7 @@ def _split(model, loss_fn, batch, points):
     return split_forward(torch, model, loss_fn, names, values, len(owned), split_points(model, points, None))
 
 
+@pytest.mark.slow
 def test_a_gpt_cut_in_three_reads_its_own_weights_and_sends_the_hidden_state():
     model, loss_fn, batch = train_step.gpt(n_layer=3)
     graphs = _split(model, loss_fn, batch, ["blocks.1", "blocks.2"])
@@ -52,6 +53,7 @@ def test_bad_split_points_say_what_to_change(points, message):
         _split(model, loss_fn, batch, points)
 
 
+@pytest.mark.slow
 def test_stages_n_cuts_a_gpt_where_the_blocks_balance():
     from slicer.frontends.stage_balance import balanced_split, unit_costs
 

@@ -268,6 +268,7 @@ def test_what_the_step_would_not_honour_is_refused(loss_fn, message):
     assert torch.nn.utils.clip_grad_norm_.__module__ == "torch.nn.utils.clip_grad"
 
 
+@pytest.mark.slow
 def test_a_plain_program_takes_no_hyperparameters():
     model, loss_fn, batch = train.mlp()
     imported = slicer.from_torch(model.eval(), batch[0])

@@ -83,6 +83,7 @@ def _ids(case):
     return f"{spec}:{'_'.join(f'{k}{v}' for k, v in sizes.items())}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 def test_einsum_contractions_equal_numpy(cache_dir, dtype):
     text = "\n".join(einsum_fn(f"c{i}", spec, sizes, dtype) for i, (spec, sizes) in enumerate(CASES))

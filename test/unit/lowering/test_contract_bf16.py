@@ -135,6 +135,7 @@ SIGILL, so the tests of those units are skipped here, saying which units the CPU
 the AMX code without running it)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("units", [AMX, AVX512BF16, F32])
 def test_bf16_contractions_into_f32_equal_numpy(cache_dir, units):
     if units not in RUNNABLE:
@@ -149,6 +150,7 @@ def test_bf16_contractions_into_bf16_round_once(cache_dir, units):
     _run_cases(units, BF16_C_CASES, "bf16", cache_dir)
 
 
+@pytest.mark.slow
 def test_32_row_tiles_pack_and_drive_as_amx_does(cache_dir):
     """The vector kernels at AMX's tile rows (`mr=32`): the packing of 32-row A tiles (two 16-row transposes
     each), 32-row edge tiles and 32 x 32 C views that the AMX kernels use, checked on any CPU."""
@@ -466,3 +468,86 @@ def test_a_bias_added_before_the_rounding_is_added_by_the_gemm_bit_for_bit(cache
     assert got.dtype == BF16 and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     np.testing.assert_array_equal(got.view(np.uint16), unfused.view(np.uint16))
+
+
+def _chain_program(kind: str, also_return_c: bool) -> str:
+    """A Linear layer's product C [m, n] into f32, then one of the mixed-precision step's epilogues: "widen"
+    (fc1: `extf(truncf(C + bias))`, an f32 result holding bf16 values, the gelu's input) or "residual" (the
+    attention projection and fc2: `truncf(extf(x) + extf(truncf(C + bias)))`, the residual added in f32 to the
+    rounded projection and rounded again); optionally C returned too (a second reader: nothing is fused)."""
+    f32, bf16 = "tensor<48x80xf32>", "tensor<48x80xbf16>"
+    out = f32 if kind == "widen" else bf16
+    results = out + (f", {f32}" if also_return_c else "")
+    if kind == "widen":
+        inputs, args, body = f"%c, %b : {f32}, tensor<80xbf16>", "%in: f32, %bias: bf16, %o: f32", (
+            "    %bf = arith.extf %bias : bf16 to f32\n    %s = arith.addf %in, %bf : f32\n"
+            "    %t = arith.truncf %s : f32 to bf16\n    %wd = arith.extf %t : bf16 to f32\n"
+            "    linalg.yield %wd : f32\n")
+        maps = "#mn, #n, #mn"
+    else:
+        inputs, args, body = (f"%r, %c, %b : {bf16}, {f32}, tensor<80xbf16>",
+                              "%res: bf16, %in: f32, %bias: bf16, %o: bf16", (
+                                  "    %rf = arith.extf %res : bf16 to f32\n    %bf = arith.extf %bias : bf16 to f32\n"
+                                  "    %s = arith.addf %in, %bf : f32\n    %t = arith.truncf %s : f32 to bf16\n"
+                                  "    %wd = arith.extf %t : bf16 to f32\n    %y = arith.addf %rf, %wd : f32\n"
+                                  "    %z = arith.truncf %y : f32 to bf16\n    linalg.yield %z : bf16\n"))
+        maps = "#mn, #mn, #n, #mn"
+    return f"""
+#mk = affine_map<(m, n, k) -> (m, k)>
+#nk = affine_map<(m, n, k) -> (n, k)>
+#mnk = affine_map<(m, n, k) -> (m, n)>
+#mn = affine_map<(m, n) -> (m, n)>
+#n = affine_map<(m, n) -> (n)>
+func.func @f(%x: tensor<48x96xbf16>, %w: tensor<80x96xbf16>, %b: tensor<80xbf16>, %r: {bf16}) -> ({results}) {{
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : {f32}
+  %fill = linalg.generic {{indexing_maps = [#mn], iterator_types = ["parallel", "parallel"]}} outs(%e : {f32}) {{
+  ^bb0(%o: f32):
+    linalg.yield %zero : f32
+  }} -> {f32}
+  %c = linalg.generic {{indexing_maps = [#mk, #nk, #mnk], iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%x, %w : tensor<48x96xbf16>, tensor<80x96xbf16>) outs(%fill : {f32}) {{
+  ^bb0(%p: bf16, %q: bf16, %acc: f32):
+    %pf = arith.extf %p : bf16 to f32
+    %qf = arith.extf %q : bf16 to f32
+    %m = arith.mulf %pf, %qf : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }} -> {f32}
+  %eo = tensor.empty() : {out}
+  %y = linalg.generic {{indexing_maps = [{maps}], iterator_types = ["parallel", "parallel"]}}
+      ins({inputs}) outs(%eo : {out}) {{
+  ^bb0({args}):
+{body}  }} -> {out}
+  return %y{", %c" if also_return_c else ""} : {results}
+}}
+"""
+
+
+@pytest.mark.parametrize("kind, units", [("widen", AVX512BF16), ("residual", AVX512BF16), ("widen", F32),
+                                         ("residual", F32)])
+def test_rounded_then_widened_and_residual_epilogues_are_the_gemms_bit_for_bit(cache_dir, kind, units):
+    """The mixed-precision GPT step's other epilogues (`_chain_program`): fc1's result rounded and widened back
+    to f32, and the projection rounded, added to the residual in f32 and rounded again. The GEMM applies the
+    same f32 ops to each whole f32 tile (`contract/epilogue.py`): the result is numpy's on the unfused
+    program's C, bit for bit, and the unfused program's."""
+    if units not in RUNNABLE:  # the instructions would fault on this CPU; the lit tests check their code
+        pytest.skip(f"this CPU has no {units}")
+    generated = _after_contract(_chain_program(kind, False), units=units)
+    entry = generated.split("func.func private")[0]
+    arguments = "%arg0, %arg1, %arg4, %arg2" if kind == "widen" else "%arg0, %arg1, %arg4, %arg2, %arg3"
+    assert f"call @__slicer_contract_0({arguments})" in entry and "linalg.generic" not in entry
+    x, w = _inputs("mk,nk->mn", dict(m=48, n=80, k=96))
+    bias = RNG.standard_normal(80).astype(BF16)
+    residual = RNG.standard_normal((48, 80)).astype(BF16)
+    got = compile_library(_chain_program(kind, False), pipeline=_pipeline(units), cache_dir=cache_dir)["f"](
+        x, w, bias, residual)
+    unfused, c = compile_library(_chain_program(kind, True), pipeline=_pipeline(units), cache_dir=cache_dir)["f"](
+        x, w, bias, residual)
+    _check(c, "mk,nk->mn", [x, w], 0.0, f"{units} {kind} C")
+    rounded = (c + bias.astype(np.float32)).astype(BF16).astype(np.float32)
+    want = rounded if kind == "widen" else (residual.astype(np.float32) + rounded).astype(BF16)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    as_bits = np.uint32 if kind == "widen" else np.uint16
+    np.testing.assert_array_equal(got.view(as_bits), want.view(as_bits))
+    np.testing.assert_array_equal(got.view(as_bits), unfused.view(as_bits))

@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
+import numpy as np  # noqa: E402
+
 import slicer  # noqa: E402
 from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
@@ -21,7 +23,7 @@ train_step = pipeline.train_step
 
 
 @pytest.mark.slow
-def test_interleaved_steps_in_process_equal_torch():
+def test_interleaved_steps_in_process_equal_torch(tmp_path):
     """2 stages of 2 model chunks each (virtual stages 0, 2 on stage 0 and 1, 3 on stage 1)."""
     model, loss_fn, batch = train_step.gpt(n_layer=3, batch=4)
     optimizer = slicer.SGD(0.1, momentum=0.9)
@@ -34,6 +36,19 @@ def test_interleaved_steps_in_process_equal_torch():
     loss_error, state_error, got = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2)
     assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
     assert "momentum.blocks.1.mlp.c_fc.weight" in got
+    with prog.session() as session:  # a checkpoint of stages holding two model chunks each, loaded back
+        session.step(*batch)
+        session.save(tmp_path)
+        saved = session.state_dict()
+    with prog.session() as session:
+        session.load(tmp_path)
+        loaded = session.state_dict()
+        session.step(*batch, lr=0.0)  # this step's learning rate: the parameters stay, the momentum moves
+        still = session.state_dict()
+    assert session.steps == 2 and set(loaded) == set(got) and all(np.array_equal(loaded[n], saved[n]) for n in saved)
+    weight = "blocks.1.mlp.c_fc.weight"
+    assert np.array_equal(still[weight], saved[weight])
+    assert not np.array_equal(still[f"momentum.{weight}"], saved[f"momentum.{weight}"])
 
 
 def test_pipeline_tactics_are_checked_before_importing():
@@ -50,6 +65,7 @@ def test_a_pipeline_needs_an_imported_training_step():
         st.pipeline("func.func @f() { return }", "p", split=["a"], microbatches=2)
 
 
+@pytest.mark.slow
 def test_split_points_must_match_the_axis():
     model, loss_fn, batch = train_step.gpt(n_layer=2, batch=4)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.SGD(0.1))

@@ -70,6 +70,9 @@ def test_a_value_the_new_program_needs_and_the_session_lacks_is_refused_before_a
     renamed = replace(other, arg_names=("x", "v"))
     with pytest.raises(InputError, match=r"needs state \['v'\] that the session does not hold"):
         s.reshard(renamed)
+    with pytest.raises(InputError, match=r"needs state \['v'\] that the session does not hold"):
+        s.preload(renamed)  # refused as the reshard would be, before anything is loaded
+    assert s.preload(other) is False  # the simulator holds no loaded programs: only the moves are planned
     np.testing.assert_allclose(s.step(x), x @ w0, rtol=1e-6)  # the session goes on as it was
 
 

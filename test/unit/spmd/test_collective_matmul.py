@@ -93,6 +93,7 @@ def test_the_argument_and_its_default_in_the_environment(monkeypatch):
         collective_matmul(ir.Module.parse(megatron(8, 8, 8)).operation, chunks=1)
 
 
+@pytest.mark.slow
 def test_split_mlp_is_bit_identical_on_the_simulator(monkeypatch):
     """`compile(collective_matmul=)`: off leaves the second matmul whole (one all_reduce), 4 splits it in 4 (4
     all_reduces), and unset the environment's default decides; the split computes the same bits, numpy's MLP."""

@@ -61,6 +61,7 @@ def test_timeline_text_marks_compute_waiting_and_transfer():
     assert lines[2] == "  rank 1 (y=1) │████░░▓█▓│"
 
 
+@pytest.mark.slow
 def test_timeline_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = timeline_png(two_rank_timings(), tmp_path / "timeline.png", mesh=Mesh(y=2))
@@ -69,6 +70,7 @@ def test_timeline_png(tmp_path):
     assert int.from_bytes(data[16:20], "big") > 500
 
 
+@pytest.mark.slow
 def test_timelines_png_stacks_runs_on_one_time_axis(tmp_path):
     pytest.importorskip("matplotlib")
     one = timeline_png(two_rank_timings(), tmp_path / "one.png", mesh=Mesh(y=2)).read_bytes()
