@@ -20,6 +20,8 @@ is kept only if the most bytes held at once between kernels (`planned_peak`) is 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable
 
@@ -51,6 +53,8 @@ class _Sinker:
         self.is_collective, self.transfer, self.remat, self.from_source = is_collective, transfer, remat, from_source
         self.top = {op: op for op in self.ops}
         self.read: dict = {}
+        self.uses: dict = {}
+        self.remat = functools.cache(remat)
 
     def top_level(self, op: ir.Operation) -> ir.Operation | None:
         """The op of `ops` that `op` is or is nested in (None: the function's return)."""
@@ -65,15 +69,7 @@ class _Sinker:
 
     def readers(self, op: ir.Operation) -> list:
         """The top-level ops reading `op`'s results, through views (None: the return)."""
-        found = []
-        for result in op.results:
-            for use in result.uses:
-                user = self.top_level(as_op(use.owner))
-                if user is not None and self.remat(user) and self.from_source(user):
-                    found += self.readers(user)
-                else:
-                    found.append(user)
-        return found
+        return [user for result in op.results for user in self._readers_of(result)]
 
     def producers(self, op: ir.Operation) -> list:
         """The values `op` (and its body) reads from outside it, through views and widenings to their sources."""
@@ -227,6 +223,9 @@ class _Sinker:
         return gain - cost
 
     def _readers_of(self, value: ir.Value) -> list:
+        """The top-level ops reading `value`, through views (None: the return); the IR does not change here."""
+        if value in self.uses:
+            return self.uses[value]
         found = []
         for use in value.uses:
             user = self.top_level(as_op(use.owner))
@@ -234,6 +233,7 @@ class _Sinker:
                 found += self.readers(user)
             else:
                 found.append(user)
+        self.uses[value] = found
         return found
 
 
@@ -255,7 +255,7 @@ def planned_peak(sinker: _Sinker, ops: list) -> int:
                 count += 1
         else:
             segment.append(op)
-    live = [0] * (count + 1)
+    change = [0] * (count + 2)  # bytes starting to be held at each node, less those no longer held
     for op in ops:
         if sinker.remat(op):
             continue
@@ -263,9 +263,10 @@ def planned_peak(sinker: _Sinker, ops: list) -> int:
             readers = [count if r is None else node.get(r, count) for r in sinker._readers_of(result)]
             last = max(readers, default=node[op])
             if last > node[op] or sinker.is_collective(op):
-                for i in range(node[op], last + 1):
-                    live[i] += tensor_bytes(result)
-    return max(live)
+                size = tensor_bytes(result)
+                change[node[op]] += size
+                change[last + 1] -= size
+    return max(itertools.accumulate(change))
 
 
 def sink_past_collectives(ops: list, is_collective: Predicate, transfer: Predicate, remat: Predicate,
@@ -276,6 +277,8 @@ def sink_past_collectives(ops: list, is_collective: Predicate, transfer: Predica
     of them made from their operand (views, widenings)."""
     sinker = _Sinker(ops, is_collective, transfer, remat, from_source)
     moved = sinker.run()
+    if moved == list(ops):
+        return moved
     return moved if planned_peak(sinker, moved) <= planned_peak(sinker, list(ops)) else list(ops)
 
 
