@@ -55,33 +55,39 @@ pytest: $(STAMP) lint bytecode
 bytecode: $(LINKS)
 	$(VENV)/bin/python -m compileall -q -j 0 build/__editable__.slicer-* > /dev/null
 
-# The lint gate (issue 47), first step of `check` and `test`: ruff with pyproject.toml's rules (pyflakes, isort,
-# bugbear, pyupgrade, line length; every suppression with its code), then mypy on the package (basic mode;
-# pyproject.toml lists the modules whose type errors are still to fix). A second for ruff; mypy's first run
-# takes longer, later ones read its cache (.mypy_cache).
+# The lint gate (issue 47): ruff with pyproject.toml's rules (pyflakes, isort, bugbear, pyupgrade, line length;
+# every suppression with its code), then mypy on the package (basic mode; pyproject.toml lists the modules whose
+# type errors are still to fix). A second for ruff; mypy's first run takes longer (several seconds of one core),
+# later ones read its cache (.mypy_cache). `check` and `test` run ruff first and mypy beside the suites, so a
+# fresh clone's first mypy run does not leave the second core idle; either target fails if mypy does.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/mypy
 
-# Both suites always run, at the same time (lit's time is mostly one long test, which pytest's workers overlap);
-# lit's report is printed after pytest's. The target fails if either does.
-test: $(STAMP) lint bytecode
+# The suites of `check` and `test`: mypy, lit (its arguments: $(1)) and pytest (its arguments: $(2)) at the same
+# time (lit's time is mostly a few long tests, which pytest's workers overlap); mypy's and lit's reports are
+# printed after pytest's. The target fails if any of them does.
+define SUITES
 	@mkdir -p build; status=0; \
-	$(VENV)/bin/lit -sv test > build/lit.log 2>&1 & lit=$$!; \
-	$(PYTEST) || status=1; \
+	$(VENV)/bin/mypy > build/mypy.log 2>&1 & mypy=$$!; \
+	$(VENV)/bin/lit -sv $(1) test > build/lit.log 2>&1 & lit=$$!; \
+	$(PYTEST) $(2) || status=1; \
+	wait $$mypy || status=1; \
 	wait $$lit || status=1; \
-	cat build/lit.log; \
+	cat build/mypy.log build/lit.log; \
 	exit $$status
+endef
+
+# Everything: ruff, then mypy, lit and pytest side by side (SUITES).
+test: $(STAMP) bytecode
+	$(VENV)/bin/ruff check --quiet .
+	$(call SUITES,,)
 
 # The inner loop: lit without its whole-model tests (`REQUIRES: whole-suite`) and the fast tier of pytest (not
 # mpi, benchmark or slow), run together as `test` runs them.
-check: $(STAMP) lint bytecode
-	@mkdir -p build; status=0; \
-	$(VENV)/bin/lit -sv --param tier=fast test > build/lit.log 2>&1 & lit=$$!; \
-	$(PYTEST) $(FAST) || status=1; \
-	wait $$lit || status=1; \
-	cat build/lit.log; \
-	exit $$status
+check: $(STAMP) bytecode
+	$(VENV)/bin/ruff check --quiet .
+	$(call SUITES,--param tier=fast,$(FAST))
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache .mypy_cache

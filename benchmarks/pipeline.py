@@ -13,6 +13,12 @@ busy time (and by forward, backward, update) and the step's time (the span of a 
 Next to them, in the same run: the same step with 8 accumulated micro-batches, data parallel and ZeRO-3 over
 x=2, timed as `session.step` (median of 3 after a warm-up). The machine is shared: times are noisy; compare
 ratios within one run.
+
+    python benchmarks/pipeline.py --remat full,save_dots [--schedule gpipe]  # remat on every block, and without
+
+With `--remat`: the schedule (1F1B by default) without remat and with each policy on `blocks.*`, the same
+figures, and their ratios to the run without remat (held bytes and resident growth per stage, step time);
+nothing else.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ import slicer
 from slicer import strategies as st
 
 
-def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int) -> dict:
+def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int, remat: str = "none") -> dict:
     step = slicer.training_step(model, loss_fn, *batch, optimizer=slicer.AdamW(1e-3))
     tactics = st.pipeline(step, "p", stages=2, microbatches=microbatches, schedule=schedule)
+    tactics += st.remat(step, "blocks.*", remat) if remat != "none" else []
     start = time.perf_counter()
     prog = slicer.compile(step, mesh=slicer.Mesh(p=2), tactics=tactics)
     compile_seconds = time.perf_counter() - start
@@ -50,7 +57,7 @@ def _pipeline_figures(model, loss_fn, batch, schedule: str, microbatches: int) -
                           for kind in ("forward", "backward", "update")} for _, events in prog.timeline])
     run = prog.schedule.verify()
     held = prog.held_bytes()
-    return {"schedule": schedule, "split": list(prog.split), "compile_seconds": compile_seconds,
+    return {"schedule": schedule, "remat": remat, "split": list(prog.split), "compile_seconds": compile_seconds,
             "measured_bubble": statistics.median(bubbles), "measured_bubbles": bubbles, "unit_bubble": run.bubble,
             "textbook_bubble": 1 / (microbatches + 1), "peak_microbatches": list(run.peak),
             "held_bytes_per_microbatch": held, "peak_activation_bytes": [p * b for p, b in zip(run.peak, held)],
@@ -89,6 +96,9 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--remat", default=None,
+                        help="policies (full,save_dots): remat on every block next to the same schedule without, only")
+    parser.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b"), help="the schedule for --remat")
     parser.add_argument("--json", default=None)
     parser.add_argument("--pipeline-only", action="store_true", help="skip data parallel and FSDP")
     args = parser.parse_args(argv)
@@ -96,9 +106,18 @@ def main(argv=None) -> None:
                                            d_model=args.d_model, vocab=256)
     results = {"model": f"GPT {args.layers} blocks, batch {args.batch}, seq {args.seq}, d_model {args.d_model}, "
                         "vocabulary 256", "stages": 2, "microbatches": args.microbatches, "pipeline": [], "spmd": {}}
-    for schedule in ("gpipe", "1f1b"):
+    if args.remat:
+        for policy in ("none", *args.remat.split(",")):
+            results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, args.schedule, args.microbatches,
+                                                         policy))
+        plain = results["pipeline"][0]
+        results["remat_ratios"] = {r["remat"]: {
+            "held_bytes": [a / b for a, b in zip(r["held_bytes_per_microbatch"], plain["held_bytes_per_microbatch"])],
+            "resident_growth": [a / b for a, b in zip(r["resident_growth_bytes"], plain["resident_growth_bytes"])],
+            "step_seconds": r["step_seconds"] / plain["step_seconds"]} for r in results["pipeline"][1:]}
+    for schedule in () if args.remat else ("gpipe", "1f1b"):
         results["pipeline"].append(_pipeline_figures(model, loss_fn, batch, schedule, args.microbatches))
-    for strategy in () if args.pipeline_only else ("data", "fsdp"):
+    for strategy in () if args.remat or args.pipeline_only else ("data", "fsdp"):
         results["spmd"][strategy] = {"step_seconds": _spmd_seconds(model, loss_fn, batch, strategy,
                                                                    args.microbatches)}
     text = json.dumps(results, indent=2)

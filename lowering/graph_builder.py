@@ -31,6 +31,7 @@ from slicer.spmd.dist_types import parse_dist_text, varying_axes
 
 from .cut import cut
 from .kernel_graph import CollectiveNode, KernelGraph, KernelNode, Value
+from .sinking import sink_past_collectives
 from .widenings import is_widening
 
 _REMAT = (tensor.EmptyOp.OPERATION_NAME, arith.ConstantOp.OPERATION_NAME, linalg.FillOp.OPERATION_NAME, MULTI_INDEX)
@@ -202,7 +203,10 @@ class _Builder:
         args = tuple(self.record(a, self.func_dist("arg", i, a.type)[0]) for i, a in enumerate(self.block.arguments))
         ops = [as_op(o) for o in self.block.operations]
         ret = ops[-1]
-        ops = self.sink_views(self.sink_argument_collectives(ops[:-1])) + [ret]
+        ops = self.sink_views(self.sink_argument_collectives(ops[:-1]))
+        ops = sink_past_collectives(ops, lambda op: op.name in STEP_OF_IR,
+                                    lambda op: STEP_OF_IR[op.name].point_to_point, _rematerialisable,
+                                    _recomputed_from_source) + [ret]
         self.position = {r: i for i, op in enumerate(ops) for r in op.results}
         nodes: list = []
         for item in self.segment(ops[:-1]):

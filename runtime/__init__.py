@@ -7,8 +7,9 @@ and `collectives` (the MPI and shared-memory executor of redistribution plans, t
 `python -m slicer.runtime PROGRAM ...` is `slicer-run` (slicer.tools.slicer_run).
 """
 
+from .execution.executor import RunOptions
 from .execution.timings import StepTiming, Timings
 from .jobs.launch import launch
 from .simulation.simulator import Simulator, assemble, simulate
 
-__all__ = ["Simulator", "StepTiming", "Timings", "assemble", "launch", "simulate"]
+__all__ = ["RunOptions", "Simulator", "StepTiming", "Timings", "assemble", "launch", "simulate"]

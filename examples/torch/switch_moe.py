@@ -15,6 +15,10 @@ A slot's position is the token's rank among the group's tokens routed to that ex
 second choices queue after all first choices, as in GShard). Switch's load-balancing loss, E x sum_e
 (fraction of first choices on e) x (mean router probability of e), is added to the training loss.
 
+The same layer with indexed dispatch and combine (`form="gather"`): each capacity slot's token index, the
+tokens gathered into the slots (`torch.gather`) and the gated outputs added back (`scatter_add`); the import
+writes both as one-hot selects and sums (slicer/frontends/decomp_indexing.py).
+
 Under `slicer.strategies.expert_parallel` with data parallel on the same axis (dp2ep), the groups are tiled over
 the axis and the experts (dim 0 of experts_w1, experts_w2) too: `dispatched` is made group-tiled and used
 expert-tiled, so the partitioner moves it to the experts by all_to_all (test/unit/api/test_expert_parallel.py).
@@ -42,9 +46,10 @@ class SwitchMoE(nn.Module):
     """Top-k routing with a capacity per expert and group; experts are ReLU MLPs stacked as experts_w1 [E, D, F],
     experts_w2 [E, F, D]. `forward` keeps the load-balancing loss of its last call in `aux_loss`."""
 
-    def __init__(self, d_model: int, hidden: int, experts: int, top_k: int = 2, capacity_factor: float = 1.25):
+    def __init__(self, d_model: int, hidden: int, experts: int, top_k: int = 2, capacity_factor: float = 1.25,
+                 form: str = "einsum"):
         super().__init__()
-        self.experts, self.top_k, self.capacity_factor = experts, top_k, capacity_factor
+        self.experts, self.top_k, self.capacity_factor, self.form = experts, top_k, capacity_factor, form
         self.router = nn.Linear(d_model, experts, bias=False)
         self.experts_w1 = nn.Parameter(torch.randn(experts, d_model, hidden) / math.sqrt(d_model))
         self.experts_w2 = nn.Parameter(torch.randn(experts, hidden, d_model) / math.sqrt(hidden))
@@ -77,10 +82,27 @@ class SwitchMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dispatch, combine = self.route(x)
+        if self.form == "gather":
+            return self.gathered(x, dispatch, combine)
         dispatched = torch.einsum("gsec,gsd->egcd", dispatch, x)
         h = F.relu(torch.einsum("egcd,edf->egcf", dispatched, self.experts_w1))
         y = torch.einsum("egcf,efd->egcd", h, self.experts_w2)
         return torch.einsum("gsec,egcd->gsd", combine, y)
+
+    def gathered(self, x: torch.Tensor, dispatch: torch.Tensor, combine: torch.Tensor) -> torch.Tensor:
+        """The same layer with indexed dispatch and combine: each slot's token index (S for an empty slot, a
+        row of zeros), `torch.gather` of the tokens into the slots, `scatter_add` of the gated outputs back."""
+        groups, seq, d = x.shape
+        slots = dispatch.shape[2] * dispatch.shape[3]
+        filled = dispatch.sum(dim=1)                                                  # [G, E, C]
+        token = (dispatch * torch.arange(seq, dtype=x.dtype)[:, None, None]).sum(dim=1) + (1 - filled) * seq
+        index = token.long().reshape(groups, slots, 1).expand(groups, slots, d)
+        padded = torch.cat([x, torch.zeros(groups, 1, d, dtype=x.dtype)], dim=1)
+        dispatched = torch.gather(padded, 1, index).view(*dispatch.shape[:1], *dispatch.shape[2:], d)
+        h = F.relu(torch.einsum("gecd,edf->egcf", dispatched, self.experts_w1))
+        y = torch.einsum("egcf,efd->gecd", h, self.experts_w2) * combine.sum(dim=1)[..., None]
+        out = torch.zeros(groups, seq + 1, d, dtype=x.dtype).scatter_add(1, index, y.reshape(groups, slots, d))
+        return out[:, :seq]
 
 
 class Block(nn.Module):
@@ -118,10 +140,14 @@ def loss_fn(model: MoEModel, x: torch.Tensor, target: torch.Tensor) -> torch.Ten
     return loss + AUX_WEIGHT * sum(block.moe.aux_loss for block in model.blocks)
 
 
-def switch_moe(seed=0, groups=4, seq=8, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1):
-    """(model, loss_fn, (x, target)): the model and a batch of `groups` sequences of `seq` tokens."""
+def switch_moe(seed=0, groups=4, seq=8, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1,
+               form="einsum"):
+    """(model, loss_fn, (x, target)): the model and a batch of `groups` sequences of `seq` tokens; `form`:
+    "einsum" (one-hot dispatch and combine) or "gather" (`SwitchMoE.gathered`)."""
     torch.manual_seed(seed)
     model = MoEModel(d_model, hidden, experts, top_k, capacity_factor, layers)
+    for block in model.blocks:
+        block.moe.form = form
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(groups, seq, d_model, generator=g)
     return model, loss_fn, (x, torch.randn(groups, seq, d_model, generator=g))

@@ -125,8 +125,9 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
         return None
     between = _between(c.op.operation, rounding)
     others = [v for i, v in enumerate(rounding.operands) if i != found.c_input]
-    # the GEMM writes the output (and reads the addends) earlier than the epilogue did
-    if between is None or any(_touched(between, v) for v in others):
+    # the GEMM writes the output (and reads the addends) earlier than the epilogue did: they must exist by then
+    # and nothing in between may touch them
+    if between is None or any(_touched(between, v) or not _defined_before(v, c.op.operation) for v in others):
         return None
     read, written = projected_dims(maps[found.c_input]), projected_dims(maps[-1])
     if read is None or written is None:  # not a projection of the loop dims: not a rounding of C as it is
@@ -142,6 +143,8 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
                          strides)
 
     stored = access(rounding.operands[-1], written)
+    if any(rounding.operands[i] == rounding.operands[-1] and maps[i] != maps[-1] for i in found.addends):
+        return None  # an addend read elsewhere than the GEMM writes it (tile by tile)
     addends = [access(rounding.operands[i], projected_dims(maps[i])) for i in found.addends]
     if stored is None or any(a is None for a in addends):
         return None
@@ -156,6 +159,20 @@ def rounding_epilogue(c: Contraction) -> tuple[ir.Operation, Contraction] | None
 def _fills(user: ir.Operation, buffer: ir.Value) -> bool:
     """Whether `user` only writes one value into `buffer` (the zero fill before the contraction)."""
     return user.operands[-1] == buffer and filled_value(user) is not None
+
+
+def _defined_before(value: ir.Value, op: ir.Operation) -> bool:
+    """Whether `value` is a block argument or the result of an op earlier in `op`'s block (usable by `op`)."""
+    if isinstance(value, ir.BlockArgument):
+        return True
+    owner = value.owner.operation
+    for earlier in op.block.operations:
+        earlier = earlier.operation
+        if earlier == op:
+            return False
+        if earlier == owner:
+            return True
+    return False
 
 
 def _between(first: ir.Operation, second: ir.Operation) -> list[ir.Operation] | None:

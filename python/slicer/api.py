@@ -51,7 +51,7 @@ from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
 from slicer.pipelining import compile_pipeline
 from slicer.propagation import explain as explain_propagation
-from slicer.runtime import Simulator, Timings, launch
+from slicer.runtime import RunOptions, Simulator, Timings, launch
 from slicer.runtime.jobs import in_job
 from slicer.runtime.jobs.in_job_session import InJobSession
 from slicer.runtime.jobs.rank_pool import borrow, give_back, keeping_ranks, run_warm
@@ -181,15 +181,14 @@ class Program:
         return checked
 
     def run(self, *arrays: np.ndarray, ranks: int | None = None, repeat: int = 1, timeout: float = 600,
-            mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False):
-        """Run on `ranks` MPI ranks (None: the in-process simulator); returns numpy arrays (a tuple when the
-        function has several results), and with `return_timings` also the `Timings` of the MPI run (`repeat`
-        timed runs: medians per step of the slowest rank). More ranks than a host's cores need
-        `oversubscribe=True`. `mpiexec`: the launcher (a path, or a command line such as
-        "mpiexec -f hostfile"), which may place the ranks on several hosts (docs/runtime.md). With
-        `SLICER_KEEP_RANKS=1`, an untimed run reuses a job of `ranks` ranks kept from an earlier call
-        (`slicer.runtime.jobs.rank_pool`) instead of starting one."""
-        checked = self.check_arrays(arrays)
+            mpiexec: str | None = None, oversubscribe: bool = False, return_timings: bool = False,
+            collectives: str | None = None, overlap: bool | None = None):
+        """Run on `ranks` MPI ranks (None: the in-process simulator): numpy arrays (a tuple for several results),
+        and with `return_timings` the MPI run's `Timings` (`repeat` timed runs: medians per step of the slowest
+        rank). More ranks than a host's cores need `oversubscribe=True`; `mpiexec`: the launcher (docs/runtime.md).
+        `SLICER_KEEP_RANKS=1`: an untimed run reuses a kept job (`runtime.jobs.rank_pool`). `collectives` ("auto",
+        "shm", "mpi") and `overlap` (with kernels): how ranks run collectives (None: SLICER_COLLECTIVES, _OVERLAP)."""
+        checked, options = self.check_arrays(arrays), RunOptions.chosen(collectives, overlap)
         if ranks is None:
             if return_timings:
                 raise RunError("timings are measured on MPI ranks: give ranks=N with return_timings=True")
@@ -205,14 +204,15 @@ class Program:
             check_ranks(ranks, oversubscribe)
             check_memory(self.graph, ranks)
         if keeping_ranks() and repeat == 1 and not return_timings:
-            return run_warm(self.graph, checked, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe)
+            return run_warm(self.graph, checked, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe,
+                            options=options)
         results, timings = launch(self.graph, ranks, arrays=checked, repeat=repeat, timeout=timeout, mpiexec=mpiexec,
-                                  oversubscribe=oversubscribe)
+                                  oversubscribe=oversubscribe, options=options)
         outputs = results[0] if len(results) == 1 else tuple(results)
         return (outputs, timings) if return_timings else outputs
 
     def session(self, ranks: int | None = None, *, state: Mapping | None = None, oversubscribe: bool = False,
-                mpiexec: str | None = None, timeout: float = 600, comm=None) -> Session:
+                mpiexec: str | None = None, timeout: float = 600, comm=None, collectives=None, overlap=None) -> Session:
         """A session that runs this program step after step with its state resident where it runs (see
         `slicer.runtime.jobs.session`): `with prog.session(ranks=4) as s: loss = s.step(*batch)`.
 
@@ -221,15 +221,15 @@ class Program:
         initial values by argument name (or position). A result named like an argument replaces it after each
         step; the other results are what `step` returns. `ranks=None` runs on the in-process simulator; under an
         MPI job (`mpiexec -n N python train.py`, or `comm` given) every rank of the job runs its part.
-        `oversubscribe`, `mpiexec` and `timeout` (seconds per request) are as `run` takes them."""
-        plan = self._session_plan(state)
+        `oversubscribe`, `mpiexec`, `timeout` (seconds per request), `collectives`, `overlap`: as `run` takes them."""
+        plan, options = self._session_plan(state), RunOptions.chosen(collectives, overlap)
         comm = comm if comm is not None else in_job.job_comm()
         if comm is not None:
             if ranks is not None and ranks != comm.Get_size():
                 raise RunError(f"ranks={ranks} inside an MPI job of {comm.Get_size()} ranks: the session runs on the "
                                "job's ranks (omit ranks)")
             in_job.check_job(comm, self.mesh)
-            return InJobSession(plan, comm)
+            return InJobSession(plan, comm, options=options)
         if ranks is None:
             try:
                 check_memory(self.graph, self.mesh.device_count, what="simulated devices in this process")
@@ -243,7 +243,7 @@ class Program:
             check_ranks(ranks, oversubscribe)
             check_memory(self.graph, ranks)
         return LaunchedSession(plan, ranks, mpiexec=mpiexec, timeout=timeout, oversubscribe=oversubscribe,
-                               give_back=give_back,
+                               give_back=give_back, options=options,
                                borrow=lambda: borrow(ranks, mpiexec, timeout))  # the kept job (SLICER_KEEP_RANKS=1)
 
     def session_plan(self, state_names: Sequence[str] = ()) -> SessionPlan:

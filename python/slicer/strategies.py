@@ -288,12 +288,17 @@ def remat(step: ImportedProgram, pattern: str = "blocks.*", policy: str = "full"
     composed with the others by concatenation (docs/remat.md). InvalidTactic when `pattern` names no module of
     the step (the closest named), or for a bad policy."""
     tactic = Remat(pattern=pattern, policy=policy, names=tuple(names))
-    paths = _module_paths(step)
-    if not any(unit_of(path, pattern) for path in paths):
-        hint = closest_hint(pattern, sorted({p for path in paths for p in _prefixes(path)}))
-        raise InvalidTactic(f"strategies.remat: the pattern {pattern!r} matches no module of {step.source}{hint}; "
-                            "'*' matches any characters, dots included (e.g. 'blocks.*')")
+    check_remat(step, tactic)
     return [tactic]
+
+
+def check_remat(step: ImportedProgram, tactic: Remat, helper: str = "strategies.remat") -> None:
+    """InvalidTactic when the pattern of `tactic` matches no module of `step` (the closest named)."""
+    paths = _module_paths(step)
+    if not any(unit_of(path, tactic.pattern) for path in paths):
+        hint = closest_hint(tactic.pattern, sorted({p for path in paths for p in _prefixes(path)}))
+        raise InvalidTactic(f"{helper}: the pattern {tactic.pattern!r} matches no module of {step.source}{hint}; "
+                            "'*' matches any characters, dots included (e.g. 'blocks.*')")
 
 
 def remat_plans(step: ImportedProgram) -> list[Remat]:
@@ -413,5 +418,5 @@ def _free_dim(used: Mapping[int, tuple[str, ...]], axes: tuple[str, ...]) -> int
 __all__ = ["data_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans", "zero"]
 
 
-__all__ = ["data_parallel", "expert_parallel", "follow_arguments", "megatron", "pipeline", "remat", "remat_plans",
-           "zero"]
+__all__ = ["check_remat", "data_parallel", "expert_parallel", "follow_arguments", "megatron", "pipeline", "remat",
+           "remat_plans", "zero"]

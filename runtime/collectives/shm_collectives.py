@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from slicer.core import environment
-from slicer.core.errors import InternalError, RunError
+from slicer.core.errors import InternalError, OptionError, RunError
 from slicer.core.host import host_cores
 from slicer.redistribution.steps import REDUCTIONS
 
@@ -52,10 +52,18 @@ def available() -> bool:
     return True
 
 
-def wanted() -> str:
-    """The strategy asked for in the environment: "auto", "mpi" or "shm"."""
-    value = (environment.value(environment.COLLECTIVES) or "auto").lower()
-    return value if value in ("auto", "mpi", "shm") else "auto"
+STRATEGIES = ("auto", "mpi", "shm")
+
+
+def wanted(given: str | None = None) -> str:
+    """The strategy `given` (`collectives=` of a run or session), else the environment's default
+    (`SLICER_COLLECTIVES`, else "auto"): "auto", "mpi" or "shm"; `OptionError` for anything else."""
+    where = "collectives=" if given is not None else f"{environment.COLLECTIVES.name}="
+    value = given if given is not None else (environment.value(environment.COLLECTIVES) or "auto")
+    if not isinstance(value, str) or value.strip().lower() not in STRATEGIES:
+        raise OptionError(f"{where}{value!r}: how ranks run collectives is one of {', '.join(STRATEGIES)} "
+                          "(auto: shared memory for the groups on one host, MPI across hosts)")
+    return value.strip().lower()
 
 
 def spins_for(comm) -> int:

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from slicer import lowering
-from slicer.core.errors import InputError, KernelAssertionError, KernelError
+from slicer.core import environment
+from slicer.core.errors import InputError, KernelAssertionError, KernelError, OptionError
 from slicer.lowering import CollectiveNode, KernelCache, KernelGraph, KernelLibrary
 
+from ..collectives import shm_collectives
 from ..collectives.plan_executor import MeshExecutor, Pending, StepRunner
 from .buffer_tracker import BufferTracker
 from .timings import Event
@@ -175,15 +177,42 @@ def schedule(graph: KernelGraph, overlap: bool = True) -> tuple[Action, ...]:
     return tuple(actions)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How ranks run a program's collectives: `collectives` "auto", "mpi" or "shm" (`MeshExecutor`'s strategy),
+    `overlap`: collectives overlap kernels (else each is waited for where it stands). Arguments of a run or a
+    session (`Program.run(..., collectives=, overlap=)`), sent to the ranks with the program."""
+
+    collectives: str = "auto"
+    overlap: bool = True
+
+    @staticmethod
+    def chosen(collectives: str | None = None, overlap: bool | None = None) -> RunOptions:
+        """The options given, each one not given (None) from its default in the environment
+        (`SLICER_COLLECTIVES`, `SLICER_OVERLAP`); `OptionError` for a value that means nothing."""
+        if overlap is None:
+            text = (environment.value(environment.OVERLAP) or "1").strip().lower()
+            if text not in ("0", "1", "off", "on", "false", "true", "no", "yes"):
+                raise OptionError(f"{environment.OVERLAP.name}={text!r}: 1 (collectives overlap kernels) or 0 (each "
+                                  "waited for where it stands)")
+            overlap = text in ("1", "on", "true", "yes")
+        elif not isinstance(overlap, bool):
+            raise OptionError(f"overlap={overlap!r}: True (collectives overlap kernels) or False")
+        return RunOptions(shm_collectives.wanted(collectives), overlap)
+
+
 class RankExecutor:
     """One rank's part of a kernel graph: its kernels loaded, its collectives on `comm`'s sub-communicators."""
 
-    def __init__(self, graph: KernelGraph, comm, *, overlap: bool = True, kernel_sources: dict | None = None):
-        """`kernel_sources`: where the launcher found the kernels (`kernel_sources`); None: load or compile
-        them here (`load_kernels`)."""
+    def __init__(self, graph: KernelGraph, comm, *, options: RunOptions | None = None,
+                 kernel_sources: dict | None = None):
+        """`options`: how collectives run (None: the environment's defaults, `RunOptions.chosen`);
+        `kernel_sources`: where the launcher found the kernels (`kernel_sources`); None: load or compile them
+        here (`load_kernels`)."""
+        options = options if options is not None else RunOptions.chosen()
         self.graph = graph
         self.comm = comm
-        self.mesh_exec = MeshExecutor(graph.mesh, comm)
+        self.mesh_exec = MeshExecutor(graph.mesh, comm, strategy=options.collectives)
         self.rank = self.mesh_exec.rank
         self.coords = np.asarray(graph.mesh.coords(self.rank), dtype=np.int64)
         start = time.perf_counter()
@@ -193,7 +222,7 @@ class RankExecutor:
             self.kernels, self.backend = kernels_from_sources(graph, kernel_sources)
         self.compile_seconds = time.perf_counter() - start
         self.buffers = BufferTracker(graph)  # drops values after their last use; .peak: bytes held at most
-        self.actions = schedule(graph, overlap)
+        self.actions = schedule(graph, options.overlap)
         # Each collective node has its own program (its packing buffers; shared-memory segments shared with the
         # collectives never in flight at the same time by the schedule), but no output block of its own: every
         # run's output is a new block, dropped after its last use like a kernel's, so a rank holds a gathered

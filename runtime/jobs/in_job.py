@@ -28,7 +28,7 @@ from ..execution.executor import RankExecutor
 from ..execution.timings import Timings
 from ..simulation.simulator import assemble
 from .rank import at_step, run_rank
-from .timed_run import combine, overlapping, rank_inputs, timed_run
+from .timed_run import combine, rank_inputs, timed_run
 
 #: Set by MPICH/Hydra (`PMI_SIZE`) and Open MPI (`OMPI_COMM_WORLD_SIZE`) in every rank of an mpiexec job.
 JOB_SIZE_ENV = (environment.PMI_SIZE, environment.OMPI_COMM_WORLD_SIZE)
@@ -91,7 +91,7 @@ def run_job_here(graph: KernelGraph, comm, *, inputs: list[str] | None = None, s
     holder = {}
 
     def main(c) -> None:
-        executor = RankExecutor(graph, c, overlap=overlapping())
+        executor = RankExecutor(graph, c)
         at_step(executor.rank, "compiled")
         part = timed_run(executor, rank_inputs(graph, executor.rank, files=inputs, seed=seed), repeat, c)
         holder["parts"] = c.gather(part, root=0)

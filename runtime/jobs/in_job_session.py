@@ -12,6 +12,7 @@ import numpy as np
 
 from slicer.core.errors import CheckpointError, RunError
 
+from ..execution.executor import RunOptions
 from ..state.checkpoint import Checkpoint, begin, save_jobs, write_manifest
 from ..state.checkpoint_hosts import open_fitting, read_across, write_here
 from ..state.loaded_programs import LoadedPrograms, program_key
@@ -23,18 +24,20 @@ class InJobSession(Session):
     """The session inside the user's MPI job: this rank holds its blocks and runs its part of each step."""
 
     def __init__(self, plan: SessionPlan, comm, *, blocks: dict[int, np.ndarray] | None = None,
-                 programs: LoadedPrograms | None = None):
+                 programs: LoadedPrograms | None = None, options: RunOptions | None = None):
         """`blocks`: this rank's blocks of the state (argument index -> block), else taken from `plan.state`;
-        `programs`: the programs this rank keeps loaded (a resharded session's, passed on)."""
+        `programs`: the programs this rank keeps loaded (a resharded session's, passed on); `options`: how its
+        collectives run (None: the environment's defaults)."""
         super().__init__(plan)
         plan.check_feeds()
         self.comm = comm
+        self.options = options if options is not None else RunOptions.chosen()
         kept = programs if programs is not None else LoadedPrograms()
         self.programs: LoadedPrograms | None = kept
-        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names)
+        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names, self.options)
         program = kept.switch(key)
         if program is None:
-            program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names)
+            program = ResidentRank(plan.graph, comm, feeds=plan.feeds, names=plan.arg_names, options=self.options)
             kept.switch(key, program)
         self.rank_program = program
         rank = self.rank_program.rank
@@ -46,10 +49,11 @@ class InJobSession(Session):
         kept = self.programs
         if kept is None:
             raise RunError("this session was resharded (session.reshard): use the one it returned")
-        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names)
+        key = program_key(plan.graph.to_json(), plan.feeds, plan.arg_names, self.options)
         if key in kept:
             return False
-        kept.keep(key, ResidentRank(plan.graph, self.comm, feeds=plan.feeds, names=plan.arg_names))
+        kept.keep(key, ResidentRank(plan.graph, self.comm, feeds=plan.feeds, names=plan.arg_names,
+                                    options=self.options))
         return True
 
     def _resharded(self, plan, moves):
@@ -58,7 +62,8 @@ class InJobSession(Session):
         kept = self.programs
         if kept is None:
             raise RunError("this session was resharded (session.reshard): use the one it returned")
-        new = InJobSession(plan, self.comm, blocks=kept.move_state(moves, self.comm), programs=kept)
+        new = InJobSession(plan, self.comm, blocks=kept.move_state(moves, self.comm), programs=kept,
+                           options=self.options)
         self.programs = None  # handed over: closing this session leaves the new one's programs alone
         return new
 

@@ -18,6 +18,7 @@ import numpy as np
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
+from ..execution.executor import RunOptions
 from ..execution.timings import Timings
 from .program_load import load_program
 from .rank_job import RankJob
@@ -27,9 +28,11 @@ from .timed_run import combine, rank_inputs
 
 def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | None = None,
            inputs: Sequence[str] | None = None, seed: int = 0, repeat: int = 1, timeout: float = 600,
-           mpiexec: str | None = None, oversubscribe: bool = False) -> tuple[list[np.ndarray], Timings]:
+           mpiexec: str | None = None, oversubscribe: bool = False,
+           options: RunOptions | None = None) -> tuple[list[np.ndarray], Timings]:
     """Run `graph` on `ranks` MPI ranks with the global `arrays`, or inputs from `.npy` files, or random from
-    `seed`, `repeat` timed runs; the global results and the run's timings."""
+    `seed`, `repeat` timed runs; the global results and the run's timings. `options`: how its collectives run
+    (None: the environment's defaults)."""
     if repeat < 1:
         raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
     plan = SessionPlan.stateless(graph)
@@ -41,7 +44,7 @@ def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | Non
 
     job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
     try:
-        load_program(job, plan, oversubscribe=oversubscribe)
+        load_program(job, plan, oversubscribe=oversubscribe, options=options or RunOptions.chosen())
         parts = job.request([("timed", blocks(rank), seed, repeat) for rank in range(ranks)])
     finally:
         job.close()

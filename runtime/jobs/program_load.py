@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from slicer.core.errors import InternalError
 from slicer.lowering.cache import host_cpu
 
-from ..execution.executor import kernel_sources, load_kernels
+from ..execution.executor import RunOptions, kernel_sources, load_kernels
 from ..state.loaded_programs import program_key
 from ..state.reshard import Reshard
 from .kernel_transfer import cache_keys, libraries
@@ -36,34 +36,35 @@ class ProgramLoad(NamedTuple):
     kept: bool
 
 
-def load_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False,
+def load_program(job: RankJob, plan: SessionPlan, *, options: RunOptions, oversubscribe: bool = False,
                  moves: Reshard | None = None) -> ProgramLoad:
     """Make `plan`'s program the one `job`'s ranks run, once each host's ranks fit it (`check_hosts`): the one
     they kept loaded if they ran or preloaded it before, else its kernels compiled (or found in the cache)
     here, once, and found by cache key on every host. With `moves`, the ranks first move the old program's
-    state to the new types (`reshard`)."""
+    state to the new types (`reshard`). `options`: how the ranks run its collectives (part of the program's key:
+    a program kept under other options is loaded again)."""
     check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     graph_json = plan.graph.to_json()
-    activated = job.request([("activate", _key(plan, graph_json), moves)] * job.ranks)
+    activated = job.request([("activate", _key(plan, graph_json, options), moves)] * job.ranks)
     if _agreed(activated):
         return _load_report(activated, True)
     head = ("load",) if moves is None else ("reshard", moves)
-    return _load_report(job.request(_load_requests(job, plan, graph_json, head)), False)
+    return _load_report(job.request(_load_requests(job, plan, graph_json, head, options)), False)
 
 
-def preload_program(job: RankJob, plan: SessionPlan, *, oversubscribe: bool = False) -> bool:
+def preload_program(job: RankJob, plan: SessionPlan, *, options: RunOptions, oversubscribe: bool = False) -> bool:
     """Have `job`'s ranks load `plan`'s program and keep it, without state, beside the one they run, so that a
     later `load_program` of it (a reshard to it) only moves the state. False if they held it already."""
     check_hosts(job.hosts, plan.graph, oversubscribe=oversubscribe)
     graph_json = plan.graph.to_json()
-    if _agreed(job.request([("holds", _key(plan, graph_json))] * job.ranks)):
+    if _agreed(job.request([("holds", _key(plan, graph_json, options))] * job.ranks)):
         return False
-    job.request(_load_requests(job, plan, graph_json, ("preload",)))
+    job.request(_load_requests(job, plan, graph_json, ("preload",), options))
     return True
 
 
-def _key(plan: SessionPlan, graph_json: str) -> str:
-    return program_key(graph_json, plan.feeds, plan.arg_names)
+def _key(plan: SessionPlan, graph_json: str, options: RunOptions) -> str:
+    return program_key(graph_json, plan.feeds, plan.arg_names, options)
 
 
 def _agreed(answers: list) -> bool:
@@ -74,14 +75,16 @@ def _agreed(answers: list) -> bool:
     return all(held)
 
 
-def _load_requests(job: RankJob, plan: SessionPlan, graph_json: str, head: tuple) -> list[tuple]:
+def _load_requests(job: RankJob, plan: SessionPlan, graph_json: str, head: tuple,
+                   options: RunOptions) -> list[tuple]:
     """The requests (one per rank) that load `plan`'s program: `head`, then the graph, the kernels' sources,
-    the feeds, the names and the bytes of the kernels the rank's host lacks (asked first, "kernels")."""
+    the feeds, the names, the bytes of the kernels the rank's host lacks (asked first, "kernels") and how its
+    collectives run."""
     sources = kernel_sources(*load_kernels(plan.graph))
     missing = job.request([("kernels", host_cpu(), cache_keys(sources))] * job.ranks)
     found = libraries(sorted({key for keys in missing if keys for key in keys}))
     return [(*head, graph_json, sources, dict(plan.feeds), plan.arg_names,
-             None if keys is None else {key: found[key] for key in keys}) for keys in missing]
+             None if keys is None else {key: found[key] for key in keys}, options) for keys in missing]
 
 
 def _load_report(replies: list, kept: bool) -> ProgramLoad:

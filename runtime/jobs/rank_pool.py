@@ -27,6 +27,7 @@ from slicer.core import environment
 from slicer.core.errors import RunError
 from slicer.lowering import KernelGraph
 
+from ..execution.executor import RunOptions
 from .program_load import load_program
 from .rank_job import RankJob
 from .session import SessionPlan
@@ -94,15 +95,15 @@ def give_back(job: RankJob) -> None:
 
 
 def run_warm(graph: KernelGraph, arrays: Sequence[np.ndarray], ranks: int, *, mpiexec: str | None = None,
-             timeout: float = 600, oversubscribe: bool = False):
+             timeout: float = 600, oversubscribe: bool = False, options: RunOptions | None = None):
     """Run `graph` once on the kept job of `ranks` ranks with the global `arrays`; the global results (one
     array, or a tuple), as a session's step returns them. While a session holds the kept job, on a job of
-    its own."""
+    its own. `options`: how its collectives run (None: the environment's defaults)."""
     plan = SessionPlan.stateless(graph)
     own = _lent(ranks, mpiexec)
     job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout) if own else warm_job(ranks, mpiexec, timeout)
     try:
-        load_program(job, plan, oversubscribe=oversubscribe)
+        load_program(job, plan, oversubscribe=oversubscribe, options=options or RunOptions.chosen())
         replies = job.request([("step", {i: plan.block(a, i, r) for i, a in enumerate(arrays)})
                                for r in range(ranks)])
     except RunError:

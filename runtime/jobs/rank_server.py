@@ -33,7 +33,7 @@ from .pipeline_rank import PipelineHolder
 from .rank import ABORT_GRACE_SECONDS, at_step
 from .rank_link import connect
 from .resources import available_memory, host_cores
-from .timed_run import overlapping, rank_inputs, timed_run
+from .timed_run import rank_inputs, timed_run
 from .wire import Receiver, send
 
 BEAT_SECONDS = 0.5  # a busy rank's heartbeat period (the driver's silence limit is 10 of them)
@@ -149,13 +149,13 @@ def _answer(request, programs: LoadedPrograms, comm):
     if kind == "holds":
         return request[1] in programs
     if kind == "preload":  # load a program and keep it for a later switch; the running one goes on
-        graph_json, _, feeds, names, _ = request[1:]
-        programs.keep(program_key(graph_json, feeds, names), _loaded(request[1:], comm))
+        graph_json, _, feeds, names, _, options = request[1:]
+        programs.keep(program_key(graph_json, feeds, names, options), _loaded(request[1:], comm))
         return None
     if kind in ("load", "reshard"):
         moves, fields = (None, request[1:]) if kind == "load" else (request[1], request[2:])
-        graph_json, _, feeds, names, _ = fields
-        return _switch(programs, comm, program_key(graph_json, feeds, names), fields, moves)
+        graph_json, _, feeds, names, _, options = fields
+        return _switch(programs, comm, program_key(graph_json, feeds, names, options), fields, moves)
     if kind == "close":
         programs.close()
         return None
@@ -189,10 +189,10 @@ def _answer(request, programs: LoadedPrograms, comm):
 
 def _loaded(fields, comm) -> ResidentRank:
     """The program of a load request's `fields` (graph JSON, kernel sources, feeds, names, kernel bytes
-    received), loaded on this rank without state."""
-    graph_json, sources, feeds, names, received = fields
+    received, `RunOptions`), loaded on this rank without state."""
+    graph_json, sources, feeds, names, received, options = fields
     graph = KernelGraph.from_json(graph_json)
-    return ResidentRank(graph, comm, feeds=feeds, names=names, overlap=overlapping(),
+    return ResidentRank(graph, comm, feeds=feeds, names=names, options=options,
                         kernel_sources=local_sources(graph, sources, received))
 
 

@@ -26,6 +26,7 @@ from slicer.core.errors import CheckpointError, InputError, RunError
 from slicer.lowering import KernelGraph
 
 from ..execution.blocks import rank_slices, take_block
+from ..execution.executor import RunOptions
 from ..simulation.simulator import Simulator, assemble
 from ..state.checkpoint import (
     Checkpoint,
@@ -302,7 +303,8 @@ def _planned_moves(old: SessionPlan, new: SessionPlan) -> Reshard:
     and forth between a few programs plans each switch once (the synthesizer's plans take longer than moving a
     small state). A plan stays correct if the cost model's figures change later, only perhaps not the
     cheapest."""
-    key = tuple((program_key(p.graph.to_json(), p.feeds, p.arg_names), tuple(sorted(p.state))) for p in (old, new))
+    key = tuple((program_key(p.graph.to_json(), p.feeds, p.arg_names, RunOptions()), tuple(sorted(p.state)))
+                for p in (old, new))
     if key not in _PLANNED:
         _PLANNED[key] = plan_moves(old, new)
         while len(_PLANNED) > _PLANNED_KEPT:
@@ -356,9 +358,10 @@ class LaunchedSession(Session):
 
     def __init__(self, plan: SessionPlan, ranks: int, *, mpiexec: str | None = None, timeout: float = 600,
                  oversubscribe: bool = False, borrow: Callable[[], RankJob | None] | None = None,
-                 give_back: Callable[[RankJob], None] | None = None):
+                 give_back: Callable[[RankJob], None] | None = None, options: RunOptions | None = None):
         super().__init__(plan)
         plan.check_feeds()
+        self.options = options if options is not None else RunOptions.chosen()
         lent = borrow() if borrow is not None else None  # after every check that can refuse the session
         self.job = lent if lent is not None else RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
         # A lent job goes back when the session closes, or when it is dropped unclosed (nobody can use it then).
@@ -369,7 +372,7 @@ class LaunchedSession(Session):
         self.kept_program = False  # of a session made by `reshard`: its program was still loaded on the ranks
         self.move_peak_bytes = 0  # of a session made by `reshard`: the most a rank's resident peak grew moving
         try:
-            load_program(self.job, plan, oversubscribe=oversubscribe)
+            load_program(self.job, plan, oversubscribe=oversubscribe, options=self.options)
             self.job.request([("put", {i: plan.block(a, i, r) for i, a in plan.state.items()}) for r in range(ranks)])
         except BaseException:
             self.job.close(graceful=False)
@@ -414,11 +417,12 @@ class LaunchedSession(Session):
         new = object.__new__(LaunchedSession)
         Session.__init__(new, plan)
         new.job, new._sent_before, new._moved_to, new._give_back = self.job, self._sent_before, None, None
+        new.options = self.options
         if self._give_back is not None:  # the lent job goes back when the new session closes or is dropped
             _, give_back, args, _ = self._give_back.detach()
             new._give_back = weakref.finalize(new, give_back, *args)
         self._give_back, self._moved_to = None, "this session was resharded (session.reshard): use the one it returned"
-        loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves))
+        loaded = new._request_as(lambda: load_program(new.job, plan, moves=moves, options=new.options))
         new.move_seconds, new.kept_program = max(loaded.move_seconds), loaded.kept
         new.move_peak_bytes = max(loaded.move_peak_bytes)
         return new
@@ -426,7 +430,7 @@ class LaunchedSession(Session):
     def _preload(self, plan):
         if self._moved_to:
             raise RunError(self._moved_to)
-        return self._request_as(lambda: preload_program(self.job, plan))
+        return self._request_as(lambda: preload_program(self.job, plan, options=self.options))
 
     def _request_as(self, work):
         """`work()` (requests to the job), its RunError saying what state is lost when the job has ended."""

@@ -6,8 +6,8 @@ connections), `repeat` runs measure the total time as users see it (the last one
 pack, transfer, unpack). `combine` assembles every rank's part into the global results and the run's
 `Timings`. A job the driver started runs it on request (`rank_server`'s "timed": the blocks, or a seed, come
 over the link); `slicer-run` under the user's mpiexec runs it in that job (`in_job.run_job_here`: rank 0
-combines what the ranks gather to it). Collectives overlap kernels unless `SLICER_OVERLAP=0` in the ranks'
-environment.
+combines what the ranks gather to it). Collectives overlap kernels unless the run says otherwise
+(`RunOptions`: `Program.run(..., overlap=False)`, or `SLICER_OVERLAP=0` as the default).
 """
 
 from __future__ import annotations
@@ -17,20 +17,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slicer.core import environment
 from slicer.lowering import KernelGraph, cache_stats
 
 from ..execution.blocks import random_block, read_block
 from ..execution.timings import Timings, reduce_runs
 from ..simulation.simulator import assemble
 from .rank import at_step
-
-OVERLAP_ENV = environment.OVERLAP.name  # "0": wait for every collective where it stands (no overlap with kernels)
-
-
-def overlapping() -> bool:
-    """Whether collectives overlap kernels in a rank's runs (`SLICER_OVERLAP`, default on)."""
-    return environment.value(environment.OVERLAP) != "0"
 
 
 def rank_inputs(graph: KernelGraph, rank: int, *, files=None, seed: int = 0) -> list[np.ndarray]:
@@ -93,4 +85,4 @@ def combine(graph: KernelGraph, parts: list[RankPart], repeat: int) -> tuple[lis
     return outputs, timings
 
 
-__all__ = ["OVERLAP_ENV", "RankPart", "combine", "overlapping", "rank_inputs", "timed_run"]
+__all__ = ["RankPart", "combine", "rank_inputs", "timed_run"]

@@ -25,17 +25,18 @@ from slicer.core.errors import InternalError
 from slicer.core.mesh import Mesh
 
 from ..collectives.plan_executor import MeshExecutor
+from ..execution.executor import RunOptions
 from .reshard import Reshard, move_blocks
 from .resident import ResidentRank
 
 KEPT_PROGRAMS = 4  # programs a rank keeps loaded besides the one it runs (each holds its collectives' buffers)
 
 
-def program_key(graph_json: str, feeds: Mapping[int, int], names: Sequence[str]) -> str:
-    """The key of a program as the driver sends it: its kernel graph (kernels included), what feeds what, and
-    its arguments' names."""
+def program_key(graph_json: str, feeds: Mapping[int, int], names: Sequence[str], options: RunOptions) -> str:
+    """The key of a program as the driver sends it: its kernel graph (kernels included), what feeds what, its
+    arguments' names and how its collectives run."""
     digest = hashlib.sha256(graph_json.encode())
-    digest.update(json.dumps([sorted(feeds.items()), list(names)]).encode())
+    digest.update(json.dumps([sorted(feeds.items()), list(names), options.collectives, options.overlap]).encode())
     return digest.hexdigest()
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from slicer.core.errors import InputError, KernelAssertionError
 from slicer.lowering import CollectiveNode, KernelGraph
 
-from ..execution.executor import RankExecutor
+from ..execution.executor import RankExecutor, RunOptions
 
 
 class ResidentRank:
@@ -36,15 +36,15 @@ class ResidentRank:
     the ones `put` gave; every other argument is an input of each `step`."""
 
     def __init__(self, graph: KernelGraph, comm, *, feeds: Mapping[int, int], kernel_sources: dict | None = None,
-                 names: Sequence[str] = (), overlap: bool = True):
-        """`names`: the arguments' names to report (a failed check names the inputs it depends on); `overlap`:
-        collectives overlap kernels (`RankExecutor`)."""
+                 names: Sequence[str] = (), options: RunOptions | None = None):
+        """`names`: the arguments' names to report (a failed check names the inputs it depends on); `options`:
+        how collectives run (`RankExecutor`)."""
         self.graph = graph
         self.feeds = dict(feeds)
         self.names = tuple(names)
         self.comm = comm
         self._failures = np.zeros(2, np.int32)  # the agreement's buffers: this rank's failed checks, every rank's
-        self.executor = RankExecutor(graph, comm, overlap=overlap, kernel_sources=kernel_sources)
+        self.executor = RankExecutor(graph, comm, options=options, kernel_sources=kernel_sources)
         self.rank = self.executor.rank
         self.resident: dict[int, np.ndarray] = {}
         self.steps = 0

@@ -47,6 +47,11 @@
 // ROUND-NOT: linalg.generic
 // ROUND: call @[[PROJ:__slicer_contract_[0-9]+]](%[[X2]], %[[W2]], %[[R2]], %[[B2]], %[[RES]])
 // ROUND-NEXT: return
+// An output allocated after the contraction is not the GEMM's to write: C and the rounding stay.
+// ROUND-LABEL: func.func @late_output
+// ROUND: %[[LC:.*]] = memref.alloc() {{.*}} : memref<48x80xf32>
+// ROUND: call @{{__slicer_contract_[0-9]+}}(%{{.*}}, %{{.*}}, %[[LC]])
+// ROUND: linalg.generic {{.*}} ins(%[[LC]] : memref<48x80xf32>) outs(%{{.*}} : memref<48x80xbf16>)
 // ROUND-LABEL: func.func private @{{__slicer_contract_[0-9]+}}
 // ROUND: vector.store %{{.*}}, %{{.*}} : memref<2x32x4x64xbf16>, vector<16xbf16>
 // ROUND: func.func private @[[QB]](

@@ -1,5 +1,6 @@
 """Collectives overlapped with kernels (the default schedule) give the same bits as collectives waited for
-where they stand (SLICER_OVERLAP=0), including sums over 4 and 8 ranks; the timeline shows the overlap."""
+where they stand (`run(..., overlap=False)`), including sums over 4 and 8 ranks; the timeline shows the overlap.
+The argument wins over its default in the environment (SLICER_OVERLAP) both ways."""
 
 from pathlib import Path
 
@@ -28,22 +29,27 @@ def test_overlapped_run_is_bit_identical_to_blocking(example, mesh, tactics, mon
     rng = np.random.default_rng(7)
     inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in reference.inputs]
     runs = {}
-    for overlap in ("1", "0"):
-        monkeypatch.setenv("SLICER_OVERLAP", overlap)
-        runs[overlap] = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240, return_timings=True)
-    (overlapped, timings), (blocking, _) = runs["1"], runs["0"]
+    monkeypatch.setenv("SLICER_OVERLAP", "1")  # the default the argument overrides
+    for overlap in (None, False):
+        runs[overlap] = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240, return_timings=True,
+                                 overlap=overlap)
+    (overlapped, timings), (blocking, blocking_timings) = runs[None], runs[False]
     np.testing.assert_allclose(overlapped, reference(*inputs), rtol=1e-5, atol=1e-5)
     assert overlapped.tobytes() == blocking.tobytes()
     kinds = [e.kind for e in timings.events[0]]
     collectives = sum(hasattr(n, "step") for n in prog.graph.nodes)
     assert kinds.count("start") == kinds.count("wait") == collectives
+    blocking_kinds = [e.kind for e in blocking_timings.events[0]]  # each collective waited for where it starts
+    assert all(blocking_kinds[i + 1] == "wait" for i, kind in enumerate(blocking_kinds) if kind == "start")
 
 
-def test_sequence_parallel_attention_gathers_v_while_computing_scores():
+def test_sequence_parallel_attention_gathers_v_while_computing_scores(monkeypatch):
     text = (EXAMPLES / "mha.mlir").read_text()
     prog = slicer.compile(text, mesh=slicer.Mesh(x=4), tactics=slicer.parse_tactics("arg0.0=x"))
     inputs = [np.ones(prog.graph.values[a].dist.shape, np.float32) for a in prog.graph.args]
-    _, timings = prog.run(*inputs, ranks=4, timeout=240, return_timings=True)
+    monkeypatch.setenv("SLICER_OVERLAP", "0")  # the argument wins over its default
+    monkeypatch.setenv("SLICER_COLLECTIVES", "not-a-strategy")  # never read: the argument is given
+    _, timings = prog.run(*inputs, ranks=4, timeout=240, return_timings=True, overlap=True, collectives="shm")
     for events in timings.events:
         order = [(e.kind, e.label.split(" ")[0]) for e in events]
         # the second gather (V) is started before the scores kernel runs and waited for after it

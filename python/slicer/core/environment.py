@@ -54,10 +54,11 @@ OVERSUBSCRIBE = _own("OVERSUBSCRIBE", "`0`", "`1`: allow more local ranks than c
                      "`oversubscribe=True`)", "runtime/jobs/resources.py")
 MPI_YIELD = _own("MPI_YIELD", "on when the ranks outnumber the cores", "`1`/`0`: MPICH ranks sleep between polls "
                  "while they wait / spin", "runtime/jobs/mpiexec.py")
-COLLECTIVES = _own("COLLECTIVES", "`auto`", "how ranks run collectives: `shm` (shared memory), `mpi`, or `auto` "
-                   "(shared memory for groups on one host)", "runtime/collectives/shm_collectives.py")
-OVERLAP = _own("OVERLAP", "`1`", "`0`: ranks wait for every collective where it stands (no overlap with kernels)",
-               "runtime/jobs/timed_run.py")
+COLLECTIVES = _own("COLLECTIVES", "`auto`", "default of `Program.run(collectives=)` and `session(collectives=)`: how "
+                   "ranks run collectives, `shm` (shared memory), `mpi`, or `auto` (shared memory for groups on one "
+                   "host)", "runtime/collectives/shm_collectives.py")
+OVERLAP = _own("OVERLAP", "`1`", "default of `Program.run(overlap=)` and `session(overlap=)`: `0` makes ranks wait for "
+               "every collective where it stands (no overlap with kernels)", "runtime/execution/executor.py")
 KEEP_RANKS = _own("KEEP_RANKS", "`0`", "`1`: an untimed `Program.run(..., ranks=N)` reuses a job of N ranks kept "
                   "warm", "runtime/jobs/rank_pool.py")
 RANK_SILENCE_SECONDS = _own("RANK_SILENCE_SECONDS", "`5`", "seconds a busy rank may send no heartbeat before the "

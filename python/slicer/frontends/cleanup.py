@@ -22,10 +22,12 @@ from slicer.core.pipeline import run_pipeline
 from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
+from .fills import fills_at_reshapes
 from .pieces import concat_as_stack, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
 AFTER_SPLITS = "func.func(linalg-fuse-elementwise-ops,canonicalize,cse)"
+AFTER_FILLS = "func.func(cse,canonicalize)"
 
 
 def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0) -> None:
@@ -36,6 +38,8 @@ def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0)
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
+    if checked_step(module, "fills_at_reshapes", fills_at_reshapes):
+        checked_step(module, AFTER_FILLS, lambda m: run_pipeline(m, AFTER_FILLS))
     if fences:
         checked_step(module, "drop_fences", lambda m: drop_last_results(entry_function(m, entry), fences))
 

@@ -13,7 +13,8 @@ the batch afterwards. Here both are stride-1 convolutions without zeros, which t
 - input gradient: the stride-s transposed convolution split into its s x s phases (sub-pixel convolution):
   padded input row `i = q * s + r` receives `sum_j dy[q - j] * w[r + s * j]`, a stride-1 full correlation of
   dy with the flipped sub-kernel `w[..., r::s, t::s]` (none when the kernel is narrower than the stride: those
-  rows are zero); the phases are interleaved into the padded input and its padding cropped. A 1x1 phase is a
+  rows are zero); the phases are written into the padded input by strided inserts (`slice_scatter`; a stack
+  and transpose of bf16 phases made vector shuffles LLVM cannot select) and its padding cropped. A 1x1 phase is a
   batched matmul, and kernels are flipped by moving whole taps (`_correlate`).
 
 Dilated, grouped, transposed and non-2-d convolutions keep torch-mlir's decomposition (`NotImplemented`).
@@ -58,14 +59,13 @@ def _input_gradient(grad_output, input, weight, stride, padding):
         return _correlate(aten, grad_output, weight, [k[0] - 1 - padding[0], k[1] - 1 - padding[1]])
     padded = (h + 2 * padding[0], w + 2 * padding[1])
     rows = -(-padded[0] // sh), -(-padded[1] // sw)  # phase extents: padded rows q * s + r, q < rows
-    phases = []
+    interleaved = grad_output.new_zeros((n, c, rows[0] * sh, rows[1] * sw))
     for r in range(sh):
-        line = []
+        line = grad_output.new_zeros((n, c, rows[0], rows[1] * sw))
         for t in range(sw):
-            line.append(_phase(aten, grad_output, weight, (r, t), (sh, sw), rows, (n, c)))
-        phases.append(torch.stack(line))
-    joined = torch.stack(phases)  # [sh, sw, N, C, rows_h, rows_w]
-    interleaved = joined.permute(2, 3, 4, 0, 5, 1).reshape(n, c, rows[0] * sh, rows[1] * sw)
+            phase = _phase(aten, grad_output, weight, (r, t), (sh, sw), rows, (n, c))
+            line = aten.slice_scatter(line, phase, 3, t, None, sw)
+        interleaved = aten.slice_scatter(interleaved, line, 2, r, None, sh)
     return interleaved[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w]
 
 

@@ -18,10 +18,12 @@ arguments named.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
+
+from slicer.viz.remat_memory import RematUnit
 
 from .program import ImportedProgram
 from .stage_partition import partition
@@ -51,6 +53,8 @@ class StagePrograms:
     buffers: tuple[str, ...]
     state: tuple[str, ...]
     hyper: tuple[str, ...]
+    remat: tuple[RematUnit, ...] = ()
+    """What remat did to each module of the stage a `Remat` tactic names (`stage_partition.py`)."""
 
 
 def _imported(torch, fx, function, names: list[str], values: list, roles: list[str], results: list[str],
@@ -79,11 +83,12 @@ def _program(fx, graph, names: list[str], values: list, roles: list[str], result
 
 def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer], values: dict, batch_names: set[str],
                    trained: set[str], optimizer, microbatches: int, state: dict, hyper: dict,
-                   last: bool, pool: Executor) -> Callable[[], StagePrograms]:
+                   last: bool, pool: Executor, remat: Sequence = ()) -> Callable[[], StagePrograms]:
     """The programs of the stage `graph` (see the module docstring), once `pool` has imported them: call the
     result. `values`: an example of every name its graph reads (the micro-batch's batch tensors and received
     values included); `trained`: the parameters that get gradients; `batch_names`: the step's batch tensors;
-    `state`, `hyper`: the optimizer's initial state and hyperparameters by name (all stages')."""
+    `state`, `hyper`: the optimizer's initial state and hyperparameters by name (all stages'); `remat`: the
+    `Remat` tactics whose modules the backward recomputes."""
     module: Any = graph.module
     index = graph.index
     received = tuple(transfers[n] for n in graph.inputs if n in transfers)
@@ -101,7 +106,7 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
         named = dict(zip(front + grads_in + owned + accumulated, args))
         weights = {n: named[n].detach().requires_grad_() for n in params}
         inputs = {t.name: named[t.name].detach().requires_grad_() for t in back}
-        out = module(*({**named, **weights, **inputs}[n] for n in graph.inputs))
+        out = torch.fx.Interpreter(module).run(*({**named, **weights, **inputs}[n] for n in graph.inputs))
         out = out if isinstance(out, (tuple, list)) else (out,)
         outs = [out[0] / microbatches] if last else list(out)
         given = None if last else [named[GRAD + t.name] for t in sent]
@@ -116,7 +121,7 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     examples = [values[n] for n in front] + sent_values + [values[n] for n in owned] + zeros
     results = ["loss"] if last else [t.name for t in sent]
     joint_graph = trace(torch, joint, examples, f"the forward and backward of {what}", lines=False)
-    cut = partition(torch, joint_graph, len(front), len(grads_in), len(owned), len(results))
+    cut = partition(torch, joint_graph, len(front), len(grads_in), len(owned), len(results), remat)
     saved = [f"s{index}.saved.{k}" for k in range(cut.saved)]
     fwd = _program(fx, cut.forward, front + owned, [values[n] for n in owned],
                    ["input"] * len(front) + ["parameter"] * len(params) + ["buffer"] * len(buffers),
@@ -143,7 +148,7 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
                     + ["hyper"] * len(hyper), [*params, *own_state], f"the update of {what}", pool,
                     optimizer.hyperparameter_values)
     return lambda: StagePrograms(index, fwd.result(), bwd.result(), upd.result(), batch, received, sent,
-                                 tuple(saved), params, buffers, tuple(own_state), tuple(hyper))
+                                 tuple(saved), params, buffers, tuple(own_state), tuple(hyper), cut.remat)
 
 
 __all__ = ["GRAD", "StagePrograms", "stage_programs"]

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from slicer.core.errors import FrontendError
 
+from .module_paths import module_paths
+
 STAGE_KEY = "slicer_stage"  # the key of a node's stage in its "custom" metadata
 
 
@@ -118,7 +120,7 @@ def split_forward(torch, model, loss_fn, names: list[str], values: list, count: 
         named = {f"model.{n}": t for n, t in zip(names[:count], tensors[:count])}
         return torch.func.functional_call(wrapper, named, tuple(tensors[count:]))
 
-    with stage_marks(torch, model, points):
+    with stage_marks(torch, model, points), module_paths(torch, model):  # this order: see module_paths
         try:
             graph = make_fx(forward, tracing_mode="fake")(*values)
         except FrontendError:

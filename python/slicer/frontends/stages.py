@@ -10,6 +10,7 @@ them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +40,11 @@ class StepOrigin:
     seed: int
 
 
-def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | None = None
+def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | None = None, remat: Sequence = ()
                   ) -> tuple[tuple[StagePrograms, ...], tuple[Transfer, ...], tuple[str, ...]]:
     """Every stage's programs, the transfers between them and the split points, for `microbatches`
-    micro-batches; `split` None: `stages` stages balanced by their FLOPs (`stage_balance.py`)."""
+    micro-batches; `split` None: `stages` stages balanced by their FLOPs (`stage_balance.py`); `remat`: the
+    `Remat` tactics whose modules each stage's backward recomputes (`stage_partition.py`)."""
     torch, fx = load_torch()
     if origin.precision is not None or origin.microbatches != 1:
         raise FrontendError("pipeline: import the step without microbatches= and precision= (the pipeline's "
@@ -71,7 +73,7 @@ def import_stages(origin: StepOrigin, split, microbatches: int, stages: int | No
     last = len(graphs) - 1
     with ThreadPoolExecutor(max_workers=LOWERING_THREADS) as pool:  # torch-mlir's lowerings beside the tracing
         pending = [stage_programs(torch, fx, g, transfers, values, set(origin.batch_names), set(trained), optimizer,
-                                  microbatches, state, hyper, g.index == last, pool) for g in graphs]
+                                  microbatches, state, hyper, g.index == last, pool, remat) for g in graphs]
         programs = tuple(p() for p in pending)
     return programs, tuple(transfers.values()), tuple(points)
 

@@ -60,6 +60,7 @@ class PipelineProgram:
             lines.append(f"virtual stage {stage.index}: {len(stage.parameters)} trained parameters "
                          f"({sum(int(np.prod(_shape(self.step, stage, p))) for p in stage.parameters)} values)"
                          + (f"; sends {sent}" if sent else ""))
+        lines += [line for stage in self.stage_programs for line in _remat_lines(stage)]
         lines.append(self.schedule.text())
         ideal = (s - 1) / (m + s - 1)
         lines.append(f"bubble: {run.bubble:.3f} of the stages' time (forward 1, backward 2; (S-1)/(M+S-1) = "
@@ -118,7 +119,9 @@ class PipelineProgram:
         accumulated gradients (`gradients`), the activations it holds at the schedule's peak
         (`activations`: micro-batches in flight x `held_bytes`) and the largest peak of one of its
         programs beyond its arguments (`working`: the forward, backward or update running), and their sum
-        (`peak`): what the stage needs at most while it runs."""
+        (`peak`): what the stage needs at most while it runs. Under remat, `recomputed`: the activations its
+        forward no longer saves at that peak (micro-batches in flight x `StagePrograms.remat`'s recomputed bytes,
+        averaged over its model chunks; whole micro-batches, which the stage's other axes split further)."""
         run = self.schedule.verify()
         held = self.held_bytes()
         reports = {name: program.memory() for name, program in self.programs.items()}
@@ -134,6 +137,9 @@ class PipelineProgram:
             working = max(r.peak - r.argument_bytes for r in mine.values())
             figures.append({"stage": stage, "state": state, "gradients": grads, "activations": activations,
                             "working": working, "peak": state + grads + activations + working})
+            recomputed = sum(u.recomputed for v in chunks for u in v.remat) // max(1, len(chunks))
+            if recomputed:
+                figures[-1]["recomputed"] = run.peak[stage] * recomputed
         return figures
 
     def initial_state(self) -> dict[str, np.ndarray]:
@@ -188,6 +194,19 @@ class PipelineProgram:
             if isinstance(session, LaunchedPipelineSession):
                 self.timeline, self.resident_growth = session.timeline()
             return losses, session.state_dict()
+
+
+def _remat_lines(stage) -> list[str]:
+    """What remat did to the virtual stage `stage`'s modules, one line per policy (`StagePrograms.remat`)."""
+    lines = []
+    for policy in dict.fromkeys(u.policy for u in stage.remat):
+        units = [u for u in stage.remat if u.policy == policy]
+        lines.append(f"virtual stage {stage.index}: remat {policy} on {', '.join(u.name for u in units)}: their "
+                     f"forward saves {sum(u.saved for u in units)} bytes per micro-batch for the backward, which "
+                     f"recomputes {sum(u.cloned for u in units)} ops instead of holding "
+                     f"{sum(u.recomputed for u in units)} bytes more (the whole micro-batch's, before the "
+                     "stage's other axes split it)")
+    return lines
 
 
 def _shape(step, stage, name: str) -> tuple[int, ...]:

@@ -1,7 +1,9 @@
 """Compiling a training step under a `Pipeline` tactic (`slicer.compile(step, mesh=..., tactics=[Pipeline, ...])`).
 
 1. The step is imported again by stage from the torch model it came from (`frontends.stages`): each virtual
-   stage's forward, backward and update, and the transfers between stages.
+   stage's forward, backward and update, and the transfers between stages. A `Remat` tactic is applied
+   there, where each stage's forward and backward are cut apart (`frontends/stage_partition.py`): the forward
+   saves what the policy keeps, the backward recomputes the rest.
 2. The schedule (`mpmd.pipeline_schedule`) is built and verified.
 3. Each stage program is compiled by `slicer.compile` for the mesh with the pipeline axis at size 1 (the
    devices of one stage), with the tactics that name its arguments (data parallel, ZeRO, Megatron on the
@@ -27,7 +29,8 @@ from slicer.frontends.stages import import_stages
 from slicer.mpmd.instructions import lower_module
 from slicer.mpmd.pipeline_schedule import make_schedule
 from slicer.mpmd.stage_module import CalleeSignature, Link, StageFunctions, build_module
-from slicer.tactics import Replicate, Tactic, Tile
+from slicer.strategies import check_remat
+from slicer.tactics import Remat, Replicate, Tactic, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
 
 from .pipeline_program import PipelineProgram
@@ -83,9 +86,12 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
                                else "") + f": give {virtual - 1} split points")
     schedule = make_schedule(pipeline.schedule, count, pipeline.microbatches, pipeline.virtual_stages)
     split = list(pipeline.split) if pipeline.split is not None else None
-    stages, transfers, points = import_stages(step.origin, split, pipeline.microbatches, virtual)
+    remat = [t for t in tactics if isinstance(t, Remat)]
+    for tactic in remat:
+        check_remat(step, tactic, "pipeline")
+    stages, transfers, points = import_stages(step.origin, split, pipeline.microbatches, virtual, remat)
     sub_mesh = Mesh([(a, 1 if a == pipeline.axis else s) for a, s in mesh.axes])
-    others = [t for t in tactics if not isinstance(t, Pipeline)]
+    others = [t for t in tactics if not isinstance(t, (Pipeline, Remat))]
     unknown = [t for t in others if not isinstance(t, (Tile, Replicate))]
     if unknown:
         raise CompileError(f"pipeline: {unknown[0]} cannot be combined with a pipeline yet (the values "

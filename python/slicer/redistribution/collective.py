@@ -40,6 +40,7 @@ class Collective:
     reduces: ClassVar[bool] = False  # combines the blocks of a group (`reduction`) rather than moving them
     reduction = "sum"  # how a reducing step combines (`steps.REDUCTIONS`; an instance field of `AllReduce`)
     relabels: ClassVar[bool] = False  # any type of the same local shape before it: consecutive ones compose
+    point_to_point: ClassVar[bool] = False  # each device receives at most one other device's block, no group
 
     if TYPE_CHECKING:  # what each kind defines (a frozen dataclass: its fields, its rules), for type checkers
         __dataclass_fields__: ClassVar[dict[str, Any]]

@@ -240,6 +240,7 @@ class Permute(Collective):
     phase: ClassVar[int | None] = 1
     ir_name: ClassVar[str] = PERMUTE
     relabels: ClassVar[bool] = True
+    point_to_point: ClassVar[bool] = True
 
     @classmethod
     def between(cls, senders: np.ndarray, receivers: np.ndarray, type_after: DistType) -> Permute:

@@ -21,6 +21,7 @@ from slicer.core.operations import as_op, defining_op
 from slicer.core.source_lines import module_path
 from slicer.tactics.patterns import closest_hint, matches
 from slicer.tactics.values import REMAT_POLICIES as POLICIES
+from slicer.tactics.values import remat_keeps
 
 from .overlap_ir import tensor_bytes, top_level
 
@@ -240,9 +241,9 @@ def _saved(facts: _Function, op: ir.Operation, value: ir.Value, unit: str, unit_
     """Whether the forward value `value` (computed by `op` of `unit`) is saved rather than recomputed."""
     if op.name in COLLECTIVE_OPS:
         return True
-    if policy == "save_dots" and is_contraction(op) and not has_batch_dims(op):
-        return True
-    if policy == "save_names" and any(matches(n, module_path(op.location)) for n in names):
+    contraction = is_contraction(op)
+    if remat_keeps(policy, names, module_path(op.location), contraction=contraction,
+                   batched=contraction and has_batch_dims(op)):
         return True
     for use in value.uses:
         reader = top_level(as_op(use.owner), facts.block)

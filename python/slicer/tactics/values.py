@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from slicer.core.errors import InvalidTactic
 
+from .patterns import matches
+
 AxisNames = tuple[str, ...]
 
 
@@ -164,6 +166,22 @@ class Remat:
     __str__ = __repr__
 
 
+def remat_keeps(policy: str, names: Iterable[str], path: str | None, *, contraction: bool, batched: bool) -> bool:
+    """Whether remat `policy` keeps (saves for the backward rather than recomputes) a value computed inside a
+    recomputed module, by the module that computed it (`path`, e.g. `blocks.0.attn.c_proj`) and the op: a
+    contraction (a matmul in any form), `batched` when a loop dim walks its operands and result (attention's
+    `q @ k^T` per head, recomputed) rather than a linear layer's against a weight (kept by save_dots); `names`:
+    save_names' patterns. "full" keeps nothing inside the module (only what reaches it: its inputs). The one
+    definition of the policies, read by `slicer-remat` on the IR's linalg ops and by a pipeline's stage
+    partition on aten ops (`frontends/stage_partition.py`). Whatever the policy, a module's outputs (read by the
+    forward outside it) and collectives' results are kept."""
+    if policy == "save_dots":
+        return contraction and not batched
+    if policy == "save_names":
+        return path is not None and any(matches(n, path) for n in names)
+    return policy == "none"
+
+
 Tactic = Tile | Replicate | Remat
 
 # ----------------------------------------------------------------------------- text form
@@ -266,4 +284,5 @@ def format_tactics(tactics: Iterable[Tactic]) -> str:
 
 __all__ = [
     "REMAT_POLICIES", "Remat", "Replicate", "Tactic", "Tile", "TEXT_SYNTAX", "format_tactics", "parse_tactics",
+    "remat_keeps",
 ]

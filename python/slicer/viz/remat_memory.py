@@ -17,7 +17,8 @@ from slicer.spmd.rematerialize import read_units
 
 @dataclass(frozen=True)
 class RematUnit:
-    """One recomputed module: its policy, bytes per device saved and recomputed, ops cloned."""
+    """One recomputed module: its policy, bytes saved and recomputed (per device; a pipeline stage's, recorded
+    by `frontends/stage_partition.py`: one micro-batch's, whole), ops cloned (recomputed)."""
 
     name: str
     policy: str

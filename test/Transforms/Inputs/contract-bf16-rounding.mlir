@@ -187,3 +187,29 @@ func.func @proj_residual(%x: memref<48x96xbf16>, %w: memref<80x96xbf16>, %b: mem
   }
   return
 }
+
+// The rounding's output allocated after the contraction: the GEMM cannot write it (it does not exist yet), so
+// the f32 C and the rounding stay.
+func.func @late_output(%x: memref<48x96xbf16>, %w: memref<80x96xbf16>, %out: memref<48x80xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  %c = memref.alloc() {alignment = 64 : i64} : memref<48x80xf32>
+  linalg.fill ins(%zero : f32) outs(%c : memref<48x80xf32>)
+  linalg.generic {indexing_maps = [#mk, #nk, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<48x96xbf16>, memref<80x96xbf16>) outs(%c : memref<48x80xf32>) {
+  ^bb0(%a: bf16, %v: bf16, %acc: f32):
+    %af = arith.extf %a : bf16 to f32
+    %vf = arith.extf %v : bf16 to f32
+    %m = arith.mulf %af, %vf : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  %r = memref.alloc() {alignment = 64 : i64} : memref<48x80xbf16>
+  linalg.generic {indexing_maps = [#mn2, #mn2], iterator_types = ["parallel", "parallel"]}
+      ins(%c : memref<48x80xf32>) outs(%r : memref<48x80xbf16>) {
+  ^bb0(%in: f32, %o: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  memref.copy %r, %out : memref<48x80xbf16> to memref<48x80xbf16>
+  return
+}

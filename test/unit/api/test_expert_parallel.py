@@ -120,3 +120,20 @@ def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
     with pytest.raises(slicer.InvalidTactic, match=r"'blocks\.0\.moe\.experts\.0\.w1\.weight' is a weight of one "
                                                    r"expert of an nn\.ModuleList .*Stack the experts' weights"):
         st.expert_parallel(step, "x")
+
+
+@pytest.mark.slow
+def test_gather_and_scatter_add_dispatch_with_capacity_trains_equal_to_torch_under_dp2ep():
+    """The indexed form of the same layer (`form="gather"`: torch.gather into the capacity slots, scatter_add of
+    the gated outputs back, imported as one-hot selects and sums) moves tokens by all_to_all and gathers no
+    expert. It is not yet the canonical 2 + 2: the backward of the one-hot gather moves its [G, E, C, D, S + 1]
+    selects (one more all_to_all) and reduce_scatters the padded tokens' gradient."""
+    model, loss_fn, batch = moe.switch_moe(seed=3, form="gather")
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    kinds = sorted(kind for kind, _ in collectives(prog))
+    assert kinds == ["all_reduce"] * 3 + ["all_to_all"] * 5 + ["reduce_scatter"]
+    assert "dispatch (tokens to their experts)" in prog.explain()

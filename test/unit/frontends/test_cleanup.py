@@ -74,3 +74,38 @@ def test_heads_after_the_split_partition_the_fused_projection():
         projections = [op for op in walk_ops(module.operation, "linalg.generic")
                        if any("16x3x" in str(v.type) for v in op.operands)]  # reads the weight as [16, 3, 16]
         assert projections and all(op.parent.name == LOOP for op in projections)
+
+
+# One zero fill (the generic form the cleanup leaves) read through two reshapes, as ring attention reads the
+# accumulator of its scores: [4, 2, 2] as [2, 2, 2, 2] and as [2, 8].
+SHARED_FILL = """
+func.func @f(%a: tensor<2x2x2x2xf32>, %b: tensor<2x8xf32>) -> (tensor<2x2x2x2xf32>, tensor<2x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x2x2xf32>
+  %f = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]} outs(%e : tensor<4x2x2xf32>) {
+  ^bb0(%out: f32):
+    linalg.yield %zero : f32
+  } -> tensor<4x2x2xf32>
+  %x = tensor.expand_shape %f [[0, 1], [2], [3]] output_shape [2, 2, 2, 2] : tensor<4x2x2xf32> into tensor<2x2x2x2xf32>
+  %y = tensor.collapse_shape %f [[0], [1, 2]] : tensor<4x2x2xf32> into tensor<4x4xf32>
+  %z = tensor.collapse_shape %y [[0, 1]] : tensor<4x4xf32> into tensor<16xf32>
+  %w = tensor.expand_shape %z [[0, 1]] output_shape [2, 8] : tensor<16xf32> into tensor<2x8xf32>
+  %s = arith.addf %x, %a : tensor<2x2x2x2xf32>
+  %t = arith.addf %w, %b : tensor<2x8xf32>
+  return %s, %t : tensor<2x2x2x2xf32>, tensor<2x8xf32>
+}
+"""
+
+
+def test_each_reshape_of_a_fill_reads_a_fill_of_its_own_shape():
+    """`fills_at_reshapes` (frontends/fills.py): no reshape of a fill is left, each reader gets a fill of the
+    shape it reads (chains of reshapes too), and the program computes what it did."""
+    with make_context():
+        module = ir.Module.parse(SHARED_FILL)
+        clean_up(module.operation)
+        text = str(module)
+        assert "tensor.expand_shape" not in text and "tensor.collapse_shape" not in text, text
+        fills = [op for op in walk_ops(module.operation, "linalg.generic") if not op.operands[:-1]]
+        assert sorted(str(op.results[0].type) for op in fills) == ["tensor<2x2x2x2xf32>", "tensor<2x8xf32>"]
+    check_equivalent(SHARED_FILL, str(module), step="fills_at_reshapes")

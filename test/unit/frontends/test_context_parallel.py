@@ -48,11 +48,11 @@ def test_ring_attention_leaves_other_forms_to_the_plain_math():
     assert ring_attention(2, q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool)) is NotImplemented  # per query
 
 
-def one_block_gpt(flavor: str, batch: int):
+def one_block_gpt(flavor: str, batch: int, seq: int = 8):
     """A one-block `NanoGPT` attending as `flavor` (idioms.ATTENTION), with its loss and a batch."""
     torch.manual_seed(0)
-    model = idioms.NanoGPT(32, 8, flavors=(flavor,))
-    tokens = torch.randint(0, 32, (batch, 9))
+    model = idioms.NanoGPT(32, seq, flavors=(flavor,))
+    tokens = torch.randint(0, 32, (batch, seq + 1))
     idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     if flavor != "bool_mask":
         return model, lambda m, idx, targets: F.cross_entropy(m(idx).flatten(0, 1), targets.flatten()), (idx, targets)
@@ -79,12 +79,27 @@ def test_context_parallel_tactics():
         st.context_parallel(forward, "x")
 
 
+def held_across_collectives(graph, which) -> list[str]:
+    """The values `which` selects that a kernel makes before a collective and a node reads after it."""
+    last, born, found = graph.last_uses(), {}, []
+    for index, node in enumerate(graph.nodes):
+        for name in getattr(node, "outputs", ()):
+            born[name] = index
+    for index, node in enumerate(graph.nodes):
+        if not hasattr(node, "outputs"):
+            found += [n for n, b in born.items() if b < index < last.get(n, -1) and which(graph.values[n])]
+    return sorted(set(found))
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("error::slicer.DegradedStrategy")
 def test_causal_step_on_two_devices_equals_torch():
     """A sequence of one batch row: every op between the ring's permutes computes on its own tokens (no gather,
-    no DegradedStrategy); two SGD steps equal torch's."""
-    model, loss_fn, batch = one_block_gpt("causal", 1)
+    no DegradedStrategy), and no [c, c] block of scores (c = 8 tokens a device; a head has 4 features) is held
+    across a collective: the accumulators' zero fill is made per block where it is read (frontends/fills.py),
+    the next step's scores after the permutes they do not feed, the query gradient's `dscores @ k` before them
+    (lowering/sinking.py). Two SGD steps equal torch's."""
+    model, loss_fn, batch = one_block_gpt("causal", 1, seq=16)
     optimizer = slicer.SGD(0.1, momentum=0.9)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
     prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.context_parallel(step, "x"))
@@ -92,6 +107,7 @@ def test_causal_step_on_two_devices_equals_torch():
     assert "slicer.permute" in collectives and "all_gather" not in collectives
     # k and v once (the backward recomputes the same rotation: one op), dk and dv twice (a step, then home)
     assert collectives.count("slicer.permute over") == 2 + 4
+    assert not held_across_collectives(prog.graph, lambda v: v.local_shape[-2:] == (8, 8) and v.dtype == "f32")
     loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
     assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
 

@@ -7,13 +7,21 @@ Extents that are not multiples of the block (clipped loops, scalar tails) and su
 under a group's rows are checked for their values too.
 """
 
+import zlib
+
 import numpy as np
 import pytest
 from test_rows import fused_groups
 
 from slicer.lowering import compile_library
 
-RNG = np.random.default_rng(45)
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded by the test's own name: its data do not depend on which tests ran before it in the
+    same process (a shared generator gave a test other data under another order of tests, and its accuracy
+    bound, checked on one draw, failed on some of them)."""
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def reduction_fn(name: str, shape: tuple[int, ...], reduced: tuple[int, ...], outputs=("addf",)) -> str:
@@ -63,14 +71,14 @@ def relative(got, exact) -> float:
                                       # partial sum per row, added up over 1024 rows
     ((16, 32, 32, 32), (0, 2, 3), 0.5),  # BatchNorm's statistics over N, H, W per channel
 ])
-def test_long_outer_sums_are_as_accurate_as_a_pairwise_sum(cache_dir, shape, reduced, mean):
+def test_long_outer_sums_are_as_accurate_as_a_pairwise_sum(cache_dir, shape, reduced, mean, rng):
     """Errors summed over 8 draws. One chain of additions per output measured 19-21x numpy's error (column
     sums), 9-10x (whole sums), 6.5-7x (BatchNorm's); the cascade 1.36-1.5x, 1.07-1.22x, 1.29-1.36x, which is
     torch float32's (the same 1.36-1.5x, 1.06-1.17x, 1.32-1.37x)."""
     library = compile_library(reduction_fn("total", shape, reduced), cache_dir=cache_dir)
     ours = theirs = 0.0
     for _ in range(8):
-        x = (RNG.standard_normal(shape) + mean).astype(np.float32)
+        x = (rng.standard_normal(shape) + mean).astype(np.float32)
         exact = x.astype(np.float64).sum(reduced)
         ours += relative(library["total"](x), exact)
         theirs += relative(pairwise(x, reduced), exact)
@@ -78,17 +86,17 @@ def test_long_outer_sums_are_as_accurate_as_a_pairwise_sum(cache_dir, shape, red
 
 
 @pytest.mark.parametrize("shape,reduced", [((1000, 37), (0,)), ((4099, 3), (0, 1)), ((5, 3, 300, 20), (0, 2))])
-def test_cascades_over_ragged_extents_sum_every_element_once(cache_dir, shape, reduced):
+def test_cascades_over_ragged_extents_sum_every_element_once(cache_dir, shape, reduced, rng):
     """Extents that are no multiple of the block of 16 (clipped inner loops) nor of the vector (scalar tails)."""
     library = compile_library(reduction_fn("total", shape, reduced), cache_dir=cache_dir)
-    x = RNG.standard_normal(shape).astype(np.float32) + 2
+    x = rng.standard_normal(shape).astype(np.float32) + 2
     np.testing.assert_allclose(library["total"](x), x.astype(np.float64).sum(reduced), rtol=2e-6)
 
 
-def test_a_sum_beside_a_max_in_one_op_is_cascaded_and_the_max_exact(cache_dir):
+def test_a_sum_beside_a_max_in_one_op_is_cascaded_and_the_max_exact(cache_dir, rng):
     shape, reduced = (2048, 48), (0,)
     library = compile_library(reduction_fn("both", shape, reduced, ("addf", "maximumf")), cache_dir=cache_dir)
-    x = RNG.standard_normal(shape).astype(np.float32) + 1
+    x = rng.standard_normal(shape).astype(np.float32) + 1
     total, top = library["both"](x)
     exact = x.astype(np.float64).sum(0)
     np.testing.assert_array_equal(top, x.max(0))
@@ -119,13 +127,17 @@ func.func @mean(%x: tensor<8x1024x64xf32>) -> tensor<8xf32> {
 """
 
 
-def test_a_cascade_runs_under_a_fused_groups_rows(cache_dir):
+def test_a_cascade_runs_under_a_fused_groups_rows(cache_dir, rng):
     """The sum over (r, w) and the division fuse over the channel rows; the sum over r is still cascaded."""
     assert fused_groups(MEAN_OVER_ROWS) == ["@__slicer_rows_0: 3 op(s), 1 row dim(s)"]
-    x = RNG.standard_normal((8, 1024, 64)).astype(np.float32) + 1
-    exact = x.astype(np.float64).mean((1, 2))
-    got = compile_library(MEAN_OVER_ROWS, cache_dir=cache_dir)["mean"](x)
-    assert relative(got, exact) < 1.6 * relative(pairwise(x, (1, 2)) / np.float32(65536), exact)
+    mean = compile_library(MEAN_OVER_ROWS, cache_dir=cache_dir)["mean"]
+    ours = theirs = 0.0
+    for _ in range(8):  # errors summed over 8 draws: one draw's are a rounding or two, 0.6-1.9x numpy's
+        x = rng.standard_normal((8, 1024, 64)).astype(np.float32) + 1
+        exact = x.astype(np.float64).mean((1, 2))
+        ours += relative(mean(x), exact)
+        theirs += relative(pairwise(x, (1, 2)) / np.float32(65536), exact)
+    assert ours < 1.6 * theirs, ours / theirs
 
 
 BATCHNORM_MEAN = """
@@ -158,7 +170,7 @@ func.func @mean(%x: tensor<{n}x{c}x{h}x{w}xf32>) -> tensor<{c}xf32> {{
     (4, 8, 16, 16),   # the same on one device
     (3, 4, 40, 12),   # an odd outer level and a clipped inner one (h = 40: loops of 16, 16, 8)
 ])
-def test_batchnorm_statistics_under_channel_rows_sum_every_element_exactly_once(cache_dir, shape):
+def test_batchnorm_statistics_under_channel_rows_sum_every_element_exactly_once(cache_dir, shape, rng):
     """BatchNorm's per-channel mean of an NCHW tensor, the sum fused with the division over the channel rows
     (the op a ResNet's train-mode BatchNorm lowers to). Integers 1..8 (no zeros, every partial sum exact in
     float32, and the count a power of two or exactly divided) make the expected mean exact: one term dropped,
@@ -168,7 +180,7 @@ def test_batchnorm_statistics_under_channel_rows_sum_every_element_exactly_once(
     assert fused_groups(text) == ["@__slicer_rows_0: 3 op(s), 1 row dim(s)"]
     mean = compile_library(text, cache_dir=cache_dir)["mean"]
     for _ in range(3):
-        x = RNG.integers(1, 9, shape).astype(np.float32)
+        x = rng.integers(1, 9, shape).astype(np.float32)
         np.testing.assert_array_equal(mean(x), (x.astype(np.float64).sum((0, 2, 3)) / (n * h * w)).astype(np.float32))
-    x = (RNG.standard_normal(shape) + 1).astype(np.float32)
+    x = (rng.standard_normal(shape) + 1).astype(np.float32)
     np.testing.assert_allclose(mean(x), x.astype(np.float64).mean((0, 2, 3)), rtol=2e-6)
