@@ -5,7 +5,7 @@ collective it does not feed runs in the kernel before it, its result held across
 for memory: ring attention's backward (`frontends/decomp_ring.py`) made the next step's weights before the key
 gradients' permutes, and [c, c] blocks of scores crossed them per device where none needs to.
 
-Past a run of adjacent collectives: the ops before it that none of them needs, from last to first, each with the
+Past a run of adjacent point-to-point transfers: the ops before it that none of them needs, from last to first, each with the
 producers that feed only it (its closure), move after the run when the bytes the closure's results pass across
 it exceed the bytes of what the closure reads that would newly be held across it. Re-materialised ops (views,
 constants, fills) cost nothing and are seen through. Only where every collective of the run sends what the
@@ -16,6 +16,9 @@ way: an op after it that reads nothing it brings moves before it when that holds
 query gradient's `dscores @ k` after the key gradients' permutes); it lengthens the kernel the transfer waits
 for, which elsewhere (a gradient all_reduce overlapping the next layer's backward) costs overlap. The new order
 is kept only if the most bytes held at once between kernels (`planned_peak`) is not more than before.
+Runs of other collectives (gradient all_reduces and reduce_scatters, weight all_gathers) keep their place in
+both directions: moving the ops before a reduce_scatter past it held a few percent fewer bytes in a ZeRO-3 step
+but took the overlap of its collectives with the next kernel (benchmarks/training.py, issue 50's note).
 """
 
 from __future__ import annotations
@@ -104,7 +107,8 @@ class _Sinker:
             while end + 1 < len(self.ops) and self.is_collective(self.ops[end + 1]):
                 end += 1
             start = max((i for i in range(index) if self.is_collective(self.ops[i])), default=-1) + 1
-            moved = self.cut(start, index, end)
+            transfers = all(self.transfer(op) for op in self.ops[index:end + 1])
+            moved = self.cut(start, index, end) if transfers else 0  # other collectives keep their overlap
             index = end + 1 - moved  # past the run, whose ops moved past it are now after it
         for first, last in reversed(self.runs()):  # last first: what moves before a run may move before the one
             if all(self.transfer(op) for op in self.ops[first:last + 1]):  # before it too
