@@ -5,8 +5,8 @@ collective it does not feed runs in the kernel before it, its result held across
 for memory: ring attention's backward (`frontends/decomp_ring.py`) made the next step's weights before the key
 gradients' permutes, and [c, c] blocks of scores crossed them per device where none needs to.
 
-Past a run of adjacent point-to-point transfers: the ops before it that none of them needs, from last to first, each with the
-producers that feed only it (its closure), move after the run when the bytes the closure's results pass across
+Past a run of adjacent point-to-point transfers: the ops before it that none of them needs, from last to
+first, each with the producers that feed only it (its closure), move after the run when the bytes the closure's results pass across
 it exceed the bytes of what the closure reads that would newly be held across it. Re-materialised ops (views,
 constants, fills) cost nothing and are seen through. Only where every collective of the run sends what the
 kernel right before it makes: one of a value made earlier (FSDP's weight all_gathers, placed one kernel ahead,
@@ -16,9 +16,7 @@ way: an op after it that reads nothing it brings moves before it when that holds
 query gradient's `dscores @ k` after the key gradients' permutes); it lengthens the kernel the transfer waits
 for, which elsewhere (a gradient all_reduce overlapping the next layer's backward) costs overlap. The new order
 is kept only if the most bytes held at once between kernels (`planned_peak`) is not more than before.
-Runs of other collectives (gradient all_reduces and reduce_scatters, weight all_gathers) keep their place in
-both directions: moving the ops before a reduce_scatter past it held a few percent fewer bytes in a ZeRO-3 step
-but took the overlap of its collectives with the next kernel (benchmarks/training.py, issue 50's note).
+Other collectives keep their place: ops moved past ZeRO-3's reduce_scatters took their overlap (issue 50).
 """
 
 from __future__ import annotations
