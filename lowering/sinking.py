@@ -6,8 +6,8 @@ for memory: ring attention's backward (`frontends/decomp_ring.py`) made the next
 gradients' permutes, and [c, c] blocks of scores crossed them per device where none needs to.
 
 Past a run of adjacent point-to-point transfers: the ops before it that none of them needs, from last to
-first, each with the producers that feed only it (its closure), move after the run when the bytes the closure's results pass across
-it exceed the bytes of what the closure reads that would newly be held across it. Re-materialised ops (views,
+first, each with the producers that feed only it (its closure), move after the run when the bytes the
+closure's results pass across it exceed the bytes of what the closure reads that would newly be held across it. Re-materialised ops (views,
 constants, fills) cost nothing and are seen through. Only where every collective of the run sends what the
 kernel right before it makes: one of a value made earlier (FSDP's weight all_gathers, placed one kernel ahead,
 `graph_builder.sink_argument_collectives`) overlaps that kernel (`runtime.execution.executor.schedule`).
