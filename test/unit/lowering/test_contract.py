@@ -177,6 +177,19 @@ def test_classification_of_attention_generics():
     assert out == ["@__slicer_contract_0: batch=- m=a n=b k=dc sizes=16x32x64x2 f32 zero-init"]
 
 
+def test_unit_dims_never_take_the_innermost_place_of_m_or_n(cache_dir):
+    """An expert-parallel MoE's contraction (`[e, g, c, 1, d] x [e, d, 1, f]`, unit dims from its reshapes): a dim
+    of extent 1 ties in C's strides with the dim inside it, and sorted innermost it took the micro-kernel's
+    register tile (a tile of one row). Unit dims go outermost; the result is numpy's."""
+    spec, sizes = "ecuk,ekvn->ecuvn", dict(e=2, c=16, u=1, k=32, v=1, n=64)
+    assert _classify(einsum_fn("moe", spec, sizes)) == [
+        "@__slicer_contract_0: batch=a m=cb n=de k=f sizes=2x16x1x1x64x32 f32 zero-init"]
+    a = RNG.standard_normal((2, 16, 1, 32)).astype(np.float32)
+    b = RNG.standard_normal((2, 32, 1, 64)).astype(np.float32)
+    got = compile_library(einsum_fn("moe", spec, sizes), cache_dir=cache_dir)["moe"](a, b)
+    np.testing.assert_allclose(got, np.einsum(spec, a.astype(np.float64), b), rtol=1e-4, atol=1e-3)
+
+
 def test_non_contractions_are_left_to_the_vectorizer():
     """A max-plus 'contraction' or an integer one keeps the tile-and-vectorize path."""
     maxplus = einsum_fn("mp", "mk,kn->mn", dict(m=8, k=8, n=8)).replace("%s = arith.addf %acc, %m",
