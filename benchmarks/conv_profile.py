@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples" / "zoo"))
 
-from training_profile import kernel_bodies, kernel_kind, run_job, step_inputs, summary, top_kernels  # noqa: E402
+from training_profile import compiled_job, kernel_bodies, kernel_kind, run_job, summary, top_kernels  # noqa: E402
 
 _ALIAS = re.compile(r"^(#map\d*) = (affine_map<.*>)$", re.M)
 _SUM_MAP = re.compile(r"affine_map<\([^)]*\) -> \([^)]*(d\d+ \* \d+|d\d+ \+ d\d+)[^)]*\)>")
@@ -77,30 +77,17 @@ def build(args):
 
 
 def prepare(step, data, split_ops: bool) -> dict:
+    """The data-parallel program on x=2 as a rank job (`training_profile.compiled_job`), each kernel's
+    convolution kind and the kernels' MLIR."""
     import slicer
     from slicer import strategies
-    from slicer.lowering import CollectiveNode, cut
-    from slicer.runtime.execution.executor import kernel_sources, load_kernels
+    from slicer.lowering import CollectiveNode
 
-    saved = cut.MAX_OPS
-    cut.MAX_OPS = 1 if split_ops else saved
-    try:
-        program = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=strategies.data_parallel(step, "x"))
-    finally:
-        cut.MAX_OPS = saved
-    plan = program._session_plan(None)
-    graph = plan.graph
-    start = time.perf_counter()
-    kernels, backend = load_kernels(graph)
-    compiled = time.perf_counter() - start
+    job, graph = compiled_job(step, slicer.Mesh(x=2), strategies.data_parallel(step, "x"), data, split_ops)
     names = [n.name for n in graph.nodes if not isinstance(n, CollectiveNode)]
-    kinds = conv_kinds(graph.kernels_mlir, names)
-    ranks = graph.mesh.device_count
-    return {"graph": graph.to_json(), "sources": kernel_sources(kernels, backend), "feeds": dict(plan.feeds),
-            "kinds": kinds, "compile_s": compiled, "mlir": graph.kernels_mlir,
-            "state": [{i: plan.block(a, i, r) for i, a in plan.state.items()} for r in range(ranks)],
-            "batches": [[{i: plan.block(a, i, r) for i, a in step_inputs(plan, number, batch).items()}
-                         for r in range(ranks)] for number, batch in enumerate(data)]}
+    job["kinds"] = conv_kinds(graph.kernels_mlir, names)
+    job["mlir"] = graph.kernels_mlir
+    return job
 
 
 def torch_profile(model, data, precision: str, threads: int) -> dict:

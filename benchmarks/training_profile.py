@@ -65,19 +65,33 @@ def kernel_kind(body: str) -> str:
 
 # -- driver ------------------------------------------------------------------------------------------------
 def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
-    """The strategy's program partitioned, its kernels compiled, and what the ranks need, as a picklable job.
-    `split_ops`: one kernel per linalg op (`lowering.cut` forced to cut after every op), so that each kernel
-    event is one op of the step (elementwise chains lose their fusion)."""
+    """The strategy's program partitioned, its kernels compiled, and what the ranks need, as a picklable job
+    (`compiled_job`), with each kernel's kind and body."""
     from training_slicer import tactics_for
 
+    from slicer.lowering import CollectiveNode
+
+    mesh, tactics = tactics_for(step, strategy, sizes)
+    job, graph = compiled_job(step, mesh, tactics, data, split_ops)
+    bodies = kernel_bodies(graph.kernels_mlir)
+    job["kinds"] = {n.name: kernel_kind(bodies.get(n.name, "")) for n in graph.nodes
+                    if not isinstance(n, CollectiveNode)}
+    job["bodies"] = bodies
+    return job
+
+
+def compiled_job(step, mesh, tactics, data, split_ops: bool) -> tuple[dict, object]:
+    """(the picklable job the ranks run, the kernel graph) of `step` compiled on `mesh` under `tactics`: the
+    graph, kernel sources, feeds, compile seconds, each rank's state and batches. `split_ops`: one kernel per
+    linalg op (`lowering.cut` forced to cut after every op), so that each kernel event is one op of the step
+    (elementwise chains lose their fusion). Shared with conv_profile.py."""
     import slicer
-    from slicer.lowering import CollectiveNode, cut
+    from slicer.lowering import cut
     from slicer.runtime.execution.executor import kernel_sources, load_kernels
 
     saved = cut.MAX_OPS
     cut.MAX_OPS = 1 if split_ops else saved
     try:
-        mesh, tactics = tactics_for(step, strategy, sizes)
         program = slicer.compile(step, mesh=mesh, tactics=tactics)
     finally:
         cut.MAX_OPS = saved
@@ -86,14 +100,12 @@ def prepare(strategy: str, sizes: Sizes, data, step, split_ops: bool) -> dict:
     start = time.perf_counter()
     kernels, backend = load_kernels(graph)
     compiled = time.perf_counter() - start
-    bodies = kernel_bodies(graph.kernels_mlir)
-    kinds = {n.name: kernel_kind(bodies.get(n.name, "")) for n in graph.nodes if not isinstance(n, CollectiveNode)}
     ranks = graph.mesh.device_count
     return {"graph": graph.to_json(), "sources": kernel_sources(kernels, backend), "feeds": dict(plan.feeds),
-            "kinds": kinds, "compile_s": compiled, "bodies": bodies,
+            "compile_s": compiled,
             "state": [{i: plan.block(a, i, r) for i, a in plan.state.items()} for r in range(ranks)],
             "batches": [[{i: plan.block(a, i, r) for i, a in step_inputs(plan, number, batch).items()}
-                         for r in range(ranks)] for number, batch in enumerate(data)]}
+                         for r in range(ranks)] for number, batch in enumerate(data)]}, graph
 
 
 def step_inputs(plan, number: int, batch) -> dict:
