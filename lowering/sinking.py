@@ -5,18 +5,17 @@ collective it does not feed runs in the kernel before it, its result held across
 for memory: ring attention's backward (`frontends/decomp_ring.py`) made the next step's weights before the key
 gradients' permutes, and [c, c] blocks of scores crossed them per device where none needs to.
 
-Past a run of adjacent point-to-point transfers: the ops before it that none of them needs, from last to first, each
-with the producers that feed only it (its closure), move after the run when the bytes the closure's results pass
-across it exceed the bytes of what the closure reads that would newly be held across it. Re-materialised ops (views,
-constants, fills) cost nothing and are seen through. Only where every collective of the run sends what the kernel
-right before it makes: one of a value made earlier (FSDP's weight all_gathers, placed one kernel ahead,
-`graph_builder.sink_argument_collectives`) overlaps that kernel (`runtime.execution.executor.schedule`). Before a
-run of point-to-point transfers (`Collective.point_to_point`: the ring's permutes) only, the other way: an op after
-it that reads nothing it brings moves before it when that holds fewer bytes across it (the query gradient's `dscores
-@ k` after the key gradients' permutes); it lengthens the kernel the transfer waits for, which elsewhere (a gradient
-all_reduce overlapping the next layer's backward) costs overlap. The new order is kept only if the most bytes held
-at once between kernels (`planned_peak`) is not more than before. Other collectives keep their place: ops moved past
-ZeRO-3's reduce_scatters took their overlap (issue 50). """
+Past a run of adjacent point-to-point transfers (`Collective.point_to_point`: the ring's permutes): the ops before
+it that none of them needs, from last to first, each with the producers that feed only it (its closure), move after
+the run when the bytes the closure's results pass across it exceed the bytes of what the closure reads that would
+newly be held across it; only where every transfer of the run sends what the kernel right before it makes (one
+sending a value made earlier overlaps that kernel, `runtime.execution.executor.schedule`). Re-materialised ops
+(views, constants, fills) cost nothing and are seen through. Before such a run, the other way: an op after it that
+reads nothing it brings moves before it when that holds fewer bytes across it (the query gradient's `dscores @ k`
+after the key gradients' permutes). The new order is kept only if the most bytes held at once between kernels
+(`planned_peak`) is not more than before. Other collectives keep their place: ops moved past ZeRO-3's
+reduce_scatters took their overlap with the next kernel (issue 50).
+"""
 
 from __future__ import annotations
 
