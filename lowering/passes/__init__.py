@@ -23,6 +23,7 @@ from .kernel_distinct_results import SlicerKernelDistinctResults
 from .kernel_expand_bf16 import SlicerKernelExpandBf16
 from .kernel_fold_widenings import SlicerKernelFoldWidenings
 from .kernel_im2col import SlicerKernelIm2col
+from .kernel_narrow_moves import SlicerKernelNarrowMoves
 from .kernel_onehot import SlicerKernelOneHot
 from .kernel_reject_narrow_memrefs import SlicerKernelRejectNarrowMemrefs
 from .kernel_rows import SlicerKernelRows
@@ -35,7 +36,7 @@ LOWERING_PASSES = (SlicerLowerToLoops, SlicerKernelClampGathers, SlicerKernelDis
                    SlicerKernelWidenNarrowFloats, SlicerKernelFoldWidenings, SlicerKernelIm2col, SlicerKernelOneHot,
                    SlicerKernelContract,
                    SlicerKernelRows, SlicerKernelVectorize, SlicerKernelRejectNarrowMemrefs, SlicerKernelCheckedAsserts,
-                   SlicerKernelExpandBf16)
+                   SlicerKernelNarrowMoves, SlicerKernelExpandBf16)
 """The passes of this layer, in the order the default kernel pipeline first runs them."""
 
 __all__ = ["LOWERING_PASSES", *(cls.__name__ for cls in LOWERING_PASSES)]
