@@ -18,19 +18,21 @@ import contextvars
 from .decomp_attention import scaled_dot_product_attention
 from .decomp_indexing import one_hot
 from .decomp_ring import ring_attention
+from .decomp_rows import sequence_major, sequence_major_linear
 from .decomp_zigzag import balanced_attention, zigzag_arange
 
-_RING_BLOCKS: contextvars.ContextVar[tuple[int, int | None] | None] = contextvars.ContextVar("ring_blocks",
-                                                                                             default=None)
+_RING_BLOCKS: contextvars.ContextVar[tuple[int, int | None, int | None] | None] = contextvars.ContextVar(
+    "ring_blocks", default=None)
 
 
 @contextlib.contextmanager
-def attention_in_blocks(blocks: int, balanced: int | None = None):
+def attention_in_blocks(blocks: int, balanced: int | None = None, rows: int | None = None):
     """While active, `F.scaled_dot_product_attention` is traced as ring attention over `blocks` blocks of the
     sequence (`decomp_ring.py`; context parallelism), where that form applies, else as its plain math. With
     `balanced` (the sequence's length), the sequence is in zig-zag order (`decomp_zigzag.py`): causal attention
-    is load-balanced and `torch.arange(balanced)` gives the positions in that order."""
-    token = _RING_BLOCKS.set((blocks, balanced))
+    is load-balanced and `torch.arange(balanced)` gives the positions in that order. With `rows` (the sequence's
+    length), a merge of the batch and the sequence into rows is made sequence-major (`decomp_rows.py`)."""
+    token = _RING_BLOCKS.set((blocks, balanced, rows))
     try:
         yield
     finally:
@@ -40,7 +42,7 @@ def attention_in_blocks(blocks: int, balanced: int | None = None):
 def _attention(*args, **kwargs):
     ring = _RING_BLOCKS.get()
     if ring is not None:
-        blocks, balanced = ring
+        blocks, balanced, _ = ring
         result = NotImplemented if balanced is None else balanced_attention(blocks, *args, **kwargs)
         if result is NotImplemented:
             result = ring_attention(blocks, *args, **kwargs)
@@ -56,10 +58,21 @@ def _arange(*args, **kwargs):
     return zigzag_arange(ring[0], ring[1], *args, **kwargs)
 
 
+def _merged_rows(func, how=sequence_major):
+    def merged(*args, **kwargs):
+        ring = _RING_BLOCKS.get()
+        return NotImplemented if ring is None or ring[2] is None else how(ring[2], func, *args, **kwargs)
+
+    return merged
+
+
 def composite_decompositions(torch) -> dict:
     """{torch function: its replacement while tracing} (see the module docstring)."""
     functional = torch.nn.functional
-    return {functional.scaled_dot_product_attention: _attention, functional.one_hot: one_hot, torch.arange: _arange}
+    merges = (torch.flatten, torch.reshape, torch.Tensor.flatten, torch.Tensor.reshape, torch.Tensor.view)
+    return {functional.scaled_dot_product_attention: _attention, functional.one_hot: one_hot, torch.arange: _arange,
+            functional.linear: _merged_rows(functional.linear, sequence_major_linear),
+            **{f: _merged_rows(f) for f in merges}}
 
 
 @contextlib.contextmanager

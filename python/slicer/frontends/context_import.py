@@ -10,8 +10,10 @@ Causal load balancing: where the sequence splits into 2n chunks, the step is tra
 (`decomp_zigzag.py`: block i holds chunks i and 2n-1-i), `torch.arange` of the sequence's length giving the
 positions in that order; the program records the order (`ImportedProgram.input_order`) and permutes the sequence
 dims of its inputs where the batch enters (no collective: each device receives its early and its late chunk).
-The order is used only if the model's loss in torch is the same in it (one forward each way when compiling): a
-model whose positions come from elsewhere (a mask buffer, a shift inside the loss) keeps the plain order.
+A batch of several sequences: the loss's merge of batch and sequence into rows is traced sequence-major
+(`decomp_rows.py`), so that the rows stay where their tokens are. Each order is used only if the model's loss in
+torch is the same in it (a forward each way when compiling): a model whose positions come from elsewhere (a
+mask buffer, a shift inside the loss) keeps the plain order.
 """
 
 from __future__ import annotations
@@ -44,14 +46,14 @@ def import_in_blocks(step: ImportedProgram, blocks: int, sequence: Mapping[str, 
                             f"be imported again), got {step.source}")
     positions = dict(zip(origin.batch_names, range(len(origin.batch))))
     dims = {positions[n]: d for n, d in (sequence or {}).items() if n in positions}
-    length = _balanced_length(origin, blocks, dims)
-    batch = origin.batch if length is None else _in_order(origin.batch, dims, zigzag_order(length, blocks))
-    with attention_in_blocks(blocks, length):
+    balanced, rows = _orders(origin, blocks, dims)
+    batch = origin.batch if balanced is None else _in_order(origin.batch, dims, zigzag_order(balanced, blocks))
+    with attention_in_blocks(blocks, balanced, rows):
         imported = training_step(origin.model, origin.loss_fn, *batch, optimizer=origin.optimizer,
                                  seed=origin.seed, microbatches=origin.microbatches, precision=origin.precision)
-    if length is None:
-        return imported
-    order = zigzag_order(length, blocks)
+    if balanced is None:
+        return replace(imported, origin=origin)
+    order = zigzag_order(balanced, blocks)
     return replace(imported, input_order=tuple((i, d, order) for i, d in sorted(dims.items())), origin=origin)
 
 
@@ -61,27 +63,40 @@ def _in_order(batch: Sequence, dims: Mapping[int, int], order) -> tuple:
     return tuple(t.index_select(dims[i], index) if i in dims else t for i, t in enumerate(batch))
 
 
-def _balanced_length(origin: StepOrigin, blocks: int, dims: Mapping[int, int]) -> int | None:
-    """The sequence's length if the step can take its batch in zig-zag order (module docstring), else None."""
+def _orders(origin: StepOrigin, blocks: int, dims: Mapping[int, int]) -> tuple[int | None, int | None]:
+    """(the sequence's length if the step can take its batch in zig-zag order, if it can merge its rows
+    sequence-major), each None where it cannot: the first of (both, zig-zag, rows) that applies and gives the
+    model's loss in torch (module docstring)."""
     lengths = {int(origin.batch[i].shape[d]) for i, d in dims.items()}
-    if blocks < 2 or len(lengths) != 1 or next(iter(lengths)) % (2 * blocks):
-        return None
+    if len(lengths) != 1:
+        return None, None
     length = lengths.pop()
+    zigzag = length if blocks > 1 and length % (2 * blocks) == 0 else None
+    rows = length if any(d == 1 and origin.batch[i].shape[0] > 1 for i, d in dims.items()) else None
     torch = load_torch()[0]
     buffers = [b.detach().clone() for b in origin.model.buffers()]
     try:
         with torch.no_grad(), torch.random.fork_rng():
             torch.manual_seed(origin.seed)
             want = origin.loss_fn(origin.model, *origin.batch)
-            torch.manual_seed(origin.seed)
-            with decomposed_composites(torch), attention_in_blocks(blocks, length):
-                got = origin.loss_fn(origin.model, *_in_order(origin.batch, dims, zigzag_order(length, blocks)))
+            for found in dict.fromkeys([(zigzag, rows), (zigzag, None), (None, rows)]):
+                if found != (None, None) and want.dim() == 0 and _same_loss(torch, origin, blocks, dims, found, want):
+                    return found
     finally:
         with torch.no_grad():
             for buffer, saved in zip(origin.model.buffers(), buffers):
                 buffer.copy_(saved)
-    same = want.dim() == 0 and bool(torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-6))
-    return length if same else None
+    return None, None
+
+
+def _same_loss(torch, origin: StepOrigin, blocks: int, dims: Mapping[int, int], orders, want) -> bool:
+    """Whether the loss in torch, traced with `orders` (as `_orders` gives them), is `want`."""
+    zigzag, _ = orders
+    batch = origin.batch if zigzag is None else _in_order(origin.batch, dims, zigzag_order(zigzag, blocks))
+    torch.manual_seed(origin.seed)
+    with decomposed_composites(torch), attention_in_blocks(blocks, *orders):
+        got = origin.loss_fn(origin.model, *batch)
+    return bool(torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-6))
 
 
 def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
