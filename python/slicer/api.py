@@ -279,8 +279,8 @@ class Program:
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
         inputs = tuple(i for i in range(len(g.args)) if i not in state and i not in hyper)
-        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper,
-                           self.imported.hyperparameters if hyper and self.imported is not None else None)
+        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper, *(  # and the order a batch takes
+            (self.imported.hyperparameters if hyper else None, self.imported.arrange) if self.imported else ()))
 
     def _result_names(self) -> tuple[str, ...]:
         if self.imported is not None and self.imported.result_names:
