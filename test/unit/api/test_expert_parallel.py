@@ -81,6 +81,33 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     assert "blocks.0.moe.experts_w2: 2 of 4 experts per device" in section
 
 
+def megatron_in_experts(step):
+    """Experts over x (dp2ep), each expert's hidden units F over y: experts_w1 [E, D, F] on dim 2, w2 [E, F, D]
+    on dim 1."""
+    return (st.expert_parallel(step, "x", mesh={"x": 2, "y": 2}, hidden_axis="y",
+                               hidden={"*.experts_w1": 2, "*.experts_w2": 1})
+            + st.data_parallel(step, "x"))
+
+
+@pytest.mark.slow
+def test_megatron_inside_each_expert_tiles_f_over_a_second_axis_and_trains_equal_to_torch(imported):
+    """2 x 2: the tokens reach their experts by the same 2 + 2 all_to_alls over x; within an expert the F-tiled
+    contractions sum their partial outputs with one all_reduce over y forward and one backward (Megatron's
+    column- then row-parallel pair); each device holds a quarter of each expert weight and its state."""
+    model, loss_fn, batch, optimizer, step = imported
+    tactics = megatron_in_experts(step)
+    w1 = [t for t in tactics if t.arg == "exp_avg.blocks.0.moe.experts_w1"]
+    assert [(t.dim, t.axes) for t in w1] == [(0, ("x",)), (2, ("y",))]
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2, y=2), tactics=tactics)
+    found = re.findall(r"^\s*\d+\. shard\.(\w+) over \[(\w+)\]", prog.explain(), re.MULTILINE)
+    assert sorted(f for f in found if f[0] != "all_reduce" or f[1] == "y") == (
+        [("all_reduce", "y")] * 2 + [("all_to_all", "x")] * 4)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    experts = [b for b in prog.memory().arguments if "experts_w" in b.label]
+    assert len(experts) == 6 and all(4 * b.bytes_per_device == b.global_bytes for b in experts)
+
+
 @pytest.mark.slow
 def test_experts_the_axis_does_not_divide_are_cut_into_padded_blocks_and_train_equal_to_torch():
     """4 experts (and 3 groups) on 3 devices: blocks of 2, 2 and 0 (padded) experts, still equal to torch."""
@@ -103,6 +130,16 @@ def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
         st.expert_parallel(step, "x", experts="head.*")
     with pytest.raises(slicer.InvalidTactic, match=r"unknown mesh axis 'x'"):
         st.expert_parallel(step, "x", mesh={"y": 2})
+    with pytest.raises(slicer.InvalidTactic, match=r"takes both hidden_axis= .* and hidden="):
+        st.expert_parallel(step, "x", hidden_axis="y")
+    with pytest.raises(slicer.InvalidTactic, match=r"hidden_axis='x' is an axis the experts are spread over"):
+        st.expert_parallel(step, "x", hidden_axis="x", hidden={"*": 1})
+    with pytest.raises(slicer.InvalidTactic, match=r"hidden dim 0 of 'blocks.0.moe.experts_w1' .* dim 0 indexes"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*": 0})
+    with pytest.raises(slicer.InvalidTactic, match=r"no hidden pattern names 'blocks.0.moe.experts_w2'"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*w1": 2})
+    with pytest.raises(slicer.InvalidTactic, match=r"the hidden pattern '\*router\*' matches no expert weight"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*router*": 1})
 
 
 def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
