@@ -249,9 +249,10 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
     if listed:
         raise InvalidTactic(f"strategies.expert_parallel: {listed[0]!r} is a weight of one expert of an "
                             "nn.ModuleList (one module per expert, each on every device); expert parallel tiles "
-                            "stacked expert weights [E, ...] on E. Stack the experts' weights into one parameter "
-                            "per layer (e.g. w1 = nn.Parameter(torch.stack([e.w1.weight.T for e in experts])), "
-                            "applied with torch.einsum or torch.bmm, as examples/torch/switch_moe.py does)")
+                            "stacked expert weights [E, ...] on E. Import the step with the ModuleList's experts "
+                            "stacked: slicer.training_step(..., stacked='blocks.*.moe.experts') (its path), or "
+                            "stack the weights into one parameter per layer yourself, as "
+                            "examples/torch/switch_moe.py does")
     for name in found:
         shape = info.shape(name) or ()
         if len(shape) < 2:

@@ -155,8 +155,51 @@ def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
     step = slicer.ImportedProgram(text, names, 1, (None, None), "train_step", "a ModuleList MoE",
                                   arg_roles=("input", "parameter", "parameter"))
     with pytest.raises(slicer.InvalidTactic, match=r"'blocks\.0\.moe\.experts\.0\.w1\.weight' is a weight of one "
-                                                   r"expert of an nn\.ModuleList .*Stack the experts' weights"):
+                                                   r"expert of an nn\.ModuleList .*slicer\.training_step\(\.\.\., "
+                                                   r"stacked='blocks\.\*\.moe\.experts'\)"):
         st.expert_parallel(step, "x")
+
+
+@pytest.mark.slow
+def test_experts_of_a_module_list_imported_stacked_are_spread_by_index_and_train_equal_to_torch():
+    """`form="list"` (an nn.ModuleList of experts, `torch.stack([e(d[i]) ...])`) imported with
+    `stacked="blocks.*.moe.experts"`: one argument per weight of an expert, [E, ...] (the members stacked), the
+    loop one batched computation; under dp2ep device i holds experts 2i, 2i + 1 of each weight and their state,
+    the tokens move by the same 2 + 2 all_to_alls, and two AdamW steps equal torch's (its members stacked)."""
+    model, loss_fn, batch = moe.switch_moe(seed=3, form="list")
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer, stacked="blocks.*.moe.experts")
+    weights = ["blocks.0.moe.experts.w1.weight", "blocks.0.moe.experts.w2.weight"]
+    assert [n for n in step.arg_names if "experts" in n] == [*weights, *(f"{kind}.{w}" for w in weights
+                                                                         for kind in ("exp_avg", "exp_avg_sq"))]
+    shapes = [tuple(step.parameters[step.arg_names.index(w) - step.num_inputs].shape) for w in weights]
+    assert shapes == [(4, 32, 16), (4, 16, 32)]  # nn.Linear weights [out, in], one per expert, stacked
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    assert sorted(kind for kind, _ in collectives(prog)) == ["all_reduce"] * 3 + ["all_to_all"] * 4
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    memory = prog.memory()
+    experts = [b for b in memory.arguments if ".experts." in b.label]
+    assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)
+    assert memory.experts == tuple(f"{w}: 2 of 4 experts per device" for w in weights)
+
+
+def test_stacked_names_module_lists_of_experts_of_one_kind():
+    """`stacked=` naming no ModuleList, or a ModuleList whose experts differ, is a FrontendError."""
+    from torch import nn
+
+    class Model(nn.Module):
+        def __init__(self, second):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(4, 4), second])
+
+    batch = (torch.randn(2, 4),)
+    with pytest.raises(slicer.FrontendError, match=r"stacked='moe\.experts' matches no nn\.ModuleList .*closest"):
+        slicer.training_step(Model(nn.Linear(4, 4)), lambda m, x: x.sum(), *batch, optimizer=slicer.SGD(0.1),
+                             stacked="moe.experts")
+    with pytest.raises(slicer.FrontendError, match=r"the experts of experts differ \(experts\.1 is not"):
+        slicer.training_step(Model(nn.Linear(4, 3)), lambda m, x: x.sum(), *batch, optimizer=slicer.SGD(0.1),
+                             stacked="experts")
 
 
 @pytest.mark.slow
