@@ -87,6 +87,8 @@ class SwitchMoE(nn.Module):
         dispatch, combine = self.route(x)
         if self.form == "gather":
             return self.gathered(x, dispatch, combine)
+        if self.form == "index":
+            return self.indexed(x, dispatch, combine)
         dispatched = torch.einsum("gsec,gsd->egcd", dispatch, x)
         if self.form == "list":
             y = torch.stack([expert(dispatched[e]) for e, expert in enumerate(self.experts)])
@@ -109,6 +111,22 @@ class SwitchMoE(nn.Module):
         y = torch.einsum("egcf,efd->gecd", h, self.experts_w2) * combine.sum(dim=1)[..., None]
         out = torch.zeros(groups, seq + 1, d, dtype=x.dtype).scatter_add(1, index, y.reshape(groups, slots, d))
         return out[:, :seq]
+
+
+    def indexed(self, x: torch.Tensor, dispatch: torch.Tensor, combine: torch.Tensor) -> torch.Tensor:
+        """The same layer on flat tokens: each slot's row of the tokens flattened to [G * (S + 1), D] (a row of
+        zeros after each group's, for the empty slots), `index_select` of the slots' rows, `index_add_` of the
+        gated outputs back."""
+        groups, seq, d = x.shape
+        filled = dispatch.sum(dim=1)                                                  # [G, E, C]
+        token = (dispatch * torch.arange(seq, dtype=x.dtype)[:, None, None]).sum(dim=1) + (1 - filled) * seq
+        row = (token + (seq + 1) * torch.arange(groups, dtype=x.dtype)[:, None, None]).long().reshape(-1)
+        flat = torch.cat([x, torch.zeros(groups, 1, d, dtype=x.dtype)], dim=1).reshape(-1, d)
+        dispatched = flat.index_select(0, row).view(*dispatch.shape[:1], *dispatch.shape[2:], d)
+        h = F.relu(torch.einsum("gecd,edf->egcf", dispatched, self.experts_w1))
+        y = torch.einsum("egcf,efd->gecd", h, self.experts_w2) * combine.sum(dim=1)[..., None]
+        out = torch.zeros(groups * (seq + 1), d, dtype=x.dtype).index_add_(0, row, y.reshape(-1, d))
+        return out.view(groups, seq + 1, d)[:, :seq]
 
 
 class Expert(nn.Module):
@@ -163,8 +181,9 @@ def loss_fn(model: MoEModel, x: torch.Tensor, target: torch.Tensor) -> torch.Ten
 def switch_moe(seed=0, groups=4, seq=8, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1,
                form="einsum"):
     """(model, loss_fn, (x, target)): the model and a batch of `groups` sequences of `seq` tokens; `form`:
-    "einsum" (one-hot dispatch and combine), "gather" (`SwitchMoE.gathered`) or "list" (the einsum form with an
-    nn.ModuleList of `Expert`s, each applied to its slice of the dispatched tokens and the outputs stacked)."""
+    "einsum" (one-hot dispatch and combine), "gather" (`SwitchMoE.gathered`), "index" (`SwitchMoE.indexed`) or
+    "list" (the einsum form with an nn.ModuleList of `Expert`s, each applied to its slice of the dispatched
+    tokens and the outputs stacked)."""
     torch.manual_seed(seed)
     model = MoEModel(d_model, hidden, experts, top_k, capacity_factor, layers, form if form == "list" else "einsum")
     for block in model.blocks:

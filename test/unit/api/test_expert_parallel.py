@@ -217,3 +217,23 @@ def test_gather_and_scatter_add_dispatch_with_capacity_trains_equal_to_torch_und
     kinds = sorted(kind for kind, _ in collectives(prog))
     assert kinds == ["all_reduce"] * 3 + ["all_to_all"] * 5 + ["reduce_scatter"]
     assert "dispatch (tokens to their experts)" in prog.explain()
+
+
+@pytest.mark.slow
+def test_flat_token_index_select_and_index_add_dispatch_trains_equal_to_torch_under_dp2ep():
+    """The flat-token form (`form="index"`: `index_select` of each capacity slot's row of the tokens flattened
+    to [G * (S + 1), D], `index_add_` of the gated outputs back; both imported as one-hot selects and sums) runs
+    under dp2ep equal to torch with each device holding half the experts. Not the canonical 2 + 2: the one-hot
+    over the flat rows compares with the row's iteration index, which no tiling follows, so the tokens are
+    all-gathered and the flat rows' sums reduce_scattered (the count is recorded, not a target)."""
+    model, loss_fn, batch = moe.switch_moe(seed=3, form="index")
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    with pytest.warns(slicer.DegradedStrategy, match="linalg.index"):
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    kinds = sorted(kind for kind, _ in collectives(prog))
+    assert kinds == ["all_gather"] * 2 + ["all_reduce"] * 3 + ["all_to_all"] * 6 + ["reduce_scatter"] * 5
+    assert prog.memory().experts == tuple(f"blocks.0.moe.experts_w{i}: 2 of 4 experts per device" for i in (1, 2))
+
