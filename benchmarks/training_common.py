@@ -117,8 +117,8 @@ def autocast(sizes: Sizes):
 
 def megatron_split(sizes: Sizes) -> dict:
     """The Megatron split (column / row parameter patterns) of the model `sizes` name."""
-    if sizes.model == "gpt2-small":
-        return {"column": ["transformer.h.*.attn.c_attn.*", "transformer.h.*.mlp.c_fc.*"],
+    if sizes.model == "gpt2-small":  # the tied embedding / LM head split by vocabulary too, as Megatron-LM's
+        return {"column": ["transformer.h.*.attn.c_attn.*", "transformer.h.*.mlp.c_fc.*", "transformer.wte.weight"],
                 "row": ["transformer.h.*.attn.c_proj.weight", "transformer.h.*.mlp.c_proj.weight"]}
     return example_module().MEGATRON
 

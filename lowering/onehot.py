@@ -185,6 +185,9 @@ def find_one_hot(op: ir.Operation) -> OneHot | None:
         if isinstance(factor, ir.BlockArgument) or not in_body(factor, block):
             continue
         owner = factor.owner
+        if owner.name == arith.ExtFOp.OPERATION_NAME and in_body(owner.operands[0], block) and \
+                not isinstance(owner.operands[0], ir.BlockArgument):
+            owner = owner.operands[0].owner  # the 0/1 of a bf16 mask (mixed precision), widened: exact
         if owner.name != arith.UIToFPOp.OPERATION_NAME or not _selects_one_hot(owner.operands[0], inputs, block, kinds):
             continue
         ops: set = set()
@@ -238,6 +241,7 @@ def scatter_text(found: OneHot, name: str) -> str:
     # token, not once per (token, vocabulary entry)): LLVM cannot hoist the loads itself, the output's stores
     # in the loop may alias them for all it knows.
     needs = [_dims_of(o.results[0], found.inputs, block) for o in found.mask_ops]
+    selecting = next(o for o in reversed(found.mask_ops) if o.name == arith.UIToFPOp.OPERATION_NAME)  # (its i1)
 
     def mask_nest(level: int, point: dict, env: dict) -> None:
         emit([o for o, dims in zip(found.mask_ops, needs) if dims <= set(point) and o.results[0] not in env], env,
@@ -247,7 +251,7 @@ def scatter_text(found: OneHot, name: str) -> str:
             with e.loop(0, found.ranges[dim]) as iv:
                 mask_nest(level + 1, {**point, dim: iv}, dict(env))
             return
-        with e.if_(env[found.mask_ops[-1].operands[0]]):
+        with e.if_(env[selecting.operands[0]]):
             nest(found.rest_dims, point, lambda full: accumulate(full, env))
 
     mask_nest(0, {}, dict(zip(found.captured, caps)))

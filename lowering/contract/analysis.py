@@ -25,7 +25,7 @@ from slicer.core.linalg_facts import (
     iterator_kinds,
     projected_dims,
 )
-from slicer.core.names import DIM_ATTR
+from slicer.core.names import DIM_ATTR, VALUE_ATTR
 
 from ..body import is_elementwise
 from ..memref_facts import MemAccess, static_strides
@@ -295,7 +295,8 @@ def with_output(c: Contraction, output: MemAccess, element: str) -> Contraction:
 
 def bf16_operands(c: Contraction) -> tuple[int, int] | None:
     """(A's input, B's input) when each side is one bf16 input read as it is, maybe widened by `arith.extf`
-    (a matmul of bf16 tensors into f32 or bf16): the bf16 GEMM packs their bits. None otherwise."""
+    and masked along the one K dim (`k_mask`) (a matmul of bf16 tensors into f32 or bf16): the bf16 GEMM packs
+    their bits. None otherwise."""
     if c.element not in ("f32", "bf16"):
         return None
     found = []
@@ -305,12 +306,63 @@ def bf16_operands(c: Contraction) -> tuple[int, int] | None:
         index = side.inputs[0]
         if str(c.inputs[index].type.element_type) != "bf16":
             return None
-        widened = (len(side.ops) == 1 and side.ops[0].name == arith.ExtFOp.OPERATION_NAME
-                   and str(side.ops[0].results[0].type) == "f32")
-        if side.ops and not widened:
+        ops = [] if _k_mask_ops(c, side) else side.ops
+        widened = (len(ops) == 1 and ops[0].name == arith.ExtFOp.OPERATION_NAME
+                   and str(ops[0].results[0].type) == "f32")
+        if ops and not widened:
             return None
         found.append(index)
     return found[0], found[1]
+
+
+def k_mask(c: Contraction, side: Side) -> int | None:
+    """The index in `c.captured` of the bound `n` when `side` is masked along the contraction's one K dim k,
+    `select(k < n, x, 0)` (a padded dim's zeroing fused into it, spmd/padding.py): the bf16 GEMM zeroes the
+    packed k's from n on (`bf16_gemm.py`); None when it is not."""
+    ops = _k_mask_ops(c, side)
+    if not ops:
+        return None
+    bound = next(op for op in ops if op.name == arith.CmpIOp.OPERATION_NAME).operands[1]
+    return next(i for i, v in enumerate(c.captured) if v == bound)
+
+
+def _k_mask_ops(c: Contraction, side: Side) -> list[ir.Operation] | None:
+    """Every op of `side` when it is a K mask (`k_mask`) of its input: `select(linalg.index k < n, x, 0)` with x
+    the input maybe widened, the select maybe rounded and widened after (exact: x is bf16); None otherwise."""
+    if len(c.k) != 1 or len(side.factors) != 1:
+        return None
+    chain: list[ir.Operation] = []
+    value = side.factors[0]
+    while not isinstance(value, ir.BlockArgument) and value.owner.name in _CASTS:
+        chain.append(value.owner)
+        value = value.owner.operands[0]
+    select = None if isinstance(value, ir.BlockArgument) else value.owner
+    if select is None or select.name != arith.SelectOp.OPERATION_NAME or \
+            isinstance(select.operands[0], ir.BlockArgument):
+        return None
+    compare, zero, taken = select.operands[0].owner, select.operands[2], select.operands[1]
+    while not isinstance(taken, ir.BlockArgument) and taken.owner.name == arith.ExtFOp.OPERATION_NAME:
+        chain.append(taken.owner)
+        taken = taken.owner.operands[0]
+    if not isinstance(taken, ir.BlockArgument):
+        return None
+    if compare.name != arith.CmpIOp.OPERATION_NAME or ir.IntegerAttr(compare.opview.predicate).value not in (
+            _CMPI_SLT, _CMPI_ULT) or isinstance(compare.operands[0], ir.BlockArgument):
+        return None
+    index, bound = compare.operands[0].owner, compare.operands[1]
+    if index.name != linalg.IndexOp.OPERATION_NAME or ir.IntegerAttr(index.attributes[DIM_ATTR]).value != c.k[0]:
+        return None
+    constant = None if isinstance(zero, ir.BlockArgument) else zero.owner
+    if not any(bound == v for v in c.captured) or constant is None or \
+            constant.name != arith.ConstantOp.OPERATION_NAME or ir.FloatAttr(constant.attributes[VALUE_ATTR]).value:
+        return None
+    mask = chain + [index, compare, select, constant]
+    return mask if all(op in mask for op in side.ops) else None
+
+
+_CASTS = (arith.ExtFOp.OPERATION_NAME, arith.TruncFOp.OPERATION_NAME)
+_CMPI_SLT, _CMPI_ULT = 2, 6
+"""`arith.cmpi`'s predicates `slt` and `ult`."""
 
 
 def reads_bf16(c: Contraction) -> bool:

@@ -21,7 +21,7 @@ from math import prod
 from mlir.dialects import memref, vector
 
 from ..emitter import Emitter, Index
-from .analysis import Contraction
+from .analysis import Contraction, k_mask
 from .bf16_packing import Bf16Packer
 from .bf16_ukernels import LANES, NR, bf16_mr, k_padding
 from .blocking import ContractOptions, blocking
@@ -55,6 +55,7 @@ class Bf16Gemm(Bf16Packer):
         self.kb = blocking(c.k, [r[d] for d in c.k], 1, BF16_BLOCKS["kc"])
         self.args = [f"%in{i}" for i in range(len(c.inputs))]
         self.cap = [f"%cap{i}" for i in range(len(c.captured))]
+        self.masks = (k_mask(c, c.a), k_mask(c, c.b))  # a side masked along K: its k's from the bound on are 0
         self.in_place = self.a_in_place()
         self.a_flat: str | None = None  # A as a flat memref, when it is read in place (set by `generate`)
 
@@ -69,7 +70,7 @@ class Bf16Gemm(Bf16Packer):
         c = self.c
         a = c.inputs[self.a_input]
         narrow = prod(c.ranges[d] for d in c.n) <= A_IN_PLACE_COLUMNS
-        if len(c.k) != 1 or a.stride_of(c.k[0]) != 1 or not (narrow or self.units == AMX):
+        if len(c.k) != 1 or a.stride_of(c.k[0]) != 1 or not (narrow or self.units == AMX) or self.masks[0] is not None:
             return False
         if c.ranges[c.k[0]] % self.pad or self.kb.chunk % self.pad:
             return False
@@ -116,11 +117,13 @@ class Bf16Gemm(Bf16Packer):
             kc = e.mul(kblock.length, self.kb.inner)
             kcp = self.round_up(kc, self.pad)
             self.pack_bf16(False, self.nb, nblock, kblock, bp, kc, kcp, fixed)
+            self._zero_past_bound(False, bp, kblock.start, kc, kcp)
             return kc, kcp
 
         def on_m_block(mblock, kblock, depth, fixed):
             kc, kcp = depth
             self.pack_bf16(True, self.mb, mblock, kblock, ap, kc, kcp, fixed, only_partial=self.in_place)
+            self._zero_past_bound(True, ap, kblock.start, kc, kcp)
 
         def on_tile(where, kblock, depth, boff, tlin, height, width):
             kcp = depth[1]
@@ -130,6 +133,24 @@ class Bf16Gemm(Bf16Packer):
 
         self.nest(on_k_block, on_m_block, lambda plin, depth: e.mul(plin, e.mul(depth[1], NR)), on_tile)
         return self.function_text()
+
+    def _zero_past_bound(self, is_a: bool, buffer: str, kstart: Index, kc: Index, kcp: Index) -> None:
+        """Zero the packed k's of a masked side (`k_mask`) from its bound on, in every unit of the buffer: the
+        block's k's [max(bound - kstart, 0), kc) (empty but in the block holding the bound)."""
+        capture = self.masks[0 if is_a else 1]
+        if capture is None:
+            return
+        e = self.e
+        group, unit = (self.mb, self.mr) if is_a else (self.nb, self.nr)
+        first = e.value(f"arith.subi {self.cap[capture]}, {e.idx(kstart)} : index")
+        first = e.value(f"arith.minsi {e.value(f'arith.maxsi {first}, {e.idx(0)} : index')}, {e.idx(kc)} : index")
+        zero = e.value("arith.constant 0.0 : bf16")
+        with e.loop(0, group.max_units * unit) as row:
+            base = e.mul(e.value(f"arith.divui {row}, {e.idx(unit)} : index"), e.mul(unit, kcp))
+            lane = e.value(f"arith.remui {row}, {e.idx(unit)} : index")
+            with e.loop(first, kc) as k:
+                offset = self._offset(is_a, base, lane, k, kcp)
+                e.line(f"memref.store {zero}, {buffer}[{e.idx(offset)}] : memref<?xbf16>")
 
     def _buffer(self, size: int) -> str:
         e = self.e

@@ -1,4 +1,5 @@
 // RUN: slicer-opt %s -p 'slicer-kernel-contract{mr=4 nv=1 unroll=2}' | FileCheck %s
+// RUN: slicer-opt %S/Inputs/contract-bf16-padded.mlir -p 'slicer-kernel-contract' | FileCheck %s --check-prefix=BF16
 
 // A contraction over a padded dim (a vocabulary split in blocks of 25129 of 50257 rows: the last block has
 // one row of padding) reads its operands through a mask of the loop index, `select(k < valid, x, 0)`, once
@@ -12,6 +13,17 @@
 // CHECK: func.func private @[[GEMM]](
 // CHECK: vector.step : vector<16xindex>
 // CHECK: arith.cmpi ult, %{{.*}}, %{{.*}} : vector<16xindex>
+
+// With bf16 operands (mixed precision's masks round to bf16 and widen again: exact) it is the bf16 GEMM: each
+// side packs its bits, then the packed k's from the bound on are zeroed (bf16_gemm.py `_zero_past_bound`).
+// BF16-LABEL: func.func @padded_k_bf16
+// BF16-NOT: linalg.generic
+// BF16: call @[[GEMM:__slicer_contract_[0-9]+]](
+// BF16: func.func private @[[GEMM]](
+// BF16: arith.maxsi
+// BF16: arith.minsi
+// BF16: memref.store %{{.*}} : memref<?xbf16>
+// BF16: call @__slicer_ukernel_bf16_avx512bf16_
 
 module attributes {slicer.target_avx512 = false} {
   func.func @padded_k(%a: memref<16x32xf32>, %b: memref<32x64xf32>, %valid: index, %c: memref<16x64xf32>) {

@@ -1,4 +1,5 @@
 // RUN: slicer-opt %s -p 'slicer-kernel-onehot' | FileCheck %s
+// RUN: slicer-opt %S/Inputs/onehot-bf16.mlir -p 'slicer-kernel-onehot' | FileCheck %s --check-prefix=BF16
 
 // A contraction one of whose factors is a one-hot mask (the embedding's gradient as torch's import fuses it:
 // uitofp(idx[b, s] == ids[v] and idx[b, s] != -1) * g[b, s, d]) becomes a call to a generated scatter
@@ -59,3 +60,10 @@ func.func @embedding_grad(%idx: memref<2x8xi64>, %ids: memref<64xi64>, %g: memre
   }
   return
 }
+
+// Under mixed precision the mask is made in bf16 and widened (`extf(uitofp(m) : bf16)`, exact: 0 or 1) and
+// the gradient is bf16 widened: a one-hot all the same (it was a GEMM over the whole vocabulary). (Inputs/onehot-bf16.mlir)
+// BF16-LABEL: func.func @embedding_grad_bf16
+// BF16-NOT: linalg.generic
+// BF16: call @__slicer_onehot_
+// BF16-NEXT: return

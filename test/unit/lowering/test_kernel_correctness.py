@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -452,14 +453,37 @@ func.func @padded_k(%a: tensor<37x45xf32>, %b: tensor<45x50xf32>, %n: tensor<1xi
 """
 
 
+def _bf16_padded_k() -> str:
+    """PADDED_K with bf16 operands as mixed precision lowers it: widened, masked, rounded back (exact), widened."""
+    text = PADDED_K.replace("tensor<37x45xf32>, %b: tensor<45x50xf32>", "tensor<37x45xbf16>, %b: tensor<45x50xbf16>")
+    text = text.replace("ins(%a, %b : tensor<37x45xf32>, tensor<45x50xf32>)", "ins(%a, %b : tensor<37x45xbf16>, "
+                        "tensor<45x50xbf16>)").replace("^bb0(%x: f32, %y: f32", "^bb0(%x0: bf16, %y0: bf16")
+    masks = """    %xw = arith.extf %x0 : bf16 to f32
+    %yw = arith.extf %y0 : bf16 to f32
+    %xm0 = arith.select %inside, %xw, %z : f32
+    %ym0 = arith.select %inside, %yw, %z : f32
+    %xr = arith.truncf %xm0 : f32 to bf16
+    %yr = arith.truncf %ym0 : f32 to bf16
+    %xm = arith.extf %xr : bf16 to f32
+    %ym = arith.extf %yr : bf16 to f32
+"""
+    start = text.index("    %xm = arith.select")
+    end = text.index("    %m = arith.mulf")
+    return text[:start] + masks + text[end:]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("valid", [45, 40, 0])
-def test_contraction_masked_by_its_padded_dim_equals_numpy(cache_dir, valid):
+def test_contraction_masked_by_its_padded_dim_equals_numpy(cache_dir, valid, dtype):
     """A contraction over a padded dim, its operands masked by the loop index (the padding's zeroing fused into
-    it: a vocabulary-parallel LM head's backward), runs as the packed GEMM (lit: slicer-kernel-contract-padded)
-    and sums the valid rows only: the padding's NaN and infinities stay out."""
-    library = compile_library(PADDED_K, cache_dir=cache_dir)
+    it: a vocabulary-parallel LM head's backward), runs as the packed GEMM, f32 or bf16 (lit:
+    slicer-kernel-contract-padded) and sums the valid rows only: the padding's NaN and infinities stay out."""
+    library = compile_library(PADDED_K if dtype == "f32" else _bf16_padded_k(), cache_dir=cache_dir)
     a = RNG.standard_normal((37, 45), dtype=np.float32)
     b = RNG.standard_normal((45, 50), dtype=np.float32)
     a[:, valid:], b[valid:] = np.nan, np.inf
+    if dtype == "bf16":
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
     result = library["padded_k"](a, b, np.array([valid], dtype=np.int64))
-    np.testing.assert_allclose(result, a[:, :valid] @ b[:valid], rtol=1e-4, atol=1e-4)
+    want = a[:, :valid].astype(np.float32) @ b[:valid].astype(np.float32)
+    np.testing.assert_allclose(result, want, rtol=1e-4, atol=1e-4)

@@ -4,6 +4,7 @@ loop index) adds each token's row into its id's row only, in token order, as num
 exactly its float32 sums); what is not a one-hot (a plain matmul, a mask comparing two reduction-dim values)
 stays a contraction."""
 
+import ml_dtypes
 import numpy as np
 from mlir import ir
 
@@ -113,3 +114,24 @@ def test_an_imported_embedding_gradient_equals_torchs():
         assert "call @__slicer_onehot_" in str(module)
     np.testing.assert_allclose(program.run(weight, idx, grad), gradient(weight, idx, grad).numpy(), rtol=1e-6,
                                atol=1e-6)
+
+
+def test_the_bf16_embedding_gradient_is_a_scatter_too(cache_dir):
+    """Under mixed precision the mask is made in bf16 and widened, `extf(uitofp(m) : bf16)`, and the gradient is
+    bf16: still a scatter (it was a GEMM over the whole vocabulary), exactly np.add.at of the widened rows."""
+    text = embedding_grad(37, 50, 40).replace("tensor<37x40xf32>", "tensor<37x40xbf16>").replace(
+        "%x: f32", "%x0: bf16").replace("%3 = arith.uitofp %2 : i1 to f32", "%30 = arith.uitofp %2 : i1 to bf16\n"
+                                        "    %3 = arith.extf %30 : bf16 to f32\n    %x = arith.extf %x0 : bf16 to f32")
+    with make_context():
+        module = ir.Module.parse(text)
+        DEFAULT_PIPELINE.until("bufferize").run(module)
+        assert onehot_module(module)
+    rng = np.random.default_rng(1)
+    idx = rng.integers(0, 12, 37).astype(np.int64)
+    idx[3] = -1
+    g = rng.standard_normal((37, 40)).astype(ml_dtypes.bfloat16)
+    g[3] = np.nan
+    want = np.zeros((50, 40), np.float32)
+    np.add.at(want, idx[idx >= 0], g[idx >= 0].astype(np.float32))
+    got = compile_library(text, cache_dir=cache_dir)["grad"](idx, np.arange(50, dtype=np.int64), g)
+    np.testing.assert_array_equal(got, want)
