@@ -9,7 +9,7 @@ the batch afterwards. Here both are stride-1 convolutions without zeros, which t
 
 - weight gradient: `dw[f, c] = sum_n conv(x[n, c], dy[n, f])`: one convolution of the batch-transposed input
   [C, N, H, W] with the batch-transposed output gradient [F, N, OH, OW] as its kernel, dilated by the stride,
-  padded as the forward is; its first kh x kw outputs are the gradient (torch's own formula, in cuDNN's form).
+  padded as the forward reads it (exactly kh x kw outputs; torch's own formula, in cuDNN's form).
 - input gradient: the stride-s transposed convolution split into its s x s phases (sub-pixel convolution):
   padded input row `i = q * s + r` receives `sum_j dy[q - j] * w[r + s * j]`, a stride-1 full correlation of
   dy with the flipped sub-kernel `w[..., r::s, t::s]` (none when the kernel is narrower than the stride: those
@@ -42,10 +42,17 @@ def _convolution_backward(grad_output, input, weight, bias_sizes, stride, paddin
 def _weight_gradient(grad_output, input, weight, stride, padding):
     import torch  # optional dependency; only called while torch traces
 
-    kh, kw = weight.shape[2:]
-    full = torch.ops.aten.convolution(input.transpose(0, 1), grad_output.transpose(0, 1), None, [1, 1],
-                                      list(padding), list(stride), False, [0, 0], 1)  # [C, F, >= kh, >= kw]
-    return full[:, :, :kh, :kw].transpose(0, 1)
+    k, out, size = weight.shape[2:], grad_output.shape[2:], input.shape[2:]
+    # The padded input's extent the forward reads: k + (out - 1) * s. Past it (a stride that does not divide the
+    # padded extent) the rows are cropped, or the high padding cut, so the result is exactly [C, F, kh, kw]:
+    # the symmetric padding made it [C, F, kh + 1, ...] at stride 2, products computed and thrown away.
+    high = [k[i] + (out[i] - 1) * stride[i] - size[i] - padding[i] for i in range(2)]
+    x = input.transpose(0, 1)[:, :, :size[0] + min(high[0], 0), :size[1] + min(high[1], 0)]
+    if any(padding) or any(h > 0 for h in high):
+        x = torch.nn.functional.pad(x, (padding[1], max(high[1], 0), padding[0], max(high[0], 0)))
+    grad = torch.ops.aten.convolution(x, grad_output.transpose(0, 1), None, [1, 1], [0, 0], list(stride), False,
+                                      [0, 0], 1)  # [C, F, kh, kw]
+    return grad.transpose(0, 1)
 
 
 def _input_gradient(grad_output, input, weight, stride, padding):

@@ -33,6 +33,26 @@ def test_the_gradients_equal_autograd(case):
         torch.testing.assert_close(have, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", [(2, 8, 8, 4, 3, 2, 1), (2, 8, 8, 4, 1, 2, 0), (1, 9, 9, 3, 3, 3, 0)],
+                         ids=["3x3s2", "1x1s2", "3x3s3"])
+def test_the_weight_gradient_convolution_computes_only_the_kernels_taps(case):
+    """A stride that does not divide the padded extent: the weight gradient's convolution has kh x kw outputs
+    (no row the forward never read, products thrown away), and still equals autograd's."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from slicer.frontends.decomp_convolution import _weight_gradient
+
+    n, c, h, f, k, s, p = case
+    x, weight = torch.randn(n, c, h, h, dtype=torch.float64), torch.randn(f, c, k, k, dtype=torch.float64)
+    g = torch.randn(torch.nn.functional.conv2d(x, weight, stride=s, padding=p).shape, dtype=torch.float64)
+    graph = make_fx(lambda g, x, w: _weight_gradient(g, x, w, [s, s], [p, p]))(g, x, weight)
+    shapes = [tuple(node.meta["val"].shape) for node in graph.graph.nodes
+              if node.target is torch.ops.aten.convolution.default]
+    assert shapes == [(c, f, k, k)]
+    want = torch.nn.grad.conv2d_weight(x, weight.shape, g, stride=s, padding=p)
+    torch.testing.assert_close(graph(g, x, weight), want, rtol=1e-12, atol=1e-12)
+
+
 def test_what_it_leaves_to_torch_mlir():
     x, w = torch.randn(1, 4, 6, 6), torch.randn(4, 2, 3, 3)
     g = torch.randn(1, 4, 4, 4)
