@@ -1,6 +1,7 @@
 """Partitioned programs compiled and run on real MPI ranks equal the single-process program;
 slicer-run's errors are clear, exit non-zero and never hang (every run has a timeout)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,8 +136,10 @@ def test_under_mpiexec_directly(tmp_path):
 
     command = [sys.executable, "-m", "slicer.runtime", str(EXAMPLES / "mlp.mlir"), "--mesh", "x=2", "--tactic",
                "arg0.0=x", "--random", "5"]
-    done = subprocess.run([find_mpiexec(), "-n", "2", *command, "--check", "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=240)
+    environment = {**os.environ, "SLICER_COLLECTIVES": "nccl", "SLICER_OVERLAP": "sometimes"}
+    done = subprocess.run([find_mpiexec(), "-n", "2", *command, "--check", "-o", str(tmp_path / "out"),
+                           "--collectives", "mpi", "--overlap", "off"],
+                          capture_output=True, text=True, timeout=240, env=environment)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("results match the unpartitioned program") == 1
     assert (tmp_path / "out" / "result0.npy").is_file()
