@@ -9,7 +9,7 @@ and `collectives` (the MPI and shared-memory executor of redistribution plans, t
 
 from .execution.executor import RunOptions
 from .execution.timings import StepTiming, Timings
-from .jobs.launch import launch
+from .jobs.launch import launch, launch_each
 from .simulation.simulator import Simulator, assemble, simulate
 
-__all__ = ["RunOptions", "Simulator", "StepTiming", "Timings", "assemble", "launch", "simulate"]
+__all__ = ["RunOptions", "Simulator", "StepTiming", "Timings", "assemble", "launch", "launch_each", "simulate"]

@@ -35,6 +35,34 @@ def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | Non
     (None: the environment's defaults)."""
     if repeat < 1:
         raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
+    job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+    try:
+        return _timed(job, graph, arrays, inputs, seed, repeat, oversubscribe, options)
+    finally:
+        job.close()
+
+
+def launch_each(runs: Sequence[tuple[KernelGraph, Sequence[np.ndarray], RunOptions | None]], ranks: int, *,
+                repeat: int = 1, timeout: float = 600, mpiexec: str | None = None,
+                oversubscribe: bool = False) -> list[tuple[list[np.ndarray], Timings]]:
+    """`launch` of each (graph, global arrays, options) in `runs`, in order, on one job of `ranks` ranks: the ranks
+    start once for a series of measurements (`slicer-plan --calibrate kernels`' probes) instead of once per run,
+    which was most of a small program's cost. Each run loads its program with its options (None: the
+    environment's defaults) and warms it up before timing it, as `launch` does; what a rank keeps from the runs
+    before (warm caches, a grown heap) is what a session's steps keep."""
+    if repeat < 1:
+        raise RunError(f"repeat={repeat}: give the number of timed runs, at least 1")
+    job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
+    try:
+        return [_timed(job, graph, arrays, None, 0, repeat, oversubscribe, options)
+                for graph, arrays, options in runs]
+    finally:
+        job.close()
+
+
+def _timed(job: RankJob, graph: KernelGraph, arrays, inputs, seed: int, repeat: int, oversubscribe: bool,
+           options: RunOptions | None) -> tuple[list[np.ndarray], Timings]:
+    """`graph` loaded on `job` and its timed run (`launch`'s arguments); the global results and timings."""
     plan = SessionPlan.stateless(graph)
 
     def blocks(rank: int) -> list[np.ndarray] | None:
@@ -42,13 +70,9 @@ def launch(graph: KernelGraph, ranks: int, *, arrays: Sequence[np.ndarray] | Non
             return [plan.block(np.asarray(a), i, rank) for i, a in enumerate(arrays)]
         return rank_inputs(graph, rank, files=inputs) if inputs else None
 
-    job = RankJob(ranks, mpiexec=mpiexec, timeout=timeout)
-    try:
-        load_program(job, plan, oversubscribe=oversubscribe, options=options or RunOptions.chosen())
-        parts = job.request([("timed", blocks(rank), seed, repeat) for rank in range(ranks)])
-    finally:
-        job.close()
+    load_program(job, plan, oversubscribe=oversubscribe, options=options or RunOptions.chosen())
+    parts = job.request([("timed", blocks(rank), seed, repeat) for rank in range(job.ranks)])
     return combine(graph, parts, repeat)
 
 
-__all__ = ["launch"]
+__all__ = ["launch", "launch_each"]

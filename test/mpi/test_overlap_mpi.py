@@ -9,6 +9,7 @@ import pytest
 
 import slicer
 from slicer.lowering import compile_function
+from slicer.runtime import RunOptions, launch_each
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -20,21 +21,40 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("example,mesh,tactics", CASES,
-                         ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}" for c in CASES])
-def test_overlapped_run_is_bit_identical_to_blocking(example, mesh, tactics, monkeypatch):
-    text = (EXAMPLES / f"{example}.mlir").read_text()
-    prog = slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics))
-    reference = compile_function(text)
-    rng = np.random.default_rng(7)
-    inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in reference.inputs]
-    runs = {}
-    monkeypatch.setenv("SLICER_OVERLAP", "1")  # the default the argument overrides
-    for overlap in (None, False):
-        runs[overlap] = prog.run(*inputs, ranks=prog.mesh.device_count, timeout=240, return_timings=True,
-                                 overlap=overlap)
-    (overlapped, timings), (blocking, blocking_timings) = runs[None], runs[False]
-    np.testing.assert_allclose(overlapped, reference(*inputs), rtol=1e-5, atol=1e-5)
+IDS = [f"{c[0]}-{'x'.join(f'{axis}{size}' for axis, size in c[1].items())}" for c in CASES]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every case's program, reference output and inputs, and its two timed runs: the options chosen with
+    SLICER_OVERLAP=1 in the environment (the default the argument overrides), without an argument and with
+    overlap=False. The runs of a rank count share one job (`launch_each`: 2 jobs, not 2 per case)."""
+    cases = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLICER_OVERLAP", "1")
+        chosen = {None: RunOptions.chosen(overlap=None), False: RunOptions.chosen(overlap=False)}
+    for name, (example, mesh, tactics) in zip(IDS, CASES):
+        text = (EXAMPLES / f"{example}.mlir").read_text()
+        prog = slicer.compile(text, mesh=slicer.Mesh(**mesh), tactics=slicer.parse_tactics(tactics))
+        reference = compile_function(text)
+        rng = np.random.default_rng(7)
+        inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in reference.inputs]
+        cases[name] = (prog, reference(*inputs), inputs, {})
+    for ranks in sorted({prog.mesh.device_count for prog, *_ in cases.values()}):
+        mine = [(name, overlap) for name, (prog, *_) in cases.items() if prog.mesh.device_count == ranks
+                for overlap in chosen]
+        timed = launch_each([(cases[name][0].graph, cases[name][2], chosen[overlap]) for name, overlap in mine],
+                            ranks, timeout=240)
+        for (name, overlap), ((result,), timings) in zip(mine, timed):
+            cases[name][3][overlap] = (result, timings)
+    return cases
+
+
+@pytest.mark.parametrize("case", IDS)
+def test_overlapped_run_is_bit_identical_to_blocking(case, runs):
+    prog, expected, _, timed = runs[case]
+    (overlapped, timings), (blocking, blocking_timings) = timed[None], timed[False]
+    np.testing.assert_allclose(overlapped, expected, rtol=1e-5, atol=1e-5)
     assert overlapped.tobytes() == blocking.tobytes()
     kinds = [e.kind for e in timings.events[0]]
     collectives = sum(hasattr(n, "step") for n in prog.graph.nodes)

@@ -22,6 +22,8 @@ from slicer.core.host import host_cores
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 from slicer.redistribution.costs import CostModel
+from slicer.runtime import launch_each
+from slicer.runtime.jobs.resources import check_memory, check_ranks
 from slicer.tactics import parse_tactics
 
 CPU0 = Path("/sys/devices/system/cpu/cpu0")
@@ -259,7 +261,8 @@ def default_ranks() -> int:
 
 
 def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = None) -> list[Measured]:
-    """Compile every probe for `ranks` ranks and time them (see the module docstring)."""
+    """Compile every probe for `ranks` ranks and time them (see the module docstring): `rounds` rounds of every
+    probe in turn, all on one job (`launch_each`: the ranks start once, not once per probe and round)."""
     mesh = Mesh({"x": ranks})
     rng = np.random.default_rng(0)
     compiled = []
@@ -268,12 +271,13 @@ def measure(ranks: int, repeat: int = 9, rounds: int = 3, mpiexec: str | None = 
             warnings.simplefilter("ignore")
             program = compile(probe.text, mesh=mesh, tactics=parse_tactics(probe.tactics))
         inputs = [rng.standard_normal(shape, dtype=np.float32) for shape in probe.shapes]
+        if mpiexec is None:  # this host's ranks: refused before starting them, as Program.run refuses
+            check_ranks(ranks)
+            check_memory(program.graph, ranks)
         compiled.append((probe, program, inputs))
-    times: list[list[float]] = [[] for _ in compiled]
-    for _ in range(rounds):
-        for i, (_, program, inputs) in enumerate(compiled):
-            _, timings = program.run(*inputs, ranks=ranks, repeat=repeat, mpiexec=mpiexec, return_timings=True)
-            times[i].append(timings.seconds)
+    runs = launch_each([(program.graph, inputs, None) for _, program, inputs in compiled] * rounds, ranks,
+                       repeat=repeat, mpiexec=mpiexec)
+    times = [[timings.seconds for _, timings in runs[i::len(compiled)]] for i in range(len(compiled))]
     return [Measured(probe, program.graph, statistics.median(t), tuple(t))
             for (probe, program, _), t in zip(compiled, times)]
 
