@@ -96,6 +96,9 @@ _TO_LLVM: Stage = (
         # cf.assert records a failure the caller raises, instead of aborting the process (asserts.py).
         "slicer-kernel-checked-asserts",
         "func.func(convert-vector-to-scf{full-unroll=true})",
+        # Vector ops that only move bf16/f16 elements move i16 (LLVM aborts on odd-sized bf16 shuffles;
+        # narrow_moves.py).
+        "slicer-kernel-narrow-moves",
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",

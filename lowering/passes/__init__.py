@@ -23,7 +23,7 @@ LOWERING_PASSES = PassTable(__name__, (
     "slicer-lower-to-loops", "slicer-kernel-clamp-gathers", "slicer-kernel-distinct-results", "slicer-kernel-widen-i1",
     "slicer-kernel-widen-narrow-floats", "slicer-kernel-fold-widenings", "slicer-kernel-im2col", "slicer-kernel-onehot",
     "slicer-kernel-contract", "slicer-kernel-rows", "slicer-kernel-vectorize", "slicer-kernel-reject-narrow-memrefs",
-    "slicer-kernel-checked-asserts", "slicer-kernel-expand-bf16",
+    "slicer-kernel-checked-asserts", "slicer-kernel-narrow-moves", "slicer-kernel-expand-bf16",
 ))
 """The passes of this layer, in the order the default kernel pipeline first runs them (each module imported
 when its pass is first looked up)."""
