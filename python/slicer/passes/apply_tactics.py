@@ -10,14 +10,18 @@ through the JIT after each tactic and compare with the original).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlir import ir
 
-from slicer.checking import check_equivalent
+import slicer
 from slicer.core.errors import InvalidTactic, Located, MeshError, OptionError, PassFailure, StepMismatch
 from slicer.core.mesh import Mesh
 from slicer.core.passes import ModulePass, register_pass
 from slicer.tactics import TacticRewriter, parse_tactics
+
+if TYPE_CHECKING:  # slicer.checking (the JIT) is loaded when a check is asked for: `slicer.checking` below
+    import slicer.checking
 
 
 @register_pass
@@ -54,7 +58,7 @@ class SlicerApplyTactics(ModulePass):
         after_each = None
         if self.check_each_step:
             original = str(module)
-            after_each = lambda label: check_equivalent(original, str(module), step=f"tactic {label}")  # noqa: E731
+            after_each = lambda label: slicer.checking.check_equivalent(original, str(module), step=f"tactic {label}")  # noqa: E731
         try:
             TacticRewriter(module, parse_tactics(self.tactics), mesh=self.mesh_option(), entry=self.entry or None,
                            after_each=after_each).run()

@@ -9,13 +9,17 @@ through the JIT on random inputs and compared; a mismatch is an error naming the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlir import ir
 
-from slicer.checking import check_equivalent
+import slicer
 from slicer.core.errors import Located, PassFailure, StepMismatch
 from slicer.core.passes import ModulePass, register_pass
 from slicer.propagation import propagate_module
+
+if TYPE_CHECKING:  # slicer.checking (the JIT) is loaded when a check is asked for: `slicer.checking` below
+    import slicer.checking
 
 
 @register_pass
@@ -32,6 +36,6 @@ class SlicerPropagate(ModulePass):
         propagate_module(module, strict_conflicts=self.strict_conflicts)
         if before is not None:
             try:
-                check_equivalent(before, str(module), step="slicer-propagate")
+                slicer.checking.check_equivalent(before, str(module), step="slicer-propagate")
             except StepMismatch as exc:
                 raise PassFailure(Located(module.location, str(exc))) from None
