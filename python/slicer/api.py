@@ -279,8 +279,8 @@ class Program:
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
         inputs = tuple(i for i in range(len(g.args)) if i not in state and i not in hyper)
-        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper,
-                           self.imported.hyperparameters if hyper and self.imported is not None else None)
+        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper, *(  # and the order a batch takes
+            (self.imported.hyperparameters if hyper else None, self.imported.arrange) if self.imported else ()))
 
     def _result_names(self) -> tuple[str, ...]:
         if self.imported is not None and self.imported.result_names:
@@ -303,15 +303,14 @@ class Program:
             object.__setattr__(self, "_simulator", simulator)
         return simulator
 
-    def run_in_mpi(self, *arrays: np.ndarray, comm=None):
+    def run_in_mpi(self, *arrays: np.ndarray, comm=None, collectives: str | None = None, overlap: bool | None = None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
         is enough: each rank reads only its blocks); rank 0 gets the results, the others None. `comm`: the
-        job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not).
-        The same path as `slicer-run` started under mpiexec (slicer.runtime.jobs.in_job)."""
-        outputs = in_job.run_arrays(self.graph, self.check_arrays(arrays), comm or in_job.world())
-        if outputs is None:
-            return None
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not);
+        `collectives`, `overlap`: as `run`'s, settled on rank 0. As `slicer-run` under mpiexec (runtime.jobs.in_job)."""
+        outputs = in_job.run_arrays(self.graph, self.check_arrays(arrays), comm or in_job.world(),
+                                    collectives=collectives, overlap=overlap)
+        return None if outputs is None else outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 def apply_tactics(module: ir.Module | ir.Operation | str, tactics: Sequence[Tactic] = (), *,
