@@ -57,14 +57,6 @@ class StagePrograms:
     """What remat did to each module of the stage a `Remat` tactic names (`stage_partition.py`)."""
 
 
-def _imported(torch, fx, function, names: list[str], values: list, roles: list[str], results: list[str],
-              what: str, pool: Executor, hyperparameters=None) -> Future[ImportedProgram]:
-    """`function(*values)` traced and imported as a program whose arguments are `names` with `roles`."""
-    inputs = sum(1 for r in roles if r == "input")
-    return _program(fx, trace(torch, function, values, what, lines=False), names, values[inputs:], roles, results,
-                    what, pool, hyperparameters)
-
-
 def _program(fx, graph, names: list[str], values: list, roles: list[str], results: list[str], what: str,
              pool: Executor, hyperparameters=None) -> Future[ImportedProgram]:
     """The aten graph `graph` imported as a program whose arguments are `names` with `roles` (the inputs first;
@@ -133,22 +125,90 @@ def stage_programs(torch, fx, graph: StageGraph, transfers: dict[str, Transfer],
     bwd = _program(fx, cut.backward, kept, [values[n] for n in owned if n in kept] + zeros,
                    [r for r, keep in zip(roles, cut.kept) if keep], [GRAD + t.name for t in back] + accumulated,
                    f"the backward of {what}", pool)
-    own_state = [n for n in state if n.partition(".")[2] in params] + list(optimizer.shared_state())
-
-    def update(*args):
-        named = dict(zip([*accumulated, *params, *own_state, *hyper], args))
-        new_params, new_state = optimizer.update({p: named[p] for p in params},
-                                                 {p: named[GRAD + p] for p in params},
-                                                 {s: named[s] for s in own_state}, {h: named[h] for h in hyper})
-        return (*(new_params[p] for p in params), *(new_state[s] for s in own_state))
-
-    upd = _imported(torch, fx, update, [*accumulated, *params, *own_state, *hyper],
-                    zeros + [values[p] for p in params] + [state[s] for s in own_state] + list(hyper.values()),
-                    ["input"] * len(accumulated) + ["parameter"] * len(params) + ["state"] * len(own_state)
-                    + ["hyper"] * len(hyper), [*params, *own_state], f"the update of {what}", pool,
-                    optimizer.hyperparameter_values)
+    own_state = _own_state(optimizer, list(params))
+    names = [*accumulated, *params, *own_state, *hyper]
+    given = dict(zip(names, zeros + [values[p] for p in params] + [state[s] for s in own_state] + list(hyper.values())))
+    upd = _program(fx, _update_graph(torch, optimizer, list(params), list(hyper), given, f"the update of {what}"),
+                   names, [given[n] for n in names[len(accumulated):]],
+                   ["input"] * len(accumulated) + ["parameter"] * len(params) + ["state"] * len(own_state)
+                   + ["hyper"] * len(hyper), [*params, *own_state], f"the update of {what}", pool,
+                   optimizer.hyperparameter_values)
     return lambda: StagePrograms(index, fwd.result(), bwd.result(), upd.result(), batch, received, sent,
                                  tuple(saved), params, buffers, tuple(own_state), tuple(hyper), cut.remat)
+
+
+def _own_state(optimizer, params: list[str]) -> list[str]:
+    return [n for p in params for n in optimizer.state_names(p)] + list(optimizer.shared_state())
+
+
+def _update_function(optimizer, params: list[str], hyper: list[str]):
+    """The update of `params` as a function of (their gradients, themselves, their state and the shared state,
+    `hyper`), returning (new parameters, new state), in `_own_state`'s order."""
+    own = _own_state(optimizer, params)
+
+    def update(*args):
+        named = dict(zip([*(GRAD + p for p in params), *params, *own, *hyper], args))
+        new_params, new_state = optimizer.update({p: named[p] for p in params}, {p: named[GRAD + p] for p in params},
+                                                 {s: named[s] for s in own}, {h: named[h] for h in hyper})
+        return (*(new_params[p] for p in params), *(new_state[s] for s in own))
+
+    return update
+
+
+def _update_graph(torch, optimizer, params: list[str], hyper: list[str], examples: dict, what: str):
+    """The aten graph of the update of `params` (arguments and results as `_update_function`'s; `examples`: a
+    value of each argument by name), traced on one parameter of each shape and dtype and its nodes copied for
+    the others. SGD and AdamW update each parameter by the same ops on its own gradient and state (and on the
+    shared state and hyperparameters, whose nodes are made once): tracing every parameter would make the same
+    nodes again, most of the work of importing a stage's update. Traced whole if a node reads two parameters."""
+    groups: dict[tuple, list[str]] = {}
+    for p in params:
+        groups.setdefault((tuple(examples[p].shape), examples[p].dtype), []).append(p)
+    first_of = {p: group[0] for group in groups.values() for p in group}
+    firsts = [group[0] for group in groups.values()]
+
+    def traced(chosen: list[str]):
+        names = [*(GRAD + p for p in chosen), *chosen, *_own_state(optimizer, chosen), *hyper]
+        graph = trace(torch, _update_function(optimizer, chosen, hyper), [examples[n] for n in names], what,
+                      lines=False)
+        return graph, dict(zip(names, (n for n in graph.graph.nodes if n.op == "placeholder")))
+
+    template, placeholders = traced(firsts)
+    if len(firsts) == len(params):
+        return template
+    arguments = {p: [GRAD + p, p, *optimizer.state_names(p)] for p in params}
+    shared = [*optimizer.shared_state(), *hyper]
+    owner = {placeholders[n]: p for p in firsts for n in arguments[p]} | {placeholders[n]: None for n in shared}
+    for node in template.graph.nodes:
+        if node.op not in ("placeholder", "output"):
+            owners = {owner[i] for i in node.all_input_nodes} - {None}
+            if len(owners) > 1:
+                return traced(params)[0]
+            owner[node] = owners.pop() if owners else None
+    graph = torch.fx.Graph()
+    made: dict = {}
+    for name in [*(GRAD + p for p in params), *params, *_own_state(optimizer, params), *hyper]:
+        made[name] = graph.placeholder(f"arg{len(made)}")
+    common = {placeholders[n]: made[n] for n in shared}
+    copies = {p: {placeholders[a]: made[b] for a, b in zip(arguments[first_of[p]], arguments[p])} for p in params}
+    for a, b in [(n, n) for n in shared] + [(a, b) for p in params for a, b in zip(arguments[first_of[p]],
+                                                                                   arguments[p])]:
+        made[b].meta = dict(placeholders[a].meta)
+    body = [n for n in template.graph.nodes if n.op not in ("placeholder", "output")]
+    for node in body:  # the shared nodes once, then each parameter's copy of its group's first parameter's
+        if owner[node] is None:
+            common[node] = graph.node_copy(node, lambda n: common[n])
+    for p in params:
+        for node in body:
+            if owner[node] == first_of[p]:
+                copies[p][node] = graph.node_copy(node, lambda n, p=p: copies[p].get(n) or common[n])
+    results = dict(zip([*firsts, *_own_state(optimizer, firsts)], next(n for n in template.graph.nodes
+                                                                      if n.op == "output").args[0]))
+    wanted = [(p, first_of[p]) for p in params]  # each result: the parameter it is of, its group's first's result
+    wanted += [(p, a) for p in params for a in optimizer.state_names(first_of[p])]
+    outputs = [copies[p].get(results[theirs]) or common[results[theirs]] for p, theirs in wanted]
+    graph.output(tuple(outputs + [common[results[n]] for n in optimizer.shared_state()]))
+    return torch.fx.GraphModule(template, graph)
 
 
 __all__ = ["GRAD", "StagePrograms", "stage_programs"]

@@ -135,3 +135,29 @@ def test_remat_with_megatron_in_each_stage_equals_torch(remat_gpt):
     assert all(got < 0.5 * want for got, want in zip(prog.held_bytes(), plain.held_bytes(), strict=True))
     loss_error, state_error, _ = pipeline.compare(model, loss_fn, batch, optimizer, prog, 2)
     assert loss_error <= 1e-5 and state_error <= 1e-5, (loss_error, state_error)
+
+
+@pytest.mark.parametrize("optimizer", [slicer.AdamW(0.01, weight_decay=0.1), slicer.SGD(0.1, momentum=0.9)])
+def test_a_stage_update_traced_on_one_parameter_per_shape_is_the_update_of_every_parameter(optimizer):
+    """`stage_programs._update_graph`: the update traced on one parameter of each shape, its nodes copied for the
+    others, computes what the update traced on every parameter computes, bit for bit (its shared nodes made once)."""
+    from slicer.frontends.stage_programs import GRAD, _own_state, _update_function, _update_graph
+    from slicer.frontends.torch_import import trace
+
+    generator = torch.Generator().manual_seed(0)
+    shapes = {"a.weight": (4, 3), "a.bias": (4,), "b.weight": (4, 3), "b.bias": (4,), "c.weight": (4, 3)}
+    params = list(shapes)
+    hyper = optimizer.hyperparameter_values(0, at_import=True)
+    names = [*(GRAD + p for p in params), *params, *_own_state(optimizer, params), *hyper]
+    values = {n: torch.rand(shapes[n if n in shapes else n.split(".", 1)[1]], generator=generator) + 0.1
+              for n in names if n not in hyper and n != "step"}  # positive: exp_avg_sq's square root
+    values.update({"step": torch.tensor(2.0), **{h: torch.tensor(v, dtype=torch.float64) for h, v in hyper.items()}})
+    args = [values[n] for n in names]
+    stamped = _update_graph(torch, optimizer, params, list(hyper), values, "the update")
+    whole = trace(torch, _update_function(optimizer, params, list(hyper)), args, "the update", lines=False)
+    got, want = stamped(*args), whole(*args)
+    assert len(got) == len(want) == len(params) + len(_own_state(optimizer, params))
+    assert all(torch.equal(g, w) and not g.isnan().any() for g, w in zip(got, want))
+    assert [n.op for n in stamped.graph.nodes].count("placeholder") == len(names)
+    count = [len([n for n in g.graph.nodes if n.op == "call_function"]) for g in (stamped, whole)]
+    assert count[0] <= count[1], count
