@@ -136,11 +136,10 @@ def main(argv=None) -> None:
         print(f"memory, S={args.memory_seq}:", flush=True)
         report["memory"] = memory(args.memory_seq)
         print(json.dumps(report["memory"], indent=1), flush=True)
-    if not args.time_seq:
-        return
-    print(f"step time, S={args.time_seq}, 2 ranks:", flush=True)
-    report["time"] = step_time(args.time_seq, args.repeat, args.timeline)
-    print(json.dumps(report["time"], indent=1))
+    if args.time_seq:
+        print(f"step time, S={args.time_seq}, 2 ranks:", flush=True)
+        report["time"] = step_time(args.time_seq, args.repeat, args.timeline)
+        print(json.dumps(report["time"], indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 
