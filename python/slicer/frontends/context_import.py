@@ -16,6 +16,7 @@ from slicer.core.mesh import Mesh
 from slicer.tactics.context_tactic import ContextParallel
 
 from .composites import attention_in_blocks
+from .context_heads import heads_around_attention
 from .program import ImportedProgram
 from .stages import StepOrigin
 from .training import training_step
@@ -35,7 +36,8 @@ def import_in_blocks(step: ImportedProgram, blocks: int) -> ImportedProgram:
 
 def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
     """What `slicer.compile` partitions for `tactics` with a `ContextParallel` among them: `step` imported again
-    with ring attention over the devices of its axes on `mesh`, and the other tactics (CompileError for an axis
+    with ring attention over the devices of its axes on `mesh` (method "ring"), or with its attention's inputs
+    read tiled by heads and its outputs by the sequence ("all_to_all"), and the other tactics (CompileError for an axis
     the mesh lacks or a step given as text); without one, `step` and `tactics` as they are."""
     context = next((t for t in tactics if isinstance(t, ContextParallel)), None)
     if context is None:
@@ -46,8 +48,13 @@ def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
             raise CompileError(f"{context}: the mesh {mesh} has no axis '{axis}'")
         blocks *= mesh.size(axis)
     if not isinstance(step, ImportedProgram):
-        raise CompileError(f"{context}: give the training step itself (slicer.training_step), not its text")
-    return import_in_blocks(step, blocks), tuple(t for t in tactics if not isinstance(t, ContextParallel))
+        raise CompileError(f"{context}: give the imported program itself (slicer.training_step, "
+                           "slicer.from_torch), not its text")
+    others = tuple(t for t in tactics if not isinstance(t, ContextParallel))
+    if context.method == "ring":
+        return import_in_blocks(step, blocks), others
+    # Ulysses: the program as it is, its attention read by heads (context_heads.py)
+    return heads_around_attention(step, mesh, context.axes, others, str(context)), others
 
 
 __all__ = ["import_for_context", "import_in_blocks"]

@@ -1,0 +1,85 @@
+"""Context parallelism by heads (`strategies.context_parallel(..., method="all_to_all")`, DeepSpeed-Ulysses:
+frontends/context_heads.py): attention's q, k and v moved from sequence-tiled to head-tiled by one all_to_all
+each and its output back, the backward's mirrored all_to_alls, nothing else moved around attention; on
+`F.scaled_dot_product_attention` (causal) and on attention written by hand (softmax(q k^T / sqrt(d) + mask) v,
+an additive padding mask), training steps and a forward program, on the simulator against torch; heads the axis
+does not divide: a CompileError saying what to change; with data parallel on another axis."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import slicer  # noqa: E402
+from example_modules import load  # noqa: E402
+from slicer import strategies as st  # noqa: E402
+
+idioms = load("torch/idioms.py", "idioms")
+train = idioms.train_step
+F = torch.nn.functional
+nn = torch.nn
+
+
+class HandWritten(nn.Module):
+    """One attention block as nanoGPT's slow path writes it (a fused qkv projection split in three), its scores
+    softmax(q k^T / sqrt(d) + mask) with an additive padding mask [B, 1, 1, S], or causal by `masked_fill`."""
+
+    def __init__(self, vocab: int = 32, seq: int = 8, d_model: int = 24, n_head: int = 4, causal: bool = False):
+        super().__init__()
+        self.n_head, self.causal = n_head, causal
+        self.wte, self.wpe = nn.Embedding(vocab, d_model), nn.Embedding(seq, d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.ln, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab, bias=False)
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, idx, mask=None):
+        b, s = idx.shape
+        h = self.wte(idx) + self.wpe(torch.arange(s))
+        q, k, v = (t.view(b, s, self.n_head, -1).transpose(1, 2) for t in self.qkv(h).split(h.shape[-1], dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
+        if self.causal:
+            att = att.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
+        if mask is not None:
+            att = att + mask
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, s, -1)
+        return self.head(self.ln(h + self.proj(y)))
+
+
+def lm_loss(m, idx, targets, *mask):
+    return F.cross_entropy(m(idx, *mask).flatten(0, 1), targets.flatten())
+
+
+def tokens(batch: int, seq: int = 8, vocab: int = 32):
+    data = torch.randint(0, vocab, (batch, seq + 1))
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
+def collectives(prog) -> list[str]:
+    """The kinds of the collectives `explain()` lists, in order."""
+    listed = prog.explain().split("propagation:")[0]
+    return [line.split()[1] for line in listed.splitlines() if line.strip()[:1].isdigit() and ". " in line]
+
+
+def test_causal_step_moves_q_k_v_and_the_output_by_all_to_all_and_trains_like_torch():
+    """One causal sequence (F.scaled_dot_product_attention) on x=2: 4 all_to_alls forward (q, k, v to heads,
+    the output back), 4 backward (the output's gradient to heads, those of q, k, v back), no gather; the loss's
+    and the gradients' all_reduces. Two SGD steps equal torch's."""
+    torch.manual_seed(0)
+    model, batch = idioms.NanoGPT(32, 8, d_model=24, n_head=4, flavors=("causal",)), tokens(1)
+    optimizer = slicer.SGD(0.1, momentum=0.9)
+    step = slicer.training_step(model, lm_loss, *batch, optimizer=optimizer)
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.context_parallel(step, "x", method="all_to_all"))
+    kinds = collectives(prog)
+    assert kinds.count("shard.all_to_all") == 8 and set(kinds) == {"shard.all_to_all", "shard.all_reduce"}, kinds
+    loss_error, param_error = train.compare(model, lm_loss, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
+
+
+def test_heads_the_axis_does_not_divide_say_what_to_change():
+    torch.manual_seed(0)
+    model, batch = idioms.NanoGPT(32, 8, d_model=24, n_head=2, flavors=("causal",)), tokens(1)
+    step = slicer.training_step(model, lm_loss, *batch, optimizer=slicer.SGD(0.1))
+    with pytest.raises(slicer.CompileError, match="attention has 2 heads, which the 4 devices of x do not divide"):
+        slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=st.context_parallel(step, "x", method="all_to_all"))
