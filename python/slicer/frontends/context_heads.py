@@ -21,6 +21,7 @@ be divisible by the axis' devices (`HeadsNotDivisible`, a TacticError, says what
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -28,7 +29,7 @@ from mlir import ir
 
 from slicer.core.errors import CompileError
 from slicer.core.functions import entry_function, function_type
-from slicer.core.linalg_facts import indexing_maps, is_linalg_op, loop_dim
+from slicer.core.linalg_facts import indexing_maps, is_linalg_op, loop_dim, reshape_kept_dims
 from slicer.core.mesh import Mesh
 from slicer.dialect import Sharding, annotate, find_meshes, make_context
 from slicer.dialect import mesh as mesh_op
@@ -45,18 +46,35 @@ class _Attention:
     heads: dict[int, int]  # the op's position in `ops` -> its heads loop
     sequence: dict[int, frozenset[int]]  # -> its sequence loops
     batch: dict[int, int | None]  # -> its batch loop (the score's dim -4), if any
+    length: int  # of the sequence
+
+
+def _score_loops(value: ir.Value, amap: ir.AffineMap) -> list[int | None]:
+    """The loops of the score's dims of extent > 1, major to minor: the sequence's two last, the heads before
+    them, the batch (if any) before the heads."""
+    return [loop_dim(amap.results[j]) for j in _wide_dims(value)]
+
+
+def _size(value: ir.Value) -> int:
+    return math.prod(ir.RankedTensorType(value.type).shape)
+
+
+def _wide_dims(value: ir.Value) -> list[int]:
+    """The dims of `value` of extent > 1 (the import leaves unit dims anywhere: [H, S, 1, 1, 1, S] scores)."""
+    return [j for j, size in enumerate(ir.RankedTensorType(value.type).shape) if size > 1]
 
 
 def _is_score(value: ir.Value, length: int) -> bool:
-    if not isinstance(value.type, ir.RankedTensorType):
+    """Whether `value` is a block of scores: its last two dims of extent > 1 are the sequence, after a third."""
+    if not isinstance(value.type, ir.RankedTensorType) or not ir.RankedTensorType(value.type).has_static_shape:
         return False
-    shape = ir.RankedTensorType(value.type).shape
-    return len(shape) >= 3 and shape[-1] == shape[-2] == length
+    shape, wide = ir.RankedTensorType(value.type).shape, _wide_dims(value)
+    return len(wide) >= 3 and shape[wide[-1]] == shape[wide[-2]] == length
 
 
 def _attention(func: ir.Operation, length: int) -> _Attention:
     """The top-level linalg ops of `func` that read or make a score value (module docstring)."""
-    found = _Attention([], {}, {}, {})
+    found = _Attention([], {}, {}, {}, length)
     for op in func.regions[0].blocks[0].operations:
         op = op.operation
         if not is_linalg_op(op):
@@ -64,15 +82,14 @@ def _attention(func: ir.Operation, length: int) -> _Attention:
         values = list(op.operands) + list(op.results)
         maps = indexing_maps(op)
         maps = maps + maps[len(maps) - len(op.results):]  # results walk as their inits
-        # a score value walking three loops on its last dims (a mask [B, 1, S, S] broadcast over heads does not)
-        score = next((m for v, m in zip(values, maps) if _is_score(v, length)
-                      and None not in [loop_dim(e) for e in m.results[-3:]]), None)
-        if score is None:
+        # the largest score value walking loops on its dims (not a mask [1, 1, S, S] read broadcast)
+        scores = [(v, m) for v, m in zip(values, maps) if _is_score(v, length) and None not in _score_loops(v, m)]
+        if not scores:
             continue
-        dims = [d for e in score.results[-3:] if (d := loop_dim(e)) is not None]
-        found.batch[len(found.ops)] = loop_dim(score.results[-4]) if len(score.results) >= 4 else None
-        found.heads[len(found.ops)] = dims[0]
-        found.sequence[len(found.ops)] = frozenset(dims[1:])
+        loops = [d for d in _score_loops(*max(scores, key=lambda pair: _size(pair[0]))) if d is not None]
+        found.heads[len(found.ops)] = loops[-3]
+        found.batch[len(found.ops)] = loops[-4] if len(loops) > 3 else None
+        found.sequence[len(found.ops)] = frozenset(loops[-2:])
         found.ops.append(op)
     return found
 
@@ -148,47 +165,80 @@ def _producer(value: ir.Value) -> ir.Operation | None:
     return None if isinstance(value, ir.BlockArgument) else value.owner.operation
 
 
-def _plan(found: _Attention, axes: tuple[str, ...], batch_axes: tuple[str, ...], devices: int,
-          label: str) -> tuple[dict, dict]:
-    """What to annotate, read before the IR changes (an op's hash changes with its operands): {value: ({dim:
-    axes}, [(reader, operand)])} for the inputs (heads tiled), then for the outputs (sequence tiled); the batch
-    dim keeps `batch_axes` in both."""
+def _through_reshapes(value: ir.Value, tiled: AxesByDim) -> tuple[ir.Value, AxesByDim, tuple]:
+    """`value` traced back through the reshapes that leave its tiled dims alone: (source, its tiled dims, the
+    reshapes from it to `value`, first to last). Two views of one value (k^T as [H, E, S] in the backward and
+    as [H, E, 1, 1, 1, S] in the forward) then move once."""
+    chain: list[ir.Operation] = []
+    while (op := _producer(value)) is not None and (kept := reshape_kept_dims(op)) is not None:
+        back = {result: operand for operand, result in kept.items()}
+        if not all(d in back for d in tiled):
+            break
+        tiled = {back[d]: axes for d, axes in tiled.items()}
+        chain.insert(0, op)
+        value = op.operands[0]
+    return value, tiled, tuple(chain)
+
+
+def _plan_inputs(found: _Attention, axes: tuple[str, ...], batch_axes: tuple[str, ...], devices: int,
+                 label: str) -> dict:
+    """{source: ({dim: axes}, [(reader, operand, reshapes)])}: each operand made outside attention that walks an
+    attention op's heads loop, traced to the source it is a view of, and its readers (module docstring)."""
     inside = set(found.ops)
     inputs: dict[ir.Value, tuple[AxesByDim, list]] = {}
-    outputs: dict[ir.Value, tuple[AxesByDim, list]] = {}
     for index, op in enumerate(found.ops):
         maps = indexing_maps(op)
-        first_result = len(maps) - len(op.results)
-        for position in range(first_result):
+        for position in range(len(maps) - len(op.results)):
             value = op.operands[position]
-            if _producer(value) in inside or not isinstance(value.type, ir.RankedTensorType):
+            if (_producer(value) in inside or not isinstance(value.type, ir.RankedTensorType)
+                    or _is_score(value, found.length)):
                 continue
             dims = [j for j, e in enumerate(maps[position].results) if loop_dim(e) == found.heads[index]]
             if len(dims) != 1:
                 continue
-            loops: AxesByDim = {found.heads[index]: axes}
-            if (batch := found.batch[index]) is not None:
-                loops[batch] = batch_axes
-            tiled = _axes_by_dim(maps[position], loops)
             heads = ir.RankedTensorType(value.type).shape[dims[0]]
             if heads % devices:
                 raise CompileError(f"{label}: attention has {heads} heads, which the {devices} devices of "
                                    f"{' x '.join(axes)} do not divide (each device computes whole heads); give the "
                                    f"model a number of heads divisible by {devices}, context_parallel an axis "
                                    "whose size divides the heads, or method='ring'")
-            inputs.setdefault(value, (tiled, []))[1].append((op, position))
+            loops: AxesByDim = {found.heads[index]: axes}
+            if (batch := found.batch[index]) is not None:
+                loops[batch] = batch_axes
+            source, tiled, chain = _through_reshapes(value, _axes_by_dim(maps[position], loops))
+            inputs.setdefault(source, (tiled, []))[1].append((op, position, chain))
+    return inputs
+
+
+def _plan_outputs(found: _Attention, axes: tuple[str, ...], batch_axes: tuple[str, ...]) -> dict:
+    """{result: ({dim: axes}, [(reader, operand)])}: each result of an attention op read outside attention, and
+    those readers."""
+    inside = set(found.ops)
+    outputs: dict[ir.Value, tuple[AxesByDim, list]] = {}
+    for index, op in enumerate(found.ops):
+        maps = indexing_maps(op)
+        first_result = len(maps) - len(op.results)
         for number, result in enumerate(op.results):
             readers = [(use.owner.operation, use.operand_number) for use in result.uses
                        if use.owner.operation not in inside]
-            dims = [j for j, e in enumerate(maps[first_result + number].results)
-                    if loop_dim(e) in found.sequence[index]]
-            if readers and len(dims) == 1:
-                amap = maps[first_result + number]
-                loops = {d: axes for d in found.sequence[index]}
-                if (batch := found.batch[index]) is not None:
-                    loops[batch] = batch_axes
-                outputs[result] = (_axes_by_dim(amap, loops), readers)
-    return inputs, outputs
+            amap = maps[first_result + number]
+            if not readers or len([e for e in amap.results if loop_dim(e) in found.sequence[index]]) != 1:
+                continue
+            loops = {d: axes for d in found.sequence[index]}
+            if (batch := found.batch[index]) is not None:
+                loops[batch] = batch_axes
+            outputs[result] = (_axes_by_dim(amap, loops), readers)
+    return outputs
+
+
+def _view(views: dict[tuple, ir.Value], chain: tuple, point: ir.InsertionPoint) -> ir.Value:
+    """The moved value seen through the reshapes `chain` (each made once, from the moved source, at `point`)."""
+    if chain not in views:
+        source = _view(views, chain[:-1], point)
+        view = chain[-1].clone(ip=point)
+        view.operands[0] = source
+        views[chain] = view.results[0]
+    return views[chain]
 
 
 def _sharding(mesh: str, value: ir.Value, tiled: AxesByDim) -> Sharding:
@@ -199,12 +249,15 @@ def _annotate(found: _Attention, mesh: str, axes: tuple[str, ...], batch_axes: t
               label: str) -> int:
     """Read the inputs of attention tiled by heads and its outputs tiled by the sequence (module docstring);
     returns how many values are moved."""
-    inputs, outputs = _plan(found, axes, batch_axes, devices, label)
+    # read before the IR changes: an op's hash changes with its operands
+    inputs = _plan_inputs(found, axes, batch_axes, devices, label)
+    outputs = _plan_outputs(found, axes, batch_axes)
     for value, (tiled, readers) in inputs.items():
-        first = readers[0][0]
-        moved = annotate(value, _sharding(mesh, value, tiled), loc=first.location, ip=ir.InsertionPoint(first))
-        for reader, position in readers:
-            reader.operands[position] = moved
+        point = ir.InsertionPoint(readers[0][0])
+        moved = annotate(value, _sharding(mesh, value, tiled), loc=readers[0][0].location, ip=point)
+        views: dict[tuple, ir.Value] = {(): moved}
+        for reader, position, chain in readers:
+            reader.operands[position] = _view(views, chain, point)
     for value, (tiled, readers) in outputs.items():
         owner = value.owner.operation
         moved = annotate(value, _sharding(mesh, value, tiled), loc=owner.location, ip=ir.InsertionPoint.after(owner))

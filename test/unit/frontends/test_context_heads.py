@@ -7,6 +7,7 @@ does not divide: a CompileError saying what to change; with data parallel on ano
 
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -47,8 +48,12 @@ class HandWritten(nn.Module):
         return self.head(self.ln(h + self.proj(y)))
 
 
-def lm_loss(m, idx, targets, *mask):
-    return F.cross_entropy(m(idx, *mask).flatten(0, 1), targets.flatten())
+def lm_loss(m, idx, targets):
+    return F.cross_entropy(m(idx).flatten(0, 1), targets.flatten())
+
+
+def masked_loss(m, idx, targets, mask):
+    return F.cross_entropy(m(idx, mask).flatten(0, 1), targets.flatten())
 
 
 def tokens(batch: int, seq: int = 8, vocab: int = 32):
@@ -83,3 +88,54 @@ def test_heads_the_axis_does_not_divide_say_what_to_change():
     step = slicer.training_step(model, lm_loss, *batch, optimizer=slicer.SGD(0.1))
     with pytest.raises(slicer.CompileError, match="attention has 2 heads, which the 4 devices of x do not divide"):
         slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=st.context_parallel(step, "x", method="all_to_all"))
+
+
+def test_attention_written_by_hand_with_a_padding_mask_on_four_devices():
+    """softmax(q k^T / sqrt(d) + mask) v, a fused qkv projection, an additive padding mask [1, 1, 1, S] (tiled
+    with the sequence, gathered for the scores: S floats), one sequence on x=4: the same 8 all_to_alls; a
+    step equal to torch's."""
+    torch.manual_seed(1)
+    model, (idx, targets) = HandWritten(), tokens(1)
+    mask = torch.zeros(1, 1, 1, 8)
+    mask[..., -3:] = -10000.0
+    batch, optimizer = (idx, targets, mask), slicer.SGD(0.1)
+    step = slicer.training_step(model, masked_loss, *batch, optimizer=optimizer)
+    tactics = st.context_parallel(step, "x", method="all_to_all")
+    assert tactics[-1] == slicer.Tile(arg="mask", dim=3, axes="x")
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=tactics)
+    assert collectives(prog).count("shard.all_to_all") == 8
+    loss_error, param_error = train.compare(model, masked_loss, batch, optimizer, prog, steps=1)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_forward_program_by_heads(devices):
+    """`slicer.from_torch` of causal attention written by hand (masked_fill): q, k, v to heads and the output
+    back, 4 all_to_alls, the logits equal torch's."""
+    torch.manual_seed(2)
+    model, (idx, _) = HandWritten(causal=True), tokens(1)
+    program = slicer.from_torch(model, idx)
+    prog = slicer.compile(program, mesh=slicer.Mesh(x=devices),
+                          tactics=st.context_parallel(program, "x", method="all_to_all"))
+    kinds = collectives(prog)
+    assert kinds.count("shard.all_to_all") == 4 and "shard.all_gather" not in kinds[:4], kinds
+    with torch.no_grad():
+        np.testing.assert_allclose(prog.run(idx), model(idx).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_with_data_parallel_on_another_axis():
+    """Batch 2 over x=2, the sequence over c=2: attention keeps the batch tiled over x and moves by the same 8
+    all_to_alls over c (the loss's flatten of [B, S] still gathers its logits: docs/tactics.md, "Sequence
+    tiling"); a step equal to torch's."""
+    torch.manual_seed(0)
+    model, batch = idioms.NanoGPT(32, 8, d_model=24, n_head=4, flavors=("causal",)), tokens(2)
+    optimizer = slicer.SGD(0.1)
+    step = slicer.training_step(model, lm_loss, *batch, optimizer=optimizer)
+    tactics = st.data_parallel(step, "x") + st.context_parallel(step, "c", method="all_to_all")
+    with pytest.warns(slicer.DegradedStrategy, match="collapse_shape"):
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=2, c=2), tactics=tactics)
+    listed = prog.explain().split("propagation:")[0]
+    assert listed.count("shard.all_to_all over [c]") == 8 and "all_to_all over [x]" not in listed
+    loss_error, param_error = train.compare(model, lm_loss, batch, optimizer, prog, steps=1)
+    assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
