@@ -1,5 +1,5 @@
-"""Context parallelism (ring attention, `slicer.strategies.context_parallel`) against today's sequence tiling, on
-2 devices, all in one run:
+"""Context parallelism (`slicer.strategies.context_parallel`: ring attention, and all_to_all by heads, Ulysses)
+against today's sequence tiling, on 2 devices, all in one run:
 
     python benchmarks/context.py --json context.json            # memory at S=8192, step time at S=2048
     python benchmarks/context.py --memory-seq 2048 --time-seq 512 --repeat 3
@@ -7,14 +7,17 @@
 The model is a one-block nanoGPT (examples/torch/idioms.py: causal `F.scaled_dot_product_attention`, D=512,
 8 heads, vocabulary 64), batch 1, an SGD step. Sequence tiling is `Tile(idx, 1)`, `Tile(targets, 1)` over x=2:
 every op between attention blocks on its own tokens, K and V gathered whole for attention. Context parallelism
-adds the ring: each device keeps its queries, K and V blocks move around the axis by permutes.
+adds the ring: each device keeps its queries, K and V blocks move around the axis by permutes. Ulysses
+(`method="all_to_all"`): q, k, v move from sequence-tiled to head-tiled by all_to_all, each device computes
+attention over the whole sequence for its heads, and the output moves back.
 
-- memory: the planned peak per device (`prog.memory()`, the kernel graph's liveness) at `--memory-seq`, both
-  strategies and one device; the target is ring <= 0.6x sequence tiling. Planned, not run.
-- time: `--repeat` timed runs of the step on 2 MPI ranks at `--time-seq` (median of the slowest rank), both
-  strategies; the target is ring >= 0.9x the speed of sequence tiling (time ratio <= 1/0.9). Each rank's busy
-  time in kernels (its timeline's kernel events): the slowest within 10% of the fastest. The losses of both
-  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as text).
+- memory: the planned peak per device (`prog.memory()`, the kernel graph's liveness) at `--memory-seq`, every
+  strategy and one device; the target is ring <= 0.6x sequence tiling. Planned, not run.
+- time: `--repeat` timed runs of the step on 2 MPI ranks at `--time-seq` (median of the slowest rank), every
+  strategy; the target is ring >= 0.9x the speed of sequence tiling (time ratio <= 1/0.9). Each rank's busy
+  time in kernels (its timeline's kernel events): the slowest within 10% of the fastest. The losses of all
+  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as text), and Ulysses' next
+  to it (`PATH` with `-all_to_all` before the suffix).
 
 Timings on a shared 2-core machine are noisy: compare ratios within a run, repeat and take medians.
 """
@@ -59,7 +62,8 @@ def compiled(step) -> dict:
     sequence = [slicer.Tile(arg="idx", dim=1, axes="x"), slicer.Tile(arg="targets", dim=1, axes="x")]
     out = {}
     for name, mesh, tactics in (("one_device", slicer.Mesh(x=1), []), ("sequence", slicer.Mesh(x=2), sequence),
-                                ("ring", slicer.Mesh(x=2), st.context_parallel(step, "x"))):
+                                ("ring", slicer.Mesh(x=2), st.context_parallel(step, "x")),
+                                ("all_to_all", slicer.Mesh(x=2), st.context_parallel(step, "x", method="all_to_all"))):
         start = time.perf_counter()
         out[name] = slicer.compile(step, mesh=mesh, tactics=tactics)
         print(f"  compiled {name} in {time.perf_counter() - start:.1f} s", flush=True)
@@ -71,7 +75,8 @@ def memory(seq: int) -> dict:
     progs = compiled(step)
     peaks = {name: prog.memory().peak for name, prog in progs.items()}
     return {"seq": seq, "peak_mib": {n: p / MIB for n, p in peaks.items()},
-            "ring_over_sequence": peaks["ring"] / peaks["sequence"], "target": "<= 0.6"}
+            "ring_over_sequence": peaks["ring"] / peaks["sequence"], "target": "<= 0.6",
+            "all_to_all_over_sequence": peaks["all_to_all"] / peaks["sequence"]}
 
 
 def kernel_busy(timings) -> list[float]:
@@ -84,20 +89,22 @@ def step_time(seq: int, repeat: int, picture: str | None = None) -> dict:
     progs = compiled(step)
     out: dict = {"seq": seq, "repeat": repeat}
     losses = {}
-    for name in ("sequence", "ring"):
+    for name in ("sequence", "ring", "all_to_all"):
         results, timings = progs[name].run(*batch, ranks=2, repeat=repeat, return_timings=True, timeout=3600)
         busy = kernel_busy(timings)
         losses[name] = float(np.asarray(results[0]))
         out[name] = {"step_s": timings.seconds, "kernel_busy_s": busy, "slowest_over_fastest": max(busy) / min(busy)}
-        if picture and name == "ring":
-            text = timeline_text(timings, mesh=progs[name].mesh)
-            print(text, flush=True)
-            timeline_png(timings, picture, mesh=progs[name].mesh)
+        if picture and name != "sequence":
+            path = picture if name == "ring" else str(Path(picture).with_stem(f"{Path(picture).stem}-{name}"))
+            print(timeline_text(timings, mesh=progs[name].mesh), flush=True)
+            timeline_png(timings, path, mesh=progs[name].mesh)
         print(f"  {name}: {timings.seconds:.3f} s per step, kernels per rank {[round(b, 3) for b in busy]}", flush=True)
     out["ring_time_over_sequence"] = out["ring"]["step_s"] / out["sequence"]["step_s"]
+    out["all_to_all_time_over_sequence"] = out["all_to_all"]["step_s"] / out["sequence"]["step_s"]
     out["target"] = "ring time <= sequence / 0.9; slowest device <= 1.1x fastest"
     out["losses"] = losses
-    assert abs(losses["ring"] - losses["sequence"]) <= 1e-5 * abs(losses["sequence"]), losses
+    for name in ("ring", "all_to_all"):
+        assert abs(losses[name] - losses["sequence"]) <= 1e-5 * abs(losses["sequence"]), losses
     return out
 
 
