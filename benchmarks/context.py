@@ -16,8 +16,8 @@ attention over the whole sequence for its heads, and the output moves back.
 - time: `--repeat` timed runs of the step on 2 MPI ranks at `--time-seq` (median of the slowest rank), every
   strategy; the target is ring >= 0.9x the speed of sequence tiling (time ratio <= 1/0.9). Each rank's busy
   time in kernels (its timeline's kernel events): the slowest within 10% of the fastest. The losses of all
-  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as text), and Ulysses' next
-  to it (`PATH` with `-all_to_all` before the suffix).
+  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as
+  text), and Ulysses' next to it (`PATH` with `-all_to_all` before the suffix).
 
 Timings on a shared 2-core machine are noisy: compare ratios within a run, repeat and take medians.
 """
