@@ -31,6 +31,7 @@ from slicer.core.errors import CompileError
 from slicer.core.functions import entry_function, function_type
 from slicer.core.linalg_facts import indexing_maps, is_linalg_op, loop_dim, reshape_kept_dims
 from slicer.core.mesh import Mesh
+from slicer.core.names import CONTEXT_TO_HEADS_LOC, CONTEXT_TO_SEQUENCE_LOC
 from slicer.dialect import Sharding, annotate, find_meshes, make_context
 from slicer.dialect import mesh as mesh_op
 from slicer.tactics import Tile
@@ -254,13 +255,15 @@ def _annotate(found: _Attention, mesh: str, axes: tuple[str, ...], batch_axes: t
     outputs = _plan_outputs(found, axes, batch_axes)
     for value, (tiled, readers) in inputs.items():
         point = ir.InsertionPoint(readers[0][0])
-        moved = annotate(value, _sharding(mesh, value, tiled), loc=readers[0][0].location, ip=point)
+        where = ir.Location.name(CONTEXT_TO_HEADS_LOC, childLoc=readers[0][0].location)
+        moved = annotate(value, _sharding(mesh, value, tiled), loc=where, ip=point)
         views: dict[tuple, ir.Value] = {(): moved}
         for reader, position, chain in readers:
             reader.operands[position] = _view(views, chain, point)
     for value, (tiled, readers) in outputs.items():
         owner = value.owner.operation
-        moved = annotate(value, _sharding(mesh, value, tiled), loc=owner.location, ip=ir.InsertionPoint.after(owner))
+        where = ir.Location.name(CONTEXT_TO_SEQUENCE_LOC, childLoc=owner.location)
+        moved = annotate(value, _sharding(mesh, value, tiled), loc=where, ip=ir.InsertionPoint.after(owner))
         for reader, position in readers:
             reader.operands[position] = moved
     return len(inputs) + len(outputs)
