@@ -5,8 +5,6 @@ each and its output back, the backward's mirrored all_to_alls, nothing else move
 an additive padding mask), training steps and a forward program, on the simulator against torch; heads the axis
 does not divide: a CompileError saying what to change; with data parallel on another axis."""
 
-import math
-
 import numpy as np
 import pytest
 
@@ -18,47 +16,9 @@ from example_modules import load  # noqa: E402
 from slicer import strategies as st  # noqa: E402
 
 idioms = load("torch/idioms.py", "idioms")
+by_hand = load("torch/attention_by_hand.py", "attention_by_hand")
+HandWritten, lm_loss, tokens = by_hand.HandWritten, by_hand.lm_loss, by_hand.tokens
 train = idioms.train_step
-F = torch.nn.functional
-nn = torch.nn
-
-
-class HandWritten(nn.Module):
-    """One attention block as nanoGPT's slow path writes it (a fused qkv projection split in three), its scores
-    softmax(q k^T / sqrt(d) + mask) with an additive padding mask [B, 1, 1, S], or causal by `masked_fill`."""
-
-    def __init__(self, vocab: int = 32, seq: int = 8, d_model: int = 24, n_head: int = 4, causal: bool = False):
-        super().__init__()
-        self.n_head, self.causal = n_head, causal
-        self.wte, self.wpe = nn.Embedding(vocab, d_model), nn.Embedding(seq, d_model)
-        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.ln, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab, bias=False)
-        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
-
-    def forward(self, idx, mask=None):
-        b, s = idx.shape
-        h = self.wte(idx) + self.wpe(torch.arange(s))
-        q, k, v = (t.view(b, s, self.n_head, -1).transpose(1, 2) for t in self.qkv(h).split(h.shape[-1], dim=2))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.shape[-1]))
-        if self.causal:
-            att = att.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
-        if mask is not None:
-            att = att + mask
-        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, s, -1)
-        return self.head(self.ln(h + self.proj(y)))
-
-
-def lm_loss(m, idx, targets):
-    return F.cross_entropy(m(idx).flatten(0, 1), targets.flatten())
-
-
-def masked_loss(m, idx, targets, mask):
-    return F.cross_entropy(m(idx, mask).flatten(0, 1), targets.flatten())
-
-
-def tokens(batch: int, seq: int = 8, vocab: int = 32):
-    data = torch.randint(0, vocab, (batch, seq + 1))
-    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
 def collectives(prog) -> list[str]:
@@ -97,17 +57,13 @@ def test_attention_written_by_hand_with_a_padding_mask_on_four_devices():
     """softmax(q k^T / sqrt(d) + mask) v, a fused qkv projection, an additive padding mask [1, 1, 1, S] (tiled
     with the sequence, gathered for the scores: S floats), one sequence on x=4: the same 8 all_to_alls; a
     step equal to torch's."""
-    torch.manual_seed(1)
-    model, (idx, targets) = HandWritten(), tokens(1)
-    mask = torch.zeros(1, 1, 1, 8)
-    mask[..., -3:] = -10000.0
-    batch, optimizer = (idx, targets, mask), slicer.SGD(0.1)
-    step = slicer.training_step(model, masked_loss, *batch, optimizer=optimizer)
+    (model, loss_fn, batch), optimizer = by_hand.padded(seed=1), slicer.SGD(0.1)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
     tactics = st.context_parallel(step, "x", method="all_to_all")
     assert tactics[-1] == slicer.Tile(arg="mask", dim=3, axes="x")
     prog = slicer.compile(step, mesh=slicer.Mesh(x=4), tactics=tactics)
     assert collectives(prog).count("shard.all_to_all") == 8
-    loss_error, param_error = train.compare(model, masked_loss, batch, optimizer, prog, steps=1)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=1)
     assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)
 
 
