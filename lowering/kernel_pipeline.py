@@ -8,9 +8,9 @@ inspect the IR. Every element is a pass-pipeline element: an upstream MLIR pass
 (`slicer.core.passes.PASSES`) that `slicer-opt` and `slicer.passes.run_pipeline`
 use too, so each step runs alone as `slicer-opt -p 'slicer-kernel-rows{unroll=2}'`
 and has its lit test in `test/Transforms/<pass-name>.mlir`. The lowering's
-passes are thin classes in `slicer.lowering.passes` (imported here, which
-registers them), one file per pass (listed in docs/module-notes.md, `lowering/kernel_pipeline.py`
-and docs/architecture.md).
+passes are thin classes in `slicer.lowering.passes` (`LOWERING_PASSES`, each
+imported when a pipeline first names it), one file per pass (listed in
+docs/module-notes.md, `lowering/kernel_pipeline.py` and docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from slicer.core.errors import PipelineError
-from slicer.core.passes import registered_pass
 from slicer.core.pipeline import instantiate, parse_element, run_pipeline
 
-from . import passes as _registering  # noqa: F401 - registers the lowering's passes (slicer.core.passes.PASSES)
+from .passes import LOWERING_PASSES
 
 Stage = tuple[str, tuple[str, ...]]
 
@@ -97,6 +96,9 @@ _TO_LLVM: Stage = (
         # cf.assert records a failure the caller raises, instead of aborting the process (asserts.py).
         "slicer-kernel-checked-asserts",
         "func.func(convert-vector-to-scf{full-unroll=true})",
+        # Vector ops that only move bf16/f16 elements move i16 (LLVM aborts on odd-sized bf16 shuffles;
+        # narrow_moves.py).
+        "slicer-kernel-narrow-moves",
         "expand-strided-metadata",
         "lower-affine",
         "convert-scf-to-cf",
@@ -151,14 +153,13 @@ class KernelPipeline:
     def with_options(self, pass_name: str, **options) -> KernelPipeline:
         """This pipeline with options of the Slicer pass `pass_name` set (keyword names in snake_case, as the
         pass's fields): e.g. `DEFAULT_PIPELINE.with_options("slicer-kernel-contract", bf16_units="f32")`."""
-        cls = registered_pass(pass_name)
-        if cls is None:
+        if pass_name not in LOWERING_PASSES:
             raise PipelineError(f"no Slicer pass '{pass_name}'")
         for _, elements in self.stages:
             for element in elements:
                 parsed = parse_element(element)
                 if parsed.name == pass_name:
-                    updated = replace(instantiate(parsed), **options).pipeline_text()
+                    updated = replace(instantiate(parsed, LOWERING_PASSES), **options).pipeline_text()
                     return self.replacing(element, updated)
         raise PipelineError(f"no element '{pass_name}' in pipeline:\n{self.text()}")
 
@@ -180,13 +181,13 @@ def _run_elements(module: ir.Module, elements: tuple[str, ...]) -> None:
     batch: list[str] = []
     for element in elements:
         parsed = parse_element(element)
-        if registered_pass(parsed.name) is None:
+        if parsed.name not in LOWERING_PASSES:
             batch.append(element)
             continue
         if batch:
             run_pipeline(module, ",".join(batch))
             batch = []
-        instantiate(parsed).apply(module.operation)
+        instantiate(parsed, LOWERING_PASSES).apply(module.operation)
     if batch:
         run_pipeline(module, ",".join(batch))
 

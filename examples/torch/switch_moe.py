@@ -49,14 +49,17 @@ class SwitchMoE(nn.Module):
     def __init__(self, d_model: int, hidden: int, experts: int, top_k: int = 2, capacity_factor: float = 1.25,
                  form: str = "einsum"):
         super().__init__()
-        self.experts, self.top_k, self.capacity_factor, self.form = experts, top_k, capacity_factor, form
+        self.num_experts, self.top_k, self.capacity_factor, self.form = experts, top_k, capacity_factor, form
         self.router = nn.Linear(d_model, experts, bias=False)
-        self.experts_w1 = nn.Parameter(torch.randn(experts, d_model, hidden) / math.sqrt(d_model))
-        self.experts_w2 = nn.Parameter(torch.randn(experts, hidden, d_model) / math.sqrt(hidden))
+        if form == "list":  # one module per expert (imported stacked: slicer.training_step(..., stacked=...))
+            self.experts = nn.ModuleList(Expert(d_model, hidden) for _ in range(experts))
+        else:
+            self.experts_w1 = nn.Parameter(torch.randn(experts, d_model, hidden) / math.sqrt(d_model))
+            self.experts_w2 = nn.Parameter(torch.randn(experts, hidden, d_model) / math.sqrt(hidden))
         self.aux_loss = torch.zeros(())
 
     def capacity(self, tokens: int) -> int:
-        return max(1, math.ceil(self.capacity_factor * self.top_k * tokens / self.experts))
+        return max(1, math.ceil(self.capacity_factor * self.top_k * tokens / self.num_experts))
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(dispatch, combine): [G, S, E, C] masks, 1 (the gate) where token s fills slot c of expert e."""
@@ -68,7 +71,7 @@ class SwitchMoE(nn.Module):
         dispatch = combine = torch.zeros(())
         taken = torch.zeros_like(probs[:, :1, :])                         # [G, 1, E] slots already filled
         for i in range(self.top_k):
-            mask = F.one_hot(chosen[..., i], self.experts).to(x.dtype)    # [G, S, E]
+            mask = F.one_hot(chosen[..., i], self.num_experts).to(x.dtype)    # [G, S, E]
             position = torch.cumsum(mask, dim=1) - 1 + taken              # rank among the expert's tokens
             taken = taken + mask.sum(dim=1, keepdim=True)
             # the slot's one-hot; a position >= capacity matches no slot: the token is dropped
@@ -77,14 +80,19 @@ class SwitchMoE(nn.Module):
             combine = combine + slot * gates[..., i, None, None]
             if i == 0:
                 fraction = mask.mean(dim=1)                                # [G, E] first choices per expert
-                self.aux_loss = self.experts * (fraction * probs.mean(dim=1)).sum(dim=-1).mean()
+                self.aux_loss = self.num_experts * (fraction * probs.mean(dim=1)).sum(dim=-1).mean()
         return dispatch, combine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dispatch, combine = self.route(x)
         if self.form == "gather":
             return self.gathered(x, dispatch, combine)
+        if self.form == "index":
+            return self.indexed(x, dispatch, combine)
         dispatched = torch.einsum("gsec,gsd->egcd", dispatch, x)
+        if self.form == "list":
+            y = torch.stack([expert(dispatched[e]) for e, expert in enumerate(self.experts)])
+            return torch.einsum("gsec,egcd->gsd", combine, y)
         h = F.relu(torch.einsum("egcd,edf->egcf", dispatched, self.experts_w1))
         y = torch.einsum("egcf,efd->egcd", h, self.experts_w2)
         return torch.einsum("gsec,egcd->gsd", combine, y)
@@ -105,13 +113,42 @@ class SwitchMoE(nn.Module):
         return out[:, :seq]
 
 
+    def indexed(self, x: torch.Tensor, dispatch: torch.Tensor, combine: torch.Tensor) -> torch.Tensor:
+        """The same layer on flat tokens: each slot's row of the tokens flattened to [G * (S + 1), D] (a row of
+        zeros after each group's, for the empty slots), `index_select` of the slots' rows, `index_add_` of the
+        gated outputs back."""
+        groups, seq, d = x.shape
+        filled = dispatch.sum(dim=1)                                                  # [G, E, C]
+        token = (dispatch * torch.arange(seq, dtype=x.dtype)[:, None, None]).sum(dim=1) + (1 - filled) * seq
+        row = (token + (seq + 1) * torch.arange(groups, dtype=x.dtype)[:, None, None]).long().reshape(-1)
+        flat = torch.cat([x, torch.zeros(groups, 1, d, dtype=x.dtype)], dim=1).reshape(-1, d)
+        dispatched = flat.index_select(0, row).view(*dispatch.shape[:1], *dispatch.shape[2:], d)
+        h = F.relu(torch.einsum("gecd,edf->egcf", dispatched, self.experts_w1))
+        y = torch.einsum("egcf,efd->gecd", h, self.experts_w2) * combine.sum(dim=1)[..., None]
+        out = torch.zeros(groups * (seq + 1), d, dtype=x.dtype).index_add_(0, row, y.reshape(-1, d))
+        return out.view(groups, seq + 1, d)[:, :seq]
+
+
+class Expert(nn.Module):
+    """One expert of `form="list"`: a ReLU MLP of two bias-free linear layers."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.relu(self.w1(x)))
+
+
 class Block(nn.Module):
     """Pre-norm residual MoE block: x + moe(norm(x))."""
 
-    def __init__(self, d_model: int, hidden: int, experts: int, top_k: int, capacity_factor: float):
+    def __init__(self, d_model: int, hidden: int, experts: int, top_k: int, capacity_factor: float,
+                 form: str = "einsum"):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.moe = SwitchMoE(d_model, hidden, experts, top_k, capacity_factor)
+        self.moe = SwitchMoE(d_model, hidden, experts, top_k, capacity_factor, form)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.moe(self.norm(x))
@@ -120,9 +157,10 @@ class Block(nn.Module):
 class MoEModel(nn.Module):
     """`layers` MoE blocks and a linear head regressing to a target of the same shape."""
 
-    def __init__(self, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1):
+    def __init__(self, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1, form="einsum"):
         super().__init__()
-        self.blocks = nn.ModuleList(Block(d_model, hidden, experts, top_k, capacity_factor) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d_model, hidden, experts, top_k, capacity_factor, form)
+                                    for _ in range(layers))
         self.head = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -143,9 +181,11 @@ def loss_fn(model: MoEModel, x: torch.Tensor, target: torch.Tensor) -> torch.Ten
 def switch_moe(seed=0, groups=4, seq=8, d_model=16, hidden=32, experts=4, top_k=2, capacity_factor=1.25, layers=1,
                form="einsum"):
     """(model, loss_fn, (x, target)): the model and a batch of `groups` sequences of `seq` tokens; `form`:
-    "einsum" (one-hot dispatch and combine) or "gather" (`SwitchMoE.gathered`)."""
+    "einsum" (one-hot dispatch and combine), "gather" (`SwitchMoE.gathered`), "index" (`SwitchMoE.indexed`) or
+    "list" (the einsum form with an nn.ModuleList of `Expert`s, each applied to its slice of the dispatched
+    tokens and the outputs stacked)."""
     torch.manual_seed(seed)
-    model = MoEModel(d_model, hidden, experts, top_k, capacity_factor, layers)
+    model = MoEModel(d_model, hidden, experts, top_k, capacity_factor, layers, form if form == "list" else "einsum")
     for block in model.blocks:
         block.moe.form = form
     g = torch.Generator().manual_seed(seed + 1)

@@ -119,9 +119,26 @@ def compare(model, loss_fn, batch, optimizer, prog, steps: int = 5, ranks=None) 
     torch eager."""
     want_losses, want_params = torch_steps(model, loss_fn, batch, optimizer, steps)
     got_losses, got_values = slicer_steps(prog, batch, steps, ranks)
+    want_params = stacked(want_params, got_values)
     loss_error = max(relative_error(g, w) for g, w in zip(got_losses, want_losses))
     param_error = max(relative_error(got_values[n], w) for n, w in want_params.items())
     return loss_error, param_error
+
+
+def stacked(params: dict, names) -> dict:
+    """`params` (name -> array) with the experts of each ModuleList the step imported stacked (a name of `names`
+    such as `moe.experts.w1.weight`, not in `params`, is the members `moe.experts.<i>.w1.weight` stacked on a
+    new dim 0, `slicer.training_step(..., stacked=...)`) in place of the members."""
+    params = dict(params)
+    for name in names:
+        parts = name.split(".")
+        for cut in range(1, len(parts)):
+            members = []
+            while (member := ".".join([*parts[:cut], str(len(members)), *parts[cut:]])) in params:
+                members.append(member)
+            if name not in params and members:
+                params[name] = np.stack([params.pop(m) for m in members])
+    return params
 
 
 def main(argv=None) -> None:

@@ -25,6 +25,7 @@ from slicer.core.linalg_facts import (
     iterator_kinds,
     projected_dims,
 )
+from slicer.core.names import DIM_ATTR
 
 from ..body import is_elementwise
 from ..memref_facts import MemAccess, static_strides
@@ -148,6 +149,7 @@ def _factor(value: ir.Value, block: ir.Block, inputs: list[MemAccess], captured:
     out_arg = block.arguments[len(block.arguments) - 1]
     ops: set = set()
     used: set = set()
+    indexed: set = set()  # loop dims read by `linalg.index` (a padded dim's mask: packing computes them)
 
     def tree(v: ir.Value) -> None:
         if isinstance(v, ir.BlockArgument) and v.owner == block:
@@ -160,6 +162,10 @@ def _factor(value: ir.Value, block: ir.Block, inputs: list[MemAccess], captured:
                 captured.append(v)
             return
         owner = v.owner
+        if owner.name == linalg.IndexOp.OPERATION_NAME:
+            ops.add(owner)
+            indexed.add(ir.IntegerAttr(owner.attributes[DIM_ATTR]).value)
+            return
         if not is_elementwise(owner):
             raise NotAContraction(f"body op {owner.name} is not elementwise arith/math")
         if owner in ops:
@@ -169,7 +175,7 @@ def _factor(value: ir.Value, block: ir.Block, inputs: list[MemAccess], captured:
             tree(operand)
 
     tree(value)
-    dims = set()
+    dims = set(indexed)
     for i in used:
         dims |= set(inputs[i].dims)
     return _Factor(value, ops, used, dims)

@@ -10,8 +10,10 @@ loads otherwise, so any operand layout packs into the same panels, as IREE's dat
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import arith, linalg
 
 from slicer.core.errors import InternalError
+from slicer.core.names import DIM_ATTR
 
 from ..body import emit_op
 from ..emitter import Index
@@ -51,6 +53,10 @@ class Packer(Loops):
             else:
                 env[value] = e.value(f"vector.broadcast {name} : {value.type} to vector<{width}x{value.type}>")
         for op in side.ops:
+            if op.name == linalg.IndexOp.OPERATION_NAME:
+                env[op.results[0]] = self.loop_index(ir.IntegerAttr(op.attributes[DIM_ATTR]).value, point,
+                                                     lane_dim, width)
+                continue
             env[op.results[0]] = emit_op(e, op, env, width if lane_dim is not None else None)
         total = None
         vtype = f"vector<{width}x{self.t}>" if lane_dim is not None else self.t
@@ -61,18 +67,34 @@ class Packer(Loops):
             raise InternalError("a contraction side without factors (analysis gives each side at least one)")
         return total
 
+    def loop_index(self, dim: int, point: dict[int, Index], lane_dim: int | None, width: int) -> str:
+        """`linalg.index dim` at `point` (a side's mask of a padded dim): the index, or a vector of `width`
+        consecutive ones along `lane_dim` (the same one broadcast along another dim)."""
+        e = self.e
+        scalar = e.idx(point[dim])
+        if lane_dim is None:
+            return scalar
+        vector = e.value(f"vector.broadcast {scalar} : index to vector<{width}xindex>")
+        if dim != lane_dim:
+            return vector
+        return e.value(f"arith.addi {vector}, {e.value(f'vector.step : vector<{width}xindex>')} : "
+                       f"vector<{width}xindex>")
+
     def vectorizable(self, side: Side, lane_dim: int) -> bool:
         for i in side.inputs:
             operand = self.c.inputs[i]
             if operand.stride_of(lane_dim) is not None and not operand.contiguous_along(lane_dim):
                 return False
         for v in self.c.captured:
-            if not isinstance(v.type, (ir.F32Type, ir.F64Type)):
+            if not isinstance(v.type, (ir.F32Type, ir.F64Type, ir.IndexType)):
                 return False
-        for op in side.ops:
-            for r in op.results:
-                if isinstance(r.type, ir.IndexType):
-                    return False
+        for op in side.ops:  # index arithmetic in vectors: only the comparisons of a padded dim's mask
+            if op.name == linalg.IndexOp.OPERATION_NAME:
+                continue
+            if any(isinstance(r.type, ir.IndexType) for r in op.results) or (
+                    any(isinstance(o.type, ir.IndexType) for o in op.operands)
+                    and op.name != arith.CmpIOp.OPERATION_NAME):
+                return False
         return True
 
     # -- packing -----------------------------------------------------------------------------------

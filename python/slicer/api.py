@@ -49,7 +49,7 @@ from slicer.frontends import ImportedProgram, import_for_context
 from slicer.lowering import KernelGraph, build_kernel_graph
 from slicer.lowering.contract.matrix_units import AUTO, BF16_UNITS, host_units
 from slicer.passes import run_pipeline
-from slicer.pipelining import compile_pipeline
+from slicer.pipelining import compile_pipeline, refuse_pipelined_module
 from slicer.propagation import explain as explain_propagation
 from slicer.runtime import RunOptions, Simulator, Timings, launch
 from slicer.runtime.jobs import in_job
@@ -121,8 +121,7 @@ class Program:
         return "\n".join(lines)
 
     def _named(self, index: int) -> str:
-        name = self.arg_names[index] if index < len(self.arg_names) else None
-        return f" ({name})" if name else ""
+        return f" ({self.arg_names[index]})" if index < len(self.arg_names) and self.arg_names[index] else ""
 
     def memory(self, timings: Timings | None = None) -> MemoryReport:
         """Bytes per device: argument and result blocks, the peak of live blocks during the run (kernel-graph
@@ -280,8 +279,8 @@ class Program:
         result_names = self._result_names()
         feeds = {r: names.index(n) for r, n in enumerate(result_names) if n in names and names.index(n) in state}
         inputs = tuple(i for i in range(len(g.args)) if i not in state and i not in hyper)
-        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper,
-                           self.imported.hyperparameters if hyper and self.imported is not None else None)
+        return SessionPlan(g, inputs, state, feeds, names, result_names, hyper, *(  # and the order a batch takes
+            (self.imported.hyperparameters if hyper else None, self.imported.arrange) if self.imported else ()))
 
     def _result_names(self) -> tuple[str, ...]:
         if self.imported is not None and self.imported.result_names:
@@ -304,15 +303,14 @@ class Program:
             object.__setattr__(self, "_simulator", simulator)
         return simulator
 
-    def run_in_mpi(self, *arrays: np.ndarray, comm=None):
+    def run_in_mpi(self, *arrays: np.ndarray, comm=None, collectives: str | None = None, overlap: bool | None = None):
         """For code already running under mpiexec: every rank passes the global arrays (a memory map
         is enough: each rank reads only its blocks); rank 0 gets the results, the others None. `comm`: the
-        job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not).
-        The same path as `slicer-run` started under mpiexec (slicer.runtime.jobs.in_job)."""
-        outputs = in_job.run_arrays(self.graph, self.check_arrays(arrays), comm or in_job.world())
-        if outputs is None:
-            return None
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        job's communicator (default COMM_WORLD); it needs one rank per device of the mesh (RunError if not);
+        `collectives`, `overlap`: as `run`'s, settled on rank 0. As `slicer-run` under mpiexec (runtime.jobs.in_job)."""
+        outputs = in_job.run_arrays(self.graph, self.check_arrays(arrays), comm or in_job.world(),
+                                    collectives=collectives, overlap=overlap)
+        return None if outputs is None else outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 def apply_tactics(module: ir.Module | ir.Operation | str, tactics: Sequence[Tactic] = (), *,
@@ -471,9 +469,10 @@ def _say_degraded(module: ir.Module, strict: bool) -> None:
 
 
 def _check_static(module: ir.Operation, entry: str | None, arg_names: tuple) -> None:
-    """CompileError unless every value of the entry function has a static shape: partitioned programs run on
-    blocks of known sizes (buffers, collectives, kernels). Tactics and propagation alone accept dynamic dims
-    (`slicer.apply_tactics`, `slicer.propagate` tile the static ones and never a dynamic one)."""
+    """CompileError for a pipelined step's module, and unless every value of the entry function has a static shape:
+    partitioned programs run on blocks of known sizes (buffers, collectives, kernels). Tactics and propagation
+    alone accept dynamic dims (`slicer.apply_tactics`, `slicer.propagate` tile the static ones, never a dynamic one)."""
+    refuse_pipelined_module(module)
     try:
         func = entry_function(module, entry)
     except EntryError:

@@ -226,13 +226,17 @@ def pipeline(step: ImportedProgram, axis: str, *, split: Sequence[str] | None = 
 
 
 def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: str = "blocks.*.moe.experts*", *,
-                    mesh: Mesh | Mapping[str, int] | None = None) -> list[Tactic]:
+                    mesh: Mesh | Mapping[str, int] | None = None, hidden_axis: str | None = None,
+                    hidden: Mapping[str, int] | None = None) -> list[Tactic]:
     """Expert parallel over `axis`: the stacked expert weights (parameters matching the `experts` pattern, each
     [E, ...] with the experts on dim 0) tiled on dim 0, with their optimizer state and results, so each device
     holds E/n experts. Put it before `data_parallel` on the same axis (dp2ep): tactics apply in order, so the
     experts' einsums follow the experts and the group-tiled tokens move to them (and back) by all_to_all; after
     data parallel the experts would be all-gathered instead. An axis that does not divide E cuts the experts
-    into padded blocks, as every tiled dim is. `mesh`, when given, is checked to have the axis."""
+    into padded blocks, as every tiled dim is. `mesh`, when given, is checked to have the axis. Megatron inside
+    each expert: `hidden_axis` (another axis) with `hidden`, a pattern -> dim map naming the dim of each expert
+    weight that holds the expert's hidden units F (`{"*.experts_w1": 2, "*.experts_w2": 1}` for [E, D, F] and
+    [E, F, D]), tiles that dim (and its state's) over `hidden_axis` too."""
     info, axes = _read_step(step, "expert_parallel"), _axes(axis, "expert_parallel")
     params = info.names("parameter")
     found = [params[i] for i in matching(experts, params)] if isinstance(experts, str) else None
@@ -248,16 +252,54 @@ def expert_parallel(step: ImportedProgram, axis: str | Sequence[str], experts: s
     if listed:
         raise InvalidTactic(f"strategies.expert_parallel: {listed[0]!r} is a weight of one expert of an "
                             "nn.ModuleList (one module per expert, each on every device); expert parallel tiles "
-                            "stacked expert weights [E, ...] on E. Stack the experts' weights into one parameter "
-                            "per layer (e.g. w1 = nn.Parameter(torch.stack([e.w1.weight.T for e in experts])), "
-                            "applied with torch.einsum or torch.bmm, as examples/torch/switch_moe.py does)")
+                            "stacked expert weights [E, ...] on E. Import the step with the ModuleList's experts "
+                            "stacked: slicer.training_step(..., stacked='blocks.*.moe.experts') (its path), or "
+                            "stack the weights into one parameter per layer yourself, as "
+                            "examples/torch/switch_moe.py does")
     for name in found:
         shape = info.shape(name) or ()
         if len(shape) < 2:
             raise InvalidTactic(f"strategies.expert_parallel: {name!r} (shape {list(shape)}) is not a stacked "
                                 "expert weight [E, ...]; narrow the experts pattern to the [E, D, F] weights")
     dims = {n: 0 for p in found for n in [p, *info.state_of(p)] if len(info.shape(n) or ()) >= 1}
-    return info.tiles([n for n in info.arg_names if n in dims], dims, axes)
+    tiles = info.tiles([n for n in info.arg_names if n in dims], dims, axes)
+    return tiles + _expert_hidden(info, found, axes, hidden_axis, hidden, mesh)
+
+
+def _expert_hidden(info: _Step, found: list[str], axes: tuple[str, ...], hidden_axis: str | None,
+                   hidden: Mapping[str, int] | None, mesh) -> list[Tactic]:
+    """The tiles of Megatron inside each expert: dim `hidden[pattern]` of each expert weight in `found` (and of
+    its state) over `hidden_axis`; InvalidTactic for a pattern naming no expert weight, a weight no pattern
+    names, a dim that is not an expert's own (0 or past the shape), or an axis the experts already use."""
+    if hidden_axis is None and hidden is None:
+        return []
+    if hidden_axis is None or not isinstance(hidden, Mapping) or not hidden:
+        raise InvalidTactic("strategies.expert_parallel: Megatron inside each expert takes both hidden_axis= (a "
+                            "mesh axis) and hidden= (pattern -> the dim of the expert weight holding its hidden "
+                            "units, e.g. {'*.experts_w1': 2, '*.experts_w2': 1})")
+    inner = _axes(hidden_axis, "expert_parallel")
+    if set(inner) & set(axes):
+        raise InvalidTactic(f"strategies.expert_parallel: hidden_axis={hidden_axis!r} is an axis the experts are "
+                            "spread over; tile the experts' hidden units over another axis")
+    _axes_size(mesh, inner, "expert_parallel")
+    dims: dict[str, int] = {}
+    for pattern, dim in hidden.items():
+        named = [found[i] for i in matching(pattern, found)]
+        if not named:
+            raise InvalidTactic(f"strategies.expert_parallel: the hidden pattern {pattern!r} matches no expert "
+                                f"weight; expert weights: {', '.join(found)}")
+        for name in named:
+            rank = len(info.shape(name) or ())
+            if not isinstance(dim, int) or not 0 < dim < rank:
+                raise InvalidTactic(f"strategies.expert_parallel: hidden dim {dim!r} of {name!r} (shape "
+                                    f"{list(info.shape(name) or ())}) is not one of an expert's own dims (1 to "
+                                    f"{rank - 1}; dim 0 indexes the experts)")
+            dims.update({n: dim for n in [name, *info.state_of(name)] if len(info.shape(n) or ()) == rank})
+    missing = [n for n in found if n not in dims]
+    if missing:
+        raise InvalidTactic(f"strategies.expert_parallel: no hidden pattern names {missing[0]!r}; give each expert "
+                            "weight the dim of its hidden units")
+    return info.tiles([n for n in info.arg_names if n in dims], dims, inner)
 
 
 _EXPERT_INDEX = re.compile(r"(^|\.)[^.]*experts?[^.]*\.\d+\.", re.IGNORECASE)

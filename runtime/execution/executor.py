@@ -191,14 +191,24 @@ class RunOptions:
         """The options given, each one not given (None) from its default in the environment
         (`SLICER_COLLECTIVES`, `SLICER_OVERLAP`); `OptionError` for a value that means nothing."""
         if overlap is None:
-            text = (environment.value(environment.OVERLAP) or "1").strip().lower()
-            if text not in ("0", "1", "off", "on", "false", "true", "no", "yes"):
-                raise OptionError(f"{environment.OVERLAP.name}={text!r}: 1 (collectives overlap kernels) or 0 (each "
-                                  "waited for where it stands)")
-            overlap = text in ("1", "on", "true", "yes")
+            overlap = overlap_word(environment.value(environment.OVERLAP) or "1", f"{environment.OVERLAP.name}=")
         elif not isinstance(overlap, bool):
             raise OptionError(f"overlap={overlap!r}: True (collectives overlap kernels) or False")
         return RunOptions(shm_collectives.wanted(collectives), overlap)
+
+
+_OVERLAP_WORDS = {"1": True, "on": True, "true": True, "yes": True, "0": False, "off": False, "false": False,
+                  "no": False}
+
+
+def overlap_word(text: str, where: str = "--overlap ") -> bool:
+    """`overlap` written as a word (`SLICER_OVERLAP`, `slicer-run --overlap off`): on (collectives overlap
+    kernels) or off; OptionError naming `where` else."""
+    value = _OVERLAP_WORDS.get(text.strip().lower())
+    if value is None:
+        raise OptionError(f"{where}{text.strip().lower()!r}: 1 (collectives overlap kernels) or 0 (each waited for "
+                          "where it stands)")
+    return value
 
 
 class RankExecutor:

@@ -35,7 +35,8 @@ def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Ca
               events: list | None = None):
     """A generator running one stage's `instructions` on `args`: yields while a receive waits for its message
     (`transport.receive` returns None), returns the stage's results. `call(callee, arrays) -> arrays`.
-    `events`, if given, receives (callee, start, end) for each call, in `time.perf_counter()` seconds."""
+    `events`, if given, receives (callee, start, end, cpu) for each call: `time.perf_counter()` seconds and the
+    process CPU seconds the call took (every thread of it: on a loaded machine, the work the call did)."""
     env: dict[int, np.ndarray] = dict(enumerate(args))
     last = last_uses(instructions)
     for position, ins in enumerate(instructions):
@@ -47,11 +48,11 @@ def interpret(instructions: Sequence[dict], args: Sequence[np.ndarray], call: Ca
         elif op == "send":
             transport.send(stage, ins, env[ins["operand"]])
         elif op == "call":
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             outs = call(ins["callee"], [env[v] for v in ins["operands"]])
             env.update(zip(ins["results"], outs))
             if events is not None:
-                events.append((ins["callee"], start, time.perf_counter()))
+                events.append((ins["callee"], start, time.perf_counter(), time.process_time() - cpu))
         elif op == "zeros":
             env[ins["result"]] = np.zeros(ins.get("local_shape", ins["shape"]), dtypes.parse_dtype(ins["dtype"]))
         elif op == "add":

@@ -2,9 +2,12 @@
 `slicer.Program.run_in_mpi` and of `slicer-run` (`python -m slicer.runtime`) started under mpiexec.
 
 Both find the job the same way (`job_comm`), check the same way that it has one rank per device of the mesh
-(`check_job`), and have every rank run its blocks with the `RankExecutor`; rank 0 assembles the global
-results (`slicer.runtime.simulation.simulator.assemble`) and the other ranks get None. They differ only in where the
-blocks come from and what is measured:
+(`check_job`), and have every rank run its blocks with the `RankExecutor`; rank 0 assembles the global results
+(`slicer.runtime.simulation.simulator.assemble`) and the other ranks get None. How collectives run
+(`collectives=`, `overlap=`; `slicer-run --collectives --overlap`) is settled once, as a driver settles it for
+the ranks it starts: rank 0's `RunOptions.chosen` (an argument, else the environment's default) holds on every
+rank (`settled_options`).
+They differ only in where the blocks come from and what is measured:
 
 - `run_arrays`: every rank passes the global arrays (a memory map is enough: each rank reads only its
   blocks); one untimed run. `Program.run_in_mpi`.
@@ -19,12 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 from slicer.core import environment
-from slicer.core.errors import KernelAssertionError, RunError
+from slicer.core.errors import KernelAssertionError, OptionError, RunError
 from slicer.core.mesh import Mesh
 from slicer.lowering import KernelGraph
 
 from ..execution.blocks import take_block
-from ..execution.executor import RankExecutor
+from ..execution.executor import RankExecutor, RunOptions
 from ..execution.timings import Timings
 from ..simulation.simulator import assemble
 from .rank import at_step, run_rank
@@ -59,10 +62,27 @@ def check_job(comm, mesh: Mesh) -> None:
                        f"devices: start it with mpiexec -n {mesh.device_count}")
 
 
-def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
-    """Every rank takes its blocks of the global `arrays` and runs once; rank 0 gets the global results."""
+def settled_options(comm, collectives: str | None = None, overlap: bool | None = None) -> RunOptions:
+    """The run options of every rank of the job: rank 0's `RunOptions.chosen(collectives, overlap)` (ranks that
+    disagree on how collectives run would wait for each other forever); an `OptionError` on every rank when
+    any rank's value means nothing (a collective, so every rank calls it)."""
+    try:
+        options, problem = RunOptions.chosen(collectives, overlap), None
+    except OptionError as exc:
+        options, problem = None, str(exc)
+    settled = comm.allgather((options, problem))
+    problems = [p for _, p in settled if p is not None]
+    if problems:
+        raise OptionError(problems[0])
+    return settled[0][0]
+
+
+def run_arrays(graph: KernelGraph, arrays, comm, *, collectives: str | None = None,
+               overlap: bool | None = None) -> list[np.ndarray] | None:
+    """Every rank takes its blocks of the global `arrays` and runs once; rank 0 gets the global results.
+    `collectives`, `overlap`: as `Program.run`'s (None: the environment's default), settled on rank 0."""
     check_job(comm, graph.mesh)
-    executor = RankExecutor(graph, comm)
+    executor = RankExecutor(graph, comm, options=settled_options(comm, collectives, overlap))
     rank = executor.rank
     blocks = [take_block(a, graph.values[n].dist, graph.mesh, rank) for a, n in zip(arrays, graph.args)]
     try:
@@ -84,14 +104,17 @@ def run_arrays(graph: KernelGraph, arrays, comm) -> list[np.ndarray] | None:
 
 
 def run_job_here(graph: KernelGraph, comm, *, inputs: list[str] | None = None, seed: int = 0,
-                 repeat: int = 1) -> tuple[list[np.ndarray], Timings] | None:
+                 repeat: int = 1, collectives: str | None = None,
+                 overlap: bool | None = None) -> tuple[list[np.ndarray], Timings] | None:
     """The timed run of `runtime.jobs.timed_run` on the ranks of this job: rank 0 gets (results, timings), the
-    others None. `inputs`: one `.npy` path per argument (each rank reads its block), else random from `seed`."""
+    others None. `inputs`: one `.npy` path per argument (each rank reads its block), else random from `seed`;
+    `collectives`, `overlap`: as in `run_arrays`."""
     check_job(comm, graph.mesh)
+    options = settled_options(comm, collectives, overlap)
     holder = {}
 
     def main(c) -> None:
-        executor = RankExecutor(graph, c)
+        executor = RankExecutor(graph, c, options=options)
         at_step(executor.rank, "compiled")
         part = timed_run(executor, rank_inputs(graph, executor.rank, files=inputs, seed=seed), repeat, c)
         holder["parts"] = c.gather(part, root=0)
@@ -103,4 +126,4 @@ def run_job_here(graph: KernelGraph, comm, *, inputs: list[str] | None = None, s
     return combine(graph, holder["parts"], repeat)
 
 
-__all__ = ["check_job", "job_comm", "run_arrays", "run_job_here", "world"]
+__all__ = ["check_job", "job_comm", "run_arrays", "run_job_here", "settled_options", "world"]

@@ -160,8 +160,8 @@ class PipelineRank:
             self.resident[name] = read[i].reshape(self.resident[name].shape)
 
     def timeline(self) -> tuple[int, list, int]:
-        """(this rank's stage, the last step's calls (callee, start, end), bytes the resident peak grew by since
-        the first step began: beyond the state and kernels held before it)."""
+        """(this rank's stage, the last step's calls (callee, start, end, cpu seconds), bytes the resident peak
+        grew by since the first step began: beyond the state and kernels held before it)."""
         return self.index, self.events, resident_bytes()[1] - self.before
 
     def close(self) -> None:

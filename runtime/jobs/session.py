@@ -62,6 +62,9 @@ class SessionPlan:
     result_names: tuple[str, ...] = field(default=())
     hyper: Mapping[int, str] = field(default_factory=dict)
     hyper_values: Callable[[int, Mapping[str, object]], Mapping[str, float]] | None = None
+    arrange: Callable[[Sequence[np.ndarray]], Mapping[int, np.ndarray]] | None = None
+    """The batch (in `inputs`' order) -> {position in it: the array the program takes instead} (a load-balanced
+    context-parallel step takes its sequence permuted: `ImportedProgram.arrange`)."""
 
     @classmethod
     def stateless(cls, graph: KernelGraph) -> SessionPlan:
@@ -102,6 +105,9 @@ class SessionPlan:
                 raise RunError(f"input '{self.arg_names[index]}' must be {value.numpy_dtype}{list(shape)}, "
                                f"got {array.dtype}{list(array.shape)}{dtypes.conversion_hint(value.numpy_dtype)}")
             checked[index] = array
+        if self.arrange is not None:
+            for position, array in self.arrange([checked[i] for i in self.inputs]).items():
+                checked[self.inputs[position]] = array
         return checked
 
     def hyper_inputs(self, step: int, given: Mapping[str, object]) -> dict[int, np.ndarray]:

@@ -1,10 +1,14 @@
-"""Run under mpiexec by test_api_mpi.py: code already in an MPI job partitions and runs a program."""
+"""Run under mpiexec by test_api_mpi.py: code already in an MPI job partitions and runs a program, with how
+collectives run as arguments (the environment's defaults, set here to values that mean nothing, never read);
+a bad argument is an OptionError on every rank, before anything runs."""
 
+import os
 import sys
 
 import numpy as np
 
 import slicer
+from slicer.core.errors import OptionError
 from slicer.lowering import compile_function
 from slicer.runtime.jobs.rank import run_rank
 
@@ -16,7 +20,14 @@ def main(comm):
                                    slicer.Tile(arg=3, dim=0, axes="y")])
     rng = np.random.default_rng(4)  # every rank makes the same global arrays; each uses its blocks
     inputs = [rng.standard_normal(s).astype(np.float32) for s in [(8, 16), (16, 32), (32,), (32, 16)]]
-    out = prog.run_in_mpi(*inputs, comm=comm)
+    os.environ["SLICER_COLLECTIVES"] = "nccl"  # read only when no argument is given: each would be an OptionError
+    os.environ["SLICER_OVERLAP"] = "sometimes"
+    try:
+        prog.run_in_mpi(*inputs, comm=comm, collectives="shm", overlap=None)
+    except OptionError as exc:
+        print("refused:", exc)
+    # Rank 0's choice holds on every rank (ranks running collectives differently would wait for each other).
+    out = prog.run_in_mpi(*inputs, comm=comm, collectives="mpi" if comm.Get_rank() == 0 else "shm", overlap=False)
     if comm.Get_rank() == 0:
         expected = compile_function(text)(*inputs)
         print("max error", float(np.max(np.abs(out - expected))))

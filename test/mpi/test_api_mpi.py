@@ -16,3 +16,5 @@ def test_run_in_mpi_inside_an_mpiexec_job():
     assert done.returncode == 0, done.stderr
     error = float(done.stdout.split("max error")[1].split()[0])
     assert error < 1e-5
+    # overlap not given: SLICER_OVERLAP's 'sometimes' is refused on every rank (no rank left waiting)
+    assert done.stdout.count("refused: SLICER_OVERLAP='sometimes'") == 4

@@ -41,6 +41,8 @@ def test_two_stages_on_two_ranks_equal_torch_across_a_checkpoint_under_data_para
         assert sorted(stage for stage, _ in timeline) == [0, 1] and len(growth) == 2
         called = {callee.split("_")[0] for _, calls in timeline for callee, *_ in calls}
         assert called == {"forward", "backward", "update"}, called
+        prog.timeline = timeline  # each call's CPU seconds replayed through the schedule: a bubble in [0, 1)
+        assert all(cpu > 0 for _, calls in timeline for *_, cpu in calls) and 0 <= prog.cpu_bubble() < 1
         data_parallel = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.data_parallel(step, "x"))
         with data_parallel.session() as other:  # the simulator: its devices laid out as data parallel's
             other.load(tmp_path / "pipeline")

@@ -53,11 +53,12 @@ def test_idiomatic_models_train_like_torch_on_two_ranks(model_name, strategy):
 
 @pytest.mark.slow
 def test_context_parallel_trains_like_torch_on_two_ranks():
-    """Ring attention (`strategies.context_parallel`) on 2 ranks: a one-block causal nanoGPT, one sequence, its
-    keys and values moved by permutes; AdamW steps equal torch's."""
+    """Ring attention (`strategies.context_parallel`) on 2 ranks: a one-block causal nanoGPT, two sequences, its
+    keys and values moved by permutes, load-balanced (the batch enters a session in zig-zag order), the rows of
+    the batch merged sequence-major (nothing gathered); AdamW steps equal torch's."""
     torch.manual_seed(0)
     model = idioms.NanoGPT(32, 8, flavors=("causal",))
-    tokens = torch.randint(0, 32, (1, 9))
+    tokens = torch.randint(0, 32, (2, 9))
     batch = (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
 
     def loss_fn(m, idx, targets):
@@ -69,5 +70,6 @@ def test_context_parallel_trains_like_torch_on_two_ranks():
         prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=st.context_parallel(step, "x"))
     ops = collective_ops(prog)
     assert any(c.startswith("slicer.permute") for c in ops) and not any(c.startswith("shard.all_gather") for c in ops)
+    assert prog.imported.input_order
     loss_error, param_error = train.compare(model, loss_fn, batch, ADAMW, prog, ranks=2)
     assert loss_error <= 1e-5 and param_error <= 1e-5, (loss_error, param_error)

@@ -5,6 +5,9 @@ tokens; the all_reduce by maximum runs over MPI. And the LLaMA block of examples
 RoPE (view_as_complex, torch.polar) under Megatron and data parallelism on 2 ranks. (models.py lists the
 LLaMA block too: test_torch_models.py runs it on 2 and 4 ranks with the other models.)"""
 
+import sys
+import warnings
+
 import numpy as np
 import pytest
 
@@ -12,7 +15,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 
 import slicer  # noqa: E402
-from example_modules import collective_ops, load  # noqa: E402
+from example_modules import EXAMPLES, collective_ops, load  # noqa: E402
+
+sys.path.insert(0, str(EXAMPLES / "zoo"))
+import zoo_models as zoo  # noqa: E402
 
 vp = load("torch/vocab_parallel.py", "vocab_parallel")
 llama = load("torch/llama.py", "llama")
@@ -77,6 +83,31 @@ def test_gpt2_vocabulary_of_50257_tiled_unevenly_equals_torch(ranks):
     assert "shard.all_gather" not in collective_ops(prog)
     got = dict(zip(step.result_names, prog.run(idx, targets, ranks=ranks, timeout=300, oversubscribe=True)))
     loss = model(idx, targets)
+    loss.backward()
+    np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-5)
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(got[name], (param - 0.1 * param.grad).detach().numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_tied_embedding_plus_positions_split_by_vocabulary_equals_torch(ranks):
+    """nanoGPT's `wte(idx) + wpe(pos)` (elementwise fusion makes it one op reading both tables: the import splits
+    the token lookup back out, frontends/lookups.py) with the tied wte/LM head split by vocabulary (61 words:
+    padded blocks) under Megatron: the lookup stays a masked lookup (no DegradedStrategy, no gathered table);
+    one SGD step equals torch on 2 and 4 ranks."""
+    torch.manual_seed(ranks)
+    model = zoo.NanoGPT(vocab=61, block_size=8, d=32, n_head=4, n_layer=1)
+    idx, targets = torch.randint(0, 61, (4, 8)), torch.randint(0, 61, (4, 8))
+    idx[0, 0] = targets[1, 1] = 60
+    step = slicer.training_step(model, zoo._lm_loss, idx, targets, optimizer=slicer.SGD(0.1))
+    split = {"column": ["transformer.h.*.attn.c_attn.*", "transformer.h.*.mlp.c_fc.*", "transformer.wte.weight"],
+             "row": ["transformer.h.*.attn.c_proj.weight", "transformer.h.*.mlp.c_proj.weight"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", slicer.DegradedStrategy)
+        prog = slicer.compile(step, mesh=slicer.Mesh(y=ranks), tactics=slicer.strategies.megatron(step, "y", **split))
+    got = dict(zip(step.result_names, prog.run(idx, targets, ranks=ranks, timeout=300, oversubscribe=True)))
+    loss = zoo._lm_loss(model, idx, targets)
     loss.backward()
     np.testing.assert_allclose(got["loss"], loss.detach().numpy(), rtol=1e-5)
     for name, param in model.named_parameters():

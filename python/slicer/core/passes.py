@@ -1,30 +1,29 @@
 """What a Slicer pass is (a frozen dataclass whose fields are its options) and the one registry of passes.
 
-`slicer-propagate{strict-conflicts=1}` fills the field `strict_conflicts`
-(kebab-case option names map to snake_case fields), as in xDSL. Options are
-typed by their fields' annotations (`bool`, `int`, `float`, `str`, and tuples
-of those: `matmul=8,32,16` for `tuple[int, int, int]`); an option the pass does
-not have, or a value that does not parse, is an `OptionError`, and so is a value
-the pass refuses in its `__post_init__`. A pass reports user errors by raising
-`PassFailure` (slicer.core.errors) with located diagnostics, or another
-documented `SlicerError`; the pipeline adapter (`slicer.core.pipeline`) turns
-them into MLIR diagnostics and fails the pass, so slicer-opt prints
-`file:line:col: error: ...` and exits 1.
+`slicer-propagate{strict-conflicts=1}` fills the field `strict_conflicts` (kebab-case option names map to
+snake_case fields), as in xDSL. Options are typed by their fields' annotations (`bool`, `int`, `float`, `str`,
+and tuples of those: `matmul=8,32,16` for `tuple[int, int, int]`); an option the pass does not have, or a value
+that does not parse, is an `OptionError`, and so is a value the pass refuses in its `__post_init__`. A pass
+reports user errors by raising `PassFailure` (slicer.core.errors) with located diagnostics, or another
+documented `SlicerError`; the pipeline adapter (`slicer.core.pipeline`) turns them into MLIR diagnostics and
+fails the pass, so slicer-opt prints `file:line:col: error: ...` and exits 1.
 
-`PASSES` is the one registry, by name: a pass class registers itself with
-`@register_pass` when its module is imported. It lives here, at the bottom of
-the layers, so every layer runs registered passes by name: `slicer-opt` and
-`slicer.passes.run_pipeline` (which import every pass), and the kernel pipeline
-of `slicer.lowering`, whose own passes live in `slicer.lowering.passes` because
-the lowering and the runtime (below `slicer.passes`) run them. The passes of the
-stages above the lowering are thin files in `slicer.passes`.
+`PASSES` is the one registry, by name: a pass class registers itself with `@register_pass` when its module is
+imported. It lives here, at the bottom of the layers, so every layer runs registered passes by name. A
+`PassTable` names the passes of a package (one module per pass, named like it) and imports a pass's module
+only when the pass is first looked up: `slicer-opt -p slicer-kernel-rows` loads the row kernels, not the
+partitioner. `slicer.passes.PASSES` is the table of every pass (slicer-opt, `slicer.passes.run_pipeline`);
+`slicer.lowering.passes.LOWERING_PASSES` that of the kernel pipeline's steps, which live in the lowering
+because the lowering and the runtime (below `slicer.passes`) run them.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 import typing
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -32,7 +31,7 @@ from mlir import ir
 
 from .errors import OptionError, PipelineError
 
-__all__ = ["ModulePass", "OptionError", "PASSES", "register_pass", "registered_pass"]
+__all__ = ["ModulePass", "OptionError", "PASSES", "PassTable", "register_pass", "registered_pass"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,43 @@ def register_pass(cls: P) -> P:
 def registered_pass(name: str) -> type[ModulePass] | None:
     """The registered pass called `name`, or None."""
     return PASSES.get(name)
+
+
+class PassTable(Mapping[str, type[ModulePass]]):
+    """Passes by name, each imported (which registers it) when first looked up: the pass `slicer-kernel-rows`
+    of `PassTable("slicer.lowering.passes", [...])` is the class its module `slicer.lowering.passes.kernel_rows`
+    registers. `in`, `len` and iteration read the names only; `tables | other` holds both tables' passes."""
+
+    def __init__(self, package: str = "", names: Iterable[str] = (), modules: Mapping[str, str] | None = None):
+        self.modules = dict(modules or {})
+        self.modules.update({name: f"{package}.{module_of(name)}" for name in names})
+
+    def __getitem__(self, name: str) -> type[ModulePass]:
+        module = self.modules[name]  # KeyError: not a pass of this table
+        if name not in PASSES:
+            importlib.import_module(module)
+        cls = PASSES.get(name)
+        if cls is None:
+            raise PipelineError(f"module {module} registers no pass '{name}' (give its class `name = \"{name}\"` "
+                                f"and `@register_pass`)")
+        return cls
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.modules)
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __or__(self, other: PassTable) -> PassTable:
+        return PassTable(modules={**self.modules, **other.modules})
+
+
+def module_of(name: str) -> str:
+    """The module of the pass `name` in its package: `slicer-kernel-rows` -> `kernel_rows`."""
+    return name.removeprefix("slicer-").replace("-", "_")
 
 
 def _render(value) -> str:

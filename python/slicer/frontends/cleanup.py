@@ -23,6 +23,7 @@ from slicer.core.source_lines import source_line
 from slicer.dialect import walk_ops
 
 from .fills import fills_at_reshapes
+from .lookups import split_lookups
 from .pieces import concat_as_stack, split_into_pieces
 
 BEFORE_SPLITS = "func.func(linalg-generalize-named-ops,linalg-fold-unit-extent-dims,canonicalize)"
@@ -38,6 +39,8 @@ def clean_up(module: ir.Operation, *, entry: str | None = None, fences: int = 0)
     checked_step(module, "split_into_pieces", split_into_pieces)
     checked_step(module, "concat_as_stack", concat_as_stack)
     checked_step(module, AFTER_SPLITS, lambda m: run_pipeline(m, AFTER_SPLITS))
+    if checked_step(module, "split_lookups", split_lookups):
+        checked_step(module, AFTER_FILLS, lambda m: run_pipeline(m, AFTER_FILLS))
     if checked_step(module, "fills_at_reshapes", fills_at_reshapes):
         checked_step(module, AFTER_FILLS, lambda m: run_pipeline(m, AFTER_FILLS))
     if fences:

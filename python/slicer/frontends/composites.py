@@ -18,15 +18,21 @@ import contextvars
 from .decomp_attention import scaled_dot_product_attention
 from .decomp_indexing import one_hot
 from .decomp_ring import ring_attention
+from .decomp_rows import sequence_major, sequence_major_linear
+from .decomp_zigzag import balanced_attention, zigzag_arange
 
-_RING_BLOCKS: contextvars.ContextVar[int | None] = contextvars.ContextVar("ring_blocks", default=None)
+_RING_BLOCKS: contextvars.ContextVar[tuple[int, int | None, int | None] | None] = contextvars.ContextVar(
+    "ring_blocks", default=None)
 
 
 @contextlib.contextmanager
-def attention_in_blocks(blocks: int):
+def attention_in_blocks(blocks: int, balanced: int | None = None, rows: int | None = None):
     """While active, `F.scaled_dot_product_attention` is traced as ring attention over `blocks` blocks of the
-    sequence (`decomp_ring.py`; context parallelism), where that form applies, else as its plain math."""
-    token = _RING_BLOCKS.set(blocks)
+    sequence (`decomp_ring.py`; context parallelism), where that form applies, else as its plain math. With
+    `balanced` (the sequence's length), the sequence is in zig-zag order (`decomp_zigzag.py`): causal attention
+    is load-balanced and `torch.arange(balanced)` gives the positions in that order. With `rows` (the sequence's
+    length), a merge of the batch and the sequence into rows is made sequence-major (`decomp_rows.py`)."""
+    token = _RING_BLOCKS.set((blocks, balanced, rows))
     try:
         yield
     finally:
@@ -34,18 +40,39 @@ def attention_in_blocks(blocks: int):
 
 
 def _attention(*args, **kwargs):
-    blocks = _RING_BLOCKS.get()
-    if blocks is not None:
-        result = ring_attention(blocks, *args, **kwargs)
+    ring = _RING_BLOCKS.get()
+    if ring is not None:
+        blocks, balanced, _ = ring
+        result = NotImplemented if balanced is None else balanced_attention(blocks, *args, **kwargs)
+        if result is NotImplemented:
+            result = ring_attention(blocks, *args, **kwargs)
         if result is not NotImplemented:
             return result
     return scaled_dot_product_attention(*args, **kwargs)
 
 
+def _arange(*args, **kwargs):
+    ring = _RING_BLOCKS.get()
+    if ring is None or ring[1] is None:
+        return NotImplemented
+    return zigzag_arange(ring[0], ring[1], *args, **kwargs)
+
+
+def _merged_rows(func, how=sequence_major):
+    def merged(*args, **kwargs):
+        ring = _RING_BLOCKS.get()
+        return NotImplemented if ring is None or ring[2] is None else how(ring[2], func, *args, **kwargs)
+
+    return merged
+
+
 def composite_decompositions(torch) -> dict:
     """{torch function: its replacement while tracing} (see the module docstring)."""
     functional = torch.nn.functional
-    return {functional.scaled_dot_product_attention: _attention, functional.one_hot: one_hot}
+    merges = (torch.flatten, torch.reshape, torch.Tensor.flatten, torch.Tensor.reshape, torch.Tensor.view)
+    return {functional.scaled_dot_product_attention: _attention, functional.one_hot: one_hot, torch.arange: _arange,
+            functional.linear: _merged_rows(functional.linear, sequence_major_linear),
+            **{f: _merged_rows(f) for f in merges}}
 
 
 @contextlib.contextmanager

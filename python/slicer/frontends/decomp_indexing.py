@@ -35,6 +35,7 @@ def indexing_decompositions(torch) -> dict:
         aten.scatter.value: _scatter_value,
         aten.index_select.default: _index_select,
         aten.index_add.default: _index_add,
+        aten.index_add_.default: _index_add_in_place,
         aten.index_put.default: _index_put,
         aten.cumsum.default: _cumsum,
     }
@@ -144,6 +145,13 @@ def _index_add(self, dim, index, source, *, alpha=1):
         return NotImplemented
     added = _added_rows(self, dim, index, source)
     return self + (added if alpha == 1 else alpha * added)
+
+
+def _index_add_in_place(self, dim, index, source, *, alpha=1):
+    """`index_add_` (a flat-token MoE's combine, index_select's backward): `_index_add` written back into
+    `self`, which the trace's functionalization makes a value again."""
+    added = _index_add(self, dim, index, source, alpha=alpha)
+    return NotImplemented if added is NotImplemented else self.copy_(added)
 
 
 def _index_put(self, indices, values, accumulate=False):

@@ -90,7 +90,7 @@ def _allowed(torch, causal: bool, mask, blocks: int, chunk: int, step: int, devi
     return allowed, additive
 
 
-def _scores(torch, q, k, factor, allowed, additive, *, again: bool = False):
+def block_scores(torch, q, k, factor, allowed, additive, *, again: bool = False):
     """One step's scores in f32, masked keys at LOWEST. `again` (the backward's recomputation): scaled before the
     product instead of after, so that the cleanup's CSE does not take the forward's scores for them (which would
     keep every step's scores alive until the backward)."""
@@ -115,7 +115,7 @@ def _forward(ctx, query, key, value, mask, causal: bool, factor: float, blocks: 
         if step:
             k, v = rotate(k), rotate(v)
         allowed, additive = _allowed(torch, causal, mask, blocks, chunk, step, q.device)
-        scores = _scores(torch, q, k, factor, allowed, additive)
+        scores = block_scores(torch, q, k, factor, allowed, additive)
         new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
         weights = torch.exp(scores - new_top)
         if allowed is not None:
@@ -149,7 +149,7 @@ def _backward(ctx, grad):
         if step:
             k, v, dk, dv = rotate(k), rotate(v), rotate(dk), rotate(dv)
         allowed, additive = _allowed(torch, causal, mask, blocks, chunk, step, q.device)
-        weights = torch.exp(_scores(torch, q, k, factor, allowed, additive, again=True) - lse)
+        weights = torch.exp(block_scores(torch, q, k, factor, allowed, additive, again=True) - lse)
         if allowed is not None:
             weights = torch.where(allowed, weights, torch.zeros((), device=q.device))
         step_dv = weights.transpose(-1, -2) @ dout
@@ -164,4 +164,4 @@ def _backward(ctx, grad):
     return (*shaped, None, None, None, None)
 
 
-__all__ = ["LOWEST", "ring_attention", "rotate"]
+__all__ = ["LOWEST", "block_scores", "ring_attention", "rotate"]

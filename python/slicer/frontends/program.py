@@ -50,6 +50,9 @@ class ImportedProgram:
     arg_roles: tuple[str, ...] = ()
     hyperparameters: Callable[..., dict[str, float]] | None = None
     origin: Any = field(default=None, compare=False, repr=False)  # training_step's StepOrigin (pipelining)
+    input_order: tuple[tuple[int, int, np.ndarray], ...] = field(default=(), compare=False, repr=False)
+    """(input index, dim, order): the program takes that dim of that input in `order` (a context-parallel step
+    load-balanced: `context_import.py`); `bind` and `arrange` permute the batch so."""
 
     def names_with_role(self, role: str) -> tuple[str, ...]:
         """The names of the arguments whose role is `role` (one of `ARG_ROLES`)."""
@@ -72,7 +75,12 @@ class ImportedProgram:
             names = ", ".join(self.input_names) or "none"
             raise RunError(f"{self.source} takes {self.num_inputs} input(s) ({names}); got {len(inputs)} "
                            "(its parameters are bound: pass the inputs only)")
-        return [as_array(v) for v in inputs] + [as_array(v) for v in self.parameters]
+        arranged = self.arrange([as_array(v) for v in inputs])
+        return [arranged.get(i, as_array(v)) for i, v in enumerate(inputs)] + [as_array(v) for v in self.parameters]
+
+    def arrange(self, inputs: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+        """{input index: the input in the order the program takes it} for the inputs `input_order` permutes."""
+        return {i: np.take(inputs[i], order, axis=dim) for i, dim, order in self.input_order if i < len(inputs)}
 
     def __str__(self) -> str:
         return self.text

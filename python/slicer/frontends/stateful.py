@@ -57,8 +57,7 @@ def _batch_norm_training(torch, input, weight, bias, running_mean, running_var, 
     statistics, so functionalization would drop the update.)"""
     channels = input.shape[1]
     view = [1, channels] + [1] * (input.dim() - 2)
-    biased_var, mean = torch.var_mean(input.to(torch.float32) if input.dtype in (torch.float16, torch.bfloat16)
-                                      else input, dim=[0, *range(2, input.dim())], correction=0, keepdim=True)
+    mean, biased_var = _batch_moments(torch, input, view)
     rstd = torch.rsqrt(biased_var + eps)
     output = (input - mean) * rstd
     save_mean, save_rstd = mean.reshape(channels), rstd.reshape(channels)
@@ -73,6 +72,23 @@ def _batch_norm_training(torch, input, weight, bias, running_mean, running_var, 
     if bias is not None:
         output = output + bias.flatten().reshape(view)
     return output.to(input.dtype), save_mean.to(input.dtype), save_rstd.to(input.dtype)
+
+
+def _batch_moments(torch, input, view: list[int]):
+    """The batch's mean and biased variance per channel, shaped `view` (f32 for narrow inputs), in one pass over
+    `input`: the mean as `torch.var_mean`'s decomposition computes it (a sum in the compute type over the count),
+    the variance E[x^2] - E[x]^2 from sums of x and x * x in f64. `var_mean`'s variance is a second pass (the
+    squared deviations from the mean), another read of the activation and, distributed, another all_reduce that
+    must wait for the first; these sums are ready together (the bucketing pass all_reduces them as one). In f64
+    the one-pass form loses nothing an f32 variance shows unless |mean| / std exceeds ~1e4."""
+    dims = [0, *range(2, input.dim())]
+    compute = input.to(torch.float32) if input.dtype in (torch.float16, torch.bfloat16) else input
+    count = input.numel() // input.shape[1]
+    mean = compute.sum(dims) / count
+    wide = input.to(torch.float64)
+    wide_mean = wide.sum(dims) / count
+    var = torch.clamp((wide * wide).sum(dims) / count - wide_mean * wide_mean, min=0.0)
+    return mean.reshape(view), var.to(compute.dtype).reshape(view)
 
 
 @contextlib.contextmanager

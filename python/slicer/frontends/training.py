@@ -24,6 +24,7 @@ from .optimizers import SGD, AdamW
 from .precision import MixedPrecision, check_precision
 from .program import ImportedProgram
 from .randomness import RNG, random_stream
+from .stacked_experts import ExpertStack, batched_experts, find_stacks, fold_stacks, member_values, stacked_parameters
 from .stages import StepOrigin
 from .stateful import cumulative_averages, prune_outputs
 from .torch_import import (
@@ -41,7 +42,8 @@ LOSS = "loss"
 
 
 def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, microbatches: int = 1,
-                  precision: MixedPrecision | None = None, cleanup: bool = True) -> ImportedProgram:
+                  precision: MixedPrecision | None = None, cleanup: bool = True,
+                  stacked: str | None = None) -> ImportedProgram:
     """Import one training step of `model` (a torch.nn.Module): the loss `loss_fn(model, *batch)` (a scalar
     tensor), its gradients with respect to the parameters and the update `optimizer` (`slicer.SGD` or
     `slicer.AdamW`) makes, traced on `example_batch` (tensors; their shapes are the program's). `seed` (an
@@ -50,14 +52,17 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     one update, so it holds one micro-batch's activations at a time (`accumulation.py`). `precision`
     (`slicer.MixedPrecision`): compute in its `param_dtype` on copies of the f32 parameters, sum gradients in its
     `reduce_dtype`, update in f32 (`precision.py`). See the module
-    docstring for the arguments and results. Raises FrontendError for a bad model, loss function, batch,
+    docstring for the arguments and results. `stacked` (a pattern, e.g. "blocks.*.moe.experts"): the experts of
+    the nn.ModuleLists it names are imported as stacked weights `<path>.<weight>` [E, ...], their loop as one
+    batched computation (`stacked_experts.py`). Raises FrontendError for a bad model, loss function, batch,
     optimizer, seed or microbatches, and when the step cannot be traced or imported."""
     torch, fx = load_torch()
     _check(torch, model, loss_fn, example_batch, optimizer)
     _check_seed(seed)
     check_microbatches(microbatches, example_batch)
     check_precision(precision)
-    params = dict(model.named_parameters())
+    stacks = find_stacks(torch, model, stacked)
+    params = stacked_parameters(torch, dict(model.named_parameters()), stacks)
     buffers = {n: b for n, b in model.named_buffers() if n not in params}
     trained = [n for n, p in params.items() if p.requires_grad]
     if not trained:
@@ -78,7 +83,7 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
                             f"hyperparameters, the loss or the random state ({', '.join(clash)}), which name the "
                             "step's arguments and results; rename them")
     step = _step_function(torch, model, loss_fn, optimizer, len(example_batch), list(params), list(buffers),
-                          trained, list(state), list(hyper), microbatches, precision, own)
+                          trained, list(state), list(hyper), microbatches, precision, own, stacks)
     values = [t.detach() for t in (*params.values(), *buffers.values())] + [*state.values(), *hyper.values()]
     rng = torch.tensor([seed, 0], dtype=torch.int64)
     casts = (precision.cast_count(torch, [t for n, t in params.items() if n not in own])
@@ -87,8 +92,9 @@ def training_step(model, loss_fn, *example_batch, optimizer, seed: int = 0, micr
     args = [*example_batch, *values, rng]
     record_lines_of(torch, loss_fn)
     try:
-        with _attributes_kept(torch, model), cumulative_averages(torch, model), module_paths(torch, model):
-            graph = trace(torch, step, args, what)
+        with _attributes_kept(torch, model), cumulative_averages(torch, model), module_paths(torch, model), \
+                batched_experts(torch, model, stacks, step.stacked):
+            graph = fold_stacks(torch, trace(torch, step, args, what)) if stacks else trace(torch, step, args, what)
         # outputs: loss, trained parameters, buffers (copies), state, rng; the copies nobody wrote are dropped
         first = 1 + len(trained)
         copies = {first + i: len(example_batch) + len(params) + i for i in range(len(buffers))}
@@ -174,7 +180,8 @@ def _batch_names(loss_fn, count: int, taken: set[str]) -> list[str]:
 
 def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: list[str], buffers: list[str],
                    trained: list[str], state: list[str], hyper: list[str], microbatches: int,
-                   precision: MixedPrecision | None = None, copies: dict[str, str] | None = None):
+                   precision: MixedPrecision | None = None, copies: dict[str, str] | None = None,
+                   stacks: list[ExpertStack] | None = None):
     """The step as a function of tensors (batch, parameters, buffers, state, hyperparameters, rng) -> (loss, new
     trained parameters, every buffer's new value, new state[, new rng], the accumulation's fences), for
     make_fx. The model runs through
@@ -187,8 +194,10 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
     micro-batches (`accumulation.py`). Under a `precision` policy the model computes on its copies of the
     parameters and inputs: a trained parameter's is the state `copies[name]`, written by the update
     (`MixedPrecision.copies_of`), the others are cast (`compute_copies`, `input_cast`; those casts are fences
-    too); the loss comes back in f32."""
-    copies = copies or {}
+    too); the loss comes back in f32. The model sees the members of `stacks`' stacked weights
+    (`stacked_experts.py`), which `step.stacked` holds while it runs, for the batched experts."""
+    copies, stacks = copies or {}, stacks or []
+    live: dict = {}
     guard = LossGuard(torch, dict(model.named_parameters()))
 
     class Loss(torch.nn.Module):
@@ -214,7 +223,9 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
         # running statistics into its f32 buffers, as under FSDP2)
         computed = precision.compute_copies(torch, parameters) if precision is not None else parameters
         casts = [t for n, t in computed.items() if t is not parameters[n]]
-        named = {f"model.{n}": t for n, t in {**computed, **written}.items()}
+        live.clear()
+        live.update(computed)
+        named = {f"model.{n}": t for n, t in {**member_values(computed, stacks), **written}.items()}
 
         def loss_of(*micro_batch):
             loss = _checked_loss(torch, torch.func.functional_call(wrapper, named, micro_batch))
@@ -235,6 +246,7 @@ def _step_function(torch, model, loss_fn, optimizer, num_batch: int, params: lis
         return (loss, *(new_params[n] for n in trained), *(written[n] for n in buffers),
                 *(new_state[n] for n in state), *advanced, *fences, *casts)
 
+    step.stacked = live  # type: ignore[attr-defined]
     return step
 
 

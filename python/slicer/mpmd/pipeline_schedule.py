@@ -19,6 +19,7 @@ Both GPipe and 1F1B idle for (S-1)/(M+S-1) of the time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slicer.core.errors import InvalidTactic
@@ -42,10 +43,11 @@ class Work:
 
 @dataclass(frozen=True)
 class Run:
-    """The verification run of a schedule: each stage's works with their unit start and end times."""
+    """A run of a schedule: each stage's works with their start and end times (unit times of the verification
+    run, or the seconds `PipelineSchedule.replay` was given)."""
 
-    spans: tuple[tuple[tuple[Work, int, int], ...], ...]
-    makespan: int
+    spans: tuple[tuple[tuple[Work, float, float], ...], ...]
+    makespan: float
     bubble: float
     peak: tuple[int, ...]
 
@@ -73,9 +75,15 @@ class PipelineSchedule:
                 raise InvalidTactic(f"schedule {self.name}: stage {stage} must run the forward and backward of each "
                                     f"of the {self.microbatches} micro-batches once per chunk; it runs "
                                     f"{' '.join(map(str, order))}")
-        return self._run()
+        return self._run(lambda stage, work: COST[work.kind])
 
-    def _ready(self, done: dict, stage: int, work: Work) -> int | None:
+    def replay(self, seconds: Mapping[tuple[str, int], float]) -> Run:
+        """The verified schedule run with each work taking `seconds[(kind, virtual stage)]` (e.g. what each
+        stage program's calls measured), the transfers taking no time: the bubble those times make."""
+        self.verify()
+        return self._run(lambda stage, work: seconds[(work.kind, self.virtual_stage(stage, work.chunk))])
+
+    def _ready(self, done: dict, stage: int, work: Work) -> float | None:
         """When `work` of `stage` may start (its inputs' end time), or None while one is not done."""
         last = self.stages * self.chunks - 1
         v = self.virtual_stage(stage, work.chunk)
@@ -86,9 +94,10 @@ class PipelineSchedule:
         times = [done[n] for n in needs if n in done]
         return None if len(times) < len(needs) else max(times, default=0)
 
-    def _run(self) -> Run:
-        done: dict[tuple, int] = {}
-        clock = [0] * self.stages
+    def _run(self, cost) -> Run:
+        """The works run as soon as their inputs are done and their stage is free, `cost(stage, work)` long."""
+        done: dict[tuple, float] = {}
+        clock = [0.0] * self.stages
         position = [0] * self.stages
         spans: list[list] = [[] for _ in range(self.stages)]
         total = sum(len(o) for o in self.orders)
@@ -101,7 +110,7 @@ class PipelineSchedule:
                     if ready is None:
                         break
                     start = max(ready, clock[stage])
-                    clock[stage] = start + COST[work.kind]
+                    clock[stage] = start + cost(stage, work)
                     done[(work.kind, work.microbatch, self.virtual_stage(stage, work.chunk))] = clock[stage]
                     spans[stage].append((work, start, clock[stage]))
                     position[stage] += 1
@@ -110,7 +119,7 @@ class PipelineSchedule:
                 waiting = [f"stage {s} at {o[position[s]]}" for s, o in enumerate(self.orders) if position[s] < len(o)]
                 raise InvalidTactic(f"schedule {self.name} deadlocks: {', '.join(waiting)} wait for each other")
         makespan = max(clock)
-        busy = sum(COST[w.kind] for order in self.orders for w in order)
+        busy = sum(cost(s, w) for s, order in enumerate(self.orders) for w in order)
         return Run(tuple(tuple(s) for s in spans), makespan, 1 - busy / (self.stages * makespan),
                    tuple(_peak(order) for order in self.orders))
 

@@ -1,12 +1,14 @@
 """Slicer's passes (layer 10 of docs/architecture.md): thin wrappers, one file per pass named like its lit
 test (`test/Transforms/<pass-name>.mlir`), each giving its stage's options, docs and a call.
 
-Every pass registers itself (`@register_pass`) in the one registry, `slicer.core.passes.PASSES`; importing
-this package imports every pass, those of this layer and those of the lowering (`slicer.lowering.passes`:
-`slicer-lower-to-loops` and the `slicer-kernel-*` steps, which live there because the kernel pipeline below
-this layer runs them). `PASSES` is that registry; `run_pipeline` runs any pipeline mixing them with
-upstream passes. Adding a pass: one file here (or in `slicer.lowering.passes` for a kernel step) registered
-with `@register_pass`, one import, one lit test (a test fails for a registered pass without one).
+Every pass registers itself (`@register_pass`) in the one registry, `slicer.core.passes.PASSES`, when its
+module is imported. `PASSES` here is the table of every pass (a `PassTable`), those of this layer and those
+of the lowering (`slicer.lowering.passes`: `slicer-lower-to-loops` and the `slicer-kernel-*` steps, which
+live there because the kernel pipeline below this layer runs them); it imports a pass's module when the
+pass is first looked up, so `slicer-opt -p slicer-kernel-rows` loads neither the partitioner nor the search.
+`run_pipeline` runs any pipeline mixing them with upstream passes. Adding a pass: one file here named like
+the pass (or in `slicer.lowering.passes` for a kernel step) registered with `@register_pass`, its name in
+the table, one lit test (a test fails for a registered pass without one, or a pass module not in a table).
 """
 
 from __future__ import annotations
@@ -15,22 +17,15 @@ from mlir import ir
 from mlir.passmanager import PassManager
 
 from slicer.core import pipeline as _pipeline
-from slicer.core.passes import PASSES
+from slicer.core.passes import PassTable
 from slicer.dialect import make_context
 from slicer.lowering.passes import LOWERING_PASSES
 
-from .apply_tactics import SlicerApplyTactics
-from .auto import SlicerAuto
-from .bucket_collectives import SlicerBucketCollectives
-from .collective_matmul import SlicerCollectiveMatmul
-from .partition import SlicerPartition
-from .propagate import SlicerPropagate
-from .remat import SlicerRemat
-from .verify import SlicerVerify
-
-PASS_CLASSES = (SlicerVerify, SlicerApplyTactics, SlicerAuto, SlicerPropagate, SlicerPartition, SlicerCollectiveMatmul,
-                SlicerRemat, SlicerBucketCollectives, *LOWERING_PASSES)
-"""Every pass class, imported (hence registered) here: `PASSES` holds exactly these, by name."""
+PASSES = PassTable(__name__, (
+    "slicer-verify", "slicer-apply-tactics", "slicer-auto", "slicer-propagate", "slicer-partition",
+    "slicer-collective-matmul", "slicer-remat", "slicer-bucket-collectives",
+)) | LOWERING_PASSES
+"""Every pass by name, this layer's and the lowering's; a pass's module is imported when it is looked up."""
 
 
 def pass_names() -> list[str]:
@@ -56,4 +51,4 @@ def transform(module, pipeline: str, *, debug_info: bool = False) -> str:
         return parsed.operation.get_asm(enable_debug_info=debug_info)
 
 
-__all__ = ["PASSES", "PASS_CLASSES", "build_pass_manager", "pass_names", "run_pipeline", "transform"]
+__all__ = ["PASSES", "build_pass_manager", "pass_names", "run_pipeline", "transform"]

@@ -4,6 +4,6 @@ tactic compiled into its stages' programs, their schedule and the module that ru
 `slicer.compile` hands a step with a `Pipeline` tactic here, with itself to compile each stage's programs."""
 
 from .pipeline_program import PipelineProgram
-from .stage_compile import compile_pipeline
+from .stage_compile import compile_pipeline, refuse_pipelined_module
 
-__all__ = ["PipelineProgram", "compile_pipeline"]
+__all__ = ["PipelineProgram", "compile_pipeline", "refuse_pipelined_module"]

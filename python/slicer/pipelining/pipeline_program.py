@@ -14,6 +14,7 @@ or on MPI ranks (`runtime.jobs.pipeline_rank`); it returns each step's loss and 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from slicer.core.arrays import as_array
 from slicer.core.errors import RunError
 from slicer.core.mesh import Mesh
 from slicer.frontends.accumulation import micro_batch
-from slicer.mpmd.pipeline_schedule import PipelineSchedule
+from slicer.mpmd.pipeline_schedule import BACKWARD, FORWARD, PipelineSchedule
 from slicer.tactics.pipeline_tactic import Pipeline
 
 from .pipeline_session import LaunchedPipelineSession, LocalPipelineSession, PipelineSession, check_batch
@@ -44,7 +45,7 @@ class PipelineProgram:
     text: str
     stages: tuple
     split: tuple = ()  # the split points used (found by the cost model for stages=N)
-    timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end), ...])
+    timeline: list | None = None  # the last MPI run's last step: per rank (stage, [(callee, start, end, cpu), ...])
     resident_growth: list | None = None  # the last MPI run: per rank, bytes its resident peak grew by in the steps
 
     def explain(self) -> str:
@@ -96,6 +97,28 @@ class PipelineProgram:
         busy = sum(e[2] - e[1] for e in calls)
         return 1 - busy / (len(self.timeline) * span)
 
+    def cpu_bubble(self) -> float:
+        """The bubble of the last MPI run's last step (`timeline`) replayed from the CPU seconds each call took: the
+        schedule run (`PipelineSchedule.replay`) with every forward and backward taking its program's median
+        CPU time over the step's calls, and each stage's updates after its last backward. On a machine whose
+        cores other jobs share, a call's wall time measures the sharing as much as the work; this is the bubble
+        the stages' work itself makes, next to `measured_bubble`."""
+        if not self.timeline:
+            raise RunError("cpu_bubble needs a run on MPI ranks first: prog.train(batches, ranks=N)")
+        times: dict[str, list[float]] = {}
+        for _, events in self.timeline:
+            for callee, _, _, cpu in events:
+                times.setdefault(callee, []).append(cpu)
+        seconds = {name: statistics.median(values) for name, values in times.items()}
+        kinds = {FORWARD: "forward", BACKWARD: "backward"}
+        run = self.schedule.replay({(k, v.index): seconds[f"{kinds[k]}_{v.index}"] for k in kinds
+                                    for v in self.stage_programs})
+        updates = [sum(seconds[f"update_{v.index}"] for v in self.stage_programs
+                       if v.index % self.schedule.stages == stage) for stage in range(self.schedule.stages)]
+        ends = [(spans[-1][2] if spans else 0.0) + u for spans, u in zip(run.spans, updates)]
+        busy = sum(end - start for spans in run.spans for _, start, end in spans) + sum(updates)
+        return 1 - busy / (self.schedule.stages * max(ends))
+
     def timeline_text(self, width: int = 80) -> str:
         """The last MPI run's last step as one row per rank over `width` columns: `F` forward, `B` backward,
         `U` update, `.` idle (waiting for a transfer: the bubble)."""
@@ -107,7 +130,7 @@ class PipelineProgram:
         rows = []
         for rank, (stage, events) in enumerate(self.timeline):
             row = ["."] * width
-            for callee, first, last in events:
+            for callee, first, last, *_ in events:
                 for column in range(int((first - start) * scale), max(int((last - start) * scale), 1 +
                                                                        int((first - start) * scale))):
                     row[min(column, width - 1)] = callee[0].upper()

@@ -20,9 +20,11 @@ from collections.abc import Callable, Sequence
 
 from mlir import ir
 
+from slicer.core import names as N
 from slicer.core.errors import CompileError, InvalidTactic
 from slicer.core.functions import entry_function, function_type
 from slicer.core.mesh import Mesh
+from slicer.core.operations import as_op
 from slicer.dialect import make_context
 from slicer.frontends import ImportedProgram
 from slicer.frontends.stages import import_stages
@@ -60,6 +62,20 @@ def _compiled(program: ImportedProgram, mesh: Mesh, tactics: list[Tactic], forwa
     if not partial:
         return prog
     return compile_program(program, mesh=mesh, tactics=tactics + [Replicate(result=n) for n in partial])
+
+
+def refuse_pipelined_module(module: ir.Module | ir.Operation) -> None:
+    """CompileError if `module` is a pipelined step's module (`PipelineProgram.text`: a function per stage
+    calling its stage's programs, which it only declares): it shows what the ranks run and cannot be compiled
+    or run again from its text."""
+    staged = [op for op in as_op(module).regions[0].blocks[0].operations if N.PIPELINE_STAGE_ATTR in op.attributes]
+    if staged:
+        raise CompileError(f"this is a pipelined step's module ({len(staged)} functions marked "
+                           f"{N.PIPELINE_STAGE_ATTR}, their stages' programs only declared): it shows what the "
+                           "ranks run and cannot be compiled or run from its text (nor by slicer-run). Compile the "
+                           "training step with st.pipeline(...) in Python and run it with prog.session(ranks=N) or "
+                           "prog.train(batches, ranks=N); to move its state, session.save(dir) and load the "
+                           "checkpoint in a session of any program of the same step")
 
 
 def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tactic | Pipeline],
@@ -122,4 +138,4 @@ def compile_pipeline(step, mesh: Mesh, pipeline: Pipeline, tactics: Sequence[Tac
     return PipelineProgram(step, mesh, pipeline, schedule, stages, compiled, text, lowered, points)
 
 
-__all__ = ["compile_pipeline"]
+__all__ = ["compile_pipeline", "refuse_pipelined_module"]

@@ -24,7 +24,7 @@ from slicer.core.errors import CompileError
 from slicer.frontends import ImportedProgram
 from slicer.frontends.stage_programs import GRAD
 from slicer.tactics import Replicate, Tactic, Tile
-from slicer.tactics.patterns import matching
+from slicer.tactics.patterns import is_pattern, matching
 
 
 def tiles_of(name: str, dist, *, result: bool = False) -> list[Tactic]:
@@ -39,13 +39,18 @@ def tiles_of(name: str, dist, *, result: bool = False) -> list[Tactic]:
 
 
 def _named(tactics: Sequence[Tactic], names: Sequence[str], results: bool) -> dict[str, list[Tactic]]:
-    """Name -> the tactics (of `tactics`) on that argument (or result) among `names`."""
+    """Name -> the tactics (of `tactics`) on that argument (or result) among `names` (a plain name looked up, not
+    compared with every name: the step's tactics name each of its hundreds of arguments)."""
     found: dict[str, list[Tactic]] = {}
+    positions: dict[str, list[int]] = {}
+    for index, name in enumerate(names):
+        positions.setdefault(name, []).append(index)
     for tactic in tactics:
         target = getattr(tactic, "result" if results else "arg", None)
         if target is None:
             continue
-        indexes = [target] if isinstance(target, int) else matching(target, names)
+        indexes = [target] if isinstance(target, int) else matching(target, names) if is_pattern(target) \
+            else positions.get(target, [])
         for index in indexes:
             if 0 <= index < len(names):
                 found.setdefault(names[index], []).append(tactic)

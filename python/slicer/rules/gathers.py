@@ -56,6 +56,22 @@ def gathered_tables(op: ir.Operation) -> list[ir.Value]:
     return found
 
 
+def lookups_by_data(op: ir.Operation) -> tuple[list[ir.Operation], bool]:
+    """The body's `tensor.extract` reads of captured tables at a position computed from the op's input
+    elements (lookups by data: an embedding's token ids), in body order; and whether the body is those
+    lookups alone (it yields them as they are, `_yields_reads`)."""
+    tables = gathered_tables(op)
+    if not tables:
+        return [], False
+    body = op.regions[0].blocks[0]
+    count = len(op.operands) - len(op.results)
+    inputs = list(body.arguments)[:count]
+    reads = [o.operation for o in body.operations if o.operation.name == tensor.ExtractOp.OPERATION_NAME
+             and any(o.operation.operands[0] == t for t in tables)
+             and any(_reaches_inputs(p, inputs) for p in list(o.operation.operands)[1:])]
+    return reads, bool(reads) and _yields_reads(body, reads, count)
+
+
 def rule_operands(op: ir.Operation) -> list[ir.Value]:
     """The values a rule's operand numbers name: the op's operands, then its gathered tables."""
     operands = list(op.operands)

@@ -2,7 +2,9 @@
 
 Reads MLIR (a file or stdin), checks it with the slicer semantic verifier, runs
 a pass pipeline where Slicer passes and any upstream pass mix freely, and
-prints the result. Errors print as `file:line:col: error: ...` and exit 1; a
+prints the result. It loads only what it runs: a pass's module when the
+pipeline names it (`slicer.passes.PASSES`), the kernel graph and the
+collectives report when asked for. Errors print as `file:line:col: error: ...` and exit 1; a
 failing pipeline also prints a one-line command that reproduces it. A bad command
 line (an unknown flag or pass, a pipeline that does not parse, an input that cannot
 be read) exits 2, as every tool does (slicer.tools.cli).
@@ -18,18 +20,18 @@ from pathlib import Path
 
 from mlir import ir
 
+import slicer.tools
+from slicer import lowering
 from slicer.core.errors import KernelGraphError, PipelineError
 from slicer.core.reproducer import save_reproducer
 from slicer.core.toolchain import find_tool
 from slicer.dialect import make_context
 from slicer.dialect.parsing import PARSER_BUFFER_NAME, parse_source
 from slicer.dialect.verifier import verify
-from slicer.lowering import build_kernel_graph
 from slicer.passes import PASSES, build_pass_manager, pass_names
 
 from .cli import EXIT_FAILURE, EXIT_OK, unreadable, usage_error
 from .diagnostics import Diag, check_expectations, expectations, file_line_col, from_mlir
-from .print_collectives import collectives_text
 
 PROG = "slicer-opt"
 SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
@@ -192,11 +194,11 @@ def process_chunk(text: str, filename: str, pipeline: str, args: argparse.Namesp
             )
             if args.print_kernel_graph:
                 try:
-                    result.messages.append(str(build_kernel_graph(str(module))))
+                    result.messages.append(str(lowering.build_kernel_graph(str(module))))
                 except KernelGraphError as exc:
                     result.messages.append(f"slicer-opt: error: --print-kernel-graph: {exc}")
             if args.print_collectives:
-                result.messages.append(collectives_text(module))
+                result.messages.append(slicer.tools.collectives_text(module))
     finally:
         handler.detach()
         result.diags = _unique(result.diags)

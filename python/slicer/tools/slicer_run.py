@@ -6,6 +6,7 @@
                [--mpiexec PATH|COMMAND] [--repeat N] [--oversubscribe] [--timeout SECONDS]
                [--explain] [--show VALUE ...] [--plot DIR] [--trace FILE]
                [--buckets auto|off|BYTES] [--collective-matmul auto|off|CHUNKS]
+               [--collectives auto|mpi|shm] [--overlap on|off]
 
 Details: docs/module-notes.md, `tools/slicer_run.py`.
 """
@@ -26,13 +27,14 @@ from slicer.api import compile
 from slicer.automatic.options import parse_budget
 from slicer.automatic_api import auto
 from slicer.checking import as_tuple
-from slicer.core import dtypes
+from slicer.core import dtypes, environment
 from slicer.core.compare import difference, same_result
 from slicer.core.errors import InputError, RunError, SlicerError
 from slicer.core.mesh import Mesh
 from slicer.lowering import cache_stats, compile_function
-from slicer.runtime import launch
+from slicer.runtime import RunOptions, launch
 from slicer.runtime.execution.blocks import random_global
+from slicer.runtime.execution.executor import overlap_word
 from slicer.runtime.execution.timings import Timings
 from slicer.runtime.jobs.in_job import check_job, job_comm, run_job_here
 from slicer.runtime.jobs.resources import check_memory, check_ranks
@@ -84,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="combine all_reduces of gradients into buckets of this size (slicer.compile(buckets=))")
     p.add_argument("--collective-matmul", type=_setting, metavar="auto|off|CHUNKS",
                    help="split contractions so their collectives overlap (slicer.compile(collective_matmul=))")
+    p.add_argument("--collectives", metavar="auto|mpi|shm",
+                   help=f"how ranks run collectives (Program.run(collectives=); "
+                        f"default: {environment.COLLECTIVES.name})")
+    p.add_argument("--overlap", metavar="on|off",
+                   help=f"collectives overlap kernels, or each is waited for where it stands (Program.run(overlap=); "
+                        f"default: {environment.OVERLAP.name})")
     return p
 
 
@@ -106,6 +114,7 @@ class Request:
     ranks: int
     inputs: list[str] | None
     comm: Any  # the MPI job this process is a rank of (an mpi4py communicator), or None (slicer-run starts one)
+    options: RunOptions  # how collectives run (under mpiexec: rank 0's hold on every rank, in_job.settled_options)
 
 
 def read_command_line(args) -> Request:
@@ -121,6 +130,7 @@ def read_command_line(args) -> Request:
         if not args.auto:
             raise RunError("--memory-budget is a bound for the search: give --auto with it")
         parse_budget(args.memory_budget)
+    options = RunOptions.chosen(args.collectives, None if args.overlap is None else overlap_word(args.overlap))
     text = Path(args.program).read_text()
     comm = job_comm()
     if comm is not None:
@@ -137,7 +147,7 @@ def read_command_line(args) -> Request:
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(f"input file '{path}' (argument #{i}) is not a readable .npy file ({exc}); write it "
                              "with numpy.save") from None
-    return Request(mesh, tactics, text, ranks, inputs, comm)
+    return Request(mesh, tactics, text, ranks, inputs, comm, options)
 
 
 def _reference_inputs(prog, args) -> list[np.ndarray]:
@@ -203,7 +213,8 @@ def run(args, request: Request) -> int:
     if request.inputs:
         _check_inputs_fit(prog, request.inputs)
     if comm is not None:
-        done = run_job_here(prog.graph, comm, inputs=request.inputs, seed=args.random or 0, repeat=args.repeat)
+        done = run_job_here(prog.graph, comm, inputs=request.inputs, seed=args.random or 0, repeat=args.repeat,
+                            collectives=request.options.collectives, overlap=request.options.overlap)
         return EXIT_OK if done is None else _report(prog, args, text, _save(args.output, done[0]), *done)
     if args.mpiexec is None:  # this host's ranks; with an mpiexec of several hosts each rank's host is checked
         check_ranks(request.ranks, args.oversubscribe)
@@ -216,7 +227,7 @@ def run(args, request: Request) -> int:
     before = cache_stats().misses
     results, timings = launch(prog.graph, request.ranks, inputs=request.inputs, seed=args.random or 0,
                               repeat=args.repeat, timeout=args.timeout, mpiexec=args.mpiexec,
-                              oversubscribe=args.oversubscribe)
+                              oversubscribe=args.oversubscribe, options=request.options)
     out = _save(args.output, results)
     compiled = cache_stats().misses - before
     print("== kernels: "

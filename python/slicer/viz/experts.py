@@ -77,9 +77,19 @@ def expert_placements(graph: KernelGraph, names: Sequence[str | None], experts: 
         if name and shape:
             info = graph.values[value]
             found.append((name, shape[0], min(info.local_shape[0], shape[0]),
-                          (name.rpartition(".")[0], shape[0], info.dist.dims[0])))
+                          (_module(name), shape[0], info.dist.dims[0])))
     kinds = {kind for name, *_, kind in found if name in experts and kind[2]}
     return [ExpertPlacement(name, per_device, count) for name, count, per_device, kind in found if kind in kinds]
+
+
+def _module(name: str) -> str:
+    """The module a stacked expert weight belongs to: an imported ModuleList's (`moe.experts` of
+    `moe.experts.w1.weight`, `training_step(..., stacked=...)`), else the parameter's own (`moe`)."""
+    found = _LISTED.match(name)
+    return found[1] if found else name.rpartition(".")[0]
+
+
+_LISTED = re.compile(r"(.*\bexperts?)\.", re.IGNORECASE)
 
 
 def expert_lines(moves: Sequence[ExpertMove], placements: Sequence[ExpertPlacement]) -> list[str]:

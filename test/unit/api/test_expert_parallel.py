@@ -81,6 +81,33 @@ def test_dp2ep_training_step_equals_torch_moves_tokens_by_all_to_all_and_keeps_1
     assert "blocks.0.moe.experts_w2: 2 of 4 experts per device" in section
 
 
+def megatron_in_experts(step):
+    """Experts over x (dp2ep), each expert's hidden units F over y: experts_w1 [E, D, F] on dim 2, w2 [E, F, D]
+    on dim 1."""
+    return (st.expert_parallel(step, "x", mesh={"x": 2, "y": 2}, hidden_axis="y",
+                               hidden={"*.experts_w1": 2, "*.experts_w2": 1})
+            + st.data_parallel(step, "x"))
+
+
+@pytest.mark.slow
+def test_megatron_inside_each_expert_tiles_f_over_a_second_axis_and_trains_equal_to_torch(imported):
+    """2 x 2: the tokens reach their experts by the same 2 + 2 all_to_alls over x; within an expert the F-tiled
+    contractions sum their partial outputs with one all_reduce over y forward and one backward (Megatron's
+    column- then row-parallel pair); each device holds a quarter of each expert weight and its state."""
+    model, loss_fn, batch, optimizer, step = imported
+    tactics = megatron_in_experts(step)
+    w1 = [t for t in tactics if t.arg == "exp_avg.blocks.0.moe.experts_w1"]
+    assert [(t.dim, t.axes) for t in w1] == [(0, ("x",)), (2, ("y",))]
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2, y=2), tactics=tactics)
+    found = re.findall(r"^\s*\d+\. shard\.(\w+) over \[(\w+)\]", prog.explain(), re.MULTILINE)
+    assert sorted(f for f in found if f[0] != "all_reduce" or f[1] == "y") == (
+        [("all_reduce", "y")] * 2 + [("all_to_all", "x")] * 4)
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    experts = [b for b in prog.memory().arguments if "experts_w" in b.label]
+    assert len(experts) == 6 and all(4 * b.bytes_per_device == b.global_bytes for b in experts)
+
+
 @pytest.mark.slow
 def test_experts_the_axis_does_not_divide_are_cut_into_padded_blocks_and_train_equal_to_torch():
     """4 experts (and 3 groups) on 3 devices: blocks of 2, 2 and 0 (padded) experts, still equal to torch."""
@@ -103,6 +130,16 @@ def test_bad_expert_patterns_and_meshes_are_clear_errors(imported):
         st.expert_parallel(step, "x", experts="head.*")
     with pytest.raises(slicer.InvalidTactic, match=r"unknown mesh axis 'x'"):
         st.expert_parallel(step, "x", mesh={"y": 2})
+    with pytest.raises(slicer.InvalidTactic, match=r"takes both hidden_axis= .* and hidden="):
+        st.expert_parallel(step, "x", hidden_axis="y")
+    with pytest.raises(slicer.InvalidTactic, match=r"hidden_axis='x' is an axis the experts are spread over"):
+        st.expert_parallel(step, "x", hidden_axis="x", hidden={"*": 1})
+    with pytest.raises(slicer.InvalidTactic, match=r"hidden dim 0 of 'blocks.0.moe.experts_w1' .* dim 0 indexes"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*": 0})
+    with pytest.raises(slicer.InvalidTactic, match=r"no hidden pattern names 'blocks.0.moe.experts_w2'"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*w1": 2})
+    with pytest.raises(slicer.InvalidTactic, match=r"the hidden pattern '\*router\*' matches no expert weight"):
+        st.expert_parallel(step, "x", hidden_axis="y", hidden={"*router*": 1})
 
 
 def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
@@ -118,8 +155,51 @@ def test_experts_of_a_module_list_are_a_clear_error_saying_to_stack_them():
     step = slicer.ImportedProgram(text, names, 1, (None, None), "train_step", "a ModuleList MoE",
                                   arg_roles=("input", "parameter", "parameter"))
     with pytest.raises(slicer.InvalidTactic, match=r"'blocks\.0\.moe\.experts\.0\.w1\.weight' is a weight of one "
-                                                   r"expert of an nn\.ModuleList .*Stack the experts' weights"):
+                                                   r"expert of an nn\.ModuleList .*slicer\.training_step\(\.\.\., "
+                                                   r"stacked='blocks\.\*\.moe\.experts'\)"):
         st.expert_parallel(step, "x")
+
+
+@pytest.mark.slow
+def test_experts_of_a_module_list_imported_stacked_are_spread_by_index_and_train_equal_to_torch():
+    """`form="list"` (an nn.ModuleList of experts, `torch.stack([e(d[i]) ...])`) imported with
+    `stacked="blocks.*.moe.experts"`: one argument per weight of an expert, [E, ...] (the members stacked), the
+    loop one batched computation; under dp2ep device i holds experts 2i, 2i + 1 of each weight and their state,
+    the tokens move by the same 2 + 2 all_to_alls, and two AdamW steps equal torch's (its members stacked)."""
+    model, loss_fn, batch = moe.switch_moe(seed=3, form="list")
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer, stacked="blocks.*.moe.experts")
+    weights = ["blocks.0.moe.experts.w1.weight", "blocks.0.moe.experts.w2.weight"]
+    assert [n for n in step.arg_names if "experts" in n] == [*weights, *(f"{kind}.{w}" for w in weights
+                                                                         for kind in ("exp_avg", "exp_avg_sq"))]
+    shapes = [tuple(step.parameters[step.arg_names.index(w) - step.num_inputs].shape) for w in weights]
+    assert shapes == [(4, 32, 16), (4, 16, 32)]  # nn.Linear weights [out, in], one per expert, stacked
+    prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    assert sorted(kind for kind, _ in collectives(prog)) == ["all_reduce"] * 3 + ["all_to_all"] * 4
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    memory = prog.memory()
+    experts = [b for b in memory.arguments if ".experts." in b.label]
+    assert len(experts) == 6 and all(2 * b.bytes_per_device == b.global_bytes for b in experts)
+    assert memory.experts == tuple(f"{w}: 2 of 4 experts per device" for w in weights)
+
+
+def test_stacked_names_module_lists_of_experts_of_one_kind():
+    """`stacked=` naming no ModuleList, or a ModuleList whose experts differ, is a FrontendError."""
+    from torch import nn
+
+    class Model(nn.Module):
+        def __init__(self, second):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(4, 4), second])
+
+    batch = (torch.randn(2, 4),)
+    with pytest.raises(slicer.FrontendError, match=r"stacked='moe\.experts' matches no nn\.ModuleList .*closest"):
+        slicer.training_step(Model(nn.Linear(4, 4)), lambda m, x: x.sum(), *batch, optimizer=slicer.SGD(0.1),
+                             stacked="moe.experts")
+    with pytest.raises(slicer.FrontendError, match=r"the experts of experts differ \(experts\.1 is not"):
+        slicer.training_step(Model(nn.Linear(4, 3)), lambda m, x: x.sum(), *batch, optimizer=slicer.SGD(0.1),
+                             stacked="experts")
 
 
 @pytest.mark.slow
@@ -137,3 +217,23 @@ def test_gather_and_scatter_add_dispatch_with_capacity_trains_equal_to_torch_und
     kinds = sorted(kind for kind, _ in collectives(prog))
     assert kinds == ["all_reduce"] * 3 + ["all_to_all"] * 5 + ["reduce_scatter"]
     assert "dispatch (tokens to their experts)" in prog.explain()
+
+
+@pytest.mark.slow
+def test_flat_token_index_select_and_index_add_dispatch_trains_equal_to_torch_under_dp2ep():
+    """The flat-token form (`form="index"`: `index_select` of each capacity slot's row of the tokens flattened
+    to [G * (S + 1), D], `index_add_` of the gated outputs back; both imported as one-hot selects and sums) runs
+    under dp2ep equal to torch with each device holding half the experts. Not the canonical 2 + 2: the one-hot
+    over the flat rows compares with the row's iteration index, which no tiling follows, so the tokens are
+    all-gathered and the flat rows' sums reduce_scattered (the count is recorded, not a target)."""
+    model, loss_fn, batch = moe.switch_moe(seed=3, form="index")
+    optimizer = slicer.AdamW(0.01)
+    step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer)
+    with pytest.warns(slicer.DegradedStrategy, match="linalg.index"):
+        prog = slicer.compile(step, mesh=slicer.Mesh(x=2), tactics=dp2ep(step, 2))
+    loss_error, param_error = train.compare(model, loss_fn, batch, optimizer, prog, steps=2)
+    assert loss_error <= 1e-5 and param_error <= 1e-5
+    kinds = sorted(kind for kind, _ in collectives(prog))
+    assert kinds == ["all_gather"] * 2 + ["all_reduce"] * 3 + ["all_to_all"] * 6 + ["reduce_scatter"] * 5
+    assert prog.memory().experts == tuple(f"blocks.0.moe.experts_w{i}: 2 of 4 experts per device" for i in (1, 2))
+

@@ -2,27 +2,54 @@
 pipeline's Slicer steps are registered passes built from their typed options, and bad options are
 `OptionError`s naming the pass, the option and what it takes."""
 
+import importlib
+import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
+import slicer.passes as pass_layer
 from slicer.core.errors import OptionError, PipelineError
-from slicer.core.passes import PASSES, ModulePass, register_pass
+from slicer.core.passes import PASSES, ModulePass, PassTable, module_of, register_pass
 from slicer.core.pipeline import instantiate, parse_element
 from slicer.lowering import DEFAULT_PIPELINE
+from slicer.lowering import passes as lowering_passes
 from slicer.lowering.jit import JIT_PIPELINE
-from slicer.passes import PASS_CLASSES
+from slicer.lowering.passes import LOWERING_PASSES
+from slicer.passes import PASSES as TABLE
 
 TRANSFORMS = Path(__file__).resolve().parents[2] / "Transforms"
 RUN_LINE = re.compile(r"^// RUN: (.*)$", re.MULTILINE)
 
 
+def test_the_table_names_every_pass_module_and_each_registers_its_pass():
+    """`slicer.passes.PASSES` imports a pass's module when it is looked up: every module of the two pass
+    packages is in it (else slicer-opt would not find the pass) and registers the pass it is named after."""
+    modules = {f"{package.__name__}.{info.name}" for package in (pass_layer, lowering_passes)
+               for info in pkgutil.iter_modules(package.__path__)}
+    assert modules == set(TABLE.modules.values())
+    for module in sorted(modules):
+        importlib.import_module(module)
+    assert set(TABLE) == set(PASSES), "a registered pass missing from slicer.passes.PASSES, or one not registered"
+    for name in TABLE:
+        assert TABLE[name].name == name and TABLE.modules[name].endswith("." + module_of(name))
+
+
+def test_a_table_imports_a_pass_module_only_when_looked_up():
+    table = PassTable("slicer.lowering.passes", ["slicer-kernel-rows"])
+    assert "slicer-kernel-rows" in table and "slicer-propagate" not in table and len(table) == 1
+    assert table["slicer-kernel-rows"].__name__ == "SlicerKernelRows"
+    with pytest.raises(KeyError):
+        table["slicer-propagate"]
+    with pytest.raises(PipelineError, match="registers no pass 'slicer-kernel-nothing'"):
+        PassTable(modules={"slicer-kernel-nothing": "slicer.core.names"})["slicer-kernel-nothing"]
+
+
 def test_every_registered_pass_has_a_lit_test_that_runs_it():
-    assert {"slicer-verify", "slicer-kernel-rows", "slicer-kernel-contract"} <= set(PASSES)
-    assert set(PASSES) == {cls.name for cls in PASS_CLASSES}
+    assert {"slicer-verify", "slicer-kernel-rows", "slicer-kernel-contract"} <= set(TABLE)
     problems = []
-    for name in sorted(PASSES):
+    for name in sorted(TABLE):
         test = TRANSFORMS / f"{name}.mlir"
         if not test.is_file():
             problems.append(f"{name}: no lit test {test.relative_to(TRANSFORMS.parent.parent)}")
@@ -38,19 +65,19 @@ def test_the_kernel_pipelines_slicer_steps_are_registered_passes_with_valid_opti
     assert {s.name for s in steps} >= {"slicer-kernel-contract", "slicer-kernel-rows", "slicer-kernel-vectorize",
                                        "slicer-kernel-widen-i1", "slicer-lower-to-loops"}
     for step in steps:
-        assert step.name in PASSES, f"kernel step '{step.name}' is not a registered pass"
-        built = instantiate(step)
+        assert step.name in LOWERING_PASSES, f"kernel step '{step.name}' is not a lowering pass"
+        built = instantiate(step, LOWERING_PASSES)
         # The text it was built from is the text it prints (defaults omitted): the cache key is stable.
         assert parse_element(built.pipeline_text()).name == step.name
-        assert instantiate(parse_element(built.pipeline_text())) == built
+        assert instantiate(parse_element(built.pipeline_text()), LOWERING_PASSES) == built
 
 
 def test_options_are_typed_by_the_fields():
-    rows = PASSES["slicer-kernel-rows"].from_options({"unroll": "2"})
+    rows = TABLE["slicer-kernel-rows"].from_options({"unroll": "2"})
     assert rows.unroll == 2 and rows.pipeline_text() == "slicer-kernel-rows{unroll=2}"
-    vectorize = PASSES["slicer-kernel-vectorize"].from_options({"matmul": "4,16,8", "kc": "0x40"})
+    vectorize = TABLE["slicer-kernel-vectorize"].from_options({"matmul": "4,16,8", "kc": "0x40"})
     assert vectorize.matmul == (4, 16, 8) and vectorize.kc == 64
-    propagate = PASSES["slicer-propagate"].from_options({"strict-conflicts": ""})
+    propagate = TABLE["slicer-propagate"].from_options({"strict-conflicts": ""})
     assert propagate.strict_conflicts is True
 
 
@@ -66,12 +93,14 @@ def test_options_are_typed_by_the_fields():
 ])
 def test_bad_options_are_option_errors(name, options, message):
     with pytest.raises(OptionError) as caught:
-        PASSES[name].from_options(options)
+        TABLE[name].from_options(options)
     assert message in str(caught.value)
     assert isinstance(caught.value, PipelineError)  # a documented SlicerError, reported by slicer-opt
 
 
 def test_a_second_pass_under_a_registered_name_is_refused():
+    assert TABLE["slicer-kernel-rows"].__name__ == "SlicerKernelRows"  # imported, hence registered
+
     class Impostor(ModulePass):
         name = "slicer-kernel-rows"
 
@@ -80,4 +109,4 @@ def test_a_second_pass_under_a_registered_name_is_refused():
 
     with pytest.raises(PipelineError, match="two passes named 'slicer-kernel-rows'"):
         register_pass(Impostor)
-    assert PASSES["slicer-kernel-rows"].__name__ == "SlicerKernelRows"
+    assert TABLE["slicer-kernel-rows"].__name__ == "SlicerKernelRows"

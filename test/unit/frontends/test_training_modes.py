@@ -152,3 +152,17 @@ def test_what_cannot_be_honoured_is_a_clear_error_naming_the_op_and_line():
     with pytest.raises(slicer.FrontendError, match=r"aten\.rand\.default at .*test_training_modes\.py:\d+ draws "
                                                    r"random numbers, but a Slicer program keeps no random generator"):
         slicer.training_step(Noisy(), lambda m, x, y: F.mse_loss(m(x), y), *batch, optimizer=ADAMW)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_one_pass_batch_statistics_equal_torchs_two_pass_ones(offset):
+    """The training-mode variance E[x^2] - E[x]^2 from f64 sums (one pass, `stateful._batch_moments`) is torch's
+    two-pass f64 variance rounded to f32, also where the mean is 1000 standard deviations from zero."""
+    from slicer.frontends.stateful import _batch_moments
+
+    x = torch.randn(8, 16, 5, 7, generator=torch.Generator().manual_seed(0)) + offset
+    mean, var = _batch_moments(torch, x, [1, 16, 1, 1])
+    exact = x.double().var(dim=(0, 2, 3), correction=0, keepdim=True)
+    assert mean.dtype == var.dtype == torch.float32
+    assert torch.equal(var, exact.float())
+    assert torch.allclose(mean.double(), x.double().mean(dim=(0, 2, 3), keepdim=True), rtol=1e-6, atol=1e-6)

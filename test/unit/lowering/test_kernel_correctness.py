@@ -425,3 +425,41 @@ func.func @dot(%a: tensor<4x32x32xf32>, %b: tensor<32x32xf32>) -> tensor<f32> {
     assert done.returncode == 0, done.stderr[-2000:]
     expected = float((a.astype(np.float64) * b.T[None].astype(np.float64)).sum())
     assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(expected, rel=1e-4, abs=1e-3)
+
+
+PADDED_K = """
+func.func @padded_k(%a: tensor<37x45xf32>, %b: tensor<45x50xf32>, %n: tensor<1xi64>) -> tensor<37x50xf32> {
+  %c0 = arith.constant 0 : index
+  %v = tensor.extract %n[%c0] : tensor<1xi64>
+  %valid = arith.index_cast %v : i64 to index
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<37x50xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<37x50xf32>) -> tensor<37x50xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (k, j)>,
+      affine_map<(i, j, k) -> (i, j)>], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<37x45xf32>, tensor<45x50xf32>) outs(%f : tensor<37x50xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %k = linalg.index 2 : index
+    %inside = arith.cmpi ult, %k, %valid : index
+    %xm = arith.select %inside, %x, %z : f32
+    %ym = arith.select %inside, %y, %z : f32
+    %m = arith.mulf %xm, %ym : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<37x50xf32>
+  return %p : tensor<37x50xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("valid", [45, 40, 0])
+def test_contraction_masked_by_its_padded_dim_equals_numpy(cache_dir, valid):
+    """A contraction over a padded dim, its operands masked by the loop index (the padding's zeroing fused into
+    it: a vocabulary-parallel LM head's backward), runs as the packed GEMM (lit: slicer-kernel-contract-padded)
+    and sums the valid rows only: the padding's NaN and infinities stay out."""
+    library = compile_library(PADDED_K, cache_dir=cache_dir)
+    a = RNG.standard_normal((37, 45), dtype=np.float32)
+    b = RNG.standard_normal((45, 50), dtype=np.float32)
+    a[:, valid:], b[valid:] = np.nan, np.inf
+    result = library["padded_k"](a, b, np.array([valid], dtype=np.int64))
+    np.testing.assert_allclose(result, a[:, :valid] @ b[:valid], rtol=1e-4, atol=1e-4)

@@ -6,7 +6,7 @@ the chunks for the interleaved schedule) and the activations held: M micro-batch
 import pytest
 
 from slicer.core.errors import InvalidTactic
-from slicer.mpmd.pipeline_schedule import FORWARD, PipelineSchedule, Work, make_schedule
+from slicer.mpmd.pipeline_schedule import BACKWARD, FORWARD, PipelineSchedule, Work, make_schedule
 
 
 @pytest.mark.parametrize("stages,microbatches", [(2, 8), (4, 8), (2, 1), (3, 5)])
@@ -25,6 +25,17 @@ def test_1f1b_holds_at_most_s_micro_batches_and_gpipe_holds_all():
 def test_interleaved_divides_the_bubble_by_the_chunks():
     run = make_schedule("interleaved", 4, 8, 2).verify()
     assert run.bubble == pytest.approx(3 / (8 * 2 + 3))
+
+
+def test_a_replay_with_measured_times_gives_their_bubble():
+    """GPipe, S=2, M=2, forwards 1 on both stages, backwards 2 on stage 0 and 4 on stage 1: stage 1 ends at 11 (F0 1-2,
+    F1 2-3, B1 3-7, B0 7-11), stage 0 at 13 (B1 7-9, B0 11-13); busy 6 + 10 of 2 x 13."""
+    schedule = make_schedule("gpipe", 2, 2)
+    run = schedule.replay({(FORWARD, 0): 1.0, (FORWARD, 1): 1.0, (BACKWARD, 0): 2.0, (BACKWARD, 1): 4.0})
+    assert run.makespan == 13.0 and run.bubble == pytest.approx(1 - 16 / 26)
+    assert [(str(w), start, end) for w, start, end in run.spans[0]][2:] == [("B1", 7.0, 9.0), ("B0", 11.0, 13.0)]
+    equal = schedule.replay({(k, v): c for k, c in ((FORWARD, 1.0), (BACKWARD, 2.0)) for v in (0, 1)})
+    assert equal.bubble == pytest.approx(schedule.verify().bubble) == pytest.approx(1 / 3)
 
 
 def test_1f1b_order_on_two_stages():

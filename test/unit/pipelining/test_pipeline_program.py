@@ -66,6 +66,18 @@ def test_a_pipeline_needs_an_imported_training_step():
         st.pipeline("func.func @f() { return }", "p", split=["a"], microbatches=2)
 
 
+def test_a_pipelined_module_is_not_compiled_from_its_text():
+    """`prog.text` of a pipeline (what slicer-run would be given) only declares its stages' programs: refused,
+    saying how to run it."""
+    text = """func.func private @forward_0(tensor<2xf32>) -> tensor<2xf32>
+    func.func @stage_0(%x: tensor<2xf32>) -> tensor<2xf32> attributes {slicer.stage = 0 : i64} {
+      %0 = func.call @forward_0(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    }"""
+    with pytest.raises(CompileError, match="pipelined step's module.*prog.session"):
+        slicer.compile(text, mesh=slicer.Mesh(p=2), entry="stage_0")
+
+
 @pytest.mark.slow
 def test_split_points_must_match_the_axis_and_remat_a_module():
     model, loss_fn, batch = train_step.gpt(n_layer=2, batch=4)

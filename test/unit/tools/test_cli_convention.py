@@ -55,6 +55,8 @@ def test_one_spelling_per_flag(tool):
     ("slicer-run", [MLP, "--mesh", "y=4", "--inputs", "/nonexistent/a.npy"], "does not exist"),
     ("slicer-run", [MLP, "--mesh", "y=4", "--memory-budget", "1GiB"], "give --auto with it"),
     ("slicer-run", [MLP, "--mesh", "y=4", "--auto", "--memory-budget", "lots"], "memory budget 'lots' does not parse"),
+    ("slicer-run", [MLP, "--mesh", "y=4", "--collectives", "nccl"], "collectives='nccl': how ranks run collectives"),
+    ("slicer-run", [MLP, "--mesh", "y=4", "--overlap", "sometimes"], "--overlap 'sometimes': 1 (collectives overlap"),
 ])
 def test_a_command_line_that_cannot_be_used_exits_2(tool, argv, words, capsys):
     assert exit_code(tool, argv) == EXIT_USAGE

@@ -73,3 +73,30 @@ def test_output_file_and_split_join(tmp_path):
     text = "func.func @a() { return }\n// -----\nfunc.func @b() { return }\n"
     assert run(["-split-input-file", "-o", str(out)], stdin=text).returncode == 0
     assert out.read_text().count("// -----") == 1
+
+
+WIDEN_I1 = """
+func.func @f(%a: tensor<8xi1>) -> tensor<8xi1> {
+  return %a : tensor<8xi1>
+}
+"""
+LOADED = ("import sys, io, contextlib\nfrom slicer.tools import slicer_opt\n"
+          "with contextlib.redirect_stdout(io.StringIO()):\n"
+          "    status = slicer_opt.main(sys.argv[1:])\n"
+          "print(status, *sorted(m for m in sys.modules if m.startswith('slicer.')))")
+
+
+def test_a_run_loads_only_the_passes_its_pipeline_names(tmp_path):
+    """slicer-opt's start-up is most of a lit test's time: one kernel step loads that step, not the
+    partitioner, the search or the other passes; the report's modules only with --print-collectives."""
+    src = tmp_path / "in.mlir"
+    src.write_text(WIDEN_I1)
+    result = subprocess.run([sys.executable, "-c", LOADED, str(src), "-p", "slicer-kernel-widen-i1"],
+                            capture_output=True, text=True, timeout=120)
+    status, *loaded = result.stdout.split()
+    assert status == "0", result.stderr
+    assert "slicer.lowering.passes.kernel_widen_i1" in loaded
+    unwanted = [m for m in loaded if m.startswith(("slicer.spmd", "slicer.automatic", "slicer.propagation",
+                                                   "slicer.tools.print_collectives", "slicer.lowering.kernel_graph"))
+                or (m.startswith(("slicer.passes.", "slicer.lowering.passes.")) and not m.endswith("widen_i1"))]
+    assert not unwanted, f"slicer-opt -p slicer-kernel-widen-i1 loaded {unwanted}"
