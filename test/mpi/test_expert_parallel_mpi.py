@@ -34,14 +34,20 @@ def test_dp2ep_training_steps_equal_torch_on_mpi_ranks(imported, ranks):
     assert loss_error <= 1e-5 and param_error <= 1e-5
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_experts_of_a_module_list_imported_stacked_train_equal_to_torch_on_mpi_ranks(ranks):
-    """The ModuleList form (`form="list"`, imported with `stacked=`) under dp2ep: device i holds experts i*E/n to
-    (i+1)*E/n - 1; two AdamW steps equal torch's on 1, 2 and 4 ranks."""
+@pytest.fixture(scope="module")
+def listed():
     model, loss_fn, batch = moe.switch_moe(seed=5, groups=4, seq=8, experts=4, form="list")
     optimizer = slicer.AdamW(0.01)
     step = slicer.training_step(model, loss_fn, *batch, optimizer=optimizer, stacked="blocks.*.moe.experts")
+    return model, loss_fn, batch, optimizer, step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_experts_of_a_module_list_imported_stacked_train_equal_to_torch_on_mpi_ranks(listed, ranks):
+    """The ModuleList form (`form="list"`, imported with `stacked=`) under dp2ep: device i holds experts i*E/n to
+    (i+1)*E/n - 1; two AdamW steps equal torch's on 1, 2 and 4 ranks."""
+    model, loss_fn, batch, optimizer, step = listed
     tactics = st.expert_parallel(step, "x", mesh={"x": ranks}) + st.data_parallel(step, "x")
     prog = slicer.compile(step, mesh=slicer.Mesh(x=ranks), tactics=tactics)
     assert ("shard.all_to_all" in collective_ops(prog)) == (ranks > 1)

@@ -69,6 +69,9 @@ def test_index_select_and_index_add_are_torchs(dim):
     assert torch.equal(TABLE[aten.index_select.default](x, dim, index), torch.index_select(x, dim, index))
     assert torch.allclose(TABLE[aten.index_add.default](x, dim, index, source, alpha=0.5),
                           x.index_add(dim, index, source, alpha=0.5))
+    written = x.clone()
+    assert TABLE[aten.index_add_.default](written, dim, index, source) is written  # in place, as index_add_
+    assert torch.allclose(written, x.index_add(dim, index, source))
 
 
 def test_index_put_of_one_index_tensor_is_torchs():
