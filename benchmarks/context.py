@@ -1,5 +1,6 @@
-"""Context parallelism (ring attention, `slicer.strategies.context_parallel`) against today's sequence tiling, on
-2 devices, all in one run (the ring load-balanced, as the strategy compiles it, and the plain ring beside it):
+"""Context parallelism (`slicer.strategies.context_parallel`) against today's sequence tiling, on 2 devices, all
+in one run: the ring load-balanced, as the strategy compiles it, the plain ring beside it, and all_to_all by heads
+(Ulysses, `method="all_to_all"`):
 
     python benchmarks/context.py --json context.json            # memory at S=8192, step time at S=2048
     python benchmarks/context.py --memory-seq 2048 --time-seq 512 --repeat 3
@@ -7,14 +8,17 @@
 The model is a one-block nanoGPT (examples/torch/idioms.py: causal `F.scaled_dot_product_attention`, D=512,
 8 heads, vocabulary 64), batch 1, an SGD step. Sequence tiling is `Tile(idx, 1)`, `Tile(targets, 1)` over x=2:
 every op between attention blocks on its own tokens, K and V gathered whole for attention. Context parallelism
-adds the ring: each device keeps its queries, K and V blocks move around the axis by permutes.
+adds the ring: each device keeps its queries, K and V blocks move around the axis by permutes. Ulysses: q, k, v
+move from sequence-tiled to head-tiled by all_to_all, each device computes attention over the whole sequence for
+its heads, and the output moves back.
 
 - memory: the planned peak per device (`prog.memory()`, the kernel graph's liveness) at `--memory-seq`, both
   strategies and one device; the target is ring <= 0.6x sequence tiling. Planned, not run.
 - time: `--repeat` timed runs of the step on 2 MPI ranks at `--time-seq` (median of the slowest rank), both
   strategies; the target is ring >= 0.9x the speed of sequence tiling (time ratio <= 1/0.9). Each rank's busy
   time in kernels (its timeline's kernel events): the slowest within 10% of the fastest. The losses of both
-  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as text).
+  runs must agree (1e-5 relative). `--timeline PATH`: the ring's timeline of that run as a PNG (and as
+  text), and Ulysses' beside it (`PATH` with `-all_to_all` before the suffix).
 - work: the FLOPs each device's kernels compute in one step (contractions and the rest, counted from the
   compiled kernels as `slicer.auto` prices them; the same on every device of an SPMD program), which a loaded
   machine does not change: the balanced ring skips the [c, c] products the causal mask hides whole.
@@ -59,15 +63,16 @@ def step_of(seq: int):
     return step, (idx.numpy(), targets.numpy())
 
 
-def compiled(step, names=("one_device", "sequence", "ring", "plain_ring")) -> dict:
-    """The step on one device, under sequence tiling, under context parallelism (x=2) and as the plain ring (its
-    attention in blocks of the sequence in its own order: not load-balanced)."""
+def compiled(step, names=("one_device", "sequence", "ring", "plain_ring", "all_to_all")) -> dict:
+    """The step on one device, under sequence tiling, under context parallelism (x=2), as the plain ring (its
+    attention in blocks of the sequence in its own order: not load-balanced) and by heads (Ulysses)."""
     sequence = [slicer.Tile(arg="idx", dim=1, axes="x"), slicer.Tile(arg="targets", dim=1, axes="x")]
     out = {}
     for name, program, mesh, tactics in (
             ("one_device", lambda: step, slicer.Mesh(x=1), []), ("sequence", lambda: step, slicer.Mesh(x=2), sequence),
             ("ring", lambda: step, slicer.Mesh(x=2), st.context_parallel(step, "x")),
-            ("plain_ring", lambda: import_in_blocks(step, 2), slicer.Mesh(x=2), sequence)):
+            ("plain_ring", lambda: import_in_blocks(step, 2), slicer.Mesh(x=2), sequence),
+            ("all_to_all", lambda: step, slicer.Mesh(x=2), st.context_parallel(step, "x", method="all_to_all"))):
         if name in names:
             start = time.perf_counter()
             out[name] = slicer.compile(program(), mesh=mesh, tactics=tactics)
@@ -87,10 +92,11 @@ def work(prog) -> dict:
 
 def memory(seq: int) -> dict:
     step, _ = step_of(seq)
-    progs = compiled(step, ("one_device", "sequence", "ring"))
+    progs = compiled(step, ("one_device", "sequence", "ring", "all_to_all"))
     peaks = {name: prog.memory().peak for name, prog in progs.items()}
     return {"seq": seq, "peak_mib": {n: p / MIB for n, p in peaks.items()},
-            "ring_over_sequence": peaks["ring"] / peaks["sequence"], "target": "<= 0.6"}
+            "ring_over_sequence": peaks["ring"] / peaks["sequence"], "target": "<= 0.6",
+            "all_to_all_over_sequence": peaks["all_to_all"] / peaks["sequence"]}
 
 
 def kernel_busy(timings) -> list[float]:
@@ -100,25 +106,26 @@ def kernel_busy(timings) -> list[float]:
 
 def step_time(seq: int, repeat: int, picture: str | None = None) -> dict:
     step, batch = step_of(seq)
-    progs = compiled(step, ("sequence", "ring", "plain_ring"))
+    progs = compiled(step, ("sequence", "ring", "plain_ring", "all_to_all"))
     out: dict = {"seq": seq, "repeat": repeat}
     losses = {}
-    for name in ("sequence", "ring", "plain_ring"):
+    for name in ("sequence", "ring", "plain_ring", "all_to_all"):
         results, timings = progs[name].run(*batch, ranks=2, repeat=repeat, return_timings=True, timeout=3600)
         busy = kernel_busy(timings)
         losses[name] = float(np.asarray(results[0]))
         out[name] = {"step_s": timings.seconds, "kernel_busy_s": busy, "slowest_over_fastest": max(busy) / min(busy),
                      "work_per_device": work(progs[name])}
-        if picture and name == "ring":
-            text = timeline_text(timings, mesh=progs[name].mesh)
-            print(text, flush=True)
-            timeline_png(timings, picture, mesh=progs[name].mesh)
+        if picture and name in ("ring", "all_to_all"):
+            path = picture if name == "ring" else str(Path(picture).with_stem(f"{Path(picture).stem}-{name}"))
+            print(timeline_text(timings, mesh=progs[name].mesh), flush=True)
+            timeline_png(timings, path, mesh=progs[name].mesh)
         print(f"  {name}: {timings.seconds:.3f} s per step, kernels per rank {[round(b, 3) for b in busy]}", flush=True)
     out["ring_time_over_sequence"] = out["ring"]["step_s"] / out["sequence"]["step_s"]
     out["plain_ring_time_over_sequence"] = out["plain_ring"]["step_s"] / out["sequence"]["step_s"]
+    out["all_to_all_time_over_sequence"] = out["all_to_all"]["step_s"] / out["sequence"]["step_s"]
     out["target"] = "ring time <= sequence / 0.9; slowest device <= 1.1x fastest"
     out["losses"] = losses
-    for name in ("ring", "plain_ring"):
+    for name in ("ring", "plain_ring", "all_to_all"):
         assert abs(losses[name] - losses["sequence"]) <= 1e-5 * abs(losses["sequence"]), losses
     return out
 

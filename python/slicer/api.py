@@ -64,7 +64,7 @@ from slicer.spmd.degraded import by_cause
 from slicer.strategies import follow_arguments
 from slicer.tactics import Remat, Replicate, Tactic, TacticRewriter, Tile
 from slicer.tactics.pipeline_tactic import Pipeline
-from slicer.viz import BlockPicture, MemoryReport, memory_report, source_names, value_picture
+from slicer.viz import BlockPicture, MemoryReport, context_lines, memory_report, source_names, value_picture
 from slicer.viz.block_picture import uneven_dims
 from slicer.viz.experts import expert_lines, expert_report, experts_per_device
 from slicer.viz.remat_memory import RematReport, remat_units
@@ -97,7 +97,7 @@ class Program:
         device (with the peaks the ranks measured when `timings` of a run are given; by role for a training
         step: parameters, optimizer state, batch, activations and gradients), kernels."""
         with make_context():
-            collectives = report(ir.Module.parse(self.spmd)).text()
+            collectives = (found := report(ir.Module.parse(self.spmd))).text()
         g, roles = self.graph, self.imported.arg_roles if self.imported is not None else ()
         lines = [f"@{g.entry} on mesh {g.mesh} ({g.mesh.device_count} devices)", "distributed types:"]
         for i, name in enumerate(g.args):
@@ -110,7 +110,7 @@ class Program:
             named = f" ({result_names[i]})" if i < len(result_names) and result_names[i] else ""
             uneven = "".join(f"; {note}" for note in uneven_dims(g.mesh, dist, g.result_shape(i)))
             lines.append(f"  result #{i}{named}: {list(g.result_shape(i))} as {dist} ({source}{uneven})")
-        experts = expert_lines(*expert_report(self.spmd, g, self.arg_names, roles))
+        experts = expert_lines(*expert_report(self.spmd, g, self.arg_names, roles)) + context_lines(found, g.entry)
         lines += ["collectives:", *("  " + line for line in collectives.splitlines()), *experts,
                   "propagation:", *("  " + line for line in self.propagation.splitlines())]
         try:

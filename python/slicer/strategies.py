@@ -112,15 +112,19 @@ def data_parallel(step: ImportedProgram, axis: str | Sequence[str]) -> list[Tact
 
 def context_parallel(step: ImportedProgram, axis: str | Sequence[str], method: str = "ring", *,
                      dims: Mapping[str, int] | None = None) -> list:
-    """Context parallelism over `axis`: the sequence of every input tiled over the axis, and attention
-    (`F.scaled_dot_product_attention`) computed as ring attention, each device keeping its queries while the keys
-    and values travel around the axis block by block (docs/tactics.md, "Context parallelism"). The sequence dim of
-    an input is the first dim after the batch of the length of dim 1 of the first input (`[B, S]` tokens and
-    targets: 1; a padding mask `[B, 1, 1, S]`: 3); `dims` names others ({input name: dim}). Returns
-    `[ContextParallel, Tile, ...]`: `slicer.compile` imports the step again with its attention in as many blocks
-    as the axis has devices. Composes by concatenation with the strategies of other axes."""
+    """Context parallelism over `axis`: the sequence of every input tiled over the axis, and attention computed
+    over it by `method` (docs/tactics.md, "Context parallelism"). "ring": `F.scaled_dot_product_attention` as
+    ring attention, each device keeping its queries while the keys and values travel around the axis block by
+    block (training steps only: `slicer.compile` imports the step again with its attention in as many blocks as
+    the axis has devices). "all_to_all" (DeepSpeed-Ulysses; any attention, forward programs too): each device
+    computes attention over the whole sequence for its heads, q, k, v moved from sequence-tiled to head-tiled by
+    all_to_all and the output back (`frontends/context_heads.py`; the heads must divide over the axis). The
+    sequence dim of an input is the first dim after the batch of the length of dim 1 of the first input (`[B, S]`
+    tokens and targets: 1; a padding mask `[B, 1, 1, S]`: 3); `dims` names others ({input name: dim}). Returns
+    `[ContextParallel, Tile, ...]`. Composes by concatenation with the strategies of other axes."""
     info, axes = _read_step(step, "context_parallel"), _axes(axis, "context_parallel")
-    if step.origin is None:
+    context = ContextParallel(axes, method)  # checks the method
+    if step.origin is None and method == "ring":
         raise InvalidTactic("strategies.context_parallel: expected a training step imported with "
                             "slicer.training_step (its attention is imported again in blocks)")
     inputs = [n for n in info.names("input") if len(info.shape(n) or ()) >= 2]
@@ -133,8 +137,7 @@ def context_parallel(step: ImportedProgram, axis: str | Sequence[str], method: s
     if missing:
         raise InvalidTactic(f"strategies.context_parallel: no dim of length {length} (the sequence) in "
                             f"{', '.join(missing)}; give dims={{name: dim}}")
-    return [ContextParallel(axes, method), *(Tile(arg=n, dim=d, axes=axes) for n, d in found.items()
-                                             if d is not None)]
+    return [context, *(Tile(arg=n, dim=d, axes=axes) for n, d in found.items() if d is not None)]
 
 
 def zero(step: ImportedProgram, axis: str | Sequence[str], stage: int = 1, *,

@@ -63,6 +63,10 @@ partitioner quotes it when that op then gathers the tactic's value (a degraded s
 MODULE_LOC_PREFIX = "module:"
 """An imported op's location is `NameLoc("module:<path>", <file:line>)` when a module of the model computed it
 (`blocks.0.attn`, the dotted path of `named_modules`); `slicer-remat` recomputes modules by these paths."""
+CONTEXT_TO_HEADS_LOC = "context parallel: to heads"
+CONTEXT_TO_SEQUENCE_LOC = "context parallel: back to the sequence"
+"""The names wrapped around the locations of the annotations context parallelism by heads inserts
+(`frontends/context_heads.py`): the all_to_alls they make carry them, and `explain()` says which way each moves."""
 REMAT_ATTR = "slicer.remat"
 """On ops `slicer-remat` cloned into the backward pass: the module they recompute (tells them from the forward
 ops, and keeps a later CSE from merging them back)."""

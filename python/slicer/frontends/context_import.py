@@ -27,6 +27,7 @@ from slicer.tactics import Tile
 from slicer.tactics.context_tactic import ContextParallel
 
 from .composites import attention_in_blocks, decomposed_composites
+from .context_heads import heads_around_attention
 from .decomp_zigzag import zigzag_order
 from .program import ImportedProgram
 from .stages import StepOrigin
@@ -102,8 +103,9 @@ def _same_loss(torch, origin: StepOrigin, blocks: int, dims: Mapping[int, int], 
 def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
     """What `slicer.compile` partitions for `tactics` with a `ContextParallel` among them: `step` imported again
     with ring attention over the devices of its axes on `mesh` (its sequence the inputs the tactics tile over
-    them), and the other tactics (CompileError for an axis the mesh lacks or a step given as text); without one,
-    `step` and `tactics` as they are."""
+    them; method "ring"), or as it is with its attention's inputs read tiled by heads and its outputs by the
+    sequence ("all_to_all"), and the other tactics (CompileError for an axis the mesh lacks or a step given as
+    text); without one, `step` and `tactics` as they are."""
     context = next((t for t in tactics if isinstance(t, ContextParallel)), None)
     if context is None:
         return step, tuple(tactics)
@@ -113,11 +115,15 @@ def import_for_context(step, mesh: Mesh, tactics: Sequence) -> tuple:
             raise CompileError(f"{context}: the mesh {mesh} has no axis '{axis}'")
         blocks *= mesh.size(axis)
     if not isinstance(step, ImportedProgram):
-        raise CompileError(f"{context}: give the training step itself (slicer.training_step), not its text")
+        raise CompileError(f"{context}: give the imported program itself (slicer.training_step, "
+                           "slicer.from_torch), not its text")
+    others = tuple(t for t in tactics if not isinstance(t, ContextParallel))
+    if context.method != "ring":  # Ulysses: the program as it is, its attention read by heads (context_heads.py)
+        return heads_around_attention(step, mesh, context.axes, others, str(context)), others
     names = step.input_names
     sequence = {names[t.arg] if isinstance(t.arg, int) and t.arg < len(names) else str(t.arg): t.dim
                 for t in tactics if isinstance(t, Tile) and t.arg is not None and _axes(t.axes) == context.axes}
-    return import_in_blocks(step, blocks, sequence), tuple(t for t in tactics if not isinstance(t, ContextParallel))
+    return import_in_blocks(step, blocks, sequence), others
 
 
 def _axes(axes) -> tuple[str, ...]:

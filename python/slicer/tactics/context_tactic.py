@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from slicer.core.errors import InvalidTactic
 
-CONTEXT_METHODS = ("ring",)
+CONTEXT_METHODS = ("ring", "all_to_all")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ContextParallel:
         object.__setattr__(self, "axes", axes)
         if self.method not in CONTEXT_METHODS:
             raise InvalidTactic(f"context_parallel: method={self.method!r} is not supported; one of "
-                                f"{', '.join(CONTEXT_METHODS)} (all_to_all, Ulysses, is not built yet)")
+                                f"{', '.join(CONTEXT_METHODS)}")
 
     def __str__(self) -> str:
         return f"context_parallel(axis={','.join(self.axes)}, method={self.method})"

@@ -1,7 +1,7 @@
 """Seeing the partitioning (layer 12 of docs/architecture.md, between the runtime and the frontends): memory per
-device (`memory`), which device holds which block of any value (`block_picture`, `value_lookup`), and where a run's time
-goes (`timeline`). Text needs nothing; PNG files need matplotlib (`pip install 'slicer[viz]'`), imported only
-when a PNG is drawn.
+device (`memory`), which device holds which block of any value (`block_picture`, `value_lookup`), where a run's time
+goes (`timeline`), and the section of `explain()` on context parallelism by heads (`context`). Text needs nothing;
+PNG files need matplotlib (`pip install 'slicer[viz]'`), imported only when a PNG is drawn.
 
     from slicer.viz import memory_report, value_picture, chrome_trace, timeline_png
     print(memory_report(prog.graph, prog.original).text())
@@ -14,6 +14,7 @@ from slicer.core import dtypes
 from slicer.lowering import KernelGraph
 
 from .block_picture import BlockPicture, device_ranges
+from .context import context_lines
 from .memory import MemoryReport, memory_report
 from .timeline import chrome_trace, timeline_png, timeline_text, timelines_png, write_chrome_trace
 from .value_lookup import describe, global_type, resolve, source_names
@@ -47,6 +48,6 @@ def _itemsize(element_type: str) -> int | None:
     return dtypes.byte_size(element_type)
 
 
-__all__ = ["MemoryReport", "BlockPicture", "chrome_trace", "describe", "device_ranges", "global_type",
+__all__ = ["MemoryReport", "BlockPicture", "chrome_trace", "context_lines", "describe", "device_ranges", "global_type",
            "memory_report", "resolve", "source_names", "timeline_png", "timeline_text", "timelines_png",
            "value_picture", "write_chrome_trace"]

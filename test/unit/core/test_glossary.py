@@ -34,6 +34,7 @@ HOMES = {
         "dialect/": "the attribute, its views and its verifier",
         "tactics/": "tactics read from the shardings the program requests",
         "spmd/": "the partitioner gives each requested sharding's argument or result its type",
+        "frontends/context_heads.py": "Ulysses requests attention's values tiled by heads, then by the sequence",
     }),
     "spec": (re.compile(r"(^|_)[sS]pecs?($|_)|Spec"), {
         "lowering/": "`ArraySpec`: the shape and dtype of a kernel's argument",

@@ -112,8 +112,9 @@ def test_context_parallel_tactics():
     assert st.context_parallel(step, "x") == [ContextParallel(("x",)), slicer.Tile(arg="idx", dim=1, axes="x"),
                                               slicer.Tile(arg="targets", dim=1, axes="x"),
                                               slicer.Tile(arg="mask", dim=3, axes="x")]
-    with pytest.raises(slicer.InvalidTactic, match="all_to_all, Ulysses, is not built yet"):
-        st.context_parallel(step, "x", method="all_to_all")
+    assert st.context_parallel(step, "x", method="all_to_all")[0] == ContextParallel(("x",), "all_to_all")
+    with pytest.raises(slicer.InvalidTactic, match="method='zigzag' is not supported; one of ring, all_to_all"):
+        st.context_parallel(step, "x", method="zigzag")
     forward = slicer.from_torch(model, batch[0], batch[2])
     with pytest.raises(slicer.InvalidTactic, match="training step"):
         st.context_parallel(forward, "x")
