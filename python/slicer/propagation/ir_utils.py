@@ -209,20 +209,25 @@ def equivalent(a: ir.Operation, b: ir.Operation, mapping: dict | None = None) ->
     if (a.name != b.name or len(a.operands) != len(b.operands) or len(a.results) != len(b.results)
             or len(a.regions) != len(b.regions)):
         return False
+    # The cheap tests first (operands by identity, counts): most pairs asked differ there, and reading the
+    # attributes or the ops of a region through the bindings costs more.
+    for va, vb in zip(a.operands, b.operands):
+        if mapping.get(va, va) != vb:
+            return False
     if any(ra.type != rb.type for ra, rb in zip(a.results, b.results)):
+        return False
+    if len(a.attributes) != len(b.attributes):
         return False
     attrs_a, attrs_b = _attributes(a), _attributes(b)
     if attrs_a.keys() != attrs_b.keys() or any(attrs_a[k] != attrs_b[k] for k in attrs_a):
         return False
-    for va, vb in zip(a.operands, b.operands):
-        if mapping.get(va, va) != vb:
-            return False
     for region_a, region_b in zip(a.regions, b.regions):
         blocks_a, blocks_b = list(region_a.blocks), list(region_b.blocks)
         if len(blocks_a) != len(blocks_b):
             return False
         for block_a, block_b in zip(blocks_a, blocks_b):
-            if [x.type for x in block_a.arguments] != [x.type for x in block_b.arguments]:
+            if (len(block_a.operations) != len(block_b.operations)
+                    or [x.type for x in block_a.arguments] != [x.type for x in block_b.arguments]):
                 return False
             mapping.update(zip(block_a.arguments, block_b.arguments))
             ops_a, ops_b = [as_op(o) for o in block_a.operations], [as_op(o) for o in block_b.operations]
