@@ -25,8 +25,10 @@ def eliminate_dead(op: ir.Operation, journal: Journal) -> bool:
 def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     """Ops of `op`'s block (a slice or a loop) that may be duplicates of `op`: for a slice, the slices of its
     source; for a loop, the loops using its first captured value (equivalent loops capture the same values).
-    Found through use lists, not by scanning the block: `merge_duplicate_*` run on every new slice and loop."""
-    value = SliceOp(op).source if op.name == SLICE else next(iter(captured_values(op, limit=1)), None)
+    Found through use lists, not by scanning the block: `merge_duplicate_*` run on every new slice and loop.
+    A loop's candidates come from the least used of its first few captured values (an equivalent loop captures
+    each of them: the same values in the same order), not from a value many loops read."""
+    value = SliceOp(op).source if op.name == SLICE else _least_used(captured_values(op, limit=_CAPTURES_ASKED))
     if value is None:
         return [as_op(o) for o in op.block.operations if as_op(o) != op and as_op(o).name == op.name]
     users = [as_op(use.owner) for use in value.uses]
@@ -34,6 +36,14 @@ def duplicate_candidates(op: ir.Operation) -> list[ir.Operation]:
     if name == SLICE:  # a slice has no region: only slices reading `value` right in the block are candidates
         return [u for u in users if u.name == name and u != op and u.block == block]
     return [u for u in lift_all(users, block) if u.name == name and u != op]
+
+
+#: How many of a loop's captured values `duplicate_candidates` compares by their number of uses.
+_CAPTURES_ASKED = 4
+
+
+def _least_used(values: list[ir.Value]) -> ir.Value | None:
+    return min(values, key=lambda v: sum(1 for _ in v.uses), default=None)
 
 
 def duplicate_slices(op: ir.Operation) -> list[ir.Operation]:
