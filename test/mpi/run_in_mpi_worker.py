@@ -22,10 +22,16 @@ def main(comm):
     inputs = [rng.standard_normal(s).astype(np.float32) for s in [(8, 16), (16, 32), (32,), (32, 16)]]
     os.environ["SLICER_COLLECTIVES"] = "nccl"  # read only when no argument is given: each would be an OptionError
     os.environ["SLICER_OVERLAP"] = "sometimes"
+    refusal = None
     try:
         prog.run_in_mpi(*inputs, comm=comm, collectives="shm", overlap=None)
     except OptionError as exc:
-        print("refused:", exc)
+        refusal = str(exc)
+    # Rank 0 prints every rank's outcome: lines printed by 4 ranks at once can interleave in mpiexec's output.
+    refusals = comm.gather(refusal, root=0)
+    if comm.Get_rank() == 0:
+        for rank, refused in enumerate(refusals):
+            print(f"rank {rank} refused: {refused}")
     # Rank 0's choice holds on every rank (ranks running collectives differently would wait for each other).
     out = prog.run_in_mpi(*inputs, comm=comm, collectives="mpi" if comm.Get_rank() == 0 else "shm", overlap=False)
     if comm.Get_rank() == 0:
