@@ -3,7 +3,8 @@
 The bindings hand an op out as an `ir.Operation` or as a typed view (`ir.OpView`: `linalg.MatmulOp`, a value's
 `.owner`), and a module as an `ir.Module`; names, attributes, identity and walking want the `ir.Operation`.
 Every stage gets it with `as_op`, a value's producer with `defining_op`, and the ops nested in one with
-`walk_ops` / `nested_ops` (collected first, so a caller may rewrite the IR while it iterates).
+`walk_ops` / `nested_ops` (collected first, so a caller may rewrite the IR while it iterates), and a copy of
+one with renamed operands with `clone_mapped`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def map_locations(root, change) -> None:
                     argument.set_location(change(argument.location))
 
 
+def clone_mapped(op: ir.Operation, mapping: dict) -> ir.Operation:
+    """Clone `op` at the current insertion point with the operands `mapping` renames renamed; `mapping` gains
+    its results (old -> clone's), so a run of ops cloned in order reads its own clones."""
+    clone = op.clone()
+    for i, operand in enumerate(clone.operands):
+        if operand in mapping:
+            clone.operands[i] = mapping[operand]
+    for old, new in zip(op.results, clone.results):
+        mapping[old] = new
+    return clone
+
+
 def _walk_foreign(op, visit) -> None:
     visit(op)
     for region in op.regions:
@@ -67,4 +80,4 @@ def _walk_foreign(op, visit) -> None:
                 _walk_foreign(inner.operation, visit)
 
 
-__all__ = ["as_op", "defining_op", "map_locations", "nested_ops", "walk_ops"]
+__all__ = ["as_op", "clone_mapped", "defining_op", "map_locations", "nested_ops", "walk_ops"]

@@ -21,6 +21,7 @@ from mlir.dialects import arith, linalg, tensor
 
 from slicer.core.linalg_facts import REDUCTION, input_count, is_linalg_op, iterator_kinds
 from slicer.core.names import INDEXING_MAPS_ATTR, ITERATOR_TYPES_ATTR
+from slicer.core.operations import clone_mapped
 from slicer.dialect import walk_ops
 
 HALF_TYPES = ("bf16", "f16")
@@ -78,12 +79,7 @@ def _widen(op: ir.Operation, add: ir.Operation) -> None:
                 body_op = body_op.operation
                 if body_op == add:
                     continue
-                clone = body_op.clone()
-                for i, operand in enumerate(clone.operands):
-                    if operand in mapping:
-                        clone.operands[i] = mapping[operand]
-                for old_result, new_result in zip(body_op.results, clone.results):
-                    mapping[old_result] = new_result
+                clone_mapped(body_op, mapping)
             term = next(v for v in add.operands if v != out)
             term = mapping.get(term, term)
             linalg.YieldOp([arith.addf(arith.extf(f32, term), block.arguments[count])])

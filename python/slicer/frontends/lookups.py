@@ -18,6 +18,7 @@ from mlir.dialects import cf, linalg, tensor
 
 from slicer.core.linalg_facts import PARALLEL, indexing_maps, input_count, is_linalg_op, iterator_kinds
 from slicer.core.names import INDEXING_MAPS_ATTR, ITERATOR_TYPES_ATTR
+from slicer.core.operations import clone_mapped
 from slicer.dialect import walk_ops
 from slicer.rules.gathers import lookups_by_data
 
@@ -134,12 +135,7 @@ def _clone_into(ops: list[ir.Operation], mapping: dict) -> None:
     """Clone `ops` at the current insertion point, their operands (and the values they compute) renamed by
     `mapping`, which gains their results."""
     for inner in ops:
-        clone = inner.clone()
-        for i, operand in enumerate(clone.operands):
-            if operand in mapping:
-                clone.operands[i] = mapping[operand]
-        for old, new in zip(inner.results, clone.results):
-            mapping[old] = new
+        clone_mapped(inner, mapping)
 
 
 __all__ = ["split_lookups"]
