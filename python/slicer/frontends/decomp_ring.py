@@ -63,12 +63,17 @@ def rotate(tensor):
 _FUNCTIONS: dict = {}
 
 
+def autograd_function(torch, name: str, forward, backward):
+    """The `torch.autograd.Function` called `name` with this forward and backward (made once: torch is imported on
+    first use; the ring and the zig-zag ring each have one)."""
+    if name not in _FUNCTIONS:
+        _FUNCTIONS[name] = type(name, (torch.autograd.Function,), {
+            "forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return _FUNCTIONS[name]
+
+
 def _function(torch):
-    """The `torch.autograd.Function` of ring attention (made once: torch is imported on first use)."""
-    if "ring" not in _FUNCTIONS:
-        _FUNCTIONS["ring"] = type("RingAttention", (torch.autograd.Function,), {
-            "forward": staticmethod(_forward), "backward": staticmethod(_backward)})
-    return _FUNCTIONS["ring"]
+    return autograd_function(torch, "RingAttention", _forward, _backward)
 
 
 def _allowed(torch, causal: bool, mask, blocks: int, chunk: int, step: int, device):
@@ -102,6 +107,25 @@ def block_scores(torch, q, k, factor, allowed, additive, *, again: bool = False)
     return scores
 
 
+def online_update(torch, state, scores, allowed, v):
+    """One online-softmax step of rows `state` = (max, sum, acc) over scores [.., cq, ck] and values v (f32)."""
+    top, total, acc = state
+    new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
+    weights = torch.exp(scores - new_top)
+    if allowed is not None:
+        weights = torch.where(allowed, weights, torch.zeros((), device=scores.device))
+    correction = torch.exp(top - new_top)
+    return new_top, total * correction + weights.sum(-1, keepdim=True), acc * correction + weights @ v.float()
+
+
+def online_finish(torch, state):
+    """(output, log-sum-exp) of rows from their online-softmax state; a row no key may attend gives 0."""
+    top, total, acc = state
+    seen = total > 0
+    safe = torch.where(seen, total, torch.ones((), device=total.device))
+    return torch.where(seen, acc / safe, torch.zeros(())), top + torch.log(safe)
+
+
 def _forward(ctx, query, key, value, mask, causal: bool, factor: float, blocks: int):
     import torch
 
@@ -116,17 +140,8 @@ def _forward(ctx, query, key, value, mask, causal: bool, factor: float, blocks: 
             k, v = rotate(k), rotate(v)
         allowed, additive = _allowed(torch, causal, mask, blocks, chunk, step, q.device)
         scores = block_scores(torch, q, k, factor, allowed, additive)
-        new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
-        weights = torch.exp(scores - new_top)
-        if allowed is not None:
-            weights = torch.where(allowed, weights, torch.zeros((), device=q.device))
-        correction = torch.exp(top - new_top)
-        total = total * correction + weights.sum(-1, keepdim=True)
-        acc = acc * correction + weights @ v.float()
-        top = new_top
-    seen = total > 0
-    out = torch.where(seen, acc / torch.where(seen, total, torch.ones((), device=q.device)), torch.zeros(()))
-    lse = top + torch.log(torch.where(seen, total, torch.ones((), device=q.device)))
+        top, total, acc = online_update(torch, (top, total, acc), scores, allowed, v)
+    out, lse = online_finish(torch, (top, total, acc))
     ctx.save_for_backward(query, key, value, out, lse, *(() if mask is None else (mask,)))
     ctx.options = (causal, factor, blocks, mask is not None)
     return out.to(query.dtype).reshape(b, h, s, v.shape[-1])
@@ -164,4 +179,4 @@ def _backward(ctx, grad):
     return (*shaped, None, None, None, None)
 
 
-__all__ = ["LOWEST", "block_scores", "ring_attention", "rotate"]
+__all__ = ["LOWEST", "autograd_function", "block_scores", "online_finish", "online_update", "ring_attention", "rotate"]

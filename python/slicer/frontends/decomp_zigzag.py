@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .decomp_attention import repeat_heads
-from .decomp_ring import LOWEST, block_scores, rotate
+from .decomp_ring import LOWEST, autograd_function, block_scores, online_finish, online_update, rotate
 
 
 def zigzag_order(seq: int, blocks: int) -> np.ndarray:
@@ -73,14 +73,8 @@ def zigzag_attention(blocks: int, query, key, value, factor: float):
     return _function(torch).apply(query, key, value, float(factor), blocks)
 
 
-_FUNCTIONS: dict = {}
-
-
 def _function(torch):
-    if "zigzag" not in _FUNCTIONS:
-        _FUNCTIONS["zigzag"] = type("ZigzagAttention", (torch.autograd.Function,), {
-            "forward": staticmethod(_forward), "backward": staticmethod(_backward)})
-    return _FUNCTIONS["zigzag"]
+    return autograd_function(torch, "ZigzagAttention", _forward, _backward)
 
 
 class _Blocks:
@@ -101,17 +95,6 @@ class _Blocks:
     def whole(self, tensor):
         """A block's two chunks as one: [B, H, n, 2, c, E] -> [B, H, n, 2c, E]."""
         return tensor.reshape(*tensor.shape[:3], 2 * self.c, tensor.shape[-1])
-
-
-def _update(torch, state, scores, allowed, v):
-    """One online-softmax step of rows `state` = (max, sum, acc) over scores [.., cq, ck] and values v."""
-    top, total, acc = state
-    new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
-    weights = torch.exp(scores - new_top)
-    if allowed is not None:
-        weights = torch.where(allowed, weights, torch.zeros((), device=scores.device))
-    correction = torch.exp(top - new_top)
-    return new_top, total * correction + weights.sum(-1, keepdim=True), acc * correction + weights @ v.float()
 
 
 def _pairs(z: _Blocks, step: int, k, v):
@@ -138,28 +121,20 @@ def _forward(ctx, query, key, value, factor: float, blocks: int):
         for half, keys, values, allowed in _pairs(z, step, k, v):
             if half is not None:
                 scores = block_scores(torch, z.q[:, :, :, half], keys, factor, allowed, None)
-                states[half] = _update(torch, states[half], scores, allowed, values)
+                states[half] = online_update(torch, states[half], scores, allowed, values)
                 continue
             rows = torch.where(later, z.q[:, :, :, 1], z.q[:, :, :, 0])
             keys, values = torch.where(later, k[:, :, :, 1], k[:, :, :, 0]), torch.where(later, v[:, :, :, 1],
                                                                                          v[:, :, :, 0])
             chosen = tuple(torch.where(later, s1, s0) for s0, s1 in zip(*states))
-            chosen = _update(torch, chosen, block_scores(torch, rows, keys, factor, None, None), None, values)
+            chosen = online_update(torch, chosen, block_scores(torch, rows, keys, factor, None, None), None, values)
             states = [tuple(torch.where(later, s0, new) for s0, new in zip(states[0], chosen)),
                       tuple(torch.where(later, new, s1) for s1, new in zip(states[1], chosen))]
-    out, lse = zip(*(_finish(torch, state) for state in states))
+    out, lse = zip(*(online_finish(torch, state) for state in states))
     out, lse = torch.stack(out, 3), torch.stack(lse, 3)
     ctx.save_for_backward(query, key, value, out, lse)
     ctx.options = (factor, blocks)
     return out.to(query.dtype).reshape(query.shape[:3] + (value.shape[-1],))
-
-
-def _finish(torch, state):
-    """(output, log-sum-exp) of rows from their state; a row no key may attend gives 0."""
-    top, total, acc = state
-    seen = total > 0
-    safe = torch.where(seen, total, torch.ones(()))
-    return torch.where(seen, acc / safe, torch.zeros(())), top + torch.log(safe)
 
 
 def _grads(torch, q, k, v, dout, lse, delta, factor, allowed):
