@@ -16,7 +16,7 @@ an op's score operand names the loops: dim -3 walks the heads, dims -2 and -1 th
 
 A value the annotations reach once is moved once (one annotate per value, shared by its readers). Masks
 without a heads dim ([S, S] causal, [B, 1, 1, S] padding) are left to propagation. The number of heads must
-be divisible by the axis' devices (`HeadsNotDivisible`, a TacticError, says what to change).
+be divisible by the axis' devices (else a CompileError says what to change).
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from slicer.core.functions import entry_function, function_type
 from slicer.core.linalg_facts import indexing_maps, is_linalg_op, loop_dim, reshape_kept_dims
 from slicer.core.mesh import Mesh
 from slicer.core.names import CONTEXT_TO_HEADS_LOC, CONTEXT_TO_SEQUENCE_LOC
+from slicer.core.operations import defining_op
 from slicer.dialect import Sharding, annotate, find_meshes, make_context
 from slicer.dialect import mesh as mesh_op
 from slicer.tactics import Tile
+from slicer.tactics.requests import NEW_MESH_NAME
 
 from .program import ImportedProgram
 
@@ -155,15 +157,8 @@ def _mesh_symbol(module: ir.Module, mesh: Mesh, label: str) -> str:
     if declared:
         raise CompileError(f"{label}: the program declares meshes {', '.join('@' + s for s in declared)} but none "
                            f"is {mesh}; compile it on a declared mesh")
-    body = module.body
-    first = body.operations[0] if len(body.operations) else None
-    mesh_op("mesh", mesh, loc=ir.Location.unknown(),
-            ip=ir.InsertionPoint(first) if first is not None else ir.InsertionPoint(body))
-    return "mesh"
-
-
-def _producer(value: ir.Value) -> ir.Operation | None:
-    return None if isinstance(value, ir.BlockArgument) else value.owner.operation
+    mesh_op(NEW_MESH_NAME, mesh, loc=ir.Location.unknown(), ip=ir.InsertionPoint.at_block_begin(module.body))
+    return NEW_MESH_NAME
 
 
 def _through_reshapes(value: ir.Value, tiled: AxesByDim) -> tuple[ir.Value, AxesByDim, tuple]:
@@ -171,7 +166,7 @@ def _through_reshapes(value: ir.Value, tiled: AxesByDim) -> tuple[ir.Value, Axes
     reshapes from it to `value`, first to last). Two views of one value (k^T as [H, E, S] in the backward and
     as [H, E, 1, 1, 1, S] in the forward) then move once."""
     chain: list[ir.Operation] = []
-    while (op := _producer(value)) is not None and (kept := reshape_kept_dims(op)) is not None:
+    while (op := defining_op(value)) is not None and (kept := reshape_kept_dims(op)) is not None:
         back = {result: operand for operand, result in kept.items()}
         if not all(d in back for d in tiled):
             break
@@ -191,7 +186,7 @@ def _plan_inputs(found: _Attention, axes: tuple[str, ...], batch_axes: tuple[str
         maps = indexing_maps(op)
         for position in range(len(maps) - len(op.results)):
             value = op.operands[position]
-            if (_producer(value) in inside or not isinstance(value.type, ir.RankedTensorType)
+            if (defining_op(value) in inside or not isinstance(value.type, ir.RankedTensorType)
                     or _is_score(value, found.length)):
                 continue
             dims = [j for j, e in enumerate(maps[position].results) if loop_dim(e) == found.heads[index]]

@@ -39,7 +39,7 @@ def _fused_lookup(op: ir.Operation) -> ir.Operation | None:
     if not is_linalg_op(op) or len(op.results) != 1 or any(k != PARALLEL for k in iterator_kinds(op)):
         return None
     maps = indexing_maps(op)
-    if not maps[-1].is_permutation or maps[-1] != ir.AffineMap.get_identity(maps[-1].n_dims):
+    if maps[-1] != ir.AffineMap.get_identity(maps[-1].n_dims):
         return None
     if not ir.RankedTensorType(op.results[0].type).has_static_shape:
         return None
@@ -105,7 +105,8 @@ def _split(op: ir.Operation, read: ir.Operation) -> ir.Operation:
         block = lookup.regions[0].blocks.append(*[args[i].type for i in used], element)
         mapping = {args[i]: block.arguments[k] for k, i in enumerate(used)}
         with ir.InsertionPoint(block):
-            _clone_into(moved + [read], mapping)
+            for inner in moved + [read]:
+                clone_mapped(inner, mapping)
             linalg.YieldOp([mapping[read.results[0]]])
         checks = [m for m in moved if m.name == cf.AssertOp.OPERATION_NAME]
         ops = [o.operation for o in body.operations]
@@ -125,17 +126,11 @@ def _split(op: ir.Operation, read: ir.Operation) -> ir.Operation:
         mapping |= {old: new for old, new in zip(args[count:], new_args[len(reads) + 1:])}
         mapping[read.results[0]] = new_args[len(reads)]
         with ir.InsertionPoint(block):
-            _clone_into(live, mapping)
+            for inner in live:
+                clone_mapped(inner, mapping)
     op.results[0].replace_all_uses_with(rest.results[0])
     op.erase()
     return rest.operation
-
-
-def _clone_into(ops: list[ir.Operation], mapping: dict) -> None:
-    """Clone `ops` at the current insertion point, their operands (and the values they compute) renamed by
-    `mapping`, which gains their results."""
-    for inner in ops:
-        clone_mapped(inner, mapping)
 
 
 __all__ = ["split_lookups"]

@@ -180,13 +180,13 @@ def fold_stacks(torch, graph):
         if node.op != "call_function":
             continue
         if node.target in (aten.cat.default, aten.stack.default) and _dim(node, 1) == 0:
-            whole = _whole(aten, [_row(aten, n) for n in node.args[0]])
+            whole = _whole([_row(aten, n) for n in node.args[0]])
             if whole is not None:
                 _replace(aten, graph, node, whole, stacked=node.target is aten.stack.default)
         elif node.target is aten.add.Tensor:
             rows = [_scattered_row(aten, n) for n in _terms(aten, node)]
             # the rows are disjoint (each term is zero outside its row): any order sums them exactly
-            whole = None if None in rows else _whole(aten, sorted(rows, key=lambda row: row[1]))
+            whole = None if None in rows else _whole(sorted(rows, key=lambda row: row[1]))
             if whole is not None and _shape(whole) == _shape(node):
                 node.replace_all_uses_with(whole)
     graph.graph.eliminate_dead_code()
@@ -210,7 +210,7 @@ def _row(aten, node):
     return None
 
 
-def _whole(aten, rows: list):
+def _whole(rows: list):
     """y when `rows` are (y, 0), (y, 1), ..., (y, E - 1) and y's dim 0 has E entries, else None."""
     if not rows or any(r is None for r in rows) or len({id(r[0]) for r in rows}) != 1:
         return None
